@@ -1,0 +1,186 @@
+/* store.h: a Zrecord store, the persistent record engine of zrecord.
+ *
+ * A store is a directory holding meta.zr (the 32-byte header), dict.zr (the zstd
+ * dictionary of a zstd_dict store), {id}.loc record-table segments and {id}.chunk
+ * data files; the format is specified in format.h and docs/FORMAT.md. It holds N
+ * records, each an opaque byte string of 0 to 2^31 bytes, addressed by a dense
+ * index space 0..N-1. The store does not know about dtypes, shapes or sockets.
+ *
+ * Ownership: one process owns a store at a time (an exclusive flock on meta.zr);
+ * a second opener gets ZR_E_LOCKED. Inside that process one zr_store is shared.
+ *
+ * Concurrency: zr_store_gather*(), zr_store_locate(), zr_store_length() and
+ * zr_store_stats() may run concurrently with each other and with one
+ * zr_store_append() (appends serialize among themselves). zr_store_delete(),
+ * zr_store_compact(), zr_store_install_dict() and zr_store_close() need exclusive
+ * access: the caller guarantees no other call on the store is in flight.
+ *
+ * Durability: a write is ordered data, then table entries, then the length in
+ * meta.zr. A process killed at any instant leaves a store that opens with a prefix
+ * of its appended records, each bit-exact. A delete batch is all-or-nothing under a
+ * crash. zr_store_sync() makes everything before it survive a power loss. A failed
+ * fsync is never retried: the store turns read-only (ZR_E_READONLY) and says why.
+ *
+ * Errors: every function that can fail returns a negative code (a -errno or a
+ * -ZR_E_* of zr-errors.h) and fills *err (err may be NULL) with a one-line message.
+ */
+#ifndef ZR_STORE_STORE_H
+#define ZR_STORE_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/error.h"
+#include "util/pool.h"
+
+typedef struct zr_store zr_store;
+
+enum zr_codec {
+        ZR_CODEC_RAW = 0,       /* bytes as given */
+        ZR_CODEC_ZSTD = 1,      /* zstd level 3, one frame per record, with checksum */
+        ZR_CODEC_ZSTD_DICT = 2, /* zstd level 19 against the store's dictionary */
+};
+
+#define ZR_RECORD_MAX ((uint64_t)1 << 31) /* largest record, in bytes (inclusive) */
+
+/* The physical location of one record, as the record table holds it. */
+typedef struct zr_loc {
+        uint32_t offset;       /* byte offset inside the chunk */
+        uint32_t phys_length;  /* stored (compressed) size */
+        uint32_t logic_length; /* original size: what a gather writes */
+        uint32_t chunk_id;
+} zr_loc;
+
+typedef struct zr_store_options {
+        /* Threads for compression and gathers; NULL runs everything on the caller.
+         * Borrowed: must outlive the store. */
+        zr_pool *pool;
+        /* log2 of the chunk file capacity, 0 for the format's 32 (4 GiB). Only at
+         * creation; recorded in the header (a reserved byte that is 0 for 4 GiB), so
+         * an opener never needs it. Tests use small chunks to cross rollovers. */
+        unsigned chunk_log2;
+        /* Open for reading only: every mutation fails with ZR_E_READONLY. The
+         * exclusive lock is taken all the same (one owner per store). */
+        int read_only;
+} zr_store_options;
+
+typedef struct zr_store_stats {
+        uint64_t records;     /* length */
+        uint64_t live_bytes;  /* sum of phys_length over live records */
+        uint64_t chunk_bytes; /* bytes up to the write frontier (all chunks) */
+        uint64_t reclaimable; /* chunk_bytes - live_bytes: an upper bound on what compact frees */
+        uint64_t logic_bytes; /* sum of logic_length over live records */
+} zr_store_stats;
+
+/* Creates a new, empty store in the directory `dirfd` (which must hold no meta.zr;
+ * ZR_E_EXISTS otherwise) with `codec`. For ZR_CODEC_ZSTD_DICT, `dict`/`dict_len`
+ * may give the dictionary now, or be NULL/0 to install one later with
+ * zr_store_install_dict(); other codecs ignore them. `opts` may be NULL.
+ * dirfd is duplicated; the caller keeps its own. On success returns 0 and sets
+ * *ret to an open store owned by the caller (release with zr_store_close()). */
+int zr_store_create(int dirfd, enum zr_codec codec, const void *dict, size_t dict_len,
+                    const zr_store_options *opts, zr_store **ret, zr_error *err);
+
+/* Opens the existing store in `dirfd`. Redoes or discards an interrupted delete
+ * batch, so the store it returns is consistent. Errors: ZR_E_NOT_STORE (no meta.zr),
+ * ZR_E_BAD_MAGIC, ZR_E_BAD_VERSION, ZR_E_BAD_CODEC, ZR_E_CORRUPT (truncated header,
+ * missing or short files), ZR_E_NO_DICT (zstd_dict store with a dictionary declared
+ * but no readable dict.zr), ZR_E_LOCKED. `opts` may be NULL. */
+int zr_store_open(int dirfd, const zr_store_options *opts, zr_store **ret, zr_error *err);
+
+/* Syncs (as zr_store_sync()), releases the lock and frees the store. NULL allowed.
+ * Returns 0 or the sync's error (the store is freed either way). */
+int zr_store_close(zr_store *s, zr_error *err);
+
+/* Number of records. Lock-free; an append in flight is not counted until committed. */
+uint64_t zr_store_length(const zr_store *s);
+
+enum zr_codec zr_store_codec(const zr_store *s);
+
+/* 1 if the store has a dictionary loaded, else 0. */
+int zr_store_has_dict(const zr_store *s);
+
+/* Installs `dict` as the dictionary of an empty ZR_CODEC_ZSTD_DICT store and
+ * writes dict.zr durably. ZR_E_HAS_DICT if one is installed, ZR_E_BAD_CODEC for
+ * another codec, ZR_E_SCHEMA if the store is not empty, EINVAL for an empty or
+ * unusable dictionary. Exclusive. */
+int zr_store_install_dict(zr_store *s, const void *dict, size_t dict_len, zr_error *err);
+
+/* Copies the dictionary into a new malloc()ed buffer (*ret, *ret_len), owned by
+ * the caller. ZR_E_NO_DICT if there is none. */
+int zr_store_read_dict(zr_store *s, void **ret, size_t *ret_len, zr_error *err);
+
+/* Appends n records. Record i is lens[i] bytes at data + (sum of lens[0..i)); the
+ * records are packed back to back. Compresses on the pool, assigns locations in
+ * order (a record never straddles a chunk), writes, commits the table, then the
+ * length. On success returns 0 and sets *ret_first (may be NULL) to the index of
+ * the first new record. On failure nothing is visible: the length is unchanged.
+ * ZR_E_TOO_BIG for a record over ZR_RECORD_MAX, ZR_E_NO_DICT for a zstd_dict store
+ * without a dictionary, ZR_E_READONLY. n == 0 succeeds and changes nothing. */
+int zr_store_append(zr_store *s, const void *data, const uint64_t *lens, size_t n,
+                    uint64_t *ret_first, zr_error *err);
+
+/* Reads the table entries of records idx[0..n) into ret_locs[0..n) (one pread
+ * per contiguous run of indices). ZR_E_RANGE for an index >= length, ZR_E_CORRUPT
+ * for an entry that points outside its chunk. */
+int zr_store_locate(zr_store *s, const uint64_t *idx, size_t n, zr_loc *ret_locs,
+                    zr_error *err);
+
+/* Decodes record locs[i] into dsts[i], which has room for locs[i].logic_length
+ * bytes, for every i, on the pool (contiguous shards; one zstd context per
+ * thread; decompressed straight into dsts[i]). ZR_E_DECODE if a frame does not
+ * decode to exactly logic_length bytes (checksum included). */
+int zr_store_gather_locs(zr_store *s, const zr_loc *locs, size_t n, void *const *dsts,
+                         zr_error *err);
+
+/* Gathers records idx[0..n) packed back to back into dst (dst_size bytes).
+ * ret_lens (may be NULL) receives each record's length. ZR_E_BUFFER if the
+ * records do not fit, ZR_E_RANGE for an index >= length. */
+int zr_store_gather(zr_store *s, const uint64_t *idx, size_t n, void *dst,
+                    uint64_t dst_size, uint64_t *ret_lens, zr_error *err);
+
+/* Deletes records idx[0..n) (any order; duplicates are an error, EINVAL) by
+ * swap-last: each hole, in descending index order, takes the current last
+ * record, and the length drops by n. Atomic under a crash. ZR_E_RANGE for an
+ * index >= length (nothing changes). Exclusive. */
+int zr_store_delete(zr_store *s, const uint64_t *idx, size_t n, zr_error *err);
+
+typedef struct zr_compact_result {
+        uint64_t moved;       /* records rewritten */
+        uint64_t skipped;     /* records already in place */
+        uint64_t freed_bytes; /* chunk_bytes before minus after */
+        int finished;         /* 1 if the pass completed, 0 if stopped by max_moves */
+} zr_compact_result;
+
+/* Rewrites live records densely in physical order, in place; each table entry is
+ * updated as its record lands, so an interrupted pass leaves a consistent store
+ * and running it again finishes the job. Removes chunk files past the new
+ * frontier. max_moves > 0 stops after that many moves (for tests); 0 runs to the
+ * end. ret (may be NULL) receives what was done. Exclusive. */
+int zr_store_compact(zr_store *s, uint64_t max_moves, zr_compact_result *ret,
+                     zr_error *err);
+
+/* Fills *ret. Walks the table (O(N) reads of 16 bytes, sequential). */
+int zr_store_stats(zr_store *s, zr_store_stats *ret, zr_error *err);
+
+/* Makes every committed record durable: fsync chunk files, then .loc segments,
+ * then meta.zr (and the directory if a file was created since the last sync).
+ * A failure turns the store read-only for good and returns the error. */
+int zr_store_sync(zr_store *s, zr_error *err);
+
+typedef struct zr_verify_report {
+        uint64_t records;  /* records checked */
+        uint64_t bad;      /* records that failed (0 when the store is sound) */
+        uint64_t first_bad; /* index of the first bad record, if any */
+} zr_verify_report;
+
+/* Reads and decodes every record (checksums included) and checks every table
+ * entry against its chunk. Returns 0 if sound, ZR_E_CORRUPT or ZR_E_DECODE with
+ * the first problem in *err otherwise; *ret (may be NULL) counts. */
+int zr_store_verify(zr_store *s, zr_verify_report *ret, zr_error *err);
+
+/* If the store turned read-only after an I/O failure, the code that caused it
+ * (positive), else 0. */
+int zr_store_failed(const zr_store *s);
+
+#endif

@@ -1,0 +1,50 @@
+/* pool.h: a small bounded pthread pool for fork-join data parallelism.
+ *
+ * The engine splits a batch (a gather, an append's compression) into contiguous
+ * shards and runs them on the pool. The calling thread always takes part: it runs
+ * shards itself while it waits, so a parallel call made from inside a pool task
+ * (nesting) cannot deadlock, and a pool of 0 threads runs everything inline.
+ *
+ * Lock order: the pool's mutex is a leaf; no callback runs with it held.
+ */
+#ifndef ZR_UTIL_POOL_H
+#define ZR_UTIL_POOL_H
+
+#include <stddef.h>
+
+typedef struct zr_pool zr_pool;
+
+/* Runs shard `shard` of `nshards` (0 <= shard < nshards). `arg` is the caller's. */
+typedef void (*zr_pool_shard_fn)(void *arg, size_t shard, size_t nshards);
+
+/* A task for zr_pool_submit(). */
+typedef void (*zr_pool_task_fn)(void *arg);
+
+/* Creates a pool of `nthreads` workers; 0 means "as many as online CPUs".
+ * Returns 0 and sets *ret, or -ENOMEM / -errno of pthread_create. */
+int zr_pool_new(size_t nthreads, zr_pool **ret);
+
+/* Waits for every queued task, stops the workers, frees the pool. NULL allowed.
+ * Returns NULL. */
+zr_pool *zr_pool_free(zr_pool *pool);
+
+/* Number of worker threads (not counting callers). pool may be NULL (then 0). */
+size_t zr_pool_threads(const zr_pool *pool);
+
+/* Runs fn(arg, i, nshards) for every i in [0, nshards) and returns when all have
+ * finished. Shards run on the workers and on the calling thread. pool may be NULL:
+ * then every shard runs inline, in order. Never fails. */
+void zr_pool_parallel(zr_pool *pool, size_t nshards, zr_pool_shard_fn fn, void *arg);
+
+/* The number of shards that fits `nitems` items on this pool: min(nitems,
+ * threads + 1), at least 1. */
+size_t zr_pool_shards(const zr_pool *pool, size_t nitems);
+
+/* Queues fn(arg) to run on a worker. Blocks while the queue is full.
+ * Returns 0, or -EINVAL if pool is NULL or has no threads. */
+int zr_pool_submit(zr_pool *pool, zr_pool_task_fn fn, void *arg);
+
+/* As zr_pool_submit() but never blocks: returns -EAGAIN when the queue is full. */
+int zr_pool_try_submit(zr_pool *pool, zr_pool_task_fn fn, void *arg);
+
+#endif
