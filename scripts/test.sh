@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Runs every test: the C suites in the normal build and again under AddressSanitizer
+# + UndefinedBehaviorSanitizer, and the quick benchmark run (which proves the
+# benchmarks still work; it asserts nothing about speed). Installs what is missing
+# first (scripts/setup.sh).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+
+passed=0
+failed=0
+run_suite() { # $1 = build dir, rest = meson test args
+  local dir=$1; shift
+  local log
+  log=$(mktemp)
+  set +e
+  meson test -C "$dir" --print-errorlogs "$@" 2>&1 | tee "$log" | grep -E '^ *[0-9]+/[0-9]+ |^(Ok|Fail|Expected Fail|Unexpected Pass|Skipped|Timeout):' 
+  local rc=${PIPESTATUS[0]}
+  set -e
+  local ok fl to
+  ok=$(awk '/^Ok:/ {print $2}' "$log"); fl=$(awk '/^Fail:/ {print $2}' "$log"); to=$(awk '/^Timeout:/ {print $2}' "$log")
+  passed=$((passed + ${ok:-0})); failed=$((failed + ${fl:-0} + ${to:-0}))
+  if [ "$rc" -ne 0 ]; then
+    sed -n '/^=* *[0-9]*\/[0-9]* .*FAIL/,$p' "$log" | tail -n 200
+    failed=$((failed > 0 ? failed : 1))
+  fi
+  rm -f "$log"
+}
+
+echo "== C suites (debugoptimized build)"
+run_suite build
+
+echo "== C suites (ASan + UBSan)"
+if [ ! -f build-asan/build.ninja ]; then
+  meson setup build-asan -Dwerror=true -Db_sanitize=address,undefined -Db_lundef=false >/dev/null
+fi
+meson compile -C build-asan >/dev/null
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+  run_suite build-asan
+
+if [ -x build/bench/store-bench ]; then
+  echo "== benchmarks, quick run (no speed assertions)"
+  if build/bench/store-bench --quick >/tmp/zr-bench-quick.txt 2>&1; then
+    passed=$((passed + 1)); echo "store-bench --quick: ok"
+  else
+    failed=$((failed + 1)); cat /tmp/zr-bench-quick.txt
+  fi
+fi
+
+echo "tests: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
