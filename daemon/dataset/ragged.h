@@ -1,0 +1,45 @@
+/* ragged.h: the shape header every record of a ragged dataset begins with.
+ *
+ * A ragged record is
+ *
+ *     u64 ndim | u64 dims[ndim] | payload
+ *
+ * all integers little-endian, so the header is 8 × (1 + ndim) bytes and a payload
+ * that starts at an 8-aligned record start stays 8-aligned. The payload is exactly
+ * prod(dims) × itemsize bytes of the schema's dtype, C order. A zero in dims gives
+ * an empty payload (a zero-length record still has its header). The header's ndim
+ * must be the schema's ndim. The shape travels with the bytes, so a swap-last
+ * delete or a compaction can never separate them. docs/DATASETS.md is the spec.
+ */
+#ifndef ZR_DATASET_RAGGED_H
+#define ZR_DATASET_RAGGED_H
+
+#include <stdint.h>
+
+#include "dataset/schema.h"
+#include "util/error.h"
+
+/* Bytes of the header of a record with `ndim` dimensions. */
+static inline uint64_t zr_ragged_header_bytes(uint32_t ndim) {
+        return 8 * (1 + (uint64_t)ndim);
+}
+
+/* Writes the header for shape dims[0..ndim) at dst, which has room for
+ * zr_ragged_header_bytes(ndim) bytes (no alignment needed). */
+void zr_ragged_header_write(void *dst, const uint64_t *dims, uint32_t ndim);
+
+/* Sets *ret to the whole record size (header + prod(dims) × itemsize). Returns 0,
+ * or -ZR_E_TOO_BIG if it exceeds ZR_RECORD_MAX (or overflows). */
+int zr_ragged_record_bytes(const uint64_t *dims, uint32_t ndim, uint32_t itemsize,
+                           uint64_t *ret, zr_error *err);
+
+/* Validates record `rec` (rec_len bytes, no alignment needed) against ragged
+ * schema *s and copies its dims into ret_dims[0..s->ndim) (ret_dims may be NULL).
+ * The payload is at rec + zr_ragged_header_bytes(s->ndim). `which` is the record's
+ * number, used in messages only. Returns 0, or -ZR_E_SCHEMA when the record is
+ * shorter than its header, its ndim is not the schema's, or its length is not
+ * header + prod(dims) × itemsize; the message says what was expected and what came. */
+int zr_ragged_parse(const zr_schema *s, const void *rec, uint64_t rec_len, uint64_t which,
+                    uint64_t *ret_dims, zr_error *err);
+
+#endif

@@ -1,0 +1,452 @@
+/* schema.c: building, encoding and decoding zr_schema (schema.msgpack).
+ *
+ * Decoding trusts nothing: before msgpack-c sees the bytes, msgpack_scan() walks
+ * every object header and refuses a buffer whose containers declare more elements
+ * than bytes remain (msgpack-c would allocate for them first), that is truncated,
+ * or that holds anything after its one top-level object. Only then is it unpacked
+ * into a zone, whose size is now bounded by a small multiple of the input.
+ * No file I/O here: dataset.c reads and writes the file.
+ */
+#include "dataset/schema.h"
+
+#include <errno.h>
+#include <msgpack.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const codec_names[] = {
+        [ZR_CODEC_RAW] = "raw",
+        [ZR_CODEC_ZSTD] = "zstd",
+        [ZR_CODEC_ZSTD_DICT] = "zstd_dict",
+};
+
+const char *zr_codec_name(enum zr_codec codec) {
+        if ((unsigned)codec >= sizeof(codec_names) / sizeof(codec_names[0]))
+                return NULL;
+        return codec_names[codec];
+}
+
+int zr_codec_parse(const char *name, size_t len, enum zr_codec *ret, zr_error *err) {
+        for (unsigned c = 0; c < sizeof(codec_names) / sizeof(codec_names[0]); c++) {
+                if (strlen(codec_names[c]) == len && memcmp(codec_names[c], name, len) == 0) {
+                        *ret = (enum zr_codec)c;
+                        return 0;
+                }
+        }
+        return zr_error_set(err, ZR_E_BAD_CODEC, "codec \"%.*s\" is unknown "
+                            "(raw, zstd, zstd_dict are known)", (int)(len < 32 ? len : 32), name);
+}
+
+void zr_shape_format(const uint64_t *shape, uint32_t ndim, char *buf, size_t size) {
+        size_t at = 0;
+        int n;
+
+        if (size == 0)
+                return;
+        buf[0] = '\0';
+        n = snprintf(buf, size, "(");
+        for (uint32_t i = 0; n >= 0 && i < ndim; i++) {
+                at += (size_t)n;
+                if (at >= size)
+                        return;
+                n = snprintf(buf + at, size - at, i ? ", %llu" : "%llu",
+                             (unsigned long long)shape[i]);
+        }
+        if (n < 0)
+                return;
+        at += (size_t)n;
+        if (at < size)
+                snprintf(buf + at, size - at, ndim == 1 ? ",)" : ")");
+}
+
+void zr_schema_describe(const zr_schema *s, char *buf, size_t size) {
+        char shape[96];
+        const char *codec = zr_codec_name(s->codec);
+
+        if (s->kind == ZR_SCHEMA_DENSE) {
+                zr_shape_format(s->item_shape, s->ndim, shape, sizeof(shape));
+                snprintf(buf, size, "dense %s item_shape %s codec %s", s->dtype.str, shape,
+                         codec ? codec : "?");
+        } else {
+                snprintf(buf, size, "ragged %s ndim %u codec %s", s->dtype.str, s->ndim,
+                         codec ? codec : "?");
+        }
+}
+
+uint64_t zr_schema_item_bytes(const zr_schema *s) {
+        uint64_t bytes;
+
+        if (s->kind != ZR_SCHEMA_DENSE)
+                return 0;
+        bytes = s->dtype.itemsize;
+        for (uint32_t i = 0; i < s->ndim; i++)
+                bytes *= s->item_shape[i]; /* bounded at init/decode */
+        return bytes;
+}
+
+/* Checks that itemsize × prod(shape) fits a record; a zero dimension makes it 0. */
+static int shape_bytes_ok(uint32_t itemsize, const uint64_t *shape, uint32_t ndim) {
+        uint64_t bytes = itemsize;
+
+        for (uint32_t i = 0; i < ndim; i++)
+                if (shape[i] == 0)
+                        return 1;
+        for (uint32_t i = 0; i < ndim; i++) {
+                if (__builtin_mul_overflow(bytes, shape[i], &bytes) || bytes > ZR_RECORD_MAX)
+                        return 0;
+        }
+        return 1;
+}
+
+static int codec_ok(enum zr_codec codec, zr_error *err) {
+        if (!zr_codec_name(codec))
+                return zr_error_set(err, ZR_E_BAD_CODEC, "codec %d is unknown", (int)codec);
+        return 0;
+}
+
+int zr_schema_init_dense(zr_schema *ret, const char *dtype, const uint64_t *item_shape,
+                         uint32_t ndim, enum zr_codec codec, zr_error *err) {
+        zr_schema s = { .kind = ZR_SCHEMA_DENSE, .ndim = ndim, .codec = codec };
+        int r;
+
+        r = codec_ok(codec, err);
+        if (r < 0)
+                return r;
+        r = zr_dtype_parse(dtype, &s.dtype, err);
+        if (r < 0)
+                return r;
+        if (ndim > ZR_SCHEMA_NDIM_MAX)
+                return zr_error_set(err, ZR_E_SCHEMA, "item_shape has %u dimensions, at most "
+                                    "%d are allowed", ndim, ZR_SCHEMA_NDIM_MAX);
+        if (ndim > 0)
+                memcpy(s.item_shape, item_shape, ndim * sizeof(uint64_t));
+        if (!shape_bytes_ok(s.dtype.itemsize, s.item_shape, ndim))
+                return zr_error_set(err, ZR_E_SCHEMA, "an item of this shape is larger than "
+                                    "a record may be (2^31 bytes)");
+        *ret = s;
+        return 0;
+}
+
+int zr_schema_init_ragged(zr_schema *ret, const char *dtype, uint32_t ndim,
+                          enum zr_codec codec, zr_error *err) {
+        zr_schema s = { .kind = ZR_SCHEMA_RAGGED, .ndim = ndim, .codec = codec };
+        int r;
+
+        r = codec_ok(codec, err);
+        if (r < 0)
+                return r;
+        r = zr_dtype_parse(dtype, &s.dtype, err);
+        if (r < 0)
+                return r;
+        if (ndim < 1 || ndim > ZR_SCHEMA_NDIM_MAX)
+                return zr_error_set(err, ZR_E_SCHEMA, "ragged ndim is %u, it must be 1..%d",
+                                    ndim, ZR_SCHEMA_NDIM_MAX);
+        *ret = s;
+        return 0;
+}
+
+int zr_schema_encode(const zr_schema *s, void **ret, size_t *ret_len, zr_error *err) {
+        msgpack_sbuffer sbuf;
+        msgpack_packer pk;
+        const char *kind = s->kind == ZR_SCHEMA_DENSE ? "dense" : "ragged";
+        const char *codec = zr_codec_name(s->codec);
+        int r = 0;
+
+        if (!codec)
+                return zr_error_set(err, ZR_E_BAD_CODEC, "codec %d is unknown", (int)s->codec);
+
+        msgpack_sbuffer_init(&sbuf);
+        msgpack_packer_init(&pk, &sbuf, msgpack_sbuffer_write);
+
+#define PACK_STR(str) (msgpack_pack_str(&pk, strlen(str)) || \
+                       msgpack_pack_str_body(&pk, (str), strlen(str)))
+        if (msgpack_pack_map(&pk, 4) || PACK_STR("kind") || PACK_STR(kind) ||
+            PACK_STR("dtype") || PACK_STR(s->dtype.str))
+                goto oom;
+        if (s->kind == ZR_SCHEMA_DENSE) {
+                if (PACK_STR("item_shape") || msgpack_pack_array(&pk, s->ndim))
+                        goto oom;
+                for (uint32_t i = 0; i < s->ndim; i++)
+                        if (msgpack_pack_uint64(&pk, s->item_shape[i]))
+                                goto oom;
+        } else {
+                if (PACK_STR("ndim") || msgpack_pack_uint32(&pk, s->ndim))
+                        goto oom;
+        }
+        if (PACK_STR("codec") || PACK_STR(codec))
+                goto oom;
+#undef PACK_STR
+
+        /* Hand the sbuffer's memory over. */
+        *ret_len = sbuf.size;
+        *ret = msgpack_sbuffer_release(&sbuf);
+        goto out;
+oom:
+        r = zr_error_errno(err, ENOMEM, "encoding schema");
+out:
+        msgpack_sbuffer_destroy(&sbuf);
+        return r;
+}
+
+/* Reads a big-endian unsigned of `n` bytes at p. */
+static uint64_t be_read(const uint8_t *p, unsigned n) {
+        uint64_t v = 0;
+        for (unsigned i = 0; i < n; i++)
+                v = (v << 8) | p[i];
+        return v;
+}
+
+/* Walks every object header of one msgpack object at data[0..len). Returns 0 if
+ * the buffer is exactly one well-formed object whose containers never declare
+ * more elements than bytes remain; -ZR_E_SCHEMA otherwise. Iterative: `pending`
+ * counts objects still to read, and stays below the bytes left, so it cannot
+ * overflow and the walk is O(len). */
+static int msgpack_scan(const uint8_t *data, size_t len, zr_error *err) {
+        size_t at = 0;
+        uint64_t pending = 1;
+
+        while (pending > 0) {
+                uint64_t count = 0; /* elements a container declares */
+                uint64_t skip = 0;  /* payload bytes after the header */
+                unsigned hdr = 1;   /* header bytes including the type byte */
+                uint8_t b;
+
+                if (at >= len)
+                        return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack is truncated "
+                                            "(at byte %zu of %zu)", at, len);
+                b = data[at];
+                pending--;
+
+                if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) {
+                        /* fixint, nil, bool */
+                } else if (b >= 0x80 && b <= 0x8f) {
+                        count = 2 * (uint64_t)(b & 0x0f);
+                } else if (b >= 0x90 && b <= 0x9f) {
+                        count = b & 0x0f;
+                } else if (b >= 0xa0 && b <= 0xbf) {
+                        skip = b & 0x1f;
+                } else {
+                        unsigned lenbytes = 0; /* bytes of a length field after b */
+                        int kind = 0;          /* 's' sized payload, 'a' array, 'm' map, 'x' ext */
+
+                        switch (b) {
+                        case 0xc4: case 0xd9: lenbytes = 1; kind = 's'; break;
+                        case 0xc5: case 0xda: lenbytes = 2; kind = 's'; break;
+                        case 0xc6: case 0xdb: lenbytes = 4; kind = 's'; break;
+                        case 0xc7: lenbytes = 1; kind = 'x'; break;
+                        case 0xc8: lenbytes = 2; kind = 'x'; break;
+                        case 0xc9: lenbytes = 4; kind = 'x'; break;
+                        case 0xca: skip = 4; break;
+                        case 0xcb: skip = 8; break;
+                        case 0xcc: case 0xd0: skip = 1; break;
+                        case 0xcd: case 0xd1: skip = 2; break;
+                        case 0xce: case 0xd2: skip = 4; break;
+                        case 0xcf: case 0xd3: skip = 8; break;
+                        case 0xd4: skip = 2; break;
+                        case 0xd5: skip = 3; break;
+                        case 0xd6: skip = 5; break;
+                        case 0xd7: skip = 9; break;
+                        case 0xd8: skip = 17; break;
+                        case 0xdc: lenbytes = 2; kind = 'a'; break;
+                        case 0xdd: lenbytes = 4; kind = 'a'; break;
+                        case 0xde: lenbytes = 2; kind = 'm'; break;
+                        case 0xdf: lenbytes = 4; kind = 'm'; break;
+                        default:
+                                return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: byte "
+                                                    "0x%02x at %zu is not a msgpack type", b, at);
+                        }
+                        if (lenbytes) {
+                                uint64_t n;
+                                if (len - at - 1 < lenbytes)
+                                        return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack is "
+                                                            "truncated (at byte %zu of %zu)", at, len);
+                                n = be_read(data + at + 1, lenbytes);
+                                hdr += lenbytes;
+                                if (kind == 's')
+                                        skip = n;
+                                else if (kind == 'x')
+                                        skip = n + 1; /* the ext type byte */
+                                else if (kind == 'a')
+                                        count = n;
+                                else
+                                        count = 2 * n;
+                        }
+                }
+                if (len - at < hdr || len - at - hdr < skip)
+                        return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack is truncated "
+                                            "(an object at byte %zu runs past the end, %zu)", at, len);
+                at += hdr + skip;
+                /* Every element takes at least one byte. */
+                if (count > len - at || pending + count > len - at)
+                        return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: a container at "
+                                            "byte %zu declares %llu elements, more than the %zu "
+                                            "bytes left", at - hdr, (unsigned long long)count,
+                                            len - at);
+                pending += count;
+        }
+        if (at != len)
+                return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack has %zu bytes after its "
+                                    "map", len - at);
+        return 0;
+}
+
+static int key_is(const msgpack_object_str *k, const char *name) {
+        return k->size == strlen(name) && memcmp(k->ptr, name, k->size) == 0;
+}
+
+static const char *type_name(msgpack_object_type t) {
+        switch (t) {
+        case MSGPACK_OBJECT_NIL: return "nil";
+        case MSGPACK_OBJECT_BOOLEAN: return "a boolean";
+        case MSGPACK_OBJECT_POSITIVE_INTEGER: return "an integer";
+        case MSGPACK_OBJECT_NEGATIVE_INTEGER: return "a negative integer";
+        case MSGPACK_OBJECT_FLOAT32:
+        case MSGPACK_OBJECT_FLOAT64: return "a float";
+        case MSGPACK_OBJECT_STR: return "a string";
+        case MSGPACK_OBJECT_ARRAY: return "an array";
+        case MSGPACK_OBJECT_MAP: return "a map";
+        case MSGPACK_OBJECT_BIN: return "binary";
+        case MSGPACK_OBJECT_EXT: return "an ext";
+        default: return "unknown";
+        }
+}
+
+static int schema_from_map(const msgpack_object *root, zr_schema *ret, zr_error *err) {
+        const msgpack_object *kind = NULL, *dtype = NULL, *shape = NULL, *ndim = NULL,
+                             *codec = NULL;
+        zr_schema s = {0};
+        int r;
+
+        if (root->type != MSGPACK_OBJECT_MAP)
+                return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack is %s, not a map",
+                                    type_name(root->type));
+        for (uint32_t i = 0; i < root->via.map.size; i++) {
+                const msgpack_object_kv *kv = &root->via.map.ptr[i];
+                const msgpack_object **slot = NULL;
+
+                if (kv->key.type != MSGPACK_OBJECT_STR)
+                        continue; /* not one of ours: ignored like any unknown key */
+                if (key_is(&kv->key.via.str, "kind"))
+                        slot = &kind;
+                else if (key_is(&kv->key.via.str, "dtype"))
+                        slot = &dtype;
+                else if (key_is(&kv->key.via.str, "item_shape"))
+                        slot = &shape;
+                else if (key_is(&kv->key.via.str, "ndim"))
+                        slot = &ndim;
+                else if (key_is(&kv->key.via.str, "codec"))
+                        slot = &codec;
+                else
+                        continue;
+                if (*slot)
+                        return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: key \"%.*s\" "
+                                            "appears twice", (int)kv->key.via.str.size,
+                                            kv->key.via.str.ptr);
+                *slot = &kv->val;
+        }
+
+        if (!kind || kind->type != MSGPACK_OBJECT_STR)
+                return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: \"kind\" is %s, "
+                                    "expected a string", kind ? type_name(kind->type) : "missing");
+        if (key_is(&kind->via.str, "dense"))
+                s.kind = ZR_SCHEMA_DENSE;
+        else if (key_is(&kind->via.str, "ragged"))
+                s.kind = ZR_SCHEMA_RAGGED;
+        else
+                return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: kind \"%.*s\" is "
+                                    "unknown (dense, ragged are known)",
+                                    (int)(kind->via.str.size < 32 ? kind->via.str.size : 32),
+                                    kind->via.str.ptr);
+
+        if (!dtype || dtype->type != MSGPACK_OBJECT_STR)
+                return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: \"dtype\" is %s, "
+                                    "expected a string", dtype ? type_name(dtype->type) : "missing");
+        r = zr_dtype_parse_n(dtype->via.str.ptr, dtype->via.str.size, &s.dtype, err);
+        if (r < 0)
+                return r;
+
+        if (!codec || codec->type != MSGPACK_OBJECT_STR)
+                return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: \"codec\" is %s, "
+                                    "expected a string", codec ? type_name(codec->type) : "missing");
+        r = zr_codec_parse(codec->via.str.ptr, codec->via.str.size, &s.codec, err);
+        if (r < 0)
+                return r;
+
+        if (s.kind == ZR_SCHEMA_DENSE) {
+                if (ndim)
+                        return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: a dense schema "
+                                            "has \"item_shape\", not \"ndim\"");
+                if (!shape || shape->type != MSGPACK_OBJECT_ARRAY)
+                        return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: \"item_shape\" "
+                                            "is %s, expected an array",
+                                            shape ? type_name(shape->type) : "missing");
+                if (shape->via.array.size > ZR_SCHEMA_NDIM_MAX)
+                        return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: item_shape has "
+                                            "%u dimensions, at most %d are allowed",
+                                            shape->via.array.size, ZR_SCHEMA_NDIM_MAX);
+                s.ndim = shape->via.array.size;
+                for (uint32_t i = 0; i < s.ndim; i++) {
+                        const msgpack_object *d = &shape->via.array.ptr[i];
+                        if (d->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
+                                return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: "
+                                                    "item_shape[%u] is %s, expected a "
+                                                    "non-negative integer", i, type_name(d->type));
+                        s.item_shape[i] = d->via.u64;
+                }
+                if (!shape_bytes_ok(s.dtype.itemsize, s.item_shape, s.ndim))
+                        return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: an item of "
+                                            "this shape is larger than a record may be");
+        } else {
+                if (shape)
+                        return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: a ragged schema "
+                                            "has \"ndim\", not \"item_shape\"");
+                if (!ndim || ndim->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
+                        return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: \"ndim\" is %s, "
+                                            "expected a positive integer",
+                                            ndim ? type_name(ndim->type) : "missing");
+                if (ndim->via.u64 < 1 || ndim->via.u64 > ZR_SCHEMA_NDIM_MAX)
+                        return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: ragged ndim is "
+                                            "%llu, it must be 1..%d",
+                                            (unsigned long long)ndim->via.u64, ZR_SCHEMA_NDIM_MAX);
+                s.ndim = (uint32_t)ndim->via.u64;
+        }
+        *ret = s;
+        return 0;
+}
+
+int zr_schema_decode(const void *data, size_t len, zr_schema *ret, zr_error *err) {
+        msgpack_unpacked up;
+        size_t off = 0;
+        int r;
+
+        if (len > ZR_SCHEMA_FILE_MAX)
+                return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack is %zu bytes, more than "
+                                    "the %d a schema may have", len, ZR_SCHEMA_FILE_MAX);
+        if (len == 0)
+                return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack is empty");
+        r = msgpack_scan(data, len, err);
+        if (r < 0)
+                return r;
+
+        msgpack_unpacked_init(&up);
+        switch (msgpack_unpack_next(&up, data, len, &off)) {
+        case MSGPACK_UNPACK_SUCCESS:
+                break;
+        case MSGPACK_UNPACK_NOMEM_ERROR:
+                r = zr_error_errno(err, ENOMEM, "decoding schema.msgpack");
+                goto out;
+        default:
+                r = zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack does not decode");
+                goto out;
+        }
+        if (off != len) {
+                r = zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack has %zu bytes after its map",
+                                 len - off);
+                goto out;
+        }
+        r = schema_from_map(&up.data, ret, err);
+out:
+        msgpack_unpacked_destroy(&up);
+        return r;
+}

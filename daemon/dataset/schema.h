@@ -1,0 +1,90 @@
+/* schema.h: the schema of a typed dataset and its file, schema.msgpack.
+ *
+ * A schema holds the store-wide facts of a dataset: its kind (dense: every record
+ * is one item of item_shape; ragged: every record carries its own shape in a
+ * header, see ragged.h), the dtype of its elements, the item shape (dense) or the
+ * number of dimensions of every record (ragged), and the codec of its store.
+ *
+ * schema.msgpack is one msgpack map (docs/DATASETS.md is the normative spec):
+ *
+ *     {"kind": "dense", "dtype": "<f4", "item_shape": [28, 28], "codec": "zstd"}
+ *     {"kind": "ragged", "dtype": "<i4", "ndim": 1, "codec": "raw"}
+ *
+ * Unknown keys are ignored (a later version may add some); a missing, duplicated
+ * or wrongly typed known key, an unknown kind, a bad dtype, too many dimensions or
+ * a malformed, truncated or oversized file is ZR_E_SCHEMA; an unknown codec name is
+ * ZR_E_BAD_CODEC. Decoding is bounded: the file is at most ZR_SCHEMA_FILE_MAX
+ * bytes and no msgpack container may declare more elements than bytes remain, so
+ * a hostile file can neither crash the reader nor make it allocate much.
+ */
+#ifndef ZR_DATASET_SCHEMA_H
+#define ZR_DATASET_SCHEMA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dataset/dtype.h"
+#include "store/store.h"
+#include "util/error.h"
+
+/* A schema file is a handful of short keys; 64 KiB is generous and bounds what a
+ * corrupt or hostile file can cost to read. */
+#define ZR_SCHEMA_FILE_MAX (64 * 1024)
+/* numpy's own limit on dimensions (NPY_MAXDIMS) is 32 (64 since numpy 2). */
+#define ZR_SCHEMA_NDIM_MAX 32
+
+#define ZR_SCHEMA_FILE "schema.msgpack"
+
+enum zr_schema_kind {
+        ZR_SCHEMA_DENSE = 0,
+        ZR_SCHEMA_RAGGED = 1,
+};
+
+typedef struct zr_schema {
+        enum zr_schema_kind kind;
+        zr_dtype dtype;
+        /* dense: number of item dimensions (0 for scalars, item_shape "()");
+         * ragged: the number of dimensions of every record, 1..ZR_SCHEMA_NDIM_MAX */
+        uint32_t ndim;
+        uint64_t item_shape[ZR_SCHEMA_NDIM_MAX]; /* dense only: item_shape[0..ndim) */
+        enum zr_codec codec;
+} zr_schema;
+
+/* Fills *ret with a dense schema (item_shape[0..ndim), ndim 0 for scalars;
+ * item_shape may be NULL when ndim is 0). Returns 0, or -ZR_E_SCHEMA for a bad
+ * dtype, ndim > ZR_SCHEMA_NDIM_MAX or an item larger than ZR_RECORD_MAX bytes. */
+int zr_schema_init_dense(zr_schema *ret, const char *dtype, const uint64_t *item_shape,
+                         uint32_t ndim, enum zr_codec codec, zr_error *err);
+
+/* Fills *ret with a ragged schema of `ndim` dimensions per record (1..32).
+ * Returns 0 or -ZR_E_SCHEMA. */
+int zr_schema_init_ragged(zr_schema *ret, const char *dtype, uint32_t ndim,
+                          enum zr_codec codec, zr_error *err);
+
+/* Bytes of one dense record: itemsize × prod(item_shape) (itemsize for scalars).
+ * Meaningless (0) for a ragged schema. Never overflows for a schema that passed
+ * init or decode (bounded by ZR_RECORD_MAX). */
+uint64_t zr_schema_item_bytes(const zr_schema *s);
+
+/* The codec's name in schema.msgpack: "raw", "zstd", "zstd_dict"; NULL if unknown. */
+const char *zr_codec_name(enum zr_codec codec);
+
+/* Parses a codec name (`len` bytes, not necessarily NUL-terminated). Returns 0 and
+ * sets *ret, or -ZR_E_BAD_CODEC. */
+int zr_codec_parse(const char *name, size_t len, enum zr_codec *ret, zr_error *err);
+
+/* Encodes *s as schema.msgpack bytes into a new malloc()ed buffer (*ret, *ret_len),
+ * owned by the caller. Returns 0 or -ENOMEM. */
+int zr_schema_encode(const zr_schema *s, void **ret, size_t *ret_len, zr_error *err);
+
+/* Decodes schema.msgpack bytes (data may be NULL when len is 0) into *ret.
+ * Returns 0, -ZR_E_SCHEMA (malformed, see above), -ZR_E_BAD_CODEC or -ENOMEM. */
+int zr_schema_decode(const void *data, size_t len, zr_schema *ret, zr_error *err);
+
+/* Writes a short human description ("dense <f4 (28, 28) zstd") into buf. */
+void zr_schema_describe(const zr_schema *s, char *buf, size_t size);
+
+/* Formats a shape as numpy prints it: "()", "(3,)", "(28, 28)". */
+void zr_shape_format(const uint64_t *shape, uint32_t ndim, char *buf, size_t size);
+
+#endif
