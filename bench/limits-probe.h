@@ -1,4 +1,4 @@
-/* limits.h: the machine-limit probes every store figure is measured against.
+/* limits-probe.h: the machine-limit probes every store figure is measured against.
  *
  * A probe does what the store's gather does with everything but the store taken
  * away: a memcpy gather copies records from an in-memory copy into a destination
@@ -10,8 +10,8 @@
  *
  * Records here are all `rec` bytes (the benchmark's workloads are fixed-size).
  */
-#ifndef ZR_BENCH_LIMITS_H
-#define ZR_BENCH_LIMITS_H
+#ifndef ZR_BENCH_LIMITS_PROBE_H
+#define ZR_BENCH_LIMITS_PROBE_H
 
 #include <stddef.h>
 #include <stdint.h>
