@@ -1,0 +1,28 @@
+/* kernel.h: how the samplers' inner loops are compiled.
+ *
+ * A kernel is a loop over a fixed-size block of independent lanes with no branch
+ * inside, written in plain C so the compiler vectorizes it. ZR_SAMPLER_KERNEL asks
+ * GCC to vectorize it whatever the build's optimization level, and, on x86-64,
+ * builds it for AVX-512, AVX2 and the baseline ISA, picked at load time (ifunc).
+ * Every clone computes the same bits: the kernels use integer arithmetic only.
+ * Other compilers get the plain function.
+ */
+#ifndef ZR_SAMPLER_KERNEL_H
+#define ZR_SAMPLER_KERNEL_H
+
+/* Lanes per kernel call: a multiple of every vector width (64 bytes of uint32 is
+ * 16 lanes) and small enough that one rare slow lane (a rejected draw, a long
+ * cycle walk) redoes little work. */
+#define ZR_SAMPLER_BLOCK 64
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#  define ZR_SAMPLER_KERNEL \
+        __attribute__((optimize("O3"), \
+                       target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#elif defined(__GNUC__) && !defined(__clang__)
+#  define ZR_SAMPLER_KERNEL __attribute__((optimize("O3")))
+#else
+#  define ZR_SAMPLER_KERNEL
+#endif
+
+#endif

@@ -1,0 +1,293 @@
+/* test-sampler.c: parameter checks, sequential windows, sharding, huge steps, and
+ * the vectorized fills against the one-index references, for every mode. */
+#include <check.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sampler/feistel.h"
+#include "sampler/rng.h"
+#include "sampler/sampler.h"
+
+#define TEST_MAX_BATCH 4096
+
+static uint64_t test_idx[TEST_MAX_BATCH], test_ref[TEST_MAX_BATCH];
+
+static zr_sampler_params test_params(enum zr_sampler_mode mode, uint64_t n, uint64_t b) {
+        return (zr_sampler_params){ .mode = mode, .n = n, .batch_size = b, .seed = 1,
+                                    .step = 0, .rank = 0, .world_size = 1 };
+}
+
+START_TEST(test_mode_names) {
+        enum zr_sampler_mode m = ZR_SAMPLER_IID;
+
+        ck_assert_int_eq(zr_sampler_mode_from_name("cyclic", &m), 0);
+        ck_assert_int_eq(m, ZR_SAMPLER_CYCLIC);
+        ck_assert_int_eq(zr_sampler_mode_from_name("sequential", &m), 0);
+        ck_assert_int_eq(m, ZR_SAMPLER_SEQUENTIAL);
+        ck_assert_int_eq(zr_sampler_mode_from_name("iid", &m), 0);
+        ck_assert_int_eq(m, ZR_SAMPLER_IID);
+        ck_assert_int_eq(zr_sampler_mode_from_name("IID", &m), -ZR_E_SAMPLER);
+        ck_assert_int_eq(zr_sampler_mode_from_name("random", &m), -ZR_E_SAMPLER);
+        ck_assert_int_eq(zr_sampler_mode_from_name(NULL, &m), -ZR_E_SAMPLER);
+        ck_assert_int_eq(m, ZR_SAMPLER_IID);
+        ck_assert_str_eq(zr_sampler_mode_name(ZR_SAMPLER_CYCLIC), "cyclic");
+        ck_assert_ptr_null(zr_sampler_mode_name(_ZR_SAMPLER_MODE_MAX));
+}
+END_TEST
+
+static void test_refused(zr_sampler_params p, const char *needle) {
+        zr_error err = {0};
+
+        test_idx[0] = 12345;
+        ck_assert_int_eq(zr_sampler_indices(&p, test_idx, &err), -ZR_E_SAMPLER);
+        ck_assert_int_eq(err.code, ZR_E_SAMPLER);
+        ck_assert_msg(strstr(err.message, needle), "'%s' lacks '%s'", err.message, needle);
+        ck_assert_uint_eq(test_idx[0], 12345);
+}
+
+START_TEST(test_errors) {
+        for (int m = 0; m < _ZR_SAMPLER_MODE_MAX; m++) {
+                zr_sampler_params p = test_params((enum zr_sampler_mode)m, 100, 10);
+
+                p.n = 0;
+                test_refused(p, "n = 0");
+                p.n = 100;
+                p.batch_size = 0;
+                test_refused(p, "batch_size = 0");
+                p.batch_size = 10;
+                p.world_size = 0;
+                test_refused(p, "world_size = 0");
+                p.world_size = 4;
+                p.rank = 4;
+                test_refused(p, "rank 4 >= world_size 4");
+                p.rank = 0;
+                p.batch_size = UINT64_MAX / 2;
+                test_refused(p, "overflows");
+                p.batch_size = 10;
+                ck_assert_int_eq(zr_sampler_check(&p, NULL), 0);
+        }
+        /* cyclic needs a whole global batch inside the index space; the others do not */
+        zr_sampler_params p = test_params(ZR_SAMPLER_CYCLIC, 30, 8);
+        p.world_size = 4;
+        test_refused(p, "global batch 32");
+        p.mode = ZR_SAMPLER_IID;
+        ck_assert_int_eq(zr_sampler_indices(&p, test_idx, NULL), 0);
+        p.mode = (enum zr_sampler_mode)7;
+        test_refused(p, "mode 7");
+}
+END_TEST
+
+START_TEST(test_sequential_window) {
+        zr_sampler_params p = test_params(ZR_SAMPLER_SEQUENTIAL, 10, 4);
+        static const uint64_t want[][4] = { { 0, 1, 2, 3 }, { 4, 5, 6, 7 }, { 8, 9, 0, 1 }, { 2, 3, 4, 5 } };
+
+        for (unsigned s = 0; s < 4; s++) {
+                p.step = s;
+                ck_assert_int_eq(zr_sampler_indices(&p, test_idx, NULL), 0);
+                for (unsigned j = 0; j < 4; j++)
+                        ck_assert_uint_eq(test_idx[j], want[s][j]);
+        }
+        /* n < B: the window wraps inside a batch */
+        p = test_params(ZR_SAMPLER_SEQUENTIAL, 3, 7);
+        p.step = 1;
+        ck_assert_int_eq(zr_sampler_indices(&p, test_idx, NULL), 0);
+        for (unsigned j = 0; j < 7; j++)
+                ck_assert_uint_eq(test_idx[j], (7 + j) % 3);
+}
+END_TEST
+
+/* Huge steps give exactly (s*B*W + r*B + j) mod n, computed here in 128 bits. */
+START_TEST(test_sequential_huge_steps) {
+        static const uint64_t steps[] = { UINT64_C(1000000000000), UINT64_C(1) << 62, UINT64_MAX };
+        static const uint64_t ns[] = { 1, 7, 1000003, UINT64_C(1) << 40, UINT64_MAX };
+
+        for (size_t a = 0; a < sizeof(steps) / sizeof(*steps); a++)
+                for (size_t b = 0; b < sizeof(ns) / sizeof(*ns); b++) {
+                        zr_sampler_params p = test_params(ZR_SAMPLER_SEQUENTIAL, ns[b], 100);
+
+                        p.step = steps[a];
+                        p.world_size = 3;
+                        p.rank = 2;
+                        ck_assert_int_eq(zr_sampler_indices(&p, test_idx, NULL), 0);
+                        for (unsigned j = 0; j < 100; j++) {
+                                unsigned __int128 pos = (unsigned __int128)p.step * 300 + 200 + j;
+                                ck_assert_uint_eq(test_idx[j], (uint64_t)(pos % p.n));
+                        }
+                }
+}
+END_TEST
+
+/* The vectorized iid fill equals the one-index reference, across the 32-bit fast
+ * path, its boundary, the 128-bit path and heavily rejecting n, with tails. */
+START_TEST(test_iid_fill_matches_reference) {
+        static const uint64_t ns[] = {
+                1, 2, 3, 1000, 1000000, (UINT64_C(1) << 32) - 1, UINT64_C(1) << 32,
+                (UINT64_C(1) << 32) + 1, (UINT64_C(1) << 63) + 1, UINT64_MAX,
+                (UINT64_C(3) << 62) + 12345,
+        };
+        static const uint64_t counts[] = { 1, 63, 64, 65, 1000 };
+
+        for (size_t a = 0; a < sizeof(ns) / sizeof(*ns); a++)
+                for (size_t c = 0; c < sizeof(counts) / sizeof(*counts); c++) {
+                        uint64_t key = zr_rng_key(a + 100 * c, ZR_RNG_DOMAIN_IID, c);
+
+                        zr_rng_iid_fill(key, ns[a], 17 * c, test_idx, counts[c]);
+                        for (size_t j = 0; j < counts[c]; j++) {
+                                ck_assert_uint_eq(test_idx[j], zr_rng_iid_one(key, ns[a], 17 * c + j));
+                                ck_assert_uint_lt(test_idx[j], ns[a]);
+                        }
+                }
+}
+END_TEST
+
+/* A rejected draw moves to the next retry value: with n = 2^63 + 1 about half of
+ * the first draws are rejected, and the reference must then differ from the
+ * unrejected product (else the retry path would be dead code). */
+START_TEST(test_iid_rejection_retries) {
+        uint64_t n = (UINT64_C(1) << 63) + 1, key = zr_rng_key(5, ZR_RNG_DOMAIN_IID, 9);
+        uint64_t t = zr_rng_threshold(n);
+        unsigned rejected = 0;
+
+        ck_assert_uint_eq(t, (UINT64_C(1) << 63) - 1);
+        for (uint64_t g = 0; g < 1000; g++) {
+                uint64_t x = zr_rng_mix64(key + g * ZR_RNG_GAMMA);
+                unsigned __int128 m = (unsigned __int128)x * n;
+
+                if ((uint64_t)m < t) {
+                        uint64_t x1 = zr_rng_mix64(key + g * ZR_RNG_GAMMA + ZR_RNG_DELTA);
+                        unsigned __int128 m1 = (unsigned __int128)x1 * n;
+
+                        rejected++;
+                        if ((uint64_t)m1 >= t)
+                                ck_assert_uint_eq(zr_rng_iid_one(key, n, g), (uint64_t)(m1 >> 64));
+                } else {
+                        ck_assert_uint_eq(zr_rng_iid_one(key, n, g), (uint64_t)(m >> 64));
+                }
+        }
+        ck_assert_uint_gt(rejected, 400);
+        ck_assert_uint_lt(rejected, 600);
+}
+END_TEST
+
+START_TEST(test_cyclic_fill_matches_reference) {
+        static const uint64_t ns[] = {
+                1, 2, 3, 5, 64, 65, 1000, 1000000, UINT64_C(1) << 32, (UINT64_C(1) << 32) + 3,
+                (UINT64_C(1) << 63) + 7, UINT64_MAX,
+        };
+
+        for (size_t a = 0; a < sizeof(ns) / sizeof(*ns); a++) {
+                zr_feistel f;
+                uint64_t count = ns[a] < 1000 ? ns[a] : 1000;
+                uint64_t q0 = ns[a] - count;
+
+                zr_feistel_init(&f, ns[a], zr_rng_key(a, ZR_RNG_DOMAIN_CYCLIC, 3));
+                zr_feistel_fill(&f, q0, test_idx, count);
+                for (uint64_t j = 0; j < count; j++) {
+                        ck_assert_uint_eq(test_idx[j], zr_feistel_permute(&f, q0 + j));
+                        ck_assert_uint_lt(test_idx[j], ns[a]);
+                        for (uint64_t i = 0; i < j; i++)
+                                ck_assert_uint_ne(test_idx[i], test_idx[j]);
+                }
+        }
+}
+END_TEST
+
+/* For each mode: ranks 0..W-1 with batch B are the slices of world_size 1 with
+ * batch B*W at the same step; for cyclic the ranks are also pairwise disjoint. */
+START_TEST(test_sharding) {
+        static const uint32_t worlds[] = { 2, 3, 8 };
+
+        for (int m = 0; m < _ZR_SAMPLER_MODE_MAX; m++)
+                for (size_t w = 0; w < sizeof(worlds) / sizeof(*worlds); w++) {
+                        uint32_t W = worlds[w];
+                        uint64_t B = 37;
+                        zr_sampler_params g = test_params((enum zr_sampler_mode)m, 1009, B * W);
+
+                        g.seed = UINT64_C(1) << 40;
+                        g.step = 123;
+                        ck_assert_int_eq(zr_sampler_indices(&g, test_ref, NULL), 0);
+                        for (uint32_t r = 0; r < W; r++) {
+                                zr_sampler_params p = g;
+
+                                p.batch_size = B;
+                                p.world_size = W;
+                                p.rank = r;
+                                ck_assert_int_eq(zr_sampler_indices(&p, test_idx, NULL), 0);
+                                ck_assert_mem_eq(test_idx, test_ref + r * B, B * sizeof(uint64_t));
+                        }
+                        if (m == ZR_SAMPLER_CYCLIC)
+                                for (uint64_t i = 0; i < B * W; i++)
+                                        for (uint64_t j = 0; j < i; j++)
+                                                ck_assert_uint_ne(test_ref[i], test_ref[j]);
+                }
+}
+END_TEST
+
+/* Step 10^12 and 2^62 cost nothing special and equal the definitions evaluated
+ * directly: iid from the step key, cyclic from the cycle's permutation. */
+START_TEST(test_huge_steps_direct) {
+        static const uint64_t steps[] = { UINT64_C(1000000000000), UINT64_C(1) << 62, UINT64_MAX };
+
+        for (size_t s = 0; s < sizeof(steps) / sizeof(*steps); s++) {
+                zr_sampler_params p = test_params(ZR_SAMPLER_IID, 1000003, 100);
+                zr_feistel f;
+
+                p.seed = UINT64_C(0xfeedface12345678);
+                p.step = steps[s];
+                p.world_size = 2;
+                p.rank = 1;
+                ck_assert_int_eq(zr_sampler_indices(&p, test_idx, NULL), 0);
+                for (uint64_t j = 0; j < 100; j++)
+                        ck_assert_uint_eq(test_idx[j],
+                                          zr_rng_iid_one(zr_rng_key(p.seed, ZR_RNG_DOMAIN_IID, p.step),
+                                                         p.n, 100 + j));
+
+                p.mode = ZR_SAMPLER_CYCLIC;
+                ck_assert_int_eq(zr_sampler_indices(&p, test_idx, NULL), 0);
+                /* m = floor(1000003 / 200) = 5000 steps per cycle */
+                zr_feistel_init(&f, p.n, zr_rng_key(p.seed, ZR_RNG_DOMAIN_CYCLIC, p.step / 5000));
+                for (uint64_t j = 0; j < 100; j++)
+                        ck_assert_uint_eq(test_idx[j], zr_feistel_permute(&f, (p.step % 5000) * 200 + 100 + j));
+        }
+}
+END_TEST
+
+START_TEST(test_deterministic_and_keyed) {
+        for (int m = ZR_SAMPLER_IID; m <= ZR_SAMPLER_CYCLIC; m++) {
+                zr_sampler_params p = test_params((enum zr_sampler_mode)m, 100000, 256);
+                unsigned same = 0;
+
+                p.seed = 99;
+                ck_assert_int_eq(zr_sampler_indices(&p, test_ref, NULL), 0);
+                ck_assert_int_eq(zr_sampler_indices(&p, test_idx, NULL), 0);
+                ck_assert_mem_eq(test_idx, test_ref, 256 * sizeof(uint64_t));
+                p.seed = 99 + (UINT64_C(1) << 32);
+                ck_assert_int_eq(zr_sampler_indices(&p, test_idx, NULL), 0);
+                for (unsigned j = 0; j < 256; j++)
+                        same += test_idx[j] == test_ref[j];
+                ck_assert_uint_lt(same, 4);
+        }
+}
+END_TEST
+
+int main(void) {
+        Suite *s = suite_create("sampler");
+        TCase *tc = tcase_create("core");
+        tcase_add_test(tc, test_mode_names);
+        tcase_add_test(tc, test_errors);
+        tcase_add_test(tc, test_sequential_window);
+        tcase_add_test(tc, test_sequential_huge_steps);
+        tcase_add_test(tc, test_iid_fill_matches_reference);
+        tcase_add_test(tc, test_iid_rejection_retries);
+        tcase_add_test(tc, test_cyclic_fill_matches_reference);
+        tcase_add_test(tc, test_sharding);
+        tcase_add_test(tc, test_huge_steps_direct);
+        tcase_add_test(tc, test_deterministic_and_keyed);
+        suite_add_tcase(s, tc);
+        SRunner *sr = srunner_create(s);
+        srunner_run_all(sr, CK_NORMAL);
+        int failed = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
