@@ -1,0 +1,312 @@
+/* config.c: defaults, the config file and the command line of zrecordd.
+ * One table of settings drives both the file parser and getopt_long, so a key and
+ * its flag can never disagree. See config.h. */
+#include "server/config.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <grp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <syslog.h>
+#include <unistd.h>
+
+#include "server/log.h"
+
+#define MiB (UINT64_C(1) << 20)
+#define GiB (UINT64_C(1) << 30)
+
+/* Defaults and their reasons. */
+#define DEFAULT_SOCKET_MODE 0660          /* owner + group: the `zrecord` group of the units */
+#define DEFAULT_CACHE_BYTES (1 * GiB)     /* decoded records; a few batches of 256 KiB images */
+#define DEFAULT_MAX_FRAME (1u << 20)      /* indices travel as bin: 1 MiB = 128 Ki indices */
+#define DEFAULT_MAX_HANDLES 256u          /* datasets + buffers a training process holds */
+#define DEFAULT_MAX_LOADERS 16u           /* a process rarely runs more loaders than this */
+#define DEFAULT_MAX_SHM (4 * GiB)         /* rings + read buffers per client */
+#define DEFAULT_MAX_CLIENTS 1024u         /* well under a default RLIMIT_NOFILE of 1024+ */
+#define DEFAULT_SYNC_SEC 30u              /* bound what a power loss can cost writers */
+
+enum { KEY_SOCKET = 1000, KEY_SOCKET_MODE, KEY_SOCKET_GROUP, KEY_THREADS, KEY_LOG_LEVEL,
+       KEY_IDLE_EXIT, KEY_SYNC_INTERVAL, KEY_CACHE, KEY_MAX_FRAME, KEY_MAX_HANDLES,
+       KEY_MAX_LOADERS, KEY_MAX_SHM, KEY_MAX_CLIENTS, KEY_CONFIG, KEY_HELP, KEY_VERSION };
+
+static const struct setting {
+        const char *name;
+        int key;
+        const char *arg;
+        const char *help;
+} settings[] = {
+        {"config", KEY_CONFIG, "PATH", "read settings from PATH (key = value lines)"},
+        {"socket", KEY_SOCKET, "PATH", "listen on PATH (unless socket-activated)"},
+        {"socket-mode", KEY_SOCKET_MODE, "OCTAL", "permissions of the socket file (0660)"},
+        {"socket-group", KEY_SOCKET_GROUP, "GROUP", "group of the socket file"},
+        {"threads", KEY_THREADS, "N", "worker threads (0 = one per CPU)"},
+        {"log-level", KEY_LOG_LEVEL, "LEVEL", "err, warning, notice, info or debug (info)"},
+        {"idle-exit", KEY_IDLE_EXIT, "SEC", "exit after SEC seconds without clients (0 = never)"},
+        {"sync-interval", KEY_SYNC_INTERVAL, "SEC", "sync open stores every SEC seconds (30)"},
+        {"cache", KEY_CACHE, "BYTES", "decoded-record cache budget (1G); K, M, G suffixes"},
+        {"max-frame", KEY_MAX_FRAME, "BYTES", "largest frame a client may send (1M)"},
+        {"max-handles", KEY_MAX_HANDLES, "N", "open datasets and buffers per client (256)"},
+        {"max-loaders", KEY_MAX_LOADERS, "N", "open loaders per client (16)"},
+        {"max-shm", KEY_MAX_SHM, "BYTES", "shared memory (rings, buffers) per client (4G)"},
+        {"max-clients", KEY_MAX_CLIENTS, "N", "connected clients in total (1024)"},
+        {"help", KEY_HELP, NULL, "show this help"},
+        {"version", KEY_VERSION, NULL, "show the version"},
+};
+#define N_SETTINGS (sizeof(settings) / sizeof(settings[0]))
+
+void zr_config_defaults(zr_config *c) {
+        memset(c, 0, sizeof(*c));
+        c->socket_mode = DEFAULT_SOCKET_MODE;
+        c->socket_gid = (gid_t)-1;
+        c->log_level = LOG_INFO;
+        c->sync_interval_sec = DEFAULT_SYNC_SEC;
+        c->cache_bytes = DEFAULT_CACHE_BYTES;
+        c->max_frame_bytes = DEFAULT_MAX_FRAME;
+        c->max_handles = DEFAULT_MAX_HANDLES;
+        c->max_loaders = DEFAULT_MAX_LOADERS;
+        c->max_shm_bytes = DEFAULT_MAX_SHM;
+        c->max_clients = DEFAULT_MAX_CLIENTS;
+}
+
+static int parse_size(const char *s, uint64_t *ret) {
+        char *end;
+        errno = 0;
+        if (*s == '-')
+                return -EINVAL;
+        unsigned long long v = strtoull(s, &end, 0);
+        if (errno || end == s)
+                return -EINVAL;
+        unsigned shift = 0;
+        switch (*end) {
+        case 'k': case 'K': shift = 10; end++; break;
+        case 'm': case 'M': shift = 20; end++; break;
+        case 'g': case 'G': shift = 30; end++; break;
+        case 't': case 'T': shift = 40; end++; break;
+        }
+        if (*end == 'i' && shift)
+                end++;
+        if ((*end == 'B' || *end == 'b') && shift)
+                end++;
+        if (*end)
+                return -EINVAL;
+        if (shift && v > (UINT64_MAX >> shift))
+                return -ERANGE;
+        *ret = (uint64_t)v << shift;
+        return 0;
+}
+
+static int parse_u32(const char *s, uint32_t *ret) {
+        uint64_t v;
+        int r = parse_size(s, &v);
+        if (r < 0)
+                return r;
+        if (v > UINT32_MAX)
+                return -ERANGE;
+        *ret = (uint32_t)v;
+        return 0;
+}
+
+static int apply(zr_config *c, int key, const char *v, const char *where, zr_error *err) {
+        int r = 0;
+        uint64_t u;
+        switch (key) {
+        case KEY_SOCKET:
+                if (strlen(v) >= sizeof(c->socket_path) || v[0] != '/')
+                        return zr_error_set(err, EINVAL, "%s: socket must be an absolute path under %zu bytes",
+                                            where, sizeof(c->socket_path));
+                strcpy(c->socket_path, v);
+                return 0;
+        case KEY_SOCKET_MODE: {
+                char *end;
+                errno = 0;
+                unsigned long m = strtoul(v, &end, 8);
+                if (errno || *end || end == v || m > 0777)
+                        return zr_error_set(err, EINVAL, "%s: socket-mode must be octal like 0660, not '%s'", where, v);
+                c->socket_mode = (mode_t)m;
+                return 0;
+        }
+        case KEY_SOCKET_GROUP: {
+                struct group *g = getgrnam(v);
+                if (!g)
+                        return zr_error_set(err, EINVAL, "%s: no group named '%s'", where, v);
+                c->socket_gid = g->gr_gid;
+                return 0;
+        }
+        case KEY_THREADS:
+                r = parse_size(v, &u);
+                if (r == 0 && u > 1024)
+                        r = -ERANGE;
+                if (r == 0)
+                        c->threads = (unsigned)u;
+                break;
+        case KEY_LOG_LEVEL:
+                r = zr_log_level_from_name(v, &c->log_level);
+                break;
+        case KEY_IDLE_EXIT: r = parse_size(v, &c->idle_exit_sec); break;
+        case KEY_SYNC_INTERVAL: r = parse_size(v, &c->sync_interval_sec); break;
+        case KEY_CACHE: r = parse_size(v, &c->cache_bytes); break;
+        case KEY_MAX_FRAME:
+                r = parse_u32(v, &c->max_frame_bytes);
+                if (r == 0 && c->max_frame_bytes < 4096)
+                        return zr_error_set(err, EINVAL, "%s: max-frame must be at least 4096", where);
+                break;
+        case KEY_MAX_HANDLES: r = parse_u32(v, &c->max_handles); break;
+        case KEY_MAX_LOADERS: r = parse_u32(v, &c->max_loaders); break;
+        case KEY_MAX_SHM: r = parse_size(v, &c->max_shm_bytes); break;
+        case KEY_MAX_CLIENTS:
+                r = parse_u32(v, &c->max_clients);
+                if (r == 0 && c->max_clients == 0)
+                        r = -ERANGE;
+                break;
+        default:
+                return zr_error_set(err, EINVAL, "%s: not a setting", where);
+        }
+        if (r < 0)
+                return zr_error_set(err, EINVAL, "%s: bad value '%s'", where, v);
+        return 0;
+}
+
+static const struct setting *setting_by_name(const char *name) {
+        for (size_t i = 0; i < N_SETTINGS; i++)
+                if (strcmp(settings[i].name, name) == 0)
+                        return &settings[i];
+        return NULL;
+}
+
+static const char *setting_by_key_name(int key) {
+        for (size_t i = 0; i < N_SETTINGS; i++)
+                if (settings[i].key == key)
+                        return settings[i].name;
+        return "?";
+}
+
+static char *strip(char *s) {
+        while (*s == ' ' || *s == '\t')
+                s++;
+        size_t n = strlen(s);
+        while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\n' || s[n - 1] == '\r'))
+                s[--n] = 0;
+        return s;
+}
+
+int zr_config_load_file(zr_config *c, const char *path, zr_error *err) {
+        FILE *f = fopen(path, "re");
+        if (!f)
+                return zr_error_errno(err, errno, "config %s", path);
+        char line[4096], where[4200];
+        unsigned lineno = 0;
+        int r = 0;
+        while (fgets(line, sizeof(line), f)) {
+                lineno++;
+                snprintf(where, sizeof(where), "%s:%u", path, lineno);
+                char *hash = strchr(line, '#');
+                if (hash)
+                        *hash = 0;
+                char *s = strip(line);
+                if (!*s)
+                        continue;
+                char *eq = strchr(s, '=');
+                if (!eq) {
+                        r = zr_error_set(err, EINVAL, "%s: expected 'key = value'", where);
+                        break;
+                }
+                *eq = 0;
+                char *key = strip(s), *val = strip(eq + 1);
+                const struct setting *st = setting_by_name(key);
+                if (!st || !st->arg || st->key == KEY_CONFIG) {
+                        r = zr_error_set(err, EINVAL, "%s: unknown key '%s'", where, key);
+                        break;
+                }
+                r = apply(c, st->key, val, where, err);
+                if (r < 0)
+                        break;
+        }
+        fclose(f);
+        if (r == 0) {
+                snprintf(c->config_path, sizeof(c->config_path), "%s", path);
+        }
+        return r;
+}
+
+void zr_config_print_help(void) {
+        printf("zrecordd: the zrecord data-serving daemon\n\n"
+               "Usage: zrecordd [OPTION...]\n\n");
+        for (size_t i = 0; i < N_SETTINGS; i++) {
+                char left[64];
+                snprintf(left, sizeof(left), "--%s%s%s", settings[i].name,
+                         settings[i].arg ? "=" : "", settings[i].arg ? settings[i].arg : "");
+                printf("  %-26s %s\n", left, settings[i].help);
+        }
+        printf("\nA config file holds the same settings as 'key = value' lines (without\n"
+               "the leading dashes); flags override the file. Socket activation\n"
+               "(LISTEN_FDS) and the notify protocol (NOTIFY_SOCKET) are used when the\n"
+               "service manager provides them. SIGTERM drains and exits; SIGHUP reloads\n"
+               "the config file (log level, limits, cache budget).\n");
+}
+
+int zr_config_parse_args(zr_config *c, int argc, char **argv, zr_error *err) {
+        struct option longopts[N_SETTINGS + 1];
+        for (size_t i = 0; i < N_SETTINGS; i++)
+                longopts[i] = (struct option){settings[i].name,
+                                              settings[i].arg ? required_argument : no_argument,
+                                              NULL, settings[i].key};
+        longopts[N_SETTINGS] = (struct option){0};
+
+        /* First pass: --config, --help, --version, so the file sits under the flags. */
+        optind = 1;
+        opterr = 0;
+        int o;
+        while ((o = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+                if (o == KEY_HELP || o == 'h') {
+                        zr_config_print_help();
+                        return 1;
+                }
+                if (o == KEY_VERSION) {
+                        printf("zrecordd %s\n", ZR_VERSION_STRING);
+                        return 1;
+                }
+                if (o == KEY_CONFIG) {
+                        int r = zr_config_load_file(c, optarg, err);
+                        if (r < 0)
+                                return r;
+                }
+                if (o == '?')
+                        return zr_error_set(err, EINVAL, "unknown or incomplete option '%s'",
+                                            argv[optind - 1]);
+        }
+        if (optind < argc)
+                return zr_error_set(err, EINVAL, "unexpected argument '%s'", argv[optind]);
+        optind = 1;
+        while ((o = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+                if (o == KEY_CONFIG)
+                        continue;
+                char where[64];
+                snprintf(where, sizeof(where), "--%s", setting_by_key_name(o));
+                int r = apply(c, o, optarg, where, err);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+int zr_config_resolve(zr_config *c, zr_error *err) {
+        if (c->socket_path[0])
+                return 0;
+        const char *env = getenv("ZRECORD_SOCKET");
+        int n;
+        if (env && *env)
+                n = snprintf(c->socket_path, sizeof(c->socket_path), "%s", env);
+        else if (geteuid() == 0)
+                n = snprintf(c->socket_path, sizeof(c->socket_path), "/run/zrecord/zrecordd.sock");
+        else if ((env = getenv("XDG_RUNTIME_DIR")) && *env == '/')
+                n = snprintf(c->socket_path, sizeof(c->socket_path), "%s/zrecord/zrecordd.sock", env);
+        else
+                n = snprintf(c->socket_path, sizeof(c->socket_path), "/tmp/zrecord-%u/zrecordd.sock",
+                             (unsigned)geteuid());
+        if (n < 0 || (size_t)n >= sizeof(c->socket_path) || c->socket_path[0] != '/')
+                return zr_error_set(err, ENAMETOOLONG, "socket path too long or not absolute: %s",
+                                    c->socket_path);
+        return 0;
+}

@@ -1,0 +1,56 @@
+/* config.h: zrecordd's settings, from defaults, a config file and the command line.
+ *
+ * Precedence: built-in defaults < the config file (--config=PATH, or the default
+ * file when it exists) < command-line flags. The file holds "key = value" lines;
+ * '#' starts a comment; keys are the long option names (socket, threads, ...).
+ * An unknown key or a bad value is an error naming the file and line.
+ */
+#ifndef ZR_SERVER_CONFIG_H
+#define ZR_SERVER_CONFIG_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "util/error.h"
+
+#define ZR_CONFIG_PATH_MAX 108 /* sun_path of struct sockaddr_un */
+
+typedef struct zr_config {
+        char socket_path[ZR_CONFIG_PATH_MAX]; /* "" until resolved: see zr_config_resolve() */
+        mode_t socket_mode;        /* 0660: the owner and the socket's group may connect */
+        gid_t socket_gid;          /* (gid_t)-1: keep the creating process's group */
+        unsigned threads;          /* worker threads; 0 = online CPUs */
+        int log_level;             /* LOG_ERR .. LOG_DEBUG */
+        uint64_t idle_exit_sec;    /* exit after this long with no client; 0 = never */
+        uint64_t sync_interval_sec; /* sync every store this often; 0 = only on close */
+        uint64_t cache_bytes;      /* decoded-record cache budget */
+        /* per-client limits */
+        uint32_t max_frame_bytes;  /* largest frame a client may send */
+        uint32_t max_handles;      /* open datasets and buffers per client */
+        uint32_t max_loaders;      /* open loaders per client */
+        uint64_t max_shm_bytes;    /* read buffers and rings per client, in bytes */
+        /* global limits */
+        uint32_t max_clients;
+        char config_path[4096];    /* the file read, or "" */
+} zr_config;
+
+/* Fills *c with the built-in defaults. */
+void zr_config_defaults(zr_config *c);
+
+/* Applies the config file at `path` (required to exist) over *c. */
+int zr_config_load_file(zr_config *c, const char *path, zr_error *err);
+
+/* Parses argv over *c (reading --config=PATH first if given). Returns 0 to run,
+ * 1 when --help or --version was printed to stdout (exit 0), or a negative code
+ * with *err naming the bad flag. */
+int zr_config_parse_args(zr_config *c, int argc, char **argv, zr_error *err);
+
+/* Fills in what depends on the environment: the socket path when none was set
+ * ($ZRECORD_SOCKET, else /run/zrecord/zrecordd.sock for root, else
+ * $XDG_RUNTIME_DIR/zrecord/zrecordd.sock, else /tmp/zrecord-<uid>/zrecordd.sock). */
+int zr_config_resolve(zr_config *c, zr_error *err);
+
+/* Writes the --help text to stdout. */
+void zr_config_print_help(void);
+
+#endif

@@ -1,0 +1,110 @@
+/* test-config.c: defaults, file parsing, flag precedence and errors of zr_config. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <syslog.h>
+#include <unistd.h>
+
+#include "server/config.h"
+
+static char *write_tmp(const char *text) {
+        static char path[64];
+        strcpy(path, "/tmp/zr-config-XXXXXX");
+        int fd = mkstemp(path);
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+        close(fd);
+        return path;
+}
+
+START_TEST(test_file_then_flags) {
+        zr_config c;
+        zr_error err = {0};
+        zr_config_defaults(&c);
+        ck_assert_uint_eq(c.socket_mode, 0660);
+        char *path = write_tmp("# comment\nthreads = 3\ncache = 64M  # trailing\nlog-level = debug\n"
+                               "socket = /tmp/x.sock\nmax-shm = 2GiB\n");
+        char arg[128];
+        snprintf(arg, sizeof(arg), "--config=%s", path);
+        char *argv[] = {"zrecordd", "--threads=5", arg, "--max-frame", "65536", NULL};
+        ck_assert_int_eq(zr_config_parse_args(&c, 5, argv, &err), 0);
+        ck_assert_uint_eq(c.threads, 5); /* flag beats file whatever the order */
+        ck_assert_uint_eq(c.cache_bytes, 64u << 20);
+        ck_assert_uint_eq(c.max_shm_bytes, 2ull << 30);
+        ck_assert_int_eq(c.log_level, LOG_DEBUG);
+        ck_assert_uint_eq(c.max_frame_bytes, 65536);
+        ck_assert_str_eq(c.socket_path, "/tmp/x.sock");
+        ck_assert_str_eq(c.config_path, path);
+        unlink(path);
+}
+END_TEST
+
+START_TEST(test_errors_name_the_place) {
+        zr_config c;
+        zr_error err = {0};
+        zr_config_defaults(&c);
+        char *path = write_tmp("threads = 2\nbogus = 1\n");
+        ck_assert_int_lt(zr_config_load_file(&c, path, &err), 0);
+        ck_assert_ptr_nonnull(strstr(err.message, ":2: unknown key 'bogus'"));
+        unlink(path);
+
+        zr_error_clear(&err);
+        path = write_tmp("cache = lots\n");
+        ck_assert_int_lt(zr_config_load_file(&c, path, &err), 0);
+        ck_assert_ptr_nonnull(strstr(err.message, "bad value 'lots'"));
+        unlink(path);
+
+        zr_error_clear(&err);
+        char *argv[] = {"zrecordd", "--max-frame=100", NULL};
+        ck_assert_int_lt(zr_config_parse_args(&c, 2, argv, &err), 0);
+        ck_assert_ptr_nonnull(strstr(err.message, "at least 4096"));
+
+        zr_error_clear(&err);
+        char *argv2[] = {"zrecordd", "--no-such-flag", NULL};
+        ck_assert_int_lt(zr_config_parse_args(&c, 2, argv2, &err), 0);
+        ck_assert_ptr_nonnull(strstr(err.message, "--no-such-flag"));
+
+        zr_error_clear(&err);
+        char *argv3[] = {"zrecordd", "--socket-mode=999", NULL};
+        ck_assert_int_lt(zr_config_parse_args(&c, 2, argv3, &err), 0);
+
+        zr_error_clear(&err);
+        char *argv4[] = {"zrecordd", "--socket=relative.sock", NULL};
+        ck_assert_int_lt(zr_config_parse_args(&c, 2, argv4, &err), 0);
+        ck_assert_ptr_nonnull(strstr(err.message, "absolute"));
+
+        zr_error_clear(&err);
+        ck_assert_int_lt(zr_config_load_file(&c, "/nonexistent/zr.conf", &err), 0);
+        ck_assert_ptr_nonnull(strstr(err.message, "/nonexistent/zr.conf"));
+}
+END_TEST
+
+START_TEST(test_resolve_socket) {
+        zr_config c;
+        zr_error err = {0};
+        zr_config_defaults(&c);
+        setenv("ZRECORD_SOCKET", "/tmp/from-env.sock", 1);
+        ck_assert_int_eq(zr_config_resolve(&c, &err), 0);
+        ck_assert_str_eq(c.socket_path, "/tmp/from-env.sock");
+        unsetenv("ZRECORD_SOCKET");
+        zr_config_defaults(&c);
+        ck_assert_int_eq(zr_config_resolve(&c, &err), 0);
+        ck_assert_int_eq(c.socket_path[0], '/');
+        ck_assert_ptr_nonnull(strstr(c.socket_path, "zrecordd.sock"));
+}
+END_TEST
+
+int main(void) {
+        Suite *s = suite_create("config");
+        TCase *tc = tcase_create("core");
+        tcase_add_test(tc, test_file_then_flags);
+        tcase_add_test(tc, test_errors_name_the_place);
+        tcase_add_test(tc, test_resolve_socket);
+        suite_add_tcase(s, tc);
+        SRunner *sr = srunner_create(s);
+        srunner_run_all(sr, CK_NORMAL);
+        int failed = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
