@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "server/log.h"
+#include "zr-proto.h"
 
 #define MiB (UINT64_C(1) << 20)
 #define GiB (UINT64_C(1) << 30)
@@ -20,11 +21,12 @@
 /* Defaults and their reasons. */
 #define DEFAULT_SOCKET_MODE 0660          /* owner + group: the `zrecord` group of the units */
 #define DEFAULT_CACHE_BYTES (1 * GiB)     /* decoded records; a few batches of 256 KiB images */
-#define DEFAULT_MAX_FRAME (1u << 20)      /* indices travel as bin: 1 MiB = 128 Ki indices */
-#define DEFAULT_MAX_HANDLES 256u          /* datasets + buffers a training process holds */
-#define DEFAULT_MAX_LOADERS 16u           /* a process rarely runs more loaders than this */
-#define DEFAULT_MAX_SHM (4 * GiB)         /* rings + read buffers per client */
-#define DEFAULT_MAX_CLIENTS 1024u         /* well under a default RLIMIT_NOFILE of 1024+ */
+/* Per-client and global limits: the protocol's defaults, reasons in zr-proto.h. */
+#define DEFAULT_MAX_FRAME ZR_FRAME_MAX_DEFAULT
+#define DEFAULT_MAX_HANDLES ZR_HANDLES_MAX_DEFAULT
+#define DEFAULT_MAX_LOADERS ZR_LOADERS_MAX_DEFAULT
+#define DEFAULT_MAX_SHM ZR_SHM_BYTES_MAX_DEFAULT
+#define DEFAULT_MAX_CLIENTS ZR_CLIENTS_MAX_DEFAULT
 #define DEFAULT_SYNC_SEC 30u              /* bound what a power loss can cost writers */
 
 enum { KEY_SOCKET = 1000, KEY_SOCKET_MODE, KEY_SOCKET_GROUP, KEY_THREADS, KEY_LOG_LEVEL,
@@ -46,11 +48,11 @@ static const struct setting {
         {"idle-exit", KEY_IDLE_EXIT, "SEC", "exit after SEC seconds without clients (0 = never)"},
         {"sync-interval", KEY_SYNC_INTERVAL, "SEC", "sync open stores every SEC seconds (30)"},
         {"cache", KEY_CACHE, "BYTES", "decoded-record cache budget (1G); K, M, G suffixes"},
-        {"max-frame", KEY_MAX_FRAME, "BYTES", "largest frame a client may send (1M)"},
-        {"max-handles", KEY_MAX_HANDLES, "N", "open datasets and buffers per client (256)"},
-        {"max-loaders", KEY_MAX_LOADERS, "N", "open loaders per client (16)"},
+        {"max-frame", KEY_MAX_FRAME, "BYTES", "largest frame a client may send (1M; 64K..64M)"},
+        {"max-handles", KEY_MAX_HANDLES, "N", "open handles per client (1024)"},
+        {"max-loaders", KEY_MAX_LOADERS, "N", "open loaders per client (64)"},
         {"max-shm", KEY_MAX_SHM, "BYTES", "shared memory (rings, buffers) per client (4G)"},
-        {"max-clients", KEY_MAX_CLIENTS, "N", "connected clients in total (1024)"},
+        {"max-clients", KEY_MAX_CLIENTS, "N", "connected clients in total (256)"},
         {"help", KEY_HELP, NULL, "show this help"},
         {"version", KEY_VERSION, NULL, "show the version"},
 };
@@ -149,8 +151,10 @@ static int apply(zr_config *c, int key, const char *v, const char *where, zr_err
         case KEY_CACHE: r = parse_size(v, &c->cache_bytes); break;
         case KEY_MAX_FRAME:
                 r = parse_u32(v, &c->max_frame_bytes);
-                if (r == 0 && c->max_frame_bytes < 4096)
-                        return zr_error_set(err, EINVAL, "%s: max-frame must be at least 4096", where);
+                if (r == 0 && (c->max_frame_bytes < ZR_FRAME_MAX_FLOOR ||
+                               c->max_frame_bytes > ZR_FRAME_MAX_CEILING))
+                        return zr_error_set(err, EINVAL, "%s: max-frame must be between %u and %u",
+                                            where, ZR_FRAME_MAX_FLOOR, ZR_FRAME_MAX_CEILING);
                 break;
         case KEY_MAX_HANDLES: r = parse_u32(v, &c->max_handles); break;
         case KEY_MAX_LOADERS: r = parse_u32(v, &c->max_loaders); break;

@@ -22,7 +22,7 @@
 typedef struct outframe {
         struct outframe *next;
         size_t len, off;          /* bytes of data, bytes already sent */
-        int fds[ZR_CONN_MAX_FDS_PER_READ];
+        int fds[ZR_CONN_MAX_FDS_OUT];
         size_t nfds;              /* sent with the first byte, then closed */
         uint8_t data[];           /* prefix + body */
 } outframe;
@@ -184,7 +184,7 @@ static void flush(zr_conn *c) {
                 outframe *f = c->out_head;
                 union {
                         struct cmsghdr align;
-                        char buf[CMSG_SPACE(sizeof(int) * ZR_CONN_MAX_FDS_PER_READ)];
+                        char buf[CMSG_SPACE(sizeof(int) * ZR_CONN_MAX_FDS_OUT)];
                 } control;
                 struct iovec iov = {f->data + f->off, f->len - f->off};
                 struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
@@ -302,7 +302,7 @@ int zr_conn_send(zr_conn *c, const void *body, size_t len, const int *fds, size_
                 r = -E2BIG;
                 goto fail;
         }
-        if (nfds > ZR_CONN_MAX_FDS_PER_READ) {
+        if (nfds > ZR_CONN_MAX_FDS_OUT) {
                 r = -EINVAL;
                 goto fail;
         }

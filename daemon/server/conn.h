@@ -23,8 +23,15 @@
 struct event_base;
 typedef struct zr_conn zr_conn;
 
-#define ZR_CONN_MAX_FDS_PER_READ 8   /* cmsg room per recvmsg: no message takes more */
-#define ZR_CONN_MAX_PENDING_FDS 16   /* descriptors received and not yet taken */
+#include "zr-proto.h"
+
+/* cmsg room per recvmsg: one frame's worth (more is MSG_CTRUNC, an error). */
+#define ZR_CONN_MAX_FDS_PER_READ ZR_FDS_PER_FRAME_MAX
+/* Descriptors received and not yet taken: one frame's worth; the daemon takes
+ * or drops them before it reads the next frame. */
+#define ZR_CONN_MAX_PENDING_FDS ZR_FDS_PER_FRAME_MAX
+/* Descriptors one outgoing frame carries (a reply passes at most one). */
+#define ZR_CONN_MAX_FDS_OUT 4
 
 typedef struct zr_conn_limits {
         uint32_t max_frame;      /* largest body accepted */

@@ -73,7 +73,7 @@ static void send_frame(int fd, const void *body, uint32_t len, const int *fds, s
         buf[0] = (uint8_t)len; buf[1] = (uint8_t)(len >> 8); buf[2] = (uint8_t)(len >> 16); buf[3] = (uint8_t)(len >> 24);
         memcpy(buf + 4, body, len);
         struct iovec iov = {buf, 4 + len};
-        char control[CMSG_SPACE(sizeof(int) * 16)];
+        char control[CMSG_SPACE(sizeof(int) * (ZR_CONN_MAX_FDS_PER_READ + 8))];
         struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
         if (nfds) {
                 mh.msg_control = control;
