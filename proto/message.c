@@ -103,7 +103,7 @@ static const field dataset_create_req[] = {
         REQ_SUB("schema", T_MAP, schema_fields), OPT("dict_bytes", T_UINT), END,
 };
 static const field dataset_open_req[] = { OPT("writable", T_BOOL), END };
-static const field msset_open_req[] = { OPT("writable", T_BOOL), OPT("streams", T_STRS), END };
+static const field msset_open_req[] = { OPT("writable", T_BOOL), REQ("streams", T_STRS), END };
 static const field buffer_open_req[] = { REQ("bytes", T_UINT), END };
 static const field read_req[] = {
         REQ("handle", T_U32), REQ("buffer", T_U32), OPT("offset", T_UINT),
@@ -440,7 +440,6 @@ int zr_msg_check(const msgpack_object *root, zr_msg_kind reply_to, zr_msg_header
 int zr_msg_request_fds(zr_msg_kind kind, const msgpack_object *root, unsigned *ret,
                        zr_wire_error *err) {
         const msgpack_object *items;
-        bool writable = false;
         uint32_t n;
         int r;
 
@@ -449,20 +448,11 @@ int zr_msg_request_fds(zr_msg_kind kind, const msgpack_object *root, unsigned *r
                 *ret = 1 + (zr_wire_find(root, "dict_bytes") ? 1 : 0);
                 return 0;
         case ZR_MSG_DATASET_OPEN:
+                /* the directory and its meta.zr, the proof of access */
+                *ret = 2;
+                return 0;
         case ZR_MSG_MSSET_OPEN:
-                if (zr_wire_find(root, "writable")) {
-                        r = zr_wire_get_bool(root, "writable", &writable, err);
-                        if (r < 0)
-                                return r;
-                }
-                if (!writable) {
-                        *ret = 1;
-                        return 0;
-                }
-                if (kind == ZR_MSG_DATASET_OPEN) {
-                        *ret = 2;
-                        return 0;
-                }
+                /* the root and one meta.zr per stream, in "streams" order */
                 r = zr_wire_get_array(root, "streams", &items, &n, err);
                 if (r < 0)
                         return r;
