@@ -1,0 +1,491 @@
+/* dataset.c: a store plus its schema (dataset.h).
+ *
+ * It validates batches against the schema and turns the store's byte records
+ * into dense blocks or ragged payloads with shapes. It assumes the store keeps its
+ * own promises (ordered, all-or-nothing appends); it does not convert dtypes,
+ * pad, or buffer anything: one append is one zr_store_append().
+ */
+#include "dataset/dataset.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dataset/ragged.h"
+
+#define SCHEMA_TMP_FILE ZR_SCHEMA_FILE ".tmp"
+#define STORE_META_FILE "meta.zr"
+
+struct zr_dataset {
+        zr_store *store;
+        zr_schema schema;
+};
+
+static int write_all(int fd, const void *buf, size_t len) {
+        const char *p = buf;
+
+        while (len > 0) {
+                ssize_t w = write(fd, p, len);
+                if (w < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return -errno;
+                }
+                p += w;
+                len -= (size_t)w;
+        }
+        return 0;
+}
+
+static int fsync_dir(int dirfd) {
+        int fd, r = 0;
+
+        fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        if (fsync(fd) < 0)
+                r = -errno;
+        close(fd);
+        return r;
+}
+
+/* Writes schema.msgpack atomically: temp file, fsync, rename, directory fsync. */
+static int schema_write(int dirfd, const zr_schema *schema, zr_error *err) {
+        void *buf = NULL;
+        size_t len = 0;
+        int fd = -1, r;
+
+        r = zr_schema_encode(schema, &buf, &len, err);
+        if (r < 0)
+                return r;
+        fd = openat(dirfd, SCHEMA_TMP_FILE, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW,
+                    0644);
+        if (fd < 0) {
+                r = zr_error_errno(err, errno, "creating " SCHEMA_TMP_FILE);
+                goto out;
+        }
+        r = write_all(fd, buf, len);
+        if (r < 0) {
+                r = zr_error_errno(err, -r, "writing " SCHEMA_TMP_FILE);
+                goto fail;
+        }
+        if (fsync(fd) < 0) {
+                r = zr_error_errno(err, errno, "fsync " SCHEMA_TMP_FILE);
+                goto fail;
+        }
+        if (renameat(dirfd, SCHEMA_TMP_FILE, dirfd, ZR_SCHEMA_FILE) < 0) {
+                r = zr_error_errno(err, errno, "renaming " SCHEMA_TMP_FILE " to " ZR_SCHEMA_FILE);
+                goto fail;
+        }
+        r = fsync_dir(dirfd);
+        if (r < 0)
+                r = zr_error_errno(err, -r, "fsync of the dataset directory");
+        goto out;
+fail:
+        unlinkat(dirfd, SCHEMA_TMP_FILE, 0);
+out:
+        if (fd >= 0)
+                close(fd);
+        free(buf);
+        return r;
+}
+
+static int schema_read(int dirfd, zr_schema *ret, zr_error *err) {
+        uint8_t buf[ZR_SCHEMA_FILE_MAX + 1];
+        size_t len = 0;
+        int fd, r;
+
+        fd = openat(dirfd, ZR_SCHEMA_FILE, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0) {
+                if (errno == ENOENT)
+                        return zr_error_set(err, ZR_E_SCHEMA, "no " ZR_SCHEMA_FILE " beside the "
+                                            "store: a plain store, not a dataset");
+                return zr_error_errno(err, errno, "opening " ZR_SCHEMA_FILE);
+        }
+        /* Read one byte past the limit so an oversized file is seen as one. */
+        while (len < sizeof(buf)) {
+                ssize_t n = read(fd, buf + len, sizeof(buf) - len);
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        r = zr_error_errno(err, errno, "reading " ZR_SCHEMA_FILE);
+                        goto out;
+                }
+                if (n == 0)
+                        break;
+                len += (size_t)n;
+        }
+        r = zr_schema_decode(buf, len, ret, err);
+out:
+        close(fd);
+        return r;
+}
+
+int zr_dataset_create(int dirfd, const zr_schema *schema, const void *dict, size_t dict_len,
+                      const zr_store_options *opts, zr_dataset **ret, zr_error *err) {
+        zr_dataset *ds;
+        struct stat st;
+        int r;
+
+        if (fstatat(dirfd, STORE_META_FILE, &st, AT_SYMLINK_NOFOLLOW) == 0)
+                return zr_error_set(err, ZR_E_EXISTS, "a store already exists here "
+                                    "(" STORE_META_FILE ")");
+        if (errno != ENOENT)
+                return zr_error_errno(err, errno, "checking for " STORE_META_FILE);
+
+        ds = calloc(1, sizeof(*ds));
+        if (!ds)
+                return zr_error_errno(err, ENOMEM, "creating dataset");
+        ds->schema = *schema;
+
+        r = schema_write(dirfd, schema, err);
+        if (r < 0)
+                goto fail;
+        r = zr_store_create(dirfd, schema->codec, dict, dict_len, opts, &ds->store, err);
+        if (r < 0) {
+                unlinkat(dirfd, ZR_SCHEMA_FILE, 0);
+                goto fail;
+        }
+        *ret = ds;
+        return 0;
+fail:
+        free(ds);
+        return r;
+}
+
+int zr_dataset_open(int dirfd, const zr_store_options *opts, zr_dataset **ret,
+                    zr_error *err) {
+        zr_dataset *ds;
+        int r;
+
+        ds = calloc(1, sizeof(*ds));
+        if (!ds)
+                return zr_error_errno(err, ENOMEM, "opening dataset");
+        r = zr_store_open(dirfd, opts, &ds->store, err);
+        if (r < 0)
+                goto fail;
+        r = schema_read(dirfd, &ds->schema, err);
+        if (r < 0)
+                goto fail;
+        if (zr_store_codec(ds->store) != ds->schema.codec) {
+                const char *sc = zr_codec_name(zr_store_codec(ds->store));
+                r = zr_error_set(err, ZR_E_SCHEMA, ZR_SCHEMA_FILE " says codec %s, the store "
+                                 "has codec %s", zr_codec_name(ds->schema.codec),
+                                 sc ? sc : "unknown");
+                goto fail;
+        }
+        *ret = ds;
+        return 0;
+fail:
+        zr_store_close(ds->store, NULL);
+        free(ds);
+        return r;
+}
+
+int zr_dataset_close(zr_dataset *ds, zr_error *err) {
+        int r;
+
+        if (!ds)
+                return 0;
+        r = zr_store_close(ds->store, err);
+        free(ds);
+        return r;
+}
+
+const zr_schema *zr_dataset_schema(const zr_dataset *ds) {
+        return &ds->schema;
+}
+
+zr_store *zr_dataset_store(zr_dataset *ds) {
+        return ds->store;
+}
+
+uint64_t zr_dataset_length(const zr_dataset *ds) {
+        return zr_store_length(ds->store);
+}
+
+int zr_dataset_has_dict(const zr_dataset *ds) {
+        return zr_store_has_dict(ds->store);
+}
+
+static int check_dense(const zr_dataset *ds, const zr_batch *b, uint64_t *ret_n,
+                       zr_error *err) {
+        const zr_schema *s = &ds->schema;
+        uint64_t item = zr_schema_item_bytes(s), bytes;
+        char want[128], got[128];
+
+        if (b->ndim < 1 || !b->shape)
+                return zr_error_set(err, ZR_E_SCHEMA, "a dense batch needs a shape (B, "
+                                    "*item_shape) with a leading batch axis; it has ndim %u",
+                                    b->ndim);
+        if (b->ndim - 1 != s->ndim || memcmp(b->shape + 1, s->item_shape,
+                                             s->ndim * sizeof(uint64_t)) != 0) {
+                zr_shape_format(s->item_shape, s->ndim, want, sizeof(want));
+                zr_shape_format(b->shape + 1, b->ndim - 1 < ZR_SCHEMA_NDIM_MAX ?
+                                b->ndim - 1 : ZR_SCHEMA_NDIM_MAX, got, sizeof(got));
+                return zr_error_set(err, ZR_E_SCHEMA, "item shape: expected %s, got %s%s",
+                                    want, got, b->ndim - 1 > ZR_SCHEMA_NDIM_MAX ? " (cut)" : "");
+        }
+        if (__builtin_mul_overflow(b->shape[0], item, &bytes) || bytes != b->data_len) {
+                char need[32];
+                if (__builtin_mul_overflow(b->shape[0], item, &bytes))
+                        snprintf(need, sizeof(need), "over 2^64");
+                else
+                        snprintf(need, sizeof(need), "%llu", (unsigned long long)bytes);
+                zr_shape_format(b->shape, b->ndim, got, sizeof(got));
+                return zr_error_set(err, ZR_E_SCHEMA, "a batch of shape %s of %s is %s bytes, "
+                                    "%llu came", got, s->dtype.str, need,
+                                    (unsigned long long)b->data_len);
+        }
+        if (b->data_len > 0 && !b->data)
+                return zr_error_set(err, ZR_E_SCHEMA, "a batch of %llu bytes without data",
+                                    (unsigned long long)b->data_len);
+        *ret_n = b->shape[0];
+        return 0;
+}
+
+static int check_ragged(const zr_dataset *ds, const zr_batch *b, uint64_t *ret_n,
+                        zr_error *err) {
+        const uint8_t *p = b->data;
+        uint64_t total = 0;
+        int r;
+
+        if (b->nrecords > 0 && !b->lens)
+                return zr_error_set(err, ZR_E_SCHEMA, "a ragged batch of %llu records without "
+                                    "their lengths", (unsigned long long)b->nrecords);
+        for (uint64_t i = 0; i < b->nrecords; i++)
+                if (__builtin_add_overflow(total, b->lens[i], &total))
+                        return zr_error_set(err, ZR_E_SCHEMA, "ragged record lengths overflow");
+        if (total != b->data_len)
+                return zr_error_set(err, ZR_E_SCHEMA, "ragged records add up to %llu bytes, "
+                                    "the batch has %llu", (unsigned long long)total,
+                                    (unsigned long long)b->data_len);
+        if (total > 0 && !p)
+                return zr_error_set(err, ZR_E_SCHEMA, "a batch of %llu bytes without data",
+                                    (unsigned long long)total);
+        for (uint64_t i = 0; i < b->nrecords; i++) {
+                r = zr_ragged_parse(&ds->schema, p, b->lens[i], i, NULL, err);
+                if (r < 0)
+                        return r;
+                p += b->lens[i];
+        }
+        *ret_n = b->nrecords;
+        return 0;
+}
+
+int zr_dataset_check(const zr_dataset *ds, const zr_batch *b, uint64_t *ret_n,
+                     zr_error *err) {
+        const zr_schema *s = &ds->schema;
+        zr_dtype dt;
+        uint64_t n = 0;
+        int r;
+
+        if (!b->dtype)
+                return zr_error_set(err, ZR_E_SCHEMA, "batch has no dtype (expected %s)",
+                                    s->dtype.str);
+        r = zr_dtype_parse(b->dtype, &dt, err);
+        if (r < 0)
+                return r;
+        if (!zr_dtype_equal(&dt, &s->dtype))
+                return zr_error_set(err, ZR_E_SCHEMA, "dtype: expected %s, got %s",
+                                    s->dtype.str, dt.str);
+        if (s->kind == ZR_SCHEMA_DENSE)
+                r = check_dense(ds, b, &n, err);
+        else
+                r = check_ragged(ds, b, &n, err);
+        if (r < 0)
+                return r;
+        if (n > 0 && s->codec == ZR_CODEC_ZSTD_DICT && !zr_store_has_dict(ds->store))
+                return zr_error_set(err, ZR_E_NO_DICT, "this zstd_dict dataset has no "
+                                    "dictionary yet: train one and install it before "
+                                    "appending");
+        if (ret_n)
+                *ret_n = n;
+        return 0;
+}
+
+int zr_dataset_append(zr_dataset *ds, const zr_batch *b, uint64_t *ret_first,
+                      zr_error *err) {
+        uint64_t n, *lens = NULL;
+        int r;
+
+        r = zr_dataset_check(ds, b, &n, err);
+        if (r < 0)
+                return r;
+        if (n == 0) {
+                if (ret_first)
+                        *ret_first = zr_store_length(ds->store);
+                return 0;
+        }
+        if (ds->schema.kind == ZR_SCHEMA_DENSE) {
+                uint64_t item = zr_schema_item_bytes(&ds->schema);
+                if (n > SIZE_MAX / sizeof(uint64_t))
+                        return zr_error_errno(err, ENOMEM, "appending %llu records",
+                                              (unsigned long long)n);
+                lens = malloc(n * sizeof(uint64_t));
+                if (!lens)
+                        return zr_error_errno(err, ENOMEM, "appending %llu records",
+                                              (unsigned long long)n);
+                for (uint64_t i = 0; i < n; i++)
+                        lens[i] = item;
+                r = zr_store_append(ds->store, b->data, lens, n, ret_first, err);
+                free(lens);
+                return r;
+        }
+        return zr_store_append(ds->store, b->data, b->lens, n, ret_first, err);
+}
+
+static int require_kind(const zr_dataset *ds, enum zr_schema_kind kind, zr_error *err) {
+        if (ds->schema.kind != kind)
+                return zr_error_set(err, ZR_E_SCHEMA, "this is a %s dataset, not a %s one",
+                                    ds->schema.kind == ZR_SCHEMA_DENSE ? "dense" : "ragged",
+                                    kind == ZR_SCHEMA_DENSE ? "dense" : "ragged");
+        return 0;
+}
+
+/* Locates idx[0..n) into a new array (*ret, owned by the caller). */
+static int locate(zr_dataset *ds, const uint64_t *idx, size_t n, zr_loc **ret, zr_error *err) {
+        zr_loc *locs;
+        int r;
+
+        locs = calloc(n ? n : 1, sizeof(zr_loc));
+        if (!locs)
+                return zr_error_errno(err, ENOMEM, "locating %zu records", n);
+        r = zr_store_locate(ds->store, idx, n, locs, err);
+        if (r < 0) {
+                free(locs);
+                return r;
+        }
+        *ret = locs;
+        return 0;
+}
+
+int zr_dataset_gather_dense(zr_dataset *ds, const uint64_t *idx, size_t n, void *dst,
+                            uint64_t dst_size, zr_error *err) {
+        uint64_t item = zr_schema_item_bytes(&ds->schema), need;
+        zr_loc *locs = NULL;
+        void **dsts = NULL;
+        int r;
+
+        r = require_kind(ds, ZR_SCHEMA_DENSE, err);
+        if (r < 0)
+                return r;
+        if (__builtin_mul_overflow((uint64_t)n, item, &need) || need > dst_size)
+                return zr_error_set(err, ZR_E_BUFFER, "%zu records of %llu bytes do not fit "
+                                    "%llu bytes", n, (unsigned long long)item,
+                                    (unsigned long long)dst_size);
+        if (n == 0)
+                return 0;
+        r = locate(ds, idx, n, &locs, err);
+        if (r < 0)
+                return r;
+        dsts = malloc(n * sizeof(void *));
+        if (!dsts) {
+                r = zr_error_errno(err, ENOMEM, "gathering %zu records", n);
+                goto out;
+        }
+        for (size_t i = 0; i < n; i++) {
+                if (locs[i].logic_length != item) {
+                        r = zr_error_set(err, ZR_E_CORRUPT, "record %llu is %u bytes, an item "
+                                         "is %llu", (unsigned long long)idx[i],
+                                         locs[i].logic_length, (unsigned long long)item);
+                        goto out;
+                }
+                dsts[i] = (uint8_t *)dst + i * item;
+        }
+        r = zr_store_gather_locs(ds->store, locs, n, dsts, err);
+out:
+        free(dsts);
+        free(locs);
+        return r;
+}
+
+int zr_dataset_ragged_sizes(zr_dataset *ds, const uint64_t *idx, size_t n,
+                            uint64_t *ret_buffer, uint64_t *ret_payload, zr_error *err) {
+        uint64_t hdr = zr_ragged_header_bytes(ds->schema.ndim), buffer = 0, payload = 0;
+        zr_loc *locs = NULL;
+        int r;
+
+        r = require_kind(ds, ZR_SCHEMA_RAGGED, err);
+        if (r < 0)
+                return r;
+        if (n > 0) {
+                r = locate(ds, idx, n, &locs, err);
+                if (r < 0)
+                        return r;
+        }
+        for (size_t i = 0; i < n; i++) {
+                buffer += locs[i].logic_length;
+                payload += locs[i].logic_length > hdr ? locs[i].logic_length - hdr : 0;
+        }
+        free(locs);
+        if (ret_buffer)
+                *ret_buffer = buffer;
+        if (ret_payload)
+                *ret_payload = payload;
+        return 0;
+}
+
+int zr_dataset_gather_ragged(zr_dataset *ds, const uint64_t *idx, size_t n, void *dst,
+                             uint64_t dst_size, uint64_t *ret_shapes, uint64_t *ret_offsets,
+                             zr_error *err) {
+        const zr_schema *s = &ds->schema;
+        uint64_t hdr = zr_ragged_header_bytes(s->ndim), *lens = NULL, at = 0, out = 0;
+        uint8_t *base = dst;
+        int r;
+
+        r = require_kind(ds, ZR_SCHEMA_RAGGED, err);
+        if (r < 0)
+                return r;
+        if (n == 0)
+                return 0;
+        lens = malloc(n * sizeof(uint64_t));
+        if (!lens)
+                return zr_error_errno(err, ENOMEM, "gathering %zu records", n);
+        r = zr_store_gather(ds->store, idx, n, dst, dst_size, lens, err);
+        if (r < 0)
+                goto out;
+        /* Squeeze the headers out, front to back: each payload moves down to `out`,
+         * which never passes the start of a record not yet read. */
+        for (size_t i = 0; i < n; i++) {
+                zr_error perr = {0};
+                if (zr_ragged_parse(s, base + at, lens[i], idx[i], ret_shapes + i * s->ndim,
+                                    &perr) < 0) {
+                        r = zr_error_set(err, ZR_E_CORRUPT, "stored %s", perr.message);
+                        goto out;
+                }
+                if (ret_offsets)
+                        ret_offsets[i] = out;
+                memmove(base + out, base + at + hdr, lens[i] - hdr);
+                out += lens[i] - hdr;
+                at += lens[i];
+        }
+out:
+        free(lens);
+        return r;
+}
+
+int zr_dataset_delete(zr_dataset *ds, const uint64_t *idx, size_t n, zr_error *err) {
+        return zr_store_delete(ds->store, idx, n, err);
+}
+
+int zr_dataset_compact(zr_dataset *ds, zr_compact_result *ret, zr_error *err) {
+        return zr_store_compact(ds->store, 0, ret, err);
+}
+
+int zr_dataset_stats(zr_dataset *ds, zr_stats *ret, zr_error *err) {
+        return zr_store_stats(ds->store, ret, err);
+}
+
+int zr_dataset_sync(zr_dataset *ds, zr_error *err) {
+        return zr_store_sync(ds->store, err);
+}
+
+int zr_dataset_install_dict(zr_dataset *ds, const void *dict, size_t dict_len,
+                            zr_error *err) {
+        return zr_store_install_dict(ds->store, dict, dict_len, err);
+}

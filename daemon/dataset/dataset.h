@@ -1,0 +1,132 @@
+/* dataset.h: a typed dataset, a store plus its schema, in one directory.
+ *
+ * The directory holds the store's files (meta.zr, *.loc, *.chunk, dict.zr) and
+ * schema.msgpack beside them (schema.h). The dataset turns byte records into
+ * typed ones: a dense dataset's records are items of one dtype and item shape,
+ * so a batch of B records is one contiguous (B, *item_shape) block; a ragged
+ * dataset's records each begin with their own shape header (ragged.h).
+ *
+ * The dataset is the authority on its schema: every append is validated before a
+ * byte is written, and a batch that does not match (dtype, item shape, ndim,
+ * byte count, a ragged header) is refused with ZR_E_SCHEMA and a message that
+ * names what was expected and what came. A zstd_dict dataset refuses appends with
+ * ZR_E_NO_DICT until a dictionary is installed.
+ *
+ * Every function works on a directory descriptor, never a path: the daemon acts
+ * on descriptors its clients pass. Concurrency is the store's (store.h): gathers
+ * may run beside one append; delete, compact, install_dict and close need
+ * exclusive access.
+ *
+ * Errors: negative codes (-errno or -ZR_E_*) with *err filled (err may be NULL).
+ */
+#ifndef ZR_DATASET_DATASET_H
+#define ZR_DATASET_DATASET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dataset/schema.h"
+#include "store/store.h"
+#include "util/error.h"
+
+typedef struct zr_dataset zr_dataset;
+
+/* A batch to append, as a client describes it.
+ *
+ * dense: `shape` is the batch's whole shape (B, *item_shape), `ndim` >= 1 its
+ * length, and data holds B items, C order: data_len must be B × item bytes.
+ * ragged: `nrecords` records packed back to back in data, record i `lens[i]`
+ * bytes, each beginning with its shape header; data_len must be sum(lens).
+ * Fields of the other kind are ignored. `dtype` is the numpy dtype string of the
+ * data (its byte order included: the dataset never byte-swaps). */
+typedef struct zr_batch {
+        const char *dtype;
+        const void *data;
+        uint64_t data_len;
+        const uint64_t *shape; /* dense */
+        uint32_t ndim;         /* dense */
+        const uint64_t *lens;  /* ragged */
+        uint64_t nrecords;     /* ragged */
+} zr_batch;
+
+/* Creates a dataset in `dirfd`: writes schema.msgpack atomically (temp file, fsync,
+ * rename, directory fsync), then creates the store with the schema's codec.
+ * `dict`/`dict_len` give a zstd_dict dataset its dictionary now (NULL/0: install
+ * one later); other codecs ignore them. `opts` may be NULL. dirfd is not taken.
+ * Returns 0 and sets *ret (owned by the caller, release with zr_dataset_close()),
+ * or ZR_E_EXISTS if a store is already there (nothing is touched), or an error of
+ * zr_store_create() (schema.msgpack is removed again). */
+int zr_dataset_create(int dirfd, const zr_schema *schema, const void *dict, size_t dict_len,
+                      const zr_store_options *opts, zr_dataset **ret, zr_error *err);
+
+/* Opens the dataset in `dirfd`. Errors of zr_store_open() (ZR_E_NOT_STORE, ...);
+ * ZR_E_SCHEMA if schema.msgpack is missing or malformed or names another codec
+ * than the store's. `opts` may be NULL. */
+int zr_dataset_open(int dirfd, const zr_store_options *opts, zr_dataset **ret,
+                    zr_error *err);
+
+/* Closes the store (syncing it) and frees the dataset. NULL allowed. Returns 0 or
+ * the sync's error; the dataset is freed either way. */
+int zr_dataset_close(zr_dataset *ds, zr_error *err);
+
+/* The schema; valid while the dataset is open. */
+const zr_schema *zr_dataset_schema(const zr_dataset *ds);
+
+/* The underlying store, borrowed (for raw byte access and stats). */
+zr_store *zr_dataset_store(zr_dataset *ds);
+
+/* Number of records. */
+uint64_t zr_dataset_length(const zr_dataset *ds);
+
+/* Validates *b against the schema without writing anything, and sets *ret_n (may
+ * be NULL) to its record count. Returns 0, -ZR_E_SCHEMA (with expected and got in
+ * the message), -ZR_E_NO_DICT (zstd_dict without a dictionary) or -ENOMEM. */
+int zr_dataset_check(const zr_dataset *ds, const zr_batch *b, uint64_t *ret_n,
+                     zr_error *err);
+
+/* Validates *b (as zr_dataset_check()) and appends its records. On success sets
+ * *ret_first (may be NULL) to the index of the first new record. On any failure
+ * nothing is written. A batch of 0 records succeeds and changes nothing. */
+int zr_dataset_append(zr_dataset *ds, const zr_batch *b, uint64_t *ret_first,
+                      zr_error *err);
+
+/* Dense: gathers records idx[0..n) into dst as one contiguous (n, *item_shape)
+ * block of n × item bytes (dst_size must hold them: ZR_E_BUFFER otherwise).
+ * ZR_E_SCHEMA on a ragged dataset, ZR_E_RANGE for an index >= length,
+ * ZR_E_CORRUPT for a stored record whose size is not one item. */
+int zr_dataset_gather_dense(zr_dataset *ds, const uint64_t *idx, size_t n, void *dst,
+                            uint64_t dst_size, zr_error *err);
+
+/* Ragged: the buffer a gather of idx[0..n) needs (*ret_buffer, the records with
+ * their headers) and the payload bytes it returns (*ret_payload). Either may be
+ * NULL. ZR_E_RANGE for an index >= length. */
+int zr_dataset_ragged_sizes(zr_dataset *ds, const uint64_t *idx, size_t n,
+                            uint64_t *ret_buffer, uint64_t *ret_payload, zr_error *err);
+
+/* Ragged: gathers records idx[0..n) and returns their payloads packed back to back
+ * at dst (each starts at ret_offsets[i], a multiple of the item size, so an
+ * aligned dst gives aligned arrays) and their shapes in ret_shapes[i × ndim ..
+ * (i + 1) × ndim). dst_size must be at least the *ret_buffer of
+ * zr_dataset_ragged_sizes() (the headers are gathered too, then squeezed out):
+ * ZR_E_BUFFER otherwise. ret_offsets may be NULL. ZR_E_SCHEMA on a dense dataset,
+ * ZR_E_CORRUPT for a stored record whose header does not match the schema. */
+int zr_dataset_gather_ragged(zr_dataset *ds, const uint64_t *idx, size_t n, void *dst,
+                             uint64_t dst_size, uint64_t *ret_shapes, uint64_t *ret_offsets,
+                             zr_error *err);
+
+/* Pass-throughs to the store (store.h): swap-last delete, compaction, stats,
+ * sync. Exclusive where the store's are. */
+int zr_dataset_delete(zr_dataset *ds, const uint64_t *idx, size_t n, zr_error *err);
+int zr_dataset_compact(zr_dataset *ds, zr_compact_result *ret, zr_error *err);
+int zr_dataset_stats(zr_dataset *ds, zr_stats *ret, zr_error *err);
+int zr_dataset_sync(zr_dataset *ds, zr_error *err);
+
+/* 1 if a dictionary is installed, else 0. */
+int zr_dataset_has_dict(const zr_dataset *ds);
+
+/* Installs the dictionary of an empty zstd_dict dataset (see
+ * zr_store_install_dict()). Exclusive. */
+int zr_dataset_install_dict(zr_dataset *ds, const void *dict, size_t dict_len,
+                            zr_error *err);
+
+#endif

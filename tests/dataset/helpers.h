@@ -1,0 +1,91 @@
+/* helpers.h: scratch directories and deterministic data for the dataset suites.
+ * Header-only (static functions), included by each suite. */
+#ifndef ZR_TESTS_DATASET_HELPERS_H
+#define ZR_TESTS_DATASET_HELPERS_H
+
+#include <check.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Small chunk files: tests cross chunk rollovers without 4 GiB sparse files. */
+#define TEST_CHUNK_LOG2 20
+
+typedef struct scratch {
+        char path[256];
+        int fd;
+} scratch;
+
+static inline void scratch_new(scratch *s) {
+        const char *tmp = getenv("TMPDIR");
+        snprintf(s->path, sizeof(s->path), "%s/zr-dataset-XXXXXX", tmp ? tmp : "/tmp");
+        ck_assert_ptr_nonnull(mkdtemp(s->path));
+        s->fd = open(s->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        ck_assert_int_ge(s->fd, 0);
+}
+
+/* A child directory of s, opened; returns its descriptor. */
+static inline int scratch_child(scratch *s, const char *name) {
+        ck_assert_int_eq(mkdirat(s->fd, name, 0755), 0);
+        int fd = openat(s->fd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        ck_assert_int_ge(fd, 0);
+        return fd;
+}
+
+static inline int scratch_rm_one(const char *p, const struct stat *st, int flag, struct FTW *f) {
+        (void)st;
+        (void)flag;
+        (void)f;
+        return remove(p);
+}
+
+static inline void scratch_free(scratch *s) {
+        close(s->fd);
+        nftw(s->path, scratch_rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static inline uint64_t gen_next(uint64_t *state) {
+        uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        return z ^ (z >> 31);
+}
+
+static inline void gen_bytes(void *dst, size_t n, uint64_t seed) {
+        uint8_t *p = dst;
+        for (size_t i = 0; i < n; i++) {
+                if (i % 8 == 0)
+                        seed = gen_next(&seed) ^ i;
+                p[i] = (uint8_t)(seed >> (8 * (i % 8)));
+        }
+}
+
+/* A smooth w x h uint8 tile: a gradient with a per-tile slope plus small noise. */
+static inline void gen_tile(uint8_t *dst, size_t w, size_t h, uint64_t id) {
+        uint64_t st = id * 7919 + 1;
+        int base = (int)(gen_next(&st) % 128), sx = (int)(gen_next(&st) % 5),
+            sy = (int)(gen_next(&st) % 5);
+        for (size_t y = 0; y < h; y++)
+                for (size_t x = 0; x < w; x++)
+                        dst[y * w + x] = (uint8_t)(base + sx * (int)x / 2 + sy * (int)y / 2 +
+                                                   (int)(gen_next(&st) % 4));
+}
+
+/* n int32 token ids drawn from a Zipf-like law over a 32k vocabulary. */
+static inline void gen_tokens(int32_t *dst, size_t n, uint64_t id) {
+        uint64_t st = id * 104729 + 3;
+        for (size_t i = 0; i < n; i++) {
+                double u = (double)(gen_next(&st) >> 11) / 9007199254740992.0;
+                /* a 1/x density over [1, 32768): rank = 32768^u */
+                double r = exp(u * 10.397); /* 32768^u */
+                dst[i] = (int32_t)r - 1;
+        }
+}
+
+#endif
