@@ -13,8 +13,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define ZR_FEISTEL_ROUNDS 4                  /* Luby-Rackoff's four; each round costs one 32-bit multiply */
-#define ZR_FEISTEL_MUL    UINT32_C(0x9e3779b1) /* round function multiplier (2^32/phi, odd) */
+/* Four rounds (Luby-Rackoff's bound for a strong pseudo-random permutation) of a
+ * two-multiply round function. Measured over 200000 keys: one multiply per round
+ * leaves consecutive positions visibly correlated even at six rounds (chi-square
+ * 3500 for a 1137 limit at n = 1000); two multiplies at four rounds bring them to
+ * within noise for n >= 4096 and near it (about 1250) at n = 1000. */
+#define ZR_FEISTEL_ROUNDS 4
+#define ZR_FEISTEL_MUL1   UINT32_C(0x7feb352d) /* round function multipliers: the 32-bit */
+#define ZR_FEISTEL_SHIFT  15                   /* "lowbias32" hash (C. Wellons, 2018) */
+#define ZR_FEISTEL_MUL2   UINT32_C(0x846ca68b)
 
 typedef struct zr_feistel {
         uint64_t n;                         /* the domain [0, n), n >= 1 */
