@@ -64,13 +64,13 @@ typedef struct zr_store_options {
         int read_only;
 } zr_store_options;
 
-typedef struct zr_store_stats {
+typedef struct zr_stats {
         uint64_t records;     /* length */
         uint64_t live_bytes;  /* sum of phys_length over live records */
         uint64_t chunk_bytes; /* bytes up to the write frontier (all chunks) */
         uint64_t reclaimable; /* chunk_bytes - live_bytes: an upper bound on what compact frees */
         uint64_t logic_bytes; /* sum of logic_length over live records */
-} zr_store_stats;
+} zr_stats;
 
 /* Creates a new, empty store in the directory `dirfd` (which must hold no meta.zr;
  * ZR_E_EXISTS otherwise) with `codec`. For ZR_CODEC_ZSTD_DICT, `dict`/`dict_len`
@@ -100,10 +100,11 @@ enum zr_codec zr_store_codec(const zr_store *s);
 /* 1 if the store has a dictionary loaded, else 0. */
 int zr_store_has_dict(const zr_store *s);
 
-/* Installs `dict` as the dictionary of an empty ZR_CODEC_ZSTD_DICT store and
- * writes dict.zr durably. ZR_E_HAS_DICT if one is installed, ZR_E_BAD_CODEC for
- * another codec, ZR_E_SCHEMA if the store is not empty, EINVAL for an empty or
- * unusable dictionary. Exclusive. */
+/* Installs `dict` (copied) as the dictionary of an empty ZR_CODEC_ZSTD_DICT store
+ * and writes dict.zr durably. Checked in this order: ZR_E_BAD_CODEC for another
+ * codec, ZR_E_SCHEMA if the store is not empty, ZR_E_HAS_DICT if one is
+ * installed, ZR_E_READONLY, EINVAL for an empty or unusable dictionary.
+ * Exclusive. */
 int zr_store_install_dict(zr_store *s, const void *dict, size_t dict_len, zr_error *err);
 
 /* Copies the dictionary into a new malloc()ed buffer (*ret, *ret_len), owned by
@@ -161,7 +162,7 @@ int zr_store_compact(zr_store *s, uint64_t max_moves, zr_compact_result *ret,
                      zr_error *err);
 
 /* Fills *ret. Walks the table (O(N) reads of 16 bytes, sequential). */
-int zr_store_stats(zr_store *s, zr_store_stats *ret, zr_error *err);
+int zr_store_stats(zr_store *s, zr_stats *ret, zr_error *err);
 
 /* Makes every committed record durable: fsync chunk files, then .loc segments,
  * then meta.zr (and the directory if a file was created since the last sync).

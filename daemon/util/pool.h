@@ -40,8 +40,10 @@ void zr_pool_parallel(zr_pool *pool, size_t nshards, zr_pool_shard_fn fn, void *
  * threads + 1), at least 1. */
 size_t zr_pool_shards(const zr_pool *pool, size_t nitems);
 
-/* Queues fn(arg) to run on a worker. Blocks while the queue is full.
- * Returns 0, or -EINVAL if pool is NULL or has no threads. */
+/* Queues fn(arg) to run on a worker (FIFO; the queue holds 256 tasks). Blocks
+ * while the queue is full, so a task must not call it (use try_submit there).
+ * zr_pool_free() runs every queued task before it returns.
+ * Returns 0, or -EINVAL if pool or fn is NULL or the pool has no threads. */
 int zr_pool_submit(zr_pool *pool, zr_pool_task_fn fn, void *arg);
 
 /* As zr_pool_submit() but never blocks: returns -EAGAIN when the queue is full. */

@@ -1,0 +1,52 @@
+/* chunks.h: a table of numbered store files ({id}.chunk or {id}.loc).
+ *
+ * Every file of a table has the same fixed size (the chunk capacity, or 4 GiB
+ * for a .loc segment) and is created sparse with ftruncate. Readers look up a
+ * descriptor lock-free with zr_files_fd(); opening, creating and removing files
+ * is serialized by the caller (the store's append mutex or exclusive access).
+ */
+#ifndef ZR_STORE_CHUNKS_H
+#define ZR_STORE_CHUNKS_H
+
+#include <stdint.h>
+
+#include "util/error.h"
+
+typedef struct zr_files zr_files;
+
+/* A table of files "{id}{suffix}" in dirfd (borrowed; must outlive the table),
+ * each `file_size` bytes. Returns 0 and *ret, or -ENOMEM. */
+int zr_files_new(int dirfd, const char *suffix, uint64_t file_size, int read_only,
+                 zr_files **ret);
+
+/* Closes every file and frees the table. NULL allowed; returns NULL. */
+zr_files *zr_files_free(zr_files *t);
+
+/* The descriptor of file `id`, or -1 if it is not open. Lock-free. */
+int zr_files_fd(const zr_files *t, uint32_t id);
+
+/* Opens file `id`. With `create`, a missing file is created sparse (and
+ * *ret_created set to 1, else 0; ret_created may be NULL); a short file is
+ * extended. Without, a missing file is ZR_E_CORRUPT, as is one shorter than
+ * `min_size` bytes. Opening an open file is a no-op. Returns 0 or a negative
+ * code with the file named in *err. */
+int zr_files_open(zr_files *t, uint32_t id, int create, uint64_t min_size,
+                  int *ret_created, zr_error *err);
+
+/* Number of ids below the first that was never opened (ids 0..n-1 are open). */
+uint32_t zr_files_count(const zr_files *t);
+
+/* fdatasync()s every open file. Returns 0 or the first error (-errno). */
+int zr_files_sync(zr_files *t, zr_error *err);
+
+/* Closes and unlinks every file with id >= first, and any such file left on
+ * disk after the last one open. Returns 0 or -errno. Exclusive. */
+int zr_files_remove_from(zr_files *t, uint32_t first, zr_error *err);
+
+/* Positional I/O of exactly n bytes, retried on EINTR and short transfers.
+ * zr_pread_all() returns the bytes read (less than n only at end of file) or
+ * -errno; zr_pwrite_all() returns 0 or -errno. */
+int64_t zr_pread_all(int fd, void *buf, uint64_t n, uint64_t off);
+int zr_pwrite_all(int fd, const void *buf, uint64_t n, uint64_t off);
+
+#endif

@@ -1,0 +1,192 @@
+/* codec.c: zstd contexts, dictionaries and one-record compression.
+ *
+ * Assumes the codec tag was validated by the caller. Raw records never come
+ * here: the store copies them directly. Frames are written with content size
+ * and checksum so every read is verified. It does not train dictionaries.
+ */
+#include "store/codec.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zstd.h>
+
+struct zr_coder_ctx {
+        ZSTD_CCtx *cctx;
+        ZSTD_DCtx *dctx;
+        void *buf;
+        size_t buf_size;
+        zr_coder_ctx *next;
+};
+
+struct zr_coder {
+        enum zr_codec codec;
+        void *dict;
+        size_t dict_len;
+        ZSTD_CDict *cdict;
+        ZSTD_DDict *ddict;
+        pthread_mutex_t mutex; /* guards free_list; a leaf lock */
+        zr_coder_ctx *free_list;
+};
+
+int zr_coder_new(enum zr_codec codec, zr_coder **ret) {
+        zr_coder *c = calloc(1, sizeof(*c));
+        if (!c)
+                return -ENOMEM;
+        c->codec = codec;
+        pthread_mutex_init(&c->mutex, NULL);
+        *ret = c;
+        return 0;
+}
+
+static zr_coder_ctx *codec_ctx_free(zr_coder_ctx *x) {
+        if (x) {
+                ZSTD_freeCCtx(x->cctx);
+                ZSTD_freeDCtx(x->dctx);
+                free(x->buf);
+                free(x);
+        }
+        return NULL;
+}
+
+zr_coder *zr_coder_free(zr_coder *c) {
+        if (!c)
+                return NULL;
+        while (c->free_list) {
+                zr_coder_ctx *x = c->free_list;
+                c->free_list = x->next;
+                codec_ctx_free(x);
+        }
+        ZSTD_freeCDict(c->cdict);
+        ZSTD_freeDDict(c->ddict);
+        free(c->dict);
+        pthread_mutex_destroy(&c->mutex);
+        free(c);
+        return NULL;
+}
+
+int zr_coder_set_dict(zr_coder *c, const void *dict, size_t len, zr_error *err) {
+        void *copy = NULL;
+        ZSTD_CDict *cdict = NULL;
+        ZSTD_DDict *ddict = NULL;
+
+        if (!dict || len == 0)
+                return zr_error_set(err, EINVAL, "dictionary is empty");
+        copy = malloc(len);
+        if (!copy)
+                return zr_error_set(err, ENOMEM, "dictionary: out of memory");
+        memcpy(copy, dict, len);
+        cdict = ZSTD_createCDict(copy, len, ZR_ZSTD_DICT_LEVEL);
+        ddict = ZSTD_createDDict(copy, len);
+        if (!cdict || !ddict) {
+                ZSTD_freeCDict(cdict);
+                ZSTD_freeDDict(ddict);
+                free(copy);
+                return zr_error_set(err, EINVAL, "dictionary of %zu bytes is unusable", len);
+        }
+        ZSTD_freeCDict(c->cdict);
+        ZSTD_freeDDict(c->ddict);
+        free(c->dict);
+        c->dict = copy;
+        c->dict_len = len;
+        c->cdict = cdict;
+        c->ddict = ddict;
+        return 0;
+}
+
+const void *zr_coder_dict(const zr_coder *c, size_t *ret_len) {
+        *ret_len = c->dict_len;
+        return c->dict;
+}
+
+zr_coder_ctx *zr_coder_ctx_get(zr_coder *c) {
+        zr_coder_ctx *x;
+
+        pthread_mutex_lock(&c->mutex);
+        x = c->free_list;
+        if (x)
+                c->free_list = x->next;
+        pthread_mutex_unlock(&c->mutex);
+        if (!x)
+                x = calloc(1, sizeof(*x));
+        return x;
+}
+
+void zr_coder_ctx_put(zr_coder *c, zr_coder_ctx *x) {
+        if (!x)
+                return;
+        pthread_mutex_lock(&c->mutex);
+        x->next = c->free_list;
+        c->free_list = x;
+        pthread_mutex_unlock(&c->mutex);
+}
+
+void *zr_coder_ctx_buffer(zr_coder_ctx *x, size_t size) {
+        if (size > x->buf_size) {
+                /* grow by half again so a slowly rising size does not realloc often */
+                size_t want = size + size / 2;
+                void *p = malloc(want);
+                if (!p)
+                        return NULL;
+                free(x->buf);
+                x->buf = p;
+                x->buf_size = want;
+        }
+        return x->buf;
+}
+
+size_t zr_coder_bound(const zr_coder *c, size_t len) {
+        return c->codec == ZR_CODEC_RAW ? len : ZSTD_compressBound(len);
+}
+
+int zr_coder_compress(zr_coder *c, zr_coder_ctx *x, void *dst, size_t cap,
+                      const void *src, size_t len, size_t *ret_len, zr_error *err) {
+        size_t r;
+
+        if (c->codec == ZR_CODEC_ZSTD_DICT && !c->cdict)
+                return zr_error_set(err, ZR_E_NO_DICT, "zstd_dict store has no dictionary");
+        if (!x->cctx) {
+                x->cctx = ZSTD_createCCtx();
+                if (!x->cctx)
+                        return zr_error_set(err, ENOMEM, "zstd: cannot create a context");
+        }
+        /* Sticky parameters, set once per shard: cheap, and a context can never
+         * carry the wrong dictionary across an install. */
+        ZSTD_CCtx_reset(x->cctx, ZSTD_reset_session_and_parameters);
+        ZSTD_CCtx_setParameter(x->cctx, ZSTD_c_checksumFlag, 1);
+        ZSTD_CCtx_setParameter(x->cctx, ZSTD_c_contentSizeFlag, 1);
+        if (c->codec == ZR_CODEC_ZSTD_DICT)
+                ZSTD_CCtx_refCDict(x->cctx, c->cdict);
+        else
+                ZSTD_CCtx_setParameter(x->cctx, ZSTD_c_compressionLevel, ZR_ZSTD_LEVEL);
+        r = ZSTD_compress2(x->cctx, dst, cap, src, len);
+        if (ZSTD_isError(r))
+                return zr_error_set(err, EIO, "zstd: compressing %zu bytes: %s", len,
+                                    ZSTD_getErrorName(r));
+        *ret_len = r;
+        return 0;
+}
+
+int zr_coder_decompress(zr_coder *c, zr_coder_ctx *x, void *dst, size_t logic,
+                        const void *src, size_t phys, zr_error *err) {
+        size_t r;
+
+        if (c->codec == ZR_CODEC_ZSTD_DICT && !c->ddict)
+                return zr_error_set(err, ZR_E_NO_DICT, "zstd_dict store has no dictionary");
+        if (!x->dctx) {
+                x->dctx = ZSTD_createDCtx();
+                if (!x->dctx)
+                        return zr_error_set(err, ENOMEM, "zstd: cannot create a context");
+        }
+        if (c->ddict)
+                r = ZSTD_decompress_usingDDict(x->dctx, dst, logic, src, phys, c->ddict);
+        else
+                r = ZSTD_decompressDCtx(x->dctx, dst, logic, src, phys);
+        if (ZSTD_isError(r))
+                return zr_error_set(err, ZR_E_DECODE, "zstd: %s", ZSTD_getErrorName(r));
+        if (r != logic)
+                return zr_error_set(err, ZR_E_DECODE,
+                                    "frame decodes to %zu bytes, the table says %zu", r, logic);
+        return 0;
+}

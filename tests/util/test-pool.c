@@ -1,0 +1,165 @@
+/* test-pool.c: every shard runs exactly once, nesting works, tasks run and the
+ * task queue is bounded. */
+#include <check.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/pool.h"
+
+#define SHARDS 64
+
+typedef struct count_arg {
+        _Atomic int hits[SHARDS];
+        _Atomic size_t seen_nshards;
+        zr_pool *pool; /* for nesting */
+} count_arg;
+
+static void count_shard(void *arg, size_t shard, size_t nshards) {
+        count_arg *a = arg;
+        atomic_fetch_add(&a->hits[shard], 1);
+        atomic_store(&a->seen_nshards, nshards);
+}
+
+START_TEST(test_parallel_each_shard_once) {
+        zr_pool *pool = NULL;
+        ck_assert_int_eq(zr_pool_new(3, &pool), 0);
+        ck_assert_uint_eq(zr_pool_threads(pool), 3);
+        for (size_t n = 1; n <= SHARDS; n += 7) {
+                count_arg a;
+                memset(&a, 0, sizeof(a));
+                zr_pool_parallel(pool, n, count_shard, &a);
+                for (size_t i = 0; i < SHARDS; i++)
+                        ck_assert_int_eq(atomic_load(&a.hits[i]), i < n ? 1 : 0);
+                ck_assert_uint_eq(atomic_load(&a.seen_nshards), n);
+        }
+        zr_pool_free(pool);
+}
+END_TEST
+
+static size_t order[SHARDS];
+static size_t order_len;
+
+static void record_order(void *arg, size_t shard, size_t nshards) {
+        order[order_len++] = shard;
+}
+
+START_TEST(test_null_pool_runs_inline_in_order) {
+        order_len = 0;
+        zr_pool_parallel(NULL, 5, record_order, NULL);
+        ck_assert_uint_eq(order_len, 5);
+        for (size_t i = 0; i < 5; i++)
+                ck_assert_uint_eq(order[i], i);
+        ck_assert_uint_eq(zr_pool_threads(NULL), 0);
+        ck_assert_uint_eq(zr_pool_shards(NULL, 100), 1);
+        ck_assert_int_eq(zr_pool_submit(NULL, NULL, NULL), -EINVAL);
+}
+END_TEST
+
+START_TEST(test_shards) {
+        zr_pool *pool = NULL;
+        ck_assert_int_eq(zr_pool_new(2, &pool), 0);
+        ck_assert_uint_eq(zr_pool_shards(pool, 0), 1);
+        ck_assert_uint_eq(zr_pool_shards(pool, 2), 2);
+        ck_assert_uint_eq(zr_pool_shards(pool, 100), 3);
+        zr_pool_free(pool);
+}
+END_TEST
+
+static void nested_shard(void *arg, size_t shard, size_t nshards) {
+        count_arg *outer = arg;
+        count_arg inner;
+        memset(&inner, 0, sizeof(inner));
+        zr_pool_parallel(outer->pool, 8, count_shard, &inner);
+        for (size_t i = 0; i < 8; i++)
+                if (atomic_load(&inner.hits[i]) == 1)
+                        atomic_fetch_add(&outer->hits[shard], 1);
+}
+
+START_TEST(test_nested_parallel) {
+        zr_pool *pool = NULL;
+        ck_assert_int_eq(zr_pool_new(2, &pool), 0);
+        for (int round = 0; round < 50; round++) {
+                count_arg a;
+                memset(&a, 0, sizeof(a));
+                a.pool = pool;
+                zr_pool_parallel(pool, 6, nested_shard, &a);
+                for (size_t i = 0; i < 6; i++)
+                        ck_assert_int_eq(atomic_load(&a.hits[i]), 8);
+        }
+        zr_pool_free(pool);
+}
+END_TEST
+
+static _Atomic int task_count;
+
+static void count_task(void *arg) {
+        atomic_fetch_add(&task_count, 1);
+}
+
+typedef struct gate {
+        pthread_mutex_t m;
+        pthread_cond_t c;
+        int started, released;
+} gate;
+
+static void blocking_task(void *arg) {
+        gate *g = arg;
+        pthread_mutex_lock(&g->m);
+        g->started = 1;
+        pthread_cond_broadcast(&g->c);
+        while (!g->released)
+                pthread_cond_wait(&g->c, &g->m);
+        pthread_mutex_unlock(&g->m);
+        atomic_fetch_add(&task_count, 1);
+}
+
+START_TEST(test_submit_bounded_queue) {
+        zr_pool *pool = NULL;
+        gate g = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0 };
+        int queued = 0;
+
+        atomic_store(&task_count, 0);
+        ck_assert_int_eq(zr_pool_new(1, &pool), 0);
+        ck_assert_int_eq(zr_pool_submit(pool, blocking_task, &g), 0);
+        pthread_mutex_lock(&g.m);
+        while (!g.started)
+                pthread_cond_wait(&g.c, &g.m);
+        pthread_mutex_unlock(&g.m);
+        /* the only worker is held: the queue fills and then refuses */
+        for (;;) {
+                int r = zr_pool_try_submit(pool, count_task, NULL);
+                if (r == -EAGAIN)
+                        break;
+                ck_assert_int_eq(r, 0);
+                queued++;
+                ck_assert_int_le(queued, 100000);
+        }
+        ck_assert_int_eq(queued, 256);
+        pthread_mutex_lock(&g.m);
+        g.released = 1;
+        pthread_cond_broadcast(&g.c);
+        pthread_mutex_unlock(&g.m);
+        ck_assert_int_eq(zr_pool_submit(pool, count_task, NULL), 0);
+        zr_pool_free(pool); /* runs every queued task first */
+        ck_assert_int_eq(atomic_load(&task_count), 1 + 256 + 1);
+}
+END_TEST
+
+int main(void) {
+        Suite *s = suite_create("pool");
+        TCase *tc = tcase_create("core");
+        tcase_add_test(tc, test_parallel_each_shard_once);
+        tcase_add_test(tc, test_null_pool_runs_inline_in_order);
+        tcase_add_test(tc, test_shards);
+        tcase_add_test(tc, test_nested_parallel);
+        tcase_add_test(tc, test_submit_bounded_queue);
+        suite_add_tcase(s, tc);
+        SRunner *sr = srunner_create(s);
+        srunner_run_all(sr, CK_NORMAL);
+        int failed = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
