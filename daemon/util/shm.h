@@ -1,0 +1,47 @@
+/* shm.h: shared memory as memfds: the daemon's own (read buffers, loader rings)
+ * and the ones clients pass in (append data, dictionaries).
+ *
+ * A daemon-made region is a memfd sized to a multiple of the page size, mapped
+ * read-write by the daemon, pre-faulted (so a batch written later costs no page
+ * faults), and sealed against shrink and grow (and against new writable mappings
+ * where the kernel has F_SEAL_FUTURE_WRITE), then F_SEAL_SEAL. Its descriptor is
+ * what the daemon passes to the client, which maps it read-only.
+ *
+ * A client-made region must be a memfd sealed F_SEAL_WRITE | F_SEAL_SHRINK |
+ * F_SEAL_GROW, so its bytes cannot change between validation and use.
+ */
+#ifndef ZR_UTIL_SHM_H
+#define ZR_UTIL_SHM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/error.h"
+
+#define ZR_SHM_PAGE 4096 /* the granule of every size (mappings are page granular) */
+
+typedef struct zr_shm {
+        int fd;        /* the memfd, CLOEXEC; -1 when empty */
+        void *data;    /* the mapping */
+        size_t size;   /* bytes mapped (a multiple of ZR_SHM_PAGE for daemon-made ones) */
+        int writable;  /* 1 if data is mapped PROT_WRITE */
+} zr_shm;
+
+/* Rounds up to a multiple of ZR_SHM_PAGE; 0 on overflow. */
+size_t zr_shm_round(size_t bytes);
+
+/* Creates a daemon-made region of at least `bytes` bytes (rounded up) named
+ * `name` (for /proc/PID/fd), mapped read-write, pre-faulted and sealed. Returns 0
+ * and fills *ret, or -errno (ENOMEM, EMFILE, ...) with *err set. */
+int zr_shm_create(const char *name, size_t bytes, zr_shm *ret, zr_error *err);
+
+/* Maps a client-passed memfd read-only after checking that it is a memfd with
+ * F_SEAL_WRITE, F_SEAL_SHRINK and F_SEAL_GROW (ZR_E_BAD_FD otherwise) and holds at
+ * least `min_bytes` (ZR_E_BUFFER otherwise). Takes ownership of fd on success
+ * and on failure (closed). A 0-byte memfd maps nothing (data NULL, size 0). */
+int zr_shm_map_sealed(int fd, size_t min_bytes, zr_shm *ret, zr_error *err);
+
+/* Unmaps and closes; leaves *shm empty. NULL or an empty region allowed. */
+void zr_shm_release(zr_shm *shm);
+
+#endif

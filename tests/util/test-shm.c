@@ -1,0 +1,95 @@
+/* test-shm.c: daemon-made regions are page-rounded, sealed and not writable by
+ * anyone else; client-passed memfds are accepted only sealed and large enough. */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "util/shm.h"
+
+START_TEST(test_create_sealed) {
+        zr_shm s;
+        zr_error err = {0};
+        ck_assert_int_eq(zr_shm_create("zr-test", 5000, &s, &err), 0);
+        ck_assert_uint_eq(s.size, 8192);
+        ck_assert(fcntl(s.fd, F_GETFD) & FD_CLOEXEC);
+        memset(s.data, 0xab, s.size); /* the daemon's own mapping stays writable */
+        int seals = fcntl(s.fd, F_GET_SEALS);
+        ck_assert(seals & F_SEAL_SHRINK);
+        ck_assert(seals & F_SEAL_GROW);
+        ck_assert(seals & F_SEAL_SEAL);
+        ck_assert_int_lt(ftruncate(s.fd, 4096), 0);
+        ck_assert_int_lt(ftruncate(s.fd, 1 << 20), 0);
+        /* a reader's mapping sees the bytes; a new writable mapping is refused */
+        unsigned char *ro = mmap(NULL, s.size, PROT_READ, MAP_SHARED, s.fd, 0);
+        ck_assert_ptr_ne(ro, MAP_FAILED);
+        ck_assert_int_eq(ro[8191], 0xab);
+        munmap(ro, s.size);
+        void *rw = mmap(NULL, s.size, PROT_READ | PROT_WRITE, MAP_SHARED, s.fd, 0);
+        ck_assert_ptr_eq(rw, MAP_FAILED);
+        zr_shm_release(&s);
+        ck_assert_int_eq(s.fd, -1);
+        zr_shm_release(&s); /* twice is fine */
+        ck_assert_uint_eq(zr_shm_round(0), 0);
+        ck_assert_uint_eq(zr_shm_round(1), 4096);
+        ck_assert_uint_eq(zr_shm_round(SIZE_MAX), 0);
+}
+END_TEST
+
+static int client_memfd(size_t bytes, int seals) {
+        int fd = memfd_create("client", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        ck_assert_int_ge(fd, 0);
+        char buf[256];
+        memset(buf, 7, sizeof(buf));
+        for (size_t done = 0; done < bytes;) {
+                size_t n = bytes - done < sizeof(buf) ? bytes - done : sizeof(buf);
+                ck_assert_int_eq(write(fd, buf, n), (ssize_t)n);
+                done += n;
+        }
+        if (seals)
+                ck_assert_int_eq(fcntl(fd, F_ADD_SEALS, seals), 0);
+        return fd;
+}
+
+START_TEST(test_map_sealed) {
+        zr_shm s;
+        zr_error err = {0};
+        const int all = F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW;
+        ck_assert_int_eq(zr_shm_map_sealed(client_memfd(1000, all), 1000, &s, &err), 0);
+        ck_assert_uint_eq(s.size, 1000);
+        ck_assert_int_eq(((unsigned char *)s.data)[999], 7);
+        zr_shm_release(&s);
+
+        ck_assert_int_eq(zr_shm_map_sealed(client_memfd(1000, F_SEAL_SHRINK | F_SEAL_GROW), 10, &s, &err),
+                         -ZR_E_BAD_FD);
+        ck_assert_ptr_nonnull(strstr(err.message, "not sealed"));
+        zr_error_clear(&err);
+        ck_assert_int_eq(zr_shm_map_sealed(client_memfd(100, all), 101, &s, &err), -ZR_E_BUFFER);
+        zr_error_clear(&err);
+        int p[2];
+        ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
+        ck_assert_int_eq(zr_shm_map_sealed(p[0], 0, &s, &err), -ZR_E_BAD_FD);
+        ck_assert_int_eq(fcntl(p[0], F_GETFD), -1); /* taken and closed on failure */
+        ck_assert_int_eq(errno, EBADF);
+        close(p[1]);
+        ck_assert_int_eq(zr_shm_map_sealed(client_memfd(0, all), 0, &s, &err), 0);
+        ck_assert_ptr_null(s.data);
+        zr_shm_release(&s);
+}
+END_TEST
+
+int main(void) {
+        Suite *s = suite_create("shm");
+        TCase *tc = tcase_create("core");
+        tcase_add_test(tc, test_create_sealed);
+        tcase_add_test(tc, test_map_sealed);
+        suite_add_tcase(s, tc);
+        SRunner *sr = srunner_create(s);
+        srunner_run_all(sr, CK_NORMAL);
+        int failed = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
