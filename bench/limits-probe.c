@@ -211,21 +211,27 @@ out:
         ZSTD_freeCCtx(cctx);
 }
 
-int limits_frames_new(limits_team *team, const uint8_t *src, size_t rec, size_t n, int level,
-                      const ZSTD_CDict *cdict, limits_frames **ret) {
+limits_frames *limits_frames_alloc(size_t n, size_t rec) {
         limits_frames *f = calloc(1, sizeof(*f));
-        int r;
 
         if (!f)
-                return -ENOMEM;
+                return NULL;
         f->n = n;
         f->rec = rec;
         f->frame = calloc(n ? n : 1, sizeof(*f->frame));
         f->len = calloc(n ? n : 1, sizeof(*f->len));
-        if (!f->frame || !f->len) {
-                r = -ENOMEM;
-                goto fail;
-        }
+        if (!f->frame || !f->len)
+                return limits_frames_free(f);
+        return f;
+}
+
+int limits_frames_new(limits_team *team, const uint8_t *src, size_t rec, size_t n, int level,
+                      const ZSTD_CDict *cdict, limits_frames **ret) {
+        limits_frames *f = limits_frames_alloc(n, rec);
+        int r;
+
+        if (!f)
+                return -ENOMEM;
         compress_job j = { .src = src, .rec = rec, .level = level, .cdict = cdict, .f = f };
         limits_team_run(team, compress_shard, &j);
         if (j.failed) {

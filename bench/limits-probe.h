@@ -59,6 +59,12 @@ typedef struct limits_frames {
 int limits_frames_new(limits_team *team, const uint8_t *src, size_t rec, size_t n, int level,
                       const ZSTD_CDict *cdict, limits_frames **ret);
 
+/* Allocates an empty set of n frames of records of rec bytes, for a caller
+ * that fills frame[i] (each malloc()ed: limits_frames_free() frees them), len[i]
+ * and total itself (store-bench takes the store's own frames). NULL if out of
+ * memory. */
+limits_frames *limits_frames_alloc(size_t n, size_t rec);
+
 /* Frees frames. NULL allowed. Returns NULL. */
 limits_frames *limits_frames_free(limits_frames *f);
 
