@@ -132,7 +132,7 @@ static size_t feistel_stragglers(const uint32_t *x, size_t lanes, uint32_t last,
         return c;
 }
 
-#if defined(__GNUC__) && defined(__x86_64__)
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(ZR_SAMPLER_GENERIC_ONLY)
 #include <immintrin.h>
 
 /* As feistel_stragglers(), 16 lanes per step with AVX-512 compress. lanes is a
