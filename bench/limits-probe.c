@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 struct limits_team {
         pthread_mutex_t lock;
@@ -166,6 +167,44 @@ void limits_memcpy_gather(limits_team *team, uint8_t *dst, const uint8_t *src, s
                           const uint64_t *idx, size_t n) {
         memcpy_job j = { .dst = dst, .src = src, .rec = rec, .idx = idx, .n = n };
         limits_team_run(team, memcpy_shard, &j);
+}
+
+typedef struct pread_job {
+        const int *fd;
+        const uint64_t *off;
+        size_t rec;
+        uint8_t *dst;
+        const uint64_t *idx;
+        size_t n;
+        int failed; /* a positive errno, or EIO for a short read */
+} pread_job;
+
+static void pread_shard(void *arg, size_t s, size_t ns) {
+        pread_job *j = arg;
+        size_t b, e;
+        shard_range(j->n, s, ns, &b, &e);
+        for (size_t i = b; i < e; i++) {
+                uint64_t k = j->idx[i];
+                size_t done = 0;
+                while (done < j->rec) {
+                        ssize_t r = pread(j->fd[k], j->dst + i * j->rec + done, j->rec - done,
+                                          (off_t)(j->off[k] + done));
+                        if (r < 0 && errno == EINTR)
+                                continue;
+                        if (r <= 0) {
+                                __atomic_store_n(&j->failed, r < 0 ? errno : EIO, __ATOMIC_RELAXED);
+                                return;
+                        }
+                        done += (size_t)r;
+                }
+        }
+}
+
+int limits_pread_gather(limits_team *team, const int *fd, const uint64_t *off, size_t rec,
+                        uint8_t *dst, const uint64_t *idx, size_t n) {
+        pread_job j = { .fd = fd, .off = off, .rec = rec, .dst = dst, .idx = idx, .n = n };
+        limits_team_run(team, pread_shard, &j);
+        return j.failed ? -j.failed : 0;
 }
 
 typedef struct compress_job {

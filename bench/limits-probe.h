@@ -43,6 +43,14 @@ void limits_team_run(limits_team *team, limits_shard_fn fn, void *arg);
 void limits_memcpy_gather(limits_team *team, uint8_t *dst, const uint8_t *src, size_t rec,
                           const uint64_t *idx, size_t n);
 
+/* Reads record idx[i] (rec bytes at offset off[idx[i]] of descriptor
+ * fd[idx[i]]) into dst + i * rec with one pread each, for every i in [0, n), in
+ * contiguous shards on the team: what a store that reads its files with pread
+ * can reach at best, with the table lookups taken away. Returns 0, or -errno,
+ * or -EIO for a short read. */
+int limits_pread_gather(limits_team *team, const int *fd, const uint64_t *off, size_t rec,
+                        uint8_t *dst, const uint64_t *idx, size_t n);
+
 /* n zstd frames of fixed-size records, as the store would write them. */
 typedef struct limits_frames {
         size_t n;

@@ -171,7 +171,10 @@ typedef struct work {
         const limits_frames *frames;
         const ZSTD_DDict *ddict;
         limits_team *team;
-        int kind; /* 0 memcpy, 1 zstd probe, 2 store */
+        int kind; /* 0 memcpy, 1 zstd probe, 2 store gather, 3 store locate, 4 pread probe */
+        const int *pfd;       /* kind 4: descriptor and offset of every record */
+        const uint64_t *poff;
+        zr_loc *locs; /* kind 3: one batch of table entries */
 } work;
 
 static int work_step(void *arg, uint64_t k) {
@@ -187,10 +190,18 @@ static int work_step(void *arg, uint64_t k) {
         case 1:
                 r = limits_zstd_gather(w->team, w->b->dctx, w->ddict, w->frames, w->dst, idx, w->batch);
                 break;
-        default:
+        case 2:
                 r = zr_store_gather(w->s, idx, w->batch, w->dst, (uint64_t)w->batch * w->rec, NULL, &err);
                 if (r < 0)
                         fprintf(stderr, "store-bench: gather: %s\n", err.message);
+                break;
+        case 4:
+                r = limits_pread_gather(w->team, w->pfd, w->poff, w->rec, w->dst, idx, w->batch);
+                break;
+        default:
+                r = zr_store_locate(w->s, idx, w->batch, w->locs, &err);
+                if (r < 0)
+                        fprintf(stderr, "store-bench: locate: %s\n", err.message);
                 break;
         }
         return r;
@@ -258,6 +269,52 @@ static limits_frames *frames_of_store(work *w, int dfd) {
         free(all);
         free(locs);
         return f;
+}
+
+/* Times limits_pread_gather() over the raw store's chunk files, with every
+ * record's location looked up beforehand. */
+static double pread_probe(work *w, zr_store *s, int dfd, double *ret_best) {
+        zr_loc *locs = calloc(w->nrec, sizeof(*locs));
+        uint64_t *all = calloc(w->nrec, sizeof(*all));
+        uint64_t *off = calloc(w->nrec, sizeof(*off));
+        int *fd = calloc(w->nrec, sizeof(*fd));
+        int fds[64];
+        size_t nfds = 0;
+        zr_error err = {0};
+
+        if (!locs || !all || !off || !fd)
+                die("out of memory");
+        for (size_t i = 0; i < w->nrec; i++)
+                all[i] = i;
+        if (zr_store_locate(s, all, w->nrec, locs, &err) < 0)
+                die("locate: %s", err.message);
+        for (size_t i = 0; i < w->nrec; i++) {
+                uint32_t c = locs[i].chunk_id;
+                if (c >= sizeof(fds) / sizeof(fds[0]))
+                        die("more chunk files than the pread probe handles");
+                while (nfds <= c) {
+                        char name[32];
+                        snprintf(name, sizeof(name), "%zu.chunk", nfds);
+                        fds[nfds] = openat(dfd, name, O_RDONLY | O_CLOEXEC);
+                        if (fds[nfds] < 0)
+                                die("open %s: %s", name, strerror(errno));
+                        nfds++;
+                }
+                fd[i] = fds[c];
+                off[i] = locs[i].offset;
+        }
+        w->kind = 4;
+        w->team = w->b->team;
+        w->pfd = fd;
+        w->poff = off;
+        double med = time_gather(w, "pread gather all threads", ret_best);
+        for (size_t i = 0; i < nfds; i++)
+                close(fds[i]);
+        free(fd);
+        free(off);
+        free(all);
+        free(locs);
+        return med;
 }
 
 /* Appends every record to a new store of `codec` in `sub`, timed; returns the
@@ -478,6 +535,13 @@ static void run_workload(bench *b, const char *name, size_t side, size_t nrec, s
         r->median = memcpy_mt;
         r->best = best;
 
+        /* pread of the raw store's own files at known offsets: the syscall path
+         * without the table */
+        double pread_mt = pread_probe(&w, raw, raw_dfd, &best);
+        r = add_result(b, "gather", name, "pread gather, all threads");
+        r->median = pread_mt;
+        r->best = best;
+
         w.s = zs;
         limits_frames *zf = frames_of_store(&w, zstd_dfd);
         w.kind = 1;
@@ -532,6 +596,23 @@ static void run_workload(bench *b, const char *name, size_t side, size_t nrec, s
                 r->best = best;
                 snprintf(r->limit, sizeof(r->limit), "%s", st[k].limit_name);
                 r->fraction = med / st[k].limit;
+                if (k == 0) {
+                        /* the part of a gather that reads the table, on its own */
+                        double *secs = calloc(b->batches, sizeof(*secs));
+                        w.locs = calloc(batch, sizeof(*w.locs));
+                        if (!secs || !w.locs)
+                                die("out of memory");
+                        w.kind = 3;
+                        if (workload_time(work_step, &w, WARM_BATCHES, b->batches, secs) < 0)
+                                die("locate failed");
+                        double loc_us = workload_median(secs, b->batches) * 1e6;
+                        double gather_us = (double)batch * (double)w.rec / (double)(1u << 30) / med * 1e6;
+                        printf("zr_store_locate alone: %.0f us per batch (median), %.0f%% of the raw "
+                               "gather's %.0f us\n", loc_us, 100.0 * loc_us / gather_us, gather_us);
+                        free(w.locs);
+                        w.locs = NULL;
+                        free(secs);
+                }
         }
 
         zr_store_close(ds, NULL);
