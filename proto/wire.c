@@ -692,6 +692,11 @@ void zr_wire_put_i64(zr_wire_writer *w, const char *key, int64_t v) {
                 writer_check(w, msgpack_pack_int64(&w->pk, v));
 }
 
+void zr_wire_put_f64(zr_wire_writer *w, const char *key, double v) {
+        if (writer_key(w, key))
+                writer_check(w, msgpack_pack_double(&w->pk, v));
+}
+
 void zr_wire_put_strn(zr_wire_writer *w, const char *key, const char *s, size_t len) {
         if (len > UINT32_MAX) {
                 writer_fail(w, -EINVAL);
@@ -748,13 +753,15 @@ int zr_wire_writer_finish(zr_wire_writer *w, uint32_t frame_max, const uint8_t *
                           size_t *ret_size, zr_wire_error *err) {
         size_t body;
 
-        if (w->error == 0 && w->depth != 1)
+        /* the body map may still be open (the usual case) or already closed */
+        if (w->error == 0 && w->depth == 1)
+                zr_wire_end(w);
+        if (w->error == 0 && (w->depth != 0 || w->sbuf.size == ZR_FRAME_HEADER_SIZE))
                 writer_fail(w, -EINVAL);
         if (w->error < 0)
                 return zr_wire_error_set(err, -w->error, w->error == -ENOMEM
                                                                  ? "out of memory building a frame"
                                                                  : "frame built out of order");
-        zr_wire_end(w);
         body = w->sbuf.size - ZR_FRAME_HEADER_SIZE;
         if (body > frame_max)
                 return zr_wire_error_set(err, ZR_E_LIMIT,

@@ -199,6 +199,8 @@ void zr_wire_put_nil(zr_wire_writer *w, const char *key);
 void zr_wire_put_bool(zr_wire_writer *w, const char *key, bool v);
 void zr_wire_put_u64(zr_wire_writer *w, const char *key, uint64_t v);
 void zr_wire_put_i64(zr_wire_writer *w, const char *key, int64_t v);
+/* Version 1 has no float field; this exists for re-encoding arbitrary bodies. */
+void zr_wire_put_f64(zr_wire_writer *w, const char *key, double v);
 /* A NUL-terminated string (NULL puts nil). */
 void zr_wire_put_str(zr_wire_writer *w, const char *key, const char *s);
 void zr_wire_put_strn(zr_wire_writer *w, const char *key, const char *s, size_t len);
@@ -208,7 +210,8 @@ void zr_wire_put_u64s(zr_wire_writer *w, const char *key, const uint64_t *v, siz
 /* An array of n uints. */
 void zr_wire_put_uint_array(zr_wire_writer *w, const char *key, const uint64_t *v, size_t n);
 
-/* Closes the body map, which must be the only container still open, and fills
+/* Closes the body map, which must be the only container still open (or be
+ * closed already), and fills
  * in the frame header. Returns 0 and sets *ret_frame and *ret_size to the whole
  * frame (header included), owned by the writer and valid until its next reset
  * or destroy. Returns the first sticky error (-ENOMEM, -EINVAL for misuse) or
