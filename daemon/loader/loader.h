@@ -1,0 +1,307 @@
+/* loader.h: the loader engine: prefetching rings of batches, resume by step,
+ * work shared between identical loaders, a decoded-record cache, fair worker
+ * time. PROTOCOL.md section 10 is the contract this layer fills.
+ *
+ * Objects
+ *
+ *   zr_loader_engine  one per daemon. Owns the decoded-record cache (a byte
+ *                     budget, settable at run time), the groups of identical
+ *                     loaders, the round-robin run queue, the queue of loaders
+ *                     with events to collect, and the totals. Borrows a
+ *                     zr_pool (it must have at least one thread).
+ *   zr_loader         one per LOADER_OPEN. Owns its ring (one memfd, slots ×
+ *                     slot_bytes, pre-faulted and sealed: util/shm.h) and the
+ *                     per-slot batch metadata (ragged offsets, lengths, shapes;
+ *                     indices). Borrows its streams' datasets, locks and
+ *                     generation counters (zr_loader_stream).
+ *
+ * Threads
+ *
+ *   The daemon's loop thread calls every function of this header. Pool workers
+ *   run "drain" tasks (at most LOADER_DRAIN_MAX at once): each takes the loader
+ *   at the head of the run queue, claims one (free slot, next step) of it, puts
+ *   the loader back at the tail if it still has a free slot (so worker time goes
+ *   round-robin, one batch per turn), and fills the slot: it copies the batch
+ *   from a group member's slot that holds the same step, or gathers it (under
+ *   each stream's lock taken shared, records decoded through the cache). A
+ *   finished slot whose step is the next to announce puts the loader on the
+ *   engine's ready queue and calls notify(). No worker ever calls into the
+ *   daemon except notify().
+ *
+ *   The daemon implements notify() by waking its loop (write an eventfd) and,
+ *   on the loop, drains: while (zr_loader_engine_next(e, &l) > 0) while
+ *   (zr_loader_poll(l, &ev) > 0) send(ev). Events of a loader come out in step
+ *   order, each step exactly once, then at most one END.
+ *
+ * Slots
+ *
+ *   FREE (may still hold an old batch that a group member can copy) → FILLING
+ *   (claimed by a worker) → READY (filled, waiting for its turn in step order)
+ *   → HELD (announced by zr_loader_poll(); the client's until
+ *   zr_loader_release()) → FREE. The engine never writes a HELD slot. A FREE
+ *   slot that a group member is copying from is pinned and is not refilled
+ *   until the copy ends (one slot copy at most).
+ *
+ * Shared work (what is shared and what is not)
+ *
+ *   Loaders with the same key (streams' dataset ids and generations, sampler,
+ *   seed, batch_size, rank, world_size) form a group. When a member needs step
+ *   s and another member's slot holds step s (or is filling it), it does not
+ *   gather: it waits for that fill and copies the slot's regions and metadata
+ *   into its own ring. Shared: the sampler, the store reads (locate and page
+ *   cache), the decoding, the staleness checks: one gather per step for the
+ *   group ("gathers" counts it once; "shared" counts the copies). Per member:
+ *   one memcpy of the batch into its own ring, because PROTOCOL.md gives every
+ *   loader its own memfd and no page can be in two memfds. A member that runs
+ *   ahead of everyone (no member holds its step) gathers for itself and becomes
+ *   the source for the others; a member that falls behind copies from whoever
+ *   still holds its step, or gathers: nobody waits for a slow member.
+ *
+ *   Compressed streams (zstd, zstd_dict) decode through one cache of decoded
+ *   records shared by every loader, keyed by (dataset_id, generation, index),
+ *   LRU within a byte budget; raw streams bypass it (a raw gather is already one
+ *   copy out of the page cache).
+ *
+ * Staleness
+ *
+ *   Every gather takes each stream's lock shared and checks, before and after,
+ *   that the stream's generation is the one seen at open. A gather (or a copy)
+ *   that starts after a change ends the loader with ZR_E_STALE at its step;
+ *   batches gathered before the change are still announced (they are intact); a
+ *   batch gathered across a change is never announced.
+ *
+ * Lock order
+ *
+ *   stream lock (rwlock, shared, one at a time, never nested) → engine->mutex →
+ *   cache->mutex (leaf) → pool->mutex (leaf, pool.h). No callback (notify)
+ *   runs with the engine mutex held; no gather or copy runs with it held.
+ *   engine->mutex is never taken while a stream lock is needed later.
+ *
+ * Errors: functions that can fail return a negative code (-errno or -ZR_E_*)
+ * and fill *err (may be NULL) with one line naming the field or stream.
+ */
+#ifndef ZR_LOADER_LOADER_H
+#define ZR_LOADER_LOADER_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dataset/dataset.h"
+#include "sampler/sampler.h"
+#include "util/error.h"
+#include "util/pool.h"
+
+typedef struct zr_loader_engine zr_loader_engine;
+typedef struct zr_loader zr_loader;
+
+/* Called from a pool worker (never with an engine lock held) when a loader
+ * has an event to collect and was not already waiting to be collected. Must be
+ * cheap and must not call into this header: write an eventfd. */
+typedef void (*zr_loader_notify_fn)(void *userdata);
+
+/* ---- the engine ------------------------------------------------------------ */
+
+/* Creates the engine. `pool` (borrowed, must outlive the engine, at least one
+ * thread) runs the gathers; `cache_bytes` is the decoded-record cache's budget
+ * (0 disables the cache); notify(notify_userdata) is called as above (notify
+ * may be NULL for a caller that polls). Returns 0 and sets *ret, or -EINVAL (no
+ * pool or a pool without threads), -ENOMEM. */
+int zr_loader_engine_new(zr_pool *pool, uint64_t cache_bytes, zr_loader_notify_fn notify,
+                         void *notify_userdata, zr_loader_engine **ret, zr_error *err);
+
+/* Frees the engine. Every loader must have been freed first (the engine then
+ * waits for its last drain task to return). NULL allowed. Returns NULL. */
+zr_loader_engine *zr_loader_engine_free(zr_loader_engine *e);
+
+/* Sets the cache budget (SIGHUP); evicts down to it at once. */
+void zr_loader_engine_set_cache_bytes(zr_loader_engine *e, uint64_t cache_bytes);
+
+/* Drops every cached record of `dataset_id` (call after a mutation of that
+ * dataset; entries of old generations would only waste budget). Entries in use
+ * by a gather are freed when it ends. */
+void zr_loader_engine_drop_dataset(zr_loader_engine *e, uint64_t dataset_id);
+
+/* Pops a loader that has events to collect: returns 1 and sets *ret, or 0 when
+ * none is left. The loader stays valid (the daemon owns it); collect its events
+ * with zr_loader_poll() until it returns 0. Also retries a drain task that the
+ * pool's queue refused earlier, so call it on every notify. */
+int zr_loader_engine_next(zr_loader_engine *e, zr_loader **ret);
+
+typedef struct zr_loader_engine_counters {
+        uint64_t loaders;   /* open loaders */
+        uint64_t batches;   /* batches announced, since start */
+        uint64_t gathers;   /* gathers done (a group's gather counts once) */
+        uint64_t shared;    /* batches copied from a group member instead of gathered */
+        uint64_t hits;      /* cache lookups that found the record */
+        uint64_t misses;    /* cache lookups that did not (compressed streams only) */
+        uint64_t bytes;     /* bytes written into rings */
+        uint64_t evictions; /* cache entries evicted to make room */
+        uint64_t cache_budget;  /* bytes allowed */
+        uint64_t cache_bytes;   /* bytes resident */
+        uint64_t cache_entries; /* records resident */
+} zr_loader_engine_counters;
+
+/* Fills *ret with the totals since the engine started. */
+void zr_loader_engine_counters_get(zr_loader_engine *e, zr_loader_engine_counters *ret);
+
+/* ---- a loader -------------------------------------------------------------- */
+
+/* One stream of a loader, filled by the daemon from its registry. Everything
+ * pointed to is borrowed and must stay valid until zr_loader_free() returns
+ * (the daemon holds a reference on the dataset for the loader's lifetime). */
+typedef struct zr_loader_stream {
+        zr_dataset *ds;
+        /* taken shared around each gather of this stream; every mutation of the
+         * dataset takes it exclusive */
+        pthread_rwlock_t *lock;
+        /* bumped (under the exclusive lock) by every mutation of the dataset */
+        _Atomic uint64_t *generation;
+        /* stable identity of the dataset in this daemon: the cache key and the
+         * group key. Two streams of one loader may name the same dataset. */
+        uint64_t dataset_id;
+        /* ragged only: bytes reserved per slot for this stream's batch; 0 for the
+         * default, 2 × batch_size × the mean record size (sampled) plus 8 bytes
+         * of alignment per record, rounded up to ZR_STREAM_ALIGN. Ignored for
+         * dense streams (exactly batch_size × record bytes). */
+        uint64_t capacity;
+        /* for messages ("stream 1 (label)"); may be NULL */
+        const char *name;
+} zr_loader_stream;
+
+typedef struct zr_loader_params {
+        enum zr_sampler_mode mode;
+        uint64_t batch_size;  /* >= 1, <= the streams' length */
+        uint64_t seed;
+        uint64_t start_step;  /* any u64 */
+        uint32_t rank;        /* < world_size */
+        uint32_t world_size;  /* >= 1 (0 is ZR_E_SAMPLER) */
+        uint32_t prefetch;    /* slots, 1..ZR_PREFETCH_MAX (ZR_E_LIMIT otherwise) */
+        int has_length;       /* 1: `length` is the length the client expects */
+        uint64_t length;      /* if has_length and the streams differ: ZR_E_STALE */
+        uint64_t ring_bytes_max; /* 0: no limit; else a larger ring is ZR_E_LIMIT */
+} zr_loader_params;
+
+/* Opens a loader over streams[0..nstreams) (1..ZR_STREAMS_MAX; copied) with
+ * params *p, and starts filling its slots. `userdata` is the daemon's (see
+ * zr_loader_userdata()).
+ *
+ * Checks, in order: nstreams (ZR_E_PROTO), prefetch (ZR_E_LIMIT), equal stream
+ * lengths (ZR_E_MISALIGNED, naming every stream and its length), the expected
+ * length (ZR_E_STALE), the sampler parameters with n = the length
+ * (ZR_E_SAMPLER: batch_size 0 or larger than the length, rank >= world_size,
+ * world_size 0, ...), the ring size (ZR_E_LIMIT over ring_bytes_max, EOVERFLOW
+ * if it does not fit in memory), then creates the ring (-errno of memfd or mmap).
+ * The lengths and generations are read under each stream's lock. Returns 0 and
+ * sets *ret (release with zr_loader_free()).
+ *
+ * Example:
+ *     zr_loader_stream s = { .ds = ds, .lock = &reg->lock, .generation = &reg->gen,
+ *                            .dataset_id = reg->id };
+ *     zr_loader_params p = { .mode = ZR_SAMPLER_CYCLIC, .batch_size = 256, .seed = 7,
+ *                            .start_step = 1000, .world_size = 1, .prefetch = 4 };
+ *     r = zr_loader_new(engine, &s, 1, &p, session, &loader, &err); */
+int zr_loader_new(zr_loader_engine *e, const zr_loader_stream *streams, size_t nstreams,
+                  const zr_loader_params *p, void *userdata, zr_loader **ret, zr_error *err);
+
+/* Stops the loader, waits for its own work in flight (at most one batch gather
+ * or copy per worker, plus a copy a group member is making from one of its
+ * slots), unmaps and closes its ring (a descriptor the daemon dup()ed and passed
+ * stays valid for the client) and frees it. Events not collected are dropped.
+ * NULL allowed. Returns NULL. Loop thread. */
+zr_loader *zr_loader_free(zr_loader *l);
+
+/* The daemon's userdata given at open. */
+void *zr_loader_userdata(const zr_loader *l);
+
+/* The ring: its memfd (owned by the loader: dup() it to pass it), its size
+ * (slots × slot_bytes), the number of slots and the size of one (a multiple of
+ * 4096). */
+int zr_loader_ring_fd(const zr_loader *l);
+uint64_t zr_loader_ring_bytes(const zr_loader *l);
+uint32_t zr_loader_slots(const zr_loader *l);
+uint64_t zr_loader_slot_bytes(const zr_loader *l);
+/* The ring's mapping (read-write, the daemon's), for tests and benchmarks. */
+const void *zr_loader_ring_data(const zr_loader *l);
+
+/* Stream i's region inside every slot: its offset (a multiple of
+ * ZR_STREAM_ALIGN) and capacity in bytes. i < nstreams. */
+size_t zr_loader_nstreams(const zr_loader *l);
+uint64_t zr_loader_stream_offset(const zr_loader *l, size_t i);
+uint64_t zr_loader_stream_capacity(const zr_loader *l, size_t i);
+
+/* The length the sampler uses (the streams' common length at open). */
+uint64_t zr_loader_length(const zr_loader *l);
+
+enum zr_loader_event_kind {
+        ZR_LOADER_EVENT_BATCH = 1,
+        ZR_LOADER_EVENT_END = 2,
+};
+
+/* One stream of a BATCH event. The arrays belong to the slot: valid until the
+ * slot is released or the loader is freed. */
+typedef struct zr_loader_stream_batch {
+        uint64_t offset; /* ring offset of the stream's data: slot start + region offset */
+        uint64_t bytes;  /* bytes used in the region */
+        uint32_t ndim;   /* ragged: dims per record; 0 for a dense stream */
+        /* ragged only (NULL for dense), batch_size entries each (shapes:
+         * batch_size × ndim): the ring offset of each record's payload (its
+         * header is the 8 × (1 + ndim) bytes before it, records start at
+         * multiples of ZR_RECORD_ALIGN), its payload bytes, its dims */
+        const uint64_t *offsets;
+        const uint64_t *lengths;
+        const uint64_t *shapes;
+} zr_loader_stream_batch;
+
+typedef struct zr_loader_event {
+        enum zr_loader_event_kind kind;
+        /* BATCH: the batch's step. END: the first step that will not be
+         * announced (0 after the batch of step 2^64 - 1: the domain is used up) */
+        uint64_t step;
+        /* BATCH */
+        uint32_t slot;
+        uint64_t batch_size;
+        size_t nstreams;
+        const zr_loader_stream_batch *streams; /* nstreams, in open order */
+        const uint64_t *indices;               /* batch_size record indices */
+        /* END: a positive code (ZR_E_STALE, ZR_E_BUFFER, ZR_E_SAMPLER,
+         * ZR_E_DECODE, ZR_E_CORRUPT, EIO, ENOMEM, or the code given to
+         * zr_loader_stop()), and one line for a person, valid until the loader is
+         * freed. ZR_E_BUFFER: `needed` holds the bytes the stream's batch needs. */
+        int code;
+        const char *message;
+        uint64_t needed;
+} zr_loader_event;
+
+/* Collects the loader's next event: returns 1 and fills *ret, or 0 if there is
+ * none now. A BATCH hands its slot to the client (HELD) until
+ * zr_loader_release(); the END comes once, after the last batch, and then
+ * poll returns 0 for ever. Loop thread. */
+int zr_loader_poll(zr_loader *l, zr_loader_event *ret);
+
+/* Gives `slot` back; the loader refills it. Returns 0, or -ZR_E_PROTO (slot out
+ * of range or not held: the daemon sends a FAULT). After the END event was
+ * collected every call returns 0 and does nothing (PROTOCOL.md, RELEASE). Loop
+ * thread. */
+int zr_loader_release(zr_loader *l, uint32_t slot, zr_error *err);
+
+/* Ends the loader early with `code` (positive, e.g. ZR_E_SHUTDOWN) and
+ * `message`: no new step is started; steps already started are announced, then
+ * an END with this code. Does nothing if an end is already decided. */
+void zr_loader_stop(zr_loader *l, int code, const char *message);
+
+typedef struct zr_loader_counters {
+        uint64_t step;      /* the next step to announce */
+        uint64_t batches;   /* batches announced */
+        uint64_t gathers;   /* gathers this loader did (for its group too) */
+        uint64_t shared;    /* batches it copied from a group member */
+        uint64_t hits, misses; /* its cache lookups */
+        uint64_t bytes;     /* bytes written into its ring */
+        uint64_t evictions; /* evictions its cache inserts caused */
+} zr_loader_counters;
+
+/* Fills *ret with the loader's counters. */
+void zr_loader_counters_get(zr_loader *l, zr_loader_counters *ret);
+
+#endif
