@@ -1,17 +1,17 @@
 /* feistel.c: the cyclic sampler's keyed permutation: an alternating Feistel
  * network over the next power of two, cycle-walked into [0, n).
  *
- * Odd widths split unevenly (low = floor(w/2) bits on the right in round 0); each
- * round moves the right half to the top, so the halves swap sizes every round and
- * an even number of rounds ends in the starting layout. Halves are at most 32 bits
- * (w <= 64), so one 32-bit round function serves every n.
+ * Odd widths split unevenly (a = floor(w/2) bits on the right); the halves swap
+ * sizes every round and an even number of rounds ends in the starting layout.
+ * Halves are at most 32 bits (w <= 64), so one 32-bit round function serves every n.
  *
- * For w <= 32 a block of lanes runs as uint32 in a vectorized kernel: every lane is
- * encrypted, then every lane still >= n is encrypted again (a blend, no branch)
- * until none is left; the walk is the cost above iid (at n = 10^6, 4.6% of lanes
- * walk and a block needs about two passes). Wider domains take the scalar path. The cost per index does
- * not depend on the step, the cycle or n beyond the walk's expected 2^w / n passes
- * (< 2). Nothing allocates.
+ * For w <= 32 a chunk of positions runs as uint32 lanes through vectorized kernels:
+ * every lane is encrypted once; the stragglers (lanes still >= n, about 5% at
+ * n = 10^6) are gathered and walked together, a blend per pass, until none is
+ * left; they are scattered back. The walk is most of the cost above iid. Wider
+ * domains take the scalar path. The cost per index depends on neither the step
+ * nor the cycle, only on n through the walk's expected 2^w / n passes (< 2 for
+ * n >= 3). Nothing allocates; a chunk uses 12 KiB of stack.
  */
 #include "sampler/feistel.h"
 
