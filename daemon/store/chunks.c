@@ -1,10 +1,14 @@
-/* chunks.c: numbered, fixed-size, sparse store files and their descriptors.
+/* chunks.c: numbered, fixed-size, sparse store files, their descriptors and
+ * their read-only mappings.
  *
- * The descriptor array is published through an atomic pointer; when it grows a
+ * The entry array is published through an atomic pointer; when it grows a
  * larger copy is published and the old one is kept until the table is freed, so
- * a reader that loaded the old pointer still reads valid memory. Files are
- * opened relative to the store's directory, O_CLOEXEC|O_NOFOLLOW. It does not
- * decide which files a store needs; the store does.
+ * a reader that loaded the old pointer still reads valid memory. An entry's
+ * mapping is set before its descriptor is published (release), so a reader that
+ * sees the descriptor sees the mapping. Files are opened relative to the store's
+ * directory, O_CLOEXEC|O_NOFOLLOW. Mappings are PROT_READ|MAP_SHARED and cover
+ * only bytes the file holds, so a read inside one never faults past the end of
+ * the file. It does not decide which files a store needs; the store does.
  */
 #include "store/chunks.h"
 
@@ -15,13 +19,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdint.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+typedef struct files_entry {
+        _Atomic int fd;      /* -1 while not open */
+        const uint8_t *map;  /* read-only mapping, or NULL */
+        uint64_t map_len;    /* bytes mapped, all inside the file */
+} files_entry;
 
 typedef struct files_array {
         uint32_t cap;
         struct files_array *retired; /* older arrays, freed with the table */
-        _Atomic int fds[];
+        files_entry e[];
 } files_array;
 
 struct zr_files {
@@ -29,22 +40,26 @@ struct zr_files {
         const char *suffix;
         uint64_t file_size;
         int read_only;
+        int map;
         uint32_t count;
         _Atomic(files_array *) array;
 };
 
 static files_array *files_array_new(uint32_t cap) {
-        files_array *a = malloc(sizeof(*a) + (size_t)cap * sizeof(a->fds[0]));
+        files_array *a = malloc(sizeof(*a) + (size_t)cap * sizeof(a->e[0]));
         if (!a)
                 return NULL;
         a->cap = cap;
         a->retired = NULL;
-        for (uint32_t i = 0; i < cap; i++)
-                atomic_init(&a->fds[i], -1);
+        for (uint32_t i = 0; i < cap; i++) {
+                atomic_init(&a->e[i].fd, -1);
+                a->e[i].map = NULL;
+                a->e[i].map_len = 0;
+        }
         return a;
 }
 
-int zr_files_new(int dirfd, const char *suffix, uint64_t file_size, int read_only,
+int zr_files_new(int dirfd, const char *suffix, uint64_t file_size, int read_only, int map,
                  zr_files **ret) {
         zr_files *t = calloc(1, sizeof(*t));
         if (!t)
@@ -58,6 +73,7 @@ int zr_files_new(int dirfd, const char *suffix, uint64_t file_size, int read_onl
         t->suffix = suffix;
         t->file_size = file_size;
         t->read_only = read_only;
+        t->map = map;
         atomic_init(&t->array, a);
         *ret = t;
         return 0;
@@ -68,7 +84,9 @@ zr_files *zr_files_free(zr_files *t) {
                 return NULL;
         files_array *a = atomic_load(&t->array);
         for (uint32_t i = 0; i < a->cap; i++) {
-                int fd = atomic_load(&a->fds[i]);
+                int fd = atomic_load(&a->e[i].fd);
+                if (a->e[i].map)
+                        munmap((void *)a->e[i].map, a->e[i].map_len);
                 if (fd >= 0)
                         close(fd);
         }
@@ -85,7 +103,17 @@ int zr_files_fd(const zr_files *t, uint32_t id) {
         files_array *a = atomic_load_explicit(&t->array, memory_order_acquire);
         if (id >= a->cap)
                 return -1;
-        return atomic_load_explicit(&a->fds[id], memory_order_relaxed);
+        return atomic_load_explicit(&a->e[id].fd, memory_order_acquire);
+}
+
+const uint8_t *zr_files_map(const zr_files *t, uint32_t id, uint64_t *ret_len) {
+        files_array *a = atomic_load_explicit(&t->array, memory_order_acquire);
+        if (id >= a->cap || atomic_load_explicit(&a->e[id].fd, memory_order_acquire) < 0) {
+                *ret_len = 0;
+                return NULL;
+        }
+        *ret_len = a->e[id].map_len;
+        return a->e[id].map;
 }
 
 uint32_t zr_files_count(const zr_files *t) {
@@ -98,10 +126,12 @@ int zr_files_open(zr_files *t, uint32_t id, int create, uint64_t min_size,
         char name[32];
         struct stat st;
         int fd = -1, created = 0, r;
+        const uint8_t *map = NULL;
+        uint64_t map_len = 0;
 
         if (ret_created)
                 *ret_created = 0;
-        if (id < a->cap && atomic_load(&a->fds[id]) >= 0)
+        if (id < a->cap && atomic_load(&a->e[id].fd) >= 0)
                 return 0;
         snprintf(name, sizeof(name), "%" PRIu32 "%s", id, t->suffix);
 
@@ -136,6 +166,16 @@ int zr_files_open(zr_files *t, uint32_t id, int create, uint64_t min_size,
                                  (uint64_t)st.st_size, min_size);
                 goto fail;
         }
+        uint64_t size = (uint64_t)st.st_size;
+        if (create && !t->read_only && size < t->file_size)
+                size = t->file_size;
+        map_len = size < t->file_size ? size : t->file_size;
+        if (t->map && map_len > 0) {
+                /* best effort: without a mapping, reads fall back to pread */
+                void *m = mmap(NULL, map_len, PROT_READ, MAP_SHARED, fd, 0);
+                if (m != MAP_FAILED)
+                        map = m;
+        }
 
         if (id >= a->cap) {
                 uint32_t cap = a->cap;
@@ -146,20 +186,27 @@ int zr_files_open(zr_files *t, uint32_t id, int create, uint64_t min_size,
                         r = zr_error_set(err, ENOMEM, "%s: out of memory", name);
                         goto fail;
                 }
-                for (uint32_t i = 0; i < a->cap; i++)
-                        atomic_init(&b->fds[i], atomic_load(&a->fds[i]));
+                for (uint32_t i = 0; i < a->cap; i++) {
+                        atomic_init(&b->e[i].fd, atomic_load(&a->e[i].fd));
+                        b->e[i].map = a->e[i].map;
+                        b->e[i].map_len = a->e[i].map_len;
+                }
                 b->retired = a;
                 atomic_store_explicit(&t->array, b, memory_order_release);
                 a = b;
         }
-        atomic_store_explicit(&a->fds[id], fd, memory_order_release);
-        while (t->count < a->cap && atomic_load(&a->fds[t->count]) >= 0)
+        a->e[id].map = map;
+        a->e[id].map_len = map ? map_len : 0;
+        atomic_store_explicit(&a->e[id].fd, fd, memory_order_release);
+        while (t->count < a->cap && atomic_load(&a->e[t->count].fd) >= 0)
                 t->count++;
         if (ret_created)
                 *ret_created = created;
         return 0;
 
 fail:
+        if (map)
+                munmap((void *)map, map_len);
         close(fd);
         if (created)
                 unlinkat(t->dirfd, name, 0);
@@ -169,7 +216,7 @@ fail:
 int zr_files_sync(zr_files *t, zr_error *err) {
         files_array *a = atomic_load(&t->array);
         for (uint32_t i = 0; i < a->cap; i++) {
-                int fd = atomic_load(&a->fds[i]);
+                int fd = atomic_load(&a->e[i].fd);
                 if (fd >= 0 && fdatasync(fd) < 0)
                         return zr_error_errno(err, errno, "%" PRIu32 "%s: fdatasync", i,
                                               t->suffix);
@@ -182,9 +229,15 @@ int zr_files_remove_from(zr_files *t, uint32_t first, zr_error *err) {
         char name[32];
 
         for (uint32_t id = first;; id++) {
-                int fd = id < a->cap ? atomic_exchange(&a->fds[id], -1) : -1;
-                if (fd >= 0)
+                int fd = id < a->cap ? atomic_exchange(&a->e[id].fd, -1) : -1;
+                if (fd >= 0) {
+                        /* exclusive: no reader holds the mapping or descriptor */
+                        if (a->e[id].map)
+                                munmap((void *)a->e[id].map, a->e[id].map_len);
+                        a->e[id].map = NULL;
+                        a->e[id].map_len = 0;
                         close(fd);
+                }
                 snprintf(name, sizeof(name), "%" PRIu32 "%s", id, t->suffix);
                 if (unlinkat(t->dirfd, name, 0) < 0) {
                         if (errno != ENOENT)

@@ -15,8 +15,9 @@
 typedef struct zr_files zr_files;
 
 /* A table of files "{id}{suffix}" in dirfd (borrowed; must outlive the table),
- * each `file_size` bytes. Returns 0 and *ret, or -ENOMEM. */
-int zr_files_new(int dirfd, const char *suffix, uint64_t file_size, int read_only,
+ * each `file_size` bytes. With `map`, each file opened is also mapped read-only
+ * (up to its size at open). Returns 0 and *ret, or -ENOMEM. */
+int zr_files_new(int dirfd, const char *suffix, uint64_t file_size, int read_only, int map,
                  zr_files **ret);
 
 /* Closes every file and frees the table. NULL allowed; returns NULL. */
@@ -24,6 +25,11 @@ zr_files *zr_files_free(zr_files *t);
 
 /* The descriptor of file `id`, or -1 if it is not open. Lock-free. */
 int zr_files_fd(const zr_files *t, uint32_t id);
+
+/* The read-only mapping of file `id` and its length in *ret_len, or NULL (not
+ * open, not mapped: read with pread). Bytes [0, *ret_len) are inside the file.
+ * Valid until the file is removed or the table freed. Lock-free. */
+const uint8_t *zr_files_map(const zr_files *t, uint32_t id, uint64_t *ret_len);
 
 /* Opens file `id`. With `create`, a missing file is created sparse (and
  * *ret_created set to 1, else 0; ret_created may be NULL); a short file is

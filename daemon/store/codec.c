@@ -15,6 +15,7 @@
 struct zr_coder_ctx {
         ZSTD_CCtx *cctx;
         ZSTD_DCtx *dctx;
+        unsigned cctx_gen; /* coder generation cctx is configured for, 0 = none */
         void *buf;
         size_t buf_size;
         zr_coder_ctx *next;
@@ -26,6 +27,7 @@ struct zr_coder {
         size_t dict_len;
         ZSTD_CDict *cdict;
         ZSTD_DDict *ddict;
+        unsigned gen; /* bumped by every dictionary change; starts at 1 */
         pthread_mutex_t mutex; /* guards free_list; a leaf lock */
         zr_coder_ctx *free_list;
 };
@@ -35,6 +37,7 @@ int zr_coder_new(enum zr_codec codec, zr_coder **ret) {
         if (!c)
                 return -ENOMEM;
         c->codec = codec;
+        c->gen = 1;
         pthread_mutex_init(&c->mutex, NULL);
         *ret = c;
         return 0;
@@ -92,6 +95,7 @@ int zr_coder_set_dict(zr_coder *c, const void *dict, size_t len, zr_error *err) 
         c->dict_len = len;
         c->cdict = cdict;
         c->ddict = ddict;
+        c->gen++;
         return 0;
 }
 
@@ -151,15 +155,18 @@ int zr_coder_compress(zr_coder *c, zr_coder_ctx *x, void *dst, size_t cap,
                 if (!x->cctx)
                         return zr_error_set(err, ENOMEM, "zstd: cannot create a context");
         }
-        /* Sticky parameters, set once per shard: cheap, and a context can never
-         * carry the wrong dictionary across an install. */
-        ZSTD_CCtx_reset(x->cctx, ZSTD_reset_session_and_parameters);
-        ZSTD_CCtx_setParameter(x->cctx, ZSTD_c_checksumFlag, 1);
-        ZSTD_CCtx_setParameter(x->cctx, ZSTD_c_contentSizeFlag, 1);
-        if (c->codec == ZR_CODEC_ZSTD_DICT)
-                ZSTD_CCtx_refCDict(x->cctx, c->cdict);
-        else
-                ZSTD_CCtx_setParameter(x->cctx, ZSTD_c_compressionLevel, ZR_ZSTD_LEVEL);
+        if (x->cctx_gen != c->gen) {
+                /* Sticky parameters, set when the context first meets this coder's
+                 * dictionary: a context never carries a stale one. */
+                ZSTD_CCtx_reset(x->cctx, ZSTD_reset_session_and_parameters);
+                ZSTD_CCtx_setParameter(x->cctx, ZSTD_c_checksumFlag, 1);
+                ZSTD_CCtx_setParameter(x->cctx, ZSTD_c_contentSizeFlag, 1);
+                if (c->codec == ZR_CODEC_ZSTD_DICT)
+                        ZSTD_CCtx_refCDict(x->cctx, c->cdict);
+                else
+                        ZSTD_CCtx_setParameter(x->cctx, ZSTD_c_compressionLevel, ZR_ZSTD_LEVEL);
+                x->cctx_gen = c->gen;
+        }
         r = ZSTD_compress2(x->cctx, dst, cap, src, len);
         if (ZSTD_isError(r))
                 return zr_error_set(err, EIO, "zstd: compressing %zu bytes: %s", len,

@@ -45,6 +45,7 @@ struct zr_store {
         unsigned chunk_log2;
         uint64_t chunk_cap;
         int read_only;
+        int map;       /* read through read-only mappings (else pread) */
         uint8_t flags; /* header byte 23 */
         zr_pool *pool;
         zr_coder *zc;
@@ -170,10 +171,11 @@ static int store_alloc(int dirfd, enum zr_codec codec, unsigned chunk_log2,
         s->chunk_cap = (uint64_t)1 << chunk_log2;
         s->pool = opts ? opts->pool : NULL;
         s->read_only = opts ? !!opts->read_only : 0;
+        s->map = opts ? !opts->no_mmap : 1;
         if (zr_coder_new(codec, &s->zc) < 0 ||
-            zr_files_new(s->dirfd, ".chunk", s->chunk_cap, s->read_only, &s->chunks) < 0 ||
+            zr_files_new(s->dirfd, ".chunk", s->chunk_cap, s->read_only, s->map, &s->chunks) < 0 ||
             zr_files_new(s->dirfd, ".loc", ZR_LOC_SEGMENT_ENTRIES * ZR_LOC_SIZE, s->read_only,
-                         &s->locs) < 0) {
+                         s->map, &s->locs) < 0) {
                 r = zr_error_set(err, ENOMEM, "store: out of memory");
                 goto fail;
         }
@@ -464,7 +466,8 @@ int zr_store_open(int dirfd, const zr_store_options *opts, zr_store **ret, zr_er
         s->chunks = NULL;
         s->zc = NULL;
         if (zr_coder_new(s->codec, &s->zc) < 0 ||
-            zr_files_new(s->dirfd, ".chunk", s->chunk_cap, s->read_only, &s->chunks) < 0) {
+            zr_files_new(s->dirfd, ".chunk", s->chunk_cap, s->read_only, s->map,
+                         &s->chunks) < 0) {
                 r = zr_error_set(err, ENOMEM, "store: out of memory");
                 goto fail;
         }
@@ -796,8 +799,17 @@ int zr_store_append(zr_store *s, const void *data, const uint64_t *lens, size_t 
         if (r < 0)
                 goto out;
 
-        zr_pool_parallel(s->pool, nshards, append_write_shard, &j);
-        r = shards_result(j.st, nshards, err);
+        if (s->codec == ZR_CODEC_RAW) {
+                /* The batch is contiguous in memory and (between rollovers) on
+                 * disk: one pwrite per chunk on the caller. Writers to one file
+                 * serialize in the kernel anyway, so threads would only add
+                 * wake-ups. */
+                append_write_shard(&j, 0, 1);
+                r = shards_result(j.st, 1, err);
+        } else {
+                zr_pool_parallel(s->pool, nshards, append_write_shard, &j);
+                r = shards_result(j.st, nshards, err);
+        }
         if (r < 0)
                 goto out;
 
@@ -863,18 +875,27 @@ static int store_locate_range(zr_store *s, const uint64_t *idx, size_t lo, size_
                         e++;
                 int fd = zr_files_fd(s->locs, (uint32_t)seg);
                 uint64_t bytes = (uint64_t)(e - k) * ZR_LOC_SIZE;
+                uint64_t off = (idx[k] & (ZR_LOC_SEGMENT_ENTRIES - 1)) * ZR_LOC_SIZE;
+                uint64_t map_len;
+                const uint8_t *map = zr_files_map(s->locs, (uint32_t)seg, &map_len);
                 if (fd < 0)
                         return zr_error_set(err, ZR_E_CORRUPT, "%" PRIu64 ".loc: not open", seg);
-                int64_t n = zr_pread_all(fd, &locs[k], bytes,
-                                         (idx[k] & (ZR_LOC_SEGMENT_ENTRIES - 1)) * ZR_LOC_SIZE);
-                if (n < 0)
-                        return zr_error_errno(err, (int)-n, "%" PRIu64 ".loc: read", seg);
-                if ((uint64_t)n != bytes)
-                        return zr_error_set(err, ZR_E_CORRUPT,
-                                            "%" PRIu64 ".loc: short read at entry %" PRIu64, seg,
-                                            idx[k]);
+                if (map && off + bytes <= map_len) {
+                        /* one load per entry: decoded straight from the mapping */
+                        for (size_t i = k; i < e; i++)
+                                zr_loc_decode(map + off + (i - k) * ZR_LOC_SIZE, &locs[i]);
+                } else {
+                        int64_t n = zr_pread_all(fd, &locs[k], bytes, off);
+                        if (n < 0)
+                                return zr_error_errno(err, (int)-n, "%" PRIu64 ".loc: read", seg);
+                        if ((uint64_t)n != bytes)
+                                return zr_error_set(err, ZR_E_CORRUPT,
+                                                    "%" PRIu64 ".loc: short read at entry %" PRIu64,
+                                                    seg, idx[k]);
+                        for (size_t i = k; i < e; i++)
+                                zr_loc_decode((const uint8_t *)&locs[i], &locs[i]);
+                }
                 for (size_t i = k; i < e; i++) {
-                        zr_loc_decode((const uint8_t *)&locs[i], &locs[i]);
                         int r = store_check_loc(s, &locs[i], tail, err);
                         if (r < 0)
                                 return r;
@@ -942,16 +963,25 @@ static int gather_one_compressed(zr_store *s, zr_coder_ctx *x, const zr_loc *l, 
         int fd = zr_files_fd(s->chunks, l->chunk_id);
         if (fd < 0)
                 return zr_error_set(err, ZR_E_CORRUPT, "%" PRIu32 ".chunk: not open", l->chunk_id);
-        void *buf = zr_coder_ctx_buffer(x, l->phys_length ? l->phys_length : 1);
-        if (!buf)
-                return zr_error_set(err, ENOMEM, "gather: out of memory");
-        int64_t n = zr_pread_all(fd, buf, l->phys_length, l->offset);
-        if (n < 0)
-                return zr_error_errno(err, (int)-n, "%" PRIu32 ".chunk: read", l->chunk_id);
-        if ((uint64_t)n != l->phys_length)
-                return zr_error_set(err, ZR_E_CORRUPT,
-                                    "%" PRIu32 ".chunk: short read at offset %" PRIu32
-                                    " (file truncated?)", l->chunk_id, l->offset);
+        uint64_t map_len;
+        const uint8_t *map = zr_files_map(s->chunks, l->chunk_id, &map_len);
+        const void *buf;
+        if (map && (uint64_t)l->offset + l->phys_length <= map_len) {
+                buf = map + l->offset; /* decompressed straight from the page cache */
+        } else {
+                void *staging = zr_coder_ctx_buffer(x, l->phys_length ? l->phys_length : 1);
+                if (!staging)
+                        return zr_error_set(err, ENOMEM, "gather: out of memory");
+                int64_t n = zr_pread_all(fd, staging, l->phys_length, l->offset);
+                if (n < 0)
+                        return zr_error_errno(err, (int)-n, "%" PRIu32 ".chunk: read",
+                                              l->chunk_id);
+                if ((uint64_t)n != l->phys_length)
+                        return zr_error_set(err, ZR_E_CORRUPT,
+                                            "%" PRIu32 ".chunk: short read at offset %" PRIu32
+                                            " (file truncated?)", l->chunk_id, l->offset);
+                buf = staging;
+        }
         zr_error e = {0};
         int r = zr_coder_decompress(s->zc, x, dst, l->logic_length, buf, l->phys_length, &e);
         if (r < 0)
@@ -994,7 +1024,11 @@ static int gather_range(gather_job *j, size_t lo, size_t hi, zr_coder_ctx *x, zr
                         bytes += m->phys_length;
                         e++;
                 }
-                if (bytes > 0) {
+                uint64_t map_len;
+                const uint8_t *map = bytes ? zr_files_map(s->chunks, l->chunk_id, &map_len) : NULL;
+                if (map && l->offset + bytes <= map_len) {
+                        memcpy(dst, map + l->offset, bytes);
+                } else if (bytes > 0) {
                         int fd = zr_files_fd(s->chunks, l->chunk_id);
                         if (fd < 0)
                                 return zr_error_set(err, ZR_E_CORRUPT,

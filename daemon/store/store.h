@@ -62,6 +62,12 @@ typedef struct zr_store_options {
         /* Open for reading only: every mutation fails with ZR_E_READONLY. The
          * exclusive lock is taken all the same (one owner per store). */
         int read_only;
+        /* Read with pread() instead of through read-only mappings of the chunk
+         * and .loc files. Mappings make a gather of small records cost no system
+         * call per record (the table and data are read as memory); pread is the
+         * fallback whenever a mapping cannot be made. Either way every read is
+         * bounded by the file's size at open and by the write frontier. */
+        int no_mmap;
 } zr_store_options;
 
 typedef struct zr_stats {

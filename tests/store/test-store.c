@@ -353,6 +353,42 @@ START_TEST(test_no_pool) {
 }
 END_TEST
 
+/* The pread path (no mappings) reads the same bytes as the mapped one. */
+START_TEST(test_pread_path) {
+        enum { N = 300 };
+        static uint64_t lens[N], ids[N];
+        zr_pool *pool = NULL;
+        zr_store_options o = { .chunk_log2 = 16, .no_mmap = 1 };
+        zr_error err = {0};
+        tdir d;
+
+        ck_assert_int_eq(zr_pool_new(2, &pool), 0);
+        o.pool = pool;
+        for (enum zr_codec c = ZR_CODEC_RAW; c <= ZR_CODEC_ZSTD; c++) {
+                zr_store *s = NULL;
+                tdir_make(&d);
+                ck_assert_int_eq(zr_store_create(d.fd, c, NULL, 0, &o, &s, &err), 0);
+                for (size_t i = 0; i < N; i++) {
+                        lens[i] = (i * 4099) % 9000;
+                        ids[i] = i;
+                }
+                append_ok(s, lens, N, 0);
+                check_all(s, ids, lens, N);
+                ck_assert_int_eq(zr_store_close(s, NULL), 0);
+                ck_assert_int_eq(zr_store_open(d.fd, &o, &s, &err), 0);
+                check_all(s, ids, lens, N);
+                check_verify(s, N);
+                ck_assert_int_eq(zr_store_close(s, NULL), 0);
+                /* and the mapped path reads what the pread path wrote */
+                ck_assert_int_eq(zr_store_open(d.fd, NULL, &s, &err), 0);
+                check_all(s, ids, lens, N);
+                ck_assert_int_eq(zr_store_close(s, NULL), 0);
+                tdir_remove(&d);
+        }
+        zr_pool_free(pool);
+}
+END_TEST
+
 /* ---- delete ------------------------------------------------------------- */
 
 /* The model: swap-last in descending order. */
@@ -879,6 +915,7 @@ int main(void) {
         tcase_add_test(tc, test_rollover_raw);
         tcase_add_test(tc, test_rollover_zstd);
         tcase_add_test(tc, test_no_pool);
+        tcase_add_test(tc, test_pread_path);
         suite_add_tcase(s, tc);
         tc = tcase_create("mutation");
         tcase_set_timeout(tc, 300);
