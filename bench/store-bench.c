@@ -130,7 +130,7 @@ static void dir_clear(bench *b, const char *sub) {
         rmdir(path);
 }
 
-/* A fresh subdirectory of the run's directory; returns an O_PATH-free dirfd. */
+/* Makes a fresh subdirectory `sub` of the run's directory; returns its descriptor. */
 static int subdir_new(bench *b, const char *sub) {
         dir_clear(b, sub);
         if (mkdirat(b->dirfd, sub, 0700) < 0)
@@ -215,21 +215,6 @@ static void check_last_batch(const work *w, const char *who) {
                         die("%s, %s: record %" PRIu64 " of the last batch is wrong", w->name, who, idx[i]);
 }
 
-/* Times the current contender; returns the median GiB/s, *ret_best the best. */
-static double time_gather(work *w, const char *who, double *ret_best) {
-        double *secs = calloc(w->b->batches, sizeof(*secs));
-        if (!secs)
-                die("out of memory");
-        if (workload_time(work_step, w, WARM_BATCHES, w->b->batches, secs) < 0)
-                die("%s: %s failed", w->name, who);
-        check_last_batch(w, who);
-        double gib = (double)w->batch * (double)w->rec / (double)(1u << 30);
-        *ret_best = gib / workload_min(secs, w->b->batches);
-        double med = gib / workload_median(secs, w->b->batches);
-        free(secs);
-        return med;
-}
-
 /* The store's own frames of records 0..nrec-1, read from its chunk files. */
 static limits_frames *frames_of_store(work *w, int dfd) {
         limits_frames *f = limits_frames_alloc(w->nrec, w->rec);
@@ -271,18 +256,24 @@ static limits_frames *frames_of_store(work *w, int dfd) {
         return f;
 }
 
-/* Times limits_pread_gather() over the raw store's chunk files, with every
- * record's location looked up beforehand. */
-static double pread_probe(work *w, zr_store *s, int dfd, double *ret_best) {
+/* Every record's descriptor and offset in the raw store's chunk files, for
+ * the pread probe (locations looked up here, outside any timing). */
+typedef struct pread_files {
+        int *fd;
+        uint64_t *off;
+        int fds[64];
+        size_t nfds;
+} pread_files;
+
+static void pread_files_open(work *w, zr_store *s, int dfd, pread_files *pf) {
         zr_loc *locs = calloc(w->nrec, sizeof(*locs));
         uint64_t *all = calloc(w->nrec, sizeof(*all));
-        uint64_t *off = calloc(w->nrec, sizeof(*off));
-        int *fd = calloc(w->nrec, sizeof(*fd));
-        int fds[64];
-        size_t nfds = 0;
         zr_error err = {0};
 
-        if (!locs || !all || !off || !fd)
+        memset(pf, 0, sizeof(*pf));
+        pf->off = calloc(w->nrec, sizeof(*pf->off));
+        pf->fd = calloc(w->nrec, sizeof(*pf->fd));
+        if (!locs || !all || !pf->off || !pf->fd)
                 die("out of memory");
         for (size_t i = 0; i < w->nrec; i++)
                 all[i] = i;
@@ -290,31 +281,81 @@ static double pread_probe(work *w, zr_store *s, int dfd, double *ret_best) {
                 die("locate: %s", err.message);
         for (size_t i = 0; i < w->nrec; i++) {
                 uint32_t c = locs[i].chunk_id;
-                if (c >= sizeof(fds) / sizeof(fds[0]))
+                if (c >= sizeof(pf->fds) / sizeof(pf->fds[0]))
                         die("more chunk files than the pread probe handles");
-                while (nfds <= c) {
+                while (pf->nfds <= c) {
                         char name[32];
-                        snprintf(name, sizeof(name), "%zu.chunk", nfds);
-                        fds[nfds] = openat(dfd, name, O_RDONLY | O_CLOEXEC);
-                        if (fds[nfds] < 0)
+                        snprintf(name, sizeof(name), "%zu.chunk", pf->nfds);
+                        pf->fds[pf->nfds] = openat(dfd, name, O_RDONLY | O_CLOEXEC);
+                        if (pf->fds[pf->nfds] < 0)
                                 die("open %s: %s", name, strerror(errno));
-                        nfds++;
+                        pf->nfds++;
                 }
-                fd[i] = fds[c];
-                off[i] = locs[i].offset;
+                pf->fd[i] = pf->fds[c];
+                pf->off[i] = locs[i].offset;
         }
-        w->kind = 4;
-        w->team = w->b->team;
-        w->pfd = fd;
-        w->poff = off;
-        double med = time_gather(w, "pread gather all threads", ret_best);
-        for (size_t i = 0; i < nfds; i++)
-                close(fds[i]);
-        free(fd);
-        free(off);
         free(all);
         free(locs);
-        return med;
+}
+
+static void pread_files_close(pread_files *pf) {
+        for (size_t i = 0; i < pf->nfds; i++)
+                close(pf->fds[i]);
+        free(pf->fd);
+        free(pf->off);
+        memset(pf, 0, sizeof(*pf));
+}
+
+/* Gathers every record of s once, in order: the page cache is warm after. */
+static void sweep(work *w, zr_store *s) {
+        uint64_t *seq = malloc(w->batch * sizeof(*seq));
+        zr_error err = {0};
+        if (!seq)
+                die("out of memory");
+        for (size_t i = 0; i < w->nrec; i += w->batch) {
+                size_t n = w->nrec - i < w->batch ? w->nrec - i : w->batch;
+                for (size_t j = 0; j < n; j++)
+                        seq[j] = i + j;
+                if (zr_store_gather(s, seq, n, w->dst, (uint64_t)w->batch * w->rec, NULL, &err) < 0)
+                        die("sweep: %s", err.message);
+        }
+        free(seq);
+}
+
+/* One row of the gather table. */
+typedef struct contender {
+        const char *label;
+        int kind;                 /* as work.kind */
+        limits_team *team;        /* probes: NULL for one thread */
+        zr_store *s;              /* stores */
+        const limits_frames *frames;
+        const ZSTD_DDict *ddict;
+        const char *limit;        /* stores: the label of their limit */
+} contender;
+
+/* Runs the warm-up batches of every contender, then the timed batches round
+ * robin (batch k of every contender, then batch k + 1), so a change of load on
+ * the machine during the run shifts every contender alike and the ratios hold.
+ * secs[c * batches + k] receives contender c's time for timed batch k. After
+ * its last batch, each contender's destination is checked. */
+static void time_round_robin(work *w, const contender *cs, size_t nc, double *secs) {
+        size_t timed = w->b->batches;
+        for (size_t k = 0; k < WARM_BATCHES + timed; k++) {
+                for (size_t c = 0; c < nc; c++) {
+                        w->kind = cs[c].kind;
+                        w->team = cs[c].team;
+                        w->s = cs[c].s;
+                        w->frames = cs[c].frames;
+                        w->ddict = cs[c].ddict;
+                        uint64_t t0 = workload_now_ns();
+                        if (work_step(w, k) < 0)
+                                die("%s: %s failed", w->name, cs[c].label);
+                        if (k >= WARM_BATCHES)
+                                secs[c * timed + (k - WARM_BATCHES)] = (double)(workload_now_ns() - t0) / 1e9;
+                        if (k == WARM_BATCHES + timed - 1)
+                                check_last_batch(w, cs[c].label);
+                }
+        }
 }
 
 /* Appends every record to a new store of `codec` in `sub`, timed; returns the
@@ -351,7 +392,7 @@ static zr_store *append_store(work *w, const char *sub, enum zr_codec codec, con
 }
 
 /* A plain write() of the same bytes, in the same pieces, to a file in `sub`. */
-static double plain_write(work *w, const char *sub) {
+static double plain_write(work *w, const char *sub, uint64_t *ret_disk) {
         size_t per = (APPEND_CHUNK / w->rec ? APPEND_CHUNK / w->rec : 1) * w->rec;
         size_t total = w->nrec * w->rec;
         int dfd = subdir_new(w->b, sub);
@@ -371,6 +412,9 @@ static double plain_write(work *w, const char *sub) {
         }
         double secs = (double)(workload_now_ns() - t0) / 1e9;
         fsync(fd); /* untimed, as for the store */
+        struct stat st;
+        if (ret_disk && fstat(fd, &st) == 0)
+                *ret_disk = (uint64_t)st.st_blocks * 512;
         close(fd);
         close(dfd);
         dir_clear(w->b, sub);
@@ -422,7 +466,6 @@ static double max_of(const double *v, size_t n) {
 
 static void run_workload(bench *b, const char *name, size_t side, size_t nrec, size_t batch, int dict) {
         work w = { .b = b, .name = name, .side = side, .rec = side * side, .nrec = nrec, .batch = batch };
-        double med, best;
         result *r;
 
         w.nbatches = WARM_BATCHES + b->batches;
@@ -445,7 +488,8 @@ static void run_workload(bench *b, const char *name, size_t side, size_t nrec, s
         double wr[REPEATS_MAX] = {0}, ap[REPEATS_MAX] = {0};
         zr_store *raw = NULL;
         int raw_dfd = -1;
-        plain_write(&w, "warm");
+        uint64_t plain_disk = 0;
+        plain_write(&w, "warm", NULL);
         for (size_t i = 0; i < b->repeats; i++) {
                 if (raw) {
                         zr_store_close(raw, NULL);
@@ -453,10 +497,10 @@ static void run_workload(bench *b, const char *name, size_t side, size_t nrec, s
                         dir_clear(b, "raw");
                 }
                 if (i % 2 == 0)
-                        wr[i] = plain_write(&w, "plain");
+                        wr[i] = plain_write(&w, "plain", &plain_disk);
                 raw = append_store(&w, "raw", ZR_CODEC_RAW, NULL, 0, &raw_dfd, &ap[i]);
                 if (i % 2 == 1)
-                        wr[i] = plain_write(&w, "plain");
+                        wr[i] = plain_write(&w, "plain", &plain_disk);
         }
         printf("append runs, GiB/s: write()");
         for (size_t i = 0; i < b->repeats; i++)
@@ -471,7 +515,7 @@ static void run_workload(bench *b, const char *name, size_t side, size_t nrec, s
         r->median = wr_med;
         r->best = wr_best;
         r->logic_bytes = (uint64_t)nrec * w.rec;
-        r->disk_bytes = r->logic_bytes;
+        r->disk_bytes = plain_disk;
         r = add_result(b, "append", name, "zrecord raw");
         r->median = ap_med;
         r->best = ap_best;
@@ -522,98 +566,81 @@ static void run_workload(bench *b, const char *name, size_t side, size_t nrec, s
                         die("ZSTD_createDDict failed");
         }
 
-        /* the limits */
-        w.kind = 0;
-        w.team = NULL;
-        med = time_gather(&w, "memcpy 1 thread", &best);
-        r = add_result(b, "gather", name, "memcpy gather, 1 thread");
-        r->median = med;
-        r->best = best;
-        w.team = b->team;
-        double memcpy_mt = time_gather(&w, "memcpy all threads", &best);
-        r = add_result(b, "gather", name, "memcpy gather, all threads");
-        r->median = memcpy_mt;
-        r->best = best;
-
-        /* pread of the raw store's own files at known offsets: the syscall path
-         * without the table */
-        double pread_mt = pread_probe(&w, raw, raw_dfd, &best);
-        r = add_result(b, "gather", name, "pread gather, all threads");
-        r->median = pread_mt;
-        r->best = best;
-
+        /* the contenders of the gather table, limits first */
+        pread_files pf;
+        pread_files_open(&w, raw, raw_dfd, &pf);
         w.s = zs;
         limits_frames *zf = frames_of_store(&w, zstd_dfd);
-        w.kind = 1;
-        w.frames = zf;
-        w.ddict = NULL;
-        double zstd_mt = time_gather(&w, "zstd decompress all threads", &best);
-        r = add_result(b, "gather", name, "zstd decompress, all threads");
-        r->median = zstd_mt;
-        r->best = best;
         printf("zstd frames: ratio %.2f\n", (double)nrec * (double)w.rec / (double)zf->total);
-
         limits_frames *df = NULL;
-        double dict_mt = 0;
         if (ds) {
                 w.s = ds;
                 df = frames_of_store(&w, dict_dfd);
-                w.frames = df;
-                w.ddict = ddict;
-                dict_mt = time_gather(&w, "zstd_dict decompress all threads", &best);
-                r = add_result(b, "gather", name, "zstd+dict decompress, all threads");
-                r->median = dict_mt;
-                r->best = best;
                 printf("zstd_dict frames: ratio %.2f\n", (double)nrec * (double)w.rec / (double)df->total);
         }
+        contender cs[8];
+        size_t nc = 0;
+        cs[nc++] = (contender){ "memcpy gather, 1 thread", 0, NULL, NULL, NULL, NULL, NULL };
+        cs[nc++] = (contender){ "memcpy gather, all threads", 0, b->team, NULL, NULL, NULL, NULL };
+        cs[nc++] = (contender){ "pread gather, all threads", 4, b->team, NULL, NULL, NULL, NULL };
+        cs[nc++] = (contender){ "zstd decompress, all threads", 1, b->team, NULL, zf, NULL, NULL };
+        if (ds)
+                cs[nc++] = (contender){ "zstd+dict decompress, all threads", 1, b->team, NULL, df, ddict, NULL };
+        cs[nc++] = (contender){ "zrecord raw", 2, NULL, raw, NULL, NULL, "memcpy gather, all threads" };
+        cs[nc++] = (contender){ "zrecord zstd", 2, NULL, zs, NULL, NULL, "zstd decompress, all threads" };
+        if (ds)
+                cs[nc++] = (contender){ "zrecord zstd_dict", 2, NULL, ds, NULL, NULL,
+                                        "zstd+dict decompress, all threads" };
 
-        /* the stores: a sweep over every record (warm cache), then the batches */
-        struct { const char *label; zr_store *s; double limit; const char *limit_name; } st[] = {
-                { "zrecord raw", raw, memcpy_mt, "memcpy gather, all threads" },
-                { "zrecord zstd", zs, zstd_mt, "zstd decompress, all threads" },
-                { "zrecord zstd_dict", ds, dict_mt, "zstd+dict decompress, all threads" },
-        };
-        for (size_t k = 0; k < 3; k++) {
-                if (!st[k].s)
-                        continue;
-                zr_error err = {0};
-                uint64_t *seq = malloc(batch * sizeof(*seq));
-                if (!seq)
-                        die("out of memory");
-                for (size_t i = 0; i < nrec; i += batch) {
-                        size_t n = nrec - i < batch ? nrec - i : batch;
-                        for (size_t j = 0; j < n; j++)
-                                seq[j] = i + j;
-                        if (zr_store_gather(st[k].s, seq, n, w.dst, (uint64_t)batch * w.rec, NULL, &err) < 0)
-                                die("sweep: %s", err.message);
-                }
-                free(seq);
-                w.kind = 2;
-                w.s = st[k].s;
-                med = time_gather(&w, st[k].label, &best);
-                r = add_result(b, "gather", name, st[k].label);
-                r->median = med;
-                r->best = best;
-                snprintf(r->limit, sizeof(r->limit), "%s", st[k].limit_name);
-                r->fraction = med / st[k].limit;
-                if (k == 0) {
-                        /* the part of a gather that reads the table, on its own */
-                        double *secs = calloc(b->batches, sizeof(*secs));
-                        w.locs = calloc(batch, sizeof(*w.locs));
-                        if (!secs || !w.locs)
-                                die("out of memory");
-                        w.kind = 3;
-                        if (workload_time(work_step, &w, WARM_BATCHES, b->batches, secs) < 0)
-                                die("locate failed");
-                        double loc_us = workload_median(secs, b->batches) * 1e6;
-                        double gather_us = (double)batch * (double)w.rec / (double)(1u << 30) / med * 1e6;
-                        printf("zr_store_locate alone: %.0f us per batch (median), %.0f%% of the raw "
-                               "gather's %.0f us\n", loc_us, 100.0 * loc_us / gather_us, gather_us);
-                        free(w.locs);
-                        w.locs = NULL;
-                        free(secs);
+        /* every store read once (a warm page cache), then round robin */
+        for (size_t k = 0; k < nc; k++)
+                if (cs[k].s)
+                        sweep(&w, cs[k].s);
+        w.pfd = pf.fd;
+        w.poff = pf.off;
+        double *secs = calloc(nc * b->batches, sizeof(*secs));
+        if (!secs)
+                die("out of memory");
+        time_round_robin(&w, cs, nc, secs);
+        double gib = (double)batch * (double)w.rec / (double)(1u << 30);
+        double raw_med = 0;
+        for (size_t k = 0; k < nc; k++) {
+                double *v = secs + k * b->batches;
+                r = add_result(b, "gather", name, cs[k].label);
+                r->best = gib / workload_min(v, b->batches);
+                r->median = gib / workload_median(v, b->batches);
+                if (cs[k].s == raw)
+                        raw_med = r->median;
+                if (cs[k].limit) {
+                        snprintf(r->limit, sizeof(r->limit), "%s", cs[k].limit);
+                        for (size_t i = 0; i < b->nres; i++)
+                                if (!strcmp(b->res[i].workload, name) &&
+                                    !strcmp(b->res[i].section, "gather") &&
+                                    !strcmp(b->res[i].contender, cs[k].limit))
+                                        r->fraction = r->median / b->res[i].median;
                 }
         }
+        free(secs);
+
+        /* the part of a raw gather that reads the table, on its own */
+        {
+                double *ls = calloc(b->batches, sizeof(*ls));
+                w.locs = calloc(batch, sizeof(*w.locs));
+                if (!ls || !w.locs)
+                        die("out of memory");
+                w.kind = 3;
+                w.s = raw;
+                if (workload_time(work_step, &w, WARM_BATCHES, b->batches, ls) < 0)
+                        die("locate failed");
+                double loc_us = workload_median(ls, b->batches) * 1e6;
+                double gather_us = gib / raw_med * 1e6;
+                printf("zr_store_locate alone: %.0f us per batch (median), %.0f%% of the raw "
+                       "gather's %.0f us\n", loc_us, 100.0 * loc_us / gather_us, gather_us);
+                free(w.locs);
+                w.locs = NULL;
+                free(ls);
+        }
+        pread_files_close(&pf);
 
         zr_store_close(ds, NULL);
         zr_store_close(zs, NULL);
@@ -640,7 +667,7 @@ static void run_workload(bench *b, const char *name, size_t side, size_t nrec, s
                 result *x = &b->res[i];
                 if (strcmp(x->workload, name) || strcmp(x->section, "gather"))
                         continue;
-                printf("%-36s %10.2f %10.2f  ", x->contender, x->median, x->best);
+                printf("%-36s %10.3f %10.3f  ", x->contender, x->median, x->best);
                 if (x->limit[0])
                         printf("%.2f of %s\n", x->fraction, x->limit);
                 else
@@ -655,7 +682,7 @@ static void run_workload(bench *b, const char *name, size_t side, size_t nrec, s
                 char frac[64] = "(limit)";
                 if (x->limit[0])
                         snprintf(frac, sizeof(frac), "%.2f of %s", x->fraction, x->limit);
-                printf("%-36s %10.2f %10.2f  %-42s", x->contender, x->median, x->best, frac);
+                printf("%-36s %10.3f %10.3f  %-42s", x->contender, x->median, x->best, frac);
                 if (x->disk_bytes)
                         printf(" %6.1f MiB %8.2f", (double)x->disk_bytes / 1048576.0,
                                (double)x->logic_bytes / (double)x->disk_bytes);
