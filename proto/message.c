@@ -482,3 +482,17 @@ unsigned zr_msg_reply_fds(zr_msg_kind request) {
                 return 0;
         return kinds[request].reply_fds;
 }
+
+void zr_msg_write_error(zr_wire_writer *w, bool fault, uint64_t id, int code,
+                        const char *message) {
+        const char *name;
+
+        if (code < 0)
+                code = -code;
+        name = zr_error_name(code);
+        zr_wire_writer_begin_message(w, fault ? "fault" : "error", !fault, id);
+        zr_wire_put_u64(w, ZR_FIELD_CODE, (uint64_t)code);
+        if (name)
+                zr_wire_put_str(w, ZR_FIELD_NAME, name);
+        zr_wire_put_str(w, ZR_FIELD_MESSAGE, message ? message : name ? name : "error");
+}

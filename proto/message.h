@@ -64,4 +64,12 @@ int zr_msg_request_fds(zr_msg_kind kind, const msgpack_object *root, unsigned *r
 /* The number of descriptors an "ok" reply to `request` carries (0 or 1). */
 unsigned zr_msg_reply_fds(zr_msg_kind request);
 
+/* Writes a whole "error" reply (fault false: with `id`) or FAULT event (fault
+ * true: `id` ignored) into w, which must be freshly initialised or reset:
+ * "code" (code may be given negated), "name" when zr_error_name() knows the code,
+ * and "message" (NULL: the name). Callers add "needed" or "index" with the
+ * zr_wire_put_*() calls before zr_wire_writer_finish(). */
+void zr_msg_write_error(zr_wire_writer *w, bool fault, uint64_t id, int code,
+                        const char *message);
+
 #endif

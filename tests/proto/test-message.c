@@ -263,6 +263,43 @@ START_TEST(test_ids_by_class) {
 }
 END_TEST
 
+START_TEST(test_write_error) {
+        built b = {0};
+        zr_msg_header h;
+        const msgpack_object *root;
+        const char *str;
+        size_t n;
+        uint64_t code, needed;
+
+        zr_wire_writer_init(&b.w);
+        zr_msg_write_error(&b.w, false, 12, -ZR_E_BUFFER, "records need 4096 bytes");
+        zr_wire_put_u64(&b.w, "needed", 4096);
+        root = finish(&b);
+        ck_assert_int_eq(zr_msg_check(root, ZR_MSG_INVALID, &h, NULL), 0);
+        ck_assert_int_eq(h.kind, ZR_MSG_ERROR);
+        ck_assert_uint_eq(h.id, 12);
+        ck_assert_int_eq(zr_wire_get_u64(root, "code", &code, NULL), 0);
+        ck_assert_uint_eq(code, ZR_E_BUFFER);
+        ck_assert_int_eq(zr_wire_get_str(root, "name", &str, &n, NULL), 0);
+        ck_assert_int_eq(memcmp(str, "ZR_E_BUFFER", n), 0);
+        ck_assert_int_eq(zr_wire_get_u64(root, "needed", &needed, NULL), 0);
+        ck_assert_uint_eq(needed, 4096);
+        done(&b);
+
+        /* a fault has no id; an errno code has no name here */
+        zr_wire_writer_init(&b.w);
+        zr_msg_write_error(&b.w, true, 99, 5, NULL);
+        root = finish(&b);
+        ck_assert_int_eq(zr_msg_check(root, ZR_MSG_INVALID, &h, NULL), 0);
+        ck_assert_int_eq(h.kind, ZR_MSG_FAULT);
+        ck_assert(!h.has_id);
+        ck_assert_ptr_null(zr_wire_find(root, "name"));
+        ck_assert_int_eq(zr_wire_get_str(root, "message", &str, &n, NULL), 0);
+        ck_assert_int_gt(n, 0);
+        done(&b);
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("message");
         TCase *tc = tcase_create("core");
@@ -272,6 +309,7 @@ int main(void) {
         tcase_add_test(tc, test_ok_checked_against_request);
         tcase_add_test(tc, test_descriptor_counts);
         tcase_add_test(tc, test_ids_by_class);
+        tcase_add_test(tc, test_write_error);
         suite_add_tcase(s, tc);
         SRunner *sr = srunner_create(s);
         srunner_run_all(sr, CK_NORMAL);
