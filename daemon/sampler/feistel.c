@@ -5,15 +5,17 @@
  * sizes every round and an even number of rounds ends in the starting layout.
  * Halves are at most 32 bits (w <= 64), so one 32-bit round function serves every n.
  *
- * For w <= 32 a chunk of positions runs as uint32 lanes through vectorized kernels:
- * every lane is encrypted once; the stragglers (lanes still >= n, about 5% at
- * n = 10^6) are gathered and walked together, a blend per pass, until none is
- * left; they are scattered back. The walk is most of the cost above iid. Wider
- * domains take the scalar path. The cost per index depends on neither the step
+ * Positions go through in chunks of lanes, uint32 lanes for w <= 32 and uint64
+ * lanes above, through vectorized kernels: every lane is encrypted once; the
+ * stragglers (lanes still >= n, about 5% at n = 10^6) are gathered and walked
+ * together, pass by pass, until none is left. The walk is most of the cost above
+ * iid. The cost per index depends on neither the step
  * nor the cycle, only on n through the walk's expected 2^w / n passes (< 2 for
- * n >= 3). Nothing allocates; a chunk uses 12 KiB of stack.
+ * n >= 3). Nothing allocates; a chunk uses at most 20 KiB of stack.
  */
 #include "sampler/feistel.h"
+
+#include <string.h>
 
 #include "sampler/kernel.h"
 #include "sampler/rng.h"
@@ -23,6 +25,11 @@
  * them several vectors to interleave (256 lanes, one vector, cost 25% more per
  * index: each pass then waits on its own latency). 12 KiB of stack. */
 #define FEISTEL_CHUNK 1024
+
+/* Blend passes over the stragglers before the finished ones are settled out: at
+ * n = 10^6 two passes finish almost every chunk (95% of stragglers finish in
+ * one); settling costs about two passes of work per lane. */
+#define FEISTEL_BLEND_PASSES 2
 
 void zr_feistel_init(zr_feistel *f, uint64_t n, uint64_t key) {
         unsigned w = n > 1 ? 64 - (unsigned)__builtin_clzll(n - 1) : 0;
@@ -84,8 +91,24 @@ uint64_t zr_feistel_permute(const zr_feistel *f, uint64_t q) {
         return x;
 }
 
-/* Pass one over a chunk: x[j] = E(q0 + j) for j < len, E(0) for the padding
- * lanes up to `lanes` (0 is < n, so a padding lane's walk ends like any other). */
+/*
+ * The chunk walk. Pass one encrypts every lane of a chunk (x[j] = E(q0 + j)).
+ * The stragglers, lanes whose value is still >= n, are gathered with their
+ * positions into v[] and pos[] and walked together: a few passes that encrypt
+ * again every lane still >= n (a blend: no branch per lane); if some are still
+ * walking after them, the finished ones are written back and dropped from v[]
+ * (settled), and the rest walk on. Typical n finish in the blend passes; an n
+ * just above a power of two, where half the lanes straggle and the longest walk
+ * of a chunk is some ten passes, pays for the long walks of a few lanes alone.
+ * Lanes past `len` (padding to the vector width) start from position 0, which is
+ * < n, so their walks end like any other; the caller ignores their values.
+ *
+ * The same steps exist for uint32 lanes (w <= 32, twice the lanes per vector) and
+ * uint64 lanes (wider domains).
+ */
+
+#define FEISTEL_PAD(c) (((c) + 15) & ~(size_t)15) /* 16 lanes: a 64-byte vector of uint32 */
+
 ZR_SAMPLER_KERNEL
 static void feistel_first32(uint32_t *x, size_t lanes, uint32_t q0, size_t len, unsigned a,
                             unsigned b, const uint32_t *k) {
@@ -93,24 +116,26 @@ static void feistel_first32(uint32_t *x, size_t lanes, uint32_t q0, size_t len, 
                 x[j] = feistel_encrypt32(j < len ? q0 + (uint32_t)j : 0, a, b, k);
 }
 
-/* The walk over the stragglers of a chunk: encrypt every lane still > last again
- * (a blend, no branch per lane) until none is left. Walking them together keeps
- * the vector units busy where one lane at a time would wait on each pass. */
+/* Up to FEISTEL_BLEND_PASSES passes over v[]: every lane still > last is
+ * encrypted again (a blend, no branch per lane). Returns nonzero if a lane is
+ * still > last after them. */
 ZR_SAMPLER_KERNEL
-static void feistel_walk32(uint32_t *v, size_t lanes, uint32_t last, unsigned a, unsigned b,
-                           const uint32_t *k) {
-        for (;;) {
-                uint32_t pending = 0;
+static uint32_t feistel_walk32(uint32_t *v, size_t lanes, uint32_t last, unsigned a, unsigned b,
+                               const uint32_t *k) {
+        uint32_t pending = 0;
 
-                for (size_t j = 0; j < lanes; j++)
-                        pending |= v[j] > last;
-                if (!pending)
-                        return;
+        for (unsigned pass = 0; pass < FEISTEL_BLEND_PASSES; pass++) {
+                pending = 0;
                 for (size_t j = 0; j < lanes; j++) {
                         uint32_t y = feistel_encrypt32(v[j], a, b, k);
+
                         v[j] = v[j] > last ? y : v[j];
+                        pending |= v[j] > last;
                 }
+                if (!pending)
+                        break;
         }
+        return pending;
 }
 
 ZR_SAMPLER_KERNEL
@@ -119,10 +144,10 @@ static void feistel_widen32(uint64_t *ret_idx, const uint32_t *x, size_t len) {
                 ret_idx[j] = x[j];
 }
 
-/* The positions j < lanes with x[j] > last, in order, into pos (room for lanes + 16);
- * returns how many. Branch-free: about 5% of lanes qualify at n = 10^6, too few
- * for a branch per lane to be predicted. */
-static size_t feistel_stragglers(const uint32_t *x, size_t lanes, uint32_t last, uint32_t *pos) {
+/* The positions j < lanes with x[j] > last, in order, into pos[] (room for
+ * lanes + 16); returns how many. Branch-free: about 5% of lanes qualify at
+ * n = 10^6, too few for a branch per lane to be predicted. */
+static size_t feistel_stragglers32(const uint32_t *x, size_t lanes, uint32_t last, uint32_t *pos) {
         size_t c = 0;
 
         for (size_t j = 0; j < lanes; j++) {
@@ -132,13 +157,30 @@ static size_t feistel_stragglers(const uint32_t *x, size_t lanes, uint32_t last,
         return c;
 }
 
+/* Writes every walked lane back to x[] (one still walking is overwritten later)
+ * and keeps those still > last at the front of v[] and pos[]; returns how many.
+ * Returns how many are kept. */
+static size_t feistel_settle32(uint32_t *x, uint32_t *v, uint32_t *pos, size_t c, uint32_t last) {
+        size_t keep = 0;
+
+        for (size_t i = 0; i < c; i++) {
+                uint32_t y = v[i], p = pos[i];
+
+                x[p] = y;
+                v[keep] = y;
+                pos[keep] = p;
+                keep += y > last;
+        }
+        return keep;
+}
+
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(ZR_SAMPLER_GENERIC_ONLY)
 #include <immintrin.h>
 
-/* As feistel_stragglers(), 16 lanes per step with AVX-512 compress. lanes is a
+/* As feistel_stragglers32(), 16 lanes per step with AVX-512 compress. lanes is a
  * multiple of 16. */
 __attribute__((target("avx512f")))
-static size_t feistel_stragglers_avx512(const uint32_t *x, size_t lanes, uint32_t last, uint32_t *pos) {
+static size_t feistel_stragglers32_avx512(const uint32_t *x, size_t lanes, uint32_t last, uint32_t *pos) {
         __m512i vlast = _mm512_set1_epi32((int)last), step = _mm512_set1_epi32(16);
         __m512i idx = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
         size_t c = 0;
@@ -157,40 +199,109 @@ static size_t feistel_stragglers_avx512(const uint32_t *x, size_t lanes, uint32_
 
 /* One chunk for w <= 32: ret_idx[j] = permute(q0 + j) for j < len. */
 static void feistel_chunk32(const zr_feistel *f, uint32_t q0, size_t len, uint64_t *ret_idx) {
-        uint32_t x[FEISTEL_CHUNK], v[FEISTEL_CHUNK], pos[FEISTEL_CHUNK + 16];
+        uint32_t x[FEISTEL_CHUNK], v[FEISTEL_CHUNK + 16], pos[FEISTEL_CHUNK + 16];
         unsigned a = f->low, b = f->width - f->low;
         uint32_t last = (uint32_t)(f->n - 1);
-        size_t lanes = (len + 15) & ~(size_t)15, c, cl;
+        size_t lanes = FEISTEL_PAD(len), c;
 
         feistel_first32(x, lanes, q0, len, a, b, f->keys);
 #ifdef FEISTEL_HAVE_AVX512
         if (__builtin_cpu_supports("avx512f"))
-                c = feistel_stragglers_avx512(x, lanes, last, pos);
+                c = feistel_stragglers32_avx512(x, lanes, last, pos);
         else
 #endif
-                c = feistel_stragglers(x, lanes, last, pos);
-        if (c > 0) {
-                cl = (c + 15) & ~(size_t)15;
-                for (size_t i = 0; i < cl; i++)
-                        v[i] = i < c ? x[pos[i]] : 0;
-                feistel_walk32(v, cl, last, a, b, f->keys);
-                for (size_t i = 0; i < c; i++)
-                        x[pos[i]] = v[i];
+                c = feistel_stragglers32(x, lanes, last, pos);
+        for (size_t i = 0; i < FEISTEL_PAD(c); i++)
+                v[i] = i < c ? x[pos[i]] : 0;
+        while (c > 0 && feistel_walk32(v, FEISTEL_PAD(c), last, a, b, f->keys)) {
+                c = feistel_settle32(x, v, pos, c, last);
+                for (size_t i = c; i < FEISTEL_PAD(c); i++)
+                        v[i] = 0;
         }
+        for (size_t i = 0; i < c; i++)
+                x[pos[i]] = v[i];
         feistel_widen32(ret_idx, x, len);
 }
 
-void zr_feistel_fill(const zr_feistel *f, uint64_t q0, uint64_t *ret_idx, size_t count) {
-        size_t j = 0;
+ZR_SAMPLER_KERNEL
+static void feistel_first64(uint64_t *x, size_t lanes, uint64_t q0, size_t len, unsigned a,
+                            unsigned b, const uint32_t *k) {
+        for (size_t j = 0; j < lanes; j++)
+                x[j] = feistel_encrypt64(j < len ? q0 + j : 0, a, b, k);
+}
 
-        if (f->width <= 32) {
-                for (; j < count; j += FEISTEL_CHUNK) {
-                        size_t len = count - j < FEISTEL_CHUNK ? count - j : FEISTEL_CHUNK;
+ZR_SAMPLER_KERNEL
+static uint64_t feistel_walk64(uint64_t *v, size_t lanes, uint64_t last, unsigned a, unsigned b,
+                               const uint32_t *k) {
+        uint64_t pending = 0;
 
-                        feistel_chunk32(f, (uint32_t)(q0 + j), len, ret_idx + j);
+        for (unsigned pass = 0; pass < FEISTEL_BLEND_PASSES; pass++) {
+                pending = 0;
+                for (size_t j = 0; j < lanes; j++) {
+                        uint64_t y = feistel_encrypt64(v[j], a, b, k);
+
+                        v[j] = v[j] > last ? y : v[j];
+                        pending |= v[j] > last;
                 }
-                return;
+                if (!pending)
+                        break;
         }
-        for (; j < count; j++)
-                ret_idx[j] = zr_feistel_permute(f, q0 + j);
+        return pending;
+}
+
+static size_t feistel_stragglers64(const uint64_t *x, size_t lanes, uint64_t last, uint32_t *pos) {
+        size_t c = 0;
+
+        for (size_t j = 0; j < lanes; j++) {
+                pos[c] = (uint32_t)j;
+                c += x[j] > last;
+        }
+        return c;
+}
+
+static size_t feistel_settle64(uint64_t *x, uint64_t *v, uint32_t *pos, size_t c, uint64_t last) {
+        size_t keep = 0;
+
+        for (size_t i = 0; i < c; i++) {
+                uint64_t y = v[i];
+                uint32_t p = pos[i];
+
+                x[p] = y;
+                v[keep] = y;
+                pos[keep] = p;
+                keep += y > last;
+        }
+        return keep;
+}
+
+/* One chunk for w > 32: ret_idx[j] = permute(q0 + j) for j < len. */
+static void feistel_chunk64(const zr_feistel *f, uint64_t q0, size_t len, uint64_t *ret_idx) {
+        uint64_t x[FEISTEL_CHUNK], v[FEISTEL_CHUNK + 16];
+        uint32_t pos[FEISTEL_CHUNK + 16];
+        unsigned a = f->low, b = f->width - f->low;
+        size_t lanes = FEISTEL_PAD(len), c;
+
+        feistel_first64(x, lanes, q0, len, a, b, f->keys);
+        c = feistel_stragglers64(x, lanes, f->n - 1, pos);
+        for (size_t i = 0; i < FEISTEL_PAD(c); i++)
+                v[i] = i < c ? x[pos[i]] : 0;
+        while (c > 0 && feistel_walk64(v, FEISTEL_PAD(c), f->n - 1, a, b, f->keys)) {
+                c = feistel_settle64(x, v, pos, c, f->n - 1);
+                for (size_t i = c; i < FEISTEL_PAD(c); i++)
+                        v[i] = 0;
+        }
+        for (size_t i = 0; i < c; i++)
+                x[pos[i]] = v[i];
+        memcpy(ret_idx, x, len * sizeof(*x));
+}
+
+void zr_feistel_fill(const zr_feistel *f, uint64_t q0, uint64_t *ret_idx, size_t count) {
+        for (size_t j = 0; j < count; j += FEISTEL_CHUNK) {
+                size_t len = count - j < FEISTEL_CHUNK ? count - j : FEISTEL_CHUNK;
+
+                if (f->width <= 32)
+                        feistel_chunk32(f, (uint32_t)(q0 + j), len, ret_idx + j);
+                else
+                        feistel_chunk64(f, q0 + j, len, ret_idx + j);
+        }
 }

@@ -177,7 +177,8 @@ END_TEST
 
 START_TEST(test_cyclic_fill_matches_reference) {
         static const uint64_t ns[] = {
-                1, 2, 3, 5, 64, 65, 1000, 1000000, UINT64_C(1) << 32, (UINT64_C(1) << 32) + 3,
+                1, 2, 3, 5, 64, 65, 1000, 1000000, (UINT64_C(1) << 19) + 1, UINT64_C(1) << 32,
+                (UINT64_C(1) << 32) + 3,
                 (UINT64_C(1) << 63) + 7, UINT64_MAX,
         };
 
