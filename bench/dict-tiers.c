@@ -9,9 +9,12 @@
  * store (the same-run limit: a memcpy gather) and a plain zstd store (the
  * baseline a dictionary has to beat) come first. All data is deterministic.
  *
- *     dict-tiers [--quick] [--dir DIR]
+ *     dict-tiers [--quick] [--sweep] [--dir DIR]
  *
  * --quick shrinks the corpus and the stores to finish in seconds (a smoke run);
+ * --sweep replaces the three tiers by a ladder of (dictionary, sample budget)
+ * sizes, 8 KiB / 1 MiB up to 512 KiB / 48 MiB, the measurement the tiers were
+ * picked from;
  * the default takes about a minute or two on 2 cores. Stores live in a scratch
  * directory under DIR (default $TMPDIR or /tmp), removed at the end.
  */
@@ -41,8 +44,18 @@
 #define WARM_BATCHES 2
 #define TIMED_BATCHES 7
 
+/* --sweep: dictionary sizes, each trained on a budget of 128 times its size
+ * (zstd's advice is about 100 times), capped by the corpus. */
+static const zr_dict_tier_spec sweep[] = {
+        { "8K/1M", 8 << 10, 1 << 20 },       { "16K/2M", 16 << 10, 2 << 20 },
+        { "32K/4M", 32 << 10, 4 << 20 },     { "64K/8M", 64 << 10, 8 << 20 },
+        { "128K/16M", 128 << 10, 16 << 20 }, { "256K/32M", 256 << 10, 32 << 20 },
+        { "512K/48M", 512 << 10, 48 << 20 },
+};
+
 typedef struct config {
         size_t corpus_bytes, store_bytes, batch_bytes, timed;
+        int sweep;
         const char *dir;
 } config;
 
@@ -190,7 +203,7 @@ static void row(const config *c, const char *data, size_t record, const char *co
 int main(int argc, char **argv) {
         static const size_t records[3] = { 1024, 16 * 1024, 256 * 1024 };
         static const char *const kinds[2] = { "tiles", "tokens" };
-        config c = { CORPUS_BYTES, STORE_BYTES, BATCH_BYTES, TIMED_BATCHES, NULL };
+        config c = { CORPUS_BYTES, STORE_BYTES, BATCH_BYTES, TIMED_BATCHES, 0, NULL };
         zr_pool *pool = NULL;
         int r;
 
@@ -200,10 +213,12 @@ int main(int argc, char **argv) {
                         c.store_bytes = 1 << 20;
                         c.batch_bytes = 256 << 10;
                         c.timed = 3;
+                } else if (strcmp(argv[i], "--sweep") == 0) {
+                        c.sweep = 1;
                 } else if (strcmp(argv[i], "--dir") == 0 && i + 1 < argc) {
                         c.dir = argv[++i];
                 } else {
-                        fprintf(stderr, "usage: dict-tiers [--quick] [--dir DIR]\n");
+                        fprintf(stderr, "usage: dict-tiers [--quick] [--sweep] [--dir DIR]\n");
                         return 2;
                 }
         }
@@ -237,8 +252,11 @@ int main(int argc, char **argv) {
                                 row(&c, kinds[kind], record, "raw (limit)", 0, -1, &m);
                         if (measure_store(&c, pool, ZR_CODEC_ZSTD, NULL, 0, corpus, record, &m) == 0)
                                 row(&c, kinds[kind], record, "zstd (no dict)", 0, -1, &m);
-                        for (int t = 0; t < ZR_DICT_TIER_COUNT; t++) {
-                                const zr_dict_tier_spec *spec = zr_dict_tier_get(t);
+                        size_t nspecs = c.sweep ? sizeof(sweep) / sizeof(sweep[0])
+                                                : ZR_DICT_TIER_COUNT;
+                        for (size_t t = 0; t < nspecs; t++) {
+                                const zr_dict_tier_spec *spec = c.sweep ? &sweep[t]
+                                        : zr_dict_tier_get((enum zr_dict_tier)t);
                                 void *dict = NULL;
                                 size_t dict_len = 0;
                                 zr_error err = {0};

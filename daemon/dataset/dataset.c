@@ -95,7 +95,9 @@ out:
 }
 
 static int schema_read(int dirfd, zr_schema *ret, zr_error *err) {
-        uint8_t buf[ZR_SCHEMA_FILE_MAX + 1];
+        /* One byte past the limit, so that an oversized file is seen as one. */
+        const size_t size = ZR_SCHEMA_FILE_MAX + 1;
+        uint8_t *buf = NULL;
         size_t len = 0;
         int fd, r;
 
@@ -106,9 +108,13 @@ static int schema_read(int dirfd, zr_schema *ret, zr_error *err) {
                                             "store: a plain store, not a dataset");
                 return zr_error_errno(err, errno, "opening " ZR_SCHEMA_FILE);
         }
-        /* Read one byte past the limit so an oversized file is seen as one. */
-        while (len < sizeof(buf)) {
-                ssize_t n = read(fd, buf + len, sizeof(buf) - len);
+        buf = malloc(size);
+        if (!buf) {
+                r = zr_error_errno(err, ENOMEM, "reading " ZR_SCHEMA_FILE);
+                goto out;
+        }
+        while (len < size) {
+                ssize_t n = read(fd, buf + len, size - len);
                 if (n < 0) {
                         if (errno == EINTR)
                                 continue;
@@ -121,6 +127,7 @@ static int schema_read(int dirfd, zr_schema *ret, zr_error *err) {
         }
         r = zr_schema_decode(buf, len, ret, err);
 out:
+        free(buf);
         close(fd);
         return r;
 }
@@ -453,8 +460,8 @@ int zr_dataset_gather_ragged(zr_dataset *ds, const uint64_t *idx, size_t n, void
          * which never passes the start of a record not yet read. */
         for (size_t i = 0; i < n; i++) {
                 zr_error perr = {0};
-                if (zr_ragged_parse(s, base + at, lens[i], idx[i], ret_shapes + i * s->ndim,
-                                    &perr) < 0) {
+                if (zr_ragged_parse(s, base + at, lens[i], idx[i],
+                                    ret_shapes ? ret_shapes + i * s->ndim : NULL, &perr) < 0) {
                         r = zr_error_set(err, ZR_E_CORRUPT, "stored %s", perr.message);
                         goto out;
                 }

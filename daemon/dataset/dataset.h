@@ -108,7 +108,7 @@ int zr_dataset_ragged_sizes(zr_dataset *ds, const uint64_t *idx, size_t n,
  * aligned dst gives aligned arrays) and their shapes in ret_shapes[i × ndim ..
  * (i + 1) × ndim). dst_size must be at least the *ret_buffer of
  * zr_dataset_ragged_sizes() (the headers are gathered too, then squeezed out):
- * ZR_E_BUFFER otherwise. ret_offsets may be NULL. ZR_E_SCHEMA on a dense dataset,
+ * ZR_E_BUFFER otherwise. ret_shapes and ret_offsets may be NULL. ZR_E_SCHEMA on a dense dataset,
  * ZR_E_CORRUPT for a stored record whose header does not match the schema. */
 int zr_dataset_gather_ragged(zr_dataset *ds, const uint64_t *idx, size_t n, void *dst,
                              uint64_t dst_size, uint64_t *ret_shapes, uint64_t *ret_offsets,

@@ -9,9 +9,9 @@
  * (bench/dict-tiers.c, docs/DATASETS.md):
  *
  *     tier       dictionary   sample budget
- *     small      see zr_dict_tier_get()
- *     balanced
- *     max
+ *     small      16 KiB        2 MiB
+ *     balanced   128 KiB      16 MiB
+ *     max        256 KiB      32 MiB
  *
  * Train on settled data: a dictionary is a snapshot of what the data looks like.
  */
