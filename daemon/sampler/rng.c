@@ -1,10 +1,11 @@
 /* rng.c: the iid sampler's generator: SplitMix64's finalizer over a keyed counter,
  * bounded to [0, n) by Lemire's multiply-shift with rejection.
  *
- * The per-index work is one mix and one 64x64->128 multiply. For n <= 2^32 the
- * high word of the product is computed from 32-bit halves, which vectorizes; a
- * block with a rejected lane (probability < 64 n / 2^64 per block) is redone lane
- * by lane with the reference. Larger n take the scalar path with a 128-bit product.
+ * The per-index work is one mix and one 64x64->128 multiply, whose high word is
+ * computed from 32-bit halves so that it vectorizes (two partial products for
+ * n <= 2^32, four above). A block with a rejected lane (probability < 64 n / 2^64
+ * per block: never in practice below n = 2^40, every block for n near 2^63) is
+ * redone lane by lane with the reference.
  * Nothing here allocates; nothing keeps state between calls.
  */
 #include "sampler/rng.h"
@@ -40,31 +41,40 @@ static uint64_t rng_iid_block32(uint64_t base, uint64_t n, uint64_t t, uint64_t 
         return rejected;
 }
 
+/* As rng_iid_block32() for any n: the high word of x * n from four 32-bit
+ * partial products, each exact in 64 bits. */
+ZR_SAMPLER_KERNEL
+static uint64_t rng_iid_block64(uint64_t base, uint64_t n, uint64_t t, uint64_t *ret_idx) {
+        uint64_t nl = n & UINT32_MAX, nh = n >> 32, rejected = 0;
+
+        for (unsigned j = 0; j < ZR_SAMPLER_BLOCK; j++) {
+                uint64_t x = zr_rng_mix64(base + (uint64_t)j * ZR_RNG_GAMMA);
+                uint64_t xl = x & UINT32_MAX, xh = x >> 32;
+                uint64_t ll = xl * nl, lh = xl * nh, hl = xh * nl, hh = xh * nh;
+                uint64_t mid = (ll >> 32) + (lh & UINT32_MAX) + (hl & UINT32_MAX);
+
+                ret_idx[j] = hh + (lh >> 32) + (hl >> 32) + (mid >> 32);
+                rejected |= (x * n) < t;
+        }
+        return rejected;
+}
+
 void zr_rng_iid_fill(uint64_t key, uint64_t n, uint64_t g0, uint64_t *ret_idx, size_t count) {
         uint64_t t = zr_rng_threshold(n);
-        size_t j = 0;
+        uint64_t tmp[ZR_SAMPLER_BLOCK];
+        int narrow = n <= UINT64_C(1) << 32;
 
-        if (n <= UINT64_C(1) << 32) {
-                uint64_t tmp[ZR_SAMPLER_BLOCK];
+        for (size_t j = 0; j < count; j += ZR_SAMPLER_BLOCK) {
+                size_t len = count - j < ZR_SAMPLER_BLOCK ? count - j : ZR_SAMPLER_BLOCK;
+                uint64_t *out = len == ZR_SAMPLER_BLOCK ? ret_idx + j : tmp;
+                uint64_t g = g0 + j, base = key + g * ZR_RNG_GAMMA;
+                uint64_t rejected = narrow ? rng_iid_block32(base, n, t, out)
+                                           : rng_iid_block64(base, n, t, out);
 
-                for (; j < count; j += ZR_SAMPLER_BLOCK) {
-                        size_t len = count - j < ZR_SAMPLER_BLOCK ? count - j : ZR_SAMPLER_BLOCK;
-                        uint64_t *out = len == ZR_SAMPLER_BLOCK ? ret_idx + j : tmp;
-                        uint64_t g = g0 + j;
-
-                        if (rng_iid_block32(key + g * ZR_RNG_GAMMA, n, t, out))
-                                for (size_t i = 0; i < len; i++)
-                                        out[i] = zr_rng_iid_one(key, n, g + i);
-                        if (out == tmp)
-                                memcpy(ret_idx + j, tmp, len * sizeof(*tmp));
-                }
-                return;
-        }
-
-        for (; j < count; j++) {
-                uint64_t base = key + (g0 + j) * ZR_RNG_GAMMA;
-                unsigned __int128 m = (unsigned __int128)zr_rng_mix64(base) * n;
-
-                ret_idx[j] = (uint64_t)m >= t ? (uint64_t)(m >> 64) : zr_rng_iid_one(key, n, g0 + j);
+                if (rejected)
+                        for (size_t i = 0; i < len; i++)
+                                out[i] = zr_rng_iid_one(key, n, g + i);
+                if (out == tmp)
+                        memcpy(ret_idx + j, tmp, len * sizeof(*tmp));
         }
 }
