@@ -1,7 +1,6 @@
 /* kernel.h: how the samplers' inner loops are compiled.
  *
- * A kernel is a loop over a fixed-size block of independent lanes with no branch
- * inside, written in plain C so the compiler vectorizes it. ZR_SAMPLER_KERNEL asks
+ * A kernel is a loop over a block of independent lanes with no branch inside, written in plain C so the compiler vectorizes it. ZR_SAMPLER_KERNEL asks
  * GCC to vectorize it whatever the build's optimization level, and, on x86-64,
  * builds it for AVX-512, AVX2 and the baseline ISA, picked at load time (ifunc).
  * Every clone computes the same bits: the kernels use integer arithmetic only.
@@ -12,9 +11,9 @@
 #ifndef ZR_SAMPLER_KERNEL_H
 #define ZR_SAMPLER_KERNEL_H
 
-/* Lanes per kernel call: a multiple of every vector width (64 bytes of uint32 is
- * 16 lanes) and small enough that one rare slow lane (a rejected draw, a long
- * cycle walk) redoes little work. */
+/* Lanes per iid kernel call: a multiple of every vector width (64 bytes of uint64
+ * is 8 lanes) and small enough that a block with a rejected draw, redone lane by
+ * lane, costs little. */
 #define ZR_SAMPLER_BLOCK 64
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \

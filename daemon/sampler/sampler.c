@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "sampler/feistel.h"
+#include "sampler/kernel.h"
 #include "sampler/rng.h"
 
 static const char *const sampler_mode_names[_ZR_SAMPLER_MODE_MAX] = {
@@ -66,6 +67,13 @@ int zr_sampler_check(const zr_sampler_params *p, zr_error *err) {
         return 0;
 }
 
+/* ret_idx[i] = x + i for i < len: a plain count, vectorized. */
+ZR_SAMPLER_KERNEL
+static void sampler_count(uint64_t *ret_idx, uint64_t x, uint64_t len) {
+        for (uint64_t i = 0; i < len; i++)
+                ret_idx[i] = x + i;
+}
+
 static void sampler_sequential(const zr_sampler_params *p, uint64_t *ret_idx) {
         uint64_t n = p->n, global = p->batch_size * p->world_size;
         /* (s*B*W + r*B) mod n, exactly: every factor reduced, products in 128 bits */
@@ -78,8 +86,7 @@ static void sampler_sequential(const zr_sampler_params *p, uint64_t *ret_idx) {
         for (uint64_t j = 0; j < p->batch_size;) {
                 uint64_t run = n - x < p->batch_size - j ? n - x : p->batch_size - j;
 
-                for (uint64_t i = 0; i < run; i++)
-                        ret_idx[j + i] = x + i;
+                sampler_count(ret_idx + j, x, run);
                 j += run;
                 x = 0;
         }
