@@ -325,8 +325,32 @@ out:
         return r;
 }
 
-/* Opens the .loc segments that hold entries [0, length). */
-static int store_open_locs(zr_store *s, uint64_t length, int create, zr_error *err) {
+/* A file just created must exist durably before a header can reference it:
+ * fdatasync it (its size) now; the caller fsyncs the directory. A failure is
+ * final, as for any fsync. */
+static int store_new_file_durable(zr_store *s, zr_files *t, uint32_t id, const char *what,
+                                  zr_error *err) {
+        if (fdatasync(zr_files_fd(t, id)) < 0) {
+                int r = zr_error_errno(err, errno, "%" PRIu32 "%s: fdatasync", id, what);
+                atomic_store(&s->failed, -r);
+                return r;
+        }
+        return 0;
+}
+
+static int store_dir_durable(zr_store *s, zr_error *err) {
+        if (fsync(s->dirfd) < 0) {
+                int r = zr_error_errno(err, errno, "store directory: fsync");
+                atomic_store(&s->failed, -r);
+                return r;
+        }
+        return 0;
+}
+
+/* Opens the .loc segments that hold entries [0, length); with `create`, new
+ * ones are created durably and *ret_created counts them. */
+static int store_open_locs(zr_store *s, uint64_t length, int create, int *ret_created,
+                           zr_error *err) {
         if (length == 0)
                 return 0;
         uint64_t last = (length - 1) >> ZR_LOC_SEGMENT_LOG2;
@@ -338,7 +362,12 @@ static int store_open_locs(zr_store *s, uint64_t length, int create, zr_error *e
                                       &created, err);
                 if (r < 0)
                         return r;
-                s->dir_dirty |= created;
+                if (created) {
+                        r = store_new_file_durable(s, s->locs, (uint32_t)seg, ".loc", err);
+                        if (r < 0)
+                                return r;
+                        (*ret_created)++;
+                }
         }
         return 0;
 }
@@ -417,7 +446,7 @@ static int store_recover(zr_store *s, zr_error *err) {
                                          j.entries[i].index, j.new_len);
                         goto out;
                 }
-        r = store_open_locs(s, j.old_len > length ? j.old_len : length, 0, err);
+        r = store_open_locs(s, j.old_len > length ? j.old_len : length, 0, NULL, err);
         if (r >= 0)
                 r = store_apply_journal(s, &j, err);
 out:
@@ -482,7 +511,7 @@ int zr_store_open(int dirfd, const zr_store_options *opts, zr_store **ret, zr_er
                 if (r < 0)
                         goto fail;
         }
-        r = store_open_locs(s, h.length, 0, err);
+        r = store_open_locs(s, h.length, 0, NULL, err);
         if (r < 0)
                 goto fail;
         if (h.tail_chunk > 0 || h.tail_offset > 0 || h.length > 0)
@@ -788,16 +817,27 @@ int zr_store_append(zr_store *s, const void *data, const uint64_t *lens, size_t 
                 r = zr_error_set(err, ENOSPC, "store is full: 2^32 chunks");
                 goto out;
         }
+        int made = 0;
         for (uint64_t id = tail_chunk(old_tail); id <= c; id++) {
                 int created = 0;
                 r = zr_files_open(s->chunks, (uint32_t)id, 1, 0, &created, err);
                 if (r < 0)
                         goto out;
-                s->dir_dirty |= created;
+                if (created) {
+                        r = store_new_file_durable(s, s->chunks, (uint32_t)id, ".chunk", err);
+                        if (r < 0)
+                                goto out;
+                        made++;
+                }
         }
-        r = store_open_locs(s, length + n, 1, err);
+        r = store_open_locs(s, length + n, 1, &made, err);
         if (r < 0)
                 goto out;
+        if (made > 0) {
+                r = store_dir_durable(s, err);
+                if (r < 0)
+                        goto out;
+        }
 
         if (s->codec == ZR_CODEC_RAW) {
                 /* The batch is contiguous in memory and (between rollovers) on
