@@ -34,9 +34,11 @@
 #define STORE_VERIFY_BYTES ((uint64_t)64 << 20)
 /* Copy buffer of compact: 8 MiB keeps a move to a few syscalls. */
 #define STORE_COPY_BYTES ((size_t)8 << 20)
-/* Below this many indices a locate runs on the caller: a wake-up costs more
- * than a few hundred 16-byte preads. */
-#define STORE_LOCATE_PARALLEL_MIN 256
+/* Below this many indices a locate runs on the caller: a wake-up (30-70 us)
+ * costs more than a few hundred 16-byte preads, or tens of thousands of entries
+ * decoded from a mapping (~20 ns each). */
+#define STORE_LOCATE_PARALLEL_MIN_PREAD 256
+#define STORE_LOCATE_PARALLEL_MIN_MAPPED 65536
 
 struct zr_store {
         int dirfd;
@@ -536,8 +538,7 @@ int zr_store_close(zr_store *s, zr_error *err) {
         int r = 0;
         if (!s)
                 return 0;
-        if (!s->read_only && !atomic_load(&s->failed))
-                r = store_sync_locked(s, err);
+        r = store_sync_locked(s, err); /* ZR_E_READONLY if the store had failed */
         store_free(s);
         return r;
 }
@@ -973,7 +974,8 @@ int zr_store_locate(zr_store *s, const uint64_t *idx, size_t n, zr_loc *ret_locs
                         return zr_error_set(err, ZR_E_RANGE,
                                             "index %" PRIu64 " out of range (length %" PRIu64 ")",
                                             idx[k], length);
-        if (n < STORE_LOCATE_PARALLEL_MIN || zr_pool_threads(s->pool) == 0)
+        size_t min = s->map ? STORE_LOCATE_PARALLEL_MIN_MAPPED : STORE_LOCATE_PARALLEL_MIN_PREAD;
+        if (n < min || zr_pool_threads(s->pool) == 0)
                 return store_locate_range(s, idx, 0, n, ret_locs, tail, err);
 
         size_t nshards = zr_pool_shards(s->pool, n);
@@ -1424,9 +1426,7 @@ int zr_store_compact(zr_store *s, uint64_t max_moves, zr_compact_result *ret,
         }
 
         if (res.finished) {
-                uint64_t new_tail = tail_make(fc, fo);
-                if (fc > tail_chunk(old_tail) && fo == 0) /* cannot happen: never moves up */
-                        new_tail = old_tail;
+                uint64_t new_tail = tail_make(fc, fo); /* <= old_tail: nothing moves up */
                 /* Entries first, then the header's frontier, durable before any
                  * chunk file goes away. */
                 r = zr_files_sync(s->chunks, err);

@@ -1,19 +1,27 @@
 /* store.h: a Zrecord store, the persistent record engine of zrecord.
  *
  * A store is a directory holding meta.zr (the 32-byte header), dict.zr (the zstd
- * dictionary of a zstd_dict store), {id}.loc record-table segments and {id}.chunk
- * data files; the format is specified in format.h and docs/FORMAT.md. It holds N
+ * dictionary of a zstd_dict store), {id}.loc record-table segments, {id}.chunk
+ * data files and, only while a delete is in flight, delete.zr; the format is
+ * specified in format.h and docs/FORMAT.md. It holds N
  * records, each an opaque byte string of 0 to 2^31 bytes, addressed by a dense
  * index space 0..N-1. The store does not know about dtypes, shapes or sockets.
  *
  * Ownership: one process owns a store at a time (an exclusive flock on meta.zr);
  * a second opener gets ZR_E_LOCKED. Inside that process one zr_store is shared.
  *
- * Concurrency: zr_store_gather*(), zr_store_locate(), zr_store_length() and
- * zr_store_stats() may run concurrently with each other and with one
- * zr_store_append() (appends serialize among themselves). zr_store_delete(),
+ * Concurrency: zr_store_gather*(), zr_store_locate(), zr_store_length(),
+ * zr_store_stats(), zr_store_verify(), zr_store_read_dict() and zr_store_sync()
+ * may run concurrently with each other and with zr_store_append() (appends
+ * serialize among themselves; readers never lock). zr_store_delete(),
  * zr_store_compact(), zr_store_install_dict() and zr_store_close() need exclusive
  * access: the caller guarantees no other call on the store is in flight.
+ *
+ * Reads go through read-only mappings of the chunk and .loc files (pread when a
+ * mapping cannot be made, or with no_mmap), always bounded by the files' sizes
+ * at open and the write frontier. Another process truncating the files of an
+ * open store (which the lock forbids to any cooperating program) could still
+ * fault a mapping.
  *
  * Durability: a write is ordered data, then table entries, then the length in
  * meta.zr. A process killed at any instant leaves a store that opens with a prefix
@@ -95,7 +103,9 @@ int zr_store_create(int dirfd, enum zr_codec codec, const void *dict, size_t dic
 int zr_store_open(int dirfd, const zr_store_options *opts, zr_store **ret, zr_error *err);
 
 /* Syncs (as zr_store_sync()), releases the lock and frees the store. NULL allowed.
- * Returns 0 or the sync's error (the store is freed either way). */
+ * Returns 0 or the sync's error, ZR_E_READONLY if the store had failed before
+ * (its unsynced writes may be lost); the store is freed either way. A read-only
+ * store returns 0. */
 int zr_store_close(zr_store *s, zr_error *err);
 
 /* Number of records. Lock-free; an append in flight is not counted until committed. */
@@ -127,29 +137,38 @@ int zr_store_read_dict(zr_store *s, void **ret, size_t *ret_len, zr_error *err);
 int zr_store_append(zr_store *s, const void *data, const uint64_t *lens, size_t n,
                     uint64_t *ret_first, zr_error *err);
 
-/* Reads the table entries of records idx[0..n) into ret_locs[0..n) (one pread
- * per contiguous run of indices). ZR_E_RANGE for an index >= length, ZR_E_CORRUPT
- * for an entry that points outside its chunk. */
+/* Reads the table entries of records idx[0..n) into ret_locs[0..n) (decoded
+ * from the .loc mapping, or one pread per run of consecutive indices). Lock-free.
+ * ZR_E_RANGE for an index >= length (nothing read), ZR_E_CORRUPT for an entry
+ * that points past its chunk or the write frontier, or has impossible lengths. */
 int zr_store_locate(zr_store *s, const uint64_t *idx, size_t n, zr_loc *ret_locs,
                     zr_error *err);
 
 /* Decodes record locs[i] into dsts[i], which has room for locs[i].logic_length
  * bytes, for every i, on the pool (contiguous shards; one zstd context per
- * thread; decompressed straight into dsts[i]). ZR_E_DECODE if a frame does not
- * decode to exactly logic_length bytes (checksum included). */
+ * thread; decompressed straight into dsts[i]). Every loc is checked first as
+ * zr_store_locate() does (ZR_E_CORRUPT), so locs from anywhere are safe.
+ * ZR_E_DECODE if a frame does not decode to exactly logic_length bytes (checksum
+ * included), ZR_E_NO_DICT for a zstd_dict store without its dictionary. On
+ * failure the contents of the dsts are unspecified. n == 0 returns 0. */
 int zr_store_gather_locs(zr_store *s, const zr_loc *locs, size_t n, void *const *dsts,
                          zr_error *err);
 
-/* Gathers records idx[0..n) packed back to back into dst (dst_size bytes).
- * ret_lens (may be NULL) receives each record's length. ZR_E_BUFFER if the
- * records do not fit, ZR_E_RANGE for an index >= length. */
+/* Gathers records idx[0..n) (any order, repeats allowed) packed back to back
+ * into dst (dst_size bytes). ret_lens (may be NULL) receives each record's
+ * length. ZR_E_BUFFER if the records do not fit and ZR_E_RANGE for an index >=
+ * length (dst untouched in both cases), and the errors of
+ * zr_store_gather_locs(). Allocates one n-entry table per call, never per
+ * record. */
 int zr_store_gather(zr_store *s, const uint64_t *idx, size_t n, void *dst,
                     uint64_t dst_size, uint64_t *ret_lens, zr_error *err);
 
 /* Deletes records idx[0..n) (any order; duplicates are an error, EINVAL) by
  * swap-last: each hole, in descending index order, takes the current last
- * record, and the length drops by n. Atomic under a crash. ZR_E_RANGE for an
- * index >= length (nothing changes). Exclusive. */
+ * record, and the length drops by n. Atomic under a crash (through delete.zr)
+ * and durable when it returns: it syncs before and after, so it costs a few
+ * fsyncs. ZR_E_RANGE for an index >= length, EINVAL for a duplicate (nothing
+ * changes in either case), ZR_E_READONLY. n == 0 returns 0. Exclusive. */
 int zr_store_delete(zr_store *s, const uint64_t *idx, size_t n, zr_error *err);
 
 typedef struct zr_compact_result {
@@ -163,16 +182,20 @@ typedef struct zr_compact_result {
  * updated as its record lands, so an interrupted pass leaves a consistent store
  * and running it again finishes the job. Removes chunk files past the new
  * frontier. max_moves > 0 stops after that many moves (for tests); 0 runs to the
- * end. ret (may be NULL) receives what was done. Exclusive. */
+ * end. ret (may be NULL) receives what was done (also on failure). Holds the
+ * whole table in memory (32 bytes per record). Safe against a process kill at
+ * any instant; see docs/FORMAT.md for a power loss during a pass. Exclusive. */
 int zr_store_compact(zr_store *s, uint64_t max_moves, zr_compact_result *ret,
                      zr_error *err);
 
-/* Fills *ret. Walks the table (O(N) reads of 16 bytes, sequential). */
+/* Fills *ret. Walks the table (O(N), sequential). May run beside an append. */
 int zr_store_stats(zr_store *s, zr_stats *ret, zr_error *err);
 
 /* Makes every committed record durable: fsync chunk files, then .loc segments,
- * then meta.zr (and the directory if a file was created since the last sync).
- * A failure turns the store read-only for good and returns the error. */
+ * then meta.zr (and the directory if a file was removed since the last sync;
+ * created files are made durable as they are created). A failure turns the
+ * store read-only for good and returns the error; on a failed store it returns
+ * ZR_E_READONLY. Returns 0 on a read-only store. Serializes with appends. */
 int zr_store_sync(zr_store *s, zr_error *err);
 
 typedef struct zr_verify_report {
@@ -182,8 +205,11 @@ typedef struct zr_verify_report {
 } zr_verify_report;
 
 /* Reads and decodes every record (checksums included) and checks every table
- * entry against its chunk. Returns 0 if sound, ZR_E_CORRUPT or ZR_E_DECODE with
- * the first problem in *err otherwise; *ret (may be NULL) counts. */
+ * entry against its chunk, in parallel batches of bounded memory (64 MiB, or one
+ * record if larger). Returns 0 if sound, ZR_E_CORRUPT or ZR_E_DECODE with the
+ * first bad record's index and problem in *err otherwise (it goes on to count
+ * the rest); *ret (may be NULL) counts. Raw records carry no checksum: verify
+ * proves a raw record readable, not unchanged. */
 int zr_store_verify(zr_store *s, zr_verify_report *ret, zr_error *err);
 
 /* If the store turned read-only after an I/O failure, the code that caused it
