@@ -361,9 +361,9 @@ static void time_round_robin(work *w, const contender *cs, size_t nc, double *se
 /* Appends every record to a new store of `codec` in `sub`, timed; returns the
  * open store (its directory in *ret_dfd) and the GiB/s. */
 static zr_store *append_store(work *w, const char *sub, enum zr_codec codec, const void *dict,
-                              size_t dict_len, int *ret_dfd, double *ret_gibs) {
+                              size_t dict_len, int no_mmap, int *ret_dfd, double *ret_gibs) {
         bench *b = w->b;
-        zr_store_options opts = { .pool = b->pool };
+        zr_store_options opts = { .pool = b->pool, .no_mmap = no_mmap };
         zr_error err = {0};
         zr_store *s = NULL;
         size_t per = APPEND_CHUNK / w->rec ? APPEND_CHUNK / w->rec : 1;
@@ -498,7 +498,7 @@ static void run_workload(bench *b, const char *name, size_t side, size_t nrec, s
                 }
                 if (i % 2 == 0)
                         wr[i] = plain_write(&w, "plain", &plain_disk);
-                raw = append_store(&w, "raw", ZR_CODEC_RAW, NULL, 0, &raw_dfd, &ap[i]);
+                raw = append_store(&w, "raw", ZR_CODEC_RAW, NULL, 0, 0, &raw_dfd, &ap[i]);
                 if (i % 2 == 1)
                         wr[i] = plain_write(&w, "plain", &plain_disk);
         }
@@ -530,7 +530,7 @@ static void run_workload(bench *b, const char *name, size_t side, size_t nrec, s
         r->median = r->best = zlimit;
         int zstd_dfd = -1, dict_dfd = -1;
         double gibs;
-        zr_store *zs = append_store(&w, "zstd", ZR_CODEC_ZSTD, NULL, 0, &zstd_dfd, &gibs);
+        zr_store *zs = append_store(&w, "zstd", ZR_CODEC_ZSTD, NULL, 0, 0, &zstd_dfd, &gibs);
         r = add_result(b, "append", name, "zrecord zstd");
         r->median = r->best = gibs;
         snprintf(r->limit, sizeof(r->limit), "zstd-3 compress, all threads");
@@ -554,7 +554,8 @@ static void run_workload(bench *b, const char *name, size_t side, size_t nrec, s
                 ZSTD_freeCDict(cdict);
                 r = add_result(b, "append", name, "zstd-19+dict compress, all threads");
                 r->median = r->best = dlimit;
-                ds = append_store(&w, "dict", ZR_CODEC_ZSTD_DICT, dict_buf, dict_len, &dict_dfd, &gibs);
+                ds = append_store(&w, "dict", ZR_CODEC_ZSTD_DICT, dict_buf, dict_len, 0, &dict_dfd,
+                                  &gibs);
                 r = add_result(b, "append", name, "zrecord zstd_dict");
                 r->median = r->best = gibs;
                 snprintf(r->limit, sizeof(r->limit), "zstd-19+dict compress, all threads");
@@ -565,6 +566,11 @@ static void run_workload(bench *b, const char *name, size_t side, size_t nrec, s
                 if (!ddict)
                         die("ZSTD_createDDict failed");
         }
+
+        /* a second raw store, read with pread (no_mmap): the store's fallback path */
+        int rawp_dfd = -1;
+        double unused;
+        zr_store *rawp = append_store(&w, "raw-pread", ZR_CODEC_RAW, NULL, 0, 1, &rawp_dfd, &unused);
 
         /* the contenders of the gather table, limits first */
         pread_files pf;
@@ -578,7 +584,7 @@ static void run_workload(bench *b, const char *name, size_t side, size_t nrec, s
                 df = frames_of_store(&w, dict_dfd);
                 printf("zstd_dict frames: ratio %.2f\n", (double)nrec * (double)w.rec / (double)df->total);
         }
-        contender cs[8];
+        contender cs[10];
         size_t nc = 0;
         cs[nc++] = (contender){ "memcpy gather, 1 thread", 0, NULL, NULL, NULL, NULL, NULL };
         cs[nc++] = (contender){ "memcpy gather, all threads", 0, b->team, NULL, NULL, NULL, NULL };
@@ -587,6 +593,8 @@ static void run_workload(bench *b, const char *name, size_t side, size_t nrec, s
         if (ds)
                 cs[nc++] = (contender){ "zstd+dict decompress, all threads", 1, b->team, NULL, df, ddict, NULL };
         cs[nc++] = (contender){ "zrecord raw", 2, NULL, raw, NULL, NULL, "memcpy gather, all threads" };
+        cs[nc++] = (contender){ "zrecord raw, pread (no_mmap)", 2, NULL, rawp, NULL, NULL,
+                                "pread gather, all threads" };
         cs[nc++] = (contender){ "zrecord zstd", 2, NULL, zs, NULL, NULL, "zstd decompress, all threads" };
         if (ds)
                 cs[nc++] = (contender){ "zrecord zstd_dict", 2, NULL, ds, NULL, NULL,
@@ -642,6 +650,9 @@ static void run_workload(bench *b, const char *name, size_t side, size_t nrec, s
         }
         pread_files_close(&pf);
 
+        zr_store_close(rawp, NULL);
+        close(rawp_dfd);
+        dir_clear(b, "raw-pread");
         zr_store_close(ds, NULL);
         zr_store_close(zs, NULL);
         zr_store_close(raw, NULL);

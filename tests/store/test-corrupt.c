@@ -5,7 +5,9 @@
  * operations and checks that open, locate, gather and verify return the code
  * that names the damage, with a message that says what is wrong, and that
  * whatever does succeed returns the right bytes. The sanitizer build runs the
- * same tests: a read past a buffer fails them there. Two fuzz loops (fixed
+ * same tests: a read past a buffer fails them there. Every test runs twice:
+ * reading through the store's mappings (the default) and with pread (no_mmap).
+ * Two fuzz loops (fixed
  * seed) write random bytes over meta.zr and over one .loc entry and check only
  * that every call returns 0 or a known code with a message.
  */
@@ -131,8 +133,12 @@ static void fixture_done(fixture *f) {
         rmdir(f->dir);
 }
 
+/* How the store under test reads: 0 through its mappings (the default), 1 with
+ * pread (no_mmap). Every test runs once each way (a loop test: _i). */
+static int read_mode;
+
 static int fixture_open(const fixture *f, int read_only, zr_store **ret, zr_error *err) {
-        zr_store_options opts = { .read_only = read_only };
+        zr_store_options opts = { .read_only = read_only, .no_mmap = read_mode };
         zr_error_clear(err);
         return zr_store_open(f->dfd, &opts, ret, err);
 }
@@ -268,6 +274,7 @@ static void expect_open_error(const fixture *f, const int *codes, size_t n, cons
 /* --- the cases ---------------------------------------------------------------- */
 
 START_TEST(test_not_a_store) {
+        read_mode = _i;
         fixture f = {0};
         const char *tmp = getenv("TMPDIR");
         zr_store *s = NULL;
@@ -295,6 +302,7 @@ START_TEST(test_not_a_store) {
 END_TEST
 
 START_TEST(test_meta_truncated) {
+        read_mode = _i;
         fixture f;
         fixture_make(&f, ZR_CODEC_RAW);
         /* an empty meta.zr has not even a magic number: either code says so */
@@ -320,6 +328,7 @@ START_TEST(test_meta_truncated) {
 END_TEST
 
 START_TEST(test_meta_fields) {
+        read_mode = _i;
         fixture f;
         uint8_t v;
 
@@ -361,6 +370,7 @@ START_TEST(test_meta_fields) {
 END_TEST
 
 START_TEST(test_length_beyond_table) {
+        read_mode = _i;
         /* a length that needs a second .loc segment the store does not have */
         fixture f;
         zr_store *s = NULL;
@@ -431,6 +441,7 @@ static void raw_lengths_differ(uint8_t e[16], const uint8_t meta[32]) {
 }
 
 START_TEST(test_loc_outside_chunk) {
+        read_mode = _i;
         for (int c = 0; c <= 2; c++) {
                 loc_case((enum zr_codec)c, 3, past_chunk_end, "entry past its chunk's end");
                 loc_case((enum zr_codec)c, 7, missing_chunk, "entry in a chunk that does not exist");
@@ -442,6 +453,7 @@ START_TEST(test_loc_outside_chunk) {
 END_TEST
 
 START_TEST(test_frame_flip) {
+        read_mode = _i;
         for (int c = 1; c <= 2; c++) {
                 fixture f;
                 zr_store *s = NULL;
@@ -467,6 +479,7 @@ START_TEST(test_frame_flip) {
 END_TEST
 
 START_TEST(test_truncated_chunk) {
+        read_mode = _i;
         for (int c = 0; c <= 2; c++) {
                 fixture f;
                 fixture_make(&f, (enum zr_codec)c);
@@ -489,6 +502,7 @@ START_TEST(test_truncated_chunk) {
 END_TEST
 
 START_TEST(test_dict_missing) {
+        read_mode = _i;
         fixture f;
         fixture_make(&f, ZR_CODEC_ZSTD_DICT);
         ck_assert_int_eq(unlinkat(f.dfd, "dict.zr", 0), 0);
@@ -533,6 +547,7 @@ static void dict_damaged(const fixture *f, const char *what) {
 }
 
 START_TEST(test_dict_corrupt) {
+        read_mode = _i;
         fixture f;
         struct stat st;
 
@@ -561,6 +576,7 @@ START_TEST(test_dict_corrupt) {
 END_TEST
 
 START_TEST(test_journal_garbage) {
+        read_mode = _i;
         /* a delete.zr that is not a complete journal (a torn write, or junk) is
          * discarded on open: the table was not touched, every record stays */
         for (size_t len = 1; len <= 4096; len *= 8) {
@@ -639,6 +655,7 @@ static void fuzz_probe(const fixture *f, size_t iter, const char *what, int chec
 }
 
 START_TEST(test_fuzz_meta) {
+        read_mode = _i;
         for (int c = 0; c <= 1; c++) {
                 fixture f;
                 uint8_t orig[32], m[32];
@@ -662,6 +679,7 @@ START_TEST(test_fuzz_meta) {
 END_TEST
 
 START_TEST(test_fuzz_loc) {
+        read_mode = _i;
         for (int c = 0; c <= 1; c++) {
                 fixture f;
                 uint8_t orig[16], e[16];
@@ -691,18 +709,18 @@ int main(void) {
         Suite *s = suite_create("corrupt");
         TCase *tc = tcase_create("core");
         tcase_set_timeout(tc, 300);
-        tcase_add_test(tc, test_not_a_store);
-        tcase_add_test(tc, test_meta_truncated);
-        tcase_add_test(tc, test_meta_fields);
-        tcase_add_test(tc, test_length_beyond_table);
-        tcase_add_test(tc, test_loc_outside_chunk);
-        tcase_add_test(tc, test_frame_flip);
-        tcase_add_test(tc, test_truncated_chunk);
-        tcase_add_test(tc, test_dict_missing);
-        tcase_add_test(tc, test_dict_corrupt);
-        tcase_add_test(tc, test_journal_garbage);
-        tcase_add_test(tc, test_fuzz_meta);
-        tcase_add_test(tc, test_fuzz_loc);
+        tcase_add_loop_test(tc, test_not_a_store, 0, 2);
+        tcase_add_loop_test(tc, test_meta_truncated, 0, 2);
+        tcase_add_loop_test(tc, test_meta_fields, 0, 2);
+        tcase_add_loop_test(tc, test_length_beyond_table, 0, 2);
+        tcase_add_loop_test(tc, test_loc_outside_chunk, 0, 2);
+        tcase_add_loop_test(tc, test_frame_flip, 0, 2);
+        tcase_add_loop_test(tc, test_truncated_chunk, 0, 2);
+        tcase_add_loop_test(tc, test_dict_missing, 0, 2);
+        tcase_add_loop_test(tc, test_dict_corrupt, 0, 2);
+        tcase_add_loop_test(tc, test_journal_garbage, 0, 2);
+        tcase_add_loop_test(tc, test_fuzz_meta, 0, 2);
+        tcase_add_loop_test(tc, test_fuzz_loc, 0, 2);
         suite_add_tcase(s, tc);
         SRunner *sr = srunner_create(s);
         srunner_run_all(sr, CK_NORMAL);

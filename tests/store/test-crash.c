@@ -1,7 +1,8 @@
 /* test-crash.c: a store survives SIGKILL at any instant.
  *
  * Each trial forks a writer child that creates a store (raw, zstd and zstd_dict
- * in turn, small chunks so appends roll over) and runs a deterministic program
+ * in turn, small chunks so appends roll over; reading through mappings or with
+ * pread) and runs a deterministic program
  * of appends, delete batches and compactions, reporting every acknowledged
  * operation through a pipe. The parent SIGKILLs it at a random moment (after a
  * random number of acknowledgements plus a random spin scaled to the observed
@@ -195,11 +196,11 @@ static void ack(int fd) {
 /* Runs in the child and never returns: exit 0 after the whole program, 10+ on a
  * failed store call (the parent reports it). */
 static void writer_main(int ackfd, int dirfd, enum zr_codec codec, const void *dict,
-                        size_t dict_len, uint64_t seed) {
+                        size_t dict_len, uint64_t seed, int no_mmap) {
         zr_pool *pool = NULL;
         zr_store *s = NULL;
         zr_error err = {0};
-        zr_store_options opts = { .chunk_log2 = CRASH_CHUNK_LOG2 };
+        zr_store_options opts = { .chunk_log2 = CRASH_CHUNK_LOG2, .no_mmap = no_mmap };
         uint8_t *buf = malloc(APPEND_MAX * RECORD_LARGE);
         uint64_t lens[APPEND_MAX];
         uint64_t rng = seed;
@@ -352,6 +353,9 @@ static uint64_t env_u64(const char *name, uint64_t def) {
 /* One trial: write, kill, reopen, check. */
 static void crash_trial(size_t trial, uint64_t seed, const void *dict, size_t dict_len, counts *c) {
         enum zr_codec codec = (enum zr_codec)(trial % 3);
+        /* the writer and the checker each read through mappings or with pread
+         * (no_mmap): every combination comes round every 12 trials */
+        int writer_no_mmap = (int)(trial / 3 % 2), reader_no_mmap = (int)(trial / 6 % 2);
         uint64_t prog_seed = mix64(seed + trial);
         uint64_t rng = mix64(prog_seed ^ 0x6b);
         const char *tmp = getenv("TMPDIR");
@@ -369,7 +373,7 @@ static void crash_trial(size_t trial, uint64_t seed, const void *dict, size_t di
         ck_assert_int_ge(pid, 0);
         if (pid == 0) {
                 close(fds[0]);
-                writer_main(fds[1], dfd, codec, dict, dict_len, prog_seed);
+                writer_main(fds[1], dfd, codec, dict, dict_len, prog_seed, writer_no_mmap);
         }
         close(fds[1]);
 
@@ -422,7 +426,7 @@ static void crash_trial(size_t trial, uint64_t seed, const void *dict, size_t di
 
         zr_pool *pool = NULL;
         ck_assert_int_eq(zr_pool_new(2, &pool), 0);
-        zr_store_options opts = { .pool = pool };
+        zr_store_options opts = { .pool = pool, .no_mmap = reader_no_mmap };
         zr_store *s = NULL;
         zr_error err = {0};
         int r = zr_store_open(dfd, &opts, &s, &err);
