@@ -202,13 +202,16 @@ typedef struct zr_verify_report {
         uint64_t records;  /* records checked */
         uint64_t bad;      /* records that failed (0 when the store is sound) */
         uint64_t first_bad; /* index of the first bad record, if any */
+        int overlaps_checked; /* 1 if live records were checked for sharing bytes
+                               * (done up to 2^24 records) */
 } zr_verify_report;
 
 /* Reads and decodes every record (checksums included) and checks every table
  * entry against its chunk, in parallel batches of bounded memory (64 MiB, or one
  * record if larger). Returns 0 if sound, ZR_E_CORRUPT or ZR_E_DECODE with the
  * first bad record's index and problem in *err otherwise (it goes on to count
- * the rest); *ret (may be NULL) counts. Raw records carry no checksum: verify
+ * the rest); *ret (may be NULL) counts. Two live records whose bytes overlap
+ * (a record listed twice) are ZR_E_CORRUPT too. Raw records carry no checksum: verify
  * proves a raw record readable, not unchanged. */
 int zr_store_verify(zr_store *s, zr_verify_report *ret, zr_error *err);
 

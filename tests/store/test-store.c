@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "store/format.h"
+#include "store/journal.h"
 #include "store/store.h"
 
 /* ---- helpers ------------------------------------------------------------ */
@@ -479,6 +480,105 @@ START_TEST(test_delete_semantics) {
 }
 END_TEST
 
+/* A complete journal is redone on open; a torn one is discarded. */
+START_TEST(test_journal_redo_and_torn) {
+        enum { N = 10 };
+        uint64_t lens[N], ids[N];
+        zr_loc last;
+        uint64_t nine = 9;
+        zr_error err = {0};
+        tdir d;
+
+        for (size_t i = 0; i < N; i++) {
+                lens[i] = 100 + i;
+                ids[i] = i;
+        }
+        tdir_make(&d);
+        zr_store *s = create_store(&d, ZR_CODEC_RAW, 16, NULL);
+        append_ok(s, lens, N, 0);
+        ck_assert_int_eq(zr_store_locate(s, &nine, 1, &last, NULL), 0);
+        ck_assert_int_eq(zr_store_close(s, NULL), 0);
+
+        /* "delete index 2" as it would be journaled, interrupted before applying */
+        zr_journal_entry e = { .index = 2, .loc = last };
+        zr_journal j = { .old_len = N, .new_len = N - 1, .n = 1, .entries = &e };
+        ck_assert_int_eq(zr_journal_write(d.fd, &j, &err), 0);
+        /* torn: one byte short */
+        int fd = openat(d.fd, ZR_JOURNAL_NAME, O_RDWR | O_CLOEXEC);
+        struct stat st;
+        ck_assert_int_eq(fstat(fd, &st), 0);
+        ck_assert_int_eq(st.st_size, 40 + 24);
+        ck_assert_int_eq(ftruncate(fd, st.st_size - 1), 0);
+        close(fd);
+        ck_assert_int_eq(zr_store_open(d.fd, NULL, &s, &err), 0);
+        ck_assert(!tdir_has(&d, ZR_JOURNAL_NAME));
+        check_all(s, ids, lens, N);
+        ck_assert_int_eq(zr_store_close(s, NULL), 0);
+
+        /* a flipped byte fails the checksum: discarded too */
+        ck_assert_int_eq(zr_journal_write(d.fd, &j, &err), 0);
+        fd = openat(d.fd, ZR_JOURNAL_NAME, O_RDWR | O_CLOEXEC);
+        uint8_t b = 0x77;
+        ck_assert_int_eq(pwrite(fd, &b, 1, 20), 1);
+        close(fd);
+        ck_assert_int_eq(zr_store_open(d.fd, NULL, &s, &err), 0);
+        check_all(s, ids, lens, N);
+        ck_assert_int_eq(zr_store_close(s, NULL), 0);
+
+        /* complete: redone */
+        ck_assert_int_eq(zr_journal_write(d.fd, &j, &err), 0);
+        zr_store_options ro = { .read_only = 1 };
+        ck_assert_int_eq(zr_store_open(d.fd, &ro, &s, &err), -ZR_E_READONLY);
+        ck_assert_int_eq(zr_store_open(d.fd, NULL, &s, &err), 0);
+        ck_assert(!tdir_has(&d, ZR_JOURNAL_NAME));
+        ids[2] = 9;
+        check_all(s, ids, lens, N - 1);
+        ck_assert_int_eq(zr_store_close(s, NULL), 0);
+
+        /* a stale journal (the length moved on) is dropped, not applied */
+        j.old_len = 50;
+        j.new_len = 40;
+        ck_assert_int_eq(zr_journal_write(d.fd, &j, &err), 0);
+        ck_assert_int_eq(zr_store_open(d.fd, NULL, &s, &err), 0);
+        ck_assert(!tdir_has(&d, ZR_JOURNAL_NAME));
+        check_all(s, ids, lens, N - 1);
+        check_verify(s, N - 1);
+        ck_assert_int_eq(zr_store_close(s, NULL), 0);
+        tdir_remove(&d);
+}
+END_TEST
+
+/* verify finds a record listed twice even though each decodes. */
+START_TEST(test_verify_finds_overlap) {
+        enum { N = 10 };
+        uint64_t lens[N];
+        zr_verify_report rep;
+        zr_error err = {0};
+        tdir d;
+
+        for (size_t i = 0; i < N; i++)
+                lens[i] = 64;
+        tdir_make(&d);
+        zr_store *s = create_store(&d, ZR_CODEC_ZSTD, 16, NULL);
+        append_ok(s, lens, N, 0);
+        ck_assert_int_eq(zr_store_close(s, NULL), 0);
+        int fd = openat(d.fd, "0.loc", O_RDWR | O_CLOEXEC);
+        uint8_t e[16];
+        ck_assert_int_eq(pread(fd, e, 16, 5 * 16), 16);
+        ck_assert_int_eq(pwrite(fd, e, 16, 3 * 16), 16);
+        close(fd);
+        ck_assert_int_eq(zr_store_open(d.fd, NULL, &s, &err), 0);
+        ck_assert_int_eq(zr_store_verify(s, &rep, &err), -ZR_E_CORRUPT);
+        ck_assert_ptr_nonnull(strstr(err.message, "overlap"));
+        ck_assert_uint_eq(rep.records, N);
+        ck_assert_uint_eq(rep.bad, 1);
+        ck_assert_uint_eq(rep.first_bad, 5);
+        ck_assert_int_eq(rep.overlaps_checked, 1);
+        ck_assert_int_eq(zr_store_close(s, NULL), 0);
+        tdir_remove(&d);
+}
+END_TEST
+
 /* ---- compact ------------------------------------------------------------ */
 
 START_TEST(test_compact_semantics) {
@@ -921,6 +1021,8 @@ int main(void) {
         tcase_set_timeout(tc, 300);
         tcase_add_test(tc, test_delete_semantics);
         tcase_add_test(tc, test_compact_semantics);
+        tcase_add_test(tc, test_journal_redo_and_torn);
+        tcase_add_test(tc, test_verify_finds_overlap);
         tcase_add_test(tc, test_gather_during_append);
         suite_add_tcase(s, tc);
         tc = tcase_create("bad-input");
