@@ -299,6 +299,10 @@ typedef struct zr_loader_counters {
         uint64_t hits, misses; /* its cache lookups */
         uint64_t bytes;     /* bytes written into its ring */
         uint64_t evictions; /* evictions its cache inserts caused */
+        /* the engine's count of fills (gathers and copies, all loaders) when
+         * this loader's latest fill completed: a trace of the scheduler's
+         * order, for tests and debugging */
+        uint64_t fill_seq;
 } zr_loader_counters;
 
 /* Fills *ret with the loader's counters. */
