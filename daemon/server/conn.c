@@ -40,12 +40,15 @@ struct zr_conn {
         uint8_t *in;
         size_t in_len, in_cap;
         int fds[ZR_CONN_MAX_PENDING_FDS];
+        size_t fds_end[ZR_CONN_MAX_PENDING_FDS]; /* in-buffer end of the read that brought each */
         size_t nfds;
+        size_t frame_nfds;        /* of the frame being dispatched: the oldest this many */
 
         outframe *out_head, *out_tail;
         uint64_t out_bytes;
 
         int reading;              /* the owner wants frames */
+        int in_send;              /* inside zr_conn_send: no on_drain re-entry */
         int dispatching;          /* inside on_frame: no re-entry */
         int flush_then_close;
         int closing;
@@ -66,9 +69,10 @@ static void conn_schedule_close(zr_conn *c, enum zr_conn_close_reason reason, in
 
 static void close_cb(evutil_socket_t fd, short what, void *arg) {
         zr_conn *c = arg;
-        if (c->fd >= 0) {
-                shutdown(c->fd, SHUT_RDWR);
-        }
+        /* Reading stops now; writing stays possible for zr_conn_send_final()
+         * inside on_close(), and ends when the owner frees the conn. */
+        if (c->fd >= 0)
+                shutdown(c->fd, SHUT_RD);
         c->ops->on_close(c, c->reason, c->error, c->userdata); /* may free c */
 }
 
@@ -81,7 +85,7 @@ static void update_read_event(zr_conn *c) {
                 event_del(c->ev_read);
 }
 
-static int take_fds(zr_conn *c, struct msghdr *mh) {
+static int take_fds(zr_conn *c, struct msghdr *mh, size_t end) {
         int r = 0;
         for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm)) {
                 if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
@@ -89,9 +93,10 @@ static int take_fds(zr_conn *c, struct msghdr *mh) {
                 size_t n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
                 int *fds = (int *)CMSG_DATA(cm);
                 for (size_t i = 0; i < n; i++) {
-                        if (c->nfds < ZR_CONN_MAX_PENDING_FDS)
+                        if (c->nfds < ZR_CONN_MAX_PENDING_FDS) {
+                                c->fds_end[c->nfds] = end;
                                 c->fds[c->nfds++] = fds[i];
-                        else {
+                        } else {
                                 close(fds[i]); /* over the quota: never kept */
                                 r = -EMFILE;
                         }
@@ -117,13 +122,19 @@ static void dispatch_frames(zr_conn *c) {
                 if (c->in_len - pos < FRAME_PREFIX + (size_t)len)
                         break;
                 pos += FRAME_PREFIX + (size_t)len;
+                c->frame_nfds = 0;
+                while (c->frame_nfds < c->nfds && c->fds_end[c->frame_nfds] <= pos)
+                        c->frame_nfds++;
                 if (c->ops->on_frame(c, p + FRAME_PREFIX, len, c->userdata) < 0)
                         conn_schedule_close(c, ZR_CONN_BY_OWNER, 0);
         }
         c->dispatching = 0;
+        c->frame_nfds = 0;
         if (pos > 0) {
                 memmove(c->in, c->in + pos, c->in_len - pos);
                 c->in_len -= pos;
+                for (size_t i = 0; i < c->nfds; i++)
+                        c->fds_end[i] = c->fds_end[i] > pos ? c->fds_end[i] - pos : 0;
         }
 }
 
@@ -166,7 +177,9 @@ static void read_cb(evutil_socket_t fd, short what, void *arg) {
                 conn_schedule_close(c, ZR_CONN_IO_ERROR, errno);
                 return;
         }
-        int r = take_fds(c, &mh);
+        /* PROTOCOL.md section 5: the descriptors of a recvmsg() belong to the frame
+         * holding the last byte it returned. */
+        int r = take_fds(c, &mh, c->in_len + (n > 0 ? (size_t)n : 0));
         if (r < 0) {
                 conn_schedule_close(c, ZR_CONN_FD_ERROR, -r);
                 return;
@@ -221,8 +234,12 @@ static void flush(zr_conn *c) {
                 free(f);
         }
         event_del(c->ev_write);
-        if (c->flush_then_close)
+        if (c->flush_then_close) {
                 conn_schedule_close(c, ZR_CONN_BY_OWNER, 0);
+                return;
+        }
+        if (c->ops->on_drain && !c->in_send)
+                c->ops->on_drain(c, c->userdata);
 }
 
 static void write_cb(evutil_socket_t fd, short what, void *arg) {
@@ -333,8 +350,11 @@ int zr_conn_send(zr_conn *c, const void *body, size_t len, const int *fds, size_
                 conn_schedule_close(c, ZR_CONN_OUTPUT_FULL, 0);
                 return -EPIPE;
         }
-        if (c->out_head == f) /* nothing was waiting: try to send now */
+        if (c->out_head == f) { /* nothing was waiting: try to send now */
+                c->in_send = 1;
                 flush(c);
+                c->in_send = 0;
+        }
         return 0;
 fail:
         for (size_t i = 0; i < nfds; i++)
@@ -342,12 +362,25 @@ fail:
         return r;
 }
 
+void zr_conn_send_final(zr_conn *c, const void *body, size_t len) {
+        if (c->fd < 0 || c->out_head || len > UINT32_MAX)
+                return;
+        uint8_t prefix[FRAME_PREFIX] = {(uint8_t)len, (uint8_t)(len >> 8), (uint8_t)(len >> 16),
+                                        (uint8_t)(len >> 24)};
+        struct iovec iov[2] = {{prefix, FRAME_PREFIX}, {(void *)body, len}};
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 2};
+        (void)sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
 int zr_conn_take_fd(zr_conn *c, int *ret_fd) {
         if (c->nfds == 0)
                 return -ENOENT;
         *ret_fd = c->fds[0];
         memmove(c->fds, c->fds + 1, (c->nfds - 1) * sizeof(int));
+        memmove(c->fds_end, c->fds_end + 1, (c->nfds - 1) * sizeof(size_t));
         c->nfds--;
+        if (c->frame_nfds > 0)
+                c->frame_nfds--;
         return 0;
 }
 
@@ -355,11 +388,16 @@ size_t zr_conn_pending_fds(const zr_conn *c) {
         return c->nfds;
 }
 
+size_t zr_conn_frame_fds(const zr_conn *c) {
+        return c->frame_nfds;
+}
+
 size_t zr_conn_drop_fds(zr_conn *c) {
         size_t n = c->nfds;
         for (size_t i = 0; i < n; i++)
                 close(c->fds[i]);
         c->nfds = 0;
+        c->frame_nfds = 0;
         return n;
 }
 

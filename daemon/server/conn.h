@@ -52,8 +52,13 @@ typedef struct zr_conn_ops {
          * are in the conn's queue (zr_conn_take_fd()). Return 0 to go on, or a
          * negative value to close the connection. */
         int (*on_frame)(zr_conn *c, const uint8_t *body, size_t len, void *userdata);
-        /* The connection is closed (socket shut, queues dropped). Called once. */
+        /* The connection is closed (reading shut; zr_conn_send_final() may still
+         * write a last frame). Called once; the owner frees the conn. */
         void (*on_close)(zr_conn *c, enum zr_conn_close_reason reason, int error, void *userdata);
+        /* Optional (NULL: none): the output queue became empty after it had to wait
+         * for the socket, so an owner that paused reading for back-pressure may
+         * resume. Not called from inside zr_conn_send(). */
+        void (*on_drain)(zr_conn *c, void *userdata);
 } zr_conn_ops;
 
 /* Wraps the connected socket `fd` (made non-blocking; ownership passes to the
@@ -70,11 +75,21 @@ zr_conn *zr_conn_free(zr_conn *c);
  * 4 GiB, -ENOMEM, or -EPIPE once the conn is closing. */
 int zr_conn_send(zr_conn *c, const void *body, size_t len, const int *fds, size_t nfds);
 
+/* Inside on_close(): writes one last frame (a FAULT) straight to the socket,
+ * best effort, if nothing else is waiting to go out. Never blocks. */
+void zr_conn_send_final(zr_conn *c, const void *body, size_t len);
+
 /* Takes the oldest received descriptor (the caller owns it). -ENOENT if none. */
 int zr_conn_take_fd(zr_conn *c, int *ret_fd);
 
 /* Descriptors received and not taken. */
 size_t zr_conn_pending_fds(const zr_conn *c);
+
+/* Inside on_frame(): how many of the pending descriptors (the oldest ones) came
+ * with this frame, by PROTOCOL.md section 5 (the descriptors of one recvmsg()
+ * belong to the frame holding the last byte it returned). Descriptors that came
+ * with a later frame, already partly read, stay pending beyond these. */
+size_t zr_conn_frame_fds(const zr_conn *c);
 
 /* Closes every received descriptor not taken; returns how many there were. */
 size_t zr_conn_drop_fds(zr_conn *c);

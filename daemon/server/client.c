@@ -1,0 +1,853 @@
+/* client.c: one client's session (client.h) and the request plumbing handlers
+ * use (request.h).
+ *
+ * Each frame is copied out of the connection, decoded (bounded, wire.h),
+ * validated against its message table (message.h) and has its descriptors
+ * counted before anything acts on it; the request then waits in the session's
+ * FIFO. One request executes at a time: a handler answers at once or hands the
+ * request to a job, and the next starts when it completes. Faults (frames that
+ * are not a request) are answered at once and count as strikes.
+ *
+ * It assumes the loop thread; it does not know about stores beyond handing
+ * references around (registry.h), nor about chunk files.
+ */
+#include "server/client.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "server/conn.h"
+#include "server/log.h"
+#include "server/request.h"
+
+/* Unsent reply bytes above which the session stops reading requests until the
+ * client catches up: a client that pipelines but does not read cannot make the
+ * daemon buffer more than this plus ZR_PIPELINE_MAX replies. */
+#define OUTPUT_PAUSE_BYTES (UINT64_C(4) << 20)
+
+enum {
+        FEATURE_MSSET = 1u << 0,
+        FEATURE_DICT = 1u << 1,
+        FEATURE_VERIFY = 1u << 2,
+        FEATURE_LOADER = 1u << 3,
+};
+
+/* The features this daemon has. "loader" joins when the loader engine is wired. */
+static const struct {
+        const char *name;
+        unsigned bit;
+} daemon_features[] = {
+        {ZR_FEATURE_MSSET, FEATURE_MSSET},
+        {ZR_FEATURE_DICT, FEATURE_DICT},
+        {ZR_FEATURE_VERIFY, FEATURE_VERIFY},
+};
+#define N_FEATURES (sizeof(daemon_features) / sizeof(daemon_features[0]))
+
+struct zr_client {
+        zr_server *srv;
+        zr_conn *conn;
+        zr_client *next;
+        uint64_t serial;
+        pid_t pid;
+        uid_t uid;
+        gid_t gid;
+        char name[64];
+
+        unsigned refs;
+        bool gone, closing, draining, hello;
+        unsigned features;
+        struct {
+                uint32_t frame_max, handles_max, loaders_max;
+                uint64_t shm_max;
+        } lim;
+        unsigned strikes;
+        uint64_t requests;
+
+        zr_request *q_head, *q_tail;
+        unsigned unanswered;      /* read and not yet answered, the running one included */
+        zr_request *running;
+
+        zr_handle *handles;       /* sorted by id */
+        uint32_t nhandles, cap;
+        uint32_t next_handle;
+        uint64_t shm_bytes;
+};
+
+static void client_pump(zr_client *c);
+static void client_update_reading(zr_client *c);
+
+/* ---- small helpers ------------------------------------------------------- */
+
+static bool code_is_strike(int code) {
+        return code == ZR_E_PROTO || code == ZR_E_UNKNOWN || code == ZR_E_NO_HELLO ||
+               code == ZR_E_LIMIT || code == ZR_E_BAD_FD;
+}
+
+static void close_fds(int *fds, unsigned n) {
+        for (unsigned i = 0; i < n; i++)
+                if (fds[i] >= 0) {
+                        close(fds[i]);
+                        fds[i] = -1;
+                }
+}
+
+static zr_request *request_free(zr_request *rq) {
+        if (!rq)
+                return NULL;
+        close_fds(rq->fds, rq->nfds);
+        if (rq->state_free)
+                rq->state_free(rq->state);
+        zr_wire_body_free(rq->body);
+        free(rq->bytes);
+        free(rq);
+        return NULL;
+}
+
+static void client_unref(zr_client *c) {
+        if (--c->refs > 0)
+                return;
+        free(c->handles);
+        free(c);
+}
+
+static void send_frame(zr_client *c, zr_wire_writer *w, int *fds, size_t nfds) {
+        const uint8_t *frame;
+        size_t size;
+        zr_wire_error werr = {0};
+        if (zr_wire_writer_finish(w, c->lim.frame_max, &frame, &size, &werr) < 0) {
+                close_fds(fds, (unsigned)nfds);
+                return;
+        }
+        if (!c->conn)
+                close_fds(fds, (unsigned)nfds);
+        else
+                (void)zr_conn_send(c->conn, frame + ZR_FRAME_HEADER_SIZE,
+                                   size - ZR_FRAME_HEADER_SIZE, fds, nfds);
+        client_update_reading(c);
+}
+
+static void put_error_fields(zr_wire_writer *w, int code, const char *msg) {
+        const char *name = zr_error_code_name(code);
+        zr_wire_put_u64(w, "code", (uint64_t)code);
+        if (name)
+                zr_wire_put_str(w, "name", name);
+        zr_wire_put_str(w, "message", msg);
+}
+
+/* A FAULT event, a strike (for the striking codes), and a close if `fatal`. */
+static void client_fault(zr_client *c, int code, bool fatal, const char *fmt, ...)
+        __attribute__((format(printf, 4, 5)));
+static void client_fault(zr_client *c, int code, bool fatal, const char *fmt, ...) {
+        char msg[ZR_ERROR_MESSAGE_MAX];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof(msg), fmt, ap);
+        va_end(ap);
+        if (c->closing || c->gone)
+                return;
+        zr_log(LOG_NOTICE, "client %llu (pid %d): fault %s: %s", (unsigned long long)c->serial,
+               (int)c->pid, zr_error_code_name(code), msg);
+        zr_wire_writer w;
+        zr_wire_writer_init(&w);
+        zr_wire_writer_begin_message(&w, "fault", false, 0);
+        put_error_fields(&w, code, msg);
+        send_frame(c, &w, NULL, 0);
+        zr_wire_writer_destroy(&w);
+        if (!fatal && code_is_strike(code) && ++c->strikes >= ZR_STRIKES_MAX) {
+                client_fault(c, ZR_E_LIMIT, true, "%u strikes: closing the connection",
+                             c->strikes);
+                return;
+        }
+        if (fatal) {
+                c->closing = true;
+                zr_conn_close(c->conn, 0);
+        }
+}
+
+static void client_error_reply(zr_client *c, zr_request *rq) {
+        int code = rq->err.code ? rq->err.code : EIO;
+        const char *msg = rq->err.code ? rq->err.message : "internal error";
+        if (c->gone || c->closing)
+                return;
+        zr_log(code_is_strike(code) ? LOG_NOTICE : LOG_INFO,
+               "client %llu (pid %d): %s id %llu: %s: %s", (unsigned long long)c->serial,
+               (int)c->pid, zr_msg_kind_name(rq->kind) ? zr_msg_kind_name(rq->kind) : "request",
+               (unsigned long long)rq->id, zr_error_code_name(code), msg);
+        zr_wire_writer w;
+        zr_wire_writer_init(&w);
+        zr_wire_writer_begin_message(&w, "error", true, rq->id);
+        put_error_fields(&w, code, msg);
+        if (rq->has_needed)
+                zr_wire_put_u64(&w, "needed", rq->needed);
+        if (rq->has_index)
+                zr_wire_put_u64(&w, "index", rq->index);
+        send_frame(c, &w, NULL, 0);
+        zr_wire_writer_destroy(&w);
+        if (code_is_strike(code) && ++c->strikes >= ZR_STRIKES_MAX)
+                client_fault(c, ZR_E_LIMIT, true, "%u strikes: closing the connection",
+                             c->strikes);
+}
+
+static void client_update_reading(zr_client *c) {
+        if (!c->conn || c->gone)
+                return;
+        bool on = !c->closing && !c->draining && c->unanswered < ZR_PIPELINE_MAX &&
+                  zr_conn_output_bytes(c->conn) <= OUTPUT_PAUSE_BYTES;
+        zr_conn_set_reading(c->conn, on);
+}
+
+/* A request is answered: forget it, maybe read more. */
+static void request_finished(zr_client *c, zr_request *rq) {
+        request_free(rq);
+        c->unanswered--;
+        c->requests++;
+        c->srv->counters.requests++;
+        client_update_reading(c);
+        if (c->draining && !c->q_head && !c->running && !c->closing) {
+                c->closing = true;
+                zr_conn_close(c->conn, 0);
+        }
+}
+
+/* ---- handles ------------------------------------------------------------- */
+
+static zr_handle *handle_find(zr_client *c, uint32_t id) {
+        uint32_t lo = 0, hi = c->nhandles;
+        while (lo < hi) {
+                uint32_t mid = lo + (hi - lo) / 2;
+                if (c->handles[mid].id == id)
+                        return &c->handles[mid];
+                if (c->handles[mid].id < id)
+                        lo = mid + 1;
+                else
+                        hi = mid;
+        }
+        return NULL;
+}
+
+static void handle_release(zr_client *c, zr_handle *h) {
+        switch (h->type) {
+        case ZR_HANDLE_DATASET:
+                zr_entry_unref(h->entry);
+                break;
+        case ZR_HANDLE_SET:
+                zr_set_free(h->set);
+                break;
+        case ZR_HANDLE_BUFFER:
+                c->shm_bytes -= h->buffer->shm.size;
+                c->srv->counters.shm_bytes -= h->buffer->shm.size;
+                zr_buffer_unref(h->buffer);
+                break;
+        }
+        c->srv->counters.handles--;
+}
+
+static void client_close_all_handles(zr_client *c) {
+        for (uint32_t i = 0; i < c->nhandles; i++)
+                handle_release(c, &c->handles[i]);
+        c->nhandles = 0;
+}
+
+zr_buffer *zr_buffer_ref(zr_buffer *b) {
+        if (b)
+                b->refs++;
+        return b;
+}
+
+zr_buffer *zr_buffer_unref(zr_buffer *b) {
+        if (!b || --b->refs > 0)
+                return NULL;
+        zr_shm_release(&b->shm);
+        free(b);
+        return NULL;
+}
+
+zr_set *zr_set_free(zr_set *set) {
+        if (!set)
+                return NULL;
+        for (uint32_t i = 0; i < set->n; i++) {
+                if (set->entries)
+                        zr_entry_unref(set->entries[i]);
+                if (set->names)
+                        free(set->names[i]);
+        }
+        free(set->entries);
+        free(set->names);
+        free(set->handles);
+        free(set);
+        return NULL;
+}
+
+/* ---- request.h ----------------------------------------------------------- */
+
+zr_server *zr_request_server(const zr_request *rq) {
+        return rq->client->srv;
+}
+
+int zr_request_fail(zr_request *rq, int code, const char *fmt, ...) {
+        va_list ap;
+        if (rq->err.code == 0) {
+                rq->err.code = code;
+                va_start(ap, fmt);
+                vsnprintf(rq->err.message, sizeof(rq->err.message), fmt, ap);
+                va_end(ap);
+        }
+        return -code;
+}
+
+zr_handle *zr_request_handle(zr_request *rq, const char *field, uint32_t id,
+                             enum zr_handle_type type) {
+        static const char *const names[] = {
+                [ZR_HANDLE_DATASET] = "dataset", [ZR_HANDLE_SET] = "set",
+                [ZR_HANDLE_BUFFER] = "buffer",
+        };
+        zr_handle *h = handle_find(rq->client, id);
+        if (!h) {
+                zr_request_fail(rq, ZR_E_NO_HANDLE, "field '%s': handle %u names nothing",
+                                field, id);
+                return NULL;
+        }
+        if (h->type != type) {
+                zr_request_fail(rq, ZR_E_NO_HANDLE, "field '%s': handle %u is a %s, not a %s",
+                                field, id, names[h->type], names[type]);
+                return NULL;
+        }
+        return h;
+}
+
+zr_handle *zr_request_handle2(zr_request *rq, const char *field, uint32_t id) {
+        zr_handle *h = handle_find(rq->client, id);
+        if (!h || h->type == ZR_HANDLE_BUFFER) {
+                zr_request_fail(rq, ZR_E_NO_HANDLE, "field '%s': handle %u %s", field, id,
+                                h ? "is a buffer, not a dataset or set" : "names nothing");
+                return NULL;
+        }
+        return h;
+}
+
+int zr_request_add_handle(zr_request *rq, const zr_handle *h) {
+        zr_client *c = rq->client;
+        if (c->nhandles >= c->lim.handles_max)
+                return zr_request_fail(rq, ZR_E_LIMIT, "%u handles open: the limit is %u",
+                                       c->nhandles, c->lim.handles_max);
+        if (c->next_handle == UINT32_MAX)
+                return zr_request_fail(rq, ZR_E_LIMIT, "handle numbers exhausted");
+        if (c->nhandles == c->cap) {
+                uint32_t cap = c->cap ? c->cap * 2 : 16;
+                zr_handle *n = realloc(c->handles, cap * sizeof(*n));
+                if (!n)
+                        return zr_request_fail(rq, ENOMEM, "no memory for a handle");
+                c->handles = n;
+                c->cap = cap;
+        }
+        zr_handle *slot = &c->handles[c->nhandles++];
+        *slot = *h;
+        slot->id = c->next_handle++;
+        c->srv->counters.handles++;
+        return (int)slot->id;
+}
+
+void zr_request_close_handle(zr_request *rq, uint32_t id) {
+        zr_client *c = rq->client;
+        zr_handle *h = handle_find(c, id);
+        if (!h)
+                return;
+        handle_release(c, h);
+        size_t i = (size_t)(h - c->handles);
+        memmove(h, h + 1, (c->nhandles - i - 1) * sizeof(*h));
+        c->nhandles--;
+}
+
+int zr_request_shm_reserve(zr_request *rq, uint64_t bytes) {
+        zr_client *c = rq->client;
+        if (bytes > c->lim.shm_max || c->shm_bytes > c->lim.shm_max - bytes)
+                return zr_request_fail(rq, ZR_E_LIMIT, "%llu bytes of shared memory would pass "
+                                       "the limit of %llu (%llu in use)",
+                                       (unsigned long long)bytes,
+                                       (unsigned long long)c->lim.shm_max,
+                                       (unsigned long long)c->shm_bytes);
+        c->shm_bytes += bytes;
+        c->srv->counters.shm_bytes += bytes;
+        return 0;
+}
+
+void zr_request_shm_release(zr_request *rq, uint64_t bytes) {
+        rq->client->shm_bytes -= bytes;
+        rq->client->srv->counters.shm_bytes -= bytes;
+}
+
+int zr_request_take_fd(zr_request *rq, unsigned i) {
+        int fd = rq->fds[i];
+        rq->fds[i] = -1;
+        return fd;
+}
+
+uid_t zr_request_uid(const zr_request *rq) {
+        return rq->client->uid;
+}
+
+pid_t zr_request_pid(const zr_request *rq) {
+        return rq->client->pid;
+}
+
+uint32_t zr_request_frame_max(const zr_request *rq) {
+        return rq->client->lim.frame_max;
+}
+
+bool zr_request_orphaned(const zr_request *rq) {
+        return rq->client->gone || rq->client->closing;
+}
+
+void zr_reply_begin(zr_request *rq, zr_wire_writer *w) {
+        zr_wire_writer_init(w);
+        zr_wire_writer_begin_message(w, "ok", true, rq->id);
+}
+
+int zr_reply_send(zr_request *rq, zr_wire_writer *w, int *fds, size_t nfds) {
+        zr_client *c = rq->client;
+        const uint8_t *frame;
+        size_t size;
+        zr_wire_error werr = {0};
+        int r = zr_wire_writer_finish(w, c->lim.frame_max, &frame, &size, &werr);
+        if (r < 0) {
+                close_fds(fds, (unsigned)nfds);
+                zr_wire_writer_destroy(w);
+                zr_request_fail(rq, r == -ZR_E_LIMIT ? ZR_E_LIMIT : ENOMEM,
+                                "the reply does not fit the frame limit: %s", werr.message);
+                client_error_reply(c, rq);
+                return ZR_RQ_DONE;
+        }
+        if (c->gone || c->closing)
+                close_fds(fds, (unsigned)nfds);
+        else
+                (void)zr_conn_send(c->conn, frame + ZR_FRAME_HEADER_SIZE,
+                                   size - ZR_FRAME_HEADER_SIZE, fds, nfds);
+        zr_wire_writer_destroy(w);
+        client_update_reading(c);
+        return ZR_RQ_DONE;
+}
+
+int zr_reply_empty(zr_request *rq) {
+        zr_wire_writer w;
+        zr_reply_begin(rq, &w);
+        return zr_reply_send(rq, &w, NULL, 0);
+}
+
+void zr_put_schema(zr_wire_writer *w, const char *key, const zr_schema *s) {
+        zr_wire_begin_map(w, key);
+        zr_wire_put_str(w, "kind", s->kind == ZR_SCHEMA_DENSE ? "dense" : "ragged");
+        zr_wire_put_str(w, "dtype", s->dtype.str);
+        if (s->kind == ZR_SCHEMA_DENSE)
+                zr_wire_put_uint_array(w, "item_shape", s->item_shape, s->ndim);
+        else
+                zr_wire_put_u64(w, "ndim", s->ndim);
+        zr_wire_put_str(w, "codec", zr_codec_name(s->codec));
+        zr_wire_end(w);
+}
+
+int zr_request_submit(zr_request *rq, zr_job_fn run, zr_job_fn done) {
+        rq->job.run = run;
+        rq->job.done = done;
+        rq->client->refs++;
+        zr_work_submit(rq->client->srv->work, &rq->job);
+        return ZR_RQ_PENDING;
+}
+
+void zr_request_complete(zr_request *rq, int r) {
+        zr_client *c = rq->client;
+        c->running = NULL;
+        if (c->gone) {
+                request_free(rq);
+        } else {
+                if (r < 0)
+                        client_error_reply(c, rq);
+                request_finished(c, rq);
+                client_pump(c);
+        }
+        client_unref(c);
+}
+
+/* ---- HELLO --------------------------------------------------------------- */
+
+static int handle_hello(zr_request *rq) {
+        zr_client *c = rq->client;
+        const zr_config *cfg = &c->srv->cfg;
+        uint32_t vmin, vmax;
+        zr_wire_error werr = {0};
+        const msgpack_object *items;
+        uint32_t n;
+
+        if (zr_wire_get_u32(rq->root, "min_version", &vmin, &werr) < 0 ||
+            zr_wire_get_u32(rq->root, "max_version", &vmax, &werr) < 0)
+                return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
+        if (vmin > vmax)
+                return zr_request_fail(rq, ZR_E_PROTO, "min_version %u > max_version %u", vmin,
+                                       vmax);
+        uint32_t v = vmax < ZR_PROTO_VERSION_MAX ? vmax : ZR_PROTO_VERSION_MAX;
+        if (v < vmin || v < ZR_PROTO_VERSION_MIN) {
+                zr_request_fail(rq, ZR_E_VERSION, "no common protocol version: the client speaks "
+                                "%u..%u, this daemon %d..%d", vmin, vmax, ZR_PROTO_VERSION_MIN,
+                                ZR_PROTO_VERSION_MAX);
+                client_error_reply(c, rq);
+                c->closing = true;
+                zr_conn_close(c->conn, 0);
+                return ZR_RQ_DONE;
+        }
+        unsigned want = 0;
+        if (zr_wire_find(rq->root, "features")) {
+                if (zr_wire_get_array(rq->root, "features", &items, &n, &werr) < 0)
+                        return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
+                for (uint32_t i = 0; i < n; i++)
+                        for (size_t f = 0; f < N_FEATURES; f++)
+                                if (items[i].via.str.size == strlen(daemon_features[f].name) &&
+                                    memcmp(items[i].via.str.ptr, daemon_features[f].name,
+                                           items[i].via.str.size) == 0)
+                                        want |= daemon_features[f].bit;
+        } else {
+                for (size_t f = 0; f < N_FEATURES; f++)
+                        want |= daemon_features[f].bit;
+        }
+        const char *cname;
+        size_t clen;
+        if (zr_wire_find(rq->root, "client") &&
+            zr_wire_get_str(rq->root, "client", &cname, &clen, &werr) == 0) {
+                size_t k = 0;
+                for (size_t i = 0; i < clen && k + 1 < sizeof(c->name); i++)
+                        c->name[k++] = (cname[i] >= 0x20 && cname[i] < 0x7f) ? cname[i] : '?';
+                c->name[k] = 0;
+        }
+        c->features = want;
+        c->hello = true;
+        c->lim.frame_max = cfg->max_frame_bytes;
+        c->lim.handles_max = cfg->max_handles;
+        c->lim.loaders_max = cfg->max_loaders;
+        c->lim.shm_max = cfg->max_shm_bytes;
+
+        zr_log(LOG_DEBUG, "client %llu (pid %d): hello, protocol %u, client '%s'",
+               (unsigned long long)c->serial, (int)c->pid, v, c->name);
+        zr_wire_writer w;
+        zr_reply_begin(rq, &w);
+        zr_wire_put_u64(&w, "version", v);
+        zr_wire_begin_array(&w, "features");
+        for (size_t f = 0; f < N_FEATURES; f++)
+                if (want & daemon_features[f].bit)
+                        zr_wire_put_str(&w, NULL, daemon_features[f].name);
+        zr_wire_end(&w);
+        zr_wire_put_str(&w, "daemon", "zrecordd " ZR_VERSION_STRING);
+        zr_wire_begin_map(&w, "limits");
+        zr_wire_put_u64(&w, "frame_max", c->lim.frame_max);
+        zr_wire_put_u64(&w, "handles_max", c->lim.handles_max);
+        zr_wire_put_u64(&w, "shm_bytes_max", c->lim.shm_max);
+        zr_wire_put_u64(&w, "loaders_max", c->lim.loaders_max);
+        zr_wire_put_u64(&w, "pipeline_max", ZR_PIPELINE_MAX);
+        zr_wire_put_u64(&w, "fds_per_frame_max", ZR_FDS_PER_FRAME_MAX);
+        zr_wire_put_u64(&w, "streams_max", ZR_STREAMS_MAX);
+        zr_wire_put_u64(&w, "prefetch_max", ZR_PREFETCH_MAX);
+        zr_wire_end(&w);
+        /* The reply goes out at the frame limit of the first exchange. */
+        return zr_reply_send(rq, &w, NULL, 0);
+}
+
+/* ---- dispatch ------------------------------------------------------------ */
+
+static unsigned feature_of(zr_msg_kind kind) {
+        switch (kind) {
+        case ZR_MSG_MSSET_OPEN: return FEATURE_MSSET;
+        case ZR_MSG_TRAIN_DICT:
+        case ZR_MSG_INSTALL_DICT: return FEATURE_DICT;
+        case ZR_MSG_VERIFY: return FEATURE_VERIFY;
+        case ZR_MSG_LOADER_OPEN:
+        case ZR_MSG_LOADER_CLOSE:
+        case ZR_MSG_RELEASE: return FEATURE_LOADER;
+        default: return 0;
+        }
+}
+
+static int dispatch(zr_request *rq) {
+        zr_client *c = rq->client;
+        if (rq->pre_code)
+                return -rq->pre_code;
+        if (c->draining)
+                return zr_request_fail(rq, ZR_E_SHUTDOWN, "the daemon is shutting down");
+        if (!c->hello && rq->kind != ZR_MSG_HELLO)
+                return zr_request_fail(rq, ZR_E_NO_HELLO, "the first request must be hello");
+        if (c->hello && rq->kind == ZR_MSG_HELLO)
+                return zr_request_fail(rq, ZR_E_PROTO, "a second hello");
+        unsigned f = feature_of(rq->kind);
+        if (f && !(c->features & f))
+                return zr_request_fail(rq, ZR_E_UNKNOWN, "%s needs a feature not in force on "
+                                       "this connection", zr_msg_kind_name(rq->kind));
+        switch (rq->kind) {
+        case ZR_MSG_HELLO: return handle_hello(rq);
+        case ZR_MSG_DATASET_CREATE: return zr_handle_dataset_create(rq);
+        case ZR_MSG_DATASET_OPEN: return zr_handle_dataset_open(rq);
+        case ZR_MSG_MSSET_OPEN: return zr_handle_msset_open(rq);
+        case ZR_MSG_INFO: return zr_handle_info(rq);
+        case ZR_MSG_BUFFER_OPEN: return zr_handle_buffer_open(rq);
+        case ZR_MSG_READ: return zr_handle_read(rq);
+        case ZR_MSG_APPEND: return zr_handle_append(rq);
+        case ZR_MSG_DELETE: return zr_handle_delete(rq);
+        case ZR_MSG_COMPACT: return zr_handle_compact(rq);
+        case ZR_MSG_STATS: return zr_handle_stats(rq);
+        case ZR_MSG_SYNC: return zr_handle_sync(rq);
+        case ZR_MSG_VERIFY: return zr_handle_verify(rq);
+        case ZR_MSG_TRAIN_DICT: return zr_handle_train_dict(rq);
+        case ZR_MSG_INSTALL_DICT: return zr_handle_install_dict(rq);
+        case ZR_MSG_STATUS: return zr_handle_status(rq);
+        case ZR_MSG_CLOSE: return zr_handle_close(rq);
+        default:
+                return zr_request_fail(rq, ZR_E_UNKNOWN, "%s is not served by this daemon",
+                                       zr_msg_kind_name(rq->kind));
+        }
+}
+
+static void client_pump(zr_client *c) {
+        while (!c->running && c->q_head && !c->gone && !c->closing) {
+                zr_request *rq = c->q_head;
+                c->q_head = rq->next;
+                if (!c->q_head)
+                        c->q_tail = NULL;
+                rq->next = NULL;
+                int r = dispatch(rq);
+                if (r == ZR_RQ_PENDING) {
+                        c->running = rq;
+                        return;
+                }
+                if (r < 0)
+                        client_error_reply(c, rq);
+                request_finished(c, rq);
+        }
+}
+
+static void enqueue(zr_client *c, zr_request *rq) {
+        if (c->q_tail)
+                c->q_tail->next = rq;
+        else
+                c->q_head = rq;
+        c->q_tail = rq;
+        c->unanswered++;
+        client_update_reading(c);
+        client_pump(c);
+}
+
+static int on_frame(zr_conn *conn, const uint8_t *body, size_t len, void *userdata) {
+        zr_client *c = userdata;
+        int fds[ZR_FDS_PER_FRAME_MAX];
+        unsigned nfds = 0;
+        size_t frame_fds = zr_conn_frame_fds(conn);
+        zr_wire_error werr = {0};
+        zr_msg_header h;
+        zr_request *rq = NULL;
+        int r;
+
+        while (nfds < frame_fds && nfds < ZR_FDS_PER_FRAME_MAX && zr_conn_take_fd(conn, &fds[nfds]) == 0)
+                nfds++;
+        if (c->closing || c->draining) {
+                close_fds(fds, nfds);
+                return 0;
+        }
+        rq = calloc(1, sizeof(*rq));
+        if (rq)
+                rq->bytes = malloc(len);
+        if (!rq || !rq->bytes) {
+                close_fds(fds, nfds);
+                free(rq);
+                client_fault(c, ENOMEM, true, "out of memory for a request");
+                return 0;
+        }
+        rq->client = c;
+        memcpy(rq->bytes, body, len);
+        for (unsigned i = 0; i < ZR_FDS_PER_FRAME_MAX; i++)
+                rq->fds[i] = i < nfds ? fds[i] : -1;
+        rq->nfds = nfds;
+
+        r = zr_wire_body_decode(rq->bytes, len, NULL, &rq->body, &werr);
+        if (r < 0) {
+                request_free(rq);
+                client_fault(c, -r == ZR_E_LIMIT ? ZR_E_LIMIT : -r == ENOMEM ? ENOMEM : ZR_E_PROTO,
+                             false, "%s", werr.message);
+                return 0;
+        }
+        rq->root = zr_wire_body_root(rq->body);
+        r = zr_msg_check(rq->root, ZR_MSG_INVALID, &h, &werr);
+        rq->kind = h.kind;
+        rq->id = h.id;
+        if (h.kind == ZR_MSG_RELEASE) {
+                /* A notification: no reply, faults only. The loader is not wired. */
+                request_free(rq);
+                if (!c->hello)
+                        client_fault(c, ZR_E_NO_HELLO, false, "release before hello");
+                else if (r < 0)
+                        client_fault(c, ZR_E_PROTO, false, "%s", werr.message);
+                else
+                        client_fault(c, ZR_E_UNKNOWN, false, "release: the loader feature is not in force");
+                return 0;
+        }
+        if (!h.has_id) {
+                request_free(rq);
+                client_fault(c, r < 0 ? -r : ZR_E_PROTO, false, "%s",
+                             r < 0 ? werr.message : "a message without an id");
+                return 0;
+        }
+        if (r < 0) {
+                close_fds(rq->fds, rq->nfds);
+                rq->pre_code = -r;
+                zr_request_fail(rq, -r, "%s", werr.message);
+        } else if (!zr_msg_kind_is_request(h.kind)) {
+                close_fds(rq->fds, rq->nfds);
+                rq->pre_code = ZR_E_UNKNOWN;
+                zr_request_fail(rq, ZR_E_UNKNOWN, "'%s' is not a request",
+                                zr_msg_kind_name(h.kind));
+        } else {
+                unsigned want = 0;
+                r = zr_msg_request_fds(h.kind, rq->root, &want, &werr);
+                if (r < 0) {
+                        close_fds(rq->fds, rq->nfds);
+                        rq->pre_code = -r;
+                        zr_request_fail(rq, -r, "%s", werr.message);
+                } else if (want != rq->nfds) {
+                        close_fds(rq->fds, rq->nfds);
+                        rq->pre_code = ZR_E_BAD_FD;
+                        zr_request_fail(rq, ZR_E_BAD_FD, "%s takes %u descriptors, %u came",
+                                        zr_msg_kind_name(h.kind), want, rq->nfds);
+                }
+        }
+        enqueue(c, rq);
+        return 0;
+}
+
+static void client_gone(zr_client *c, const char *why) {
+        zr_server *srv = c->srv;
+        zr_log(LOG_INFO, "client %llu: disconnected (%s): pid %d uid %u gid %u, %llu requests, "
+               "%u strikes", (unsigned long long)c->serial, why, (int)c->pid, (unsigned)c->uid,
+               (unsigned)c->gid, (unsigned long long)c->requests, c->strikes);
+        c->gone = true;
+        while (c->q_head) {
+                zr_request *rq = c->q_head;
+                c->q_head = rq->next;
+                request_free(rq);
+        }
+        c->q_tail = NULL;
+        client_close_all_handles(c);
+        c->conn = zr_conn_free(c->conn);
+        zr_server_client_gone(srv, c);
+        client_unref(c);
+}
+
+static void on_close(zr_conn *conn, enum zr_conn_close_reason reason, int error, void *userdata) {
+        zr_client *c = userdata;
+        static const char *const reasons[] = {
+                [ZR_CONN_EOF] = "closed by the client", [ZR_CONN_IO_ERROR] = "i/o error",
+                [ZR_CONN_FRAME_TOO_BIG] = "frame over the limit",
+                [ZR_CONN_FD_ERROR] = "truncated control data",
+                [ZR_CONN_OUTPUT_FULL] = "does not read its replies",
+                [ZR_CONN_BY_OWNER] = "closed by the daemon",
+        };
+        const char *why = reasons[reason];
+        char buf[96];
+        if (reason == ZR_CONN_IO_ERROR) {
+                snprintf(buf, sizeof(buf), "i/o error: %s", strerror(error));
+                why = buf;
+        }
+        /* The refused prefix and the lost descriptors get a FAULT before the close
+         * where the socket still takes it (PROTOCOL.md sections 2 and 5). */
+        if (reason == ZR_CONN_FRAME_TOO_BIG || reason == ZR_CONN_FD_ERROR) {
+                zr_wire_writer w;
+                const uint8_t *frame;
+                size_t size;
+                char msg[128];
+                int code = reason == ZR_CONN_FD_ERROR ? ZR_E_BAD_FD : ZR_E_LIMIT;
+                if (reason == ZR_CONN_FRAME_TOO_BIG)
+                        snprintf(msg, sizeof(msg), "a frame of %u bytes: the limit is %u",
+                                 (unsigned)error, c->lim.frame_max);
+                else
+                        snprintf(msg, sizeof(msg), "descriptors were lost (truncated control data)");
+                zr_log(LOG_NOTICE, "client %llu (pid %d): fault %s: %s",
+                       (unsigned long long)c->serial, (int)c->pid, zr_error_code_name(code), msg);
+                zr_wire_writer_init(&w);
+                zr_wire_writer_begin_message(&w, "fault", false, 0);
+                put_error_fields(&w, code, msg);
+                if (zr_wire_writer_finish(&w, c->lim.frame_max, &frame, &size, NULL) == 0)
+                        zr_conn_send_final(conn, frame + ZR_FRAME_HEADER_SIZE,
+                                           size - ZR_FRAME_HEADER_SIZE);
+                zr_wire_writer_destroy(&w);
+        }
+        client_gone(c, why);
+}
+
+static void on_drain(zr_conn *conn, void *userdata) {
+        client_update_reading(userdata);
+}
+
+static const zr_conn_ops client_ops = {on_frame, on_close, on_drain};
+
+int zr_client_new(zr_server *srv, int fd, zr_client **ret) {
+        zr_client *c = calloc(1, sizeof(*c));
+        if (!c) {
+                close(fd);
+                return -ENOMEM;
+        }
+        c->srv = srv;
+        c->refs = 1;
+        c->serial = ++srv->next_client;
+        c->next_handle = 1;
+        /* Until HELLO: the floor every daemon accepts (PROTOCOL.md section 2) for
+         * what the client may send, the configured limits otherwise. */
+        c->lim.frame_max = srv->cfg.max_frame_bytes;
+        c->lim.handles_max = srv->cfg.max_handles;
+        c->lim.loaders_max = srv->cfg.max_loaders;
+        c->lim.shm_max = srv->cfg.max_shm_bytes;
+        zr_conn_limits lim = {
+                .max_frame = srv->cfg.max_frame_bytes,
+                .max_output = OUTPUT_PAUSE_BYTES +
+                              (uint64_t)(ZR_PIPELINE_MAX + 2) * srv->cfg.max_frame_bytes,
+        };
+        int r = zr_conn_new(srv->base, fd, &lim, &client_ops, c, &c->conn);
+        if (r < 0) {
+                free(c);
+                return r;
+        }
+        zr_conn_peer(c->conn, &c->pid, &c->uid, &c->gid);
+        zr_log(LOG_INFO, "client %llu: connected: pid %d uid %u gid %u",
+               (unsigned long long)c->serial, (int)c->pid, (unsigned)c->uid, (unsigned)c->gid);
+        *ret = c;
+        return 0;
+}
+
+void zr_client_drain(zr_client *c) {
+        if (c->gone || c->draining)
+                return;
+        c->draining = true;
+        client_update_reading(c);
+        /* Queued requests get ZR_E_SHUTDOWN in order, after the running one. */
+        client_pump(c);
+        if (!c->q_head && !c->running && !c->closing) {
+                c->closing = true;
+                zr_conn_close(c->conn, 0);
+        }
+}
+
+void zr_client_kill(zr_client *c) {
+        if (!c->gone && c->conn) {
+                c->closing = true;
+                zr_conn_close(c->conn, 1);
+        }
+}
+
+zr_client *zr_client_next(zr_client *c) {
+        return c->next;
+}
+
+uint32_t zr_client_handles(const zr_client *c) {
+        return c->nhandles;
+}
+
+/* The server links sessions through this. */
+zr_client **zr_client_link(zr_client *c);
+zr_client **zr_client_link(zr_client *c) {
+        return &c->next;
+}

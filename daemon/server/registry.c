@@ -1,0 +1,138 @@
+/* registry.c: open datasets by store identity (registry.h).
+ *
+ * A short singly linked list: a daemon has tens of stores open, not thousands,
+ * and every lookup is at an open, never per batch. Opening and closing run on
+ * the loop thread: a store open reads a header and a few table pages, and the
+ * close of the last reference is a sync of a store nobody writes any more.
+ * It does not check access: the caller has proven it (PROTOCOL.md section 6).
+ */
+#include "server/registry.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+
+struct zr_registry {
+        zr_pool *pool;
+        zr_entry *head;
+        unsigned count;
+        uint64_t next_id;
+};
+
+int zr_registry_new(zr_pool *pool, zr_registry **ret) {
+        zr_registry *reg = calloc(1, sizeof(*reg));
+        if (!reg)
+                return -ENOMEM;
+        reg->pool = pool;
+        reg->next_id = 1;
+        *ret = reg;
+        return 0;
+}
+
+static void entry_free(zr_entry *e) {
+        zr_dataset_close(e->ds, NULL);
+        pthread_rwlock_destroy(&e->lock);
+        free(e);
+}
+
+zr_registry *zr_registry_free(zr_registry *reg) {
+        if (!reg)
+                return NULL;
+        while (reg->head) {
+                zr_entry *e = reg->head;
+                reg->head = e->next;
+                entry_free(e);
+        }
+        free(reg);
+        return NULL;
+}
+
+static int insert(zr_registry *reg, zr_dataset *ds, const struct stat *st, zr_entry **ret,
+                  zr_error *err) {
+        zr_entry *e = calloc(1, sizeof(*e));
+        if (!e) {
+                zr_dataset_close(ds, NULL);
+                return zr_error_errno(err, ENOMEM, "registering a dataset");
+        }
+        e->id = reg->next_id++;
+        e->dev = st->st_dev;
+        e->ino = st->st_ino;
+        e->ds = ds;
+        pthread_rwlock_init(&e->lock, NULL);
+        e->refs = 1;
+        e->reg = reg;
+        e->next = reg->head;
+        reg->head = e;
+        reg->count++;
+        *ret = e;
+        return 0;
+}
+
+int zr_registry_open(zr_registry *reg, int dirfd, zr_entry **ret, zr_error *err) {
+        struct stat st;
+        if (fstat(dirfd, &st) < 0)
+                return zr_error_errno(err, errno, "fstat of the store directory");
+        for (zr_entry *e = reg->head; e; e = e->next)
+                if (e->dev == st.st_dev && e->ino == st.st_ino) {
+                        *ret = zr_entry_ref(e);
+                        return 0;
+                }
+        zr_store_options opts = {.pool = reg->pool};
+        zr_dataset *ds;
+        int r = zr_dataset_open(dirfd, &opts, &ds, err);
+        if (r == -EACCES || r == -EROFS || r == -EPERM) {
+                /* The daemon may read but not write this store: serve it read-only. */
+                zr_error e2 = {0};
+                opts.read_only = 1;
+                if (zr_dataset_open(dirfd, &opts, &ds, &e2) == 0)
+                        r = 0;
+        }
+        if (r < 0)
+                return r;
+        return insert(reg, ds, &st, ret, err);
+}
+
+int zr_registry_create(zr_registry *reg, int dirfd, const zr_schema *schema, const void *dict,
+                       size_t dict_len, zr_entry **ret, zr_error *err) {
+        struct stat st;
+        if (fstat(dirfd, &st) < 0)
+                return zr_error_errno(err, errno, "fstat of the new store directory");
+        zr_store_options opts = {.pool = reg->pool};
+        zr_dataset *ds;
+        int r = zr_dataset_create(dirfd, schema, dict, dict_len, &opts, &ds, err);
+        if (r < 0)
+                return r;
+        return insert(reg, ds, &st, ret, err);
+}
+
+zr_entry *zr_entry_ref(zr_entry *e) {
+        if (e)
+                e->refs++;
+        return e;
+}
+
+zr_entry *zr_entry_unref(zr_entry *e) {
+        if (!e || --e->refs > 0)
+                return NULL;
+        zr_registry *reg = e->reg;
+        for (zr_entry **p = &reg->head; *p; p = &(*p)->next)
+                if (*p == e) {
+                        *p = e->next;
+                        break;
+                }
+        reg->count--;
+        entry_free(e);
+        return NULL;
+}
+
+unsigned zr_registry_count(const zr_registry *reg) {
+        return reg->count;
+}
+
+void zr_registry_foreach(zr_registry *reg, void (*fn)(zr_entry *e, void *arg), void *arg) {
+        zr_entry *next;
+        for (zr_entry *e = reg->head; e; e = next) {
+                next = e->next;
+                fn(e, arg);
+        }
+}

@@ -1,0 +1,88 @@
+/* registry.h: the datasets the daemon has open, shared by every client.
+ *
+ * A store is identified by its directory's (st_dev, st_ino) (PROTOCOL.md
+ * section 6): two clients that open it share one zr_dataset, one lock and one
+ * generation counter. An entry lives while any handle, set or job holds a
+ * reference; the last unref syncs and closes the store.
+ *
+ * Threads: the table (lookup, insert, ref, unref) belongs to the loop thread.
+ * A job on a worker uses an entry it holds a reference on: its dataset, under
+ * its `lock`, and its `generation`.
+ *
+ * Locking (lock order: entries by ascending id, then the store's own locks):
+ *   - shared (pthread_rwlock_rdlock): gathers (READ, loader gathers), APPEND to
+ *     one dataset (the store serialises appends itself), STATS, SYNC, VERIFY,
+ *     TRAIN_DICT;
+ *   - exclusive: DELETE, COMPACT, INSTALL_DICT, an APPEND through a set (every
+ *     stream, so the set commits as one).
+ * `generation` is bumped (release order) after every mutation has committed, so
+ * a loader that reads it (acquire) before and after a gather knows whether the
+ * gather straddled a change; the decoded-record cache drops entries of older
+ * generations.
+ */
+#ifndef ZR_SERVER_REGISTRY_H
+#define ZR_SERVER_REGISTRY_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "dataset/dataset.h"
+#include "util/error.h"
+#include "util/pool.h"
+
+typedef struct zr_registry zr_registry;
+
+typedef struct zr_entry {
+        /* stable for the entry's life */
+        uint64_t id;                  /* 1, 2, ... never reused in this daemon */
+        dev_t dev;
+        ino_t ino;
+        zr_dataset *ds;
+        pthread_rwlock_t lock;
+        _Atomic uint64_t generation;  /* bumped after each committed mutation */
+        /* loop thread only */
+        unsigned refs;
+        zr_registry *reg;
+        struct zr_entry *next;
+} zr_entry;
+
+int zr_registry_new(zr_pool *pool, zr_registry **ret);
+
+/* Closes (syncing) every entry still open, whatever its references, and frees.
+ * Only at shutdown, with no job in flight. NULL allowed; returns NULL. */
+zr_registry *zr_registry_free(zr_registry *reg);
+
+/* The open entry of the store in directory `dirfd` (fstat), with a new
+ * reference, or opens it (zr_dataset_open) and inserts it. Returns 0 and sets
+ * *ret, or a negative code with *err set. */
+int zr_registry_open(zr_registry *reg, int dirfd, zr_entry **ret, zr_error *err);
+
+/* Creates a dataset in the empty directory `dirfd` and inserts it (one
+ * reference). Errors as zr_dataset_create(). */
+int zr_registry_create(zr_registry *reg, int dirfd, const zr_schema *schema, const void *dict,
+                       size_t dict_len, zr_entry **ret, zr_error *err);
+
+zr_entry *zr_entry_ref(zr_entry *e);
+/* Drops a reference; the last one syncs and closes the store (on the calling,
+ * loop, thread). NULL allowed; returns NULL. */
+zr_entry *zr_entry_unref(zr_entry *e);
+
+/* Bumps the generation after a mutation committed (any thread). */
+static inline void zr_entry_mutated(zr_entry *e) {
+        atomic_fetch_add_explicit(&e->generation, 1, memory_order_release);
+}
+
+static inline uint64_t zr_entry_generation(zr_entry *e) {
+        return atomic_load_explicit(&e->generation, memory_order_acquire);
+}
+
+/* Number of open entries. */
+unsigned zr_registry_count(const zr_registry *reg);
+
+/* Calls fn for every open entry (loop thread; fn must not unref the last
+ * reference of an entry other than through the references it took itself). */
+void zr_registry_foreach(zr_registry *reg, void (*fn)(zr_entry *e, void *arg), void *arg);
+
+#endif

@@ -1,0 +1,824 @@
+/* req-data.c: requests that move records: BUFFER_OPEN, READ, APPEND, DELETE,
+ * COMPACT, VERIFY.
+ *
+ * Each validates its fields and handles on the loop thread, takes references
+ * on what its job will touch (registry entries, the buffer), and runs the
+ * blocking part on the pool under the entry's lock (shared for READ, APPEND to
+ * one dataset and VERIFY; exclusive for DELETE, COMPACT and an APPEND through a
+ * set), so a client that vanishes mid-request frees nothing a worker still
+ * uses. Records land straight in shared memory: READ gathers into the client's
+ * buffer, APPEND reads the client's sealed memfd. Nothing here knows the store
+ * format; the dataset layer validates every record against the schema.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dataset/ragged.h"
+#include "server/request.h"
+
+static int get_handle_field(zr_request *rq, const char *field, uint32_t *ret) {
+        zr_wire_error werr = {0};
+        if (zr_wire_get_u32(rq->root, field, ret, &werr) < 0)
+                return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
+        return 0;
+}
+
+/* A copy of a u64s field, aligned, owned by the caller (NULL when empty). */
+static int get_indices(zr_request *rq, const msgpack_object *map, const char *field,
+                       uint64_t **ret, size_t *ret_n) {
+        zr_wire_error werr = {0};
+        const uint8_t *p;
+        size_t n;
+        if (zr_wire_get_u64s(map, field, &p, &n, &werr) < 0)
+                return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
+        uint64_t *v = malloc((n ? n : 1) * sizeof(uint64_t));
+        if (!v)
+                return zr_request_fail(rq, ENOMEM, "no memory for %zu indices", n);
+        for (size_t i = 0; i < n; i++)
+                v[i] = zr_wire_u64_at(p, i);
+        *ret = v;
+        *ret_n = n;
+        return 0;
+}
+
+/* Locks entries (exclusive) in ascending id order, the daemon's lock order. */
+static int entry_id_cmp(const void *a, const void *b) {
+        const zr_entry *x = *(zr_entry *const *)a, *y = *(zr_entry *const *)b;
+        return x->id < y->id ? -1 : x->id > y->id;
+}
+
+static void lock_all(zr_entry **entries, uint32_t n) {
+        zr_entry *sorted[ZR_STREAMS_MAX];
+        memcpy(sorted, entries, n * sizeof(*sorted));
+        qsort(sorted, n, sizeof(*sorted), entry_id_cmp);
+        for (uint32_t i = 0; i < n; i++)
+                if (i == 0 || sorted[i] != sorted[i - 1])
+                        pthread_rwlock_wrlock(&sorted[i]->lock);
+}
+
+static void unlock_all(zr_entry **entries, uint32_t n) {
+        zr_entry *sorted[ZR_STREAMS_MAX];
+        memcpy(sorted, entries, n * sizeof(*sorted));
+        qsort(sorted, n, sizeof(*sorted), entry_id_cmp);
+        for (uint32_t i = 0; i < n; i++)
+                if (i == 0 || sorted[i] != sorted[i - 1])
+                        pthread_rwlock_unlock(&sorted[i]->lock);
+}
+
+/* The first index >= length, as ZR_E_RANGE with `index`. */
+static int check_range(zr_request *rq, const uint64_t *idx, size_t n, uint64_t length) {
+        for (size_t i = 0; i < n; i++)
+                if (idx[i] >= length) {
+                        rq->has_index = true;
+                        rq->index = idx[i];
+                        return zr_request_fail(rq, ZR_E_RANGE, "index %llu (position %zu) is out "
+                                               "of range: the length is %llu",
+                                               (unsigned long long)idx[i], i,
+                                               (unsigned long long)length);
+                }
+        return 0;
+}
+
+/* ---- BUFFER_OPEN --------------------------------------------------------- */
+
+typedef struct buffer_state {
+        zr_buffer *buffer;
+        uint64_t reserved;
+} buffer_state;
+
+static void buffer_state_free(void *p) {
+        buffer_state *st = p;
+        if (!st)
+                return;
+        zr_buffer_unref(st->buffer);
+        free(st);
+}
+
+static void buffer_run(zr_job *job) {
+        zr_request *rq = (zr_request *)job;
+        buffer_state *st = rq->state;
+        rq->result = zr_shm_create("zrecord-buffer", st->reserved, &st->buffer->shm, &rq->err);
+}
+
+static void buffer_done(zr_job *job) {
+        zr_request *rq = (zr_request *)job;
+        buffer_state *st = rq->state;
+        int r = rq->result;
+        if (zr_request_orphaned(rq)) {
+                zr_request_complete(rq, 0);
+                return;
+        }
+        if (r < 0) {
+                zr_request_shm_release(rq, st->reserved);
+                zr_request_complete(rq, r);
+                return;
+        }
+        zr_handle h = {.type = ZR_HANDLE_BUFFER, .buffer = st->buffer};
+        int id = zr_request_add_handle(rq, &h);
+        if (id < 0) {
+                zr_request_shm_release(rq, st->reserved);
+                zr_request_complete(rq, id);
+                return;
+        }
+        st->buffer = NULL; /* the handle's now */
+        zr_buffer *b = h.buffer;
+        int fd = b->shm.fd;
+        b->shm.fd = -1; /* the descriptor travels with the reply; the mapping stays */
+        zr_wire_writer w;
+        zr_reply_begin(rq, &w);
+        zr_wire_put_u64(&w, "buffer", (uint64_t)id);
+        zr_wire_put_u64(&w, "bytes", b->shm.size);
+        zr_request_complete(rq, zr_reply_send(rq, &w, &fd, 1));
+}
+
+int zr_handle_buffer_open(zr_request *rq) {
+        zr_wire_error werr = {0};
+        uint64_t bytes;
+        if (zr_wire_get_u64(rq->root, "bytes", &bytes, &werr) < 0)
+                return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
+        if (bytes == 0)
+                return zr_request_fail(rq, ZR_E_PROTO, "field 'bytes': must be at least 1");
+        uint64_t size = bytes > SIZE_MAX - ZR_SHM_ALIGN ? 0 : zr_shm_round((size_t)bytes);
+        if (size == 0)
+                return zr_request_fail(rq, ZR_E_LIMIT, "a buffer of %llu bytes is over any limit",
+                                       (unsigned long long)bytes);
+        int r = zr_request_shm_reserve(rq, size);
+        if (r < 0)
+                return r;
+        buffer_state *st = calloc(1, sizeof(*st));
+        if (st)
+                st->buffer = calloc(1, sizeof(zr_buffer));
+        if (!st || !st->buffer) {
+                free(st);
+                zr_request_shm_release(rq, size);
+                return zr_request_fail(rq, ENOMEM, "no memory for a buffer");
+        }
+        st->buffer->refs = 1;
+        st->buffer->shm.fd = -1;
+        st->reserved = size;
+        rq->state = st;
+        rq->state_free = buffer_state_free;
+        return zr_request_submit(rq, buffer_run, buffer_done);
+}
+
+/* ---- READ ---------------------------------------------------------------- */
+
+typedef struct read_state {
+        zr_entry *entry;
+        zr_buffer *buffer;
+        uint64_t *idx;
+        size_t n;
+        uint64_t offset;
+        bool ragged;
+        uint32_t ndim;
+        uint64_t record_bytes, bytes;
+        uint64_t *offsets, *lengths, *shapes; /* ragged */
+} read_state;
+
+static void read_state_free(void *p) {
+        read_state *st = p;
+        if (!st)
+                return;
+        zr_entry_unref(st->entry);
+        zr_buffer_unref(st->buffer);
+        free(st->idx);
+        free(st->offsets);
+        free(st->lengths);
+        free(st->shapes);
+        free(st);
+}
+
+static int read_ragged(zr_request *rq, read_state *st, uint8_t *base, uint64_t size) {
+        zr_store *store = zr_dataset_store(st->entry->ds);
+        const zr_schema *schema = zr_dataset_schema(st->entry->ds);
+        uint64_t hdr = zr_ragged_header_bytes(st->ndim), pos = st->offset;
+        zr_loc *locs = calloc(st->n ? st->n : 1, sizeof(zr_loc));
+        void **dsts = calloc(st->n ? st->n : 1, sizeof(void *));
+        int r;
+
+        if (!locs || !dsts) {
+                r = zr_request_fail(rq, ENOMEM, "no memory to read %zu records", st->n);
+                goto out;
+        }
+        r = zr_store_locate(store, st->idx, st->n, locs, &rq->err);
+        if (r < 0)
+                goto out;
+        for (size_t i = 0; i < st->n; i++) {
+                pos = (pos + ZR_RECORD_ALIGN - 1) & ~(uint64_t)(ZR_RECORD_ALIGN - 1);
+                st->offsets[i] = pos; /* the record's start for now */
+                pos += locs[i].logic_length;
+        }
+        if (pos > size) {
+                rq->has_needed = true;
+                rq->needed = pos - st->offset;
+                r = zr_request_fail(rq, ZR_E_BUFFER, "%zu records need %llu bytes from offset "
+                                    "%llu; the buffer has %llu", st->n,
+                                    (unsigned long long)rq->needed,
+                                    (unsigned long long)st->offset,
+                                    (unsigned long long)(size - st->offset));
+                goto out;
+        }
+        for (size_t i = 0; i < st->n; i++)
+                dsts[i] = base + st->offsets[i];
+        r = zr_store_gather_locs(store, locs, st->n, dsts, &rq->err);
+        if (r < 0)
+                goto out;
+        for (size_t i = 0; i < st->n; i++) {
+                zr_error perr = {0};
+                if (zr_ragged_parse(schema, dsts[i], locs[i].logic_length, st->idx[i],
+                                    st->shapes + i * st->ndim, &perr) < 0) {
+                        r = zr_request_fail(rq, ZR_E_CORRUPT, "stored %s", perr.message);
+                        goto out;
+                }
+                st->offsets[i] += hdr;
+                st->lengths[i] = locs[i].logic_length - hdr;
+        }
+        st->bytes = pos - st->offset;
+out:
+        free(locs);
+        free(dsts);
+        return r;
+}
+
+static void read_run(zr_job *job) {
+        zr_request *rq = (zr_request *)job;
+        read_state *st = rq->state;
+        uint8_t *base = st->buffer->shm.data;
+        uint64_t size = st->buffer->shm.size;
+        int r;
+
+        pthread_rwlock_rdlock(&st->entry->lock);
+        r = check_range(rq, st->idx, st->n, zr_dataset_length(st->entry->ds));
+        if (r == 0 && !st->ragged) {
+                uint64_t need = (uint64_t)st->n * st->record_bytes;
+                if (st->record_bytes && need / st->record_bytes != st->n)
+                        need = UINT64_MAX;
+                if (need > size - st->offset) {
+                        rq->has_needed = true;
+                        rq->needed = need;
+                        r = zr_request_fail(rq, ZR_E_BUFFER, "%zu records of %llu bytes need %llu "
+                                            "bytes from offset %llu; the buffer has %llu", st->n,
+                                            (unsigned long long)st->record_bytes,
+                                            (unsigned long long)need,
+                                            (unsigned long long)st->offset,
+                                            (unsigned long long)(size - st->offset));
+                } else {
+                        r = zr_dataset_gather_dense(st->entry->ds, st->idx, st->n,
+                                                    base + st->offset, size - st->offset,
+                                                    &rq->err);
+                        st->bytes = need;
+                }
+        } else if (r == 0) {
+                r = read_ragged(rq, st, base, size);
+        }
+        pthread_rwlock_unlock(&st->entry->lock);
+        rq->result = r;
+}
+
+static void read_done(zr_job *job) {
+        zr_request *rq = (zr_request *)job;
+        read_state *st = rq->state;
+        int r = rq->result;
+        if (r == 0) {
+                zr_server *srv = zr_request_server(rq);
+                srv->counters.gathers++;
+                srv->counters.bytes += st->bytes;
+        }
+        if (r == 0 && !zr_request_orphaned(rq)) {
+                zr_wire_writer w;
+                zr_reply_begin(rq, &w);
+                zr_wire_put_u64(&w, "count", st->n);
+                zr_wire_put_u64(&w, "offset", st->offset);
+                zr_wire_put_u64(&w, "bytes", st->bytes);
+                if (!st->ragged) {
+                        zr_wire_put_u64(&w, "record_bytes", st->record_bytes);
+                } else {
+                        zr_wire_put_u64s(&w, "offsets", st->offsets, st->n);
+                        zr_wire_put_u64s(&w, "lengths", st->lengths, st->n);
+                        zr_wire_put_u64s(&w, "shapes", st->shapes, st->n * st->ndim);
+                }
+                r = zr_reply_send(rq, &w, NULL, 0);
+        }
+        zr_request_complete(rq, r);
+}
+
+/* Room a ragged READ reply needs besides its arrays: keys, headers, counts. */
+#define READ_REPLY_OVERHEAD 256
+
+int zr_handle_read(zr_request *rq) {
+        zr_wire_error werr = {0};
+        uint32_t hid, bid;
+        uint64_t offset = 0;
+        int r;
+
+        if ((r = get_handle_field(rq, "handle", &hid)) < 0 ||
+            (r = get_handle_field(rq, "buffer", &bid)) < 0)
+                return r;
+        if (zr_wire_find(rq->root, "offset") &&
+            zr_wire_get_u64(rq->root, "offset", &offset, &werr) < 0)
+                return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
+        zr_handle *h = zr_request_handle(rq, "handle", hid, ZR_HANDLE_DATASET);
+        if (!h)
+                return -ZR_E_NO_HANDLE;
+        zr_handle *b = zr_request_handle(rq, "buffer", bid, ZR_HANDLE_BUFFER);
+        if (!b)
+                return -ZR_E_NO_HANDLE;
+        if (offset % ZR_RECORD_ALIGN != 0 || offset > b->buffer->shm.size)
+                return zr_request_fail(rq, EINVAL, "field 'offset': %llu is %s",
+                                       (unsigned long long)offset,
+                                       offset % ZR_RECORD_ALIGN ? "not a multiple of 8"
+                                                                : "past the end of the buffer");
+        const zr_schema *schema = zr_dataset_schema(h->entry->ds);
+        read_state *st = calloc(1, sizeof(*st));
+        if (!st)
+                return zr_request_fail(rq, ENOMEM, "no memory");
+        rq->state = st;
+        rq->state_free = read_state_free;
+        r = get_indices(rq, rq->root, "indices", &st->idx, &st->n);
+        if (r < 0)
+                return r;
+        st->offset = offset;
+        st->ragged = schema->kind == ZR_SCHEMA_RAGGED;
+        st->ndim = schema->ndim;
+        st->record_bytes = zr_schema_item_bytes(schema);
+        if (st->ragged) {
+                uint64_t per = 8 * (2 + (uint64_t)st->ndim);
+                if (st->n > (zr_request_frame_max(rq) - READ_REPLY_OVERHEAD) / per)
+                        return zr_request_fail(rq, ZR_E_LIMIT, "a ragged read of %zu records "
+                                               "needs a reply of %llu bytes, over the frame limit "
+                                               "of %u: split the read", st->n,
+                                               (unsigned long long)(st->n * per),
+                                               zr_request_frame_max(rq));
+                st->offsets = calloc(st->n ? st->n : 1, sizeof(uint64_t));
+                st->lengths = calloc(st->n ? st->n : 1, sizeof(uint64_t));
+                st->shapes = calloc(st->n > 0 && st->ndim > 0 ? st->n * st->ndim : 1, sizeof(uint64_t));
+                if (!st->offsets || !st->lengths || !st->shapes)
+                        return zr_request_fail(rq, ENOMEM, "no memory");
+        }
+        st->entry = zr_entry_ref(h->entry);
+        st->buffer = zr_buffer_ref(b->buffer);
+        return zr_request_submit(rq, read_run, read_done);
+}
+
+/* ---- APPEND -------------------------------------------------------------- */
+
+typedef struct append_part {
+        zr_entry *entry;             /* one reference */
+        char name[ZR_STREAM_NAME_MAX + 1];
+        uint64_t offset, bytes, count;
+        char dtype[ZR_DTYPE_STR_MAX + 1];
+        uint64_t shape[ZR_SCHEMA_NDIM_MAX + 1]; /* dense: (count, *item_shape) */
+        uint32_t shape_ndim;
+        uint64_t *sizes;             /* ragged */
+        zr_batch batch;
+} append_part;
+
+typedef struct append_state {
+        append_part parts[ZR_STREAMS_MAX];
+        uint32_t n;
+        bool set;
+        zr_shm data;
+        uint64_t first, count, length;
+} append_state;
+
+static void append_state_free(void *p) {
+        append_state *st = p;
+        if (!st)
+                return;
+        for (uint32_t i = 0; i < st->n; i++) {
+                zr_entry_unref(st->parts[i].entry);
+                free(st->parts[i].sizes);
+        }
+        zr_shm_release(&st->data);
+        free(st);
+}
+
+/* Reads one stream's fields (the request root, or an entry of 'streams'). */
+static int parse_part(zr_request *rq, const msgpack_object *map, append_part *p) {
+        zr_wire_error werr = {0};
+        const zr_schema *schema = zr_dataset_schema(p->entry->ds);
+        const char *where = p->name[0] ? p->name : "append";
+
+        if (zr_wire_find(map, "offset") && zr_wire_get_u64(map, "offset", &p->offset, &werr) < 0)
+                return zr_request_fail(rq, ZR_E_PROTO, "%s: %s", where, werr.message);
+        if (!zr_wire_find(map, "dtype"))
+                return zr_request_fail(rq, ZR_E_PROTO, "%s: field 'dtype': missing", where);
+        const char *dt;
+        size_t dtlen;
+        if (zr_wire_get_str(map, "dtype", &dt, &dtlen, &werr) < 0)
+                return zr_request_fail(rq, ZR_E_PROTO, "%s: %s", where, werr.message);
+        if (dtlen > ZR_DTYPE_STR_MAX || memchr(dt, 0, dtlen))
+                return zr_request_fail(rq, ZR_E_SCHEMA, "%s: dtype '%.*s' is not a dtype", where,
+                                       (int)(dtlen > 16 ? 16 : dtlen), dt);
+        memcpy(p->dtype, dt, dtlen);
+        p->dtype[dtlen] = 0;
+        p->batch.dtype = p->dtype;
+
+        if (schema->kind == ZR_SCHEMA_DENSE) {
+                uint64_t record_bytes;
+                const msgpack_object *items;
+                uint32_t n;
+                if (zr_wire_get_u64(map, "count", &p->count, &werr) < 0 ||
+                    zr_wire_get_u64(map, "record_bytes", &record_bytes, &werr) < 0 ||
+                    zr_wire_get_array(map, "item_shape", &items, &n, &werr) < 0)
+                        return zr_request_fail(rq, ZR_E_PROTO, "%s (a dense store): %s", where,
+                                               werr.message);
+                uint64_t item = zr_schema_item_bytes(schema);
+                if (record_bytes != item)
+                        return zr_request_fail(rq, ZR_E_SCHEMA, "%s: record_bytes %llu, the "
+                                               "schema's records are %llu bytes", where,
+                                               (unsigned long long)record_bytes,
+                                               (unsigned long long)item);
+                if (n > ZR_SCHEMA_NDIM_MAX)
+                        return zr_request_fail(rq, ZR_E_SCHEMA, "%s: item_shape has %u "
+                                               "dimensions", where, n);
+                p->shape[0] = p->count;
+                for (uint32_t i = 0; i < n; i++)
+                        p->shape[1 + i] = items[i].via.u64;
+                p->shape_ndim = 1 + n;
+                if (p->count && record_bytes > UINT64_MAX / p->count)
+                        return zr_request_fail(rq, ZR_E_TOO_BIG, "%s: %llu records of %llu bytes",
+                                               where, (unsigned long long)p->count,
+                                               (unsigned long long)record_bytes);
+                p->bytes = p->count * record_bytes;
+                p->batch.shape = p->shape;
+                p->batch.ndim = p->shape_ndim;
+        } else {
+                uint32_t ndim;
+                if (zr_wire_get_u32(map, "ndim", &ndim, &werr) < 0)
+                        return zr_request_fail(rq, ZR_E_PROTO, "%s (a ragged store): %s", where,
+                                               werr.message);
+                if (ndim != schema->ndim)
+                        return zr_request_fail(rq, ZR_E_SCHEMA, "%s: ndim %u, the schema's is %u",
+                                               where, ndim, schema->ndim);
+                size_t n;
+                if (get_indices(rq, map, "sizes", &p->sizes, &n) < 0)
+                        return -rq->err.code;
+                p->count = n;
+                p->bytes = 0;
+                for (size_t i = 0; i < n; i++)
+                        if (__builtin_add_overflow(p->bytes, p->sizes[i], &p->bytes))
+                                return zr_request_fail(rq, ZR_E_TOO_BIG, "%s: sizes overflow",
+                                                       where);
+                p->batch.lens = p->sizes;
+                p->batch.nrecords = n;
+        }
+        p->batch.data_len = p->bytes;
+        return 0;
+}
+
+static void append_run(zr_job *job) {
+        zr_request *rq = (zr_request *)job;
+        append_state *st = rq->state;
+        zr_entry *entries[ZR_STREAMS_MAX];
+        uint64_t firsts[ZR_STREAMS_MAX];
+        int r = 0;
+
+        for (uint32_t i = 0; i < st->n; i++) {
+                entries[i] = st->parts[i].entry;
+                st->parts[i].batch.data = st->parts[i].bytes ?
+                        (const uint8_t *)st->data.data + st->parts[i].offset : NULL;
+        }
+        if (!st->set) {
+                append_part *p = &st->parts[0];
+                pthread_rwlock_rdlock(&p->entry->lock);
+                r = zr_dataset_append(p->entry->ds, &p->batch, &st->first, &rq->err);
+                st->length = zr_dataset_length(p->entry->ds);
+                pthread_rwlock_unlock(&p->entry->lock);
+                st->count = p->count;
+                if (r == 0 && p->count)
+                        zr_entry_mutated(p->entry);
+                rq->result = r;
+                return;
+        }
+        lock_all(entries, st->n);
+        /* Validate every stream before writing any (PROTOCOL.md, APPEND). */
+        for (uint32_t i = 0; i < st->n && r == 0; i++) {
+                uint64_t n;
+                zr_error err = {0};
+                r = zr_dataset_check(st->parts[i].entry->ds, &st->parts[i].batch, &n, &err);
+                if (r < 0)
+                        zr_request_fail(rq, -r, "stream '%s': %s", st->parts[i].name, err.message);
+        }
+        for (uint32_t i = 1; i < st->n && r == 0; i++)
+                if (st->parts[i].count != st->parts[0].count)
+                        r = zr_request_fail(rq, ZR_E_MISALIGNED, "stream '%s' has %llu records, "
+                                            "stream '%s' %llu", st->parts[0].name,
+                                            (unsigned long long)st->parts[0].count,
+                                            st->parts[i].name,
+                                            (unsigned long long)st->parts[i].count);
+        uint32_t done = 0;
+        for (; done < st->n && r == 0; done++) {
+                zr_error err = {0};
+                r = zr_dataset_append(st->parts[done].entry->ds, &st->parts[done].batch,
+                                      &firsts[done], &err);
+                if (r < 0) {
+                        zr_request_fail(rq, -r, "stream '%s': %s", st->parts[done].name,
+                                        err.message);
+                        break;
+                }
+        }
+        if (r < 0) {
+                /* Cut the streams already appended back to their old length: deleting
+                 * the tail indices by swap-last is a truncation. */
+                uint64_t count = st->parts[0].count;
+                uint64_t *tail = count ? malloc(count * sizeof(uint64_t)) : NULL;
+                for (uint32_t i = 0; i < done && tail; i++) {
+                        for (uint64_t k = 0; k < count; k++)
+                                tail[k] = firsts[i] + k;
+                        zr_dataset_delete(st->parts[i].entry->ds, tail, count, NULL);
+                }
+                free(tail);
+        } else {
+                st->first = firsts[0];
+                st->count = st->parts[0].count;
+                st->length = zr_dataset_length(st->parts[0].entry->ds);
+        }
+        for (uint32_t i = 0; i < done; i++)
+                zr_entry_mutated(st->parts[i].entry);
+        unlock_all(entries, st->n);
+        rq->result = r;
+}
+
+static void append_done(zr_job *job) {
+        zr_request *rq = (zr_request *)job;
+        append_state *st = rq->state;
+        int r = rq->result;
+        if (r == 0 && !zr_request_orphaned(rq)) {
+                zr_wire_writer w;
+                zr_reply_begin(rq, &w);
+                zr_wire_put_u64(&w, "first", st->first);
+                zr_wire_put_u64(&w, "count", st->count);
+                zr_wire_put_u64(&w, "length", st->length);
+                r = zr_reply_send(rq, &w, NULL, 0);
+        }
+        zr_request_complete(rq, r);
+}
+
+int zr_handle_append(zr_request *rq) {
+        zr_wire_error werr = {0};
+        uint32_t hid;
+        int r;
+
+        if ((r = get_handle_field(rq, "handle", &hid)) < 0)
+                return r;
+        zr_handle *h = zr_request_handle2(rq, "handle", hid);
+        if (!h)
+                return -ZR_E_NO_HANDLE;
+        if (!h->writable)
+                return zr_request_fail(rq, ZR_E_READONLY, "handle %u was opened read-only", hid);
+        append_state *st = calloc(1, sizeof(*st));
+        if (!st)
+                return zr_request_fail(rq, ENOMEM, "no memory");
+        st->data.fd = -1;
+        rq->state = st;
+        rq->state_free = append_state_free;
+        if (h->type == ZR_HANDLE_DATASET) {
+                st->n = 1;
+                st->parts[0].entry = zr_entry_ref(h->entry);
+                r = parse_part(rq, rq->root, &st->parts[0]);
+                if (r < 0)
+                        return r;
+        } else {
+                zr_set *set = h->set;
+                const msgpack_object *items;
+                uint32_t n;
+                st->set = true;
+                if (!zr_wire_find(rq->root, "streams"))
+                        return zr_request_fail(rq, ZR_E_PROTO, "append to a set: field 'streams': "
+                                               "missing");
+                if (zr_wire_get_array(rq->root, "streams", &items, &n, &werr) < 0)
+                        return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
+                if (n != set->n)
+                        return zr_request_fail(rq, ZR_E_MISALIGNED, "the set has %u streams, the "
+                                               "append gives %u", set->n, n);
+                for (uint32_t i = 0; i < n; i++) {
+                        const char *name;
+                        size_t len;
+                        if (zr_wire_get_str(&items[i], "name", &name, &len, &werr) < 0)
+                                return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
+                        uint32_t k = 0;
+                        while (k < set->n && !(strlen(set->names[k]) == len &&
+                                               memcmp(set->names[k], name, len) == 0))
+                                k++;
+                        if (k == set->n)
+                                return zr_request_fail(rq, ZR_E_MISALIGNED, "'%.*s' is not a "
+                                                       "stream of the set",
+                                                       (int)(len > 64 ? 64 : len), name);
+                        for (uint32_t j = 0; j < st->n; j++)
+                                if (st->parts[j].entry == set->entries[k])
+                                        return zr_request_fail(rq, ZR_E_MISALIGNED, "stream '%s' "
+                                                               "appears twice", set->names[k]);
+                        append_part *p = &st->parts[st->n++];
+                        p->entry = zr_entry_ref(set->entries[k]);
+                        snprintf(p->name, sizeof(p->name), "%s", set->names[k]);
+                        r = parse_part(rq, &items[i], p);
+                        if (r < 0)
+                                return r;
+                }
+        }
+        uint64_t need = 0;
+        for (uint32_t i = 0; i < st->n; i++) {
+                uint64_t end;
+                if (__builtin_add_overflow(st->parts[i].offset, st->parts[i].bytes, &end))
+                        return zr_request_fail(rq, ZR_E_BUFFER, "offset + records overflow");
+                if (end > need)
+                        need = end;
+        }
+        if (need > SIZE_MAX)
+                return zr_request_fail(rq, ZR_E_BUFFER, "the records described do not fit memory");
+        r = zr_shm_map_sealed(zr_request_take_fd(rq, 0), (size_t)need, &st->data, &rq->err);
+        if (r < 0) {
+                if (-r == ZR_E_BUFFER) {
+                        rq->has_needed = true;
+                        rq->needed = need;
+                }
+                return r;
+        }
+        return zr_request_submit(rq, append_run, append_done);
+}
+
+/* ---- DELETE -------------------------------------------------------------- */
+
+typedef struct delete_state {
+        zr_entry *entries[ZR_STREAMS_MAX];
+        uint32_t n;
+        uint64_t *idx;
+        size_t count;
+        uint64_t length;
+} delete_state;
+
+static void delete_state_free(void *p) {
+        delete_state *st = p;
+        if (!st)
+                return;
+        for (uint32_t i = 0; i < st->n; i++)
+                zr_entry_unref(st->entries[i]);
+        free(st->idx);
+        free(st);
+}
+
+static void delete_run(zr_job *job) {
+        zr_request *rq = (zr_request *)job;
+        delete_state *st = rq->state;
+        int r;
+        lock_all(st->entries, st->n);
+        r = check_range(rq, st->idx, st->count, zr_dataset_length(st->entries[0]->ds));
+        for (uint32_t i = 0; i < st->n && r == 0; i++) {
+                r = zr_dataset_delete(st->entries[i]->ds, st->idx, st->count, &rq->err);
+                if (i > 0 || r == 0)
+                        zr_entry_mutated(st->entries[i]);
+        }
+        st->length = zr_dataset_length(st->entries[0]->ds);
+        unlock_all(st->entries, st->n);
+        rq->result = r;
+}
+
+static void delete_done(zr_job *job) {
+        zr_request *rq = (zr_request *)job;
+        delete_state *st = rq->state;
+        int r = rq->result;
+        if (r == 0 && !zr_request_orphaned(rq)) {
+                zr_wire_writer w;
+                zr_reply_begin(rq, &w);
+                zr_wire_put_u64(&w, "length", st->length);
+                r = zr_reply_send(rq, &w, NULL, 0);
+        }
+        zr_request_complete(rq, r);
+}
+
+int zr_handle_delete(zr_request *rq) {
+        uint32_t hid;
+        int r;
+        if ((r = get_handle_field(rq, "handle", &hid)) < 0)
+                return r;
+        zr_handle *h = zr_request_handle2(rq, "handle", hid);
+        if (!h)
+                return -ZR_E_NO_HANDLE;
+        if (!h->writable)
+                return zr_request_fail(rq, ZR_E_READONLY, "handle %u was opened read-only", hid);
+        delete_state *st = calloc(1, sizeof(*st));
+        if (!st)
+                return zr_request_fail(rq, ENOMEM, "no memory");
+        rq->state = st;
+        rq->state_free = delete_state_free;
+        r = get_indices(rq, rq->root, "indices", &st->idx, &st->count);
+        if (r < 0)
+                return r;
+        if (h->type == ZR_HANDLE_DATASET) {
+                st->entries[st->n++] = zr_entry_ref(h->entry);
+        } else {
+                for (uint32_t i = 0; i < h->set->n; i++)
+                        st->entries[st->n++] = zr_entry_ref(h->set->entries[i]);
+        }
+        return zr_request_submit(rq, delete_run, delete_done);
+}
+
+/* ---- COMPACT, VERIFY ----------------------------------------------------- */
+
+typedef struct store_state {
+        zr_entry *entry;
+        zr_stats stats;
+        zr_verify_report report;
+        bool sound;
+} store_state;
+
+static void store_state_free(void *p) {
+        store_state *st = p;
+        if (!st)
+                return;
+        zr_entry_unref(st->entry);
+        free(st);
+}
+
+static int start_store_job(zr_request *rq, bool write, zr_job_fn run, zr_job_fn done) {
+        uint32_t hid;
+        int r;
+        if ((r = get_handle_field(rq, "handle", &hid)) < 0)
+                return r;
+        zr_handle *h = zr_request_handle(rq, "handle", hid, ZR_HANDLE_DATASET);
+        if (!h)
+                return -ZR_E_NO_HANDLE;
+        if (write && !h->writable)
+                return zr_request_fail(rq, ZR_E_READONLY, "handle %u was opened read-only", hid);
+        store_state *st = calloc(1, sizeof(*st));
+        if (!st)
+                return zr_request_fail(rq, ENOMEM, "no memory");
+        st->entry = zr_entry_ref(h->entry);
+        rq->state = st;
+        rq->state_free = store_state_free;
+        return zr_request_submit(rq, run, done);
+}
+
+static void compact_run(zr_job *job) {
+        zr_request *rq = (zr_request *)job;
+        store_state *st = rq->state;
+        zr_compact_result res = {0};
+        pthread_rwlock_wrlock(&st->entry->lock);
+        int r = zr_dataset_compact(st->entry->ds, &res, &rq->err);
+        if (res.moved > 0 || r == 0)
+                zr_entry_mutated(st->entry);
+        if (r == 0)
+                r = zr_dataset_stats(st->entry->ds, &st->stats, &rq->err);
+        pthread_rwlock_unlock(&st->entry->lock);
+        rq->result = r;
+}
+
+static void compact_done(zr_job *job) {
+        zr_request *rq = (zr_request *)job;
+        store_state *st = rq->state;
+        int r = rq->result;
+        if (r == 0 && !zr_request_orphaned(rq)) {
+                zr_wire_writer w;
+                zr_reply_begin(rq, &w);
+                zr_put_stats(&w, &st->stats);
+                r = zr_reply_send(rq, &w, NULL, 0);
+        }
+        zr_request_complete(rq, r);
+}
+
+int zr_handle_compact(zr_request *rq) {
+        return start_store_job(rq, true, compact_run, compact_done);
+}
+
+static void verify_run(zr_job *job) {
+        zr_request *rq = (zr_request *)job;
+        store_state *st = rq->state;
+        zr_error err = {0};
+        pthread_rwlock_rdlock(&st->entry->lock);
+        int r = zr_store_verify(zr_dataset_store(st->entry->ds), &st->report, &err);
+        pthread_rwlock_unlock(&st->entry->lock);
+        /* A corrupt record is a result; failing to run is an error. */
+        if (r == -ZR_E_CORRUPT || r == -ZR_E_DECODE) {
+                st->sound = false;
+                r = 0;
+        } else if (r == 0) {
+                st->sound = st->report.bad == 0;
+        } else {
+                zr_request_fail(rq, -r, "%s", err.message);
+        }
+        rq->result = r;
+}
+
+static void verify_done(zr_job *job) {
+        zr_request *rq = (zr_request *)job;
+        store_state *st = rq->state;
+        int r = rq->result;
+        if (r == 0 && !zr_request_orphaned(rq)) {
+                zr_wire_writer w;
+                uint64_t first = st->report.first_bad;
+                zr_reply_begin(rq, &w);
+                zr_wire_put_bool(&w, "ok", st->sound);
+                zr_wire_put_u64(&w, "records", st->report.records);
+                zr_wire_put_u64(&w, "bad", st->report.bad);
+                /* The engine reports the first bad record only. */
+                zr_wire_put_u64s(&w, "bad_indices", &first, st->report.bad ? 1 : 0);
+                r = zr_reply_send(rq, &w, NULL, 0);
+        }
+        zr_request_complete(rq, r);
+}
+
+int zr_handle_verify(zr_request *rq) {
+        return start_store_job(rq, false, verify_run, verify_done);
+}

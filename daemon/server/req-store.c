@@ -1,0 +1,647 @@
+/* req-store.c: requests about datasets and sets as objects: DATASET_CREATE,
+ * DATASET_OPEN, MSSET_OPEN, INFO, STATS, SYNC, CLOSE, and the daemon's STATUS.
+ *
+ * Access is proven with descriptors (PROTOCOL.md section 6): the store's
+ * directory, and its meta.zr opened O_RDONLY (read) or O_RDWR (write), checked
+ * by access mode and by (st_dev, st_ino). A new store needs an empty directory
+ * the peer owns. Opening and creating run on the loop thread (a header, a
+ * schema, a few small files); STATS and SYNC walk or fsync and run on the pool.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "server/log.h"
+#include "server/request.h"
+
+#define META_FILE "meta.zr"
+
+/* ---- access checks ------------------------------------------------------- */
+
+static int check_dir(zr_request *rq, int fd, const char *what) {
+        struct stat st;
+        int fl = fcntl(fd, F_GETFL);
+        if (fl < 0)
+                return zr_request_fail(rq, ZR_E_BAD_FD, "%s: not a usable descriptor", what);
+        if (fl & O_PATH)
+                return zr_request_fail(rq, ZR_E_BAD_FD, "%s: an O_PATH descriptor proves nothing; "
+                                       "open it O_RDONLY | O_DIRECTORY", what);
+        if (fstat(fd, &st) < 0)
+                return zr_request_fail(rq, ZR_E_BAD_FD, "%s: fstat failed: %s", what,
+                                       strerror(errno));
+        if (!S_ISDIR(st.st_mode))
+                return zr_request_fail(rq, ZR_E_BAD_FD, "%s is not a directory", what);
+        return 0;
+}
+
+/* The proof of access: meta.zr of the store in dirfd, opened for reading (or
+ * read-write when `write`). */
+static int check_proof(zr_request *rq, int dirfd, int proof, bool write, const char *what) {
+        struct stat ps, ms;
+        int fl = fcntl(proof, F_GETFL);
+        if (fl < 0)
+                return zr_request_fail(rq, ZR_E_BAD_FD, "%s: the meta.zr descriptor is not usable",
+                                       what);
+        if (fl & O_PATH)
+                return zr_request_fail(rq, ZR_E_BAD_FD, "%s: the meta.zr descriptor is O_PATH, "
+                                       "which proves nothing", what);
+        if (fstatat(dirfd, META_FILE, &ms, AT_SYMLINK_NOFOLLOW) < 0) {
+                if (errno == ENOENT)
+                        return zr_request_fail(rq, ZR_E_NOT_STORE, "%s holds no " META_FILE
+                                               ": not a store", what);
+                return zr_request_fail(rq, errno, "%s: " META_FILE ": %s", what, strerror(errno));
+        }
+        if (fstat(proof, &ps) < 0)
+                return zr_request_fail(rq, ZR_E_BAD_FD, "%s: fstat of the meta.zr descriptor: %s",
+                                       what, strerror(errno));
+        if (ps.st_dev != ms.st_dev || ps.st_ino != ms.st_ino)
+                return zr_request_fail(rq, EACCES, "%s: the descriptor passed is not this store's "
+                                       META_FILE, what);
+        if (write && (fl & O_ACCMODE) != O_RDWR)
+                return zr_request_fail(rq, EACCES, "%s: write access needs " META_FILE
+                                       " opened O_RDWR", what);
+        return 0;
+}
+
+static int get_writable(zr_request *rq, bool *ret) {
+        zr_wire_error werr = {0};
+        *ret = false;
+        if (zr_wire_find(rq->root, "writable") &&
+            zr_wire_get_bool(rq->root, "writable", ret, &werr) < 0)
+                return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
+        return 0;
+}
+
+static int reply_dataset(zr_request *rq, uint32_t handle, zr_entry *e, bool writable) {
+        zr_wire_writer w;
+        zr_reply_begin(rq, &w);
+        if (handle)
+                zr_wire_put_u64(&w, "handle", handle);
+        zr_wire_put_u64(&w, "length", zr_dataset_length(e->ds));
+        zr_put_schema(&w, "schema", zr_dataset_schema(e->ds));
+        zr_wire_put_bool(&w, "has_dict", zr_dataset_has_dict(e->ds));
+        zr_wire_put_bool(&w, "writable", writable);
+        return zr_reply_send(rq, &w, NULL, 0);
+}
+
+static int add_dataset_handle(zr_request *rq, zr_entry *e, bool writable) {
+        zr_handle h = {.type = ZR_HANDLE_DATASET, .writable = writable, .entry = e};
+        int id = zr_request_add_handle(rq, &h);
+        if (id < 0)
+                zr_entry_unref(e);
+        return id;
+}
+
+/* ---- DATASET_CREATE ------------------------------------------------------ */
+
+static int parse_schema(zr_request *rq, const msgpack_object *map, zr_schema *ret) {
+        zr_wire_error werr = {0};
+        zr_error err = {0};
+        const char *kind, *dtype_p, *codec_p;
+        size_t kind_len, dtype_len, codec_len;
+        char dtype[ZR_DTYPE_STR_MAX + 1];
+        enum zr_codec codec;
+        int r;
+
+        if (zr_wire_get_str(map, "kind", &kind, &kind_len, &werr) < 0 ||
+            zr_wire_get_str(map, "dtype", &dtype_p, &dtype_len, &werr) < 0 ||
+            zr_wire_get_str(map, "codec", &codec_p, &codec_len, &werr) < 0)
+                return zr_request_fail(rq, ZR_E_PROTO, "schema: %s", werr.message);
+        r = zr_codec_parse(codec_p, codec_len, &codec, &err);
+        if (r < 0)
+                return zr_request_fail(rq, -r, "schema: %s", err.message);
+        if (dtype_len > ZR_DTYPE_STR_MAX || memchr(dtype_p, 0, dtype_len))
+                return zr_request_fail(rq, ZR_E_SCHEMA, "schema: dtype '%.*s' is not a dtype",
+                                       (int)(dtype_len > 16 ? 16 : dtype_len), dtype_p);
+        memcpy(dtype, dtype_p, dtype_len);
+        dtype[dtype_len] = 0;
+        if (kind_len == 5 && memcmp(kind, "dense", 5) == 0) {
+                const msgpack_object *items;
+                uint32_t n;
+                uint64_t shape[ZR_SCHEMA_NDIM_MAX];
+                if (!zr_wire_find(map, "item_shape"))
+                        return zr_request_fail(rq, ZR_E_SCHEMA, "schema: a dense schema needs "
+                                               "item_shape");
+                if (zr_wire_get_array(map, "item_shape", &items, &n, &werr) < 0)
+                        return zr_request_fail(rq, ZR_E_PROTO, "schema: %s", werr.message);
+                if (n > ZR_SCHEMA_NDIM_MAX)
+                        return zr_request_fail(rq, ZR_E_SCHEMA, "schema: item_shape has %u "
+                                               "dimensions, at most %d", n, ZR_SCHEMA_NDIM_MAX);
+                for (uint32_t i = 0; i < n; i++)
+                        shape[i] = items[i].via.u64;
+                r = zr_schema_init_dense(ret, dtype, shape, n, codec, &err);
+        } else if (kind_len == 6 && memcmp(kind, "ragged", 6) == 0) {
+                uint32_t ndim;
+                if (!zr_wire_find(map, "ndim"))
+                        return zr_request_fail(rq, ZR_E_SCHEMA, "schema: a ragged schema needs "
+                                               "ndim");
+                if (zr_wire_get_u32(map, "ndim", &ndim, &werr) < 0)
+                        return zr_request_fail(rq, ZR_E_PROTO, "schema: %s", werr.message);
+                r = zr_schema_init_ragged(ret, dtype, ndim, codec, &err);
+        } else {
+                return zr_request_fail(rq, ZR_E_SCHEMA, "schema: kind '%.*s' is neither "
+                                       "\"dense\" nor \"ragged\"",
+                                       (int)(kind_len > 16 ? 16 : kind_len), kind);
+        }
+        if (r < 0)
+                return zr_request_fail(rq, -r, "schema: %s", err.message);
+        return 0;
+}
+
+/* The directory must be empty (EXISTS if it holds meta.zr, ENOTEMPTY if
+ * anything else) and owned by the peer (EACCES), unless the peer is root. */
+static int check_new_dir(zr_request *rq, int dirfd) {
+        struct stat st;
+        int r = 0;
+        int dfd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd < 0)
+                return zr_request_fail(rq, errno, "reading the new directory: %s",
+                                       strerror(errno));
+        DIR *d = fdopendir(dfd);
+        if (!d) {
+                close(dfd);
+                return zr_request_fail(rq, errno, "reading the new directory: %s",
+                                       strerror(errno));
+        }
+        struct dirent *de;
+        bool other = false;
+        char first[64] = "";
+        while ((de = readdir(d))) {
+                if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+                        continue;
+                if (strcmp(de->d_name, META_FILE) == 0) {
+                        r = zr_request_fail(rq, ZR_E_EXISTS, "the directory already holds a "
+                                            "store (" META_FILE ")");
+                        break;
+                }
+                if (!other)
+                        snprintf(first, sizeof(first), "%.60s", de->d_name);
+                other = true;
+        }
+        closedir(d);
+        if (r < 0)
+                return r;
+        if (other)
+                return zr_request_fail(rq, ENOTEMPTY, "the directory is not empty (it holds "
+                                       "'%s'): a store is created in an empty directory", first);
+        if (fstat(dirfd, &st) < 0)
+                return zr_request_fail(rq, errno, "fstat of the new directory: %s",
+                                       strerror(errno));
+        uid_t uid = zr_request_uid(rq);
+        if (uid != 0 && st.st_uid != uid)
+                return zr_request_fail(rq, EACCES, "the directory belongs to uid %u, not to the "
+                                       "client's uid %u", (unsigned)st.st_uid, (unsigned)uid);
+        return 0;
+}
+
+int zr_handle_dataset_create(zr_request *rq) {
+        zr_server *srv = zr_request_server(rq);
+        zr_wire_error werr = {0};
+        const msgpack_object *smap;
+        zr_schema schema;
+        zr_shm dict = {.fd = -1};
+        uint64_t dict_bytes = 0;
+        bool has_dict = zr_wire_find(rq->root, "dict_bytes") != NULL;
+        zr_entry *e = NULL;
+        int dirfd = rq->fds[0], r;
+
+        r = check_dir(rq, dirfd, "the new store directory");
+        if (r < 0)
+                return r;
+        if (zr_wire_get_map(rq->root, "schema", &smap, &werr) < 0)
+                return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
+        r = parse_schema(rq, smap, &schema);
+        if (r < 0)
+                return r;
+        if (has_dict) {
+                if (zr_wire_get_u64(rq->root, "dict_bytes", &dict_bytes, &werr) < 0)
+                        return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
+                if (schema.codec != ZR_CODEC_ZSTD_DICT)
+                        return zr_request_fail(rq, EINVAL, "a dictionary was given for a %s "
+                                               "store: only zstd_dict stores take one",
+                                               zr_codec_name(schema.codec));
+                if (dict_bytes == 0)
+                        return zr_request_fail(rq, EINVAL, "dict_bytes is 0");
+        }
+        r = check_new_dir(rq, dirfd);
+        if (r < 0)
+                return r;
+        if (has_dict) {
+                r = zr_shm_map_sealed(zr_request_take_fd(rq, 1), dict_bytes, &dict, &rq->err);
+                if (r < 0)
+                        return r;
+        }
+        r = zr_registry_create(srv->registry, dirfd, &schema, dict.data, (size_t)dict_bytes, &e,
+                               &rq->err);
+        zr_shm_release(&dict);
+        if (r < 0)
+                return r;
+        int id = add_dataset_handle(rq, e, true);
+        if (id < 0)
+                return id;
+        zr_log(LOG_INFO, "pid %d created store %llu", (int)zr_request_pid(rq),
+               (unsigned long long)e->id);
+        return reply_dataset(rq, (uint32_t)id, e, true);
+}
+
+/* ---- DATASET_OPEN -------------------------------------------------------- */
+
+int zr_handle_dataset_open(zr_request *rq) {
+        zr_server *srv = zr_request_server(rq);
+        bool writable;
+        zr_entry *e;
+        int r;
+
+        r = get_writable(rq, &writable);
+        if (r < 0)
+                return r;
+        r = check_dir(rq, rq->fds[0], "the store directory");
+        if (r < 0)
+                return r;
+        r = check_proof(rq, rq->fds[0], rq->fds[1], writable, "the store");
+        if (r < 0)
+                return r;
+        r = zr_registry_open(srv->registry, rq->fds[0], &e, &rq->err);
+        if (r < 0)
+                return r;
+        int id = add_dataset_handle(rq, e, writable);
+        if (id < 0)
+                return id;
+        return reply_dataset(rq, (uint32_t)id, e, writable);
+}
+
+/* ---- MSSET_OPEN ---------------------------------------------------------- */
+
+static int name_cmp(const void *a, const void *b) {
+        return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The names of root's children that hold a meta.zr, sorted (*ret, *ret_n). */
+static int list_stores(zr_request *rq, int rootfd, char ***ret, size_t *ret_n) {
+        char **names = NULL;
+        size_t n = 0, cap = 0;
+        int r = 0;
+        int dfd = openat(rootfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+        if (!d) {
+                if (dfd >= 0)
+                        close(dfd);
+                return zr_request_fail(rq, errno, "reading the set's directory: %s",
+                                       strerror(errno));
+        }
+        struct dirent *de;
+        while ((de = readdir(d))) {
+                struct stat st;
+                char path[ZR_STREAM_NAME_MAX + sizeof("/" META_FILE)];
+                if (de->d_name[0] == '.')
+                        continue;
+                snprintf(path, sizeof(path), "%s/" META_FILE, de->d_name);
+                if (fstatat(rootfd, path, &st, AT_SYMLINK_NOFOLLOW) < 0)
+                        continue;
+                if (n >= 4 * ZR_STREAMS_MAX) {
+                        r = zr_request_fail(rq, ZR_E_LIMIT, "the set's directory holds more "
+                                            "than %d stores", 4 * ZR_STREAMS_MAX);
+                        break;
+                }
+                if (n == cap) {
+                        cap = cap ? cap * 2 : 8;
+                        char **nn = realloc(names, cap * sizeof(*nn));
+                        if (!nn) {
+                                r = zr_request_fail(rq, ENOMEM, "listing the set");
+                                break;
+                        }
+                        names = nn;
+                }
+                names[n] = strdup(de->d_name);
+                if (!names[n]) {
+                        r = zr_request_fail(rq, ENOMEM, "listing the set");
+                        break;
+                }
+                n++;
+        }
+        closedir(d);
+        if (r < 0) {
+                for (size_t i = 0; i < n; i++)
+                        free(names[i]);
+                free(names);
+                return r;
+        }
+        if (n)
+                qsort(names, n, sizeof(*names), name_cmp);
+        *ret = names;
+        *ret_n = n;
+        return 0;
+}
+
+static bool in_list(char **names, size_t n, const char *p, size_t len) {
+        for (size_t i = 0; i < n; i++)
+                if (strlen(names[i]) == len && memcmp(names[i], p, len) == 0)
+                        return true;
+        return false;
+}
+
+int zr_handle_msset_open(zr_request *rq) {
+        zr_server *srv = zr_request_server(rq);
+        zr_wire_error werr = {0};
+        const msgpack_object *items;
+        uint32_t n;
+        bool writable;
+        char **found = NULL;
+        size_t nfound = 0;
+        zr_set *set = NULL;
+        int r;
+
+        r = get_writable(rq, &writable);
+        if (r < 0)
+                return r;
+        if (zr_wire_get_array(rq->root, "streams", &items, &n, &werr) < 0)
+                return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
+        if (n < 1 || n > ZR_STREAMS_MAX)
+                return zr_request_fail(rq, ZR_E_PROTO, "field 'streams': %u names, 1..%d allowed",
+                                       n, ZR_STREAMS_MAX);
+        for (uint32_t i = 0; i < n; i++) {
+                const msgpack_object_str *s = &items[i].via.str;
+                if (s->size == 0 || s->size > ZR_STREAM_NAME_MAX || memchr(s->ptr, '/', s->size) ||
+                    memchr(s->ptr, 0, s->size) || s->ptr[0] == '.')
+                        return zr_request_fail(rq, EINVAL, "field 'streams': element %u is not a "
+                                               "stream name", i);
+                for (uint32_t j = 0; j < i; j++)
+                        if (items[j].via.str.size == s->size &&
+                            memcmp(items[j].via.str.ptr, s->ptr, s->size) == 0)
+                                return zr_request_fail(rq, EINVAL, "field 'streams': '%.*s' "
+                                                       "appears twice", (int)s->size, s->ptr);
+        }
+        r = check_dir(rq, rq->fds[0], "the set's directory");
+        if (r < 0)
+                return r;
+        r = list_stores(rq, rq->fds[0], &found, &nfound);
+        if (r < 0)
+                return r;
+        /* The request must name exactly the set's stores. */
+        char msg[ZR_ERROR_MESSAGE_MAX] = "";
+        size_t at = 0;
+        for (uint32_t i = 0; i < n; i++)
+                if (!in_list(found, nfound, items[i].via.str.ptr, items[i].via.str.size) &&
+                    at < sizeof(msg))
+                        at += (size_t)snprintf(msg + at, sizeof(msg) - at, " missing '%.*s'",
+                                               (int)items[i].via.str.size, items[i].via.str.ptr);
+        for (size_t i = 0; i < nfound; i++) {
+                bool named = false;
+                for (uint32_t j = 0; j < n && !named; j++)
+                        named = items[j].via.str.size == strlen(found[i]) &&
+                                memcmp(items[j].via.str.ptr, found[i], items[j].via.str.size) == 0;
+                if (!named && at < sizeof(msg))
+                        at += (size_t)snprintf(msg + at, sizeof(msg) - at, " extra '%s'", found[i]);
+        }
+        for (size_t i = 0; i < nfound; i++)
+                free(found[i]);
+        free(found);
+        if (at > 0)
+                return zr_request_fail(rq, EINVAL, "'streams' is not the set's stores:%s", msg);
+
+        set = calloc(1, sizeof(*set));
+        if (set) {
+                set->names = calloc(n, sizeof(char *));
+                set->entries = calloc(n, sizeof(zr_entry *));
+                set->handles = calloc(n, sizeof(uint32_t));
+        }
+        if (!set || !set->names || !set->entries || !set->handles) {
+                zr_set_free(set);
+                return zr_request_fail(rq, ENOMEM, "opening a set");
+        }
+        for (uint32_t i = 0; i < n; i++) {
+                const msgpack_object_str *s = &items[i].via.str;
+                set->names[i] = strndup(s->ptr, s->size);
+                set->n = i + 1;
+                if (!set->names[i]) {
+                        r = zr_request_fail(rq, ENOMEM, "opening a set");
+                        goto fail;
+                }
+                int cfd = openat(rq->fds[0], set->names[i],
+                                 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (cfd < 0) {
+                        r = zr_request_fail(rq, errno, "stream '%s': %s", set->names[i],
+                                            strerror(errno));
+                        goto fail;
+                }
+                char what[300];
+                snprintf(what, sizeof(what), "stream '%s'", set->names[i]);
+                r = check_proof(rq, cfd, rq->fds[1 + i], writable, what);
+                if (r == 0) {
+                        zr_error err = {0};
+                        r = zr_registry_open(srv->registry, cfd, &set->entries[i], &err);
+                        if (r < 0)
+                                zr_request_fail(rq, -r, "stream '%s': %s", set->names[i],
+                                                err.message);
+                }
+                close(cfd);
+                if (r < 0)
+                        goto fail;
+        }
+        uint64_t len0 = zr_dataset_length(set->entries[0]->ds);
+        bool aligned = true;
+        for (uint32_t i = 1; i < n; i++)
+                aligned &= zr_dataset_length(set->entries[i]->ds) == len0;
+        if (!aligned) {
+                char buf[ZR_ERROR_MESSAGE_MAX];
+                size_t k = 0;
+                for (uint32_t i = 0; i < n && k < sizeof(buf); i++)
+                        k += (size_t)snprintf(buf + k, sizeof(buf) - k, "%s%s=%llu", i ? ", " : "",
+                                              set->names[i],
+                                              (unsigned long long)zr_dataset_length(set->entries[i]->ds));
+                r = zr_request_fail(rq, ZR_E_MISALIGNED, "streams differ in length: %s", buf);
+                goto fail;
+        }
+        /* A handle per stream, then the set's. */
+        for (uint32_t i = 0; i < n; i++) {
+                int id = add_dataset_handle(rq, zr_entry_ref(set->entries[i]), writable);
+                if (id < 0) {
+                        r = id;
+                        for (uint32_t j = 0; j < i; j++)
+                                zr_request_close_handle(rq, set->handles[j]);
+                        goto fail;
+                }
+                set->handles[i] = (uint32_t)id;
+        }
+        zr_handle h = {.type = ZR_HANDLE_SET, .writable = writable, .set = set};
+        int sid = zr_request_add_handle(rq, &h);
+        if (sid < 0) {
+                r = sid;
+                for (uint32_t j = 0; j < n; j++)
+                        zr_request_close_handle(rq, set->handles[j]);
+                goto fail;
+        }
+        zr_wire_writer w;
+        zr_reply_begin(rq, &w);
+        zr_wire_put_u64(&w, "set", (uint64_t)sid);
+        zr_wire_put_u64(&w, "length", len0);
+        zr_wire_put_bool(&w, "writable", writable);
+        zr_wire_begin_array(&w, "streams");
+        for (uint32_t i = 0; i < n; i++) {
+                zr_dataset *ds = set->entries[i]->ds;
+                zr_wire_begin_map(&w, NULL);
+                zr_wire_put_str(&w, "name", set->names[i]);
+                zr_wire_put_u64(&w, "handle", set->handles[i]);
+                zr_wire_put_u64(&w, "length", zr_dataset_length(ds));
+                zr_put_schema(&w, "schema", zr_dataset_schema(ds));
+                zr_wire_put_bool(&w, "has_dict", zr_dataset_has_dict(ds));
+                zr_wire_end(&w);
+        }
+        zr_wire_end(&w);
+        return zr_reply_send(rq, &w, NULL, 0);
+fail:
+        zr_set_free(set);
+        return r;
+}
+
+/* ---- INFO, CLOSE, STATUS ------------------------------------------------- */
+
+int zr_handle_info(zr_request *rq) {
+        zr_wire_error werr = {0};
+        uint32_t id;
+        if (zr_wire_get_u32(rq->root, "handle", &id, &werr) < 0)
+                return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
+        zr_handle *h = zr_request_handle(rq, "handle", id, ZR_HANDLE_DATASET);
+        if (!h)
+                return -ZR_E_NO_HANDLE;
+        return reply_dataset(rq, 0, h->entry, h->writable);
+}
+
+int zr_handle_close(zr_request *rq) {
+        zr_wire_error werr = {0};
+        uint32_t id;
+        if (zr_wire_get_u32(rq->root, "handle", &id, &werr) < 0)
+                return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
+        /* Any of a dataset, set or buffer: look it up as a buffer to tell. */
+        zr_handle *h = zr_request_handle2(rq, "handle", id);
+        if (!h) {
+                zr_error keep = rq->err;
+                rq->err = (zr_error){0};
+                h = zr_request_handle(rq, "handle", id, ZR_HANDLE_BUFFER);
+                if (!h) {
+                        rq->err = keep;
+                        return -ZR_E_NO_HANDLE;
+                }
+        }
+        zr_request_close_handle(rq, id);
+        return zr_reply_empty(rq);
+}
+
+int zr_handle_status(zr_request *rq) {
+        zr_server *s = zr_request_server(rq);
+        const zr_server_counters *k = &s->counters;
+        zr_wire_writer w;
+        zr_reply_begin(rq, &w);
+        zr_wire_put_str(&w, "daemon", "zrecordd " ZR_VERSION_STRING);
+        zr_wire_put_u64(&w, "uptime_ms", (zr_server_now_usec() - s->start_usec) / 1000);
+        zr_wire_put_u64(&w, "clients", s->nclients);
+        zr_wire_put_u64(&w, "handles", k->handles);
+        zr_wire_put_u64(&w, "shm_bytes", k->shm_bytes);
+        zr_wire_put_u64(&w, "loaders", k->loaders);
+        zr_wire_put_u64(&w, "batches", k->batches);
+        zr_wire_put_u64(&w, "gathers", k->gathers);
+        zr_wire_put_u64(&w, "hits", k->hits);
+        zr_wire_put_u64(&w, "misses", k->misses);
+        zr_wire_put_u64(&w, "bytes", k->bytes);
+        zr_wire_put_u64(&w, "evictions", k->evictions);
+        zr_wire_begin_map(&w, "cache");
+        zr_wire_put_u64(&w, "budget", s->cfg.cache_bytes);
+        zr_wire_put_u64(&w, "bytes", 0);
+        zr_wire_put_u64(&w, "entries", 0);
+        zr_wire_end(&w);
+        zr_wire_begin_array(&w, "per_loader");
+        zr_wire_end(&w);
+        /* Beyond the table (unknown keys are ignored): open stores, requests. */
+        zr_wire_put_u64(&w, "stores", zr_registry_count(s->registry));
+        zr_wire_put_u64(&w, "requests", k->requests);
+        return zr_reply_send(rq, &w, NULL, 0);
+}
+
+/* ---- STATS, SYNC (on the pool) ------------------------------------------- */
+
+typedef struct entry_state {
+        zr_entry *entry;
+        zr_stats stats;
+} entry_state;
+
+static void entry_state_free(void *p) {
+        entry_state *st = p;
+        if (!st)
+                return;
+        zr_entry_unref(st->entry);
+        free(st);
+}
+
+static int start_entry_job(zr_request *rq, zr_job_fn run, zr_job_fn done) {
+        zr_wire_error werr = {0};
+        uint32_t id;
+        if (zr_wire_get_u32(rq->root, "handle", &id, &werr) < 0)
+                return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
+        zr_handle *h = zr_request_handle(rq, "handle", id, ZR_HANDLE_DATASET);
+        if (!h)
+                return -ZR_E_NO_HANDLE;
+        entry_state *st = calloc(1, sizeof(*st));
+        if (!st)
+                return zr_request_fail(rq, ENOMEM, "no memory");
+        st->entry = zr_entry_ref(h->entry);
+        rq->state = st;
+        rq->state_free = entry_state_free;
+        return zr_request_submit(rq, run, done);
+}
+
+static void stats_run(zr_job *job) {
+        zr_request *rq = (zr_request *)job;
+        entry_state *st = rq->state;
+        pthread_rwlock_rdlock(&st->entry->lock);
+        rq->result = zr_dataset_stats(st->entry->ds, &st->stats, &rq->err);
+        pthread_rwlock_unlock(&st->entry->lock);
+}
+
+void zr_put_stats(zr_wire_writer *w, const zr_stats *s) {
+        zr_wire_put_u64(w, "records", s->records);
+        zr_wire_put_u64(w, "live_bytes", s->live_bytes);
+        zr_wire_put_u64(w, "chunk_bytes", s->chunk_bytes);
+        zr_wire_put_u64(w, "reclaimable", s->reclaimable);
+        zr_wire_put_u64(w, "logic_bytes", s->logic_bytes);
+}
+
+static void stats_done(zr_job *job) {
+        zr_request *rq = (zr_request *)job;
+        entry_state *st = rq->state;
+        int r = rq->result;
+        if (r == 0 && !zr_request_orphaned(rq)) {
+                zr_wire_writer w;
+                zr_reply_begin(rq, &w);
+                zr_put_stats(&w, &st->stats);
+                r = zr_reply_send(rq, &w, NULL, 0);
+        }
+        zr_request_complete(rq, r);
+}
+
+int zr_handle_stats(zr_request *rq) {
+        return start_entry_job(rq, stats_run, stats_done);
+}
+
+static void sync_run(zr_job *job) {
+        zr_request *rq = (zr_request *)job;
+        entry_state *st = rq->state;
+        pthread_rwlock_rdlock(&st->entry->lock);
+        rq->result = zr_dataset_sync(st->entry->ds, &rq->err);
+        pthread_rwlock_unlock(&st->entry->lock);
+}
+
+static void sync_done(zr_job *job) {
+        zr_request *rq = (zr_request *)job;
+        int r = rq->result;
+        if (r == 0 && !zr_request_orphaned(rq))
+                r = zr_reply_empty(rq);
+        zr_request_complete(rq, r);
+}
+
+int zr_handle_sync(zr_request *rq) {
+        return start_entry_job(rq, sync_run, sync_done);
+}

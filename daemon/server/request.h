@@ -1,0 +1,169 @@
+/* request.h: what request handlers see of a session (client.c) and its handles.
+ *
+ * A handler gets a validated request (zr_msg_check() passed, the descriptors it
+ * takes are in rq->fds, in order) and either answers it at once or starts a
+ * job (work.h) whose done() calls zr_request_complete(). Handlers are grouped by
+ * subject: req-store.c (datasets, sets, info, stats, sync, close, status),
+ * req-data.c (buffers, read, append, delete, compact, verify), req-dict.c
+ * (training and installing dictionaries).
+ *
+ * Return values of a handler: ZR_RQ_DONE (a reply was sent), ZR_RQ_PENDING (a
+ * job owns the request until zr_request_complete()), or a negative code with
+ * rq->err set, which the session sends as an "error" reply.
+ */
+#ifndef ZR_SERVER_REQUEST_H
+#define ZR_SERVER_REQUEST_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "message.h"
+#include "server/registry.h"
+#include "server/server.h"
+#include "server/work.h"
+#include "util/error.h"
+#include "util/shm.h"
+#include "wire.h"
+
+#define ZR_RQ_DONE 1
+#define ZR_RQ_PENDING 2
+
+enum zr_handle_type {
+        ZR_HANDLE_DATASET = 1,
+        ZR_HANDLE_SET,
+        ZR_HANDLE_BUFFER,
+};
+
+/* A read buffer: daemon-made shared memory. Referenced by its handle and by a
+ * READ in flight, so a client gone mid-READ cannot unmap it under the worker. */
+typedef struct zr_buffer {
+        unsigned refs;  /* loop thread */
+        zr_shm shm;
+} zr_buffer;
+
+typedef struct zr_set {
+        uint32_t n;
+        char **names;
+        zr_entry **entries; /* one reference each */
+        uint32_t *handles;  /* each stream's own dataset handle */
+} zr_set;
+
+typedef struct zr_handle {
+        uint32_t id;
+        enum zr_handle_type type;
+        bool writable;
+        union {
+                zr_entry *entry;   /* DATASET: one reference */
+                zr_set *set;       /* SET */
+                zr_buffer *buffer; /* BUFFER: one reference */
+        };
+} zr_handle;
+
+typedef struct zr_request zr_request;
+struct zr_request {
+        zr_job job;               /* first: a job is its request */
+        zr_client *client;
+        zr_request *next;
+        zr_msg_kind kind;
+        uint64_t id;
+        uint8_t *bytes;           /* the body, copied out of the connection */
+        zr_wire_body *body;
+        const msgpack_object *root;
+        int fds[ZR_FDS_PER_FRAME_MAX];
+        unsigned nfds;
+        int pre_code;             /* an error decided when the frame was read */
+        zr_error err;             /* the error to answer with */
+        bool has_needed, has_index;
+        uint64_t needed, index;
+        void *state;              /* the handler's, freed by state_free */
+        void (*state_free)(void *state);
+        int result;               /* a job's outcome, for its done() */
+};
+
+/* ---- used by handlers ---------------------------------------------------- */
+
+zr_server *zr_request_server(const zr_request *rq);
+
+/* The handle `id` of type `type`: NULL and rq->err = ZR_E_NO_HANDLE otherwise.
+ * `field` names the request field in the message. */
+zr_handle *zr_request_handle(zr_request *rq, const char *field, uint32_t id,
+                             enum zr_handle_type type);
+/* A dataset or set handle, whichever `id` names. */
+zr_handle *zr_request_handle2(zr_request *rq, const char *field, uint32_t id);
+
+/* Adds a handle (the session takes the reference in *h on success). Returns
+ * its id or a negative code (ZR_E_LIMIT: handles_max) with rq->err set. */
+int zr_request_add_handle(zr_request *rq, const zr_handle *h);
+/* Closes a handle: drops its references and gives its memory back. */
+void zr_request_close_handle(zr_request *rq, uint32_t id);
+
+/* The shared-memory budget of the session: reserve (ZR_E_LIMIT if over) and
+ * give back. */
+int zr_request_shm_reserve(zr_request *rq, uint64_t bytes);
+void zr_request_shm_release(zr_request *rq, uint64_t bytes);
+
+/* Takes descriptor i out of the request (the caller owns it). */
+int zr_request_take_fd(zr_request *rq, unsigned i);
+
+/* The peer's uid and pid. */
+uid_t zr_request_uid(const zr_request *rq);
+pid_t zr_request_pid(const zr_request *rq);
+
+/* The frame limit of the connection (replies must fit). */
+uint32_t zr_request_frame_max(const zr_request *rq);
+
+/* Starts an "ok" reply; put fields, then send. */
+void zr_reply_begin(zr_request *rq, zr_wire_writer *w);
+/* Finishes and sends the reply with `fds` (taken, closed on failure), destroys
+ * the writer. A reply over frame_max becomes a ZR_E_LIMIT error. Returns
+ * ZR_RQ_DONE. */
+int zr_reply_send(zr_request *rq, zr_wire_writer *w, int *fds, size_t nfds);
+/* An "ok" with no fields. */
+int zr_reply_empty(zr_request *rq);
+
+/* Sets rq->err (and returns -code), like zr_error_set(). */
+int zr_request_fail(zr_request *rq, int code, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
+
+/* Submits rq's job: run on a worker, then done on the loop. */
+int zr_request_submit(zr_request *rq, zr_job_fn run, zr_job_fn done);
+
+/* Ends a PENDING request from a job's done(): r < 0 sends rq->err as the error
+ * reply (unless a reply was sent: pass ZR_RQ_DONE), then the session moves on.
+ * If the client went away, only frees. */
+void zr_request_complete(zr_request *rq, int r);
+
+/* True if the session is gone (a done() then skips building a reply). */
+bool zr_request_orphaned(const zr_request *rq);
+
+/* Puts a schema map. */
+void zr_put_schema(zr_wire_writer *w, const char *key, const zr_schema *s);
+
+/* Puts the fields of a STATS reply. */
+void zr_put_stats(zr_wire_writer *w, const zr_stats *s);
+
+/* Buffers. */
+zr_buffer *zr_buffer_ref(zr_buffer *b);
+zr_buffer *zr_buffer_unref(zr_buffer *b);
+zr_set *zr_set_free(zr_set *set);
+
+/* ---- handlers ------------------------------------------------------------ */
+
+int zr_handle_dataset_create(zr_request *rq);
+int zr_handle_dataset_open(zr_request *rq);
+int zr_handle_msset_open(zr_request *rq);
+int zr_handle_info(zr_request *rq);
+int zr_handle_stats(zr_request *rq);
+int zr_handle_sync(zr_request *rq);
+int zr_handle_close(zr_request *rq);
+int zr_handle_status(zr_request *rq);
+int zr_handle_buffer_open(zr_request *rq);
+int zr_handle_read(zr_request *rq);
+int zr_handle_append(zr_request *rq);
+int zr_handle_delete(zr_request *rq);
+int zr_handle_compact(zr_request *rq);
+int zr_handle_verify(zr_request *rq);
+int zr_handle_train_dict(zr_request *rq);
+int zr_handle_install_dict(zr_request *rq);
+
+#endif

@@ -1,0 +1,474 @@
+/* server.c: the daemon object (server.h): loop, pool, listener, sessions,
+ * signals and timers.
+ *
+ * It assumes one process-wide instance (signals) and that every session and
+ * registry call happens on the loop thread. It does not parse requests
+ * (client.c) or touch stores other than syncing them on a timer and at the end.
+ */
+#include "server/server.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "server/client.h"
+#include "server/listener.h"
+#include "server/log.h"
+#include "server/notify.h"
+#include "wire.h"
+
+/* How often STATUS= tells the service manager what the daemon is doing: often
+ * enough for `systemctl status`, rare enough to cost nothing. */
+#define STATUS_INTERVAL_SEC 5
+/* How long a drain waits for clients to take their last replies before it
+ * closes them anyway: a client that stopped reading must not hold a shutdown
+ * (systemd's default stop timeout is 90 s). */
+#define DRAIN_TIMEOUT_SEC 10
+
+zr_client **zr_client_link(zr_client *c);
+
+uint64_t zr_server_now_usec(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+static void arm_idle(zr_server *s) {
+        if (!s->ev_idle || s->draining)
+                return;
+        if (s->nclients == 0 && s->cfg.idle_exit_sec > 0) {
+                struct timeval tv = {(time_t)s->cfg.idle_exit_sec, 0};
+                event_add(s->ev_idle, &tv);
+        } else {
+                event_del(s->ev_idle);
+        }
+}
+
+static void maybe_finish_drain(zr_server *s) {
+        if (s->draining && s->nclients == 0 && zr_work_pending(s->work) == 0)
+                event_base_loopexit(s->base, NULL);
+}
+
+void zr_server_client_gone(zr_server *s, zr_client *c) {
+        for (zr_client **p = &s->clients; *p; p = zr_client_link(*p))
+                if (*p == c) {
+                        *p = *zr_client_link(c);
+                        break;
+                }
+        s->nclients--;
+        arm_idle(s);
+        maybe_finish_drain(s);
+}
+
+/* A FAULT written straight to a socket that never became a session. */
+static void refuse(zr_server *s, int fd, int code, const char *msg) {
+        zr_wire_writer w;
+        const uint8_t *frame;
+        size_t size;
+        zr_wire_writer_init(&w);
+        zr_wire_writer_begin_message(&w, "fault", false, 0);
+        zr_wire_put_u64(&w, "code", (uint64_t)code);
+        zr_wire_put_str(&w, "name", zr_error_code_name(code));
+        zr_wire_put_str(&w, "message", msg);
+        if (zr_wire_writer_finish(&w, ZR_FRAME_MAX_FLOOR, &frame, &size, NULL) == 0)
+                (void)send(fd, frame, size, MSG_NOSIGNAL | MSG_DONTWAIT);
+        zr_wire_writer_destroy(&w);
+        close(fd);
+}
+
+static void work_idle_cb(void *arg) {
+        maybe_finish_drain(arg);
+}
+
+static void accept_cb(evutil_socket_t lfd, short what, void *arg) {
+        zr_server *s = arg;
+        for (;;) {
+                int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+                if (fd < 0) {
+                        if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
+                                zr_log(LOG_WARNING, "accept: %s", strerror(errno));
+                        return;
+                }
+                if (s->draining) {
+                        refuse(s, fd, ZR_E_SHUTDOWN, "the daemon is shutting down");
+                        continue;
+                }
+                if (s->nclients >= s->cfg.max_clients) {
+                        struct ucred cred = {0};
+                        socklen_t len = sizeof(cred);
+                        getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len);
+                        zr_log(LOG_WARNING, "refusing a client (pid %d uid %u): %u clients, the "
+                               "limit", (int)cred.pid, (unsigned)cred.uid, s->nclients);
+                        refuse(s, fd, ZR_E_LIMIT, "too many clients");
+                        continue;
+                }
+                zr_client *c;
+                if (zr_client_new(s, fd, &c) < 0) {
+                        zr_log(LOG_ERR, "out of memory for a client");
+                        continue;
+                }
+                *zr_client_link(c) = s->clients;
+                s->clients = c;
+                s->nclients++;
+                arm_idle(s);
+        }
+}
+
+/* ---- timers -------------------------------------------------------------- */
+
+typedef struct sync_job {
+        zr_job job;
+        zr_entry *entry;
+        int r;
+        zr_error err;
+} sync_job;
+
+static void sync_run(zr_job *job) {
+        sync_job *j = (sync_job *)job;
+        pthread_rwlock_rdlock(&j->entry->lock);
+        j->r = zr_dataset_sync(j->entry->ds, &j->err);
+        pthread_rwlock_unlock(&j->entry->lock);
+}
+
+static void sync_done(zr_job *job) {
+        sync_job *j = (sync_job *)job;
+        if (j->r < 0)
+                zr_log(LOG_ERR, "periodic sync of store %llu: %s",
+                       (unsigned long long)j->entry->id, j->err.message);
+        zr_entry_unref(j->entry);
+        free(j);
+}
+
+static void sync_one(zr_entry *e, void *arg) {
+        zr_server *s = arg;
+        sync_job *j = calloc(1, sizeof(*j));
+        if (!j)
+                return;
+        j->entry = zr_entry_ref(e);
+        j->job.run = sync_run;
+        j->job.done = sync_done;
+        zr_work_submit(s->work, &j->job);
+}
+
+static void sync_cb(evutil_socket_t fd, short what, void *arg) {
+        zr_server *s = arg;
+        if (!s->draining)
+                zr_registry_foreach(s->registry, sync_one, s);
+}
+
+static void status_cb(evutil_socket_t fd, short what, void *arg) {
+        zr_server *s = arg;
+        uint64_t now = zr_server_now_usec();
+        double dt = (double)(now - s->status_usec) / 1e6;
+        double rate = dt > 0 ? (double)(s->counters.batches - s->status_batches) / dt : 0;
+        s->status_usec = now;
+        s->status_batches = s->counters.batches;
+        zr_notifyf("STATUS=%u clients, %llu loaders, %.1f batches/s, %u stores open",
+                   s->nclients, (unsigned long long)s->counters.loaders, rate,
+                   zr_registry_count(s->registry));
+}
+
+static void watchdog_cb(evutil_socket_t fd, short what, void *arg) {
+        zr_notify("WATCHDOG=1");
+}
+
+static void idle_cb(evutil_socket_t fd, short what, void *arg) {
+        zr_server *s = arg;
+        if (s->nclients == 0)
+                zr_server_shutdown(s, "idle");
+}
+
+static void drain_timeout_cb(evutil_socket_t fd, short what, void *arg) {
+        zr_server *s = arg;
+        zr_log(LOG_WARNING, "drain: %u clients still connected after %d s, closing them",
+               s->nclients, DRAIN_TIMEOUT_SEC);
+        zr_client *next;
+        for (zr_client *c = s->clients; c; c = next) {
+                next = zr_client_next(c);
+                zr_client_kill(c);
+        }
+}
+
+/* ---- signals ------------------------------------------------------------- */
+
+static void remove_socket(zr_server *s) {
+        struct stat st;
+        if (!s->socket_created)
+                return;
+        /* Only our own file: another daemon may have replaced a stale path. */
+        if (lstat(s->cfg.socket_path, &st) == 0 && st.st_dev == s->socket_dev &&
+            st.st_ino == s->socket_ino)
+                unlink(s->cfg.socket_path);
+        s->socket_created = false;
+}
+
+void zr_server_shutdown(zr_server *s, const char *why) {
+        if (s->draining)
+                return;
+        s->draining = true;
+        zr_log(LOG_NOTICE, "shutting down (%s): draining %u clients", why, s->nclients);
+        zr_notify("STOPPING=1");
+        if (s->ev_listen)
+                event_del(s->ev_listen);
+        /* Stop accepting: new clients get ECONNREFUSED from here on. */
+        remove_socket(s);
+        if (s->listen_fd >= 0) {
+                close(s->listen_fd);
+                s->listen_fd = -1;
+        }
+        event_del(s->ev_idle);
+        event_del(s->ev_sync);
+        zr_client *next;
+        for (zr_client *c = s->clients; c; c = next) {
+                next = zr_client_next(c);
+                zr_client_drain(c);
+        }
+        struct timeval tv = {DRAIN_TIMEOUT_SEC, 0};
+        event_add(s->ev_drain, &tv);
+        maybe_finish_drain(s);
+}
+
+static void sigterm_cb(evutil_socket_t sig, short what, void *arg) {
+        zr_server_shutdown(arg, sig == SIGINT ? "SIGINT" : "SIGTERM");
+}
+
+static void reload(zr_server *s) {
+        zr_config n;
+        zr_error err = {0};
+        zr_notify("RELOADING=1");
+        zr_config_defaults(&n);
+        int r = zr_config_parse_args(&n, s->argc, s->argv, &err);
+        if (r == 0)
+                r = zr_config_resolve(&n, &err);
+        if (r != 0) {
+                zr_log(LOG_ERR, "reload: %s; keeping the settings in force",
+                       r < 0 ? err.message : "unexpected --help");
+                zr_notify("READY=1");
+                return;
+        }
+        zr_config *o = &s->cfg;
+        unsigned changes = 0;
+#define CHANGED(field, fmt, cast)                                                             \
+        if (o->field != n.field) {                                                            \
+                zr_log(LOG_NOTICE, "reload: " #field " " fmt " -> " fmt, (cast)o->field,     \
+                       (cast)n.field);                                                        \
+                o->field = n.field;                                                           \
+                changes++;                                                                    \
+        }
+        if (o->log_level != n.log_level) {
+                zr_log(LOG_NOTICE, "reload: log-level %s -> %s", zr_log_level_name(o->log_level),
+                       zr_log_level_name(n.log_level));
+                zr_log_set_level(n.log_level);
+                o->log_level = n.log_level;
+                changes++;
+        }
+        CHANGED(max_frame_bytes, "%u", unsigned)
+        CHANGED(max_handles, "%u", unsigned)
+        CHANGED(max_loaders, "%u", unsigned)
+        CHANGED(max_shm_bytes, "%llu", unsigned long long)
+        CHANGED(max_clients, "%u", unsigned)
+        CHANGED(cache_bytes, "%llu", unsigned long long)
+        CHANGED(idle_exit_sec, "%llu", unsigned long long)
+#undef CHANGED
+        if (o->sync_interval_sec != n.sync_interval_sec) {
+                zr_log(LOG_NOTICE, "reload: sync-interval %llu -> %llu",
+                       (unsigned long long)o->sync_interval_sec,
+                       (unsigned long long)n.sync_interval_sec);
+                o->sync_interval_sec = n.sync_interval_sec;
+                event_del(s->ev_sync);
+                if (o->sync_interval_sec) {
+                        struct timeval tv = {(time_t)o->sync_interval_sec, 0};
+                        event_add(s->ev_sync, &tv);
+                }
+                changes++;
+        }
+        if (strcmp(o->socket_path, n.socket_path) != 0 || o->threads != n.threads ||
+            o->socket_mode != n.socket_mode || o->socket_gid != n.socket_gid)
+                zr_log(LOG_WARNING, "reload: socket and threads settings change only at restart");
+        arm_idle(s);
+        zr_log(LOG_NOTICE, "reloaded %s: %u settings changed (limits apply to new connections)",
+               o->config_path[0] ? o->config_path : "the settings", changes);
+        zr_notify("READY=1");
+}
+
+static void sighup_cb(evutil_socket_t sig, short what, void *arg) {
+        reload(arg);
+}
+
+/* ---- setup --------------------------------------------------------------- */
+
+static int make_parent(const char *path, zr_error *err) {
+        char dir[ZR_CONFIG_PATH_MAX];
+        snprintf(dir, sizeof(dir), "%s", path);
+        char *slash = strrchr(dir, '/');
+        if (!slash || slash == dir)
+                return 0;
+        *slash = 0;
+        if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+                return zr_error_errno(err, errno, "creating the socket directory %s", dir);
+        return 0;
+}
+
+int zr_server_new(const zr_config *cfg, int argc, char **argv, zr_server **ret, zr_error *err) {
+        zr_server *s = calloc(1, sizeof(*s));
+        int r;
+        if (!s)
+                return zr_error_errno(err, ENOMEM, "allocating the server");
+        s->cfg = *cfg;
+        s->argc = argc;
+        s->argv = argv;
+        s->listen_fd = -1;
+        s->start_usec = s->status_usec = zr_server_now_usec();
+
+        s->base = event_base_new();
+        if (!s->base) {
+                r = zr_error_set(err, ENOMEM, "creating the event loop");
+                goto fail;
+        }
+        r = zr_pool_new(cfg->threads, &s->pool);
+        if (r < 0) {
+                r = zr_error_errno(err, -r, "starting %u worker threads", cfg->threads);
+                goto fail;
+        }
+        r = zr_work_new(s->base, s->pool, &s->work);
+        if (r < 0) {
+                r = zr_error_errno(err, -r, "creating the completion channel");
+                goto fail;
+        }
+        zr_work_set_idle(s->work, work_idle_cb, s);
+        r = zr_registry_new(s->pool, &s->registry);
+        if (r < 0) {
+                r = zr_error_errno(err, -r, "creating the registry");
+                goto fail;
+        }
+
+        r = zr_listener_from_env(&s->listen_fd, err);
+        if (r < 0)
+                goto fail;
+        if (r == 0) {
+                r = make_parent(cfg->socket_path, err);
+                if (r < 0)
+                        goto fail;
+                r = zr_listener_bind(cfg->socket_path, cfg->socket_mode, cfg->socket_gid,
+                                     &s->listen_fd, err);
+                if (r < 0)
+                        goto fail;
+                struct stat st;
+                if (lstat(cfg->socket_path, &st) == 0) {
+                        s->socket_created = true;
+                        s->socket_dev = st.st_dev;
+                        s->socket_ino = st.st_ino;
+                }
+                zr_log(LOG_INFO, "listening on %s", cfg->socket_path);
+        } else {
+                zr_log(LOG_INFO, "listening on the socket passed by the service manager");
+        }
+
+        s->ev_listen = event_new(s->base, s->listen_fd, EV_READ | EV_PERSIST, accept_cb, s);
+        s->ev_sigterm = evsignal_new(s->base, SIGTERM, sigterm_cb, s);
+        s->ev_sigint = evsignal_new(s->base, SIGINT, sigterm_cb, s);
+        s->ev_sighup = evsignal_new(s->base, SIGHUP, sighup_cb, s);
+        s->ev_sync = event_new(s->base, -1, EV_PERSIST, sync_cb, s);
+        s->ev_status = event_new(s->base, -1, EV_PERSIST, status_cb, s);
+        s->ev_watchdog = event_new(s->base, -1, EV_PERSIST, watchdog_cb, s);
+        s->ev_idle = event_new(s->base, -1, 0, idle_cb, s);
+        s->ev_drain = event_new(s->base, -1, 0, drain_timeout_cb, s);
+        if (!s->ev_listen || !s->ev_sigterm || !s->ev_sigint || !s->ev_sighup || !s->ev_sync ||
+            !s->ev_status || !s->ev_watchdog || !s->ev_idle || !s->ev_drain) {
+                r = zr_error_set(err, ENOMEM, "creating events");
+                goto fail;
+        }
+        event_add(s->ev_listen, NULL);
+        event_add(s->ev_sigterm, NULL);
+        event_add(s->ev_sigint, NULL);
+        event_add(s->ev_sighup, NULL);
+        signal(SIGPIPE, SIG_IGN);
+        if (cfg->sync_interval_sec) {
+                struct timeval tv = {(time_t)cfg->sync_interval_sec, 0};
+                event_add(s->ev_sync, &tv);
+        }
+        struct timeval stv = {STATUS_INTERVAL_SEC, 0};
+        event_add(s->ev_status, &stv);
+        uint64_t wd = zr_notify_watchdog_usec();
+        if (wd) {
+                struct timeval wtv = {(time_t)(wd / 2 / 1000000u), (suseconds_t)(wd / 2 % 1000000u)};
+                event_add(s->ev_watchdog, &wtv);
+        }
+        if (cfg->idle_exit_sec)
+                arm_idle(s);
+        *ret = s;
+        return 0;
+fail:
+        zr_server_free(s);
+        return r;
+}
+
+int zr_server_run(zr_server *s) {
+        zr_log(LOG_NOTICE, "zrecordd %s serving: %zu worker threads, up to %u clients",
+               ZR_VERSION_STRING, zr_pool_threads(s->pool), s->cfg.max_clients);
+        zr_notifyf("READY=1\nSTATUS=serving, 0 clients\nMAINPID=%d", (int)getpid());
+        int r = event_base_dispatch(s->base);
+        if (r < 0) {
+                zr_log(LOG_ERR, "event loop failed");
+                return 1;
+        }
+        return s->exit_code;
+}
+
+static void close_entry_sync(zr_entry *e, void *arg) {
+        zr_error err = {0};
+        if (zr_dataset_sync(e->ds, &err) < 0)
+                zr_log(LOG_ERR, "sync of store %llu at exit: %s", (unsigned long long)e->id,
+                       err.message);
+}
+
+zr_server *zr_server_free(zr_server *s) {
+        if (!s)
+                return NULL;
+        /* Clients left (a loop failure): close them; their jobs still hold refs. */
+        while (s->clients) {
+                zr_client *c = s->clients;
+                zr_client_kill(c);
+                if (s->clients == c) {
+                        /* the close is deferred to the loop: run it */
+                        event_base_loop(s->base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+                        if (s->clients == c)
+                                break;
+                }
+        }
+        /* Every job finishes on the pool, then completes here. */
+        s->pool = zr_pool_free(s->pool);
+        if (s->work)
+                zr_work_flush(s->work);
+        if (s->registry) {
+                zr_registry_foreach(s->registry, close_entry_sync, s);
+                unsigned n = zr_registry_count(s->registry);
+                s->registry = zr_registry_free(s->registry);
+                if (n)
+                        zr_log(LOG_INFO, "synced and closed %u stores", n);
+        }
+        s->work = zr_work_free(s->work);
+        struct event **evs[] = {&s->ev_listen, &s->ev_sigterm, &s->ev_sigint, &s->ev_sighup,
+                                &s->ev_sync, &s->ev_status, &s->ev_watchdog, &s->ev_idle,
+                                &s->ev_drain};
+        for (size_t i = 0; i < sizeof(evs) / sizeof(evs[0]); i++)
+                if (*evs[i]) {
+                        event_free(*evs[i]);
+                        *evs[i] = NULL;
+                }
+        remove_socket(s);
+        if (s->listen_fd >= 0)
+                close(s->listen_fd);
+        if (s->base)
+                event_base_free(s->base);
+        free(s);
+        return NULL;
+}

@@ -1,0 +1,95 @@
+/* server.h: the zrecordd daemon object: loop, pool, listener, sessions, timers.
+ *
+ * One libevent loop thread owns every session, handle, registry entry and
+ * counter; a pool of worker threads runs the blocking parts of requests
+ * (work.h) and hands their completions back to the loop. The server listens on
+ * the socket the service manager passed (LISTEN_FDS) or binds its own, accepts
+ * up to the client limit, and runs the lifecycle: READY=1 once serving, STATUS=
+ * and WATCHDOG=1 on timers, SIGHUP reloads the settings, SIGTERM/SIGINT (or the
+ * idle timeout) drains and returns, STOPPING=1 on the way out.
+ *
+ * Lock order (whole daemon): registry entry locks by ascending entry id, then
+ * the store's own locks, then the pool mutex, then the completion mutex; the
+ * log has its own and takes no other. The loop thread takes entry locks never:
+ * only jobs do.
+ */
+#ifndef ZR_SERVER_SERVER_H
+#define ZR_SERVER_SERVER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "server/config.h"
+#include "server/registry.h"
+#include "server/work.h"
+#include "util/error.h"
+#include "util/pool.h"
+
+struct event_base;
+struct event;
+typedef struct zr_client zr_client;
+
+typedef struct zr_server_counters {
+        uint64_t handles;   /* open handles, all clients */
+        uint64_t shm_bytes; /* buffers and rings, all clients */
+        uint64_t loaders;
+        uint64_t batches;
+        uint64_t gathers;   /* READs done (and, later, loader gathers) */
+        uint64_t bytes;     /* bytes gathered into buffers and rings */
+        uint64_t hits, misses, evictions;
+        uint64_t requests;  /* requests answered */
+} zr_server_counters;
+
+/* The daemon. Fields are read and written on the loop thread only; sessions
+ * and request handlers use them directly. */
+typedef struct zr_server {
+        zr_config cfg;
+        int argc;                  /* kept for SIGHUP: the flags override the file again */
+        char **argv;
+        struct event_base *base;
+        zr_pool *pool;
+        zr_work *work;
+        zr_registry *registry;
+
+        int listen_fd;
+        struct event *ev_listen;
+        bool socket_created;       /* we bound it: remove it at exit */
+        dev_t socket_dev;
+        ino_t socket_ino;
+
+        zr_client *clients;        /* linked through the session */
+        unsigned nclients;
+        uint64_t next_client;      /* serial numbers for logs */
+
+        struct event *ev_sigterm, *ev_sigint, *ev_sighup;
+        struct event *ev_sync, *ev_status, *ev_watchdog, *ev_idle, *ev_drain;
+        bool draining;
+        int exit_code;
+
+        uint64_t start_usec;
+        zr_server_counters counters;
+        uint64_t status_batches;   /* batches at the last STATUS= */
+        uint64_t status_usec;
+} zr_server;
+
+/* Sets up the server from *cfg (copied) and the arguments (kept for reload):
+ * the pool, the registry, the listening socket, signals and timers. Returns 0,
+ * or a negative code with *err saying what failed. */
+int zr_server_new(const zr_config *cfg, int argc, char **argv, zr_server **ret, zr_error *err);
+
+/* Serves until SIGTERM/SIGINT or the idle timeout, then drains. Returns the
+ * exit status (0 after a clean drain). */
+int zr_server_run(zr_server *s);
+
+/* Syncs and closes every store, removes the socket file if we made it, frees.
+ * NULL allowed; returns NULL. */
+zr_server *zr_server_free(zr_server *s);
+
+/* Starts the drain (as SIGTERM does). */
+void zr_server_shutdown(zr_server *s, const char *why);
+
+/* Sessions call these (loop thread). */
+void zr_server_client_gone(zr_server *s, zr_client *c);
+uint64_t zr_server_now_usec(void);
+
+#endif

@@ -1,0 +1,85 @@
+/* tclient.h: a small test-side client for zrecordd: start the real daemon on a
+ * socket in a temporary directory and wait for READY=1 on a notify socket the
+ * test binds; connect; send frames built with proto/wire.h (with descriptors);
+ * read frames (with descriptors) and decode them. Every wait is a poll() on a
+ * socket with a deadline, never a sleep.
+ */
+#ifndef ZR_TESTS_TCLIENT_H
+#define ZR_TESTS_TCLIENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "message.h"
+#include "wire.h"
+
+#define TD_TIMEOUT_MS 30000 /* a generous bound on any single wait (sanitizers are slow) */
+
+typedef struct td_daemon {
+        char dir[256];     /* temp directory: socket, notify socket, log, stores */
+        char sock[300];
+        char log[300];
+        pid_t pid;
+        int notify_fd;
+} td_daemon;
+
+/* Starts zrecordd ($ZRECORDD) with --socket in a new temp directory and extra
+ * arguments (NULL-terminated, may be NULL); returns once READY=1 arrived. */
+void td_start(td_daemon *d, const char *const *extra_args);
+/* Sends `sig` and waits for the exit; returns the wait status. */
+int td_stop(td_daemon *d, int sig);
+/* Waits for the daemon to exit by itself; returns the wait status. */
+int td_wait_exit(td_daemon *d);
+/* Waits for the next notify datagram containing `what`; true if it came. */
+bool td_wait_notify(td_daemon *d, const char *what);
+/* Removes the temp directory. */
+void td_cleanup(td_daemon *d);
+/* Number of open descriptors of the daemon (/proc/PID/fd). */
+int td_fd_count(const td_daemon *d);
+/* True if the log holds `needle`. */
+bool td_log_contains(const td_daemon *d, const char *needle);
+
+/* A connected socket (blocking, CLOEXEC). */
+int td_connect(const td_daemon *d);
+
+typedef struct td_msg {
+        uint8_t *bytes;
+        size_t len;
+        zr_wire_body *body;
+        const msgpack_object *root;
+        char kind[32];
+        int fds[8];
+        unsigned nfds;
+} td_msg;
+
+/* Sends raw bytes (and fds with the first byte). Returns 0 or -errno. */
+int td_send_raw(int fd, const void *p, size_t len, const int *fds, unsigned nfds);
+/* Sends the writer's frame. */
+int td_send(int fd, zr_wire_writer *w, const int *fds, unsigned nfds);
+/* Reads one frame. Returns 0, -EPIPE on EOF, -ETIMEDOUT, or another -errno. */
+int td_recv(int fd, td_msg *m);
+void td_msg_free(td_msg *m);
+
+/* Field access on a received message (asserting). */
+uint64_t td_u64(const td_msg *m, const char *key);
+bool td_has(const td_msg *m, const char *key);
+const uint8_t *td_u64s(const td_msg *m, const char *key, size_t *ret_n);
+/* "ok": 0; "error"/"fault": the code. */
+int td_code(const td_msg *m);
+
+/* Starts a request body. */
+void td_begin(zr_wire_writer *w, const char *kind, uint64_t id);
+/* Sends the request and reads the reply into *m; returns td_code(m). */
+int td_call(int fd, zr_wire_writer *w, const int *fds, unsigned nfds, td_msg *m);
+/* Connects and says HELLO (asserting it works). */
+int td_connect_hello(const td_daemon *d);
+
+/* A memfd holding len bytes, sealed write/shrink/grow if `seal`. */
+int td_memfd(const void *p, size_t len, bool seal);
+
+/* Opens path O_RDONLY|O_DIRECTORY. */
+int td_open_dir(const char *path);
+
+#endif

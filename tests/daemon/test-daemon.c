@@ -1,0 +1,1280 @@
+/* test-daemon.c: integration tests of zrecordd. Each test starts the real
+ * binary on a socket in a temp directory (READY=1 on a notify socket the test
+ * binds), drives it with raw frames (tclient.h), and checks replies, data,
+ * descriptors and exit status. Waits are on sockets and processes, never sleeps.
+ */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "dataset/dataset.h"
+#include "tclient.h"
+
+#define ITEM 4 /* u32 values per dense test record: record i holds i*4 .. i*4+3 */
+
+static td_daemon D;
+
+static void setup(void) {
+        td_start(&D, NULL);
+}
+
+static void teardown(void) {
+        td_cleanup(&D);
+}
+
+static uint64_t next_id = 100;
+
+/* ---- helpers --------------------------------------------------------------- */
+
+static char *path_in(const char *name) {
+        static char buf[4][400];
+        static int k;
+        k = (k + 1) % 4;
+        snprintf(buf[k], sizeof(buf[k]), "%s/%s", D.dir, name);
+        return buf[k];
+}
+
+static int mkdir_fd(const char *name) {
+        ck_assert_int_eq(mkdir(path_in(name), 0755), 0);
+        return td_open_dir(path_in(name));
+}
+
+/* Creates a dense "<u4" (ITEM,) store in D.dir/name; returns its handle. */
+static uint32_t create_dense(int fd, const char *name, const char *codec) {
+        int dfd = mkdir_fd(name);
+        zr_wire_writer w;
+        td_msg m;
+        uint64_t shape[] = {ITEM};
+        td_begin(&w, "dataset_create", next_id++);
+        zr_wire_begin_map(&w, "schema");
+        zr_wire_put_str(&w, "kind", "dense");
+        zr_wire_put_str(&w, "dtype", "<u4");
+        zr_wire_put_uint_array(&w, "item_shape", shape, 1);
+        zr_wire_put_str(&w, "codec", codec);
+        zr_wire_end(&w);
+        ck_assert_int_eq(td_call(fd, &w, &dfd, 1, &m), 0);
+        close(dfd);
+        uint32_t h = (uint32_t)td_u64(&m, "handle");
+        ck_assert_uint_eq(td_u64(&m, "length"), 0);
+        td_msg_free(&m);
+        return h;
+}
+
+static uint32_t create_ragged(int fd, const char *name) {
+        int dfd = mkdir_fd(name);
+        zr_wire_writer w;
+        td_msg m;
+        td_begin(&w, "dataset_create", next_id++);
+        zr_wire_begin_map(&w, "schema");
+        zr_wire_put_str(&w, "kind", "ragged");
+        zr_wire_put_str(&w, "dtype", "<u2");
+        zr_wire_put_u64(&w, "ndim", 2);
+        zr_wire_put_str(&w, "codec", "zstd");
+        zr_wire_end(&w);
+        ck_assert_int_eq(td_call(fd, &w, &dfd, 1, &m), 0);
+        close(dfd);
+        uint32_t h = (uint32_t)td_u64(&m, "handle");
+        td_msg_free(&m);
+        return h;
+}
+
+/* Appends records first..first+count-1 (values i*ITEM + j); returns the code. */
+static int append_dense(int fd, uint32_t h, uint64_t first, uint64_t count) {
+        uint32_t *data = calloc(count * ITEM + 1, sizeof(uint32_t));
+        for (uint64_t i = 0; i < count; i++)
+                for (int j = 0; j < ITEM; j++)
+                        data[i * ITEM + j] = (uint32_t)((first + i) * ITEM + j);
+        int mfd = td_memfd(data, count * ITEM * 4, true);
+        free(data);
+        zr_wire_writer w;
+        td_msg m;
+        uint64_t shape[] = {ITEM};
+        td_begin(&w, "append", next_id++);
+        zr_wire_put_u64(&w, "handle", h);
+        zr_wire_put_str(&w, "dtype", "<u4");
+        zr_wire_put_u64(&w, "count", count);
+        zr_wire_put_u64(&w, "record_bytes", ITEM * 4);
+        zr_wire_put_uint_array(&w, "item_shape", shape, 1);
+        int code = td_call(fd, &w, &mfd, 1, &m);
+        close(mfd);
+        if (code == 0) {
+                ck_assert_uint_eq(td_u64(&m, "first"), first);
+                ck_assert_uint_eq(td_u64(&m, "count"), count);
+                ck_assert_uint_eq(td_u64(&m, "length"), first + count);
+        }
+        td_msg_free(&m);
+        return code;
+}
+
+static uint32_t open_buffer(int fd, uint64_t bytes, const uint8_t **ret_map, uint64_t *ret_size) {
+        zr_wire_writer w;
+        td_msg m;
+        td_begin(&w, "buffer_open", next_id++);
+        zr_wire_put_u64(&w, "bytes", bytes);
+        ck_assert_int_eq(td_call(fd, &w, NULL, 0, &m), 0);
+        ck_assert_uint_eq(m.nfds, 1);
+        uint64_t size = td_u64(&m, "bytes");
+        ck_assert_uint_eq(size % 4096, 0);
+        ck_assert_uint_ge(size, bytes);
+        void *p = mmap(NULL, size, PROT_READ, MAP_SHARED, m.fds[0], 0);
+        ck_assert_ptr_ne(p, MAP_FAILED);
+        uint32_t h = (uint32_t)td_u64(&m, "buffer");
+        td_msg_free(&m);
+        *ret_map = p;
+        if (ret_size)
+                *ret_size = size;
+        return h;
+}
+
+static int read_records(int fd, uint32_t h, uint32_t buf, uint64_t offset, const uint64_t *idx,
+                        size_t n, td_msg *m) {
+        zr_wire_writer w;
+        td_begin(&w, "read", next_id++);
+        zr_wire_put_u64(&w, "handle", h);
+        zr_wire_put_u64(&w, "buffer", buf);
+        zr_wire_put_u64(&w, "offset", offset);
+        zr_wire_put_u64s(&w, "indices", idx, n);
+        return td_call(fd, &w, NULL, 0, m);
+}
+
+static void check_dense_values(const uint8_t *p, const uint64_t *idx, size_t n) {
+        const uint32_t *v = (const uint32_t *)p;
+        for (size_t i = 0; i < n; i++)
+                for (int j = 0; j < ITEM; j++)
+                        ck_assert_uint_eq(v[i * ITEM + j], idx[i] * ITEM + (uint64_t)j);
+}
+
+static int simple(int fd, const char *kind, const char *key, uint64_t v, td_msg *m) {
+        zr_wire_writer w;
+        td_begin(&w, kind, next_id++);
+        if (key)
+                zr_wire_put_u64(&w, key, v);
+        return td_call(fd, &w, NULL, 0, m);
+}
+
+static int simple_code(int fd, const char *kind, const char *key, uint64_t v) {
+        td_msg m;
+        int code = simple(fd, kind, key, v, &m);
+        td_msg_free(&m);
+        return code;
+}
+
+/* Opens a dataset by directory and meta.zr proof. */
+static int open_dataset(int fd, const char *name, int proof_mode, bool writable, td_msg *m) {
+        int fds[2];
+        char meta[420];
+        fds[0] = td_open_dir(path_in(name));
+        snprintf(meta, sizeof(meta), "%s/meta.zr", path_in(name));
+        fds[1] = open(meta, proof_mode | O_CLOEXEC);
+        ck_assert_int_ge(fds[1], 0);
+        zr_wire_writer w;
+        td_begin(&w, "dataset_open", next_id++);
+        if (writable)
+                zr_wire_put_bool(&w, "writable", true);
+        int code = td_call(fd, &w, fds, 2, m);
+        close(fds[0]);
+        close(fds[1]);
+        return code;
+}
+
+/* A second client is served normally. */
+static void second_client_served(void) {
+        int fd = td_connect_hello(&D);
+        td_msg m;
+        ck_assert_int_eq(simple(fd, "status", NULL, 0, &m), 0);
+        ck_assert_uint_ge(td_u64(&m, "clients"), 1);
+        td_msg_free(&m);
+        close(fd);
+}
+
+/* Expects the daemon to close the connection (after any frames). Returns the
+ * code of the last fault seen, or 0. */
+static int expect_closed(int fd) {
+        int code = 0;
+        for (;;) {
+                td_msg m;
+                int r = td_recv(fd, &m);
+                if (r == -EPIPE)
+                        break;
+                ck_assert_msg(r == 0, "expected EOF, got %s", strerror(-r));
+                code = td_code(&m);
+                td_msg_free(&m);
+        }
+        close(fd);
+        return code;
+}
+
+/* ---- HELLO ------------------------------------------------------------------ */
+
+START_TEST(test_hello) {
+        int fd = td_connect(&D);
+        zr_wire_writer w;
+        td_msg m;
+        td_begin(&w, "hello", 1);
+        zr_wire_put_u64(&w, "min_version", 1);
+        zr_wire_put_u64(&w, "max_version", 7);
+        ck_assert_int_eq(td_call(fd, &w, NULL, 0, &m), 0);
+        zr_wire_error werr = {0};
+        ck_assert_int_eq(zr_msg_check(m.root, ZR_MSG_HELLO, NULL, &werr), 0);
+        ck_assert_uint_eq(td_u64(&m, "version"), 1);
+        ck_assert_uint_eq(td_u64(&m, "id"), 1);
+        const msgpack_object *feat;
+        uint32_t nf;
+        ck_assert_int_eq(zr_wire_get_array(m.root, "features", &feat, &nf, NULL), 0);
+        ck_assert_uint_eq(nf, 3); /* msset, dict, verify; no loader until it is wired */
+        for (uint32_t i = 0; i < nf; i++)
+                ck_assert(strncmp(feat[i].via.str.ptr, "loader", feat[i].via.str.size) != 0);
+        const msgpack_object *lim;
+        ck_assert_int_eq(zr_wire_get_map(m.root, "limits", &lim, NULL), 0);
+        uint64_t v;
+        ck_assert_int_eq(zr_wire_get_u64(lim, "frame_max", &v, NULL), 0);
+        ck_assert_uint_eq(v, ZR_FRAME_MAX_DEFAULT);
+        ck_assert_int_eq(zr_wire_get_u64(lim, "pipeline_max", &v, NULL), 0);
+        ck_assert_uint_eq(v, ZR_PIPELINE_MAX);
+        td_msg_free(&m);
+
+        /* a second HELLO is a protocol error; the connection stays */
+        td_begin(&w, "hello", 2);
+        zr_wire_put_u64(&w, "min_version", 1);
+        zr_wire_put_u64(&w, "max_version", 1);
+        ck_assert_int_eq(td_call(fd, &w, NULL, 0, &m), ZR_E_PROTO);
+        ck_assert_uint_eq(td_u64(&m, "id"), 2);
+        td_msg_free(&m);
+        ck_assert_int_eq(simple_code(fd, "status", NULL, 0), 0);
+        close(fd);
+
+        /* no common version: ZR_E_VERSION, then the daemon hangs up */
+        fd = td_connect(&D);
+        td_begin(&w, "hello", 3);
+        zr_wire_put_u64(&w, "min_version", 2);
+        zr_wire_put_u64(&w, "max_version", 5);
+        ck_assert_int_eq(td_call(fd, &w, NULL, 0, &m), ZR_E_VERSION);
+        td_msg_free(&m);
+        expect_closed(fd);
+
+        /* features asked for: only those the daemon has */
+        fd = td_connect(&D);
+        td_begin(&w, "hello", 4);
+        zr_wire_put_u64(&w, "min_version", 1);
+        zr_wire_put_u64(&w, "max_version", 1);
+        zr_wire_begin_array(&w, "features");
+        zr_wire_put_str(&w, NULL, "verify");
+        zr_wire_put_str(&w, NULL, "teleport");
+        zr_wire_end(&w);
+        ck_assert_int_eq(td_call(fd, &w, NULL, 0, &m), 0);
+        ck_assert_int_eq(zr_wire_get_array(m.root, "features", &feat, &nf, NULL), 0);
+        ck_assert_uint_eq(nf, 1);
+        td_msg_free(&m);
+        /* a request of a feature not in force */
+        td_begin(&w, "train_dict", 5);
+        zr_wire_put_str(&w, "tier", "small");
+        zr_wire_put_u64(&w, "handle", 1);
+        ck_assert_int_eq(td_call(fd, &w, NULL, 0, &m), ZR_E_UNKNOWN);
+        td_msg_free(&m);
+        close(fd);
+}
+END_TEST
+
+/* ---- dense datasets: every request -------------------------------------------- */
+
+START_TEST(test_dense_requests) {
+        int fd = td_connect_hello(&D);
+        td_msg m;
+        uint32_t h = create_dense(fd, "dense", "raw");
+        ck_assert_uint_eq(h, 1);
+        ck_assert_int_eq(append_dense(fd, h, 0, 100), 0);
+        ck_assert_int_eq(append_dense(fd, h, 100, 28), 0);
+
+        ck_assert_int_eq(simple(fd, "info", "handle", h, &m), 0);
+        ck_assert_uint_eq(td_u64(&m, "length"), 128);
+        ck_assert_int_eq(zr_msg_check(m.root, ZR_MSG_INFO, NULL, NULL), 0);
+        td_msg_free(&m);
+
+        const uint8_t *buf;
+        uint64_t bsize;
+        uint32_t b = open_buffer(fd, 10000, &buf, &bsize);
+        ck_assert_uint_eq(b, 2);
+        uint64_t idx[] = {7, 3, 7, 127, 0};
+        ck_assert_int_eq(read_records(fd, h, b, 64, idx, 5, &m), 0);
+        ck_assert_uint_eq(td_u64(&m, "count"), 5);
+        ck_assert_uint_eq(td_u64(&m, "offset"), 64);
+        ck_assert_uint_eq(td_u64(&m, "bytes"), 5 * ITEM * 4);
+        ck_assert_uint_eq(td_u64(&m, "record_bytes"), ITEM * 4);
+        td_msg_free(&m);
+        check_dense_values(buf + 64, idx, 5);
+
+        /* an empty read */
+        ck_assert_int_eq(read_records(fd, h, b, 0, NULL, 0, &m), 0);
+        ck_assert_uint_eq(td_u64(&m, "count"), 0);
+        td_msg_free(&m);
+
+        ck_assert_int_eq(simple(fd, "stats", "handle", h, &m), 0);
+        ck_assert_uint_eq(td_u64(&m, "records"), 128);
+        ck_assert_uint_eq(td_u64(&m, "live_bytes"), 128 * 16);
+        td_msg_free(&m);
+        ck_assert_int_eq(simple_code(fd, "sync", "handle", h), 0);
+        ck_assert_int_eq(simple(fd, "verify", "handle", h, &m), 0);
+        ck_assert(td_has(&m, "ok"));
+        ck_assert_uint_eq(td_u64(&m, "records"), 128);
+        ck_assert_uint_eq(td_u64(&m, "bad"), 0);
+        td_msg_free(&m);
+
+        /* delete swaps the last record in: index 5 now holds record 127 */
+        zr_wire_writer w;
+        uint64_t del[] = {5};
+        td_begin(&w, "delete", next_id++);
+        zr_wire_put_u64(&w, "handle", h);
+        zr_wire_put_u64s(&w, "indices", del, 1);
+        ck_assert_int_eq(td_call(fd, &w, NULL, 0, &m), 0);
+        ck_assert_uint_eq(td_u64(&m, "length"), 127);
+        td_msg_free(&m);
+        uint64_t i5[] = {5};
+        ck_assert_int_eq(read_records(fd, h, b, 0, i5, 1, &m), 0);
+        td_msg_free(&m);
+        uint64_t want127[] = {127};
+        check_dense_values(buf, want127, 1);
+        /* a repeated index is EINVAL */
+        uint64_t dup[] = {1, 1};
+        td_begin(&w, "delete", next_id++);
+        zr_wire_put_u64(&w, "handle", h);
+        zr_wire_put_u64s(&w, "indices", dup, 2);
+        ck_assert_int_eq(td_call(fd, &w, NULL, 0, &m), EINVAL);
+        td_msg_free(&m);
+
+        ck_assert_int_eq(simple(fd, "compact", "handle", h, &m), 0);
+        ck_assert_uint_eq(td_u64(&m, "records"), 127);
+        ck_assert_uint_eq(td_u64(&m, "reclaimable"), 0);
+        td_msg_free(&m);
+
+        /* a second, read-only handle on the same store: shared instance */
+        ck_assert_int_eq(open_dataset(fd, "dense", O_RDONLY, false, &m), 0);
+        uint32_t ro = (uint32_t)td_u64(&m, "handle");
+        ck_assert_uint_eq(ro, 3);
+        ck_assert_uint_eq(td_u64(&m, "length"), 127);
+        td_msg_free(&m);
+        ck_assert_int_eq(append_dense(fd, ro, 127, 1), ZR_E_READONLY);
+        ck_assert_int_eq(simple_code(fd, "compact", "handle", ro), ZR_E_READONLY);
+        /* write access needs an O_RDWR proof */
+        ck_assert_int_eq(open_dataset(fd, "dense", O_RDONLY, true, &m), EACCES);
+        td_msg_free(&m);
+        ck_assert_int_eq(open_dataset(fd, "dense", O_RDWR, true, &m), 0);
+        ck_assert_uint_eq(td_u64(&m, "handle"), 4); /* a refused open allocates none */
+        td_msg_free(&m);
+
+        /* handles of the wrong kind */
+        ck_assert_int_eq(read_records(fd, b, b, 0, idx, 1, &m), ZR_E_NO_HANDLE);
+        td_msg_free(&m);
+        ck_assert_int_eq(simple_code(fd, "info", "handle", 999), ZR_E_NO_HANDLE);
+
+        /* close: the buffer, then the dataset; a closed handle names nothing */
+        ck_assert_int_eq(simple_code(fd, "close", "handle", b), 0);
+        ck_assert_int_eq(simple_code(fd, "close", "handle", b), ZR_E_NO_HANDLE);
+        ck_assert_int_eq(simple_code(fd, "close", "handle", h), 0);
+        ck_assert_int_eq(simple_code(fd, "info", "handle", ro), 0);
+
+        ck_assert_int_eq(simple(fd, "status", NULL, 0, &m), 0);
+        ck_assert_int_eq(zr_msg_check(m.root, ZR_MSG_STATUS, NULL, NULL), 0);
+        ck_assert_uint_eq(td_u64(&m, "clients"), 1);
+        ck_assert_uint_eq(td_u64(&m, "handles"), 2);
+        ck_assert_uint_ge(td_u64(&m, "gathers"), 2);
+        td_msg_free(&m);
+        close(fd);
+}
+END_TEST
+
+START_TEST(test_read_errors) {
+        int fd = td_connect_hello(&D);
+        td_msg m;
+        uint32_t h = create_dense(fd, "d", "zstd");
+        ck_assert_int_eq(append_dense(fd, h, 0, 50), 0);
+        const uint8_t *buf;
+        uint64_t bsize;
+        uint32_t b = open_buffer(fd, 4096, &buf, &bsize);
+        uint64_t idx[] = {1, 2, 50, 51};
+        ck_assert_int_eq(read_records(fd, h, b, 0, idx, 4, &m), ZR_E_RANGE);
+        ck_assert_uint_eq(td_u64(&m, "index"), 50);
+        td_msg_free(&m);
+        /* 300 records of 16 bytes do not fit 4096 - 8 */
+        uint64_t *many = calloc(300, sizeof(uint64_t));
+        ck_assert_int_eq(read_records(fd, h, b, 8, many, 300, &m), ZR_E_BUFFER);
+        ck_assert_uint_eq(td_u64(&m, "needed"), 300 * 16);
+        td_msg_free(&m);
+        free(many);
+        ck_assert_int_eq(read_records(fd, h, b, 4, idx, 1, &m), EINVAL);
+        td_msg_free(&m);
+        ck_assert_int_eq(read_records(fd, h, b, 8192, idx, 1, &m), EINVAL);
+        td_msg_free(&m);
+        /* the compressed store reads back exactly */
+        uint64_t ok[] = {49, 0, 25};
+        ck_assert_int_eq(read_records(fd, h, b, 0, ok, 3, &m), 0);
+        td_msg_free(&m);
+        check_dense_values(buf, ok, 3);
+        /* the buffer budget */
+        ck_assert_int_eq(simple_code(fd, "buffer_open", "bytes", UINT64_C(1) << 40), ZR_E_LIMIT);
+        close(fd);
+        second_client_served();
+}
+END_TEST
+
+/* ---- ragged ----------------------------------------------------------------- */
+
+START_TEST(test_ragged) {
+        int fd = td_connect_hello(&D);
+        td_msg m;
+        uint32_t h = create_ragged(fd, "rag");
+        /* record i: shape (i % 3 + 1, i % 5 + 1) of u16 values i + k */
+        const int N = 20;
+        uint64_t sizes[20], total = 0;
+        uint8_t *data = calloc(1, 20 * (24 + 2 * 15));
+        for (int i = 0; i < N; i++) {
+                uint64_t d0 = i % 3 + 1, d1 = i % 5 + 1, hdr[3] = {2, d0, d1};
+                memcpy(data + total, hdr, 24);
+                uint16_t *p = (uint16_t *)(data + total + 24);
+                for (uint64_t k = 0; k < d0 * d1; k++)
+                        p[k] = (uint16_t)(i + k);
+                sizes[i] = 24 + 2 * d0 * d1;
+                total += sizes[i];
+        }
+        int mfd = td_memfd(data, total, true);
+        zr_wire_writer w;
+        td_begin(&w, "append", next_id++);
+        zr_wire_put_u64(&w, "handle", h);
+        zr_wire_put_str(&w, "dtype", "<u2");
+        zr_wire_put_u64(&w, "ndim", 2);
+        zr_wire_put_u64s(&w, "sizes", sizes, N);
+        ck_assert_int_eq(td_call(fd, &w, &mfd, 1, &m), 0);
+        ck_assert_uint_eq(td_u64(&m, "count"), N);
+        td_msg_free(&m);
+        close(mfd);
+        /* a record whose header disagrees with its size: nothing is written */
+        uint64_t bad_sizes[] = {sizes[0], sizes[1] + 2};
+        mfd = td_memfd(data, sizes[0] + sizes[1] + 2, true);
+        td_begin(&w, "append", next_id++);
+        zr_wire_put_u64(&w, "handle", h);
+        zr_wire_put_str(&w, "dtype", "<u2");
+        zr_wire_put_u64(&w, "ndim", 2);
+        zr_wire_put_u64s(&w, "sizes", bad_sizes, 2);
+        ck_assert_int_eq(td_call(fd, &w, &mfd, 1, &m), ZR_E_SCHEMA);
+        td_msg_free(&m);
+        close(mfd);
+        free(data);
+
+        const uint8_t *buf;
+        uint32_t b = open_buffer(fd, 8192, &buf, NULL);
+        uint64_t idx[] = {19, 0, 7, 7, 3};
+        ck_assert_int_eq(read_records(fd, h, b, 16, idx, 5, &m), 0);
+        ck_assert_int_eq(zr_msg_check(m.root, ZR_MSG_READ, NULL, NULL), 0);
+        size_t no, nl, ns;
+        const uint8_t *offs = td_u64s(&m, "offsets", &no);
+        const uint8_t *lens = td_u64s(&m, "lengths", &nl);
+        const uint8_t *shapes = td_u64s(&m, "shapes", &ns);
+        ck_assert_uint_eq(no, 5);
+        ck_assert_uint_eq(nl, 5);
+        ck_assert_uint_eq(ns, 10);
+        for (int i = 0; i < 5; i++) {
+                uint64_t r = idx[i], d0 = r % 3 + 1, d1 = r % 5 + 1;
+                uint64_t off = zr_wire_u64_at(offs, (size_t)i);
+                ck_assert_uint_eq(off % 8, 0);
+                ck_assert_uint_eq(zr_wire_u64_at(shapes, 2 * (size_t)i), d0);
+                ck_assert_uint_eq(zr_wire_u64_at(shapes, 2 * (size_t)i + 1), d1);
+                ck_assert_uint_eq(zr_wire_u64_at(lens, (size_t)i), 2 * d0 * d1);
+                const uint16_t *p = (const uint16_t *)(buf + off);
+                for (uint64_t k = 0; k < d0 * d1; k++)
+                        ck_assert_uint_eq(p[k], r + k);
+                /* the header sits right before the payload */
+                const uint64_t *hdr = (const uint64_t *)(buf + off - 24);
+                ck_assert_uint_eq(hdr[0], 2);
+        }
+        td_msg_free(&m);
+        /* too small: needed is reported */
+        const uint8_t *small;
+        uint32_t b2 = open_buffer(fd, 1, &small, NULL);
+        uint64_t *all = calloc(200, sizeof(uint64_t));
+        for (int i = 0; i < 200; i++)
+                all[i] = (uint64_t)(i % N);
+        ck_assert_int_eq(read_records(fd, h, b2, 0, all, 200, &m), ZR_E_BUFFER);
+        ck_assert_uint_gt(td_u64(&m, "needed"), 4096);
+        td_msg_free(&m);
+        free(all);
+        close(fd);
+}
+END_TEST
+
+/* ---- multi-stream sets ----------------------------------------------------------- */
+
+static int open_set(int fd, const char *root, const char *const *names, int n, bool writable,
+                    td_msg *m) {
+        int fds[8];
+        char p[500];
+        fds[0] = td_open_dir(path_in(root));
+        for (int i = 0; i < n; i++) {
+                snprintf(p, sizeof(p), "%s/%s/meta.zr", path_in(root), names[i]);
+                fds[1 + i] = open(p, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
+                ck_assert_int_ge(fds[1 + i], 0);
+        }
+        zr_wire_writer w;
+        td_begin(&w, "msset_open", next_id++);
+        zr_wire_put_bool(&w, "writable", writable);
+        zr_wire_begin_array(&w, "streams");
+        for (int i = 0; i < n; i++)
+                zr_wire_put_str(&w, NULL, names[i]);
+        zr_wire_end(&w);
+        int code = td_call(fd, &w, fds, (unsigned)n + 1, m);
+        for (int i = 0; i <= n; i++)
+                close(fds[i]);
+        return code;
+}
+
+START_TEST(test_msset) {
+        int fd = td_connect_hello(&D);
+        td_msg m;
+        ck_assert_int_eq(mkdir(path_in("set"), 0755), 0);
+        uint32_t a = create_dense(fd, "set/a", "raw");
+        uint32_t b = create_dense(fd, "set/b", "zstd");
+        ck_assert_int_eq(append_dense(fd, a, 0, 10), 0);
+        ck_assert_int_eq(append_dense(fd, b, 0, 9), 0);
+        const char *names[] = {"a", "b"};
+        ck_assert_int_eq(open_set(fd, "set", names, 2, true, &m), ZR_E_MISALIGNED);
+        td_msg_free(&m);
+        ck_assert_int_eq(append_dense(fd, b, 9, 1), 0);
+        const char *one[] = {"a"};
+        ck_assert_int_eq(open_set(fd, "set", one, 1, false, &m), EINVAL);
+        td_msg_free(&m);
+        ck_assert_int_eq(open_set(fd, "set", names, 2, true, &m), 0);
+        ck_assert_int_eq(zr_msg_check(m.root, ZR_MSG_MSSET_OPEN, NULL, NULL), 0);
+        uint32_t set = (uint32_t)td_u64(&m, "set");
+        ck_assert_uint_eq(td_u64(&m, "length"), 10);
+        td_msg_free(&m);
+
+        /* append through the set: both streams, one memfd */
+        uint32_t data[2 * 3 * ITEM];
+        for (int s = 0; s < 2; s++)
+                for (int i = 0; i < 3; i++)
+                        for (int j = 0; j < ITEM; j++)
+                                data[s * 3 * ITEM + i * ITEM + j] = (uint32_t)((10 + i) * ITEM + j);
+        int mfd = td_memfd(data, sizeof(data), true);
+        zr_wire_writer w;
+        uint64_t shape[] = {ITEM};
+        td_begin(&w, "append", next_id++);
+        zr_wire_put_u64(&w, "handle", set);
+        zr_wire_begin_array(&w, "streams");
+        for (int s = 1; s >= 0; s--) {
+                zr_wire_begin_map(&w, NULL);
+                zr_wire_put_str(&w, "name", names[s]);
+                zr_wire_put_u64(&w, "offset", (uint64_t)s * 3 * ITEM * 4);
+                zr_wire_put_str(&w, "dtype", "<u4");
+                zr_wire_put_u64(&w, "count", 3);
+                zr_wire_put_u64(&w, "record_bytes", ITEM * 4);
+                zr_wire_put_uint_array(&w, "item_shape", shape, 1);
+                zr_wire_end(&w);
+        }
+        zr_wire_end(&w);
+        ck_assert_int_eq(td_call(fd, &w, &mfd, 1, &m), 0);
+        ck_assert_uint_eq(td_u64(&m, "first"), 10);
+        ck_assert_uint_eq(td_u64(&m, "length"), 13);
+        td_msg_free(&m);
+        /* a stream missing: misaligned, nothing appended */
+        td_begin(&w, "append", next_id++);
+        zr_wire_put_u64(&w, "handle", set);
+        zr_wire_begin_array(&w, "streams");
+        zr_wire_begin_map(&w, NULL);
+        zr_wire_put_str(&w, "name", "a");
+        zr_wire_put_str(&w, "dtype", "<u4");
+        zr_wire_put_u64(&w, "count", 3);
+        zr_wire_put_u64(&w, "record_bytes", ITEM * 4);
+        zr_wire_put_uint_array(&w, "item_shape", shape, 1);
+        zr_wire_end(&w);
+        zr_wire_end(&w);
+        ck_assert_int_eq(td_call(fd, &w, &mfd, 1, &m), ZR_E_MISALIGNED);
+        td_msg_free(&m);
+        close(mfd);
+
+        uint64_t del[] = {0, 12};
+        td_begin(&w, "delete", next_id++);
+        zr_wire_put_u64(&w, "handle", set);
+        zr_wire_put_u64s(&w, "indices", del, 2);
+        ck_assert_int_eq(td_call(fd, &w, NULL, 0, &m), 0);
+        ck_assert_uint_eq(td_u64(&m, "length"), 11);
+        td_msg_free(&m);
+        ck_assert_int_eq(simple(fd, "info", "handle", a, &m), 0);
+        ck_assert_uint_eq(td_u64(&m, "length"), 11);
+        td_msg_free(&m);
+        ck_assert_int_eq(simple(fd, "info", "handle", b, &m), 0);
+        ck_assert_uint_eq(td_u64(&m, "length"), 11);
+        td_msg_free(&m);
+        ck_assert_int_eq(simple_code(fd, "close", "handle", set), 0);
+        close(fd);
+}
+END_TEST
+
+/* ---- dictionaries ---------------------------------------------------------------- */
+
+START_TEST(test_dict) {
+        int fd = td_connect_hello(&D);
+        td_msg m;
+        uint32_t h = create_dense(fd, "zd", "zstd_dict");
+        ck_assert_int_eq(append_dense(fd, h, 0, 4), ZR_E_NO_DICT);
+
+        /* train over records passed in a memfd */
+        const int N = 400, L = 256;
+        uint8_t *recs = malloc((size_t)N * L);
+        uint64_t *sizes = malloc(N * sizeof(uint64_t));
+        for (int i = 0; i < N; i++) {
+                for (int k = 0; k < L; k++)
+                        recs[i * L + k] = (uint8_t)("the quick brown fox "[(i + k) % 20] + (k % 7 == 0 ? i % 3 : 0));
+                sizes[i] = L;
+        }
+        int mfd = td_memfd(recs, (size_t)N * L, true);
+        zr_wire_writer w;
+        td_begin(&w, "train_dict", next_id++);
+        zr_wire_put_str(&w, "tier", "small");
+        zr_wire_put_u64s(&w, "sizes", sizes, N);
+        ck_assert_int_eq(td_call(fd, &w, &mfd, 1, &m), 0);
+        close(mfd);
+        ck_assert_uint_eq(m.nfds, 1);
+        uint64_t dict_bytes = td_u64(&m, "dict_bytes");
+        ck_assert_uint_gt(dict_bytes, 0);
+        /* the dictionary memfd is sealed against resizing, and readable */
+        int seals = fcntl(m.fds[0], F_GET_SEALS);
+        ck_assert_int_eq(seals & (F_SEAL_SHRINK | F_SEAL_GROW), F_SEAL_SHRINK | F_SEAL_GROW);
+        int dict_fd = m.fds[0];
+        m.nfds = 0;
+        td_msg_free(&m);
+        free(recs);
+        free(sizes);
+        /* unknown tier */
+        td_begin(&w, "train_dict", next_id++);
+        zr_wire_put_str(&w, "tier", "gigantic");
+        zr_wire_put_u64(&w, "handle", h);
+        ck_assert_int_eq(td_call(fd, &w, NULL, 0, &m), EINVAL);
+        td_msg_free(&m);
+
+        /* install it: the daemon-made memfd is not write-sealed, so copy it into a
+         * sealed one as a client would */
+        void *dp = mmap(NULL, dict_bytes, PROT_READ, MAP_SHARED, dict_fd, 0);
+        ck_assert_ptr_ne(dp, MAP_FAILED);
+        int sealed = td_memfd(dp, dict_bytes, true);
+        munmap(dp, dict_bytes);
+        td_begin(&w, "install_dict", next_id++);
+        zr_wire_put_u64(&w, "handle", h);
+        zr_wire_put_u64(&w, "dict_bytes", dict_bytes);
+        ck_assert_int_eq(td_call(fd, &w, &sealed, 1, &m), 0);
+        td_msg_free(&m);
+        /* twice: has a dictionary */
+        td_begin(&w, "install_dict", next_id++);
+        zr_wire_put_u64(&w, "handle", h);
+        zr_wire_put_u64(&w, "dict_bytes", dict_bytes);
+        ck_assert_int_eq(td_call(fd, &w, &sealed, 1, &m), ZR_E_HAS_DICT);
+        td_msg_free(&m);
+        close(sealed);
+        close(dict_fd);
+        ck_assert_int_eq(append_dense(fd, h, 0, 64), 0);
+        const uint8_t *buf;
+        uint32_t b = open_buffer(fd, 4096, &buf, NULL);
+        uint64_t idx[] = {63, 1};
+        ck_assert_int_eq(read_records(fd, h, b, 0, idx, 2, &m), 0);
+        td_msg_free(&m);
+        check_dense_values(buf, idx, 2);
+        /* train over a store's records */
+        td_begin(&w, "train_dict", next_id++);
+        zr_wire_put_str(&w, "tier", "small");
+        zr_wire_put_u64(&w, "handle", h);
+        int code = td_call(fd, &w, NULL, 0, &m);
+        ck_assert_msg(code == 0 || code == EINVAL, "code %d", code); /* 1 KiB may be too little */
+        td_msg_free(&m);
+        ck_assert_int_eq(simple(fd, "info", "handle", h, &m), 0);
+        bool has;
+        ck_assert_int_eq(zr_wire_get_bool(m.root, "has_dict", &has, NULL), 0);
+        ck_assert(has);
+        td_msg_free(&m);
+        close(fd);
+}
+END_TEST
+
+/* ---- bad input ------------------------------------------------------------------------ */
+
+static void raw_body(int fd, const void *body, uint32_t len) {
+        uint8_t hdr[4] = {(uint8_t)len, (uint8_t)(len >> 8), (uint8_t)(len >> 16), (uint8_t)(len >> 24)};
+        uint8_t *f = malloc(4 + (size_t)len);
+        memcpy(f, hdr, 4);
+        memcpy(f + 4, body, len);
+        ck_assert_int_eq(td_send_raw(fd, f, 4 + (size_t)len, NULL, 0), 0);
+        free(f);
+}
+
+static int next_code(int fd, const char *kind) {
+        td_msg m;
+        ck_assert_int_eq(td_recv(fd, &m), 0);
+        ck_assert_str_eq(m.kind, kind);
+        int code = td_code(&m);
+        td_msg_free(&m);
+        return code;
+}
+
+START_TEST(test_bad_frames) {
+        /* over the limit: refused from the prefix, FAULT, disconnect */
+        int fd = td_connect_hello(&D);
+        uint8_t big[4] = {0, 0, 0x10, 0x00}; /* 1 MiB + ... = 0x00100000 = 1 MiB exactly: allowed */
+        big[2] = 0x20;                       /* 2 MiB: over */
+        ck_assert_int_eq(td_send_raw(fd, big, 4, NULL, 0), 0);
+        ck_assert_int_eq(expect_closed(fd), ZR_E_LIMIT);
+        second_client_served();
+
+        /* a zero-length frame: over nothing, but not a body: the conn's length 0
+         * frame is a body of zero bytes, which does not decode */
+        fd = td_connect_hello(&D);
+        uint8_t zero[4] = {0};
+        ck_assert_int_eq(td_send_raw(fd, zero, 4, NULL, 0), 0);
+        ck_assert_int_eq(next_code(fd, "fault"), ZR_E_PROTO);
+        close(fd);
+
+        /* truncated frame, then hang up */
+        fd = td_connect_hello(&D);
+        uint8_t trunc[] = {100, 0, 0, 0, 0x82, 0xa4};
+        ck_assert_int_eq(td_send_raw(fd, trunc, sizeof(trunc), NULL, 0), 0);
+        close(fd);
+        second_client_served();
+
+        /* bytes that are not msgpack, then the five bytes dd ff ff ff ff, then deep
+         * nesting: each a FAULT, the connection carries on */
+        fd = td_connect_hello(&D);
+        raw_body(fd, "\xc1\xc1\xc1", 3);
+        ck_assert_int_eq(next_code(fd, "fault"), ZR_E_PROTO);
+        raw_body(fd, "\xdd\xff\xff\xff\xff", 5);
+        ck_assert_int_eq(next_code(fd, "fault"), ZR_E_PROTO);
+        uint8_t deep[40];
+        memset(deep, 0x91, sizeof(deep)); /* fixarray of 1, 40 deep */
+        deep[39] = 0x01;
+        raw_body(fd, deep, sizeof(deep));
+        ck_assert_int_eq(next_code(fd, "fault"), ZR_E_PROTO);
+        /* not a map */
+        raw_body(fd, "\x93\x01\x02\x03", 4);
+        ck_assert_int_eq(next_code(fd, "fault"), ZR_E_PROTO);
+        /* a map without an id: FAULT */
+        zr_wire_writer w;
+        zr_wire_writer_init(&w);
+        zr_wire_writer_begin_message(&w, "status", false, 0);
+        ck_assert_int_eq(td_send(fd, &w, NULL, 0), 0);
+        zr_wire_writer_destroy(&w);
+        ck_assert_int_eq(next_code(fd, "fault"), ZR_E_PROTO);
+        /* wrong types: an error reply naming the field */
+        td_msg m;
+        td_begin(&w, "info", 77);
+        zr_wire_put_str(&w, "handle", "one");
+        ck_assert_int_eq(td_call(fd, &w, NULL, 0, &m), ZR_E_PROTO);
+        ck_assert_uint_eq(td_u64(&m, "id"), 77);
+        const char *msg;
+        size_t len;
+        ck_assert_int_eq(zr_wire_get_str(m.root, "message", &msg, &len, NULL), 0);
+        ck_assert_ptr_nonnull(memmem(msg, len, "handle", 6));
+        td_msg_free(&m);
+        /* unknown kind */
+        td_begin(&w, "teleport", 78);
+        ck_assert_int_eq(td_call(fd, &w, NULL, 0, &m), ZR_E_UNKNOWN);
+        ck_assert_uint_eq(td_u64(&m, "id"), 78);
+        td_msg_free(&m);
+        /* still served */
+        ck_assert_int_eq(simple_code(fd, "status", NULL, 0), 0);
+        close(fd);
+        second_client_served();
+}
+END_TEST
+
+START_TEST(test_no_hello_and_strikes) {
+        int fd = td_connect(&D);
+        td_msg m;
+        ck_assert_int_eq(simple(fd, "status", NULL, 0, &m), ZR_E_NO_HELLO);
+        td_msg_free(&m);
+        /* strikes: 16 and the daemon hangs up with a FAULT */
+        int got = 1;
+        for (; got < ZR_STRIKES_MAX - 1; got++)
+                ck_assert_int_eq(simple_code(fd, "status", NULL, 0), ZR_E_NO_HELLO);
+        zr_wire_writer w;
+        td_begin(&w, "status", 1);
+        ck_assert_int_eq(td_send(fd, &w, NULL, 0), 0);
+        zr_wire_writer_destroy(&w);
+        ck_assert_int_eq(next_code(fd, "error"), ZR_E_NO_HELLO);
+        ck_assert_int_eq(expect_closed(fd), ZR_E_LIMIT);
+        second_client_served();
+}
+END_TEST
+
+START_TEST(test_bad_descriptors) {
+        int fd = td_connect_hello(&D);
+        td_msg m;
+        zr_wire_writer w;
+        /* descriptors with a message that takes none: closed, ZR_E_BAD_FD */
+        int pipefd[2];
+        ck_assert_int_eq(pipe2(pipefd, O_CLOEXEC), 0);
+        int before = td_fd_count(&D);
+        td_begin(&w, "status", next_id++);
+        ck_assert_int_eq(td_call(fd, &w, pipefd, 2, &m), ZR_E_BAD_FD);
+        td_msg_free(&m);
+        ck_assert_int_eq(td_fd_count(&D), before);
+        /* the wrong count: dataset_open with one */
+        td_begin(&w, "dataset_open", next_id++);
+        ck_assert_int_eq(td_call(fd, &w, pipefd, 1, &m), ZR_E_BAD_FD);
+        td_msg_free(&m);
+        /* not a directory */
+        int fds[2] = {pipefd[0], pipefd[1]};
+        td_begin(&w, "dataset_open", next_id++);
+        ck_assert_int_eq(td_call(fd, &w, fds, 2, &m), ZR_E_BAD_FD);
+        td_msg_free(&m);
+        /* a directory that holds no store */
+        ck_assert_int_eq(mkdir(path_in("empty"), 0755), 0);
+        fds[0] = td_open_dir(path_in("empty"));
+        td_begin(&w, "dataset_open", next_id++);
+        ck_assert_int_eq(td_call(fd, &w, fds, 2, &m), ZR_E_NOT_STORE);
+        td_msg_free(&m);
+        close(fds[0]);
+        /* an O_PATH directory proves nothing */
+        uint32_t h = create_dense(fd, "s", "raw");
+        fds[0] = open(path_in("s"), O_PATH | O_DIRECTORY | O_CLOEXEC);
+        char meta[420];
+        snprintf(meta, sizeof(meta), "%s/meta.zr", path_in("s"));
+        fds[1] = open(meta, O_RDONLY | O_CLOEXEC);
+        td_begin(&w, "dataset_open", next_id++);
+        ck_assert_int_eq(td_call(fd, &w, fds, 2, &m), ZR_E_BAD_FD);
+        td_msg_free(&m);
+        close(fds[0]);
+        /* another store's meta.zr as proof */
+        create_dense(fd, "s2", "raw");
+        fds[0] = td_open_dir(path_in("s2"));
+        td_begin(&w, "dataset_open", next_id++);
+        ck_assert_int_eq(td_call(fd, &w, fds, 2, &m), EACCES);
+        td_msg_free(&m);
+        close(fds[0]);
+        close(fds[1]);
+        /* create in a directory that is not empty, or holds a store */
+        fds[0] = td_open_dir(D.dir);
+        td_begin(&w, "dataset_create", next_id++);
+        zr_wire_begin_map(&w, "schema");
+        zr_wire_put_str(&w, "kind", "dense");
+        zr_wire_put_str(&w, "dtype", "<u4");
+        zr_wire_put_uint_array(&w, "item_shape", NULL, 0);
+        zr_wire_put_str(&w, "codec", "raw");
+        zr_wire_end(&w);
+        ck_assert_int_eq(td_call(fd, &w, fds, 1, &m), ENOTEMPTY);
+        td_msg_free(&m);
+        close(fds[0]);
+        fds[0] = td_open_dir(path_in("s"));
+        td_begin(&w, "dataset_create", next_id++);
+        zr_wire_begin_map(&w, "schema");
+        zr_wire_put_str(&w, "kind", "dense");
+        zr_wire_put_str(&w, "dtype", "<u4");
+        zr_wire_put_uint_array(&w, "item_shape", NULL, 0);
+        zr_wire_put_str(&w, "codec", "lz4");
+        zr_wire_end(&w);
+        ck_assert_int_eq(td_call(fd, &w, fds, 1, &m), ZR_E_BAD_CODEC);
+        td_msg_free(&m);
+        close(fds[0]);
+
+        /* an unsealed memfd, and one too small */
+        uint32_t data[ITEM * 2] = {0};
+        int unsealed = td_memfd(data, sizeof(data), false);
+        uint64_t shape[] = {ITEM};
+        td_begin(&w, "append", next_id++);
+        zr_wire_put_u64(&w, "handle", h);
+        zr_wire_put_str(&w, "dtype", "<u4");
+        zr_wire_put_u64(&w, "count", 2);
+        zr_wire_put_u64(&w, "record_bytes", ITEM * 4);
+        zr_wire_put_uint_array(&w, "item_shape", shape, 1);
+        ck_assert_int_eq(td_call(fd, &w, &unsealed, 1, &m), ZR_E_BAD_FD);
+        td_msg_free(&m);
+        close(unsealed);
+        int small = td_memfd(data, 8, true);
+        td_begin(&w, "append", next_id++);
+        zr_wire_put_u64(&w, "handle", h);
+        zr_wire_put_str(&w, "dtype", "<u4");
+        zr_wire_put_u64(&w, "count", 2);
+        zr_wire_put_u64(&w, "record_bytes", ITEM * 4);
+        zr_wire_put_uint_array(&w, "item_shape", shape, 1);
+        ck_assert_int_eq(td_call(fd, &w, &small, 1, &m), ZR_E_BUFFER);
+        td_msg_free(&m);
+        /* wrong dtype and shape: ZR_E_SCHEMA, nothing written */
+        int good = td_memfd(data, sizeof(data), true);
+        td_begin(&w, "append", next_id++);
+        zr_wire_put_u64(&w, "handle", h);
+        zr_wire_put_str(&w, "dtype", "<f4");
+        zr_wire_put_u64(&w, "count", 2);
+        zr_wire_put_u64(&w, "record_bytes", ITEM * 4);
+        zr_wire_put_uint_array(&w, "item_shape", shape, 1);
+        ck_assert_int_eq(td_call(fd, &w, &good, 1, &m), ZR_E_SCHEMA);
+        td_msg_free(&m);
+        uint64_t shape2[] = {2, 2};
+        td_begin(&w, "append", next_id++);
+        zr_wire_put_u64(&w, "handle", h);
+        zr_wire_put_str(&w, "dtype", "<u4");
+        zr_wire_put_u64(&w, "count", 2);
+        zr_wire_put_u64(&w, "record_bytes", ITEM * 4);
+        zr_wire_put_uint_array(&w, "item_shape", shape2, 2);
+        ck_assert_int_eq(td_call(fd, &w, &good, 1, &m), ZR_E_SCHEMA);
+        td_msg_free(&m);
+        close(good);
+        close(small);
+        ck_assert_int_eq(simple(fd, "info", "handle", h, &m), 0);
+        ck_assert_uint_eq(td_u64(&m, "length"), 0);
+        td_msg_free(&m);
+        close(pipefd[0]);
+        close(pipefd[1]);
+        close(fd);
+        second_client_served();
+}
+END_TEST
+
+/* ---- pipelining ------------------------------------------------------------------------ */
+
+START_TEST(test_pipeline) {
+        int fd = td_connect_hello(&D);
+        uint32_t h = create_dense(fd, "p", "raw");
+        ck_assert_int_eq(append_dense(fd, h, 0, 10), 0);
+        /* 100 requests in one write (more than pipeline_max), one carrying
+         * descriptors in the middle: replies come in order, fds go to their frame */
+        zr_wire_writer w;
+        zr_wire_writer_init(&w);
+        uint8_t *all = NULL;
+        size_t all_len = 0, fd_at = 0;
+        for (int i = 0; i < 100; i++) {
+                const uint8_t *f;
+                size_t sz;
+                zr_wire_writer_reset(&w);
+                zr_wire_writer_begin_message(&w, i == 50 ? "dataset_open" : "info", true, 1000 + (uint64_t)i);
+                if (i != 50)
+                        zr_wire_put_u64(&w, "handle", h);
+                ck_assert_int_eq(zr_wire_writer_finish(&w, ZR_FRAME_MAX_DEFAULT, &f, &sz, NULL), 0);
+                if (i == 50)
+                        fd_at = all_len;
+                all = realloc(all, all_len + sz);
+                memcpy(all + all_len, f, sz);
+                all_len += sz;
+        }
+        zr_wire_writer_destroy(&w);
+        int fds[2];
+        char meta[420];
+        fds[0] = td_open_dir(path_in("p"));
+        snprintf(meta, sizeof(meta), "%s/meta.zr", path_in("p"));
+        fds[1] = open(meta, O_RDONLY | O_CLOEXEC);
+        /* each frame that carries descriptors goes with its own sendmsg() */
+        size_t fd_end = fd_at + 4 + (all[fd_at] | (size_t)all[fd_at + 1] << 8);
+        ck_assert_int_eq(td_send_raw(fd, all, fd_at, NULL, 0), 0);
+        ck_assert_int_eq(td_send_raw(fd, all + fd_at, fd_end - fd_at, fds, 2), 0);
+        ck_assert_int_eq(td_send_raw(fd, all + fd_end, all_len - fd_end, NULL, 0), 0);
+        free(all);
+        close(fds[0]);
+        close(fds[1]);
+        for (int i = 0; i < 100; i++) {
+                td_msg m;
+                ck_assert_int_eq(td_recv(fd, &m), 0);
+                ck_assert_uint_eq(td_u64(&m, "id"), 1000 + (uint64_t)i);
+                ck_assert_int_eq(td_code(&m), 0);
+                td_msg_free(&m);
+        }
+        close(fd);
+}
+END_TEST
+
+/* ---- many clients ---------------------------------------------------------------------- */
+
+#define READERS 32
+#define STORE_LEN 2000
+
+static void *reader_thread(void *arg) {
+        uintptr_t k = (uintptr_t)arg;
+        int fd = td_connect_hello(&D);
+        td_msg m;
+        ck_assert_int_eq(open_dataset(fd, "shared", O_RDONLY, false, &m), 0);
+        uint32_t h = (uint32_t)td_u64(&m, "handle");
+        td_msg_free(&m);
+        const uint8_t *buf;
+        uint64_t size;
+        uint32_t b = open_buffer(fd, 256 * ITEM * 4, &buf, &size);
+        uint64_t idx[256], seed = k * 7919 + 1;
+        for (int round = 0; round < 20; round++) {
+                for (int i = 0; i < 256; i++) {
+                        seed = seed * 6364136223846793005u + 1442695040888963407u;
+                        idx[i] = (seed >> 33) % STORE_LEN;
+                }
+                ck_assert_int_eq(read_records(fd, h, b, 0, idx, 256, &m), 0);
+                td_msg_free(&m);
+                check_dense_values(buf, idx, 256);
+        }
+        munmap((void *)buf, size);
+        close(fd);
+        return NULL;
+}
+
+START_TEST(test_many_clients) {
+        int fd = td_connect_hello(&D);
+        uint32_t h = create_dense(fd, "shared", "zstd");
+        ck_assert_int_eq(append_dense(fd, h, 0, STORE_LEN), 0);
+        pthread_t t[READERS];
+        for (uintptr_t i = 0; i < READERS; i++)
+                ck_assert_int_eq(pthread_create(&t[i], NULL, reader_thread, (void *)i), 0);
+        for (int i = 0; i < READERS; i++)
+                ck_assert_int_eq(pthread_join(t[i], NULL), 0);
+        td_msg m;
+        ck_assert_int_eq(simple(fd, "status", NULL, 0, &m), 0);
+        ck_assert_uint_ge(td_u64(&m, "gathers"), READERS * 20);
+        ck_assert_uint_eq(td_u64(&m, "stores"), 1); /* one shared instance */
+        td_msg_free(&m);
+        close(fd);
+}
+END_TEST
+
+/* ---- reclamation --------------------------------------------------------------------- */
+
+/* Waits (each step a round-trip to the daemon) until it counts `n` clients. */
+static void wait_clients(int fd, uint64_t n) {
+        for (int tries = 0; tries < 100000; tries++) {
+                td_msg m;
+                ck_assert_int_eq(simple(fd, "status", NULL, 0, &m), 0);
+                uint64_t c = td_u64(&m, "clients");
+                td_msg_free(&m);
+                if (c == n)
+                        return;
+        }
+        ck_abort_msg("the daemon never counted %llu clients", (unsigned long long)n);
+}
+
+START_TEST(test_fd_baseline) {
+        int probe = td_connect_hello(&D);
+        uint32_t h = create_dense(probe, "fdstore", "raw");
+        ck_assert_int_eq(append_dense(probe, h, 0, 100), 0);
+        ck_assert_int_eq(simple_code(probe, "status", NULL, 0), 0); /* the append is freed */
+        int base = td_fd_count(&D);
+        for (int round = 0; round < 3; round++) {
+                int fds[10];
+                for (int i = 0; i < 10; i++) {
+                        fds[i] = td_connect_hello(&D);
+                        td_msg m;
+                        ck_assert_int_eq(open_dataset(fds[i], "fdstore", O_RDWR, true, &m), 0);
+                        td_msg_free(&m);
+                        const uint8_t *buf;
+                        uint64_t size;
+                        open_buffer(fds[i], 8192, &buf, &size);
+                        munmap((void *)buf, size);
+                }
+                wait_clients(probe, 11);
+                ck_assert_int_gt(td_fd_count(&D), base);
+                for (int i = 0; i < 10; i++)
+                        close(fds[i]);
+                wait_clients(probe, 1);
+                ck_assert_int_eq(td_fd_count(&D), base);
+        }
+        td_msg m;
+        ck_assert_int_eq(simple(probe, "status", NULL, 0, &m), 0);
+        ck_assert_uint_eq(td_u64(&m, "handles"), 1);
+        ck_assert_uint_eq(td_u64(&m, "shm_bytes"), 0);
+        td_msg_free(&m);
+        close(probe);
+}
+END_TEST
+
+START_TEST(test_client_killed) {
+        int probe = td_connect_hello(&D);
+        uint32_t h = create_dense(probe, "k", "zstd");
+        ck_assert_int_eq(append_dense(probe, h, 0, 20000), 0);
+        ck_assert_int_eq(simple_code(probe, "status", NULL, 0), 0);
+        int base = td_fd_count(&D);
+        for (int round = 0; round < 4; round++) {
+                int sync_pipe[2];
+                ck_assert_int_eq(pipe2(sync_pipe, O_CLOEXEC), 0);
+                pid_t pid = fork();
+                ck_assert_int_ge(pid, 0);
+                if (pid == 0) {
+                        close(sync_pipe[0]);
+                        int fd = td_connect_hello(&D);
+                        td_msg m;
+                        ck_assert_int_eq(open_dataset(fd, "k", O_RDWR, true, &m), 0);
+                        uint32_t ch = (uint32_t)td_u64(&m, "handle");
+                        td_msg_free(&m);
+                        const uint8_t *buf;
+                        uint32_t b = open_buffer(fd, 20000 * 16, &buf, NULL);
+                        uint64_t *idx = malloc(20000 * sizeof(uint64_t));
+                        for (int i = 0; i < 20000; i++)
+                                idx[i] = (uint64_t)(19999 - i);
+                        /* a big READ (or a VERIFY) in flight, then die */
+                        zr_wire_writer w;
+                        td_begin(&w, round % 2 ? "verify" : "read", 9);
+                        zr_wire_put_u64(&w, "handle", ch);
+                        if (round % 2 == 0) {
+                                zr_wire_put_u64(&w, "buffer", b);
+                                zr_wire_put_u64s(&w, "indices", idx, 20000);
+                        }
+                        td_send(fd, &w, NULL, 0);
+                        (void)!write(sync_pipe[1], "x", 1);
+                        for (;;)
+                                pause();
+                }
+                close(sync_pipe[1]);
+                char c;
+                ck_assert_int_eq(read(sync_pipe[0], &c, 1), 1);
+                close(sync_pipe[0]);
+                kill(pid, SIGKILL);
+                int status;
+                ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+                wait_clients(probe, 1);
+        }
+        /* the daemon still serves, and holds nothing of the dead clients */
+        td_msg m;
+        ck_assert_int_eq(simple(probe, "status", NULL, 0, &m), 0);
+        ck_assert_uint_eq(td_u64(&m, "handles"), 1);
+        ck_assert_uint_eq(td_u64(&m, "shm_bytes"), 0);
+        td_msg_free(&m);
+        /* a completion may still be on its way: one more round-trip per job */
+        ck_assert_int_eq(simple_code(probe, "sync", "handle", h), 0);
+        ck_assert_int_eq(td_fd_count(&D), base);
+        second_client_served();
+        close(probe);
+}
+END_TEST
+
+/* ---- lifecycle ------------------------------------------------------------------------- */
+
+START_TEST(test_sigterm) {
+        int fd = td_connect_hello(&D);
+        uint32_t h = create_dense(fd, "t", "raw");
+        ck_assert_int_eq(append_dense(fd, h, 0, 1000), 0);
+        int idle = td_connect_hello(&D);
+        int pre = td_connect(&D); /* no HELLO yet */
+        wait_clients(fd, 3);
+        /* a request in flight and one queued behind it when SIGTERM lands */
+        zr_wire_writer w;
+        td_begin(&w, "verify", 1);
+        zr_wire_put_u64(&w, "handle", h);
+        ck_assert_int_eq(td_send(fd, &w, NULL, 0), 0);
+        zr_wire_writer_destroy(&w);
+        kill(D.pid, SIGTERM);
+        ck_assert(td_wait_notify(&D, "STOPPING=1"));
+        int status = td_wait_exit(&D);
+        ck_assert(WIFEXITED(status));
+        ck_assert_int_eq(WEXITSTATUS(status), 0);
+        /* the verify was answered (it was read before the signal, or refused with
+         * ZR_E_SHUTDOWN if it was not) and the connection closed */
+        td_msg m;
+        int r = td_recv(fd, &m);
+        if (r == 0) {
+                int code = td_code(&m);
+                ck_assert_msg(code == 0 || code == ZR_E_SHUTDOWN, "code %d", code);
+                td_msg_free(&m);
+        }
+        expect_closed(fd);
+        expect_closed(idle);
+        expect_closed(pre);
+        /* the socket is gone, the store synced and released: it opens in-process */
+        struct stat st;
+        ck_assert_int_eq(stat(D.sock, &st), -1);
+        int dfd = td_open_dir(path_in("t"));
+        zr_dataset *ds;
+        zr_error err = {0};
+        ck_assert_msg(zr_dataset_open(dfd, NULL, &ds, &err) == 0, "%s", err.message);
+        ck_assert_uint_eq(zr_dataset_length(ds), 1000);
+        zr_dataset_close(ds, NULL);
+        close(dfd);
+        ck_assert(td_log_contains(&D, "shutting down (SIGTERM)"));
+        ck_assert(td_log_contains(&D, "uid"));
+}
+END_TEST
+
+START_TEST(test_idle_exit_and_reload) {
+        td_cleanup(&D);
+        char cfg[400];
+        char dir[] = "/tmp/zrd-cfg-XXXXXX";
+        ck_assert_ptr_nonnull(mkdtemp(dir));
+        snprintf(cfg, sizeof(cfg), "%s/zrecordd.conf", dir);
+        FILE *f = fopen(cfg, "we");
+        fprintf(f, "log-level = info\nmax-handles = 100\n");
+        fclose(f);
+        char cfgarg[420];
+        snprintf(cfgarg, sizeof(cfgarg), "--config=%s", cfg);
+        const char *args[] = {cfgarg, "--idle-exit=1", NULL};
+        td_start(&D, args);
+        /* hold a client so the daemon does not leave while we reload */
+        int fd = td_connect_hello(&D);
+        f = fopen(cfg, "we");
+        fprintf(f, "log-level = info\nmax-handles = 7\n");
+        fclose(f);
+        kill(D.pid, SIGHUP);
+        ck_assert(td_wait_notify(&D, "READY=1")); /* after RELOADING=1 */
+        int fd2 = td_connect(&D);
+        zr_wire_writer w;
+        td_msg m;
+        td_begin(&w, "hello", 1);
+        zr_wire_put_u64(&w, "min_version", 1);
+        zr_wire_put_u64(&w, "max_version", 1);
+        ck_assert_int_eq(td_call(fd2, &w, NULL, 0, &m), 0);
+        const msgpack_object *lim;
+        uint64_t v;
+        ck_assert_int_eq(zr_wire_get_map(m.root, "limits", &lim, NULL), 0);
+        ck_assert_int_eq(zr_wire_get_u64(lim, "handles_max", &v, NULL), 0);
+        ck_assert_uint_eq(v, 7);
+        td_msg_free(&m);
+        close(fd2);
+        close(fd);
+        /* no client left: the daemon exits by itself after a second */
+        int status = td_wait_exit(&D);
+        ck_assert(WIFEXITED(status));
+        ck_assert_int_eq(WEXITSTATUS(status), 0);
+        ck_assert(td_log_contains(&D, "max_handles 100 -> 7"));
+        ck_assert(td_log_contains(&D, "shutting down (idle)"));
+        unlink(cfg);
+        rmdir(dir);
+}
+END_TEST
+
+START_TEST(test_client_limit) {
+        td_cleanup(&D);
+        const char *args[] = {"--max-clients=2", NULL};
+        td_start(&D, args);
+        int a = td_connect_hello(&D), b = td_connect_hello(&D);
+        int c = td_connect(&D);
+        ck_assert_int_eq(expect_closed(c), ZR_E_LIMIT);
+        close(b);
+        wait_clients(a, 1);
+        second_client_served();
+        close(a);
+}
+END_TEST
+
+static Suite *daemon_suite(void) {
+        Suite *s = suite_create("zrecordd");
+        TCase *tc = tcase_create("daemon");
+        tcase_add_checked_fixture(tc, setup, teardown);
+        tcase_set_timeout(tc, 120);
+        tcase_add_test(tc, test_hello);
+        tcase_add_test(tc, test_dense_requests);
+        tcase_add_test(tc, test_read_errors);
+        tcase_add_test(tc, test_ragged);
+        tcase_add_test(tc, test_msset);
+        tcase_add_test(tc, test_dict);
+        tcase_add_test(tc, test_bad_frames);
+        tcase_add_test(tc, test_no_hello_and_strikes);
+        tcase_add_test(tc, test_bad_descriptors);
+        tcase_add_test(tc, test_pipeline);
+        tcase_add_test(tc, test_many_clients);
+        tcase_add_test(tc, test_fd_baseline);
+        tcase_add_test(tc, test_client_killed);
+        tcase_add_test(tc, test_sigterm);
+        tcase_add_test(tc, test_idle_exit_and_reload);
+        tcase_add_test(tc, test_client_limit);
+        suite_add_tcase(s, tc);
+        return s;
+}
+
+int main(void) {
+        SRunner *sr = srunner_create(daemon_suite());
+        srunner_run_all(sr, CK_NORMAL);
+        int failed = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
