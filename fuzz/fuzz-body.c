@@ -56,6 +56,35 @@ static bool reencode(zr_wire_writer *w, const char *key, const msgpack_object *o
         }
 }
 
+/* Structural equality with floats compared bit for bit (msgpack_object_equal()
+ * compares them as numbers, and a NaN is not equal to itself). */
+static bool same(const msgpack_object *a, const msgpack_object *b) {
+        if (a->type != b->type)
+                return false;
+        switch (a->type) {
+        case MSGPACK_OBJECT_FLOAT32:
+        case MSGPACK_OBJECT_FLOAT64:
+                return memcmp(&a->via.f64, &b->via.f64, sizeof(double)) == 0;
+        case MSGPACK_OBJECT_ARRAY:
+                if (a->via.array.size != b->via.array.size)
+                        return false;
+                for (uint32_t i = 0; i < a->via.array.size; i++)
+                        if (!same(&a->via.array.ptr[i], &b->via.array.ptr[i]))
+                                return false;
+                return true;
+        case MSGPACK_OBJECT_MAP:
+                if (a->via.map.size != b->via.map.size)
+                        return false;
+                for (uint32_t i = 0; i < a->via.map.size; i++)
+                        if (!same(&a->via.map.ptr[i].key, &b->via.map.ptr[i].key) ||
+                            !same(&a->via.map.ptr[i].val, &b->via.map.ptr[i].val))
+                                return false;
+                return true;
+        default:
+                return msgpack_object_equal(*a, *b);
+        }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         zr_wire_limits tight = { .depth_max = 3, .objects_max = 16, .map_keys_max = 4 };
         zr_wire_error err = {0};
@@ -92,8 +121,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                          * never more than 4 bytes per container plus the header */
                         must(zr_wire_frame_decode(frame, fsize, UINT32_MAX, NULL, &again,
                                                   NULL) == 0);
-                        must(msgpack_object_equal(*zr_wire_body_root(body),
-                                                  *zr_wire_body_root(again)));
+                        must(same(zr_wire_body_root(body), zr_wire_body_root(again)));
                         zr_wire_body_free(again);
                 }
                 zr_wire_writer_destroy(&w);
