@@ -1,0 +1,357 @@
+/* cmdline.c: parsing zrecord's command line, and its help texts.
+ *
+ * Hand-written rather than getopt_long() because global options may follow
+ * the command, each command accepts only its own options, and tests call the
+ * parser many times in one process (getopt keeps global state). "--" ends the
+ * options; "--opt=value" and "--opt value" are both accepted.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cmdline.h"
+
+static const char *const cmd_names[_CMD_MAX] = {
+        [CMD_STATUS] = "status",
+        [CMD_INFO] = "info",
+        [CMD_STATS] = "stats",
+        [CMD_VERIFY] = "verify",
+        [CMD_COMPACT] = "compact",
+        [CMD_IMPORT] = "import",
+        [CMD_CAT] = "cat",
+};
+
+#define EXIT_CODES_HELP                                                          \
+        "Exit status:\n"                                                         \
+        "  0  success\n"                                                         \
+        "  1  the operation failed (a daemon error, named on stderr; bad input;\n" \
+        "     verify found bad records)\n"                                       \
+        "  2  usage error\n"                                                     \
+        "  3  cannot connect to the daemon\n"
+
+#define GLOBAL_OPTIONS_HELP                                                      \
+        "Global options (before or after the command):\n"                        \
+        "  --socket PATH  the daemon's socket (default: $ZRECORD_SOCKET, else\n" \
+        "                 $XDG_RUNTIME_DIR/zrecord/zrecordd.sock,\n"             \
+        "                 /run/zrecord/zrecordd.sock,\n"                         \
+        "                 /tmp/zrecord-UID/zrecordd.sock)\n"                     \
+        "  --json         machine-readable output on stdout\n"                   \
+        "  -h, --help     show help (of a command: zrecord COMMAND --help)\n"
+
+static const char *const help_texts[_CMD_MAX] = {
+        [CMD_NONE] =
+                "Usage: zrecord [--socket PATH] [--json] COMMAND [ARGS]\n"
+                "\n"
+                "Talks to zrecordd, the zrecord data-serving daemon.\n"
+                "\n"
+                "Commands:\n"
+                "  status                 the daemon's clients, loaders, cache and counters\n"
+                "  info PATH              a dataset's length and schema (or a set's streams)\n"
+                "  stats PATH             a store's space: records, live and reclaimable bytes\n"
+                "  verify PATH            read and decode every record\n"
+                "  compact PATH           reclaim the space of deleted records\n"
+                "  import FILE.npy PATH   a .npy array into a new dense dataset\n"
+                "  cat PATH [INDEX...|--range A:B] [--hex]\n"
+                "                         print records as numbers (or hex)\n"
+                "\n" GLOBAL_OPTIONS_HELP "  --version      show the version\n"
+                "\n" EXIT_CODES_HELP,
+        [CMD_STATUS] =
+                "Usage: zrecord status [--json]\n"
+                "\n"
+                "Shows the daemon's state: connected clients, open handles, shared memory,\n"
+                "loaders, batches and gathers, the decoded-record cache, and per loader its\n"
+                "sampler, step and counters.\n"
+                "\n" GLOBAL_OPTIONS_HELP "\n" EXIT_CODES_HELP,
+        [CMD_INFO] =
+                "Usage: zrecord info PATH [--json]\n"
+                "\n"
+                "Shows the dataset in directory PATH: length, kind, dtype, item shape (dense)\n"
+                "or ndim (ragged), codec and whether a dictionary is installed. If PATH is a\n"
+                "multi-stream set (children holding stores), shows every stream.\n"
+                "\n" GLOBAL_OPTIONS_HELP "\n" EXIT_CODES_HELP,
+        [CMD_STATS] =
+                "Usage: zrecord stats PATH [--json]\n"
+                "\n"
+                "Shows the store's space accounting: records, live bytes, bytes up to the\n"
+                "write frontier, reclaimable bytes (what compact frees), decoded bytes.\n"
+                "\n" GLOBAL_OPTIONS_HELP "\n" EXIT_CODES_HELP,
+        [CMD_VERIFY] =
+                "Usage: zrecord verify PATH [--json]\n"
+                "\n"
+                "Reads and decodes every record and checks every table entry. Exits 1 if\n"
+                "any record is bad, listing the first bad indices.\n"
+                "\n" GLOBAL_OPTIONS_HELP "\n" EXIT_CODES_HELP,
+        [CMD_COMPACT] =
+                "Usage: zrecord compact PATH [--json]\n"
+                "\n"
+                "Reclaims the bytes of deleted records in place (needs write access to the\n"
+                "store) and shows the stats after compaction.\n"
+                "\n" GLOBAL_OPTIONS_HELP "\n" EXIT_CODES_HELP,
+        [CMD_IMPORT] =
+                "Usage: zrecord import FILE.npy PATH [--codec raw|zstd|zstd_dict]\n"
+                "                      [--chunk N] [--dict-tier TIER] [--json]\n"
+                "\n"
+                "Creates a dense dataset in directory PATH (made if missing; must be empty)\n"
+                "from a .npy file (format 1.0, 2.0 or 3.0, C order, a plain number dtype):\n"
+                "record i is the array's row i, so the item shape is shape[1:]. The data is\n"
+                "streamed in appends of N records (default: about 8 MiB each), with a\n"
+                "progress line on a terminal.\n"
+                "\n"
+                "  --codec C       raw (default), zstd, or zstd_dict (a dictionary is\n"
+                "                  trained by the daemon on a sample of the file's records)\n"
+                "  --chunk N       records per append\n"
+                "  --dict-tier T   zstd_dict: the dictionary tier (default balanced)\n"
+                "\n" GLOBAL_OPTIONS_HELP "\n" EXIT_CODES_HELP,
+        [CMD_CAT] =
+                "Usage: zrecord cat PATH [INDEX...|--range A:B] [--hex] [--json]\n"
+                "\n"
+                "Prints records: all of them, the INDEX arguments, or indices A to B-1\n"
+                "(A or B may be left out: \"10:\", \":5\"). Values are printed by the\n"
+                "dataset's dtype, flattened in C order, or as hex bytes with --hex.\n"
+                "\n" GLOBAL_OPTIONS_HELP "\n" EXIT_CODES_HELP,
+};
+
+const char *cmdline_cmd_name(cmd_kind cmd) {
+        return cmd > CMD_NONE && cmd < _CMD_MAX ? cmd_names[cmd] : NULL;
+}
+
+const char *cmdline_help(cmd_kind cmd) {
+        return help_texts[cmd >= CMD_NONE && cmd < _CMD_MAX ? cmd : CMD_NONE];
+}
+
+static int usage(cmdline *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int usage(cmdline *c, const char *fmt, ...) {
+        va_list ap;
+
+        va_start(ap, fmt);
+        vsnprintf(c->error, sizeof(c->error), fmt, ap);
+        va_end(ap);
+        return -EINVAL;
+}
+
+int cmdline_parse_u64(const char *s, uint64_t *ret) {
+        unsigned long long v;
+        char *end;
+
+        if (!s || *s < '0' || *s > '9')
+                return -EINVAL;
+        errno = 0;
+        v = strtoull(s, &end, 10);
+        if (errno || *end)
+                return -EINVAL;
+        *ret = v;
+        return 0;
+}
+
+int cmdline_parse_range(const char *s, uint64_t *ret_start, uint64_t *ret_end) {
+        const char *colon = s ? strchr(s, ':') : NULL;
+        uint64_t a = 0, b = UINT64_MAX;
+        char buf[32];
+
+        if (!colon || strchr(colon + 1, ':'))
+                return -EINVAL;
+        if (colon > s) {
+                if ((size_t)(colon - s) >= sizeof(buf))
+                        return -EINVAL;
+                memcpy(buf, s, (size_t)(colon - s));
+                buf[colon - s] = 0;
+                if (cmdline_parse_u64(buf, &a) < 0)
+                        return -EINVAL;
+        }
+        if (colon[1] && cmdline_parse_u64(colon + 1, &b) < 0)
+                return -EINVAL;
+        if (b < a)
+                return -EINVAL;
+        *ret_start = a;
+        *ret_end = b;
+        return 0;
+}
+
+/* Matches "--name" or "--name=value"; sets *ret_value to the value (from the
+ * "=" form or the next argument, advancing *i) when takes_value. */
+static int match_opt(cmdline *c, int argc, char *const *argv, int *i, const char *name,
+                     bool takes_value, const char **ret_value) {
+        const char *a = argv[*i];
+        size_t n = strlen(name);
+
+        if (strncmp(a, name, n) != 0 || (a[n] != 0 && a[n] != '='))
+                return 0;
+        if (!takes_value) {
+                if (a[n] == '=')
+                        return usage(c, "option %s takes no value", name);
+                return 1;
+        }
+        if (a[n] == '=') {
+                *ret_value = a + n + 1;
+                return 1;
+        }
+        if (*i + 1 >= argc)
+                return usage(c, "option %s needs a value", name);
+        *ret_value = argv[++*i];
+        return 1;
+}
+
+void cmdline_done(cmdline *c) {
+        free(c->indices);
+        c->indices = NULL;
+        c->n_indices = 0;
+}
+
+int cmdline_parse(int argc, char *const *argv, cmdline *ret) {
+        const char *positional[64];
+        size_t n_pos = 0;
+        bool opts_done = false, saw_codec = false, saw_chunk = false, saw_tier = false;
+        int r;
+
+        *ret = (cmdline){ .codec = ZRC_CODEC_RAW, .dict_tier = "balanced" };
+
+        for (int i = 1; i < argc; i++) {
+                const char *a = argv[i], *v = NULL;
+
+                r = 0;
+
+                if (opts_done || a[0] != '-' || a[1] == 0) {
+                        if (ret->cmd == CMD_NONE && n_pos == 0) {
+                                cmd_kind k;
+
+                                for (k = CMD_STATUS; k < _CMD_MAX; k++)
+                                        if (strcmp(a, cmd_names[k]) == 0)
+                                                break;
+                                if (k == _CMD_MAX)
+                                        return usage(ret, "unknown command \"%s\"", a);
+                                ret->cmd = k;
+                                continue;
+                        }
+                        if (ret->cmd == CMD_CAT && n_pos >= 1) {
+                                uint64_t *grown, idx;
+
+                                if (cmdline_parse_u64(a, &idx) < 0)
+                                        return usage(ret, "not an index: \"%s\"", a);
+                                grown = realloc(ret->indices, (ret->n_indices + 1) * sizeof(*grown));
+                                if (!grown)
+                                        return -ENOMEM;
+                                ret->indices = grown;
+                                ret->indices[ret->n_indices++] = idx;
+                                continue;
+                        }
+                        if (n_pos >= sizeof(positional) / sizeof(positional[0]))
+                                return usage(ret, "too many arguments");
+                        positional[n_pos++] = a;
+                        continue;
+                }
+                if (strcmp(a, "--") == 0) {
+                        opts_done = true;
+                        continue;
+                }
+                if (strcmp(a, "-h") == 0 || (r = match_opt(ret, argc, argv, &i, "--help", false, NULL)) > 0) {
+                        ret->help = true;
+                        continue;
+                }
+                if (r < 0)
+                        return r;
+                if ((r = match_opt(ret, argc, argv, &i, "--version", false, NULL)) != 0) {
+                        if (r < 0)
+                                return r;
+                        ret->version = true;
+                        continue;
+                }
+                if ((r = match_opt(ret, argc, argv, &i, "--json", false, NULL)) != 0) {
+                        if (r < 0)
+                                return r;
+                        ret->json = true;
+                        continue;
+                }
+                if ((r = match_opt(ret, argc, argv, &i, "--socket", true, &v)) != 0) {
+                        if (r < 0)
+                                return r;
+                        if (!*v)
+                                return usage(ret, "--socket needs a path");
+                        ret->socket = v;
+                        continue;
+                }
+                if ((r = match_opt(ret, argc, argv, &i, "--codec", true, &v)) != 0) {
+                        if (r < 0)
+                                return r;
+                        if (zrc_codec_parse(v, &ret->codec) < 0)
+                                return usage(ret, "unknown codec \"%s\" (raw, zstd or zstd_dict)", v);
+                        saw_codec = true;
+                        continue;
+                }
+                if ((r = match_opt(ret, argc, argv, &i, "--chunk", true, &v)) != 0) {
+                        if (r < 0)
+                                return r;
+                        if (cmdline_parse_u64(v, &ret->chunk) < 0 || ret->chunk == 0)
+                                return usage(ret, "--chunk needs a positive number, not \"%s\"", v);
+                        saw_chunk = true;
+                        continue;
+                }
+                if ((r = match_opt(ret, argc, argv, &i, "--dict-tier", true, &v)) != 0) {
+                        if (r < 0)
+                                return r;
+                        if (!*v)
+                                return usage(ret, "--dict-tier needs a name");
+                        ret->dict_tier = v;
+                        saw_tier = true;
+                        continue;
+                }
+                if ((r = match_opt(ret, argc, argv, &i, "--hex", false, NULL)) != 0) {
+                        if (r < 0)
+                                return r;
+                        ret->hex = true;
+                        continue;
+                }
+                if ((r = match_opt(ret, argc, argv, &i, "--range", true, &v)) != 0) {
+                        if (r < 0)
+                                return r;
+                        if (cmdline_parse_range(v, &ret->range_start, &ret->range_end) < 0)
+                                return usage(ret, "bad range \"%s\" (A:B, A:, :B)", v);
+                        ret->has_range = true;
+                        continue;
+                }
+                return usage(ret, "unknown option \"%s\"", a);
+        }
+
+        if (ret->help || ret->version)
+                return 0; /* nothing else matters */
+        if (ret->cmd == CMD_NONE)
+                return usage(ret, "no command given");
+        if ((saw_codec || saw_chunk || saw_tier) && ret->cmd != CMD_IMPORT)
+                return usage(ret, "--codec, --chunk and --dict-tier are options of import");
+        if ((ret->hex || ret->has_range) && ret->cmd != CMD_CAT)
+                return usage(ret, "--hex and --range are options of cat");
+        if (saw_tier && ret->codec != ZRC_CODEC_ZSTD_DICT)
+                return usage(ret, "--dict-tier needs --codec zstd_dict");
+
+        switch (ret->cmd) {
+        case CMD_STATUS:
+                if (n_pos != 0)
+                        return usage(ret, "status takes no arguments");
+                break;
+        case CMD_INFO:
+        case CMD_STATS:
+        case CMD_VERIFY:
+        case CMD_COMPACT:
+                if (n_pos != 1)
+                        return usage(ret, "%s takes one PATH", cmd_names[ret->cmd]);
+                ret->path = positional[0];
+                break;
+        case CMD_IMPORT:
+                if (n_pos != 2)
+                        return usage(ret, "import takes FILE.npy and PATH");
+                ret->npy = positional[0];
+                ret->path = positional[1];
+                break;
+        case CMD_CAT:
+                if (n_pos != 1)
+                        return usage(ret, "cat takes one PATH, then indices");
+                ret->path = positional[0];
+                if (ret->has_range && ret->n_indices > 0)
+                        return usage(ret, "give indices or --range, not both");
+                break;
+        default:
+                break;
+        }
+        return 0;
+}

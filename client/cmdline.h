@@ -1,0 +1,84 @@
+/* cmdline.h: the command line of the zrecord tool, parsed into a struct.
+ *
+ *     zrecord [--socket PATH] [--json] COMMAND [OPTIONS] ARGS
+ *
+ * Global options may stand before or after the command. Parsing touches
+ * nothing outside the struct: it neither prints nor exits, so tests drive it
+ * with argument vectors and the tool decides what a usage error costs (exit 2).
+ */
+#ifndef ZRECORD_CMDLINE_H
+#define ZRECORD_CMDLINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zrc.h"
+
+/* Exit codes of zrecord, which scripts rely on (documented in --help and
+ * client/README.md). */
+enum {
+        ZRECORD_EXIT_OK = 0,       /* success */
+        ZRECORD_EXIT_FAILED = 1,   /* the operation failed (daemon or input error) */
+        ZRECORD_EXIT_USAGE = 2,    /* bad command line */
+        ZRECORD_EXIT_CONNECT = 3,  /* no daemon answers */
+};
+
+typedef enum cmd_kind {
+        CMD_NONE = 0,   /* no command: --help or --version alone, or an error */
+        CMD_STATUS,
+        CMD_INFO,
+        CMD_STATS,
+        CMD_VERIFY,
+        CMD_COMPACT,
+        CMD_IMPORT,
+        CMD_CAT,
+        _CMD_MAX,
+} cmd_kind;
+
+/* Default records per APPEND of `import`: chosen from the record size so that
+ * each append moves about this many bytes (bounded memory, few requests). */
+#define CMDLINE_IMPORT_CHUNK_BYTES (UINT64_C(8) << 20)
+
+typedef struct cmdline {
+        cmd_kind cmd;
+        bool help;              /* --help / -h (for cmd, or global if CMD_NONE) */
+        bool version;           /* --version */
+        bool json;              /* --json */
+        const char *socket;     /* --socket PATH, or NULL */
+        const char *path;       /* the dataset PATH */
+        const char *npy;        /* import: FILE.npy */
+        zrc_codec codec;        /* import: --codec (default raw) */
+        uint64_t chunk;         /* import: --chunk N records per append (0: auto) */
+        const char *dict_tier;  /* import: --dict-tier (default "balanced") */
+        bool hex;               /* cat: --hex */
+        bool has_range;         /* cat: --range A:B */
+        uint64_t range_start;
+        uint64_t range_end;     /* exclusive; UINT64_MAX: to the end */
+        uint64_t *indices;      /* cat: INDEX... (malloc()ed, owned by the struct) */
+        size_t n_indices;
+        char error[256];        /* a usage error's message */
+} cmdline;
+
+/* Parses argv[1..argc). Returns 0 and fills *ret, or -EINVAL (a usage error,
+ * message in ret->error) or -ENOMEM. Pointers in *ret point into argv. Free
+ * with cmdline_done() in either case. */
+int cmdline_parse(int argc, char *const *argv, cmdline *ret);
+
+/* Frees what cmdline_parse() allocated. */
+void cmdline_done(cmdline *c);
+
+/* The command's name ("import"), or NULL for CMD_NONE. */
+const char *cmdline_cmd_name(cmd_kind cmd);
+
+/* The --help text of a command (CMD_NONE: the tool's); a static string. */
+const char *cmdline_help(cmd_kind cmd);
+
+/* Parses "A:B", "A:", ":B" or ":" (B exclusive; a missing B is UINT64_MAX).
+ * Returns 0 or -EINVAL. */
+int cmdline_parse_range(const char *s, uint64_t *ret_start, uint64_t *ret_end);
+
+/* Parses a decimal u64 (no sign, no suffix). Returns 0 or -EINVAL. */
+int cmdline_parse_u64(const char *s, uint64_t *ret);
+
+#endif

@@ -1,0 +1,178 @@
+/* zrc-private.h: what the modules of libzrc share and its users never see.
+ *
+ * The connection (conn.c) owns the socket, the HELLO results, the last error,
+ * the queue of events kept for later and the lists of open datasets and sets,
+ * so that zrc_disconnect() can free whatever its user left open. Datasets
+ * (dataset.c) and sets (set.c) talk to the daemon through conn_call(): one
+ * request built with the connection's writer, sent with its descriptors, and
+ * its reply, matched in order, returned decoded and checked against the
+ * reply's field table.
+ *
+ * None of these symbols is exported (libzrc.sym exports zrc_* only).
+ */
+#ifndef ZRC_PRIVATE_H
+#define ZRC_PRIVATE_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "message.h"
+#include "wire.h"
+#include "zrc.h"
+
+/* Features granted in HELLO, as bits. */
+enum {
+        CONN_FEATURE_LOADER = 1 << 0,
+        CONN_FEATURE_MSSET = 1 << 1,
+        CONN_FEATURE_DICT = 1 << 2,
+        CONN_FEATURE_VERIFY = 1 << 3,
+};
+
+/* Events kept for the loader API while no one consumes them. A connection
+ * without loaders receives none; a loader announces at most prefetch_max
+ * batches before it waits for a RELEASE, so 64 loaders × 64 slots bound what a
+ * correct daemon can send. */
+#define CONN_EVENTS_MAX (64 * 64 + 64)
+
+typedef struct conn_event {
+        struct conn_event *next;
+        zr_msg_kind kind;
+        uint8_t *body;
+        size_t size;
+} conn_event;
+
+struct zrc_conn {
+        int fd;
+        bool broken;                 /* the stream is unusable: every call fails */
+        char path[ZRC_SOCKET_PATH_MAX];
+        uint32_t version;
+        char daemon[64];
+        zrc_limits limits;
+        unsigned features;
+        uint64_t next_id;
+        uint32_t frame_max;          /* bodies accepted from and sent to the daemon */
+        zr_wire_writer writer;
+        zrc_error error;             /* the last failure */
+        zrc_error fault;             /* the last FAULT event (code 0: none) */
+        conn_event *events_head, *events_tail;
+        size_t n_events;
+        zrc_dataset *datasets;       /* open datasets, linked by ->next */
+        zrc_set *sets;               /* open sets, linked by ->next */
+};
+
+/* A decoded "ok" reply: root points into body, which points into frame. */
+typedef struct conn_reply {
+        uint8_t *frame;
+        zr_wire_body *body;
+        const msgpack_object *root;
+        int fd;                      /* the descriptor that came with it, or -1 */
+} conn_reply;
+
+#define CONN_REPLY_NULL ((conn_reply){ .fd = -1 })
+
+/* Records a failure as c's last error and returns -code. */
+int conn_fail(zrc_conn *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Checks that the connection is usable and, if feature is not 0, that the
+ * daemon granted it (name for the message). Returns 0 or a failure. */
+int conn_check(zrc_conn *c, unsigned feature, const char *name);
+
+/* Starts a request of `kind` ("read", ...) with the next id in c's writer and
+ * returns the writer, in which the caller puts the request's fields. */
+zr_wire_writer *conn_begin(zrc_conn *c, zr_msg_kind kind);
+
+/* Sends the request begun with conn_begin() with fds[0..n_fds) attached (the
+ * caller keeps and closes them) and waits for its reply, keeping events that
+ * arrive before it. On "ok" returns 0 and fills *ret (ret may be NULL: the
+ * reply is checked and dropped) which the caller releases with
+ * conn_reply_done(). On "error" returns -code with c's last error set from the
+ * reply. A broken stream fails every later call. */
+int conn_call(zrc_conn *c, zr_msg_kind kind, const int *fds, size_t n_fds, conn_reply *ret);
+
+/* Releases a reply (closing its descriptor unless taken: set fd to -1). */
+void conn_reply_done(conn_reply *r);
+
+/* Reads a u64 field of a reply known to be valid (zr_msg_check() passed). */
+uint64_t conn_get_u64(const msgpack_object *map, const char *key);
+
+/* Parses a schema map of a reply into *ret. Returns 0 or a failure on c. */
+int conn_parse_schema(zrc_conn *c, const msgpack_object *map, zrc_schema *ret);
+
+/* Puts a schema map under `key`. */
+void conn_put_schema(zr_wire_writer *w, const char *key, const zrc_schema *s);
+
+/* The largest count of u64 values one request can carry in a bin besides a
+ * handful of small fields, under the connection's frame limit. */
+size_t conn_u64s_per_frame(const zrc_conn *c, size_t per_item_bytes);
+
+/* Creates a memfd of `size` bytes, lets fill() write it through a temporary
+ * shared mapping (fill may be NULL: then write `data` with write()), and seals
+ * it F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW. Returns the descriptor
+ * (CLOEXEC) or a failure on c. */
+int conn_memfd_sealed(zrc_conn *c, const char *name, uint64_t size, const void *data,
+                      void (*fill)(void *dst, void *userdata), void *userdata);
+
+struct zrc_dataset {
+        zrc_dataset *next, *prev;     /* in conn->datasets */
+        zrc_conn *conn;
+        zrc_set *set;                 /* the owning set, or NULL */
+        uint32_t handle;
+        zrc_schema schema;
+        uint64_t length;
+        bool writable, has_dict;
+        /* the read buffer */
+        uint32_t buffer;              /* handle, 0: none */
+        void *map;
+        uint64_t map_bytes;
+        /* ragged batch arrays, grown as needed */
+        const void **payloads;
+        uint64_t *lengths, *shapes;
+        size_t cap_records;
+};
+
+/* Builds a dataset object for daemon handle `handle` from a reply map holding
+ * "length", "schema" and "has_dict" (an open/create reply, or a stream of an
+ * MSSET_OPEN reply). Returns 0 or a failure on c; the caller closes the handle
+ * then. */
+int dataset_new(zrc_conn *c, uint32_t handle, const msgpack_object *map, bool writable,
+                zrc_set *set, zrc_dataset **ret);
+
+/* Opens `path` as a directory (O_RDONLY | O_DIRECTORY | O_CLOEXEC), then its
+ * `meta` child ("meta.zr" or "NAME/meta.zr") O_RDONLY or O_RDWR, both with
+ * the caller's rights. Returns 0 or a failure on c naming `path`. */
+int dataset_open_files(zrc_conn *c, const char *path, int *ret_dirfd);
+int dataset_open_meta(zrc_conn *c, int dirfd, const char *display, const char *meta,
+                      bool writable, int *ret_fd);
+
+/* Frees d's memory and mapping, asking the daemon to close its handles if
+ * `tell` (a dying connection does not). */
+void dataset_free(zrc_dataset *d, bool tell);
+
+/* Puts one stream's APPEND fields (dtype, count/record_bytes/item_shape or
+ * sizes/ndim) for records r of dataset d at memfd offset `offset`. Returns 0
+ * or -EINVAL on c. */
+int dataset_put_append_fields(zrc_dataset *d, zr_wire_writer *w, const zrc_records *r,
+                              uint64_t offset);
+
+/* Bytes records r take in the memfd for dataset d, or a failure on c. */
+int dataset_records_bytes(zrc_dataset *d, const zrc_records *r, uint64_t *ret);
+
+struct zrc_set {
+        zrc_set *next, *prev;         /* in conn->sets */
+        zrc_conn *conn;
+        uint32_t handle;
+        uint64_t length;
+        bool writable;
+        size_t n_streams;
+        char **names;
+        zrc_dataset **streams;
+};
+
+void set_free(zrc_set *set, bool tell);
+
+/* Sends CLOSE for handle h, ignoring the answer's content. */
+int conn_close_handle(zrc_conn *c, uint32_t h);
+
+#endif

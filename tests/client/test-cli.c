@@ -1,0 +1,535 @@
+/* test-cli.c: the zrecord tool, run as a program against the real zrecordd.
+ *
+ * Each test runs the binary ($ZRECORD) with its output captured and checks the
+ * exit code scripts rely on (0, 1, 2, 3), the --json documents on stdout and
+ * the error names on stderr. .npy files are written byte by byte here (formats
+ * 1.0 and 2.0); if python3 with numpy is installed, one file written by numpy
+ * is imported too, and every --json output is checked to parse as JSON.
+ * Exits 77 (skipped) when this build has no zrecordd.
+ */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "zrc.h"
+#include "zrd-test.h"
+
+static test_daemon daemon_;
+static const char *zrecord;
+static bool have_python;  /* python3 that can parse JSON */
+static bool have_numpy;
+
+static const char *path(const char *name) {
+        static char bufs[4][PATH_MAX];
+        static int k;
+
+        k = (k + 1) % 4;
+        return test_daemon_path(&daemon_, name, bufs[k]);
+}
+
+/* Runs zrecord --socket SOCK args... (NULL-terminated); captures output. */
+static int run(char **ret_out, char **ret_err, ...) {
+        char *argv[32];
+        int argc = 0, r;
+        va_list ap;
+
+        argv[argc++] = (char *)zrecord;
+        argv[argc++] = "--socket";
+        argv[argc++] = daemon_.socket;
+        va_start(ap, ret_err);
+        for (char *a; (a = va_arg(ap, char *)) && argc < 31;)
+                argv[argc++] = a;
+        va_end(ap);
+        argv[argc] = NULL;
+        r = test_run(argv, ret_out, ret_err);
+        return r;
+}
+
+static void write_file(const char *p, const void *data, size_t n) {
+        int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(write(fd, data, n), (ssize_t)n);
+        close(fd);
+}
+
+/* Writes a .npy file: header of format `major` around `dict`, then data. */
+static void write_npy(const char *p, unsigned major, const char *dict, const void *data,
+                      size_t n) {
+        uint8_t *buf = malloc(4096 + n);
+        size_t pre = major == 1 ? 10 : 12, dlen = strlen(dict);
+        size_t total = (pre + dlen + 1 + 63) / 64 * 64, hlen = total - pre;
+
+        memcpy(buf, "\x93NUMPY", 6);
+        buf[6] = (uint8_t)major;
+        buf[7] = 0;
+        buf[8] = hlen & 0xff;
+        buf[9] = (hlen >> 8) & 0xff;
+        if (major > 1)
+                buf[10] = buf[11] = 0;
+        memcpy(buf + pre, dict, dlen);
+        memset(buf + pre + dlen, ' ', hlen - dlen - 1);
+        buf[total - 1] = '\n';
+        memcpy(buf + total, data, n);
+        write_file(p, buf, total + n);
+        free(buf);
+}
+
+/* Checks that s parses as JSON, when python3 is there to say so. */
+static void check_json(const char *s) {
+        char tmp[] = "/tmp/zrc-json-XXXXXX";
+        char *argv[] = { "/usr/bin/env", "python3", "-c",
+                         "import json,sys; json.load(open(sys.argv[1]))", tmp, NULL };
+        int fd;
+
+        if (!have_python)
+                return;
+        fd = mkstemp(tmp);
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(write(fd, s, strlen(s)), (ssize_t)strlen(s));
+        close(fd);
+        ck_assert_msg(test_run(argv, NULL, NULL) == 0, "not JSON: %s", s);
+        unlink(tmp);
+}
+
+#define CONTAINS(s, needle) ck_assert_msg(strstr((s), (needle)), "\"%s\" not in: %s", (needle), (s))
+
+START_TEST(test_usage) {
+        char *out = NULL, *err = NULL;
+        char *argv[] = { (char *)zrecord, "--help", NULL };
+        char *argv2[] = { (char *)zrecord, "import", "--help", NULL };
+        char *argv3[] = { (char *)zrecord, "frobnicate", NULL };
+        char *argv4[] = { (char *)zrecord, NULL };
+
+        ck_assert_int_eq(test_run(argv, &out, &err), 0);
+        CONTAINS(out, "Usage: zrecord");
+        CONTAINS(out, "Exit status");
+        CONTAINS(out, "3  cannot connect");
+        free(out);
+        free(err);
+        ck_assert_int_eq(test_run(argv2, &out, &err), 0);
+        CONTAINS(out, "--codec");
+        free(out);
+        free(err);
+        ck_assert_int_eq(test_run(argv3, &out, &err), 2);
+        CONTAINS(err, "unknown command");
+        CONTAINS(err, "--help");
+        ck_assert_str_eq(out, "");
+        free(out);
+        free(err);
+        ck_assert_int_eq(test_run(argv4, NULL, &err), 2);
+        free(err);
+        ck_assert_int_eq(run(NULL, &err, "cat", NULL), 2);
+        CONTAINS(err, "cat takes one PATH");
+        free(err);
+        ck_assert_int_eq(run(NULL, &err, "info", "/x", "--chunk", "3", NULL), 2);
+        free(err);
+}
+END_TEST
+
+START_TEST(test_no_daemon) {
+        char *out = NULL, *err = NULL;
+        char *argv[] = { (char *)zrecord, "--socket", (char *)path("none.sock"), "status", NULL };
+        char *argv2[] = { (char *)zrecord, "--json", "--socket", (char *)path("none.sock"), "info",
+                          "/x", NULL };
+
+        ck_assert_int_eq(test_run(argv, &out, &err), 3);
+        CONTAINS(err, "ENOENT");
+        CONTAINS(err, "none.sock");
+        ck_assert_str_eq(out, "");
+        free(out);
+        free(err);
+        ck_assert_int_eq(test_run(argv2, NULL, NULL), 3);
+}
+END_TEST
+
+START_TEST(test_status) {
+        char *out = NULL, *err = NULL;
+
+        ck_assert_int_eq(run(&out, &err, "status", NULL), 0);
+        CONTAINS(out, "clients:");
+        free(out);
+        free(err);
+        ck_assert_int_eq(run(&out, &err, "status", "--json", NULL), 0);
+        CONTAINS(out, "\"clients\": 1");
+        CONTAINS(out, "\"per_loader\": []");
+        CONTAINS(out, "\"cache\": {");
+        check_json(out);
+        free(out);
+        free(err);
+}
+END_TEST
+
+START_TEST(test_import_cat_round_trip) {
+        int16_t data[50 * 3];
+        char *out = NULL, *err = NULL;
+
+        for (int i = 0; i < 150; i++)
+                data[i] = (int16_t)(i - 75);
+        write_npy(path("a.npy"), 1, "{'descr': '<i2', 'fortran_order': False, 'shape': (50, 3), }",
+                  data, sizeof(data));
+
+        ck_assert_int_eq(run(&out, &err, "import", path("a.npy"), path("a"), "--json", NULL), 0);
+        CONTAINS(out, "\"records\": 50");
+        CONTAINS(out, "\"first\": 0");
+        CONTAINS(out, "\"item_shape\": [3]");
+        check_json(out);
+        ck_assert_str_eq(err, ""); /* no progress display without a terminal */
+        free(out);
+        free(err);
+
+        ck_assert_int_eq(run(&out, &err, "info", path("a"), NULL), 0);
+        CONTAINS(out, "length:     50");
+        CONTAINS(out, "dtype:      <i2");
+        CONTAINS(out, "item_shape: (3,)");
+        free(out);
+        free(err);
+        ck_assert_int_eq(run(&out, &err, "--json", "info", path("a"), NULL), 0);
+        CONTAINS(out, "\"length\": 50");
+        CONTAINS(out, "\"kind\": \"dense\"");
+        CONTAINS(out, "\"codec\": \"raw\"");
+        CONTAINS(out, "\"record_bytes\": 6");
+        check_json(out);
+        free(out);
+        free(err);
+
+        ck_assert_int_eq(run(&out, &err, "cat", path("a"), "0", "49", "0", NULL), 0);
+        ck_assert_str_eq(out, "0: -75 -74 -73\n49: 72 73 74\n0: -75 -74 -73\n");
+        free(out);
+        free(err);
+        ck_assert_int_eq(run(&out, &err, "cat", path("a"), "--range", "1:3", NULL), 0);
+        ck_assert_str_eq(out, "1: -72 -71 -70\n2: -69 -68 -67\n");
+        free(out);
+        free(err);
+        ck_assert_int_eq(run(&out, &err, "cat", path("a"), "--range", "48:", "--hex", NULL), 0);
+        /* 69 = 0x45, 70 = 0x46, 71 = 0x47; little-endian */
+        ck_assert_str_eq(out, "48: 45 00 46 00 47 00\n49: 48 00 49 00 4a 00\n");
+        free(out);
+        free(err);
+        ck_assert_int_eq(run(&out, &err, "cat", path("a"), "5", "--json", NULL), 0);
+        CONTAINS(out, "\"records\": [{\"index\": 5, \"values\": [-60, -59, -58]}]");
+        check_json(out);
+        free(out);
+        free(err);
+        ck_assert_int_eq(run(&out, &err, "cat", path("a"), "5", "--json", "--hex", NULL), 0);
+        CONTAINS(out, "\"hex\": \"c4ffc5ffc6ff\"");
+        check_json(out);
+        free(out);
+        free(err);
+        ck_assert_int_eq(run(&out, &err, "cat", path("a"), NULL), 0);
+        ck_assert_uint_eq(strlen(out) > 0, 1);
+        {
+                int lines = 0;
+
+                for (const char *p = out; *p; p++)
+                        lines += *p == '\n';
+                ck_assert_int_eq(lines, 50);
+        }
+        free(out);
+        free(err);
+
+        ck_assert_int_eq(run(&out, &err, "stats", path("a"), "--json", NULL), 0);
+        CONTAINS(out, "\"records\": 50");
+        CONTAINS(out, "\"live_bytes\": 300");
+        CONTAINS(out, "\"reclaimable\": 0");
+        check_json(out);
+        free(out);
+        free(err);
+        ck_assert_int_eq(run(&out, &err, "verify", path("a"), "--json", NULL), 0);
+        CONTAINS(out, "\"ok\": true");
+        CONTAINS(out, "\"records\": 50");
+        CONTAINS(out, "\"bad_indices\": []");
+        check_json(out);
+        free(out);
+        free(err);
+        ck_assert_int_eq(run(&out, &err, "verify", path("a"), NULL), 0);
+        CONTAINS(out, "50 records checked, 0 bad");
+        free(out);
+        free(err);
+}
+END_TEST
+
+START_TEST(test_compact) {
+        zrc_conn *c = NULL;
+        zrc_dataset *d = NULL;
+        char *out = NULL, *err = NULL;
+        double v[10];
+
+        for (int i = 0; i < 10; i++)
+                v[i] = i / 4.0;
+        write_npy(path("c.npy"), 2, "{'descr': '<f8', 'fortran_order': False, 'shape': (10,), }",
+                  v, sizeof(v));
+        ck_assert_int_eq(run(NULL, NULL, "import", path("c.npy"), path("c"), "--chunk", "3", NULL), 0);
+        ck_assert_int_eq(zrc_connect(daemon_.socket, &c, NULL), 0);
+        ck_assert_int_eq(zrc_dataset_open(c, path("c"), ZRC_OPEN_WRITABLE, &d), 0);
+        ck_assert_int_eq(zrc_dataset_delete(d, (uint64_t[]){ 0, 1 }, 2, NULL), 0);
+        zrc_disconnect(c);
+
+        ck_assert_int_eq(run(&out, &err, "stats", path("c"), NULL), 0);
+        CONTAINS(out, "records:     8");
+        CONTAINS(out, "reclaimable: 16");
+        free(out);
+        free(err);
+        ck_assert_int_eq(run(&out, &err, "compact", path("c"), "--json", NULL), 0);
+        CONTAINS(out, "\"records\": 8");
+        CONTAINS(out, "\"reclaimable\": 0");
+        check_json(out);
+        free(out);
+        free(err);
+        /* swap-last in descending index order: 9 took index 1, then 8 index 0 */
+        ck_assert_int_eq(run(&out, &err, "cat", path("c"), NULL), 0);
+        ck_assert_str_eq(out, "0: 2\n1: 2.25\n2: 0.5\n3: 0.75\n4: 1\n5: 1.25\n6: 1.5\n7: 1.75\n");
+        free(out);
+        free(err);
+}
+END_TEST
+
+START_TEST(test_import_codecs) {
+        enum { N = 3000, W = 64 };
+        uint8_t *data = malloc(N * W);
+        char *out = NULL, *err = NULL;
+
+        /* structured enough for zstd to train a dictionary */
+        for (int i = 0; i < N; i++)
+                for (int j = 0; j < W; j++)
+                        data[i * W + j] = (uint8_t)(j < 32 ? j * 3 : (i * 7 + j) % 13);
+        write_npy(path("u.npy"), 1, "{'descr': '|u1', 'fortran_order': False, 'shape': (3000, 8, 8), }",
+                  data, N * W);
+
+        ck_assert_int_eq(run(&out, &err, "import", path("u.npy"), path("u-zstd"), "--codec", "zstd",
+                             "--chunk", "700", NULL), 0);
+        CONTAINS(out, "imported 3000 records of |u1 (8, 8)");
+        free(out);
+        free(err);
+        ck_assert_int_eq(run(&out, &err, "import", path("u.npy"), path("u-dict"), "--codec",
+                             "zstd_dict", "--dict-tier", "small", "--json", NULL), 0);
+        CONTAINS(out, "\"codec\": \"zstd_dict\"");
+        ck_assert_msg(!strstr(out, "\"dict_bytes\": 0"), "no dictionary: %s", out);
+        free(out);
+        free(err);
+        for (int k = 0; k < 2; k++) {
+                const char *p = path(k ? "u-dict" : "u-zstd");
+
+                ck_assert_int_eq(run(&out, &err, "cat", p, "2999", "--hex", NULL), 0);
+                ck_assert_uint_eq(strlen(out), strlen("2999:") + W * 3 + 1);
+                free(out);
+                free(err);
+                ck_assert_int_eq(run(&out, &err, "verify", p, NULL), 0);
+                free(out);
+                free(err);
+        }
+        free(data);
+}
+END_TEST
+
+START_TEST(test_import_numpy) {
+        char *out = NULL, *err = NULL;
+        char script[512];
+        char *argv[] = { "/usr/bin/env", "python3", "-c", script, NULL };
+
+        if (!have_numpy)
+                return; /* reported once by main() */
+        snprintf(script, sizeof(script),
+                 "import numpy as np; np.save('%s', np.arange(80, dtype='<f4').reshape(20, 2, 2))",
+                 path("np.npy"));
+        ck_assert_int_eq(test_run(argv, NULL, NULL), 0);
+        ck_assert_int_eq(run(&out, &err, "import", path("np.npy"), path("np"), NULL), 0);
+        free(out);
+        free(err);
+        ck_assert_int_eq(run(&out, &err, "cat", path("np"), "19", "--json", NULL), 0);
+        CONTAINS(out, "\"values\": [76, 77, 78, 79]");
+        CONTAINS(out, "\"item_shape\": [2, 2]");
+        free(out);
+        free(err);
+        /* and a big-endian float64 array prints by value */
+        snprintf(script, sizeof(script),
+                 "import numpy as np; np.save('%s', np.array([[1.5, -2.0], [3.25, 1e300]], dtype='>f8'))",
+                 path("be.npy"));
+        ck_assert_int_eq(test_run(argv, NULL, NULL), 0);
+        ck_assert_int_eq(run(&out, &err, "import", path("be.npy"), path("be"), NULL), 0);
+        free(out);
+        free(err);
+        ck_assert_int_eq(run(&out, &err, "cat", path("be"), NULL), 0);
+        ck_assert_str_eq(out, "0: 1.5 -2\n1: 3.25 1.0000000000000001e+300\n");
+        free(out);
+        free(err);
+}
+END_TEST
+
+START_TEST(test_ragged_cat) {
+        zrc_conn *c = NULL;
+        zrc_dataset *d = NULL;
+        zrc_schema s;
+        int32_t a[] = { 1, 2, 3 }, b[] = { 9 };
+        const void *payloads[] = { a, b, NULL };
+        uint64_t shapes[] = { 3, 1, 0 };
+        char *out = NULL, *err = NULL;
+
+        ck_assert_int_eq(zrc_connect(daemon_.socket, &c, NULL), 0);
+        ck_assert_int_eq(zrc_schema_ragged(&s, "<i4", 1, ZRC_CODEC_ZSTD), 0);
+        ck_assert_int_eq(zrc_dataset_create(c, path("r"), &s, NULL, 0, &d), 0);
+        ck_assert_int_eq(zrc_dataset_append_ragged(d, 3, shapes, payloads, NULL), 0);
+        zrc_disconnect(c);
+
+        ck_assert_int_eq(run(&out, &err, "cat", path("r"), NULL), 0);
+        ck_assert_str_eq(out, "0 (3,): 1 2 3\n1 (1,): 9\n2 (0,):\n");
+        free(out);
+        free(err);
+        ck_assert_int_eq(run(&out, &err, "cat", path("r"), "1", "--json", NULL), 0);
+        CONTAINS(out, "{\"index\": 1, \"shape\": [1], \"values\": [9]}");
+        CONTAINS(out, "\"ndim\": 1");
+        check_json(out);
+        free(out);
+        free(err);
+        ck_assert_int_eq(run(&out, &err, "info", path("r"), NULL), 0);
+        CONTAINS(out, "kind:       ragged");
+        CONTAINS(out, "ndim:       1");
+        free(out);
+        free(err);
+}
+END_TEST
+
+START_TEST(test_set_info) {
+        zrc_conn *c = NULL;
+        zrc_dataset *d = NULL;
+        zrc_schema s;
+        char *out = NULL, *err = NULL;
+
+        ck_assert_int_eq(mkdir(path("pair"), 0755), 0);
+        ck_assert_int_eq(zrc_connect(daemon_.socket, &c, NULL), 0);
+        ck_assert_int_eq(zrc_schema_dense(&s, "<i8", NULL, 0, ZRC_CODEC_RAW), 0);
+        ck_assert_int_eq(zrc_dataset_create(c, path("pair/x"), &s, NULL, 0, &d), 0);
+        zrc_dataset_close(d);
+        ck_assert_int_eq(zrc_dataset_create(c, path("pair/y"), &s, NULL, 0, &d), 0);
+        zrc_disconnect(c);
+        ck_assert_int_eq(run(&out, &err, "info", path("pair"), "--json", NULL), 0);
+        CONTAINS(out, "\"kind\": \"set\"");
+        CONTAINS(out, "\"name\": \"x\"");
+        CONTAINS(out, "\"name\": \"y\"");
+        check_json(out);
+        free(out);
+        free(err);
+}
+END_TEST
+
+START_TEST(test_errors) {
+        int8_t data[4] = { 1, 2, 3, 4 };
+        char *out = NULL, *err = NULL;
+
+        write_npy(path("e.npy"), 1, "{'descr': '|i1', 'fortran_order': False, 'shape': (4,), }",
+                  data, sizeof(data));
+        ck_assert_int_eq(run(NULL, NULL, "import", path("e.npy"), path("e"), NULL), 0);
+
+        /* index out of range: exit 1, the error's name on stderr, stdout clean */
+        ck_assert_int_eq(run(&out, &err, "cat", path("e"), "4", NULL), 1);
+        CONTAINS(err, "ZR_E_RANGE");
+        ck_assert_str_eq(out, "");
+        free(out);
+        free(err);
+        /* a store already there */
+        ck_assert_int_eq(run(&out, &err, "import", path("e.npy"), path("e"), NULL), 1);
+        CONTAINS(err, "ZR_E_EXISTS");
+        free(out);
+        free(err);
+        /* not a store */
+        mkdir(path("empty"), 0755);
+        ck_assert_int_eq(run(&out, &err, "stats", path("empty"), NULL), 1);
+        CONTAINS(err, "ZR_E_NOT_STORE");
+        free(out);
+        free(err);
+        ck_assert_int_eq(run(&out, &err, "info", path("nowhere"), "--json", NULL), 1);
+        CONTAINS(err, "ENOENT");
+        ck_assert_str_eq(out, "");
+        free(out);
+        free(err);
+        /* bad .npy files: Fortran order, truncated data, not .npy, missing */
+        write_npy(path("f.npy"), 1, "{'descr': '|i1', 'fortran_order': True, 'shape': (2, 2), }",
+                  data, sizeof(data));
+        ck_assert_int_eq(run(&out, &err, "import", path("f.npy"), path("f"), NULL), 1);
+        CONTAINS(err, "Fortran");
+        free(out);
+        free(err);
+        write_npy(path("t.npy"), 1, "{'descr': '<i4', 'fortran_order': False, 'shape': (9,), }",
+                  data, sizeof(data));
+        ck_assert_int_eq(run(&out, &err, "import", path("t.npy"), path("t"), NULL), 1);
+        CONTAINS(err, "truncated");
+        free(out);
+        free(err);
+        write_file(path("x.npy"), "hello, world", 12);
+        ck_assert_int_eq(run(&out, &err, "import", path("x.npy"), path("x"), NULL), 1);
+        CONTAINS(err, "not a .npy");
+        free(out);
+        free(err);
+        ck_assert_int_eq(run(&out, &err, "import", path("missing.npy"), path("m"), NULL), 1);
+        CONTAINS(err, "missing.npy");
+        free(out);
+        free(err);
+        /* compact needs write access to meta.zr */
+        chmod(path("e/meta.zr"), 0444);
+        if (geteuid() != 0) {
+                ck_assert_int_eq(run(&out, &err, "compact", path("e"), NULL), 1);
+                CONTAINS(err, "EACCES");
+                free(out);
+                free(err);
+        }
+        chmod(path("e/meta.zr"), 0644);
+}
+END_TEST
+
+int main(void) {
+        Suite *s = suite_create("cli");
+        TCase *tc = tcase_create("zrecord");
+        SRunner *sr;
+        int failed, r, status;
+        char *probe[] = { "/usr/bin/env", "python3", "-c", "import json", NULL };
+        char *probe_np[] = { "/usr/bin/env", "python3", "-c", "import numpy", NULL };
+
+        zrecord = getenv("ZRECORD");
+        if (!zrecord || access(zrecord, X_OK) < 0) {
+                fprintf(stderr, "$ZRECORD does not name the zrecord tool\n");
+                return EXIT_FAILURE;
+        }
+        if (!test_daemon_binary()) {
+                printf("SKIP: no zrecordd in this build ($ZRECORDD unset or not executable)\n");
+                return TEST_SKIP;
+        }
+        have_python = test_run(probe, NULL, NULL) == 0;
+        have_numpy = have_python && test_run(probe_np, NULL, NULL) == 0;
+        if (!have_numpy)
+                printf("note: python3 with numpy not found: the numpy-written file is not tested\n");
+        r = test_daemon_start(&daemon_, NULL);
+        if (r < 0) {
+                fprintf(stderr, "zrecordd did not start: %s\n", strerror(-r));
+                return EXIT_FAILURE;
+        }
+
+        tcase_set_timeout(tc, 120);
+        tcase_add_test(tc, test_usage);
+        tcase_add_test(tc, test_no_daemon);
+        tcase_add_test(tc, test_status);
+        tcase_add_test(tc, test_import_cat_round_trip);
+        tcase_add_test(tc, test_compact);
+        tcase_add_test(tc, test_import_codecs);
+        tcase_add_test(tc, test_import_numpy);
+        tcase_add_test(tc, test_ragged_cat);
+        tcase_add_test(tc, test_set_info);
+        tcase_add_test(tc, test_errors);
+        suite_add_tcase(s, tc);
+        sr = srunner_create(s);
+        srunner_run_all(sr, CK_NORMAL);
+        failed = srunner_ntests_failed(sr);
+        srunner_free(sr);
+
+        status = test_daemon_stop(&daemon_);
+        if (status != 0) {
+                fprintf(stderr, "zrecordd exited with status %d after SIGTERM\n", status);
+                failed++;
+        }
+        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

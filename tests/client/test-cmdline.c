@@ -1,0 +1,217 @@
+/* test-cmdline.c: the zrecord tool's command line: commands, global options in
+ * any position, per-command options, usage errors and their messages. */
+#include <check.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cmdline.h"
+
+#define ARGV(...) ((char *const[]){ "zrecord", __VA_ARGS__, NULL })
+#define ARGC(...) ((int)(sizeof((char *const[]){ "zrecord", __VA_ARGS__ }) / sizeof(char *)))
+#define PARSE(cl, ...) cmdline_parse(ARGC(__VA_ARGS__), ARGV(__VA_ARGS__), (cl))
+
+START_TEST(test_commands) {
+        cmdline cl;
+
+        ck_assert_int_eq(PARSE(&cl, "status"), 0);
+        ck_assert_int_eq(cl.cmd, CMD_STATUS);
+        ck_assert(!cl.json);
+        ck_assert_ptr_null(cl.socket);
+        cmdline_done(&cl);
+
+        ck_assert_int_eq(PARSE(&cl, "--json", "info", "/data/x"), 0);
+        ck_assert_int_eq(cl.cmd, CMD_INFO);
+        ck_assert(cl.json);
+        ck_assert_str_eq(cl.path, "/data/x");
+        cmdline_done(&cl);
+
+        /* global options after the command, both value forms */
+        ck_assert_int_eq(PARSE(&cl, "stats", "/d", "--socket", "/s.sock", "--json"), 0);
+        ck_assert_int_eq(cl.cmd, CMD_STATS);
+        ck_assert_str_eq(cl.socket, "/s.sock");
+        ck_assert(cl.json);
+        cmdline_done(&cl);
+        ck_assert_int_eq(PARSE(&cl, "--socket=/t.sock", "verify", "/d"), 0);
+        ck_assert_str_eq(cl.socket, "/t.sock");
+        ck_assert_int_eq(cl.cmd, CMD_VERIFY);
+        cmdline_done(&cl);
+
+        ck_assert_int_eq(PARSE(&cl, "compact", "/d"), 0);
+        ck_assert_int_eq(cl.cmd, CMD_COMPACT);
+        cmdline_done(&cl);
+}
+END_TEST
+
+START_TEST(test_import) {
+        cmdline cl;
+
+        ck_assert_int_eq(PARSE(&cl, "import", "a.npy", "/d"), 0);
+        ck_assert_int_eq(cl.cmd, CMD_IMPORT);
+        ck_assert_str_eq(cl.npy, "a.npy");
+        ck_assert_str_eq(cl.path, "/d");
+        ck_assert_int_eq(cl.codec, ZRC_CODEC_RAW);
+        ck_assert_uint_eq(cl.chunk, 0);
+        ck_assert_str_eq(cl.dict_tier, "balanced");
+        cmdline_done(&cl);
+
+        ck_assert_int_eq(PARSE(&cl, "import", "--codec", "zstd_dict", "a.npy", "/d", "--chunk=500",
+                               "--dict-tier", "max"),
+                         0);
+        ck_assert_int_eq(cl.codec, ZRC_CODEC_ZSTD_DICT);
+        ck_assert_uint_eq(cl.chunk, 500);
+        ck_assert_str_eq(cl.dict_tier, "max");
+        cmdline_done(&cl);
+
+        ck_assert_int_eq(PARSE(&cl, "import", "a.npy", "/d", "--codec=lz4"), -EINVAL);
+        ck_assert(strstr(cl.error, "lz4"));
+        cmdline_done(&cl);
+        ck_assert_int_eq(PARSE(&cl, "import", "a.npy", "/d", "--chunk", "0"), -EINVAL);
+        cmdline_done(&cl);
+        ck_assert_int_eq(PARSE(&cl, "import", "a.npy", "/d", "--chunk", "12x"), -EINVAL);
+        cmdline_done(&cl);
+        ck_assert_int_eq(PARSE(&cl, "import", "a.npy"), -EINVAL);
+        ck_assert(strstr(cl.error, "FILE.npy and PATH"));
+        cmdline_done(&cl);
+        ck_assert_int_eq(PARSE(&cl, "import", "a.npy", "/d", "--dict-tier", "max"), -EINVAL);
+        cmdline_done(&cl);
+        ck_assert_int_eq(PARSE(&cl, "import", "a.npy", "/d", "--chunk"), -EINVAL);
+        ck_assert(strstr(cl.error, "needs a value"));
+        cmdline_done(&cl);
+}
+END_TEST
+
+START_TEST(test_cat) {
+        cmdline cl;
+
+        ck_assert_int_eq(PARSE(&cl, "cat", "/d"), 0);
+        ck_assert_int_eq(cl.cmd, CMD_CAT);
+        ck_assert_uint_eq(cl.n_indices, 0);
+        ck_assert(!cl.has_range);
+        cmdline_done(&cl);
+
+        ck_assert_int_eq(PARSE(&cl, "cat", "/d", "3", "0", "3", "--hex"), 0);
+        ck_assert_uint_eq(cl.n_indices, 3);
+        ck_assert_uint_eq(cl.indices[0], 3);
+        ck_assert_uint_eq(cl.indices[1], 0);
+        ck_assert_uint_eq(cl.indices[2], 3);
+        ck_assert(cl.hex);
+        cmdline_done(&cl);
+
+        ck_assert_int_eq(PARSE(&cl, "cat", "--range", "10:20", "/d"), 0);
+        ck_assert(cl.has_range);
+        ck_assert_uint_eq(cl.range_start, 10);
+        ck_assert_uint_eq(cl.range_end, 20);
+        cmdline_done(&cl);
+        ck_assert_int_eq(PARSE(&cl, "cat", "/d", "--range=5:"), 0);
+        ck_assert_uint_eq(cl.range_start, 5);
+        ck_assert_uint_eq(cl.range_end, UINT64_MAX);
+        cmdline_done(&cl);
+
+        ck_assert_int_eq(PARSE(&cl, "cat", "/d", "1", "--range", "1:2"), -EINVAL);
+        cmdline_done(&cl);
+        ck_assert_int_eq(PARSE(&cl, "cat", "/d", "x"), -EINVAL);
+        ck_assert(strstr(cl.error, "not an index"));
+        cmdline_done(&cl);
+        ck_assert_int_eq(PARSE(&cl, "cat", "/d", "--range", "9:3"), -EINVAL);
+        cmdline_done(&cl);
+        ck_assert_int_eq(PARSE(&cl, "info", "/d", "--hex"), -EINVAL);
+        cmdline_done(&cl);
+}
+END_TEST
+
+START_TEST(test_ranges) {
+        uint64_t a, b;
+
+        ck_assert_int_eq(cmdline_parse_range(":", &a, &b), 0);
+        ck_assert_uint_eq(a, 0);
+        ck_assert_uint_eq(b, UINT64_MAX);
+        ck_assert_int_eq(cmdline_parse_range(":7", &a, &b), 0);
+        ck_assert_uint_eq(a, 0);
+        ck_assert_uint_eq(b, 7);
+        ck_assert_int_eq(cmdline_parse_range("3:3", &a, &b), 0);
+        ck_assert_int_eq(cmdline_parse_range("3", &a, &b), -EINVAL);
+        ck_assert_int_eq(cmdline_parse_range("1:2:3", &a, &b), -EINVAL);
+        ck_assert_int_eq(cmdline_parse_range("-1:2", &a, &b), -EINVAL);
+        ck_assert_int_eq(cmdline_parse_range("99999999999999999999:", &a, &b), -EINVAL);
+}
+END_TEST
+
+START_TEST(test_usage_errors) {
+        cmdline cl;
+
+        ck_assert_int_eq(cmdline_parse(1, ARGV("x") + 0, &cl), -EINVAL); /* no command */
+        ck_assert(strstr(cl.error, "no command"));
+        cmdline_done(&cl);
+        ck_assert_int_eq(PARSE(&cl, "frobnicate"), -EINVAL);
+        ck_assert(strstr(cl.error, "unknown command"));
+        cmdline_done(&cl);
+        ck_assert_int_eq(PARSE(&cl, "status", "--bogus"), -EINVAL);
+        ck_assert(strstr(cl.error, "--bogus"));
+        cmdline_done(&cl);
+        ck_assert_int_eq(PARSE(&cl, "status", "extra"), -EINVAL);
+        cmdline_done(&cl);
+        ck_assert_int_eq(PARSE(&cl, "info"), -EINVAL);
+        cmdline_done(&cl);
+        ck_assert_int_eq(PARSE(&cl, "info", "/a", "/b"), -EINVAL);
+        cmdline_done(&cl);
+        ck_assert_int_eq(PARSE(&cl, "status", "--json=yes"), -EINVAL);
+        cmdline_done(&cl);
+        ck_assert_int_eq(PARSE(&cl, "--socket"), -EINVAL);
+        cmdline_done(&cl);
+        ck_assert_int_eq(PARSE(&cl, "stats", "/d", "--codec", "zstd"), -EINVAL);
+        cmdline_done(&cl);
+}
+END_TEST
+
+START_TEST(test_help) {
+        cmdline cl;
+
+        ck_assert_int_eq(PARSE(&cl, "--help"), 0);
+        ck_assert(cl.help);
+        ck_assert_int_eq(cl.cmd, CMD_NONE);
+        cmdline_done(&cl);
+        ck_assert_int_eq(PARSE(&cl, "import", "-h"), 0);
+        ck_assert(cl.help);
+        ck_assert_int_eq(cl.cmd, CMD_IMPORT);
+        cmdline_done(&cl);
+        ck_assert_int_eq(PARSE(&cl, "--version"), 0);
+        ck_assert(cl.version);
+        cmdline_done(&cl);
+
+        /* every help text states the exit codes */
+        for (int k = CMD_NONE; k < _CMD_MAX; k++) {
+                const char *h = cmdline_help((cmd_kind)k);
+
+                ck_assert(strstr(h, "Usage: zrecord"));
+                ck_assert(strstr(h, "3  cannot connect"));
+                ck_assert(strstr(h, "2  usage error"));
+                if (k != CMD_NONE)
+                        ck_assert(strstr(h, cmdline_cmd_name((cmd_kind)k)));
+        }
+        /* "--" ends the options: a path that starts with a dash */
+        ck_assert_int_eq(PARSE(&cl, "info", "--", "--weird"), 0);
+        ck_assert_str_eq(cl.path, "--weird");
+        cmdline_done(&cl);
+}
+END_TEST
+
+int main(void) {
+        Suite *s = suite_create("cmdline");
+        TCase *tc = tcase_create("parse");
+        SRunner *sr;
+        int failed;
+
+        tcase_add_test(tc, test_commands);
+        tcase_add_test(tc, test_import);
+        tcase_add_test(tc, test_cat);
+        tcase_add_test(tc, test_ranges);
+        tcase_add_test(tc, test_usage_errors);
+        tcase_add_test(tc, test_help);
+        suite_add_tcase(s, tc);
+        sr = srunner_create(s);
+        srunner_run_all(sr, CK_NORMAL);
+        failed = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
