@@ -17,10 +17,13 @@
 #include "loader/loader.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "dataset/ragged.h"
 #include "loader/cache.h"
@@ -34,6 +37,18 @@
 #define LOADER_CAPACITY_SAMPLE 256
 /* Default ragged capacity is this many times batch_size × the mean record. */
 #define LOADER_CAPACITY_FACTOR 2
+/* Bytes per shard when a slot is pre-faulted: big enough that a shard's
+ * madvise() is not dominated by its call, small enough to spread one 64 MiB
+ * slot over every core. */
+#define LOADER_POPULATE_SHARD (4u << 20)
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
+#ifndef F_SEAL_FUTURE_WRITE
+#define F_SEAL_FUTURE_WRITE 0x0010 /* Linux 5.1 */
+#endif
+
 /* Records per shard of the parallel copy of cache hits and inserts: enough to
  * amortise a shard's hand-off, few enough to spread a 256-record batch. */
 #define LOADER_COPY_SHARD_MIN 8
@@ -63,6 +78,7 @@ typedef struct slot {
         uint64_t step;        /* the step it holds (has_content) or is being filled with */
         int has_content;      /* holds the complete batch of `step` */
         int gathering;        /* FILLING by a gather (not a copy) */
+        int populated;        /* its pages are faulted in (only its filler reads this) */
         unsigned pins;        /* group members copying from it */
         uint64_t *indices;    /* batch_size */
         zr_loader_stream_batch *sb; /* nstreams */
@@ -180,6 +196,10 @@ static int free_slot(const zr_loader *l) {
 
 static int runnable(const zr_loader *l) {
         if (l->closing || (l->end_reachable && l->fill_k >= l->end_k))
+                return 0;
+        /* a new loader's first batch is filled alone, so it gets every core
+         * (its shards) and arrives after one slot's fill, not two */
+        if (l->inflight > 0 && l->c.gathers + l->c.shared == 0)
                 return 0;
         return free_slot(l) >= 0;
 }
@@ -360,7 +380,8 @@ static void copy_shard(void *arg, size_t shard, size_t nshards) {
 
         for (size_t i = lo; i < hi; i++) {
                 if (j->hits[i])
-                        memcpy(j->dsts[i], zr_rcache_entry_data(j->hits[i]), j->locs[i].logic_length);
+                        memcpy(j->dsts[i], zr_rcache_entry_data(j->hits[i]),
+                               j->locs[i].logic_length);
                 else
                         ev += zr_rcache_insert(j->cache, &j->keys[i], j->dsts[i],
                                                j->locs[i].logic_length);
@@ -526,6 +547,43 @@ out:
         return r;
 }
 
+typedef struct populate_job {
+        uint8_t *base;
+        size_t bytes;
+} populate_job;
+
+/* Shard: faults in its part of a slot (all of the slot's pages are fresh). */
+static void populate_shard(void *arg, size_t shard, size_t nshards) {
+        populate_job *j = arg;
+        size_t pages = j->bytes / ZR_SHM_ALIGN;
+        size_t lo = pages * shard / nshards, hi = pages * (shard + 1) / nshards;
+        uint8_t *p = j->base + lo * ZR_SHM_ALIGN;
+
+        if (hi <= lo)
+                return;
+        if (madvise(p, (hi - lo) * ZR_SHM_ALIGN, MADV_POPULATE_WRITE) == 0)
+                return;
+        for (size_t k = lo; k < hi; k++) /* an older kernel: touch each page */
+                ((volatile uint8_t *)j->base)[k * ZR_SHM_ALIGN] = 0;
+}
+
+/* Pre-faults slot k before its first fill, on the workers, so that opening a
+ * loader costs the loop thread no page faults and a fill writes into present
+ * pages (a fresh shared page costs ~1.7 us to fault: ~29 ms per 64 MiB). */
+static void populate(zr_loader *l, uint32_t k) {
+        slot *s = &l->slots[k];
+        populate_job j = { .base = (uint8_t *)l->ring.data + (uint64_t)k * l->slot_bytes,
+                           .bytes = l->slot_bytes };
+
+        if (s->populated)
+                return;
+        zr_pool_parallel(l->e->pool, zr_pool_shards(l->e->pool, (l->slot_bytes +
+                                                                  LOADER_POPULATE_SHARD - 1) /
+                                                                         LOADER_POPULATE_SHARD),
+                         populate_shard, &j);
+        s->populated = 1;
+}
+
 /* Gathers step w->step into w->slot. */
 static void fill_gather(zr_loader *l, const work *w, fill_result *res) {
         slot *s = &l->slots[w->slot];
@@ -535,12 +593,35 @@ static void fill_gather(zr_loader *l, const work *w, fill_result *res) {
         zr_error err = {0};
         int r;
 
+        populate(l, w->slot);
         sp.step = w->step;
         r = zr_sampler_indices(&sp, s->indices, &err);
         for (size_t i = 0; r >= 0 && i < l->nstreams; i++)
                 r = gather_stream(l, i, s->indices, base, slot_off, &s->sb[i], res, &err);
         if (r < 0)
                 fill_fail(res, r, &err);
+}
+
+typedef struct memcpy_job {
+        uint8_t *dst;
+        const uint8_t *src;
+        size_t bytes;
+} memcpy_job;
+
+static void memcpy_shard(void *arg, size_t shard, size_t nshards) {
+        memcpy_job *j = arg;
+        size_t lo = j->bytes * shard / nshards, hi = j->bytes * (shard + 1) / nshards;
+
+        memcpy(j->dst + lo, j->src + lo, hi - lo);
+}
+
+/* memcpy() on every core, in shards of at least LOADER_POPULATE_SHARD bytes. */
+static void parallel_memcpy(zr_pool *pool, void *dst, const void *src, size_t bytes) {
+        memcpy_job j = { .dst = dst, .src = src, .bytes = bytes };
+
+        zr_pool_parallel(pool, zr_pool_shards(pool, (bytes + LOADER_POPULATE_SHARD - 1) /
+                                                            LOADER_POPULATE_SHARD),
+                         memcpy_shard, &j);
 }
 
 /* Copies step w->step from the pinned group member's slot. The key of the group
@@ -560,6 +641,7 @@ static void fill_copy(zr_loader *l, const work *w, fill_result *res) {
                         return;
                 }
         }
+        populate(l, w->slot);
         memcpy(d->indices, s->indices, B * sizeof(uint64_t));
         for (size_t i = 0; i < l->nstreams; i++) {
                 const lstream *st = &l->streams[i];
@@ -573,8 +655,8 @@ static void fill_copy(zr_loader *l, const work *w, fill_result *res) {
                         fill_fail(res, -ZR_E_BUFFER, &err);
                         return;
                 }
-                memcpy((uint8_t *)l->ring.data + doff + st->offset,
-                       (const uint8_t *)m->ring.data + sb->offset, sb->bytes);
+                parallel_memcpy(l->e->pool, (uint8_t *)l->ring.data + doff + st->offset,
+                                (const uint8_t *)m->ring.data + sb->offset, sb->bytes);
                 db->offset = doff + st->offset;
                 db->bytes = sb->bytes;
                 if (st->ragged) {
@@ -892,6 +974,43 @@ static int layout(zr_loader *l, const zr_loader_params *p, zr_error *err) {
         return 0;
 }
 
+/* Creates the ring: a memfd of `bytes` (a multiple of the page size), mapped
+ * read-write and sealed as zr_shm_create() does, but not pre-faulted here:
+ * populate() does that per slot on a worker (see there). */
+static int ring_create(zr_shm *ret, size_t bytes, zr_error *err) {
+        zr_shm s = { .fd = -1 };
+        int r;
+
+        s.fd = memfd_create("zrecord-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        if (s.fd < 0)
+                return zr_error_errno(err, errno, "memfd_create of a ring");
+        if (ftruncate(s.fd, (off_t)bytes) < 0) {
+                r = zr_error_errno(err, errno, "sizing a ring to %zu bytes", bytes);
+                goto fail;
+        }
+        s.data = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, s.fd, 0);
+        if (s.data == MAP_FAILED) {
+                s.data = NULL;
+                r = zr_error_errno(err, errno, "mapping a ring of %zu bytes", bytes);
+                goto fail;
+        }
+        s.size = bytes;
+        s.writable = 1;
+        /* our mapping exists, so FUTURE_WRITE keeps it writable and refuses any
+         * new writable one (a client's); older kernels lack it */
+        if ((fcntl(s.fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE) < 0 &&
+             fcntl(s.fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0) ||
+            fcntl(s.fd, F_ADD_SEALS, F_SEAL_SEAL) < 0) {
+                r = zr_error_errno(err, errno, "sealing a ring");
+                goto fail;
+        }
+        *ret = s;
+        return 0;
+fail:
+        zr_shm_release(&s);
+        return r;
+}
+
 static void loader_destroy(zr_loader *l) {
         if (!l)
                 return;
@@ -1006,7 +1125,7 @@ int zr_loader_new(zr_loader_engine *e, const zr_loader_stream *streams, size_t n
         r = layout(l, p, err);
         if (r < 0)
                 goto fail;
-        r = zr_shm_create("zrecord-ring", l->slot_bytes * l->nslots, &l->ring, err);
+        r = ring_create(&l->ring, l->slot_bytes * l->nslots, err);
         if (r < 0)
                 goto fail;
 
