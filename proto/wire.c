@@ -13,8 +13,9 @@
  * of containers (4 extra bytes per container); values use msgpack-c's shortest
  * forms.
  *
- * Assumes a little-endian-agnostic build (all multi-byte values are assembled
- * byte by byte). Does not touch sockets or descriptors.
+ * Works on hosts of either byte order (wire integers are assembled byte by
+ * byte; bins of u64 are copied as they are only on little-endian hosts). Does
+ * not touch sockets or descriptors.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -29,6 +30,10 @@
  * (32); our depth limit must stay below it so the unpack after a successful
  * scan cannot fail on depth. */
 #define WIRE_DEPTH_HARD_MAX 32
+
+/* Big-endian hosts: values converted to little-endian per buffer write in
+ * zr_wire_put_u64s(); 1 KiB of stack, two writes for a 256-index batch. */
+#define WIRE_U64S_BLOCK 128
 
 /* Zone chunk size for bodies: most bodies are a few hundred bytes of objects. */
 #define WIRE_ZONE_CHUNK 4096
@@ -734,12 +739,22 @@ void zr_wire_put_u64s(zr_wire_writer *w, const char *key, const uint64_t *v, siz
         if (!writer_key(w, key))
                 return;
         writer_check(w, msgpack_pack_bin(&w->pk, n * 8));
-        for (size_t i = 0; i < n && w->error == 0; i++) {
-                uint8_t le[8];
-                for (unsigned b = 0; b < 8; b++)
-                        le[b] = (v[i] >> (8 * b)) & 0xff;
-                writer_check(w, msgpack_pack_bin_body(&w->pk, le, sizeof(le)));
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+        /* the host's layout is the wire's */
+        writer_check(w, msgpack_pack_bin_body(&w->pk, v, n * 8));
+#else
+        /* converted in blocks: one buffer write per block, not per value */
+        for (size_t i = 0; i < n && w->error == 0;) {
+                uint8_t le[8 * WIRE_U64S_BLOCK];
+                size_t m = n - i < WIRE_U64S_BLOCK ? n - i : WIRE_U64S_BLOCK;
+
+                for (size_t j = 0; j < m; j++)
+                        for (unsigned b = 0; b < 8; b++)
+                                le[8 * j + b] = (v[i + j] >> (8 * b)) & 0xff;
+                writer_check(w, msgpack_pack_bin_body(&w->pk, le, 8 * m));
+                i += m;
         }
+#endif
 }
 
 void zr_wire_put_uint_array(zr_wire_writer *w, const char *key, const uint64_t *v, size_t n) {
