@@ -14,8 +14,8 @@
 #include <zdict.h>
 
 /* Chosen from bench/dict-tiers.c --sweep (docs/DATASETS.md, "Tiers"). small:
- * most of what a dictionary gives token-like data, trains in ~0.1 s. balanced:
- * 80-90 % of max's ratio on small image records at half its training time and
+ * most of what a dictionary gives token-like data, trains in well under a
+ * second. balanced: 80-90 % of max's ratio on small image records at half its training time and
  * footprint. max: past 256 KiB the ratio gains under 5 % while training time and
  * level-19 compression time double, and ZDICT's output gets erratic. Samples are
  * 128 times the dictionary (zstd advises about 100). */
