@@ -28,6 +28,10 @@
  * client catches up: a client that pipelines but does not read cannot make the
  * daemon buffer more than this plus ZR_PIPELINE_MAX replies. */
 #define OUTPUT_PAUSE_BYTES (UINT64_C(4) << 20)
+/* Request bodies read and not yet executed above which the session stops
+ * reading: ZR_PIPELINE_MAX requests of a full frame each would pin 64 MiB per
+ * client; real pipelines are small requests. */
+#define QUEUE_PAUSE_BYTES (UINT64_C(4) << 20)
 
 enum {
         FEATURE_MSSET = 1u << 0,
@@ -68,6 +72,7 @@ struct zr_client {
         uint64_t requests;
 
         zr_request *q_head, *q_tail;
+        uint64_t queued_bytes;    /* bodies of the requests in the queue */
         unsigned unanswered;      /* read and not yet answered, the running one included */
         zr_request *running;
 
@@ -196,6 +201,7 @@ static void client_update_reading(zr_client *c) {
         if (!c->conn || c->gone)
                 return;
         bool on = !c->closing && !c->draining && c->unanswered < ZR_PIPELINE_MAX &&
+                  c->queued_bytes <= QUEUE_PAUSE_BYTES &&
                   zr_conn_output_bytes(c->conn) <= OUTPUT_PAUSE_BYTES;
         zr_conn_set_reading(c->conn, on);
 }
@@ -612,6 +618,7 @@ static void client_pump(zr_client *c) {
                 if (!c->q_head)
                         c->q_tail = NULL;
                 rq->next = NULL;
+                c->queued_bytes -= rq->len;
                 int r = dispatch(rq);
                 if (r == ZR_RQ_PENDING) {
                         c->running = rq;
@@ -629,6 +636,7 @@ static void enqueue(zr_client *c, zr_request *rq) {
         else
                 c->q_head = rq;
         c->q_tail = rq;
+        c->queued_bytes += rq->len;
         c->unanswered++;
         client_update_reading(c);
         client_pump(c);
@@ -660,6 +668,7 @@ static int on_frame(zr_conn *conn, const uint8_t *body, size_t len, void *userda
                 return 0;
         }
         rq->client = c;
+        rq->len = len;
         memcpy(rq->bytes, body, len);
         for (unsigned i = 0; i < ZR_FDS_PER_FRAME_MAX; i++)
                 rq->fds[i] = i < nfds ? fds[i] : -1;

@@ -67,6 +67,7 @@ struct zr_request {
         zr_msg_kind kind;
         uint64_t id;
         uint8_t *bytes;           /* the body, copied out of the connection */
+        size_t len;
         zr_wire_body *body;
         const msgpack_object *root;
         int fds[ZR_FDS_PER_FRAME_MAX];

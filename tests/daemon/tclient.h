@@ -34,7 +34,8 @@ int td_stop(td_daemon *d, int sig);
 int td_wait_exit(td_daemon *d);
 /* Waits for the next notify datagram containing `what`; true if it came. */
 bool td_wait_notify(td_daemon *d, const char *what);
-/* Removes the temp directory. */
+/* Stops the daemon with SIGTERM (asserting exit status 0), removes the temp
+ * directory. */
 void td_cleanup(td_daemon *d);
 /* Number of open descriptors of the daemon (/proc/PID/fd). */
 int td_fd_count(const td_daemon *d);
