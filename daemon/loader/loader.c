@@ -1273,6 +1273,8 @@ int zr_loader_release(zr_loader *l, uint32_t slot_no, zr_error *err) {
         }
         l->slots[slot_no].state = SLOT_FREE;
         maybe_run(e, l);
+        if (e->kick_pending)
+                kick(e);
 out:
         pthread_mutex_unlock(&e->mutex);
         return r;

@@ -10,7 +10,10 @@
  *                     with events to collect, and the totals. Borrows a
  *                     zr_pool (it must have at least one thread).
  *   zr_loader         one per LOADER_OPEN. Owns its ring (one memfd, slots ×
- *                     slot_bytes, pre-faulted and sealed: util/shm.h) and the
+ *                     slot_bytes, sealed as util/shm.h seals daemon-made
+ *                     regions; each slot is pre-faulted on the workers just
+ *                     before its first fill, so opening costs the loop thread
+ *                     no page faults and no fill ever takes one) and the
  *                     per-slot batch metadata (ragged offsets, lengths, shapes;
  *                     indices). Borrows its streams' datasets, locks and
  *                     generation counters (zr_loader_stream).
@@ -18,10 +21,11 @@
  * Threads
  *
  *   The daemon's loop thread calls every function of this header. Pool workers
- *   run "drain" tasks (at most LOADER_DRAIN_MAX at once): each takes the loader
+ *   run "drain" tasks (at most one per pool thread at once): each takes the loader
  *   at the head of the run queue, claims one (free slot, next step) of it, puts
  *   the loader back at the tail if it still has a free slot (so worker time goes
- *   round-robin, one batch per turn), and fills the slot: it copies the batch
+ *   round-robin, one batch per turn; a new loader's first fill runs alone so
+ *   that its first batch gets every core), and fills the slot: it copies the batch
  *   from a group member's slot that holds the same step, or gathers it (under
  *   each stream's lock taken shared, records decoded through the cache). A
  *   finished slot whose step is the next to announce puts the loader on the
@@ -47,8 +51,8 @@
  *   Loaders with the same key (streams' dataset ids and generations, sampler,
  *   seed, batch_size, rank, world_size) form a group. When a member needs step
  *   s and another member's slot holds step s (or is filling it), it does not
- *   gather: it waits for that fill and copies the slot's regions and metadata
- *   into its own ring. Shared: the sampler, the store reads (locate and page
+ *   gather: it waits for that fill (off the run queue, holding no worker) and
+ *   copies the slot's regions and metadata into its own ring, on every core. Shared: the sampler, the store reads (locate and page
  *   cache), the decoding, the staleness checks: one gather per step for the
  *   group ("gathers" counts it once; "shared" counts the copies). Per member:
  *   one memcpy of the batch into its own ring, because PROTOCOL.md gives every

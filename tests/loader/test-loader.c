@@ -6,6 +6,7 @@
 #include "helpers.h"
 
 #include <inttypes.h>
+#include <sys/mman.h>
 
 #include "zr-proto.h"
 
@@ -270,6 +271,56 @@ START_TEST(test_slots_and_exhaustion) {
         zr_loader_counters_get(l, &c);
         ck_assert_uint_eq(c.batches, 200);
         ck_assert_uint_le(c.gathers, 200 + 3);
+        zr_loader_free(l);
+        fixture_free(&f);
+}
+END_TEST
+
+/* The slot layout of PROTOCOL.md section 10 and the ring's seals. */
+START_TEST(test_layout_and_seals) {
+        fixture f;
+        zr_loader *l;
+        zr_loader_params p = { .mode = ZR_SAMPLER_CYCLIC, .batch_size = 5, .seed = 2,
+                               .world_size = 1, .prefetch = 3 };
+        zr_loader_stream st[3];
+        zr_loader_event ev;
+        int seals, fd;
+        void *m;
+
+        fixture_new(&f, ZR_CODEC_RAW, 0);
+        st[0] = reg_stream(&f.dense2, "e");
+        st[1] = reg_stream(&f.ragged, "r");
+        st[2] = reg_stream(&f.dense, "d");
+        st[1].capacity = 1000; /* rounded up to a multiple of 64 */
+        l = open_loader(&f, st, 3, &p);
+        ck_assert_uint_eq(zr_loader_nstreams(l), 3);
+        ck_assert_uint_eq(zr_loader_stream_offset(l, 0), 0);
+        ck_assert_uint_eq(zr_loader_stream_capacity(l, 0), 5 * 40);
+        ck_assert_uint_eq(zr_loader_stream_offset(l, 1), 256); /* 200 rounded to 64 */
+        ck_assert_uint_eq(zr_loader_stream_capacity(l, 1), 1024);
+        ck_assert_uint_eq(zr_loader_stream_offset(l, 2), 256 + 1024);
+        ck_assert_uint_eq(zr_loader_stream_capacity(l, 2), 5 * ITEM);
+        ck_assert_uint_eq(zr_loader_slot_bytes(l), 4096);
+        ck_assert_uint_eq(zr_loader_ring_bytes(l), 3 * 4096);
+        ck_assert_uint_eq(zr_loader_length(l), N_DENSE);
+        fd = zr_loader_ring_fd(l);
+        seals = fcntl(fd, F_GET_SEALS);
+        ck_assert_int_eq(seals & (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL),
+                         F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+        ck_assert_int_ne(ftruncate(fd, 4096), 0);
+        /* the client's view: read-only, and no writable shared mapping */
+        ck_assert_ptr_eq(mmap(NULL, 3 * 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0),
+                         MAP_FAILED);
+        m = mmap(NULL, 3 * 4096, PROT_READ, MAP_SHARED, fd, 0);
+        ck_assert_ptr_ne(m, MAP_FAILED);
+        next_batch(&f.g, l, &ev);
+        ck_assert_uint_eq(ev.nstreams, 3);
+        ck_assert_uint_eq(ev.streams[2].offset, ev.slot * 4096 + 256 + 1024);
+        ck_assert_int_eq(memcmp((uint8_t *)m + ev.streams[2].offset,
+                                (const uint8_t *)zr_loader_ring_data(l) + ev.streams[2].offset,
+                                5 * ITEM), 0);
+        check_ragged(l, &ev, 1, 3);
+        munmap(m, 3 * 4096);
         zr_loader_free(l);
         fixture_free(&f);
 }
@@ -775,6 +826,7 @@ int main(void) {
         tcase_add_test(tc, test_resume_zstd);
         tcase_add_test(tc, test_far_steps_and_domain_end);
         tcase_add_test(tc, test_slots_and_exhaustion);
+        tcase_add_test(tc, test_layout_and_seals);
         tcase_add_test(tc, test_sharding);
         tcase_add_test(tc, test_dedup);
         tcase_add_test(tc, test_group_slow_member);
