@@ -210,7 +210,9 @@ int zr_dict_train_store(zr_store *st, const zr_dict_tier_spec *spec, void **ret,
         r = zr_store_locate(st, idx, m, locs, err);
         if (r < 0)
                 goto out;
-        r = sample_init(&s, m, spec->sample_bytes, err);
+        /* The capped sizes of all records add up to at most logic_bytes. */
+        r = sample_init(&s, m, stats.logic_bytes < spec->sample_bytes ? stats.logic_bytes
+                                                                       : spec->sample_bytes, err);
         if (r < 0)
                 goto out;
         /* Gather groups of records of at most STORE_GATHER_BYTES (a bigger record

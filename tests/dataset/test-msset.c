@@ -245,6 +245,45 @@ START_TEST(test_append_refused) {
         ck_assert_int_eq(zr_msset_append(ms, twice, d->b, 3, NULL, NULL), -ZR_E_SCHEMA);
         assert_aligned(ms, want, 3);
         zr_msset_close(ms, NULL);
+
+        /* a zstd_dict stream without its dictionary refuses for the whole set */
+        int fd = scratch_child(&sc, "weights");
+        zr_schema ws;
+        zr_dataset *wds;
+        ck_assert_int_eq(zr_schema_init_dense(&ws, "<f4", NULL, 0, ZR_CODEC_ZSTD_DICT, NULL), 0);
+        ck_assert_int_eq(zr_dataset_create(fd, &ws, NULL, 0, &test_opts, &wds, NULL), 0);
+        float w[3] = { 0.5f, 1.5f, 2.5f };
+        zr_batch wb = { .dtype = "<f4", .data = w, .data_len = 12, .shape = (uint64_t[]){ 3 },
+                        .ndim = 1 };
+        zr_dataset_close(wds, NULL);
+        close(fd);
+        /* the new stream is empty while the others hold 3: misaligned, named */
+        zr_error_clear(&err);
+        ck_assert_int_eq(zr_msset_open(sc.fd, &test_opts, &ms, &err), -ZR_E_MISALIGNED);
+        ck_assert_msg(strstr(err.message, "token=3, weights=0"), "%s", err.message);
+        /* an aligned set of one plain and one dictionary-less stream */
+        scratch sc2;
+        scratch_new(&sc2);
+        int lfd = scratch_child(&sc2, "label"), wfd = scratch_child(&sc2, "weights");
+        zr_schema ls;
+        zr_dataset *pair[2];
+        ck_assert_int_eq(zr_schema_init_dense(&ls, "<i8", NULL, 0, ZR_CODEC_RAW, NULL), 0);
+        ck_assert_int_eq(zr_dataset_create(lfd, &ls, NULL, 0, &test_opts, &pair[0], NULL), 0);
+        ck_assert_int_eq(zr_dataset_create(wfd, &ws, NULL, 0, &test_opts, &pair[1], NULL), 0);
+        close(lfd);
+        close(wfd);
+        const char *pn[2] = { "label", "weights" };
+        ck_assert_int_eq(zr_msset_new(pair, pn, 2, &ms, NULL), 0);
+        int64_t l[3] = { 7, 8, 9 };
+        zr_batch pb[2] = { { .dtype = "<i8", .data = l, .data_len = 24,
+                             .shape = (uint64_t[]){ 3 }, .ndim = 1 }, wb };
+        zr_error_clear(&err);
+        ck_assert_int_eq(zr_msset_append(ms, pn, pb, 2, NULL, &err), -ZR_E_NO_DICT);
+        ck_assert_msg(strstr(err.message, "stream weights: "), "%s", err.message);
+        ck_assert_uint_eq(zr_dataset_length(zr_msset_stream(ms, 0)), 0);
+        ck_assert_uint_eq(zr_dataset_length(zr_msset_stream(ms, 1)), 0);
+        zr_msset_close(ms, NULL);
+        scratch_free(&sc2);
         free(d);
         scratch_free(&sc);
 }
