@@ -30,6 +30,11 @@
 #define ZR_CHUNK_LOG2_DEFAULT 32
 #define ZR_CHUNK_LOG2_MIN 12
 
+/* The smallest zstd frame: magic (4), frame header (2) and one block header
+ * (3). A compressed record's table entry never says less; an all-zero entry
+ * (a table write that never reached the disk) is caught by this. */
+#define ZR_FRAME_MIN 9
+
 /* Header byte 23, bit 0: a dictionary was installed (dict.zr must exist). */
 #define ZR_HEADER_FLAG_DICT 0x01
 

@@ -1,0 +1,176 @@
+/* compact.c: rewriting live records densely, in place, in physical order.
+ *
+ * A record never moves to a higher address, so it lands only on garbage or on
+ * bytes already moved away, and its table entry is rewritten the moment it
+ * lands: the store is consistent at every instant. Chunk files past the new
+ * frontier are removed at the end. Needs exclusive access; holds the whole
+ * table in memory.
+ */
+#include "store/store-private.h"
+
+#include <fcntl.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Copy buffer of compact: 8 MiB keeps a move to a few syscalls. */
+#define STORE_COPY_BYTES ((size_t)8 << 20)
+
+typedef struct phys_entry {
+        uint64_t key; /* chunk << 32 | offset */
+        uint64_t idx;
+} phys_entry;
+
+static int cmp_phys(const void *a, const void *b) {
+        const phys_entry *x = a, *y = b;
+        if (x->key != y->key)
+                return x->key < y->key ? -1 : 1;
+        return x->idx < y->idx ? -1 : x->idx > y->idx;
+}
+
+/* Copies len bytes from (sc, so) to (dc, dof), dst <= src: forward, in pieces. */
+static int compact_copy(zr_store *s, uint8_t *buf, uint32_t sc, uint64_t so, uint32_t dc,
+                        uint64_t dof, uint64_t len, zr_error *err) {
+        int sfd = zr_files_fd(s->chunks, sc), dfd = zr_files_fd(s->chunks, dc);
+        if (sfd < 0 || dfd < 0)
+                return zr_error_set(err, ZR_E_CORRUPT, "compact: chunk %" PRIu32 " not open",
+                                    sfd < 0 ? sc : dc);
+        for (uint64_t done = 0; done < len;) {
+                uint64_t piece = len - done < STORE_COPY_BYTES ? len - done : STORE_COPY_BYTES;
+                int64_t n = zr_pread_all(sfd, buf, piece, so + done);
+                if (n < 0)
+                        return zr_error_errno(err, (int)-n, "%" PRIu32 ".chunk: read", sc);
+                if ((uint64_t)n != piece)
+                        return zr_error_set(err, ZR_E_CORRUPT,
+                                            "%" PRIu32 ".chunk: short read at offset %" PRIu64, sc,
+                                            so + done);
+                int r = zr_pwrite_all(dfd, buf, piece, dof + done);
+                if (r < 0)
+                        return zr_error_errno(err, -r, "%" PRIu32 ".chunk: write", dc);
+                done += piece;
+        }
+        return 0;
+}
+
+int zr_store_compact(zr_store *s, uint64_t max_moves, zr_compact_result *ret,
+                     zr_error *err) {
+        zr_compact_result res = {0};
+        uint64_t length = zr_store_length(s);
+        zr_loc *locs = NULL;
+        uint64_t *idx = NULL;
+        phys_entry *order = NULL;
+        uint8_t *buf = NULL;
+        int r;
+
+        r = zr_store_check_writable(s, err);
+        if (r < 0)
+                return r;
+        pthread_mutex_lock(&s->append_lock);
+        r = zr_store_sync_locked(s, err);
+        pthread_mutex_unlock(&s->append_lock);
+        if (r < 0)
+                return r;
+
+        uint64_t old_tail = atomic_load(&s->tail);
+        uint64_t before = (uint64_t)tail_chunk(old_tail) * s->chunk_cap + tail_offset(old_tail);
+        locs = malloc((length ? length : 1) * sizeof(*locs));
+        order = malloc((length ? length : 1) * sizeof(*order));
+        idx = malloc(STORE_WALK_ENTRIES * sizeof(*idx));
+        buf = malloc(STORE_COPY_BYTES);
+        if (!locs || !order || !idx || !buf) {
+                r = zr_error_set(err, ENOMEM, "compact: out of memory");
+                goto out;
+        }
+        for (uint64_t first = 0; first < length; first += STORE_WALK_ENTRIES) {
+                size_t n = length - first < STORE_WALK_ENTRIES ? length - first
+                                                                : STORE_WALK_ENTRIES;
+                r = zr_store_read_table(s, first, n, locs + first, idx, err);
+                if (r < 0)
+                        goto out;
+        }
+        for (uint64_t k = 0; k < length; k++)
+                order[k] = (phys_entry){ tail_make(locs[k].chunk_id, locs[k].offset), k };
+        qsort(order, length, sizeof(*order), cmp_phys);
+
+        /* Repack in physical order: a record never moves up, so it only lands on
+         * garbage or on bytes already moved away, and its entry is rewritten the
+         * moment it lands. */
+        uint64_t fc = 0, fo = 0;
+        res.finished = 1;
+        for (uint64_t k = 0; k < length; k++) {
+                zr_loc l = locs[order[k].idx];
+                uint64_t p = l.phys_length;
+                if (fo + p > s->chunk_cap) {
+                        fc++;
+                        fo = 0;
+                }
+                if (fc == l.chunk_id && fo == l.offset) {
+                        res.skipped++;
+                } else {
+                        if (max_moves > 0 && res.moved == max_moves) {
+                                res.finished = 0;
+                                break;
+                        }
+                        r = compact_copy(s, buf, l.chunk_id, l.offset, (uint32_t)fc, fo, p, err);
+                        if (r < 0)
+                                goto out;
+                        l.chunk_id = (uint32_t)fc;
+                        l.offset = (uint32_t)fo;
+                        r = zr_store_put_loc(s, order[k].idx, &l, err);
+                        if (r < 0)
+                                goto out;
+                        res.moved++;
+                }
+                fo += p;
+                if (fo == s->chunk_cap) {
+                        fc++;
+                        fo = 0;
+                }
+        }
+
+        if (res.finished) {
+                uint64_t new_tail = tail_make(fc, fo); /* <= old_tail: nothing moves up */
+                /* Entries first, then the header's frontier, durable before any
+                 * chunk file goes away. */
+                r = zr_files_sync(s->chunks, err);
+                if (r >= 0)
+                        r = zr_files_sync(s->locs, err);
+                if (r >= 0)
+                        r = zr_store_write_header(s, length, new_tail, err);
+                if (r >= 0 && fdatasync(s->meta_fd) < 0)
+                        r = zr_error_errno(err, errno, ZR_META_NAME ": fdatasync");
+                if (r < 0) {
+                        atomic_store(&s->failed, -r);
+                        goto out;
+                }
+                atomic_store(&s->tail, new_tail);
+                if (tail_chunk(new_tail) < UINT32_MAX) {
+                        r = zr_files_remove_from(s->chunks, tail_chunk(new_tail) + 1, err);
+                        if (r < 0)
+                                goto out;
+                        s->dir_dirty = 1;
+                }
+                int tfd = zr_files_fd(s->chunks, tail_chunk(new_tail));
+                if (tfd >= 0 && tail_offset(new_tail) < s->chunk_cap)
+                        /* give the garbage after the frontier back to the file system;
+                         * best effort (not every file system punches holes) */
+                        (void)fallocate(tfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                                        (off_t)tail_offset(new_tail),
+                                        (off_t)(s->chunk_cap - tail_offset(new_tail)));
+                res.freed_bytes = before - ((uint64_t)fc * s->chunk_cap + fo);
+        }
+        pthread_mutex_lock(&s->append_lock);
+        r = zr_store_sync_locked(s, err);
+        pthread_mutex_unlock(&s->append_lock);
+out:
+        if (ret)
+                *ret = res;
+        free(locs);
+        free(order);
+        free(idx);
+        free(buf);
+        return r;
+}

@@ -1,0 +1,324 @@
+/* gather.c: reading table entries and records.
+ *
+ * Lock-free: the length is loaded with acquire, and every committed entry and
+ * byte below it stays unchanged while a reader may run (delete and compact are
+ * exclusive). Every entry is checked against the chunk capacity and the write
+ * frontier before a byte is read. Raw records are copied (or pread) straight
+ * into the destination, compressed ones decoded straight into it; contiguous
+ * shards, one codec context each. It never writes.
+ */
+#include "store/store-private.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Below this many indices a locate runs on the caller: a wake-up (30-70 us)
+ * costs more than a few hundred 16-byte preads, or tens of thousands of entries
+ * decoded from a mapping (~20 ns each). */
+#define STORE_LOCATE_PARALLEL_MIN_PREAD 256
+#define STORE_LOCATE_PARALLEL_MIN_MAPPED 65536
+
+/* Checks one table entry against the chunk capacity and the write frontier. */
+static int store_check_loc(const zr_store *s, const zr_loc *l, uint64_t tail, zr_error *err) {
+        uint64_t end = (uint64_t)l->offset + l->phys_length;
+        uint64_t limit = l->chunk_id < tail_chunk(tail) ? s->chunk_cap
+                       : l->chunk_id == tail_chunk(tail) ? tail_offset(tail) : 0;
+        if (l->chunk_id > tail_chunk(tail) || end > limit)
+                return zr_error_set(err, ZR_E_CORRUPT,
+                                    "table entry {chunk %" PRIu32 ", offset %" PRIu32
+                                    ", phys %" PRIu32 "} points past %" PRIu32 ".chunk's end "
+                                    "(%" PRIu64 ")",
+                                    l->chunk_id, l->offset, l->phys_length, l->chunk_id, limit);
+        if (l->logic_length > ZR_RECORD_MAX ||
+            (s->codec == ZR_CODEC_RAW && l->logic_length != l->phys_length) ||
+            (s->codec != ZR_CODEC_RAW && l->phys_length < ZR_FRAME_MIN))
+                return zr_error_set(err, ZR_E_CORRUPT,
+                                    "table entry {chunk %" PRIu32 ", offset %" PRIu32
+                                    "}: lengths %" PRIu32 "/%" PRIu32 " impossible for codec %d",
+                                    l->chunk_id, l->offset, l->phys_length, l->logic_length,
+                                    (int)s->codec);
+        return 0;
+}
+
+/* Reads entries idx[lo..hi) into locs, one pread per run of consecutive indices
+ * inside a segment, and checks each. */
+int zr_store_locate_range(zr_store *s, const uint64_t *idx, size_t lo, size_t hi,
+                              zr_loc *locs, uint64_t tail, zr_error *err) {
+        size_t k = lo;
+        while (k < hi) {
+                uint64_t seg = idx[k] >> ZR_LOC_SEGMENT_LOG2;
+                size_t e = k + 1;
+                while (e < hi && idx[e] == idx[e - 1] + 1 && (idx[e] >> ZR_LOC_SEGMENT_LOG2) == seg)
+                        e++;
+                int fd = zr_files_fd(s->locs, (uint32_t)seg);
+                uint64_t bytes = (uint64_t)(e - k) * ZR_LOC_SIZE;
+                uint64_t off = (idx[k] & (ZR_LOC_SEGMENT_ENTRIES - 1)) * ZR_LOC_SIZE;
+                uint64_t map_len;
+                const uint8_t *map = zr_files_map(s->locs, (uint32_t)seg, &map_len);
+                if (fd < 0)
+                        return zr_error_set(err, ZR_E_CORRUPT, "%" PRIu64 ".loc: not open", seg);
+                if (map && off + bytes <= map_len) {
+                        /* one load per entry: decoded straight from the mapping */
+                        for (size_t i = k; i < e; i++)
+                                zr_loc_decode(map + off + (i - k) * ZR_LOC_SIZE, &locs[i]);
+                } else {
+                        int64_t n = zr_pread_all(fd, &locs[k], bytes, off);
+                        if (n < 0)
+                                return zr_error_errno(err, (int)-n, "%" PRIu64 ".loc: read", seg);
+                        if ((uint64_t)n != bytes)
+                                return zr_error_set(err, ZR_E_CORRUPT,
+                                                    "%" PRIu64 ".loc: short read at entry %" PRIu64,
+                                                    seg, idx[k]);
+                        for (size_t i = k; i < e; i++)
+                                zr_loc_decode((const uint8_t *)&locs[i], &locs[i]);
+                }
+                for (size_t i = k; i < e; i++) {
+                        int r = store_check_loc(s, &locs[i], tail, err);
+                        if (r < 0)
+                                return r;
+                }
+                k = e;
+        }
+        return 0;
+}
+
+typedef struct locate_job {
+        zr_store *s;
+        const uint64_t *idx;
+        size_t n;
+        zr_loc *locs;
+        uint64_t tail;
+        shard_status *st;
+} locate_job;
+
+static void locate_shard(void *arg, size_t shard, size_t nshards) {
+        locate_job *j = arg;
+        size_t lo, hi;
+        shard_range(j->n, shard, nshards, &lo, &hi);
+        j->st[shard].r = zr_store_locate_range(j->s, j->idx, lo, hi, j->locs, j->tail,
+                                            &j->st[shard].err);
+}
+
+int zr_store_locate(zr_store *s, const uint64_t *idx, size_t n, zr_loc *ret_locs,
+                    zr_error *err) {
+        _Static_assert(sizeof(zr_loc) == ZR_LOC_SIZE, "zr_loc must be 16 bytes");
+        uint64_t length = zr_store_length(s);
+        uint64_t tail = atomic_load_explicit(&s->tail, memory_order_acquire);
+
+        for (size_t k = 0; k < n; k++)
+                if (idx[k] >= length)
+                        return zr_error_set(err, ZR_E_RANGE,
+                                            "index %" PRIu64 " out of range (length %" PRIu64 ")",
+                                            idx[k], length);
+        size_t min = s->map ? STORE_LOCATE_PARALLEL_MIN_MAPPED : STORE_LOCATE_PARALLEL_MIN_PREAD;
+        if (n < min || zr_pool_threads(s->pool) == 0)
+                return zr_store_locate_range(s, idx, 0, n, ret_locs, tail, err);
+
+        size_t nshards = zr_pool_shards(s->pool, n);
+        shard_status *st = calloc(nshards, sizeof(*st));
+        if (!st)
+                return zr_error_set(err, ENOMEM, "locate: out of memory");
+        locate_job j = { s, idx, n, ret_locs, tail, st };
+        zr_pool_parallel(s->pool, nshards, locate_shard, &j);
+        int r = zr_store_shards_result(st, nshards, err);
+        free(st);
+        return r;
+}
+
+static int gather_one_compressed(zr_store *s, zr_coder_ctx *x, const zr_loc *l, void *dst,
+                                 zr_error *err) {
+        int fd = zr_files_fd(s->chunks, l->chunk_id);
+        if (fd < 0)
+                return zr_error_set(err, ZR_E_CORRUPT, "%" PRIu32 ".chunk: not open", l->chunk_id);
+        uint64_t map_len;
+        const uint8_t *map = zr_files_map(s->chunks, l->chunk_id, &map_len);
+        const void *buf;
+        if (map && (uint64_t)l->offset + l->phys_length <= map_len) {
+                buf = map + l->offset; /* decompressed straight from the page cache */
+        } else {
+                void *staging = zr_coder_ctx_buffer(x, l->phys_length ? l->phys_length : 1);
+                if (!staging)
+                        return zr_error_set(err, ENOMEM, "gather: out of memory");
+                int64_t n = zr_pread_all(fd, staging, l->phys_length, l->offset);
+                if (n < 0)
+                        return zr_error_errno(err, (int)-n, "%" PRIu32 ".chunk: read",
+                                              l->chunk_id);
+                if ((uint64_t)n != l->phys_length)
+                        return zr_error_set(err, ZR_E_CORRUPT,
+                                            "%" PRIu32 ".chunk: short read at offset %" PRIu32
+                                            " (file truncated?)", l->chunk_id, l->offset);
+                buf = staging;
+        }
+        zr_error e = {0};
+        int r = zr_coder_decompress(s->zc, x, dst, l->logic_length, buf, l->phys_length, &e);
+        if (r < 0)
+                return zr_error_set(err, -r, "%" PRIu32 ".chunk offset %" PRIu32 ": %s",
+                                    l->chunk_id, l->offset, e.message);
+        return 0;
+}
+
+static int gather_range(gather_job *j, size_t lo, size_t hi, zr_coder_ctx *x, zr_error *err) {
+        zr_store *s = j->s;
+        uint8_t *packed = j->base;
+        size_t k = lo;
+        int r;
+
+        while (k < hi) {
+                const zr_loc *l = &j->locs[k];
+                uint8_t *dst = j->dsts ? j->dsts[k] : packed;
+                r = store_check_loc(s, l, j->tail, err);
+                if (r < 0)
+                        return r;
+                if (s->codec != ZR_CODEC_RAW) {
+                        r = gather_one_compressed(s, x, l, dst, err);
+                        if (r < 0)
+                                return r;
+                        packed = dst + l->logic_length;
+                        k++;
+                        continue;
+                }
+                /* raw: one pread per run contiguous both on disk and in memory */
+                uint64_t bytes = l->phys_length;
+                size_t e = k + 1;
+                while (e < hi) {
+                        const zr_loc *m = &j->locs[e];
+                        if (m->chunk_id != l->chunk_id || m->offset != l->offset + bytes ||
+                            (j->dsts && (uint8_t *)j->dsts[e] != dst + bytes))
+                                break;
+                        r = store_check_loc(s, m, j->tail, err);
+                        if (r < 0)
+                                return r;
+                        bytes += m->phys_length;
+                        e++;
+                }
+                uint64_t map_len;
+                const uint8_t *map = bytes ? zr_files_map(s->chunks, l->chunk_id, &map_len) : NULL;
+                if (map && l->offset + bytes <= map_len) {
+                        memcpy(dst, map + l->offset, bytes);
+                } else if (bytes > 0) {
+                        int fd = zr_files_fd(s->chunks, l->chunk_id);
+                        if (fd < 0)
+                                return zr_error_set(err, ZR_E_CORRUPT,
+                                                    "%" PRIu32 ".chunk: not open", l->chunk_id);
+                        int64_t n = zr_pread_all(fd, dst, bytes, l->offset);
+                        if (n < 0)
+                                return zr_error_errno(err, (int)-n, "%" PRIu32 ".chunk: read",
+                                                      l->chunk_id);
+                        if ((uint64_t)n != bytes)
+                                return zr_error_set(err, ZR_E_CORRUPT,
+                                                    "%" PRIu32 ".chunk: short read at offset "
+                                                    "%" PRIu32 " (file truncated?)",
+                                                    l->chunk_id, l->offset);
+                }
+                packed = dst + bytes;
+                k = e;
+        }
+        return 0;
+}
+
+static void gather_shard(void *arg, size_t shard, size_t nshards) {
+        gather_job *j = arg;
+        zr_coder_ctx *x = NULL;
+        size_t lo, hi;
+
+        shard_range(j->n, shard, nshards, &lo, &hi);
+        if (j->s->codec != ZR_CODEC_RAW) {
+                x = zr_coder_ctx_get(j->s->zc);
+                if (!x) {
+                        j->st[shard].r = zr_error_set(&j->st[shard].err, ENOMEM,
+                                                      "gather: out of memory");
+                        return;
+                }
+        }
+        gather_job local = *j; /* packed: each shard starts at its own offset */
+        if (!j->dsts)
+                local.base = j->base + j->shard_off[shard];
+        j->st[shard].r = gather_range(&local, lo, hi, x, &j->st[shard].err);
+        zr_coder_ctx_put(j->s->zc, x);
+}
+
+int zr_store_gather_run(zr_store *s, gather_job *j, zr_error *err) {
+        if (s->codec == ZR_CODEC_ZSTD_DICT && !zr_store_has_dict(s))
+                return zr_error_set(err, ZR_E_NO_DICT,
+                                    "zstd_dict store has no dictionary: records cannot be read");
+        size_t nshards = zr_pool_shards(s->pool, j->n);
+        int r;
+
+        j->tail = atomic_load_explicit(&s->tail, memory_order_acquire);
+        j->st = calloc(nshards, sizeof(*j->st));
+        if (!j->dsts)
+                j->shard_off = calloc(nshards, sizeof(*j->shard_off));
+        if (!j->st || (!j->dsts && !j->shard_off)) {
+                r = zr_error_set(err, ENOMEM, "gather: out of memory");
+                goto out;
+        }
+        if (!j->dsts) {
+                uint64_t off = 0;
+                for (size_t i = 0, k = 0; i < nshards; i++) {
+                        size_t lo, hi;
+                        shard_range(j->n, i, nshards, &lo, &hi);
+                        for (; k < lo; k++)
+                                off += j->locs[k].logic_length;
+                        j->shard_off[i] = off;
+                }
+        }
+        zr_pool_parallel(s->pool, nshards, gather_shard, j);
+        r = zr_store_shards_result(j->st, nshards, err);
+out:
+        free(j->st);
+        free(j->shard_off);
+        return r;
+}
+
+int zr_store_gather_locs(zr_store *s, const zr_loc *locs, size_t n, void *const *dsts,
+                         zr_error *err) {
+        if (n == 0)
+                return 0;
+        gather_job j = { .s = s, .locs = locs, .n = n, .dsts = dsts };
+        return zr_store_gather_run(s, &j, err);
+}
+
+int zr_store_gather(zr_store *s, const uint64_t *idx, size_t n, void *dst,
+                    uint64_t dst_size, uint64_t *ret_lens, zr_error *err) {
+        zr_loc *locs;
+        uint64_t total = 0;
+        int r;
+
+        if (n == 0)
+                return 0;
+        locs = malloc(n * sizeof(*locs));
+        if (!locs)
+                return zr_error_set(err, ENOMEM, "gather: out of memory");
+        r = zr_store_locate(s, idx, n, locs, err);
+        if (r < 0)
+                goto out;
+        for (size_t k = 0; k < n; k++) {
+                total += locs[k].logic_length;
+                if (ret_lens)
+                        ret_lens[k] = locs[k].logic_length;
+        }
+        if (total > dst_size) {
+                r = zr_error_set(err, ZR_E_BUFFER,
+                                 "gather: %" PRIu64 " bytes do not fit in %" PRIu64, total,
+                                 dst_size);
+                goto out;
+        }
+        gather_job j = { .s = s, .locs = locs, .n = n, .base = dst };
+        r = zr_store_gather_run(s, &j, err);
+out:
+        free(locs);
+        return r;
+}
+
+/* Reads entries [first, first+n) (n <= STORE_WALK_ENTRIES) into locs. */
+int zr_store_read_table(zr_store *s, uint64_t first, size_t n, zr_loc *locs,
+                            uint64_t *scratch_idx, zr_error *err) {
+        for (size_t k = 0; k < n; k++)
+                scratch_idx[k] = first + k;
+        return zr_store_locate_range(s, scratch_idx, 0, n, locs,
+                                  atomic_load_explicit(&s->tail, memory_order_acquire), err);
+}
