@@ -496,3 +496,31 @@ void zr_msg_write_error(zr_wire_writer *w, bool fault, uint64_t id, int code,
                 zr_wire_put_str(w, ZR_FIELD_NAME, name);
         zr_wire_put_str(w, ZR_FIELD_MESSAGE, message ? message : name ? name : "error");
 }
+
+bool zr_msg_field_at(zr_msg_kind kind, bool reply, size_t i, const char **ret_name,
+                     const char **ret_type, bool *ret_required) {
+        static const char *const type_names[] = {
+                [T_UINT] = "uint", [T_U32] = "u32", [T_BOOL] = "bool", [T_STR] = "str",
+                [T_BIN] = "bin", [T_U64S] = "u64s", [T_UINTS] = "[uint]", [T_STRS] = "[str]",
+                [T_MAP] = "map", [T_MAPS] = "[map]",
+        };
+        const field *table;
+
+        if (kind <= ZR_MSG_INVALID || kind >= _ZR_MSG_MAX)
+                return false;
+        table = reply ? kinds[kind].ok : kinds[kind].fields;
+        if (!table)
+                return false;
+        for (size_t j = 0; j < i; j++)
+                if (!table[j].name)
+                        return false;
+        if (!table[i].name)
+                return false;
+        if (ret_name)
+                *ret_name = table[i].name;
+        if (ret_type)
+                *ret_type = type_names[table[i].type];
+        if (ret_required)
+                *ret_required = table[i].required;
+        return true;
+}

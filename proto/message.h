@@ -64,6 +64,16 @@ int zr_msg_request_fds(zr_msg_kind kind, const msgpack_object *root, unsigned *r
 /* The number of descriptors an "ok" reply to `request` carries (0 or 1). */
 unsigned zr_msg_reply_fds(zr_msg_kind request);
 
+/* The i-th field (from 0) of a table: the fields of request or event `kind`
+ * (reply false), or those of the "ok" reply to request `kind` (reply true).
+ * Sets *ret_name, *ret_type (the type as PROTOCOL.md writes it: "uint", "u32",
+ * "bool", "str", "bin", "u64s", "[uint]", "[str]", "map", "[map]") and
+ * *ret_required; any of them may be NULL. Returns false past the last field or
+ * when the kind has no such table. For tools, and for the test that keeps
+ * PROTOCOL.md and these tables in step. */
+bool zr_msg_field_at(zr_msg_kind kind, bool reply, size_t i, const char **ret_name,
+                     const char **ret_type, bool *ret_required);
+
 /* Writes a whole "error" reply (fault false: with `id`) or FAULT event (fault
  * true: `id` ignored) into w, which must be freshly initialised or reset:
  * "code" (code may be given negated), "name" when zr_error_name() knows the code,
