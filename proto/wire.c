@@ -97,7 +97,7 @@ static uint64_t load_be(const uint8_t *p, unsigned width) {
 
 int zr_wire_scan(const void *data, size_t size, const zr_wire_limits *limits,
                  size_t *ret_objects, zr_wire_error *err) {
-        const uint8_t *p = data, *end = p + size;
+        const uint8_t *p = data, *end;
         /* pending[d]: elements still to read in the container at level d;
          * level 0 is the body itself, which holds exactly one object. */
         uint64_t pending[WIRE_DEPTH_HARD_MAX + 1];
@@ -110,6 +110,7 @@ int zr_wire_scan(const void *data, size_t size, const zr_wire_limits *limits,
                                                              : WIRE_DEPTH_HARD_MAX;
         if (!data && size > 0)
                 return zr_wire_error_set(err, EINVAL, "no data");
+        end = p + size;
 
         pending[0] = 1;
         for (;;) {
