@@ -3,7 +3,7 @@
  * The connection (conn.c) owns the socket, the HELLO results, the last error,
  * the queue of events kept for later and the lists of open datasets and sets,
  * so that zrc_disconnect() can free whatever its user left open. Datasets
- * (dataset.c) and sets (set.c) talk to the daemon through conn_call(): one
+ * (dataset.c, read.c, append.c, dict.c) and sets (set.c) talk to the daemon through conn_call(): one
  * request built with the connection's writer, sent with its descriptors, and
  * its reply, matched in order, returned decoded and checked against the
  * reply's field table.
@@ -149,6 +149,9 @@ int dataset_open_meta(zrc_conn *c, int dirfd, const char *display, const char *m
 /* Frees d's memory and mapping, asking the daemon to close its handles if
  * `tell` (a dying connection does not). */
 void dataset_free(zrc_dataset *d, bool tell);
+
+/* Unmaps d's read buffer and, if `tell`, closes it in the daemon (read.c). */
+void dataset_buffer_drop(zrc_dataset *d, bool tell);
 
 /* Puts one stream's APPEND fields (dtype, count/record_bytes/item_shape or
  * sizes/ndim) for records r of dataset d at memfd offset `offset`. Returns 0

@@ -10,7 +10,9 @@
  * zrecordd.
  */
 #include <check.h>
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -682,15 +684,44 @@ START_TEST(test_many_clients) {
 }
 END_TEST
 
-START_TEST(test_disconnect_frees) {
-        /* datasets and sets left open are freed by zrc_disconnect (ASan checks
-         * for leaks); the daemon reclaims their handles */
+/* Marks in `set` (4096 entries) the descriptors open now; returns how many. */
+static int fds_open(bool *set) {
+        DIR *dir = opendir("/proc/self/fd");
+        struct dirent *de;
+        int n = 0;
+
+        ck_assert_ptr_nonnull(dir);
+        memset(set, 0, 4096);
+        while ((de = readdir(dir))) {
+                int fd = atoi(de->d_name);
+
+                if (de->d_name[0] == '.' || fd == dirfd(dir) || fd >= 4096)
+                        continue;
+                set[fd] = true;
+                n++;
+        }
+        closedir(dir);
+        return n;
+}
+
+START_TEST(test_descriptors) {
+        /* every descriptor the library holds is close-on-exec; none outlives
+         * zrc_disconnect, which also frees datasets left open (ASan checks the
+         * memory) while the daemon reclaims their handles */
+        static bool before[4096], during[4096], after[4096];
+        int n_before = fds_open(before), n_after;
         zrc_conn *c = conn();
         zrc_dataset *d = make_dense(c, "left-open", ZRC_CODEC_RAW, 3, NULL, 0);
         zrc_batch b;
 
         ck_assert_int_eq(zrc_dataset_read(d, (uint64_t[]){ 0, 1, 2 }, 3, &b), 0);
+        fds_open(during);
+        for (int fd = 0; fd < 4096; fd++)
+                if (during[fd] && !before[fd])
+                        ck_assert_msg(fcntl(fd, F_GETFD) & FD_CLOEXEC, "fd %d without FD_CLOEXEC", fd);
         zrc_disconnect(c);
+        n_after = fds_open(after);
+        ck_assert_int_eq(n_after, n_before);
 }
 END_TEST
 
@@ -724,7 +755,7 @@ int main(void) {
         tcase_add_test(tc, test_sets);
         tcase_add_test(tc, test_status);
         tcase_add_test(tc, test_many_clients);
-        tcase_add_test(tc, test_disconnect_frees);
+        tcase_add_test(tc, test_descriptors);
         suite_add_tcase(s, tc);
         sr = srunner_create(s);
         srunner_run_all(sr, CK_NORMAL);
