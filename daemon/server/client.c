@@ -40,7 +40,7 @@ enum {
         FEATURE_LOADER = 1u << 3,
 };
 
-/* The features this daemon has. "loader" joins when the loader engine is wired. */
+/* The features this daemon has. */
 static const struct {
         const char *name;
         unsigned bit;
@@ -48,6 +48,7 @@ static const struct {
         {ZR_FEATURE_MSSET, FEATURE_MSSET},
         {ZR_FEATURE_DICT, FEATURE_DICT},
         {ZR_FEATURE_VERIFY, FEATURE_VERIFY},
+        {ZR_FEATURE_LOADER, FEATURE_LOADER},
 };
 #define N_FEATURES (sizeof(daemon_features) / sizeof(daemon_features[0]))
 
@@ -79,6 +80,7 @@ struct zr_client {
         zr_handle *handles;       /* sorted by id */
         uint32_t nhandles, cap;
         uint32_t next_handle;
+        uint32_t nloaders;
         uint64_t shm_bytes;
 };
 
@@ -248,6 +250,15 @@ static void handle_release(zr_client *c, zr_handle *h) {
                 c->srv->counters.shm_bytes -= h->buffer->shm.size;
                 zr_buffer_unref(h->buffer);
                 break;
+        case ZR_HANDLE_LOADER: {
+                uint64_t bytes = zr_lhandle_ring_bytes(h->loader);
+                c->shm_bytes -= bytes;
+                c->srv->counters.shm_bytes -= bytes;
+                c->srv->counters.loaders--;
+                c->nloaders--;
+                zr_lhandle_free(h->loader);
+                break;
+        }
         }
         c->srv->counters.handles--;
 }
@@ -309,7 +320,7 @@ zr_handle *zr_request_handle(zr_request *rq, const char *field, uint32_t id,
                              enum zr_handle_type type) {
         static const char *const names[] = {
                 [ZR_HANDLE_DATASET] = "dataset", [ZR_HANDLE_SET] = "set",
-                [ZR_HANDLE_BUFFER] = "buffer",
+                [ZR_HANDLE_BUFFER] = "buffer", [ZR_HANDLE_LOADER] = "loader",
         };
         zr_handle *h = handle_find(rq->client, id);
         if (!h) {
@@ -327,9 +338,9 @@ zr_handle *zr_request_handle(zr_request *rq, const char *field, uint32_t id,
 
 zr_handle *zr_request_handle2(zr_request *rq, const char *field, uint32_t id) {
         zr_handle *h = handle_find(rq->client, id);
-        if (!h || h->type == ZR_HANDLE_BUFFER) {
+        if (!h || (h->type != ZR_HANDLE_DATASET && h->type != ZR_HANDLE_SET)) {
                 zr_request_fail(rq, ZR_E_NO_HANDLE, "field '%s': handle %u %s", field, id,
-                                h ? "is a buffer, not a dataset or set" : "names nothing");
+                                h ? "is not a dataset or set" : "names nothing");
                 return NULL;
         }
         return h;
@@ -354,6 +365,8 @@ int zr_request_add_handle(zr_request *rq, const zr_handle *h) {
         *slot = *h;
         slot->id = c->next_handle++;
         c->srv->counters.handles++;
+        if (slot->type == ZR_HANDLE_LOADER)
+                c->nloaders++;
         return (int)slot->id;
 }
 
@@ -390,6 +403,39 @@ int zr_request_take_fd(zr_request *rq, unsigned i) {
         int fd = rq->fds[i];
         rq->fds[i] = -1;
         return fd;
+}
+
+uint32_t zr_request_loaders(const zr_request *rq) {
+        return rq->client->nloaders;
+}
+
+uint32_t zr_request_loaders_max(const zr_request *rq) {
+        return rq->client->lim.loaders_max;
+}
+
+uint64_t zr_request_shm_left(const zr_request *rq) {
+        const zr_client *c = rq->client;
+        return c->shm_bytes >= c->lim.shm_max ? 0 : c->lim.shm_max - c->shm_bytes;
+}
+
+zr_client *zr_request_client(const zr_request *rq) {
+        return rq->client;
+}
+
+void zr_client_send_event(zr_client *c, zr_wire_writer *w) {
+        if (c->gone || c->closing || !c->conn)
+                return;
+        send_frame(c, w, NULL, 0);
+}
+
+bool zr_client_gone(const zr_client *c) {
+        return c->gone;
+}
+
+void zr_client_put_loaders(zr_client *c, zr_wire_writer *w) {
+        for (uint32_t i = 0; i < c->nhandles; i++)
+                if (c->handles[i].type == ZR_HANDLE_LOADER)
+                        zr_lhandle_put_status(c->handles[i].loader, w, c->pid);
 }
 
 uid_t zr_request_uid(const zr_request *rq) {
@@ -605,6 +651,8 @@ static int dispatch(zr_request *rq) {
         case ZR_MSG_INSTALL_DICT: return zr_handle_install_dict(rq);
         case ZR_MSG_STATUS: return zr_handle_status(rq);
         case ZR_MSG_CLOSE: return zr_handle_close(rq);
+        case ZR_MSG_LOADER_OPEN: return zr_handle_loader_open(rq);
+        case ZR_MSG_LOADER_CLOSE: return zr_handle_loader_close(rq);
         default:
                 return zr_request_fail(rq, ZR_E_UNKNOWN, "%s is not served by this daemon",
                                        zr_msg_kind_name(rq->kind));
@@ -640,6 +688,42 @@ static void enqueue(zr_client *c, zr_request *rq) {
         c->unanswered++;
         client_update_reading(c);
         client_pump(c);
+}
+
+static void handle_release_notification(zr_client *c, zr_request *rq, const char *bad) {
+        zr_wire_error werr = {0};
+        uint32_t id, slot;
+        zr_error err = {0};
+        if (!c->hello) {
+                client_fault(c, ZR_E_NO_HELLO, false, "release before hello");
+                return;
+        }
+        if (!(c->features & FEATURE_LOADER)) {
+                client_fault(c, ZR_E_UNKNOWN, false, "release: the loader feature is not in force");
+                return;
+        }
+        if (bad) {
+                client_fault(c, ZR_E_PROTO, false, "%s", bad);
+                return;
+        }
+        if (rq->nfds > 0) {
+                client_fault(c, ZR_E_BAD_FD, false, "release takes no descriptors, %u came",
+                             rq->nfds);
+                return;
+        }
+        if (zr_wire_get_u32(rq->root, "loader", &id, &werr) < 0 ||
+            zr_wire_get_u32(rq->root, "slot", &slot, &werr) < 0) {
+                client_fault(c, ZR_E_PROTO, false, "release: %s", werr.message);
+                return;
+        }
+        zr_handle *h = handle_find(c, id);
+        if (!h || h->type != ZR_HANDLE_LOADER) {
+                client_fault(c, ZR_E_NO_HANDLE, false, "release: handle %u is not a loader", id);
+                return;
+        }
+        if (zr_lhandle_release(h->loader, slot, &err) < 0)
+                client_fault(c, err.code ? err.code : ZR_E_PROTO, false, "release: %s",
+                             err.message);
 }
 
 static int on_frame(zr_conn *conn, const uint8_t *body, size_t len, void *userdata) {
@@ -686,14 +770,10 @@ static int on_frame(zr_conn *conn, const uint8_t *body, size_t len, void *userda
         rq->kind = h.kind;
         rq->id = h.id;
         if (h.kind == ZR_MSG_RELEASE) {
-                /* A notification: no reply, faults only. The loader is not wired. */
+                /* A notification: applied when read, even while a request executes;
+                 * no reply, faults only. */
+                handle_release_notification(c, rq, r < 0 ? werr.message : NULL);
                 request_free(rq);
-                if (!c->hello)
-                        client_fault(c, ZR_E_NO_HELLO, false, "release before hello");
-                else if (r < 0)
-                        client_fault(c, ZR_E_PROTO, false, "%s", werr.message);
-                else
-                        client_fault(c, ZR_E_UNKNOWN, false, "release: the loader feature is not in force");
                 return 0;
         }
         if (!h.has_id) {

@@ -545,6 +545,8 @@ static void append_done(zr_job *job) {
         zr_request *rq = (zr_request *)job;
         append_state *st = rq->state;
         int r = rq->result;
+        for (uint32_t i = 0; i < st->n; i++)
+                zr_server_dataset_mutated(zr_request_server(rq), st->parts[i].entry);
         if (r == 0 && !zr_request_orphaned(rq)) {
                 zr_wire_writer w;
                 zr_reply_begin(rq, &w);
@@ -679,6 +681,8 @@ static void delete_done(zr_job *job) {
         zr_request *rq = (zr_request *)job;
         delete_state *st = rq->state;
         int r = rq->result;
+        for (uint32_t i = 0; i < st->n; i++)
+                zr_server_dataset_mutated(zr_request_server(rq), st->entries[i]);
         if (r == 0 && !zr_request_orphaned(rq)) {
                 zr_wire_writer w;
                 zr_reply_begin(rq, &w);
@@ -769,6 +773,7 @@ static void compact_done(zr_job *job) {
         zr_request *rq = (zr_request *)job;
         store_state *st = rq->state;
         int r = rq->result;
+        zr_server_dataset_mutated(zr_request_server(rq), st->entry);
         if (r == 0 && !zr_request_orphaned(rq)) {
                 zr_wire_writer w;
                 zr_reply_begin(rq, &w);

@@ -160,7 +160,9 @@ static void install_run(zr_job *job) {
 
 static void install_done(zr_job *job) {
         zr_request *rq = (zr_request *)job;
+        install_state *st = rq->state;
         int r = rq->result;
+        zr_server_dataset_mutated(zr_request_server(rq), st->entry);
         if (r == 0 && !zr_request_orphaned(rq))
                 r = zr_reply_empty(rq);
         zr_request_complete(rq, r);

@@ -15,6 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "loader/loader.h"
+#include "server/client.h"
 #include "server/log.h"
 #include "server/request.h"
 
@@ -534,6 +536,9 @@ int zr_handle_close(zr_request *rq) {
 int zr_handle_status(zr_request *rq) {
         zr_server *s = zr_request_server(rq);
         const zr_server_counters *k = &s->counters;
+        zr_loader_engine_counters lk = {0};
+        if (s->loaders)
+                zr_loader_engine_counters_get(s->loaders, &lk);
         zr_wire_writer w;
         zr_reply_begin(rq, &w);
         zr_wire_put_str(&w, "daemon", "zrecordd " ZR_VERSION_STRING);
@@ -542,22 +547,27 @@ int zr_handle_status(zr_request *rq) {
         zr_wire_put_u64(&w, "handles", k->handles);
         zr_wire_put_u64(&w, "shm_bytes", k->shm_bytes);
         zr_wire_put_u64(&w, "loaders", k->loaders);
-        zr_wire_put_u64(&w, "batches", k->batches);
-        zr_wire_put_u64(&w, "gathers", k->gathers);
-        zr_wire_put_u64(&w, "hits", k->hits);
-        zr_wire_put_u64(&w, "misses", k->misses);
-        zr_wire_put_u64(&w, "bytes", k->bytes);
-        zr_wire_put_u64(&w, "evictions", k->evictions);
+        zr_wire_put_u64(&w, "batches", lk.batches);
+        /* READs count as gathers too: each is one gather into shared memory */
+        zr_wire_put_u64(&w, "gathers", k->gathers + lk.gathers);
+        zr_wire_put_u64(&w, "hits", lk.hits);
+        zr_wire_put_u64(&w, "misses", lk.misses);
+        zr_wire_put_u64(&w, "bytes", k->bytes + lk.bytes);
+        zr_wire_put_u64(&w, "evictions", lk.evictions);
         zr_wire_begin_map(&w, "cache");
-        zr_wire_put_u64(&w, "budget", s->cfg.cache_bytes);
-        zr_wire_put_u64(&w, "bytes", 0);
-        zr_wire_put_u64(&w, "entries", 0);
+        zr_wire_put_u64(&w, "budget", s->loaders ? lk.cache_budget : s->cfg.cache_bytes);
+        zr_wire_put_u64(&w, "bytes", lk.cache_bytes);
+        zr_wire_put_u64(&w, "entries", lk.cache_entries);
         zr_wire_end(&w);
         zr_wire_begin_array(&w, "per_loader");
+        for (zr_client *c = s->clients; c; c = zr_client_next(c))
+                zr_client_put_loaders(c, &w);
         zr_wire_end(&w);
-        /* Beyond the table (unknown keys are ignored): open stores, requests. */
+        /* Beyond the table (unknown keys are ignored): open stores, requests,
+         * batches copied from a group member instead of gathered. */
         zr_wire_put_u64(&w, "stores", zr_registry_count(s->registry));
         zr_wire_put_u64(&w, "requests", k->requests);
+        zr_wire_put_u64(&w, "shared", lk.shared);
         return zr_reply_send(rq, &w, NULL, 0);
 }
 

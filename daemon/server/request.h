@@ -32,7 +32,10 @@ enum zr_handle_type {
         ZR_HANDLE_DATASET = 1,
         ZR_HANDLE_SET,
         ZR_HANDLE_BUFFER,
+        ZR_HANDLE_LOADER,
 };
+
+typedef struct zr_lhandle zr_lhandle; /* req-loader.c */
 
 /* A read buffer: daemon-made shared memory. Referenced by its handle and by a
  * READ in flight, so a client gone mid-READ cannot unmap it under the worker. */
@@ -56,9 +59,11 @@ typedef struct zr_handle {
                 zr_entry *entry;   /* DATASET: one reference */
                 zr_set *set;       /* SET */
                 zr_buffer *buffer; /* BUFFER: one reference */
+                zr_lhandle *loader; /* LOADER: owned */
         };
 } zr_handle;
 
+typedef struct zr_client zr_client;
 typedef struct zr_request zr_request;
 struct zr_request {
         zr_job job;               /* first: a job is its request */
@@ -105,6 +110,12 @@ void zr_request_shm_release(zr_request *rq, uint64_t bytes);
 
 /* Takes descriptor i out of the request (the caller owns it). */
 int zr_request_take_fd(zr_request *rq, unsigned i);
+
+/* The session's loaders, its limit, and the shared memory it has left. */
+uint32_t zr_request_loaders(const zr_request *rq);
+uint32_t zr_request_loaders_max(const zr_request *rq);
+uint64_t zr_request_shm_left(const zr_request *rq);
+zr_client *zr_request_client(const zr_request *rq);
 
 /* The peer's uid and pid. */
 uid_t zr_request_uid(const zr_request *rq);
@@ -166,5 +177,26 @@ int zr_handle_compact(zr_request *rq);
 int zr_handle_verify(zr_request *rq);
 int zr_handle_train_dict(zr_request *rq);
 int zr_handle_install_dict(zr_request *rq);
+int zr_handle_loader_open(zr_request *rq);
+int zr_handle_loader_close(zr_request *rq);
+
+/* ---- loaders (req-loader.c) ------------------------------------------------ */
+
+/* Frees a loader handle's loader, its references and gives back its ring's
+ * bytes (the session's budget is the caller's: see zr_lhandle_ring_bytes()). */
+void zr_lhandle_free(zr_lhandle *lh);
+uint64_t zr_lhandle_ring_bytes(const zr_lhandle *lh);
+/* RELEASE of `slot`: 0, or a negative code with *err set. */
+int zr_lhandle_release(zr_lhandle *lh, uint32_t slot, zr_error *err);
+/* Puts the per_loader map of STATUS for this loader (pid: its client's). */
+void zr_lhandle_put_status(zr_lhandle *lh, zr_wire_writer *w, pid_t pid);
+
+/* A store was mutated through this daemon: drop its cached records. */
+void zr_server_dataset_mutated(zr_server *s, zr_entry *e);
+
+/* Session functions the loader wiring uses. */
+void zr_client_send_event(zr_client *c, zr_wire_writer *w);
+bool zr_client_gone(const zr_client *c);
+void zr_client_put_loaders(zr_client *c, zr_wire_writer *w);
 
 #endif

@@ -15,10 +15,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "loader/loader.h"
 #include "server/client.h"
 #include "server/listener.h"
 #include "server/log.h"
@@ -82,6 +84,22 @@ static void refuse(zr_server *s, int fd, int code, const char *msg) {
                 (void)send(fd, frame, size, MSG_NOSIGNAL | MSG_DONTWAIT);
         zr_wire_writer_destroy(&w);
         close(fd);
+}
+
+void zr_server_loader_events(zr_server *s);
+
+/* From a pool worker: a loader has events. */
+static void loader_notify(void *arg) {
+        zr_server *s = arg;
+        uint64_t one = 1;
+        (void)!write(s->loader_efd, &one, sizeof(one));
+}
+
+static void loader_cb(evutil_socket_t fd, short what, void *arg) {
+        zr_server *s = arg;
+        uint64_t v;
+        (void)!read(s->loader_efd, &v, sizeof(v));
+        zr_server_loader_events(s);
 }
 
 static void work_idle_cb(void *arg) {
@@ -167,10 +185,12 @@ static void sync_cb(evutil_socket_t fd, short what, void *arg) {
 static void status_cb(evutil_socket_t fd, short what, void *arg) {
         zr_server *s = arg;
         uint64_t now = zr_server_now_usec();
+        zr_loader_engine_counters lk = {0};
+        zr_loader_engine_counters_get(s->loaders, &lk);
         double dt = (double)(now - s->status_usec) / 1e6;
-        double rate = dt > 0 ? (double)(s->counters.batches - s->status_batches) / dt : 0;
+        double rate = dt > 0 ? (double)(lk.batches - s->status_batches) / dt : 0;
         s->status_usec = now;
-        s->status_batches = s->counters.batches;
+        s->status_batches = lk.batches;
         zr_notifyf("STATUS=%u clients, %llu loaders, %.1f batches/s, %u stores open",
                    s->nclients, (unsigned long long)s->counters.loaders, rate,
                    zr_registry_count(s->registry));
@@ -275,6 +295,8 @@ static void reload(zr_server *s) {
         CHANGED(max_loaders, "%u", unsigned)
         CHANGED(max_shm_bytes, "%llu", unsigned long long)
         CHANGED(max_clients, "%u", unsigned)
+        if (o->cache_bytes != n.cache_bytes)
+                zr_loader_engine_set_cache_bytes(s->loaders, n.cache_bytes);
         CHANGED(cache_bytes, "%llu", unsigned long long)
         CHANGED(idle_exit_sec, "%llu", unsigned long long)
 #undef CHANGED
@@ -326,6 +348,7 @@ int zr_server_new(const zr_config *cfg, int argc, char **argv, zr_server **ret, 
         s->argc = argc;
         s->argv = argv;
         s->listen_fd = -1;
+        s->loader_efd = -1;
         s->start_usec = s->status_usec = zr_server_now_usec();
 
         s->base = event_base_new();
@@ -344,6 +367,14 @@ int zr_server_new(const zr_config *cfg, int argc, char **argv, zr_server **ret, 
                 goto fail;
         }
         zr_work_set_idle(s->work, work_idle_cb, s);
+        s->loader_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (s->loader_efd < 0) {
+                r = zr_error_errno(err, errno, "creating the loader eventfd");
+                goto fail;
+        }
+        r = zr_loader_engine_new(s->pool, cfg->cache_bytes, loader_notify, s, &s->loaders, err);
+        if (r < 0)
+                goto fail;
         r = zr_registry_new(s->pool, &s->registry);
         if (r < 0) {
                 r = zr_error_errno(err, -r, "creating the registry");
@@ -381,12 +412,14 @@ int zr_server_new(const zr_config *cfg, int argc, char **argv, zr_server **ret, 
         s->ev_watchdog = event_new(s->base, -1, EV_PERSIST, watchdog_cb, s);
         s->ev_idle = event_new(s->base, -1, 0, idle_cb, s);
         s->ev_drain = event_new(s->base, -1, 0, drain_timeout_cb, s);
+        s->ev_loader = event_new(s->base, s->loader_efd, EV_READ | EV_PERSIST, loader_cb, s);
         if (!s->ev_listen || !s->ev_sigterm || !s->ev_sigint || !s->ev_sighup || !s->ev_sync ||
-            !s->ev_status || !s->ev_watchdog || !s->ev_idle || !s->ev_drain) {
+            !s->ev_status || !s->ev_watchdog || !s->ev_idle || !s->ev_drain || !s->ev_loader) {
                 r = zr_error_set(err, ENOMEM, "creating events");
                 goto fail;
         }
         event_add(s->ev_listen, NULL);
+        event_add(s->ev_loader, NULL);
         event_add(s->ev_sigterm, NULL);
         event_add(s->ev_sigint, NULL);
         event_add(s->ev_sighup, NULL);
@@ -444,7 +477,9 @@ zr_server *zr_server_free(zr_server *s) {
                                 break;
                 }
         }
-        /* Every job finishes on the pool, then completes here. */
+        /* Every loader went with its client; the engine waits for its last task.
+         * Then every job finishes on the pool, and completes here. */
+        s->loaders = zr_loader_engine_free(s->loaders);
         s->pool = zr_pool_free(s->pool);
         if (s->work)
                 zr_work_flush(s->work);
@@ -458,7 +493,7 @@ zr_server *zr_server_free(zr_server *s) {
         s->work = zr_work_free(s->work);
         struct event **evs[] = {&s->ev_listen, &s->ev_sigterm, &s->ev_sigint, &s->ev_sighup,
                                 &s->ev_sync, &s->ev_status, &s->ev_watchdog, &s->ev_idle,
-                                &s->ev_drain};
+                                &s->ev_drain, &s->ev_loader};
         for (size_t i = 0; i < sizeof(evs) / sizeof(evs[0]); i++)
                 if (*evs[i]) {
                         event_free(*evs[i]);
@@ -467,6 +502,8 @@ zr_server *zr_server_free(zr_server *s) {
         remove_socket(s);
         if (s->listen_fd >= 0)
                 close(s->listen_fd);
+        if (s->loader_efd >= 0)
+                close(s->loader_efd);
         if (s->base)
                 event_base_free(s->base);
         free(s);

@@ -27,6 +27,7 @@
 
 struct event_base;
 struct event;
+typedef struct zr_loader_engine zr_loader_engine;
 typedef struct zr_client zr_client;
 
 typedef struct zr_server_counters {
@@ -50,6 +51,9 @@ typedef struct zr_server {
         zr_pool *pool;
         zr_work *work;
         zr_registry *registry;
+        zr_loader_engine *loaders;  /* rings, shared gathers, the decoded-record cache */
+        int loader_efd;             /* the engine's workers wake the loop here */
+        struct event *ev_loader;
 
         int listen_fd;
         struct event *ev_listen;

@@ -231,9 +231,7 @@ START_TEST(test_hello) {
         const msgpack_object *feat;
         uint32_t nf;
         ck_assert_int_eq(zr_wire_get_array(m.root, "features", &feat, &nf, NULL), 0);
-        ck_assert_uint_eq(nf, 3); /* msset, dict, verify; no loader until it is wired */
-        for (uint32_t i = 0; i < nf; i++)
-                ck_assert(strncmp(feat[i].via.str.ptr, "loader", feat[i].via.str.size) != 0);
+        ck_assert_uint_eq(nf, 4); /* msset, dict, verify, loader */
         const msgpack_object *lim;
         ck_assert_int_eq(zr_wire_get_map(m.root, "limits", &lim, NULL), 0);
         uint64_t v;
@@ -1246,6 +1244,186 @@ START_TEST(test_client_limit) {
 }
 END_TEST
 
+/* ---- loaders ----------------------------------------------------------------------- */
+
+static int open_loader(int fd, uint32_t h, uint64_t batch, uint64_t start, uint64_t prefetch,
+                       td_msg *m) {
+        zr_wire_writer w;
+        td_begin(&w, "loader_open", next_id++);
+        zr_wire_begin_array(&w, "streams");
+        zr_wire_begin_map(&w, NULL);
+        zr_wire_put_u64(&w, "handle", h);
+        zr_wire_end(&w);
+        zr_wire_end(&w);
+        zr_wire_put_str(&w, "sampler", "sequential");
+        zr_wire_put_u64(&w, "batch_size", batch);
+        zr_wire_put_u64(&w, "seed", 7);
+        zr_wire_put_u64(&w, "start_step", start);
+        zr_wire_put_u64(&w, "prefetch", prefetch);
+        zr_wire_put_bool(&w, "indices", true);
+        return td_call(fd, &w, NULL, 0, m);
+}
+
+/* Reads frames until a "batch" or "loader_end" event; replies are not expected. */
+static void next_event(int fd, td_msg *m) {
+        ck_assert_int_eq(td_recv(fd, m), 0);
+        ck_assert_msg(!strcmp(m->kind, "batch") || !strcmp(m->kind, "loader_end"), "got %s",
+                      m->kind);
+}
+
+static void release_slot(int fd, uint32_t loader, uint64_t slot) {
+        zr_wire_writer w;
+        zr_wire_writer_init(&w);
+        zr_wire_writer_begin_message(&w, "release", false, 0);
+        zr_wire_put_u64(&w, "loader", loader);
+        zr_wire_put_u64(&w, "slot", slot);
+        ck_assert_int_eq(td_send(fd, &w, NULL, 0), 0);
+        zr_wire_writer_destroy(&w);
+}
+
+START_TEST(test_loader) {
+        int fd = td_connect_hello(&D);
+        td_msg m;
+        uint32_t h = create_dense(fd, "ld", "zstd");
+        ck_assert_int_eq(append_dense(fd, h, 0, 100), 0);
+        /* bad parameters */
+        ck_assert_int_eq(open_loader(fd, h, 0, 0, 2, &m), ZR_E_SAMPLER);
+        td_msg_free(&m);
+        ck_assert_int_eq(open_loader(fd, h, 10, 0, 1000, &m), ZR_E_LIMIT);
+        td_msg_free(&m);
+        ck_assert_int_eq(open_loader(fd, 999, 10, 0, 2, &m), ZR_E_NO_HANDLE);
+        td_msg_free(&m);
+
+        ck_assert_int_eq(open_loader(fd, h, 10, 3, 2, &m), 0);
+        ck_assert_int_eq(zr_msg_check(m.root, ZR_MSG_LOADER_OPEN, NULL, NULL), 0);
+        ck_assert_uint_eq(m.nfds, 1);
+        uint32_t l = (uint32_t)td_u64(&m, "loader");
+        uint64_t ring_bytes = td_u64(&m, "ring_bytes");
+        ck_assert_uint_eq(td_u64(&m, "slots"), 2);
+        const uint8_t *ring = mmap(NULL, ring_bytes, PROT_READ, MAP_SHARED, m.fds[0], 0);
+        ck_assert_ptr_ne(ring, MAP_FAILED);
+        td_msg_free(&m);
+        /* steps 3.. in order, sequential: step s holds records 10s .. 10s+9 (mod 100) */
+        for (uint64_t step = 3; step < 3 + 12; step++) {
+                next_event(fd, &m);
+                ck_assert_str_eq(m.kind, "batch");
+                ck_assert_int_eq(zr_msg_check(m.root, ZR_MSG_INVALID, NULL, NULL), 0);
+                ck_assert_uint_eq(td_u64(&m, "step"), step);
+                uint32_t slot = (uint32_t)td_u64(&m, "slot");
+                const msgpack_object *streams;
+                uint32_t ns;
+                ck_assert_int_eq(zr_wire_get_array(m.root, "streams", &streams, &ns, NULL), 0);
+                ck_assert_uint_eq(ns, 1);
+                uint64_t off;
+                ck_assert_int_eq(zr_wire_get_u64(&streams[0], "offset", &off, NULL), 0);
+                uint64_t idx[10];
+                for (int i = 0; i < 10; i++)
+                        idx[i] = (step * 10 + (uint64_t)i) % 100;
+                size_t ni;
+                const uint8_t *ind = td_u64s(&m, "indices", &ni);
+                ck_assert_uint_eq(ni, 10);
+                ck_assert_uint_eq(zr_wire_u64_at(ind, 0), idx[0]);
+                check_dense_values(ring + off, idx, 10);
+                td_msg_free(&m);
+                /* give the slot back (a notification: no reply) */
+                zr_wire_writer w;
+                zr_wire_writer_init(&w);
+                zr_wire_writer_begin_message(&w, "release", false, 0);
+                zr_wire_put_u64(&w, "loader", l);
+                zr_wire_put_u64(&w, "slot", slot);
+                ck_assert_int_eq(td_send(fd, &w, NULL, 0), 0);
+                zr_wire_writer_destroy(&w);
+        }
+        /* a release of a slot not held: a FAULT */
+        zr_wire_writer w;
+        zr_wire_writer_init(&w);
+        zr_wire_writer_begin_message(&w, "release", false, 0);
+        zr_wire_put_u64(&w, "loader", l);
+        zr_wire_put_u64(&w, "slot", 9);
+        ck_assert_int_eq(td_send(fd, &w, NULL, 0), 0);
+        zr_wire_writer_destroy(&w);
+        for (;;) {
+                ck_assert_int_eq(td_recv(fd, &m), 0);
+                bool fault = !strcmp(m.kind, "fault");
+                if (fault)
+                        ck_assert_int_eq(td_code(&m), ZR_E_PROTO);
+                else if (!strcmp(m.kind, "batch"))
+                        release_slot(fd, l, td_u64(&m, "slot"));
+                td_msg_free(&m);
+                if (fault)
+                        break;
+        }
+        /* STATUS shows it */
+        td_begin(&w, "status", 5000);
+        ck_assert_int_eq(td_send(fd, &w, NULL, 0), 0);
+        zr_wire_writer_destroy(&w);
+        for (;;) {
+                ck_assert_int_eq(td_recv(fd, &m), 0);
+                if (!strcmp(m.kind, "ok"))
+                        break;
+                if (!strcmp(m.kind, "batch"))
+                        release_slot(fd, l, td_u64(&m, "slot"));
+                td_msg_free(&m);
+        }
+        ck_assert_uint_eq(td_u64(&m, "loaders"), 1);
+        ck_assert_uint_ge(td_u64(&m, "batches"), 12);
+        const msgpack_object *pl;
+        uint32_t npl;
+        ck_assert_int_eq(zr_wire_get_array(m.root, "per_loader", &pl, &npl, NULL), 0);
+        ck_assert_uint_eq(npl, 1);
+        td_msg_free(&m);
+        /* an append makes the loader stale: LOADER_END ZR_E_STALE */
+        int mfd;
+        {
+                uint32_t data[ITEM] = {400, 401, 402, 403};
+                mfd = td_memfd(data, sizeof(data), true);
+        }
+        uint64_t shape[] = {ITEM};
+        td_begin(&w, "append", 6000);
+        zr_wire_put_u64(&w, "handle", h);
+        zr_wire_put_str(&w, "dtype", "<u4");
+        zr_wire_put_u64(&w, "count", 1);
+        zr_wire_put_u64(&w, "record_bytes", ITEM * 4);
+        zr_wire_put_uint_array(&w, "item_shape", shape, 1);
+        ck_assert_int_eq(td_send(fd, &w, &mfd, 1), 0);
+        zr_wire_writer_destroy(&w);
+        close(mfd);
+        bool ended = false, replied = false;
+        while (!ended || !replied) {
+                ck_assert_int_eq(td_recv(fd, &m), 0);
+                if (!strcmp(m.kind, "loader_end")) {
+                        ck_assert_uint_eq(td_u64(&m, "code"), ZR_E_STALE);
+                        ended = true;
+                } else if (!strcmp(m.kind, "ok")) {
+                        ck_assert_uint_eq(td_u64(&m, "id"), 6000);
+                        replied = true;
+                } else if (!strcmp(m.kind, "batch")) {
+                        release_slot(fd, l, td_u64(&m, "slot")); /* those before the end */
+                }
+                td_msg_free(&m);
+        }
+        /* CLOSE refuses a loader; LOADER_CLOSE closes it */
+        ck_assert_int_eq(simple_code(fd, "close", "handle", l), ZR_E_NO_HANDLE);
+        ck_assert_int_eq(simple_code(fd, "loader_close", "loader", l), 0);
+        ck_assert_int_eq(simple_code(fd, "loader_close", "loader", l), ZR_E_NO_HANDLE);
+        munmap((void *)ring, ring_bytes);
+        /* a client that dies with a loader open frees it */
+        int fd2 = td_connect_hello(&D);
+        ck_assert_int_eq(open_dataset(fd2, "ld", O_RDONLY, false, &m), 0);
+        uint32_t h2 = (uint32_t)td_u64(&m, "handle");
+        td_msg_free(&m);
+        ck_assert_int_eq(open_loader(fd2, h2, 10, 0, 4, &m), 0);
+        td_msg_free(&m);
+        close(fd2);
+        wait_clients(fd, 1);
+        ck_assert_int_eq(simple(fd, "status", NULL, 0, &m), 0);
+        ck_assert_uint_eq(td_u64(&m, "loaders"), 0);
+        ck_assert_uint_eq(td_u64(&m, "shm_bytes"), 0);
+        td_msg_free(&m);
+        close(fd);
+}
+END_TEST
+
 static Suite *daemon_suite(void) {
         Suite *s = suite_create("zrecordd");
         TCase *tc = tcase_create("daemon");
@@ -1267,6 +1445,7 @@ static Suite *daemon_suite(void) {
         tcase_add_test(tc, test_sigterm);
         tcase_add_test(tc, test_idle_exit_and_reload);
         tcase_add_test(tc, test_client_limit);
+        tcase_add_test(tc, test_loader);
         suite_add_tcase(s, tc);
         return s;
 }

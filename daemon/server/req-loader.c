@@ -1,0 +1,306 @@
+/* req-loader.c: the loader wiring: LOADER_OPEN, RELEASE, LOADER_CLOSE, and the
+ * BATCH and LOADER_END events, on top of the loader engine (loader/loader.h).
+ *
+ * A loader handle owns its zr_loader and one registry reference per stream, so
+ * the datasets, their locks and generation counters it borrows outlive it. The
+ * engine's workers wake the loop through an eventfd (server.c); the loop then
+ * collects every loader's events and sends them on its session. Everything here
+ * runs on the loop thread; it knows nothing of how rings are filled.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "loader/loader.h"
+#include "server/log.h"
+#include "server/request.h"
+
+/* Slots when LOADER_OPEN gives no prefetch (PROTOCOL.md section 10). */
+#define PREFETCH_DEFAULT 4
+
+struct zr_lhandle {
+        zr_loader *loader;
+        zr_client *client;
+        uint32_t id;
+        uint32_t nstreams;
+        zr_entry *entries[ZR_STREAMS_MAX]; /* one reference each */
+        uint64_t ring_bytes;
+        uint64_t batch_size;
+        enum zr_sampler_mode mode;
+        bool indices;                      /* BATCH carries the indices */
+        bool ended;
+};
+
+void zr_lhandle_free(zr_lhandle *lh) {
+        if (!lh)
+                return;
+        /* Waits for this loader's work in flight: a gather or a copy, bounded. */
+        zr_loader_free(lh->loader);
+        for (uint32_t i = 0; i < lh->nstreams; i++)
+                zr_entry_unref(lh->entries[i]);
+        free(lh);
+}
+
+uint64_t zr_lhandle_ring_bytes(const zr_lhandle *lh) {
+        return lh->ring_bytes;
+}
+
+int zr_lhandle_release(zr_lhandle *lh, uint32_t slot, zr_error *err) {
+        return zr_loader_release(lh->loader, slot, err);
+}
+
+void zr_lhandle_put_status(zr_lhandle *lh, zr_wire_writer *w, pid_t pid) {
+        zr_loader_counters k;
+        zr_loader_counters_get(lh->loader, &k);
+        zr_wire_begin_map(w, NULL);
+        zr_wire_put_u64(w, "pid", pid > 0 ? (uint64_t)pid : 0);
+        zr_wire_put_u64(w, "loader", lh->id);
+        zr_wire_put_str(w, "sampler", zr_sampler_mode_name(lh->mode));
+        zr_wire_put_u64(w, "batch_size", lh->batch_size);
+        zr_wire_put_u64(w, "streams", lh->nstreams);
+        zr_wire_put_u64(w, "step", k.step);
+        zr_wire_put_u64(w, "batches", k.batches);
+        zr_wire_put_u64(w, "gathers", k.gathers);
+        zr_wire_put_u64(w, "hits", k.hits);
+        zr_wire_put_u64(w, "misses", k.misses);
+        zr_wire_put_u64(w, "bytes", k.bytes);
+        zr_wire_put_u64(w, "evictions", k.evictions);
+        zr_wire_put_u64(w, "shared", k.shared);
+        zr_wire_end(w);
+}
+
+/* ---- events -------------------------------------------------------------- */
+
+static void send_event(zr_lhandle *lh, const zr_loader_event *ev) {
+        zr_wire_writer w;
+        zr_wire_writer_init(&w);
+        if (ev->kind == ZR_LOADER_EVENT_BATCH) {
+                zr_wire_writer_begin_message(&w, "batch", false, 0);
+                zr_wire_put_u64(&w, "loader", lh->id);
+                zr_wire_put_u64(&w, "slot", ev->slot);
+                zr_wire_put_u64(&w, "step", ev->step);
+                zr_wire_begin_array(&w, "streams");
+                for (size_t i = 0; i < ev->nstreams; i++) {
+                        const zr_loader_stream_batch *sb = &ev->streams[i];
+                        zr_wire_begin_map(&w, NULL);
+                        zr_wire_put_u64(&w, "offset", sb->offset);
+                        zr_wire_put_u64(&w, "bytes", sb->bytes);
+                        if (sb->offsets) {
+                                zr_wire_put_u64s(&w, "offsets", sb->offsets, ev->batch_size);
+                                zr_wire_put_u64s(&w, "lengths", sb->lengths, ev->batch_size);
+                                zr_wire_put_u64s(&w, "shapes", sb->shapes,
+                                                 ev->batch_size * sb->ndim);
+                        }
+                        zr_wire_end(&w);
+                }
+                zr_wire_end(&w);
+                if (lh->indices && ev->indices)
+                        zr_wire_put_u64s(&w, "indices", ev->indices, ev->batch_size);
+        } else {
+                const char *name = zr_error_code_name(ev->code);
+                lh->ended = true;
+                zr_wire_writer_begin_message(&w, "loader_end", false, 0);
+                zr_wire_put_u64(&w, "loader", lh->id);
+                zr_wire_put_u64(&w, "step", ev->step);
+                zr_wire_put_u64(&w, "code", (uint64_t)ev->code);
+                if (name)
+                        zr_wire_put_str(&w, "name", name);
+                zr_wire_put_str(&w, "message", ev->message ? ev->message : "");
+                if (ev->code == ZR_E_BUFFER)
+                        zr_wire_put_u64(&w, "needed", ev->needed);
+                zr_log(LOG_INFO, "loader %u ends at step %llu: %s: %s", lh->id,
+                       (unsigned long long)ev->step, name ? name : "?",
+                       ev->message ? ev->message : "");
+        }
+        zr_client_send_event(lh->client, &w);
+        zr_wire_writer_destroy(&w);
+}
+
+/* The loop's side of the engine's notify(): collect and send every event. */
+void zr_server_loader_events(zr_server *s);
+void zr_server_loader_events(zr_server *s) {
+        zr_loader *l;
+        zr_loader_event ev;
+        while (zr_loader_engine_next(s->loaders, &l) > 0) {
+                zr_lhandle *lh = zr_loader_userdata(l);
+                while (zr_loader_poll(l, &ev) > 0)
+                        if (!zr_client_gone(lh->client))
+                                send_event(lh, &ev);
+        }
+}
+
+void zr_server_dataset_mutated(zr_server *s, zr_entry *e) {
+        if (s->loaders)
+                zr_loader_engine_drop_dataset(s->loaders, e->id);
+}
+
+/* ---- LOADER_OPEN, LOADER_CLOSE ------------------------------------------ */
+
+int zr_handle_loader_open(zr_request *rq) {
+        zr_server *srv = zr_request_server(rq);
+        zr_wire_error werr = {0};
+        const msgpack_object *items;
+        uint32_t n;
+        char sampler[32];
+        zr_loader_params p = {.world_size = 1, .prefetch = PREFETCH_DEFAULT};
+        zr_loader_stream streams[ZR_STREAMS_MAX];
+        zr_lhandle *lh = NULL;
+        uint64_t v;
+        bool indices = false;
+        int r;
+
+        if (zr_wire_get_array(rq->root, "streams", &items, &n, &werr) < 0 ||
+            zr_wire_get_str_copy(rq->root, "sampler", sampler, sizeof(sampler), &werr) < 0 ||
+            zr_wire_get_u64(rq->root, "batch_size", &p.batch_size, &werr) < 0 ||
+            zr_wire_get_u64(rq->root, "seed", &p.seed, &werr) < 0 ||
+            zr_wire_get_u64(rq->root, "start_step", &p.start_step, &werr) < 0)
+                return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
+        if (zr_sampler_mode_from_name(sampler, &p.mode) < 0)
+                return zr_request_fail(rq, ZR_E_SAMPLER, "unknown sampler '%s' (sequential, iid, "
+                                       "cyclic)", sampler);
+        if (zr_wire_find(rq->root, "rank")) {
+                if (zr_wire_get_u64(rq->root, "rank", &v, &werr) < 0)
+                        return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
+                if (v > UINT32_MAX)
+                        return zr_request_fail(rq, ZR_E_SAMPLER, "rank %llu is too large",
+                                               (unsigned long long)v);
+                p.rank = (uint32_t)v;
+        }
+        if (zr_wire_find(rq->root, "world_size")) {
+                if (zr_wire_get_u64(rq->root, "world_size", &v, &werr) < 0)
+                        return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
+                if (v > UINT32_MAX)
+                        return zr_request_fail(rq, ZR_E_SAMPLER, "world_size %llu is too large",
+                                               (unsigned long long)v);
+                p.world_size = (uint32_t)v;
+        }
+        if (zr_wire_find(rq->root, "prefetch")) {
+                if (zr_wire_get_u64(rq->root, "prefetch", &v, &werr) < 0)
+                        return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
+                if (v < 1 || v > ZR_PREFETCH_MAX)
+                        return zr_request_fail(rq, ZR_E_LIMIT, "prefetch %llu: 1..%d slots",
+                                               (unsigned long long)v, ZR_PREFETCH_MAX);
+                p.prefetch = (uint32_t)v;
+        }
+        if (zr_wire_find(rq->root, "length")) {
+                if (zr_wire_get_u64(rq->root, "length", &p.length, &werr) < 0)
+                        return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
+                p.has_length = 1;
+        }
+        if (zr_wire_find(rq->root, "indices") &&
+            zr_wire_get_bool(rq->root, "indices", &indices, &werr) < 0)
+                return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
+        if (n < 1 || n > ZR_STREAMS_MAX)
+                return zr_request_fail(rq, ZR_E_PROTO, "field 'streams': %u streams, 1..%d",
+                                       n, ZR_STREAMS_MAX);
+        if (zr_request_loaders(rq) >= zr_request_loaders_max(rq))
+                return zr_request_fail(rq, ZR_E_LIMIT, "%u loaders open: the limit",
+                                       zr_request_loaders(rq));
+        lh = calloc(1, sizeof(*lh));
+        if (!lh)
+                return zr_request_fail(rq, ENOMEM, "no memory for a loader");
+        for (uint32_t i = 0; i < n; i++) {
+                uint32_t hid;
+                if (zr_wire_get_u32(&items[i], "handle", &hid, &werr) < 0) {
+                        r = zr_request_fail(rq, ZR_E_PROTO, "streams[%u]: %s", i, werr.message);
+                        goto fail;
+                }
+                for (uint32_t j = 0; j < i; j++) {
+                        uint32_t other;
+                        zr_wire_get_u32(&items[j], "handle", &other, NULL);
+                        if (other == hid) {
+                                r = zr_request_fail(rq, ZR_E_PROTO, "streams: handle %u appears "
+                                                    "twice", hid);
+                                goto fail;
+                        }
+                }
+                zr_handle *h = zr_request_handle(rq, "streams", hid, ZR_HANDLE_DATASET);
+                if (!h) {
+                        r = -ZR_E_NO_HANDLE;
+                        goto fail;
+                }
+                uint64_t cap = 0;
+                if (zr_wire_find(&items[i], "capacity") &&
+                    zr_wire_get_u64(&items[i], "capacity", &cap, &werr) < 0) {
+                        r = zr_request_fail(rq, ZR_E_PROTO, "streams[%u]: %s", i, werr.message);
+                        goto fail;
+                }
+                lh->entries[i] = zr_entry_ref(h->entry);
+                lh->nstreams = i + 1;
+                streams[i] = (zr_loader_stream){
+                        .ds = h->entry->ds,
+                        .lock = &h->entry->lock,
+                        .generation = &h->entry->generation,
+                        .dataset_id = h->entry->id,
+                        .capacity = cap,
+                };
+        }
+        p.ring_bytes_max = zr_request_shm_left(rq);
+        if (p.ring_bytes_max == 0) {
+                r = zr_request_fail(rq, ZR_E_LIMIT, "no shared memory budget left for a ring");
+                goto fail;
+        }
+        lh->client = zr_request_client(rq);
+        lh->batch_size = p.batch_size;
+        lh->mode = p.mode;
+        lh->indices = indices;
+        r = zr_loader_new(srv->loaders, streams, n, &p, lh, &lh->loader, &rq->err);
+        if (r < 0)
+                goto fail;
+        lh->ring_bytes = zr_loader_ring_bytes(lh->loader);
+        r = zr_request_shm_reserve(rq, lh->ring_bytes);
+        if (r < 0)
+                goto fail;
+        int fd = fcntl(zr_loader_ring_fd(lh->loader), F_DUPFD_CLOEXEC, 3);
+        if (fd < 0) {
+                zr_request_shm_release(rq, lh->ring_bytes);
+                r = zr_request_fail(rq, errno, "passing the ring: %s", strerror(errno));
+                goto fail;
+        }
+        zr_handle h = {.type = ZR_HANDLE_LOADER, .loader = lh};
+        int id = zr_request_add_handle(rq, &h);
+        if (id < 0) {
+                close(fd);
+                zr_request_shm_release(rq, lh->ring_bytes);
+                r = id;
+                goto fail;
+        }
+        lh->id = (uint32_t)id;
+        srv->counters.loaders++;
+        zr_loader *l = lh->loader;
+        zr_wire_writer w;
+        zr_reply_begin(rq, &w);
+        zr_wire_put_u64(&w, "loader", (uint64_t)id);
+        zr_wire_put_u64(&w, "slots", zr_loader_slots(l));
+        zr_wire_put_u64(&w, "slot_bytes", zr_loader_slot_bytes(l));
+        zr_wire_put_u64(&w, "ring_bytes", zr_loader_ring_bytes(l));
+        zr_wire_put_u64(&w, "length", zr_loader_length(l));
+        zr_wire_begin_array(&w, "streams");
+        for (size_t i = 0; i < zr_loader_nstreams(l); i++) {
+                zr_wire_begin_map(&w, NULL);
+                zr_wire_put_u64(&w, "offset", zr_loader_stream_offset(l, i));
+                zr_wire_put_u64(&w, "capacity", zr_loader_stream_capacity(l, i));
+                zr_wire_end(&w);
+        }
+        zr_wire_end(&w);
+        zr_log(LOG_DEBUG, "pid %d opened loader %d: %s, batch %llu, %u streams, step %llu",
+               (int)zr_request_pid(rq), id, sampler, (unsigned long long)p.batch_size, n,
+               (unsigned long long)p.start_step);
+        return zr_reply_send(rq, &w, &fd, 1);
+fail:
+        zr_lhandle_free(lh);
+        return r;
+}
+
+int zr_handle_loader_close(zr_request *rq) {
+        zr_wire_error werr = {0};
+        uint32_t id;
+        if (zr_wire_get_u32(rq->root, "loader", &id, &werr) < 0)
+                return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
+        if (!zr_request_handle(rq, "loader", id, ZR_HANDLE_LOADER))
+                return -ZR_E_NO_HANDLE;
+        zr_request_close_handle(rq, id);
+        return zr_reply_empty(rq);
+}
