@@ -73,6 +73,23 @@ typedef struct lstream {
         int cached;           /* compressed: decode through the cache */
 } lstream;
 
+/* A claimed piece of work: fill `slot` of `l` with `step`, from `src` if set. */
+typedef struct work {
+        zr_loader *l;
+        uint32_t slot;
+        uint64_t step;
+        zr_loader *src;
+        uint32_t src_slot;
+} work;
+
+/* A gather that found a stream's lock taken exclusive (a mutation in
+ * progress): it keeps its claim and waits here, holding no worker, until
+ * resume_parked(). One node per slot, allocated with the loader. */
+typedef struct parked_work {
+        struct parked_work *next;
+        work w;
+} parked_work;
+
 typedef struct slot {
         enum slot_state state;
         uint64_t step;        /* the step it holds (has_content) or is being filled with */
@@ -82,6 +99,7 @@ typedef struct slot {
         unsigned pins;        /* group members copying from it */
         uint64_t *indices;    /* batch_size */
         zr_loader_stream_batch *sb; /* nstreams */
+        parked_work park;     /* its fill, while parked */
 } slot;
 
 typedef struct group {
@@ -136,24 +154,18 @@ struct zr_loader_engine {
         int kick_pending;
         zr_loader *run_head, *run_tail;
         zr_loader *ready_head, *ready_tail;
+        parked_work *parked;  /* gathers waiting for a stream's lock */
+        parked_work *resume;  /* parked gathers to retry, before new claims */
         group *groups;
         uint64_t nloaders;
         uint64_t fills;       /* fills completed, all loaders */
         zr_loader_engine_counters t;
 };
 
-/* A claimed piece of work: fill `slot` of `l` with `step`, from `src` if set. */
-typedef struct work {
-        zr_loader *l;
-        uint32_t slot;
-        uint64_t step;
-        zr_loader *src;
-        uint32_t src_slot;
-} work;
-
 /* The result of a fill. */
 typedef struct fill_result {
         int code;             /* 0 or positive */
+        int busy;             /* a stream's lock was taken exclusive: park */
         uint64_t needed;
         char msg[ZR_ERROR_MESSAGE_MAX];
         uint64_t hits, misses, bytes, evictions;
@@ -294,7 +306,7 @@ static void drain_task(void *arg);
 
 /* Starts a drain task if work is queued and fewer than drain_max run. */
 static void kick(zr_loader_engine *e) {
-        if (!e->run_head || e->ndrain >= e->drain_max)
+        if ((!e->run_head && !e->resume) || e->ndrain >= e->drain_max)
                 return;
         e->ndrain++;
         if (zr_pool_try_submit(e->pool, drain_task, e) < 0) {
@@ -303,6 +315,19 @@ static void kick(zr_loader_engine *e) {
                 return;
         }
         e->kick_pending = 0;
+}
+
+/* Engine mutex held: retries every parked gather. Called on events that may
+ * follow the end of a mutation (zr_loader_engine_drop_dataset(), a release, a
+ * collection), never on a park itself, so a lock held for long costs no spin. */
+static void resume_parked(zr_loader_engine *e) {
+        while (e->parked) {
+                parked_work *p = e->parked;
+                e->parked = p->next;
+                p->next = e->resume;
+                e->resume = p;
+        }
+        kick(e);
 }
 
 /* Finds a group member's slot that holds or is filling `step`. Returns 1 and
@@ -414,8 +439,15 @@ static int gather_stream(zr_loader *l, size_t si, const uint64_t *idx, uint8_t *
                 r = zr_error_errno(err, ENOMEM, "gathering a batch of %" PRIu64, B);
                 goto out;
         }
-        pthread_rwlock_rdlock(st->s.lock);
-        locked = 1;
+        if (atomic_load(st->s.generation) == st->open_gen) {
+                if (pthread_rwlock_tryrdlock(st->s.lock) != 0) {
+                        /* a mutation holds it: do not block a worker for its
+                         * duration (the work is parked, see complete()) */
+                        r = -EBUSY;
+                        goto out;
+                }
+                locked = 1;
+        }
         if (atomic_load(st->s.generation) != st->open_gen) {
                 r = zr_error_set(err, ZR_E_STALE, "%s changed under the loader (appended to, "
                                  "deleted from or compacted)", st->name);
@@ -598,7 +630,9 @@ static void fill_gather(zr_loader *l, const work *w, fill_result *res) {
         r = zr_sampler_indices(&sp, s->indices, &err);
         for (size_t i = 0; r >= 0 && i < l->nstreams; i++)
                 r = gather_stream(l, i, s->indices, base, slot_off, &s->sb[i], res, &err);
-        if (r < 0)
+        if (r == -EBUSY)
+                res->busy = 1;
+        else if (r < 0)
                 fill_fail(res, r, &err);
 }
 
@@ -678,6 +712,18 @@ static int complete(zr_loader_engine *e, const work *w, const fill_result *res) 
         uint64_t k = w->step - l->start;
         int notify;
 
+        if (res->busy) {
+                /* keep the claim (the slot stays FILLING, group members wait
+                 * for it) and park the work until resume_parked() */
+                s->park.w = *w;
+                s->park.next = e->parked;
+                e->parked = &s->park;
+                l->c.hits += res->hits;
+                l->c.misses += res->misses;
+                e->t.hits += res->hits;
+                e->t.misses += res->misses;
+                return 0;
+        }
         if (w->src) {
                 w->src->slots[w->src_slot].pins--;
                 maybe_run(e, w->src);
@@ -726,11 +772,19 @@ static void drain_task(void *arg) {
         zr_loader *l;
 
         pthread_mutex_lock(&e->mutex);
-        while ((l = runq_pop(e))) {
+        for (;;) {
                 fill_result res = {0};
                 work w;
-                if (!claim(e, l, &w))
-                        continue;
+                if (e->resume) {
+                        w = e->resume->w;
+                        e->resume = e->resume->next;
+                        l = w.l;
+                } else if ((l = runq_pop(e))) {
+                        if (!claim(e, l, &w))
+                                continue;
+                } else {
+                        break;
+                }
                 pthread_mutex_unlock(&e->mutex);
                 if (w.src)
                         fill_copy(l, &w, &res);
@@ -800,13 +854,24 @@ void zr_loader_engine_set_cache_bytes(zr_loader_engine *e, uint64_t cache_bytes)
 
 void zr_loader_engine_drop_dataset(zr_loader_engine *e, uint64_t dataset_id) {
         zr_rcache_drop(e->cache, dataset_id);
+        pthread_mutex_lock(&e->mutex);
+        resume_parked(e);
+        pthread_mutex_unlock(&e->mutex);
+}
+
+void zr_loader_engine_resume(zr_loader_engine *e) {
+        pthread_mutex_lock(&e->mutex);
+        resume_parked(e);
+        pthread_mutex_unlock(&e->mutex);
 }
 
 int zr_loader_engine_next(zr_loader_engine *e, zr_loader **ret) {
         zr_loader *l;
 
         pthread_mutex_lock(&e->mutex);
-        if (e->kick_pending)
+        if (e->parked)
+                resume_parked(e);
+        else if (e->kick_pending)
                 kick(e);
         l = e->ready_head;
         if (l) {
@@ -1155,6 +1220,22 @@ fail:
         return r;
 }
 
+/* Engine mutex held: drops l's parked gathers from *list. */
+static void unpark(zr_loader_engine *e, zr_loader *l, parked_work **list) {
+        (void)e;
+        for (parked_work **pp = list; *pp;) {
+                parked_work *p = *pp;
+                if (p->w.l != l) {
+                        pp = &p->next;
+                        continue;
+                }
+                *pp = p->next;
+                l->slots[p->w.slot].state = SLOT_FREE;
+                l->slots[p->w.slot].gathering = 0;
+                l->inflight--;
+        }
+}
+
 zr_loader *zr_loader_free(zr_loader *l) {
         zr_loader_engine *e;
 
@@ -1165,6 +1246,9 @@ zr_loader *zr_loader_free(zr_loader *l) {
         l->closing = 1;
         runq_remove(e, l);
         readyq_remove(e, l);
+        /* its parked gathers end here: they were claimed and never finished */
+        unpark(e, l, &e->parked);
+        unpark(e, l, &e->resume);
         for (;;) {
                 int pinned = 0;
                 for (uint32_t k = 0; k < l->nslots; k++)
@@ -1176,6 +1260,11 @@ zr_loader *zr_loader_free(zr_loader *l) {
         /* a drain task may have requeued it meanwhile */
         runq_remove(e, l);
         readyq_remove(e, l);
+        /* members that waited for one of its (now dropped) fills */
+        if (l->g)
+                for (zr_loader *m = l->g->members; m; m = m->g_next)
+                        if (m != l)
+                                maybe_run(e, m);
         group_leave(e, l);
         e->nloaders--;
         pthread_mutex_unlock(&e->mutex);
@@ -1273,7 +1362,9 @@ int zr_loader_release(zr_loader *l, uint32_t slot_no, zr_error *err) {
         }
         l->slots[slot_no].state = SLOT_FREE;
         maybe_run(e, l);
-        if (e->kick_pending)
+        if (e->parked)
+                resume_parked(e);
+        else if (e->kick_pending)
                 kick(e);
 out:
         pthread_mutex_unlock(&e->mutex);

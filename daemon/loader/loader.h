@@ -68,7 +68,10 @@
  *
  * Staleness
  *
- *   Every gather takes each stream's lock shared and checks, before and after,
+ *   Every gather takes each stream's lock shared (trying: if a mutation holds
+ *   it, the gather is parked until zr_loader_engine_resume(), so a long
+ *   compaction of one dataset holds no worker and stalls no other loader) and
+ *   checks, before and after,
  *   that the stream's generation is the one seen at open. A gather (or a copy)
  *   that starts after a change ends the loader with ZR_E_STALE at its step;
  *   batches gathered before the change are still announced (they are intact); a
@@ -123,9 +126,17 @@ zr_loader_engine *zr_loader_engine_free(zr_loader_engine *e);
 void zr_loader_engine_set_cache_bytes(zr_loader_engine *e, uint64_t cache_bytes);
 
 /* Drops every cached record of `dataset_id` (call after a mutation of that
- * dataset; entries of old generations would only waste budget). Entries in use
- * by a gather are freed when it ends. */
+ * dataset, once its lock is released; entries of old generations would only
+ * waste budget), and resumes parked gathers as zr_loader_engine_resume() does.
+ * Entries in use by a gather are freed when it ends. */
 void zr_loader_engine_drop_dataset(zr_loader_engine *e, uint64_t dataset_id);
+
+/* Call after releasing any dataset's exclusive lock (a mutation, or anything
+ * else that took it exclusive; zr_loader_engine_drop_dataset() does it too). A
+ * gather never blocks a worker on a stream's lock: if it finds the lock taken
+ * exclusive it keeps its claim and is parked, and parked gathers are retried
+ * here, on zr_loader_release() and on zr_loader_engine_next(). */
+void zr_loader_engine_resume(zr_loader_engine *e);
 
 /* Pops a loader that has events to collect: returns 1 and sets *ret, or 0 when
  * none is left. The loader stays valid (the daemon owns it); collect its events

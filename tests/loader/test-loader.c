@@ -590,6 +590,98 @@ START_TEST(test_stale) {
 }
 END_TEST
 
+/* A mutation that holds one dataset's lock exclusive for long holds no worker:
+ * a loader of another dataset keeps going (with blocking locks both workers
+ * would wait and this test would hang); the loader of the locked dataset
+ * resumes when the lock goes (nothing changed) or ends STALE (it changed). */
+START_TEST(test_locked_dataset) {
+        enum { PF = 4 };
+        fixture f;
+        zr_loader *x, *y;
+        zr_loader_params p = { .mode = ZR_SAMPLER_IID, .batch_size = 8, .seed = 3,
+                               .world_size = 1, .prefetch = PF };
+        zr_sampler_params sp = { .mode = ZR_SAMPLER_IID, .n = N_DENSE, .batch_size = 8,
+                                 .seed = 3, .world_size = 1 };
+        zr_loader_stream sx, sy;
+        zr_loader_event ev, held[PF];
+        uint64_t s;
+
+        fixture_new(&f, ZR_CODEC_ZSTD, 1 << 20);
+        sx = reg_stream(&f.dense, "d");
+        sy = reg_stream(&f.dense2, "e");
+        x = open_loader(&f, &sx, 1, &p);
+        y = open_loader(&f, &sy, 1, &p);
+        for (int k = 0; k < PF; k++)
+                next_batch(&f.g, x, &held[k]);
+        pthread_rwlock_wrlock(&f.dense.lock);
+        for (int k = 0; k < PF; k++)
+                zr_loader_release(x, held[k].slot, NULL);
+        for (s = 0; s < 40; s++) {
+                next_batch(&f.g, y, &ev);
+                ck_assert_uint_eq(ev.step, s);
+                zr_loader_release(y, ev.slot, NULL);
+        }
+        ck_assert_int_eq(zr_loader_poll(x, &ev), 0);
+        /* an exclusive section that changed nothing: x resumes, intact */
+        pthread_rwlock_unlock(&f.dense.lock);
+        zr_loader_engine_resume(f.g.e);
+        for (s = PF; s < 3 * PF; s++) {
+                next_batch(&f.g, x, &ev);
+                ck_assert_uint_eq(ev.step, s);
+                check_dense(x, &ev, 0, &f.dense, ITEM, &sp);
+                zr_loader_release(x, ev.slot, NULL);
+        }
+        /* one that changed it: x ends STALE and announces nothing torn */
+        for (int k = 0; k < PF; k++)
+                next_batch(&f.g, x, &held[k]);
+        pthread_rwlock_wrlock(&f.dense.lock);
+        for (int k = 0; k < PF; k++)
+                zr_loader_release(x, held[k].slot, NULL);
+        atomic_fetch_add(&f.dense.gen, 1);
+        pthread_rwlock_unlock(&f.dense.lock);
+        zr_loader_engine_drop_dataset(f.g.e, f.dense.id);
+        next_event(&f.g, x, &ev);
+        ck_assert_int_eq(ev.kind, ZR_LOADER_EVENT_END);
+        ck_assert_int_eq(ev.code, ZR_E_STALE);
+        ck_assert_uint_eq(ev.step, 4 * PF);
+        zr_loader_free(x);
+        zr_loader_free(y);
+        fixture_free(&f);
+}
+END_TEST
+
+/* A loader freed while its gathers are parked on a locked dataset. */
+START_TEST(test_free_parked) {
+        fixture f;
+        zr_loader *x, *x2;
+        zr_loader_params p = { .mode = ZR_SAMPLER_IID, .batch_size = 8, .seed = 3,
+                               .world_size = 1, .prefetch = 2 };
+        zr_loader_stream sx;
+        zr_loader_event ev, held[2];
+
+        fixture_new(&f, ZR_CODEC_RAW, 0);
+        sx = reg_stream(&f.dense, "d");
+        x = open_loader(&f, &sx, 1, &p);
+        x2 = open_loader(&f, &sx, 1, &p); /* same group: waits on x's parked fills */
+        next_batch(&f.g, x, &held[0]);
+        next_batch(&f.g, x, &held[1]);
+        next_batch(&f.g, x2, &ev);
+        zr_loader_release(x2, ev.slot, NULL);
+        next_batch(&f.g, x2, &ev);
+        zr_loader_release(x2, ev.slot, NULL);
+        pthread_rwlock_wrlock(&f.dense.lock);
+        zr_loader_release(x, held[0].slot, NULL);
+        zr_loader_release(x, held[1].slot, NULL);
+        zr_loader_free(x); /* returns at once: parked work never runs */
+        pthread_rwlock_unlock(&f.dense.lock);
+        zr_loader_engine_resume(f.g.e);
+        next_batch(&f.g, x2, &ev);
+        ck_assert_uint_eq(ev.step, 2);
+        zr_loader_free(x2);
+        fixture_free(&f);
+}
+END_TEST
+
 /* A ragged batch over its stream's capacity ends the loader with ZR_E_BUFFER at
  * that step and says how many bytes it needs. */
 START_TEST(test_ragged_capacity) {
@@ -832,6 +924,8 @@ int main(void) {
         tcase_add_test(tc, test_group_slow_member);
         tcase_add_test(tc, test_cache_accounting);
         tcase_add_test(tc, test_stale);
+        tcase_add_test(tc, test_locked_dataset);
+        tcase_add_test(tc, test_free_parked);
         tcase_add_test(tc, test_ragged_capacity);
         tcase_add_test(tc, test_fairness);
         tcase_add_test(tc, test_free_in_flight);
