@@ -912,6 +912,9 @@ void zr_client_drain(zr_client *c) {
                 return;
         c->draining = true;
         client_update_reading(c);
+        for (uint32_t i = 0; i < c->nhandles; i++)
+                if (c->handles[i].type == ZR_HANDLE_LOADER)
+                        zr_lhandle_shutdown(c->handles[i].loader);
         /* Queued requests get ZR_E_SHUTDOWN in order, after the running one. */
         client_pump(c);
         if (!c->q_head && !c->running && !c->closing) {

@@ -118,6 +118,19 @@ static void send_event(zr_lhandle *lh, const zr_loader_event *ev) {
         zr_wire_writer_destroy(&w);
 }
 
+void zr_lhandle_shutdown(zr_lhandle *lh) {
+        if (lh->ended)
+                return;
+        zr_loader_counters k;
+        zr_loader_stop(lh->loader, ZR_E_SHUTDOWN, "the daemon is shutting down");
+        zr_loader_counters_get(lh->loader, &k);
+        /* The session closes after this: nothing of this loader is sent after the
+         * END, so its step is the first that will not be announced. */
+        zr_loader_event ev = {.kind = ZR_LOADER_EVENT_END, .step = k.step,
+                              .code = ZR_E_SHUTDOWN, .message = "the daemon is shutting down"};
+        send_event(lh, &ev);
+}
+
 /* The loop's side of the engine's notify(): collect and send every event. */
 void zr_server_loader_events(zr_server *s);
 void zr_server_loader_events(zr_server *s) {
@@ -126,7 +139,7 @@ void zr_server_loader_events(zr_server *s) {
         while (zr_loader_engine_next(s->loaders, &l) > 0) {
                 zr_lhandle *lh = zr_loader_userdata(l);
                 while (zr_loader_poll(l, &ev) > 0)
-                        if (!zr_client_gone(lh->client))
+                        if (!zr_client_gone(lh->client) && !lh->ended)
                                 send_event(lh, &ev);
         }
 }

@@ -188,6 +188,9 @@ void zr_lhandle_free(zr_lhandle *lh);
 uint64_t zr_lhandle_ring_bytes(const zr_lhandle *lh);
 /* RELEASE of `slot`: 0, or a negative code with *err set. */
 int zr_lhandle_release(zr_lhandle *lh, uint32_t slot, zr_error *err);
+/* Ends the loader for a shutdown: stops it and sends LOADER_END ZR_E_SHUTDOWN;
+ * nothing more of it is sent. */
+void zr_lhandle_shutdown(zr_lhandle *lh);
 /* Puts the per_loader map of STATUS for this loader (pid: its client's). */
 void zr_lhandle_put_status(zr_lhandle *lh, zr_wire_writer *w, pid_t pid);
 

@@ -1139,13 +1139,23 @@ END_TEST
 
 /* ---- lifecycle ------------------------------------------------------------------------- */
 
+static int open_loader(int fd, uint32_t h, uint64_t batch, uint64_t start, uint64_t prefetch,
+                       td_msg *m);
+
 START_TEST(test_sigterm) {
         int fd = td_connect_hello(&D);
         uint32_t h = create_dense(fd, "t", "raw");
         ck_assert_int_eq(append_dense(fd, h, 0, 1000), 0);
         int idle = td_connect_hello(&D);
         int pre = td_connect(&D); /* no HELLO yet */
-        wait_clients(fd, 3);
+        int lfd = td_connect_hello(&D); /* a loader whose slots are all held */
+        td_msg lm;
+        ck_assert_int_eq(open_dataset(lfd, "t", O_RDONLY, false, &lm), 0);
+        uint32_t lh = (uint32_t)td_u64(&lm, "handle");
+        td_msg_free(&lm);
+        ck_assert_int_eq(open_loader(lfd, lh, 10, 0, 2, &lm), 0);
+        td_msg_free(&lm);
+        wait_clients(fd, 4);
         /* a request in flight and one queued behind it when SIGTERM lands */
         zr_wire_writer w;
         td_begin(&w, "verify", 1);
@@ -1169,6 +1179,24 @@ START_TEST(test_sigterm) {
         expect_closed(fd);
         expect_closed(idle);
         expect_closed(pre);
+        /* the loader's client sees its batches, then LOADER_END ZR_E_SHUTDOWN */
+        bool ended = false;
+        for (;;) {
+                int rr = td_recv(lfd, &lm);
+                if (rr == -EPIPE)
+                        break;
+                ck_assert_int_eq(rr, 0);
+                if (!strcmp(lm.kind, "loader_end")) {
+                        ck_assert_uint_eq(td_u64(&lm, "code"), ZR_E_SHUTDOWN);
+                        ended = true;
+                } else {
+                        ck_assert_str_eq(lm.kind, "batch");
+                        ck_assert(!ended);
+                }
+                td_msg_free(&lm);
+        }
+        ck_assert(ended);
+        close(lfd);
         /* the socket is gone, the store synced and released: it opens in-process */
         struct stat st;
         ck_assert_int_eq(stat(D.sock, &st), -1);
