@@ -7,12 +7,18 @@
  * counters. Pool workers run drain tasks that claim one (loader, slot, step)
  * at a time under the mutex and fill it without the mutex; the loop thread
  * polls, releases, opens and frees. A fill never touches a slot it did not
- * claim, except to read a group member's slot that it pinned.
+ * claim, except to read a group member's slot that it pinned. A fill never
+ * blocks on anything but the pool: stream locks are only tried (a busy one
+ * parks the fill with its claim), and a member that needs a step another member
+ * is filling leaves the run queue until that fill completes.
  *
  * It assumes the daemon keeps each stream's dataset, lock and generation alive
- * for the loader's lifetime and bumps the generation under the exclusive lock
- * on every mutation. It does not know about sockets, messages or handles, and it
- * does not limit how many loaders exist (the daemon's limits do).
+ * for the loader's lifetime, bumps the generation under the exclusive lock on
+ * every mutation, and calls zr_loader_engine_resume() (or _drop_dataset())
+ * after releasing an exclusive lock. It does not know about sockets, messages
+ * or handles; it does not limit how many loaders exist (the daemon's limits
+ * do); it shares worker time per batch, not per byte (a loader of big batches
+ * gets more time per turn than one of small batches).
  */
 #include "loader/loader.h"
 
@@ -32,8 +38,8 @@
 #include "zr-proto.h"
 
 /* Records sampled (evenly spaced) to estimate a ragged stream's mean record
- * size for its default capacity: one locate of 256 entries is a few preads,
- * cheap at open whatever the length, and close enough for a 2x margin. */
+ * size for its default capacity: at most 256 preads of 16 bytes at open,
+ * whatever the length, and close enough for a 2x margin. */
 #define LOADER_CAPACITY_SAMPLE 256
 /* Default ragged capacity is this many times batch_size × the mean record. */
 #define LOADER_CAPACITY_FACTOR 2
@@ -1182,7 +1188,16 @@ int zr_loader_new(zr_loader_engine *e, const zr_loader_stream *streams, size_t n
                 } else if (st->s.capacity) {
                         st->capacity = align_up(st->s.capacity, ZR_STREAM_ALIGN);
                 } else {
-                        r = ragged_default_capacity(st, len0, p->batch_size, err);
+                        /* the table is read under the lock, and at the length
+                         * and generation seen above (else the loader is stale
+                         * before it starts) */
+                        pthread_rwlock_rdlock(st->s.lock);
+                        if (atomic_load(st->s.generation) != st->open_gen)
+                                r = zr_error_set(err, ZR_E_STALE, "%s changed while the loader "
+                                                 "opened", st->name);
+                        else
+                                r = ragged_default_capacity(st, len0, p->batch_size, err);
+                        pthread_rwlock_unlock(st->s.lock);
                         if (r < 0)
                                 goto fail;
                 }
