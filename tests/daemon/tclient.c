@@ -27,6 +27,11 @@ static int wait_readable(int fd, int ms) {
 }
 
 void td_start(td_daemon *d, const char *const *extra) {
+        td_start_env(d, extra, NULL, false);
+}
+
+void td_start_env(td_daemon *d, const char *const *extra, const char *const *env,
+                  bool activate) {
         const char *bin = getenv("ZRECORDD");
         ck_assert_msg(bin, "ZRECORDD is not set");
         memset(d, 0, sizeof(*d));
@@ -46,24 +51,54 @@ void td_start(td_daemon *d, const char *const *extra) {
         snprintf(sockarg, sizeof(sockarg), "--socket=%s", d->sock);
         const char *argv[32] = {bin, sockarg, "--threads=2", "--log-level=debug"};
         int argc = 4;
+        int lfd = -1;
+        if (activate) {
+                /* The service manager's part: bind and listen, pass it as fd 3. */
+                char run[320];
+                snprintf(run, sizeof(run), "%s/run", d->dir);
+                ck_assert_int_eq(mkdir(run, 0755), 0);
+                lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+                ck_assert_int_ge(lfd, 0);
+                struct sockaddr_un la = {.sun_family = AF_UNIX};
+                snprintf(la.sun_path, sizeof(la.sun_path), "%.100s", d->sock);
+                ck_assert_int_eq(bind(lfd, (struct sockaddr *)&la, sizeof(la)), 0);
+                ck_assert_int_eq(listen(lfd, 16), 0);
+                argv[1] = "--log-level=debug"; /* no --socket: the passed one is used */
+        }
         for (int i = 0; extra && extra[i] && argc < 31; i++)
                 argv[argc++] = extra[i];
         argv[argc] = NULL;
         d->pid = fork();
         ck_assert_int_ge(d->pid, 0);
         if (d->pid == 0) {
-                int lfd = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-                if (lfd >= 0) {
-                        dup2(lfd, 2);
-                        close(lfd);
+                int logfd = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+                if (logfd >= 0) {
+                        dup2(logfd, 2);
+                        close(logfd);
                 }
                 setenv("NOTIFY_SOCKET", npath, 1);
                 unsetenv("LISTEN_FDS");
                 unsetenv("LISTEN_PID");
                 unsetenv("WATCHDOG_USEC");
+                for (int i = 0; env && env[i]; i++)
+                        putenv((char *)env[i]);
+                char pidbuf[32];
+                snprintf(pidbuf, sizeof(pidbuf), "%d", (int)getpid());
+                if (getenv("WATCHDOG_USEC"))
+                        setenv("WATCHDOG_PID", pidbuf, 1);
+                if (activate) {
+                        if (lfd != 3) {
+                                dup2(lfd, 3);
+                                close(lfd);
+                        }
+                        setenv("LISTEN_FDS", "1", 1);
+                        setenv("LISTEN_PID", pidbuf, 1);
+                }
                 execv(bin, (char *const *)argv);
                 _exit(127);
         }
+        if (lfd >= 0)
+                close(lfd);
         ck_assert_msg(td_wait_notify(d, "READY=1"), "zrecordd did not become ready");
 }
 

@@ -28,6 +28,12 @@ typedef struct td_daemon {
 /* Starts zrecordd ($ZRECORDD) with --socket in a new temp directory and extra
  * arguments (NULL-terminated, may be NULL); returns once READY=1 arrived. */
 void td_start(td_daemon *d, const char *const *extra_args);
+/* As td_start() with "KEY=value" strings added to the daemon's environment
+ * (WATCHDOG_PID is set to the daemon when WATCHDOG_USEC is given) and, if
+ * `activate`, socket activation: the test binds the socket and passes it as
+ * descriptor 3 with LISTEN_FDS/LISTEN_PID, and no --socket is given. */
+void td_start_env(td_daemon *d, const char *const *extra_args, const char *const *env,
+                  bool activate);
 /* Sends `sig` and waits for the exit; returns the wait status. */
 int td_stop(td_daemon *d, int sig);
 /* Waits for the daemon to exit by itself; returns the wait status. */

@@ -1452,6 +1452,21 @@ START_TEST(test_loader) {
 }
 END_TEST
 
+START_TEST(test_activation_and_watchdog) {
+        td_cleanup(&D);
+        const char *env[] = {"WATCHDOG_USEC=200000", NULL};
+        td_start_env(&D, NULL, env, true);
+        ck_assert(td_wait_notify(&D, "WATCHDOG=1"));
+        second_client_served();
+        ck_assert(td_log_contains(&D, "passed by the service manager"));
+        int status = td_stop(&D, SIGTERM);
+        ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        /* the daemon did not make the socket, so it leaves it */
+        struct stat st;
+        ck_assert_int_eq(stat(D.sock, &st), 0);
+}
+END_TEST
+
 static Suite *daemon_suite(void) {
         Suite *s = suite_create("zrecordd");
         TCase *tc = tcase_create("daemon");
@@ -1474,6 +1489,7 @@ static Suite *daemon_suite(void) {
         tcase_add_test(tc, test_idle_exit_and_reload);
         tcase_add_test(tc, test_client_limit);
         tcase_add_test(tc, test_loader);
+        tcase_add_test(tc, test_activation_and_watchdog);
         suite_add_tcase(s, tc);
         return s;
 }
