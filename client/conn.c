@@ -341,7 +341,8 @@ static void fault_record(zrc_conn *c, const msgpack_object *root) {
         error_set(&c->fault, (int)code, "%s", msg);
 }
 
-static int event_keep(zrc_conn *c, zr_msg_kind kind, uint8_t *body, size_t size) {
+static int event_keep(zrc_conn *c, zr_msg_kind kind, uint32_t loader, uint8_t *body,
+                      size_t size) {
         conn_event *e;
 
         if (c->n_events >= CONN_EVENTS_MAX)
@@ -351,6 +352,7 @@ static int event_keep(zrc_conn *c, zr_msg_kind kind, uint8_t *body, size_t size)
         if (!e)
                 return conn_break(c, ENOMEM, "out of memory for an event");
         e->kind = kind;
+        e->loader = loader;
         e->body = body;
         e->size = size;
         if (c->events_tail)
@@ -360,6 +362,39 @@ static int event_keep(zrc_conn *c, zr_msg_kind kind, uint8_t *body, size_t size)
         c->events_tail = e;
         c->n_events++;
         return 0;
+}
+
+conn_event *conn_event_take(zrc_conn *c, uint32_t loader) {
+        conn_event **p = &c->events_head, *prev = NULL;
+
+        for (; *p; prev = *p, p = &(*p)->next) {
+                conn_event *e = *p;
+
+                if (e->loader != loader)
+                        continue;
+                *p = e->next;
+                if (c->events_tail == e)
+                        c->events_tail = prev;
+                c->n_events--;
+                e->next = NULL;
+                return e;
+        }
+        return NULL;
+}
+
+conn_event *conn_event_free(conn_event *e) {
+        if (e) {
+                free(e->body);
+                free(e);
+        }
+        return NULL;
+}
+
+void conn_events_drop(zrc_conn *c, uint32_t loader) {
+        conn_event *e;
+
+        while ((e = conn_event_take(c, loader)))
+                conn_event_free(e);
 }
 
 static void reply_error_set(zrc_conn *c, const msgpack_object *root) {
@@ -402,12 +437,132 @@ void conn_reply_done(conn_reply *r) {
         *r = CONN_REPLY_NULL;
 }
 
+/* A message read from the socket that is not an event. */
+typedef struct conn_msg {
+        uint8_t *body;
+        size_t size;
+        zr_wire_body *decoded;
+        zr_msg_header hdr;
+        int fds[ZR_FDS_PER_FRAME_MAX];
+        size_t n_fds;
+} conn_msg;
+
+static void msg_done(conn_msg *m) {
+        close_fds(m->fds, m->n_fds);
+        m->n_fds = 0;
+        zr_wire_body_free(m->decoded);
+        m->decoded = NULL;
+        free(m->body);
+        m->body = NULL;
+}
+
+/* Reads one frame. An event is handled here (BATCH and LOADER_END kept in the
+ * queue, FAULT remembered, an unknown kind ignored) and 0 returned; a reply
+ * ("ok" or "error") is returned in *ret with 1. Anything else breaks c. */
+static int conn_pump(zrc_conn *c, uint32_t recv_max, conn_msg *ret) {
+        zr_wire_error werr = { 0 };
+        conn_msg m = { 0 };
+        uint32_t loader = 0;
+        int r;
+
+        r = recv_frame(c, recv_max, &m.body, &m.size, m.fds, &m.n_fds);
+        if (r < 0)
+                return r;
+        r = zr_wire_body_decode(m.body, m.size, NULL, &m.decoded, &werr);
+        if (r < 0) {
+                msg_done(&m);
+                return conn_break(c, werr.code, "malformed frame from the daemon: %s",
+                                  werr.message);
+        }
+        r = zr_msg_header_read(zr_wire_body_root(m.decoded), &m.hdr, &werr);
+        if (r == -ZR_E_UNKNOWN && !m.hdr.has_id) {
+                /* an event kind this library does not know: ignored
+                 * (PROTOCOL.md, section 13) */
+                msg_done(&m);
+                return 0;
+        }
+        if (r < 0) {
+                msg_done(&m);
+                return conn_break(c, werr.code, "bad message from the daemon: %s", werr.message);
+        }
+
+        if (m.hdr.kind == ZR_MSG_FAULT || m.hdr.kind == ZR_MSG_BATCH ||
+            m.hdr.kind == ZR_MSG_LOADER_END) {
+                close_fds(m.fds, m.n_fds); /* events carry none */
+                m.n_fds = 0;
+                werr = (zr_wire_error){ 0 };
+                r = zr_msg_check(zr_wire_body_root(m.decoded), ZR_MSG_INVALID, NULL, &werr);
+                if (r < 0) {
+                        msg_done(&m);
+                        return conn_break(c, werr.code, "bad event from the daemon: %s",
+                                          werr.message);
+                }
+                if (m.hdr.kind == ZR_MSG_FAULT) {
+                        fault_record(c, zr_wire_body_root(m.decoded));
+                        msg_done(&m);
+                        return 0;
+                }
+                (void)zr_wire_get_u32(zr_wire_body_root(m.decoded), "loader", &loader, NULL);
+                zr_wire_body_free(m.decoded);
+                r = event_keep(c, m.hdr.kind, loader, m.body, m.size);
+                if (r < 0)
+                        free(m.body);
+                return r;
+        }
+        if (m.hdr.kind != ZR_MSG_OK && m.hdr.kind != ZR_MSG_ERROR) {
+                msg_done(&m);
+                return conn_break(c, ZR_E_PROTO, "the daemon sent a \"%s\" message",
+                                  zr_msg_kind_name(m.hdr.kind));
+        }
+        *ret = m;
+        return 1;
+}
+
+int conn_wait_event(zrc_conn *c) {
+        conn_msg m;
+        int r;
+
+        r = conn_check(c, 0, NULL);
+        if (r < 0)
+                return r;
+        r = conn_pump(c, c->frame_max, &m);
+        if (r > 0) {
+                msg_done(&m);
+                return conn_break(c, ZR_E_PROTO, "a reply from the daemon, with no request open");
+        }
+        return r;
+}
+
+int conn_notify(zrc_conn *c, zr_msg_kind kind) {
+        zr_wire_error werr = { 0 };
+        const uint8_t *frame;
+        size_t size;
+        int r;
+
+        r = conn_check(c, 0, NULL);
+        if (r < 0)
+                return r;
+        r = zr_wire_writer_finish(&c->writer, c->frame_max, &frame, &size, &werr);
+        if (r < 0)
+                return conn_fail(c, werr.code ? werr.code : -r, "%s not sent: %s",
+                                 zr_msg_kind_name(kind), werr.message);
+        return send_frame(c, frame, size, NULL, 0);
+}
+
+zr_wire_writer *conn_begin_notification(zrc_conn *c, zr_msg_kind kind) {
+        zr_wire_writer_reset(&c->writer);
+        zr_wire_writer_begin_message(&c->writer, zr_msg_kind_name(kind), false, 0);
+        return &c->writer;
+}
+
 int conn_call(zrc_conn *c, zr_msg_kind kind, const int *fds, size_t n_fds, conn_reply *ret) {
         zr_wire_error werr = { 0 };
         const uint8_t *frame;
         size_t size;
         uint64_t id = c->next_id++;
         uint32_t recv_max = kind == ZR_MSG_HELLO ? CONN_HELLO_RECV_MAX : c->frame_max;
+        unsigned want_fds;
+        conn_msg m;
         int r;
 
         r = conn_check(c, 0, NULL);
@@ -423,126 +578,53 @@ int conn_call(zrc_conn *c, zr_msg_kind kind, const int *fds, size_t n_fds, conn_
         if (r < 0)
                 return r;
 
-        for (;;) {
-                int rfds[ZR_FDS_PER_FRAME_MAX];
-                size_t n_rfds = 0, body_size = 0;
-                uint8_t *body = NULL;
-                zr_wire_body *decoded = NULL;
-                zr_msg_header hdr;
-                unsigned want_fds;
+        do
+                r = conn_pump(c, recv_max, &m);
+        while (r == 0);
+        if (r < 0)
+                return r;
 
-                r = recv_frame(c, recv_max, &body, &body_size, rfds, &n_rfds);
-                if (r < 0)
-                        return r;
-                werr = (zr_wire_error){ 0 };
-                r = zr_wire_body_decode(body, body_size, NULL, &decoded, &werr);
-                if (r < 0) {
-                        close_fds(rfds, n_rfds);
-                        free(body);
-                        return conn_break(c, werr.code, "malformed frame from the daemon: %s",
-                                          werr.message);
-                }
-                r = zr_msg_header_read(zr_wire_body_root(decoded), &hdr, &werr);
-                if (r == -ZR_E_UNKNOWN && !hdr.has_id) {
-                        /* an event kind this library does not know: ignore it
-                         * (PROTOCOL.md, section 13) */
-                        close_fds(rfds, n_rfds);
-                        zr_wire_body_free(decoded);
-                        free(body);
-                        continue;
-                }
-                if (r < 0) {
-                        close_fds(rfds, n_rfds);
-                        zr_wire_body_free(decoded);
-                        free(body);
-                        return conn_break(c, werr.code, "bad message from the daemon: %s",
-                                          werr.message);
-                }
+        if (!m.hdr.has_id || m.hdr.id != id) {
+                msg_done(&m);
+                return conn_break(c, ZR_E_PROTO,
+                                  "reply id %" PRIu64 " does not answer request %" PRIu64,
+                                  m.hdr.id, id);
+        }
+        werr = (zr_wire_error){ 0 };
+        r = zr_msg_check(zr_wire_body_root(m.decoded), m.hdr.kind == ZR_MSG_OK ? kind : ZR_MSG_INVALID,
+                         NULL, &werr);
+        if (r < 0) {
+                msg_done(&m);
+                return conn_break(c, werr.code, "bad reply to %s: %s", zr_msg_kind_name(kind),
+                                  werr.message);
+        }
+        if (m.hdr.kind == ZR_MSG_ERROR) {
+                reply_error_set(c, zr_wire_body_root(m.decoded));
+                msg_done(&m);
+                if (c->error.code == ZR_E_VERSION)
+                        c->broken = true; /* the daemon closes after it */
+                return -c->error.code;
+        }
 
-                if (hdr.kind == ZR_MSG_FAULT || hdr.kind == ZR_MSG_BATCH ||
-                    hdr.kind == ZR_MSG_LOADER_END) {
-                        close_fds(rfds, n_rfds); /* events carry none */
-                        werr = (zr_wire_error){ 0 };
-                        r = zr_msg_check(zr_wire_body_root(decoded), ZR_MSG_INVALID, NULL, &werr);
-                        if (r < 0) {
-                                zr_wire_body_free(decoded);
-                                free(body);
-                                return conn_break(c, werr.code, "bad event from the daemon: %s",
-                                                  werr.message);
-                        }
-                        if (hdr.kind == ZR_MSG_FAULT) {
-                                fault_record(c, zr_wire_body_root(decoded));
-                                zr_wire_body_free(decoded);
-                                free(body);
-                                continue;
-                        }
-                        zr_wire_body_free(decoded);
-                        r = event_keep(c, hdr.kind, body, body_size);
-                        if (r < 0) {
-                                free(body);
-                                return r;
-                        }
-                        continue;
-                }
+        want_fds = zr_msg_reply_fds(kind);
+        if (m.n_fds != want_fds) {
+                size_t got = m.n_fds;
 
-                if (hdr.kind != ZR_MSG_OK && hdr.kind != ZR_MSG_ERROR) {
-                        close_fds(rfds, n_rfds);
-                        zr_wire_body_free(decoded);
-                        free(body);
-                        return conn_break(c, ZR_E_PROTO, "the daemon sent a \"%s\" message",
-                                          zr_msg_kind_name(hdr.kind));
-                }
-                if (!hdr.has_id || hdr.id != id) {
-                        close_fds(rfds, n_rfds);
-                        zr_wire_body_free(decoded);
-                        free(body);
-                        return conn_break(c, ZR_E_PROTO,
-                                          "reply id %" PRIu64 " does not answer request %" PRIu64,
-                                          hdr.id, id);
-                }
-                werr = (zr_wire_error){ 0 };
-                r = zr_msg_check(zr_wire_body_root(decoded),
-                                 hdr.kind == ZR_MSG_OK ? kind : ZR_MSG_INVALID, NULL, &werr);
-                if (r < 0) {
-                        close_fds(rfds, n_rfds);
-                        zr_wire_body_free(decoded);
-                        free(body);
-                        return conn_break(c, werr.code, "bad reply to %s: %s",
-                                          zr_msg_kind_name(kind), werr.message);
-                }
-                if (hdr.kind == ZR_MSG_ERROR) {
-                        close_fds(rfds, n_rfds);
-                        reply_error_set(c, zr_wire_body_root(decoded));
-                        zr_wire_body_free(decoded);
-                        free(body);
-                        if (c->error.code == ZR_E_VERSION)
-                                c->broken = true; /* the daemon closes after it */
-                        return -c->error.code;
-                }
-
-                want_fds = zr_msg_reply_fds(kind);
-                if (n_rfds != want_fds) {
-                        close_fds(rfds, n_rfds);
-                        zr_wire_body_free(decoded);
-                        free(body);
-                        return conn_break(c, ZR_E_BAD_FD,
-                                          "reply to %s came with %zu descriptors, not %u",
-                                          zr_msg_kind_name(kind), n_rfds, want_fds);
-                }
-                if (!ret) {
-                        close_fds(rfds, n_rfds);
-                        zr_wire_body_free(decoded);
-                        free(body);
-                        return 0;
-                }
-                *ret = (conn_reply){
-                        .frame = body,
-                        .body = decoded,
-                        .root = zr_wire_body_root(decoded),
-                        .fd = want_fds ? rfds[0] : -1,
-                };
+                msg_done(&m);
+                return conn_break(c, ZR_E_BAD_FD, "reply to %s came with %zu descriptors, not %u",
+                                  zr_msg_kind_name(kind), got, want_fds);
+        }
+        if (!ret) {
+                msg_done(&m);
                 return 0;
         }
+        *ret = (conn_reply){
+                .frame = m.body,
+                .body = m.decoded,
+                .root = zr_wire_body_root(m.decoded),
+                .fd = want_fds ? m.fds[0] : -1,
+        };
+        return 0;
 }
 
 int conn_close_handle(zrc_conn *c, uint32_t h) {
@@ -578,8 +660,8 @@ static int connect_path(const char *path, int *ret_fd) {
 }
 
 static int hello(zrc_conn *c) {
-        static const char *const wanted[] = { ZR_FEATURE_MSSET, ZR_FEATURE_DICT,
-                                              ZR_FEATURE_VERIFY };
+        static const char *const wanted[] = { ZR_FEATURE_LOADER, ZR_FEATURE_MSSET,
+                                              ZR_FEATURE_DICT, ZR_FEATURE_VERIFY };
         conn_reply reply = CONN_REPLY_NULL;
         const msgpack_object *features, *limits;
         uint32_t n = 0;
@@ -722,6 +804,8 @@ fail:
 zrc_conn *zrc_disconnect(zrc_conn *c) {
         if (!c)
                 return NULL;
+        while (c->loaders)
+                loader_free(c->loaders, false);
         while (c->sets)
                 set_free(c->sets, false);
         while (c->datasets)

@@ -39,6 +39,7 @@ enum {
 typedef struct conn_event {
         struct conn_event *next;
         zr_msg_kind kind;
+        uint32_t loader;             /* the loader it names */
         uint8_t *body;
         size_t size;
 } conn_event;
@@ -60,6 +61,7 @@ struct zrc_conn {
         size_t n_events;
         zrc_dataset *datasets;       /* open datasets, linked by ->next */
         zrc_set *sets;               /* open sets, linked by ->next */
+        zrc_loader *loaders;         /* open loaders, linked by ->next */
 };
 
 /* A decoded "ok" reply: root points into body, which points into frame. */
@@ -90,6 +92,25 @@ zr_wire_writer *conn_begin(zrc_conn *c, zr_msg_kind kind);
  * conn_reply_done(). On "error" returns -code with c's last error set from the
  * reply. A broken stream fails every later call. */
 int conn_call(zrc_conn *c, zr_msg_kind kind, const int *fds, size_t n_fds, conn_reply *ret);
+
+/* Reads one frame when no request is open and handles it as an event (kept
+ * in the queue, or a FAULT remembered). Returns 0 or a failure; a reply breaks
+ * the connection (nothing asked for one). */
+int conn_wait_event(zrc_conn *c);
+
+/* Takes the oldest kept event that names `loader` out of the queue (the
+ * caller frees it with conn_event_free()), or returns NULL. */
+conn_event *conn_event_take(zrc_conn *c, uint32_t loader);
+conn_event *conn_event_free(conn_event *e);
+
+/* Drops every kept event of `loader`. */
+void conn_events_drop(zrc_conn *c, uint32_t loader);
+
+/* Starts a notification (no id, no reply: RELEASE) in c's writer. */
+zr_wire_writer *conn_begin_notification(zrc_conn *c, zr_msg_kind kind);
+
+/* Sends the notification begun with conn_begin_notification(). */
+int conn_notify(zrc_conn *c, zr_msg_kind kind);
 
 /* Releases a reply (closing its descriptor unless taken: set fd to -1). */
 void conn_reply_done(conn_reply *r);
@@ -174,6 +195,9 @@ struct zrc_set {
 };
 
 void set_free(zrc_set *set, bool tell);
+
+/* Frees a loader (loader.c), asking the daemon to close it if `tell`. */
+void loader_free(zrc_loader *l, bool tell);
 
 /* Sends CLOSE for handle h, ignoring the answer's content. */
 int conn_close_handle(zrc_conn *c, uint32_t h);

@@ -600,13 +600,120 @@ zrc_status *zrc_status_free(zrc_status *st);
 /* ======================================================================
  * Loaders (feature "loader")
  *
- * Reserved for the loader API of the loader-streams work: zrc_loader_open()
- * (streams, sampler, batch size, seed, start step, rank, world size,
- * prefetch), zrc_loader_next() (the next batch as pointers into the ring plus
- * shapes), zrc_loader_release() and zrc_loader_close(). The connection already
- * keeps the BATCH and LOADER_END events that arrive between a request and its
- * reply for it. The zrc_loader_ prefix is reserved.
+ * A loader streams the batches of steps start_step, start_step + 1, ... of a
+ * sampler over one or more index-aligned datasets into a ring of shared
+ * memory, ahead of the caller (PROTOCOL.md, section 10; samplers:
+ * proto/SAMPLERS.md). The batch of a step is a pure function of (the data,
+ * sampler, seed, batch size, rank, world size, step), so a run resumes exactly
+ * by opening a loader at the step it stopped at. Each batch occupies one ring
+ * slot until zrc_loader_release(); the daemon refills released slots.
  * ====================================================================== */
+
+typedef struct zrc_loader zrc_loader;
+
+/* How a loader samples. Zero-initialise, then set what you need. */
+typedef struct zrc_loader_options {
+        const char *sampler;   /* "sequential", "iid" or "cyclic" (NULL: "sequential") */
+        uint64_t batch_size;   /* records per stream per batch, 1..length */
+        uint64_t seed;         /* the sampler's seed */
+        uint64_t start_step;   /* the step of the first batch */
+        uint64_t rank;         /* this process's rank, < world_size */
+        uint64_t world_size;   /* 0 means 1 */
+        uint32_t prefetch;     /* ring slots, 0: the daemon's default (4) */
+        bool check_length;     /* refuse (-ZR_E_STALE) if the length is not `length`: */
+        uint64_t length;       /*   a resume against a store that changed */
+        bool indices;          /* report each batch's record indices */
+        const uint64_t *capacities; /* per stream, ragged streams only: bytes reserved
+                                     * per slot; NULL or 0: the daemon's choice */
+} zrc_loader_options;
+
+/* One stream's part of a loader batch. */
+typedef struct zrc_stream_batch {
+        /* dense: one C-order (batch_size, *item_shape) array of the stream's
+         * dtype; ragged: the start of the stream's region */
+        const void *data;
+        uint64_t bytes;                /* bytes used */
+        uint32_t ndim;                 /* ragged: of each record */
+        const void *const *payloads;   /* ragged: record j's payload (8-aligned), */
+        const uint64_t *lengths;       /*   its bytes, */
+        const uint64_t *shapes;        /*   its shape: shapes[j × ndim .. (j+1) × ndim) */
+} zrc_stream_batch;
+
+/* A batch of a loader. Every pointer (into the ring, mapped read-only, and
+ * into arrays the library owns) stays valid until the batch's slot is released
+ * with zrc_loader_release() or the loader is closed, whichever comes first;
+ * later zrc_loader_next() calls do not disturb it. */
+typedef struct zrc_loader_batch {
+        uint64_t step;                     /* the sampler step of this batch */
+        uint32_t slot;                     /* the ring slot: give it to zrc_loader_release() */
+        uint64_t count;                    /* records per stream (the batch size) */
+        size_t n_streams;
+        const zrc_stream_batch *streams;   /* in zrc_loader_open() order */
+        const uint64_t *indices;           /* if asked for: count record indices; else NULL */
+} zrc_loader_batch;
+
+/* Opens a loader over streams[0..n_streams) (1..32 datasets of c, all of one
+ * length; a set's streams from zrc_set_stream() are the usual choice) with the
+ * options in *opts, and maps its ring. The daemon starts filling the ring at
+ * once. Returns 0 and sets *ret (owned by the caller: zrc_loader_close()), or:
+ *   -ZR_E_SAMPLER: unknown sampler, batch_size 0 or over the length,
+ *                  rank >= world_size, a start_step that would overflow;
+ *   -ZR_E_MISALIGNED: the streams differ in length (the message names them);
+ *   -ZR_E_STALE: check_length was set and the length differs;
+ *   -ZR_E_LIMIT: prefetch over the daemon's maximum, the ring over the shared
+ *                memory budget, too many loaders or handles;
+ *   -ZR_E_UNKNOWN: the daemon has no "loader" feature; -EINVAL.
+ * The loader holds its own reference to the streams: closing their datasets
+ * does not disturb it.
+ *
+ *     zrc_loader_options o = { .sampler = "cyclic", .batch_size = 256, .seed = 7 };
+ *     zrc_loader_open(c, (zrc_dataset *[]){ images, labels }, 2, &o, &l);
+ */
+int zrc_loader_open(zrc_conn *c, zrc_dataset *const *streams, size_t n_streams,
+                    const zrc_loader_options *opts, zrc_loader **ret);
+
+/* Waits for the loader's next batch (steps come in order, each once) and
+ * describes it in *ret; its slot is the caller's until zrc_loader_release().
+ * Blocks until the daemon announces it. Returns 0, or:
+ *   -EDEADLK: every slot is held by the caller, so no batch can come: release
+ *             one first (nothing is waited for);
+ *   the code of the loader's end once every batch before it was returned:
+ *     -ZR_E_STALE (a stream was appended to, deleted from or compacted: reopen
+ *     at zrc_loader_step()), -ZR_E_BUFFER (a ragged batch over its capacity:
+ *     reopen at that step with a larger capacity), -ZR_E_SAMPLER (domain
+ *     exhausted), -ZR_E_DECODE, -EIO, -ZR_E_SHUTDOWN, with the daemon's
+ *     message in zrc_last_error(); every later call returns the same;
+ *   a connection failure.
+ *
+ *     while (zrc_loader_next(l, &b) == 0) { train(&b); zrc_loader_release(l, b.slot); }
+ */
+int zrc_loader_next(zrc_loader *l, zrc_loader_batch *ret);
+
+/* Gives slot `slot` back to the daemon (a RELEASE notification: no reply is
+ * awaited). Pointers of the batch in that slot become invalid. Returns 0, or
+ * -EINVAL if the caller does not hold that slot, or a connection failure.
+ *
+ *     zrc_loader_release(l, b.slot);
+ */
+int zrc_loader_release(zrc_loader *l, uint32_t slot);
+
+/* Closes the loader (LOADER_CLOSE) and unmaps its ring: every batch pointer
+ * becomes invalid. NULL allowed. Returns NULL.
+ *
+ *     l = zrc_loader_close(l);
+ */
+zrc_loader *zrc_loader_close(zrc_loader *l);
+
+/* The number of ring slots: at most this many batches are held at once. */
+uint32_t zrc_loader_slots(const zrc_loader *l);
+
+/* The length the sampler uses (the streams' length at open). */
+uint64_t zrc_loader_length(const zrc_loader *l);
+
+/* The step the next zrc_loader_next() returns; after the loader ended and all
+ * its batches were returned, the first step that will not come (where to
+ * reopen). */
+uint64_t zrc_loader_step(const zrc_loader *l);
 
 #ifdef __cplusplus
 }

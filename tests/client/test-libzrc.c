@@ -104,7 +104,6 @@ START_TEST(test_connect) {
         ck_assert(zrc_has_feature(c, "msset"));
         ck_assert(zrc_has_feature(c, "dict"));
         ck_assert(zrc_has_feature(c, "verify"));
-        ck_assert(!zrc_has_feature(c, "loader")); /* not asked for */
         ck_assert(!zrc_has_feature(c, "bogus"));
         ck_assert_int_eq(zrc_last_error(c)->code, 0);
         zrc_disconnect(c);
@@ -583,6 +582,221 @@ START_TEST(test_sets) {
 }
 END_TEST
 
+
+/* ---- loaders ------------------------------------------------------------ */
+
+/* Skips a loader test (passing) on a daemon without the feature. */
+#define NEED_LOADER(c)                                                                  \
+        do {                                                                            \
+                if (!zrc_has_feature((c), "loader")) {                                  \
+                        printf("note: the daemon has no \"loader\" feature: skipped\n"); \
+                        zrc_disconnect(c);                                              \
+                        return;                                                         \
+                }                                                                       \
+        } while (0)
+
+START_TEST(test_loader_dense) {
+        zrc_conn *c = conn();
+        zrc_dataset *d;
+        zrc_loader *l = NULL;
+        zrc_loader_batch b;
+        zrc_loader_options o = { .sampler = "sequential", .batch_size = 8, .seed = 1,
+                                 .prefetch = 3, .indices = true };
+        float want[20];
+
+        NEED_LOADER(c);
+        d = make_dense(c, "loader-dense", ZRC_CODEC_ZSTD, 100, NULL, 0);
+        ck_assert_msg(zrc_loader_open(c, &d, 1, &o, &l) == 0, "open: %s", zrc_last_error(c)->message);
+        ck_assert_uint_eq(zrc_loader_slots(l), 3);
+        ck_assert_uint_eq(zrc_loader_length(l), 100);
+        for (uint64_t step = 0; step < 20; step++) {
+                ck_assert_msg(zrc_loader_next(l, &b) == 0, "next: %s", zrc_last_error(c)->message);
+                ck_assert_uint_eq(b.step, step);
+                ck_assert_uint_eq(b.count, 8);
+                ck_assert_uint_eq(b.n_streams, 1);
+                ck_assert_ptr_nonnull(b.indices);
+                ck_assert_uint_eq(b.streams[0].bytes, 8 * 80);
+                ck_assert_uint_eq((uintptr_t)b.streams[0].data % 64, 0);
+                for (uint64_t j = 0; j < 8; j++) {
+                        /* sequential: position step * B + j, modulo the length */
+                        ck_assert_uint_eq(b.indices[j], (step * 8 + j) % 100);
+                        fill_record(want, b.indices[j]);
+                        ck_assert_mem_eq((const uint8_t *)b.streams[0].data + j * 80, want, 80);
+                }
+                /* a request between batches: events keep arriving meanwhile */
+                if (step % 5 == 0) {
+                        zrc_info info;
+
+                        ck_assert_int_eq(zrc_dataset_info(d, &info), 0);
+                }
+                ck_assert_int_eq(zrc_loader_release(l, b.slot), 0);
+        }
+        ck_assert_uint_eq(zrc_loader_step(l), 20);
+        ck_assert_int_eq(zrc_loader_release(l, b.slot), -EINVAL); /* not held any more */
+        zrc_loader_close(l);
+        zrc_dataset_close(d);
+        zrc_disconnect(c);
+}
+END_TEST
+
+START_TEST(test_loader_resume_and_slots) {
+        zrc_conn *c = conn();
+        zrc_dataset *d;
+        zrc_loader *a = NULL, *r = NULL, *h = NULL;
+        zrc_loader_batch b, held[2];
+        zrc_loader_options o = { .sampler = "cyclic", .batch_size = 7, .seed = 42,
+                                 .indices = true };
+        uint64_t seen[12][7];
+
+        NEED_LOADER(c);
+        d = make_dense(c, "loader-resume", ZRC_CODEC_RAW, 50, NULL, 0);
+        ck_assert_int_eq(zrc_loader_open(c, &d, 1, &o, &a), 0);
+        for (int step = 0; step < 12; step++) {
+                ck_assert_int_eq(zrc_loader_next(a, &b), 0);
+                memcpy(seen[step], b.indices, sizeof(seen[step]));
+                ck_assert_int_eq(zrc_loader_release(a, b.slot), 0);
+        }
+        zrc_loader_close(a);
+
+        /* a loader opened at step 5 sees exactly steps 5.. of the long run */
+        o.start_step = 5;
+        o.check_length = true;
+        o.length = 50;
+        ck_assert_int_eq(zrc_loader_open(c, &d, 1, &o, &r), 0);
+        for (int step = 5; step < 12; step++) {
+                ck_assert_int_eq(zrc_loader_next(r, &b), 0);
+                ck_assert_uint_eq(b.step, (uint64_t)step);
+                ck_assert_mem_eq(b.indices, seen[step], sizeof(seen[step]));
+                ck_assert_int_eq(zrc_loader_release(r, b.slot), 0);
+        }
+        zrc_loader_close(r);
+
+        /* holding every slot: asking for more is refused, not a hang */
+        o.start_step = 0;
+        o.prefetch = 2;
+        ck_assert_int_eq(zrc_loader_open(c, &d, 1, &o, &h), 0);
+        ck_assert_int_eq(zrc_loader_next(h, &held[0]), 0);
+        ck_assert_int_eq(zrc_loader_next(h, &held[1]), 0);
+        ck_assert_uint_ne(held[0].slot, held[1].slot);
+        ck_assert_int_eq(zrc_loader_next(h, &b), -EDEADLK);
+        /* the held batches stay intact while later ones arrive */
+        ck_assert_mem_eq(held[0].indices, seen[0], sizeof(seen[0]));
+        ck_assert_int_eq(zrc_loader_release(h, held[0].slot), 0);
+        ck_assert_int_eq(zrc_loader_next(h, &b), 0);
+        ck_assert_uint_eq(b.step, 2);
+        ck_assert_mem_eq(held[1].indices, seen[1], sizeof(seen[1]));
+        ck_assert_mem_eq(b.indices, seen[2], sizeof(seen[2]));
+        zrc_loader_close(h); /* with slots held */
+
+        /* bad parameters are refused at open */
+        o.prefetch = 0;
+        o.sampler = "bogus";
+        ck_assert_int_eq(zrc_loader_open(c, &d, 1, &o, &h), -ZR_E_SAMPLER);
+        o.sampler = "iid";
+        o.batch_size = 0;
+        ck_assert_int_eq(zrc_loader_open(c, &d, 1, &o, &h), -ZR_E_SAMPLER);
+        o.batch_size = 7;
+        o.rank = 2;
+        o.world_size = 2;
+        ck_assert_int_eq(zrc_loader_open(c, &d, 1, &o, &h), -ZR_E_SAMPLER);
+        o.rank = 0;
+        o.length = 49;
+        ck_assert_int_eq(zrc_loader_open(c, &d, 1, &o, &h), -ZR_E_STALE);
+        zrc_dataset_close(d);
+        zrc_disconnect(c);
+}
+END_TEST
+
+START_TEST(test_loader_ragged_set_stale) {
+        zrc_conn *c = conn();
+        zrc_dataset *x = NULL, *y = NULL, *w = NULL;
+        zrc_loader *l = NULL;
+        zrc_loader_batch b;
+        zrc_schema sx, sy;
+        zrc_set *set = NULL;
+        zrc_loader_options o = { .sampler = "iid", .batch_size = 4, .seed = 3, .indices = true };
+        int64_t labels[30];
+        uint64_t shapes[30];
+        int32_t tok[30][8];
+        int r;
+
+        NEED_LOADER(c);
+        ck_assert_int_eq(mkdir(path("lset"), 0755), 0);
+        ck_assert_int_eq(zrc_schema_ragged(&sx, "<i4", 1, ZRC_CODEC_ZSTD), 0);
+        ck_assert_int_eq(zrc_schema_dense(&sy, "<i8", NULL, 0, ZRC_CODEC_RAW), 0);
+        ck_assert_int_eq(zrc_dataset_create(c, path("lset/tokens"), &sx, NULL, 0, &x), 0);
+        ck_assert_int_eq(zrc_dataset_create(c, path("lset/labels"), &sy, NULL, 0, &y), 0);
+        zrc_dataset_close(x);
+        zrc_dataset_close(y);
+        ck_assert_int_eq(zrc_set_open(c, path("lset"), ZRC_OPEN_WRITABLE, &set), 0);
+        for (int i = 0; i < 30; i++) {
+                shapes[i] = (uint64_t)(i % 8);
+                for (int k = 0; k < 8; k++)
+                        tok[i][k] = i * 10 + k;
+                labels[i] = -i;
+        }
+        {
+                uint8_t packed[30 * 48];
+                uint64_t sizes[30], off = 0;
+                zrc_records rec[2];
+
+                for (int i = 0; i < 30; i++)
+                        off += sizes[i] = zrc_ragged_pack(packed + off, &shapes[i], 1, 4, tok[i]);
+                rec[0] = (zrc_records){ .count = 30, .data = labels };   /* "labels" sorts first */
+                rec[1] = (zrc_records){ .count = 30, .data = packed, .sizes = sizes };
+                ck_assert_str_eq(zrc_set_stream_name(set, 0), "labels");
+                ck_assert_msg(zrc_set_append(set, rec, NULL) == 0, "append: %s",
+                              zrc_last_error(c)->message);
+        }
+        {
+                zrc_dataset *streams[2] = { zrc_set_stream(set, 0), zrc_set_stream(set, 1) };
+
+                ck_assert_msg(zrc_loader_open(c, streams, 2, &o, &l) == 0, "open: %s",
+                              zrc_last_error(c)->message);
+        }
+        for (int step = 0; step < 6; step++) {
+                ck_assert_int_eq(zrc_loader_next(l, &b), 0);
+                ck_assert_uint_eq(b.n_streams, 2);
+                for (uint64_t j = 0; j < 4; j++) {
+                        uint64_t i = b.indices[j];
+
+                        ck_assert_int_eq(((const int64_t *)b.streams[0].data)[j], -(int64_t)i);
+                        ck_assert_uint_eq(b.streams[1].ndim, 1);
+                        ck_assert_uint_eq(b.streams[1].shapes[j], shapes[i]);
+                        ck_assert_uint_eq(b.streams[1].lengths[j], shapes[i] * 4);
+                        ck_assert_uint_eq((uintptr_t)b.streams[1].payloads[j] % 8, 0);
+                        if (shapes[i])
+                                ck_assert_mem_eq(b.streams[1].payloads[j], tok[i], shapes[i] * 4);
+                }
+                ck_assert_int_eq(zrc_loader_release(l, b.slot), 0);
+        }
+
+        /* an append through another connection ends the loader: ZR_E_STALE
+         * after the batches already announced, and the step to reopen at */
+        {
+                zrc_conn *c2 = conn();
+                int64_t v = 99;
+
+                ck_assert_int_eq(zrc_dataset_open(c2, path("lset/labels"), ZRC_OPEN_WRITABLE, &w), 0);
+                ck_assert_int_eq(zrc_dataset_append_dense(w, &v, 1, NULL), 0);
+                zrc_disconnect(c2);
+        }
+        for (int k = 0; k < 100; k++) {
+                r = zrc_loader_next(l, &b);
+                if (r < 0)
+                        break;
+                ck_assert_int_eq(zrc_loader_release(l, b.slot), 0);
+        }
+        ck_assert_int_eq(r, -ZR_E_STALE);
+        ck_assert_str_eq(zrc_last_error(c)->name, "ZR_E_STALE");
+        ck_assert_uint_ge(zrc_loader_step(l), 6);
+        ck_assert_int_eq(zrc_loader_next(l, &b), -ZR_E_STALE); /* and stays so */
+        zrc_loader_close(l);
+        zrc_set_close(set);
+        zrc_disconnect(c);
+}
+END_TEST
+
 /* ---- status and many clients ------------------------------------------ */
 
 START_TEST(test_status) {
@@ -753,6 +967,9 @@ int main(void) {
         tcase_add_test(tc, test_delete_compact_verify);
         tcase_add_test(tc, test_errors);
         tcase_add_test(tc, test_sets);
+        tcase_add_test(tc, test_loader_dense);
+        tcase_add_test(tc, test_loader_resume_and_slots);
+        tcase_add_test(tc, test_loader_ragged_set_stale);
         tcase_add_test(tc, test_status);
         tcase_add_test(tc, test_many_clients);
         tcase_add_test(tc, test_descriptors);
