@@ -217,6 +217,9 @@ static int expect_closed(int fd) {
 /* ---- HELLO ------------------------------------------------------------------ */
 
 START_TEST(test_hello) {
+        struct stat st;
+        ck_assert_int_eq(stat(D.sock, &st), 0);
+        ck_assert_uint_eq(st.st_mode & 0777, 0660);
         int fd = td_connect(&D);
         zr_wire_writer w;
         td_msg m;
@@ -930,6 +933,42 @@ START_TEST(test_bad_descriptors) {
 }
 END_TEST
 
+/* Waits (each step a round-trip to the daemon) until it counts `n` clients. */
+static void wait_clients(int fd, uint64_t n) {
+        for (int tries = 0; tries < 100000; tries++) {
+                td_msg m;
+                ck_assert_int_eq(simple(fd, "status", NULL, 0, &m), 0);
+                uint64_t c = td_u64(&m, "clients");
+                td_msg_free(&m);
+                if (c == n)
+                        return;
+        }
+        ck_abort_msg("the daemon never counted %llu clients", (unsigned long long)n);
+}
+
+START_TEST(test_ctrunc) {
+        /* more descriptors than a frame may carry: the control data is truncated,
+         * which cannot be attributed: FAULT ZR_E_BAD_FD and a hang-up */
+        int probe = td_connect_hello(&D);
+        int base = td_fd_count(&D);
+        int fd = td_connect_hello(&D);
+        int fds[70];
+        for (int i = 0; i < 70; i++)
+                fds[i] = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        zr_wire_writer w;
+        td_begin(&w, "status", 1);
+        ck_assert_int_eq(td_send(fd, &w, fds, 70), 0);
+        zr_wire_writer_destroy(&w);
+        ck_assert_int_eq(expect_closed(fd), ZR_E_BAD_FD);
+        for (int i = 0; i < 70; i++)
+                close(fds[i]);
+        wait_clients(probe, 1);
+        ck_assert_int_eq(td_fd_count(&D), base);
+        close(probe);
+        second_client_served();
+}
+END_TEST
+
 /* ---- pipelining ------------------------------------------------------------------------ */
 
 START_TEST(test_pipeline) {
@@ -1031,18 +1070,6 @@ END_TEST
 
 /* ---- reclamation --------------------------------------------------------------------- */
 
-/* Waits (each step a round-trip to the daemon) until it counts `n` clients. */
-static void wait_clients(int fd, uint64_t n) {
-        for (int tries = 0; tries < 100000; tries++) {
-                td_msg m;
-                ck_assert_int_eq(simple(fd, "status", NULL, 0, &m), 0);
-                uint64_t c = td_u64(&m, "clients");
-                td_msg_free(&m);
-                if (c == n)
-                        return;
-        }
-        ck_abort_msg("the daemon never counted %llu clients", (unsigned long long)n);
-}
 
 START_TEST(test_fd_baseline) {
         int probe = td_connect_hello(&D);
@@ -1481,6 +1508,7 @@ static Suite *daemon_suite(void) {
         tcase_add_test(tc, test_bad_frames);
         tcase_add_test(tc, test_no_hello_and_strikes);
         tcase_add_test(tc, test_bad_descriptors);
+        tcase_add_test(tc, test_ctrunc);
         tcase_add_test(tc, test_pipeline);
         tcase_add_test(tc, test_many_clients);
         tcase_add_test(tc, test_fd_baseline);
