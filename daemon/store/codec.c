@@ -12,6 +12,11 @@
 #include <string.h>
 #include <zstd.h>
 
+/* A context keeps its staging buffer between uses up to this size: enough for
+ * any gather's frames and a typical append shard, while one huge append does
+ * not pin its memory for the life of the store. */
+#define CODER_KEEP_BYTES ((size_t)64 << 20)
+
 struct zr_coder_ctx {
         ZSTD_CCtx *cctx;
         ZSTD_DCtx *dctx;
@@ -120,6 +125,11 @@ zr_coder_ctx *zr_coder_ctx_get(zr_coder *c) {
 void zr_coder_ctx_put(zr_coder *c, zr_coder_ctx *x) {
         if (!x)
                 return;
+        if (x->buf_size > CODER_KEEP_BYTES) {
+                free(x->buf);
+                x->buf = NULL;
+                x->buf_size = 0;
+        }
         pthread_mutex_lock(&c->mutex);
         x->next = c->free_list;
         c->free_list = x;

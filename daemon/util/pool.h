@@ -20,7 +20,9 @@ typedef void (*zr_pool_shard_fn)(void *arg, size_t shard, size_t nshards);
 /* A task for zr_pool_submit(). */
 typedef void (*zr_pool_task_fn)(void *arg);
 
-/* Creates a pool of `nthreads` workers; 0 means "as many as online CPUs".
+/* Creates a pool of `nthreads` workers; 0 means "as many as online CPUs". The
+ * caller of zr_pool_parallel() runs shards too, so CPUs - 1 workers keep every
+ * core busy without oversubscribing them.
  * Returns 0 and sets *ret, or -ENOMEM / -errno of pthread_create. */
 int zr_pool_new(size_t nthreads, zr_pool **ret);
 
