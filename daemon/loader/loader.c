@@ -607,7 +607,9 @@ static void populate_shard(void *arg, size_t shard, size_t nshards) {
 
 /* Pre-faults slot k before its first fill, on the workers, so that opening a
  * loader costs the loop thread no page faults and a fill writes into present
- * pages (a fresh shared page costs ~1.7 us to fault: ~29 ms per 64 MiB). */
+ * pages (a fresh shared page costs 1.7 to 5 us to fault on these VMs: 29 to
+ * 80 ms per 64 MiB, measured, whether by MAP_POPULATE, MADV_POPULATE_WRITE or
+ * touching; the steady state then costs none). */
 static void populate(zr_loader *l, uint32_t k) {
         slot *s = &l->slots[k];
         populate_job j = { .base = (uint8_t *)l->ring.data + (uint64_t)k * l->slot_bytes,

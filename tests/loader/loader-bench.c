@@ -17,8 +17,12 @@
  *   latency    from zr_loader_new() at step 10^9 to the first batch, against the
  *              steady per-batch time of "one"
  *
- * Usage: loader-bench [--records N] [--batch B] [--batches T] [--threads N]
- *                     [--dir DIR]
+ * Each figure is measured in R rounds; in each round every contender runs
+ * once, interleaved, so that a change of machine load hits all of them; the
+ * report gives each figure's and each ratio's median and its rounds.
+ *
+ * Usage: loader-bench [--records N] [--batch B] [--batches T] [--rounds R]
+ *                     [--threads N] [--dir DIR]
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -201,13 +205,54 @@ static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *f)
         return remove(p);
 }
 
+static int cmp_double(const void *a, const void *b) {
+        double x = *(const double *)a, y = *(const double *)b;
+        return x < y ? -1 : x > y;
+}
+
+static double median(double *v, size_t n) {
+        qsort(v, n, sizeof(double), cmp_double);
+        return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+#define ROUNDS_MAX 9
+
+/* One figure over the rounds: its values, and the median. */
+typedef struct fig {
+        double v[ROUNDS_MAX];
+        size_t n;
+} fig;
+
+static void fig_add(fig *f, double x) {
+        f->v[f->n++] = x;
+}
+
+static double fig_med(const fig *f) {
+        double c[ROUNDS_MAX];
+        memcpy(c, f->v, f->n * sizeof(double));
+        return median(c, f->n);
+}
+
+static void fig_print(const char *name, const fig *f, const char *unit) {
+        printf("%-44s median %8.2f %s  (rounds:", name, fig_med(f), unit);
+        for (size_t i = 0; i < f->n; i++)
+                printf(" %.2f", f->v[i]);
+        printf(")\n");
+}
+
 int main(int argc, char **argv) {
-        bench b = { .batch = 256, .batches = 30, .records = 1024 };
+        bench b = { .batch = 256, .batches = 20, .records = 1024 };
         const char *dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-        size_t threads = 0;
+        size_t threads = 0, rounds = 3;
         char path[512];
         int dirfd;
         uint8_t *buf;
+        zr_loader_engine *plain, *cached;
+        reg *regs[2];
+        const char *cn[2] = { "raw", "zstd" };
+        fig lim[2] = {0}, one[2] = {0}, one_r[2] = {0}, same[2] = {0}, same_r[2] = {0},
+            seeds[2] = {0}, seeds_r = {0}, lat[2] = {0}, lat_r[2] = {0}, opn[2] = {0};
+        uint64_t same_g[2] = {0}, same_c[2] = {0}, same_b[2] = {0}, hits = 0, misses = 0;
 
         for (int i = 1; i < argc; i++) {
                 int more = i + 1 < argc;
@@ -217,15 +262,22 @@ int main(int argc, char **argv) {
                         b.batch = strtoull(argv[++i], NULL, 0);
                 else if (!strcmp(argv[i], "--batches") && more)
                         b.batches = strtoull(argv[++i], NULL, 0);
+                else if (!strcmp(argv[i], "--rounds") && more)
+                        rounds = strtoull(argv[++i], NULL, 0);
                 else if (!strcmp(argv[i], "--threads") && more)
                         threads = strtoull(argv[++i], NULL, 0);
                 else if (!strcmp(argv[i], "--dir") && more)
                         dir = argv[++i];
                 else {
                         fprintf(stderr, "usage: %s [--records N] [--batch B] [--batches T] "
-                                "[--threads N] [--dir DIR]\n", argv[0]);
+                                "[--rounds R] [--threads N] [--dir DIR]\n", argv[0]);
                         return 2;
                 }
+        }
+        if (rounds < 1 || rounds > ROUNDS_MAX || b.batch > b.records) {
+                fprintf(stderr, "loader-bench: --rounds 1..%d, --batch <= --records\n",
+                        ROUNDS_MAX);
+                return 2;
         }
         if (zr_pool_new(threads, &b.pool) < 0)
                 die("pool", NULL);
@@ -234,107 +286,121 @@ int main(int argc, char **argv) {
         if (!mkdtemp(path) || (dirfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
                 die(path, NULL);
         printf("loader-bench: %" PRIu64 " records of %" PRIu64 " KiB, batch %" PRIu64
-               " (%.0f MiB), %zu pool threads, %" PRIu64 " timed batches per figure\n",
+               " (%.0f MiB), %zu pool threads, %" PRIu64 " timed batches per figure, %zu "
+               "rounds (contenders interleaved in each)\n",
                b.records, REC >> 10, b.batch, (double)(b.batch * REC) / (1 << 20),
-               zr_pool_threads(b.pool), b.batches);
+               zr_pool_threads(b.pool), b.batches, rounds);
         b.raw.ds = make_store(dirfd, "raw", b.records, ZR_CODEC_RAW, b.pool);
         b.zstd.ds = make_store(dirfd, "zstd", b.records, ZR_CODEC_ZSTD, b.pool);
         b.raw.id = 1;
         b.zstd.id = 2;
         pthread_rwlock_init(&b.raw.lock, NULL);
         pthread_rwlock_init(&b.zstd.lock, NULL);
+        regs[0] = &b.raw;
+        regs[1] = &b.zstd;
         {
-                zr_stats s;
-                zr_dataset_stats(b.zstd.ds, &s, NULL);
+                zr_stats st;
+                zr_dataset_stats(b.zstd.ds, &st, NULL);
                 printf("zstd store: %.1f MiB for %.1f MiB decoded (ratio %.2f)\n",
-                       (double)s.live_bytes / (1 << 20), (double)s.logic_bytes / (1 << 20),
-                       (double)s.logic_bytes / (double)s.live_bytes);
+                       (double)st.live_bytes / (1 << 20), (double)st.logic_bytes / (1 << 20),
+                       (double)st.logic_bytes / (double)st.live_bytes);
         }
-
-        /* the limit: in-process gathers into a pre-faulted buffer (also warms
-         * the page cache) */
         buf = malloc(b.batch * REC);
-        memset(buf, 1, b.batch * REC);
-        double lim_raw = gather_limit(&b, &b.raw, buf);
-        double lim_zstd = gather_limit(&b, &b.zstd, buf);
-        free(buf);
-        printf("limit  in-process gather     raw %7.2f batches/s   zstd %7.2f batches/s\n",
-               lim_raw, lim_zstd);
-
-        /* one loader, no cache */
+        memset(buf, 1, b.batch * REC); /* pre-faulted */
         engine_new(&b, 0);
-        double one[2];
-        reg *regs[2] = { &b.raw, &b.zstd };
-        for (int c = 0; c < 2; c++) {
-                zr_loader *l = open_loader(&b, regs[c], 1, 0, 4, ZR_SAMPLER_IID);
-                one[c] = run_loaders(&b, &l, 1, 6);
-                zr_loader_free(l);
-        }
-        printf("one    loader, prefetch 4    raw %7.2f batches/s (%.2fx limit)   zstd %7.2f "
-               "batches/s (%.2fx limit)\n", one[0], one[0] / lim_raw, one[1], one[1] / lim_zstd);
-
-        /* 4 identical loaders */
-        for (int c = 0; c < 2; c++) {
-                zr_loader *l[4];
-                zr_loader_engine_counters t0, t1;
-                for (int i = 0; i < 4; i++)
-                        l[i] = open_loader(&b, regs[c], 1, 0, 4, ZR_SAMPLER_IID);
-                zr_loader_engine_counters_get(b.e, &t0);
-                double agg = run_loaders(&b, l, 4, 6);
-                zr_loader_engine_counters_get(b.e, &t1);
-                printf("4 same %s aggregate %7.2f batches/s = %.2fx one loader (gathers %" PRIu64
-                       ", copies %" PRIu64 " for %" PRIu64 " batches)\n", c ? "zstd" : "raw ",
-                       agg, agg / one[c], t1.gathers - t0.gathers, t1.shared - t0.shared,
-                       t1.batches - t0.batches);
-                for (int i = 0; i < 4; i++)
-                        zr_loader_free(l[i]);
-        }
-        zr_loader_engine_free(b.e);
-
-        /* 4 seeds, zstd through a cache that holds every decoded record, vs raw */
+        plain = b.e;
         engine_new(&b, b.records * (REC + 4096) + (64 << 20));
-        double seeds[2];
-        for (int c = 0; c < 2; c++) {
-                zr_loader *l[4];
-                zr_loader_engine_counters t0, t1;
-                if (c == 1) { /* one warming pass over every record */
-                        zr_loader *w = open_loader(&b, regs[c], 0, 0, 2, ZR_SAMPLER_SEQUENTIAL);
-                        for (uint64_t k = 0; k < (b.records + b.batch - 1) / b.batch; k++)
-                                take(&b, w);
-                        zr_loader_free(w);
+        cached = b.e;
+        /* warm the cache with one pass over every record */
+        {
+                b.e = cached;
+                zr_loader *w = open_loader(&b, &b.zstd, 0, 0, 2, ZR_SAMPLER_SEQUENTIAL);
+                for (uint64_t k = 0; k < (b.records + b.batch - 1) / b.batch; k++)
+                        take(&b, w);
+                zr_loader_free(w);
+        }
+
+        for (size_t round = 0; round < rounds; round++) {
+                for (int c = 0; c < 2; c++) {
+                        zr_loader *l[4];
+                        zr_loader_engine_counters t0, t1;
+
+                        /* the limit, then one loader */
+                        fig_add(&lim[c], gather_limit(&b, regs[c], buf));
+                        b.e = plain;
+                        l[0] = open_loader(&b, regs[c], 1, 0, 4, ZR_SAMPLER_IID);
+                        fig_add(&one[c], run_loaders(&b, l, 1, 6));
+                        zr_loader_free(l[0]);
+                        fig_add(&one_r[c], one[c].v[round] / lim[c].v[round]);
+
+                        /* 4 identical loaders */
+                        for (int i = 0; i < 4; i++)
+                                l[i] = open_loader(&b, regs[c], 1, 0, 4, ZR_SAMPLER_IID);
+                        zr_loader_engine_counters_get(b.e, &t0);
+                        fig_add(&same[c], run_loaders(&b, l, 4, 6));
+                        zr_loader_engine_counters_get(b.e, &t1);
+                        same_g[c] += t1.gathers - t0.gathers;
+                        same_c[c] += t1.shared - t0.shared;
+                        same_b[c] += t1.batches - t0.batches;
+                        for (int i = 0; i < 4; i++)
+                                zr_loader_free(l[i]);
+                        fig_add(&same_r[c], same[c].v[round] / one[c].v[round]);
+
+                        /* 4 seeds: raw plain, zstd through the warm cache */
+                        b.e = c ? cached : plain;
+                        for (int i = 0; i < 4; i++)
+                                l[i] = open_loader(&b, regs[c], 100 + round * 4 + (uint64_t)i, 0,
+                                                   2, ZR_SAMPLER_IID);
+                        zr_loader_engine_counters_get(b.e, &t0);
+                        fig_add(&seeds[c], run_loaders(&b, l, 4, 4));
+                        zr_loader_engine_counters_get(b.e, &t1);
+                        if (c) {
+                                hits += t1.hits - t0.hits;
+                                misses += t1.misses - t0.misses;
+                        }
+                        for (int i = 0; i < 4; i++)
+                                zr_loader_free(l[i]);
+
+                        /* latency: open at step 10^9 to the first batch */
+                        b.e = plain;
+                        uint64_t ta = now_ns(), tb, tc;
+                        l[0] = open_loader(&b, regs[c], 1, 1000000000, 4, ZR_SAMPLER_IID);
+                        tb = now_ns();
+                        if (take(&b, l[0]) != 1000000000)
+                                die("wrong first step", NULL);
+                        tc = now_ns();
+                        zr_loader_free(l[0]);
+                        fig_add(&lat[c], (double)(tc - ta) / 1e6);
+                        fig_add(&opn[c], (double)(tb - ta) / 1e6);
+                        fig_add(&lat_r[c], lat[c].v[round] / (1e3 / one[c].v[round]));
                 }
-                for (int i = 0; i < 4; i++)
-                        l[i] = open_loader(&b, regs[c], 100 + (uint64_t)i, 0, 2, ZR_SAMPLER_IID);
-                zr_loader_engine_counters_get(b.e, &t0);
-                seeds[c] = run_loaders(&b, l, 4, 4);
-                zr_loader_engine_counters_get(b.e, &t1);
-                printf("4 seeds %s aggregate %7.2f batches/s (cache hits %" PRIu64 ", misses %"
-                       PRIu64 ", resident %.0f MiB)\n", c ? "zstd" : "raw ", seeds[c],
-                       t1.hits - t0.hits, t1.misses - t0.misses,
-                       (double)t1.cache_bytes / (1 << 20));
-                for (int i = 0; i < 4; i++)
-                        zr_loader_free(l[i]);
+                fig_add(&seeds_r, seeds[1].v[round] / seeds[0].v[round]);
         }
-        printf("4 seeds zstd (cached) / raw = %.2f\n", seeds[1] / seeds[0]);
-        zr_loader_engine_free(b.e);
+        free(buf);
 
-        /* latency: open at step 10^9 to the first batch, against the steady time */
-        engine_new(&b, 0);
         for (int c = 0; c < 2; c++) {
-                uint64_t t0 = now_ns(), t1, t2;
-                zr_loader *l = open_loader(&b, regs[c], 1, 1000000000, 4, ZR_SAMPLER_IID);
-                t1 = now_ns();
-                if (take(&b, l) != 1000000000)
-                        die("wrong first step", NULL);
-                t2 = now_ns();
-                printf("latency %s open at step 10^9: first batch after %.1f ms (open %.1f ms), "
-                       "steady %.1f ms/batch: %.2fx\n", c ? "zstd" : "raw ",
-                       (double)(t2 - t0) / 1e6, (double)(t1 - t0) / 1e6, 1e3 / one[c],
-                       ((double)(t2 - t0) / 1e6) / (1e3 / one[c]));
-                zr_loader_free(l);
+                char name[64];
+                printf("-- %s\n", cn[c]);
+                fig_print("limit: in-process gather", &lim[c], "batches/s");
+                fig_print("one loader (prefetch 4)", &one[c], "batches/s");
+                fig_print("  one loader / limit", &one_r[c], "x");
+                fig_print("4 identical loaders, aggregate", &same[c], "batches/s");
+                fig_print("  4 identical / one loader", &same_r[c], "x");
+                printf("  group work: %" PRIu64 " gathers and %" PRIu64 " copies for %" PRIu64
+                       " batches\n", same_g[c], same_c[c], same_b[c]);
+                snprintf(name, sizeof(name), "4 seeds%s, aggregate", c ? " (warm cache)" : "");
+                fig_print(name, &seeds[c], "batches/s");
+                fig_print("open at step 10^9 -> first batch", &lat[c], "ms");
+                fig_print("  of which zr_loader_new()", &opn[c], "ms");
+                fig_print("  first batch / steady batch time", &lat_r[c], "x");
         }
-        zr_loader_engine_free(b.e);
+        printf("-- 4 seeds\n");
+        fig_print("zstd (warm cache) / raw", &seeds_r, "x");
+        printf("  cache: %" PRIu64 " hits, %" PRIu64 " misses in the timed zstd runs\n", hits,
+               misses);
 
+        zr_loader_engine_free(plain);
+        zr_loader_engine_free(cached);
         zr_dataset_close(b.raw.ds, NULL);
         zr_dataset_close(b.zstd.ds, NULL);
         close(dirfd);
