@@ -45,11 +45,12 @@ static void job_trampoline(void *arg) {
 
 static void submit_deferred(zr_work *w) {
         while (w->deferred_head) {
-                zr_job *job = w->deferred_head;
+                zr_job *job = w->deferred_head, *next = job->next;
+                /* Once submitted the job belongs to a worker, `next` included. */
                 if (zr_pool_try_submit(w->pool, job_trampoline, job) < 0)
                         return;
-                w->deferred_head = job->next;
-                if (!w->deferred_head)
+                w->deferred_head = next;
+                if (!next)
                         w->deferred_tail = NULL;
         }
 }

@@ -205,7 +205,7 @@ int td_connect(const td_daemon *d) {
 int td_send_raw(int fd, const void *p, size_t len, const int *fds, unsigned nfds) {
         union {
                 struct cmsghdr align;
-                char buf[CMSG_SPACE(sizeof(int) * 64)];
+                char buf[CMSG_SPACE(sizeof(int) * 253)]; /* SCM_MAX_FD: tests send too many */
         } control;
         const uint8_t *b = p;
         size_t off = 0;
