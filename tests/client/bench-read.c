@@ -173,6 +173,37 @@ static int time_both(zrc_conn *c, const char *engine_path, const char *client_pa
         return r;
 }
 
+/* Batches through a loader (iid sampler, prefetch 4), each released at once
+ * by an identity consumer: the mean time per batch over the timed batches
+ * (a throughput: with a prefetching ring a single batch's wait says little). */
+static int time_loader(zrc_conn *c, const char *path, const workload *w, double *ret_mean) {
+        zrc_loader_options o = { .sampler = "iid", .batch_size = w->batch, .seed = BENCH_SEED,
+                                 .prefetch = 4 };
+        zrc_dataset *d = NULL;
+        zrc_loader *l = NULL;
+        zrc_loader_batch b;
+        uint64_t t0 = 0;
+        int r;
+
+        r = zrc_dataset_open(c, path, 0, &d);
+        if (r == 0)
+                r = zrc_loader_open(c, &d, 1, &o, &l);
+        for (size_t k = 0; r == 0 && k < BENCH_WARM + w->timed; k++) {
+                if (k == BENCH_WARM)
+                        t0 = workload_now_ns();
+                r = zrc_loader_next(l, &b);
+                if (r == 0)
+                        r = zrc_loader_release(l, b.slot);
+        }
+        if (r == 0)
+                *ret_mean = (double)(workload_now_ns() - t0) / 1e9 / (double)w->timed;
+        else
+                fprintf(stderr, "bench-read: loader %s: %s\n", w->name, zrc_last_error(c)->message);
+        zrc_loader_close(l);
+        zrc_dataset_close(d);
+        return r;
+}
+
 static int cmp_double(const void *a, const void *b) {
         double x = *(const double *)a, y = *(const double *)b;
 
@@ -185,7 +216,9 @@ int main(int argc, char **argv) {
                 { "4 KiB x 1024", 64, 64, 1024, 8192, 200 },
         };
         size_t n_loads = sizeof(loads) / sizeof(loads[0]);
-        double engine[2], client[2], engine_min[2], client_min[2], *lat = NULL;
+        double engine[2], client[2], engine_min[2], client_min[2], loader[2] = { 0, 0 };
+        double *lat = NULL;
+        bool have_loader = false;
         bool quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
         size_t rounds = quick ? 2000 : BENCH_INFO_ROUNDS;
         char dir[] = "/tmp/zrc-bench-XXXXXX", path[2][2][PATH_MAX];
@@ -228,6 +261,10 @@ int main(int argc, char **argv) {
                 r = time_both(c, path[0][i], path[1][i], &loads[i], pool, &engine[i], &client[i],
                               &engine_min[i], &client_min[i]);
 
+        have_loader = r == 0 && zrc_has_feature(c, "loader");
+        for (size_t i = 0; have_loader && r == 0 && i < n_loads; i++)
+                r = time_loader(c, path[1][i], &loads[i], &loader[i]);
+
         lat = calloc(rounds, sizeof(double));
         if (r == 0 && lat)
                 r = zrc_dataset_open(c, path[1][1], 0, &d);
@@ -262,6 +299,10 @@ int main(int argc, char **argv) {
         }
         printf("(ratio: engine time / libzrc time of the medians, >= 1 means libzrc is as fast; "
                "ratio min: of the fastest batches)\n");
+        for (size_t i = 0; have_loader && i < n_loads; i++)
+                printf("loader %-14s %8.3f ms per batch (iid, prefetch 4, identity consumer, "
+                       "mean): %.2fx the engine's gather rate\n",
+                       loads[i].name, loader[i] * 1e3, engine[i] / loader[i]);
         printf("INFO round trip over %zu requests: p50 %.1f us, p99 %.1f us\n", rounds,
                lat[rounds / 2], lat[rounds * 99 / 100]);
         free(lat);

@@ -151,6 +151,12 @@ END_TEST
 
 START_TEST(test_status) {
         char *out = NULL, *err = NULL;
+        zrc_conn *c = NULL;
+        zrc_dataset *d = NULL;
+        zrc_loader *l = NULL;
+        zrc_schema s;
+        int64_t v[16] = { 0 };
+        zrc_loader_options o = { .sampler = "cyclic", .batch_size = 4, .seed = 5 };
 
         ck_assert_int_eq(run(&out, &err, "status", NULL), 0);
         CONTAINS(out, "clients:");
@@ -163,6 +169,35 @@ START_TEST(test_status) {
         check_json(out);
         free(out);
         free(err);
+
+        /* a loader of another client shows up with its counters */
+        ck_assert_int_eq(zrc_connect(daemon_.socket, &c, NULL), 0);
+        if (!zrc_has_feature(c, "loader")) {
+                zrc_disconnect(c);
+                return;
+        }
+        ck_assert_int_eq(zrc_schema_dense(&s, "<i8", NULL, 0, ZRC_CODEC_RAW), 0);
+        ck_assert_int_eq(zrc_dataset_create(c, path("st"), &s, NULL, 0, &d), 0);
+        ck_assert_int_eq(zrc_dataset_append_dense(d, v, 16, NULL), 0);
+        ck_assert_int_eq(zrc_loader_open(c, &d, 1, &o, &l), 0);
+        {
+                zrc_loader_batch b;
+
+                ck_assert_int_eq(zrc_loader_next(l, &b), 0);
+        }
+        ck_assert_int_eq(run(&out, &err, "status", "--json", NULL), 0);
+        CONTAINS(out, "\"clients\": 2");
+        CONTAINS(out, "\"loaders\": 1");
+        CONTAINS(out, "\"sampler\": \"cyclic\"");
+        CONTAINS(out, "\"batch_size\": 4");
+        check_json(out);
+        free(out);
+        free(err);
+        ck_assert_int_eq(run(&out, &err, "status", NULL), 0);
+        CONTAINS(out, "cyclic, batch 4");
+        free(out);
+        free(err);
+        zrc_disconnect(c);
 }
 END_TEST
 
