@@ -1,0 +1,127 @@
+"""Fixtures: one zrecordd for the session, each test in its own directory.
+
+The daemon is ``$ZRECORDD`` (else the newest ``build*/daemon/zrecordd`` of the
+source tree), started on a socket in a temporary directory; ``ZRECORD_SOCKET``
+points the package at it. It is stopped with SIGTERM at the end and must exit 0.
+"""
+
+import os
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PKG = os.path.dirname(HERE)
+REPO = os.path.dirname(PKG)
+if PKG not in sys.path:
+    sys.path.insert(0, PKG)
+
+
+def daemon_binary():
+    env = os.environ.get("ZRECORDD")
+    if env:
+        return env
+    from loaderx import _daemon
+    try:
+        return _daemon.find_binary()
+    except Exception:
+        return None
+
+
+def start_daemon(sock_dir, *args):
+    """Starts zrecordd on sock_dir/zrecordd.sock and waits for READY=1."""
+    binary = daemon_binary()
+    sock = os.path.join(sock_dir, "zrecordd.sock")
+    npath = os.path.join(sock_dir, "notify")
+    ns = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    ns.bind(npath)
+    env = dict(os.environ, NOTIFY_SOCKET=npath)
+    log = open(os.path.join(sock_dir, "zrecordd.log"), "wb")
+    proc = subprocess.Popen([binary, f"--socket={sock}", "--log-level=warning", "--threads=2",
+                             *args], env=env, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 20
+    try:
+        while time.monotonic() < deadline:
+            r, _, _ = select.select([ns], [], [], 0.2)
+            if r and b"READY=1" in ns.recv(4096).split(b"\n"):
+                break
+            if proc.poll() is not None:
+                raise RuntimeError(f"zrecordd exited with {proc.returncode}; see {log.name}")
+        else:
+            proc.kill()
+            raise RuntimeError("zrecordd did not become ready in 20 s")
+    finally:
+        ns.close()
+        log.close()
+    return proc, sock
+
+
+def stop_daemon(proc):
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        return None
+
+
+@pytest.fixture(scope="session")
+def daemon():
+    binary = daemon_binary()
+    if not binary or not os.access(binary, os.X_OK):
+        pytest.skip("no zrecordd binary: set ZRECORDD to the built daemon "
+                    "(e.g. build/daemon/zrecordd)")
+    d = tempfile.mkdtemp(prefix="loaderx-test-")
+    proc, sock = start_daemon(d)
+    old = os.environ.get("ZRECORD_SOCKET")
+    os.environ["ZRECORD_SOCKET"] = sock
+    yield sock
+    from loaderx import _conn
+    if _conn._default is not None:
+        _conn._default.close()
+        _conn._default = None
+    rc = stop_daemon(proc)
+    if old is None:
+        os.environ.pop("ZRECORD_SOCKET", None)
+    else:
+        os.environ["ZRECORD_SOCKET"] = old
+    shutil.rmtree(d, ignore_errors=True)
+    assert rc == 0, f"zrecordd exited with {rc} after SIGTERM"
+
+
+@pytest.fixture(autouse=True)
+def workdir(request, tmp_path, monkeypatch):
+    """Every test runs in its own empty directory (the seed's examples use relative paths)."""
+    if "no_daemon" not in request.keywords:
+        request.getfixturevalue("daemon")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture
+def conn(daemon):
+    from loaderx import _conn
+    return _conn.default()
+
+
+def has_loader():
+    from loaderx import _conn
+    return _conn.default().has_feature("loader")
+
+
+@pytest.fixture
+def loader_feature(daemon):
+    if not has_loader():
+        pytest.skip("this zrecordd's HELLO does not list the \"loader\" feature")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "no_daemon: the test starts its own daemon")
