@@ -146,6 +146,27 @@ START_TEST(test_no_daemon) {
         free(out);
         free(err);
         ck_assert_int_eq(test_run(argv2, NULL, NULL), 3);
+
+        /* import checks its file first: a bad file is reported without a daemon */
+        write_file(path("bad.npy"), "not numpy", 9);
+        {
+                char *argv3[] = { (char *)zrecord, "--socket", (char *)path("none.sock"), "import",
+                                  (char *)path("bad.npy"), (char *)path("nd"), NULL };
+
+                ck_assert_int_eq(test_run(argv3, NULL, &err), 1);
+                CONTAINS(err, "not a .npy");
+                free(err);
+        }
+        /* a good file and no daemon: exit 3, nothing created */
+        write_npy(path("good.npy"), 1, "{'descr': '|u1', 'fortran_order': False, 'shape': (1,), }",
+                  "x", 1);
+        {
+                char *argv4[] = { (char *)zrecord, "--socket", (char *)path("none.sock"), "import",
+                                  (char *)path("good.npy"), (char *)path("nd"), NULL };
+
+                ck_assert_int_eq(test_run(argv4, NULL, NULL), 3);
+                ck_assert_int_eq(access(path("nd"), F_OK), -1);
+        }
 }
 END_TEST
 

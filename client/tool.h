@@ -1,0 +1,37 @@
+/* tool.h: what the modules of the zrecord tool share: reporting failures with
+ * the right exit code, connecting, opening the dataset of the command line,
+ * printing a schema, and the commands that live in modules of their own.
+ * Every function returning an int returns an exit code of cmdline.h.
+ */
+#ifndef ZRECORD_TOOL_H
+#define ZRECORD_TOOL_H
+
+#include "cmdline.h"
+#include "zrc.h"
+
+/* Prints the last failure of c ("zrecord: WHAT: NAME: message") on stderr and
+ * returns ZRECORD_EXIT_FAILED. */
+int tool_fail_conn(const zrc_conn *c, const char *what);
+
+/* Prints "zrecord: " and the message on stderr; returns ZRECORD_EXIT_FAILED. */
+int tool_fail_msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Connects to the daemon of cl (--socket, else the defaults). Returns 0 and
+ * sets *ret, or prints why and returns ZRECORD_EXIT_CONNECT (no daemon) or
+ * ZRECORD_EXIT_FAILED (a daemon that fails the handshake). */
+int tool_connect(const cmdline *cl, zrc_conn **ret);
+
+/* Opens cl->path; returns 0, or prints the failure and returns 1. */
+int tool_open_dataset(const cmdline *cl, zrc_conn *c, unsigned flags, const char *what,
+                      zrc_dataset **ret);
+
+/* Prints a schema's JSON members ("kind": ..., "codec": ...) without braces. */
+void tool_print_schema_json(const zrc_schema *s);
+
+/* cat.c: prints records. */
+int tool_cmd_cat(const cmdline *cl, zrc_conn *c);
+
+/* import.c: checks the .npy file, then connects and imports it. */
+int tool_cmd_import(const cmdline *cl);
+
+#endif
