@@ -147,11 +147,17 @@ const zrc_error *zrc_last_error(const zrc_conn *c);
  */
 const char *zrc_socket_path(const zrc_conn *c);
 
-/* The protocol version in force (1). */
+/* The protocol version in force (1 for this library).
+ *
+ *     if (zrc_version(c) < 2) use_v1_requests();
+ */
 uint32_t zrc_version(const zrc_conn *c);
 
 /* The daemon's name and version, e.g. "zrecordd 0.1.0"; valid until
- * zrc_disconnect(c). */
+ * zrc_disconnect(c). Never NULL.
+ *
+ *     printf("served by %s\n", zrc_daemon_name(c));
+ */
 const char *zrc_daemon_name(const zrc_conn *c);
 
 /* The limits in force; valid until zrc_disconnect(c).
@@ -216,19 +222,34 @@ int zrc_schema_dense(zrc_schema *ret, const char *dtype, const uint64_t *item_sh
  */
 int zrc_schema_ragged(zrc_schema *ret, const char *dtype, uint32_t ndim, zrc_codec codec);
 
-/* The codec's name: "raw", "zstd", "zstd_dict"; NULL for an unknown value. */
+/* The codec's name: "raw", "zstd", "zstd_dict" (static strings); NULL for an
+ * unknown value.
+ *
+ *     printf("codec %s\n", zrc_codec_name(zrc_dataset_schema(d)->codec));
+ */
 const char *zrc_codec_name(zrc_codec codec);
 
-/* Parses a codec name. Returns 0 and sets *ret, or -ZR_E_BAD_CODEC. */
+/* Parses a codec name (name may be NULL: refused). Returns 0 and sets *ret, or
+ * -ZR_E_BAD_CODEC.
+ *
+ *     if (zrc_codec_parse(argv[2], &codec) < 0) usage();
+ */
 int zrc_codec_parse(const char *name, zrc_codec *ret);
 
 /* The item size in bytes of a numpy dtype string ("<f4" -> 4, "|b1" -> 1), or
  * a negative code (-EINVAL) for a string that is not a plain number type
- * (kinds b, i, u, f, c, with an optional byte order '<', '>', '|' or '='). */
+ * (kinds b, i, u, f, c, with an optional byte order '<', '>', '|' or '=');
+ * dtype may be NULL (-EINVAL).
+ *
+ *     int itemsize = zrc_dtype_itemsize(zrc_dataset_schema(d)->dtype);
+ */
 int zrc_dtype_itemsize(const char *dtype);
 
 /* Bytes of one dense record: itemsize × prod(item_shape). 0 for a ragged
- * schema or an unparsable dtype; UINT64_MAX on overflow. */
+ * schema or an unparsable dtype; UINT64_MAX on overflow.
+ *
+ *     void *buf = malloc(n * zrc_schema_record_bytes(zrc_dataset_schema(d)));
+ */
 uint64_t zrc_schema_record_bytes(const zrc_schema *s);
 
 /* ======================================================================
@@ -291,18 +312,30 @@ int zrc_dataset_create(zrc_conn *c, const char *path, const zrc_schema *schema,
  */
 zrc_dataset *zrc_dataset_close(zrc_dataset *d);
 
-/* The schema, as the daemon reported it at open; valid until d is closed. */
+/* The schema, as the daemon reported it at open; the pointer is valid until d
+ * is closed. d must not be NULL (nor for the accessors below).
+ *
+ *     if (zrc_dataset_schema(d)->kind == ZRC_RAGGED) ...
+ */
 const zrc_schema *zrc_dataset_schema(const zrc_dataset *d);
 
-/* The length as last reported by the daemon (at open, read, append, delete,
- * info, stats); other clients may have changed it since: zrc_dataset_info()
- * asks. */
+/* The length as last reported by the daemon (at open, append, delete, info,
+ * stats); other clients may have changed it since: zrc_dataset_info() asks.
+ *
+ *     for (uint64_t i = 0; i < zrc_dataset_length(d); i += 256) ...
+ */
 uint64_t zrc_dataset_length(const zrc_dataset *d);
 
-/* Whether the handle has write access. */
+/* Whether the handle has write access.
+ *
+ *     if (!zrc_dataset_writable(d)) return -EROFS;
+ */
 bool zrc_dataset_writable(const zrc_dataset *d);
 
-/* The connection d was opened on (for zrc_last_error()). */
+/* The connection d was opened on (for zrc_last_error()); valid while d is.
+ *
+ *     puts(zrc_last_error(zrc_dataset_conn(d))->message);
+ */
 zrc_conn *zrc_dataset_conn(const zrc_dataset *d);
 
 /* Asks the daemon for the dataset's length, schema and dictionary state
@@ -534,17 +567,30 @@ typedef struct zrc_set zrc_set;
  */
 int zrc_set_open(zrc_conn *c, const char *path, unsigned flags, zrc_set **ret);
 
-/* Closes the set and every stream's dataset; NULL allowed; returns NULL. */
+/* Closes the set and every stream's dataset (their pointers and batches become
+ * invalid); NULL allowed; returns NULL.
+ *
+ *     set = zrc_set_close(set);
+ */
 zrc_set *zrc_set_close(zrc_set *set);
 
-/* The common length at open, or after the last append or delete on the set. */
+/* The common length at open, or after the last append or delete on the set.
+ *
+ *     uint64_t n = zrc_set_length(set);
+ */
 uint64_t zrc_set_length(const zrc_set *set);
 
-/* The number of streams. */
+/* The number of streams (1..32).
+ *
+ *     for (size_t i = 0; i < zrc_set_streams(set); i++) ...
+ */
 size_t zrc_set_streams(const zrc_set *set);
 
 /* Stream i's name (a directory entry name), or NULL if i is out of range;
- * valid until the set is closed. */
+ * valid until the set is closed.
+ *
+ *     printf("%s\n", zrc_set_stream_name(set, i));
+ */
 const char *zrc_set_stream_name(const zrc_set *set, size_t i);
 
 /* Stream i's dataset (read, info, stats ... on it work as on any dataset), or
@@ -564,7 +610,11 @@ zrc_dataset *zrc_set_stream(const zrc_set *set, size_t i);
  */
 int zrc_set_append(zrc_set *set, const zrc_records *records, uint64_t *ret_first);
 
-/* Deletes the same indices from every stream. As zrc_dataset_delete(). */
+/* Deletes the same indices from every stream, by swap-last. As
+ * zrc_dataset_delete() (ret_length may be NULL).
+ *
+ *     zrc_set_delete(set, (uint64_t[]){ 3, 9 }, 2, &len);
+ */
 int zrc_set_delete(zrc_set *set, const uint64_t *indices, size_t n, uint64_t *ret_length);
 
 /* ======================================================================
@@ -594,7 +644,10 @@ typedef struct zrc_status {
  */
 int zrc_status_query(zrc_conn *c, zrc_status **ret);
 
-/* Frees a status; NULL allowed; returns NULL. */
+/* Frees a status and its per_loader array; NULL allowed; returns NULL.
+ *
+ *     st = zrc_status_free(st);
+ */
 zrc_status *zrc_status_free(zrc_status *st);
 
 /* ======================================================================
@@ -704,15 +757,24 @@ int zrc_loader_release(zrc_loader *l, uint32_t slot);
  */
 zrc_loader *zrc_loader_close(zrc_loader *l);
 
-/* The number of ring slots: at most this many batches are held at once. */
+/* The number of ring slots: at most this many batches are held at once.
+ *
+ *     zrc_loader_batch held[zrc_loader_slots(l)];
+ */
 uint32_t zrc_loader_slots(const zrc_loader *l);
 
-/* The length the sampler uses (the streams' length at open). */
+/* The length the sampler uses (the streams' length at open).
+ *
+ *     uint64_t steps_per_epoch = zrc_loader_length(l) / batch_size;
+ */
 uint64_t zrc_loader_length(const zrc_loader *l);
 
 /* The step the next zrc_loader_next() returns; after the loader ended and all
  * its batches were returned, the first step that will not come (where to
- * reopen). */
+ * reopen).
+ *
+ *     o.start_step = zrc_loader_step(l); l = zrc_loader_close(l); zrc_loader_open(c, s, n, &o, &l);
+ */
 uint64_t zrc_loader_step(const zrc_loader *l);
 
 #ifdef __cplusplus
