@@ -742,6 +742,13 @@ static int on_frame(zr_conn *conn, const uint8_t *body, size_t len, void *userda
                 close_fds(fds, nfds);
                 return 0;
         }
+        if (len == 0) {
+                /* A zero length prefix: the stream cannot be trusted any more
+                 * (PROTOCOL.md section 2). */
+                close_fds(fds, nfds);
+                client_fault(c, ZR_E_PROTO, true, "a frame of length 0");
+                return 0;
+        }
         rq = calloc(1, sizeof(*rq));
         if (rq)
                 rq->bytes = malloc(len);
