@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -128,6 +129,11 @@ static int time_both(zrc_conn *c, const char *engine_path, const char *client_pa
         dirfd = open(engine_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (!es || !cs || !e.dst || !e.idx || !a.idx || dirfd < 0)
                 return -ENOMEM;
+        /* shared memory (the daemon's memfd buffers) gets no transparent huge
+         * pages here; with ZRC_BENCH_NOHUGE=1 the engine's destination gets none
+         * either, which isolates that difference */
+        if (getenv("ZRC_BENCH_NOHUGE"))
+                (void)madvise(e.dst, e.dst_size, MADV_NOHUGEPAGE);
         memset(e.dst, 1, e.dst_size); /* pre-faulted, as the daemon's buffers are */
         r = zr_dataset_open(dirfd, &opts, &e.ds, NULL);
         if (r == 0 && (r = zrc_dataset_open(c, client_path, 0, &a.d)) < 0)
