@@ -108,6 +108,12 @@ typedef struct slot {
         parked_work park;     /* its fill, while parked */
 } slot;
 
+/* A ring made ahead, never passed to anyone, pre-faulted whole. */
+typedef struct spare {
+        struct spare *next;
+        zr_shm shm;
+} spare;
+
 typedef struct group {
         struct group *next;
         zr_loader *members;   /* linked by zr_loader.g_next */
@@ -163,6 +169,11 @@ struct zr_loader_engine {
         parked_work *parked;  /* gathers waiting for a stream's lock */
         parked_work *resume;  /* parked gathers to retry, before new claims */
         group *groups;
+        spare *spares;        /* ready spare rings */
+        uint64_t spare_max;   /* budget of spare rings, bytes */
+        uint64_t spare_reserved; /* ready and being made */
+        uint64_t spare_ready;
+        unsigned nspare_tasks;
         uint64_t nloaders;
         uint64_t fills;       /* fills completed, all loaders */
         zr_loader_engine_counters t;
@@ -180,6 +191,8 @@ typedef struct fill_result {
 static uint64_t align_up(uint64_t v, uint64_t a) {
         return (v + a - 1) / a * a;
 }
+
+static void spares_release(spare *list);
 
 /* ---- queues (engine mutex held) --------------------------------------------- */
 
@@ -842,9 +855,10 @@ zr_loader_engine *zr_loader_engine_free(zr_loader_engine *e) {
         if (!e)
                 return NULL;
         pthread_mutex_lock(&e->mutex);
-        while (e->ndrain > 0)
+        while (e->ndrain > 0 || e->nspare_tasks > 0)
                 pthread_cond_wait(&e->idle, &e->mutex);
         pthread_mutex_unlock(&e->mutex);
+        spares_release(e->spares);
         zr_rcache_free(e->cache);
         pthread_cond_destroy(&e->idle);
         pthread_mutex_destroy(&e->mutex);
@@ -903,6 +917,7 @@ void zr_loader_engine_counters_get(zr_loader_engine *e, zr_loader_engine_counter
         pthread_mutex_lock(&e->mutex);
         *ret = e->t;
         ret->loaders = e->nloaders;
+        ret->spare_bytes = e->spare_ready;
         pthread_mutex_unlock(&e->mutex);
         ret->cache_budget = cs.budget;
         ret->cache_bytes = cs.bytes;
@@ -1045,6 +1060,118 @@ static int layout(zr_loader *l, const zr_loader_params *p, zr_error *err) {
                 }
         }
         return 0;
+}
+
+static int ring_create(zr_shm *ret, size_t bytes, zr_error *err);
+
+typedef struct spare_job {
+        zr_loader_engine *e;
+        size_t bytes;
+} spare_job;
+
+/* Pool task: makes one spare ring of j->bytes (reserved by the caller),
+ * pre-faulted whole, and publishes it. */
+static void spare_task(void *arg) {
+        spare_job *j = arg;
+        zr_loader_engine *e = j->e;
+        spare *sp = calloc(1, sizeof(*sp));
+        int ok = 0;
+
+        if (sp && ring_create(&sp->shm, j->bytes, NULL) == 0) {
+                populate_job pj = { .base = sp->shm.data, .bytes = j->bytes };
+                zr_pool_parallel(e->pool, zr_pool_shards(e->pool, (j->bytes +
+                                                                    LOADER_POPULATE_SHARD - 1) /
+                                                                           LOADER_POPULATE_SHARD),
+                                 populate_shard, &pj);
+                ok = 1;
+        }
+        pthread_mutex_lock(&e->mutex);
+        if (ok && e->spare_reserved <= e->spare_max) {
+                sp->next = e->spares;
+                e->spares = sp;
+                e->spare_ready += j->bytes;
+                sp = NULL;
+        } else {
+                e->spare_reserved -= j->bytes;
+        }
+        e->nspare_tasks--;
+        pthread_cond_broadcast(&e->idle);
+        pthread_mutex_unlock(&e->mutex);
+        if (sp) {
+                zr_shm_release(&sp->shm);
+                free(sp);
+        }
+        free(j);
+        if (ok && e->notify)
+                e->notify(e->notify_userdata);
+}
+
+/* Engine mutex held: starts making a spare of `bytes` if the budget allows. */
+static void spare_make(zr_loader_engine *e, size_t bytes) {
+        spare_job *j;
+
+        if (e->spare_reserved + bytes > e->spare_max)
+                return;
+        j = malloc(sizeof(*j));
+        if (!j)
+                return;
+        *j = (spare_job){ e, bytes };
+        e->spare_reserved += bytes;
+        e->nspare_tasks++;
+        if (zr_pool_try_submit(e->pool, spare_task, j) < 0) {
+                e->spare_reserved -= bytes;
+                e->nspare_tasks--;
+                free(j);
+        }
+}
+
+/* Takes a spare ring of exactly `bytes` into *ret. Returns 1, or 0 if none. */
+static int spare_take(zr_loader_engine *e, size_t bytes, zr_shm *ret) {
+        spare *sp = NULL;
+
+        pthread_mutex_lock(&e->mutex);
+        for (spare **pp = &e->spares; *pp; pp = &(*pp)->next) {
+                if ((*pp)->shm.size == bytes) {
+                        sp = *pp;
+                        *pp = sp->next;
+                        e->spare_ready -= bytes;
+                        e->spare_reserved -= bytes;
+                        break;
+                }
+        }
+        pthread_mutex_unlock(&e->mutex);
+        if (!sp)
+                return 0;
+        *ret = sp->shm;
+        free(sp);
+        return 1;
+}
+
+/* Releases spares (the list given) outside the engine mutex. */
+static void spares_release(spare *list) {
+        while (list) {
+                spare *next = list->next;
+                zr_shm_release(&list->shm);
+                free(list);
+                list = next;
+        }
+}
+
+void zr_loader_engine_set_spare_bytes(zr_loader_engine *e, uint64_t bytes) {
+        spare *drop = NULL;
+
+        pthread_mutex_lock(&e->mutex);
+        e->spare_max = bytes;
+        while (e->spares && e->spare_reserved > e->spare_max) {
+                spare *sp = e->spares;
+                e->spares = sp->next;
+                e->spare_ready -= sp->shm.size;
+                e->spare_reserved -= sp->shm.size;
+                sp->next = drop;
+                drop = sp;
+        }
+        pthread_mutex_unlock(&e->mutex);
+        spares_release(drop);
 }
 
 /* Creates the ring: a memfd of `bytes` (a multiple of the page size), mapped
@@ -1207,9 +1334,14 @@ int zr_loader_new(zr_loader_engine *e, const zr_loader_stream *streams, size_t n
         r = layout(l, p, err);
         if (r < 0)
                 goto fail;
-        r = ring_create(&l->ring, l->slot_bytes * l->nslots, err);
-        if (r < 0)
-                goto fail;
+        if (spare_take(e, l->slot_bytes * l->nslots, &l->ring)) {
+                for (uint32_t k = 0; k < l->nslots; k++)
+                        l->slots[k].populated = 1;
+        } else {
+                r = ring_create(&l->ring, l->slot_bytes * l->nslots, err);
+                if (r < 0)
+                        goto fail;
+        }
 
         /* the domain: the batch of step 2^64 - 1 is the last */
         if (l->start > 0) {
@@ -1284,6 +1416,9 @@ zr_loader *zr_loader_free(zr_loader *l) {
                                 maybe_run(e, m);
         group_leave(e, l);
         e->nloaders--;
+        /* a loader of this geometry is likely to be opened again (a resumed
+         * run): have a warm ring ready for it, if the budget allows */
+        spare_make(e, l->ring.size);
         pthread_mutex_unlock(&e->mutex);
         loader_destroy(l);
         return NULL;

@@ -822,6 +822,70 @@ START_TEST(test_free_in_flight) {
 }
 END_TEST
 
+/* Spare rings: a freed loader leaves a warm ring of its size behind (within
+ * the budget), the next loader of that size takes it, and its batches are
+ * right; a lowered budget releases spares. */
+START_TEST(test_spare_rings) {
+        fixture f;
+        zr_loader *l;
+        zr_loader_engine_counters t;
+        zr_loader_params p = { .mode = ZR_SAMPLER_CYCLIC, .batch_size = 50, .seed = 8,
+                               .world_size = 1, .prefetch = 3 };
+        zr_sampler_params sp = { .mode = ZR_SAMPLER_CYCLIC, .n = N_DENSE, .batch_size = 50,
+                                 .seed = 8, .world_size = 1 };
+        zr_loader_stream st;
+        zr_loader_event ev;
+        uint64_t ring, v;
+
+        fixture_new(&f, ZR_CODEC_RAW, 0);
+        st = reg_stream(&f.dense, "d");
+        l = open_loader(&f, &st, 1, &p);
+        ring = zr_loader_ring_bytes(l);
+        zr_loader_free(l); /* no budget: no spare */
+        zr_loader_engine_counters_get(f.g.e, &t);
+        ck_assert_uint_eq(t.spare_bytes, 0);
+
+        zr_loader_engine_set_spare_bytes(f.g.e, ring);
+        l = open_loader(&f, &st, 1, &p);
+        next_batch(&f.g, l, &ev);
+        zr_loader_free(l);
+        for (;;) { /* the spare is made on the pool, which then notifies */
+                zr_loader_engine_counters_get(f.g.e, &t);
+                if (t.spare_bytes == ring)
+                        break;
+                ck_assert_int_eq(read(f.g.efd, &v, 8), 8);
+        }
+        p.start_step = 1000000000;
+        l = open_loader(&f, &st, 1, &p);
+        zr_loader_engine_counters_get(f.g.e, &t);
+        ck_assert_uint_eq(t.spare_bytes, 0); /* taken */
+        for (int k = 0; k < 6; k++) {
+                next_batch(&f.g, l, &ev);
+                ck_assert_uint_eq(ev.step, 1000000000 + (uint64_t)k);
+                check_dense(l, &ev, 0, &f.dense, ITEM, &sp);
+                zr_loader_release(l, ev.slot, NULL);
+        }
+        ck_assert_int_eq(fcntl(zr_loader_ring_fd(l), F_GET_SEALS) & F_SEAL_SEAL, F_SEAL_SEAL);
+        zr_loader_free(l);
+        for (;;) {
+                zr_loader_engine_counters_get(f.g.e, &t);
+                if (t.spare_bytes == ring)
+                        break;
+                ck_assert_int_eq(read(f.g.efd, &v, 8), 8);
+        }
+        /* another size does not take it; a lowered budget drops it */
+        p.prefetch = 2;
+        l = open_loader(&f, &st, 1, &p);
+        zr_loader_engine_counters_get(f.g.e, &t);
+        ck_assert_uint_eq(t.spare_bytes, ring);
+        zr_loader_engine_set_spare_bytes(f.g.e, 0);
+        zr_loader_engine_counters_get(f.g.e, &t);
+        ck_assert_uint_eq(t.spare_bytes, 0);
+        zr_loader_free(l);
+        fixture_free(&f); /* the engine waits for a spare still being made */
+}
+END_TEST
+
 /* Errors at open. */
 START_TEST(test_open_errors) {
         fixture f;
@@ -930,6 +994,7 @@ int main(void) {
         tcase_add_test(tc, test_fairness);
         tcase_add_test(tc, test_free_in_flight);
         tcase_add_test(tc, test_stop);
+        tcase_add_test(tc, test_spare_rings);
         suite_add_tcase(s, tc);
         sr = srunner_create(s);
         srunner_run_all(sr, CK_NORMAL);
