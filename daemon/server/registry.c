@@ -58,7 +58,15 @@ static int insert(zr_registry *reg, zr_dataset *ds, const struct stat *st, zr_en
         e->dev = st->st_dev;
         e->ino = st->st_ino;
         e->ds = ds;
-        pthread_rwlock_init(&e->lock, NULL);
+        /* Writer-preferring: a COMPACT or DELETE waits for the gathers in flight
+         * and holds new ones back (PROTOCOL.md, COMPACT); with glibc's default
+         * a steady stream of readers would starve it. Safe because nobody takes
+         * an entry lock shared twice (registry.h). */
+        pthread_rwlockattr_t attr;
+        pthread_rwlockattr_init(&attr);
+        pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+        pthread_rwlock_init(&e->lock, &attr);
+        pthread_rwlockattr_destroy(&attr);
         e->refs = 1;
         e->reg = reg;
         e->next = reg->head;

@@ -15,6 +15,8 @@
  *     TRAIN_DICT;
  *   - exclusive: DELETE, COMPACT, INSTALL_DICT, an APPEND through a set (every
  *     stream, so the set commits as one).
+ * The lock prefers writers, so it must never be taken shared twice by one
+ * thread (a waiting writer would deadlock it).
  * `generation` is bumped (release order) after every mutation has committed, so
  * a loader that reads it (acquire) before and after a gather knows whether the
  * gather straddled a change; the decoded-record cache drops entries of older

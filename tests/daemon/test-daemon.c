@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1117,6 +1118,82 @@ START_TEST(test_many_clients) {
 }
 END_TEST
 
+/* Readers keep reading while another client appends, deletes and compacts the
+ * same store: every READ succeeds and every record it returns is whole (its
+ * values are r*ITEM .. r*ITEM+ITEM-1 for some record r), because mutations take
+ * the store exclusively and gathers shared. */
+#define MUT_READERS 6
+#define MUT_SAFE 1500 /* indices below this stay valid: at most 500 records are deleted */
+static _Atomic int mut_stop;
+
+static void *mut_reader(void *arg) {
+        uintptr_t k = (uintptr_t)arg;
+        int fd = td_connect_hello(&D);
+        td_msg m;
+        ck_assert_int_eq(open_dataset(fd, "mut", O_RDONLY, false, &m), 0);
+        uint32_t h = (uint32_t)td_u64(&m, "handle");
+        td_msg_free(&m);
+        const uint8_t *buf;
+        uint64_t size;
+        uint32_t b = open_buffer(fd, 64 * ITEM * 4, &buf, &size);
+        uint64_t idx[64], seed = k + 17;
+        int rounds = 0;
+        while (!atomic_load(&mut_stop) || rounds < 10) {
+                for (int i = 0; i < 64; i++) {
+                        seed = seed * 6364136223846793005u + 1442695040888963407u;
+                        idx[i] = (seed >> 33) % MUT_SAFE;
+                }
+                ck_assert_int_eq(read_records(fd, h, b, 0, idx, 64, &m), 0);
+                td_msg_free(&m);
+                const uint32_t *v = (const uint32_t *)buf;
+                for (int i = 0; i < 64; i++)
+                        for (int j = 1; j < ITEM; j++)
+                                ck_assert_uint_eq(v[i * ITEM + j], v[i * ITEM] + (uint32_t)j);
+                rounds++;
+        }
+        munmap((void *)buf, size);
+        close(fd);
+        return NULL;
+}
+
+START_TEST(test_mutations_under_load) {
+        int fd = td_connect_hello(&D);
+        uint32_t h = create_dense(fd, "mut", "zstd");
+        ck_assert_int_eq(append_dense(fd, h, 0, 2000), 0);
+        pthread_t t[MUT_READERS];
+        for (uintptr_t i = 0; i < MUT_READERS; i++)
+                ck_assert_int_eq(pthread_create(&t[i], NULL, mut_reader, (void *)i), 0);
+        uint64_t length = 2000;
+        td_msg m;
+        for (int round = 0; round < 5; round++) {
+                ck_assert_int_eq(append_dense(fd, h, length, 20), 0);
+                length += 20;
+                uint64_t del[40];
+                for (int i = 0; i < 40; i++)
+                        del[i] = (uint64_t)(round * 200 + i * 3);
+                zr_wire_writer w;
+                td_begin(&w, "delete", next_id++);
+                zr_wire_put_u64(&w, "handle", h);
+                zr_wire_put_u64s(&w, "indices", del, 40);
+                ck_assert_int_eq(td_call(fd, &w, NULL, 0, &m), 0);
+                length -= 40;
+                ck_assert_uint_eq(td_u64(&m, "length"), length);
+                td_msg_free(&m);
+                ck_assert_int_eq(simple(fd, "compact", "handle", h, &m), 0);
+                ck_assert_uint_eq(td_u64(&m, "records"), length);
+                td_msg_free(&m);
+        }
+        atomic_store(&mut_stop, 1);
+        for (int i = 0; i < MUT_READERS; i++)
+                ck_assert_int_eq(pthread_join(t[i], NULL), 0);
+        ck_assert_int_eq(simple(fd, "verify", "handle", h, &m), 0);
+        ck_assert_uint_eq(td_u64(&m, "bad"), 0);
+        ck_assert_uint_eq(td_u64(&m, "records"), length);
+        td_msg_free(&m);
+        close(fd);
+}
+END_TEST
+
 /* ---- reclamation --------------------------------------------------------------------- */
 
 
@@ -1561,6 +1638,7 @@ static Suite *daemon_suite(void) {
         tcase_add_test(tc, test_frame_vectors);
         tcase_add_test(tc, test_pipeline);
         tcase_add_test(tc, test_many_clients);
+        tcase_add_test(tc, test_mutations_under_load);
         tcase_add_test(tc, test_fd_baseline);
         tcase_add_test(tc, test_client_killed);
         tcase_add_test(tc, test_sigterm);
