@@ -297,10 +297,8 @@ class DataLoader:
         ring = self._ring
         if ring is None:
             raise ZrecordValueError("the DataLoader is closed")
-        if ring.conn.pid != os.getpid() or ring.conn.closed:   # forked child
-            self._ring = None
-            self._futures.clear()
-            self._open(self._next_fetch, None)
+        if ring.pid != os.getpid() or ring.conn.closed:   # forked child: reconnect
+            self._reopen_after_fork()
             ring = self._ring
         ring.flush()
         ev = ring.conn.poll_event(ring.loader)
@@ -373,7 +371,20 @@ class DataLoader:
         from ._errors import from_reply
         raise from_reply(msg, context=f"the DataLoader stopped at step {step}")
 
+    def _reopen_after_fork(self):
+        # The parent's ring, pool threads and pipeline are not this process's: open
+        # a loader of our own on the child's connection, at the step not yet returned.
+        ring, self._ring = self._ring, None
+        if ring is not None:
+            ring.closed = True
+        self._futures = collections.deque()
+        self._pool = None
+        self._lock = threading.RLock()
+        self._open(self._step, None)
+
     def __next__(self):
+        if self._ring is not None and self._ring.pid != os.getpid():
+            self._reopen_after_fork()
         with self._lock:
             if self._closed:
                 raise StopIteration
