@@ -2,9 +2,13 @@
  *
  * A record never moves to a higher address, so it lands only on garbage or on
  * bytes already moved away, and its table entry is rewritten the moment it
- * lands: the store is consistent at every instant. Chunk files past the new
- * frontier are removed at the end. Needs exclusive access; holds the whole
- * table in memory.
+ * lands. The one case the seed's argument leaves out is a record that overlaps
+ * its own old bytes (it moves down by less than its length): copying it in
+ * place would damage the bytes its entry still names. Such a record goes
+ * through scratch space past the frontier first (copy, point the entry there,
+ * copy down, point the entry at its place), so the store is consistent at
+ * every instant. Chunk files past the new frontier are removed at the end.
+ * Needs exclusive access; holds the whole table in memory.
  */
 #include "store/store-private.h"
 
@@ -53,6 +57,62 @@ static int compact_copy(zr_store *s, uint8_t *buf, uint32_t sc, uint64_t so, uin
                 done += piece;
         }
         return 0;
+}
+
+/* Raises the frontier (memory and meta.zr) to cover [.., offset `end`) of chunk
+ * `chunk`, creating chunk files as needed, so entries pointing there are valid. */
+static int compact_raise_tail(zr_store *s, uint64_t length, uint64_t chunk, uint64_t end,
+                              zr_error *err) {
+        uint64_t t = end == s->chunk_cap ? tail_make(chunk + 1, 0) : tail_make(chunk, end);
+        uint64_t cur = atomic_load(&s->tail);
+        int made = 0, r;
+
+        if (t <= cur)
+                return 0;
+        for (uint64_t id = tail_chunk(cur); id <= tail_chunk(t); id++) {
+                int created = 0;
+                r = zr_files_open(s->chunks, (uint32_t)id, 1, 0, &created, err);
+                if (r < 0)
+                        return r;
+                if (created) {
+                        r = zr_store_new_file_durable(s, s->chunks, (uint32_t)id, ".chunk", err);
+                        if (r < 0)
+                                return r;
+                        made++;
+                }
+        }
+        if (made > 0) {
+                r = zr_store_dir_durable(s, err);
+                if (r < 0)
+                        return r;
+        }
+        r = zr_store_write_header(s, length, t, err);
+        if (r < 0)
+                return r;
+        atomic_store(&s->tail, t);
+        return 0;
+}
+
+/* Moves record `index` (at *l) to scratch space at the frontier the pass began
+ * with, and points its entry there; *l becomes the scratch location. */
+static int compact_to_scratch(zr_store *s, uint8_t *buf, uint64_t length, uint64_t base,
+                              uint64_t index, zr_loc *l, zr_error *err) {
+        uint64_t sc = tail_chunk(base), so = tail_offset(base);
+        int r;
+
+        if (so + l->phys_length > s->chunk_cap) {
+                sc++;
+                so = 0;
+        }
+        r = compact_raise_tail(s, length, sc, so + l->phys_length, err);
+        if (r < 0)
+                return r;
+        r = compact_copy(s, buf, l->chunk_id, l->offset, (uint32_t)sc, so, l->phys_length, err);
+        if (r < 0)
+                return r;
+        l->chunk_id = (uint32_t)sc;
+        l->offset = (uint32_t)so;
+        return zr_store_put_loc(s, index, l, err);
 }
 
 int zr_store_compact(zr_store *s, uint64_t max_moves, zr_compact_result *ret,
@@ -114,6 +174,14 @@ int zr_store_compact(zr_store *s, uint64_t max_moves, zr_compact_result *ret,
                                 res.finished = 0;
                                 break;
                         }
+                        if (fc == l.chunk_id && fo + p > l.offset) {
+                                /* would overwrite its own bytes: via scratch */
+                                r = compact_to_scratch(s, buf, length, old_tail, order[k].idx, &l,
+                                                       err);
+                                if (r < 0)
+                                        goto out;
+                                res.via_scratch++;
+                        }
                         r = compact_copy(s, buf, l.chunk_id, l.offset, (uint32_t)fc, fo, p, err);
                         if (r < 0)
                                 goto out;
@@ -161,6 +229,13 @@ int zr_store_compact(zr_store *s, uint64_t max_moves, zr_compact_result *ret,
                                         (off_t)tail_offset(new_tail),
                                         (off_t)(s->chunk_cap - tail_offset(new_tail)));
                 res.freed_bytes = before - ((uint64_t)fc * s->chunk_cap + fo);
+        } else if (atomic_load(&s->tail) != old_tail) {
+                /* stopped between moves: no entry names scratch space any more,
+                 * so the frontier goes back to where the pass found it */
+                r = zr_store_write_header(s, length, old_tail, err);
+                if (r < 0)
+                        goto out;
+                atomic_store(&s->tail, old_tail);
         }
         pthread_mutex_lock(&s->append_lock);
         r = zr_store_sync_locked(s, err);

@@ -174,6 +174,9 @@ int zr_store_delete(zr_store *s, const uint64_t *idx, size_t n, zr_error *err);
 typedef struct zr_compact_result {
         uint64_t moved;       /* records rewritten */
         uint64_t skipped;     /* records already in place */
+        uint64_t via_scratch; /* moves that overlapped their own bytes and went
+                               * through scratch space past the frontier (twice
+                               * the writes) */
         uint64_t freed_bytes; /* chunk_bytes before minus after */
         int finished;         /* 1 if the pass completed, 0 if stopped by max_moves */
 } zr_compact_result;
