@@ -457,15 +457,23 @@ START_TEST(test_socket_resolution) {
         ck_assert_ptr_nonnull(mkdtemp(xdg));
         unsetenv("ZRECORD_SOCKET");
         setenv("XDG_RUNTIME_DIR", xdg, 1);
-        ck_assert_int_lt(zrc_connect(NULL, &c, &e), 0);
-        ck_assert(strstr(e.message, xdg));
-        ck_assert(strstr(e.message, "/run/zrecord/zrecordd.sock"));
-        ck_assert(strstr(e.message, "zrecordd.sock"));
+        for (int k = 0; k < 2; k++) {
+                /* the second time, an empty $ZRECORD_SOCKET counts as unset */
+                if (k == 1)
+                        setenv("ZRECORD_SOCKET", "", 1);
+                if (zrc_connect(NULL, &c, &e) == 0) {
+                        /* a system or private daemon runs on this machine:
+                         * it must be at a later default path */
+                        ck_assert(strcmp(zrc_socket_path(c), "/run/zrecord/zrecordd.sock") == 0 ||
+                                  strncmp(zrc_socket_path(c), "/tmp/zrecord-", 13) == 0);
+                        zrc_disconnect(c);
+                        continue;
+                }
+                ck_assert(strstr(e.message, xdg));
+                ck_assert(strstr(e.message, "/run/zrecord/zrecordd.sock"));
+                ck_assert(strstr(e.message, "/tmp/zrecord-"));
+        }
         rmdir(xdg);
-        /* an empty $ZRECORD_SOCKET counts as unset */
-        setenv("ZRECORD_SOCKET", "", 1);
-        ck_assert_int_lt(zrc_connect(NULL, &c, &e), 0);
-        ck_assert(strstr(e.message, "/run/zrecord/zrecordd.sock"));
         /* a path longer than sun_path */
         memset(longpath, 'a', sizeof(longpath) - 1);
         longpath[0] = '/';
