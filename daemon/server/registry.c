@@ -1,19 +1,24 @@
 /* registry.c: open datasets by store identity (registry.h).
  *
  * A short singly linked list: a daemon has tens of stores open, not thousands,
- * and every lookup is at an open, never per batch. Opening and closing run on
- * the loop thread: a store open reads a header and a few table pages, and the
- * close of the last reference is a sync of a store nobody writes any more.
+ * and every lookup is at an open, never per batch. Opening runs on the loop
+ * thread (a header, a schema and a few table pages). When the last reference
+ * of a store that was written goes, its sync (fsyncs of everything appended)
+ * runs on the pool first, the entry kept open meanwhile so that a client that
+ * reopens it at once finds it; only the cheap close of a synced store runs on
+ * the loop.
  * It does not check access: the caller has proven it (PROTOCOL.md section 6).
  */
 #include "server/registry.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 
 struct zr_registry {
         zr_pool *pool;
+        zr_work *work;         /* NULL: close synchronously */
         zr_entry *head;
         unsigned count;
         uint64_t next_id;
@@ -119,10 +124,50 @@ zr_entry *zr_entry_ref(zr_entry *e) {
         return e;
 }
 
+typedef struct close_job {
+        zr_job job; /* first */
+        zr_entry *entry;
+        uint64_t generation;
+} close_job;
+
+static void close_sync_run(zr_job *job) {
+        close_job *j = (close_job *)job;
+        pthread_rwlock_rdlock(&j->entry->lock);
+        zr_dataset_sync(j->entry->ds, NULL); /* a failure shows again at the close */
+        pthread_rwlock_unlock(&j->entry->lock);
+}
+
+static void close_sync_done(zr_job *job) {
+        close_job *j = (close_job *)job;
+        zr_entry *e = j->entry;
+        e->synced_generation = j->generation;
+        e->syncing = false;
+        free(j);
+        zr_entry_unref(e); /* the job's reference */
+}
+
+void zr_registry_set_work(zr_registry *reg, zr_work *work) {
+        reg->work = work;
+}
+
 zr_entry *zr_entry_unref(zr_entry *e) {
         if (!e || --e->refs > 0)
                 return NULL;
         zr_registry *reg = e->reg;
+        uint64_t gen = zr_entry_generation(e);
+        if (reg->work && gen != e->synced_generation && !e->syncing) {
+                close_job *j = calloc(1, sizeof(*j));
+                if (j) {
+                        e->refs = 1; /* the job's */
+                        e->syncing = true;
+                        j->entry = e;
+                        j->generation = gen;
+                        j->job.run = close_sync_run;
+                        j->job.done = close_sync_done;
+                        zr_work_submit(reg->work, &j->job);
+                        return NULL;
+                }
+        }
         for (zr_entry **p = &reg->head; *p; p = &(*p)->next)
                 if (*p == e) {
                         *p = e->next;

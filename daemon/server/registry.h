@@ -26,12 +26,14 @@
 #define ZR_SERVER_REGISTRY_H
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <sys/types.h>
 
 #include "dataset/dataset.h"
 #include "util/error.h"
+#include "server/work.h"
 #include "util/pool.h"
 
 typedef struct zr_registry zr_registry;
@@ -46,11 +48,17 @@ typedef struct zr_entry {
         _Atomic uint64_t generation;  /* bumped after each committed mutation */
         /* loop thread only */
         unsigned refs;
+        uint64_t synced_generation;   /* the generation a closing sync covered */
+        bool syncing;                 /* a closing sync is on the pool */
         zr_registry *reg;
         struct zr_entry *next;
 } zr_entry;
 
 int zr_registry_new(zr_pool *pool, zr_registry **ret);
+
+/* Lets the last unref of a written store sync it on the pool (`work`) before
+ * the close; NULL (the default, and at shutdown) closes at once. */
+void zr_registry_set_work(zr_registry *reg, zr_work *work);
 
 /* Closes (syncing) every entry still open, whatever its references, and frees.
  * Only at shutdown, with no job in flight. NULL allowed; returns NULL. */
@@ -67,8 +75,9 @@ int zr_registry_create(zr_registry *reg, int dirfd, const zr_schema *schema, con
                        size_t dict_len, zr_entry **ret, zr_error *err);
 
 zr_entry *zr_entry_ref(zr_entry *e);
-/* Drops a reference; the last one syncs and closes the store (on the calling,
- * loop, thread). NULL allowed; returns NULL. */
+/* Drops a reference. The last one closes the store: at once if it was not
+ * written since its last closing sync, else after a sync on the pool (the entry
+ * stays findable meanwhile). NULL allowed; returns NULL. */
 zr_entry *zr_entry_unref(zr_entry *e);
 
 /* Bumps the generation after a mutation committed (any thread). */

@@ -380,6 +380,7 @@ int zr_server_new(const zr_config *cfg, int argc, char **argv, zr_server **ret, 
                 r = zr_error_errno(err, -r, "creating the registry");
                 goto fail;
         }
+        zr_registry_set_work(s->registry, s->work);
 
         r = zr_listener_from_env(&s->listen_fd, err);
         if (r < 0)
@@ -480,6 +481,8 @@ zr_server *zr_server_free(zr_server *s) {
         /* Every loader went with its client; the engine waits for its last task.
          * Then every job finishes on the pool, and completes here. */
         s->loaders = zr_loader_engine_free(s->loaders);
+        if (s->registry)
+                zr_registry_set_work(s->registry, NULL); /* no new jobs from here */
         s->pool = zr_pool_free(s->pool);
         if (s->work)
                 zr_work_flush(s->work);

@@ -1194,6 +1194,33 @@ START_TEST(test_mutations_under_load) {
 }
 END_TEST
 
+/* The last client of a written store goes (its closing sync runs on the pool)
+ * and another opens the store at once: the same instance is found, never
+ * ZR_E_LOCKED, and nothing written is lost. */
+START_TEST(test_reopen_while_closing) {
+        int fd = td_connect_hello(&D);
+        uint32_t h = create_dense(fd, "re", "raw");
+        ck_assert_int_eq(simple_code(fd, "close", "handle", h), 0);
+        close(fd);
+        for (uint64_t round = 0; round < 10; round++) {
+                int a = td_connect_hello(&D);
+                td_msg m;
+                ck_assert_int_eq(open_dataset(a, "re", O_RDWR, true, &m), 0);
+                uint32_t ha = (uint32_t)td_u64(&m, "handle");
+                td_msg_free(&m);
+                ck_assert_int_eq(append_dense(a, ha, round * 50, 50), 0);
+                if (round % 2)
+                        ck_assert_int_eq(simple_code(a, "close", "handle", ha), 0);
+                close(a);
+                int b = td_connect_hello(&D);
+                ck_assert_int_eq(open_dataset(b, "re", O_RDONLY, false, &m), 0);
+                ck_assert_uint_eq(td_u64(&m, "length"), (round + 1) * 50);
+                td_msg_free(&m);
+                close(b);
+        }
+}
+END_TEST
+
 /* ---- reclamation --------------------------------------------------------------------- */
 
 
@@ -1639,6 +1666,7 @@ static Suite *daemon_suite(void) {
         tcase_add_test(tc, test_pipeline);
         tcase_add_test(tc, test_many_clients);
         tcase_add_test(tc, test_mutations_under_load);
+        tcase_add_test(tc, test_reopen_while_closing);
         tcase_add_test(tc, test_fd_baseline);
         tcase_add_test(tc, test_client_killed);
         tcase_add_test(tc, test_sigterm);
