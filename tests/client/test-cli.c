@@ -98,6 +98,16 @@ static void check_json(const char *s) {
         unlink(tmp);
 }
 
+/* The unsigned number after "key": in a JSON text, or -1. */
+static long long json_uint(const char *s, const char *key) {
+        char pat[64];
+        const char *p;
+
+        snprintf(pat, sizeof(pat), "\"%s\": ", key);
+        p = strstr(s, pat);
+        return p ? strtoll(p + strlen(pat), NULL, 10) : -1;
+}
+
 #define CONTAINS(s, needle) ck_assert_msg(strstr((s), (needle)), "\"%s\" not in: %s", (needle), (s))
 
 START_TEST(test_usage) {
@@ -184,7 +194,8 @@ START_TEST(test_status) {
         free(out);
         free(err);
         ck_assert_int_eq(run(&out, &err, "status", "--json", NULL), 0);
-        CONTAINS(out, "\"clients\": 1");
+        /* this tool's connection; earlier ones may not be reaped yet */
+        ck_assert_int_ge(json_uint(out, "clients"), 1);
         CONTAINS(out, "\"per_loader\": []");
         CONTAINS(out, "\"cache\": {");
         check_json(out);
@@ -207,7 +218,7 @@ START_TEST(test_status) {
                 ck_assert_int_eq(zrc_loader_next(l, &b), 0);
         }
         ck_assert_int_eq(run(&out, &err, "status", "--json", NULL), 0);
-        CONTAINS(out, "\"clients\": 2");
+        ck_assert_int_ge(json_uint(out, "clients"), 2);
         CONTAINS(out, "\"loaders\": 1");
         CONTAINS(out, "\"sampler\": \"cyclic\"");
         CONTAINS(out, "\"batch_size\": 4");
