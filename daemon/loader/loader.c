@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "dataset/ragged.h"
@@ -54,6 +55,13 @@
 #ifndef F_SEAL_FUTURE_WRITE
 #define F_SEAL_FUTURE_WRITE 0x0010 /* Linux 5.1 */
 #endif
+
+/* While a gather is parked on a stream's lock (a mutation holds it), the
+ * engine's retry thread retries every parked gather this often. A mutation
+ * holds a lock for milliseconds (a delete) to seconds (a compaction); a retry
+ * costs one trylock per parked fill, and a loader waits at most this long
+ * after the lock goes (zr_loader_engine_resume() makes it immediate). */
+#define LOADER_PARK_RETRY_NS (2 * 1000 * 1000)
 
 /* Records per shard of the parallel copy of cache hits and inserts: enough to
  * amortise a shard's hand-off, few enough to spread a 256-record batch. */
@@ -158,6 +166,9 @@ struct zr_loader {
 struct zr_loader_engine {
         pthread_mutex_t mutex;
         pthread_cond_t idle;  /* a fill completed, a pin dropped or a drain task ended */
+        pthread_cond_t parked_cond; /* a fill was parked, or stopping */
+        pthread_t retry_thread;
+        int stopping;
         zr_pool *pool;
         zr_rcache *cache;
         zr_loader_notify_fn notify;
@@ -336,9 +347,11 @@ static void kick(zr_loader_engine *e) {
         e->kick_pending = 0;
 }
 
-/* Engine mutex held: retries every parked gather. Called on events that may
- * follow the end of a mutation (zr_loader_engine_drop_dataset(), a release, a
- * collection), never on a park itself, so a lock held for long costs no spin. */
+/* Engine mutex held: retries every parked gather. Called every
+ * LOADER_PARK_RETRY_NS by the retry thread while anything is parked, and at
+ * once on events that may follow the end of a mutation
+ * (zr_loader_engine_resume(), a release, a collection); never on a park
+ * itself, so a lock held for long costs no spin. */
 static void resume_parked(zr_loader_engine *e) {
         while (e->parked) {
                 parked_work *p = e->parked;
@@ -739,6 +752,7 @@ static int complete(zr_loader_engine *e, const work *w, const fill_result *res) 
                 s->park.w = *w;
                 s->park.next = e->parked;
                 e->parked = &s->park;
+                pthread_cond_signal(&e->parked_cond);
                 l->c.hits += res->hits;
                 l->c.misses += res->misses;
                 e->t.hits += res->hits;
@@ -825,9 +839,38 @@ static void drain_task(void *arg) {
 
 /* ---- the engine ------------------------------------------------------------- */
 
+/* The retry thread: sleeps until a fill is parked, then retries the parked
+ * fills every LOADER_PARK_RETRY_NS until none is left. It takes only the
+ * engine mutex and never waits on a stream's lock, so it holds no dataset
+ * alive and delays no zr_loader_free(). */
+static void *retry_main(void *arg) {
+        zr_loader_engine *e = arg;
+
+        pthread_mutex_lock(&e->mutex);
+        while (!e->stopping) {
+                struct timespec ts;
+                if (!e->parked) {
+                        pthread_cond_wait(&e->parked_cond, &e->mutex);
+                        continue;
+                }
+                clock_gettime(CLOCK_MONOTONIC, &ts);
+                ts.tv_nsec += LOADER_PARK_RETRY_NS;
+                if (ts.tv_nsec >= 1000000000) {
+                        ts.tv_sec++;
+                        ts.tv_nsec -= 1000000000;
+                }
+                pthread_cond_timedwait(&e->parked_cond, &e->mutex, &ts);
+                if (e->parked && !e->stopping)
+                        resume_parked(e);
+        }
+        pthread_mutex_unlock(&e->mutex);
+        return NULL;
+}
+
 int zr_loader_engine_new(zr_pool *pool, uint64_t cache_bytes, zr_loader_notify_fn notify,
                          void *notify_userdata, zr_loader_engine **ret, zr_error *err) {
         zr_loader_engine *e;
+        int r;
 
         if (!pool || zr_pool_threads(pool) == 0)
                 return zr_error_set(err, EINVAL, "the loader engine needs a pool with threads");
@@ -838,6 +881,11 @@ int zr_loader_engine_new(zr_pool *pool, uint64_t cache_bytes, zr_loader_notify_f
                 free(e);
                 return zr_error_errno(err, ENOMEM, "loader engine cache");
         }
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&e->parked_cond, &ca);
+        pthread_condattr_destroy(&ca);
         pthread_mutex_init(&e->mutex, NULL);
         pthread_cond_init(&e->idle, NULL);
         e->pool = pool;
@@ -847,6 +895,15 @@ int zr_loader_engine_new(zr_pool *pool, uint64_t cache_bytes, zr_loader_notify_f
          * that needs no hand-off; a fill's own shards (zr_pool_parallel) use
          * whatever is idle. More fills at once would only queue. */
         e->drain_max = (unsigned)zr_pool_threads(pool);
+        r = pthread_create(&e->retry_thread, NULL, retry_main, e);
+        if (r != 0) {
+                pthread_cond_destroy(&e->parked_cond);
+                pthread_cond_destroy(&e->idle);
+                pthread_mutex_destroy(&e->mutex);
+                zr_rcache_free(e->cache);
+                free(e);
+                return zr_error_errno(err, r, "starting the loader engine's retry thread");
+        }
         *ret = e;
         return 0;
 }
@@ -857,9 +914,13 @@ zr_loader_engine *zr_loader_engine_free(zr_loader_engine *e) {
         pthread_mutex_lock(&e->mutex);
         while (e->ndrain > 0 || e->nspare_tasks > 0)
                 pthread_cond_wait(&e->idle, &e->mutex);
+        e->stopping = 1;
+        pthread_cond_signal(&e->parked_cond);
         pthread_mutex_unlock(&e->mutex);
+        pthread_join(e->retry_thread, NULL);
         spares_release(e->spares);
         zr_rcache_free(e->cache);
+        pthread_cond_destroy(&e->parked_cond);
         pthread_cond_destroy(&e->idle);
         pthread_mutex_destroy(&e->mutex);
         free(e);

@@ -69,9 +69,9 @@
  * Staleness
  *
  *   Every gather takes each stream's lock shared (trying: if a mutation holds
- *   it, the gather is parked until zr_loader_engine_resume(), so a long
- *   compaction of one dataset holds no worker and stalls no other loader) and
- *   checks, before and after,
+ *   it, the gather is parked and retried, see zr_loader_engine_resume(), so a
+ *   long compaction of one dataset holds no worker and stalls no other loader)
+ *   and checks, before and after,
  *   that the stream's generation is the one seen at open. A gather (or a copy)
  *   that starts after a change ends the loader with ZR_E_STALE at its step;
  *   batches gathered before the change are still announced (they are intact); a
@@ -79,8 +79,9 @@
  *
  * Lock order
  *
- *   stream lock (rwlock, shared, one at a time, never nested) → engine->mutex →
- *   cache->mutex (leaf) → pool->mutex (leaf, pool.h). No callback (notify)
+ *   stream lock (rwlock, shared, one at a time, never nested, only tried) →
+ *   engine->mutex → cache->mutex (leaf) → pool->mutex (leaf, pool.h). The
+ *   engine's retry thread takes only engine->mutex. No callback (notify)
  *   runs with the engine mutex held; no gather or copy runs with it held.
  *   engine->mutex is never taken while a stream lock is needed later.
  *
@@ -140,11 +141,13 @@ void zr_loader_engine_drop_dataset(zr_loader_engine *e, uint64_t dataset_id);
  * first batch costs one gather. Spares beyond a lowered budget are released. */
 void zr_loader_engine_set_spare_bytes(zr_loader_engine *e, uint64_t bytes);
 
-/* Call after releasing any dataset's exclusive lock (a mutation, or anything
- * else that took it exclusive; zr_loader_engine_drop_dataset() does it too). A
- * gather never blocks a worker on a stream's lock: if it finds the lock taken
- * exclusive it keeps its claim and is parked, and parked gathers are retried
- * here, on zr_loader_release() and on zr_loader_engine_next(). */
+/* A gather never blocks a worker on a stream's lock: if it cannot take it
+ * shared at once (a mutation holds it, or, with a writer-preferring lock, waits
+ * for it) the gather keeps its claim and is parked. The engine's own retry
+ * thread retries parked gathers every 2 ms while any is parked; this call (and
+ * zr_loader_engine_drop_dataset(), zr_loader_release(),
+ * zr_loader_engine_next()) retries them at once: call it after releasing a
+ * dataset's exclusive lock to spare a loader those 2 ms. Optional. */
 void zr_loader_engine_resume(zr_loader_engine *e);
 
 /* Pops a loader that has events to collect: returns 1 and sets *ret, or 0 when
