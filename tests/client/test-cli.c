@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "zrc.h"
@@ -322,6 +323,64 @@ START_TEST(test_import_cat_round_trip) {
 }
 END_TEST
 
+START_TEST(test_import_progress) {
+        /* on a terminal, import shows its progress on stderr; stdout stays clean */
+        enum { N = 2000 };
+        static uint32_t data[N * 16];
+        char *argv[] = { (char *)zrecord, "--socket", daemon_.socket, "import", "--chunk", "500",
+                         (char *)path("p.npy"), (char *)path("p"), NULL };
+        char buf[8192], *out = NULL;
+        size_t got = 0;
+        int master, status = 0;
+        pid_t pid;
+
+        for (int i = 0; i < N * 16; i++)
+                data[i] = (uint32_t)i;
+        write_npy(path("p.npy"), 1, "{'descr': '<u4', 'fortran_order': False, 'shape': (2000, 16), }",
+                  data, sizeof(data));
+        master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+        ck_assert_int_ge(master, 0);
+        ck_assert_int_eq(grantpt(master), 0);
+        ck_assert_int_eq(unlockpt(master), 0);
+        {
+                char outname[] = "/tmp/zrc-pty-out-XXXXXX";
+                int ofd = mkostemp(outname, O_CLOEXEC);
+
+                unlink(outname);
+                pid = fork();
+                ck_assert_int_ge(pid, 0);
+                if (pid == 0) {
+                        int slave = open(ptsname(master), O_RDWR | O_NOCTTY);
+
+                        dup2(slave, STDERR_FILENO);
+                        dup2(ofd, STDOUT_FILENO);
+                        execv(argv[0], argv);
+                        _exit(127);
+                }
+                for (;;) {
+                        ssize_t n = read(master, buf + got, sizeof(buf) - 1 - got);
+
+                        if (n <= 0)
+                                break; /* EIO once the child's side is closed */
+                        got += (size_t)n;
+                }
+                waitpid(pid, &status, 0);
+                buf[got] = 0;
+                lseek(ofd, 0, SEEK_SET);
+                out = calloc(1, 4096);
+                ck_assert_int_ge(read(ofd, out, 4095), 0);
+                close(ofd);
+        }
+        close(master);
+        ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        CONTAINS(buf, "import: 500/2000 records ( 25%)");
+        CONTAINS(buf, "import: 2000/2000 records (100%)");
+        CONTAINS(out, "imported 2000 records of <u4 (16,)");
+        ck_assert(!strstr(out, "records ("));
+        free(out);
+}
+END_TEST
+
 START_TEST(test_compact) {
         zrc_conn *c = NULL;
         zrc_dataset *d = NULL;
@@ -581,6 +640,7 @@ int main(void) {
         tcase_add_test(tc, test_no_daemon);
         tcase_add_test(tc, test_status);
         tcase_add_test(tc, test_import_cat_round_trip);
+        tcase_add_test(tc, test_import_progress);
         tcase_add_test(tc, test_compact);
         tcase_add_test(tc, test_import_codecs);
         tcase_add_test(tc, test_import_numpy);
