@@ -254,8 +254,9 @@ static void ragged_round_trip(zrc_codec codec, const char *name) {
         int32_t *bufs[N];
         zrc_batch b;
 
-        ck_assert_int_eq(zrc_schema_ragged(&s, "<i4", 2, codec), 0);
-        ck_assert_int_eq(zrc_dataset_create(c, path(name), &s, NULL, 0, &d), 0);
+        void *dict = NULL;
+        size_t dict_size = 0;
+
         for (int i = 0; i < N; i++) {
                 uint64_t rows = (uint64_t)(i % 7), cols = 1 + (uint64_t)(i % 3);
 
@@ -266,6 +267,22 @@ static void ragged_round_trip(zrc_codec codec, const char *name) {
                         bufs[i][k] = i * 1000 + (int32_t)k;
                 payloads[i] = bufs[i];
         }
+        if (codec == ZRC_CODEC_ZSTD_DICT) {
+                /* a dictionary trained on the records as stored: whole records,
+                 * shape headers included, packed back to back */
+                uint8_t *packed = malloc(N * (24 + 7 * 3 * 4));
+                uint64_t sizes[N], off = 0;
+
+                for (int i = 0; i < N; i++)
+                        off += sizes[i] = zrc_ragged_pack(packed + off, &shapes[2 * i], 2, 4, bufs[i]);
+                ck_assert_msg(zrc_train_dict(c, "small", packed, sizes, N, &dict, &dict_size) == 0,
+                              "train: %s", zrc_last_error(c)->message);
+                free(packed);
+        }
+        ck_assert_int_eq(zrc_schema_ragged(&s, "<i4", 2, codec), 0);
+        ck_assert_msg(zrc_dataset_create(c, path(name), &s, dict, dict_size, &d) == 0, "create: %s",
+                      zrc_last_error(c)->message);
+        free(dict);
         ck_assert_msg(zrc_dataset_append_ragged(d, N, shapes, payloads, &first) == 0, "append: %s",
                       zrc_last_error(c)->message);
         ck_assert_uint_eq(first, 0);
@@ -322,6 +339,11 @@ END_TEST
 
 START_TEST(test_ragged_zstd) {
         ragged_round_trip(ZRC_CODEC_ZSTD, "ragged-zstd");
+}
+END_TEST
+
+START_TEST(test_ragged_zstd_dict) {
+        ragged_round_trip(ZRC_CODEC_ZSTD_DICT, "ragged-dict");
 }
 END_TEST
 
@@ -962,6 +984,7 @@ int main(void) {
         tcase_add_test(tc, test_dense_zstd_dict);
         tcase_add_test(tc, test_ragged_raw);
         tcase_add_test(tc, test_ragged_zstd);
+        tcase_add_test(tc, test_ragged_zstd_dict);
         tcase_add_test(tc, test_ragged_growth);
         tcase_add_test(tc, test_dense_split_read);
         tcase_add_test(tc, test_delete_compact_verify);
