@@ -229,11 +229,22 @@ static zr_loader *runq_pop(zr_loader_engine *e) {
         return l;
 }
 
+/* A free, unpinned slot to refill: one that holds nothing, else the one with
+ * the oldest batch: group members behind this loader all still need its newer
+ * batches, only the slowest of them needs the oldest one. */
 static int free_slot(const zr_loader *l) {
-        for (uint32_t i = 0; i < l->nslots; i++)
-                if (l->slots[i].state == SLOT_FREE && l->slots[i].pins == 0)
+        int best = -1;
+
+        for (uint32_t i = 0; i < l->nslots; i++) {
+                const slot *s = &l->slots[i];
+                if (s->state != SLOT_FREE || s->pins > 0)
+                        continue;
+                if (!s->has_content)
                         return (int)i;
-        return -1;
+                if (best < 0 || s->step < l->slots[best].step)
+                        best = (int)i;
+        }
+        return best;
 }
 
 static int runnable(const zr_loader *l) {
@@ -1431,8 +1442,7 @@ fail:
 }
 
 /* Engine mutex held: drops l's parked gathers from *list. */
-static void unpark(zr_loader_engine *e, zr_loader *l, parked_work **list) {
-        (void)e;
+static void unpark(zr_loader *l, parked_work **list) {
         for (parked_work **pp = list; *pp;) {
                 parked_work *p = *pp;
                 if (p->w.l != l) {
@@ -1457,8 +1467,8 @@ zr_loader *zr_loader_free(zr_loader *l) {
         runq_remove(e, l);
         readyq_remove(e, l);
         /* its parked gathers end here: they were claimed and never finished */
-        unpark(e, l, &e->parked);
-        unpark(e, l, &e->resume);
+        unpark(l, &e->parked);
+        unpark(l, &e->resume);
         for (;;) {
                 int pinned = 0;
                 for (uint32_t k = 0; k < l->nslots; k++)
