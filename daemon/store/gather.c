@@ -47,7 +47,7 @@ static int store_check_loc(const zr_store *s, const zr_loc *l, uint64_t tail, zr
 /* Reads entries idx[lo..hi) into locs, one pread per run of consecutive indices
  * inside a segment, and checks each. */
 int zr_store_locate_range(zr_store *s, const uint64_t *idx, size_t lo, size_t hi,
-                              zr_loc *locs, uint64_t tail, zr_error *err) {
+                          zr_loc *locs, uint64_t tail, zr_error *err) {
         size_t k = lo;
         while (k < hi) {
                 uint64_t seg = idx[k] >> ZR_LOC_SEGMENT_LOG2;
@@ -100,7 +100,7 @@ static void locate_shard(void *arg, size_t shard, size_t nshards) {
         size_t lo, hi;
         shard_range(j->n, shard, nshards, &lo, &hi);
         j->st[shard].r = zr_store_locate_range(j->s, j->idx, lo, hi, j->locs, j->tail,
-                                            &j->st[shard].err);
+                                               &j->st[shard].err);
 }
 
 int zr_store_locate(zr_store *s, const uint64_t *idx, size_t n, zr_loc *ret_locs,
@@ -316,9 +316,9 @@ out:
 
 /* Reads entries [first, first+n) (n <= STORE_WALK_ENTRIES) into locs. */
 int zr_store_read_table(zr_store *s, uint64_t first, size_t n, zr_loc *locs,
-                            uint64_t *scratch_idx, zr_error *err) {
+                        uint64_t *scratch_idx, zr_error *err) {
         for (size_t k = 0; k < n; k++)
                 scratch_idx[k] = first + k;
         return zr_store_locate_range(s, scratch_idx, 0, n, locs,
-                                  atomic_load_explicit(&s->tail, memory_order_acquire), err);
+                                     atomic_load_explicit(&s->tail, memory_order_acquire), err);
 }

@@ -56,7 +56,7 @@ static int verify_one(zr_store *s, uint64_t index, uint8_t **buf, uint64_t *buf_
                       zr_error *err) {
         zr_loc l;
         int r = zr_store_locate_range(s, &index, 0, 1, &l,
-                                   atomic_load_explicit(&s->tail, memory_order_acquire), err);
+                                      atomic_load_explicit(&s->tail, memory_order_acquire), err);
         if (r < 0)
                 return r;
         if (l.logic_length > *buf_size || !*buf) {

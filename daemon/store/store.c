@@ -271,7 +271,7 @@ out:
  * fdatasync it (its size) now; the caller fsyncs the directory. A failure is
  * final, as for any fsync. */
 int zr_store_new_file_durable(zr_store *s, zr_files *t, uint32_t id, const char *what,
-                                  zr_error *err) {
+                              zr_error *err) {
         if (fdatasync(zr_files_fd(t, id)) < 0) {
                 int r = zr_error_errno(err, errno, "%" PRIu32 "%s: fdatasync", id, what);
                 atomic_store(&s->failed, -r);
@@ -292,7 +292,7 @@ int zr_store_dir_durable(zr_store *s, zr_error *err) {
 /* Opens the .loc segments that hold entries [0, length); with `create`, new
  * ones are created durably and *ret_created counts them. */
 int zr_store_open_locs(zr_store *s, uint64_t length, int create, int *ret_created,
-                           zr_error *err) {
+                       zr_error *err) {
         if (length == 0)
                 return 0;
         uint64_t last = (length - 1) >> ZR_LOC_SEGMENT_LOG2;
