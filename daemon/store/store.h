@@ -3,9 +3,8 @@
  * A store is a directory holding meta.zr (the 32-byte header), dict.zr (the zstd
  * dictionary of a zstd_dict store), {id}.loc record-table segments, {id}.chunk
  * data files and, only while a delete is in flight, delete.zr; the format is
- * specified in format.h and docs/FORMAT.md. It holds N
- * records, each an opaque byte string of 0 to 2^31 bytes, addressed by a dense
- * index space 0..N-1. The store does not know about dtypes, shapes or sockets.
+ * specified in format.h and docs/FORMAT.md. It holds N records, each an opaque
+ * byte string of 0 to 2^31 bytes, addressed by a dense index space 0..N-1. The store does not know about dtypes, shapes or sockets.
  *
  * Ownership: one process owns a store at a time (an exclusive flock on meta.zr);
  * a second opener gets ZR_E_LOCKED. Inside that process one zr_store is shared.
@@ -26,8 +25,11 @@
  * Durability: a write is ordered data, then table entries, then the length in
  * meta.zr. A process killed at any instant leaves a store that opens with a prefix
  * of its appended records, each bit-exact. A delete batch is all-or-nothing under a
- * crash. zr_store_sync() makes everything before it survive a power loss. A failed
- * fsync is never retried: the store turns read-only (ZR_E_READONLY) and says why.
+ * crash, and a compaction leaves every record readable wherever it stops.
+ * zr_store_sync() makes everything before it survive a power loss; what a power
+ * loss between syncs can cost (appends since the last sync, records moved by an
+ * interrupted compaction) is spelled out in docs/FORMAT.md. A failed fsync is
+ * never retried: the store turns read-only (ZR_E_READONLY) and says why.
  *
  * Errors: every function that can fail returns a negative code (a -errno or a
  * -ZR_E_* of zr-errors.h) and fills *err (err may be NULL) with a one-line message.
