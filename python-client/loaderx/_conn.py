@@ -82,6 +82,8 @@ class Connection:
         self._next_id = 1
         self._pending = collections.deque()   # ids of requests sent, not answered
         self._replies = {}                    # id -> (msg, fds)
+        self._discard = set()                 # ids whose replies nobody waits for
+        self.dead_loaders = set()             # loaders closed by a finalizer: events dropped
         self._events = collections.defaultdict(collections.deque)  # loader -> deque
         self._broken = None
         self.faults = []
@@ -168,6 +170,36 @@ class Connection:
         reply["_fds"] = rfds
         return reply
 
+    def request_nowait(self, kind, fields):
+        """Sends a request whose reply is dropped, without ever blocking (for
+        finalizers, which may run while this very thread holds the send lock).
+        Returns False if it could not be sent now."""
+        if self.closed or self._broken is not None or os.getpid() != self.pid:
+            return False
+        if not self._send_lock.acquire(blocking=False):
+            return False
+        try:
+            msg = {"kind": kind}
+            msg.update(fields)
+            rid = self._next_id
+            self._next_id += 1
+            msg["id"] = rid
+            if not self._cv.acquire(blocking=False):
+                return False
+            try:
+                self._pending.append(rid)
+                self._discard.add(rid)
+            finally:
+                self._cv.release()
+            try:
+                self._fs.send(msg)
+            except OSError as e:
+                self._broken = str(e)
+                return False
+            return True
+        finally:
+            self._send_lock.release()
+
     def wait_event(self, loader, timeout=None):
         """The next event of a loader: (msg, fds)."""
         q = self._events[loader]
@@ -223,9 +255,18 @@ class Connection:
                 self._pending.popleft()
             elif rid in self._pending:
                 self._pending.remove(rid)
-            self._replies[rid] = (msg, fds)
+            if rid in self._discard:
+                self._discard.discard(rid)
+                for fd in fds:
+                    os.close(fd)
+            else:
+                self._replies[rid] = (msg, fds)
         elif kind in ("batch", "loader_end"):
-            self._events[msg.get("loader")].append((msg, fds))
+            if msg.get("loader") in self.dead_loaders:
+                for fd in fds:
+                    os.close(fd)
+            else:
+                self._events[msg.get("loader")].append((msg, fds))
         elif kind == "fault":
             self.faults.append(msg)
             for fd in fds:

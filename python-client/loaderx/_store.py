@@ -172,6 +172,16 @@ class Handle:
         self._take(r)
         return r
 
+    def __del__(self):
+        # A dataset dropped without close(): give the handle back without blocking
+        # (a finalizer may run in the middle of this thread's own request).
+        try:
+            if not self.closed and getattr(self, "handle", None) is not None:
+                self.closed = True
+                self.conn.request_nowait("close", {"handle": self.handle})
+        except Exception:
+            pass
+
     def close(self):
         if self.closed:
             return

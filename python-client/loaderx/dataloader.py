@@ -242,9 +242,17 @@ class DataLoader:
         self.close()
 
     def __del__(self):
+        # Dropped without close(): stop releases and close the loader without
+        # blocking (a finalizer may run inside this thread's own request).
         try:
-            if not self._closed and self._ring is not None and self._ring.pid == os.getpid():
-                self.close()
+            ring = self._ring
+            if not self._closed and ring is not None and ring.pid == os.getpid():
+                self._closed = True
+                ring.closed = True
+                ring.conn.dead_loaders.add(ring.loader)
+                ring.conn.request_nowait("loader_close", {"loader": ring.loader})
+                if self._pool is not None:
+                    self._pool.shutdown(wait=False, cancel_futures=True)
         except Exception:
             pass
 

@@ -26,8 +26,13 @@ that must not be written to (a device copy, ``.to('cuda')``, is fine).
 import warnings
 
 import numpy as np
-import torch
-from torch.utils.data import IterableDataset, get_worker_info
+
+try:
+    import torch
+    from torch.utils.data import IterableDataset, get_worker_info
+except ImportError as _e:  # pragma: no cover - depends on the environment
+    raise ImportError(f"loaderx.torch needs torch ({_e}); install it (pip install torch) "
+                      "or use loaderx.dataloader.DataLoader directly") from _e
 
 from .dataloader import DataLoader
 

@@ -294,3 +294,20 @@ def test_sampler_vectors(workdir):
             b = next(l)
             np.testing.assert_array_equal(b[INDEX_KEY], v["indices"])
             np.testing.assert_array_equal(b["i"], v["indices"])
+
+
+def test_dropped_objects_give_handles_back(streams, conn):
+    import gc as _gc
+    before = conn.request("status")["handles"]
+    for _ in range(5):
+        l = DataLoader(streams, batch_size=4, prefetch=2)
+        b = next(l)
+        del l, b
+        d = DenseDataset("x")
+        d[0]
+        del d
+    _gc.collect()
+    time.sleep(0.05)
+    after = conn.request("status")["handles"]
+    assert after <= before + 1       # (the read buffer may have been opened meanwhile)
+    assert not conn.faults

@@ -1,0 +1,270 @@
+"""A connection to zrecordd: discovery, HELLO, requests and events.
+
+One connection per process is shared by every dataset and loader of that process
+(:func:`default`). It is thread safe: a send lock keeps frames whole, and whichever
+thread waits for something reads the socket for everybody, handing each reply to
+the request that waits for it (replies come in request order) and each event to
+the loader it names. It is fork safe: a connection remembers the pid that opened
+it, and in a child process :func:`default` opens a fresh one.
+"""
+
+import collections
+import os
+import socket
+import threading
+
+from . import _errors, _wire
+from ._errors import ZrecordConnectionError
+
+__all__ = ["Connection", "default", "socket_candidates"]
+
+CLIENT_NAME = "loaderx 0.1.0"
+WANTED_FEATURES = ["loader", "msset", "dict", "verify"]
+
+
+def socket_candidates():
+    """The default socket paths of PROTOCOL.md section 1, after the explicit ones."""
+    paths = []
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    if xdg:
+        paths.append(os.path.join(xdg, "zrecord", "zrecordd.sock"))
+    paths.append("/run/zrecord/zrecordd.sock")
+    paths.append(f"/tmp/zrecord-{os.getuid()}/zrecordd.sock")
+    return paths
+
+
+def _connect_unix(path):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    try:
+        s.connect(path)
+    except OSError:
+        s.close()
+        raise
+    return s
+
+
+class Connection:
+    """One HELLO'd connection to zrecordd."""
+
+    def __init__(self, path=None, autostart=True):
+        self.pid = os.getpid()
+        self.path = None
+        sock = None
+        explicit = path or os.environ.get("ZRECORD_SOCKET") or None
+        if explicit:
+            try:
+                sock = _connect_unix(explicit)
+            except OSError as e:
+                raise ZrecordConnectionError(
+                    f"no zrecordd answers at {explicit}: {e.strerror or e}"
+                    + ("" if path else " (from $ZRECORD_SOCKET)"), code=e.errno) from None
+            self.path = explicit
+        else:
+            errors = []
+            for p in socket_candidates():
+                try:
+                    sock = _connect_unix(p)
+                    self.path = p
+                    break
+                except OSError as e:
+                    errors.append(f"{p}: {e.strerror or e}")
+            if sock is None:
+                if not autostart:
+                    raise ZrecordConnectionError(
+                        "no zrecordd answers (" + "; ".join(errors) + ")")
+                from . import _daemon
+                self.path = _daemon.ensure_private_daemon()
+                sock = _connect_unix(self.path)
+        self._fs = _wire.FrameSocket(sock)
+        self._send_lock = threading.Lock()
+        self._cv = threading.Condition(threading.Lock())
+        self._reading = False
+        self._next_id = 1
+        self._pending = collections.deque()   # ids of requests sent, not answered
+        self._replies = {}                    # id -> (msg, fds)
+        self._events = collections.defaultdict(collections.deque)  # loader -> deque
+        self._broken = None
+        self.faults = []
+        self.closed = False
+        self.buffer_lock = threading.Lock()   # the shared read buffer (dataset reads)
+        self.read_buffer = None
+        hello = self.request("hello", {
+            "min_version": 1, "max_version": 1,
+            "features": WANTED_FEATURES, "client": CLIENT_NAME})
+        self.version = hello["version"]
+        self.features = set(hello.get("features", []))
+        self.daemon = hello.get("daemon", "")
+        self.limits = dict(hello.get("limits", {}))
+        self._fs.frame_max = int(self.limits.get("frame_max", _wire.FRAME_MAX_DEFAULT))
+
+    # ------------------------------------------------------------------ basics
+    @property
+    def frame_max(self):
+        return self._fs.frame_max
+
+    def has_feature(self, name):
+        return name in self.features
+
+    def close(self):
+        if self.closed:
+            return
+        self.closed = True
+        if self.read_buffer is not None:
+            self.read_buffer.unmap()
+            self.read_buffer = None
+        if os.getpid() == self.pid:
+            try:
+                self._fs.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self._fs.close()
+
+    def _check(self):
+        if self.closed:
+            raise ZrecordConnectionError("the connection to zrecordd is closed")
+        if self._broken is not None:
+            raise ZrecordConnectionError(f"the connection to zrecordd broke: {self._broken}")
+        if os.getpid() != self.pid:
+            raise ZrecordConnectionError(
+                "this connection belongs to the parent process; use loaderx's default "
+                "connection in a child (datasets and loaders reconnect by themselves)")
+
+    # --------------------------------------------------------------- requests
+    def send_notification(self, kind, fields):
+        """A message without reply (RELEASE)."""
+        self._check()
+        msg = {"kind": kind}
+        msg.update(fields)
+        with self._send_lock:
+            self._fs.send(msg)
+
+    def request(self, kind, fields=None, fds=(), context=None):
+        """Sends a request and waits for its reply: the ok fields, or raises.
+
+        Descriptors that came with the reply are in ``reply['_fds']``.
+        """
+        self._check()
+        msg = {"kind": kind}
+        if fields:
+            msg.update(fields)
+        with self._send_lock:
+            rid = self._next_id
+            self._next_id += 1
+            msg["id"] = rid
+            with self._cv:
+                self._pending.append(rid)
+            try:
+                self._fs.send(msg, fds)
+            except OSError as e:
+                with self._cv:
+                    self._pending.remove(rid)
+                self._broken = str(e)
+                raise ZrecordConnectionError(f"sending {kind} to zrecordd failed: {e}") from None
+        reply, rfds = self._wait(lambda: self._replies.pop(rid, None))
+        if reply.get("kind") == "error":
+            for fd in rfds:
+                os.close(fd)
+            raise _errors.from_reply(reply, context)
+        reply["_fds"] = rfds
+        return reply
+
+    def wait_event(self, loader, timeout=None):
+        """The next event of a loader: (msg, fds)."""
+        q = self._events[loader]
+        return self._wait(lambda: q.popleft() if q else None, timeout)
+
+    def poll_event(self, loader):
+        q = self._events.get(loader)
+        with self._cv:
+            return q.popleft() if q else None
+
+    def drop_events(self, loader):
+        with self._cv:
+            q = self._events.pop(loader, None)
+        if q:
+            for _, fds in q:
+                for fd in fds:
+                    os.close(fd)
+
+    def _wait(self, take, timeout=None):
+        while True:
+            with self._cv:
+                while True:
+                    got = take()
+                    if got is not None:
+                        return got
+                    if self._broken is not None:
+                        raise ZrecordConnectionError(
+                            f"the connection to zrecordd broke: {self._broken}")
+                    if not self._reading:
+                        self._reading = True
+                        break
+                    self._cv.wait()
+            try:
+                msg, fds = self._fs.recv()
+            except (OSError, _wire.ProtocolError, ValueError) as e:
+                with self._cv:
+                    self._reading = False
+                    self._broken = str(e) or type(e).__name__
+                    if self.faults:
+                        self._broken += f" (after a fault from the daemon: {self.faults[-1].get('message')})"
+                    self._cv.notify_all()
+                continue
+            with self._cv:
+                self._reading = False
+                self._dispatch(msg, fds)
+                self._cv.notify_all()
+
+    def _dispatch(self, msg, fds):
+        kind = msg.get("kind")
+        if kind in ("ok", "error"):
+            rid = msg.get("id")
+            if self._pending and self._pending[0] == rid:
+                self._pending.popleft()
+            elif rid in self._pending:
+                self._pending.remove(rid)
+            self._replies[rid] = (msg, fds)
+        elif kind in ("batch", "loader_end"):
+            self._events[msg.get("loader")].append((msg, fds))
+        elif kind == "fault":
+            self.faults.append(msg)
+            for fd in fds:
+                os.close(fd)
+        else:  # an event kind this client does not know: ignored (section 13)
+            for fd in fds:
+                os.close(fd)
+
+
+_default = None
+_default_lock = threading.Lock()
+
+
+def default():
+    """The process's shared connection (a fresh one in a forked child)."""
+    global _default
+    c = _default
+    if c is not None and c.pid == os.getpid() and not c.closed and c._broken is None:
+        return c
+    with _default_lock:
+        c = _default
+        if c is not None and c.pid == os.getpid() and not c.closed and c._broken is None:
+            return c
+        _default = Connection()
+        return _default
+
+
+def _after_fork_in_child():
+    global _default, _default_lock
+    _default_lock = threading.Lock()
+    old, _default = _default, None
+    if old is not None:
+        # Close the child's copy of the descriptor; the parent's connection is
+        # untouched (no shutdown: the socket is shared with the parent).
+        try:
+            old._fs.sock.close()
+        except OSError:
+            pass
+        old.closed = True
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -1,0 +1,146 @@
+"""The embedded default: a private zrecordd started on demand.
+
+When no daemon answers at the default paths, the client starts one for the user,
+listening in a 0700 directory: ``$XDG_RUNTIME_DIR/zrecord/`` when that variable is
+set, else ``/tmp/zrecord-<uid>/`` (both are default paths of PROTOCOL.md section 1,
+so every later process of the user, Python or C, finds the same daemon). The daemon
+runs detached with ``--idle-exit`` and exits by itself once no client has been
+connected for that long. Startup is serialized by a lock file, so processes that
+start at once share one daemon. Readiness comes from the notify protocol: the client
+binds a datagram socket, passes it as ``NOTIFY_SOCKET`` and waits for ``READY=1``.
+
+The binary is ``$ZRECORDD`` if set, else ``zrecordd`` on ``PATH``, else a meson build
+tree's ``daemon/zrecordd`` next to this package's source checkout.
+"""
+
+import fcntl
+import os
+import select
+import shutil
+import socket
+import stat
+import subprocess
+import tempfile
+import time
+
+from ._errors import ZrecordConnectionError
+
+IDLE_EXIT_DEFAULT = 60
+READY_TIMEOUT = 15.0
+
+
+def private_dir():
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    if xdg and os.path.isdir(xdg):
+        return os.path.join(xdg, "zrecord")
+    return f"/tmp/zrecord-{os.getuid()}"
+
+
+def _secure_dir(path):
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise ZrecordConnectionError(
+            f"{path} must be a directory owned by uid {os.getuid()} with mode 0700 "
+            f"(found mode {oct(stat.S_IMODE(st.st_mode))}, owner {st.st_uid}); "
+            "remove it or set ZRECORD_SOCKET")
+
+
+def find_binary():
+    env = os.environ.get("ZRECORDD")
+    if env:
+        if not os.access(env, os.X_OK):
+            raise ZrecordConnectionError(f"$ZRECORDD={env} is not an executable file")
+        return env
+    p = shutil.which("zrecordd")
+    if p:
+        return p
+    # A source checkout: <repo>/python-client/loaderx/_daemon.py, builds in <repo>/build*/
+    here = os.path.dirname(os.path.abspath(__file__))
+    repo = os.path.dirname(os.path.dirname(here))
+    if os.path.isfile(os.path.join(repo, "meson.build")):
+        found = []
+        for name in sorted(os.listdir(repo)):
+            cand = os.path.join(repo, name, "daemon", "zrecordd")
+            if name.startswith("build") and "asan" not in name and os.access(cand, os.X_OK):
+                found.append((os.path.getmtime(cand), cand))
+        if found:
+            return max(found)[1]
+    raise ZrecordConnectionError(
+        "no zrecordd answers and none can be started: set $ZRECORDD to the daemon "
+        "binary, put zrecordd on PATH, or point $ZRECORD_SOCKET at a running daemon")
+
+
+def _try_connect(path):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    try:
+        s.connect(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+def ensure_private_daemon():
+    """Starts the private daemon unless one answers; returns its socket path."""
+    d = private_dir()
+    _secure_dir(d)
+    sock_path = os.path.join(d, "zrecordd.sock")
+    lock_fd = os.open(os.path.join(d, "start.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(lock_fd, fcntl.LOCK_EX)
+        if _try_connect(sock_path):
+            return sock_path
+        binary = find_binary()
+        idle = os.environ.get("ZRECORD_IDLE_EXIT", str(IDLE_EXIT_DEFAULT))
+        ndir = tempfile.mkdtemp(prefix="zrecord-notify-", dir=d)
+        npath = os.path.join(ndir, "notify")
+        ns = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+        try:
+            ns.bind(npath)
+            env = dict(os.environ)
+            env["NOTIFY_SOCKET"] = npath
+            env.pop("LISTEN_FDS", None)
+            env.pop("LISTEN_PID", None)
+            log_path = os.path.join(d, "zrecordd.log")
+            # sh starts the daemon in the background and exits at once, so the daemon
+            # is nobody's child here (no zombie) and outlives this process.
+            script = ('"$0" "$@" </dev/null >>"$ZRECORD_LOG" 2>&1 & echo $! >"$ZRECORD_PIDFILE"')
+            env["ZRECORD_LOG"] = log_path
+            env["ZRECORD_PIDFILE"] = os.path.join(d, "zrecordd.pid")
+            subprocess.run(
+                ["/bin/sh", "-c", script, binary, f"--socket={sock_path}",
+                 "--socket-mode=0600", f"--idle-exit={idle}", "--log-level=notice"],
+                env=env, check=True, start_new_session=True, stdin=subprocess.DEVNULL)
+            deadline = time.monotonic() + READY_TIMEOUT
+            ready = False
+            while time.monotonic() < deadline:
+                r, _, _ = select.select([ns], [], [], max(0.0, deadline - time.monotonic()))
+                if not r:
+                    break
+                data = ns.recv(4096)
+                if any(line == b"READY=1" for line in data.split(b"\n")):
+                    ready = True
+                    break
+            if not ready or not _try_connect(sock_path):
+                tail = ""
+                try:
+                    with open(log_path, "rb") as f:
+                        f.seek(max(0, os.path.getsize(log_path) - 2000))
+                        tail = f.read().decode("utf-8", "replace").strip().splitlines()[-3:]
+                        tail = " | ".join(tail)
+                except OSError:
+                    pass
+                raise ZrecordConnectionError(
+                    f"started {binary} on {sock_path} but it did not become ready "
+                    f"within {READY_TIMEOUT:.0f} s" + (f"; its log says: {tail}" if tail else ""))
+        finally:
+            ns.close()
+            shutil.rmtree(ndir, ignore_errors=True)
+        return sock_path
+    finally:
+        os.close(lock_fd)

@@ -1,0 +1,82 @@
+"""Shared memory: sealed memfds the client fills, daemon buffers it maps.
+
+PROTOCOL.md section 7: data passed to the daemon travels in a memfd sealed
+against write, shrink and grow; buffers and rings the daemon creates are mapped
+read-only.
+"""
+
+import fcntl
+import mmap
+import os
+
+import numpy as np
+
+_SEALS = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
+_IOV_MAX = 1024
+
+
+class SealedMemfd:
+    """A memfd filled from byte-like pieces and sealed; close() after sending."""
+
+    def __init__(self, pieces, name="loaderx"):
+        self.fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        try:
+            self.size = _write_all(self.fd, pieces)
+            fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, _SEALS)
+        except BaseException:
+            os.close(self.fd)
+            raise
+
+    def close(self):
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _as_bytes_view(p):
+    if isinstance(p, np.ndarray):
+        p = np.ascontiguousarray(p)
+        return memoryview(p.reshape(-1).view(np.uint8)) if p.size else memoryview(b"")
+    return memoryview(p).cast("B")
+
+
+def _write_all(fd, pieces):
+    views = [v for v in (_as_bytes_view(p) for p in pieces) if len(v)]
+    total = sum(len(v) for v in views)
+    i = 0
+    while i < len(views):
+        batch = views[i:i + _IOV_MAX]
+        n = os.writev(fd, batch)
+        # advance over what was written (writev on a memfd writes it all, but be exact)
+        while n > 0:
+            if n >= len(views[i]):
+                n -= len(views[i])
+                i += 1
+            else:
+                views[i] = views[i][n:]
+                n = 0
+    return total
+
+
+class MappedBuffer:
+    """A daemon-created memfd mapped read-only (a read buffer or a loader ring)."""
+
+    def __init__(self, fd, nbytes):
+        try:
+            self.mm = mmap.mmap(fd, nbytes, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+        finally:
+            os.close(fd)
+        self.nbytes = nbytes
+        self.array = np.frombuffer(self.mm, dtype=np.uint8)
+        self.address = self.array.ctypes.data
+
+    def unmap(self):
+        # Views handed out keep the mapping alive; it goes when the last one does.
+        self.array = None
+        self.mm = None

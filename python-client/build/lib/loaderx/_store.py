@@ -1,0 +1,290 @@
+"""Store handles: opening and creating stores by path, reads, appends.
+
+The client opens a store's directory and its ``meta.zr`` itself and passes the
+descriptors (PROTOCOL.md section 6), so the daemon acts with the caller's rights.
+A handle remembers its path: in a forked child (or after a reconnect) it opens the
+store again on the child's own connection.
+"""
+
+import errno
+import os
+
+import numpy as np
+
+from . import _conn, _shm, _wire
+from ._errors import (ZrecordError, ZrecordFileExistsError, ZrecordFileNotFoundError,
+                      ZrecordTypeError, ZrecordValueError)
+
+CODECS = ("raw", "zstd", "zstd_dict")
+_REFUSED_KINDS = {"O": "Python objects", "S": "byte strings", "U": "unicode strings",
+                  "V": "void/structured records", "M": "datetimes", "m": "timedeltas"}
+READ_PIECE_BYTES = 64 << 20
+BUFFER_MIN = 1 << 20
+
+
+def check_codec(codec):
+    if codec not in CODECS:
+        raise ZrecordValueError(
+            f"unknown codec {codec!r}: expected one of {', '.join(repr(c) for c in CODECS)}",
+            name="ZR_E_BAD_CODEC", code=1003)
+    return codec
+
+
+def canonical_dtype(dtype):
+    try:
+        dt = np.dtype(dtype)
+    except TypeError as e:
+        raise ZrecordTypeError(f"not a numpy dtype: {dtype!r} ({e})") from None
+    if dt.kind in _REFUSED_KINDS or dt.fields is not None or dt.subdtype is not None:
+        raise ZrecordTypeError(
+            f"dtype {dt} ({_REFUSED_KINDS.get(dt.kind, 'structured')}) cannot be stored: "
+            "use booleans, integers, floats or complex numbers, or raw byte records (Zrecord)")
+    if dt.kind == "f" and dt.itemsize > 8 or dt.kind == "c" and dt.itemsize > 16:
+        raise ZrecordTypeError(f"dtype {dt} (extended precision) cannot be stored portably")
+    return dt.str
+
+
+def _open_dir(path):
+    try:
+        return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise ZrecordFileNotFoundError(f"no zrecord store at {path!r}: no such directory",
+                                       code=errno.ENOENT) from None
+    except NotADirectoryError:
+        raise ZrecordFileNotFoundError(f"no zrecord store at {path!r}: not a directory",
+                                       code=errno.ENOTDIR) from None
+
+
+def open_meta(dirfd, path, writable):
+    """(the meta.zr proof descriptor, whether it is writable)."""
+    if writable is None:
+        try:
+            return os.open("meta.zr", os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW, dir_fd=dirfd), True
+        except PermissionError:
+            writable = False
+        except OSError as e:
+            if e.errno in (errno.EROFS, errno.EACCES):
+                writable = False
+            elif e.errno == errno.ENOENT:
+                raise ZrecordFileNotFoundError(
+                    f"no zrecord store at {path!r}: the directory has no meta.zr",
+                    code=1000, name="ZR_E_NOT_STORE") from None
+            else:
+                raise
+    flags = (os.O_RDWR if writable else os.O_RDONLY) | os.O_CLOEXEC | os.O_NOFOLLOW
+    try:
+        return os.open("meta.zr", flags, dir_fd=dirfd), writable
+    except FileNotFoundError:
+        raise ZrecordFileNotFoundError(
+            f"no zrecord store at {path!r}: the directory has no meta.zr",
+            code=1000, name="ZR_E_NOT_STORE") from None
+
+
+def is_store(path):
+    return os.path.isfile(os.path.join(path, "meta.zr"))
+
+
+class Handle:
+    """A dataset handle on a connection, reopened after a fork."""
+
+    def __init__(self, path, conn=None, writable=None, create=None, dict_bytes=None,
+                 reply=None, handle=None):
+        self.path = os.path.abspath(os.fspath(path))
+        self.closed = False
+        if reply is not None:          # a stream handle from MSSET_OPEN
+            self.conn = conn
+            self.handle = handle
+            self._take(reply)
+            return
+        self.conn = conn or _conn.default()
+        if create is not None:
+            self._create(create, dict_bytes)
+        else:
+            self._open(writable)
+
+    def _take(self, reply):
+        self.schema = reply["schema"]
+        self.length = reply.get("length", 0)
+        self.has_dict = bool(reply.get("has_dict", False))
+        self.writable = bool(reply.get("writable", False))
+
+    def _open(self, writable=None):
+        dirfd = _open_dir(self.path)
+        try:
+            meta, w = open_meta(dirfd, self.path, writable)
+            try:
+                r = self.conn.request("dataset_open", {"writable": w}, fds=(dirfd, meta),
+                                      context=f"opening {self.path}")
+            finally:
+                os.close(meta)
+        finally:
+            os.close(dirfd)
+        self.handle = r["handle"]
+        self._take(r)
+
+    def _create(self, schema, dict_bytes):
+        try:
+            os.makedirs(self.path, exist_ok=True)
+        except FileExistsError:
+            raise ZrecordFileExistsError(f"{self.path!r} exists and is not a directory",
+                                         code=errno.EEXIST) from None
+        if is_store(self.path):
+            raise ZrecordFileExistsError(
+                f"a store already exists at {self.path!r}: open it without dtype/item_shape, "
+                "or choose a new path", code=1013, name="ZR_E_EXISTS")
+        dirfd = _open_dir(self.path)
+        fds = [dirfd]
+        fields = {"schema": schema}
+        mfd = None
+        try:
+            if dict_bytes is not None:
+                mfd = _shm.SealedMemfd([bytes(dict_bytes)], "loaderx-dict")
+                fds.append(mfd.fd)
+                fields["dict_bytes"] = mfd.size
+            r = self.conn.request("dataset_create", fields, fds=fds,
+                                  context=f"creating {self.path}")
+        finally:
+            os.close(dirfd)
+            if mfd:
+                mfd.close()
+        self.handle = r["handle"]
+        self._take(r)
+
+    # ----------------------------------------------------------------- basics
+    def h(self):
+        """The handle number on the current process's connection."""
+        if self.closed:
+            raise ZrecordValueError(f"the dataset {self.path!r} is closed")
+        if self.conn.pid != os.getpid() or self.conn.closed:
+            self.conn = _conn.default()
+            self._open(self.writable)
+        return self.handle
+
+    def request(self, kind, fields=None, fds=(), context=None):
+        h = self.h()
+        f = {"handle": h}
+        if fields:
+            f.update(fields)
+        return self.conn.request(kind, f, fds=fds, context=context or self.path)
+
+    def info(self):
+        r = self.request("info")
+        self._take(r)
+        return r
+
+    def close(self):
+        if self.closed:
+            return
+        self.closed = True
+        c = self.conn
+        if c.pid == os.getpid() and not c.closed and c._broken is None:
+            try:
+                c.request("close", {"handle": self.handle})
+            except ZrecordError:
+                pass
+
+
+# ------------------------------------------------------------------- reading
+def _buffer(conn, nbytes):
+    """The connection's read buffer, at least nbytes (caller holds buffer_lock)."""
+    b = conn.read_buffer
+    if b is not None and b.nbytes >= nbytes:
+        return b
+    size = max(BUFFER_MIN, 1 << (max(nbytes, 1) - 1).bit_length())
+    if b is not None:
+        conn.read_buffer = None
+        b.unmap()
+        try:
+            conn.request("close", {"handle": b.handle})
+        except ZrecordError:
+            pass
+    r = conn.request("buffer_open", {"bytes": size})
+    (fd,) = r["_fds"]
+    nb = _shm.MappedBuffer(fd, r["bytes"])
+    nb.handle = r["buffer"]
+    conn.read_buffer = nb
+    return nb
+
+
+def _index_pieces(idx, per_piece):
+    for s in range(0, len(idx), per_piece):
+        yield s, idx[s:s + per_piece]
+
+
+def read_dense(handle, idx, dtype, item_shape):
+    """Records idx as a new (len(idx), *item_shape) array (copied out of the buffer)."""
+    dt = np.dtype(dtype)
+    rec = dt.itemsize * int(np.prod(item_shape, dtype=np.int64))
+    out = np.empty((len(idx),) + tuple(item_shape), dtype=dt)
+    if len(idx) == 0:
+        return out
+    conn_frame = handle.conn.frame_max
+    per = max(1, min(READ_PIECE_BYTES // max(rec, 1), (conn_frame - 256) // 8))
+    flat = out.reshape(len(idx), -1).view(np.uint8) if rec else None
+    for s, piece in _index_pieces(idx, per):
+        h = handle.h()
+        conn = handle.conn
+        with conn.buffer_lock:
+            buf = _buffer(conn, max(rec * len(piece), 1))
+            r = conn.request("read", {"handle": h, "buffer": buf.handle, "offset": 0,
+                                      "indices": _wire.u64s(piece)}, context=handle.path)
+            n = r["count"] * rec
+            if rec:
+                flat[s:s + len(piece)].reshape(-1)[:] = buf.array[:n]
+    return out
+
+
+def read_ragged(handle, idx, dtype, ndim):
+    """Records idx as a list of arrays of their own shapes (copied out)."""
+    dt = np.dtype(dtype)
+    out = []
+    conn = handle.conn
+    per = max(1, (conn.frame_max - 512) // (8 * (2 + ndim)) - 16)
+    per = min(per, 65536)
+    for _, piece in _index_pieces(idx, per):
+        need = 0
+        while True:
+            h = handle.h()
+            conn = handle.conn
+            with conn.buffer_lock:
+                buf = _buffer(conn, need or (conn.read_buffer.nbytes if conn.read_buffer else BUFFER_MIN))
+                try:
+                    r = conn.request("read", {"handle": h, "buffer": buf.handle, "offset": 0,
+                                              "indices": _wire.u64s(piece)}, context=handle.path)
+                except ZrecordError as e:
+                    if e.name == "ZR_E_BUFFER" and "needed" in e.extra and e.extra["needed"] > buf.nbytes:
+                        need = int(e.extra["needed"])
+                        continue
+                    raise
+                offs = _wire.from_u64s(r.get("offsets"))
+                lens = _wire.from_u64s(r.get("lengths"))
+                shapes = _wire.from_u64s(r.get("shapes")).reshape(-1, ndim) if ndim else None
+                a = buf.array
+                for j in range(r["count"]):
+                    o, ln = int(offs[j]), int(lens[j])
+                    shape = tuple(int(x) for x in shapes[j])
+                    out.append(a[o:o + ln].view(dt).reshape(shape).copy())
+            break
+    return out
+
+
+# ------------------------------------------------------------------ appending
+def ragged_header(ndim, shape):
+    return np.array((ndim,) + tuple(shape), dtype="<u8")
+
+
+def dense_fields(schema, arr):
+    return {"dtype": schema["dtype"], "count": int(arr.shape[0]),
+            "record_bytes": int(arr.dtype.itemsize * int(np.prod(arr.shape[1:], dtype=np.int64))),
+            "item_shape": [int(x) for x in arr.shape[1:]]}
+
+
+def ragged_pieces(records):
+    """(pieces to write, sizes) for records already validated."""
+    pieces, sizes = [], []
+    for r in records:
+        hdr = ragged_header(r.ndim, r.shape)
+        pieces.append(hdr)
+        pieces.append(r)
+        sizes.append(hdr.nbytes + r.nbytes)
+    return pieces, sizes

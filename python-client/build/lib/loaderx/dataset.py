@@ -1,0 +1,492 @@
+"""Datasets: typed, read-write handles on stores served by zrecordd.
+
+:class:`DenseDataset` holds one fixed-shape record per sample and reads back
+stacked ``(B, *item_shape)`` arrays; :class:`RaggedDataset` keeps each record's
+own shape and reads back lists of arrays; :class:`MSDataset` wraps a directory of
+stores and keeps them index-aligned. Indexing follows record-set semantics: a
+scalar (negatives wrap) selects one record, a slice, an integer array, a boolean
+mask or a tuple (``ds[0, 5, 2]``) select a record set.
+
+Reads are copied out of the daemon's buffer, so an array you get stays as it was
+whatever is read later. Appends are validated here first (dtype, shape, kind) and
+again by the daemon, which is the authority; a refused append changes nothing.
+"""
+
+import os
+
+import numpy as np
+
+from . import _index, _shm, _store, _wire
+from ._errors import (ZrecordError, ZrecordFileNotFoundError, ZrecordTypeError,
+                      ZrecordValueError)
+
+__all__ = ["DenseDataset", "RaggedDataset", "MSDataset", "DICT_TIERS", "open_dataset"]
+
+#: The dictionary tiers of docs/DATASETS.md: a caller picks a name, never a number.
+#: ``dict_bytes`` is the dictionary's capacity, ``sample_bytes`` the byte budget of
+#: the strided sample it trains on.
+DICT_TIERS = {
+    "small": {"dict_bytes": 16 << 10, "sample_bytes": 2 << 20},
+    "balanced": {"dict_bytes": 128 << 10, "sample_bytes": 16 << 20},
+    "max": {"dict_bytes": 256 << 10, "sample_bytes": 32 << 20},
+}
+
+
+class _StoreOps:
+    """``ds._store``: the store-level pass-throughs (dictionary, sync, verify)."""
+
+    def __init__(self, ds):
+        self._ds = ds
+
+    def install_dict(self, dict_bytes):
+        """Installs a zstd dictionary on an empty ``zstd_dict`` store."""
+        data = bytes(dict_bytes)
+        if not data:
+            raise ZrecordValueError("install_dict: the dictionary is empty")
+        with _shm.SealedMemfd([data], "loaderx-dict") as m:
+            self._ds._h.request("install_dict", {"dict_bytes": m.size}, fds=(m.fd,))
+        self._ds._h.has_dict = True
+
+    def sync(self):
+        self._ds._h.request("sync")
+
+    def verify(self):
+        r = self._ds._h.request("verify")
+        return {"ok": r["ok"], "records": r["records"], "bad": r["bad"],
+                "bad_indices": [int(x) for x in _wire.from_u64s(r.get("bad_indices"))]}
+
+    @property
+    def length(self):
+        return len(self._ds)
+
+
+class _Dataset:
+    _kind = None
+
+    def __init__(self):
+        raise TypeError("use DenseDataset or RaggedDataset")
+
+    # construction helpers ------------------------------------------------
+    def _init_from_handle(self, h):
+        self._h = h
+        s = h.schema
+        if s.get("kind") != self._kind:
+            other = "DenseDataset" if s.get("kind") == "dense" else "RaggedDataset"
+            h.close()
+            raise ZrecordTypeError(
+                f"{h.path!r} is a {s.get('kind')} store; open it with {other}, "
+                f"not {type(self).__name__}")
+        self._store = _StoreOps(self)
+        self.path = h.path
+        self.codec = s.get("codec")
+        self._dtype = np.dtype(s["dtype"])
+
+    # properties ----------------------------------------------------------
+    @property
+    def dtype(self):
+        """The per-sample dtype (numpy)."""
+        return self._dtype
+
+    @property
+    def schema(self):
+        return dict(self._h.schema)
+
+    @property
+    def writable(self):
+        return self._h.writable
+
+    def __len__(self):
+        return int(self._h.info()["length"])
+
+    def has_dict(self):
+        """Whether the store has a zstd dictionary installed."""
+        self._h.info()
+        return self._h.has_dict
+
+    def stats(self):
+        """``{'records', 'live_bytes', 'chunk_bytes', 'reclaimable'}``."""
+        r = self._h.request("stats")
+        return {k: int(r[k]) for k in ("records", "live_bytes", "chunk_bytes", "reclaimable")}
+
+    def compact(self):
+        """Reclaims the bytes of deleted records, in place; returns stats()."""
+        r = self._h.request("compact")
+        return {k: int(r[k]) for k in ("records", "live_bytes", "chunk_bytes", "reclaimable")}
+
+    def delete(self, key):
+        """Deletes records (swap-last: survivors may be renumbered)."""
+        n = len(self)
+        idx, _ = _index.normalize(key, n)
+        if len(idx) == 0:
+            return
+        if len(np.unique(idx)) != len(idx):
+            raise ZrecordValueError("delete: an index is repeated; give each record once")
+        self._h.request("delete", {"indices": _wire.u64s(idx)})
+
+    def close(self):
+        self._h.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __getitem__(self, key):
+        idx, scalar = _index.normalize(key, len(self))
+        out = self._read(idx)
+        return out[0] if scalar else out
+
+    def __iter__(self):
+        n = len(self)
+        step = 4096
+        for s in range(0, n, step):
+            for r in self[s:min(n, s + step)]:
+                yield r
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self.path!r}, {self._h.schema})"
+
+
+class DenseDataset(_Dataset):
+    """A store of fixed-shape records (``schema.msgpack`` kind ``"dense"``).
+
+    ``DenseDataset(path)`` opens an existing store. ``DenseDataset(path, dtype=...,
+    item_shape=..., codec='zstd')`` creates one and writes its schema now.
+    """
+
+    _kind = "dense"
+
+    def __init__(self, path, dtype=None, item_shape=None, codec="zstd", *,
+                 dict_bytes=None, _handle=None):
+        if _handle is not None:
+            h = _handle
+        elif dtype is None and item_shape is None:
+            h = _store.Handle(path)
+        else:
+            if dtype is None:
+                raise ZrecordTypeError("creating a DenseDataset needs dtype (and item_shape)")
+            item_shape = () if item_shape is None else tuple(int(x) for x in item_shape)
+            if any(x < 0 for x in item_shape):
+                raise ZrecordValueError(f"item_shape {item_shape} has a negative dimension")
+            schema = {"kind": "dense", "dtype": _store.canonical_dtype(dtype),
+                      "item_shape": list(item_shape), "codec": _store.check_codec(codec)}
+            h = _store.Handle(path, create=schema, dict_bytes=dict_bytes)
+        self._init_from_handle(h)
+        self._item_shape = tuple(int(x) for x in h.schema.get("item_shape", []))
+
+    @property
+    def item_shape(self):
+        """The shape of one record (``()`` for scalars)."""
+        return self._item_shape
+
+    @property
+    def record_bytes(self):
+        return self._dtype.itemsize * int(np.prod(self._item_shape, dtype=np.int64))
+
+    def _read(self, idx):
+        return _store.read_dense(self._h, idx, self._dtype, self._item_shape)
+
+    def _check_batch(self, records, what="append"):
+        if isinstance(records, (list, tuple)) and records and all(
+                isinstance(r, np.ndarray) for r in records):
+            shapes = {r.shape for r in records}
+            if len(shapes) > 1:
+                raise ZrecordValueError(
+                    f"{what}: a ragged batch (records of shapes {sorted(shapes)[:3]}...) cannot "
+                    f"go into a dense store of item_shape {self._item_shape}; "
+                    "use a RaggedDataset for variable-shape records")
+        try:
+            arr = np.asarray(records)
+        except ValueError as e:
+            raise ZrecordValueError(
+                f"{what}: the batch is ragged ({e}); a dense store takes one array "
+                f"of shape (B, {', '.join(map(str, self._item_shape))}) ") from None
+        if arr.dtype == object:
+            raise ZrecordValueError(
+                f"{what}: a ragged batch cannot go into a dense store of item_shape "
+                f"{self._item_shape}; use a RaggedDataset")
+        if arr.dtype != self._dtype:
+            raise ZrecordTypeError(
+                f"{what}: dtype: expected {self._dtype.str} ({self._dtype}), got "
+                f"{arr.dtype.str} ({arr.dtype}); convert with .astype({str(self._dtype)!r}) first")
+        want = self._item_shape
+        if arr.ndim != len(want) + 1 or tuple(arr.shape[1:]) != want:
+            hint = ""
+            if tuple(arr.shape) == want:
+                hint = "; one sample is a batch of 1: add the axis yourself (x[None])"
+            raise ZrecordValueError(
+                f"{what}: shape: expected (B, {', '.join(map(str, want))}{',' if len(want) == 1 else ''})"
+                f" = (B, *item_shape), got {tuple(arr.shape)}{hint}")
+        return np.ascontiguousarray(arr)
+
+    def append(self, records):
+        """Appends a batch ``(B, *item_shape)``; returns the index of its first record."""
+        arr = self._check_batch(records)
+        fields = _store.dense_fields(self._h.schema, arr)
+        with _shm.SealedMemfd([arr], "loaderx-append") as m:
+            r = self._h.request("append", dict(fields, offset=0), fds=(m.fd,))
+        return int(r["first"])
+
+
+class RaggedDataset(_Dataset):
+    """A store of variable-shape records (``schema.msgpack`` kind ``"ragged"``).
+
+    ``RaggedDataset(path)`` opens; ``RaggedDataset(path, dtype=..., codec='zstd',
+    ndim=1)`` creates. Each record keeps its own shape; reads return lists.
+    """
+
+    _kind = "ragged"
+
+    def __init__(self, path, dtype=None, codec="zstd", ndim=None, *, dict_bytes=None,
+                 _handle=None):
+        if _handle is not None:
+            h = _handle
+        elif dtype is None:
+            if ndim is not None:
+                raise ZrecordTypeError("creating a RaggedDataset needs dtype")
+            h = _store.Handle(path)
+        else:
+            ndim = 1 if ndim is None else int(ndim)
+            if not 1 <= ndim <= 32:
+                raise ZrecordValueError(f"ndim must be 1..32, got {ndim}")
+            schema = {"kind": "ragged", "dtype": _store.canonical_dtype(dtype),
+                      "ndim": ndim, "codec": _store.check_codec(codec)}
+            h = _store.Handle(path, create=schema, dict_bytes=dict_bytes)
+        self._init_from_handle(h)
+        self._ndim = int(h.schema["ndim"])
+
+    @property
+    def ndim(self):
+        """The number of dimensions of every record."""
+        return self._ndim
+
+    @property
+    def item_shape(self):
+        """``None``: every record has its own shape (of ``ndim`` dimensions)."""
+        return None
+
+    def _read(self, idx):
+        return _store.read_ragged(self._h, idx, self._dtype, self._ndim)
+
+    def _check_records(self, records, what="append"):
+        if isinstance(records, np.ndarray) and records.dtype != object and records.ndim == self._ndim:
+            raise ZrecordTypeError(
+                f"{what}: a ragged store takes a list of records (list in, list out); "
+                f"got one array of shape {records.shape}: wrap it as [array]")
+        if isinstance(records, (str, bytes)):
+            raise ZrecordTypeError(f"{what}: expected a list of arrays, got {type(records).__name__}")
+        out = []
+        try:
+            it = iter(records)
+        except TypeError:
+            raise ZrecordTypeError(
+                f"{what}: expected a list of arrays, got {type(records).__name__}") from None
+        for j, r in enumerate(it):
+            a = np.asarray(r)
+            if a.dtype == object:
+                raise ZrecordValueError(f"{what}: record {j} is itself ragged")
+            if a.dtype != self._dtype:
+                raise ZrecordTypeError(
+                    f"{what}: record {j}: dtype: expected {self._dtype.str} ({self._dtype}), "
+                    f"got {a.dtype.str} ({a.dtype}); convert with .astype({str(self._dtype)!r})")
+            if a.ndim != self._ndim:
+                raise ZrecordValueError(
+                    f"{what}: record {j}: expected {self._ndim} dimension(s), got shape {a.shape}")
+            out.append(np.ascontiguousarray(a))
+        return out
+
+    def append(self, records):
+        """Appends a list of records; returns the index of the first."""
+        recs = self._check_records(records)
+        if not recs:
+            return len(self)
+        first = None
+        per = max(1, min(32768, (self._h.conn.frame_max - 1024) // 8))
+        for s in range(0, len(recs), per):
+            part = recs[s:s + per]
+            pieces, sizes = _store.ragged_pieces(part)
+            with _shm.SealedMemfd(pieces, "loaderx-append") as m:
+                r = self._h.request("append", {
+                    "offset": 0, "dtype": self._h.schema["dtype"], "ndim": self._ndim,
+                    "sizes": _wire.u64s(sizes)}, fds=(m.fd,))
+            if first is None:
+                first = int(r["first"])
+        return first
+
+
+def open_dataset(path):
+    """Opens a store as whichever dataset kind its schema says."""
+    h = _store.Handle(path)
+    if h.schema.get("kind") == "ragged":
+        return RaggedDataset(path, _handle=h)
+    return DenseDataset(path, _handle=h)
+
+
+def _from_stream_reply(path, conn, st):
+    h = _store.Handle(path, conn=conn, reply=st, handle=st["handle"])
+    if st["schema"].get("kind") == "ragged":
+        return RaggedDataset(path, _handle=h)
+    return DenseDataset(path, _handle=h)
+
+
+class MSDataset:
+    """A multi-stream dataset: a directory whose immediate children are stores.
+
+    ``streams`` maps each child's name to its dataset; ``ds[name]`` is one of them.
+    ``append({name: batch})`` writes every stream at the same indices and
+    ``delete(indices)`` removes the same indices from every stream, so record i
+    lines up across the streams. Opening checks they hold the same count.
+    """
+
+    def __init__(self, root):
+        from . import _conn
+        self.root = os.path.abspath(os.fspath(root))
+        dirfd = _store._open_dir(self.root)
+        try:
+            names = sorted(
+                e.name for e in os.scandir(dirfd)
+                if not e.name.startswith(".") and e.is_dir(follow_symlinks=False)
+                and os.path.isfile(os.path.join(self.root, e.name, "meta.zr")))
+            if not names:
+                raise ZrecordFileNotFoundError(
+                    f"no multi-stream dataset at {self.root!r}: no child directory holds a store",
+                    code=1000, name="ZR_E_NOT_STORE")
+            self._conn = _conn.default()
+            writable = all(os.access(os.path.join(self.root, n, "meta.zr"), os.W_OK) for n in names)
+            metas = []
+            try:
+                for n in names:
+                    sub = os.open(n, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW,
+                                  dir_fd=dirfd)
+                    try:
+                        fd, _ = _store.open_meta(sub, os.path.join(self.root, n), writable)
+                    finally:
+                        os.close(sub)
+                    metas.append(fd)
+                r = self._conn.request("msset_open", {"writable": writable, "streams": names},
+                                       fds=[dirfd] + metas, context=f"opening {self.root}")
+            finally:
+                for fd in metas:
+                    os.close(fd)
+        finally:
+            os.close(dirfd)
+        self._set = r["set"]
+        self._writable = bool(r.get("writable", writable))
+        self.streams = {st["name"]: _from_stream_reply(os.path.join(self.root, st["name"]),
+                                                       self._conn, st)
+                        for st in r["streams"]}
+        self._closed = False
+
+    def _set_handle(self):
+        if self._closed:
+            raise ZrecordValueError(f"the multi-stream dataset {self.root!r} is closed")
+        from . import _conn
+        if self._conn.pid != os.getpid() or self._conn.closed:
+            fresh = MSDataset(self.root)
+            self.__dict__.update(fresh.__dict__)
+        return self._set
+
+    def __getitem__(self, name):
+        try:
+            return self.streams[name]
+        except KeyError:
+            raise KeyError(f"no stream {name!r} in {self.root!r}; streams: "
+                           f"{', '.join(self.streams)}") from None
+
+    def __contains__(self, name):
+        return name in self.streams
+
+    def keys(self):
+        return self.streams.keys()
+
+    def __len__(self):
+        lengths = {n: len(d) for n, d in self.streams.items()}
+        vals = set(lengths.values())
+        if len(vals) > 1:
+            raise ZrecordValueError(
+                "streams differ in length: " + ", ".join(f"{n}={v}" for n, v in lengths.items()),
+                name="ZR_E_MISALIGNED", code=1012)
+        return vals.pop()
+
+    def append(self, batches):
+        """Appends one batch per stream, all of the same count; returns the first index."""
+        h = self._set_handle()
+        names = set(batches)
+        missing = [n for n in self.streams if n not in names]
+        extra = [n for n in batches if n not in self.streams]
+        if missing or extra:
+            parts = []
+            if missing:
+                parts.append("missing " + ", ".join(missing))
+            if extra:
+                parts.append("unknown " + ", ".join(map(str, extra)))
+            raise ZrecordValueError(
+                f"append to {self.root!r} needs one batch for every stream "
+                f"({', '.join(self.streams)}): {'; '.join(parts)}", name="ZR_E_SCHEMA", code=1011)
+        pieces, streams, counts = [], [], {}
+        offset = 0
+        for name, ds in self.streams.items():
+            b = batches[name]
+            if isinstance(ds, DenseDataset):
+                arr = ds._check_batch(b, what=f"append to stream {name!r}")
+                f = _store.dense_fields(ds._h.schema, arr)
+                f.update(name=name, offset=offset)
+                pieces.append(arr)
+                size = arr.nbytes
+                counts[name] = arr.shape[0]
+            else:
+                recs = ds._check_records(b, what=f"append to stream {name!r}")
+                p, sizes = _store.ragged_pieces(recs)
+                f = {"name": name, "offset": offset, "dtype": ds._h.schema["dtype"],
+                     "ndim": ds.ndim, "sizes": _wire.u64s(sizes)}
+                pieces.extend(p)
+                size = sum(sizes)
+                counts[name] = len(recs)
+            streams.append(f)
+            pad = (-size) % 8
+            if pad:
+                pieces.append(b"\0" * pad)
+            offset += size + pad
+        if len(set(counts.values())) > 1:
+            raise ZrecordValueError(
+                "append: streams given different record counts: "
+                + ", ".join(f"{n}={c}" for n, c in counts.items()),
+                name="ZR_E_MISALIGNED", code=1012)
+        with _shm.SealedMemfd(pieces, "loaderx-append") as m:
+            r = self._conn.request("append", {"handle": h, "streams": streams}, fds=(m.fd,),
+                                   context=self.root)
+        return int(r["first"])
+
+    def delete(self, key):
+        """Deletes the same records from every stream."""
+        h = self._set_handle()
+        n = len(self)
+        idx, _ = _index.normalize(key, n)
+        if len(idx) == 0:
+            return
+        if len(np.unique(idx)) != len(idx):
+            raise ZrecordValueError("delete: an index is repeated; give each record once")
+        self._conn.request("delete", {"handle": h, "indices": _wire.u64s(idx)}, context=self.root)
+
+    def close(self):
+        if self._closed:
+            return
+        self._closed = True
+        for d in self.streams.values():
+            d.close()
+        c = self._conn
+        if c.pid == os.getpid() and not c.closed:
+            try:
+                c.request("close", {"handle": self._set})
+            except ZrecordError:
+                pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return f"MSDataset({self.root!r}, streams={list(self.streams)})"
