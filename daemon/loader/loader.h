@@ -71,19 +71,22 @@
  *   Every gather takes each stream's lock shared (trying: if a mutation holds
  *   it, the gather is parked and retried, see zr_loader_engine_resume(), so a
  *   long compaction of one dataset holds no worker and stalls no other loader)
- *   and checks, before and after,
- *   that the stream's generation is the one seen at open. A gather (or a copy)
- *   that starts after a change ends the loader with ZR_E_STALE at its step;
- *   batches gathered before the change are still announced (they are intact); a
- *   batch gathered across a change is never announced.
+ *   and checks, before and after, that the stream's generation is the one seen
+ *   at open. A gather (or a copy) that starts after a change ends the loader
+ *   with ZR_E_STALE at its step; batches gathered before the change are still
+ *   announced (they are intact); a batch gathered across a change is never
+ *   announced.
  *
  * Lock order
  *
- *   stream lock (rwlock, shared, one at a time, never nested, only tried) →
- *   engine->mutex → cache->mutex (leaf) → pool->mutex (leaf, pool.h). The
- *   engine's retry thread takes only engine->mutex. No callback (notify)
- *   runs with the engine mutex held; no gather or copy runs with it held.
- *   engine->mutex is never taken while a stream lock is needed later.
+ *   A fill:     stream lock (rwlock, shared, tried, one at a time, never
+ *               nested) → cache->mutex (leaf) → pool->mutex (leaf, pool.h).
+ *   Scheduling: engine->mutex → pool->mutex (a drain task is submitted with
+ *               zr_pool_try_submit(), which never blocks).
+ *   engine->mutex and a stream lock are never held together; the engine's
+ *   retry thread takes only engine->mutex; zr_loader_new() takes each stream's
+ *   lock shared (blocking) on the caller's thread, holding nothing else. No
+ *   callback (notify) runs with any of these held.
  *
  * Errors: functions that can fail return a negative code (-errno or -ZR_E_*)
  * and fill *err (may be NULL) with one line naming the field or stream.
