@@ -21,13 +21,14 @@ from .dataset import DICT_TIERS, DenseDataset, RaggedDataset, _Dataset
 __all__ = ["from_numpy", "from_iterator", "train_dict"]
 
 CHUNK_BYTES = 32 << 20
+PROGRESS_MIN_BYTES = 64 << 20   # smaller conversions finish too fast to need a bar
 RAGGED_CHUNK_RECORDS = 32768
 _SAMPLE_CAP = 128 << 10     # docs/DATASETS.md: a record contributes at most 128 KiB
 
 
 def _progress(total, desc, unit="B"):
     """A tqdm bar when tqdm is installed and stderr is a terminal; else a no-op."""
-    if total is not None and total < (64 << 20) and unit == "B":
+    if total is not None and total < PROGRESS_MIN_BYTES and unit == "B":
         return _NoBar()
     try:
         if not sys.stderr.isatty():

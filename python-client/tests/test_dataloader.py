@@ -311,3 +311,17 @@ def test_dropped_objects_give_handles_back(streams, conn):
     after = conn.request("status")["handles"]
     assert after <= before + 1       # (the read buffer may have been opened meanwhile)
     assert not conn.faults
+
+
+def test_ragged_batch_over_capacity_reopens(workdir):
+    seqs = [np.arange(2, dtype=np.int64) + k for k in range(60)]
+    seqs[13] = np.arange(200_000, dtype=np.int64)           # 1.6 MB among 16-byte records
+    from_iterator("skew", seqs, np.int64, codec="raw")
+    loader = DataLoader({"s": RaggedDataset("skew")}, batch_size=4, sampler="sequential",
+                        prefetch=2)
+    for step in range(8):
+        b = next(loader)
+        for j, r in enumerate(b["s"]):
+            np.testing.assert_array_equal(r, seqs[step * 4 + j])
+    assert loader.step == 8
+    loader.close()

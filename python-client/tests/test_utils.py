@@ -105,3 +105,31 @@ def test_error_attributes():
     with pytest.raises(IndexError) as ei:
         ds._h.request("delete", {"indices": np.array([5], "<u8").tobytes()})
     assert ei.value.name == "ZR_E_RANGE" and ei.value.code == 1007 and ei.value.extra.get("index") == 5
+
+
+def test_progress_bar_on_a_terminal(monkeypatch):
+    import sys
+    import types
+    from loaderx import utils
+    updates = []
+
+    class FakeTqdm:
+        def __init__(self, total=None, **kw):
+            updates.append(("total", total))
+
+        def update(self, n):
+            updates.append(n)
+
+        def close(self):
+            updates.append("closed")
+    monkeypatch.setitem(sys.modules, "tqdm", types.SimpleNamespace(tqdm=FakeTqdm))
+    monkeypatch.setattr(utils, "PROGRESS_MIN_BYTES", 0)
+    monkeypatch.setattr(utils, "CHUNK_BYTES", 800)
+    arr = np.arange(100 * 10, dtype=np.int64).reshape(100, 10)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False, raising=False)
+    from_numpy("quiet", arr)
+    assert updates == []                         # not a terminal: silent
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    from_numpy("loud", arr)
+    assert updates[0] == ("total", arr.nbytes) and updates[-1] == "closed"
+    assert sum(u for u in updates if isinstance(u, int)) == arr.nbytes
