@@ -146,7 +146,7 @@ class Connection:
         Descriptors that came with the reply are in ``reply['_fds']``.
         """
         self._check()
-        msg = {"kind": kind}
+        msg = {"kind": kind, "id": 0}
         if fields:
             msg.update(fields)
         with self._send_lock:
@@ -290,8 +290,26 @@ def default():
         c = _default
         if c is not None and c.pid == os.getpid() and not c.closed and c._broken is None:
             return c
+        if c is not None and c.pid == os.getpid() and not c.closed:
+            c.close()               # broken: let its descriptors go
         _default = Connection()
         return _default
+
+
+def reconnect(timeout=5.0):
+    """The default connection after the old one broke (a daemon restart): retries
+    for up to ``timeout`` seconds while no daemon answers yet."""
+    import time
+    deadline = time.monotonic() + timeout
+    delay = 0.02
+    while True:
+        try:
+            return default()
+        except ZrecordConnectionError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.25)
 
 
 def _after_fork_in_child():

@@ -155,8 +155,10 @@ class Handle:
         """The handle number on the current process's connection."""
         if self.closed:
             raise ZrecordValueError(f"the dataset {self.path!r} is closed")
-        if self.conn.pid != os.getpid() or self.conn.closed:
-            self.conn = _conn.default()
+        c = self.conn
+        if c.pid != os.getpid() or c.closed or c._broken is not None:
+            # a forked child, or the daemon went away: open again on a fresh connection
+            self.conn = _conn.default() if c.pid != os.getpid() else _conn.reconnect()
             self._open(self.writable)
         return self.handle
 

@@ -22,8 +22,8 @@ import threading
 import numpy as np
 
 from . import _conn, _shm, _store, _wire
-from ._errors import (StaleError, ZrecordError, ZrecordRuntimeError, ZrecordTypeError,
-                      ZrecordValueError)
+from ._errors import (StaleError, ZrecordConnectionError, ZrecordError, ZrecordRuntimeError,
+                      ZrecordTypeError, ZrecordValueError)
 from .dataset import DenseDataset, MSDataset, RaggedDataset, _Dataset
 
 __all__ = ["DataLoader", "SAMPLERS"]
@@ -70,8 +70,10 @@ class _Ring:
                     break
                 try:
                     self.conn._fs.send({"kind": "release", "loader": self.loader, "slot": slot})
-                except OSError:
+                except OSError as e:
                     self.closed = True
+                    if self.conn._broken is None:
+                        self.conn._broken = str(e)
                     break
                 self.held.discard(slot)
         finally:
@@ -310,9 +312,13 @@ class DataLoader:
             ring = self._ring
         ring.flush()
         ev = ring.conn.poll_event(ring.loader)
+        if ev is None and (ring.closed or ring.conn._broken is not None):
+            return self._after_disconnect()
         if ev is None and len(ring.held) >= ring.slots:
             gc.collect()
             ring.flush()
+            if ring.closed or ring.conn._broken is not None:
+                return self._after_disconnect()
             if len(ring.held) >= ring.slots:
                 raise ZrecordRuntimeError(
                     f"every ring slot of this DataLoader ({ring.slots}, prefetch={self.prefetch}) "
@@ -320,10 +326,17 @@ class DataLoader:
                     "deliver the next one (waiting would deadlock). Drop references to old "
                     "batches (copy what you keep: np.array(v)), or create the DataLoader "
                     "with a larger prefetch=")
-        msg, fds = ev if ev is not None else ring.conn.wait_event(ring.loader)
+        if ev is None:
+            try:
+                ev = ring.conn.wait_event(ring.loader)
+            except ZrecordConnectionError:
+                return self._after_disconnect()
+        msg, fds = ev
         for fd in fds:
             os.close(fd)
         if msg.get("kind") == "loader_end":
+            if msg.get("name") == "ZR_E_SHUTDOWN" or msg.get("code") == 1108:
+                return self._after_disconnect()
             return self._loader_end(msg)
         slot, step = int(msg["slot"]), int(msg["step"])
         if step != self._next_fetch:
@@ -355,6 +368,21 @@ class DataLoader:
         if self.with_indices:
             batch[INDEX_KEY] = _wire.from_u64s(msg.get("indices")).copy()
         return batch
+
+    def _after_disconnect(self):
+        """The daemon went away (a restart): reconnect and reopen at the next step.
+        Batches are a pure function of the step, so the run goes on exactly; a store
+        whose length changed meanwhile is refused (StaleError)."""
+        ring, self._ring = self._ring, None
+        if ring is not None:
+            ring.closed = True
+        conn = ring.conn if ring is not None else None
+        if conn is not None and conn is _conn._default and conn._broken is None:
+            # a drain announced by LOADER_END: the connection closes next
+            conn._broken = "the daemon is shutting down"
+        _conn.reconnect()
+        self._open(self._next_fetch, self.length)
+        return self._fetch()
 
     def _loader_end(self, msg):
         code_name = msg.get("name") or ""

@@ -43,7 +43,7 @@ def start_daemon(sock_dir, *args):
     ns = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     ns.bind(npath)
     env = dict(os.environ, NOTIFY_SOCKET=npath)
-    log = open(os.path.join(sock_dir, "zrecordd.log"), "wb")
+    log = open(os.path.join(sock_dir, "zrecordd.log"), "ab")
     proc = subprocess.Popen([binary, f"--socket={sock}", "--log-level=warning", "--threads=2",
                              *args], env=env, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 20
@@ -59,6 +59,7 @@ def start_daemon(sock_dir, *args):
             raise RuntimeError("zrecordd did not become ready in 20 s")
     finally:
         ns.close()
+        os.unlink(npath)
         log.close()
     return proc, sock
 

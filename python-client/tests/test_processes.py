@@ -198,3 +198,41 @@ def test_example_train_loop(workdir, loader_feature):
     assert "batches/s" in r.stdout and "resumed at step 30" in r.stdout
     err = float(r.stdout.strip().split("=")[-1])
     assert err < 0.05
+
+
+@pytest.mark.no_daemon
+def test_daemon_restart_mid_run(tmp_path, monkeypatch):
+    """The loader reconnects and goes on at the next step, bit-identical; datasets
+    reopen themselves on the new connection."""
+    from conftest import daemon_binary, start_daemon, stop_daemon
+    if not daemon_binary():
+        pytest.skip("no zrecordd binary: set ZRECORDD")
+    sockdir = tmp_path / "d"
+    sockdir.mkdir()
+    proc, sock = start_daemon(str(sockdir))
+    saved = _conn._default
+    _conn._default = None
+    monkeypatch.setenv("ZRECORD_SOCKET", sock)
+    try:
+        if not _conn.default().has_feature("loader"):
+            pytest.skip("this zrecordd's HELLO does not list the \"loader\" feature")
+        from_numpy("r", DATA)
+        ds = DenseDataset("r")
+        ref = DataLoader({"r": ds}, batch_size=8, sampler="cyclic", seed=1)
+        want = [np.array(next(ref)["r"]) for _ in range(10)]
+        ref.close()
+        loader = DataLoader({"r": ds}, batch_size=8, sampler="cyclic", seed=1, prefetch=2)
+        got = [np.array(next(loader)["r"]) for _ in range(4)]
+        assert stop_daemon(proc) == 0
+        proc, _ = start_daemon(str(sockdir))
+        got += [np.array(next(loader)["r"]) for _ in range(6)]
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(ds[3], DATA[3])      # the dataset reopened itself
+        loader.close()
+    finally:
+        c = _conn._default
+        if c is not None:
+            c.close()
+        _conn._default = saved
+        stop_daemon(proc)
