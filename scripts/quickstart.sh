@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The main job on a fresh machine: install what is missing, build, then make a
-# store of 256 KiB image records and gather random batches from it, printing the
-# rates against this machine's own memcpy and zstd limits.
+# The main job on a fresh machine: install what is missing, build, then run the
+# example training loop: it makes a dataset with from_numpy, trains a small model
+# from an endless DataLoader served by zrecordd (started on demand by the client:
+# the embedded default) and prints batches/s.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec build/bench/store-bench --quick "$@"
+export ZRECORDD="$PWD/build/daemon/zrecordd"
+exec python3 python-client/examples/train_loop.py "$@"

@@ -38,14 +38,27 @@ meson compile -C build-asan >/dev/null
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
   run_suite build-asan
 
-if [ -x build/bench/store-bench ]; then
-  echo "== benchmarks, quick run (no speed assertions)"
-  if build/bench/store-bench --quick >/tmp/zr-bench-quick.txt 2>&1; then
-    passed=$((passed + 1)); echo "store-bench --quick: ok"
+echo "== Python client (pytest, against the built daemon)"
+pylog=$(mktemp)
+set +e
+ZRECORDD="$PWD/build/daemon/zrecordd" python3 -m pytest -q -p no:cacheprovider python-client/tests 2>&1 | tee "$pylog" | tail -n 25
+pyrc=${PIPESTATUS[0]}
+set -e
+py_passed=$(grep -Eo '[0-9]+ passed' "$pylog" | tail -1 | grep -Eo '[0-9]+' || true)
+py_failed=$(tail -n 3 "$pylog" | grep -Eo '[0-9]+ (failed|errors?)' | awk '{s += $1} END {print s + 0}')
+passed=$((passed + ${py_passed:-0}))
+failed=$((failed + ${py_failed:-0}))
+if [ "$pyrc" -ne 0 ] && [ "${py_failed:-0}" -eq 0 ]; then failed=$((failed + 1)); fi
+rm -f "$pylog"
+
+echo "== benchmarks, quick runs (they prove the benchmarks run; no speed assertions)"
+for b in "build/bench/store-bench --quick" "build/bench/sampler-bench --reps 11"; do
+  if $b >/tmp/zr-bench-quick.txt 2>&1; then
+    passed=$((passed + 1)); echo "$b: ok"
   else
-    failed=$((failed + 1)); cat /tmp/zr-bench-quick.txt
+    failed=$((failed + 1)); echo "$b: FAILED"; tail -n 20 /tmp/zr-bench-quick.txt
   fi
-fi
+done
 
 echo "tests: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
