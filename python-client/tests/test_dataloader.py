@@ -325,3 +325,37 @@ def test_ragged_batch_over_capacity_reopens(workdir):
             np.testing.assert_array_equal(r, seqs[step * 4 + j])
     assert loader.step == 8
     loader.close()
+
+
+def test_threads_share_the_connection(streams):
+    """Reads from several threads while a loader runs with a transform that reads too."""
+    errors = []
+
+    def reader(seed):
+        rng = np.random.default_rng(seed)
+        try:
+            for _ in range(30):
+                idx = rng.integers(0, N, 7)
+                np.testing.assert_array_equal(streams["x"][idx], DATA[idx])
+                got = streams["t"][idx]
+                for g, i in zip(got, idx):
+                    np.testing.assert_array_equal(g, SEQS[i])
+        except BaseException as e:    # pragma: no cover - reported below
+            errors.append(e)
+
+    def transform(batch):
+        y = np.array(batch["y"])
+        np.testing.assert_array_equal(streams["x"][y[:3]], DATA[y[:3]])
+        return y
+
+    threads = [threading.Thread(target=reader, args=(s,)) for s in range(3)]
+    for t in threads:
+        t.start()
+    loader = DataLoader(streams, batch_size=8, sampler="iid", seed=8, transform=transform,
+                        num_workers=2)
+    for _ in range(30):
+        next(loader)
+    for t in threads:
+        t.join()
+    loader.close()
+    assert not errors, errors
