@@ -29,6 +29,8 @@ def _is_int(x):
 
 def normalize(key, n):
     """(indices as a ``<u8`` array, True if key was a single scalar)."""
+    if isinstance(key, np.ndarray) and key.ndim == 0 and key.dtype.kind in "iu":
+        key = key.item()            # a 0-d integer array is a scalar, as in numpy
     if _is_int(key):
         return np.array([_scalar(operator.index(key), n)], dtype="<u8"), True
     if isinstance(key, tuple):

@@ -55,7 +55,11 @@ def _tier(tier):
 
 
 def _prepare_path(path):
-    """Where to write a new store for path: (final path, temp dir or None).
+    """Where to write a new store for path: (final path, how).
+
+    how: None (the directory does not exist: written in place), False (an empty
+    directory: written in place), or a temporary sibling directory (a store is
+    there: the new one is written beside it and swapped in when complete).
 
     A conversion writes its path anew, as np.save does a file: an existing store
     there is replaced once the new one is complete. A directory that holds anything
@@ -67,7 +71,7 @@ def _prepare_path(path):
             raise ZrecordFileExistsError(f"{path!r} exists and is not a store directory")
         entries = os.listdir(path)
         if not entries:
-            return path, None
+            return path, False
         if not _store.is_store(path):
             raise ZrecordFileExistsError(
                 f"{path!r} is a non-empty directory that holds no store; refusing to "
@@ -79,8 +83,20 @@ def _prepare_path(path):
     return path, None
 
 
+def _abandon_path(path, tmp):
+    """Removes what a failed conversion wrote (never anything that was there before)."""
+    if isinstance(tmp, str):
+        shutil.rmtree(tmp, ignore_errors=True)
+    elif tmp is None:                      # the directory did not exist: ours entirely
+        shutil.rmtree(path, ignore_errors=True)
+    else:                                  # an empty directory that was there: empty it
+        for name in os.listdir(path):
+            p = os.path.join(path, name)
+            shutil.rmtree(p, ignore_errors=True) if os.path.isdir(p) else os.unlink(p)
+
+
 def _commit_path(path, tmp):
-    if tmp is None:
+    if not isinstance(tmp, str):
         return
     trash = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.old-", dir=os.path.dirname(path))
     old = os.path.join(trash, "store")
@@ -201,7 +217,7 @@ def from_numpy(path, array, codec="zstd", dict_bytes=None):
     if codec == "zstd_dict" and dict_bytes is None:
         dict_bytes = _train_array(array, "balanced")
     final, tmp = _prepare_path(path)
-    target = tmp or final
+    target = tmp if isinstance(tmp, str) else final
     ds = None
     try:
         ds = DenseDataset(target, dtype=dtype, item_shape=array.shape[1:], codec=codec,
@@ -222,8 +238,7 @@ def from_numpy(path, array, codec="zstd", dict_bytes=None):
         if ds is not None:
             ds.close()
             ds = None
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
+        _abandon_path(final, tmp)
         raise
     finally:
         if ds is not None:
@@ -254,7 +269,7 @@ def from_iterator(path, iterable, dtype, codec="zstd", dict_bytes=None):
         first = np.asarray(first)
         ndim = max(1, first.ndim)
     final, tmp = _prepare_path(path)
-    target = tmp or final
+    target = tmp if isinstance(tmp, str) else final
     ds = None
     try:
         ds = RaggedDataset(target, dtype=dt, codec=codec, ndim=ndim, dict_bytes=dict_bytes)
@@ -282,8 +297,7 @@ def from_iterator(path, iterable, dtype, codec="zstd", dict_bytes=None):
         if ds is not None:
             ds.close()
             ds = None
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
+        _abandon_path(final, tmp)
         raise
     finally:
         if ds is not None:

@@ -133,3 +133,32 @@ def test_progress_bar_on_a_terminal(monkeypatch):
     from_numpy("loud", arr)
     assert updates[0] == ("total", arr.nbytes) and updates[-1] == "closed"
     assert sum(u for u in updates if isinstance(u, int)) == arr.nbytes
+
+
+def test_failed_conversion_leaves_nothing(monkeypatch):
+    from loaderx import utils
+    monkeypatch.setattr(utils, "RAGGED_CHUNK_RECORDS", 4)
+
+    def gen(fail_at):
+        for k in range(20):
+            if k == fail_at:
+                raise RuntimeError("source broke")
+            yield np.arange(k + 1, dtype=np.int32)
+    with pytest.raises(RuntimeError, match="source broke"):
+        from_iterator("new", gen(10), np.int32)
+    assert not os.path.exists("new")
+    os.mkdir("empty")
+    with pytest.raises(RuntimeError):
+        from_iterator("empty", gen(10), np.int32)
+    assert os.path.isdir("empty") and os.listdir("empty") == []
+    from_iterator("old", gen(99), np.int32)
+    with pytest.raises(RuntimeError):
+        from_iterator("old", gen(10), np.int32)           # the old store is untouched
+    assert len(RaggedDataset("old")) == 20
+    assert sorted(os.listdir(".")) == ["empty", "old"]
+
+
+def test_zero_d_index():
+    from_numpy("z", np.arange(5) * 2)
+    ds = DenseDataset("z")
+    assert ds[np.array(3)] == 6 and ds[np.int32(-1)] == 8
