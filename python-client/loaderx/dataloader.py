@@ -111,7 +111,8 @@ class _View:
 class DataLoader:
     """An endless iterator of batches over index-aligned streams.
 
-    ``streams``: ``{name: dataset}`` (DenseDataset / RaggedDataset) or an MSDataset.
+    ``streams``: ``{name: dataset}`` (DenseDataset / RaggedDataset; a Zrecord gives
+    lists of uint8 arrays) or an MSDataset.
     ``batch_size`` records per stream per step; ``sampler`` one of ``'sequential'``,
     ``'iid'``, ``'cyclic'`` (without replacement, a fresh permutation each cycle);
     ``seed``; ``start_step`` the step of the first batch; ``rank`` / ``world_size``
@@ -130,6 +131,8 @@ class DataLoader:
             streams = streams.streams
         if not isinstance(streams, dict) or not streams:
             raise ZrecordTypeError("DataLoader takes a non-empty dict {name: dataset} or an MSDataset")
+        from .zrecord import Zrecord
+        streams = {k: (v._ds if isinstance(v, Zrecord) else v) for k, v in streams.items()}
         for name, ds in streams.items():
             if not isinstance(ds, _Dataset):
                 raise ZrecordTypeError(

@@ -359,3 +359,13 @@ def test_threads_share_the_connection(streams):
         t.join()
     loader.close()
     assert not errors, errors
+
+
+def test_raw_records_stream(workdir):
+    from loaderx.zrecord import Zrecord
+    z = Zrecord("raw")
+    recs = [bytes([k % 256]) * (k + 1) for k in range(40)]
+    z.append(recs)
+    with DataLoader({"z": z}, batch_size=5, sampler="sequential") as loader:
+        b = next(loader)
+        assert [r.tobytes() for r in b["z"]] == recs[:5]
