@@ -32,6 +32,17 @@ DICT_TIERS = {
 }
 
 
+def _delete_pieces(idx, frame_max):
+    """A delete's indices in requests that fit a frame. Swap-last applies a batch in
+    descending index order and never moves a record below the index it deletes, so
+    descending pieces applied one after the other leave exactly what one batch would."""
+    per = max(1, (int(frame_max) - 4096) // 8)
+    if len(idx) <= per:
+        return [idx]
+    d = np.sort(idx)[::-1]
+    return [d[s:s + per] for s in range(0, len(d), per)]
+
+
 class _StoreOps:
     """``ds._store``: the store-level pass-throughs (dictionary, sync, verify)."""
 
@@ -121,7 +132,8 @@ class _Dataset:
             return
         if len(np.unique(idx)) != len(idx):
             raise ZrecordValueError("delete: an index is repeated; give each record once")
-        self._h.request("delete", {"indices": _wire.u64s(idx)})
+        for piece in _delete_pieces(idx, self._h.conn.frame_max):
+            self._h.request("delete", {"indices": _wire.u64s(piece)})
 
     def close(self):
         self._h.close()
@@ -410,8 +422,41 @@ class MSDataset:
         return vals.pop()
 
     def append(self, batches):
-        """Appends one batch per stream, all of the same count; returns the first index."""
+        """Appends one batch per stream, all of the same count; returns the first index.
+
+        Every batch is checked before anything is written. A batch too large for one
+        request (ragged record sizes travel in the request frame) is written in
+        aligned pieces, each all-or-nothing across the streams."""
         h = self._set_handle()
+        n_ragged = sum(1 for d in self.streams.values() if isinstance(d, RaggedDataset))
+        per = max(1, (self._conn.frame_max - 16384) // (8 * max(1, n_ragged))) if n_ragged else None
+        count = None
+        for name, ds in self.streams.items():
+            if name in batches:
+                b = batches[name]
+                count = len(b) if not isinstance(b, np.ndarray) else (b.shape[0] if b.ndim else None)
+                break
+        if per is not None and count is not None and count > per and set(batches) == set(self.streams):
+            for name, ds in self.streams.items():       # check every stream first
+                b = batches[name]
+                if isinstance(ds, DenseDataset):
+                    ds._check_batch(b, what=f"append to stream {name!r}")
+                else:
+                    ds._check_records(b, what=f"append to stream {name!r}")
+            counts = {n: len(b) for n, b in batches.items()}
+            if len(set(counts.values())) > 1:
+                raise ZrecordValueError(
+                    "append: streams given different record counts: "
+                    + ", ".join(f"{n}={c}" for n, c in counts.items()),
+                    name="ZR_E_MISALIGNED", code=1012)
+            first = None
+            for s in range(0, count, per):
+                f = self._append_one(h, {n: b[s:s + per] for n, b in batches.items()})
+                first = f if first is None else first
+            return first
+        return self._append_one(h, batches)
+
+    def _append_one(self, h, batches):
         names = set(batches)
         missing = [n for n in self.streams if n not in names]
         extra = [n for n in batches if n not in self.streams]
@@ -467,7 +512,9 @@ class MSDataset:
             return
         if len(np.unique(idx)) != len(idx):
             raise ZrecordValueError("delete: an index is repeated; give each record once")
-        self._conn.request("delete", {"handle": h, "indices": _wire.u64s(idx)}, context=self.root)
+        for piece in _delete_pieces(idx, self._conn.frame_max):
+            self._conn.request("delete", {"handle": h, "indices": _wire.u64s(piece)},
+                               context=self.root)
 
     def close(self):
         if self._closed:

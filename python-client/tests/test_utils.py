@@ -162,3 +162,28 @@ def test_zero_d_index():
     from_numpy("z", np.arange(5) * 2)
     ds = DenseDataset("z")
     assert ds[np.array(3)] == 6 and ds[np.int32(-1)] == 8
+
+
+def test_large_deletes_and_set_appends_split_into_frames(monkeypatch):
+    from loaderx import _conn
+    from loaderx.dataset import MSDataset
+    c = _conn.default()
+    monkeypatch.setattr(c._fs, "frame_max", 4096 + 8 * 64 + 16384)   # tiny frames
+    data = np.arange(500)
+    from_numpy("one", data)
+    ref = data.tolist()
+    ds = DenseDataset("one")
+    rng = np.random.default_rng(0)
+    victims = rng.choice(500, 300, replace=False)
+    ds.delete(victims)                                  # 5 requests of 64
+    for i in sorted(victims, reverse=True):             # one swap-last batch, by hand
+        ref[i] = ref[-1]
+        ref.pop()
+    assert ds[:].tolist() == ref
+    from_numpy("set/a", np.arange(10))
+    from_iterator("set/b", [np.arange(k % 3 + 1) for k in range(10)], np.int64)
+    ms = MSDataset("set")
+    ms.append({"a": np.arange(10, 1010), "b": [np.arange(k % 5 + 1) for k in range(1000)]})
+    assert len(ms) == 1010
+    np.testing.assert_array_equal(ms["b"][1009], np.arange(999 % 5 + 1))
+    assert ms["a"][1009] == 1009
