@@ -109,13 +109,19 @@ def _commit_path(path, tmp):
     shutil.rmtree(trash, ignore_errors=True)
 
 
+def _max_samples():
+    """Records one TRAIN_DICT can name (their sizes travel in the request frame)."""
+    return max(1, (_conn.default().frame_max - 4096) // 8)
+
+
 def _strided(n, sizes_fn, budget):
     """Indices of the strided byte-budget sample (docs/DATASETS.md, section 8)."""
     total = sizes_fn()
-    if total <= budget or n == 0:
+    m = n if total <= budget else max(1, int(n * budget // total))
+    m = min(m, _max_samples())
+    if m >= n:
         return np.arange(n)
-    m = max(1, int(n * budget // total))
-    return np.unique((np.arange(m, dtype=np.float64) * n // m).astype(np.int64))
+    return np.unique((np.arange(m, dtype=np.int64) * n) // m)
 
 
 def _train_on_pieces(pieces, sizes, tier):
@@ -149,6 +155,8 @@ def _train_array(array, tier):
     n = arr.shape[0]
     rec = arr.dtype.itemsize * int(np.prod(arr.shape[1:], dtype=np.int64))
     idx = _strided(n, lambda: n * min(rec, _SAMPLE_CAP), t["sample_bytes"])
+    if rec <= _SAMPLE_CAP:       # small rows: one gather of the sample
+        return _train_on_pieces([np.ascontiguousarray(arr[idx])], [rec] * len(idx), tier)
     pieces, sizes = [], []
     for i in idx:
         row = np.ascontiguousarray(arr[int(i)])
@@ -178,6 +186,7 @@ def train_dict(source, tier="balanced"):
         raise ZrecordTypeError("train_dict takes an array, an iterable of records or a dataset, "
                                "not a path: open the dataset first")
     budget = _tier(tier)["sample_bytes"]
+    limit = _max_samples()
     pieces, sizes, total = [], [], 0
     for r in source:
         if isinstance(r, (bytes, bytearray, memoryview)):
@@ -190,7 +199,7 @@ def train_dict(source, tier="balanced"):
         pieces += [hdr, a]
         sizes.append(hdr.nbytes + a.nbytes)
         total += min(sizes[-1], _SAMPLE_CAP)
-        if total >= budget:
+        if total >= budget or len(sizes) >= limit:
             break
     if not sizes:
         raise ZrecordValueError("train_dict: the iterable gave no records")

@@ -187,3 +187,11 @@ def test_large_deletes_and_set_appends_split_into_frames(monkeypatch):
     assert len(ms) == 1010
     np.testing.assert_array_equal(ms["b"][1009], np.arange(999 % 5 + 1))
     assert ms["a"][1009] == 1009
+
+
+def test_train_dict_on_many_tiny_records():
+    labels = (np.arange(300_000) % 97).astype(np.int64)        # 2.4 MB of 8-byte records
+    d = train_dict(labels, tier="small")
+    assert 0 < len(d) <= DICT_TIERS["small"]["dict_bytes"]
+    d2 = train_dict((np.array([k % 13], np.int32) for k in range(400_000)), tier="small")
+    assert len(d2) > 0
