@@ -105,17 +105,26 @@ int zr_registry_open(zr_registry *reg, int dirfd, zr_entry **ret, zr_error *err)
         return insert(reg, ds, &st, ret, err);
 }
 
-int zr_registry_create(zr_registry *reg, int dirfd, const zr_schema *schema, const void *dict,
-                       size_t dict_len, zr_entry **ret, zr_error *err) {
-        struct stat st;
-        if (fstat(dirfd, &st) < 0)
-                return zr_error_errno(err, errno, "fstat of the new store directory");
-        zr_store_options opts = {.pool = reg->pool};
-        zr_dataset *ds;
-        int r = zr_dataset_create(dirfd, schema, dict, dict_len, &opts, &ds, err);
-        if (r < 0)
-                return r;
+int zr_registry_create_dataset(zr_pool *pool, int dirfd, const zr_schema *schema,
+                               const void *dict, size_t dict_len, zr_dataset **ret,
+                               zr_error *err) {
+        zr_store_options opts = {.pool = pool};
+        return zr_dataset_create(dirfd, schema, dict, dict_len, &opts, ret, err);
+}
+
+int zr_registry_insert(zr_registry *reg, zr_dataset *ds, dev_t dev, ino_t ino, zr_entry **ret,
+                       zr_error *err) {
+        struct stat st = {.st_dev = dev, .st_ino = ino};
+        for (zr_entry *e = reg->head; e; e = e->next)
+                if (e->dev == dev && e->ino == ino) {
+                        zr_dataset_close(ds, NULL);
+                        return zr_error_set(err, ZR_E_EXISTS, "the store is already open");
+                }
         return insert(reg, ds, &st, ret, err);
+}
+
+zr_pool *zr_registry_pool(const zr_registry *reg) {
+        return reg->pool;
 }
 
 zr_entry *zr_entry_ref(zr_entry *e) {

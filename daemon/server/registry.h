@@ -69,10 +69,18 @@ zr_registry *zr_registry_free(zr_registry *reg);
  * *ret, or a negative code with *err set. */
 int zr_registry_open(zr_registry *reg, int dirfd, zr_entry **ret, zr_error *err);
 
-/* Creates a dataset in the empty directory `dirfd` and inserts it (one
- * reference). Errors as zr_dataset_create(). */
-int zr_registry_create(zr_registry *reg, int dirfd, const zr_schema *schema, const void *dict,
-                       size_t dict_len, zr_entry **ret, zr_error *err);
+/* Creates a dataset in the empty directory `dirfd` with the registry's pool
+ * (any thread: this is the blocking part, fsyncs included, meant for a job).
+ * Errors as zr_dataset_create(). */
+int zr_registry_create_dataset(zr_pool *pool, int dirfd, const zr_schema *schema,
+                               const void *dict, size_t dict_len, zr_dataset **ret,
+                               zr_error *err);
+/* Inserts a dataset just created (taken, closed on failure) as the store of
+ * directory (dev, ino), with one reference. ZR_E_EXISTS if that store is open. */
+int zr_registry_insert(zr_registry *reg, zr_dataset *ds, dev_t dev, ino_t ino, zr_entry **ret,
+                       zr_error *err);
+/* The pool the registry's stores use. */
+zr_pool *zr_registry_pool(const zr_registry *reg);
 
 zr_entry *zr_entry_ref(zr_entry *e);
 /* Drops a reference. The last one closes the store: at once if it was not

@@ -200,54 +200,105 @@ static int check_new_dir(zr_request *rq, int dirfd) {
         return 0;
 }
 
+typedef struct create_state {
+        zr_pool *pool;
+        int dirfd;
+        struct stat st;
+        zr_schema schema;
+        zr_shm dict;
+        uint64_t dict_bytes;
+        zr_dataset *ds;
+} create_state;
+
+static void create_state_free(void *p) {
+        create_state *st = p;
+        if (!st)
+                return;
+        zr_dataset_close(st->ds, NULL);
+        zr_shm_release(&st->dict);
+        free(st);
+}
+
+/* On the pool: the schema file and the store's files, fsyncs included. */
+static void create_run(zr_job *job) {
+        zr_request *rq = (zr_request *)job;
+        create_state *st = rq->state;
+        rq->result = zr_registry_create_dataset(st->pool, st->dirfd, &st->schema, st->dict.data,
+                                                (size_t)st->dict_bytes, &st->ds, &rq->err);
+}
+
+static void create_done(zr_job *job) {
+        zr_request *rq = (zr_request *)job;
+        create_state *st = rq->state;
+        zr_server *srv = zr_request_server(rq);
+        zr_entry *e = NULL;
+        int r = rq->result;
+        if (r == 0 && !zr_request_orphaned(rq)) {
+                zr_dataset *ds = st->ds;
+                st->ds = NULL;
+                r = zr_registry_insert(srv->registry, ds, st->st.st_dev, st->st.st_ino, &e,
+                                       &rq->err);
+                if (r == 0) {
+                        int id = add_dataset_handle(rq, e, true);
+                        if (id < 0) {
+                                r = id;
+                        } else {
+                                zr_log(LOG_INFO, "pid %d created store %llu",
+                                       (int)zr_request_pid(rq), (unsigned long long)e->id);
+                                r = reply_dataset(rq, (uint32_t)id, e, true);
+                        }
+                }
+        }
+        zr_request_complete(rq, r);
+}
+
 int zr_handle_dataset_create(zr_request *rq) {
         zr_server *srv = zr_request_server(rq);
         zr_wire_error werr = {0};
         const msgpack_object *smap;
-        zr_schema schema;
-        zr_shm dict = {.fd = -1};
-        uint64_t dict_bytes = 0;
         bool has_dict = zr_wire_find(rq->root, "dict_bytes") != NULL;
-        zr_entry *e = NULL;
         int dirfd = rq->fds[0], r;
 
         r = check_dir(rq, dirfd, "the new store directory");
         if (r < 0)
                 return r;
+        create_state *st = calloc(1, sizeof(*st));
+        if (!st)
+                return zr_request_fail(rq, ENOMEM, "no memory");
+        st->dict.fd = -1;
+        st->dirfd = dirfd; /* stays in rq->fds until the request is freed */
+        st->pool = zr_registry_pool(srv->registry);
+        rq->state = st;
+        rq->state_free = create_state_free;
         if (zr_wire_get_map(rq->root, "schema", &smap, &werr) < 0)
                 return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
-        r = parse_schema(rq, smap, &schema);
+        r = parse_schema(rq, smap, &st->schema);
         if (r < 0)
                 return r;
         if (has_dict) {
-                if (zr_wire_get_u64(rq->root, "dict_bytes", &dict_bytes, &werr) < 0)
+                if (zr_wire_get_u64(rq->root, "dict_bytes", &st->dict_bytes, &werr) < 0)
                         return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
-                if (schema.codec != ZR_CODEC_ZSTD_DICT)
+                if (st->schema.codec != ZR_CODEC_ZSTD_DICT)
                         return zr_request_fail(rq, EINVAL, "a dictionary was given for a %s "
                                                "store: only zstd_dict stores take one",
-                                               zr_codec_name(schema.codec));
-                if (dict_bytes == 0)
-                        return zr_request_fail(rq, EINVAL, "dict_bytes is 0");
+                                               zr_codec_name(st->schema.codec));
+                if (st->dict_bytes == 0 || st->dict_bytes > SIZE_MAX)
+                        return zr_request_fail(rq, EINVAL, "dict_bytes is %llu",
+                                               (unsigned long long)st->dict_bytes);
         }
         r = check_new_dir(rq, dirfd);
         if (r < 0)
                 return r;
+        if (fstat(dirfd, &st->st) < 0)
+                return zr_request_fail(rq, errno, "fstat of the new directory: %s",
+                                       strerror(errno));
         if (has_dict) {
-                r = zr_shm_map_sealed(zr_request_take_fd(rq, 1), dict_bytes, &dict, &rq->err);
+                r = zr_shm_map_sealed(zr_request_take_fd(rq, 1), (size_t)st->dict_bytes,
+                                      &st->dict, &rq->err);
                 if (r < 0)
                         return r;
         }
-        r = zr_registry_create(srv->registry, dirfd, &schema, dict.data, (size_t)dict_bytes, &e,
-                               &rq->err);
-        zr_shm_release(&dict);
-        if (r < 0)
-                return r;
-        int id = add_dataset_handle(rq, e, true);
-        if (id < 0)
-                return id;
-        zr_log(LOG_INFO, "pid %d created store %llu", (int)zr_request_pid(rq),
-               (unsigned long long)e->id);
-        return reply_dataset(rq, (uint32_t)id, e, true);
+        return zr_request_submit(rq, create_run, create_done);
 }
 
 /* ---- DATASET_OPEN -------------------------------------------------------- */
