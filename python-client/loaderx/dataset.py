@@ -159,6 +159,10 @@ class _Dataset:
     def __repr__(self):
         return f"{type(self).__name__}({self.path!r}, {self._h.schema})"
 
+    def __reduce__(self):
+        # pickled by path (multiprocessing's spawn, torch workers): reopened there
+        return (type(self), (self.path,))
+
 
 class DenseDataset(_Dataset):
     """A store of fixed-shape records (``schema.msgpack`` kind ``"dense"``).
@@ -537,3 +541,6 @@ class MSDataset:
 
     def __repr__(self):
         return f"MSDataset({self.root!r}, streams={list(self.streams)})"
+
+    def __reduce__(self):
+        return (MSDataset, (self.root,))

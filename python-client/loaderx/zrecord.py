@@ -65,6 +65,9 @@ class Zrecord:
     def close(self):
         self._ds.close()
 
+    def __reduce__(self):
+        return (Zrecord, (self.path,))
+
     def __enter__(self):
         return self
 

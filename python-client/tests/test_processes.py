@@ -236,3 +236,27 @@ def test_daemon_restart_mid_run(tmp_path, monkeypatch):
             c.close()
         _conn._default = saved
         stop_daemon(proc)
+
+
+def test_datasets_pickle_for_spawned_processes(workdir):
+    import multiprocessing as mp
+    import pickle
+    from loaderx.dataset import MSDataset, RaggedDataset
+    from loaderx.utils import from_iterator
+    from loaderx.zrecord import Zrecord
+    from_numpy("p", DATA)
+    from_numpy("set/a", np.arange(5))
+    ds = pickle.loads(pickle.dumps(DenseDataset("p")))
+    np.testing.assert_array_equal(ds[7], DATA[7])
+    assert list(pickle.loads(pickle.dumps(MSDataset("set"))).streams) == ["a"]
+    z = Zrecord("z")
+    z.append([b"abc"])
+    assert pickle.loads(pickle.dumps(z))[0] == b"abc"
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(1) as pool:
+        rows = pool.apply(_read_rows, (DenseDataset("p"), [1, 2]))
+    assert rows == DATA[[1, 2]].tolist()
+
+
+def _read_rows(ds, idx):
+    return ds[idx].tolist()
