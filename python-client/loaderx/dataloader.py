@@ -118,7 +118,8 @@ class DataLoader:
     ``seed``; ``start_step`` the step of the first batch; ``rank`` / ``world_size``
     shard each global batch; ``prefetch`` ring slots the daemon fills ahead;
     ``transform`` a function batch -> anything, run on ``num_workers`` background
-    threads so it overlaps the next gather (results still come in step order).
+    threads so it overlaps the next gather (results still come in step order);
+    ``num_workers=0`` runs it inline in ``next()`` (cheaper for trivial transforms).
     ``capacity``: ``{name: bytes}`` per-slot room for ragged streams (the daemon
     picks a default; a batch that does not fit reopens with twice the room).
     ``with_indices``: add the batch's record indices as ``batch['__index__']``.
@@ -165,7 +166,10 @@ class DataLoader:
         self.world_size = int(world_size)
         self.prefetch = int(prefetch)
         self.transform = transform
-        self.num_workers = max(1, int(num_workers)) if transform is not None else 0
+        if isinstance(num_workers, bool) or not isinstance(num_workers, (int, np.integer)) \
+                or num_workers < 0:
+            raise ZrecordTypeError(f"num_workers must be an integer >= 0, got {num_workers!r}")
+        self.num_workers = int(num_workers) if transform is not None else 0
         self.with_indices = bool(with_indices)
         self._capacity = {k: int(v) for k, v in (capacity or {}).items()}
         self._ring = None
@@ -427,8 +431,10 @@ class DataLoader:
         with self._lock:
             if self._closed:
                 raise StopIteration
-            if self.transform is None:
+            if self.transform is None or self.num_workers == 0:
                 b = self._fetch()
+                if self.transform is not None:      # num_workers=0: inline
+                    b = self.transform(b)
                 self._step += 1
                 return b
             if self._pool is None:

@@ -369,3 +369,16 @@ def test_raw_records_stream(workdir):
     with DataLoader({"z": z}, batch_size=5, sampler="sequential") as loader:
         b = next(loader)
         assert [r.tobytes() for r in b["z"]] == recs[:5]
+
+
+def test_inline_transform(streams):
+    seen = []
+
+    def t(b):
+        seen.append(threading.current_thread() is threading.main_thread())
+        return b["y"].sum()
+    with DataLoader(streams, batch_size=8, sampler="sequential", transform=t, num_workers=0) as l:
+        assert next(l) == sum(range(8)) and l.step == 1
+    assert seen == [True]
+    with pytest.raises(TypeError):
+        DataLoader(streams, batch_size=8, transform=t, num_workers=-1)
