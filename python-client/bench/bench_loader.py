@@ -58,7 +58,7 @@ def main():
     ap.add_argument("--record-kib", type=int, default=256)
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--prefetch", type=int, default=4)
-    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--steps", type=int, default=150)
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
 
