@@ -721,12 +721,46 @@ int zr_handle_delete(zr_request *rq) {
 
 /* ---- COMPACT, VERIFY ----------------------------------------------------- */
 
+/* VERIFY lists at most this many bad records (PROTOCOL.md, VERIFY). */
+#define VERIFY_BAD_MAX 1024
+
 typedef struct store_state {
         zr_entry *entry;
         zr_stats stats;
         zr_verify_report report;
         bool sound;
+        uint64_t bad[VERIFY_BAD_MAX];
+        size_t nbad;
 } store_state;
+
+/* The engine reports the first bad record; find the others (up to the list's
+ * size) one record at a time. Runs only on a store that failed verification. */
+static void verify_list_bad(zr_store *store, store_state *st) {
+        uint8_t *buf = NULL;
+        uint64_t cap = 0;
+        for (uint64_t i = st->report.first_bad;
+             i < st->report.records && st->nbad < VERIFY_BAD_MAX && st->nbad < st->report.bad;
+             i++) {
+                zr_loc loc;
+                if (zr_store_locate(store, &i, 1, &loc, NULL) < 0) {
+                        st->bad[st->nbad++] = i;
+                        continue;
+                }
+                if (loc.logic_length > cap || !buf) {
+                        free(buf);
+                        cap = loc.logic_length ? loc.logic_length : 1;
+                        buf = malloc(cap);
+                        if (!buf)
+                                break;
+                }
+                void *dst = buf;
+                if (zr_store_gather_locs(store, &loc, 1, &dst, NULL) < 0)
+                        st->bad[st->nbad++] = i;
+        }
+        free(buf);
+        if (st->nbad == 0 && st->report.bad > 0) /* only overlaps: the engine's first */
+                st->bad[st->nbad++] = st->report.first_bad;
+}
 
 static void store_state_free(void *p) {
         store_state *st = p;
@@ -791,10 +825,13 @@ static void verify_run(zr_job *job) {
         zr_request *rq = (zr_request *)job;
         store_state *st = rq->state;
         zr_error err = {0};
+        zr_store *store = zr_dataset_store(st->entry->ds);
         pthread_rwlock_rdlock(&st->entry->lock);
-        int r = zr_store_verify(zr_dataset_store(st->entry->ds), &st->report, &err);
+        int r = zr_store_verify(store, &st->report, &err);
+        if ((r == -ZR_E_CORRUPT || r == -ZR_E_DECODE) && st->report.bad > 0)
+                verify_list_bad(store, st);
         pthread_rwlock_unlock(&st->entry->lock);
-        /* A corrupt record is a result; failing to run is an error. */
+        /* A corrupt record is a result, not an error; failing to run is an error. */
         if (r == -ZR_E_CORRUPT || r == -ZR_E_DECODE) {
                 st->sound = false;
                 r = 0;
@@ -812,13 +849,11 @@ static void verify_done(zr_job *job) {
         int r = rq->result;
         if (r == 0 && !zr_request_orphaned(rq)) {
                 zr_wire_writer w;
-                uint64_t first = st->report.first_bad;
                 zr_reply_begin(rq, &w);
                 zr_wire_put_bool(&w, "ok", st->sound);
                 zr_wire_put_u64(&w, "records", st->report.records);
                 zr_wire_put_u64(&w, "bad", st->report.bad);
-                /* The engine reports the first bad record only. */
-                zr_wire_put_u64s(&w, "bad_indices", &first, st->report.bad ? 1 : 0);
+                zr_wire_put_u64s(&w, "bad_indices", st->bad, st->nbad);
                 r = zr_reply_send(rq, &w, NULL, 0);
         }
         zr_request_complete(rq, r);

@@ -703,6 +703,56 @@ START_TEST(test_dict) {
 }
 END_TEST
 
+/* A damaged record is a VERIFY result (ok false, its index listed), not an
+ * error; READ of it is ZR_E_DECODE; the other records still read. */
+START_TEST(test_verify_corrupt) {
+        int fd = td_connect_hello(&D);
+        td_msg m;
+        uint32_t h = create_dense(fd, "vc", "zstd");
+        ck_assert_int_eq(append_dense(fd, h, 0, 64), 0);
+        ck_assert_int_eq(simple_code(fd, "sync", "handle", h), 0);
+        /* flip bytes in the middle of the chunk file, under the daemon */
+        char chunk[420];
+        snprintf(chunk, sizeof(chunk), "%s/0.chunk", path_in("vc"));
+        int cfd = open(chunk, O_RDWR | O_CLOEXEC);
+        ck_assert_int_ge(cfd, 0);
+        struct stat st;
+        ck_assert_int_eq(fstat(cfd, &st), 0);
+        off_t size = 0;
+        /* the chunk is sparse and large: find the written bytes' end via stats */
+        ck_assert_int_eq(simple(fd, "stats", "handle", h, &m), 0);
+        size = (off_t)td_u64(&m, "chunk_bytes");
+        td_msg_free(&m);
+        ck_assert_int_gt(size, 64);
+        uint8_t junk[8] = {0xde, 0xad, 0xbe, 0xef, 0xde, 0xad, 0xbe, 0xef};
+        /* two places far apart: two different records */
+        ck_assert_int_eq(pwrite(cfd, junk, sizeof(junk), size / 4), (ssize_t)sizeof(junk));
+        ck_assert_int_eq(pwrite(cfd, junk, sizeof(junk), size * 3 / 4), (ssize_t)sizeof(junk));
+        close(cfd);
+        ck_assert_int_eq(simple(fd, "verify", "handle", h, &m), 0);
+        bool ok = true;
+        ck_assert_int_eq(zr_wire_get_bool(m.root, "ok", &ok, NULL), 0);
+        ck_assert(!ok);
+        ck_assert_uint_eq(td_u64(&m, "records"), 64);
+        ck_assert_uint_ge(td_u64(&m, "bad"), 2);
+        size_t nb;
+        const uint8_t *bad = td_u64s(&m, "bad_indices", &nb);
+        ck_assert_uint_ge(nb, 1);
+        ck_assert_uint_eq(nb, td_u64(&m, "bad"));
+        uint64_t first_bad = zr_wire_u64_at(bad, 0);
+        td_msg_free(&m);
+        const uint8_t *buf;
+        uint32_t b = open_buffer(fd, 4096, &buf, NULL);
+        ck_assert_int_eq(read_records(fd, h, b, 0, &first_bad, 1, &m), ZR_E_DECODE);
+        td_msg_free(&m);
+        uint64_t good = first_bad == 0 ? 63 : 0;
+        ck_assert_int_eq(read_records(fd, h, b, 0, &good, 1, &m), 0);
+        td_msg_free(&m);
+        check_dense_values(buf, &good, 1);
+        close(fd);
+}
+END_TEST
+
 /* ---- bad input ------------------------------------------------------------------------ */
 
 static void raw_body(int fd, const void *body, uint32_t len) {
@@ -1658,6 +1708,7 @@ static Suite *daemon_suite(void) {
         tcase_add_test(tc, test_ragged);
         tcase_add_test(tc, test_msset);
         tcase_add_test(tc, test_dict);
+        tcase_add_test(tc, test_verify_corrupt);
         tcase_add_test(tc, test_bad_frames);
         tcase_add_test(tc, test_no_hello_and_strikes);
         tcase_add_test(tc, test_bad_descriptors);
