@@ -85,6 +85,14 @@ def _try_connect(path):
         s.close()
 
 
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def ensure_private_daemon():
     """Starts the private daemon unless one answers; returns its socket path."""
     d = private_dir()
@@ -116,15 +124,22 @@ def ensure_private_daemon():
                 ["/bin/sh", "-c", script, binary, f"--socket={sock_path}",
                  "--socket-mode=0600", f"--idle-exit={idle}", "--log-level=notice"],
                 env=env, check=True, start_new_session=True, stdin=subprocess.DEVNULL)
+            try:
+                with open(env["ZRECORD_PIDFILE"]) as f:
+                    pid = int(f.read().strip())
+            except (OSError, ValueError):
+                pid = None
             deadline = time.monotonic() + READY_TIMEOUT
-            ready = False
+            ready = exited = False
             while time.monotonic() < deadline:
-                r, _, _ = select.select([ns], [], [], max(0.0, deadline - time.monotonic()))
-                if not r:
-                    break
-                data = ns.recv(4096)
-                if any(line == b"READY=1" for line in data.split(b"\n")):
-                    ready = True
+                r, _, _ = select.select([ns], [], [], min(0.1, max(0.0, deadline - time.monotonic())))
+                if r:
+                    data = ns.recv(4096)
+                    if any(line == b"READY=1" for line in data.split(b"\n")):
+                        ready = True
+                        break
+                elif pid is not None and not _alive(pid):
+                    exited = True
                     break
             if not ready or not _try_connect(sock_path):
                 tail = ""
@@ -135,9 +150,11 @@ def ensure_private_daemon():
                         tail = " | ".join(tail)
                 except OSError:
                     pass
+                what = ("it exited at once" if exited else
+                        f"it did not become ready within {READY_TIMEOUT:.0f} s")
                 raise ZrecordConnectionError(
-                    f"started {binary} on {sock_path} but it did not become ready "
-                    f"within {READY_TIMEOUT:.0f} s" + (f"; its log says: {tail}" if tail else ""))
+                    f"started {binary} on {sock_path} but {what}"
+                    + (f"; its log ({log_path}) says: {tail}" if tail else ""))
         finally:
             ns.close()
             shutil.rmtree(ndir, ignore_errors=True)

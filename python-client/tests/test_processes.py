@@ -260,3 +260,56 @@ def test_datasets_pickle_for_spawned_processes(workdir):
 
 def _read_rows(ds, idx):
     return ds[idx].tolist()
+
+
+def _fresh_env(tmp_path, **extra):
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700, exist_ok=True)
+    env = dict(os.environ)
+    env.pop("ZRECORD_SOCKET", None)
+    env.update(XDG_RUNTIME_DIR=str(run), ZRECORD_IDLE_EXIT="2", **extra)
+    return run, env
+
+
+@pytest.mark.no_daemon
+def test_auto_start_races_share_one_daemon(tmp_path):
+    from conftest import daemon_binary
+    from loaderx._daemon import _try_connect
+    binary = daemon_binary()
+    if not binary:
+        pytest.skip("no zrecordd binary: set ZRECORDD")
+    for p in ("/run/zrecord/zrecordd.sock", f"/tmp/zrecord-{os.getuid()}/zrecordd.sock"):
+        if _try_connect(p):
+            pytest.skip(f"a daemon already answers at {p}")
+    run, env = _fresh_env(tmp_path, ZRECORDD=binary)
+    env["PYTHONPATH"] = PKG
+    code = ("from loaderx import _conn; import os; c = _conn.default(); "
+            "print(c.request('status')['daemon'], open(os.path.dirname(c.path) + '/zrecordd.pid').read().strip())")
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    outs = [p.communicate(timeout=60) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    pids = {o.split()[-1] for o, _ in outs}
+    assert len(pids) == 1, outs
+    pid = int(pids.pop())
+    deadline = time.monotonic() + 15
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if _alive(pid):
+        os.kill(pid, signal.SIGTERM)
+        pytest.fail("the private daemon did not exit when idle")
+
+
+@pytest.mark.no_daemon
+def test_auto_start_reports_a_broken_binary(tmp_path):
+    from loaderx._daemon import _try_connect
+    for p in ("/run/zrecord/zrecordd.sock", f"/tmp/zrecord-{os.getuid()}/zrecordd.sock"):
+        if _try_connect(p):
+            pytest.skip(f"a daemon already answers at {p}")
+    run, env = _fresh_env(tmp_path, ZRECORDD="/bin/false")
+    env["PYTHONPATH"] = PKG
+    t = time.monotonic()
+    r = subprocess.run([sys.executable, "-c", "from loaderx import _conn; _conn.default()"],
+                       env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "exited at once" in r.stderr
+    assert time.monotonic() - t < 10
