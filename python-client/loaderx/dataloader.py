@@ -313,7 +313,10 @@ class DataLoader:
         """The next raw batch from the ring (blocks until the daemon announces it)."""
         ring = self._ring
         if ring is None:
-            raise ZrecordValueError("the DataLoader is closed")
+            raise ZrecordValueError(
+                "the DataLoader is closed" if self._closed else
+                "the DataLoader has no open loader (a load_state_dict() failed): call "
+                "load_state_dict() again, e.g. with allow_length_change=True")
         if ring.pid != os.getpid() or ring.conn.closed:   # forked child: reconnect
             self._reopen_after_fork()
             ring = self._ring
