@@ -439,7 +439,7 @@ static void *train_dict(const work *w, size_t *ret_len) {
         return dict;
 }
 
-/* GiB/s of compressing (a prefix of) the records in memory into checksummed
+/* GiB/s of compressing (a suffix of) the records in memory into checksummed
  * frames on all threads: level 3, or the CDict's level. The prefix is sized so
  * this takes about a second; the rate per byte does not depend on the count. */
 static double compress_limit(work *w, const ZSTD_CDict *cdict) {
@@ -449,7 +449,8 @@ static double compress_limit(work *w, const ZSTD_CDict *cdict) {
         if (n > w->nrec)
                 n = w->nrec;
         uint64_t t0 = workload_now_ns();
-        if (limits_frames_new(w->b->team, w->data, w->rec, n, 3, cdict, &f) < 0)
+        /* the last records: the dictionary was trained on the first ones */
+        if (limits_frames_new(w->b->team, w->data + (w->nrec - n) * w->rec, w->rec, n, 3, cdict, &f) < 0)
                 die("in-memory compression failed");
         double secs = (double)(workload_now_ns() - t0) / 1e9;
         limits_frames_free(f);
