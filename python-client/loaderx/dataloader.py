@@ -358,7 +358,7 @@ class DataLoader:
         base = ring.mapped.address
         batch = {}
         for name, st, (dt, item_shape, ndim) in zip(self.names, msg["streams"], self._kinds):
-            off, nbytes = int(st["offset"]), int(st["bytes"])
+            off = int(st["offset"])
             if item_shape is not None:
                 batch[name] = np.asarray(_View(owner, ring.mapped, base + off,
                                                (self.batch_size,) + tuple(item_shape), dt.str))
@@ -403,9 +403,7 @@ class DataLoader:
             for name, (off, cap), (dt, item_shape, ndim) in zip(self.names, self._regions, self._kinds):
                 if item_shape is None:
                     self._capacity[name] = max(self._capacity.get(name, 0), cap) * 2
-            held_ring = self._ring
             self._close_ring()
-            del held_ring
             self._open(step, self.length)
             return self._fetch()
         if code_name == "ZR_E_STALE" or msg.get("code") == 1107:

@@ -397,9 +397,9 @@ class MSDataset:
     def _set_handle(self):
         if self._closed:
             raise ZrecordValueError(f"the multi-stream dataset {self.root!r} is closed")
-        from . import _conn
-        if self._conn.pid != os.getpid() or self._conn.closed:
-            fresh = MSDataset(self.root)
+        c = self._conn
+        if c.pid != os.getpid() or c.closed or c._broken is not None:
+            fresh = MSDataset(self.root)       # a forked child, or the daemon went away
             self.__dict__.update(fresh.__dict__)
         return self._set
 

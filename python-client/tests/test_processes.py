@@ -241,8 +241,7 @@ def test_daemon_restart_mid_run(tmp_path, monkeypatch):
 def test_datasets_pickle_for_spawned_processes(workdir):
     import multiprocessing as mp
     import pickle
-    from loaderx.dataset import MSDataset, RaggedDataset
-    from loaderx.utils import from_iterator
+    from loaderx.dataset import MSDataset
     from loaderx.zrecord import Zrecord
     from_numpy("p", DATA)
     from_numpy("set/a", np.arange(5))
