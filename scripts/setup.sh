@@ -9,6 +9,7 @@ APT_PACKAGES=(
   libzstd-dev libevent-dev libmsgpack-dev  # the engine and the daemon
   check                                  # C unit tests
   clang-14 libclang-rt-14-dev            # libFuzzer targets
+  systemd                                # systemd-analyze, systemd-socket-activate (unit tests)
 )
 PIP_PACKAGES=(numpy msgpack pytest)
 
@@ -27,6 +28,13 @@ fi
 if ! python3 -c 'import numpy, msgpack, pytest' 2>/dev/null; then
   echo "setup: pip installing ${PIP_PACKAGES[*]}"
   python3 -m pip install -q "${PIP_PACKAGES[@]}"
+fi
+
+# CPU torch, for the loaderx.torch adapter tests, only when its wheel is on this
+# machine (never a download: the PyPI default is a multi-GB CUDA build).
+if ! python3 -c 'import torch' 2>/dev/null && ls /opt/wheels/torch-2.13.0* >/dev/null 2>&1; then
+  echo "setup: pip installing torch 2.13.0 (CPU) from /opt/wheels"
+  python3 -m pip install -q --find-links /opt/wheels torch==2.13.0 || echo "setup: torch not installed; its tests will skip"
 fi
 
 BUILD=${BUILD:-build}

@@ -38,10 +38,11 @@ meson compile -C build-asan >/dev/null
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
   run_suite build-asan
 
-echo "== Python client (pytest, against the built daemon)"
+echo "== Python client and service tests (pytest, against the built daemon)"
 pylog=$(mktemp)
 set +e
-ZRECORDD="$PWD/build/daemon/zrecordd" python3 -m pytest -q -p no:cacheprovider python-client/tests 2>&1 | tee "$pylog" | tail -n 25
+ZRECORDD="$PWD/build/daemon/zrecordd" ZR_BUILD="$PWD/build" \
+  python3 -m pytest -q -p no:cacheprovider python-client/tests tests/systemd 2>&1 | tee "$pylog" | tail -n 25
 pyrc=${PIPESTATUS[0]}
 set -e
 py_passed=$(grep -Eo '[0-9]+ passed' "$pylog" | tail -1 | grep -Eo '[0-9]+' || true)
