@@ -46,7 +46,7 @@ ZRECORDD="$PWD/build/daemon/zrecordd" ZR_BUILD="$PWD/build" \
 pyrc=${PIPESTATUS[0]}
 set -e
 py_passed=$(grep -Eo '[0-9]+ passed' "$pylog" | tail -1 | grep -Eo '[0-9]+' || true)
-py_failed=$(tail -n 3 "$pylog" | grep -Eo '[0-9]+ (failed|errors?)' | awk '{s += $1} END {print s + 0}')
+py_failed=$(tail -n 3 "$pylog" | { grep -Eo '[0-9]+ (failed|errors?)' || true; } | awk '{s += $1} END {print s + 0}')
 passed=$((passed + ${py_passed:-0}))
 failed=$((failed + ${py_failed:-0}))
 if [ "$pyrc" -ne 0 ] && [ "${py_failed:-0}" -eq 0 ]; then failed=$((failed + 1)); fi
