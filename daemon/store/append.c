@@ -7,6 +7,7 @@
  * does.
  */
 #include "store/store-private.h"
+#include "store/killpoint.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -113,6 +114,7 @@ static int store_put_locs(zr_store *s, uint64_t first, const uint8_t *enc, size_
                                : zr_pwrite_all(fd, enc, run * ZR_LOC_SIZE, in_seg * ZR_LOC_SIZE);
                 if (r < 0)
                         return zr_error_errno(err, -r, "%" PRIu32 ".loc: write", seg);
+                ZR_KILLPOINT(ZR_KP_APPEND_TABLE_WRITTEN);
                 enc += run * ZR_LOC_SIZE;
                 first += run;
                 n -= run;
@@ -199,6 +201,8 @@ int zr_store_append(zr_store *s, const void *data, const uint64_t *lens, size_t 
                         goto out;
         }
 
+        ZR_KILLPOINT(ZR_KP_APPEND_COMPRESSED);
+
         /* Assign locations in order; no record straddles a chunk. */
         uint64_t old_tail = atomic_load(&s->tail);
         uint64_t c = tail_chunk(old_tail), o = tail_offset(old_tail);
@@ -230,6 +234,7 @@ int zr_store_append(zr_store *s, const void *data, const uint64_t *lens, size_t 
                         r = zr_store_new_file_durable(s, s->chunks, (uint32_t)id, ".chunk", err);
                         if (r < 0)
                                 goto out;
+                        ZR_KILLPOINT(ZR_KP_APPEND_FILE_CREATED);
                         made++;
                 }
         }
@@ -240,6 +245,7 @@ int zr_store_append(zr_store *s, const void *data, const uint64_t *lens, size_t 
                 r = zr_store_dir_durable(s, err);
                 if (r < 0)
                         goto out;
+                ZR_KILLPOINT(ZR_KP_APPEND_FILES_DURABLE);
         }
 
         if (s->codec == ZR_CODEC_RAW) {
@@ -255,6 +261,7 @@ int zr_store_append(zr_store *s, const void *data, const uint64_t *lens, size_t 
         }
         if (r < 0)
                 goto out;
+        ZR_KILLPOINT(ZR_KP_APPEND_DATA_WRITTEN);
 
         /* Commit: table entries, then the length. */
         uint8_t *enc = (uint8_t *)j.locs;
@@ -267,6 +274,7 @@ int zr_store_append(zr_store *s, const void *data, const uint64_t *lens, size_t 
         r = zr_store_write_header(s, length + n, new_tail, err);
         if (r < 0)
                 goto out;
+        ZR_KILLPOINT(ZR_KP_APPEND_COMMITTED);
         atomic_store_explicit(&s->tail, new_tail, memory_order_release);
         atomic_store_explicit(&s->length, length + n, memory_order_release);
         r = 0;

@@ -11,6 +11,7 @@
  * Needs exclusive access; holds the whole table in memory.
  */
 #include "store/store-private.h"
+#include "store/killpoint.h"
 
 #include <fcntl.h>
 #include <errno.h>
@@ -54,6 +55,7 @@ static int compact_copy(zr_store *s, uint8_t *buf, uint32_t sc, uint64_t so, uin
                 int r = zr_pwrite_all(dfd, buf, piece, dof + done);
                 if (r < 0)
                         return zr_error_errno(err, -r, "%" PRIu32 ".chunk: write", dc);
+                ZR_KILLPOINT(ZR_KP_COMPACT_PIECE);
                 done += piece;
         }
         return 0;
@@ -90,6 +92,7 @@ static int compact_raise_tail(zr_store *s, uint64_t length, uint64_t chunk, uint
         if (r < 0)
                 return r;
         atomic_store(&s->tail, t);
+        ZR_KILLPOINT(ZR_KP_COMPACT_SCRATCH_RAISED);
         return 0;
 }
 
@@ -110,9 +113,14 @@ static int compact_to_scratch(zr_store *s, uint8_t *buf, uint64_t length, uint64
         r = compact_copy(s, buf, l->chunk_id, l->offset, (uint32_t)sc, so, l->phys_length, err);
         if (r < 0)
                 return r;
+        ZR_KILLPOINT(ZR_KP_COMPACT_SCRATCH_COPIED);
         l->chunk_id = (uint32_t)sc;
         l->offset = (uint32_t)so;
-        return zr_store_put_loc(s, index, l, err);
+        r = zr_store_put_loc(s, index, l, err);
+        if (r < 0)
+                return r;
+        ZR_KILLPOINT(ZR_KP_COMPACT_SCRATCH_ENTRY);
+        return 0;
 }
 
 int zr_store_compact(zr_store *s, uint64_t max_moves, zr_compact_result *ret,
@@ -133,6 +141,7 @@ int zr_store_compact(zr_store *s, uint64_t max_moves, zr_compact_result *ret,
         pthread_mutex_unlock(&s->append_lock);
         if (r < 0)
                 return r;
+        ZR_KILLPOINT(ZR_KP_COMPACT_SYNCED);
 
         uint64_t old_tail = atomic_load(&s->tail);
         uint64_t before = (uint64_t)tail_chunk(old_tail) * s->chunk_cap + tail_offset(old_tail);
@@ -185,11 +194,13 @@ int zr_store_compact(zr_store *s, uint64_t max_moves, zr_compact_result *ret,
                         r = compact_copy(s, buf, l.chunk_id, l.offset, (uint32_t)fc, fo, p, err);
                         if (r < 0)
                                 goto out;
+                        ZR_KILLPOINT(ZR_KP_COMPACT_MOVED);
                         l.chunk_id = (uint32_t)fc;
                         l.offset = (uint32_t)fo;
                         r = zr_store_put_loc(s, order[k].idx, &l, err);
                         if (r < 0)
                                 goto out;
+                        ZR_KILLPOINT(ZR_KP_COMPACT_ENTRY);
                         res.moved++;
                 }
                 fo += p;
@@ -206,20 +217,24 @@ int zr_store_compact(zr_store *s, uint64_t max_moves, zr_compact_result *ret,
                 r = zr_files_sync(s->chunks, err);
                 if (r >= 0)
                         r = zr_files_sync(s->locs, err);
-                if (r >= 0)
+                if (r >= 0) {
+                        ZR_KILLPOINT(ZR_KP_COMPACT_DATA_SYNCED);
                         r = zr_store_write_header(s, length, new_tail, err);
+                }
                 if (r >= 0 && fdatasync(s->meta_fd) < 0)
                         r = zr_error_errno(err, errno, ZR_META_NAME ": fdatasync");
                 if (r < 0) {
                         atomic_store(&s->failed, -r);
                         goto out;
                 }
+                ZR_KILLPOINT(ZR_KP_COMPACT_TAIL);
                 atomic_store(&s->tail, new_tail);
                 if (tail_chunk(new_tail) < UINT32_MAX) {
                         r = zr_files_remove_from(s->chunks, tail_chunk(new_tail) + 1, err);
                         if (r < 0)
                                 goto out;
                         s->dir_dirty = 1;
+                        ZR_KILLPOINT(ZR_KP_COMPACT_CHUNKS_REMOVED);
                 }
                 int tfd = zr_files_fd(s->chunks, tail_chunk(new_tail));
                 if (tfd >= 0 && tail_offset(new_tail) < s->chunk_cap)
@@ -228,6 +243,7 @@ int zr_store_compact(zr_store *s, uint64_t max_moves, zr_compact_result *ret,
                         (void)fallocate(tfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
                                         (off_t)tail_offset(new_tail),
                                         (off_t)(s->chunk_cap - tail_offset(new_tail)));
+                ZR_KILLPOINT(ZR_KP_COMPACT_HOLE_PUNCHED);
                 res.freed_bytes = before - ((uint64_t)fc * s->chunk_cap + fo);
         } else if (atomic_load(&s->tail) != old_tail) {
                 /* stopped between moves: no entry names scratch space any more,
@@ -236,6 +252,7 @@ int zr_store_compact(zr_store *s, uint64_t max_moves, zr_compact_result *ret,
                 if (r < 0)
                         goto out;
                 atomic_store(&s->tail, old_tail);
+                ZR_KILLPOINT(ZR_KP_COMPACT_TAIL_RESTORED);
         }
         pthread_mutex_lock(&s->append_lock);
         r = zr_store_sync_locked(s, err);

@@ -6,6 +6,7 @@
  * under a crash. Needs exclusive access. It frees no bytes: compact does.
  */
 #include "store/store-private.h"
+#include "store/killpoint.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -54,6 +55,7 @@ int zr_store_delete(zr_store *s, const uint64_t *idx, size_t n, zr_error *err) {
         pthread_mutex_unlock(&s->append_lock);
         if (r < 0)
                 goto out;
+        ZR_KILLPOINT(ZR_KP_DELETE_SYNCED);
 
         /* The tail [new_len, length) supplies every hole; simulate the swaps. */
         uint64_t new_len = length - n;
@@ -85,8 +87,10 @@ int zr_store_delete(zr_store *s, const uint64_t *idx, size_t n, zr_error *err) {
         j.new_len = new_len;
 
         r = zr_journal_write(s->dirfd, &j, err);
-        if (r >= 0)
+        if (r >= 0) {
+                ZR_KILLPOINT(ZR_KP_JOURNAL_DURABLE);
                 r = zr_store_apply_journal(s, &j, err);
+        }
         if (r < 0)
                 atomic_store(&s->failed, -r); /* the journal is redone on the next open */
 out:

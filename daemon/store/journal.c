@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "store/format.h"
+#include "store/killpoint.h"
 
 #define JOURNAL_HEAD 32 /* magic, version, old_len, new_len, count */
 #define JOURNAL_ENTRY 24 /* index u64 + one RecordLoc */
@@ -72,11 +73,13 @@ int zr_journal_write(int dirfd, const zr_journal *j, zr_error *err) {
                 r = zr_error_errno(err, errno, ZR_JOURNAL_NAME ": create");
                 goto out;
         }
+        ZR_KILLPOINT(ZR_KP_JOURNAL_CREATED);
         r = write_all(fd, buf, size, 0);
         if (r < 0) {
                 r = zr_error_errno(err, -r, ZR_JOURNAL_NAME ": write");
                 goto out;
         }
+        ZR_KILLPOINT(ZR_KP_JOURNAL_WRITTEN);
         if (fdatasync(fd) < 0 || fsync(dirfd) < 0) {
                 r = zr_error_errno(err, errno, ZR_JOURNAL_NAME ": fsync");
                 goto out;

@@ -6,6 +6,7 @@
  * inspect.c. It does not know about dtypes, shapes or sockets.
  */
 #include "store/store-private.h"
+#include "store/killpoint.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -47,9 +48,11 @@ int zr_store_write_header(zr_store *s, uint64_t length, uint64_t tail, zr_error 
         };
         uint8_t buf[ZR_HEADER_SIZE];
         zr_header_encode(&h, buf);
+        ZR_KILLPOINT(ZR_KP_HEADER_BEFORE);
         int r = zr_pwrite_all(s->meta_fd, buf, sizeof(buf), 0);
         if (r < 0)
                 return zr_error_errno(err, -r, ZR_META_NAME ": write");
+        ZR_KILLPOINT(ZR_KP_HEADER_AFTER);
         return 0;
 }
 
@@ -64,10 +67,17 @@ int zr_store_sync_locked(zr_store *s, zr_error *err) {
         if (r < 0)
                 return r;
         r = zr_files_sync(s->chunks, err);
-        if (r >= 0)
+        if (r >= 0) {
+                ZR_KILLPOINT(ZR_KP_SYNC_CHUNKS);
                 r = zr_files_sync(s->locs, err);
-        if (r >= 0 && fdatasync(s->meta_fd) < 0)
-                r = zr_error_errno(err, errno, ZR_META_NAME ": fdatasync");
+        }
+        if (r >= 0) {
+                ZR_KILLPOINT(ZR_KP_SYNC_LOCS);
+                if (fdatasync(s->meta_fd) < 0)
+                        r = zr_error_errno(err, errno, ZR_META_NAME ": fdatasync");
+                else
+                        ZR_KILLPOINT(ZR_KP_SYNC_META);
+        }
         if (r >= 0 && s->dir_dirty) {
                 if (fsync(s->dirfd) < 0)
                         r = zr_error_errno(err, errno, "store directory: fsync");
@@ -152,6 +162,8 @@ static int store_write_dict(zr_store *s, const void *dict, size_t len, zr_error 
         else if (fdatasync(fd) < 0)
                 r = zr_error_errno(err, errno, "%s: fdatasync", tmp);
         close(fd);
+        if (r >= 0)
+                ZR_KILLPOINT(ZR_KP_DICT_TMP_DURABLE);
         if (r >= 0 && renameat(s->dirfd, tmp, s->dirfd, ZR_DICT_NAME) < 0)
                 r = zr_error_errno(err, errno, ZR_DICT_NAME ": rename");
         if (r < 0) {
@@ -160,6 +172,7 @@ static int store_write_dict(zr_store *s, const void *dict, size_t len, zr_error 
         }
         if (fsync(s->dirfd) < 0)
                 return zr_error_errno(err, errno, "store directory: fsync");
+        ZR_KILLPOINT(ZR_KP_DICT_RENAMED);
         return 0;
 }
 
@@ -338,19 +351,23 @@ int zr_store_apply_journal(zr_store *s, const zr_journal *j, zr_error *err) {
                 r = zr_store_put_loc(s, j->entries[i].index, &j->entries[i].loc, err);
                 if (r < 0)
                         return r;
+                ZR_KILLPOINT(ZR_KP_DELETE_SWAP);
         }
         r = zr_files_sync(s->locs, err);
         if (r < 0)
                 return r;
+        ZR_KILLPOINT(ZR_KP_DELETE_TABLE_SYNCED);
         r = zr_store_write_header(s, j->new_len, atomic_load(&s->tail), err);
         if (r < 0)
                 return r;
         if (fdatasync(s->meta_fd) < 0)
                 return zr_error_errno(err, errno, ZR_META_NAME ": fdatasync");
+        ZR_KILLPOINT(ZR_KP_DELETE_HEADER_SYNCED);
         atomic_store_explicit(&s->length, j->new_len, memory_order_release);
         r = zr_journal_remove(s->dirfd, err);
         if (r < 0)
                 return r;
+        ZR_KILLPOINT(ZR_KP_JOURNAL_REMOVED);
         s->dir_dirty = 1;
         return 0;
 }
@@ -527,6 +544,8 @@ int zr_store_install_dict(zr_store *s, const void *dict, size_t dict_len, zr_err
         }
         if (r >= 0 && fdatasync(s->meta_fd) < 0)
                 r = zr_error_errno(err, errno, ZR_META_NAME ": fdatasync");
+        if (r >= 0)
+                ZR_KILLPOINT(ZR_KP_DICT_FLAGGED);
         if (r < 0)
                 atomic_store(&s->failed, -r);
         return r;
