@@ -8,6 +8,12 @@
  * reopens it at once finds it; only the cheap close of a synced store runs on
  * the loop.
  * It does not check access: the caller has proven it (PROTOCOL.md section 6).
+ *
+ * Stores are opened with no_mmap: their files belong to the clients (any client
+ * with write access may truncate a chunk or .loc file under the daemon), and a
+ * read through a mapping of a truncated file is a SIGBUS that would kill the
+ * daemon and every other client with it. With pread a truncated file is a short
+ * read, which the store reports as ZR_E_CORRUPT to the one request that met it.
  */
 #include "server/registry.h"
 
@@ -90,7 +96,7 @@ int zr_registry_open(zr_registry *reg, int dirfd, zr_entry **ret, zr_error *err)
                         *ret = zr_entry_ref(e);
                         return 0;
                 }
-        zr_store_options opts = {.pool = reg->pool};
+        zr_store_options opts = {.pool = reg->pool, .no_mmap = 1}; /* see the top */
         zr_dataset *ds;
         int r = zr_dataset_open(dirfd, &opts, &ds, err);
         if (r == -EACCES || r == -EROFS || r == -EPERM) {
@@ -108,7 +114,7 @@ int zr_registry_open(zr_registry *reg, int dirfd, zr_entry **ret, zr_error *err)
 int zr_registry_create_dataset(zr_pool *pool, int dirfd, const zr_schema *schema,
                                const void *dict, size_t dict_len, zr_dataset **ret,
                                zr_error *err) {
-        zr_store_options opts = {.pool = pool};
+        zr_store_options opts = {.pool = pool, .no_mmap = 1}; /* see the top */
         return zr_dataset_create(dirfd, schema, dict, dict_len, &opts, ret, err);
 }
 
