@@ -165,11 +165,17 @@ bool hd_daemon_stop(test_daemon *d) {
         return test_daemon_stop(d) == 0;
 }
 
-bool hd_daemon_alive(const test_daemon *d) {
-        int status;
+int hd_daemon_wait_status;
+
+bool hd_daemon_alive(test_daemon *d) {
+        int status = 0;
         if (d->pid <= 0)
                 return false;
-        return waitpid(d->pid, &status, WNOHANG) == 0;
+        if (waitpid(d->pid, &status, WNOHANG) == 0)
+                return true;
+        hd_daemon_wait_status = status;
+        d->pid = 0;
+        return false;
 }
 
 void hd_tempdir(char *buf, size_t size, const char *tag) {

@@ -73,8 +73,10 @@ bool hd_daemon_kill(test_daemon *d);
 /* SIGTERM; true if it drained and exited 0 (under the sanitizers: no error, no
  * leak). Removes its temp directory. */
 bool hd_daemon_stop(test_daemon *d);
-/* True while the daemon process is alive (not exited, not a zombie). */
-bool hd_daemon_alive(const test_daemon *d);
+/* True while the daemon process is alive. Once it is found dead it is reaped
+ * (d->pid becomes 0) and its wait status kept in hd_daemon_wait_status. */
+extern int hd_daemon_wait_status;
+bool hd_daemon_alive(test_daemon *d);
 
 /* A temp directory for stores (removed by test_rmtree()). */
 void hd_tempdir(char *buf, size_t size, const char *tag);

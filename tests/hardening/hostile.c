@@ -1,0 +1,962 @@
+/* hostile.c: clients that misbehave on purpose, against the real zrecordd,
+ * while a well-behaved client streams loader batches and checks every record.
+ *
+ * Cases: writing to or truncating a ring or read buffer it was given (the
+ * memfds are sealed and mapped read-only), descriptors of the wrong type or in
+ * the wrong message, pipelining far past the limit while not reading, thousands
+ * of connection attempts over the global limit, never releasing slots, holding
+ * a connection half-open, forking with an open loader (parent and child both
+ * use it, then one dies), and truncating the chunk and table files of a store
+ * the daemon has open. After each case the daemon must still serve the checker
+ * (which must make progress with bit-exact batches) and its descriptors,
+ * mappings and RSS must come back to the baseline taken before the first case.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harden.h"
+#include "zrc.h"
+
+#define N_RECORDS 2048
+#define REC_BYTES 256
+#define MAX_CLIENTS 48
+/* What RSS may differ from the baseline after a case: allocator caches and
+ * the decoded-record cache, not a leak (a leaked ring is MiBs per case). */
+#define RSS_SLACK_KIB 4096
+
+static test_daemon D;
+static char root[256], hd_path[300], scratch_path[300], victim_path[300], victimz_path[300];
+static zrc_conn *monitor;
+static hd_proc base;
+
+/* ---- the well-behaved client ------------------------------------------- */
+
+static struct {
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        uint64_t batches, records, bad, errors;
+        bool stop;
+        pthread_t thread;
+} chk = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER};
+
+static bool dense_batch_ok(const void *data, const uint64_t *idx, uint64_t n) {
+        const uint8_t *p = data;
+        for (uint64_t j = 0; j < n; j++)
+                if (!hd_record_check(idx[j], p + j * REC_BYTES, REC_BYTES))
+                        return false;
+        return true;
+}
+
+static void *checker_main(void *arg) {
+        zrc_conn *c = NULL;
+        zrc_dataset *d = NULL;
+        zrc_loader *l = NULL;
+        zrc_error e;
+        zrc_loader_options o = {.sampler = "cyclic", .batch_size = 32, .seed = 3,
+                                .prefetch = 4, .indices = true};
+        int r = zrc_connect(D.socket, &c, &e);
+        if (r == 0)
+                r = zrc_dataset_open(c, hd_path, 0, &d);
+        if (r == 0)
+                r = zrc_loader_open(c, &d, 1, &o, &l);
+        for (;;) {
+                zrc_loader_batch b;
+                pthread_mutex_lock(&chk.lock);
+                bool stop = chk.stop;
+                if (r < 0)
+                        chk.errors++;
+                pthread_mutex_unlock(&chk.lock);
+                if (stop || r < 0)
+                        break;
+                r = zrc_loader_next(l, &b);
+                if (r < 0)
+                        continue;
+                bool ok = dense_batch_ok(b.streams[0].data, b.indices, b.count);
+                r = zrc_loader_release(l, b.slot);
+                pthread_mutex_lock(&chk.lock);
+                chk.batches++;
+                chk.records += b.count;
+                chk.bad += !ok;
+                pthread_cond_broadcast(&chk.cond);
+                pthread_mutex_unlock(&chk.lock);
+        }
+        if (r < 0)
+                fprintf(stderr, "checker: %d %s\n", r, c ? zrc_last_error(c)->message : e.message);
+        pthread_mutex_lock(&chk.lock);
+        chk.stop = true;
+        pthread_cond_broadcast(&chk.cond);
+        pthread_mutex_unlock(&chk.lock);
+        zrc_loader_close(l);
+        zrc_disconnect(c);
+        return NULL;
+}
+
+/* Waits until the checker has verified n more batches (an event, with a bound). */
+static bool checker_progress(uint64_t n) {
+        struct timespec dl;
+        clock_gettime(CLOCK_REALTIME, &dl);
+        dl.tv_sec += 30;
+        pthread_mutex_lock(&chk.lock);
+        uint64_t want = chk.batches + n;
+        int r = 0;
+        while (chk.batches < want && !chk.stop && r == 0)
+                r = pthread_cond_timedwait(&chk.cond, &chk.lock, &dl);
+        bool ok = chk.batches >= want;
+        pthread_mutex_unlock(&chk.lock);
+        return ok;
+}
+
+static uint64_t checker_batches(void) {
+        pthread_mutex_lock(&chk.lock);
+        uint64_t n = chk.batches;
+        pthread_mutex_unlock(&chk.lock);
+        return n;
+}
+
+/* ---- baseline ----------------------------------------------------------- */
+
+/* Waits (STATUS round trips, bounded) until only the monitor and the checker
+ * are connected with the checker's one loader and the shared memory of the
+ * baseline, and the descriptor count is back; then compares. */
+static void settle(const char *name, uint64_t shm0, uint64_t batches_before) {
+        hd_proc now = {0};
+        uint64_t deadline = hd_now_usec() + 20 * 1000000u, rounds = 0;
+        bool settled = false;
+        while (!settled && hd_now_usec() < deadline) {
+                zrc_status *st = NULL;
+                int r = zrc_status_query(monitor, &st);
+                if (r < 0)
+                        break;
+                rounds++;
+                settled = st->clients == 2 && st->loaders == 1 && st->shm_bytes == shm0 &&
+                          hd_proc_read(D.pid, &now) == 0 && now.fds == base.fds &&
+                          now.maps <= base.maps;
+                zrc_status_free(st);
+        }
+        bool alive = hd_daemon_alive(&D);
+        CHECK(alive, "%s: the daemon died", name);
+        if (!alive) {
+                printf("case %-16s daemon DEAD (wait status %#x)\n", name, hd_daemon_wait_status);
+                return;
+        }
+        hd_proc_read(D.pid, &now);
+        bool progress = checker_progress(16);
+        CHECK(progress, "%s: the checker made no progress", name);
+        CHECK(now.fds == base.fds, "%s: %d descriptors, baseline %d", name, now.fds, base.fds);
+        CHECK(now.maps <= base.maps, "%s: %d mappings, baseline %d", name, now.maps, base.maps);
+        CHECK(now.rss_kib <= base.rss_kib + RSS_SLACK_KIB, "%s: RSS %" PRIu64 " KiB, baseline %"
+              PRIu64, name, now.rss_kib, base.rss_kib);
+        printf("case %-16s daemon alive; checker %" PRIu64 " batches meanwhile; fds %d (base %d), "
+               "maps %d (base %d), RSS %" PRIu64 " KiB (base %" PRIu64 "), settled after %" PRIu64
+               " STATUS\n", name, checker_batches() - batches_before, now.fds, base.fds, now.maps,
+               base.maps, now.rss_kib, base.rss_kib, rounds);
+}
+
+static uint64_t status_shm(void) {
+        zrc_status *st = NULL;
+        uint64_t v = 0;
+        if (zrc_status_query(monitor, &st) == 0)
+                v = st->shm_bytes;
+        zrc_status_free(st);
+        return v;
+}
+
+/* ---- raw helpers -------------------------------------------------------- */
+
+static int raw_loader_open(int fd, int64_t h, uint32_t prefetch, uint64_t id, int *ret_ring,
+                           uint64_t *ret_ring_bytes, uint64_t *ret_slot_bytes) {
+        zr_wire_writer w;
+        hd_msg m;
+        hd_begin(&w, "loader_open", id);
+        zr_wire_begin_array(&w, "streams");
+        zr_wire_begin_map(&w, NULL);
+        zr_wire_put_u64(&w, "handle", (uint64_t)h);
+        zr_wire_end(&w);
+        zr_wire_end(&w);
+        zr_wire_put_str(&w, "sampler", "sequential");
+        zr_wire_put_u64(&w, "batch_size", 32);
+        zr_wire_put_u64(&w, "seed", 0);
+        zr_wire_put_u64(&w, "start_step", 0);
+        zr_wire_put_u64(&w, "prefetch", prefetch);
+        int r = hd_call(fd, &w, NULL, 0, &m);
+        if (r == 0 && m.nfds == 1) {
+                *ret_ring = m.fds[0];
+                m.nfds = 0;
+                *ret_ring_bytes = hd_u64(&m, "ring_bytes");
+                *ret_slot_bytes = hd_u64(&m, "slot_bytes");
+                r = (int)hd_u64(&m, "loader");
+        } else if (r == 0) {
+                r = -EBADF;
+        } else if (r > 0) {
+                r = -r;
+        }
+        hd_msg_free(&m);
+        return r;
+}
+
+/* Every way a client might try to change a daemon-made memfd. Returns the
+ * number of attempts; *ret_refused counts those the kernel refused. */
+static unsigned try_to_write(int mfd, uint64_t bytes, unsigned *ret_refused, const char *what) {
+        unsigned n = 0, refused = 0;
+        char junk[64];
+        memset(junk, 0x5a, sizeof(junk));
+#define ATTEMPT(failed, desc)                                                               \
+        do {                                                                                \
+                n++;                                                                        \
+                bool f_ = (failed);                                                         \
+                refused += f_;                                                              \
+                CHECK(f_, "%s: %s succeeded", what, desc);                                  \
+        } while (0)
+        int seals = fcntl(mfd, F_GET_SEALS);
+        CHECK(seals >= 0 && (seals & F_SEAL_SHRINK) && (seals & F_SEAL_GROW) &&
+              (seals & F_SEAL_SEAL), "%s: seals %#x", what, seals);
+#ifdef F_SEAL_FUTURE_WRITE
+        CHECK(seals & F_SEAL_FUTURE_WRITE, "%s: no F_SEAL_FUTURE_WRITE (%#x)", what, seals);
+#endif
+        ATTEMPT(ftruncate(mfd, 0) < 0, "ftruncate to 0");
+        ATTEMPT(ftruncate(mfd, (off_t)bytes / 2) < 0, "ftruncate to half");
+        ATTEMPT(ftruncate(mfd, (off_t)bytes * 2) < 0, "ftruncate to twice");
+        ATTEMPT(write(mfd, junk, sizeof(junk)) < 0, "write");
+        ATTEMPT(pwrite(mfd, junk, sizeof(junk), 4096) < 0, "pwrite");
+        ATTEMPT(fallocate(mfd, 0, 0, (off_t)bytes + 4096) < 0, "fallocate to grow");
+        ATTEMPT(fallocate(mfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 4096) < 0,
+                "fallocate punching a hole");
+        void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+        ATTEMPT(p == MAP_FAILED, "a shared writable mapping");
+        if (p != MAP_FAILED)
+                munmap(p, bytes);
+        p = mmap(NULL, bytes, PROT_READ, MAP_SHARED, mfd, 0);
+        CHECK(p != MAP_FAILED, "%s: a read-only mapping failed", what);
+        if (p != MAP_FAILED) {
+                ATTEMPT(mprotect(p, bytes, PROT_READ | PROT_WRITE) < 0,
+                        "mprotect of the read-only mapping to writable");
+                munmap(p, bytes);
+        }
+        ATTEMPT(fcntl(mfd, F_ADD_SEALS, F_SEAL_WRITE) < 0, "adding F_SEAL_WRITE");
+        char proc[64];
+        snprintf(proc, sizeof(proc), "/proc/self/fd/%d", mfd);
+        int again = open(proc, O_RDWR | O_CLOEXEC);
+        if (again >= 0) {
+                ATTEMPT(write(again, junk, sizeof(junk)) < 0, "write through a reopened O_RDWR descriptor");
+                p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, again, 0);
+                ATTEMPT(p == MAP_FAILED, "a shared writable mapping of a reopened descriptor");
+                if (p != MAP_FAILED)
+                        munmap(p, bytes);
+                ATTEMPT(ftruncate(again, 0) < 0, "ftruncate of a reopened descriptor");
+                close(again);
+        }
+        /* A private copy-on-write mapping may be written: it is the client's own. */
+        p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE, mfd, 0);
+        if (p != MAP_FAILED) {
+                memset(p, 0xa5, bytes);
+                munmap(p, bytes);
+        }
+#undef ATTEMPT
+        *ret_refused = refused;
+        return n;
+}
+
+/* ---- cases -------------------------------------------------------------- */
+
+static void case_ring_write(void) {
+        int fd, ring = -1;
+        uint64_t ring_bytes = 0, slot_bytes = 0, b0 = checker_batches(), shm0 = status_shm();
+        unsigned attempts = 0, refused = 0, r1 = 0;
+        CHECK(hd_connect_hello(&D, &fd) == 0, "ring: hello");
+        int64_t h = hd_raw_open(fd, hd_path, false, 2);
+        CHECK(h > 0, "ring: open: %" PRId64, h);
+        int l = raw_loader_open(fd, h, 2, 3, &ring, &ring_bytes, &slot_bytes);
+        CHECK(l > 0, "ring: loader_open: %d", l);
+        if (l > 0) {
+                attempts += try_to_write(ring, ring_bytes, &r1, "ring");
+                refused += r1;
+                /* the daemon goes on filling the ring: 8 batches, each checked */
+                const uint8_t *map = mmap(NULL, ring_bytes, PROT_READ, MAP_SHARED, ring, 0);
+                CHECK(map != MAP_FAILED, "ring: map");
+                unsigned good = 0, seen = 0;
+                while (map != MAP_FAILED && seen < 8) {
+                        hd_msg m;
+                        if (hd_recv(fd, &m, 30000) < 0)
+                                break;
+                        if (strcmp(m.kind, "batch") == 0) {
+                                uint64_t slot = hd_u64(&m, "slot"), step = hd_u64(&m, "step");
+                                const msgpack_object *items;
+                                uint32_t ni = 0;
+                                uint64_t off = slot * slot_bytes;
+                                if (zr_wire_get_array(m.root, "streams", &items, &ni, NULL) == 0 && ni == 1)
+                                        zr_wire_get_u64(&items[0], "offset", &off, NULL);
+                                uint64_t idx[32];
+                                for (int j = 0; j < 32; j++)
+                                        idx[j] = (step * 32 + (uint64_t)j) % N_RECORDS;
+                                good += dense_batch_ok(map + off, idx, 32);
+                                seen++;
+                                zr_wire_writer w;
+                                zr_wire_writer_init(&w);
+                                zr_wire_writer_begin_message(&w, "release", false, 0);
+                                zr_wire_put_u64(&w, "loader", (uint64_t)l);
+                                zr_wire_put_u64(&w, "slot", slot);
+                                hd_send(fd, &w, NULL, 0);
+                                zr_wire_writer_destroy(&w);
+                        }
+                        hd_msg_free(&m);
+                }
+                CHECK(good == 8, "ring: %u of 8 batches intact after the attempts", good);
+                if (map != MAP_FAILED)
+                        munmap((void *)map, ring_bytes);
+                close(ring);
+        }
+        /* a read buffer */
+        zr_wire_writer w;
+        hd_msg m;
+        hd_begin(&w, "buffer_open", 10);
+        zr_wire_put_u64(&w, "bytes", 65536);
+        int r = hd_call(fd, &w, NULL, 0, &m);
+        CHECK(r == 0 && m.nfds == 1, "buffer_open: %d", r);
+        if (r == 0 && m.nfds == 1) {
+                int buf = m.fds[0];
+                uint64_t bytes = hd_u64(&m, "bytes"), bh = hd_u64(&m, "buffer");
+                m.nfds = 0;
+                attempts += try_to_write(buf, bytes, &r1, "buffer");
+                refused += r1;
+                uint64_t idx[64];
+                for (int j = 0; j < 64; j++)
+                        idx[j] = (uint64_t)j * 31 % N_RECORDS;
+                hd_msg_free(&m);
+                hd_begin(&w, "read", 11);
+                zr_wire_put_u64(&w, "handle", (uint64_t)h);
+                zr_wire_put_u64(&w, "buffer", bh);
+                zr_wire_put_u64s(&w, "indices", idx, 64);
+                r = hd_call(fd, &w, NULL, 0, &m);
+                const uint8_t *map = mmap(NULL, bytes, PROT_READ, MAP_SHARED, buf, 0);
+                CHECK(r == 0 && map != MAP_FAILED && dense_batch_ok(map, idx, 64),
+                      "buffer: a READ after the attempts is not intact (%d)", r);
+                if (map != MAP_FAILED)
+                        munmap((void *)map, bytes);
+                close(buf);
+        }
+        hd_msg_free(&m);
+        close(fd);
+        printf("case ring-write: %u attempts on a ring and a read buffer, %u refused by the kernel\n",
+               attempts, refused);
+        settle("ring-write", shm0, b0);
+}
+
+static int expect_call(int fd, const char *kind, const int *fds, unsigned nfds, int64_t handle,
+                       const char *desc, int want, unsigned *n, unsigned *ok) {
+        zr_wire_writer w;
+        hd_msg m;
+        hd_begin(&w, kind, 100 + *n);
+        if (handle >= 0)
+                zr_wire_put_u64(&w, "handle", (uint64_t)handle);
+        if (!strcmp(kind, "append")) {
+                uint64_t shape[1] = {REC_BYTES};
+                zr_wire_put_str(&w, "dtype", "|u1");
+                zr_wire_put_u64(&w, "count", 1);
+                zr_wire_put_u64(&w, "record_bytes", REC_BYTES);
+                zr_wire_put_uint_array(&w, "item_shape", shape, 1);
+        }
+        if (!strcmp(kind, "buffer_open"))
+                zr_wire_put_u64(&w, "bytes", 4096);
+        int r = hd_call(fd, &w, fds, nfds, &m);
+        (*n)++;
+        *ok += r == want;
+        CHECK(r == want, "wrong-fds: %s: got %d, expected %d", desc, r, want);
+        hd_msg_free(&m);
+        return r;
+}
+
+static void case_wrong_fds(void) {
+        int fd, pipefd[2], sv[2];
+        unsigned n = 0, ok = 0;
+        uint64_t b0 = checker_batches(), shm0 = status_shm();
+        char meta[400], smeta[400];
+        snprintf(meta, sizeof(meta), "%s/meta.zr", hd_path);
+        snprintf(smeta, sizeof(smeta), "%s/meta.zr", scratch_path);
+        CHECK(pipe2(pipefd, O_CLOEXEC) == 0, "pipe");
+        CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0, "socketpair");
+        int dir = open(hd_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        int opath = open(hd_path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+        int mfd = open(meta, O_RDONLY | O_CLOEXEC);
+        int sdir = open(scratch_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        int smfd = open(smeta, O_RDWR | O_CLOEXEC);
+        int file = open(meta, O_RDONLY | O_CLOEXEC);
+        uint8_t rec[REC_BYTES];
+        hd_record_fill(0, rec, sizeof(rec));
+        int unsealed = memfd_create("unsealed", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        CHECK(write(unsealed, rec, sizeof(rec)) == (ssize_t)sizeof(rec), "memfd write");
+
+        CHECK(hd_connect_hello(&D, &fd) == 0, "wrong-fds: hello");
+        expect_call(fd, "status", (int[]){pipefd[0]}, 1, -1, "a descriptor with STATUS",
+                    ZR_E_BAD_FD, &n, &ok);
+        expect_call(fd, "dataset_open", (int[]){sv[0], mfd}, 2, -1, "a socket as the directory",
+                    ZR_E_BAD_FD, &n, &ok);
+        /* a proof that is not meta.zr fails the identity check of section 6 */
+        expect_call(fd, "dataset_open", (int[]){dir, pipefd[0]}, 2, -1, "a pipe as meta.zr",
+                    EACCES, &n, &ok);
+        expect_call(fd, "dataset_open", (int[]){opath, mfd}, 2, -1, "an O_PATH directory",
+                    ZR_E_BAD_FD, &n, &ok);
+        expect_call(fd, "dataset_open", (int[]){dir}, 1, -1, "one descriptor of two",
+                    ZR_E_BAD_FD, &n, &ok);
+        expect_call(fd, "dataset_open", (int[]){dir, smfd}, 2, -1,
+                    "another store's meta.zr as the proof", EACCES, &n, &ok);
+        int64_t sh = hd_raw_open(fd, scratch_path, true, 50);
+        CHECK(sh > 0, "wrong-fds: open scratch writable: %" PRId64, sh);
+        expect_call(fd, "append", (int[]){unsealed}, 1, sh, "an unsealed memfd with APPEND",
+                    ZR_E_BAD_FD, &n, &ok);
+        expect_call(fd, "append", (int[]){file}, 1, sh, "a regular file with APPEND",
+                    ZR_E_BAD_FD, &n, &ok);
+        expect_call(fd, "append", (int[]){dir}, 1, sh, "a directory with APPEND",
+                    ZR_E_BAD_FD, &n, &ok);
+        expect_call(fd, "buffer_open", (int[]){unsealed}, 1, -1, "a descriptor with BUFFER_OPEN",
+                    ZR_E_BAD_FD, &n, &ok);
+        /* a RELEASE (a notification) carrying a descriptor: a FAULT */
+        {
+                zr_wire_writer w;
+                hd_msg m;
+                zr_wire_writer_init(&w);
+                zr_wire_writer_begin_message(&w, "release", false, 0);
+                zr_wire_put_u64(&w, "loader", 1);
+                zr_wire_put_u64(&w, "slot", 0);
+                hd_send(fd, &w, (int[]){pipefd[1]}, 1);
+                zr_wire_writer_destroy(&w);
+                int rr = hd_recv(fd, &m, 30000);
+                n++;
+                bool f = rr == 0 && !strcmp(m.kind, "fault");
+                ok += f;
+                CHECK(f, "wrong-fds: a RELEASE with a descriptor got no FAULT (%d %s)", rr, m.kind);
+                hd_msg_free(&m);
+        }
+        /* the connection still works: a real append */
+        {
+                int sealed = memfd_create("sealed", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+                CHECK(write(sealed, rec, sizeof(rec)) == (ssize_t)sizeof(rec), "memfd write");
+                fcntl(sealed, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW);
+                expect_call(fd, "append", (int[]){sealed}, 1, sh, "a sealed memfd with APPEND",
+                            0, &n, &ok);
+                close(sealed);
+        }
+        /* 65 descriptors on one frame: more than the control buffer holds */
+        {
+                int many[65];
+                for (int i = 0; i < 65; i++)
+                        many[i] = pipefd[0];
+                zr_wire_writer w;
+                hd_msg m;
+                hd_begin(&w, "status", 200);
+                hd_send(fd, &w, many, 65);
+                zr_wire_writer_destroy(&w);
+                int rr = hd_recv(fd, &m, 30000);
+                int code = rr == 0 ? hd_code(&m) : rr;
+                hd_msg_free(&m);
+                int eof = hd_recv(fd, &m, 30000);
+                hd_msg_free(&m);
+                n++;
+                ok += code == ZR_E_BAD_FD && eof == -EPIPE;
+                CHECK(code == ZR_E_BAD_FD && eof == -EPIPE,
+                      "wrong-fds: 65 descriptors: %d, then %d", code, eof);
+        }
+        close(fd);
+        /* strikes: a connection that keeps sending descriptors where none belong */
+        {
+                CHECK(hd_connect_hello(&D, &fd) == 0, "strikes: hello");
+                int got = 0, rr = 0;
+                for (int i = 0; i < 40 && rr >= 0; i++) {
+                        zr_wire_writer w;
+                        hd_msg m;
+                        hd_begin(&w, "status", 300 + (uint64_t)i);
+                        rr = hd_call(fd, &w, (int[]){pipefd[0]}, 1, &m);
+                        if (rr >= 0)
+                                got++;
+                        hd_msg_free(&m);
+                }
+                n++;
+                ok += rr == -EPIPE && got <= ZR_STRIKES_MAX + 1;
+                CHECK(rr == -EPIPE && got <= ZR_STRIKES_MAX + 1,
+                      "strikes: %d answers, then %d", got, rr);
+                close(fd);
+        }
+        close(pipefd[0]);
+        close(pipefd[1]);
+        close(sv[0]);
+        close(sv[1]);
+        close(dir);
+        close(opath);
+        close(mfd);
+        close(sdir);
+        close(smfd);
+        close(file);
+        close(unsealed);
+        printf("case wrong-fds: %u misplaced or mistyped descriptors answered as specified: %u\n",
+               n, ok);
+        settle("wrong-fds", shm0, b0);
+}
+
+typedef struct pipe_reader {
+        int fd;
+        uint64_t first_id, total, got, in_order, ok;
+} pipe_reader;
+
+static void *pipe_reader_main(void *arg) {
+        pipe_reader *p = arg;
+        while (p->got < p->total) {
+                hd_msg m;
+                if (hd_recv(p->fd, &m, 30000) < 0)
+                        break;
+                uint64_t id = hd_u64(&m, "id");
+                p->in_order += id == p->first_id + p->got;
+                p->ok += hd_code(&m) == 0;
+                p->got++;
+                hd_msg_free(&m);
+        }
+        return NULL;
+}
+
+static void case_pipeline(void) {
+        const uint64_t total = hd_env_u64("ZR_HOSTILE_PIPELINE", 20000);
+        uint64_t b0 = checker_batches(), shm0 = status_shm();
+        int fd;
+        CHECK(hd_connect_hello(&D, &fd) == 0, "pipeline: hello");
+        int64_t h = hd_raw_open(fd, hd_path, false, 2);
+        /* Phase 1: write requests without reading a reply until the socket is full. */
+        int fl = fcntl(fd, F_GETFL);
+        fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+        zr_wire_writer w;
+        zr_wire_writer_init(&w);
+        uint64_t sent = 0, accepted_bytes = 0;
+        const uint8_t *frame = NULL;
+        size_t size = 0, off = 0;
+        bool full = false;
+        while (sent < total && !full) {
+                if (off == 0) {
+                        zr_wire_writer_reset(&w);
+                        zr_wire_writer_begin_message(&w, "info", true, 1000 + sent);
+                        zr_wire_put_u64(&w, "handle", (uint64_t)h);
+                        zr_wire_writer_finish(&w, ZR_FRAME_MAX_FLOOR, &frame, &size, NULL);
+                }
+                ssize_t k = send(fd, frame + off, size - off, MSG_NOSIGNAL);
+                if (k < 0) {
+                        full = errno == EAGAIN;
+                        CHECK(full, "pipeline: send: %s", strerror(errno));
+                        break;
+                }
+                accepted_bytes += (uint64_t)k;
+                off += (size_t)k;
+                if (off == size) {
+                        off = 0;
+                        sent++;
+                }
+        }
+        hd_proc during;
+        hd_proc_read(D.pid, &during);
+        CHECK(hd_daemon_alive(&D), "pipeline: daemon died");
+        /* Phase 2: read every reply while the rest goes out. */
+        fcntl(fd, F_SETFL, fl);
+        pipe_reader pr = {.fd = fd, .first_id = 1000, .total = total};
+        pthread_t t;
+        pthread_create(&t, NULL, pipe_reader_main, &pr);
+        if (off > 0)
+                CHECK(hd_send_raw(fd, frame + off, size - off, NULL, 0) == 0, "pipeline: rest");
+        if (off > 0)
+                sent++;
+        for (; sent < total; sent++) {
+                zr_wire_writer_reset(&w);
+                zr_wire_writer_begin_message(&w, "info", true, 1000 + sent);
+                zr_wire_put_u64(&w, "handle", (uint64_t)h);
+                zr_wire_writer_finish(&w, ZR_FRAME_MAX_FLOOR, &frame, &size, NULL);
+                if (hd_send_raw(fd, frame, size, NULL, 0) < 0)
+                        break;
+        }
+        pthread_join(t, NULL);
+        zr_wire_writer_destroy(&w);
+        CHECK(pr.got == total && pr.in_order == total && pr.ok == total,
+              "pipeline: %" PRIu64 " replies of %" PRIu64 ", %" PRIu64 " in order, %" PRIu64 " ok",
+              pr.got, total, pr.in_order, pr.ok);
+        close(fd);
+        printf("case pipeline: %" PRIu64 " INFO requests pipelined (limit %d); %" PRIu64
+               " bytes accepted before the daemon stopped reading; daemon RSS meanwhile %"
+               PRIu64 " KiB (base %" PRIu64 "); %" PRIu64 " replies, all in order and ok: %s\n",
+               total, ZR_PIPELINE_MAX, accepted_bytes, during.rss_kib, base.rss_kib, pr.got,
+               pr.in_order == total && pr.ok == total ? "yes" : "no");
+        settle("pipeline", shm0, b0);
+}
+
+static void case_connections(void) {
+        const unsigned attempts = (unsigned)hd_env_u64("ZR_HOSTILE_CONNECTS", 3000);
+        uint64_t b0 = checker_batches(), shm0 = status_shm();
+        int held[MAX_CLIENTS];
+        unsigned nheld = 0, refused = 0, other = 0;
+        /* fill up to the limit (the monitor and the checker hold two) */
+        for (unsigned i = 0; i < MAX_CLIENTS - 2; i++) {
+                int fd;
+                if (hd_connect_hello(&D, &fd) == 0)
+                        held[nheld++] = fd;
+        }
+        CHECK(nheld == MAX_CLIENTS - 2, "connections: %u held of %d", nheld, MAX_CLIENTS - 2);
+        /* then thousands of attempts over the limit, in waves */
+        for (unsigned done = 0; done < attempts;) {
+                int wave[128];
+                unsigned k = 0;
+                for (; k < 128 && done + k < attempts; k++)
+                        wave[k] = hd_connect(&D);
+                for (unsigned i = 0; i < k; i++) {
+                        hd_msg m;
+                        if (wave[i] < 0) {
+                                other++;
+                                continue;
+                        }
+                        int r = hd_recv(wave[i], &m, 30000);
+                        if (r == 0 && hd_code(&m) == ZR_E_LIMIT)
+                                refused++;
+                        else
+                                other++;
+                        hd_msg_free(&m);
+                        close(wave[i]);
+                }
+                done += k;
+        }
+        CHECK(refused == attempts, "connections: %u of %u refused with ZR_E_LIMIT (%u otherwise)",
+              refused, attempts, other);
+        /* those within the limit still work */
+        unsigned working = 0;
+        for (unsigned i = 0; i < nheld; i++) {
+                zr_wire_writer w;
+                hd_msg m;
+                hd_begin(&w, "status", 7);
+                working += hd_call(held[i], &w, NULL, 0, &m) == 0;
+                hd_msg_free(&m);
+                close(held[i]);
+        }
+        CHECK(working == nheld, "connections: %u of %u held connections answer", working, nheld);
+        printf("case connections: %u held at the limit (%d), %u attempts over it, %u refused with "
+               "ZR_E_LIMIT, %u held still answer\n", nheld, MAX_CLIENTS, attempts, refused,
+               working);
+        settle("connections", shm0, b0);
+}
+
+static void case_never_release(void) {
+        uint64_t b0 = checker_batches(), shm0 = status_shm();
+        zrc_conn *c = NULL;
+        zrc_dataset *d = NULL;
+        zrc_loader *l = NULL;
+        zrc_loader_options o = {.sampler = "iid", .batch_size = 64, .seed = 9, .prefetch = 8};
+        int r = zrc_connect(D.socket, &c, NULL);
+        if (r == 0)
+                r = zrc_dataset_open(c, hd_path, 0, &d);
+        if (r == 0)
+                r = zrc_loader_open(c, &d, 1, &o, &l);
+        CHECK(r == 0, "never-release: open: %d", r);
+        unsigned held = 0;
+        zrc_loader_batch b;
+        while (r == 0 && (r = zrc_loader_next(l, &b)) == 0)
+                held++;
+        CHECK(held == 8 && r == -EDEADLK, "never-release: %u held, then %d", held, r);
+        /* a raw client that opens a loader and never reads its socket again */
+        int fd, ring = -1;
+        uint64_t rb, sb;
+        CHECK(hd_connect_hello(&D, &fd) == 0, "never-read: hello");
+        int64_t h = hd_raw_open(fd, hd_path, false, 2);
+        int lr = raw_loader_open(fd, h, 16, 3, &ring, &rb, &sb);
+        CHECK(lr > 0, "never-read: loader %d", lr);
+        bool progress = checker_progress(200);
+        CHECK(progress, "never-release: the checker stalled");
+        close(ring);
+        close(fd);
+        zrc_disconnect(c); /* its slots go back with the connection */
+        printf("case never-release: a loader holding all %u slots and one never read; the "
+               "checker verified 200 batches meanwhile\n", held);
+        settle("never-release", shm0, b0);
+}
+
+static void case_half_open(void) {
+        uint64_t b0 = checker_batches(), shm0 = status_shm();
+        unsigned closed = 0, n = 0;
+        int fd;
+        hd_msg m;
+        /* a header cut after 2 bytes, then EOF on our side */
+        CHECK(hd_connect_hello(&D, &fd) == 0, "half-open: hello");
+        hd_send_raw(fd, "\x20\x00", 2, NULL, 0);
+        shutdown(fd, SHUT_WR);
+        int r;
+        while ((r = hd_recv(fd, &m, 30000)) == 0)
+                hd_msg_free(&m);
+        n++;
+        closed += r == -EPIPE;
+        CHECK(r == -EPIPE, "half-open: header cut: %d", r);
+        close(fd);
+        /* a body cut after 10 of 100 bytes */
+        CHECK(hd_connect_hello(&D, &fd) == 0, "half-open: hello");
+        uint8_t part[14] = {100, 0, 0, 0, 0x82};
+        hd_send_raw(fd, part, sizeof(part), NULL, 0);
+        shutdown(fd, SHUT_WR);
+        while ((r = hd_recv(fd, &m, 30000)) == 0)
+                hd_msg_free(&m);
+        n++;
+        closed += r == -EPIPE;
+        CHECK(r == -EPIPE, "half-open: body cut: %d", r);
+        close(fd);
+        /* a whole request, then SHUT_WR: the reply still comes */
+        CHECK(hd_connect_hello(&D, &fd) == 0, "half-open: hello");
+        zr_wire_writer w;
+        hd_begin(&w, "status", 5);
+        hd_send(fd, &w, NULL, 0);
+        zr_wire_writer_destroy(&w);
+        shutdown(fd, SHUT_WR);
+        r = hd_recv(fd, &m, 30000);
+        bool answered = r == 0 && hd_code(&m) == 0 && hd_u64(&m, "id") == 5;
+        hd_msg_free(&m);
+        CHECK(answered, "half-open: a complete request before SHUT_WR was not answered (%d)", r);
+        close(fd);
+        /* held open: no HELLO, nothing sent; and half a header sent and held */
+        int idle = hd_connect(&D), stuck = hd_connect(&D);
+        hd_send_raw(stuck, "\x10\x00\x00", 3, NULL, 0);
+        bool progress = checker_progress(100);
+        CHECK(progress, "half-open: the checker stalled beside held connections");
+        close(idle);
+        close(stuck);
+        printf("case half-open: %u of %u cut frames closed by the daemon; a request before "
+               "SHUT_WR answered: %s; 2 silent connections held while the checker ran\n", closed,
+               n, answered ? "yes" : "no");
+        settle("half-open", shm0, b0);
+}
+
+/* The forked pair: P opens a loader and forks C; both use it at once; P kills
+ * C and goes on; then P exits. Runs in its own process so that whatever the
+ * shared library state does to P, the test is not hurt. Exits 0. */
+static void fork_pair(void) {
+        zrc_conn *c = NULL;
+        zrc_dataset *d = NULL;
+        zrc_loader *l = NULL;
+        zrc_loader_options o = {.sampler = "sequential", .batch_size = 32, .prefetch = 4};
+        if (zrc_connect(D.socket, &c, NULL) < 0 || zrc_dataset_open(c, hd_path, 0, &d) < 0 ||
+            zrc_loader_open(c, &d, 1, &o, &l) < 0)
+                _exit(2);
+        zrc_loader_batch b;
+        if (zrc_loader_next(l, &b) == 0)
+                zrc_loader_release(l, b.slot);
+        int sync[2];
+        if (pipe(sync) < 0)
+                _exit(2);
+        pid_t child = fork();
+        if (child == 0) {
+                close(sync[0]);
+                for (int i = 0; i < 50; i++) {
+                        if (zrc_loader_next(l, &b) < 0)
+                                break;
+                        zrc_loader_release(l, b.slot);
+                        if (i == 0)
+                                (void)!write(sync[1], "x", 1);
+                }
+                (void)!write(sync[1], "x", 1);
+                _exit(0);
+        }
+        close(sync[1]);
+        for (int i = 0; i < 3; i++) {
+                if (zrc_loader_next(l, &b) < 0)
+                        break;
+                zrc_loader_release(l, b.slot);
+        }
+        char x;
+        (void)!read(sync[0], &x, 1); /* the child got a batch (or gave up) */
+        kill(child, SIGKILL);
+        waitpid(child, NULL, 0);
+        zrc_status *st = NULL;
+        zrc_status_query(c, &st); /* may fail: the stream may be out of step */
+        zrc_status_free(st);
+        _exit(0);
+}
+
+static void case_fork(void) {
+        uint64_t b0 = checker_batches(), shm0 = status_shm();
+        unsigned rounds = 0, finished = 0;
+        for (int round = 0; round < 5; round++) {
+                pid_t p = fork();
+                if (p == 0)
+                        fork_pair();
+                int pfd = (int)syscall(SYS_pidfd_open, p, 0);
+                struct pollfd pf = {.fd = pfd, .events = POLLIN};
+                int k = poll(&pf, 1, 20000);
+                if (k <= 0)
+                        kill(p, SIGKILL); /* confused past a bound: it dies, as a client may */
+                int status = 0;
+                waitpid(p, &status, 0);
+                close(pfd);
+                rounds++;
+                finished += k > 0 && WIFEXITED(status);
+                CHECK(hd_daemon_alive(&D), "fork: daemon died");
+        }
+        printf("case fork: %u rounds of a loader used by parent and child at once, the child "
+               "killed; %u parents exited by themselves, the others were killed\n", rounds,
+               finished);
+        settle("fork", shm0, b0);
+}
+
+static void case_truncate(void) {
+        uint64_t b0 = checker_batches(), shm0 = status_shm();
+        zrc_conn *c = NULL;
+        zrc_dataset *v = NULL, *vz = NULL;
+        zrc_loader *l = NULL;
+        zrc_batch b;
+        uint64_t idx[256];
+        for (int i = 0; i < 256; i++)
+                idx[i] = (uint64_t)i;
+        int r = zrc_connect(D.socket, &c, NULL);
+        if (r == 0)
+                r = zrc_dataset_open(c, victim_path, 0, &v);
+        if (r == 0)
+                r = zrc_dataset_open(c, victimz_path, 0, &vz);
+        CHECK(r == 0, "truncate: open: %d", r);
+        if (r < 0)
+                return;
+        r = zrc_dataset_read(v, idx, 256, &b);
+        CHECK(r == 0, "truncate: read before: %d", r);
+        r = zrc_dataset_read(vz, idx, 256, &b);
+        CHECK(r == 0, "truncate: read before (zstd): %d", r);
+        zrc_loader_options o = {.sampler = "sequential", .batch_size = 16, .prefetch = 2};
+        r = zrc_loader_open(c, &v, 1, &o, &l);
+        CHECK(r == 0, "truncate: loader: %d", r);
+        zrc_loader_batch lb;
+        if (r == 0 && zrc_loader_next(l, &lb) == 0)
+                zrc_loader_release(l, lb.slot);
+
+        /* The client has write access to the files: it cuts them under the daemon. */
+        char p[400];
+        snprintf(p, sizeof(p), "%s/0.chunk", victim_path);
+        CHECK(truncate(p, 4096) == 0, "truncate %s", p);
+        snprintf(p, sizeof(p), "%s/0.chunk", victimz_path);
+        CHECK(truncate(p, 0) == 0, "truncate %s", p);
+        int r1 = zrc_dataset_read(v, idx, 256, &b);
+        int r2 = zrc_dataset_read(vz, idx, 256, &b);
+        bool alive = hd_daemon_alive(&D);
+        CHECK(alive, "truncate: the daemon died reading a truncated chunk file");
+        CHECK(r1 < 0 && r2 < 0 && r1 != -ECONNRESET && r2 != -ECONNRESET && r1 != -EPIPE &&
+              r2 != -EPIPE, "truncate: reads of truncated stores: %d %d", r1, r2);
+        int r3 = 0;
+        unsigned loader_batches = 0;
+        if (alive && l) {
+                /* the loader ends with an error instead of batches of garbage */
+                while ((r3 = zrc_loader_next(l, &lb)) == 0 && loader_batches < 64) {
+                        loader_batches++;
+                        zrc_loader_release(l, lb.slot);
+                }
+                CHECK(r3 < 0, "truncate: the loader over the cut store goes on (%u batches)",
+                      loader_batches);
+        }
+        int r4 = 0;
+        if (alive) {
+                snprintf(p, sizeof(p), "%s/0.loc", victim_path);
+                CHECK(truncate(p, 0) == 0, "truncate %s", p);
+                r4 = zrc_dataset_read(v, idx, 256, &b);
+                alive = hd_daemon_alive(&D);
+                CHECK(alive, "truncate: the daemon died reading a truncated table");
+                CHECK(r4 < 0, "truncate: read over a truncated table: %d", r4);
+        }
+        printf("case truncate: chunk files cut under the open stores: raw read %s, zstd read %s, "
+               "loader ended %s; table cut: read %s; daemon %s\n",
+               zrc_error_name(r1) ? zrc_error_name(r1) : "ok", zrc_error_name(r2) ? zrc_error_name(r2) : "ok",
+               zrc_error_name(r3) ? zrc_error_name(r3) : "no", zrc_error_name(r4) ? zrc_error_name(r4) : "ok",
+               alive ? "alive" : WIFSIGNALED(hd_daemon_wait_status) ? strsignal(WTERMSIG(hd_daemon_wait_status)) : "DEAD");
+        zrc_loader_close(l);
+        zrc_disconnect(c);
+        if (alive)
+                settle("truncate", shm0, b0);
+}
+
+/* ---- setup -------------------------------------------------------------- */
+
+static void create_dense(zrc_conn *c, const char *path, zrc_codec codec, uint64_t n,
+                         uint64_t rec_bytes) {
+        zrc_schema s;
+        zrc_dataset *d;
+        uint64_t shape[1] = {rec_bytes};
+        zrc_schema_dense(&s, "|u1", shape, 1, codec);
+        int r = zrc_dataset_create(c, path, &s, NULL, 0, &d);
+        CHECK(r == 0, "create %s: %d %s", path, r, zrc_last_error(c)->message);
+        if (r < 0)
+                exit(1);
+        uint8_t *buf = malloc(n * rec_bytes);
+        for (uint64_t i = 0; i < n; i++)
+                hd_record_fill(i, buf + i * rec_bytes, rec_bytes);
+        r = zrc_dataset_append_dense(d, buf, n, NULL);
+        CHECK(r == 0, "append %s: %d", path, r);
+        free(buf);
+        zrc_dataset_close(d);
+}
+
+int main(void) {
+        char maxc[32];
+        setvbuf(stdout, NULL, _IOLBF, 0);
+        signal(SIGPIPE, SIG_IGN);
+        snprintf(maxc, sizeof(maxc), "--max-clients=%d", MAX_CLIENTS);
+        hd_tempdir(root, sizeof(root), "hostile");
+        snprintf(hd_path, sizeof(hd_path), "%s/hd", root);
+        snprintf(scratch_path, sizeof(scratch_path), "%s/scratch", root);
+        snprintf(victim_path, sizeof(victim_path), "%s/victim", root);
+        snprintf(victimz_path, sizeof(victimz_path), "%s/victimz", root);
+        hd_daemon_start(&D, (const char *const[]){maxc, NULL});
+        zrc_error e;
+        if (zrc_connect(D.socket, &monitor, &e) < 0) {
+                fprintf(stderr, "connect: %s\n", e.message);
+                return 1;
+        }
+        create_dense(monitor, hd_path, ZRC_CODEC_RAW, N_RECORDS, REC_BYTES);
+        create_dense(monitor, scratch_path, ZRC_CODEC_RAW, 16, REC_BYTES);
+        create_dense(monitor, victim_path, ZRC_CODEC_RAW, 256, 4096);
+        create_dense(monitor, victimz_path, ZRC_CODEC_ZSTD, 256, 4096);
+
+        pthread_create(&chk.thread, NULL, checker_main, NULL);
+        CHECK(checker_progress(200), "the checker does not start");
+        /* the baseline: the monitor and the checker's loader, warmed up */
+        uint64_t shm0 = status_shm();
+        zrc_status *st = NULL;
+        for (;;) {
+                zrc_status_query(monitor, &st);
+                bool quiet = st->clients == 2;
+                st = zrc_status_free(st);
+                if (quiet)
+                        break;
+        }
+        (void)shm0;
+        hd_proc_read(D.pid, &base);
+        printf("baseline: fds %d, maps %d, RSS %" PRIu64 " KiB\n", base.fds, base.maps,
+               base.rss_kib);
+
+        case_ring_write();
+        case_wrong_fds();
+        case_pipeline();
+        case_connections();
+        case_never_release();
+        case_half_open();
+        case_fork();
+        case_truncate();
+
+        pthread_mutex_lock(&chk.lock);
+        chk.stop = true;
+        pthread_mutex_unlock(&chk.lock);
+        pthread_join(chk.thread, NULL);
+        CHECK(chk.bad == 0 && chk.errors == 0, "checker: %" PRIu64 " bad batches, %" PRIu64 " errors",
+              chk.bad, chk.errors);
+        printf("checker: %" PRIu64 " batches, %" PRIu64 " records verified bit-exact, %" PRIu64
+               " bad, %" PRIu64 " errors\n", chk.batches, chk.records, chk.bad, chk.errors);
+        monitor = zrc_disconnect(monitor);
+        if (hd_daemon_alive(&D))
+                CHECK(hd_daemon_stop(&D), "the daemon did not drain cleanly");
+        else
+                hd_daemon_kill(&D);
+        printf("checks: %u, failed: %u\n", hd_checks, hd_failures);
+        test_rmtree(root);
+        return hd_failures ? 1 : 0;
+}
