@@ -39,7 +39,9 @@
 #define RSS_SLACK_KIB 4096
 
 static test_daemon D;
-static char root[256], hd_path[300], scratch_path[300], victim_path[300], victimz_path[300];
+static char root[256], hd_path[300], scratch_path[300], victim_path[300], victimz_path[300],
+        rag_path[300];
+#define RAG_RECORDS 40000 /* 8-byte ragged records: a READ of all is a ~960 KB reply */
 static zrc_conn *monitor;
 static hd_proc base;
 
@@ -505,6 +507,14 @@ static void case_wrong_fds(void) {
         settle("wrong-fds", shm0, b0);
 }
 
+/* Whether the daemon makes room on the socket within 200 ms. A daemon that
+ * stopped reading never does: this bound is how a non-reading client finds
+ * out that flow control has set in, not a wait for something expected. */
+static bool wait_writable(int fd) {
+        struct pollfd pf = {.fd = fd, .events = POLLOUT};
+        return poll(&pf, 1, 200) > 0;
+}
+
 typedef struct pipe_reader {
         int fd;
         uint64_t first_id, total, got, in_order, ok;
@@ -548,6 +558,8 @@ static void case_pipeline(void) {
                         zr_wire_writer_finish(&w, ZR_FRAME_MAX_FLOOR, &frame, &size, NULL);
                 }
                 ssize_t k = send(fd, frame + off, size - off, MSG_NOSIGNAL);
+                if (k < 0 && errno == EAGAIN && wait_writable(fd))
+                        continue;
                 if (k < 0) {
                         full = errno == EAGAIN;
                         CHECK(full, "pipeline: send: %s", strerror(errno));
@@ -592,6 +604,100 @@ static void case_pipeline(void) {
                total, ZR_PIPELINE_MAX, accepted_bytes, during.rss_kib, base.rss_kib, pr.got,
                pr.in_order == total && pr.ok == total ? "yes" : "no");
         settle("pipeline", shm0, b0);
+}
+
+/* Pipelined READs whose replies are near frame_max (ragged: 24 bytes of
+ * offsets, lengths and shapes per record) from a client that does not read:
+ * the daemon must stop reading it and hold a bounded amount of output. */
+static void case_big_replies(void) {
+        const uint64_t total = 200;
+        uint64_t b0 = checker_batches(), shm0 = status_shm();
+        int fd;
+        hd_msg m;
+        CHECK(hd_connect_hello(&D, &fd) == 0, "big-replies: hello");
+        int64_t h = hd_raw_open(fd, rag_path, false, 2);
+        CHECK(h > 0, "big-replies: open: %" PRId64, h);
+        zr_wire_writer w;
+        hd_begin(&w, "buffer_open", 3);
+        zr_wire_put_u64(&w, "bytes", 1 << 20);
+        int r = hd_call(fd, &w, NULL, 0, &m);
+        uint64_t bh = hd_u64(&m, "buffer");
+        CHECK(r == 0, "big-replies: buffer_open: %d", r);
+        hd_msg_free(&m);
+        uint64_t *idx = malloc(RAG_RECORDS * sizeof(*idx));
+        for (uint64_t i = 0; i < RAG_RECORDS; i++)
+                idx[i] = (i * 7919) % RAG_RECORDS;
+        int fl = fcntl(fd, F_GETFL);
+        fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+        zr_wire_writer_init(&w);
+        const uint8_t *frame = NULL;
+        size_t size = 0, off = 0;
+        uint64_t sent = 0;
+        hd_proc during = {0}, now;
+        for (; sent < total;) {
+                if (off == 0) {
+                        zr_wire_writer_reset(&w);
+                        zr_wire_writer_begin_message(&w, "read", true, 1000 + sent);
+                        zr_wire_put_u64(&w, "handle", (uint64_t)h);
+                        zr_wire_put_u64(&w, "buffer", bh);
+                        zr_wire_put_u64s(&w, "indices", idx, RAG_RECORDS);
+                        zr_wire_writer_finish(&w, ZR_FRAME_MAX_DEFAULT, &frame, &size, NULL);
+                }
+                ssize_t k = send(fd, frame + off, size - off, MSG_NOSIGNAL);
+                if (k < 0 && errno == EAGAIN && wait_writable(fd))
+                        continue;
+                if (k < 0)
+                        break;
+                off += (size_t)k;
+                if (off == size) {
+                        off = 0;
+                        sent++;
+                }
+        }
+        /* The daemon executes what it has queued and stops: wait for its
+         * output to stop growing (STATUS round trips on another connection). */
+        for (int i = 0; i < 200; i++) {
+                zrc_status *st = NULL;
+                zrc_status_query(monitor, &st);
+                zrc_status_free(st);
+                if (hd_proc_read(D.pid, &now) == 0 && now.rss_kib > during.rss_kib)
+                        during = now;
+        }
+        uint64_t before_reading = sent;
+        fcntl(fd, F_SETFL, fl);
+        pipe_reader pr = {.fd = fd, .first_id = 1000, .total = total};
+        pthread_t t;
+        pthread_create(&t, NULL, pipe_reader_main, &pr);
+        if (off > 0) {
+                hd_send_raw(fd, frame + off, size - off, NULL, 0);
+                sent++;
+        }
+        for (; sent < total; sent++) {
+                zr_wire_writer_reset(&w);
+                zr_wire_writer_begin_message(&w, "read", true, 1000 + sent);
+                zr_wire_put_u64(&w, "handle", (uint64_t)h);
+                zr_wire_put_u64(&w, "buffer", bh);
+                zr_wire_put_u64s(&w, "indices", idx, RAG_RECORDS);
+                zr_wire_writer_finish(&w, ZR_FRAME_MAX_DEFAULT, &frame, &size, NULL);
+                if (hd_send_raw(fd, frame, size, NULL, 0) < 0)
+                        break;
+        }
+        pthread_join(t, NULL);
+        zr_wire_writer_destroy(&w);
+        free(idx);
+        close(fd);
+        /* the documented bound: 4 MiB of replies plus what was queued */
+        CHECK(during.rss_kib <= base.rss_kib + 96 * 1024, "big-replies: RSS %" PRIu64 " KiB",
+              during.rss_kib);
+        CHECK(pr.got == total && pr.in_order == total && pr.ok == total,
+              "big-replies: %" PRIu64 " replies of %" PRIu64 ", %" PRIu64 " in order, %" PRIu64
+              " ok", pr.got, total, pr.in_order, pr.ok);
+        printf("case big-replies: %" PRIu64 " READs of %d ragged records (~%d KB replies) "
+               "pipelined; %" PRIu64 " sent before the daemon stopped reading; daemon RSS at most "
+               "%" PRIu64 " KiB meanwhile (base %" PRIu64 "); %" PRIu64 " replies in order and ok\n",
+               total, RAG_RECORDS, RAG_RECORDS * 24 / 1000, before_reading, during.rss_kib,
+               base.rss_kib, pr.ok);
+        settle("big-replies", shm0, b0);
 }
 
 static void case_connections(void) {
@@ -906,6 +1012,7 @@ int main(void) {
         snprintf(scratch_path, sizeof(scratch_path), "%s/scratch", root);
         snprintf(victim_path, sizeof(victim_path), "%s/victim", root);
         snprintf(victimz_path, sizeof(victimz_path), "%s/victimz", root);
+        snprintf(rag_path, sizeof(rag_path), "%s/rag", root);
         hd_daemon_start(&D, (const char *const[]){maxc, NULL});
         zrc_error e;
         if (zrc_connect(D.socket, &monitor, &e) < 0) {
@@ -916,6 +1023,27 @@ int main(void) {
         create_dense(monitor, scratch_path, ZRC_CODEC_RAW, 16, REC_BYTES);
         create_dense(monitor, victim_path, ZRC_CODEC_RAW, 256, 4096);
         create_dense(monitor, victimz_path, ZRC_CODEC_ZSTD, 256, 4096);
+        {
+                zrc_schema sc;
+                zrc_dataset *d;
+                zrc_schema_ragged(&sc, "|u1", 1, ZRC_CODEC_RAW);
+                int r = zrc_dataset_create(monitor, rag_path, &sc, NULL, 0, &d);
+                CHECK(r == 0, "create rag: %d", r);
+                uint64_t *shapes = malloc(RAG_RECORDS * sizeof(*shapes));
+                const void **pl = malloc(RAG_RECORDS * sizeof(*pl));
+                uint8_t *data = malloc(RAG_RECORDS * 8);
+                for (uint64_t i = 0; i < RAG_RECORDS; i++) {
+                        shapes[i] = 8;
+                        hd_record_fill(i, data + 8 * i, 8);
+                        pl[i] = data + 8 * i;
+                }
+                r = zrc_dataset_append_ragged(d, RAG_RECORDS, shapes, pl, NULL);
+                CHECK(r == 0, "append rag: %d", r);
+                free(shapes);
+                free(pl);
+                free(data);
+                zrc_dataset_close(d);
+        }
 
         pthread_create(&chk.thread, NULL, checker_main, NULL);
         CHECK(checker_progress(200), "the checker does not start");
@@ -937,6 +1065,7 @@ int main(void) {
         case_ring_write();
         case_wrong_fds();
         case_pipeline();
+        case_big_replies();
         case_connections();
         case_never_release();
         case_half_open();
