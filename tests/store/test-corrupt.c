@@ -4,7 +4,12 @@
  * chunks so there are several), closes it, damages it with plain file
  * operations and checks that open, locate, gather and verify return the code
  * that names the damage, with a message that says what is wrong, and that
- * whatever does succeed returns the right bytes. The sanitizer build runs the
+ * whatever does succeed returns the right bytes. The damage: meta.zr cut, grown
+ * and with wrong fields; table entries past their chunk, in a missing chunk,
+ * past the frontier, with impossible lengths, listed twice or pointing into
+ * another frame; chunks and .loc cut or removed; store files that are
+ * directories or symbolic links; a missing or damaged dict.zr; torn and
+ * impossible delete journals. The sanitizer build runs the
  * same tests: a read past a buffer fails them there. Every test runs twice:
  * reading through the store's mappings (the default) and with pread (no_mmap).
  * Two fuzz loops (fixed
@@ -23,6 +28,7 @@
 #include <unistd.h>
 #include <zdict.h>
 
+#include "store/journal.h"
 #include "store/store.h"
 
 #define TEST_RECORDS 40
@@ -555,6 +561,167 @@ START_TEST(test_loc_outside_chunk) {
 }
 END_TEST
 
+static void logic_too_big(uint8_t e[16], const uint8_t meta[32]) {
+        put_le32(e + 8, 0x80000001u); /* logic_length 2^31 + 1 */
+}
+
+static void frame_too_short(uint8_t e[16], const uint8_t meta[32]) {
+        put_le32(e + 4, 8); /* no zstd frame is shorter than 9 bytes */
+}
+
+START_TEST(test_loc_lengths) {
+        read_mode = _i;
+        for (int c = 0; c <= 2; c++)
+                loc_case((enum zr_codec)c, 4, logic_too_big, "entry with logic_length 2^31+1");
+        loc_case(ZR_CODEC_ZSTD, 6, frame_too_short, "compressed entry of 8 bytes");
+        loc_case(ZR_CODEC_ZSTD_DICT, 6, frame_too_short, "compressed entry of 8 bytes");
+}
+END_TEST
+
+/* Table entries that each pass the bounds checks but point at the wrong bytes:
+ * a record listed twice, and an entry into the middle of another frame. */
+START_TEST(test_loc_misdirected) {
+        read_mode = _i;
+        for (int c = 0; c <= 2; c++) {
+                fixture f;
+                uint8_t e[16];
+
+                /* record 12's entry copied over record 20's: both read, but they
+                 * share bytes, which verify calls corruption */
+                fixture_make(&f, (enum zr_codec)c);
+                loc_read(&f, 12, e);
+                loc_write(&f, 20, e);
+                zr_store *s = NULL;
+                zr_error err = {0};
+                ck_assert_int_eq(fixture_open(&f, 0, &s, &err), 0);
+                zr_verify_report rep = {0};
+                int r = zr_store_verify(s, &rep, &err);
+                expect_error("a record listed twice: verify", r, &err, CODES(ZR_E_CORRUPT),
+                             "overlap");
+                ck_assert_int_eq(rep.overlaps_checked, 1);
+                ck_assert_uint_eq(rep.bad, 1);
+                ck_assert_uint_eq(rep.first_bad, 20);
+                ck_assert_int_eq(zr_store_close(s, NULL), 0);
+                fixture_done(&f);
+
+                if (c == ZR_CODEC_RAW)
+                        continue; /* raw bytes carry no checksum to refuse them */
+                /* an entry moved 3 bytes into its frame: never the right bytes */
+                fixture_make(&f, (enum zr_codec)c);
+                loc_read(&f, 15, e);
+                put_le32(e, get_le32(e) + 3);
+                put_le32(e + 4, get_le32(e + 4) - 3);
+                loc_write(&f, 15, e);
+                expect_damage(&f, 15, CODES(ZR_E_DECODE), NULL,
+                              c == 1 ? "zstd entry 3 bytes into its frame"
+                                     : "zstd_dict entry 3 bytes into its frame");
+                fixture_done(&f);
+        }
+}
+END_TEST
+
+START_TEST(test_loc_truncated) {
+        read_mode = _i;
+        for (int c = 0; c <= 2; c++) {
+                fixture f;
+                /* the table holds 40 entries: cut it to 5 */
+                fixture_make(&f, (enum zr_codec)c);
+                file_truncate(&f, "0.loc", 5 * 16);
+                expect_open_error(&f, CODES(ZR_E_CORRUPT), "0.loc", "0.loc cut to 5 entries");
+                fixture_done(&f);
+        }
+}
+END_TEST
+
+/* Store files that are not regular files: never followed, never read. */
+START_TEST(test_not_regular_files) {
+        read_mode = _i;
+        fixture f;
+
+        fixture_make(&f, ZR_CODEC_ZSTD);
+        ck_assert_int_eq(unlinkat(f.dfd, "1.chunk", 0), 0);
+        ck_assert_int_eq(mkdirat(f.dfd, "1.chunk", 0755), 0);
+        expect_open_error(&f, CODES(ZR_E_CORRUPT, EISDIR), "1.chunk", "1.chunk is a directory");
+        ck_assert_int_eq(unlinkat(f.dfd, "1.chunk", AT_REMOVEDIR), 0);
+        fixture_done(&f);
+
+        fixture_make(&f, ZR_CODEC_RAW);
+        ck_assert_int_eq(unlinkat(f.dfd, "0.chunk", 0), 0);
+        ck_assert_int_eq(symlinkat("1.chunk", f.dfd, "0.chunk"), 0);
+        expect_open_error(&f, CODES(ELOOP), "0.chunk", "0.chunk is a symbolic link");
+        fixture_done(&f);
+
+        fixture_make(&f, ZR_CODEC_RAW);
+        ck_assert_int_eq(renameat(f.dfd, "meta.zr", f.dfd, "meta.real"), 0);
+        ck_assert_int_eq(symlinkat("meta.real", f.dfd, "meta.zr"), 0);
+        expect_open_error(&f, CODES(ELOOP), "meta.zr", "meta.zr is a symbolic link");
+        fixture_done(&f);
+
+        fixture_make(&f, ZR_CODEC_ZSTD_DICT);
+        ck_assert_int_eq(unlinkat(f.dfd, "dict.zr", 0), 0);
+        ck_assert_int_eq(mkdirat(f.dfd, "dict.zr", 0755), 0);
+        {
+                zr_store *s = NULL;
+                zr_error err = {0};
+                int r = fixture_open(&f, 0, &s, &err);
+                if (r == 0)
+                        zr_store_close(s, NULL);
+                ck_assert_msg(r < 0 && err.message[0] && strcasestr(err.message, "dict"),
+                              "dict.zr is a directory: open returned %d \"%s\"", r, err.message);
+        }
+        ck_assert_int_eq(unlinkat(f.dfd, "dict.zr", AT_REMOVEDIR), 0);
+        fixture_done(&f);
+}
+END_TEST
+
+/* A well-formed delete.zr (its checksum holds) whose contents are impossible. */
+START_TEST(test_journal_impossible) {
+        read_mode = _i;
+        fixture f;
+        zr_store *s = NULL;
+        zr_error err = {0};
+        zr_journal_entry ent = { .index = 37, .loc = { 0, 100, 100, 0 } };
+        zr_journal j = { .old_len = TEST_RECORDS, .new_len = TEST_RECORDS - 5, .n = 1,
+                         .entries = &ent };
+
+        /* an entry at or past the new length: refused, nothing applied */
+        fixture_make(&f, ZR_CODEC_ZSTD);
+        ck_assert_int_eq(zr_journal_write(f.dfd, &j, &err), 0);
+        expect_open_error(&f, CODES(ZR_E_CORRUPT), "delete.zr", "journal entry past its new length");
+        ck_assert_int_eq(faccessat(f.dfd, "delete.zr", F_OK, 0), 0); /* kept for a person */
+        fixture_done(&f);
+
+        /* a new length above the old one */
+        fixture_make(&f, ZR_CODEC_RAW);
+        ent.index = 3;
+        j.new_len = TEST_RECORDS + 2;
+        ck_assert_int_eq(zr_journal_write(f.dfd, &j, &err), 0);
+        zr_error_clear(&err);
+        int r = fixture_open(&f, 0, &s, &err);
+        if (r == 0) {
+                /* new_len matches no length: discarded as a finished batch */
+                ck_assert_uint_eq(zr_store_length(s), TEST_RECORDS);
+                zr_store_close(s, NULL);
+        } else {
+                expect_error("journal growing the store", r, &err, CODES(ZR_E_CORRUPT), "delete.zr");
+        }
+        fixture_done(&f);
+
+        /* a pending journal and a read-only open: it says a writable open must redo it */
+        fixture_make(&f, ZR_CODEC_RAW);
+        ent.index = 3;
+        ent.loc = (zr_loc){ 0, 0, 0, 0 };
+        j.new_len = TEST_RECORDS - 1;
+        ck_assert_int_eq(zr_journal_write(f.dfd, &j, &err), 0);
+        zr_error_clear(&err);
+        r = fixture_open(&f, 1, &s, &err);
+        if (r == 0)
+                zr_store_close(s, NULL);
+        expect_error("pending journal, read-only open", r, &err, CODES(ZR_E_READONLY), "delete.zr");
+        fixture_done(&f);
+}
+END_TEST
+
 START_TEST(test_frame_flip) {
         read_mode = _i;
         for (int c = 1; c <= 2; c++) {
@@ -825,6 +992,11 @@ int main(void) {
         tcase_add_loop_test(tc, test_meta_fields, 0, 2);
         tcase_add_loop_test(tc, test_length_beyond_table, 0, 2);
         tcase_add_loop_test(tc, test_loc_outside_chunk, 0, 2);
+        tcase_add_loop_test(tc, test_loc_lengths, 0, 2);
+        tcase_add_loop_test(tc, test_loc_misdirected, 0, 2);
+        tcase_add_loop_test(tc, test_loc_truncated, 0, 2);
+        tcase_add_loop_test(tc, test_not_regular_files, 0, 2);
+        tcase_add_loop_test(tc, test_journal_impossible, 0, 2);
         tcase_add_loop_test(tc, test_frame_flip, 0, 2);
         tcase_add_loop_test(tc, test_truncated_chunk, 0, 2);
         tcase_add_loop_test(tc, test_dict_missing, 0, 2);
