@@ -131,6 +131,8 @@ static uint64_t checker_batches(void) {
 
 /* ---- baseline ----------------------------------------------------------- */
 
+static uint64_t status_shm(void);
+
 /* Waits (STATUS round trips, bounded) until only the monitor and the checker
  * are connected with the checker's one loader and the shared memory of the
  * baseline, and the descriptor count is back; then compares. */
@@ -146,7 +148,7 @@ static void settle(const char *name, uint64_t shm0, uint64_t batches_before) {
                 rounds++;
                 settled = st->clients == 2 && st->loaders == 1 && st->shm_bytes == shm0 &&
                           hd_proc_read(D.pid, &now) == 0 && now.fds == base.fds &&
-                          now.maps <= base.maps;
+                          (now.maps <= base.maps || !HD_CHECK_MEMORY);
                 zrc_status_free(st);
         }
         bool alive = hd_daemon_alive(&D);
@@ -159,9 +161,11 @@ static void settle(const char *name, uint64_t shm0, uint64_t batches_before) {
         bool progress = checker_progress(16);
         CHECK(progress, "%s: the checker made no progress", name);
         CHECK(now.fds == base.fds, "%s: %d descriptors, baseline %d", name, now.fds, base.fds);
-        CHECK(now.maps <= base.maps, "%s: %d mappings, baseline %d", name, now.maps, base.maps);
-        CHECK(now.rss_kib <= base.rss_kib + RSS_SLACK_KIB, "%s: RSS %" PRIu64 " KiB, baseline %"
-              PRIu64, name, now.rss_kib, base.rss_kib);
+        CHECK(now.maps <= base.maps || !HD_CHECK_MEMORY, "%s: %d mappings, baseline %d", name,
+              now.maps, base.maps);
+        CHECK(now.rss_kib <= base.rss_kib + RSS_SLACK_KIB || !HD_CHECK_MEMORY,
+              "%s: RSS %" PRIu64 " KiB, baseline %" PRIu64, name, now.rss_kib, base.rss_kib);
+        CHECK(shm0 == status_shm(), "%s: shared memory not given back", name);
         printf("case %-16s daemon alive; checker %" PRIu64 " batches meanwhile; fds %d (base %d), "
                "maps %d (base %d), RSS %" PRIu64 " KiB (base %" PRIu64 "), settled after %" PRIu64
                " STATUS\n", name, checker_batches() - batches_before, now.fds, base.fds, now.maps,
@@ -687,8 +691,8 @@ static void case_big_replies(void) {
         free(idx);
         close(fd);
         /* the documented bound: 4 MiB of replies plus what was queued */
-        CHECK(during.rss_kib <= base.rss_kib + 96 * 1024, "big-replies: RSS %" PRIu64 " KiB",
-              during.rss_kib);
+        CHECK(during.rss_kib <= base.rss_kib + 96 * 1024 || !HD_CHECK_MEMORY,
+              "big-replies: RSS %" PRIu64 " KiB", during.rss_kib);
         CHECK(pr.got == total && pr.in_order == total && pr.ok == total,
               "big-replies: %" PRIu64 " replies of %" PRIu64 ", %" PRIu64 " in order, %" PRIu64
               " ok", pr.got, total, pr.in_order, pr.ok);
@@ -1059,8 +1063,9 @@ int main(void) {
         }
         (void)shm0;
         hd_proc_read(D.pid, &base);
-        printf("baseline: fds %d, maps %d, RSS %" PRIu64 " KiB\n", base.fds, base.maps,
-               base.rss_kib);
+        printf("baseline: fds %d, maps %d, RSS %" PRIu64 " KiB%s\n", base.fds, base.maps,
+               base.rss_kib, HD_CHECK_MEMORY ? "" : " (sanitizer build: RSS and mappings "
+               "reported, not compared; LeakSanitizer checks the daemon's exit)");
 
         case_ring_write();
         case_wrong_fds();
