@@ -34,6 +34,7 @@
 #define N_RECORDS 2048
 #define REC_BYTES 256
 #define MAX_CLIENTS 48
+#define SHM_MAX (96 << 20) /* --max-shm: three rings of 64 x 512 KiB fit, a fourth does not */
 /* What RSS may differ from the baseline after a case: allocator caches and
  * the decoded-record cache, not a leak (a leaked ring is MiBs per case). */
 #define RSS_SLACK_KIB 4096
@@ -757,6 +758,53 @@ static void case_connections(void) {
         settle("connections", shm0, b0);
 }
 
+/* One client takes all the shared memory it may: rings of 64 slots of a whole
+ * dataset each, then a read buffer, until ZR_E_LIMIT; all of it comes back when
+ * it disconnects. The daemon runs with --max-shm=SHM_MAX. */
+static void case_shm_budget(void) {
+        uint64_t b0 = checker_batches(), shm0 = status_shm();
+        zrc_conn *c = NULL;
+        zrc_dataset *d = NULL;
+        zrc_loader *l[64];
+        unsigned nl = 0;
+        int r = zrc_connect(D.socket, &c, NULL);
+        if (r == 0)
+                r = zrc_dataset_open(c, hd_path, 0, &d);
+        CHECK(r == 0, "shm-budget: open: %d", r);
+        zrc_loader_options o = {.sampler = "sequential", .batch_size = N_RECORDS, .prefetch = 64};
+        while (r == 0 && nl < 64) {
+                r = zrc_loader_open(c, &d, 1, &o, &l[nl]);
+                if (r == 0)
+                        nl++;
+        }
+        int lr = r;
+        uint64_t shm_full = status_shm();
+        hd_proc full;
+        hd_proc_read(D.pid, &full);
+        CHECK(lr == -ZR_E_LIMIT, "shm-budget: after %u rings: %d", nl, lr);
+        CHECK(shm_full - shm0 <= SHM_MAX, "shm-budget: %" PRIu64 " bytes over a budget of %d",
+              shm_full - shm0, SHM_MAX);
+        /* the rings fill: take one batch of each, check it */
+        unsigned good = 0;
+        for (unsigned i = 0; i < nl; i++) {
+                zrc_loader_batch b;
+                uint64_t idx[N_RECORDS];
+                for (uint64_t j = 0; j < N_RECORDS; j++)
+                        idx[j] = j;
+                if (zrc_loader_next(l[i], &b) == 0) {
+                        good += dense_batch_ok(b.streams[0].data, idx, N_RECORDS);
+                        zrc_loader_release(l[i], b.slot);
+                }
+        }
+        CHECK(good == nl, "shm-budget: %u of %u rings gave a good batch", good, nl);
+        zrc_disconnect(c);
+        printf("case shm-budget: %u rings of 64 x %d KiB, then %s; %" PRIu64 " MiB of shared "
+               "memory held (budget %d MiB); daemon RSS then %" PRIu64 " KiB\n", nl,
+               N_RECORDS * REC_BYTES / 1024, zrc_error_name(lr) ? zrc_error_name(lr) : "ok",
+               (shm_full - shm0) >> 20, SHM_MAX >> 20, full.rss_kib);
+        settle("shm-budget", shm0, b0);
+}
+
 static void case_never_release(void) {
         uint64_t b0 = checker_batches(), shm0 = status_shm();
         zrc_conn *c = NULL;
@@ -818,6 +866,20 @@ static void case_half_open(void) {
         closed += r == -EPIPE;
         CHECK(r == -EPIPE, "half-open: body cut: %d", r);
         close(fd);
+        /* a header declaring 4 GiB - 1: refused before any body byte is read */
+        CHECK(hd_connect_hello(&D, &fd) == 0, "half-open: hello");
+        hd_send_raw(fd, "\xff\xff\xff\xff\x82", 5, NULL, 0);
+        r = hd_recv(fd, &m, 30000);
+        int huge = r == 0 ? hd_code(&m) : r;
+        if (r == 0)
+                hd_msg_free(&m);
+        r = hd_recv(fd, &m, 30000);
+        if (r == 0)
+                hd_msg_free(&m);
+        n++;
+        closed += huge == ZR_E_LIMIT && r == -EPIPE;
+        CHECK(huge == ZR_E_LIMIT && r == -EPIPE, "half-open: a 4 GiB header: %d, then %d", huge, r);
+        close(fd);
         /* a whole request, then SHUT_WR: the reply still comes */
         CHECK(hd_connect_hello(&D, &fd) == 0, "half-open: hello");
         zr_wire_writer w;
@@ -837,7 +899,7 @@ static void case_half_open(void) {
         CHECK(progress, "half-open: the checker stalled beside held connections");
         close(idle);
         close(stuck);
-        printf("case half-open: %u of %u cut frames closed by the daemon; a request before "
+        printf("case half-open: %u of %u cut or oversized frames closed by the daemon; a request before "
                "SHUT_WR answered: %s; 2 silent connections held while the checker ran\n", closed,
                n, answered ? "yes" : "no");
         settle("half-open", shm0, b0);
@@ -1007,7 +1069,7 @@ static void create_dense(zrc_conn *c, const char *path, zrc_codec codec, uint64_
 }
 
 int main(void) {
-        char maxc[32];
+        char maxc[32], maxshm[32];
         setvbuf(stdout, NULL, _IOLBF, 0);
         signal(SIGPIPE, SIG_IGN);
         snprintf(maxc, sizeof(maxc), "--max-clients=%d", MAX_CLIENTS);
@@ -1017,7 +1079,8 @@ int main(void) {
         snprintf(victim_path, sizeof(victim_path), "%s/victim", root);
         snprintf(victimz_path, sizeof(victimz_path), "%s/victimz", root);
         snprintf(rag_path, sizeof(rag_path), "%s/rag", root);
-        hd_daemon_start(&D, (const char *const[]){maxc, NULL});
+        snprintf(maxshm, sizeof(maxshm), "--max-shm=%d", SHM_MAX);
+        hd_daemon_start(&D, (const char *const[]){maxc, maxshm, NULL});
         zrc_error e;
         if (zrc_connect(D.socket, &monitor, &e) < 0) {
                 fprintf(stderr, "connect: %s\n", e.message);
@@ -1073,6 +1136,7 @@ int main(void) {
         case_big_replies();
         case_connections();
         case_never_release();
+        case_shm_budget();
         case_half_open();
         case_fork();
         case_truncate();
