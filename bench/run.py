@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""run.py: zrecord against its peers and against the machine's limits, in one run.
+
+    python3 bench/run.py [all|limits|sampler|store|loader|multi|resume ...] [--quick]
+                         [--build DIR] [--no-plots]
+
+Prints a machine block (CPU, cores, memory, kernel, Python, numpy, every
+contender's version), then one table per layer with a ratio column against
+zrecord, writes bench/results/<layer>.json and, with matplotlib, a PNG per
+table. A contender that is not installed is skipped with a line saying so; with
+only numpy and msgpack every peer is skipped and zrecord still runs. The limit
+probes (the C binaries of the build) run first in every invocation that needs
+them: every zrecord figure is also given as a fraction of its limit.
+
+--quick proves the suite still runs (CI): tiny sizes, figures that mean
+nothing, nothing asserted about speed. See bench/README.md for the method.
+"""
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from suite import common as C  # noqa: E402
+
+LAYERS = ["limits", "sampler", "store", "loader", "multi", "resume"]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("layers", nargs="*", default=["all"], help="all (default) or any of " + ", ".join(LAYERS))
+    ap.add_argument("--quick", action="store_true", help="tiny sizes: proves the suite runs (CI)")
+    ap.add_argument("--build", help="meson build dir (default: $ZRECORD_BUILD or the newest build*/)")
+    ap.add_argument("--records", type=int, default=1024, help="256 KiB records in the store layer (1024)")
+    ap.add_argument("--tiles", type=int, default=16384, help="4 KiB records in the store layer (16384)")
+    ap.add_argument("--batches", type=int, default=9, help="timed batches per store contender (9)")
+    ap.add_argument("--steps", type=int, default=40, help="timed batches per loader run (40)")
+    ap.add_argument("--dict-images", action="store_true",
+                    help="also zstd_dict on the 256 KiB records (level 19: minutes on 2 cores)")
+    ap.add_argument("--no-plots", action="store_true", help="no PNGs")
+    args = ap.parse_args()
+    layers = LAYERS if "all" in args.layers else args.layers
+    for l in layers:
+        if l not in LAYERS:
+            ap.error(f"unknown layer {l!r}: all, {', '.join(LAYERS)}")
+    if args.no_plots:
+        C.bar_plot = lambda *a, **k: None
+
+    t_start = time.monotonic()
+    ctx = argparse.Namespace(**vars(args))
+    ctx.build = C.find_build(args.build)
+    ctx.tmp = tempfile.mkdtemp(prefix="zrecord-bench-")
+    ctx.limits = None
+    C.say("zrecord benchmark suite" + (" (--quick: sizes too small for the figures to mean anything)"
+                                      if args.quick else ""))
+    machine = C.machine_block(ctx.build)
+    C.import_loaderx()
+    daemon = C.Daemon(ctx.build, ctx.tmp)
+    ctx.daemon = daemon
+    out = {"machine": machine, "quick": args.quick}
+    targets = []
+    try:
+        from suite import limits, sampler, store, loader, multi, resume
+        needs_limits = any(l in layers for l in ("limits", "store", "loader", "multi"))
+        if needs_limits:
+            ctx.limits = limits.run(ctx)
+            out["limits"] = {str(k): v for k, v in ctx.limits.items()}
+            C.write_json("limits", {"machine": machine, "limits": out["limits"]})
+        if "sampler" in layers:
+            out["sampler"] = sampler.run(ctx)
+            C.write_json("sampler", {"machine": machine, "sampler": out["sampler"]})
+        if "store" in layers:
+            out["store"] = store.run(ctx)
+            targets += store.targets(out["store"][0], ctx.limits)
+            C.write_json("store", {"machine": machine, "store": out["store"]})
+        if "loader" in layers:
+            out["loader"] = loader.run(ctx)
+            targets += loader.targets(out["loader"])
+            C.write_json("loader", {"machine": machine, "loader": out["loader"]})
+        if "multi" in layers:
+            out["multi"] = multi.run(ctx)
+            targets += multi.targets(out["multi"])
+            C.write_json("multi", {"machine": machine, "multi": out["multi"]})
+        if "resume" in layers:
+            out["resume"] = resume.run(ctx)
+            C.write_json("resume", {"machine": machine, "resume": out["resume"]})
+    finally:
+        daemon.stop()
+        C.drop_path(ctx.tmp)
+    if targets:
+        rows = [{"target": t, "got": f"{v:.2f}x", "need": f"{need:g}x",
+                 "met": "met" if v >= need else f"MISSED by {(1 - v / need) * 100:.0f}%"}
+                for t, v, need in targets]
+        C.table("targets (issue 9, this machine, this run)",
+                [("target", "target"), ("got", "got"), ("need", "need"), ("met", "")], rows)
+        out["targets"] = [{"target": t, "got": v, "need": need} for t, v, need in targets]
+    machine["loadavg_end"] = os.getloadavg()
+    C.say("")
+    C.say(f"done in {time.monotonic() - t_start:.0f} s; load average at the end "
+          f"{' '.join(f'{x:.2f}' for x in machine['loadavg_end'])}; results in "
+          f"{os.path.relpath(C.RESULTS)}/")
+    if "all" in args.layers:
+        C.write_json("all", out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

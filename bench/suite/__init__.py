@@ -1,0 +1,1 @@
+"""The zrecord benchmark suite (bench/run.py): one module per layer."""

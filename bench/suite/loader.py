@@ -1,0 +1,225 @@
+"""Loader layer: the whole input pipeline end to end (sample, fetch, collate,
+hand over a batch), 256 KiB images in batches of 256, with an identity
+transform and a CPU-heavy one (suite.worker.augment), batches/s and the peak
+memory of the whole process tree while batches flow.
+
+Each run is its own process (suite.worker loader), so its memory is its own;
+zrecord runs get a fresh daemon each, whose PSS is added to the client's (the
+daemon does the work). Runs alternate contender by contender within a round.
+
+  zrecord raw / zstd   loaderx.dataloader.DataLoader, sampler 'iid', prefetch 4;
+                       heavy: transform on 2 threads (num_workers=2)
+  torch                torch DataLoader over the .npy (np.load mmap_mode='r' in
+                       each worker), batched __getitems__, RandomSampler with
+                       replacement (one endless epoch), num_workers 2, persistent
+  grain                grain.python.DataLoader over ArrayRecord (group_size:1,
+                       uncompressed), IndexSampler(shuffle, no epoch end), worker_count 2
+  streaming            MosaicML StreamingDataset over local MDS shards
+                       (uncompressed), torch DataLoader num_workers 2
+  loaderx 1.5 raw/zstd PyPI loaderx 1.5 DataLoader (IID mode), num_workers 2,
+                       prefetch_size 4, in its own venv
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from . import common as C
+from .common import say
+
+
+def prepare(ctx, n, side, tmp):
+    """Writes the one data set in every contender's format; returns paths."""
+    from loaderx.dataset import DenseDataset
+    arr = C.images(n, side)
+    p = {"n": n, "shape": [side, side], "nbytes": arr[0].nbytes}
+    p["npy"] = os.path.join(tmp, "data.npy")
+    np.save(p["npy"], arr)
+    for codec in ("raw", "zstd"):
+        path = os.path.join(tmp, f"zr-{codec}")
+        ds = DenseDataset(path, dtype=arr.dtype, item_shape=arr.shape[1:], codec=codec)
+        per = max(1, (32 << 20) // arr[0].nbytes)
+        for s in range(0, n, per):
+            ds.append(arr[s:s + per])
+        ds._store.sync()
+        ds.close()
+        p[f"zr_{codec}"] = path
+    if C.have("array_record") and C.have("grain"):
+        from array_record.python.array_record_module import ArrayRecordWriter
+        p["arrayrecord"] = os.path.join(tmp, "data.array_record")
+        w = ArrayRecordWriter(p["arrayrecord"], "group_size:1,uncompressed")
+        for r in arr:
+            w.write(r.tobytes())
+        w.close()
+    if C.have("streaming"):
+        from streaming import MDSWriter
+        p["mds"] = os.path.join(tmp, "mds")
+        with MDSWriter(out=p["mds"], columns={"x": f"ndarray:uint8:{side},{side}"},
+                       size_limit=1 << 26) as w:
+            for r in arr:
+                w.write({"x": r})
+    lx, why = C.loaderx15_python()
+    if lx:
+        p["loaderx15_py"] = lx[0]
+        for codec in ("raw", "zstd"):
+            path = os.path.join(tmp, f"lx15-{codec}")
+            code = ("import numpy as np, sys; from loaderx.utils import from_numpy; "
+                    "from_numpy(sys.argv[1], np.load(sys.argv[2]), codec=sys.argv[3])")
+            subprocess.run([lx[0], "-c", code, path, p["npy"], codec], check=True, cwd="/",
+                           env=C.peer_env())
+            p[f"lx15_{codec}"] = path
+    else:
+        p["loaderx15_why"] = why
+    return p
+
+
+def contenders(p):
+    out = [("zrecord raw", {"kind": "zrecord", "store": p["zr_raw"]}),
+           ("zrecord zstd", {"kind": "zrecord", "store": p["zr_zstd"]})]
+    if C.have("torch"):
+        out.append(("torch DataLoader", {"kind": "torch", "npy": p["npy"]}))
+    else:
+        C.skip("torch DataLoader", "torch")
+    if "arrayrecord" in p:
+        out.append(("grain (ArrayRecord)", {"kind": "grain", "arrayrecord": p["arrayrecord"],
+                                            "n": p["n"], "shape": p["shape"]}))
+    else:
+        C.skip("grain over ArrayRecord", "grain" if not C.have("grain") else "array_record")
+    if "mds" in p:
+        out.append(("streaming (MDS)", {"kind": "streaming", "mds": p["mds"]}))
+    else:
+        C.skip("MosaicML Streaming", "streaming")
+    if "lx15_raw" in p:
+        out += [("loaderx 1.5 raw", {"kind": "loaderx15", "store": p["lx15_raw"]}),
+                ("loaderx 1.5 zstd", {"kind": "loaderx15", "store": p["lx15_zstd"]})]
+    else:
+        say(f"  skipped PyPI loaderx 1.5: {p['loaderx15_why']}")
+    return out
+
+
+def spawn(ctx, params, tmp, daemon=None):
+    """Starts one loader process; returns (Popen, python)."""
+    kind = params["kind"]
+    py = ctx.loaderx15_py if kind == "loaderx15" else sys.executable
+    env = C.peer_env() if kind == "loaderx15" else dict(os.environ, PYTHONPATH=C.BENCH)
+    if daemon is not None:
+        env["ZRECORD_SOCKET"] = daemon.sock
+    return subprocess.Popen([py, "-m", "suite.worker", "loader", json.dumps(params)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            cwd=C.BENCH, env=env, start_new_session=True)
+
+
+def reap(proc):
+    """Waits for a loader process, then kills what is left of its session:
+    worker processes some loaders leave behind when their parent exits."""
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def run_one(ctx, params, tmp):
+    """One loader run in its own process (a fresh daemon for zrecord)."""
+    daemon = None
+    if params["kind"] == "zrecord":
+        dtmp = os.path.join(tmp, f"d{time.monotonic_ns()}")
+        os.makedirs(dtmp)
+        daemon = C.Daemon(ctx.build, dtmp)
+    try:
+        proc = spawn(ctx, params, tmp, daemon)
+        mem = C.MemSampler([proc.pid], [daemon.pid] if daemon else []).start()
+        try:
+            line = proc.stdout.readline()
+            if line.strip() != "ready":
+                proc.kill()
+                raise RuntimeError(f"{params['kind']} loader failed before its first batches")
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+            res = json.loads(proc.stdout.readline())
+        finally:
+            mem.stop()
+            reap(proc)
+        res["pss"] = mem.peak_pss
+        res["rss"] = mem.peak_rss
+        return res
+    finally:
+        if daemon is not None:
+            os.environ["ZRECORD_SOCKET"] = ctx.daemon.sock
+            daemon.stop()
+
+
+def run(ctx):
+    q = ctx.quick
+    n, side, B = (64, 512, 16) if q else (1024, 512, 256)
+    tmp = os.path.join(ctx.tmp, "loader")
+    os.makedirs(tmp, exist_ok=True)
+    p = prepare(ctx, n, side, tmp)
+    ctx.loaderx15_py = p.get("loaderx15_py")
+    cons = contenders(p)
+    rounds = 1 if q else 2
+    modes = [("identity", False, 3 if q else ctx.steps), ("heavy", True, 3 if q else max(8, ctx.steps // 3))]
+    results = {}
+    for mode, heavy, steps in modes:
+        for r in range(rounds):
+            for name, params in cons:
+                pr = dict(params, batch=B, heavy=heavy, seed=1 + r, steps=steps, warm=3)
+                try:
+                    res = run_one(ctx, pr, tmp)
+                except Exception as e:
+                    say(f"  {name} ({mode}): failed: {type(e).__name__}: {e}")
+                    continue
+                results.setdefault((mode, name), []).append(res)
+    rows = []
+    batch_bytes = B * p["nbytes"]
+    lim = (ctx.limits or {}).get(p["nbytes"], {})
+    for mode, _, _ in modes:
+        ref = results.get((mode, "zrecord raw"))
+        ref_bps = C.med([x["bps"] for x in ref]) if ref else None
+        for name, _ in cons:
+            rs = results.get((mode, name))
+            if not rs:
+                continue
+            bps = C.med([x["bps"] for x in rs])
+            row = {"mode": mode, "contender": name, "bps": bps, "gib_s": bps * batch_bytes / C.GiB,
+                   "pss_mib": max(x["pss"] for x in rs) / C.MiB, "rss_mib": max(x["rss"] for x in rs) / C.MiB,
+                   "first_s": C.med([x["first_batch_s"] for x in rs]),
+                   "zr_over_this": ref_bps / bps if ref_bps else None, "runs": [x["bps"] for x in rs]}
+            if name.startswith("zrecord") and lim.get("memcpy_mt") and mode == "identity":
+                row["of_limit"] = f"{row['gib_s'] / lim['memcpy_mt']:.2f} of memcpy"
+            rows.append(row)
+    C.table(f"loader, end to end: {n} records of {p['nbytes'] // 1024} KiB, batch {B} "
+            f"({batch_bytes / C.MiB:.0f} MiB), median of {rounds} runs; memory = peak PSS / RSS of the process "
+            "tree (+ the daemon for zrecord) while batches flow; zr/x = zrecord raw over the row",
+            [("mode", "transform"), ("contender", "contender"), ("bps", "batches/s"), ("gib_s", "GiB/s"),
+             ("zr_over_this", "zr/x"), ("of_limit", "of limit"), ("pss_mib", "PSS MiB"),
+             ("rss_mib", "RSS MiB"), ("first_s", "1st batch s")], rows)
+    for mode, _, _ in modes:
+        sub = [r for r in rows if r["mode"] == mode]
+        C.bar_plot(f"loader-{mode}", f"loader, {mode} transform: batches/s (median) and peak PSS",
+                   [r["contender"] for r in sub],
+                   {"batches/s": [r["bps"] for r in sub], "peak PSS / 100 MiB": [r["pss_mib"] / 100 for r in sub]},
+                   "batches/s  |  PSS in 100 MiB")
+    C.drop_path(tmp)
+    return {"records": n, "record_bytes": p["nbytes"], "batch": B, "rounds": rounds, "rows": rows}
+
+
+def targets(res):
+    rows = {(r["mode"], r["contender"]): r for r in res["rows"]}
+    out = []
+    zr = rows.get(("identity", "zrecord raw"))
+    for peer, need in (("torch DataLoader", 3.0), ("loaderx 1.5 raw", 1.5)):
+        o = rows.get(("identity", peer))
+        if zr and o:
+            out.append((f"loader (identity) >= {need:g}x {peer}, batches/s", zr["bps"] / o["bps"], need))
+            out.append((f"loader (identity) peak PSS below {peer}'s (their PSS / ours)", o["pss_mib"] / zr["pss_mib"], 1.0))
+    return out

@@ -1,0 +1,379 @@
+"""Store layer: random batch gather, write throughput and size on disk.
+
+Two workloads: 256 KiB images (512 x 512 uint8) in batches of 256 (64 MiB) and
+4 KiB tiles (64 x 64) in batches of 1024 (4 MiB). Every contender writes the
+same in-memory array, then gathers the same list of random batches (uniform,
+with replacement) into a new array of (batch, H, W), through the call its users
+make. Warm page cache: every store is swept once through its own gather before
+timing. Contenders are timed round robin (batch k of every contender, then
+batch k + 1). The last batch of each is checked against the source.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from . import common as C
+from .common import say
+
+
+class Contender:
+    compressed = False
+    name = "?"
+
+    def write(self, arr, path):
+        raise NotImplementedError
+
+    def gather(self, idx):
+        raise NotImplementedError
+
+    def close(self):
+        pass
+
+
+class Zrecord(Contender):
+    def __init__(self, codec):
+        self.codec = codec
+        self.name = f"zrecord {codec}"
+        self.compressed = codec != "raw"
+
+    def write(self, arr, path):
+        from loaderx.dataset import DenseDataset
+        from loaderx.utils import train_dict
+        t0 = time.perf_counter()
+        kw = {}
+        if self.codec == "zstd_dict":
+            kw["dict_bytes"] = train_dict(arr, "balanced")
+        self.train_s = time.perf_counter() - t0
+        ds = DenseDataset(path, dtype=arr.dtype, item_shape=arr.shape[1:], codec=self.codec, **kw)
+        per = max(1, (32 << 20) // arr[0].nbytes)
+        for s in range(0, len(arr), per):
+            ds.append(arr[s:s + per])
+        secs = time.perf_counter() - t0
+        ds._store.sync()            # durability: not timed (page-cache ingestion, as the others)
+        self.ds = ds
+        return secs
+
+    def gather(self, idx):
+        return self.ds[idx]
+
+    def close(self):
+        self.ds.close()
+
+
+class Npy(Contender):
+    name = "npy mmap"
+
+    def write(self, arr, path):
+        path += ".npy"
+        t0 = time.perf_counter()
+        np.save(path, arr)
+        secs = time.perf_counter() - t0
+        self.m = np.load(path, mmap_mode="r")
+        self.path = path
+        return secs
+
+    def gather(self, idx):
+        return self.m[idx]
+
+    def close(self):
+        del self.m
+
+
+class H5(Contender):
+    def __init__(self, gzip):
+        self.gzip = gzip
+        self.compressed = gzip
+        self.name = "h5py gzip chunk/rec" if gzip else "h5py contiguous"
+
+    def write(self, arr, path):
+        import h5py
+        t0 = time.perf_counter()
+        f = h5py.File(path, "w")
+        if self.gzip:
+            f.create_dataset("x", data=arr, chunks=(1,) + arr.shape[1:], compression="gzip")
+        else:
+            f.create_dataset("x", data=arr)
+        f.close()
+        secs = time.perf_counter() - t0
+        self.f = h5py.File(path, "r")
+        self.d = self.f["x"]
+        return secs
+
+    def gather(self, idx):
+        # h5py point selections must be increasing and unique: read those, reorder
+        uniq, inv = np.unique(idx, return_inverse=True)
+        return self.d[uniq][inv]
+
+    def close(self):
+        self.f.close()
+
+
+class Lmdb(Contender):
+    name = "lmdb"
+
+    def write(self, arr, path):
+        import lmdb
+        t0 = time.perf_counter()
+        env = lmdb.open(path, map_size=max(1 << 30, arr.nbytes * 2 + (64 << 20)), sync=False,
+                        metasync=False, readahead=False)
+        with env.begin(write=True) as txn:
+            for i in range(len(arr)):
+                txn.put(i.to_bytes(8, "big"), arr[i].tobytes())
+        secs = time.perf_counter() - t0
+        env.sync(True)
+        self.env, self.shape, self.dt = env, arr.shape[1:], arr.dtype
+        return secs
+
+    def gather(self, idx):
+        out = np.empty((len(idx),) + self.shape, self.dt)
+        with self.env.begin(buffers=True) as txn:
+            for j, i in enumerate(idx.tolist()):
+                out[j] = np.frombuffer(txn.get(i.to_bytes(8, "big")), self.dt).reshape(self.shape)
+        return out
+
+    def close(self):
+        self.env.close()
+
+
+class Blosc2(Contender):
+    name = "blosc2"
+    compressed = True
+
+    def write(self, arr, path):
+        import blosc2
+        t0 = time.perf_counter()
+        a = blosc2.asarray(arr, chunks=(1,) + arr.shape[1:], urlpath=path, mode="w")
+        del a
+        secs = time.perf_counter() - t0
+        self.a = blosc2.open(path, mode="r")
+        return secs
+
+    def gather(self, idx):
+        return self.a[idx]
+
+
+class ArrayRecord(Contender):
+    name = "array_record"
+    compressed = True
+    OPTIONS = "group_size:1,zstd:3"
+
+    def write(self, arr, path):
+        from array_record.python.array_record_module import ArrayRecordReader, ArrayRecordWriter
+        t0 = time.perf_counter()
+        w = ArrayRecordWriter(path, self.OPTIONS)
+        for r in arr:
+            w.write(r.tobytes())
+        w.close()
+        secs = time.perf_counter() - t0
+        self.r = ArrayRecordReader(path, "readahead_buffer_size:0")
+        self.shape, self.dt = arr.shape[1:], arr.dtype
+        return secs
+
+    def gather(self, idx):
+        recs = self.r.read(idx.tolist())
+        out = np.empty((len(idx),) + self.shape, self.dt)
+        for j, b in enumerate(recs):
+            out[j] = np.frombuffer(b, self.dt).reshape(self.shape)
+        return out
+
+    def close(self):
+        self.r.close()
+
+
+class Loaderx15(Contender):
+    """PyPI loaderx 1.5 in its own venv, behind suite.worker's JSON-lines server;
+    the gather is timed inside that process."""
+
+    def __init__(self, py, codec):
+        self.py, self.codec = py, codec
+        self.name = f"loaderx 1.5 {codec}"
+        self.compressed = codec != "raw"
+        self.p = subprocess.Popen([py, "-m", "suite.worker", "store"], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True, cwd=C.BENCH, env=C.peer_env())
+
+    def call(self, **cmd):
+        self.p.stdin.write(json.dumps(cmd) + "\n")
+        self.p.stdin.flush()
+        line = self.p.stdout.readline()
+        if not line:
+            raise RuntimeError("PyPI loaderx worker died")
+        r = json.loads(line)
+        if "error" in r:
+            raise RuntimeError(r["error"])
+        return r
+
+    def write(self, arr, path):
+        return self.call(op="write", codec=self.codec, npy=self.npy, path=path)["secs"]
+
+    def sweep(self, step):
+        self.call(op="sweep", step=step)
+
+    def timed_gather(self, idx, check):
+        return self.call(op="gather", idx=idx.tolist(), check=check)
+
+    def close(self):
+        try:
+            self.call(op="close")
+            self.p.stdin.close()
+            self.p.wait(timeout=30)
+        except Exception:
+            self.p.kill()
+
+
+def contenders(ctx, dict_too):
+    out = [Zrecord("raw"), Zrecord("zstd")]
+    if dict_too:
+        out.append(Zrecord("zstd_dict"))
+    out.append(Npy())
+    if C.have("h5py"):
+        out += [H5(False), H5(True)]
+    else:
+        C.skip("h5py contiguous and gzip", "h5py")
+    if C.have("lmdb"):
+        out.append(Lmdb())
+    else:
+        C.skip("LMDB", "lmdb")
+    if C.have("blosc2"):
+        out.append(Blosc2())
+    else:
+        C.skip("blosc2", "blosc2")
+    if C.have("array_record"):
+        out.append(ArrayRecord())
+    else:
+        C.skip("ArrayRecord", "array_record")
+    lx, why = C.loaderx15_python()
+    if lx:
+        out += [Loaderx15(lx[0], "raw"), Loaderx15(lx[0], "zstd")]
+    else:
+        say(f"  skipped PyPI loaderx 1.5: {why}")
+    return out
+
+
+def run_workload(ctx, label, n, side, batch, nbatches, dict_too):
+    arr = C.images(n, side)
+    rec = arr[0].nbytes
+    tmp = os.path.join(ctx.tmp, f"store-{side}")
+    os.makedirs(tmp, exist_ok=True)
+    npy_src = os.path.join(tmp, "source.npy")
+    np.save(npy_src, arr)
+    cons = contenders(ctx, dict_too)
+    rows = {}
+    for c in cons:
+        if isinstance(c, Loaderx15):
+            c.npy = npy_src
+        path = os.path.join(tmp, c.name.replace(" ", "_").replace("/", "-"))
+        try:
+            secs = c.write(arr, path)
+        except Exception as e:
+            say(f"  {c.name}: write failed ({type(e).__name__}: {e}); dropped")
+            c.failed = True
+            continue
+        size = C.disk_bytes(getattr(c, "path", path))
+        rows[c.name] = {"contender": c.name, "compressed": c.compressed,
+                        "write_mib_s": arr.nbytes / C.MiB / secs, "disk_mib": size / C.MiB,
+                        "ratio_disk": arr.nbytes / size if size else None, "secs": []}
+        if getattr(c, "train_s", 0):
+            rows[c.name]["dict_train_s"] = c.train_s
+    cons = [c for c in cons if c.name in rows]
+    # warm: sweep every record once through the contender's own gather
+    for c in cons:
+        if isinstance(c, Loaderx15):
+            c.sweep(batch)
+        else:
+            for s in range(0, n, batch):
+                c.gather(np.arange(s, min(n, s + batch)))
+    warm = 2
+    batches = C.draws(warm + nbatches, batch, n)
+    bad = []
+
+    def one(c, k):
+        idx = batches[k]
+        last = k == warm + nbatches - 1
+        if isinstance(c, Loaderx15):
+            r = c.timed_gather(idx, last)
+            secs = r["secs"]
+            if last and r["sum"] != int(arr[idx].view(np.uint64).sum()):
+                bad.append(c.name)
+        else:
+            t0 = time.perf_counter()
+            out = c.gather(idx)
+            secs = time.perf_counter() - t0
+            if last and not np.array_equal(out, arr[idx]):
+                bad.append(c.name)
+            del out
+        if k >= warm:
+            rows[c.name]["secs"].append(secs)
+
+    C.rounds_robin(cons, warm + nbatches, one)
+    for c in cons:
+        c.close()
+        r = rows[c.name]
+        r["gib_s"] = batch * rec / C.GiB / C.med(r["secs"])
+        r["best_gib_s"] = batch * rec / C.GiB / min(r["secs"])
+        r["ms"] = C.med(r["secs"]) * 1e3
+        r["ok"] = c.name not in bad
+    C.drop_path(tmp)
+    return {"label": label, "records": n, "record_bytes": rec, "batch": batch,
+            "batch_mib": batch * rec / C.MiB, "batches": nbatches, "rows": list(rows.values())}
+
+
+def report(ctx, w, limits):
+    rows = w["rows"]
+    ref = next(r for r in rows if r["contender"] == "zrecord raw")
+    refz = next(r for r in rows if r["contender"] == "zrecord zstd")
+    lim = (limits or {}).get(w["record_bytes"], {})
+    for r in rows:
+        base = refz if r["compressed"] else ref
+        r["zr_over_this"] = base["gib_s"] / r["gib_s"]
+        if r["contender"].startswith("zrecord"):
+            key = "memcpy_mt" if r["contender"] == "zrecord raw" else "zstd_mt"
+            if lim.get(key) and r["contender"] != "zrecord zstd_dict":
+                r["of_limit"] = f"{r['gib_s'] / lim[key]:.2f} of {'memcpy' if key == 'memcpy_mt' else 'zstd'}"
+    C.table(f"store gather, {w['label']}: {w['records']} records of {w['record_bytes'] // 1024} KiB, "
+            f"batch {w['batch']} ({w['batch_mib']:.0f} MiB), median of {w['batches']} batches; "
+            "zr/x = zrecord (raw for raw rows, zstd for compressed) over the row",
+            [("contender", "contender"), ("gib_s", "GiB/s"), ("best_gib_s", "best"), ("ms", "ms/batch"),
+             ("zr_over_this", "zr/x"), ("of_limit", "of limit (all threads)"),
+             ("write_mib_s", "write MiB/s"), ("disk_mib", "disk MiB"), ("ratio_disk", "ratio"),
+             ("ok", "bytes ok")],
+            rows)
+    if lim:
+        say(f"  limits, same record size (C probes, all threads / 1 thread): memcpy gather "
+            f"{lim['memcpy_mt']:.2f} / {lim['memcpy_1t']:.2f} GiB/s, zstd decompress "
+            f"{lim['zstd_mt']:.2f} / {lim['zstd_1t']:.2f} GiB/s")
+    C.bar_plot(f"store-{w['record_bytes'] // 1024}k", f"store gather, {w['label']} (GiB/s, median)",
+               [r["contender"] for r in rows], {"GiB/s": [r["gib_s"] for r in rows]}, "GiB/s")
+
+
+def targets(w, limits):
+    """The issue's store targets, on the 256 KiB workload."""
+    rows = {r["contender"]: r for r in w["rows"]}
+    out = []
+    raw = rows["zrecord raw"]["gib_s"]
+    npy = rows["npy mmap"]["gib_s"]
+    out.append(("store raw gather >= 3x npy mmap", raw / npy, 3.0))
+    lim = (limits or {}).get(w["record_bytes"], {})
+    if lim.get("memcpy_mt"):
+        out.append(("store raw gather >= 0.8x the all-threads memcpy gather", raw / lim["memcpy_mt"], 0.8))
+    others = [r["gib_s"] for k, r in rows.items() if r["compressed"] and not k.startswith("zrecord")]
+    if others:
+        out.append(("zstd gather >= 5x the best other compressed contender",
+                    rows["zrecord zstd"]["gib_s"] / max(others), 5.0))
+    return out
+
+
+def run(ctx):
+    q = ctx.quick
+    res = []
+    res.append(run_workload(ctx, "256 KiB images", 96 if q else ctx.records, 512,
+                            64 if q else 256, 3 if q else ctx.batches, ctx.dict_images))
+    res.append(run_workload(ctx, "4 KiB tiles", 2048 if q else ctx.tiles, 64,
+                            256 if q else 1024, 3 if q else ctx.batches, True))
+    for w in res:
+        report(ctx, w, ctx.limits)
+    return res

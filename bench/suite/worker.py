@@ -1,0 +1,244 @@
+"""worker.py: the child-process side of the suite.
+
+Runs with only the standard library and numpy at import time, so it also runs
+under the PyPI loaderx 1.5 virtual environment (whose package is also named
+`loaderx`: that process never sees ours). Two modes:
+
+  python -m suite.worker store          JSON-lines server: write / sweep / gather
+                                        through PyPI loaderx 1.5 (run in its venv)
+  python -m suite.worker loader JSON    one loader run: prints "ready" after the
+                                        warm-up, waits for "go" on stdin (unless
+                                        params["go"] is false), times `steps`
+                                        batches, prints one JSON line
+
+Every consumer reads one byte of each batch, so a batch must really arrive.
+"""
+
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+BENCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(BENCH)
+PYCLIENT = os.path.join(REPO, "python-client")
+STUBS = os.path.join(BENCH, "suite", "stubs")
+
+
+# ----------------------------------------------------------------- transforms
+def augment(x):
+    """The CPU-heavy transform: per sample (a Python loop, as augmentations
+    are), a 2x downsample to float32, a flip of every other sample, a 3-tap
+    blur and a shift. Takes uint8 (B, H, W), gives float32 (B, H/2, W/2)."""
+    x = np.asarray(x)
+    b, h, w = x.shape
+    out = np.empty((b, h // 2, w // 2), np.float32)
+    for i in range(b):
+        s = x[i, ::2, ::2].astype(np.float32) * (1.0 / 255.0)
+        if i & 1:
+            s = s[:, ::-1]
+        out[i] = (s + np.roll(s, 1, 0) + np.roll(s, 1, 1)) * (1.0 / 3.0) - 0.5
+    return out
+
+
+def augment_dict(batch):
+    return {"x": augment(batch["x"])}
+
+
+def identity_collate(x):
+    return x
+
+
+def touch(x):
+    """Reads one element: the batch must have arrived."""
+    if isinstance(x, dict):
+        x = x["x"]
+    if hasattr(x, "numpy"):
+        x = x.numpy()
+    return float(np.asarray(x).reshape(-1)[0])
+
+
+# ------------------------------------------------------------ PyPI loaderx 1.5
+def store_server():
+    """JSON lines in, JSON lines out, for the store layer's PyPI loaderx rows."""
+    from loaderx.dataset import DenseDataset
+    from loaderx.utils import from_numpy
+    ds = None
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        op = cmd["op"]
+        if op == "write":
+            arr = np.load(cmd["npy"], mmap_mode="r")
+            arr = np.ascontiguousarray(arr)          # in memory, like every writer's source
+            t0 = time.perf_counter()
+            from_numpy(cmd["path"], arr, codec=cmd["codec"])
+            secs = time.perf_counter() - t0
+            del arr
+            ds = DenseDataset(cmd["path"])
+            reply = {"secs": secs}
+        elif op == "sweep":
+            n, step = len(ds), int(cmd["step"])
+            for s in range(0, n, step):
+                ds.__getitems__(np.arange(s, min(n, s + step)))
+            reply = {}
+        elif op == "gather":
+            idx = np.asarray(cmd["idx"], np.int64)
+            t0 = time.perf_counter()
+            out = ds.__getitems__(idx)
+            secs = time.perf_counter() - t0
+            reply = {"secs": secs, "sum": int(out.view(np.uint64).sum()) if cmd.get("check") else 0}
+        elif op == "close":
+            if ds is not None:
+                ds.close()
+            ds = None
+            reply = {}
+        else:
+            reply = {"error": f"unknown op {op}"}
+        sys.stdout.write(json.dumps(reply) + "\n")
+        sys.stdout.flush()
+
+
+# --------------------------------------------------------------- loader runs
+class NpyDataset:
+    """A map-style torch dataset over a .npy (np.load mmap_mode='r', opened in
+    each worker), batched through __getitems__; `heavy` applies augment()."""
+
+    def __init__(self, path, heavy):
+        self.path, self.heavy, self.m = path, heavy, None
+        self.n = int(np.load(path, mmap_mode="r").shape[0])
+
+    def __len__(self):
+        return self.n
+
+    def _arr(self):
+        if self.m is None:
+            self.m = np.load(self.path, mmap_mode="r")
+        return self.m
+
+    def __getitem__(self, i):
+        import torch
+        return torch.from_numpy(np.array(self._arr()[i]))
+
+    def __getitems__(self, idxs):
+        import torch
+        x = self._arr()[np.asarray(idxs, np.int64)]
+        if self.heavy:
+            x = augment(x)
+        return torch.from_numpy(x)
+
+
+def make_iter(p):
+    kind, B, heavy, seed = p["kind"], p["batch"], p["heavy"], p["seed"]
+    if kind == "zrecord":
+        sys.path.insert(0, PYCLIENT)
+        from loaderx.dataloader import DataLoader
+        from loaderx.dataset import DenseDataset
+        dl = DataLoader({"x": DenseDataset(p["store"])}, batch_size=B, sampler=p.get("sampler", "iid"),
+                        seed=seed, start_step=p.get("start_step", 0), prefetch=p.get("prefetch", 4),
+                        transform=augment_dict if heavy else None, num_workers=2 if heavy else 0)
+        return dl, dl
+    if kind == "loaderx15":
+        from loaderx.dataloader import DataLoader
+        from loaderx.dataset import DenseDataset
+        dl = DataLoader({"x": DenseDataset(p["store"])}, num_workers=2, batch_size=B,
+                        prefetch_size=4, mode=1, seed=seed,
+                        transform=augment_dict if heavy else (lambda b: b))
+        return dl, dl
+    if kind == "torch":
+        import torch
+        from torch.utils.data import DataLoader, RandomSampler
+        ds = NpyDataset(p["npy"], heavy)
+        g = torch.Generator()
+        g.manual_seed(seed)
+        total = (p["steps"] + p["warm"] + 8) * B
+        dl = DataLoader(ds, batch_size=B, sampler=RandomSampler(ds, replacement=True, num_samples=total,
+                                                                 generator=g),
+                        num_workers=p.get("workers", 2), collate_fn=identity_collate,
+                        persistent_workers=True, drop_last=True)
+        return iter(dl), dl
+    if kind == "grain":
+        import grain.python as gp
+
+        class Parse(gp.MapTransform):
+            def map(self, rec):
+                return np.frombuffer(rec, np.uint8).reshape(p["shape"])
+
+        class Heavy(gp.MapTransform):
+            def map(self, batch):
+                return augment(batch)
+
+        ops = [Parse(), gp.Batch(B, drop_remainder=True)] + ([Heavy()] if heavy else [])
+        dl = gp.DataLoader(data_source=gp.ArrayRecordDataSource(p["arrayrecord"]),
+                           sampler=gp.IndexSampler(num_records=p["n"], shard_options=gp.NoSharding(),
+                                                   shuffle=True, num_epochs=None, seed=seed),
+                           operations=ops, worker_count=p.get("workers", 2))
+        return iter(dl), dl
+    if kind == "streaming":
+        try:
+            import torchvision  # noqa: F401
+        except Exception:
+            sys.path.insert(0, STUBS)
+        import torch
+        from streaming import StreamingDataset
+        from streaming.base.util import clean_stale_shared_memory
+        clean_stale_shared_memory()
+        total = (p["steps"] + p["warm"] + 8) * B
+
+        def collate(items):
+            x = np.stack([it["x"] for it in items])
+            return torch.from_numpy(augment(x) if heavy else x)
+
+        ds = StreamingDataset(local=p["mds"], shuffle=True, shuffle_seed=seed, batch_size=B,
+                              epoch_size=total)
+        dl = torch.utils.data.DataLoader(ds, batch_size=B, num_workers=p.get("workers", 2),
+                                         collate_fn=collate, drop_last=True)
+        return iter(dl), dl
+    raise SystemExit(f"unknown loader kind {kind}")
+
+
+def loader_run(p):
+    t_open = time.monotonic()
+    it, owner = make_iter(p)
+    first = None
+    sink = 0.0
+    for i in range(p["warm"]):
+        b = next(it)
+        sink += touch(b)
+        del b
+        if first is None:
+            first = time.monotonic() - t_open
+    if p.get("go", True):
+        sys.stdout.write("ready\n")
+        sys.stdout.flush()
+        sys.stdin.readline()
+    t0 = time.monotonic()
+    for i in range(p["steps"]):
+        b = next(it)
+        sink += touch(b)
+        del b
+    t1 = time.monotonic()
+    res = {"start": t0, "end": t1, "steps": p["steps"], "bps": p["steps"] / (t1 - t0),
+           "first_batch_s": first, "sink": sink}
+    sys.stdout.write(json.dumps(res) + "\n")
+    sys.stdout.flush()
+    for obj in (it, owner):
+        for name in ("_shutdown_workers", "close"):
+            fn = getattr(obj, name, None)
+            if fn:
+                try:
+                    fn()
+                except Exception:
+                    pass
+                break
+    os._exit(0)    # torch / grain / streaming workers: no slow interpreter teardown
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "store":
+        store_server()
+    elif sys.argv[1] == "loader":
+        loader_run(json.loads(sys.argv[2]))
+    else:
+        raise SystemExit("usage: python -m suite.worker store | loader JSON")
