@@ -19,9 +19,6 @@ if ! meson compile -C "$dir" tests/store/test-killpoints >"$log" 2>&1; then
   tail -n 40 "$log"; rm -f "$log"; exit 1
 fi
 rm -f "$log"
-# a process kill keeps the page cache, so the stores need no real disk: tmpfs
-# spares the test its fsyncs' latency
-if [ -z "${TMPDIR:-}" ] && [ -d /dev/shm ] && [ -w /dev/shm ]; then export TMPDIR=/dev/shm; fi
 start=$(date +%s)
 ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1} \
 UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1} \
