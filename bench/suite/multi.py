@@ -1,5 +1,137 @@
-def run(ctx):
-    return {}
+"""Several training processes on one box (what the daemon is for).
 
-def targets(r):
-    return []
+1, 2 and 4 processes read the same dataset (256 KiB images), (a) with identical
+seeds (a DDP-less sweep / eval beside train: the same batches) and (b) with
+different seeds. zrecord: every process is a client of one fresh zrecordd
+(`DataLoader`, sampler 'iid'); each peer runs its own loader in every process
+(torch DataLoader over the .npy with 2 workers each; PyPI loaderx 1.5 with its
+own threads). All processes warm up, wait at a barrier, then each times its
+steps: aggregate batches/s = all steps / (last end - first start). Memory:
+the peak total PSS of every process tree (+ the daemon). Decode work: for
+zrecord the daemon's STATUS counters (gathers: batches actually gathered, a
+shared gather counted once; misses: records decoded, zstd); for the peers
+every process decodes every record of its own batches.
+"""
+
+import json
+import os
+import time
+
+from . import common as C
+from . import loader as L
+from .common import say
+
+
+def run_config(ctx, params, nproc, same_seed, tmp):
+    daemon = None
+    if params["kind"] == "zrecord":
+        dtmp = os.path.join(tmp, f"d{time.monotonic_ns()}")
+        os.makedirs(dtmp)
+        daemon = C.Daemon(ctx.build, dtmp)
+    procs = []
+    try:
+        for i in range(nproc):
+            pr = dict(params, seed=7 if same_seed else 7 + i)
+            procs.append(L.spawn(ctx, pr, tmp, daemon))
+        mem = C.MemSampler([p.pid for p in procs], [daemon.pid] if daemon else []).start()
+        try:
+            for p in procs:
+                if p.stdout.readline().strip() != "ready":
+                    raise RuntimeError(f"{params['kind']} process failed before its first batches")
+            for p in procs:
+                p.stdin.write("go\n")
+                p.stdin.flush()
+            res = [json.loads(p.stdout.readline()) for p in procs]
+        finally:
+            mem.stop()
+            for p in procs:
+                L.reap(p)
+        steps = sum(r["steps"] for r in res)
+        out = {"nproc": nproc, "same_seed": same_seed,
+               "agg_bps": steps / (max(r["end"] for r in res) - min(r["start"] for r in res)),
+               "pss": mem.peak_pss, "rss": mem.peak_rss,
+               "records_asked": nproc * (params["steps"] + params["warm"]) * params["batch"]}
+        if daemon is not None:
+            import loaderx
+            conn = loaderx.connect(daemon.sock)
+            st = conn.request("status")
+            conn.close()
+            out.update(gathers=st["gathers"], batches=st["batches"], hits=st["hits"], misses=st["misses"])
+            out["decoded"] = st["misses"] if params["store_codec"] != "raw" else 0
+            out["gathered_batches"] = st["gathers"]
+        else:
+            out["decoded"] = out["records_asked"] if params.get("compressed") else 0
+            out["gathered_batches"] = nproc * (params["steps"] + params["warm"])
+        return out
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        if daemon is not None:
+            os.environ["ZRECORD_SOCKET"] = ctx.daemon.sock
+            daemon.stop()
+
+
+def run(ctx):
+    q = ctx.quick
+    n, side, B, steps = (64, 512, 8, 3) if q else (1024, 512, 64, ctx.steps)
+    tmp = os.path.join(ctx.tmp, "multi")
+    os.makedirs(tmp, exist_ok=True)
+    p = L.prepare(ctx, n, side, tmp)
+    ctx.loaderx15_py = p.get("loaderx15_py")
+    cons = [("zrecord raw", {"kind": "zrecord", "store": p["zr_raw"], "store_codec": "raw"}),
+            ("zrecord zstd", {"kind": "zrecord", "store": p["zr_zstd"], "store_codec": "zstd"})]
+    if C.have("torch"):
+        cons.append(("torch DataLoader", {"kind": "torch", "npy": p["npy"]}))
+    else:
+        C.skip("torch DataLoader", "torch")
+    if "lx15_zstd" in p:
+        cons.append(("loaderx 1.5 zstd", {"kind": "loaderx15", "store": p["lx15_zstd"], "compressed": True}))
+    else:
+        say(f"  skipped PyPI loaderx 1.5: {p['loaderx15_why']}")
+    configs = [(1, True), (2, True), (2, False), (4, True), (4, False)]
+    rows = []
+    for nproc, same in configs:          # contenders alternate within each configuration
+        for name, params in cons:
+            pr = dict(params, batch=B, heavy=False, steps=steps, warm=3)
+            try:
+                r = run_config(ctx, pr, nproc, same, tmp)
+            except Exception as e:
+                say(f"  {name} x{nproc} ({'same' if same else 'different'} seeds): failed: {type(e).__name__}: {e}")
+                continue
+            r["contender"] = name
+            rows.append(r)
+    one = {r["contender"]: r for r in rows if r["nproc"] == 1}
+    lim = (ctx.limits or {}).get(p["nbytes"], {})
+    for r in rows:
+        base = one.get(r["contender"])
+        r["seeds"] = "-" if r["nproc"] == 1 else ("same" if r["same_seed"] else "different")
+        r["x_one"] = r["agg_bps"] / base["agg_bps"] if base else None
+        r["mem_x_one"] = r["pss"] / base["pss"] if base else None
+        r["pss_mib"] = r["pss"] / C.MiB
+        r["gib_s"] = r["agg_bps"] * B * p["nbytes"] / C.GiB
+        if r["contender"] == "zrecord raw" and lim.get("memcpy_mt"):
+            r["of_limit"] = f"{r['gib_s'] / lim['memcpy_mt']:.2f} of memcpy"
+    C.table(f"several processes on one box: {n} records of {p['nbytes'] // 1024} KiB, batch {B} "
+            f"({B * p['nbytes'] / C.MiB:.0f} MiB), {steps} timed steps per process after a barrier; "
+            "x1 = over the same contender's single process; decoded = records decompressed in all",
+            [("contender", "contender"), ("nproc", "procs"), ("seeds", "seeds"), ("agg_bps", "batches/s"),
+             ("gib_s", "GiB/s"), ("x_one", "x1 rate"), ("of_limit", "of limit"), ("pss_mib", "PSS MiB"),
+             ("mem_x_one", "x1 PSS"), ("gathered_batches", "gathers"), ("decoded", "decoded")], rows)
+    labels = [f"{r['contender']} x{r['nproc']} {r['seeds']}" for r in rows]
+    C.bar_plot("multi", "several processes: aggregate batches/s and total PSS",
+               labels, {"batches/s": [r["agg_bps"] for r in rows],
+                        "PSS / 100 MiB": [r["pss_mib"] / 100 for r in rows]}, "batches/s  |  PSS in 100 MiB")
+    C.drop_path(tmp)
+    return {"records": n, "record_bytes": p["nbytes"], "batch": B, "steps": steps, "rows": rows}
+
+
+def targets(res):
+    out = []
+    for r in res["rows"]:
+        if r["contender"] in ("zrecord raw", "zrecord zstd") and r["nproc"] == 4 and r["same_seed"]:
+            out.append((f"{r['contender']}: 4 processes, same seeds >= 3.5x one process's batches/s",
+                        r["x_one"], 3.5))
+            out.append((f"{r['contender']}: ... at <= 1.5x its memory (1.5 / their ratio)",
+                        1.5 / r["mem_x_one"], 1.0))
+    return out
