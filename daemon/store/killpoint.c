@@ -47,6 +47,8 @@ static const char *const killpoint_names[ZR_KP_MAX] = {
         [ZR_KP_DICT_TMP_DURABLE] = "dict-tmp-durable",
         [ZR_KP_DICT_RENAMED] = "dict-renamed",
         [ZR_KP_DICT_FLAGGED] = "dict-flagged",
+        [ZR_KP_CREATE_META_OPEN] = "create-meta-open",
+        [ZR_KP_CREATE_META_NAMED] = "create-meta-named",
 };
 
 const char *zr_killpoint_name(unsigned n) {

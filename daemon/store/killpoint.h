@@ -59,6 +59,9 @@ enum zr_killpoint {
         ZR_KP_DICT_TMP_DURABLE = 45,  /* dict.zr.tmp written and fdatasynced */
         ZR_KP_DICT_RENAMED,           /* renamed to dict.zr, directory fsynced */
         ZR_KP_DICT_FLAGGED,           /* meta.zr with the dictionary flag written */
+        /* create */
+        ZR_KP_CREATE_META_OPEN = 50,  /* meta.zr's file made (unnamed if it can be) and locked */
+        ZR_KP_CREATE_META_NAMED,      /* meta.zr whole and named, the directory not yet synced */
         ZR_KP_MAX = 64,               /* every number is below this */
 };
 

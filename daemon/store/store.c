@@ -176,11 +176,49 @@ static int store_write_dict(zr_store *s, const void *dict, size_t len, zr_error 
         return 0;
 }
 
+/* meta.zr appears whole or not at all: the header is written and synced in an
+ * unnamed file (O_TMPFILE) that is then linked as meta.zr (linkat fails if one
+ * exists), so a create killed at any instant leaves either no meta.zr (the
+ * directory is not a store; create again) or an empty, valid store. A file
+ * system without O_TMPFILE, or a system without /proc to link it by, gets the
+ * older order: meta.zr created with O_EXCL and written in place, where a kill
+ * between the two leaves a meta.zr without a magic. Returns the descriptor
+ * (*ret_tmp 1 while it is still unnamed) or a negative code. */
+static int store_meta_excl(zr_store *s, zr_error *err) {
+        int fd = openat(s->dirfd, ZR_META_NAME, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
+                        0644);
+        if (fd >= 0)
+                return fd;
+        if (errno == EEXIST)
+                return zr_error_set(err, ZR_E_EXISTS, ZR_META_NAME ": a store already exists here");
+        return zr_error_errno(err, errno, ZR_META_NAME ": create");
+}
+
+static int store_meta_new(zr_store *s, int *ret_tmp, zr_error *err) {
+        int fd = openat(s->dirfd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0644);
+        *ret_tmp = fd >= 0;
+        return fd >= 0 ? fd : store_meta_excl(s, err);
+}
+
+/* Names the unnamed meta.zr: 1 if linked, 0 if it cannot be (no /proc), or a
+ * negative code (ZR_E_EXISTS if a meta.zr appeared meanwhile). */
+static int store_meta_link(zr_store *s, zr_error *err) {
+        char path[64];
+        snprintf(path, sizeof(path), "/proc/self/fd/%d", s->meta_fd);
+        if (linkat(AT_FDCWD, path, s->dirfd, ZR_META_NAME, AT_SYMLINK_FOLLOW) == 0)
+                return 1;
+        if (errno == EEXIST)
+                return zr_error_set(err, ZR_E_EXISTS, ZR_META_NAME ": a store already exists here");
+        if (errno == ENOENT || errno == EPERM || errno == EACCES)
+                return 0;
+        return zr_error_errno(err, errno, ZR_META_NAME ": link");
+}
+
 int zr_store_create(int dirfd, enum zr_codec codec, const void *dict, size_t dict_len,
                     const zr_store_options *opts, zr_store **ret, zr_error *err) {
         zr_store *s = NULL;
         unsigned log2 = opts && opts->chunk_log2 ? opts->chunk_log2 : ZR_CHUNK_LOG2_DEFAULT;
-        int created = 0, r;
+        int created = 0, tmp = 0, lockfd = -1, r;
 
         if ((unsigned)codec > ZR_CODEC_ZSTD_DICT)
                 return zr_error_set(err, ZR_E_BAD_CODEC, "unknown codec tag %d", (int)codec);
@@ -196,20 +234,35 @@ int zr_store_create(int dirfd, enum zr_codec codec, const void *dict, size_t dic
                 if (r < 0)
                         goto fail;
         }
-        s->meta_fd = openat(s->dirfd, ZR_META_NAME,
-                            O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
-        if (s->meta_fd < 0) {
-                if (errno == EEXIST)
-                        r = zr_error_set(err, ZR_E_EXISTS,
-                                         ZR_META_NAME ": a store already exists here");
-                else
-                        r = zr_error_errno(err, errno, ZR_META_NAME ": create");
+        /* One creator at a time (a lock on a description of the directory of
+         * our own), and never over an existing store: both before dict.zr is
+         * touched. */
+        lockfd = openat(s->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (lockfd < 0) {
+                r = zr_error_errno(err, errno, "store directory: open");
                 goto fail;
         }
-        created = 1;
+        if (flock(lockfd, LOCK_EX | LOCK_NB) < 0) {
+                r = errno == EWOULDBLOCK
+                            ? zr_error_set(err, ZR_E_LOCKED, "store directory: another process "
+                                           "is creating a store here")
+                            : zr_error_errno(err, errno, "store directory: flock");
+                goto fail;
+        }
+        if (faccessat(s->dirfd, ZR_META_NAME, F_OK, AT_SYMLINK_NOFOLLOW) == 0) {
+                r = zr_error_set(err, ZR_E_EXISTS, ZR_META_NAME ": a store already exists here");
+                goto fail;
+        }
+        s->meta_fd = store_meta_new(s, &tmp, err);
+        if (s->meta_fd < 0) {
+                r = s->meta_fd;
+                goto fail;
+        }
+        created = !tmp;
         r = store_lock(s, err);
         if (r < 0)
                 goto fail;
+        ZR_KILLPOINT(ZR_KP_CREATE_META_OPEN);
         if (codec == ZR_CODEC_ZSTD_DICT && dict && dict_len > 0) {
                 r = store_write_dict(s, dict, dict_len, err);
                 if (r < 0)
@@ -219,10 +272,39 @@ int zr_store_create(int dirfd, enum zr_codec codec, const void *dict, size_t dic
         r = zr_store_write_header(s, 0, 0, err);
         if (r < 0)
                 goto fail;
-        if (fdatasync(s->meta_fd) < 0 || fsync(s->dirfd) < 0) {
-                r = zr_error_errno(err, errno, ZR_META_NAME ": fsync");
+        if (fdatasync(s->meta_fd) < 0) {
+                r = zr_error_errno(err, errno, ZR_META_NAME ": fdatasync");
                 goto fail;
         }
+        if (tmp) {
+                r = store_meta_link(s, err);
+                if (r < 0)
+                        goto fail;
+                if (r == 0) {
+                        /* no /proc: the older order, in place */
+                        close(s->meta_fd);
+                        s->meta_fd = store_meta_excl(s, err);
+                        if (s->meta_fd < 0) {
+                                r = s->meta_fd;
+                                goto fail;
+                        }
+                        created = 1;
+                        r = store_lock(s, err);
+                        if (r >= 0)
+                                r = zr_store_write_header(s, 0, 0, err);
+                        if (r >= 0 && fdatasync(s->meta_fd) < 0)
+                                r = zr_error_errno(err, errno, ZR_META_NAME ": fdatasync");
+                        if (r < 0)
+                                goto fail;
+                }
+                created = 1;
+        }
+        ZR_KILLPOINT(ZR_KP_CREATE_META_NAMED);
+        if (fsync(s->dirfd) < 0) {
+                r = zr_error_errno(err, errno, "store directory: fsync");
+                goto fail;
+        }
+        close(lockfd);
         *ret = s;
         return 0;
 fail:
@@ -231,6 +313,8 @@ fail:
                         unlinkat(s->dirfd, ZR_DICT_NAME, 0);
                 unlinkat(s->dirfd, ZR_META_NAME, 0);
         }
+        if (lockfd >= 0)
+                close(lockfd);
         store_free(s);
         return r;
 }

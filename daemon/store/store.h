@@ -93,7 +93,11 @@ typedef struct zr_stats {
  * may give the dictionary now, or be NULL/0 to install one later with
  * zr_store_install_dict(); other codecs ignore them. `opts` may be NULL.
  * dirfd is duplicated; the caller keeps its own. On success returns 0 and sets
- * *ret to an open store owned by the caller (release with zr_store_close()). */
+ * *ret to an open store owned by the caller (release with zr_store_close()).
+ * ZR_E_LOCKED if another process is creating a store in the same directory.
+ * meta.zr appears whole (written in an unnamed file, then linked): a create
+ * killed at any instant leaves no store or an empty one, never a meta.zr
+ * without its header (except on a system without O_TMPFILE or /proc). */
 int zr_store_create(int dirfd, enum zr_codec codec, const void *dict, size_t dict_len,
                     const zr_store_options *opts, zr_store **ret, zr_error *err);
 

@@ -12,7 +12,8 @@
  *     it, as the protocol promises for that point: an append is there only once
  *     its header was written (a prefix with no holes), a delete only once its
  *     journal was written (then always: all or nothing), a compaction never
- *     changes the table, an interrupted recovery is finished by the next open;
+ *     changes the table, an interrupted recovery is finished by the next open,
+ *     a killed create leaves no store (and a new create works) or an empty one;
  *   - zr_store_verify() passes, a compaction re-run finishes without changing
  *     the table and leaves nothing to move, and the store takes a new append.
  * Hits 1..ZR_KILLPOINT_HITS (default 3) of each point are tried; a child that
@@ -105,11 +106,13 @@ enum scenario {
         SC_COMPACT_PART, /* a compaction stopped by max_moves after its scratch move */
         SC_RECOVER,      /* an open that redoes an interrupted delete's journal */
         SC_DICT,         /* installing the dictionary of a zstd_dict store */
+        SC_CREATE,       /* creating a store (with its dictionary for zstd_dict) */
         SC_COUNT,
 };
 
 static const char *const sc_names[SC_COUNT] = {
         "append-first", "append", "delete", "compact", "compact-partial", "recover", "dict",
+        "create",
 };
 
 /* the delete batch: some holes below the new length, some in the tail */
@@ -315,6 +318,10 @@ static int prepare(enum scenario sc, enum zr_codec c, prepared *p) {
         int r = 0;
 
         p->dir = new_dir("pre");
+        p->before.n = 0;
+        p->after.n = 0;
+        if (sc == SC_CREATE)
+                return 0; /* an empty directory */
         int dfd = open_dir(p->dir);
         int with_dict = c == ZR_CODEC_ZSTD_DICT && sc != SC_DICT;
         if (zr_store_create(dfd, c, with_dict ? dict_buf : NULL, with_dict ? dict_len : 0, &opts,
@@ -356,7 +363,7 @@ static int prepare(enum scenario sc, enum zr_codec c, prepared *p) {
 
 /* --- the child: one operation, maybe killed on the way ----------------------------- */
 
-static int child_main(enum scenario sc, const char *dir) {
+static int child_main(enum scenario sc, enum zr_codec c, const char *dir) {
         zr_pool *cpool = NULL;
         zr_store *s = NULL;
         zr_error err = {0};
@@ -365,8 +372,13 @@ static int child_main(enum scenario sc, const char *dir) {
 
         if (zr_pool_new(2, &cpool) < 0)
                 return 3;
-        zr_store_options opts = { .pool = cpool };
-        r = zr_store_open(dfd, &opts, &s, &err);
+        zr_store_options opts = { .pool = cpool, .chunk_log2 = KP_CHUNK_LOG2 };
+        if (sc == SC_CREATE) {
+                int d = c == ZR_CODEC_ZSTD_DICT;
+                r = zr_store_create(dfd, c, d ? dict_buf : NULL, d ? dict_len : 0, &opts, &s, &err);
+        } else {
+                r = zr_store_open(dfd, &opts, &s, &err);
+        }
         if (r >= 0) {
                 switch (sc) {
                 case SC_APPEND_FIRST:
@@ -383,7 +395,8 @@ static int child_main(enum scenario sc, const char *dir) {
                         r = zr_store_compact(s, 2, NULL, &err);
                         break;
                 case SC_RECOVER:
-                        break; /* the open was the operation */
+                case SC_CREATE:
+                        break; /* the open or create was the operation */
                 case SC_DICT:
                         r = zr_store_install_dict(s, dict_buf, dict_len, &err);
                         break;
@@ -443,10 +456,11 @@ typedef struct counts {
 static char self_exe[4096];
 
 /* Runs the child on dir with ZR_KILLPOINT=p:hit; 1 if killed, 0 if it finished. */
-static int run_child(enum scenario sc, const char *dir, unsigned p, unsigned hit) {
-        char sel[32], scs[16];
+static int run_child(enum scenario sc, enum zr_codec c, const char *dir, unsigned p,
+                     unsigned hit) {
+        char sel[32], scs[32];
         snprintf(sel, sizeof(sel), "%u:%u", p, hit);
-        snprintf(scs, sizeof(scs), "%d", (int)sc);
+        snprintf(scs, sizeof(scs), "%d:%d", (int)sc, (int)c);
         pid_t pid = fork();
         if (pid < 0)
                 die("fork");
@@ -468,15 +482,30 @@ static int run_child(enum scenario sc, const char *dir, unsigned p, unsigned hit
 }
 
 /* Reopens dir and checks it against what the scenario allows. */
-static void check_recovery(enum scenario sc, const prepared *pp, const char *dir, enum expect ex,
-                           const char *when) {
-        zr_store_options opts = { .pool = pool };
+static unsigned creates_absent; /* killed creates that left no store */
+
+static void check_recovery(enum scenario sc, enum zr_codec c, const prepared *pp, const char *dir,
+                           enum expect ex, const char *when) {
+        zr_store_options opts = { .pool = pool, .chunk_log2 = KP_CHUNK_LOG2 };
         zr_store *s = NULL;
         zr_error err = {0};
         int dfd = open_dir(dir);
         ids got;
 
         int r = zr_store_open(dfd, &opts, &s, &err);
+        if (r == -ZR_E_NOT_STORE && sc == SC_CREATE) {
+                /* a create killed before meta.zr was named: no store, and a
+                 * new create succeeds */
+                creates_absent++;
+                int d = c == ZR_CODEC_ZSTD_DICT;
+                zr_error_clear(&err);
+                r = zr_store_create(dfd, c, d ? dict_buf : NULL, d ? dict_len : 0, &opts, &s, &err);
+                if (r < 0) {
+                        fail("%s: create again: %s (%s)", when, err.message, zr_error_code_name(r));
+                        close(dfd);
+                        return;
+                }
+        }
         if (r < 0) {
                 fail("%s: reopen: %s (%s)", when, err.message, zr_error_code_name(r));
                 close(dfd);
@@ -553,13 +582,13 @@ static void run_scenario(enum scenario sc, enum zr_codec c, unsigned max_hits, c
                 for (unsigned hit = 1; hit <= max_hits; hit++) {
                         char *dir = new_dir("run");
                         copy_dir(pp->dir, dir);
-                        int rk = run_child(sc, dir, p, hit);
+                        int rk = run_child(sc, c, dir, p, hit);
                         k->trials++;
                         char when[160];
                         snprintf(when, sizeof(when), "%s (codec %d), killed at %u %s, hit %u",
                                  sc_names[sc], (int)c, p, zr_killpoint_name(p), hit);
                         if (rk == 1) {
-                                check_recovery(sc, pp, dir, expected(sc, p, hit), when);
+                                check_recovery(sc, c, pp, dir, expected(sc, p, hit), when);
                                 k->kills++;
                                 k->recoveries++;
                                 k->killed_at[p]++;
@@ -568,7 +597,7 @@ static void run_scenario(enum scenario sc, enum zr_codec c, unsigned max_hits, c
                                 /* once per scenario: the operation run to its end */
                                 snprintf(when, sizeof(when), "%s (codec %d), not killed",
                                          sc_names[sc], (int)c);
-                                check_recovery(sc, pp, dir, EXPECT_AFTER, when);
+                                check_recovery(sc, c, pp, dir, EXPECT_AFTER, when);
                                 k->completed++;
                         }
                         remove_dir(dir);
@@ -593,7 +622,7 @@ static void run_scenario(enum scenario sc, enum zr_codec c, unsigned max_hits, c
 static int prepare_recover(enum zr_codec c, prepared *p) {
         if (prepare(SC_DELETE, c, p) < 0)
                 return -1;
-        if (run_child(SC_DELETE, p->dir, ZR_KP_JOURNAL_DURABLE, 1) != 1) {
+        if (run_child(SC_DELETE, c, p->dir, ZR_KP_JOURNAL_DURABLE, 1) != 1) {
                 fail("recover codec %d: the delete was not killed with its journal durable", (int)c);
                 return -1;
         }
@@ -614,10 +643,12 @@ static unsigned env_unsigned(const char *name, unsigned def) {
 
 int main(int argc, char **argv) {
         if (argc == 4 && strcmp(argv[1], "--child") == 0) {
-                enum scenario sc = (enum scenario)atoi(argv[2]);
-                if (sc == SC_DICT)
+                char *colon;
+                enum scenario sc = (enum scenario)strtol(argv[2], &colon, 10);
+                enum zr_codec c = (enum zr_codec)(*colon == ':' ? atoi(colon + 1) : 0);
+                if (sc == SC_DICT || (sc == SC_CREATE && c == ZR_CODEC_ZSTD_DICT))
                         make_dict();
-                return child_main(sc, argv[3]);
+                return child_main(sc, c, argv[3]);
         }
         unsetenv("ZR_KILLPOINT"); /* the parent never stops */
         if (!ZR_KILLPOINTS) {
@@ -663,9 +694,10 @@ int main(int argc, char **argv) {
                              zr_killpoint_name(p));
         }
         printf("killpoints: %u of %u points killed at; %u (scenario, codec, point) points "
-               "exercised; %u children run, %u killed, %u recoveries checked, %u ran to the end; "
-               "%u failures\n",
-               covered, defined, k.points, k.trials, k.kills, k.recoveries, k.completed, failures);
+               "exercised; %u children run, %u killed, %u recoveries checked (%u killed creates "
+               "left no store), %u ran to the end; %u failures\n",
+               covered, defined, k.points, k.trials, k.kills, k.recoveries, creates_absent,
+               k.completed, failures);
         zr_pool_free(pool);
         free(dict_buf);
         return failures ? 1 : 0;
