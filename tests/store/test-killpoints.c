@@ -170,6 +170,37 @@ static void make_dict(void) {
         free(buf);
 }
 
+/* The children read the parent's dictionary from the file named by
+ * ZR_KP_DICT_FILE instead of training their own (slow under ASan). */
+static const char *tmp_base(void);
+
+static void load_dict(void) {
+        const char *path = getenv("ZR_KP_DICT_FILE");
+        FILE *f = path ? fopen(path, "rbe") : NULL;
+        if (!f) {
+                make_dict();
+                return;
+        }
+        dict_buf = malloc(DICT_CAPACITY);
+        if (!dict_buf)
+                die("malloc");
+        dict_len = fread(dict_buf, 1, DICT_CAPACITY, f);
+        fclose(f);
+        if (dict_len == 0)
+                die("ZR_KP_DICT_FILE");
+}
+
+static char dict_file[512];
+
+static void save_dict(void) {
+        snprintf(dict_file, sizeof(dict_file), "%s/zr-kp-dict-XXXXXX", tmp_base());
+        int fd = mkstemp(dict_file);
+        if (fd < 0 || write(fd, dict_buf, dict_len) != (ssize_t)dict_len)
+                die("dictionary file");
+        close(fd);
+        setenv("ZR_KP_DICT_FILE", dict_file, 1);
+}
+
 static int append_ids(zr_store *s, uint64_t first, size_t n, zr_error *err) {
         uint64_t lens[64];
         size_t total = 0;
@@ -647,7 +678,7 @@ int main(int argc, char **argv) {
                 enum scenario sc = (enum scenario)strtol(argv[2], &colon, 10);
                 enum zr_codec c = (enum zr_codec)(*colon == ':' ? atoi(colon + 1) : 0);
                 if (sc == SC_DICT || (sc == SC_CREATE && c == ZR_CODEC_ZSTD_DICT))
-                        make_dict();
+                        load_dict();
                 return child_main(sc, c, argv[3]);
         }
         unsetenv("ZR_KILLPOINT"); /* the parent never stops */
@@ -663,6 +694,7 @@ int main(int argc, char **argv) {
         if (zr_pool_new(2, &pool) < 0)
                 die("pool");
         make_dict();
+        save_dict();
 
         counts k = {0};
         unsigned defined = 0;
@@ -700,5 +732,6 @@ int main(int argc, char **argv) {
                k.completed, failures);
         zr_pool_free(pool);
         free(dict_buf);
+        unlink(dict_file);
         return failures ? 1 : 0;
 }
