@@ -38,6 +38,24 @@ meson compile -C build-asan >/dev/null
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
   run_suite build-asan
 
+run_script() { # $1 = label, rest = command; one pass or one failure
+  local label=$1; shift
+  local out
+  out=$(mktemp)
+  if "$@" >"$out" 2>&1; then
+    passed=$((passed + 1)); echo "$label: ok"; tail -n 8 "$out"
+  else
+    failed=$((failed + 1)); echo "$label: FAILED"; tail -n 40 "$out"
+  fi
+  rm -f "$out"
+}
+
+echo "== kill points (a -Dkillpoints=true build: recovery at every numbered point)"
+run_script "scripts/killpoints.sh" bash scripts/killpoints.sh
+
+echo "== fuzzers (libFuzzer, bounded executions per target)"
+run_script "scripts/fuzz.sh" bash scripts/fuzz.sh
+
 echo "== Python client and service tests (pytest, against the built daemon)"
 pylog=$(mktemp)
 set +e
