@@ -38,7 +38,7 @@ def main():
     ap.add_argument("--records", type=int, default=1024, help="256 KiB records in the store layer (1024)")
     ap.add_argument("--tiles", type=int, default=16384, help="4 KiB records in the store layer (16384)")
     ap.add_argument("--batches", type=int, default=9, help="timed batches per store contender (9)")
-    ap.add_argument("--steps", type=int, default=40, help="timed batches per loader run (40)")
+    ap.add_argument("--steps", type=int, default=20, help="timed batches per loader and multi-process run (20)")
     ap.add_argument("--dict-images", action="store_true",
                     help="also zstd_dict on the 256 KiB records (level 19: minutes on 2 cores)")
     ap.add_argument("--no-plots", action="store_true", help="no PNGs")
@@ -105,6 +105,14 @@ def main():
           f"{os.path.relpath(C.RESULTS)}/")
     if "all" in args.layers:
         C.write_json("all", out)
+    os.makedirs(C.RESULTS, exist_ok=True)
+    with open(os.path.join(C.RESULTS, "tables.md"), "w") as f:
+        m = machine
+        f.write(f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, Linux {m['kernel']}, "
+                f"Python {m['python']}, numpy {m['numpy']}; {m['date']}; load average "
+                f"{m['loadavg_start'][0]:.2f} at the start, {m['loadavg_end'][0]:.2f} at the end"
+                f"{' (--quick)' if args.quick else ''}.\n\n")
+        f.write("\n".join(C.MARKDOWN))
     return 0
 
 

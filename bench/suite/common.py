@@ -36,6 +36,15 @@ def say(*a):
     print(*a, flush=True)
 
 
+_said = set()
+
+
+def say_once(line):
+    if line not in _said:
+        _said.add(line)
+        say(line)
+
+
 # --------------------------------------------------------------------- builds
 def find_build(explicit=None):
     """The meson build dir holding daemon/zrecordd and bench/limits: --build,
@@ -103,8 +112,13 @@ def why_missing(mod):
     return _avail.get(mod) or ""
 
 
+_skipped = set()
+
+
 def skip(what, mod):
-    say(f"  skipped {what}: {mod} is not installed ({why_missing(mod)})")
+    if what not in _skipped:
+        _skipped.add(what)
+        say(f"  skipped {what}: {mod} is not installed ({why_missing(mod)})")
 
 
 def ensure_torchvision_stub():
@@ -272,8 +286,10 @@ def tree(pids):
 
 
 def pss_rss(pid):
-    """(PSS, RSS) bytes of one process from smaps_rollup; (0, 0) if gone."""
-    pss = rss = 0
+    """(PSS, RSS, PSS not backed by files) bytes of one process from
+    smaps_rollup; zeros if gone. The third leaves out mapped page cache (a
+    store's or a .npy's file pages), which the kernel can drop at will."""
+    pss = rss = pss_file = 0
     try:
         with open(f"/proc/{pid}/smaps_rollup") as f:
             for line in f:
@@ -281,9 +297,11 @@ def pss_rss(pid):
                     pss = int(line.split()[1]) * 1024
                 elif line.startswith("Rss:"):
                     rss = int(line.split()[1]) * 1024
+                elif line.startswith("Pss_File:"):
+                    pss_file = int(line.split()[1]) * 1024
     except OSError:
         pass
-    return pss, rss
+    return pss, rss, pss - pss_file
 
 
 class MemSampler:
@@ -292,7 +310,7 @@ class MemSampler:
 
     def __init__(self, roots, extra=(), period=0.05):
         self.roots, self.extra, self.period = list(roots), list(extra), period
-        self.peak_pss = self.peak_rss = 0
+        self.peak_pss = self.peak_rss = self.peak_anon = 0
         self.samples = 0
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._run, daemon=True)
@@ -303,11 +321,13 @@ class MemSampler:
             self._stop.wait(self.period)
 
     def sample(self):
-        pss = rss = 0
+        pss = rss = anon = 0
         for p in tree(self.roots) | set(self.extra):
-            a, b = pss_rss(p)
+            a, b, c = pss_rss(p)
             pss += a
             rss += b
+            anon += c
+        self.peak_anon = max(self.peak_anon, anon)
         self.peak_pss = max(self.peak_pss, pss)
         self.peak_rss = max(self.peak_rss, rss)
         self.samples += 1
@@ -387,6 +407,8 @@ def fmt(v, nd=2):
         return "-"
     if isinstance(v, bool):
         return "yes" if v else "NO"
+    if isinstance(v, int):
+        return f"{v:,}"
     if isinstance(v, str):
         return v
     if v != v:
@@ -401,11 +423,18 @@ def fmt(v, nd=2):
     return f"{v:.{nd}f}"
 
 
+MARKDOWN = []
+
+
 def table(title, cols, rows):
-    """Prints rows (dicts) under `cols` [(key, header)], right-aligned numbers."""
+    """Prints rows (dicts) under `cols` [(key, header)], right-aligned numbers
+    (and keeps a Markdown copy for results/tables.md)."""
     say("")
     say(title)
     cells = [[fmt(r.get(k)) for k, _ in cols] for r in rows]
+    MARKDOWN.append(f"**{title}**\n\n| " + " | ".join(h or " " for _, h in cols) + " |\n|"
+                    + "|".join("---" if i == 0 else "---:" for i in range(len(cols))) + "|\n"
+                    + "".join("| " + " | ".join(c) + " |\n" for c in cells))
     widths = [max(len(h), *(len(c[i]) for c in cells)) if cells else len(h)
               for i, (_, h) in enumerate(cols)]
     say("  " + "  ".join(h.ljust(w) if i == 0 else h.rjust(w)

@@ -49,7 +49,7 @@ def run_config(ctx, params, nproc, same_seed, tmp):
         steps = sum(r["steps"] for r in res)
         out = {"nproc": nproc, "same_seed": same_seed,
                "agg_bps": steps / (max(r["end"] for r in res) - min(r["start"] for r in res)),
-               "pss": mem.peak_pss, "rss": mem.peak_rss,
+               "pss": mem.peak_pss, "rss": mem.peak_rss, "anon_mib": mem.peak_anon / C.MiB,
                "records_asked": nproc * (params["steps"] + params["warm"]) * params["batch"]}
         if daemon is not None:
             import loaderx
@@ -88,7 +88,7 @@ def run(ctx):
     if "lx15_zstd" in p:
         cons.append(("loaderx 1.5 zstd", {"kind": "loaderx15", "store": p["lx15_zstd"], "compressed": True}))
     else:
-        say(f"  skipped PyPI loaderx 1.5: {p['loaderx15_why']}")
+        C.say_once(f"  skipped PyPI loaderx 1.5: {p['loaderx15_why']}")
     configs = [(1, True), (2, True), (2, False), (4, True), (4, False)]
     rows = []
     for nproc, same in configs:          # contenders alternate within each configuration
@@ -112,12 +112,14 @@ def run(ctx):
         r["gib_s"] = r["agg_bps"] * B * p["nbytes"] / C.GiB
         if r["contender"] == "zrecord raw" and lim.get("memcpy_mt"):
             r["of_limit"] = f"{r['gib_s'] / lim['memcpy_mt']:.2f} of memcpy"
+        if r["contender"] == "zrecord zstd" and lim.get("zstd_mt"):
+            r["of_limit"] = f"{r['gib_s'] / lim['zstd_mt']:.2f} of zstd"
     C.table(f"several processes on one box: {n} records of {p['nbytes'] // 1024} KiB, batch {B} "
             f"({B * p['nbytes'] / C.MiB:.0f} MiB), {steps} timed steps per process after a barrier; "
             "x1 = over the same contender's single process; decoded = records decompressed in all",
             [("contender", "contender"), ("nproc", "procs"), ("seeds", "seeds"), ("agg_bps", "batches/s"),
              ("gib_s", "GiB/s"), ("x_one", "x1 rate"), ("of_limit", "of limit"), ("pss_mib", "PSS MiB"),
-             ("mem_x_one", "x1 PSS"), ("gathered_batches", "gathers"), ("decoded", "decoded")], rows)
+             ("anon_mib", "PSS-file"), ("mem_x_one", "x1 PSS"), ("gathered_batches", "gathers"), ("decoded", "decoded")], rows)
     labels = [f"{r['contender']} x{r['nproc']} {r['seeds']}" for r in rows]
     C.bar_plot("multi", "several processes: aggregate batches/s and total PSS",
                labels, {"batches/s": [r["agg_bps"] for r in rows],
