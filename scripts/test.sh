@@ -71,7 +71,8 @@ if [ "$pyrc" -ne 0 ] && [ "${py_failed:-0}" -eq 0 ]; then failed=$((failed + 1))
 rm -f "$pylog"
 
 echo "== benchmarks, quick runs (they prove the benchmarks run; no speed assertions)"
-for b in "build/bench/store-bench --quick" "build/bench/sampler-bench --reps 11"; do
+for b in "build/bench/store-bench --quick" "build/bench/sampler-bench --reps 11" \
+         "python3 bench/run.py all --quick --build build --no-plots"; do
   if $b >/tmp/zr-bench-quick.txt 2>&1; then
     passed=$((passed + 1)); echo "$b: ok"
   else
