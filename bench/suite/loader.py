@@ -109,6 +109,7 @@ def spawn(ctx, params, tmp, daemon=None):
     env = C.peer_env() if kind == "loaderx15" else dict(os.environ, PYTHONPATH=C.BENCH)
     if daemon is not None:
         env["ZRECORD_SOCKET"] = daemon.sock
+    env["PYTHONWARNINGS"] = "ignore"        # torch's and grain's start-up chatter
     return subprocess.Popen([py, "-m", "suite.worker", "loader", json.dumps(params)],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                             cwd=C.BENCH, env=env, start_new_session=True)
