@@ -215,9 +215,22 @@ def fs_kind(path):
 
 
 # ---------------------------------------------------------------------- data
+_images = {}
+
+
 def images(n, side, seed=0x5EED):
     """n smooth-gradient uint8 images of side x side plus 2 bits of noise per
-    pixel (the same kind of data as bench/workload.c: mildly compressible)."""
+    pixel (the same kind of data as bench/workload.c: mildly compressible).
+    Made once per run (read-only: callers must not write to it)."""
+    key = (n, side, seed)
+    if key not in _images:
+        _images.clear()
+        _images[key] = _make_images(n, side, seed)
+        _images[key].flags.writeable = False
+    return _images[key]
+
+
+def _make_images(n, side, seed):
     rng = np.random.default_rng(seed)
     out = np.empty((n, side, side), np.uint8)
     y = np.arange(side, dtype=np.float32)[:, None]
@@ -457,7 +470,8 @@ _plot_note = []
 
 
 def bar_plot(name, title, labels, series, unit, log=False):
-    """One horizontal bar chart per table: series {legend: [value per label]}."""
+    """One PNG per table: a horizontal bar panel per series {panel title:
+    [value per label]}, each on its own scale."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -469,20 +483,19 @@ def bar_plot(name, title, labels, series, unit, log=False):
         return None
     os.makedirs(RESULTS, exist_ok=True)
     k = len(series)
-    fig, ax = plt.subplots(figsize=(7, 0.35 * len(labels) * max(1, k) + 1.2), dpi=72)
-    h = 0.8 / max(1, k)
-    for j, (leg, vals) in enumerate(series.items()):
-        ys = [i + j * h for i in range(len(labels))]
-        ax.barh(ys, [v if v == v and v is not None else 0 for v in vals], height=h, label=leg)
-    ax.set_yticks([i + h * (k - 1) / 2 for i in range(len(labels))])
-    ax.set_yticklabels(labels, fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlabel(unit)
-    if log:
-        ax.set_xscale("log")
-    ax.set_title(title, fontsize=9)
-    if k > 1:
-        ax.legend(fontsize=7)
+    fig, axes = plt.subplots(1, k, figsize=(4.2 * k + 1.5, 0.3 * len(labels) + 1.3), dpi=72,
+                             sharey=True, squeeze=False)
+    for j, (ax, (leg, vals)) in enumerate(zip(axes[0], series.items())):
+        ys = list(range(len(labels)))
+        ax.barh(ys, [v if v is not None and v == v else 0 for v in vals], color=f"C{j}")
+        ax.set_yticks(ys)
+        ax.set_yticklabels(labels, fontsize=8)
+        ax.invert_yaxis() if j == 0 else None
+        ax.set_xlabel(leg if k > 1 else unit, fontsize=8)
+        if log:
+            ax.set_xscale("log")
+        ax.tick_params(axis="x", labelsize=7)
+    fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     path = os.path.join(RESULTS, f"{name}.png")
     fig.savefig(path)

@@ -77,7 +77,7 @@ def run(ctx):
     n, side, B, steps = (64, 512, 8, 3) if q else (1024, 512, 64, ctx.steps)
     tmp = os.path.join(ctx.tmp, "multi")
     os.makedirs(tmp, exist_ok=True)
-    p = L.prepare(ctx, n, side, tmp)
+    p = L.shared_prepare(ctx, n, side)
     ctx.loaderx15_py = p.get("loaderx15_py")
     cons = [("zrecord raw", {"kind": "zrecord", "store": p["zr_raw"], "store_codec": "raw"}),
             ("zrecord zstd", {"kind": "zrecord", "store": p["zr_zstd"], "store_codec": "zstd"})]
@@ -134,8 +134,8 @@ def run(ctx):
              ("anon_mib", "PSS-file"), ("mem_x_one", "x1 PSS"), ("gathered_batches", "gathers"), ("decoded", "decoded")], rows)
     labels = [f"{r['contender']} x{r['nproc']} {r['seeds']}" for r in rows]
     C.bar_plot("multi", "several processes: aggregate batches/s and total PSS",
-               labels, {"batches/s": [r["agg_bps"] for r in rows],
-                        "PSS / 100 MiB": [r["pss_mib"] / 100 for r in rows]}, "batches/s  |  PSS in 100 MiB")
+               labels, {"aggregate batches/s": [r["agg_bps"] for r in rows],
+                        "total peak PSS, MiB": [r["pss_mib"] for r in rows]}, "")
     C.drop_path(tmp)
     return {"records": n, "record_bytes": p["nbytes"], "batch": B, "steps": steps, "rows": rows}
 
