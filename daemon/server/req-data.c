@@ -841,6 +841,7 @@ static void verify_run(zr_job *job) {
                 zr_request_fail(rq, -r, "%s", err.message);
         }
         rq->result = r;
+        zr_server_trim_heap();
 }
 
 static void verify_done(zr_job *job) {

@@ -55,6 +55,7 @@ static void train_run(zr_job *job) {
                         memcpy(st->out.data, st->dict, st->dict_len);
         }
         rq->result = r;
+        zr_server_trim_heap();
 }
 
 static void train_done(zr_job *job) {

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <event2/event.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +37,10 @@
 #define DRAIN_TIMEOUT_SEC 10
 
 zr_client **zr_client_link(zr_client *c);
+
+void zr_server_trim_heap(void) {
+        malloc_trim(0);
+}
 
 uint64_t zr_server_now_usec(void) {
         struct timespec ts;

@@ -96,4 +96,11 @@ void zr_server_shutdown(zr_server *s, const char *why);
 void zr_server_client_gone(zr_server *s, zr_client *c);
 uint64_t zr_server_now_usec(void);
 
+/* Gives the allocator's free pages back to the system (malloc_trim). For the
+ * end of a job that allocated and freed a lot at once (TRAIN_DICT, VERIFY):
+ * without it a worker's arena keeps tens of MiB after the job, and the daemon's
+ * RSS does not return to its baseline. Any thread; costs well under a
+ * millisecond on the daemon's small heaps, so only after such jobs. */
+void zr_server_trim_heap(void);
+
 #endif
