@@ -133,6 +133,12 @@ int hd_proc_read(pid_t pid, hd_proc *ret) {
         while (fgets(line, sizeof(line), f))
                 if (strncmp(line, "VmRSS:", 6) == 0)
                         ret->rss_kib = strtoull(line + 6, NULL, 10);
+                else if (strncmp(line, "RssAnon:", 8) == 0)
+                        ret->anon_kib = strtoull(line + 8, NULL, 10);
+                else if (strncmp(line, "RssFile:", 8) == 0)
+                        ret->file_kib = strtoull(line + 8, NULL, 10);
+                else if (strncmp(line, "RssShmem:", 9) == 0)
+                        ret->shmem_kib = strtoull(line + 9, NULL, 10);
         fclose(f);
         return 0;
 }

@@ -70,6 +70,7 @@ typedef struct hd_proc {
         int fds;          /* entries of /proc/PID/fd */
         int maps;         /* lines of /proc/PID/maps */
         uint64_t rss_kib; /* VmRSS */
+        uint64_t anon_kib, file_kib, shmem_kib; /* its parts: RssAnon, RssFile, RssShmem */
 } hd_proc;
 int hd_proc_read(pid_t pid, hd_proc *ret);
 
