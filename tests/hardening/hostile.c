@@ -1327,10 +1327,41 @@ int main(void) {
         printf("checker: %" PRIu64 " batches, %" PRIu64 " records verified bit-exact, %" PRIu64
                " bad, %" PRIu64 " errors\n", chk.batches, chk.records, chk.bad, chk.errors);
         monitor = zrc_disconnect(monitor);
-        if (hd_daemon_alive(&D))
+        /* SIGTERM with a client that stopped reading (a loader's events and a
+         * pipeline of replies unread): the drain closes it after its timeout
+         * and the daemon exits 0 */
+        int stuck = -1, ring = -1;
+        uint64_t rb, sb, t_stop = 0;
+        if (hd_daemon_alive(&D) && hd_connect_hello(&D, &stuck) == 0) {
+                int64_t h = hd_raw_open(stuck, hd_path, false, 2);
+                raw_loader_open(stuck, h, 16, 3, &ring, &rb, &sb);
+                zr_wire_writer w;
+                zr_wire_writer_init(&w);
+                fcntl(stuck, F_SETFL, fcntl(stuck, F_GETFL) | O_NONBLOCK);
+                for (uint64_t i = 0; i < 100000; i++) {
+                        const uint8_t *frame;
+                        size_t size;
+                        zr_wire_writer_reset(&w);
+                        zr_wire_writer_begin_message(&w, "status", true, 10 + i);
+                        zr_wire_writer_finish(&w, ZR_FRAME_MAX_FLOOR, &frame, &size, NULL);
+                        if (send(stuck, frame, size, MSG_NOSIGNAL) != (ssize_t)size)
+                                break;
+                }
+                zr_wire_writer_destroy(&w);
+        }
+        if (hd_daemon_alive(&D)) {
+                uint64_t t0 = hd_now_usec();
                 CHECK(hd_daemon_stop(&D), "the daemon did not drain cleanly");
-        else
+                t_stop = hd_now_usec() - t0;
+                printf("shutdown: SIGTERM with a client that stopped reading: exit 0 after %.1f s\n",
+                       (double)t_stop / 1e6);
+        } else {
                 hd_daemon_kill(&D);
+        }
+        if (ring >= 0)
+                close(ring);
+        if (stuck >= 0)
+                close(stuck);
         printf("checks: %u, failed: %u\n", hd_checks, hd_failures);
         test_rmtree(root);
         return hd_failures ? 1 : 0;
