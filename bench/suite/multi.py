@@ -37,7 +37,10 @@ def run_config(ctx, params, nproc, same_seed, tmp):
         try:
             for p in procs:
                 if p.stdout.readline().strip() != "ready":
-                    raise RuntimeError(f"{params['kind']} process failed before its first batches")
+                    p.kill()
+                    p.wait()
+                    raise RuntimeError(f"{params['kind']} process failed before its first batches:\n"
+                                       + L.log_tail(p))
             for p in procs:
                 p.stdin.write("go\n")
                 p.stdin.flush()
@@ -124,8 +127,7 @@ def run(ctx):
         r["gib_s"] = r["agg_bps"] * B * p["nbytes"] / C.GiB
         if r["contender"] == "zrecord raw" and lim.get("memcpy_mt"):
             r["of_limit"] = f"{r['gib_s'] / lim['memcpy_mt']:.2f} of memcpy"
-        if r["contender"] == "zrecord zstd" and lim.get("zstd_mt"):
-            r["of_limit"] = f"{r['gib_s'] / lim['zstd_mt']:.2f} of zstd"
+
     C.table(f"several processes on one box: {n} records of {p['nbytes'] // 1024} KiB, batch {B} "
             f"({B * p['nbytes'] / C.MiB:.0f} MiB), {steps} timed steps per process after a barrier; "
             "x1 = over the same contender's single process; decoded = records decompressed in all",
