@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""Where zrecord's `ds[idx]` spends its time, against npy-mmap fancy indexing.
+
+    python3 bench/suite/gather_breakdown.py [BUILD_DIR]
+
+A raw store of 1024 records of 256 KiB, batches of 256 (64 MiB), page cache
+warm; medians of 10 batches of: `ds[idx]` whole; its READ request alone (the
+daemon gathers into the connection's shared buffer); a new (256, 512, 512)
+array's first touch; the copy of the buffer into a warm array; `np.load(...,
+mmap_mode='r')[idx]`; and the minor page faults per batch of `ds[idx]` and of
+the npy gather (getrusage). The profile behind bench/README.md's store note.
+"""
+import os
+import resource
+import statistics
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+import numpy as np  # noqa: E402
+
+from suite import common as C  # noqa: E402
+
+
+def main():
+    build = C.find_build(sys.argv[1] if len(sys.argv) > 1 else None)
+    tmp = tempfile.mkdtemp(prefix="zrecord-breakdown-")
+    d = C.Daemon(build, tmp)
+    try:
+        C.import_loaderx()
+        from loaderx import _store, _wire
+        from loaderx.dataset import DenseDataset
+        arr = C.images(1024, 512)
+        ds = DenseDataset(os.path.join(tmp, "s"), dtype=np.uint8, item_shape=(512, 512), codec="raw")
+        for s in range(0, 1024, 128):
+            ds.append(arr[s:s + 128])
+        ds._store.sync()
+        np.save(os.path.join(tmp, "x.npy"), arr)
+        m = np.load(os.path.join(tmp, "x.npy"), mmap_mode="r")
+        batches = C.draws(12, 256, 1024)
+        for s in range(0, 1024, 256):
+            ds[np.arange(s, s + 256)]
+            m[np.arange(s, s + 256)]
+        T = {k: [] for k in ("ds[idx]", "READ only", "new array, first touch", "copy into warm array",
+                             "npy mmap fancy index")}
+        h = ds._h
+        conn = h.conn
+        warm = np.empty((256, 512, 512), np.uint8)
+        warm[:] = 1
+        nbytes = 256 << 18
+        for b in batches[2:]:
+            t = time.perf_counter()
+            x = ds[b]
+            T["ds[idx]"].append(time.perf_counter() - t)
+            del x
+            t = time.perf_counter()
+            with conn.buffer_lock:
+                buf = _store._buffer(conn, nbytes)
+                conn.request("read", {"handle": h.h(), "buffer": buf.handle, "offset": 0,
+                                      "indices": _wire.u64s(b)})
+            T["READ only"].append(time.perf_counter() - t)
+            t = time.perf_counter()
+            o = np.empty((256, 512, 512), np.uint8)
+            o.reshape(-1)[::4096] = 0
+            T["new array, first touch"].append(time.perf_counter() - t)
+            del o
+            t = time.perf_counter()
+            warm.reshape(-1)[:] = buf.array[:nbytes]
+            T["copy into warm array"].append(time.perf_counter() - t)
+            t = time.perf_counter()
+            x = m[b]
+            T["npy mmap fancy index"].append(time.perf_counter() - t)
+            del x
+
+        def faults(fn):
+            a = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+            x = fn()
+            n = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - a
+            del x
+            return n
+
+        print(f"64 MiB batches (256 x 256 KiB), median of {len(batches) - 2}; load average "
+              f"{os.getloadavg()[0]:.2f}")
+        for k, v in T.items():
+            med = statistics.median(v)
+            print(f"  {k:24s} {med * 1e3:7.1f} ms  {64 / 1024 / med:6.2f} GiB/s")
+        print("  minor faults per batch: ds[idx] "
+              f"{statistics.median(faults(lambda: ds[b]) for b in batches[2:]):.0f}, npy "
+              f"{statistics.median(faults(lambda: m[b]) for b in batches[2:]):.0f}")
+        ds.close()
+    finally:
+        d.stop()
+        C.drop_path(tmp)
+
+
+if __name__ == "__main__":
+    main()
