@@ -509,3 +509,11 @@ def rounds_robin(contenders, nrounds, fn):
     for r in range(nrounds):
         for c in contenders:
             fn(c, r)
+
+
+def limit(lim, key):
+    """A limit for fractions: the best batch of the probe (on a shared machine
+    the median is the load's as much as the machine's); None if not measured."""
+    if not lim:
+        return None
+    return lim.get(key + "_best") or lim.get(key)

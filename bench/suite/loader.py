@@ -223,8 +223,8 @@ def run(ctx):
                    "anon_mib": max(x["anon"] for x in rs) / C.MiB, "rss_mib": max(x["rss"] for x in rs) / C.MiB,
                    "first_s": C.med([x["first_batch_s"] for x in rs]),
                    "zr_over_this": ref_bps / bps if ref_bps else None, "runs": [x["bps"] for x in rs]}
-            if name == "zrecord raw" and lim.get("memcpy_mt") and mode == "identity":
-                row["of_limit"] = f"{row['gib_s'] / lim['memcpy_mt']:.2f} of memcpy"
+            if name == "zrecord raw" and C.limit(lim, 'memcpy_mt') and mode == "identity":
+                row["of_limit"] = f"{row['gib_s'] / C.limit(lim, 'memcpy_mt'):.2f} of memcpy"
             # zrecord zstd: no limit fraction; after the first pass its records
             # come from the daemon's decoded-record cache, not the decompressor
             rows.append(row)

@@ -125,8 +125,8 @@ def run(ctx):
         r["mem_x_one"] = r["pss"] / base["pss"] if base else None
         r["pss_mib"] = r["pss"] / C.MiB
         r["gib_s"] = r["agg_bps"] * B * p["nbytes"] / C.GiB
-        if r["contender"] == "zrecord raw" and lim.get("memcpy_mt"):
-            r["of_limit"] = f"{r['gib_s'] / lim['memcpy_mt']:.2f} of memcpy"
+        if r["contender"] == "zrecord raw" and C.limit(lim, 'memcpy_mt'):
+            r["of_limit"] = f"{r['gib_s'] / C.limit(lim, 'memcpy_mt'):.2f} of memcpy"
 
     C.table(f"several processes on one box: {n} records of {p['nbytes'] // 1024} KiB, batch {B} "
             f"({B * p['nbytes'] / C.MiB:.0f} MiB), {steps} timed steps per process after a barrier; "

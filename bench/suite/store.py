@@ -359,14 +359,14 @@ def report(ctx, w, limits):
     lim = (limits or {}).get(w["record_bytes"], {})
     for r in rows:
         if r.get("diag"):
-            r["of_limit"] = f"{r['gib_s'] / lim['memcpy_mt']:.2f} of memcpy" if lim.get("memcpy_mt") else None
+            r["of_limit"] = f"{r['gib_s'] / C.limit(lim, 'memcpy_mt'):.2f} of memcpy" if C.limit(lim, 'memcpy_mt') else None
             continue
         base = refz if r["compressed"] else ref
         r["zr_over_this"] = base["gib_s"] / r["gib_s"]
         if r["contender"].startswith("zrecord"):
             key = "memcpy_mt" if r["contender"] == "zrecord raw" else "zstd_mt"
-            if lim.get(key) and r["contender"] != "zrecord zstd_dict":
-                r["of_limit"] = f"{r['gib_s'] / lim[key]:.2f} of {'memcpy' if key == 'memcpy_mt' else 'zstd'}"
+            if C.limit(lim, key) and r["contender"] != "zrecord zstd_dict":
+                r["of_limit"] = f"{r['gib_s'] / C.limit(lim, key):.2f} of {'memcpy' if key == 'memcpy_mt' else 'zstd'}"
     C.table(f"store gather, {w['label']}: {w['records']} records of {w['record_bytes'] // 1024} KiB, "
             f"batch {w['batch']} ({w['batch_mib']:.0f} MiB), median of {w['batches']} batches; "
             "zr/x = zrecord (raw for raw rows, zstd for compressed) over the row",
@@ -377,8 +377,9 @@ def report(ctx, w, limits):
             rows)
     if lim:
         say(f"  limits, same record size (C probes, all threads / 1 thread): memcpy gather "
-            f"{lim['memcpy_mt']:.2f} / {lim['memcpy_1t']:.2f} GiB/s, zstd decompress "
-            f"{lim['zstd_mt']:.2f} / {lim['zstd_1t']:.2f} GiB/s")
+            f"{C.limit(lim, 'memcpy_mt'):.2f} / {C.limit(lim, 'memcpy_1t'):.2f} GiB/s, zstd decompress "
+            f"{C.limit(lim, 'zstd_mt'):.2f} / {C.limit(lim, 'zstd_1t'):.2f} GiB/s (best batch of each probe: "
+            "the fractions above are of these)")
     C.bar_plot(f"store-{w['record_bytes'] // 1024}k", f"store gather, {w['label']} (GiB/s, median)",
                [r["contender"] for r in rows if not r.get("diag")],
                {"GiB/s": [r["gib_s"] for r in rows if not r.get("diag")]}, "GiB/s")
@@ -392,8 +393,8 @@ def targets(w, limits):
     npy = rows["npy mmap"]["gib_s"]
     out.append(("store raw gather >= 3x npy mmap", raw / npy, 3.0))
     lim = (limits or {}).get(w["record_bytes"], {})
-    if lim.get("memcpy_mt"):
-        out.append(("store raw gather >= 0.8x the all-threads memcpy gather", raw / lim["memcpy_mt"], 0.8))
+    if C.limit(lim, 'memcpy_mt'):
+        out.append(("store raw gather >= 0.8x the all-threads memcpy gather", raw / C.limit(lim, 'memcpy_mt'), 0.8))
     others = [r["gib_s"] for k, r in rows.items() if r["compressed"] and not k.startswith(("zrecord", "("))]
     if others:
         out.append(("zstd gather >= 5x the best other compressed contender",
