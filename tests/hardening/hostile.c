@@ -11,6 +11,7 @@
  * (which must make progress with bit-exact batches) and its descriptors,
  * mappings and RSS must come back to the baseline taken before the first case.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -1158,8 +1159,30 @@ static uint64_t vanish_pass(int pass) {
         return settle(pass == 1 ? "vanish-1" : "vanish-2", shm0, b0);
 }
 
+/* Makes every file of a store group-writable: a store shared through a group,
+ * whose files a client of another user may truncate. (The daemon reads such a
+ * store with pread; a store only its own user may write reads through mappings,
+ * since that user could kill the daemon anyway: registry.c.) */
+static void share_store(const char *path) {
+        DIR *d = opendir(path);
+        CHECK(d != NULL, "opendir %s", path);
+        if (!d)
+                return;
+        struct dirent *de;
+        while ((de = readdir(d))) {
+                if (de->d_name[0] == '.')
+                        continue;
+                char p[600];
+                snprintf(p, sizeof(p), "%s/%s", path, de->d_name);
+                CHECK(chmod(p, 0664) == 0, "chmod %s", p);
+        }
+        closedir(d);
+}
+
 static void case_truncate(void) {
         uint64_t b0 = checker_batches(), shm0 = status_shm();
+        share_store(victim_path);
+        share_store(victimz_path);
         zrc_conn *c = NULL;
         zrc_dataset *v = NULL, *vz = NULL;
         zrc_loader *l = NULL;
