@@ -42,6 +42,9 @@ def main():
     ap.add_argument("--dict-images", action="store_true",
                     help="also zstd_dict on the 256 KiB records (level 19: minutes on 2 cores)")
     ap.add_argument("--no-plots", action="store_true", help="no PNGs")
+    ap.add_argument("--out", help="where JSON, tables.md and PNGs go (default bench/results; "
+                                  "with --quick a directory under $TMPDIR, so a quick run never "
+                                  "overwrites the published figures)")
     args = ap.parse_args()
     layers = LAYERS if "all" in args.layers else args.layers
     for l in layers:
@@ -50,6 +53,10 @@ def main():
     if args.no_plots:
         C.bar_plot = lambda *a, **k: None
 
+    if args.out:
+        C.RESULTS = os.path.abspath(args.out)
+    elif args.quick:
+        C.RESULTS = os.path.join(tempfile.gettempdir(), "zrecord-bench-quick-results")
     t_start = time.monotonic()
     ctx = argparse.Namespace(**vars(args))
     ctx.build = C.find_build(args.build)
@@ -102,7 +109,7 @@ def main():
     C.say("")
     C.say(f"done in {time.monotonic() - t_start:.0f} s; load average at the end "
           f"{' '.join(f'{x:.2f}' for x in machine['loadavg_end'])}; results in "
-          f"{os.path.relpath(C.RESULTS)}/")
+          f"{C.RESULTS}/")
     if "all" in args.layers:
         C.write_json("all", out)
     os.makedirs(C.RESULTS, exist_ok=True)

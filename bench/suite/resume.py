@@ -67,8 +67,8 @@ def run(ctx):
             for c in cons:
                 pr = dict(p, kind=c, k=k)
                 proc = subprocess.Popen([sys.executable, "-m", "suite.worker", "resume", json.dumps(pr)],
-                                        stdout=subprocess.PIPE, text=True, cwd=C.BENCH, env=env,
-                                        start_new_session=True)
+                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                        cwd=C.BENCH, env=env, start_new_session=True)
                 try:
                     r = json.loads(proc.stdout.readline())
                 except Exception as e:
