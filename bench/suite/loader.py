@@ -141,7 +141,8 @@ def log_tail(proc, n=6):
 
 def reap(proc):
     """Waits for a loader process, then kills what is left of its session:
-    worker processes some loaders leave behind when their parent exits."""
+    worker processes some loaders leave behind when their parent exits; then
+    removes the shared-memory segments such workers leave (sweep_shm)."""
     try:
         proc.wait(timeout=20)
     except subprocess.TimeoutExpired:
@@ -151,6 +152,39 @@ def reap(proc):
     except ProcessLookupError:
         pass
     proc.wait()
+    sweep_shm()
+
+
+_shm_before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+def sweep_shm():
+    """Removes Python shared_memory segments (/dev/shm/psm_*) that appeared
+    since this suite started and that no process maps any more: a Grain or
+    multiprocessing worker killed before its cleanup leaves them behind, and
+    on tmpfs they hold memory until removed."""
+    if not os.path.isdir("/dev/shm"):
+        return
+    new = [f for f in os.listdir("/dev/shm") if f.startswith("psm_") and f not in _shm_before]
+    if not new:
+        return
+    mapped = set()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/maps") as fh:
+                for line in fh:
+                    if "/dev/shm/psm_" in line:
+                        mapped.add(line.rsplit("/", 1)[1].split()[0])
+        except OSError:
+            pass
+    for f in new:
+        if f not in mapped:
+            try:
+                os.unlink(os.path.join("/dev/shm", f))
+            except OSError:
+                pass
 
 
 def run_one(ctx, params, tmp):

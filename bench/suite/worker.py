@@ -242,7 +242,13 @@ def loader_run(p):
                 except Exception:
                     pass
                 break
-    os._exit(0)    # torch / grain / streaming workers: no slow interpreter teardown
+    # A normal exit, so that atexit handlers run: grain's unlink its shared
+    # memory segments (the parent kills what is left after 20 s, and removes
+    # segments nobody maps any more).
+    del it, owner
+    import gc
+    gc.collect()
+    sys.exit(0)
 
 
 # --------------------------------------------------------------- resume runs
@@ -326,7 +332,11 @@ def resume_run(p):
         raise SystemExit(f"unknown resume kind {kind}")
     sys.stdout.write(json.dumps({"secs": secs, "note": note}) + "\n")
     sys.stdout.flush()
-    os._exit(0)
+    del b
+    dl = None
+    import gc
+    gc.collect()
+    sys.exit(0)
 
 
 if __name__ == "__main__":
