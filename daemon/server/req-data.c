@@ -558,18 +558,28 @@ static void append_done(zr_job *job) {
         zr_request_complete(rq, r);
 }
 
-int zr_handle_append(zr_request *rq) {
-        zr_wire_error werr = {0};
+/* The dataset or set named by the request's "handle", which must allow writes. */
+static int get_writable_handle(zr_request *rq, zr_handle **ret) {
         uint32_t hid;
-        int r;
-
-        if ((r = get_handle_field(rq, "handle", &hid)) < 0)
+        int r = get_handle_field(rq, "handle", &hid);
+        if (r < 0)
                 return r;
         zr_handle *h = zr_request_handle2(rq, "handle", hid);
         if (!h)
                 return -ZR_E_NO_HANDLE;
         if (!h->writable)
                 return zr_request_fail(rq, ZR_E_READONLY, "handle %u was opened read-only", hid);
+        *ret = h;
+        return 0;
+}
+
+int zr_handle_append(zr_request *rq) {
+        zr_wire_error werr = {0};
+        zr_handle *h;
+        int r;
+
+        if ((r = get_writable_handle(rq, &h)) < 0)
+                return r;
         append_state *st = calloc(1, sizeof(*st));
         if (!st)
                 return zr_request_fail(rq, ENOMEM, "no memory");
@@ -693,15 +703,10 @@ static void delete_done(zr_job *job) {
 }
 
 int zr_handle_delete(zr_request *rq) {
-        uint32_t hid;
+        zr_handle *h;
         int r;
-        if ((r = get_handle_field(rq, "handle", &hid)) < 0)
+        if ((r = get_writable_handle(rq, &h)) < 0)
                 return r;
-        zr_handle *h = zr_request_handle2(rq, "handle", hid);
-        if (!h)
-                return -ZR_E_NO_HANDLE;
-        if (!h->writable)
-                return zr_request_fail(rq, ZR_E_READONLY, "handle %u was opened read-only", hid);
         delete_state *st = calloc(1, sizeof(*st));
         if (!st)
                 return zr_request_fail(rq, ENOMEM, "no memory");
