@@ -87,7 +87,8 @@ static const field loader_stat_fields[] = {
         REQ("pid", T_UINT), REQ("loader", T_U32), REQ("sampler", T_STR),
         REQ("batch_size", T_UINT), REQ("streams", T_UINT), REQ("step", T_UINT),
         REQ("batches", T_UINT), REQ("gathers", T_UINT), REQ("hits", T_UINT),
-        REQ("misses", T_UINT), REQ("bytes", T_UINT), REQ("evictions", T_UINT), END,
+        REQ("misses", T_UINT), REQ("bytes", T_UINT), REQ("evictions", T_UINT),
+        REQ("shared", T_UINT), END,
 };
 
 /* ---- requests ---------------------------------------------------------- */
@@ -129,7 +130,9 @@ static const field loader_open_req[] = {
         OPT("rank", T_UINT), OPT("world_size", T_UINT), OPT("prefetch", T_UINT),
         OPT("length", T_UINT), OPT("indices", T_BOOL), END,
 };
-static const field release_req[] = { REQ("loader", T_U32), REQ("slot", T_U32), END };
+static const field release_req[] = {
+        REQ("loader", T_U32), REQ("ring", T_U32), REQ("slot", T_U32), END,
+};
 static const field loader_only[] = { REQ("loader", T_U32), END };
 
 /* ---- replies ----------------------------------------------------------- */
@@ -178,8 +181,8 @@ static const field status_ok[] = {
         REQ_SUB("per_loader", T_MAPS, loader_stat_fields), END,
 };
 static const field loader_open_ok[] = {
-        REQ("loader", T_U32), REQ("slots", T_UINT), REQ("slot_bytes", T_UINT),
-        REQ("ring_bytes", T_UINT), REQ("length", T_UINT),
+        REQ("loader", T_U32), REQ("ring", T_U32), REQ("slots", T_UINT),
+        REQ("slot_bytes", T_UINT), REQ("ring_bytes", T_UINT), REQ("length", T_UINT),
         REQ_SUB("streams", T_MAPS, ring_stream_fields), END,
 };
 
@@ -190,9 +193,14 @@ static const field error_msg[] = {
         OPT("needed", T_UINT), OPT("index", T_UINT), END,
 };
 static const field batch_event[] = {
-        REQ("loader", T_U32), REQ("slot", T_U32), REQ("step", T_UINT),
+        REQ("loader", T_U32), REQ("ring", T_U32), REQ("slot", T_U32), REQ("step", T_UINT),
         REQ_SUB("streams", T_MAPS, batch_stream_fields), OPT("indices", T_U64S), END,
 };
+static const field ring_event[] = {
+        REQ("loader", T_U32), REQ("ring", T_U32), REQ("slots", T_UINT),
+        REQ("slot_bytes", T_UINT), REQ("ring_bytes", T_UINT), END,
+};
+static const field ring_close_event[] = { REQ("loader", T_U32), REQ("ring", T_U32), END };
 static const field loader_end_event[] = {
         REQ("loader", T_U32), REQ("step", T_UINT), REQ("code", T_UINT), OPT("name", T_STR),
         REQ("message", T_STR), END,
@@ -233,6 +241,8 @@ static const kind_info kinds[_ZR_MSG_MAX] = {
         [ZR_MSG_ERROR] = { "error", error_msg, NULL, NULL, 0 },
         [ZR_MSG_BATCH] = { "batch", batch_event, NULL, NULL, 0 },
         [ZR_MSG_LOADER_END] = { "loader_end", loader_end_event, NULL, NULL, 0 },
+        [ZR_MSG_RING] = { "ring", ring_event, NULL, NULL, 0 },
+        [ZR_MSG_RING_CLOSE] = { "ring_close", ring_close_event, NULL, NULL, 0 },
         [ZR_MSG_FAULT] = { "fault", error_msg, NULL, NULL, 0 },
 };
 
@@ -262,7 +272,8 @@ bool zr_msg_kind_feature(zr_msg_kind kind, const char **ret_feature) {
 }
 
 static bool kind_is_event(zr_msg_kind kind) {
-        return kind == ZR_MSG_BATCH || kind == ZR_MSG_LOADER_END || kind == ZR_MSG_FAULT;
+        return kind == ZR_MSG_BATCH || kind == ZR_MSG_LOADER_END || kind == ZR_MSG_RING ||
+               kind == ZR_MSG_RING_CLOSE || kind == ZR_MSG_FAULT;
 }
 
 int zr_msg_header_read(const msgpack_object *root, zr_msg_header *ret, zr_wire_error *err) {

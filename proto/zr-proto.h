@@ -135,6 +135,8 @@ typedef enum zr_msg_kind {
         /* events (daemon -> client, unsolicited, between any two frames) */
         ZR_MSG_BATCH,           /* "batch" */
         ZR_MSG_LOADER_END,      /* "loader_end" */
+        ZR_MSG_RING,            /* "ring" (carries one descriptor) */
+        ZR_MSG_RING_CLOSE,      /* "ring_close" */
         ZR_MSG_FAULT,           /* "fault" */
         _ZR_MSG_MAX,
 } zr_msg_kind;

@@ -230,6 +230,7 @@ START_TEST(test_ids_by_class) {
         zr_wire_writer_init(&b.w);
         zr_wire_writer_begin_message(&b.w, "release", false, 0);
         zr_wire_put_u64(&b.w, "loader", 1);
+        zr_wire_put_u64(&b.w, "ring", 3);
         zr_wire_put_u64(&b.w, "slot", 2);
         root = finish(&b);
         ck_assert_int_eq(zr_msg_check(root, ZR_MSG_INVALID, NULL, NULL), 0);

@@ -94,7 +94,7 @@ ok('req-loader_open.bin', {'kind': 'loader_open', 'id': 22,
                            'sampler': 'cyclic', 'batch_size': 256, 'seed': 2**64 - 1,
                            'start_step': 10**9, 'rank': 1, 'world_size': 2, 'prefetch': 4,
                            'length': 60000, 'indices': True})
-ok('req-release.bin', {'kind': 'release', 'loader': 4, 'slot': 0})
+ok('req-release.bin', {'kind': 'release', 'loader': 4, 'ring': 9, 'slot': 0})
 ok('req-loader_close.bin', {'kind': 'loader_close', 'id': 23, 'loader': 4})
 
 # ---- replies -------------------------------------------------------------
@@ -134,10 +134,11 @@ ok('ok-status.bin', {'kind': 'ok', 'id': 20, 'daemon': 'zrecordd 0.1.0', 'uptime
                      'per_loader': [{'pid': 4242, 'loader': 4, 'sampler': 'cyclic',
                                      'batch_size': 256, 'streams': 2, 'step': 1100,
                                      'batches': 100, 'gathers': 60, 'hits': 500,
-                                     'misses': 20, 'bytes': 1 << 30, 'evictions': 3}]},
+                                     'misses': 20, 'bytes': 1 << 30, 'evictions': 3,
+                                     'shared': 40}]},
    'status')
 ok('ok-close.bin', {'kind': 'ok', 'id': 21}, 'close')
-ok('ok-loader_open.bin', {'kind': 'ok', 'id': 22, 'loader': 4, 'slots': 4, 'slot_bytes': 73728,
+ok('ok-loader_open.bin', {'kind': 'ok', 'id': 22, 'loader': 4, 'ring': 9, 'slots': 4, 'slot_bytes': 73728,
                           'ring_bytes': 294912, 'length': 60000,
                           'streams': [{'offset': 0, 'capacity': 8192},
                                       {'offset': 8192, 'capacity': 65536}]}, 'loader_open')
@@ -148,14 +149,17 @@ ok('error-buffer.bin', {'kind': 'error', 'id': 8, 'code': 1016, 'name': 'ZR_E_BU
                         'message': 'records need 4096 bytes, buffer has 1024', 'needed': 4096})
 
 # ---- events --------------------------------------------------------------
-ok('event-batch-dense.bin', {'kind': 'batch', 'loader': 4, 'slot': 1, 'step': 1001,
+ok('event-batch-dense.bin', {'kind': 'batch', 'loader': 4, 'ring': 9, 'slot': 1, 'step': 1001,
                              'streams': [{'offset': 73728, 'bytes': 8192}]})
-ok('event-batch-ragged.bin', {'kind': 'batch', 'loader': 4, 'slot': 0, 'step': 1000,
+ok('event-batch-ragged.bin', {'kind': 'batch', 'loader': 4, 'ring': 10, 'slot': 0, 'step': 1000,
                               'streams': [{'offset': 0, 'bytes': 8192},
                                           {'offset': 8192, 'bytes': 56,
                                            'offsets': u64s(8208, 8240),
                                            'lengths': u64s(12, 4), 'shapes': u64s(3, 1)}],
                               'indices': u64s(17, 4)})
+ok('event-ring.bin', {'kind': 'ring', 'loader': 4, 'ring': 10, 'slots': 4, 'slot_bytes': 73728,
+                      'ring_bytes': 294912})
+ok('event-ring_close.bin', {'kind': 'ring_close', 'loader': 4, 'ring': 10})
 ok('event-loader_end.bin', {'kind': 'loader_end', 'loader': 4, 'step': 1004, 'code': 1107,
                             'name': 'ZR_E_STALE', 'message': 'store appended to'})
 ok('event-fault.bin', {'kind': 'fault', 'code': 1100, 'name': 'ZR_E_PROTO',
@@ -256,9 +260,11 @@ bad('loader-seed-float.bin', frame(pack({'kind': 'loader_open', 'id': 1,
                                          'streams': [{'handle': 1}], 'sampler': 'iid',
                                          'batch_size': 2, 'seed': 1.0, 'start_step': 0})),
     'ZR_E_PROTO')
-bad('batch-no-streams.bin', frame(pack({'kind': 'batch', 'loader': 1, 'slot': 0, 'step': 0})),
+bad('batch-no-streams.bin', frame(pack({'kind': 'batch', 'loader': 1, 'ring': 1, 'slot': 0,
+                                          'step': 0})),
     'ZR_E_PROTO')
-bad('release-slot-negative.bin', frame(pack({'kind': 'release', 'loader': 1, 'slot': -1})),
+bad('release-slot-negative.bin', frame(pack({'kind': 'release', 'loader': 1, 'ring': 1,
+                                              'slot': -1})),
     'ZR_E_PROTO')
 bad('ok-read-missing-count.bin', frame(pack({'kind': 'ok', 'id': 8, 'offset': 0, 'bytes': 0})),
     'ZR_E_PROTO', 'read')
