@@ -6,7 +6,9 @@
  * 4-byte header first, then the body, so the descriptors of a recvmsg() always
  * belong to the frame being read (PROTOCOL.md, section 5); they arrive with
  * MSG_CMSG_CLOEXEC, and MSG_CTRUNC breaks the connection. Events that arrive
- * before a reply (BATCH, LOADER_END) are kept, bounded, for the loader API; a
+ * before a reply (BATCH, RING, RING_CLOSE, LOADER_END) are kept, bounded, for
+ * the loader API, a RING with the one memfd it carries (any other event's
+ * descriptors are closed; a RING without exactly one breaks the connection); a
  * FAULT is remembered, so that when the daemon then hangs up the caller learns
  * why. A reply whose id or kind does not match, or any malformed frame, breaks
  * the connection: every later call fails at once with the first reason.
@@ -341,8 +343,9 @@ static void fault_record(zrc_conn *c, const msgpack_object *root) {
         error_set(&c->fault, (int)code, "%s", msg);
 }
 
+/* Queues an event, taking body and fd (-1: none) on success only. */
 static int event_keep(zrc_conn *c, zr_msg_kind kind, uint32_t loader, uint8_t *body,
-                      size_t size) {
+                      size_t size, int fd) {
         conn_event *e;
 
         if (c->n_events >= CONN_EVENTS_MAX)
@@ -355,6 +358,7 @@ static int event_keep(zrc_conn *c, zr_msg_kind kind, uint32_t loader, uint8_t *b
         e->loader = loader;
         e->body = body;
         e->size = size;
+        e->fd = fd;
         if (c->events_tail)
                 c->events_tail->next = e;
         else
@@ -384,6 +388,8 @@ conn_event *conn_event_take(zrc_conn *c, uint32_t loader) {
 
 conn_event *conn_event_free(conn_event *e) {
         if (e) {
+                if (e->fd >= 0)
+                        close(e->fd);
                 free(e->body);
                 free(e);
         }
@@ -456,9 +462,10 @@ static void msg_done(conn_msg *m) {
         m->body = NULL;
 }
 
-/* Reads one frame. An event is handled here (BATCH and LOADER_END kept in the
- * queue, FAULT remembered, an unknown kind ignored) and 0 returned; a reply
- * ("ok" or "error") is returned in *ret with 1. Anything else breaks c. */
+/* Reads one frame. An event is handled here (BATCH, RING, RING_CLOSE and
+ * LOADER_END kept in the queue, a RING with its descriptor; FAULT remembered;
+ * an unknown kind ignored) and 0 returned; a reply ("ok" or "error") is
+ * returned in *ret with 1. Anything else breaks c. */
 static int conn_pump(zrc_conn *c, uint32_t recv_max, conn_msg *ret) {
         zr_wire_error werr = { 0 };
         conn_msg m = { 0 };
@@ -487,9 +494,22 @@ static int conn_pump(zrc_conn *c, uint32_t recv_max, conn_msg *ret) {
         }
 
         if (m.hdr.kind == ZR_MSG_FAULT || m.hdr.kind == ZR_MSG_BATCH ||
-            m.hdr.kind == ZR_MSG_LOADER_END) {
-                close_fds(m.fds, m.n_fds); /* events carry none */
-                m.n_fds = 0;
+            m.hdr.kind == ZR_MSG_LOADER_END || m.hdr.kind == ZR_MSG_RING ||
+            m.hdr.kind == ZR_MSG_RING_CLOSE) {
+                if (m.hdr.kind == ZR_MSG_RING) {
+                        /* the one event with a descriptor: exactly one */
+                        if (m.n_fds != 1) {
+                                size_t got = m.n_fds;
+
+                                msg_done(&m);
+                                return conn_break(c, ZR_E_BAD_FD,
+                                                  "a ring event came with %zu descriptors, not 1",
+                                                  got);
+                        }
+                } else {
+                        close_fds(m.fds, m.n_fds); /* other events carry none */
+                        m.n_fds = 0;
+                }
                 werr = (zr_wire_error){ 0 };
                 r = zr_msg_check(zr_wire_body_root(m.decoded), ZR_MSG_INVALID, NULL, &werr);
                 if (r < 0) {
@@ -503,11 +523,14 @@ static int conn_pump(zrc_conn *c, uint32_t recv_max, conn_msg *ret) {
                         return 0;
                 }
                 (void)zr_wire_get_u32(zr_wire_body_root(m.decoded), "loader", &loader, NULL);
-                zr_wire_body_free(m.decoded);
-                r = event_keep(c, m.hdr.kind, loader, m.body, m.size);
-                if (r < 0)
-                        free(m.body);
-                return r;
+                r = event_keep(c, m.hdr.kind, loader, m.body, m.size,
+                               m.n_fds == 1 ? m.fds[0] : -1);
+                if (r < 0) {
+                        msg_done(&m);
+                        return r;
+                }
+                zr_wire_body_free(m.decoded); /* body and fd now belong to the event */
+                return 0;
         }
         if (m.hdr.kind != ZR_MSG_OK && m.hdr.kind != ZR_MSG_ERROR) {
                 msg_done(&m);
@@ -814,8 +837,7 @@ zrc_conn *zrc_disconnect(zrc_conn *c) {
                 conn_event *e = c->events_head;
 
                 c->events_head = e->next;
-                free(e->body);
-                free(e);
+                conn_event_free(e);
         }
         if (c->fd >= 0)
                 close(c->fd);

@@ -1,21 +1,43 @@
-/* loader.c: loaders, batches streamed by sampler step into a shared ring.
+/* loader.c: loaders, batches streamed by sampler step into shared rings.
  *
- * LOADER_OPEN returns the ring's memfd, mapped here read-only once. The daemon
- * then announces each filled slot with a BATCH event and the caller hands it
- * back with RELEASE (a notification: nothing waits for an answer). Events
+ * LOADER_OPEN returns the loader's own ring's memfd (and its id, `ring`),
+ * mapped here read-only once. The daemon then announces each filled slot with a
+ * BATCH event naming (ring, slot) and the caller hands it back with RELEASE of
+ * that (ring, slot) (a notification: nothing waits for an answer). Events
  * arrive between any two frames, so the connection keeps them in its queue
  * (conn.c) while requests are answered; zrc_loader_next() takes this loader's
  * oldest event from the queue, or reads frames until one comes.
  *
+ * Loaders with the same streams, sampler, seed, batch size, rank, world size
+ * and slot layout, on any connection of any client, form a group whose rings
+ * are one pool of slots (PROTOCOL.md, section 10, "Rings shared by a group"):
+ * the batch of a step is gathered once, into any member's ring, and announced
+ * to every member from there. So a loader reads from several rings: its own
+ * (rings[0]) and each that a RING event passes (its memfd kept with the queued
+ * event by conn.c). A RING is checked before it is mapped, read-only, once:
+ * its slots are the loader's own size, ring_bytes is slots × slot_bytes and
+ * the memfd holds at least that many bytes (so no read of a batch can fault
+ * past its end); the descriptor is closed once mapped. A RING_CLOSE unmaps
+ * that ring; one that names the loader's own ring, a ring it does not know, or
+ * a ring it holds a batch in is a protocol error and unmaps nothing, so no
+ * pointer the caller holds ever dangles. RING and RING_CLOSE are applied in
+ * queue order as zrc_loader_next() meets them; the caller never sees them.
+ *
  * Every BATCH is checked before a pointer is made from it: the step is the one
- * expected (steps come in order, each once), the slot is in range and not held,
- * each stream's bytes lie inside its region of that slot, and every ragged
- * record lies inside the stream's bytes with a length that matches its shape.
- * A batch's arrays (ragged pointers, lengths, shapes, indices) are copied out of
- * the event into one allocation per slot, freed at release, so a batch stays
- * valid while later ones arrive. A caller that holds every slot and asks for
- * another batch gets -EDEADLK at once instead of waiting forever
- * (PROTOCOL.md, section 10, "Full and empty").
+ * expected (steps come in order, each once), the ring is one the loader knows,
+ * the slot is in that ring's range and not held, each stream's bytes lie
+ * inside its region of that slot, and every ragged record lies inside the
+ * stream's bytes with a length that matches its shape. The batches the caller
+ * holds live in a table of `slots` entries, wherever their slots lie: the
+ * index of the entry is the handle the caller gets as zrc_loader_batch.slot
+ * and gives back to zrc_loader_release(), which sends that entry's (ring,
+ * slot). A batch's arrays (ragged pointers, lengths, shapes, indices) are
+ * copied out of the event into one allocation per entry, freed at release, so
+ * a batch stays valid while later ones arrive. A caller that holds `slots`
+ * batches and asks for another gets -EDEADLK at once instead of waiting
+ * forever (PROTOCOL.md, section 10, "Full and empty"). A protocol error in an
+ * event ends the loader for good: every later zrc_loader_next() returns it.
+ * zrc_loader_close() unmaps every ring.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -23,6 +45,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 
 #include "zrc-private.h"
 
@@ -35,12 +58,24 @@ typedef struct loader_stream {
         uint64_t capacity;
 } loader_stream;
 
-typedef struct loader_slot {
+/* A ring mapped for the loader: its own, or one a RING event passed. */
+typedef struct loader_ring {
+        uint32_t id;             /* the daemon's ring id */
+        uint32_t slots;
+        uint64_t bytes;          /* slots × slot_bytes, mapped */
+        const uint8_t *map;
+        uint32_t n_held;         /* batches the caller holds in it */
+} loader_ring;
+
+/* A batch the caller holds: entry i of l->held is handle i. */
+typedef struct loader_held {
         bool held;
+        uint32_t ring;           /* the ring's id */
+        uint32_t slot;           /* the slot in that ring */
         zrc_loader_batch batch;
         zrc_stream_batch *streams;
         void *arrays;            /* payloads, lengths, shapes, indices of this batch */
-} loader_slot;
+} loader_held;
 
 struct zrc_loader {
         zrc_loader *next, *prev;     /* in conn->loaders */
@@ -48,14 +83,15 @@ struct zrc_loader {
         uint32_t handle;
         uint32_t slots;
         uint64_t slot_bytes, ring_bytes, length, batch_size;
-        const uint8_t *ring;
         size_t n_streams;
         loader_stream *streams;
-        loader_slot *slot;           /* slots entries */
+        loader_ring *rings;          /* n_rings: [0] its own, then those of RING events */
+        size_t n_rings, cap_rings;
+        loader_held *held;           /* slots entries */
         uint32_t n_held;
         bool want_indices;
         uint64_t next_step;
-        bool ended;
+        bool ended;                  /* by LOADER_END or a bad event */
         zrc_error end;               /* why it ended */
 };
 
@@ -71,10 +107,66 @@ uint64_t zrc_loader_step(const zrc_loader *l) {
         return l->next_step;
 }
 
-static void slot_clear(loader_slot *s) {
-        free(s->streams);
-        free(s->arrays);
-        *s = (loader_slot){ 0 };
+static void held_clear(loader_held *h) {
+        free(h->streams);
+        free(h->arrays);
+        *h = (loader_held){ 0 };
+}
+
+static loader_ring *ring_find(zrc_loader *l, uint32_t id) {
+        for (size_t i = 0; i < l->n_rings; i++)
+                if (l->rings[i].id == id)
+                        return &l->rings[i];
+        return NULL;
+}
+
+/* Checks a ring the daemon passed (LOADER_OPEN's or a RING event's) and maps
+ * it read-only; the caller closes fd. */
+static int ring_map(zrc_loader *l, uint32_t id, uint64_t slots, uint64_t slot_bytes,
+                    uint64_t ring_bytes, int fd) {
+        zrc_conn *c = l->conn;
+        struct stat st;
+        void *map;
+
+        if (fd < 0)
+                return conn_fail(c, ZR_E_BAD_FD, "loader %u: ring %u came without its memfd",
+                                 l->handle, id);
+        if (ring_find(l, id))
+                return conn_fail(c, ZR_E_PROTO, "loader %u: ring %u announced twice", l->handle,
+                                 id);
+        if (slots == 0 || slots > UINT32_MAX || slot_bytes != l->slot_bytes ||
+            ring_bytes / slots != slot_bytes || ring_bytes % slots != 0 || ring_bytes > SIZE_MAX)
+                return conn_fail(c, ZR_E_PROTO,
+                                 "loader %u: ring %u of %" PRIu64 " slots of %" PRIu64
+                                 " bytes in %" PRIu64 " (the loader's slots have %" PRIu64 ")",
+                                 l->handle, id, slots, slot_bytes, ring_bytes, l->slot_bytes);
+        if (fstat(fd, &st) < 0)
+                return conn_fail(c, errno, "loader %u: ring %u: fstat: %s", l->handle, id,
+                                 strerror(errno));
+        if (st.st_size < 0 || (uint64_t)st.st_size < ring_bytes)
+                return conn_fail(c, ZR_E_PROTO,
+                                 "loader %u: ring %u's memfd holds %jd bytes, not %" PRIu64,
+                                 l->handle, id, (intmax_t)st.st_size, ring_bytes);
+        if (l->n_rings == l->cap_rings) {
+                size_t cap = l->cap_rings ? 2 * l->cap_rings : 4;
+                loader_ring *p = realloc(l->rings, cap * sizeof(*p));
+
+                if (!p)
+                        return conn_fail(c, ENOMEM, "out of memory for a ring");
+                l->rings = p;
+                l->cap_rings = cap;
+        }
+        map = mmap(NULL, ring_bytes, PROT_READ, MAP_SHARED, fd, 0);
+        if (map == MAP_FAILED)
+                return conn_fail(c, errno, "loader %u: mapping ring %u of %" PRIu64 " bytes: %s",
+                                 l->handle, id, ring_bytes, strerror(errno));
+        l->rings[l->n_rings++] = (loader_ring){
+                .id = id,
+                .slots = (uint32_t)slots,
+                .bytes = ring_bytes,
+                .map = map,
+        };
+        return 0;
 }
 
 void loader_free(zrc_loader *l, bool tell) {
@@ -86,19 +178,21 @@ void loader_free(zrc_loader *l, bool tell) {
                 zr_wire_put_u64(w, "loader", l->handle);
                 (void)conn_call(c, ZR_MSG_LOADER_CLOSE, NULL, 0, NULL);
         }
-        /* after the reply no event of this loader can follow */
+        /* after the reply no event of this loader can follow; the RINGs still
+         * queued have their descriptors closed */
         conn_events_drop(c, l->handle);
-        if (l->ring)
-                munmap((void *)l->ring, l->ring_bytes);
-        for (uint32_t i = 0; l->slot && i < l->slots; i++)
-                slot_clear(&l->slot[i]);
+        for (size_t i = 0; i < l->n_rings; i++)
+                munmap((void *)l->rings[i].map, l->rings[i].bytes);
+        for (uint32_t i = 0; l->held && i < l->slots; i++)
+                held_clear(&l->held[i]);
         if (l->prev)
                 l->prev->next = l->next;
         else if (c->loaders == l)
                 c->loaders = l->next;
         if (l->next)
                 l->next->prev = l->prev;
-        free(l->slot);
+        free(l->held);
+        free(l->rings);
         free(l->streams);
         free(l);
 }
@@ -110,13 +204,15 @@ zrc_loader *zrc_loader_close(zrc_loader *l) {
 }
 
 /* Checks the LOADER_OPEN reply against what was asked and fills l. */
-static int open_take(zrc_loader *l, const conn_reply *reply, zrc_dataset *const *streams) {
+static int open_take(zrc_loader *l, const conn_reply *reply, zrc_dataset *const *streams,
+                     uint32_t *ret_ring) {
         zrc_conn *c = l->conn;
         const msgpack_object *rs;
         uint32_t n = 0;
         uint64_t slots;
 
         (void)zr_wire_get_u32(reply->root, "loader", &l->handle, NULL);
+        (void)zr_wire_get_u32(reply->root, "ring", ret_ring, NULL);
         slots = conn_get_u64(reply->root, "slots");
         l->slot_bytes = conn_get_u64(reply->root, "slot_bytes");
         l->ring_bytes = conn_get_u64(reply->root, "ring_bytes");
@@ -158,7 +254,7 @@ int zrc_loader_open(zrc_conn *c, zrc_dataset *const *streams, size_t n_streams,
         conn_reply reply = CONN_REPLY_NULL;
         zrc_loader *l;
         zr_wire_writer *w;
-        void *ring;
+        uint32_t ring = 0;
         int r;
 
         r = conn_check(c, CONN_FEATURE_LOADER, ZR_FEATURE_LOADER);
@@ -222,21 +318,17 @@ int zrc_loader_open(zrc_conn *c, zrc_dataset *const *streams, size_t n_streams,
                 c->loaders->prev = l;
         c->loaders = l;
 
-        r = open_take(l, &reply, streams);
+        r = open_take(l, &reply, streams, &ring);
         if (r < 0)
                 goto fail;
-        l->slot = calloc(l->slots, sizeof(*l->slot));
-        if (!l->slot) {
+        l->held = calloc(l->slots, sizeof(*l->held));
+        if (!l->held) {
                 r = conn_fail(c, ENOMEM, "out of memory for a loader");
                 goto fail;
         }
-        ring = mmap(NULL, l->ring_bytes, PROT_READ, MAP_SHARED, reply.fd, 0);
-        if (ring == MAP_FAILED) {
-                r = conn_fail(c, errno, "mapping a ring of %" PRIu64 " bytes: %s", l->ring_bytes,
-                              strerror(errno));
+        r = ring_map(l, ring, l->slots, l->slot_bytes, l->ring_bytes, reply.fd);
+        if (r < 0)
                 goto fail;
-        }
-        l->ring = ring;
         conn_reply_done(&reply); /* the mapping keeps the memfd */
         *ret = l;
         return 0;
@@ -252,28 +344,49 @@ fail:
         return r;
 }
 
-/* Builds slot state from a BATCH event body; *ret_slot names the slot. */
-static int batch_take(zrc_loader *l, const msgpack_object *root, uint32_t *ret_slot) {
+/* Takes a BATCH event body into a free held entry; *ret_entry names it. */
+static int batch_take(zrc_loader *l, const msgpack_object *root, uint32_t *ret_entry) {
         zrc_conn *c = l->conn;
         const msgpack_object *ms;
         const uint8_t *idx = NULL;
         size_t n_idx = 0, ragged_records = 0, ragged_dims = 0, bytes;
-        uint32_t slot = 0, n = 0;
+        uint32_t ring_id = 0, slot = 0, n = 0, entry;
         uint64_t step = 0, slot_start, b = l->batch_size;
-        loader_slot *s;
+        const loader_ring *ring;
+        const uint8_t *map;
+        loader_held *h;
         uint8_t *arrays;
         const void **payloads;
         uint64_t *lengths, *shapes, *indices;
 
+        (void)zr_wire_get_u32(root, "ring", &ring_id, NULL);
         (void)zr_wire_get_u32(root, "slot", &slot, NULL);
         (void)zr_wire_get_u64(root, "step", &step, NULL);
         (void)zr_wire_get_array(root, "streams", &ms, &n, NULL);
         if (step != l->next_step)
                 return conn_fail(c, ZR_E_PROTO, "loader %u: batch of step %" PRIu64 ", expected %" PRIu64,
                                  l->handle, step, l->next_step);
-        if (slot >= l->slots || l->slot[slot].held)
-                return conn_fail(c, ZR_E_PROTO, "loader %u: batch in slot %u, %s", l->handle, slot,
-                                 slot >= l->slots ? "out of range" : "which the client holds");
+        ring = ring_find(l, ring_id);
+        if (!ring)
+                return conn_fail(c, ZR_E_PROTO,
+                                 "loader %u: batch in ring %u, which it does not know", l->handle,
+                                 ring_id);
+        if (slot >= ring->slots)
+                return conn_fail(c, ZR_E_PROTO,
+                                 "loader %u: batch in slot %u of ring %u, out of range", l->handle,
+                                 slot, ring_id);
+        for (uint32_t k = 0; k < l->slots; k++)
+                if (l->held[k].held && l->held[k].ring == ring_id && l->held[k].slot == slot)
+                        return conn_fail(c, ZR_E_PROTO,
+                                         "loader %u: batch in slot %u of ring %u, which the "
+                                         "client holds",
+                                         l->handle, slot, ring_id);
+        for (entry = 0; entry < l->slots && l->held[entry].held; entry++)
+                ;
+        if (entry == l->slots)
+                return conn_fail(c, ZR_E_PROTO,
+                                 "loader %u: a batch while the client holds all %u of its slots",
+                                 l->handle, l->slots);
         if (n != l->n_streams)
                 return conn_fail(c, ZR_E_PROTO, "loader %u: batch of %u streams, not %zu", l->handle,
                                  n, l->n_streams);
@@ -289,40 +402,41 @@ static int batch_take(zrc_loader *l, const msgpack_object *root, uint32_t *ret_s
                         ragged_dims += b * l->streams[i].ndim;
                 }
 
-        s = &l->slot[slot];
-        s->streams = calloc(l->n_streams, sizeof(*s->streams));
+        h = &l->held[entry];
+        h->streams = calloc(l->n_streams, sizeof(*h->streams));
         bytes = ragged_records * (sizeof(void *) + 8) + ragged_dims * 8 + (l->want_indices ? b * 8 : 0);
-        s->arrays = malloc(bytes ? bytes : 1);
-        if (!s->streams || !s->arrays) {
-                slot_clear(s);
+        h->arrays = malloc(bytes ? bytes : 1);
+        if (!h->streams || !h->arrays) {
+                held_clear(h);
                 return conn_fail(c, ENOMEM, "out of memory for a batch");
         }
-        arrays = s->arrays;
+        arrays = h->arrays;
         payloads = (const void **)(void *)arrays;
         lengths = (uint64_t *)(void *)(arrays + ragged_records * sizeof(void *));
         shapes = lengths + ragged_records;
         indices = shapes + ragged_dims;
 
+        map = ring->map;
         slot_start = (uint64_t)slot * l->slot_bytes;
         for (size_t i = 0; i < l->n_streams; i++) {
                 const loader_stream *ls = &l->streams[i];
-                zrc_stream_batch *sb = &s->streams[i];
+                zrc_stream_batch *sb = &h->streams[i];
                 uint64_t off = conn_get_u64(&ms[i], "offset"), used = conn_get_u64(&ms[i], "bytes");
                 uint64_t lo = slot_start + ls->offset, hi = lo + ls->capacity;
 
                 if (off < lo || off > hi || used > hi - off) {
-                        slot_clear(s);
+                        held_clear(h);
                         return conn_fail(c, ZR_E_PROTO,
                                          "loader %u: stream %zu's bytes [%" PRIu64 ", +%" PRIu64
-                                         ") lie outside its region of slot %u",
-                                         l->handle, i, off, used, slot);
+                                         ") lie outside its region of slot %u of ring %u",
+                                         l->handle, i, off, used, slot, ring_id);
                 }
-                sb->data = l->ring + off;
+                sb->data = map + off;
                 sb->bytes = used;
                 sb->ndim = ls->ndim;
                 if (ls->kind == ZRC_DENSE) {
                         if (used != b * ls->record_bytes) {
-                                slot_clear(s);
+                                held_clear(h);
                                 return conn_fail(c, ZR_E_PROTO,
                                                  "loader %u: dense stream %zu has %" PRIu64
                                                  " bytes, not %" PRIu64,
@@ -338,7 +452,7 @@ static int batch_take(zrc_loader *l, const msgpack_object *root, uint32_t *ret_s
                             zr_wire_get_u64s(&ms[i], "lengths", &pl, &nl, NULL) < 0 ||
                             zr_wire_get_u64s(&ms[i], "shapes", &ps, &nsh, NULL) < 0 || no != b ||
                             nl != b || nsh != b * ls->ndim) {
-                                slot_clear(s);
+                                held_clear(h);
                                 return conn_fail(c, ZR_E_PROTO,
                                                  "loader %u: ragged stream %zu lacks its records",
                                                  l->handle, i);
@@ -354,14 +468,14 @@ static int batch_take(zrc_loader *l, const msgpack_object *root, uint32_t *ret_s
                                         e = dim && e > UINT64_MAX / dim ? UINT64_MAX : e * dim;
                                 }
                                 if (o < off || o > off + used || len > off + used - o || e != len) {
-                                        slot_clear(s);
+                                        held_clear(h);
                                         return conn_fail(c, ZR_E_PROTO,
                                                          "loader %u: ragged record %" PRIu64
                                                          " of stream %zu lies outside its bytes "
                                                          "or does not match its shape",
                                                          l->handle, j, i);
                                 }
-                                payloads[j] = l->ring + o;
+                                payloads[j] = map + o;
                                 lengths[j] = len;
                         }
                         sb->payloads = payloads;
@@ -376,39 +490,84 @@ static int batch_take(zrc_loader *l, const msgpack_object *root, uint32_t *ret_s
                 for (uint64_t j = 0; j < b; j++)
                         indices[j] = zr_wire_u64_at(idx, j);
 
-        s->held = true;
-        s->batch = (zrc_loader_batch){
+        h->held = true;
+        h->ring = ring_id;
+        h->slot = slot;
+        h->batch = (zrc_loader_batch){
                 .step = step,
-                .slot = slot,
+                .slot = entry,
                 .count = b,
                 .n_streams = l->n_streams,
-                .streams = s->streams,
+                .streams = h->streams,
                 .indices = l->want_indices ? indices : NULL,
         };
+        ring_find(l, ring_id)->n_held++;
         l->n_held++;
         l->next_step++;
-        *ret_slot = slot;
+        *ret_entry = entry;
         return 0;
 }
 
-/* Applies one kept event: a BATCH fills *ret and returns 0; a LOADER_END ends
- * the loader and returns its code. */
+/* Maps the ring a RING event passes (its descriptor is closed with the event). */
+static int ring_add(zrc_loader *l, const conn_event *e, const msgpack_object *root) {
+        uint32_t id = 0;
+
+        (void)zr_wire_get_u32(root, "ring", &id, NULL);
+        return ring_map(l, id, conn_get_u64(root, "slots"), conn_get_u64(root, "slot_bytes"),
+                        conn_get_u64(root, "ring_bytes"), e->fd);
+}
+
+/* Unmaps the ring a RING_CLOSE names, unless the caller holds a batch in it. */
+static int ring_close(zrc_loader *l, const msgpack_object *root) {
+        zrc_conn *c = l->conn;
+        loader_ring *ring;
+        uint32_t id = 0;
+        size_t i;
+
+        (void)zr_wire_get_u32(root, "ring", &id, NULL);
+        ring = ring_find(l, id);
+        if (!ring || ring == &l->rings[0])
+                return conn_fail(c, ZR_E_PROTO, "loader %u: RING_CLOSE of %s ring %u", l->handle,
+                                 ring ? "its own" : "an unknown", id);
+        if (ring->n_held)
+                return conn_fail(c, ZR_E_PROTO,
+                                 "loader %u: RING_CLOSE of ring %u, in which the client holds %u "
+                                 "batches",
+                                 l->handle, id, ring->n_held);
+        munmap((void *)ring->map, ring->bytes);
+        i = (size_t)(ring - l->rings);
+        l->rings[i] = l->rings[--l->n_rings]; /* [0], its own, never moves */
+        return 0;
+}
+
+/* Applies one kept event: a BATCH fills *ret and returns 1; a RING or a
+ * RING_CLOSE returns 0; a LOADER_END ends the loader and returns its code. */
 static int event_apply(zrc_loader *l, conn_event *e, zrc_loader_batch *ret) {
         zrc_conn *c = l->conn;
         zr_wire_body *body = NULL;
         const msgpack_object *root;
-        uint32_t slot = 0;
+        uint32_t entry = 0;
         int r;
 
         r = zr_wire_body_decode(e->body, e->size, NULL, &body, NULL);
         if (r < 0)
                 return conn_fail(c, ZR_E_PROTO, "a kept event does not decode");
         root = zr_wire_body_root(body);
-        if (e->kind == ZR_MSG_BATCH) {
-                r = batch_take(l, root, &slot);
-                if (r == 0)
-                        *ret = l->slot[slot].batch;
-        } else {
+        switch (e->kind) {
+        case ZR_MSG_BATCH:
+                r = batch_take(l, root, &entry);
+                if (r == 0) {
+                        *ret = l->held[entry].batch;
+                        r = 1;
+                }
+                break;
+        case ZR_MSG_RING:
+                r = ring_add(l, e, root);
+                break;
+        case ZR_MSG_RING_CLOSE:
+                r = ring_close(l, root);
+                break;
+        default: {
                 uint64_t code = 0, step = 0;
                 const char *msg = NULL;
                 size_t len = 0;
@@ -426,6 +585,8 @@ static int event_apply(zrc_loader *l, conn_event *e, zrc_loader_batch *ret) {
                           msg ? msg : "");
                 l->end = c->error;
                 r = -(int)code;
+                break;
+        }
         }
         zr_wire_body_free(body);
         return r;
@@ -451,7 +612,14 @@ int zrc_loader_next(zrc_loader *l, zrc_loader_batch *ret) {
                 if (e) {
                         r = event_apply(l, e, ret);
                         conn_event_free(e);
-                        return r;
+                        if (r < 0 && !l->ended) {
+                                /* the event is gone: so is every later batch */
+                                l->ended = true;
+                                l->end = c->error;
+                        }
+                        if (r != 0)
+                                return r < 0 ? r : 0;
+                        continue; /* a ring learnt or forgotten */
                 }
                 if (l->n_held >= l->slots)
                         return conn_fail(c, EDEADLK,
@@ -467,17 +635,28 @@ int zrc_loader_next(zrc_loader *l, zrc_loader_batch *ret) {
 int zrc_loader_release(zrc_loader *l, uint32_t slot) {
         zrc_conn *c = l->conn;
         zr_wire_writer *w;
+        loader_held *h;
+        loader_ring *ring;
+        uint32_t ring_id, ring_slot;
         int r;
 
-        if (slot >= l->slots || !l->slot[slot].held)
-                return conn_fail(c, EINVAL, "loader %u: slot %u is not held", l->handle, slot);
-        slot_clear(&l->slot[slot]);
+        if (slot >= l->slots || !l->held[slot].held)
+                return conn_fail(c, EINVAL, "loader %u: no batch is held as slot %u", l->handle,
+                                 slot);
+        h = &l->held[slot];
+        ring_id = h->ring;
+        ring_slot = h->slot;
+        ring = ring_find(l, ring_id);
+        if (ring)
+                ring->n_held--;
+        held_clear(h);
         l->n_held--;
         r = conn_check(c, 0, NULL);
         if (r < 0)
                 return r;
         w = conn_begin_notification(c, ZR_MSG_RELEASE);
         zr_wire_put_u64(w, "loader", l->handle);
-        zr_wire_put_u64(w, "slot", slot);
+        zr_wire_put_u64(w, "ring", ring_id);
+        zr_wire_put_u64(w, "slot", ring_slot);
         return conn_notify(c, ZR_MSG_RELEASE);
 }

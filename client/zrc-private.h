@@ -1,7 +1,8 @@
 /* zrc-private.h: what the modules of libzrc share and its users never see.
  *
  * The connection (conn.c) owns the socket, the HELLO results, the last error,
- * the queue of events kept for later and the lists of open datasets and sets,
+ * the queue of events kept for later (each with the descriptor a RING event
+ * brings) and the lists of open datasets, sets and loaders,
  * so that zrc_disconnect() can free whatever its user left open. Datasets
  * (dataset.c, read.c, append.c, dict.c) and sets (set.c) talk to the daemon through conn_call(): one
  * request built with the connection's writer, sent with its descriptors, and
@@ -30,11 +31,13 @@ enum {
         CONN_FEATURE_VERIFY = 1 << 3,
 };
 
-/* Events kept for the loader API while no one consumes them. A connection
- * without loaders receives none; a loader announces at most prefetch_max
- * batches before it waits for a RELEASE, so 64 loaders × 64 slots bound what a
- * correct daemon can send. */
-#define CONN_EVENTS_MAX (64 * 64 + 64)
+/* Events kept for the loader API while no one consumes them (BATCH, RING,
+ * RING_CLOSE, LOADER_END). A connection without loaders receives none; a
+ * loader announces at most prefetch_max batches before it waits for a RELEASE,
+ * each preceded at most by the RING of its ring and followed at most by the
+ * RING_CLOSE of another, so 64 loaders × 64 slots × 3 (and an end each) bound
+ * what a correct daemon can send. */
+#define CONN_EVENTS_MAX (64 * 64 * 3 + 64)
 
 typedef struct conn_event {
         struct conn_event *next;
@@ -42,6 +45,9 @@ typedef struct conn_event {
         uint32_t loader;             /* the loader it names */
         uint8_t *body;
         size_t size;
+        int fd;                      /* RING: the ring's memfd (CLOEXEC), else -1;
+                                      * closed by conn_event_free() unless taken
+                                      * (set to -1) */
 } conn_event;
 
 struct zrc_conn {
@@ -101,9 +107,12 @@ int conn_wait_event(zrc_conn *c);
 /* Takes the oldest kept event that names `loader` out of the queue (the
  * caller frees it with conn_event_free()), or returns NULL. */
 conn_event *conn_event_take(zrc_conn *c, uint32_t loader);
+
+/* Frees an event, closing its descriptor if it still has one. NULL allowed;
+ * returns NULL. */
 conn_event *conn_event_free(conn_event *e);
 
-/* Drops every kept event of `loader`. */
+/* Drops every kept event of `loader`, closing their descriptors. */
 void conn_events_drop(zrc_conn *c, uint32_t loader);
 
 /* Starts a notification (no id, no reply: RELEASE) in c's writer. */

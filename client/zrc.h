@@ -660,6 +660,15 @@ zrc_status *zrc_status_free(zrc_status *st);
  * sampler, seed, batch size, rank, world size, step), so a run resumes exactly
  * by opening a loader at the step it stopped at. Each batch occupies one ring
  * slot until zrc_loader_release(); the daemon refills released slots.
+ *
+ * Loaders that would announce the same batches (the same datasets, sampler,
+ * seed, batch size, rank, world size and capacities), on any connection of any
+ * process, share their rings: the daemon gathers the batch of a step once,
+ * into a slot of any of their rings, and every one of them reads it from
+ * there. So a loader's batches may lie in its own ring or in another loader's,
+ * which the library maps (read-only) as the daemon passes it and unmaps when
+ * the daemon is done with it; none of this changes what the caller sees.
+ * Closing one loader of such a group does not disturb the others.
  * ====================================================================== */
 
 typedef struct zrc_loader zrc_loader;
@@ -692,13 +701,20 @@ typedef struct zrc_stream_batch {
         const uint64_t *shapes;        /*   its shape: shapes[j × ndim .. (j+1) × ndim) */
 } zrc_stream_batch;
 
-/* A batch of a loader. Every pointer (into the ring, mapped read-only, and
- * into arrays the library owns) stays valid until the batch's slot is released
- * with zrc_loader_release() or the loader is closed, whichever comes first;
- * later zrc_loader_next() calls do not disturb it. */
+/* A batch of a loader. Every pointer (into a ring, mapped read-only, and
+ * into arrays the library owns) stays valid until the batch is released with
+ * zrc_loader_release() or the loader is closed, whichever comes first; later
+ * zrc_loader_next() calls do not disturb it, and the ring it lies in stays
+ * mapped until then, whichever loader it belongs to.
+ *
+ * `slot` is the library's handle for this held batch, 0..zrc_loader_slots()-1,
+ * unique among the batches held at one time and reused after release; it is
+ * not a slot of a ring (the batch may lie in the ring of another loader of its
+ * group: the library keeps the daemon's ring and slot behind the handle). */
 typedef struct zrc_loader_batch {
         uint64_t step;                     /* the sampler step of this batch */
-        uint32_t slot;                     /* the ring slot: give it to zrc_loader_release() */
+        uint32_t slot;                     /* the held batch's handle: give it to
+                                            * zrc_loader_release() */
         uint64_t count;                    /* records per stream (the batch size) */
         size_t n_streams;
         const zrc_stream_batch *streams;   /* in zrc_loader_open() order */
@@ -708,7 +724,8 @@ typedef struct zrc_loader_batch {
 /* Opens a loader over streams[0..n_streams) (1..32 datasets of c, all of one
  * length; a set's streams from zrc_set_stream() are the usual choice) with the
  * options in *opts, and maps its ring. The daemon starts filling the ring at
- * once. Returns 0 and sets *ret (owned by the caller: zrc_loader_close()), or:
+ * once (or hands it batches another loader of its group already gathered).
+ * Returns 0 and sets *ret (owned by the caller: zrc_loader_close()), or:
  *   -ZR_E_SAMPLER: unknown sampler, batch_size 0 or over the length,
  *                  rank >= world_size, a start_step that would overflow;
  *   -ZR_E_MISALIGNED: the streams differ in length (the message names them);
@@ -726,38 +743,49 @@ int zrc_loader_open(zrc_conn *c, zrc_dataset *const *streams, size_t n_streams,
                     const zrc_loader_options *opts, zrc_loader **ret);
 
 /* Waits for the loader's next batch (steps come in order, each once) and
- * describes it in *ret; its slot is the caller's until zrc_loader_release().
- * Blocks until the daemon announces it. Returns 0, or:
- *   -EDEADLK: every slot is held by the caller, so no batch can come: release
- *             one first (nothing is waited for);
+ * describes it in *ret; it is the caller's until zrc_loader_release(). Blocks
+ * until the daemon announces it. Rings of other loaders of its group that the
+ * daemon passes or takes back meanwhile are mapped and unmapped here. Returns
+ * 0, or:
+ *   -EDEADLK: the caller holds zrc_loader_slots() batches (wherever they lie),
+ *             so no batch can come: release one first (nothing is waited for);
  *   the code of the loader's end once every batch before it was returned:
  *     -ZR_E_STALE (a stream was appended to, deleted from or compacted: reopen
  *     at zrc_loader_step()), -ZR_E_BUFFER (a ragged batch over its capacity:
  *     reopen at that step with a larger capacity), -ZR_E_SAMPLER (domain
  *     exhausted), -ZR_E_DECODE, -EIO, -ZR_E_SHUTDOWN, with the daemon's
  *     message in zrc_last_error(); every later call returns the same;
+ *   -ZR_E_PROTO, -ENOMEM, ...: an event of the loader was malformed (a batch
+ *     outside its ring or slot, a ring of the wrong size, a ring taken back
+ *     while the caller holds a batch in it, which stays mapped) or could not
+ *     be taken; the loader ends there: every later call returns the same;
  *   a connection failure.
  *
  *     while (zrc_loader_next(l, &b) == 0) { train(&b); zrc_loader_release(l, b.slot); }
  */
 int zrc_loader_next(zrc_loader *l, zrc_loader_batch *ret);
 
-/* Gives slot `slot` back to the daemon (a RELEASE notification: no reply is
- * awaited). Pointers of the batch in that slot become invalid. Returns 0, or
- * -EINVAL if the caller does not hold that slot, or a connection failure.
+/* Gives the held batch `slot` back to the daemon (a RELEASE notification of
+ * the ring slot it lies in: no reply is awaited). `slot` is the library's
+ * handle of the batch (zrc_loader_batch.slot), not a ring slot. Pointers of
+ * that batch become invalid. Batches may be released in any order. Returns 0,
+ * or -EINVAL if no batch is held under that handle, or a connection failure.
  *
  *     zrc_loader_release(l, b.slot);
  */
 int zrc_loader_release(zrc_loader *l, uint32_t slot);
 
-/* Closes the loader (LOADER_CLOSE) and unmaps its ring: every batch pointer
- * becomes invalid. NULL allowed. Returns NULL.
+/* Closes the loader (LOADER_CLOSE) and unmaps every ring it mapped (its own
+ * and those of its group): every batch pointer becomes invalid. Other loaders
+ * of its group, on this connection or another, go on undisturbed. NULL
+ * allowed. Returns NULL.
  *
  *     l = zrc_loader_close(l);
  */
 zrc_loader *zrc_loader_close(zrc_loader *l);
 
-/* The number of ring slots: at most this many batches are held at once.
+/* The number of slots of its ring (prefetch): at most this many batches are
+ * held at once, in whichever rings they lie.
  *
  *     zrc_loader_batch held[zrc_loader_slots(l)];
  */

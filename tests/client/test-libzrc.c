@@ -6,8 +6,11 @@
  * dense and ragged, all three codecs, delete by swap-last, compaction, sets.
  * Errors are checked by code, by the name and by the message the caller gets,
  * and reads large enough to grow the buffer and to split into several frames
- * exercise the library's bookkeeping. Exits 77 (skipped) when this build has no
- * zrecordd.
+ * exercise the library's bookkeeping. Loaders with identical parameters on two
+ * connections share their rings (each step gathered once, read by both from
+ * either ring), get bit-identical batches, release and close in any order and
+ * leak no descriptor or mapping of the rings the daemon passes. Exits 77
+ * (skipped) when this build has no zrecordd.
  */
 #include <check.h>
 #include <dirent.h>
@@ -819,6 +822,259 @@ START_TEST(test_loader_ragged_set_stale) {
 }
 END_TEST
 
+/* ---- loaders sharing rings ---------------------------------------------- */
+
+static int fds_open(bool *set);
+
+enum { SH_B = 10, SH_SLOTS = 4, SH_N = 200, SH_STEPS = 32, SH_MORE = 16 };
+
+/* FNV-1a of a batch's bytes. */
+static uint64_t batch_hash(const zrc_loader_batch *b) {
+        const uint8_t *p = b->streams[0].data;
+        uint64_t h = 14695981039346656037ull;
+
+        for (uint64_t i = 0; i < b->streams[0].bytes; i++)
+                h = (h ^ p[i]) * 1099511628211ull;
+        return h;
+}
+
+/* Lines of /proc/self/maps that map a memfd (read buffers and rings). */
+static int memfd_maps(void) {
+        char line[512];
+        FILE *f = fopen("/proc/self/maps", "re");
+        int n = 0;
+
+        ck_assert_ptr_nonnull(f);
+        while (fgets(line, sizeof(line), f))
+                if (strstr(line, "/memfd:"))
+                        n++;
+        fclose(f);
+        return n;
+}
+
+/* A loader of the sharing tests and the batches it holds. */
+typedef struct sh_side {
+        zrc_loader *l;
+        zrc_loader_batch held[SH_SLOTS];
+        int n_held;
+        uint64_t next;               /* the step it expects */
+} sh_side;
+
+/* The steps seen so far, by any loader: indices and a hash of the bytes. */
+static uint64_t sh_idx[SH_STEPS + SH_MORE][SH_B];
+static uint64_t sh_hash[SH_STEPS + SH_MORE];
+static bool sh_seen[SH_STEPS + SH_MORE];
+
+/* Takes the next batch of side s: the step it expects, records that match
+ * their indices, and bytes identical to what any loader got for that step. */
+static void sh_next(sh_side *s, zrc_conn *c) {
+        zrc_loader_batch *b = &s->held[s->n_held];
+        float want[20];
+
+        ck_assert_msg(zrc_loader_next(s->l, b) == 0, "next at step %" PRIu64 ": %s", s->next,
+                      zrc_last_error(c)->message);
+        ck_assert_uint_eq(b->step, s->next);
+        ck_assert_uint_lt(b->slot, SH_SLOTS);
+        for (int k = 0; k < s->n_held; k++)
+                ck_assert_uint_ne(b->slot, s->held[k].slot); /* handles of held batches differ */
+        ck_assert_uint_eq(b->streams[0].bytes, SH_B * 80);
+        for (int j = 0; j < SH_B; j++) {
+                ck_assert_uint_lt(b->indices[j], SH_N);
+                fill_record(want, b->indices[j]);
+                ck_assert_mem_eq((const uint8_t *)b->streams[0].data + j * 80, want, 80);
+        }
+        if (sh_seen[b->step]) {
+                ck_assert_mem_eq(b->indices, sh_idx[b->step], sizeof(sh_idx[0]));
+                ck_assert_uint_eq(batch_hash(b), sh_hash[b->step]);
+        } else {
+                memcpy(sh_idx[b->step], b->indices, sizeof(sh_idx[0]));
+                sh_hash[b->step] = batch_hash(b);
+                sh_seen[b->step] = true;
+        }
+        s->n_held++;
+        s->next++;
+}
+
+/* Checks that every batch s holds is still intact. */
+static void sh_check_held(const sh_side *s) {
+        for (int k = 0; k < s->n_held; k++) {
+                ck_assert_mem_eq(s->held[k].indices, sh_idx[s->held[k].step], sizeof(sh_idx[0]));
+                ck_assert_uint_eq(batch_hash(&s->held[k]), sh_hash[s->held[k].step]);
+        }
+}
+
+/* Releases the held batch at position k (any of them: any order). */
+static void sh_release(sh_side *s, int k) {
+        ck_assert_int_eq(zrc_loader_release(s->l, s->held[k].slot), 0);
+        s->held[k] = s->held[--s->n_held];
+}
+
+static uint64_t sh_gathers(zrc_conn *c) {
+        zrc_status *st = NULL;
+        uint64_t g;
+
+        ck_assert_int_eq(zrc_status_query(c, &st), 0);
+        g = st->gathers;
+        zrc_status_free(st);
+        return g;
+}
+
+START_TEST(test_loader_shared) {
+        /* two loaders with identical parameters on two connections of this
+         * process form one group: each step is gathered once into a slot of
+         * either ring and both read it there, one of them through a ring the
+         * daemon passed with a RING event */
+        zrc_conn *c1 = conn(), *c2, *c3;
+        zrc_dataset *d, *d1 = NULL, *d2 = NULL;
+        zrc_loader_options o = { .sampler = "iid", .batch_size = SH_B, .seed = 11,
+                                 .prefetch = SH_SLOTS, .indices = true };
+        sh_side a = { 0 }, b = { 0 }, solo = { 0 };
+        int fds_before, maps_before;
+        uint64_t g0, g1;
+        bool fds_b[4096], fds_a[4096];
+
+        NEED_LOADER(c1);
+        memset(sh_seen, 0, sizeof(sh_seen));
+        d = make_dense(c1, "loader-shared", ZRC_CODEC_ZSTD, SH_N, NULL, 0);
+        zrc_dataset_close(d);
+        c2 = conn();
+        ck_assert_int_eq(zrc_dataset_open(c1, path("loader-shared"), 0, &d1), 0);
+        ck_assert_int_eq(zrc_dataset_open(c2, path("loader-shared"), 0, &d2), 0);
+        fds_before = fds_open(fds_b);
+        maps_before = memfd_maps();
+        g0 = sh_gathers(c1);
+
+        ck_assert_msg(zrc_loader_open(c1, &d1, 1, &o, &a.l) == 0, "open: %s",
+                      zrc_last_error(c1)->message);
+        ck_assert_msg(zrc_loader_open(c2, &d2, 1, &o, &b.l) == 0, "open: %s",
+                      zrc_last_error(c2)->message);
+        ck_assert_uint_eq(zrc_loader_slots(b.l), SH_SLOTS);
+
+        /* in step, either first, each holding up to 3 and releasing them in
+         * varying order (oldest, newest, middle) */
+        for (int step = 0; step < SH_STEPS; step++) {
+                sh_side *first = step % 2 ? &b : &a, *second = step % 2 ? &a : &b;
+
+                sh_next(first, step % 2 ? c2 : c1);
+                sh_next(second, step % 2 ? c1 : c2);
+                for (sh_side *s = &a; s; s = s == &a ? &b : NULL) {
+                        if (s->n_held >= 3 || step % 5 == 0)
+                                sh_release(s, (step * 7 + (s == &b)) % s->n_held);
+                        sh_check_held(s);
+                }
+        }
+
+        /* every step gathered about once for both loaders, not twice; and
+         * besides the two own rings, one loader maps the other's, passed by a
+         * RING event */
+        g1 = sh_gathers(c1);
+        printf("note: %" PRIu64 " gathers for %d steps of two loaders of one group; "
+               "%d ring mappings\n", g1 - g0, SH_STEPS, memfd_maps() - maps_before);
+        ck_assert_int_ge(memfd_maps() - maps_before, 3);
+        ck_assert_msg(g1 - g0 >= SH_STEPS && g1 - g0 <= SH_STEPS + 2 * SH_SLOTS + 2,
+                      "%" PRIu64 " gathers for %d steps of two loaders of one group",
+                      g1 - g0, SH_STEPS);
+
+        /* a holds as many batches as it has slots, wherever they lie: no more */
+        while (a.n_held < SH_SLOTS)
+                sh_next(&a, c1);
+        ck_assert_int_eq(zrc_loader_next(a.l, &solo.held[0]), -EDEADLK);
+        sh_check_held(&a);
+
+        /* a closed holding them: b goes on, its held batches (wherever they
+         * lie) intact, filling its slots and releasing in any order */
+        a.l = zrc_loader_close(a.l);
+        a.n_held = 0;
+        sh_check_held(&b);
+        for (int step = SH_STEPS; step < SH_STEPS + SH_MORE; step++) {
+                if (b.n_held == SH_SLOTS) {
+                        ck_assert_int_eq(zrc_loader_next(b.l, &solo.held[0]), -EDEADLK);
+                        sh_release(&b, step % SH_SLOTS);
+                        if (step % 3 == 0)
+                                sh_release(&b, 0);
+                }
+                sh_next(&b, c2);
+                sh_check_held(&b);
+        }
+        b.l = zrc_loader_close(b.l); /* holding batches too */
+
+        /* no descriptor and no mapping of any ring outlives the loaders */
+        ck_assert_int_eq(fds_open(fds_a), fds_before);
+        for (int fd = 0; fd < 4096; fd++)
+                ck_assert_msg(fds_a[fd] == fds_b[fd], "descriptor %d", fd);
+        ck_assert_int_eq(memfd_maps(), maps_before);
+
+        /* a lone loader on a third connection replays the same bytes */
+        c3 = conn();
+        ck_assert_int_eq(zrc_dataset_open(c3, path("loader-shared"), 0, &d), 0);
+        ck_assert_int_eq(zrc_loader_open(c3, &d, 1, &o, &solo.l), 0);
+        for (int step = 0; step < SH_STEPS + SH_MORE; step++) {
+                sh_next(&solo, c3);
+                sh_release(&solo, 0);
+        }
+        solo.l = zrc_loader_close(solo.l);
+        zrc_disconnect(c3);
+        zrc_dataset_close(d1);
+        zrc_dataset_close(d2);
+        zrc_disconnect(c2);
+        zrc_disconnect(c1);
+}
+END_TEST
+
+START_TEST(test_loader_shared_disconnect) {
+        /* a member's connection goes away while it holds batches and another
+         * member reads from its ring: the other goes on; releases and closes in
+         * any order on both sides */
+        zrc_conn *c1 = conn(), *c2;
+        zrc_dataset *d1 = NULL, *d2 = NULL;
+        zrc_loader_options o = { .sampler = "cyclic", .batch_size = SH_B, .seed = 5,
+                                 .prefetch = SH_SLOTS, .indices = true };
+        sh_side a = { 0 }, b = { 0 };
+        int fds_before, maps_before;
+
+        NEED_LOADER(c1);
+        memset(sh_seen, 0, sizeof(sh_seen));
+        c2 = conn();
+        ck_assert_int_eq(zrc_dataset_open(c1, path("loader-shared"), 0, &d1), 0);
+        ck_assert_int_eq(zrc_dataset_open(c2, path("loader-shared"), 0, &d2), 0);
+        fds_before = fds_open((bool[4096]){ 0 });
+        maps_before = memfd_maps();
+        ck_assert_int_eq(zrc_loader_open(c2, &d2, 1, &o, &b.l), 0);
+        ck_assert_int_eq(zrc_loader_open(c1, &d1, 1, &o, &a.l), 0);
+        /* b runs up to 3 steps ahead of a, then a catches up */
+        for (int step = 0; step < 12; step++) {
+                sh_next(&b, c2);
+                if (b.n_held == SH_SLOTS)
+                        sh_release(&b, 1);
+                if (step % 4 == 3)
+                        while (a.next <= (uint64_t)step) {
+                                sh_next(&a, c1);
+                                if (a.n_held >= 2)
+                                        sh_release(&a, a.n_held - 1);
+                        }
+        }
+        sh_check_held(&a);
+        sh_check_held(&b);
+        /* b's connection goes, with b open and holding batches */
+        zrc_dataset_close(d2);
+        zrc_disconnect(c2);
+        b.l = NULL;
+        sh_check_held(&a);
+        for (int step = 0; step < 20; step++) {
+                while (a.n_held >= SH_SLOTS - 1)
+                        sh_release(&a, step % a.n_held);
+                sh_next(&a, c1);
+        }
+        while (a.n_held)
+                sh_release(&a, a.n_held / 2);
+        a.l = zrc_loader_close(a.l);
+        ck_assert_int_eq(fds_open((bool[4096]){ 0 }) + 1, fds_before); /* c2's socket gone */
+        ck_assert_int_eq(memfd_maps(), maps_before);
+        zrc_dataset_close(d1);
+        zrc_disconnect(c1);
+}
+END_TEST
+
 /* ---- status and many clients ------------------------------------------ */
 
 START_TEST(test_status) {
@@ -993,6 +1249,8 @@ int main(void) {
         tcase_add_test(tc, test_loader_dense);
         tcase_add_test(tc, test_loader_resume_and_slots);
         tcase_add_test(tc, test_loader_ragged_set_stale);
+        tcase_add_test(tc, test_loader_shared);
+        tcase_add_test(tc, test_loader_shared_disconnect);
         tcase_add_test(tc, test_status);
         tcase_add_test(tc, test_many_clients);
         tcase_add_test(tc, test_descriptors);
