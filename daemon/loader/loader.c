@@ -1,16 +1,30 @@
 /* loader.c: the loader engine and its loaders (see loader.h for the model,
  * the threads, what is shared and the lock order).
  *
+ * Storage and claims are separate. Storage is the units (slots) of rings; a
+ * loader's group owns every ring of its members, and any member may fill any
+ * free unit of them. A loader's claims are its entries, at most `nslots`: each
+ * names the unit that holds (or is being filled with) one step the loader will
+ * announce or has announced and not got back. A unit is free when no entry
+ * names it and no fill runs on it; it keeps its last batch until refilled, so a
+ * member that reaches that step later takes it without a gather.
+ *
+ * Why a member below its claims always finds a free unit: the group's live
+ * rings hold the sum of the live members' nslots units; each entry names one
+ * unit, each member has at most nslots entries, so while one member has fewer,
+ * the units named by entries are fewer than the units (a fill whose entries
+ * were dropped, by an end or a close, occupies a unit for the rest of that
+ * fill only). So no member waits for another to release anything: a slow
+ * member holds its own claims and nothing else.
+ *
  * The engine's mutex guards every piece of scheduling state: the run queue
- * (loaders with a free slot and a step to fill), the ready queue (loaders with
- * an event to collect), the groups, each loader's slot states, steps, end and
- * counters. Pool workers run drain tasks that claim one (loader, slot, step)
- * at a time under the mutex and fill it without the mutex; the loop thread
- * polls, releases, opens and frees. A fill never touches a slot it did not
- * claim, except to read a group member's slot that it pinned. A fill never
- * blocks on anything but the pool: stream locks are only tried (a busy one
- * parks the fill with its claim), and a member that needs a step another member
- * is filling leaves the run queue until that fill completes.
+ * (loaders with a free entry and a step to claim), the ready queue (loaders
+ * with an event to collect), the groups and their rings, each unit's state,
+ * each loader's entries, steps, end and counters. Pool workers run drain tasks
+ * that claim one (loader, unit, step) at a time under the mutex and fill it
+ * without the mutex; the loop thread polls, releases, opens and frees. A fill
+ * writes only the unit it claimed. A fill never blocks on anything but the
+ * pool: stream locks are only tried (a busy one parks the fill with its claim).
  *
  * It assumes the daemon keeps each stream's dataset, lock and generation alive
  * for the loader's lifetime, bumps the generation under the exclusive lock on
@@ -73,7 +87,6 @@ enum slot_state {
         SLOT_READY,
         SLOT_HELD,
 };
-
 typedef struct lstream {
         zr_loader_stream s;
         char name[64];        /* for messages */
@@ -87,34 +100,61 @@ typedef struct lstream {
         int cached;           /* compressed: decode through the cache */
 } lstream;
 
-/* A claimed piece of work: fill `slot` of `l` with `step`, from `src` if set. */
+typedef struct ring ring;
+typedef struct unit unit;
+
+/* A claimed piece of work: fill unit `u` with `step`, on behalf of `l` (the
+ * member whose claim started it; another member takes it over if l closes
+ * while it is parked). */
 typedef struct work {
         zr_loader *l;
-        uint32_t slot;
+        unit *u;
         uint64_t step;
-        zr_loader *src;
-        uint32_t src_slot;
 } work;
 
 /* A gather that found a stream's lock taken exclusive (a mutation in
  * progress): it keeps its claim and waits here, holding no worker, until
- * resume_parked(). One node per slot, allocated with the loader. */
+ * resume_parked(). One node per unit, allocated with the ring. */
 typedef struct parked_work {
         struct parked_work *next;
         work w;
 } parked_work;
 
-typedef struct slot {
-        enum slot_state state;
-        uint64_t step;        /* the step it holds (has_content) or is being filled with */
+/* A slot of a ring. */
+struct unit {
+        ring *r;
+        uint32_t index;       /* in r */
+        int filling;          /* a fill is claimed on it (running or parked) */
         int has_content;      /* holds the complete batch of `step` */
-        int gathering;        /* FILLING by a gather (not a copy) */
+        uint64_t step;        /* the step it holds or is being filled with */
+        unsigned refs;        /* entries that name it */
         int populated;        /* its pages are faulted in (only its filler reads this) */
-        unsigned pins;        /* group members copying from it */
         uint64_t *indices;    /* batch_size */
         zr_loader_stream_batch *sb; /* nstreams */
         parked_work park;     /* its fill, while parked */
-} slot;
+};
+
+/* One memfd of nunits × slot_bytes, made by a loader at open. It belongs to
+ * the loader's group: it outlives its loader while any entry names one of its
+ * units or a fill runs on one (then `owner` is NULL: retiring, never filled
+ * again, never announced to a new member). */
+struct ring {
+        ring *next;           /* in group->rings */
+        uint32_t id;
+        zr_shm shm;
+        uint32_t nunits;
+        uint64_t slot_bytes;
+        unit *units;
+        void *meta;           /* one allocation for every unit's arrays */
+        zr_loader *owner;
+};
+
+/* A loader's claim on a step. */
+typedef struct entry {
+        unit *u;              /* NULL: unused */
+        uint64_t step;
+        int held;             /* announced: the client's until released */
+} entry;
 
 /* A ring made ahead, never passed to anyone, pre-faulted whole. */
 typedef struct spare {
@@ -126,6 +166,7 @@ typedef struct group {
         struct group *next;
         zr_loader *members;   /* linked by zr_loader.g_next */
         size_t nmembers;
+        ring *rings;
 } group;
 
 struct zr_loader {
@@ -138,9 +179,12 @@ struct zr_loader {
         uint64_t length;
         uint32_t nslots;
         uint64_t slot_bytes;
-        zr_shm ring;
-        slot *slots;
-        void *meta;           /* one allocation for every slot's arrays */
+        ring *own;            /* its ring (in g->rings); NULL once it left */
+        entry *entries;       /* nslots */
+
+        /* ring ids announced to the client (its own first) */
+        uint32_t *known;
+        size_t nknown, known_cap;
 
         /* progress, as offsets from `start` */
         uint64_t fill_k;      /* next step to claim */
@@ -153,7 +197,7 @@ struct zr_loader {
         uint64_t end_needed;
         char end_msg[ZR_ERROR_MESSAGE_MAX];
 
-        unsigned inflight;    /* fills claimed and not completed */
+        unsigned inflight;    /* fills claimed on its behalf and not completed */
         int closing;
         int in_runq, in_readyq;
         zr_loader *run_prev, *run_next;
@@ -165,7 +209,7 @@ struct zr_loader {
 
 struct zr_loader_engine {
         pthread_mutex_t mutex;
-        pthread_cond_t idle;  /* a fill completed, a pin dropped or a drain task ended */
+        pthread_cond_t idle;  /* a fill completed or a drain task ended */
         pthread_cond_t parked_cond; /* a fill was parked, or stopping */
         pthread_t retry_thread;
         int stopping;
@@ -180,6 +224,7 @@ struct zr_loader_engine {
         parked_work *parked;  /* gathers waiting for a stream's lock */
         parked_work *resume;  /* parked gathers to retry, before new claims */
         group *groups;
+        uint32_t next_ring_id;
         spare *spares;        /* ready spare rings */
         uint64_t spare_max;   /* budget of spare rings, bytes */
         uint64_t spare_reserved; /* ready and being made */
@@ -204,6 +249,7 @@ static uint64_t align_up(uint64_t v, uint64_t a) {
 }
 
 static void spares_release(spare *list);
+static void spare_make(zr_loader_engine *e, size_t bytes);
 
 /* ---- queues (engine mutex held) --------------------------------------------- */
 
@@ -229,23 +275,137 @@ static zr_loader *runq_pop(zr_loader_engine *e) {
         return l;
 }
 
-/* A free, unpinned slot to refill: one that holds nothing, else the one with
- * the oldest batch: group members behind this loader all still need its newer
- * batches, only the slowest of them needs the oldest one. */
-static int free_slot(const zr_loader *l) {
-        int best = -1;
+/* ---- units, entries and rings (engine mutex held) ---------------------------- */
 
-        for (uint32_t i = 0; i < l->nslots; i++) {
-                const slot *s = &l->slots[i];
-                if (s->state != SLOT_FREE || s->pins > 0)
+static int unit_busy(const unit *u) {
+        return u->refs > 0 || u->filling;
+}
+
+static int ring_busy(const ring *r) {
+        for (uint32_t i = 0; i < r->nunits; i++)
+                if (unit_busy(&r->units[i]))
+                        return 1;
+        return 0;
+}
+
+static ring *ring_by_id(const group *g, uint32_t id) {
+        for (ring *r = g->rings; r; r = r->next)
+                if (r->id == id)
+                        return r;
+        return NULL;
+}
+
+/* A unit of a live ring that holds `step` or is being filled with it. */
+static unit *unit_find(const group *g, uint64_t step) {
+        for (ring *r = g->rings; r; r = r->next) {
+                if (!r->owner)
                         continue;
-                if (!s->has_content)
-                        return (int)i;
-                if (best < 0 || s->step < l->slots[best].step)
-                        best = (int)i;
+                for (uint32_t i = 0; i < r->nunits; i++) {
+                        unit *u = &r->units[i];
+                        if (u->step == step && (u->has_content || u->filling))
+                                return u;
+                }
+        }
+        return NULL;
+}
+
+/* A free unit of a live ring to fill: one whose pages are resident before one
+ * that never held a batch (members in step then use about one ring's memory,
+ * and no fill pays a first touch it could avoid); among resident ones an empty
+ * one, else the one with the oldest batch (members behind all still need the
+ * newer batches; only the slowest needs the oldest). NULL if none. */
+static unit *unit_free(const group *g) {
+        unit *best = NULL;
+        int best_rank = 0;
+
+        for (ring *r = g->rings; r; r = r->next) {
+                if (!r->owner)
+                        continue;
+                for (uint32_t i = 0; i < r->nunits; i++) {
+                        unit *u = &r->units[i];
+                        int rank;
+                        if (unit_busy(u))
+                                continue;
+                        rank = !u->populated ? 1 : u->has_content ? 2 : 3;
+                        if (rank > best_rank ||
+                            (rank == best_rank && rank == 2 && u->step < best->step)) {
+                                best = u;
+                                best_rank = rank;
+                        }
+                }
         }
         return best;
 }
+
+static int entry_free(const zr_loader *l) {
+        for (uint32_t i = 0; i < l->nslots; i++)
+                if (!l->entries[i].u)
+                        return (int)i;
+        return -1;
+}
+
+/* Drops an entry. Returns 1 if its unit became free. */
+static int entry_drop(entry *en) {
+        unit *u = en->u;
+
+        if (!u)
+                return 0;
+        u->refs--;
+        *en = (entry){0};
+        return !unit_busy(u);
+}
+
+static int names(const zr_loader *l, const unit *u) {
+        for (uint32_t i = 0; i < l->nslots; i++)
+                if (l->entries[i].u == u)
+                        return 1;
+        return 0;
+}
+
+static int knows(const zr_loader *l, uint32_t id) {
+        for (size_t i = 0; i < l->nknown; i++)
+                if (l->known[i] == id)
+                        return 1;
+        return 0;
+}
+
+static int know(zr_loader *l, uint32_t id) {
+        if (l->nknown == l->known_cap) {
+                size_t cap = l->known_cap ? 2 * l->known_cap : 4;
+                uint32_t *k = realloc(l->known, cap * sizeof(*k));
+                if (!k)
+                        return -ENOMEM;
+                l->known = k;
+                l->known_cap = cap;
+        }
+        l->known[l->nknown++] = id;
+        return 0;
+}
+
+/* Something about rings to tell the client: a ring it knows is gone, or a
+ * live ring of its group is new to it. */
+static int ring_news(const zr_loader *l) {
+        for (size_t i = 0; i < l->nknown; i++)
+                if (!ring_by_id(l->g, l->known[i]))
+                        return 1;
+        for (ring *r = l->g->rings; r; r = r->next)
+                if (r->owner && !knows(l, r->id))
+                        return 1;
+        return 0;
+}
+
+/* 1 and a message if a stream changed since open. */
+static int stale(const zr_loader *l, char *msg, size_t size) {
+        for (size_t i = 0; i < l->nstreams; i++) {
+                if (atomic_load(l->streams[i].s.generation) != l->streams[i].open_gen) {
+                        snprintf(msg, size, "%s changed under the loader (appended to, deleted "
+                                 "from or compacted)", l->streams[i].name);
+                        return 1;
+                }
+        }
+        return 0;
+}
+
 
 static int runnable(const zr_loader *l) {
         if (l->closing || (l->end_reachable && l->fill_k >= l->end_k))
@@ -254,7 +414,7 @@ static int runnable(const zr_loader *l) {
          * (its shards) and arrives after one slot's fill, not two */
         if (l->inflight > 0 && l->c.gathers + l->c.shared == 0)
                 return 0;
-        return free_slot(l) >= 0;
+        return entry_free(l) >= 0;
 }
 
 static void kick(zr_loader_engine *e);
@@ -274,21 +434,26 @@ static void maybe_run(zr_loader_engine *e, zr_loader *l) {
         kick(e);
 }
 
-static slot *announce_slot(zr_loader *l) {
+
+/* The entry whose batch is the next to announce, if it is filled. */
+static entry *announce_entry(zr_loader *l) {
         uint64_t step = l->start + l->ann_k;
 
         if (l->end_reachable && l->ann_k >= l->end_k)
                 return NULL;
-        for (uint32_t i = 0; i < l->nslots; i++)
-                if (l->slots[i].state == SLOT_READY && l->slots[i].step == step)
-                        return &l->slots[i];
+        for (uint32_t i = 0; i < l->nslots; i++) {
+                entry *en = &l->entries[i];
+                if (en->u && !en->held && en->step == step && en->u->has_content &&
+                    !en->u->filling)
+                        return en;
+        }
         return NULL;
 }
 
 static int has_event(zr_loader *l) {
         if (l->closing || l->end_delivered)
                 return 0;
-        if (announce_slot(l))
+        if (announce_entry(l) || ring_news(l))
                 return 1;
         return l->end_reachable && l->ann_k == l->end_k;
 }
@@ -373,54 +538,99 @@ static void resume_parked(zr_loader_engine *e) {
         kick(e);
 }
 
-/* Finds a group member's slot that holds or is filling `step`. Returns 1 and
- * the source (content ready), 2 if one is being filled (wait), 0 if none. */
-static int group_find(zr_loader *l, uint64_t step, zr_loader **ret_src, uint32_t *ret_slot) {
-        if (!l->g)
-                return 0;
-        int pending = 0;
-        for (zr_loader *m = l->g->members; m; m = m->g_next) {
-                if (m == l || m->closing)
-                        continue;
-                for (uint32_t i = 0; i < m->nslots; i++) {
-                        slot *s = &m->slots[i];
-                        if (s->step != step)
-                                continue;
-                        if (s->has_content) {
-                                *ret_src = m;
-                                *ret_slot = i;
-                                return 1;
-                        }
-                        if (s->state == SLOT_FILLING)
-                                pending = 1;
-                }
-        }
-        return pending ? 2 : 0;
+
+/* Requeues every member: a unit became free, or a batch some wait for came. */
+static void group_wake(zr_loader_engine *e, group *g) {
+        for (zr_loader *m = g->members; m; m = m->g_next)
+                maybe_run(e, m);
 }
 
-/* Claims the next step of l into *w. Returns 1, or 0 if l has nothing to do now
- * (or waits for a group member's fill of the same step). */
-static int claim(zr_loader_engine *e, zr_loader *l, work *w) {
+/* Drops l's claims at or past its end (never announced). Returns 1 if a unit
+ * became free. */
+static int trim(zr_loader *l) {
+        int freed = 0;
+
+        if (!l->end_reachable)
+                return 0;
+        for (uint32_t i = 0; i < l->nslots; i++) {
+                entry *en = &l->entries[i];
+                if (en->u && !en->held && en->step - l->start >= l->end_k)
+                        freed |= entry_drop(en);
+        }
+        return freed;
+}
+
+/* Moves g's retiring rings that nothing uses any more to *dead (released by
+ * the caller, outside the mutex, with rings_release()). Members that knew one
+ * get a RING_CLOSE: returns 1 if notify is due. Loop thread. */
+static int reap(zr_loader_engine *e, group *g, ring **dead) {
+        int notify = 0;
+
+        for (ring **pp = &g->rings; *pp;) {
+                ring *r = *pp;
+                if (r->owner || ring_busy(r)) {
+                        pp = &r->next;
+                        continue;
+                }
+                *pp = r->next;
+                r->next = *dead;
+                *dead = r;
+                for (zr_loader *m = g->members; m; m = m->g_next)
+                        if (knows(m, r->id))
+                                notify |= maybe_ready(e, m);
+                /* a loader of this geometry is likely to be opened again (a
+                 * resumed run): have a warm ring ready for it, if the budget
+                 * allows */
+                spare_make(e, r->shm.size);
+        }
+        return notify;
+}
+
+
+/* Claims the next step of l. If a unit of a live ring of its group holds that
+ * step or is being filled with it, l takes it (no work: returns 0, and sets
+ * *notify if l got an event). Else it claims a free unit for a gather into *w
+ * and returns 1. Returns 0 with nothing done when l has nothing to claim now
+ * or no unit is free (it is requeued when one frees). */
+static int claim(zr_loader_engine *e, zr_loader *l, work *w, int *notify) {
+        char msg[ZR_ERROR_MESSAGE_MAX];
         uint64_t step;
-        int k, r;
+        unit *u;
+        int k;
 
         if (!runnable(l))
                 return 0;
         step = l->start + l->fill_k;
-        *w = (work){ .l = l, .step = step };
-        r = group_find(l, step, &w->src, &w->src_slot);
-        if (r == 2)
-                return 0; /* requeued when that fill completes */
-        k = free_slot(l);
-        w->slot = (uint32_t)k;
-        l->slots[k].state = SLOT_FILLING;
-        l->slots[k].step = step;
-        l->slots[k].has_content = 0;
-        l->slots[k].gathering = (r == 0);
-        if (r == 1)
-                w->src->slots[w->src_slot].pins++;
+        k = entry_free(l);
+        u = unit_find(l->g, step);
+        if (u) {
+                /* a batch filled before a change is intact, but l would not
+                 * have gathered it: end as its own gather would */
+                if (stale(l, msg, sizeof(msg))) {
+                        set_end(l, l->fill_k, ZR_E_STALE, 0, msg);
+                        *notify |= maybe_ready(e, l);
+                        return 0;
+                }
+                l->entries[k] = (entry){ .u = u, .step = step };
+                u->refs++;
+                l->fill_k++;
+                l->c.shared++;
+                e->t.shared++;
+                maybe_run(e, l);
+                *notify |= maybe_ready(e, l);
+                return 0;
+        }
+        u = unit_free(l->g);
+        if (!u)
+                return 0;
+        u->filling = 1;
+        u->has_content = 0;
+        u->step = step;
+        u->refs = 1;
+        l->entries[k] = (entry){ .u = u, .step = step };
         l->fill_k++;
         l->inflight++;
+        *w = (work){ .l = l, .u = u, .step = step };
         maybe_run(e, l);
         return 1;
 }
@@ -642,173 +852,96 @@ static void populate_shard(void *arg, size_t shard, size_t nshards) {
                 ((volatile uint8_t *)j->base)[k * ZR_SHM_ALIGN] = 0;
 }
 
-/* Pre-faults slot k before its first fill, on the workers, so that opening a
+/* Pre-faults unit u before its first fill, on the workers, so that opening a
  * loader costs the loop thread no page faults and a fill writes into present
  * pages (a fresh shared page costs 1.7 to 5 us to fault on these VMs: 29 to
  * 80 ms per 64 MiB, measured, whether by MAP_POPULATE, MADV_POPULATE_WRITE or
- * touching; the steady state then costs none). */
-static void populate(zr_loader *l, uint32_t k) {
-        slot *s = &l->slots[k];
-        populate_job j = { .base = (uint8_t *)l->ring.data + (uint64_t)k * l->slot_bytes,
-                           .bytes = l->slot_bytes };
+ * touching; the steady state then costs none). Units that are never filled
+ * are never faulted in: they cost no memory. */
+static void populate(zr_loader_engine *e, unit *u) {
+        const ring *r = u->r;
+        populate_job j = { .base = (uint8_t *)r->shm.data + (uint64_t)u->index * r->slot_bytes,
+                           .bytes = r->slot_bytes };
 
-        if (s->populated)
+        if (u->populated)
                 return;
-        zr_pool_parallel(l->e->pool, zr_pool_shards(l->e->pool, (l->slot_bytes +
-                                                                  LOADER_POPULATE_SHARD - 1) /
-                                                                         LOADER_POPULATE_SHARD),
+        zr_pool_parallel(e->pool, zr_pool_shards(e->pool, (r->slot_bytes +
+                                                            LOADER_POPULATE_SHARD - 1) /
+                                                                   LOADER_POPULATE_SHARD),
                          populate_shard, &j);
-        s->populated = 1;
+        u->populated = 1;
 }
 
-/* Gathers step w->step into w->slot. */
+/* Gathers step w->step into unit w->u (the unit's metadata too). */
 static void fill_gather(zr_loader *l, const work *w, fill_result *res) {
-        slot *s = &l->slots[w->slot];
-        uint64_t slot_off = (uint64_t)w->slot * l->slot_bytes;
-        uint8_t *base = (uint8_t *)l->ring.data + slot_off;
+        unit *u = w->u;
+        uint64_t slot_off = (uint64_t)u->index * u->r->slot_bytes;
+        uint8_t *base = (uint8_t *)u->r->shm.data + slot_off;
         zr_sampler_params sp = l->sp;
         zr_error err = {0};
         int r;
 
-        populate(l, w->slot);
+        populate(l->e, u);
         sp.step = w->step;
-        r = zr_sampler_indices(&sp, s->indices, &err);
+        r = zr_sampler_indices(&sp, u->indices, &err);
         for (size_t i = 0; r >= 0 && i < l->nstreams; i++)
-                r = gather_stream(l, i, s->indices, base, slot_off, &s->sb[i], res, &err);
+                r = gather_stream(l, i, u->indices, base, slot_off, &u->sb[i], res, &err);
         if (r == -EBUSY)
                 res->busy = 1;
         else if (r < 0)
                 fill_fail(res, r, &err);
 }
 
-typedef struct memcpy_job {
-        uint8_t *dst;
-        const uint8_t *src;
-        size_t bytes;
-} memcpy_job;
-
-static void memcpy_shard(void *arg, size_t shard, size_t nshards) {
-        memcpy_job *j = arg;
-        size_t lo = j->bytes * shard / nshards, hi = j->bytes * (shard + 1) / nshards;
-
-        memcpy(j->dst + lo, j->src + lo, hi - lo);
-}
-
-/* memcpy() on every core, in shards of at least LOADER_POPULATE_SHARD bytes. */
-static void parallel_memcpy(zr_pool *pool, void *dst, const void *src, size_t bytes) {
-        memcpy_job j = { .dst = dst, .src = src, .bytes = bytes };
-
-        zr_pool_parallel(pool, zr_pool_shards(pool, (bytes + LOADER_POPULATE_SHARD - 1) /
-                                                            LOADER_POPULATE_SHARD),
-                         memcpy_shard, &j);
-}
-
-/* Copies step w->step from the pinned group member's slot. The key of the group
- * guarantees the same batch; the copy checks staleness as a gather would. */
-static void fill_copy(zr_loader *l, const work *w, fill_result *res) {
-        zr_loader *m = w->src;
-        slot *d = &l->slots[w->slot], *s = &m->slots[w->src_slot];
-        uint64_t B = l->sp.batch_size;
-        uint64_t doff = (uint64_t)w->slot * l->slot_bytes;
-        zr_error err = {0};
-
-        for (size_t i = 0; i < l->nstreams; i++) {
-                if (atomic_load(l->streams[i].s.generation) != l->streams[i].open_gen) {
-                        zr_error_set(&err, ZR_E_STALE, "%s changed under the loader (appended "
-                                     "to, deleted from or compacted)", l->streams[i].name);
-                        fill_fail(res, -ZR_E_STALE, &err);
-                        return;
-                }
-        }
-        populate(l, w->slot);
-        memcpy(d->indices, s->indices, B * sizeof(uint64_t));
-        for (size_t i = 0; i < l->nstreams; i++) {
-                const lstream *st = &l->streams[i];
-                const zr_loader_stream_batch *sb = &s->sb[i];
-                zr_loader_stream_batch *db = &d->sb[i];
-                if (sb->bytes > st->capacity) {
-                        res->needed = sb->bytes;
-                        zr_error_set(&err, ZR_E_BUFFER, "%s: the batch needs %" PRIu64 " bytes, "
-                                     "the stream's capacity is %" PRIu64 "; reopen with a larger "
-                                     "capacity", st->name, sb->bytes, st->capacity);
-                        fill_fail(res, -ZR_E_BUFFER, &err);
-                        return;
-                }
-                parallel_memcpy(l->e->pool, (uint8_t *)l->ring.data + doff + st->offset,
-                                (const uint8_t *)m->ring.data + sb->offset, sb->bytes);
-                db->offset = doff + st->offset;
-                db->bytes = sb->bytes;
-                if (st->ragged) {
-                        uint64_t delta = db->offset - sb->offset; /* modular: may wrap */
-                        for (uint64_t k = 0; k < B; k++)
-                                ((uint64_t *)db->offsets)[k] = sb->offsets[k] + delta;
-                        memcpy((void *)db->lengths, sb->lengths, B * sizeof(uint64_t));
-                        memcpy((void *)db->shapes, sb->shapes,
-                               B * st->schema->ndim * sizeof(uint64_t));
-                }
-                res->bytes += sb->bytes;
-        }
-}
-
 /* Engine mutex held: applies a finished fill. Returns 1 if notify is due. */
 static int complete(zr_loader_engine *e, const work *w, const fill_result *res) {
         zr_loader *l = w->l;
-        slot *s = &l->slots[w->slot];
-        uint64_t k = w->step - l->start;
-        int notify;
+        unit *u = w->u;
+        group *g = l->g;
+        int notify = 0;
 
-        if (res->busy) {
-                /* keep the claim (the slot stays FILLING, group members wait
-                 * for it) and park the work until resume_parked() */
-                s->park.w = *w;
-                s->park.next = e->parked;
-                e->parked = &s->park;
-                pthread_cond_signal(&e->parked_cond);
-                l->c.hits += res->hits;
-                l->c.misses += res->misses;
-                e->t.hits += res->hits;
-                e->t.misses += res->misses;
-                return 0;
-        }
-        if (w->src) {
-                w->src->slots[w->src_slot].pins--;
-                maybe_run(e, w->src);
-        }
-        l->inflight--;
         l->c.hits += res->hits;
         l->c.misses += res->misses;
-        l->c.bytes += res->bytes;
-        l->c.evictions += res->evictions;
         e->t.hits += res->hits;
         e->t.misses += res->misses;
+        if (res->busy) {
+                /* keep the claim (the unit stays filling, members wait for it)
+                 * and park the work until resume_parked() */
+                u->park.w = *w;
+                u->park.next = e->parked;
+                e->parked = &u->park;
+                pthread_cond_signal(&e->parked_cond);
+                return 0;
+        }
+        l->inflight--;
+        l->c.bytes += res->bytes;
+        l->c.evictions += res->evictions;
         e->t.bytes += res->bytes;
         e->t.evictions += res->evictions;
         l->c.fill_seq = ++e->fills;
-        if (w->src) {
-                l->c.shared++;
-                e->t.shared++;
-        } else {
-                l->c.gathers++;
-                e->t.gathers++;
-        }
-        s->gathering = 0;
+        l->c.gathers++;
+        e->t.gathers++;
+        u->filling = 0;
         if (res->code) {
-                s->state = SLOT_FREE;
-                s->has_content = 0;
-                set_end(l, k, res->code, res->needed, res->msg);
-        } else if (l->closing || (l->end_reachable && k >= l->end_k)) {
-                s->state = SLOT_FREE; /* beyond the end: never announced */
-                s->has_content = 1;
+                /* every member waiting for this batch ends at its step: the
+                 * group's key makes it the same batch, so the same failure */
+                u->has_content = 0;
+                for (zr_loader *m = g->members; m; m = m->g_next) {
+                        if (!names(m, u))
+                                continue;
+                        set_end(m, u->step - m->start, res->code, res->needed, res->msg);
+                        trim(m);
+                        notify |= maybe_ready(e, m);
+                }
+                group_wake(e, g);
         } else {
-                s->state = SLOT_READY;
-                s->has_content = 1;
+                u->has_content = 1;
+                for (zr_loader *m = g->members; m; m = m->g_next)
+                        if (names(m, u))
+                                notify |= maybe_ready(e, m);
+                if (!unit_busy(u))
+                        group_wake(e, g); /* nobody wanted it any more: free */
         }
-        /* group members that waited for this step, and l itself */
-        if (l->g)
-                for (zr_loader *m = l->g->members; m; m = m->g_next)
-                        maybe_run(e, m);
         maybe_run(e, l);
-        notify = maybe_ready(e, l);
         pthread_cond_broadcast(&e->idle);
         return notify;
 }
@@ -826,16 +959,19 @@ static void drain_task(void *arg) {
                         e->resume = e->resume->next;
                         l = w.l;
                 } else if ((l = runq_pop(e))) {
-                        if (!claim(e, l, &w))
+                        int notify = 0, r = claim(e, l, &w, &notify);
+                        if (notify && e->notify) {
+                                pthread_mutex_unlock(&e->mutex);
+                                e->notify(e->notify_userdata);
+                                pthread_mutex_lock(&e->mutex);
+                        }
+                        if (!r)
                                 continue;
                 } else {
                         break;
                 }
                 pthread_mutex_unlock(&e->mutex);
-                if (w.src)
-                        fill_copy(l, &w, &res);
-                else
-                        fill_gather(l, &w, &res);
+                fill_gather(l, &w, &res);
                 pthread_mutex_lock(&e->mutex);
                 if (complete(e, &w, &res) && e->notify) {
                         pthread_mutex_unlock(&e->mutex);
@@ -998,44 +1134,54 @@ void zr_loader_engine_counters_get(zr_loader_engine *e, zr_loader_engine_counter
 
 /* ---- a loader --------------------------------------------------------------- */
 
+/* Same batches for every step, in the same slot layout. */
 static int same_key(const zr_loader *a, const zr_loader *b) {
         if (a->nstreams != b->nstreams || a->sp.mode != b->sp.mode || a->sp.seed != b->sp.seed ||
             a->sp.batch_size != b->sp.batch_size || a->sp.rank != b->sp.rank ||
-            a->sp.world_size != b->sp.world_size || a->sp.n != b->sp.n)
+            a->sp.world_size != b->sp.world_size || a->sp.n != b->sp.n ||
+            a->slot_bytes != b->slot_bytes)
                 return 0;
         for (size_t i = 0; i < a->nstreams; i++)
                 if (a->streams[i].s.dataset_id != b->streams[i].s.dataset_id ||
-                    a->streams[i].open_gen != b->streams[i].open_gen)
+                    a->streams[i].open_gen != b->streams[i].open_gen ||
+                    a->streams[i].offset != b->streams[i].offset ||
+                    a->streams[i].capacity != b->streams[i].capacity)
                         return 0;
         return 1;
 }
 
-/* Engine mutex held: joins the group of l's key (creating it). */
-static int group_join(zr_loader_engine *e, zr_loader *l) {
+/* Engine mutex held: joins the group of l's key (creating it), with its ring.
+ * Returns 1 if notify is due (the other members have a RING to collect). */
+static int group_join(zr_loader_engine *e, zr_loader *l, group *fresh) {
         group *g;
+        int notify = 0;
 
         for (g = e->groups; g; g = g->next)
                 if (g->members && same_key(g->members, l))
                         break;
         if (!g) {
-                g = calloc(1, sizeof(*g));
-                if (!g)
-                        return -ENOMEM;
+                g = fresh;
                 g->next = e->groups;
                 e->groups = g;
+        } else {
+                free(fresh);
         }
+        l->own->next = g->rings;
+        g->rings = l->own;
+        for (zr_loader *m = g->members; m; m = m->g_next)
+                notify |= maybe_ready(e, m);
         l->g = g;
         l->g_next = g->members;
         g->members = l;
         g->nmembers++;
-        return 0;
+        return notify;
 }
 
+/* Engine mutex held: leaves l's group; the last member unlinks it from the
+ * engine (the caller frees it once its rings are reaped). */
 static void group_leave(zr_loader_engine *e, zr_loader *l) {
         group *g = l->g;
 
-        if (!g)
-                return;
         for (zr_loader **p = &g->members; *p; p = &(*p)->g_next) {
                 if (*p == l) {
                         *p = l->g_next;
@@ -1051,7 +1197,6 @@ static void group_leave(zr_loader_engine *e, zr_loader *l) {
                         break;
                 }
         }
-        free(g);
 }
 
 /* Default capacity of a ragged stream: see loader.h. */
@@ -1080,9 +1225,10 @@ static int ragged_default_capacity(lstream *st, uint64_t n, uint64_t B, zr_error
 }
 
 /* Lays out slots and allocates every slot's metadata in one block. */
+
+/* Lays out a slot: each stream's region, and the slot size. */
 static int layout(zr_loader *l, const zr_loader_params *p, zr_error *err) {
-        uint64_t off = 0, B = p->batch_size, per_slot = B, meta_words;
-        uint64_t *m;
+        uint64_t off = 0;
 
         for (size_t i = 0; i < l->nstreams; i++) {
                 lstream *st = &l->streams[i];
@@ -1090,8 +1236,6 @@ static int layout(zr_loader *l, const zr_loader_params *p, zr_error *err) {
                 st->offset = off;
                 if (__builtin_add_overflow(off, st->capacity, &off))
                         return zr_error_set(err, EOVERFLOW, "the slot size overflows");
-                if (st->ragged)
-                        per_slot += B * (2 + (uint64_t)st->schema->ndim);
         }
         l->slot_bytes = align_up(off ? off : 1, ZR_SHM_ALIGN);
         if (l->slot_bytes < off || (uint64_t)l->nslots > UINT64_MAX / l->slot_bytes ||
@@ -1103,35 +1247,98 @@ static int layout(zr_loader *l, const zr_loader_params *p, zr_error *err) {
                                     "of %" PRIu64 "), over the %" PRIu64 " allowed",
                                     l->slot_bytes * l->nslots, l->nslots, l->slot_bytes,
                                     p->ring_bytes_max);
+        return 0;
+}
+
+static void ring_release(ring *r) {
+        if (!r)
+                return;
+        if (r->units)
+                for (uint32_t k = 0; k < r->nunits; k++)
+                        free(r->units[k].sb);
+        free(r->units);
+        free(r->meta);
+        zr_shm_release(&r->shm);
+        free(r);
+}
+
+/* Releases a list of rings (outside the engine mutex: munmap can take long). */
+static void rings_release(ring *list) {
+        while (list) {
+                ring *next = list->next;
+                ring_release(list);
+                list = next;
+        }
+}
+
+static int ring_create(zr_shm *ret, size_t bytes, zr_error *err);
+static int spare_take(zr_loader_engine *e, size_t bytes, zr_shm *ret);
+
+/* Makes l's ring: nslots units of slot_bytes, each with its batch metadata
+ * (indices; ragged offsets, lengths, shapes), in one block. */
+static int ring_new(zr_loader *l, zr_error *err) {
+        uint64_t B = l->sp.batch_size, per_slot = B, meta_words;
+        uint64_t *m;
+        ring *r;
+        int res;
+
+        for (size_t i = 0; i < l->nstreams; i++)
+                if (l->streams[i].ragged)
+                        per_slot += B * (2 + (uint64_t)l->streams[i].schema->ndim);
         if (per_slot > (SIZE_MAX / 16) / l->nslots)
                 return zr_error_set(err, EOVERFLOW, "batch metadata does not fit in memory");
         meta_words = per_slot * l->nslots;
-        l->meta = calloc(meta_words ? meta_words : 1, sizeof(uint64_t));
-        l->slots = calloc(l->nslots, sizeof(slot));
-        if (!l->meta || !l->slots)
-                return zr_error_errno(err, ENOMEM, "loader metadata");
-        m = l->meta;
-        for (uint32_t k = 0; k < l->nslots; k++) {
-                slot *s = &l->slots[k];
-                s->sb = calloc(l->nstreams, sizeof(*s->sb));
-                if (!s->sb)
-                        return zr_error_errno(err, ENOMEM, "loader metadata");
-                s->indices = m;
+        r = calloc(1, sizeof(*r));
+        if (!r)
+                return zr_error_errno(err, ENOMEM, "loader ring");
+        r->shm.fd = -1;
+        r->nunits = l->nslots;
+        r->slot_bytes = l->slot_bytes;
+        r->owner = l;
+        r->meta = calloc(meta_words ? meta_words : 1, sizeof(uint64_t));
+        r->units = calloc(l->nslots, sizeof(unit));
+        if (!r->meta || !r->units) {
+                res = zr_error_errno(err, ENOMEM, "loader metadata");
+                goto fail;
+        }
+        m = r->meta;
+        for (uint32_t k = 0; k < r->nunits; k++) {
+                unit *u = &r->units[k];
+                u->r = r;
+                u->index = k;
+                u->sb = calloc(l->nstreams, sizeof(*u->sb));
+                if (!u->sb) {
+                        res = zr_error_errno(err, ENOMEM, "loader metadata");
+                        goto fail;
+                }
+                u->indices = m;
                 m += B;
                 for (size_t i = 0; i < l->nstreams; i++) {
                         lstream *st = &l->streams[i];
                         if (!st->ragged)
                                 continue;
-                        s->sb[i].ndim = st->schema->ndim;
-                        s->sb[i].offsets = m;
+                        u->sb[i].ndim = st->schema->ndim;
+                        u->sb[i].offsets = m;
                         m += B;
-                        s->sb[i].lengths = m;
+                        u->sb[i].lengths = m;
                         m += B;
-                        s->sb[i].shapes = m;
+                        u->sb[i].shapes = m;
                         m += B * st->schema->ndim;
                 }
         }
+        if (spare_take(l->e, l->slot_bytes * l->nslots, &r->shm)) {
+                for (uint32_t k = 0; k < r->nunits; k++)
+                        r->units[k].populated = 1;
+        } else {
+                res = ring_create(&r->shm, l->slot_bytes * l->nslots, err);
+                if (res < 0)
+                        goto fail;
+        }
+        l->own = r;
         return 0;
+fail:
+        ring_release(r);
+        return res;
 }
 
 static int ring_create(zr_shm *ret, size_t bytes, zr_error *err);
@@ -1283,15 +1490,12 @@ fail:
         return r;
 }
 
+
 static void loader_destroy(zr_loader *l) {
         if (!l)
                 return;
-        if (l->slots)
-                for (uint32_t k = 0; k < l->nslots; k++)
-                        free(l->slots[k].sb);
-        free(l->slots);
-        free(l->meta);
-        zr_shm_release(&l->ring);
+        free(l->entries);
+        free(l->known);
         free(l->streams);
         free(l);
 }
@@ -1300,7 +1504,8 @@ int zr_loader_new(zr_loader_engine *e, const zr_loader_stream *streams, size_t n
                   const zr_loader_params *p, void *userdata, zr_loader **ret, zr_error *err) {
         zr_loader *l = NULL;
         uint64_t len0 = 0;
-        int r;
+        group *fresh = NULL;
+        int r, notify;
 
         if (nstreams < 1 || nstreams > ZR_STREAMS_MAX)
                 return zr_error_set(err, ZR_E_PROTO, "a loader has 1 to %d streams, not %zu",
@@ -1311,7 +1516,6 @@ int zr_loader_new(zr_loader_engine *e, const zr_loader_stream *streams, size_t n
         l = calloc(1, sizeof(*l));
         if (!l)
                 return zr_error_errno(err, ENOMEM, "loader");
-        l->ring.fd = -1;
         l->streams = calloc(nstreams, sizeof(*l->streams));
         if (!l->streams) {
                 r = zr_error_errno(err, ENOMEM, "loader");
@@ -1406,13 +1610,19 @@ int zr_loader_new(zr_loader_engine *e, const zr_loader_stream *streams, size_t n
         r = layout(l, p, err);
         if (r < 0)
                 goto fail;
-        if (spare_take(e, l->slot_bytes * l->nslots, &l->ring)) {
-                for (uint32_t k = 0; k < l->nslots; k++)
-                        l->slots[k].populated = 1;
-        } else {
-                r = ring_create(&l->ring, l->slot_bytes * l->nslots, err);
-                if (r < 0)
-                        goto fail;
+        l->entries = calloc(l->nslots, sizeof(*l->entries));
+        fresh = calloc(1, sizeof(*fresh));
+        if (!l->entries || !fresh) {
+                r = zr_error_errno(err, ENOMEM, "loader");
+                goto fail;
+        }
+        r = ring_new(l, err);
+        if (r < 0)
+                goto fail;
+        r = know(l, l->own->id);
+        if (r < 0) {
+                r = zr_error_errno(err, ENOMEM, "loader");
+                goto fail;
         }
 
         /* the domain: the batch of step 2^64 - 1 is the last */
@@ -1425,39 +1635,61 @@ int zr_loader_new(zr_loader_engine *e, const zr_loader_stream *streams, size_t n
         }
 
         pthread_mutex_lock(&e->mutex);
-        r = group_join(e, l);
-        if (r < 0) {
-                pthread_mutex_unlock(&e->mutex);
-                r = zr_error_errno(err, ENOMEM, "loader group");
-                goto fail;
-        }
+        if (++e->next_ring_id == 0) /* ids are never 0 */
+                e->next_ring_id = 1;
+        l->own->id = e->next_ring_id;
+        l->known[0] = l->own->id;
+        notify = group_join(e, l, fresh);
         e->nloaders++;
         maybe_run(e, l);
         pthread_mutex_unlock(&e->mutex);
+        if (notify && e->notify)
+                e->notify(e->notify_userdata);
         *ret = l;
         return 0;
 fail:
+        free(fresh);
+        if (l) {
+                ring_release(l->own);
+                l->own = NULL;
+        }
         loader_destroy(l);
         return r;
 }
 
-/* Engine mutex held: drops l's parked gathers from *list. */
+
+/* Engine mutex held: l is closing; its parked gathers are either handed to
+ * another member that waits for the same unit, or dropped (the unit is then
+ * free and empty). */
 static void unpark(zr_loader *l, parked_work **list) {
         for (parked_work **pp = list; *pp;) {
                 parked_work *p = *pp;
+                zr_loader *heir = NULL;
                 if (p->w.l != l) {
                         pp = &p->next;
                         continue;
                 }
-                *pp = p->next;
-                l->slots[p->w.slot].state = SLOT_FREE;
-                l->slots[p->w.slot].gathering = 0;
+                for (zr_loader *m = l->g->members; m && !heir; m = m->g_next)
+                        if (m != l && !m->closing && names(m, p->w.u))
+                                heir = m;
                 l->inflight--;
+                if (heir) {
+                        p->w.l = heir;
+                        heir->inflight++;
+                        pp = &p->next;
+                        continue;
+                }
+                *pp = p->next;
+                p->w.u->filling = 0;
+                p->w.u->has_content = 0;
         }
 }
 
 zr_loader *zr_loader_free(zr_loader *l) {
         zr_loader_engine *e;
+        group *g;
+        ring *dead = NULL;
+        int notify;
 
         if (!l)
                 return NULL;
@@ -1466,31 +1698,32 @@ zr_loader *zr_loader_free(zr_loader *l) {
         l->closing = 1;
         runq_remove(e, l);
         readyq_remove(e, l);
-        /* its parked gathers end here: they were claimed and never finished */
         unpark(l, &e->parked);
         unpark(l, &e->resume);
-        for (;;) {
-                int pinned = 0;
-                for (uint32_t k = 0; k < l->nslots; k++)
-                        pinned |= l->slots[k].pins > 0;
-                if (l->inflight == 0 && !pinned)
-                        break;
+        while (l->inflight > 0)
                 pthread_cond_wait(&e->idle, &e->mutex);
-        }
         /* a drain task may have requeued it meanwhile */
         runq_remove(e, l);
         readyq_remove(e, l);
-        /* members that waited for one of its (now dropped) fills */
-        if (l->g)
-                for (zr_loader *m = l->g->members; m; m = m->g_next)
-                        if (m != l)
-                                maybe_run(e, m);
+        for (uint32_t i = 0; i < l->nslots; i++)
+                entry_drop(&l->entries[i]);
+        l->own->owner = NULL; /* retiring: freed once nothing uses it */
+        l->own = NULL;
+        g = l->g;
         group_leave(e, l);
+        if (g->nmembers == 0) {
+                /* nobody is left to use or fill any of its rings */
+                notify = reap(e, g, &dead);
+                free(g);
+        } else {
+                notify = reap(e, g, &dead);
+                group_wake(e, g);
+        }
         e->nloaders--;
-        /* a loader of this geometry is likely to be opened again (a resumed
-         * run): have a warm ring ready for it, if the budget allows */
-        spare_make(e, l->ring.size);
         pthread_mutex_unlock(&e->mutex);
+        if (notify && e->notify)
+                e->notify(e->notify_userdata);
+        rings_release(dead);
         loader_destroy(l);
         return NULL;
 }
@@ -1500,7 +1733,11 @@ void *zr_loader_userdata(const zr_loader *l) {
 }
 
 int zr_loader_ring_fd(const zr_loader *l) {
-        return l->ring.fd;
+        return l->own->shm.fd;
+}
+
+uint32_t zr_loader_ring_id(const zr_loader *l) {
+        return l->own->id;
 }
 
 uint64_t zr_loader_ring_bytes(const zr_loader *l) {
@@ -1516,7 +1753,7 @@ uint64_t zr_loader_slot_bytes(const zr_loader *l) {
 }
 
 const void *zr_loader_ring_data(const zr_loader *l) {
-        return l->ring.data;
+        return l->own->shm.data;
 }
 
 size_t zr_loader_nstreams(const zr_loader *l) {
@@ -1535,22 +1772,59 @@ uint64_t zr_loader_length(const zr_loader *l) {
         return l->length;
 }
 
+static void ring_event(zr_loader_event *ev, const ring *r) {
+        *ev = (zr_loader_event){ .kind = ZR_LOADER_EVENT_RING, .ring = r->id,
+                                 .ring_data = r->shm.data, .fd = r->shm.fd,
+                                 .slots = r->nunits, .slot_bytes = r->slot_bytes,
+                                 .ring_bytes = (uint64_t)r->nunits * r->slot_bytes };
+}
+
 int zr_loader_poll(zr_loader *l, zr_loader_event *ret) {
         zr_loader_engine *e = l->e;
-        slot *s;
+        entry *en;
         int r = 0;
 
         pthread_mutex_lock(&e->mutex);
         if (l->closing || l->end_delivered)
                 goto out;
-        s = announce_slot(l);
-        if (s) {
-                s->state = SLOT_HELD;
-                *ret = (zr_loader_event){ .kind = ZR_LOADER_EVENT_BATCH, .step = s->step,
-                                          .slot = (uint32_t)(s - l->slots),
+        /* rings first: a ring is told before the first batch that names it,
+         * and its end after the last batch of it was given back */
+        for (size_t i = 0; i < l->nknown; i++) {
+                if (ring_by_id(l->g, l->known[i]))
+                        continue;
+                *ret = (zr_loader_event){ .kind = ZR_LOADER_EVENT_RING_CLOSE,
+                                          .ring = l->known[i] };
+                l->known[i] = l->known[--l->nknown];
+                r = 1;
+                goto out;
+        }
+        for (ring *rg = l->g->rings; rg; rg = rg->next) {
+                if (!rg->owner || knows(l, rg->id))
+                        continue;
+                if (know(l, rg->id) < 0)
+                        goto out; /* no memory now: told at the next poll */
+                ring_event(ret, rg);
+                r = 1;
+                goto out;
+        }
+        en = announce_entry(l);
+        if (en) {
+                const ring *rg = en->u->r;
+                if (!knows(l, rg->id)) {
+                        /* a ring that retired after l took one of its batches */
+                        if (know(l, rg->id) < 0)
+                                goto out;
+                        ring_event(ret, rg);
+                        r = 1;
+                        goto out;
+                }
+                en->held = 1;
+                *ret = (zr_loader_event){ .kind = ZR_LOADER_EVENT_BATCH, .step = en->step,
+                                          .ring = rg->id, .ring_data = rg->shm.data,
+                                          .slot = en->u->index,
                                           .batch_size = l->sp.batch_size,
-                                          .nstreams = l->nstreams, .streams = s->sb,
-                                          .indices = s->indices };
+                                          .nstreams = l->nstreams, .streams = en->u->sb,
+                                          .indices = en->u->indices };
                 l->ann_k++;
                 l->c.batches++;
                 e->t.batches++;
@@ -1567,30 +1841,37 @@ out:
         return r;
 }
 
-int zr_loader_release(zr_loader *l, uint32_t slot_no, zr_error *err) {
+int zr_loader_release(zr_loader *l, uint32_t ring_id, uint32_t slot_no, zr_error *err) {
         zr_loader_engine *e = l->e;
-        int r = 0;
+        ring *dead = NULL;
+        entry *en = NULL;
+        int r = 0, notify = 0;
 
         pthread_mutex_lock(&e->mutex);
         if (l->end_delivered)
                 goto out;
-        if (slot_no >= l->nslots) {
-                r = zr_error_set(err, ZR_E_PROTO, "slot %u does not exist (the ring has %u)",
-                                 slot_no, l->nslots);
+        for (uint32_t i = 0; i < l->nslots && !en; i++)
+                if (l->entries[i].held && l->entries[i].u->r->id == ring_id &&
+                    l->entries[i].u->index == slot_no)
+                        en = &l->entries[i];
+        if (!en) {
+                r = zr_error_set(err, ZR_E_PROTO, "ring %u slot %u is not held by the client",
+                                 ring_id, slot_no);
                 goto out;
         }
-        if (l->slots[slot_no].state != SLOT_HELD) {
-                r = zr_error_set(err, ZR_E_PROTO, "slot %u is not held by the client", slot_no);
-                goto out;
-        }
-        l->slots[slot_no].state = SLOT_FREE;
+        if (entry_drop(en))
+                group_wake(e, l->g);
         maybe_run(e, l);
+        notify = reap(e, l->g, &dead);
         if (e->parked)
                 resume_parked(e);
         else if (e->kick_pending)
                 kick(e);
 out:
         pthread_mutex_unlock(&e->mutex);
+        if (notify && e->notify)
+                e->notify(e->notify_userdata);
+        rings_release(dead);
         return r;
 }
 

@@ -9,14 +9,17 @@
  *                     loaders, the round-robin run queue, the queue of loaders
  *                     with events to collect, and the totals. Borrows a
  *                     zr_pool (it must have at least one thread).
- *   zr_loader         one per LOADER_OPEN. Owns its ring (one memfd, slots ×
+ *   zr_loader         one per LOADER_OPEN. Makes one ring (one memfd, slots ×
  *                     slot_bytes, sealed as util/shm.h seals daemon-made
  *                     regions; each slot is pre-faulted on the workers just
  *                     before its first fill, so opening costs the loop thread
- *                     no page faults and no fill ever takes one) and the
- *                     per-slot batch metadata (ragged offsets, lengths, shapes;
- *                     indices). Borrows its streams' datasets, locks and
- *                     generation counters (zr_loader_stream).
+ *                     no page faults and no fill ever takes one; a slot never
+ *                     filled is never faulted in) with each slot's batch
+ *                     metadata (ragged offsets, lengths, shapes; indices), and
+ *                     gives it to its group (below). Holds at most `slots`
+ *                     claims on batches, wherever they lie. Borrows its
+ *                     streams' datasets, locks and generation counters
+ *                     (zr_loader_stream).
  *
  * Threads
  *
@@ -25,41 +28,46 @@
  *   at the head of the run queue, claims one (free slot, next step) of it, puts
  *   the loader back at the tail if it still has a free slot (so worker time goes
  *   round-robin, one batch per turn; a new loader's first fill runs alone so
- *   that its first batch gets every core), and fills the slot: it copies the batch
- *   from a group member's slot that holds the same step, or gathers it (under
- *   each stream's lock taken shared, records decoded through the cache). A
- *   finished slot whose step is the next to announce puts the loader on the
- *   engine's ready queue and calls notify(). No worker ever calls into the
- *   daemon except notify().
+ *   that its first batch gets every core). A step that a slot of the group
+ *   holds or is being filled with costs no work: the loader takes that slot.
+ *   Otherwise the worker gathers the batch into a free slot (under each
+ *   stream's lock taken shared, records decoded through the cache). A batch
+ *   that is the next to announce for any loader waiting for it puts that
+ *   loader on the engine's ready queue and calls notify(). No worker ever
+ *   calls into the daemon except notify().
  *
  *   The daemon implements notify() by waking its loop (write an eventfd) and,
  *   on the loop, drains: while (zr_loader_engine_next(e, &l) > 0) while
  *   (zr_loader_poll(l, &ev) > 0) send(ev). Events of a loader come out in step
  *   order, each step exactly once, then at most one END.
  *
- * Slots
+ * Slots and claims
  *
- *   FREE (may still hold an old batch that a group member can copy) → FILLING
- *   (claimed by a worker) → READY (filled, waiting for its turn in step order)
- *   → HELD (announced by zr_loader_poll(); the client's until
- *   zr_loader_release()) → FREE. The engine never writes a HELD slot. A FREE
- *   slot that a group member is copying from is pinned and is not refilled
- *   until the copy ends (one slot copy at most).
+ *   A slot is free (it may still hold an old batch that a member can take),
+ *   filling (a gather runs or is parked on it), or filled. A loader's claim on
+ *   a step names the slot of that step; it is announced (zr_loader_poll()) when
+ *   the slot is filled and the step is the next in order, and it is held from
+ *   then until zr_loader_release(). A slot is refilled only when no claim names
+ *   it and no fill runs on it. The engine never writes a slot a claim names.
  *
  * Shared work (what is shared and what is not)
  *
  *   Loaders with the same key (streams' dataset ids and generations, sampler,
- *   seed, batch_size, rank, world_size) form a group. When a member needs step
- *   s and another member's slot holds step s (or is filling it), it does not
- *   gather: it waits for that fill (off the run queue, holding no worker) and
- *   copies the slot's regions and metadata into its own ring, on every core. Shared: the sampler, the store reads (locate and page
- *   cache), the decoding, the staleness checks: one gather per step for the
- *   group ("gathers" counts it once; "shared" counts the copies). Per member:
- *   one memcpy of the batch into its own ring, because PROTOCOL.md gives every
- *   loader its own memfd and no page can be in two memfds. A member that runs
- *   ahead of everyone (no member holds its step) gathers for itself and becomes
- *   the source for the others; a member that falls behind copies from whoever
- *   still holds its step, or gathers: nobody waits for a slow member.
+ *   seed, batch_size, rank, world_size, slot layout) form a group, and the rings
+ *   of the members are one pool of slots. The batch of a step is gathered once,
+ *   into any free slot of the pool, and every member that reaches that step
+ *   takes the same slot: nothing is copied per member ("gathers" counts the
+ *   gather once, "shared" counts the takes). The pool holds the sum of the
+ *   members' slots and a member claims at most its own number, so a member
+ *   with a claim to spare always finds a free slot: one that runs ahead
+ *   gathers for itself, and a slow one stalls nobody. Fills prefer slots whose
+ *   pages are resident, so members in step use about one ring's memory.
+ *
+ *   The client of a member maps every ring of its group: zr_loader_poll()
+ *   gives a RING event for each ring before the first batch that names it,
+ *   and a RING_CLOSE once the ring is gone. A ring outlives its loader while a
+ *   member claims one of its slots (retiring: never filled again), then is
+ *   unmapped and closed by the engine.
  *
  *   Compressed streams (zstd, zstd_dict) decode through one cache of decoded
  *   records shared by every loader, keyed by (dataset_id, generation, index),
@@ -72,7 +80,7 @@
  *   it, the gather is parked and retried, see zr_loader_engine_resume(), so a
  *   long compaction of one dataset holds no worker and stalls no other loader)
  *   and checks, before and after, that the stream's generation is the one seen
- *   at open. A gather (or a copy) that starts after a change ends the loader
+ *   at open. A gather (or a take of a slot) that starts after a change ends the loader
  *   with ZR_E_STALE at its step; batches gathered before the change are still
  *   announced (they are intact); a batch gathered across a change is never
  *   announced.
@@ -163,7 +171,7 @@ typedef struct zr_loader_engine_counters {
         uint64_t loaders;   /* open loaders */
         uint64_t batches;   /* batches announced, since start */
         uint64_t gathers;   /* gathers done (a group's gather counts once) */
-        uint64_t shared;    /* batches copied from a group member instead of gathered */
+        uint64_t shared;    /* batches taken from a slot another member filled */
         uint64_t hits;      /* cache lookups that found the record */
         uint64_t misses;    /* cache lookups that did not (compressed streams only) */
         uint64_t bytes;     /* bytes written into rings */
@@ -236,20 +244,22 @@ typedef struct zr_loader_params {
 int zr_loader_new(zr_loader_engine *e, const zr_loader_stream *streams, size_t nstreams,
                   const zr_loader_params *p, void *userdata, zr_loader **ret, zr_error *err);
 
-/* Stops the loader, waits for its own work in flight (at most one batch gather
- * or copy per worker, plus a copy a group member is making from one of its
- * slots), unmaps and closes its ring (a descriptor the daemon dup()ed and passed
- * stays valid for the client) and frees it. Events not collected are dropped.
- * NULL allowed. Returns NULL. Loop thread. */
+/* Stops the loader, waits for the gathers it started (at most one per worker;
+ * a parked one that another member waits for is handed to that member), drops
+ * its claims and frees it. Its ring is unmapped and closed once no member
+ * claims one of its slots (a descriptor the daemon dup()ed and passed stays
+ * valid for the client). Events not collected are dropped. NULL allowed.
+ * Returns NULL. Loop thread. */
 zr_loader *zr_loader_free(zr_loader *l);
 
 /* The daemon's userdata given at open. */
 void *zr_loader_userdata(const zr_loader *l);
 
-/* The ring: its memfd (owned by the loader: dup() it to pass it), its size
- * (slots × slot_bytes), the number of slots and the size of one (a multiple of
- * 4096). */
+/* The loader's own ring: its memfd (owned by the engine: dup() it to pass it),
+ * its id (never 0), its size (slots × slot_bytes), the number of slots and the
+ * size of one (a multiple of 4096). */
 int zr_loader_ring_fd(const zr_loader *l);
+uint32_t zr_loader_ring_id(const zr_loader *l);
 uint64_t zr_loader_ring_bytes(const zr_loader *l);
 uint32_t zr_loader_slots(const zr_loader *l);
 uint64_t zr_loader_slot_bytes(const zr_loader *l);
@@ -268,6 +278,8 @@ uint64_t zr_loader_length(const zr_loader *l);
 enum zr_loader_event_kind {
         ZR_LOADER_EVENT_BATCH = 1,
         ZR_LOADER_EVENT_END = 2,
+        ZR_LOADER_EVENT_RING = 3,       /* a ring of the group, new to this loader */
+        ZR_LOADER_EVENT_RING_CLOSE = 4, /* a ring it knew is gone */
 };
 
 /* One stream of a BATCH event. The arrays belong to the slot: valid until the
@@ -290,7 +302,16 @@ typedef struct zr_loader_event {
         /* BATCH: the batch's step. END: the first step that will not be
          * announced (0 after the batch of step 2^64 - 1: the domain is used up) */
         uint64_t step;
-        /* BATCH */
+        /* BATCH, RING, RING_CLOSE: the ring's id. BATCH, RING: the engine's
+         * mapping of it (read-write; for tests and benchmarks) */
+        uint32_t ring;
+        const void *ring_data;
+        /* RING: its memfd (owned by the engine: dup() it to pass it; valid
+         * until the next call on this loader), slots and sizes */
+        int fd;
+        uint32_t slots;
+        uint64_t slot_bytes, ring_bytes;
+        /* BATCH: the slot of that ring */
         uint32_t slot;
         uint64_t batch_size;
         size_t nstreams;
@@ -306,16 +327,17 @@ typedef struct zr_loader_event {
 } zr_loader_event;
 
 /* Collects the loader's next event: returns 1 and fills *ret, or 0 if there is
- * none now. A BATCH hands its slot to the client (HELD) until
- * zr_loader_release(); the END comes once, after the last batch, and then
+ * none now. A BATCH hands its slot to the client until zr_loader_release(); a
+ * RING comes before the first BATCH that names that ring, a RING_CLOSE when no
+ * BATCH will name it again; the END comes once, after the last batch, and then
  * poll returns 0 for ever. Loop thread. */
 int zr_loader_poll(zr_loader *l, zr_loader_event *ret);
 
-/* Gives `slot` back; the loader refills it. Returns 0, or -ZR_E_PROTO (slot out
- * of range or not held: the daemon sends a FAULT). After the END event was
- * collected every call returns 0 and does nothing (PROTOCOL.md, RELEASE). Loop
- * thread. */
-int zr_loader_release(zr_loader *l, uint32_t slot, zr_error *err);
+/* Gives slot `slot` of ring `ring` back. Returns 0, or -ZR_E_PROTO (the
+ * loader holds no such slot: the daemon sends a FAULT). After the END event
+ * was collected every call returns 0 and does nothing (PROTOCOL.md, RELEASE).
+ * Loop thread. */
+int zr_loader_release(zr_loader *l, uint32_t ring, uint32_t slot, zr_error *err);
 
 /* Ends the loader early with `code` (positive, e.g. ZR_E_SHUTDOWN) and
  * `message`: no new step is started; steps already started are announced, then
@@ -326,7 +348,7 @@ typedef struct zr_loader_counters {
         uint64_t step;      /* the next step to announce */
         uint64_t batches;   /* batches announced */
         uint64_t gathers;   /* gathers this loader did (for its group too) */
-        uint64_t shared;    /* batches it copied from a group member */
+        uint64_t shared;    /* batches it took from a slot another member filled */
         uint64_t hits, misses; /* its cache lookups */
         uint64_t bytes;     /* bytes written into its ring */
         uint64_t evictions; /* evictions its cache inserts caused */

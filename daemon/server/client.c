@@ -422,10 +422,12 @@ zr_client *zr_request_client(const zr_request *rq) {
         return rq->client;
 }
 
-void zr_client_send_event(zr_client *c, zr_wire_writer *w) {
-        if (c->gone || c->closing || !c->conn)
+void zr_client_send_event(zr_client *c, zr_wire_writer *w, int *fds, size_t nfds) {
+        if (c->gone || c->closing || !c->conn) {
+                close_fds(fds, (unsigned)nfds);
                 return;
-        send_frame(c, w, NULL, 0);
+        }
+        send_frame(c, w, fds, nfds);
 }
 
 bool zr_client_gone(const zr_client *c) {
@@ -692,7 +694,7 @@ static void enqueue(zr_client *c, zr_request *rq) {
 
 static void handle_release_notification(zr_client *c, zr_request *rq, const char *bad) {
         zr_wire_error werr = {0};
-        uint32_t id, slot;
+        uint32_t id, ring, slot;
         zr_error err = {0};
         if (!c->hello) {
                 client_fault(c, ZR_E_NO_HELLO, false, "release before hello");
@@ -712,6 +714,7 @@ static void handle_release_notification(zr_client *c, zr_request *rq, const char
                 return;
         }
         if (zr_wire_get_u32(rq->root, "loader", &id, &werr) < 0 ||
+            zr_wire_get_u32(rq->root, "ring", &ring, &werr) < 0 ||
             zr_wire_get_u32(rq->root, "slot", &slot, &werr) < 0) {
                 client_fault(c, ZR_E_PROTO, false, "release: %s", werr.message);
                 return;
@@ -721,7 +724,7 @@ static void handle_release_notification(zr_client *c, zr_request *rq, const char
                 client_fault(c, ZR_E_NO_HANDLE, false, "release: handle %u is not a loader", id);
                 return;
         }
-        if (zr_lhandle_release(h->loader, slot, &err) < 0)
+        if (zr_lhandle_release(h->loader, ring, slot, &err) < 0)
                 client_fault(c, err.code ? err.code : ZR_E_PROTO, false, "release: %s",
                              err.message);
 }

@@ -47,8 +47,8 @@ uint64_t zr_lhandle_ring_bytes(const zr_lhandle *lh) {
         return lh->ring_bytes;
 }
 
-int zr_lhandle_release(zr_lhandle *lh, uint32_t slot, zr_error *err) {
-        return zr_loader_release(lh->loader, slot, err);
+int zr_lhandle_release(zr_lhandle *lh, uint32_t ring, uint32_t slot, zr_error *err) {
+        return zr_loader_release(lh->loader, ring, slot, err);
 }
 
 void zr_lhandle_put_status(zr_lhandle *lh, zr_wire_writer *w, pid_t pid) {
@@ -75,10 +75,42 @@ void zr_lhandle_put_status(zr_lhandle *lh, zr_wire_writer *w, pid_t pid) {
 
 static void send_event(zr_lhandle *lh, const zr_loader_event *ev) {
         zr_wire_writer w;
+        int fd = -1;
         zr_wire_writer_init(&w);
-        if (ev->kind == ZR_LOADER_EVENT_BATCH) {
+        if (ev->kind == ZR_LOADER_EVENT_RING) {
+                /* the client maps it; a descriptor we cannot duplicate would
+                 * leave it unable to read the batches that name the ring */
+                fd = fcntl(ev->fd, F_DUPFD_CLOEXEC, 3);
+                if (fd < 0) {
+                        /* end the loader here, as a shutdown does: nothing of
+                         * it is sent after this END */
+                        int code = errno;
+                        zr_loader_counters k;
+                        zr_wire_writer_destroy(&w);
+                        zr_log(LOG_ERR, "loader %u: passing ring %u: %s", lh->id, ev->ring,
+                               strerror(code));
+                        zr_loader_stop(lh->loader, code, "the daemon could not pass a ring");
+                        zr_loader_counters_get(lh->loader, &k);
+                        zr_loader_event end = {.kind = ZR_LOADER_EVENT_END, .step = k.step,
+                                               .code = code,
+                                               .message = "the daemon could not pass a ring"};
+                        send_event(lh, &end);
+                        return;
+                }
+                zr_wire_writer_begin_message(&w, "ring", false, 0);
+                zr_wire_put_u64(&w, "loader", lh->id);
+                zr_wire_put_u64(&w, "ring", ev->ring);
+                zr_wire_put_u64(&w, "slots", ev->slots);
+                zr_wire_put_u64(&w, "slot_bytes", ev->slot_bytes);
+                zr_wire_put_u64(&w, "ring_bytes", ev->ring_bytes);
+        } else if (ev->kind == ZR_LOADER_EVENT_RING_CLOSE) {
+                zr_wire_writer_begin_message(&w, "ring_close", false, 0);
+                zr_wire_put_u64(&w, "loader", lh->id);
+                zr_wire_put_u64(&w, "ring", ev->ring);
+        } else if (ev->kind == ZR_LOADER_EVENT_BATCH) {
                 zr_wire_writer_begin_message(&w, "batch", false, 0);
                 zr_wire_put_u64(&w, "loader", lh->id);
+                zr_wire_put_u64(&w, "ring", ev->ring);
                 zr_wire_put_u64(&w, "slot", ev->slot);
                 zr_wire_put_u64(&w, "step", ev->step);
                 zr_wire_begin_array(&w, "streams");
@@ -114,7 +146,7 @@ static void send_event(zr_lhandle *lh, const zr_loader_event *ev) {
                        (unsigned long long)ev->step, name ? name : "?",
                        ev->message ? ev->message : "");
         }
-        zr_client_send_event(lh->client, &w);
+        zr_client_send_event(lh->client, &w, fd >= 0 ? &fd : NULL, fd >= 0 ? 1 : 0);
         zr_wire_writer_destroy(&w);
 }
 
@@ -286,6 +318,7 @@ int zr_handle_loader_open(zr_request *rq) {
         zr_wire_writer w;
         zr_reply_begin(rq, &w);
         zr_wire_put_u64(&w, "loader", (uint64_t)id);
+        zr_wire_put_u64(&w, "ring", zr_loader_ring_id(l));
         zr_wire_put_u64(&w, "slots", zr_loader_slots(l));
         zr_wire_put_u64(&w, "slot_bytes", zr_loader_slot_bytes(l));
         zr_wire_put_u64(&w, "ring_bytes", zr_loader_ring_bytes(l));

@@ -186,8 +186,8 @@ int zr_handle_loader_close(zr_request *rq);
  * bytes (the session's budget is the caller's: see zr_lhandle_ring_bytes()). */
 void zr_lhandle_free(zr_lhandle *lh);
 uint64_t zr_lhandle_ring_bytes(const zr_lhandle *lh);
-/* RELEASE of `slot`: 0, or a negative code with *err set. */
-int zr_lhandle_release(zr_lhandle *lh, uint32_t slot, zr_error *err);
+/* RELEASE of (`ring`, `slot`): 0, or a negative code with *err set. */
+int zr_lhandle_release(zr_lhandle *lh, uint32_t ring, uint32_t slot, zr_error *err);
 /* Ends the loader for a shutdown: stops it and sends LOADER_END ZR_E_SHUTDOWN;
  * nothing more of it is sent. */
 void zr_lhandle_shutdown(zr_lhandle *lh);
@@ -198,7 +198,8 @@ void zr_lhandle_put_status(zr_lhandle *lh, zr_wire_writer *w, pid_t pid);
 void zr_server_dataset_mutated(zr_server *s, zr_entry *e);
 
 /* Session functions the loader wiring uses. */
-void zr_client_send_event(zr_client *c, zr_wire_writer *w);
+/* Sends an event with descriptors (each closed once sent, or on failure). */
+void zr_client_send_event(zr_client *c, zr_wire_writer *w, int *fds, size_t nfds);
 bool zr_client_gone(const zr_client *c);
 void zr_client_put_loaders(zr_client *c, zr_wire_writer *w);
 

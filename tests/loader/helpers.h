@@ -193,8 +193,8 @@ static inline void rig_drain(rig *g) {
                 ;
 }
 
-/* Waits for the next event of l. */
-static inline void next_event(rig *g, zr_loader *l, zr_loader_event *ev) {
+/* Waits for the next event of l, RING and RING_CLOSE included. */
+static inline void next_event_any(rig *g, zr_loader *l, zr_loader_event *ev) {
         for (;;) {
                 uint64_t v;
                 rig_drain(g);
@@ -202,6 +202,14 @@ static inline void next_event(rig *g, zr_loader *l, zr_loader_event *ev) {
                         return;
                 ck_assert_int_eq(read(g->efd, &v, 8), 8);
         }
+}
+
+/* Waits for the next BATCH or END of l (rings are the client's business: the
+ * engine's own mapping comes with each BATCH as ring_data). */
+static inline void next_event(rig *g, zr_loader *l, zr_loader_event *ev) {
+        do
+                next_event_any(g, l, ev);
+        while (ev->kind == ZR_LOADER_EVENT_RING || ev->kind == ZR_LOADER_EVENT_RING_CLOSE);
 }
 
 /* Waits for the next event of l, which must be a batch. */

@@ -156,8 +156,12 @@ static uint64_t take(bench *b, zr_loader *l) {
         for (;;) {
                 while (zr_loader_engine_next(b->e, &x) > 0)
                         ;
-                if (zr_loader_poll(l, &ev) > 0)
+                if (zr_loader_poll(l, &ev) > 0) {
+                        if (ev.kind == ZR_LOADER_EVENT_RING ||
+                            ev.kind == ZR_LOADER_EVENT_RING_CLOSE)
+                                continue;
                         break;
+                }
                 if (read(b->efd, &v, 8) != 8)
                         die("eventfd", NULL);
         }
@@ -165,7 +169,7 @@ static uint64_t take(bench *b, zr_loader *l) {
                 fprintf(stderr, "loader-bench: END %d: %s\n", ev.code, ev.message);
                 exit(1);
         }
-        zr_loader_release(l, ev.slot, NULL);
+        zr_loader_release(l, ev.ring, ev.slot, NULL);
         return ev.step;
 }
 

@@ -46,7 +46,7 @@ static zr_loader *open_loader(fixture *f, zr_loader_stream *st, size_t n,
 /* Checks one event's ragged stream against the generated records. */
 static void check_ragged(const zr_loader *l, const zr_loader_event *ev, size_t si, uint64_t tag) {
         const zr_loader_stream_batch *sb = &ev->streams[si];
-        const uint8_t *ring = zr_loader_ring_data(l);
+        const uint8_t *ring = ev->ring_data;
         uint8_t want[24 + 13 * 3 * 2];
 
         ck_assert_uint_eq(sb->ndim, 2);
@@ -71,7 +71,7 @@ static void check_ragged(const zr_loader *l, const zr_loader_event *ev, size_t s
 static void check_dense(const zr_loader *l, const zr_loader_event *ev, size_t si, reg *r,
                         uint64_t item, const zr_sampler_params *sp) {
         const zr_loader_stream_batch *sb = &ev->streams[si];
-        const uint8_t *ring = zr_loader_ring_data(l);
+        const uint8_t *ring = ev->ring_data;
         uint8_t *want = malloc(ev->batch_size * item);
 
         ck_assert_uint_eq(sb->bytes, ev->batch_size * item);
@@ -83,7 +83,7 @@ static void check_dense(const zr_loader *l, const zr_loader_event *ev, size_t si
 
 /* Copies the used bytes of every stream of a batch, for comparisons. */
 static uint8_t *batch_bytes(const zr_loader *l, const zr_loader_event *ev, size_t *ret_len) {
-        const uint8_t *ring = zr_loader_ring_data(l);
+        const uint8_t *ring = ev->ring_data;
         size_t len = 0, at = 0;
         uint8_t *p;
 
@@ -141,7 +141,7 @@ static void run_resume(enum zr_codec codec) {
                                 }
                                 if (s >= S)
                                         seen[s - S] = batch_bytes(l, &ev, &seen_len[s - S]);
-                                ck_assert_int_eq(zr_loader_release(l, ev.slot, NULL), 0);
+                                ck_assert_int_eq(zr_loader_release(l, ev.ring, ev.slot, NULL), 0);
                         }
                         zr_loader_free(l);
 
@@ -163,7 +163,7 @@ static void run_resume(enum zr_codec codec) {
                                 ck_assert_int_eq(memcmp(b, seen[k], len), 0);
                                 free(b);
                                 free(seen[k]);
-                                ck_assert_int_eq(zr_loader_release(l, ev.slot, NULL), 0);
+                                ck_assert_int_eq(zr_loader_release(l, ev.ring, ev.slot, NULL), 0);
                         }
                         zr_loader_free(l);
                         rig_free(&g2);
@@ -200,7 +200,7 @@ START_TEST(test_far_steps_and_domain_end) {
                 next_batch(&f.g, l, &ev);
                 ck_assert_uint_eq(ev.step, 1000000000 + (uint64_t)k);
                 check_dense(l, &ev, 0, &f.dense, ITEM, &sp);
-                zr_loader_release(l, ev.slot, NULL);
+                zr_loader_release(l, ev.ring, ev.slot, NULL);
         }
         zr_loader_free(l);
 
@@ -219,8 +219,8 @@ START_TEST(test_far_steps_and_domain_end) {
         ck_assert_uint_eq(ev.step, 0);
         ck_assert_int_eq(zr_loader_poll(l, &ev), 0);
         /* after the END every release is accepted and does nothing */
-        ck_assert_int_eq(zr_loader_release(l, 0, NULL), 0);
-        ck_assert_int_eq(zr_loader_release(l, 77, NULL), 0);
+        ck_assert_int_eq(zr_loader_release(l, zr_loader_ring_id(l), 0, NULL), 0);
+        ck_assert_int_eq(zr_loader_release(l, 77, 77, NULL), 0);
         zr_loader_free(l);
         fixture_free(&f);
 }
@@ -262,9 +262,10 @@ START_TEST(test_slots_and_exhaustion) {
         ck_assert_uint_eq(c.batches, 3);
         ck_assert_uint_eq(c.step, 3);
         /* bad releases */
-        ck_assert_int_eq(zr_loader_release(l, 3, &err), -ZR_E_PROTO);
-        ck_assert_int_eq(zr_loader_release(l, held[1], NULL), 0);
-        ck_assert_int_eq(zr_loader_release(l, held[1], NULL), -ZR_E_PROTO);
+        ck_assert_int_eq(zr_loader_release(l, ev.ring, 3, &err), -ZR_E_PROTO);
+        ck_assert_int_eq(zr_loader_release(l, ev.ring + 1, held[1], &err), -ZR_E_PROTO);
+        ck_assert_int_eq(zr_loader_release(l, ev.ring, held[1], NULL), 0);
+        ck_assert_int_eq(zr_loader_release(l, ev.ring, held[1], NULL), -ZR_E_PROTO);
         /* the released slot comes back with the next step */
         next_batch(&f.g, l, &ev);
         ck_assert_uint_eq(ev.step, 3);
@@ -272,7 +273,7 @@ START_TEST(test_slots_and_exhaustion) {
         ck_assert_int_eq(zr_loader_poll(l, &ev), 0);
         /* many more, released at once: steps strictly consecutive */
         for (uint64_t s = 4; s < 200; s++) {
-                zr_loader_release(l, s == 4 ? held[1] : ev.slot, NULL);
+                zr_loader_release(l, ev.ring, s == 4 ? held[1] : ev.slot, NULL);
                 next_batch(&f.g, l, &ev);
                 ck_assert_uint_eq(ev.step, s);
         }
@@ -325,7 +326,7 @@ START_TEST(test_layout_and_seals) {
         ck_assert_uint_eq(ev.nstreams, 3);
         ck_assert_uint_eq(ev.streams[2].offset, ev.slot * 4096 + 256 + 1024);
         ck_assert_int_eq(memcmp((uint8_t *)m + ev.streams[2].offset,
-                                (const uint8_t *)zr_loader_ring_data(l) + ev.streams[2].offset,
+                                (const uint8_t *)ev.ring_data + ev.streams[2].offset,
                                 5 * ITEM), 0);
         check_ragged(l, &ev, 1, 3);
         munmap(m, 3 * 4096);
@@ -368,17 +369,17 @@ START_TEST(test_sharding) {
                                 for (int i = 0; i < 10; i++)
                                         for (int j = 0; j < 10; j++)
                                                 ck_assert_uint_ne(e0.indices[i], e1.indices[j]);
-                        const uint8_t *a = zr_loader_ring_data(all);
-                        ck_assert_int_eq(memcmp((const uint8_t *)zr_loader_ring_data(r0) +
+                        const uint8_t *a = ea.ring_data;
+                        ck_assert_int_eq(memcmp((const uint8_t *)e0.ring_data +
                                                         e0.streams[0].offset,
                                                 a + ea.streams[0].offset, 10 * ITEM), 0);
-                        ck_assert_int_eq(memcmp((const uint8_t *)zr_loader_ring_data(r1) +
+                        ck_assert_int_eq(memcmp((const uint8_t *)e1.ring_data +
                                                         e1.streams[0].offset,
                                                 a + ea.streams[0].offset + 10 * ITEM,
                                                 10 * ITEM), 0);
-                        zr_loader_release(r0, e0.slot, NULL);
-                        zr_loader_release(r1, e1.slot, NULL);
-                        zr_loader_release(all, ea.slot, NULL);
+                        zr_loader_release(r0, e0.ring, e0.slot, NULL);
+                        zr_loader_release(r1, e1.ring, e1.slot, NULL);
+                        zr_loader_release(all, ea.ring, ea.slot, NULL);
                 }
                 zr_loader_free(r0);
                 zr_loader_free(r1);
@@ -412,11 +413,11 @@ START_TEST(test_dedup) {
                         ck_assert_uint_eq(ev.step, (uint64_t)k);
                         check_dense(l[i], &ev, 0, &f.dense, ITEM, &sp);
                         check_ragged(l[i], &ev, 1, 3);
-                        zr_loader_release(l[i], ev.slot, NULL);
+                        zr_loader_release(l[i], ev.ring, ev.slot, NULL);
                 }
         }
         zr_loader_engine_counters_get(f.g.e, &t);
-        fprintf(stderr, "dedup: %d loaders x %d steps: gathers %" PRIu64 ", shared copies %"
+        fprintf(stderr, "dedup: %d loaders x %d steps: gathers %" PRIu64 ", shared takes %"
                 PRIu64 ", batches %" PRIu64 "\n", NL, K, t.gathers, t.shared, t.batches);
         ck_assert_uint_eq(t.batches, NL * K);
         /* each step at most once, plus the prefetched steps past K */
@@ -430,7 +431,7 @@ START_TEST(test_dedup) {
 END_TEST
 
 /* A member that falls behind (holds its slots) stalls nobody; when it resumes
- * it copies or gathers what it needs, still bit-exact. */
+ * it takes or gathers what it needs, still bit-exact. */
 START_TEST(test_group_slow_member) {
         fixture f;
         zr_loader *fast, *slow;
@@ -451,18 +452,177 @@ START_TEST(test_group_slow_member) {
                 next_batch(&f.g, fast, &ev);
                 ck_assert_uint_eq(ev.step, s);
                 check_dense(fast, &ev, 0, &f.dense, ITEM, &sp);
-                zr_loader_release(fast, ev.slot, NULL);
+                zr_loader_release(fast, ev.ring, ev.slot, NULL);
         }
-        zr_loader_release(slow, held[0].slot, NULL);
-        zr_loader_release(slow, held[1].slot, NULL);
+        zr_loader_release(slow, held[0].ring, held[0].slot, NULL);
+        zr_loader_release(slow, held[1].ring, held[1].slot, NULL);
         for (uint64_t s = 2; s < 40; s++) {
                 next_batch(&f.g, slow, &ev);
                 ck_assert_uint_eq(ev.step, s);
                 check_dense(slow, &ev, 0, &f.dense, ITEM, &sp);
-                zr_loader_release(slow, ev.slot, NULL);
+                zr_loader_release(slow, ev.ring, ev.slot, NULL);
         }
         zr_loader_free(fast);
         zr_loader_free(slow);
+        fixture_free(&f);
+}
+END_TEST
+
+/* Waits for l's next BATCH or END; a RING on the way must be new, sized like
+ * l's own ring, and is added to told[]; a RING_CLOSE must name a told ring and
+ * is removed from it. A BATCH must name a told ring. */
+static void next_told(fixture *f, zr_loader *l, zr_loader_event *ev, uint32_t *told,
+                      size_t *ntold, uint32_t *closed) {
+        for (;;) {
+                next_event_any(&f->g, l, ev);
+                if (ev->kind == ZR_LOADER_EVENT_RING) {
+                        for (size_t i = 0; i < *ntold; i++)
+                                ck_assert_uint_ne(told[i], ev->ring);
+                        ck_assert_int_ge(ev->fd, 0);
+                        ck_assert_uint_eq(ev->slot_bytes, zr_loader_slot_bytes(l));
+                        ck_assert_uint_eq(ev->ring_bytes, ev->slots * ev->slot_bytes);
+                        ck_assert_ptr_nonnull(ev->ring_data);
+                        told[(*ntold)++] = ev->ring;
+                        continue;
+                }
+                if (ev->kind == ZR_LOADER_EVENT_RING_CLOSE) {
+                        size_t i = 0;
+                        while (i < *ntold && told[i] != ev->ring)
+                                i++;
+                        ck_assert_msg(i < *ntold, "RING_CLOSE of ring %u never told", ev->ring);
+                        told[i] = told[--*ntold];
+                        if (closed)
+                                *closed = ev->ring;
+                        continue;
+                }
+                break;
+        }
+        if (ev->kind != ZR_LOADER_EVENT_BATCH)
+                return;
+        for (size_t i = 0; i < *ntold; i++)
+                if (told[i] == ev->ring)
+                        return;
+        ck_abort_msg("a batch names ring %u, never told", ev->ring);
+}
+
+/* A group's rings are one pool: a step is gathered once and every member is
+ * announced the same (ring, slot), with no copy; each ring is told before the
+ * first batch that names it; a member's ring outlives it while another member
+ * holds one of its slots (still readable), then goes with a RING_CLOSE after
+ * which no batch names it. */
+START_TEST(test_group_rings) {
+        fixture f;
+        zr_loader *l[2];
+        zr_loader_params p = { .mode = ZR_SAMPLER_CYCLIC, .batch_size = 8, .seed = 9,
+                               .world_size = 1, .prefetch = 3 };
+        zr_sampler_params sp = { .mode = ZR_SAMPLER_CYCLIC, .n = N_DENSE, .batch_size = 8,
+                                 .seed = 9, .world_size = 1 };
+        zr_loader_stream st;
+        zr_loader_event ev[2], kept;
+        zr_loader_engine_counters t;
+        uint32_t told[2][8], closed = 0, gone;
+        size_t ntold[2] = { 1, 1 };
+        int owner;
+
+        fixture_new(&f, ZR_CODEC_RAW, 0);
+        st = reg_stream(&f.dense, "d");
+        l[0] = open_loader(&f, &st, 1, &p);
+        l[1] = open_loader(&f, &st, 1, &p);
+        told[0][0] = zr_loader_ring_id(l[0]);
+        told[1][0] = zr_loader_ring_id(l[1]);
+        ck_assert_uint_ne(told[0][0], told[1][0]);
+        for (uint64_t s = 0; s < 20; s++) {
+                for (int i = 0; i < 2; i++) {
+                        next_told(&f, l[i], &ev[i], told[i], &ntold[i], NULL);
+                        ck_assert_int_eq(ev[i].kind, ZR_LOADER_EVENT_BATCH);
+                        ck_assert_uint_eq(ev[i].step, s);
+                        check_dense(l[i], &ev[i], 0, &f.dense, ITEM, &sp);
+                }
+                /* one slot for both: the batch was not copied */
+                ck_assert_uint_eq(ev[0].ring, ev[1].ring);
+                ck_assert_uint_eq(ev[0].slot, ev[1].slot);
+                for (int i = 0; i < 2; i++)
+                        ck_assert_int_eq(zr_loader_release(l[i], ev[i].ring, ev[i].slot, NULL), 0);
+        }
+        /* each learnt the other's ring */
+        ck_assert_uint_eq(ntold[0], 2);
+        ck_assert_uint_eq(ntold[1], 2);
+        zr_loader_engine_counters_get(f.g.e, &t);
+        ck_assert_uint_ge(t.gathers, 20);
+        ck_assert_uint_le(t.gathers, 20 + 2 * p.prefetch);
+        ck_assert_uint_eq(t.batches, 2 * 20);
+        ck_assert_uint_ge(t.shared, 20 - p.prefetch);
+
+        /* step 20 in both; the member whose ring holds it leaves while the
+         * other still holds it */
+        for (int i = 0; i < 2; i++)
+                next_told(&f, l[i], &ev[i], told[i], &ntold[i], NULL);
+        owner = ev[0].ring == zr_loader_ring_id(l[0]) ? 0 : 1;
+        gone = ev[0].ring;
+        kept = ev[1 - owner];
+        zr_loader_free(l[owner]);
+        check_dense(l[1 - owner], &kept, 0, &f.dense, ITEM, &sp); /* still readable */
+        zr_loader_release(l[1 - owner], kept.ring, kept.slot, NULL);
+        for (uint64_t s = 21; s < 40; s++) {
+                zr_loader_event e;
+                next_told(&f, l[1 - owner], &e, told[1 - owner], &ntold[1 - owner], &closed);
+                ck_assert_uint_eq(e.step, s);
+                check_dense(l[1 - owner], &e, 0, &f.dense, ITEM, &sp);
+                if (closed == gone)
+                        ck_assert_uint_ne(e.ring, gone);
+                zr_loader_release(l[1 - owner], e.ring, e.slot, NULL);
+        }
+        ck_assert_uint_eq(closed, gone);
+        ck_assert_uint_eq(ntold[1 - owner], 1);
+        zr_loader_free(l[1 - owner]);
+        fixture_free(&f);
+}
+END_TEST
+
+/* Resident slots of l's own ring (pages faulted in). */
+static size_t resident_slots(const zr_loader *l) {
+        size_t pages = zr_loader_ring_bytes(l) / 4096, n = 0;
+        unsigned char *v = malloc(pages);
+
+        ck_assert_int_eq(mincore((void *)zr_loader_ring_data(l), zr_loader_ring_bytes(l), v), 0);
+        for (size_t i = 0; i < pages; i++)
+                n += v[i] & 1;
+        free(v);
+        return n / (zr_loader_slot_bytes(l) / 4096);
+}
+
+/* Members that keep in step fill slots whose pages are already resident: N of
+ * them use about one ring's memory, not N rings. */
+START_TEST(test_group_memory) {
+        enum { NL = 4, K = 60 };
+        fixture f;
+        zr_loader *l[NL];
+        zr_loader_params p = { .mode = ZR_SAMPLER_IID, .batch_size = 64, .seed = 5,
+                               .world_size = 1, .prefetch = 4 };
+        zr_loader_stream st;
+        size_t slots = 0;
+
+        fixture_new(&f, ZR_CODEC_RAW, 0);
+        st = reg_stream(&f.dense, "d");
+        for (int i = 0; i < NL; i++)
+                l[i] = open_loader(&f, &st, 1, &p);
+        for (int k = 0; k < K; k++) {
+                for (int i = 0; i < NL; i++) {
+                        zr_loader_event ev;
+                        next_batch(&f.g, l[i], &ev);
+                        ck_assert_uint_eq(ev.step, (uint64_t)k);
+                        zr_loader_release(l[i], ev.ring, ev.slot, NULL);
+                }
+        }
+        for (int i = 0; i < NL; i++)
+                slots += resident_slots(l[i]);
+        fprintf(stderr, "group memory: %d members x %u slots: %zu slots resident\n", NL,
+                p.prefetch, slots);
+        /* own rings would be NL × prefetch = 16 */
+        ck_assert_uint_le(slots, 2 * p.prefetch);
+        ck_assert_uint_ge(slots, 1);
+        for (int i = 0; i < NL; i++)
+                zr_loader_free(l[i]);
         fixture_free(&f);
 }
 END_TEST
@@ -485,7 +645,7 @@ START_TEST(test_cache_accounting) {
         l = open_loader(&f, &st, 1, &p);
         for (int k = 0; k < 20; k++) {
                 next_batch(&f.g, l, &ev);
-                zr_loader_release(l, ev.slot, NULL);
+                zr_loader_release(l, ev.ring, ev.slot, NULL);
         }
         zr_loader_counters_get(l, &c);
         zr_loader_free(l);
@@ -507,7 +667,7 @@ START_TEST(test_cache_accounting) {
         l = open_loader(&f, &st, 1, &p);
         for (int k = 0; k < 20; k++) {
                 next_batch(&f.g, l, &ev);
-                zr_loader_release(l, ev.slot, NULL);
+                zr_loader_release(l, ev.ring, ev.slot, NULL);
         }
         zr_loader_counters_get(l, &c);
         zr_loader_free(l);
@@ -529,7 +689,7 @@ START_TEST(test_cache_accounting) {
         l = open_loader(&f, &st, 1, &p);
         for (int k = 0; k < 12; k++) {
                 next_batch(&f.g, l, &ev);
-                zr_loader_release(l, ev.slot, NULL);
+                zr_loader_release(l, ev.ring, ev.slot, NULL);
         }
         zr_loader_counters_get(l, &c);
         ck_assert_uint_eq(c.hits + c.misses, 0);
@@ -569,15 +729,15 @@ START_TEST(test_stale) {
         ck_assert_msg(zr_dataset_delete(f.dense.ds, del, 5, &err) == 0, "%s", err.message);
         atomic_fetch_add(&f.dense.gen, 1);
         pthread_rwlock_unlock(&f.dense.lock);
-        zr_loader_release(l, ev.slot, NULL);
+        zr_loader_release(l, ev.ring, ev.slot, NULL);
         for (s = 1;; s++) {
                 next_event(&f.g, l, &ev);
                 if (ev.kind == ZR_LOADER_EVENT_END)
                         break;
                 ck_assert_uint_eq(ev.step, s);
-                ck_assert_int_eq(memcmp((const uint8_t *)zr_loader_ring_data(l) +
+                ck_assert_int_eq(memcmp((const uint8_t *)ev.ring_data +
                                                 ev.streams[0].offset, want[s], 50 * ITEM), 0);
-                zr_loader_release(l, ev.slot, NULL);
+                zr_loader_release(l, ev.ring, ev.slot, NULL);
         }
         ck_assert_int_eq(ev.code, ZR_E_STALE);
         ck_assert_uint_eq(ev.step, s);
@@ -623,11 +783,11 @@ START_TEST(test_locked_dataset) {
                 next_batch(&f.g, x, &held[k]);
         pthread_rwlock_wrlock(&f.dense.lock);
         for (int k = 0; k < PF; k++)
-                zr_loader_release(x, held[k].slot, NULL);
+                zr_loader_release(x, held[k].ring, held[k].slot, NULL);
         for (s = 0; s < 40; s++) {
                 next_batch(&f.g, y, &ev);
                 ck_assert_uint_eq(ev.step, s);
-                zr_loader_release(y, ev.slot, NULL);
+                zr_loader_release(y, ev.ring, ev.slot, NULL);
         }
         ck_assert_int_eq(zr_loader_poll(x, &ev), 0);
         /* an exclusive section that changed nothing: x resumes, intact */
@@ -637,14 +797,14 @@ START_TEST(test_locked_dataset) {
                 next_batch(&f.g, x, &ev);
                 ck_assert_uint_eq(ev.step, s);
                 check_dense(x, &ev, 0, &f.dense, ITEM, &sp);
-                zr_loader_release(x, ev.slot, NULL);
+                zr_loader_release(x, ev.ring, ev.slot, NULL);
         }
         /* one that changed it: x ends STALE and announces nothing torn */
         for (int k = 0; k < PF; k++)
                 next_batch(&f.g, x, &held[k]);
         pthread_rwlock_wrlock(&f.dense.lock);
         for (int k = 0; k < PF; k++)
-                zr_loader_release(x, held[k].slot, NULL);
+                zr_loader_release(x, held[k].ring, held[k].slot, NULL);
         atomic_fetch_add(&f.dense.gen, 1);
         pthread_rwlock_unlock(&f.dense.lock);
         zr_loader_engine_drop_dataset(f.g.e, f.dense.id);
@@ -676,12 +836,12 @@ START_TEST(test_free_parked) {
         next_batch(&f.g, x, &held[0]);
         next_batch(&f.g, x, &held[1]);
         next_batch(&f.g, x2, &ev);
-        zr_loader_release(x2, ev.slot, NULL);
+        zr_loader_release(x2, ev.ring, ev.slot, NULL);
         next_batch(&f.g, x2, &ev);
-        zr_loader_release(x2, ev.slot, NULL);
+        zr_loader_release(x2, ev.ring, ev.slot, NULL);
         pthread_rwlock_wrlock(&f.dense.lock);
-        zr_loader_release(x, held[0].slot, NULL);
-        zr_loader_release(x, held[1].slot, NULL);
+        zr_loader_release(x, held[0].ring, held[0].slot, NULL);
+        zr_loader_release(x, held[1].ring, held[1].slot, NULL);
         zr_loader_free(x); /* returns at once: parked work never runs */
         pthread_rwlock_unlock(&f.dense.lock);
         /* no zr_loader_engine_resume(): the engine's retry thread finds it */
@@ -724,7 +884,7 @@ START_TEST(test_ragged_capacity) {
         for (int k = 0; k < 60; k++) {
                 next_batch(&f.g, l, &ev);
                 check_ragged(l, &ev, 0, 3);
-                zr_loader_release(l, ev.slot, NULL);
+                zr_loader_release(l, ev.ring, ev.slot, NULL);
         }
         zr_loader_free(l);
         fixture_free(&f);
@@ -818,7 +978,7 @@ START_TEST(test_free_in_flight) {
                         ck_assert_int_eq(zr_loader_new(g.e, &st, 1, &p, NULL, &l[i], &err), 0);
                 if (round % 2) {
                         next_batch(&g, l[1], &ev);
-                        zr_loader_release(l[1], ev.slot, NULL);
+                        zr_loader_release(l[1], ev.ring, ev.slot, NULL);
                 }
                 zr_loader_free(l[round % 3]);
                 next_batch(&g, l[(round + 1) % 3], &ev);
@@ -873,7 +1033,7 @@ START_TEST(test_spare_rings) {
                 next_batch(&f.g, l, &ev);
                 ck_assert_uint_eq(ev.step, 1000000000 + (uint64_t)k);
                 check_dense(l, &ev, 0, &f.dense, ITEM, &sp);
-                zr_loader_release(l, ev.slot, NULL);
+                zr_loader_release(l, ev.ring, ev.slot, NULL);
         }
         ck_assert_int_eq(fcntl(zr_loader_ring_fd(l), F_GET_SEALS) & F_SEAL_SEAL, F_SEAL_SEAL);
         zr_loader_free(l);
@@ -965,7 +1125,7 @@ START_TEST(test_stop) {
         l = open_loader(&f, &st, 1, &p);
         next_batch(&f.g, l, &ev);
         zr_loader_stop(l, ZR_E_SHUTDOWN, "the daemon is shutting down");
-        zr_loader_release(l, ev.slot, NULL);
+        zr_loader_release(l, ev.ring, ev.slot, NULL);
         for (s = 1;; s++) {
                 next_event(&f.g, l, &ev);
                 if (ev.kind == ZR_LOADER_EVENT_END)
@@ -996,6 +1156,8 @@ int main(void) {
         tcase_add_test(tc, test_sharding);
         tcase_add_test(tc, test_dedup);
         tcase_add_test(tc, test_group_slow_member);
+        tcase_add_test(tc, test_group_rings);
+        tcase_add_test(tc, test_group_memory);
         tcase_add_test(tc, test_cache_accounting);
         tcase_add_test(tc, test_stale);
         tcase_add_test(tc, test_locked_dataset);
