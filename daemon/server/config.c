@@ -21,6 +21,17 @@
 /* Defaults and their reasons. */
 #define DEFAULT_SOCKET_MODE 0660          /* owner + group: the `zrecord` group of the units */
 #define DEFAULT_CACHE_BYTES (1 * GiB)     /* decoded records; a few batches of 256 KiB images */
+/* Spare rings (zr_loader_engine_set_spare_bytes()): a closed loader leaves a
+ * pre-faulted ring of its size, which the next loader of that size takes, so a
+ * resumed run's first batch costs one gather, not the first touch of a fresh
+ * ring (30-90 ms per 64 MiB slot here). Nothing is held until a loader closes,
+ * and a spare only stands in for a ring that was just freed. A spare is made
+ * only if its whole ring fits in the budget: issue 5's ring (prefetch 4 of
+ * 256 x 256 KiB) is 256 MiB, and a few KiB more per slot with a second stream
+ * (labels), so 512 MiB holds one such ring (or a prefetch-8 one), or two of
+ * one stream (a training and an evaluation loader). It is shared memory that
+ * no reclaim frees: a memory-tight shared machine sets 0. */
+#define DEFAULT_RING_SPARE_BYTES (512 * MiB)
 /* Per-client and global limits: the protocol's defaults, reasons in zr-proto.h. */
 #define DEFAULT_MAX_FRAME ZR_FRAME_MAX_DEFAULT
 #define DEFAULT_MAX_HANDLES ZR_HANDLES_MAX_DEFAULT
@@ -30,8 +41,9 @@
 #define DEFAULT_SYNC_SEC 30u              /* bound what a power loss can cost writers */
 
 enum { KEY_SOCKET = 1000, KEY_SOCKET_MODE, KEY_SOCKET_GROUP, KEY_THREADS, KEY_LOG_LEVEL,
-       KEY_IDLE_EXIT, KEY_SYNC_INTERVAL, KEY_CACHE, KEY_MAX_FRAME, KEY_MAX_HANDLES,
-       KEY_MAX_LOADERS, KEY_MAX_SHM, KEY_MAX_CLIENTS, KEY_CONFIG, KEY_HELP, KEY_VERSION };
+       KEY_IDLE_EXIT, KEY_SYNC_INTERVAL, KEY_CACHE, KEY_RING_SPARE, KEY_MAX_FRAME,
+       KEY_MAX_HANDLES, KEY_MAX_LOADERS, KEY_MAX_SHM, KEY_MAX_CLIENTS, KEY_CONFIG, KEY_HELP,
+       KEY_VERSION };
 
 static const struct setting {
         const char *name;
@@ -48,6 +60,7 @@ static const struct setting {
         {"idle-exit", KEY_IDLE_EXIT, "SEC", "exit after SEC seconds without clients (0 = never)"},
         {"sync-interval", KEY_SYNC_INTERVAL, "SEC", "sync open stores every SEC seconds (30)"},
         {"cache", KEY_CACHE, "BYTES", "decoded-record cache budget (1G); K, M, G suffixes"},
+        {"ring-spare", KEY_RING_SPARE, "BYTES", "spare rings for resumed runs (512M; 0 = none)"},
         {"max-frame", KEY_MAX_FRAME, "BYTES", "largest frame a client may send (1M; 64K..64M)"},
         {"max-handles", KEY_MAX_HANDLES, "N", "open handles per client (1024)"},
         {"max-loaders", KEY_MAX_LOADERS, "N", "open loaders per client (64)"},
@@ -65,6 +78,7 @@ void zr_config_defaults(zr_config *c) {
         c->log_level = LOG_INFO;
         c->sync_interval_sec = DEFAULT_SYNC_SEC;
         c->cache_bytes = DEFAULT_CACHE_BYTES;
+        c->ring_spare_bytes = DEFAULT_RING_SPARE_BYTES;
         c->max_frame_bytes = DEFAULT_MAX_FRAME;
         c->max_handles = DEFAULT_MAX_HANDLES;
         c->max_loaders = DEFAULT_MAX_LOADERS;
@@ -149,6 +163,7 @@ static int apply(zr_config *c, int key, const char *v, const char *where, zr_err
         case KEY_IDLE_EXIT: r = parse_size(v, &c->idle_exit_sec); break;
         case KEY_SYNC_INTERVAL: r = parse_size(v, &c->sync_interval_sec); break;
         case KEY_CACHE: r = parse_size(v, &c->cache_bytes); break;
+        case KEY_RING_SPARE: r = parse_size(v, &c->ring_spare_bytes); break;
         case KEY_MAX_FRAME:
                 r = parse_u32(v, &c->max_frame_bytes);
                 if (r == 0 && (c->max_frame_bytes < ZR_FRAME_MAX_FLOOR ||
@@ -247,7 +262,7 @@ void zr_config_print_help(void) {
                "the leading dashes); flags override the file. Socket activation\n"
                "(LISTEN_FDS) and the notify protocol (NOTIFY_SOCKET) are used when the\n"
                "service manager provides them. SIGTERM drains and exits; SIGHUP reloads\n"
-               "the config file (log level, limits, cache budget).\n");
+               "the config file (log level, limits, cache and ring-spare budgets).\n");
 }
 
 int zr_config_parse_args(zr_config *c, int argc, char **argv, zr_error *err) {

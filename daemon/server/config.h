@@ -24,6 +24,7 @@ typedef struct zr_config {
         uint64_t idle_exit_sec;    /* exit after this long with no client; 0 = never */
         uint64_t sync_interval_sec; /* sync every store this often; 0 = only on close */
         uint64_t cache_bytes;      /* decoded-record cache budget */
+        uint64_t ring_spare_bytes; /* spare pre-faulted rings kept for a resumed run */
         /* per-client limits */
         uint32_t max_frame_bytes;  /* largest frame a client may send */
         uint32_t max_handles;      /* open datasets and buffers per client */

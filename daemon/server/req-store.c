@@ -615,10 +615,13 @@ int zr_handle_status(zr_request *rq) {
                 zr_client_put_loaders(c, &w);
         zr_wire_end(&w);
         /* Beyond the table (unknown keys are ignored): open stores, requests,
-         * batches copied from a group member instead of gathered. */
+         * batches copied from a group member instead of gathered, the spare
+         * rings' budget (ring-spare) and the bytes of spare rings ready. */
         zr_wire_put_u64(&w, "stores", zr_registry_count(s->registry));
         zr_wire_put_u64(&w, "requests", k->requests);
         zr_wire_put_u64(&w, "shared", lk.shared);
+        zr_wire_put_u64(&w, "spare_budget", s->cfg.ring_spare_bytes);
+        zr_wire_put_u64(&w, "spare_bytes", lk.spare_bytes);
         return zr_reply_send(rq, &w, NULL, 0);
 }
 

@@ -303,6 +303,10 @@ static void reload(zr_server *s) {
         if (o->cache_bytes != n.cache_bytes)
                 zr_loader_engine_set_cache_bytes(s->loaders, n.cache_bytes);
         CHANGED(cache_bytes, "%llu", unsigned long long)
+        /* a lowered budget releases spares at once; a raised one fills as loaders close */
+        if (o->ring_spare_bytes != n.ring_spare_bytes)
+                zr_loader_engine_set_spare_bytes(s->loaders, n.ring_spare_bytes);
+        CHANGED(ring_spare_bytes, "%llu", unsigned long long)
         CHANGED(idle_exit_sec, "%llu", unsigned long long)
 #undef CHANGED
         if (o->sync_interval_sec != n.sync_interval_sec) {
@@ -380,6 +384,7 @@ int zr_server_new(const zr_config *cfg, int argc, char **argv, zr_server **ret, 
         r = zr_loader_engine_new(s->pool, cfg->cache_bytes, loader_notify, s, &s->loaders, err);
         if (r < 0)
                 goto fail;
+        zr_loader_engine_set_spare_bytes(s->loaders, cfg->ring_spare_bytes);
         r = zr_registry_new(s->pool, &s->registry);
         if (r < 0) {
                 r = zr_error_errno(err, -r, "creating the registry");

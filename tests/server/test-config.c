@@ -80,6 +80,104 @@ START_TEST(test_errors_name_the_place) {
 }
 END_TEST
 
+/* ring-spare: the default, the file, the flag over the file, bad values, and a
+ * reload (the daemon parses defaults < file < flags again on SIGHUP). */
+START_TEST(test_ring_spare) {
+        zr_config c;
+        zr_error err = {0};
+        zr_config_defaults(&c);
+        ck_assert_uint_eq(c.ring_spare_bytes, 512u << 20);
+
+        char *path = write_tmp("ring-spare = 1G\n");
+        char arg[128];
+        snprintf(arg, sizeof(arg), "--config=%s", path);
+        char *argv[] = {"zrecordd", arg, NULL};
+        ck_assert_int_eq(zr_config_parse_args(&c, 2, argv, &err), 0);
+        ck_assert_uint_eq(c.ring_spare_bytes, 1ull << 30);
+
+        /* the flag beats the file; 0 turns spares off */
+        zr_config_defaults(&c);
+        char *argv2[] = {"zrecordd", "--ring-spare=0", arg, NULL};
+        ck_assert_int_eq(zr_config_parse_args(&c, 3, argv2, &err), 0);
+        ck_assert_uint_eq(c.ring_spare_bytes, 0);
+        zr_config_defaults(&c);
+        char *argv3[] = {"zrecordd", arg, "--ring-spare", "256MiB", NULL};
+        ck_assert_int_eq(zr_config_parse_args(&c, 4, argv3, &err), 0);
+        ck_assert_uint_eq(c.ring_spare_bytes, 256u << 20);
+
+        /* a reload re-reads the file over the defaults: a key removed from the
+         * file goes back to the default, a changed one takes its new value */
+        FILE *f = fopen(path, "we");
+        ck_assert_ptr_nonnull(f);
+        fputs("# ring-spare removed\nthreads = 1\n", f);
+        fclose(f);
+        zr_config_defaults(&c);
+        ck_assert_int_eq(zr_config_parse_args(&c, 2, argv, &err), 0);
+        ck_assert_uint_eq(c.ring_spare_bytes, 512u << 20);
+        f = fopen(path, "we");
+        ck_assert_ptr_nonnull(f);
+        fputs("ring-spare = 300M\n", f);
+        fclose(f);
+        zr_config_defaults(&c);
+        ck_assert_int_eq(zr_config_parse_args(&c, 2, argv, &err), 0);
+        ck_assert_uint_eq(c.ring_spare_bytes, 300u << 20);
+        unlink(path);
+
+        /* bad values name the place and leave the setting alone */
+        const char *bad[] = {"lots", "-1", "12X", "", "1G2", "99999999999T", "0x"};
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+                char text[64];
+                snprintf(text, sizeof(text), "\nring-spare = %s\n", bad[i]);
+                path = write_tmp(text);
+                zr_config_defaults(&c);
+                zr_error_clear(&err);
+                ck_assert_int_lt(zr_config_load_file(&c, path, &err), 0);
+                ck_assert_msg(strstr(err.message, ":2: bad value") != NULL, "%s: %s", bad[i],
+                              err.message);
+                ck_assert_uint_eq(c.ring_spare_bytes, 512u << 20);
+                unlink(path);
+
+                char flag[64];
+                snprintf(flag, sizeof(flag), "--ring-spare=%s", bad[i]);
+                char *argv4[] = {"zrecordd", flag, NULL};
+                zr_error_clear(&err);
+                ck_assert_int_lt(zr_config_parse_args(&c, 2, argv4, &err), 0);
+                ck_assert_msg(strstr(err.message, "--ring-spare: bad value") != NULL, "%s",
+                              err.message);
+        }
+        char *argv5[] = {"zrecordd", "--ring-spare", NULL}; /* no value */
+        zr_error_clear(&err);
+        ck_assert_int_lt(zr_config_parse_args(&c, 2, argv5, &err), 0);
+        ck_assert_ptr_nonnull(strstr(err.message, "--ring-spare"));
+}
+END_TEST
+
+/* --help lists every setting of the file, ring-spare among them. */
+START_TEST(test_help_lists_ring_spare) {
+        zr_config c;
+        zr_error err = {0};
+        char path[] = "/tmp/zr-help-XXXXXX";
+        int fd = mkstemp(path);
+        ck_assert_int_ge(fd, 0);
+        fflush(stdout);
+        int saved = dup(STDOUT_FILENO);
+        ck_assert_int_ge(dup2(fd, STDOUT_FILENO), 0);
+        zr_config_defaults(&c);
+        char *argv[] = {"zrecordd", "--help", NULL};
+        int r = zr_config_parse_args(&c, 2, argv, &err);
+        fflush(stdout);
+        dup2(saved, STDOUT_FILENO);
+        close(saved);
+        ck_assert_int_eq(r, 1);
+        char text[8192] = {0};
+        ck_assert_int_gt(pread(fd, text, sizeof(text) - 1, 0), 0);
+        close(fd);
+        unlink(path);
+        ck_assert_ptr_nonnull(strstr(text, "--ring-spare=BYTES"));
+        ck_assert_ptr_nonnull(strstr(text, "ring-spare budgets"));
+}
+END_TEST
+
 START_TEST(test_resolve_socket) {
         zr_config c;
         zr_error err = {0};
@@ -100,6 +198,8 @@ int main(void) {
         TCase *tc = tcase_create("core");
         tcase_add_test(tc, test_file_then_flags);
         tcase_add_test(tc, test_errors_name_the_place);
+        tcase_add_test(tc, test_ring_spare);
+        tcase_add_test(tc, test_help_lists_ring_spare);
         tcase_add_test(tc, test_resolve_socket);
         suite_add_tcase(s, tc);
         SRunner *sr = srunner_create(s);
