@@ -4,7 +4,9 @@ One connection per process is shared by every dataset and loader of that process
 (:func:`default`). It is thread safe: a send lock keeps frames whole, and whichever
 thread waits for something reads the socket for everybody, handing each reply to
 the request that waits for it (replies come in request order) and each event to
-the loader it names. It is fork safe: a connection remembers the pid that opened
+the loader it names, with the descriptors it carries (a RING event's memfd). An
+event nobody will take (its loader was closed, or the connection is closed) has
+its descriptors closed. It is fork safe: a connection remembers the pid that opened
 it, and in a child process :func:`default` opens a fresh one.
 """
 
@@ -20,6 +22,8 @@ __all__ = ["Connection", "default", "socket_candidates"]
 
 CLIENT_NAME = "loaderx 0.1.0"
 WANTED_FEATURES = ["loader", "msset", "dict", "verify"]
+# Events queued for the loader they name, in arrival order (PROTOCOL.md section 10).
+LOADER_EVENTS = ("batch", "ring", "ring_close", "loader_end")
 
 
 def socket_candidates():
@@ -83,8 +87,9 @@ class Connection:
         self._pending = collections.deque()   # ids of requests sent, not answered
         self._replies = {}                    # id -> (msg, fds)
         self._discard = set()                 # ids whose replies nobody waits for
-        self.dead_loaders = set()             # loaders closed by a finalizer: events dropped
-        self._events = collections.defaultdict(collections.deque)  # loader -> deque
+        self.dead_loaders = set()             # loaders closed: their events are dropped
+        self._sweep = collections.deque()     # dead loaders whose queue is still to drop
+        self._events = collections.defaultdict(collections.deque)  # loader -> (msg, fds)
         self._broken = None
         self.faults = []
         self.closed = False
@@ -120,6 +125,21 @@ class Connection:
             except OSError:
                 pass
         self._fs.close()
+        with self._cv:
+            self._close_queued()
+            self._cv.notify_all()
+
+    def _close_queued(self):
+        """Closes the descriptors of every event and reply nobody took (the caller
+        holds the lock, or is the only thread: a forked child)."""
+        queues, self._events = self._events, collections.defaultdict(collections.deque)
+        replies, self._replies = self._replies, {}
+        self._sweep.clear()
+        for q in queues.values():
+            for _, fds in q:
+                _close_fds(fds)
+        for _, fds in replies.values():
+            _close_fds(fds)
 
     def _check(self):
         if self.closed:
@@ -201,22 +221,34 @@ class Connection:
             self._send_lock.release()
 
     def wait_event(self, loader, timeout=None):
-        """The next event of a loader: (msg, fds)."""
-        q = self._events[loader]
+        """The next event of a loader: (msg, fds). The caller owns the descriptors."""
+        with self._cv:
+            q = self._events[loader]
         return self._wait(lambda: q.popleft() if q else None, timeout)
 
     def poll_event(self, loader):
-        q = self._events.get(loader)
         with self._cv:
+            q = self._events.get(loader)
             return q.popleft() if q else None
 
     def drop_events(self, loader):
+        """The loader is closed: its queued events go (their descriptors closed),
+        and so will any that still arrive."""
         with self._cv:
-            q = self._events.pop(loader, None)
+            self.dead_loaders.add(loader)
+            self._drop_queue(loader)
+
+    def mark_dead(self, loader):
+        """drop_events() for finalizers: takes no lock (the finalizer may run while
+        this thread holds it); the queue is dropped at the next message read."""
+        self.dead_loaders.add(loader)
+        self._sweep.append(loader)
+
+    def _drop_queue(self, loader):
+        q = self._events.pop(loader, None)
         if q:
             for _, fds in q:
-                for fd in fds:
-                    os.close(fd)
+                _close_fds(fds)
 
     def _wait(self, take, timeout=None):
         while True:
@@ -248,6 +280,8 @@ class Connection:
                 self._cv.notify_all()
 
     def _dispatch(self, msg, fds):
+        while self._sweep:
+            self._drop_queue(self._sweep.popleft())
         kind = msg.get("kind")
         if kind in ("ok", "error"):
             rid = msg.get("id")
@@ -257,23 +291,27 @@ class Connection:
                 self._pending.remove(rid)
             if rid in self._discard:
                 self._discard.discard(rid)
-                for fd in fds:
-                    os.close(fd)
+                _close_fds(fds)
             else:
                 self._replies[rid] = (msg, fds)
-        elif kind in ("batch", "loader_end"):
+        elif kind in LOADER_EVENTS:
             if msg.get("loader") in self.dead_loaders:
-                for fd in fds:
-                    os.close(fd)
+                _close_fds(fds)
             else:
                 self._events[msg.get("loader")].append((msg, fds))
         elif kind == "fault":
             self.faults.append(msg)
-            for fd in fds:
-                os.close(fd)
+            _close_fds(fds)
         else:  # an event kind this client does not know: ignored (section 13)
-            for fd in fds:
-                os.close(fd)
+            _close_fds(fds)
+
+
+def _close_fds(fds):
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
 
 
 _default = None
@@ -324,6 +362,12 @@ def _after_fork_in_child():
         except OSError:
             pass
         old.closed = True
+        # The child's copies of descriptors queued in the parent (RING memfds):
+        # nobody here will take them. No lock: it may have been held at the fork.
+        try:
+            old._close_queued()
+        except Exception:
+            pass
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -8,6 +8,7 @@ read-only.
 import fcntl
 import mmap
 import os
+import sys
 
 import numpy as np
 
@@ -64,12 +65,22 @@ def _write_all(fd, pieces):
     return total
 
 
+# Python 3.13+ can map without keeping a duplicate of the descriptor (an mmap object
+# otherwise holds one, for size() and resize(), until it is deallocated).
+_MMAP_KW = {"trackfd": False} if sys.version_info >= (3, 13) else {}
+
+
 class MappedBuffer:
-    """A daemon-created memfd mapped read-only (a read buffer or a loader ring)."""
+    """A daemon-created memfd mapped read-only (a read buffer or a loader ring).
+
+    Takes ``fd`` and closes it. Arrays made from ``mm`` (or ``array``) keep the
+    mapping alive; it is unmapped when the last reference goes, never closed here.
+    """
 
     def __init__(self, fd, nbytes):
         try:
-            self.mm = mmap.mmap(fd, nbytes, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+            self.mm = mmap.mmap(fd, nbytes, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ,
+                                **_MMAP_KW)
         finally:
             os.close(fd)
         self.nbytes = nbytes

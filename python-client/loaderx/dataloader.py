@@ -8,6 +8,13 @@ stream's is a list of read-only arrays, also views. A ring slot goes back to the
 daemon when the last view into it is garbage, never earlier; copy what you keep
 for long (``np.array(v)``).
 
+Loaders with the same streams and parameters, in this process or any other, form a
+group in the daemon: each step's batch is gathered once, into a slot of any
+member's ring, and every member reads it there. So a loader maps the rings of the
+other members too (each comes in a RING event and goes with RING_CLOSE); a batch
+is named by (ring, slot), and that pair is what the loader holds and releases. A
+loader never holds more than ``prefetch`` batches, wherever they lie.
+
 Batch ``k`` of a loader opened at ``start_step`` is the batch of step
 ``start_step + k``, a pure function of (content, sampler, seed, batch_size, rank,
 world_size, step), so ``state_dict()`` / ``load_state_dict()`` resume exactly.
@@ -33,25 +40,79 @@ INDEX_KEY = "__index__"
 _STATE_VERSION = 1
 
 
-class _Ring:
-    """One LOADER_OPEN: its handle, its mapped ring, the slots this side holds."""
+def _proto_error(text):
+    return ZrecordRuntimeError(f"zrecordd broke the protocol: {text}", code=1100,
+                               name="ZR_E_PROTO")
 
-    def __init__(self, conn, loader, mapped, slots, slot_bytes):
+
+class _Ring:
+    """One LOADER_OPEN: its handle, the rings it reads (its own, passed with the
+    reply, and its group's, passed by RING events) and the (ring, slot)s this side
+    holds."""
+
+    def __init__(self, conn, loader, ring_id, mapped, slots, slot_bytes):
         self.conn = conn
         self.pid = os.getpid()
         self.loader = loader
-        self.mapped = mapped
-        self.slots = slots
+        self.own = ring_id
+        self.mapped = mapped              # the loader's own ring
+        self.slots = slots                # most batches held at once, whatever rings
         self.slot_bytes = slot_bytes
-        self.held = set()                 # announced to us and not yet released
-        self.pending = collections.deque()  # freed by the garbage collector, to RELEASE
+        self.rings = {ring_id: (mapped, slots)}   # ring id -> (MappedBuffer, slots)
+        self.held = set()                 # (ring, slot) announced to us, not yet released
+        self.pending = collections.deque()  # (ring, slot) freed by the collector, to RELEASE
         self.closed = False
 
-    def slot_free(self, slot):
-        """Called when the last view of a slot is gone (any thread, any time)."""
+    # ---------------------------------------------------------- group rings
+    def add_ring(self, msg, fds):
+        """A RING event: maps another member's ring read-only and closes its fd."""
+        try:
+            if len(fds) != 1:
+                raise _proto_error(f"a RING event with {len(fds)} descriptors (1 expected)")
+            try:
+                rid, slots = int(msg["ring"]), int(msg["slots"])
+                slot_bytes, ring_bytes = int(msg["slot_bytes"]), int(msg["ring_bytes"])
+            except (KeyError, TypeError, ValueError):
+                raise _proto_error(f"a RING event without ring, slots, slot_bytes and "
+                                   f"ring_bytes: {msg!r}") from None
+            if rid in self.rings:
+                raise _proto_error(f"RING {rid} was already passed to loader {self.loader}")
+            if slots < 1 or slot_bytes != self.slot_bytes or ring_bytes != slots * slot_bytes:
+                raise _proto_error(
+                    f"RING {rid}: {slots} slots of {slot_bytes} bytes in {ring_bytes} bytes "
+                    f"(the loader's slots are {self.slot_bytes} bytes)")
+            size = os.fstat(fds[0]).st_size
+            if size < ring_bytes:
+                raise _proto_error(f"RING {rid}: the memfd holds {size} bytes, "
+                                   f"ring_bytes is {ring_bytes}")
+            fd = fds[0]
+            fds = ()
+            mapped = _shm.MappedBuffer(fd, ring_bytes)     # closes fd
+        finally:
+            for fd in fds:
+                os.close(fd)
+        self.rings[rid] = (mapped, slots)
+
+    def close_ring(self, msg):
+        """A RING_CLOSE event: forgets the ring. Arrays that still view it keep the
+        mapping alive through their base; it is unmapped with the last of them."""
+        rid = msg.get("ring")
+        if rid == self.own or rid not in self.rings:
+            raise _proto_error(f"RING_CLOSE of ring {rid}, which is not a ring passed by "
+                               f"RING to loader {self.loader}")
+        del self.rings[rid]
+
+    def drop_rings(self):
+        """The loader is closed: no ring is named again (views keep theirs mapped)."""
+        self.rings = {}
+        self.mapped = None
+
+    # ---------------------------------------------------------- releases
+    def slot_free(self, key):
+        """Called when the last view of a (ring, slot) is gone (any thread, any time)."""
         if self.closed or os.getpid() != self.pid:
             return
-        self.pending.append(slot)
+        self.pending.append(key)
         self.flush(blocking=False)
 
     def flush(self, blocking=True):
@@ -65,45 +126,49 @@ class _Ring:
             return
         try:
             while self.pending:
-                slot = self.pending.popleft()
+                key = self.pending.popleft()
                 if self.closed:
                     break
+                # no longer held once sent: the daemon may announce it again at once
+                self.held.discard(key)
                 try:
-                    self.conn._fs.send({"kind": "release", "loader": self.loader, "slot": slot})
+                    self.conn._fs.send({"kind": "release", "loader": self.loader,
+                                        "ring": key[0], "slot": key[1]})
                 except OSError as e:
                     self.closed = True
                     if self.conn._broken is None:
                         self.conn._broken = str(e)
                     break
-                self.held.discard(slot)
         finally:
             lock.release()
 
 
 class _SlotOwner:
-    """Owns one announced slot: when it is garbage, the slot goes back."""
+    """Owns one announced (ring, slot): when it is garbage, the slot goes back."""
 
-    __slots__ = ("ring", "slot", "__weakref__")
+    __slots__ = ("ring", "key", "__weakref__")
 
-    def __init__(self, ring, slot):
+    def __init__(self, ring, key):
         self.ring = ring
-        self.slot = slot
+        self.key = key
 
     def __del__(self):
         try:
-            self.ring.slot_free(self.slot)
+            self.ring.slot_free(self.key)
         except Exception:
             pass
 
 
 class _View:
-    """A numpy array interface over ring memory whose base keeps the slot owner."""
+    """A numpy array interface over ring memory. Its base keeps the slot owner (the
+    slot stays held) and the mmap (the memory stays mapped after RING_CLOSE or the
+    loader's close)."""
 
-    __slots__ = ("owner", "mapped", "__array_interface__")
+    __slots__ = ("owner", "mm", "__array_interface__")
 
-    def __init__(self, owner, mapped, address, shape, typestr):
+    def __init__(self, owner, mm, address, shape, typestr):
         self.owner = owner
-        self.mapped = mapped
+        self.mm = mm
         self.__array_interface__ = {"data": (address, True), "shape": shape,
                                     "typestr": typestr, "version": 3}
 
@@ -211,9 +276,23 @@ class DataLoader:
         if self.with_indices:
             fields["indices"] = True
         r = conn.request("loader_open", fields, context="DataLoader")
-        (fd,) = r["_fds"]
-        mapped = _shm.MappedBuffer(fd, int(r["ring_bytes"]))
-        self._ring = _Ring(conn, r["loader"], mapped, int(r["slots"]), int(r["slot_bytes"]))
+        fds = list(r["_fds"])
+        try:
+            if len(fds) != 1:
+                raise _proto_error(f"a LOADER_OPEN reply with {len(fds)} descriptors")
+            mapped = _shm.MappedBuffer(fds.pop(), int(r["ring_bytes"]))   # closes the fd
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            try:
+                conn.request("loader_close", {"loader": r["loader"]})
+            except ZrecordError:
+                pass
+            conn.drop_events(r["loader"])
+            raise
+        # (a daemon from before shared rings names no ring: BATCH then names none either)
+        self._ring = _Ring(conn, r["loader"], r.get("ring", 0), mapped, int(r["slots"]),
+                           int(r["slot_bytes"]))
         self._regions = [(int(s["offset"]), int(s["capacity"])) for s in r["streams"]]
         self.length = int(r["length"])
         self._next_fetch = int(step)
@@ -223,6 +302,7 @@ class DataLoader:
         if ring is None:
             return
         ring.closed = True
+        ring.drop_rings()
         for f in self._futures:
             f.cancel()
         self._futures.clear()
@@ -258,7 +338,8 @@ class DataLoader:
             if not self._closed and ring is not None and ring.pid == os.getpid():
                 self._closed = True
                 ring.closed = True
-                ring.conn.dead_loaders.add(ring.loader)
+                ring.drop_rings()
+                ring.conn.mark_dead(ring.loader)
                 ring.conn.request_nowait("loader_close", {"loader": ring.loader})
                 if self._pool is not None:
                     self._pool.shutdown(wait=False, cancel_futures=True)
@@ -320,15 +401,39 @@ class DataLoader:
         if ring.pid != os.getpid() or ring.conn.closed:   # forked child: reconnect
             self._reopen_after_fork()
             ring = self._ring
+        while True:
+            ev = self._next_event(ring)
+            if ev is None:
+                return self._after_disconnect()
+            msg, fds = ev
+            kind = msg.get("kind")
+            if kind == "ring":
+                ring.add_ring(msg, fds)
+                continue
+            for fd in fds:
+                os.close(fd)
+            if kind == "ring_close":
+                ring.close_ring(msg)
+            elif kind == "loader_end":
+                if msg.get("name") == "ZR_E_SHUTDOWN" or msg.get("code") == 1108:
+                    return self._after_disconnect()
+                return self._loader_end(msg)
+            elif kind == "batch":
+                return self._batch(ring, msg)
+
+    def _next_event(self, ring):
+        """The loader's next event, waiting for it; None if the connection is gone."""
         ring.flush()
         ev = ring.conn.poll_event(ring.loader)
-        if ev is None and (ring.closed or ring.conn._broken is not None):
-            return self._after_disconnect()
-        if ev is None and len(ring.held) >= ring.slots:
+        if ev is not None:
+            return ev
+        if ring.closed or ring.conn._broken is not None:
+            return None
+        if len(ring.held) >= ring.slots:
             gc.collect()
             ring.flush()
             if ring.closed or ring.conn._broken is not None:
-                return self._after_disconnect()
+                return None
             if len(ring.held) >= ring.slots:
                 raise ZrecordRuntimeError(
                     f"every ring slot of this DataLoader ({ring.slots}, prefetch={self.prefetch}) "
@@ -336,39 +441,60 @@ class DataLoader:
                     "deliver the next one (waiting would deadlock). Drop references to old "
                     "batches (copy what you keep: np.array(v)), or create the DataLoader "
                     "with a larger prefetch=")
-        if ev is None:
-            try:
-                ev = ring.conn.wait_event(ring.loader)
-            except ZrecordConnectionError:
-                return self._after_disconnect()
-        msg, fds = ev
-        for fd in fds:
-            os.close(fd)
-        if msg.get("kind") == "loader_end":
-            if msg.get("name") == "ZR_E_SHUTDOWN" or msg.get("code") == 1108:
-                return self._after_disconnect()
-            return self._loader_end(msg)
+        try:
+            return ring.conn.wait_event(ring.loader)
+        except ZrecordConnectionError:
+            return None
+
+    def _batch(self, ring, msg):
+        """The batch a BATCH event announces: views into the (ring, slot) it names."""
+        rid = msg.get("ring", ring.own)
         slot, step = int(msg["slot"]), int(msg["step"])
+        if rid not in ring.rings:
+            raise _proto_error(
+                f"BATCH of step {step} names ring {rid}, which loader {ring.loader} does "
+                "not know (neither its own nor passed by a RING event)")
+        mapped, nslots = ring.rings[rid]
+        if slot >= nslots:
+            raise _proto_error(f"BATCH of step {step} names slot {slot} of ring {rid}, "
+                               f"which has {nslots}")
+        key = (rid, slot)
+        if key in ring.held:
+            raise _proto_error(f"BATCH of step {step} names slot {slot} of ring {rid}, "
+                               "which this loader holds")
         if step != self._next_fetch:
             raise ZrecordRuntimeError(
                 f"the daemon announced step {step}, expected {self._next_fetch}")
-        self._next_fetch += 1
-        ring.held.add(slot)
-        owner = _SlotOwner(ring, slot)
-        base = ring.mapped.address
-        batch = {}
-        for name, st, (dt, item_shape, ndim) in zip(self.names, msg["streams"], self._kinds):
-            off = int(st["offset"])
+        streams = msg["streams"]
+        spans = []                     # (lo, hi) ring bytes each stream's views cover
+        for name, st, (dt, item_shape, ndim) in zip(self.names, streams, self._kinds):
             if item_shape is not None:
-                batch[name] = np.asarray(_View(owner, ring.mapped, base + off,
+                lo = int(st["offset"])
+                hi = lo + self.batch_size * int(np.prod(item_shape, dtype=np.int64)) * dt.itemsize
+            else:
+                offs = _wire.from_u64s(st.get("offsets"))
+                lens = _wire.from_u64s(st.get("lengths"))
+                lo = int(offs.min()) if len(offs) else int(st["offset"])
+                hi = int((offs + lens).max()) if len(offs) else lo
+            if not 0 <= lo <= hi <= mapped.nbytes:
+                raise _proto_error(f"BATCH of step {step}: stream {name!r} lies past the "
+                                   f"end of ring {rid}")
+            spans.append((lo, hi))
+        self._next_fetch += 1
+        ring.held.add(key)
+        owner = _SlotOwner(ring, key)
+        base, mm = mapped.address, mapped.mm
+        batch = {}
+        for name, st, (dt, item_shape, ndim), (lo, hi) in zip(self.names, streams, self._kinds,
+                                                               spans):
+            if item_shape is not None:
+                batch[name] = np.asarray(_View(owner, mm, base + lo,
                                                (self.batch_size,) + tuple(item_shape), dt.str))
             else:
                 offs = _wire.from_u64s(st.get("offsets"))
                 lens = _wire.from_u64s(st.get("lengths"))
                 shapes = _wire.from_u64s(st.get("shapes")).reshape(-1, ndim)
-                lo = int(offs.min()) if len(offs) else off
-                hi = int((offs + lens).max()) if len(offs) else off
-                region = np.asarray(_View(owner, ring.mapped, base + lo, (hi - lo,), "|u1"))
+                region = np.asarray(_View(owner, mm, base + lo, (hi - lo,), "|u1"))
                 recs = []
                 for j in range(len(offs)):
                     o = int(offs[j]) - lo
@@ -386,7 +512,10 @@ class DataLoader:
         ring, self._ring = self._ring, None
         if ring is not None:
             ring.closed = True
+            ring.drop_rings()
         conn = ring.conn if ring is not None else None
+        if conn is not None and not conn.closed and conn.pid == os.getpid():
+            conn.drop_events(ring.loader)    # a RING's descriptor among them is closed
         if conn is not None and conn is _conn._default and conn._broken is None:
             # a drain announced by LOADER_END: the connection closes next
             conn._broken = "the daemon is shutting down"
@@ -421,6 +550,7 @@ class DataLoader:
         ring, self._ring = self._ring, None
         if ring is not None:
             ring.closed = True
+            ring.drop_rings()
         self._futures = collections.deque()
         self._pool = None
         self._lock = threading.RLock()

@@ -110,10 +110,44 @@ def test_zero_copy_views(streams):
     with pytest.raises(ValueError):
         x[0, 0, 0] = 1
     assert all(not r.flags.writeable for r in b["t"])
-    # the array's memory lies inside the ring mapping: no copy on this side
-    ring = loader._ring.mapped
+    # the array's memory lies inside the mapping of the ring that holds the batch
+    # (the loader's own, alone in its group): no copy on this side
+    ((rid, slot),) = loader._ring.held
+    ring = loader._ring.rings[rid][0]
     assert ring.address <= x.ctypes.data < ring.address + ring.nbytes
+    assert rid == loader._ring.own and ring is loader._ring.mapped
+    lo = ring.address + slot * loader._ring.slot_bytes
+    assert lo <= x.ctypes.data < lo + loader._ring.slot_bytes
     loader.close()
+    assert loader._ring is None
+    np.testing.assert_array_equal(x, DATA[b["y"]])      # still mapped after the close
+
+
+def test_release_names_ring_and_slot(streams, conn):
+    """RELEASE carries the (ring, slot) the BATCH named, once the batch is garbage."""
+    loader = DataLoader(streams, batch_size=8, prefetch=2)
+    sent = []
+    fs = conn._fs
+    orig = fs.send
+
+    def spy(msg, fds=()):
+        sent.append(dict(msg))
+        return orig(msg, fds)
+    fs.send = spy
+    try:
+        b = next(loader)
+        ((rid, slot),) = loader._ring.held
+        assert not [m for m in sent if m["kind"] == "release"]
+        del b
+        gc.collect()
+        next(loader)
+    finally:
+        del fs.send
+    rel = [m for m in sent if m["kind"] == "release"]
+    assert rel and rel[0] == {"kind": "release", "loader": loader._ring.loader,
+                              "ring": rid, "slot": slot}
+    loader.close()
+    assert not conn.faults
 
 
 def test_held_batch_stays_valid(streams):
