@@ -77,6 +77,11 @@
  * after the lock goes (zr_loader_engine_resume() makes it immediate). */
 #define LOADER_PARK_RETRY_NS (2 * 1000 * 1000)
 
+/* Spare rings kept at most, whatever the budget: each is a descriptor and a
+ * mapping of the daemon, and a run resumes with the geometry of one of the
+ * last few loaders closed (older spares go first). */
+#define LOADER_SPARES_MAX 4
+
 /* Records per shard of the parallel copy of cache hits and inserts: enough to
  * amortise a shard's hand-off, few enough to spread a 256-record batch. */
 #define LOADER_COPY_SHARD_MIN 8
@@ -229,6 +234,7 @@ struct zr_loader_engine {
         uint64_t spare_max;   /* budget of spare rings, bytes */
         uint64_t spare_reserved; /* ready and being made */
         uint64_t spare_ready;
+        unsigned nspares;     /* ready spare rings, at most LOADER_SPARES_MAX */
         unsigned nspare_tasks;
         uint64_t nloaders;
         uint64_t fills;       /* fills completed, all loaders */
@@ -1364,12 +1370,26 @@ static void spare_task(void *arg) {
                                  populate_shard, &pj);
                 ok = 1;
         }
+        spare *evicted = NULL;
+
         pthread_mutex_lock(&e->mutex);
         if (ok && e->spare_reserved <= e->spare_max) {
                 sp->next = e->spares;
                 e->spares = sp;
                 e->spare_ready += j->bytes;
+                e->nspares++;
                 sp = NULL;
+                if (e->nspares > LOADER_SPARES_MAX) {
+                        /* the oldest goes: the list is newest first */
+                        spare **pp = &e->spares;
+                        while ((*pp)->next)
+                                pp = &(*pp)->next;
+                        evicted = *pp;
+                        *pp = NULL;
+                        e->spare_ready -= evicted->shm.size;
+                        e->spare_reserved -= evicted->shm.size;
+                        e->nspares--;
+                }
         } else {
                 e->spare_reserved -= j->bytes;
         }
@@ -1380,6 +1400,7 @@ static void spare_task(void *arg) {
                 zr_shm_release(&sp->shm);
                 free(sp);
         }
+        spares_release(evicted);
         free(j);
         if (ok && e->notify)
                 e->notify(e->notify_userdata);
@@ -1414,6 +1435,7 @@ static int spare_take(zr_loader_engine *e, size_t bytes, zr_shm *ret) {
                         sp = *pp;
                         *pp = sp->next;
                         e->spare_ready -= bytes;
+                        e->nspares--;
                         e->spare_reserved -= bytes;
                         break;
                 }
@@ -1445,6 +1467,7 @@ void zr_loader_engine_set_spare_bytes(zr_loader_engine *e, uint64_t bytes) {
                 spare *sp = e->spares;
                 e->spares = sp->next;
                 e->spare_ready -= sp->shm.size;
+                e->nspares--;
                 e->spare_reserved -= sp->shm.size;
                 sp->next = drop;
                 drop = sp;

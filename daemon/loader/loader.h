@@ -147,9 +147,11 @@ void zr_loader_engine_drop_dataset(zr_loader_engine *e, uint64_t dataset_id);
  * page fault per 4 KiB page before its first batch (1.7 to 5 us each here: 30
  * to 80 ms for a 64 MiB slot), which dominates the time from LOADER_OPEN to the
  * first batch. With a budget, each freed loader leaves behind (made on the
- * pool, in the background) a new, never-passed, pre-faulted ring of its size,
- * and the next loader of exactly that ring size takes it, so a resumed run's
- * first batch costs one gather. Spares beyond a lowered budget are released. */
+ * pool, in the background, once no member of its group uses it any more) a
+ * new, never-passed, pre-faulted ring of its size, and the next loader of
+ * exactly that ring size takes it, so a resumed run's first batch costs one
+ * gather. At most 4 spares are kept (the oldest goes first), so small rings
+ * cannot pile up descriptors. Spares beyond a lowered budget are released. */
 void zr_loader_engine_set_spare_bytes(zr_loader_engine *e, uint64_t bytes);
 
 /* A gather never blocks a worker on a stream's lock: if it cannot take it

@@ -9,8 +9,8 @@
  *   limit      zr_dataset_gather_dense() of iid batches into one pre-faulted
  *              buffer, in process: the engine's own gather rate
  *   one        one loader (prefetch 4), batches/s, and its ratio to the limit
- *   4 same     4 identical loaders (a group: one gather per step, a copy per
- *              member), aggregate batches/s, against one loader
+ *   4 same     4 identical loaders (a group: one gather per step, one slot
+ *              for every member), aggregate batches/s, against one loader
  *   4 seeds    4 loaders with different seeds over a zstd store whose decoded
  *              records fit the cache (after one warming pass), against the same
  *              over the raw store
@@ -409,7 +409,7 @@ int main(int argc, char **argv) {
                 fig_print("  one loader / limit", &one_r[c], "x");
                 fig_print("4 identical loaders, aggregate", &same[c], "batches/s");
                 fig_print("  4 identical / one loader", &same_r[c], "x");
-                printf("  group work: %" PRIu64 " gathers and %" PRIu64 " copies for %" PRIu64
+                printf("  group work: %" PRIu64 " gathers and %" PRIu64 " takes for %" PRIu64
                        " batches\n", same_g[c], same_c[c], same_b[c]);
                 snprintf(name, sizeof(name), "4 seeds%s, aggregate", c ? " (warm cache)" : "");
                 fig_print(name, &seeds[c], "batches/s");
