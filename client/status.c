@@ -43,6 +43,7 @@ int zrc_status_query(zrc_conn *c, zrc_status **ret) {
         st->misses = conn_get_u64(reply.root, "misses");
         st->bytes = conn_get_u64(reply.root, "bytes");
         st->evictions = conn_get_u64(reply.root, "evictions");
+        st->shared = conn_get_u64(reply.root, "shared");
         (void)zr_wire_get_map(reply.root, "cache", &cache, NULL);
         st->cache_budget = conn_get_u64(cache, "budget");
         st->cache_bytes = conn_get_u64(cache, "bytes");
@@ -77,6 +78,7 @@ int zrc_status_query(zrc_conn *c, zrc_status **ret) {
                 o->misses = conn_get_u64(l, "misses");
                 o->bytes = conn_get_u64(l, "bytes");
                 o->evictions = conn_get_u64(l, "evictions");
+                o->shared = conn_get_u64(l, "shared");
         }
         conn_reply_done(&reply);
         *ret = st;

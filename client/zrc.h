@@ -626,6 +626,7 @@ typedef struct zrc_loader_status {
         uint32_t loader;       /* its handle on that connection */
         char sampler[16];
         uint64_t batch_size, streams, step, batches, gathers, hits, misses, bytes, evictions;
+        uint64_t shared;       /* batches it took from a slot another loader of its group filled */
 } zrc_loader_status;
 
 typedef struct zrc_status {
@@ -633,6 +634,7 @@ typedef struct zrc_status {
         uint64_t uptime_ms, clients, handles, shm_bytes, loaders;
         uint64_t batches, gathers, hits, misses, bytes, evictions;
         uint64_t cache_budget, cache_bytes, cache_entries;
+        uint64_t shared;       /* batches taken from a slot another loader filled, since start */
         size_t n_loaders;
         zrc_loader_status *per_loader; /* n_loaders entries, owned by the zrc_status */
 } zrc_status;

@@ -75,11 +75,11 @@ static int cmd_status(const cmdline *cl, zrc_conn *c) {
                        ", \"loaders\": %" PRIu64 ", \"batches\": %" PRIu64
                        ", \"gathers\": %" PRIu64 ", \"hits\": %" PRIu64 ", \"misses\": %" PRIu64
                        ", \"bytes\": %" PRIu64 ", \"evictions\": %" PRIu64
-                       ", \"cache\": {\"budget\": %" PRIu64 ", \"bytes\": %" PRIu64
+                       ", \"shared\": %" PRIu64 ", \"cache\": {\"budget\": %" PRIu64 ", \"bytes\": %" PRIu64
                        ", \"entries\": %" PRIu64 "}, \"per_loader\": [",
                        st->uptime_ms, st->clients, st->handles, st->shm_bytes, st->loaders,
                        st->batches, st->gathers, st->hits, st->misses, st->bytes, st->evictions,
-                       st->cache_budget, st->cache_bytes, st->cache_entries);
+                       st->shared, st->cache_budget, st->cache_bytes, st->cache_entries);
                 for (size_t i = 0; i < st->n_loaders; i++) {
                         const zrc_loader_status *l = &st->per_loader[i];
 
@@ -90,9 +90,9 @@ static int cmd_status(const cmdline *cl, zrc_conn *c) {
                                ", \"step\": %" PRIu64 ", \"batches\": %" PRIu64
                                ", \"gathers\": %" PRIu64 ", \"hits\": %" PRIu64
                                ", \"misses\": %" PRIu64 ", \"bytes\": %" PRIu64
-                               ", \"evictions\": %" PRIu64 "}",
+                               ", \"evictions\": %" PRIu64 ", \"shared\": %" PRIu64 "}",
                                l->batch_size, l->streams, l->step, l->batches, l->gathers, l->hits,
-                               l->misses, l->bytes, l->evictions);
+                               l->misses, l->bytes, l->evictions, l->shared);
                 }
                 printf("]}\n");
         } else {
@@ -103,7 +103,8 @@ static int cmd_status(const cmdline *cl, zrc_conn *c) {
                 printf("shm bytes:  %" PRIu64 "\n", st->shm_bytes);
                 printf("loaders:    %" PRIu64 "\n", st->loaders);
                 printf("batches:    %" PRIu64 "\n", st->batches);
-                printf("gathers:    %" PRIu64 "\n", st->gathers);
+                printf("gathers:    %" PRIu64 " (%" PRIu64 " batches shared without one)\n",
+                       st->gathers, st->shared);
                 printf("bytes:      %" PRIu64 "\n", st->bytes);
                 printf("cache:      %" PRIu64 " of %" PRIu64 " bytes, %" PRIu64
                        " entries; %" PRIu64 " hits, %" PRIu64 " misses, %" PRIu64 " evictions\n",
@@ -115,9 +116,10 @@ static int cmd_status(const cmdline *cl, zrc_conn *c) {
                         printf("loader %u of pid %" PRIu64 ": %s, batch %" PRIu64 ", %" PRIu64
                                " streams, step %" PRIu64 "; %" PRIu64 " batches, %" PRIu64
                                " gathers, %" PRIu64 " hits, %" PRIu64 " misses, %" PRIu64
-                               " bytes, %" PRIu64 " evictions\n",
+                               " bytes, %" PRIu64 " evictions, %" PRIu64 " shared\n",
                                l->loader, l->pid, l->sampler, l->batch_size, l->streams, l->step,
-                               l->batches, l->gathers, l->hits, l->misses, l->bytes, l->evictions);
+                               l->batches, l->gathers, l->hits, l->misses, l->bytes, l->evictions,
+                               l->shared);
                 }
         }
         zrc_status_free(st);
