@@ -264,7 +264,8 @@ static int bench(void) {
         set_spare("0");
         char cfgarg[160];
         snprintf(cfgarg, sizeof(cfgarg), "--config=%s", cfg_path);
-        const char *args[] = {cfgarg, "--log-level=warning", NULL};
+        /* --idle-exit: a daemon left by a failed run goes once this process is gone */
+        const char *args[] = {cfgarg, "--log-level=warning", "--idle-exit=5", NULL};
         td_start(&D, args);
         int fd = td_connect_hello(&D);
         uint32_t h = make_store(fd);
