@@ -178,7 +178,9 @@ static const field status_ok[] = {
         REQ("batches", T_UINT), REQ("gathers", T_UINT), REQ("hits", T_UINT),
         REQ("misses", T_UINT), REQ("bytes", T_UINT), REQ("evictions", T_UINT),
         REQ_SUB("cache", T_MAP, cache_fields),
-        REQ_SUB("per_loader", T_MAPS, loader_stat_fields), END,
+        REQ_SUB("per_loader", T_MAPS, loader_stat_fields), OPT("shared", T_UINT),
+        OPT("stores", T_UINT), OPT("requests", T_UINT), OPT("spare_budget", T_UINT),
+        OPT("spare_bytes", T_UINT), END,
 };
 static const field loader_open_ok[] = {
         REQ("loader", T_U32), REQ("ring", T_U32), REQ("slots", T_UINT),

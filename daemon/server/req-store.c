@@ -614,9 +614,9 @@ int zr_handle_status(zr_request *rq) {
         for (zr_client *c = s->clients; c; c = zr_client_next(c))
                 zr_client_put_loaders(c, &w);
         zr_wire_end(&w);
-        /* Beyond the table (unknown keys are ignored): open stores, requests,
-         * batches copied from a group member instead of gathered, the spare
-         * rings' budget (ring-spare) and the bytes of spare rings ready. */
+        /* Optional keys: open stores, requests, batches taken from a slot
+         * another group member filled, the spare rings' budget (ring-spare)
+         * and the bytes of spare rings ready. */
         zr_wire_put_u64(&w, "stores", zr_registry_count(s->registry));
         zr_wire_put_u64(&w, "requests", k->requests);
         zr_wire_put_u64(&w, "shared", lk.shared);
