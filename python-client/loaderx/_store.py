@@ -4,10 +4,18 @@ The client opens a store's directory and its ``meta.zr`` itself and passes the
 descriptors (PROTOCOL.md section 6), so the daemon acts with the caller's rights.
 A handle remembers its path: in a forked child (or after a reconnect) it opens the
 store again on the child's own connection.
+
+A read copies the records out of the connection's shared read buffer into a new
+array. Large copies (``PARALLEL_MIN_BYTES`` and up) are split in slabs over a
+small pool of threads (numpy releases the GIL while it copies), so the first
+touch of the new array's pages and the copy run on every core; smaller ones
+stay on the calling thread.
 """
 
 import errno
 import os
+import queue
+import threading
 
 import numpy as np
 
@@ -20,6 +28,29 @@ _REFUSED_KINDS = {"O": "Python objects", "S": "byte strings", "U": "unicode stri
                   "V": "void/structured records", "M": "datetimes", "m": "timedeltas"}
 READ_PIECE_BYTES = 64 << 20
 BUFFER_MIN = 1 << 20
+# Copies out of the read buffer of at least this many bytes are split over the copy
+# pool. Measured on 2 cores (bench/README.md): a 64 MiB batch lands in a freshly
+# mapped array (numpy allocates it with mmap), whose first touch and copy together
+# took 1.3-1.9x less time on 2 threads than on 1 when the second core was free; below
+# 8 MiB the new array is reused heap memory, the copy is short, and handing half of
+# it to another thread did not pay.
+PARALLEL_MIN_BYTES = 8 << 20
+# Threads copying one read, the calling thread included: the CPUs this process may
+# run on, at most this many. None: that count; an int overrides it (1: never split).
+COPY_THREADS = None
+COPY_THREADS_MAX = 8
+# A slab is the unit a thread claims (read size / (2 x threads), within these
+# bounds): large enough to amortize a claim and its GIL hand-off, small enough
+# that a helper slowed down by other load (a core shared with another process)
+# leaves the rest to the calling thread, which only ever waits for the slab a
+# helper is in the middle of. On 2 shared cores, 16 MiB slabs made about one 64 MiB
+# read in four 4x slower while another process kept a core busy; 4-8 MiB ones
+# bounded that to ~2x, and 8 MiB ones copy ~10% faster than 4 MiB ones when idle.
+SLAB_MIN_BYTES = 1 << 20
+SLAB_MAX_BYTES = 8 << 20
+# Ragged reads copy record by record (Python work under the GIL per record): they
+# are split only when their records average at least this many bytes.
+RAGGED_PARALLEL_MIN_RECORD = 64 << 10
 
 
 def check_codec(codec):
@@ -218,6 +249,157 @@ def _buffer(conn, nbytes):
     return nb
 
 
+# ------------------------------------------------------------- the copy pool
+class _Job:
+    """``fn(i)`` for i in range(n), claimed one at a time by whoever takes part."""
+
+    def __init__(self, fn, n):
+        self.fn = fn
+        self.n = n
+        self._next = 0
+        self._done = 0
+        self._cancelled = False
+        self.error = None
+        self._cv = threading.Condition(threading.Lock())
+
+    def work(self):
+        cv = self._cv
+        while True:
+            with cv:
+                i = self._next
+                if i >= self.n or self._cancelled:
+                    return
+                self._next = i + 1
+            try:
+                self.fn(i)
+            except BaseException as e:  # handed to the caller, which re-raises it
+                with cv:
+                    if self.error is None:
+                        self.error = e
+                    self._cancelled = True
+            finally:
+                with cv:
+                    self._done += 1
+                    if self._done == self._next and (self._done == self.n or self._cancelled):
+                        cv.notify_all()
+
+    def wait(self):
+        """Until every claimed slab is copied (a helper that never came claims nothing)."""
+        with self._cv:
+            while not (self._done == self._next and (self._done == self.n or self._cancelled)):
+                self._cv.wait()
+
+    def cancel(self):
+        with self._cv:
+            self._cancelled = True
+
+
+class _CopyPool:
+    """Daemon threads that take part in the jobs put on their queue."""
+
+    def __init__(self, helpers):
+        self.pid = os.getpid()
+        self.helpers = helpers
+        self._q = queue.SimpleQueue()
+        for i in range(helpers):
+            threading.Thread(target=self._run, name=f"loaderx-copy-{i}", daemon=True).start()
+
+    def _run(self):
+        q = self._q
+        while True:
+            job = q.get()
+            if job is None:
+                return
+            job.work()
+            del job
+
+    def stop(self):
+        for _ in range(self.helpers):
+            self._q.put(None)
+
+    def run(self, fn, n):
+        """fn(i) for i in range(n) on the helpers and the calling thread; returns
+        when all are done, raising the first exception one of them raised."""
+        job = _Job(fn, n)
+        for _ in range(min(self.helpers, n - 1)):
+            self._q.put(job)
+        try:
+            job.work()
+            job.wait()
+        except BaseException:
+            job.cancel()            # e.g. KeyboardInterrupt: no slab is started after this
+            raise
+        if job.error is not None:
+            raise job.error
+
+
+_pool = None
+_pool_lock = threading.Lock()
+
+
+def copy_threads():
+    """Threads that copy one large read, the calling thread included."""
+    if COPY_THREADS is not None:
+        return max(1, int(COPY_THREADS))
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        n = os.cpu_count() or 1
+    return max(1, min(n, COPY_THREADS_MAX))
+
+
+def _copy_pool(threads):
+    """This process's copy pool with at least threads - 1 helpers (created lazily;
+    a pool inherited through fork has no threads in the child and is never used)."""
+    global _pool
+    p = _pool
+    if p is not None and p.pid == os.getpid() and p.helpers >= threads - 1:
+        return p
+    with _pool_lock:
+        p = _pool
+        if p is None or p.pid != os.getpid() or p.helpers < threads - 1:
+            if p is not None and p.pid == os.getpid():
+                p.stop()            # COPY_THREADS grew: its threads end when idle
+            p = _pool = _CopyPool(threads - 1)
+        return p
+
+
+def _after_fork_in_child():
+    global _pool, _pool_lock
+    _pool_lock = threading.Lock()
+    _pool = None
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _slabs(nbytes, threads, align=4096):
+    """Slab size and count for copying nbytes on threads threads."""
+    if threads <= 1 or nbytes < max(PARALLEL_MIN_BYTES, 2 * align):
+        return nbytes, 1
+    per = min(SLAB_MAX_BYTES, max(SLAB_MIN_BYTES, -(-nbytes // (2 * threads))))
+    per = -(-per // align) * align
+    return per, -(-nbytes // per)
+
+
+def copy_bytes(dst, src):
+    """dst[:] = src for two 1-D uint8 arrays of one length, split over the copy
+    pool when large (each thread first-touches the part of dst it writes)."""
+    n = len(dst)
+    threads = copy_threads() if n >= PARALLEL_MIN_BYTES else 1
+    per, count = _slabs(n, threads)
+    if count <= 1:
+        dst[:] = src
+        return
+
+    def slab(i):
+        a = i * per
+        b = min(n, a + per)
+        dst[a:b] = src[a:b]
+
+    _copy_pool(threads).run(slab, count)
+
+
 def _index_pieces(idx, per_piece):
     for s in range(0, len(idx), per_piece):
         yield s, idx[s:s + per_piece]
@@ -242,7 +424,7 @@ def read_dense(handle, idx, dtype, item_shape):
                                       "indices": _wire.u64s(piece)}, context=handle.path)
             n = r["count"] * rec
             if rec:
-                flat[s:s + len(piece)].reshape(-1)[:] = buf.array[:n]
+                copy_bytes(flat[s:s + len(piece)].reshape(-1), buf.array[:n])
     return out
 
 
@@ -271,13 +453,53 @@ def read_ragged(handle, idx, dtype, ndim):
                 offs = _wire.from_u64s(r.get("offsets"))
                 lens = _wire.from_u64s(r.get("lengths"))
                 shapes = _wire.from_u64s(r.get("shapes")).reshape(-1, ndim) if ndim else None
-                a = buf.array
-                for j in range(r["count"]):
-                    o, ln = int(offs[j]), int(lens[j])
-                    shape = tuple(int(x) for x in shapes[j])
-                    out.append(a[o:o + ln].view(dt).reshape(shape).copy())
+                out.extend(_copy_records(buf.array, offs, lens, shapes, r["count"], dt))
             break
     return out
+
+
+def _copy_records(a, offs, lens, shapes, count, dt):
+    """count records out of the buffer a, each a new array of its own shape; split
+    over the copy pool when they are large (the per-record Python work holds the
+    GIL, so small records stay on the calling thread). In the split path the
+    calling thread allocates every record and the pool only copies: memory comes
+    from the caller's malloc arena as in the single-thread path (a helper's arena
+    would hand back fresh pages to fault in on every read)."""
+    offs = offs[:count].tolist()
+    lens = lens[:count].tolist()
+    shapes = [tuple(s) for s in shapes[:count].tolist()] if shapes is not None else [()] * count
+    recs = [None] * count
+    total = sum(lens)
+    threads = copy_threads() if total >= PARALLEL_MIN_BYTES else 1
+
+    def span(lo, hi):
+        for j in range(lo, hi):
+            o = offs[j]
+            recs[j] = a[o:o + lens[j]].view(dt).reshape(shapes[j]).copy()
+
+    if threads <= 1 or count < 2 or total < PARALLEL_MIN_BYTES \
+            or total < RAGGED_PARALLEL_MIN_RECORD * count:
+        span(0, count)
+        return recs
+    for j in range(count):
+        recs[j] = np.empty(shapes[j], dt)
+
+    def copy_span(lo, hi):
+        for j in range(lo, hi):
+            o = offs[j]
+            recs[j].reshape(-1).view(np.uint8)[:] = a[o:o + lens[j]]
+
+    per, _ = _slabs(total, threads)
+    cuts = [0]                  # runs of records of about per bytes each
+    acc = 0
+    for j, ln in enumerate(lens):
+        acc += ln
+        if acc >= per and j + 1 < count:
+            cuts.append(j + 1)
+            acc = 0
+    cuts.append(count)
+    _copy_pool(threads).run(lambda i: copy_span(cuts[i], cuts[i + 1]), len(cuts) - 1)
+    return recs
 
 
 # ------------------------------------------------------------------ appending
