@@ -6,11 +6,15 @@ same in-memory array, then gathers the same list of random batches (uniform,
 with replacement) into a new array of (batch, H, W), through the call its users
 make. Warm page cache: every store is swept once through its own gather before
 timing. Contenders are timed round robin (batch k of every contender, then
-batch k + 1). The last batch of each is checked against the source.
+batch k + 1; the order within a round is shuffled, fixed seeds). The last
+batch of each is checked against the source. Two diagnostic rows time parts of
+zrecord raw's `ds[idx]`: its READ request alone, and `ds[idx]` with the
+client's copy out of the shared buffer on one thread.
 """
 
 import json
 import os
+import random
 import subprocess
 import sys
 import time
@@ -86,6 +90,31 @@ class ZrecordReadOnly(Contender):
             conn.request("read", {"handle": h.h(), "buffer": buf.handle, "offset": 0,
                                   "indices": _wire.u64s(idx)})
             return buf.array[:self.rec * len(idx)].reshape((len(idx),) + self.shape)
+
+    def close(self):
+        self.ds.close()
+
+
+class ZrecordOneThread(Contender):
+    """Diagnostic, not a contender: `ds[idx]` with the client's copy out of the
+    shared buffer on the calling thread alone (`_store.COPY_THREADS = 1`, the
+    client before its copy pool), to compare with the `zrecord raw` row."""
+    name = "(zrecord raw: copy on 1 thread)"
+    diag = True
+
+    def attach(self, path, arr):
+        from loaderx.dataset import DenseDataset
+        self.ds = DenseDataset(path)
+
+    def gather(self, idx):
+        from loaderx import _store
+        if not hasattr(_store, "COPY_THREADS"):     # a client without the pool
+            return self.ds[idx]
+        _store.COPY_THREADS = 1
+        try:
+            return self.ds[idx]
+        finally:
+            _store.COPY_THREADS = None
 
     def close(self):
         self.ds.close()
@@ -252,7 +281,7 @@ class Loaderx15(Contender):
 
 
 def contenders(ctx, dict_too):
-    out = [Zrecord("raw"), ZrecordReadOnly(), Zrecord("zstd")]
+    out = [Zrecord("raw"), ZrecordReadOnly(), ZrecordOneThread(), Zrecord("zstd")]
     if dict_too:
         out.append(Zrecord("zstd_dict"))
     out.append(Npy())
@@ -339,7 +368,15 @@ def run_workload(ctx, label, n, side, batch, nbatches, dict_too):
         if k >= warm:
             rows[c.name]["secs"].append(secs)
 
-    C.rounds_robin(cons, warm + nbatches, one)
+    # Round robin, in an order shuffled per round (fixed seeds): a contender's cost
+    # can depend on what ran just before it (e.g. whether malloc hands it pages the
+    # previous one left mapped or fresh ones to fault in), and a fixed order would
+    # give it the same predecessor in every round.
+    for k in range(warm + nbatches):
+        order = list(cons)
+        random.Random(k).shuffle(order)
+        for c in order:
+            one(c, k)
     for c in cons:
         c.close()
         r = rows[c.name]
@@ -357,9 +394,12 @@ def report(ctx, w, limits):
     ref = next(r for r in rows if r["contender"] == "zrecord raw")
     refz = next(r for r in rows if r["contender"] == "zrecord zstd")
     lim = (limits or {}).get(w["record_bytes"], {})
+    w["limits"] = lim           # the probes of this run, so that store.json stands alone
     for r in rows:
         if r.get("diag"):
             r["of_limit"] = f"{r['gib_s'] / C.limit(lim, 'memcpy_mt'):.2f} of memcpy" if C.limit(lim, 'memcpy_mt') else None
+            if r["contender"] == ZrecordOneThread.name:
+                r["zr_over_this"] = ref["gib_s"] / r["gib_s"]    # what the copy pool gains
             continue
         base = refz if r["compressed"] else ref
         r["zr_over_this"] = base["gib_s"] / r["gib_s"]
