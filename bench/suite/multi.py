@@ -5,12 +5,14 @@ seeds (a DDP-less sweep / eval beside train: the same batches) and (b) with
 different seeds. zrecord: every process is a client of one fresh zrecordd
 (`DataLoader`, sampler 'iid'); each peer runs its own loader in every process
 (torch DataLoader over the .npy with 2 workers each; PyPI loaderx 1.5 with its
-own threads). All processes warm up, wait at a barrier, then each times its
-steps: aggregate batches/s = all steps / (last end - first start). Memory:
-the peak total PSS of every process tree (+ the daemon). Decode work: for
-zrecord the daemon's STATUS counters (gathers: batches actually gathered, a
-shared gather counted once; misses: records decoded, zstd); for the peers
-every process decodes every record of its own batches.
+own threads). All processes warm up (3 batches and 2 s), wait at a barrier,
+then each times its steps (zrecord 4x as many, so that its window is not a few
+tens of ms): aggregate batches/s = all steps / (last end - first start).
+Memory: the peak total PSS of every process tree (+ the daemon). Decode work
+over the timed steps: for zrecord the daemon's STATUS counters between the
+barrier and the end (gathers: batches actually gathered, a shared gather
+counted once; misses: records decoded, zstd); for the peers every process
+gathers and decodes every record of its own batches.
 """
 
 import json
@@ -20,6 +22,18 @@ import time
 from . import common as C
 from . import loader as L
 from .common import say
+
+
+def status(daemon):
+    """The daemon's STATUS counters (None for a peer)."""
+    if daemon is None:
+        return None
+    import loaderx
+    conn = loaderx.connect(daemon.sock)
+    try:
+        return conn.request("status")
+    finally:
+        conn.close()
 
 
 def run_config(ctx, params, nproc, same_seed, tmp):
@@ -41,10 +55,12 @@ def run_config(ctx, params, nproc, same_seed, tmp):
                     p.wait()
                     raise RuntimeError(f"{params['kind']} process failed before its first batches:\n"
                                        + L.log_tail(p))
+            st0 = status(daemon)
             for p in procs:
                 p.stdin.write("go\n")
                 p.stdin.flush()
             res = [json.loads(p.stdout.readline()) for p in procs]
+            st1 = status(daemon)
         finally:
             mem.stop()
             for p in procs:
@@ -53,18 +69,16 @@ def run_config(ctx, params, nproc, same_seed, tmp):
         out = {"nproc": nproc, "same_seed": same_seed,
                "agg_bps": steps / (max(r["end"] for r in res) - min(r["start"] for r in res)),
                "pss": mem.peak_pss, "rss": mem.peak_rss, "anon_mib": mem.peak_anon / C.MiB,
-               "records_asked": nproc * (params["steps"] + params["warm"]) * params["batch"]}
+               "records_asked": nproc * params["steps"] * params["batch"]}
+        # decode work over the timed steps (after the barrier)
         if daemon is not None:
-            import loaderx
-            conn = loaderx.connect(daemon.sock)
-            st = conn.request("status")
-            conn.close()
-            out.update(gathers=st["gathers"], batches=st["batches"], hits=st["hits"], misses=st["misses"])
-            out["decoded"] = st["misses"] if params["store_codec"] != "raw" else 0
-            out["gathered_batches"] = st["gathers"]
+            d = {k: st1[k] - st0[k] for k in ("gathers", "batches", "hits", "misses")}
+            out.update(d)
+            out["decoded"] = d["misses"] if params["store_codec"] != "raw" else 0
+            out["gathered_batches"] = d["gathers"]
         else:
             out["decoded"] = out["records_asked"] if params.get("compressed") else 0
-            out["gathered_batches"] = nproc * (params["steps"] + params["warm"])
+            out["gathered_batches"] = nproc * params["steps"]
         return out
     finally:
         for p in procs:
@@ -108,7 +122,7 @@ def run(ctx):
             # (~50 ms here) each time their window grows, for its first
             # ~200 steps; torch starts its workers
             pr = dict(params, batch=B, heavy=False, steps=n_steps, warm=3,
-                      warm_s=0 if q else 2.0)
+                      warm_s=0 if q else 2.0, warm_max=3 if q else 400)
             try:
                 r = run_config(ctx, pr, nproc, same, tmp)
             except Exception as e:
@@ -139,8 +153,10 @@ def run(ctx):
             r["of_limit"] = f"{r['gib_s'] / C.limit(lim, 'memcpy_mt'):.2f} of memcpy"
 
     C.table(f"several processes on one box: {n} records of {p['nbytes'] // 1024} KiB, batch {B} "
-            f"({B * p['nbytes'] / C.MiB:.0f} MiB), {steps} timed steps per process after a barrier; "
-            "x1 = over the same contender's single process; decoded = records decompressed in all",
+            f"({B * p['nbytes'] / C.MiB:.0f} MiB), warm-up 3 batches{'' if q else ' and 2 s'}, then {steps} timed steps "
+            f"per process ({4 * steps if not q else steps} for zrecord) after a barrier; x1 = over the "
+            "same contender's single process; gathers and decoded (records decompressed) over the "
+            "timed steps, all processes",
             [("contender", "contender"), ("nproc", "procs"), ("seeds", "seeds"), ("agg_bps", "batches/s"),
              ("gib_s", "GiB/s"), ("x_one", "x1 rate"), ("of_limit", "of limit"), ("pss_mib", "PSS MiB"),
              ("anon_mib", "PSS-file"), ("mem_x_one", "x1 PSS"), ("gathered_batches", "gathers"), ("decoded", "decoded")], rows)

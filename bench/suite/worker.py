@@ -152,7 +152,7 @@ def make_iter(p):
         ds = NpyDataset(p["npy"], heavy)
         g = torch.Generator()
         g.manual_seed(seed)
-        total = (p["steps"] + p["warm"] + 8) * B
+        total = (p["steps"] + p.get("warm_max", p["warm"]) + 8) * B
         dl = DataLoader(ds, batch_size=B, sampler=RandomSampler(ds, replacement=True, num_samples=total,
                                                                  generator=g),
                         num_workers=p.get("workers", 2), collate_fn=identity_collate,
@@ -184,7 +184,7 @@ def make_iter(p):
         from streaming import StreamingDataset
         from streaming.base.util import clean_stale_shared_memory
         clean_stale_shared_memory()
-        total = (p["steps"] + p["warm"] + 8) * B
+        total = (p["steps"] + p.get("warm_max", p["warm"]) + 8) * B
 
         def collate(items):
             x = np.stack([it["x"] for it in items])
@@ -203,11 +203,12 @@ def loader_run(p):
     it, owner = make_iter(p)
     first = None
     sink = 0.0
-    # warm-up: `warm` batches, and at least `warm_s` seconds if given (a
-    # loader that is still starting up, e.g. faulting in fresh buffers, is not
-    # measured: the tables are about the steady state)
+    # warm-up: `warm` batches, and at least `warm_s` seconds if given, at most
+    # `warm_max` batches (a loader that is still starting up, e.g. faulting in
+    # fresh buffers, is not measured: the tables are about the steady state)
     i = 0
-    while i < p["warm"] or time.monotonic() - t_open < p.get("warm_s", 0):
+    while i < p["warm"] or (time.monotonic() - t_open < p.get("warm_s", 0) and
+                            i < p.get("warm_max", p["warm"])):
         b = next(it)
         sink += touch(b)
         del b
