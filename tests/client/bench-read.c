@@ -8,8 +8,14 @@
  * closed and a real zrecordd (started here, same thread count) serves it to
  * libzrc, whose zrc_dataset_read() is timed on the same index batches. Both
  * sides read warm page cache and neither touches the gathered bytes. The figure
- * is the ratio of the medians, from one run. Then the round trip of a small
- * request (INFO) is timed many times for its p50 and p99.
+ * is the ratio of the medians, from one run. A loader (one client) is timed
+ * against the same engine gather rate. Then issue 5's client processes: 1, 4
+ * with identical loaders (a group: one gather per step, one slot for all) and
+ * 4 with different seeds, each a forked process with its own connection,
+ * warmed up, started together, over the raw store and over a zstd copy whose
+ * decoded records fit the daemon's cache; rounds interleave the six, and the
+ * report gives medians. Then the round trip of a small request (INFO) is timed
+ * many times for its p50 and p99.
  *
  * Usage: bench-read [--quick]     (needs $ZRECORDD: meson sets it for
  *        `meson test --benchmark`, or run with ZRECORDD=build/daemon/zrecordd)
@@ -21,6 +27,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "dataset/dataset.h"
@@ -72,7 +79,7 @@ static int client_step(void *arg, uint64_t batch) {
         return zrc_dataset_read(a->d, a->idx, a->w->batch, &b);
 }
 
-static int build_store(const char *path, const workload *w, zr_pool *pool) {
+static int build_store(const char *path, const workload *w, zr_pool *pool, enum zr_codec codec) {
         uint64_t shape[3] = { w->records, w->height, w->width };
         zr_store_options opts = { .pool = pool };
         zr_dataset *ds = NULL;
@@ -86,7 +93,7 @@ static int build_store(const char *path, const workload *w, zr_pool *pool) {
         dirfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (dirfd < 0)
                 return -errno;
-        r = zr_schema_init_dense(&schema, "|u1", shape + 1, 2, ZR_CODEC_RAW, NULL);
+        r = zr_schema_init_dense(&schema, "|u1", shape + 1, 2, codec, NULL);
         if (r == 0)
                 r = zr_dataset_create(dirfd, &schema, NULL, 0, &opts, &ds, NULL);
         data = r == 0 ? workload_images(w->records, w->width, w->height, BENCH_SEED) : NULL;
@@ -181,7 +188,9 @@ static int time_both(zrc_conn *c, const char *engine_path, const char *client_pa
 
 /* Batches through a loader (iid sampler, prefetch 4), each released at once
  * by an identity consumer: the mean time per batch over the timed batches
- * (a throughput: with a prefetching ring a single batch's wait says little). */
+ * (a throughput: with a prefetching ring a single batch's wait says little).
+ * The warm-up covers the ring's first fills (a fresh slot's first touch costs
+ * 30-90 ms of page faults here), so this is the steady state. */
 static int time_loader(zrc_conn *c, const char *path, const workload *w, double *ret_mean) {
         zrc_loader_options o = { .sampler = "iid", .batch_size = w->batch, .seed = BENCH_SEED,
                                  .prefetch = 4 };
@@ -194,19 +203,117 @@ static int time_loader(zrc_conn *c, const char *path, const workload *w, double 
         r = zrc_dataset_open(c, path, 0, &d);
         if (r == 0)
                 r = zrc_loader_open(c, &d, 1, &o, &l);
-        for (size_t k = 0; r == 0 && k < BENCH_WARM + w->timed; k++) {
-                if (k == BENCH_WARM)
+        size_t warm = 4 * BENCH_WARM + 4, timed = w->timed < 60 ? 60 : w->timed;
+
+        for (size_t k = 0; r == 0 && k < warm + timed; k++) {
+                if (k == warm)
                         t0 = workload_now_ns();
                 r = zrc_loader_next(l, &b);
                 if (r == 0)
                         r = zrc_loader_release(l, b.slot);
         }
         if (r == 0)
-                *ret_mean = (double)(workload_now_ns() - t0) / 1e9 / (double)w->timed;
+                *ret_mean = (double)(workload_now_ns() - t0) / 1e9 / (double)timed;
         else
                 fprintf(stderr, "bench-read: loader %s: %s\n", w->name, zrc_last_error(c)->message);
         zrc_loader_close(l);
         zrc_dataset_close(d);
+        return r;
+}
+
+/* ---- several clients (issue 5): one process and one connection each ---- */
+
+typedef struct clients_result {
+        double start, end; /* CLOCK_MONOTONIC seconds of the timed batches */
+        int r;
+} clients_result;
+
+/* A client process: opens the loader (iid, batch w->batch, prefetch 4), takes
+ * `warm` batches, says so on ready_fd, waits for a byte on go_fd, then takes
+ * `n` batches (each released at once: an identity consumer) and writes its
+ * clients_result to res_fd. Never returns. */
+static void client_proc(const char *sock, const char *path, const workload *w, uint64_t seed,
+                        size_t warm, size_t n, int ready_fd, int go_fd, int res_fd) {
+        zrc_loader_options o = { .sampler = "iid", .batch_size = w->batch, .seed = seed,
+                                 .prefetch = 4 };
+        clients_result res = { 0 };
+        zrc_conn *c = NULL;
+        zrc_dataset *d = NULL;
+        zrc_loader *l = NULL;
+        zrc_loader_batch b;
+        char x = 1;
+        int r;
+
+        r = zrc_connect(sock, &c, NULL);
+        if (r == 0)
+                r = zrc_dataset_open(c, path, 0, &d);
+        if (r == 0)
+                r = zrc_loader_open(c, &d, 1, &o, &l);
+        for (size_t k = 0; r == 0 && k < warm; k++) {
+                r = zrc_loader_next(l, &b);
+                if (r == 0)
+                        r = zrc_loader_release(l, b.slot);
+        }
+        if (write(ready_fd, &x, 1) != 1 || read(go_fd, &x, 1) != 1)
+                _exit(2);
+        res.start = (double)workload_now_ns() / 1e9;
+        for (size_t k = 0; r == 0 && k < n; k++) {
+                r = zrc_loader_next(l, &b);
+                if (r == 0)
+                        r = zrc_loader_release(l, b.slot);
+        }
+        res.end = (double)workload_now_ns() / 1e9;
+        res.r = r;
+        if (write(res_fd, &res, sizeof(res)) != (ssize_t)sizeof(res))
+                _exit(2);
+        _exit(0);
+}
+
+/* `nc` client processes (seeds equal, or one each), warmed up, start together:
+ * aggregate batches/s = all timed batches / (last end - first start). */
+static int time_clients(const char *sock, const char *path, const workload *w, int nc,
+                        bool same_seed, size_t warm, size_t n, double *ret_rate) {
+        int ready[2], go[2], res[2], r = 0;
+        double t0 = 0, t1 = 0;
+        pid_t pids[8];
+        char x[8] = { 0 };
+
+        if (nc > 8 || pipe2(ready, O_CLOEXEC) < 0 || pipe2(go, O_CLOEXEC) < 0 ||
+            pipe2(res, O_CLOEXEC) < 0)
+                return -EINVAL;
+        fflush(NULL);
+        for (int i = 0; i < nc; i++) {
+                pids[i] = fork();
+                if (pids[i] == 0)
+                        client_proc(sock, path, w, BENCH_SEED + (same_seed ? 0 : (uint64_t)i), warm,
+                                    n, ready[1], go[0], res[1]);
+        }
+        for (int i = 0; i < nc; i++)
+                if (read(ready[0], x, 1) != 1)
+                        r = -EIO;
+        if (write(go[1], x, (size_t)nc) != nc)
+                r = -EIO;
+        for (int i = 0; i < nc; i++) {
+                clients_result cr;
+                if (read(res[0], &cr, sizeof(cr)) != (ssize_t)sizeof(cr) || cr.r != 0) {
+                        r = -EIO;
+                        continue;
+                }
+                if (i == 0 || cr.start < t0)
+                        t0 = cr.start;
+                if (i == 0 || cr.end > t1)
+                        t1 = cr.end;
+        }
+        for (int i = 0; i < nc; i++)
+                waitpid(pids[i], NULL, 0);
+        close(ready[0]);
+        close(ready[1]);
+        close(go[0]);
+        close(go[1]);
+        close(res[0]);
+        close(res[1]);
+        if (r == 0)
+                *ret_rate = (double)n * nc / (t1 - t0);
         return r;
 }
 
@@ -248,7 +355,7 @@ int main(int argc, char **argv) {
                 for (int copy = 0; copy < 2; copy++) {
                         snprintf(path[copy][i], sizeof(path[copy][i]), "%s/store-%zu-%c", dir, i,
                                  copy ? 'b' : 'a');
-                        r = build_store(path[copy][i], &loads[i], pool);
+                        r = build_store(path[copy][i], &loads[i], pool, ZR_CODEC_RAW);
                         if (r < 0) {
                                 fprintf(stderr, "bench-read: building %s: %s\n", loads[i].name,
                                         strerror(-r));
@@ -270,6 +377,38 @@ int main(int argc, char **argv) {
         have_loader = r == 0 && zrc_has_feature(c, "loader");
         for (size_t i = 0; have_loader && r == 0 && i < n_loads; i++)
                 r = time_loader(c, path[1][i], &loads[i], &loader[i]);
+
+        /* several client processes over the 256 KiB store (issue 5): one
+         * client, 4 with identical loaders, 4 with different seeds; raw, and
+         * zstd whose decoded records fit the daemon's cache (1 GiB) after the
+         * warm-up (the first pass: 100 draws per record on average) */
+        enum { CL_ONE, CL_SAME, CL_DIFF, CL_N };
+        static const char *cl_name[CL_N] = { "1 client", "4 clients, same seed",
+                                             "4 clients, different seeds" };
+        double cl[2][CL_N][5] = { { { 0 } } }, cl_med[2][CL_N] = { { 0 } };
+        size_t cl_rounds = quick ? 1 : 5, cl_warm = quick ? 3 : 200, cl_n = quick ? 5 : 200;
+        char zpath[PATH_MAX];
+        snprintf(zpath, sizeof(zpath), "%s/store-0-z", dir);
+        if (r == 0 && have_loader) {
+                r = build_store(zpath, &loads[0], pool, ZR_CODEC_ZSTD);
+                if (r < 0)
+                        fprintf(stderr, "bench-read: building the zstd store: %s\n", strerror(-r));
+        }
+        for (size_t k = 0; have_loader && r == 0 && k < cl_rounds; k++)
+                for (int z = 0; r == 0 && z < 2; z++)
+                        for (int m = 0; r == 0 && m < CL_N; m++) {
+                                r = time_clients(daemon_.socket, z ? zpath : path[1][0], &loads[0],
+                                                 m == CL_ONE ? 1 : 4, m != CL_DIFF, cl_warm, cl_n,
+                                                 &cl[z][m][k]);
+                                if (r < 0)
+                                        fprintf(stderr, "bench-read: %s clients failed\n",
+                                                cl_name[m]);
+                        }
+        for (int z = 0; z < 2; z++)
+                for (int m = 0; m < CL_N; m++) {
+                        qsort(cl[z][m], cl_rounds, sizeof(double), cmp_double);
+                        cl_med[z][m] = cl[z][m][cl_rounds / 2];
+                }
 
         lat = calloc(rounds, sizeof(double));
         if (r == 0 && lat)
@@ -309,6 +448,18 @@ int main(int argc, char **argv) {
                 printf("loader %-14s %8.3f ms per batch (iid, prefetch 4, identity consumer, "
                        "mean): %.2fx the engine's gather rate\n",
                        loads[i].name, loader[i] * 1e3, engine[i] / loader[i]);
+        if (have_loader) {
+                printf("client processes (%s, iid, prefetch 4, identity consumer; %zu batches "
+                       "each after %zu; median of %zu rounds, batches/s of all clients):\n",
+                       loads[0].name, cl_n, cl_warm, cl_rounds);
+                for (int z = 0; z < 2; z++)
+                        for (int m = 0; m < CL_N; m++)
+                                printf("  %-4s %-28s %8.1f  (%.2fx one client)\n",
+                                       z ? "zstd" : "raw", cl_name[m], cl_med[z][m],
+                                       cl_med[z][m] / cl_med[z][CL_ONE]);
+                printf("  4 different seeds, zstd (decoded records cached) / raw: %.2fx\n",
+                       cl_med[1][CL_DIFF] / cl_med[0][CL_DIFF]);
+        }
         printf("INFO round trip over %zu requests: p50 %.1f us, p99 %.1f us\n", rounds,
                lat[rounds / 2], lat[rounds * 99 / 100]);
         free(lat);
