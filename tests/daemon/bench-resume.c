@@ -210,17 +210,8 @@ static void ldr_close(int fd, ldr *l) {
         td_msg m;
         td_begin(&w, "loader_close", next_id++);
         zr_wire_put_u64(&w, "loader", l->id);
-        ck_assert_int_eq(td_send(fd, &w, NULL, 0), 0);
-        zr_wire_writer_destroy(&w);
-        for (;;) { /* events in flight come first */
-                ck_assert_int_eq(td_recv(fd, &m), 0);
-                bool reply = !strcmp(m.kind, "ok") || !strcmp(m.kind, "error");
-                if (reply)
-                        must(td_code(&m), "loader_close");
-                td_msg_free(&m);
-                if (reply)
-                        break;
-        }
+        must(td_call_past_events(fd, &w, NULL, 0, &m), "loader_close");
+        td_msg_free(&m);
         munmap(l->ring, l->ring_bytes);
 }
 
@@ -230,15 +221,7 @@ static uint64_t spare_bytes(int fd) {
         zr_wire_writer w;
         td_msg m;
         td_begin(&w, "status", next_id++);
-        ck_assert_int_eq(td_send(fd, &w, NULL, 0), 0);
-        zr_wire_writer_destroy(&w);
-        for (;;) {
-                ck_assert_int_eq(td_recv(fd, &m), 0);
-                if (!strcmp(m.kind, "ok") || !strcmp(m.kind, "error"))
-                        break;
-                td_msg_free(&m);
-        }
-        must(td_code(&m), "status");
+        must(td_call_past_events(fd, &w, NULL, 0, &m), "status");
         uint64_t v = td_u64(&m, "spare_bytes");
         td_msg_free(&m);
         return v;

@@ -80,6 +80,11 @@ int td_code(const td_msg *m);
 void td_begin(zr_wire_writer *w, const char *kind, uint64_t id);
 /* Sends the request and reads the reply into *m; returns td_code(m). */
 int td_call(int fd, zr_wire_writer *w, const int *fds, unsigned nfds, td_msg *m);
+/* As td_call(), on a connection with loaders: the loader events that come
+ * before the reply (batch, ring, ring_close, loader_end) are dropped, their
+ * descriptors closed (a dropped batch's slot stays held until its loader
+ * closes). */
+int td_call_past_events(int fd, zr_wire_writer *w, const int *fds, unsigned nfds, td_msg *m);
 /* Connects and says HELLO (asserting it works). */
 int td_connect_hello(const td_daemon *d);
 
