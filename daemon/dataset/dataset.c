@@ -9,6 +9,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,7 +25,35 @@
 struct zr_dataset {
         zr_store *store;
         zr_schema schema;
+        uint64_t id;
+        pthread_rwlock_t lock;
+        _Atomic uint64_t generation;
 };
+
+/* The last id given (dataset.h: 1, 2, ... never reused in this process). */
+static _Atomic uint64_t last_id;
+
+/* A new dataset's shared state: its id and its writer-preferring lock (with
+ * glibc's default a steady stream of shared holders starves an exclusive one;
+ * writer preference is safe because nobody takes it shared twice). */
+static zr_dataset *dataset_alloc(void) {
+        pthread_rwlockattr_t attr;
+        zr_dataset *ds = calloc(1, sizeof(*ds));
+
+        if (!ds)
+                return NULL;
+        ds->id = atomic_fetch_add(&last_id, 1) + 1;
+        pthread_rwlockattr_init(&attr);
+        pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+        pthread_rwlock_init(&ds->lock, &attr);
+        pthread_rwlockattr_destroy(&attr);
+        return ds;
+}
+
+static void dataset_free(zr_dataset *ds) {
+        pthread_rwlock_destroy(&ds->lock);
+        free(ds);
+}
 
 static int write_all(int fd, const void *buf, size_t len) {
         const char *p = buf;
@@ -144,7 +174,7 @@ int zr_dataset_create(int dirfd, const zr_schema *schema, const void *dict, size
         if (errno != ENOENT)
                 return zr_error_errno(err, errno, "checking for " STORE_META_FILE);
 
-        ds = calloc(1, sizeof(*ds));
+        ds = dataset_alloc();
         if (!ds)
                 return zr_error_errno(err, ENOMEM, "creating dataset");
         ds->schema = *schema;
@@ -160,7 +190,7 @@ int zr_dataset_create(int dirfd, const zr_schema *schema, const void *dict, size
         *ret = ds;
         return 0;
 fail:
-        free(ds);
+        dataset_free(ds);
         return r;
 }
 
@@ -169,7 +199,7 @@ int zr_dataset_open(int dirfd, const zr_store_options *opts, zr_dataset **ret,
         zr_dataset *ds;
         int r;
 
-        ds = calloc(1, sizeof(*ds));
+        ds = dataset_alloc();
         if (!ds)
                 return zr_error_errno(err, ENOMEM, "opening dataset");
         r = zr_store_open(dirfd, opts, &ds->store, err);
@@ -189,7 +219,7 @@ int zr_dataset_open(int dirfd, const zr_store_options *opts, zr_dataset **ret,
         return 0;
 fail:
         zr_store_close(ds->store, NULL);
-        free(ds);
+        dataset_free(ds);
         return r;
 }
 
@@ -199,7 +229,7 @@ int zr_dataset_close(zr_dataset *ds, zr_error *err) {
         if (!ds)
                 return 0;
         r = zr_store_close(ds->store, err);
-        free(ds);
+        dataset_free(ds);
         return r;
 }
 
@@ -213,6 +243,33 @@ zr_store *zr_dataset_store(zr_dataset *ds) {
 
 uint64_t zr_dataset_length(const zr_dataset *ds) {
         return zr_store_length(ds->store);
+}
+
+uint64_t zr_dataset_id(const zr_dataset *ds) {
+        return ds->id;
+}
+
+void zr_dataset_lock(zr_dataset *ds, bool exclusive) {
+        if (exclusive)
+                pthread_rwlock_wrlock(&ds->lock);
+        else
+                pthread_rwlock_rdlock(&ds->lock);
+}
+
+int zr_dataset_trylock_shared(zr_dataset *ds) {
+        return pthread_rwlock_tryrdlock(&ds->lock) == 0 ? 0 : -EBUSY;
+}
+
+void zr_dataset_unlock(zr_dataset *ds) {
+        pthread_rwlock_unlock(&ds->lock);
+}
+
+uint64_t zr_dataset_generation(const zr_dataset *ds) {
+        return atomic_load_explicit(&ds->generation, memory_order_acquire);
+}
+
+void zr_dataset_mutated(zr_dataset *ds) {
+        atomic_fetch_add_explicit(&ds->generation, 1, memory_order_release);
 }
 
 int zr_dataset_has_dict(const zr_dataset *ds) {

@@ -17,11 +17,29 @@
  * may run beside one append; delete, compact, install_dict and close need
  * exclusive access.
  *
+ * Sharing (every user of a dataset in one process goes through these):
+ *   - an id, 1, 2, ... in the order datasets are opened or created in this
+ *     process and never reused: the key of its decoded records (cache.h) and
+ *     of loader groups;
+ *   - a lock, taken shared around reads (gathers, stats, sync, verify,
+ *     dictionary training) and around an append to this dataset alone (the
+ *     store orders appends itself), exclusive around every other mutation
+ *     (delete, compact, install_dict, appends to several datasets that commit
+ *     as one). It prefers writers, so that a steady stream of gathers cannot
+ *     starve a compaction: one thread must never take it shared twice (a
+ *     waiting writer would deadlock it);
+ *   - a generation, bumped by zr_dataset_mutated() after each mutation has
+ *     committed, before the lock is released: a reader that loads it before
+ *     and after a gather knows whether the gather straddled a change.
+ * The functions of this header take none of these themselves: their callers
+ * (the daemon's requests, the loaders) do.
+ *
  * Errors: negative codes (-errno or -ZR_E_*) with *err filled (err may be NULL).
  */
 #ifndef ZR_DATASET_DATASET_H
 #define ZR_DATASET_DATASET_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -77,6 +95,25 @@ zr_store *zr_dataset_store(zr_dataset *ds);
 
 /* Number of records. */
 uint64_t zr_dataset_length(const zr_dataset *ds);
+
+/* The dataset's id in this process (see the top; never 0). */
+uint64_t zr_dataset_id(const zr_dataset *ds);
+
+/* Takes the lock, shared or exclusive, blocking. */
+void zr_dataset_lock(zr_dataset *ds, bool exclusive);
+
+/* Takes the lock shared if that is possible at once: returns 0, or -EBUSY
+ * (a mutation holds it or waits for it). */
+int zr_dataset_trylock_shared(zr_dataset *ds);
+
+void zr_dataset_unlock(zr_dataset *ds);
+
+/* The generation (acquire order): 0 at open, then one more per mutation. */
+uint64_t zr_dataset_generation(const zr_dataset *ds);
+
+/* Bumps the generation (release order). Call it with the lock held, after a
+ * mutation committed (or failed in a way that may have changed records). */
+void zr_dataset_mutated(zr_dataset *ds);
 
 /* Validates *b against the schema without writing anything, and sets *ret_n (may
  * be NULL) to its record count. Returns 0, -ZR_E_SCHEMA (with expected and got in

@@ -26,9 +26,9 @@
  * writes only the unit it claimed. A fill never blocks on anything but the
  * pool: stream locks are only tried (a busy one parks the fill with its claim).
  *
- * It assumes the daemon keeps each stream's dataset, lock and generation alive
- * for the loader's lifetime, bumps the generation under the exclusive lock on
- * every mutation, and calls zr_loader_engine_resume() (or _drop_dataset())
+ * It assumes the daemon keeps each stream's dataset alive for the loader's
+ * lifetime, bumps its generation under the exclusive lock on every mutation
+ * (dataset.h), and calls zr_loader_engine_resume() (or _drop_dataset())
  * after releasing an exclusive lock. It does not know about sockets, messages
  * or handles; it does not limit how many loaders exist (the daemon's limits
  * do); it shares worker time per batch, not per byte (a loader of big batches
@@ -39,6 +39,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -403,7 +405,7 @@ static int ring_news(const zr_loader *l) {
 /* 1 and a message if a stream changed since open. */
 static int stale(const zr_loader *l, char *msg, size_t size) {
         for (size_t i = 0; i < l->nstreams; i++) {
-                if (atomic_load(l->streams[i].s.generation) != l->streams[i].open_gen) {
+                if (zr_dataset_generation(l->streams[i].s.ds) != l->streams[i].open_gen) {
                         snprintf(msg, size, "%s changed under the loader (appended to, deleted "
                                  "from or compacted)", l->streams[i].name);
                         return 1;
@@ -698,8 +700,8 @@ static int gather_stream(zr_loader *l, size_t si, const uint64_t *idx, uint8_t *
                 r = zr_error_errno(err, ENOMEM, "gathering a batch of %" PRIu64, B);
                 goto out;
         }
-        if (atomic_load(st->s.generation) == st->open_gen) {
-                if (pthread_rwlock_tryrdlock(st->s.lock) != 0) {
+        if (zr_dataset_generation(st->s.ds) == st->open_gen) {
+                if (zr_dataset_trylock_shared(st->s.ds) < 0) {
                         /* a mutation holds it: do not block a worker for its
                          * duration (the work is parked, see complete()) */
                         r = -EBUSY;
@@ -707,7 +709,7 @@ static int gather_stream(zr_loader *l, size_t si, const uint64_t *idx, uint8_t *
                 }
                 locked = 1;
         }
-        if (atomic_load(st->s.generation) != st->open_gen) {
+        if (zr_dataset_generation(st->s.ds) != st->open_gen) {
                 r = zr_error_set(err, ZR_E_STALE, "%s changed under the loader (appended to, "
                                  "deleted from or compacted)", st->name);
                 goto out;
@@ -769,7 +771,7 @@ static int gather_stream(zr_loader *l, size_t si, const uint64_t *idx, uint8_t *
                         goto out;
                 }
                 for (uint64_t i = 0; i < B; i++)
-                        keys[i] = (zr_rcache_key){ st->s.dataset_id, st->open_gen, idx[i] };
+                        keys[i] = (zr_rcache_key){ zr_dataset_id(st->s.ds), st->open_gen, idx[i] };
                 nhits = zr_rcache_lookup(l->e->cache, keys, B, hits);
                 for (uint64_t i = 0; i < B; i++) {
                         if (hits[i] && zr_rcache_entry_len(hits[i]) != locs[i].logic_length) {
@@ -799,12 +801,12 @@ static int gather_stream(zr_loader *l, size_t si, const uint64_t *idx, uint8_t *
                 if (r < 0)
                         goto out;
         }
-        if (atomic_load(st->s.generation) != st->open_gen) {
+        if (zr_dataset_generation(st->s.ds) != st->open_gen) {
                 r = zr_error_set(err, ZR_E_STALE, "%s changed under the loader during a gather",
                                  st->name);
                 goto out;
         }
-        pthread_rwlock_unlock(st->s.lock);
+        zr_dataset_unlock(st->s.ds);
         locked = 0;
 
         sb->offset = slot_off + st->offset;
@@ -828,7 +830,7 @@ static int gather_stream(zr_loader *l, size_t si, const uint64_t *idx, uint8_t *
         r = 0;
 out:
         if (locked)
-                pthread_rwlock_unlock(st->s.lock);
+                zr_dataset_unlock(st->s.ds);
         free(mdsts);
         free(mlocs);
         free(hits);
@@ -1148,7 +1150,7 @@ static int same_key(const zr_loader *a, const zr_loader *b) {
             a->slot_bytes != b->slot_bytes)
                 return 0;
         for (size_t i = 0; i < a->nstreams; i++)
-                if (a->streams[i].s.dataset_id != b->streams[i].s.dataset_id ||
+                if (zr_dataset_id(a->streams[i].s.ds) != zr_dataset_id(b->streams[i].s.ds) ||
                     a->streams[i].open_gen != b->streams[i].open_gen ||
                     a->streams[i].offset != b->streams[i].offset ||
                     a->streams[i].capacity != b->streams[i].capacity)
@@ -1564,10 +1566,10 @@ int zr_loader_new(zr_loader_engine *e, const zr_loader_stream *streams, size_t n
                 st->item_bytes = zr_schema_item_bytes(st->schema);
                 st->hdr_bytes = st->ragged ? zr_ragged_header_bytes(st->schema->ndim) : 0;
                 st->cached = st->schema->codec != ZR_CODEC_RAW;
-                pthread_rwlock_rdlock(st->s.lock);
-                st->open_gen = atomic_load(st->s.generation);
+                zr_dataset_lock(st->s.ds, false);
+                st->open_gen = zr_dataset_generation(st->s.ds);
                 uint64_t len = zr_dataset_length(st->s.ds);
-                pthread_rwlock_unlock(st->s.lock);
+                zr_dataset_unlock(st->s.ds);
                 if (i == 0)
                         len0 = len;
                 if (len != len0) {
@@ -1619,13 +1621,13 @@ int zr_loader_new(zr_loader_engine *e, const zr_loader_stream *streams, size_t n
                         /* the table is read under the lock, and at the length
                          * and generation seen above (else the loader is stale
                          * before it starts) */
-                        pthread_rwlock_rdlock(st->s.lock);
-                        if (atomic_load(st->s.generation) != st->open_gen)
+                        zr_dataset_lock(st->s.ds, false);
+                        if (zr_dataset_generation(st->s.ds) != st->open_gen)
                                 r = zr_error_set(err, ZR_E_STALE, "%s changed while the loader "
                                                  "opened", st->name);
                         else
                                 r = ragged_default_capacity(st, len0, p->batch_size, err);
-                        pthread_rwlock_unlock(st->s.lock);
+                        zr_dataset_unlock(st->s.ds);
                         if (r < 0)
                                 goto fail;
                 }

@@ -18,8 +18,7 @@
  *                     metadata (ragged offsets, lengths, shapes; indices), and
  *                     gives it to its group (below). Holds at most `slots`
  *                     claims on batches, wherever they lie. Borrows its
- *                     streams' datasets, locks and generation counters
- *                     (zr_loader_stream).
+ *                     streams' datasets (zr_loader_stream).
  *
  * Threads
  *
@@ -102,8 +101,6 @@
 #ifndef ZR_LOADER_LOADER_H
 #define ZR_LOADER_LOADER_H
 
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -189,19 +186,14 @@ void zr_loader_engine_counters_get(zr_loader_engine *e, zr_loader_engine_counter
 
 /* ---- a loader -------------------------------------------------------------- */
 
-/* One stream of a loader, filled by the daemon from its registry. Everything
- * pointed to is borrowed and must stay valid until zr_loader_free() returns
- * (the daemon holds a reference on the dataset for the loader's lifetime). */
+/* One stream of a loader. */
 typedef struct zr_loader_stream {
+        /* borrowed: it must stay open until zr_loader_free() returns (the
+         * daemon holds a reference on it for the loader's lifetime). Its lock is
+         * taken shared around each gather of this stream, its generation read
+         * before and after, its id keys the cache and the group (dataset.h).
+         * Two streams of one loader may name the same dataset. */
         zr_dataset *ds;
-        /* taken shared around each gather of this stream; every mutation of the
-         * dataset takes it exclusive */
-        pthread_rwlock_t *lock;
-        /* bumped (under the exclusive lock) by every mutation of the dataset */
-        _Atomic uint64_t *generation;
-        /* stable identity of the dataset in this daemon: the cache key and the
-         * group key. Two streams of one loader may name the same dataset. */
-        uint64_t dataset_id;
         /* ragged only: bytes reserved per slot for this stream's batch; 0 for the
          * default, 2 × batch_size × the mean record size (sampled) plus 8 bytes
          * of alignment per record, rounded up to ZR_STREAM_ALIGN. Ignored for
@@ -238,8 +230,7 @@ typedef struct zr_loader_params {
  * sets *ret (release with zr_loader_free()).
  *
  * Example:
- *     zr_loader_stream s = { .ds = ds, .lock = &reg->lock, .generation = &reg->gen,
- *                            .dataset_id = reg->id };
+ *     zr_loader_stream s = { .ds = ds };
  *     zr_loader_params p = { .mode = ZR_SAMPLER_CYCLIC, .batch_size = 256, .seed = 7,
  *                            .start_step = 1000, .world_size = 1, .prefetch = 4 };
  *     r = zr_loader_new(engine, &s, 1, &p, session, &loader, &err); */

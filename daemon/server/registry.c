@@ -38,7 +38,6 @@ struct zr_registry {
         zr_work *work;         /* NULL: close synchronously */
         zr_entry *head;
         unsigned count;
-        uint64_t next_id;
 };
 
 int zr_registry_new(zr_pool *pool, zr_registry **ret) {
@@ -46,14 +45,12 @@ int zr_registry_new(zr_pool *pool, zr_registry **ret) {
         if (!reg)
                 return -ENOMEM;
         reg->pool = pool;
-        reg->next_id = 1;
         *ret = reg;
         return 0;
 }
 
 static void entry_free(zr_entry *e) {
         zr_dataset_close(e->ds, NULL);
-        pthread_rwlock_destroy(&e->lock);
         free(e);
 }
 
@@ -76,19 +73,9 @@ static int insert(zr_registry *reg, zr_dataset *ds, const struct stat *st, zr_en
                 zr_dataset_close(ds, NULL);
                 return zr_error_errno(err, ENOMEM, "registering a dataset");
         }
-        e->id = reg->next_id++;
         e->dev = st->st_dev;
         e->ino = st->st_ino;
         e->ds = ds;
-        /* Writer-preferring: a COMPACT or DELETE waits for the gathers in flight
-         * and holds new ones back (PROTOCOL.md, COMPACT); with glibc's default
-         * a steady stream of readers would starve it. Safe because nobody takes
-         * an entry lock shared twice (registry.h). */
-        pthread_rwlockattr_t attr;
-        pthread_rwlockattr_init(&attr);
-        pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
-        pthread_rwlock_init(&e->lock, &attr);
-        pthread_rwlockattr_destroy(&attr);
         e->refs = 1;
         e->reg = reg;
         e->next = reg->head;
@@ -186,9 +173,9 @@ typedef struct close_job {
 
 static void close_sync_run(zr_job *job) {
         close_job *j = (close_job *)job;
-        pthread_rwlock_rdlock(&j->entry->lock);
+        zr_dataset_lock(j->entry->ds, false);
         zr_dataset_sync(j->entry->ds, NULL); /* a failure shows again at the close */
-        pthread_rwlock_unlock(&j->entry->lock);
+        zr_dataset_unlock(j->entry->ds);
 }
 
 static void close_sync_done(zr_job *job) {
@@ -208,7 +195,7 @@ zr_entry *zr_entry_unref(zr_entry *e) {
         if (!e || --e->refs > 0)
                 return NULL;
         zr_registry *reg = e->reg;
-        uint64_t gen = zr_entry_generation(e);
+        uint64_t gen = zr_dataset_generation(e->ds);
         if (reg->work && gen != e->synced_generation && !e->syncing) {
                 close_job *j = calloc(1, sizeof(*j));
                 if (j) {

@@ -1,33 +1,25 @@
 /* registry.h: the datasets the daemon has open, shared by every client.
  *
  * A store is identified by its directory's (st_dev, st_ino) (PROTOCOL.md
- * section 6): two clients that open it share one zr_dataset, one lock and one
- * generation counter. An entry lives while any handle, set or job holds a
- * reference; the last unref syncs and closes the store.
+ * section 6): two clients that open it share one zr_dataset, and with it its
+ * lock and generation (dataset.h). An entry lives while any handle, set or job
+ * holds a reference; the last unref syncs and closes the store.
  *
  * Threads: the table (lookup, insert, ref, unref) belongs to the loop thread.
  * A job on a worker uses an entry it holds a reference on: its dataset, under
- * its `lock`, and its `generation`.
+ * the dataset's lock.
  *
- * Locking (lock order: entries by ascending id, then the store's own locks):
- *   - shared (pthread_rwlock_rdlock): gathers (READ, loader gathers), APPEND to
- *     one dataset (the store serialises appends itself), STATS, SYNC, VERIFY,
- *     TRAIN_DICT;
+ * Locking (lock order: datasets by ascending id, then the store's own locks):
+ *   - shared: gathers (READ, loader gathers), APPEND to one dataset (the store
+ *     serialises appends itself), STATS, SYNC, VERIFY, TRAIN_DICT;
  *   - exclusive: DELETE, COMPACT, INSTALL_DICT, an APPEND through a set (every
  *     stream, so the set commits as one).
- * The lock prefers writers, so it must never be taken shared twice by one
- * thread (a waiting writer would deadlock it).
- * `generation` is bumped (release order) after every mutation has committed, so
- * a loader that reads it (acquire) before and after a gather knows whether the
- * gather straddled a change; the decoded-record cache drops entries of older
- * generations.
+ * Requests take them with zr_dataset_lock().
  */
 #ifndef ZR_SERVER_REGISTRY_H
 #define ZR_SERVER_REGISTRY_H
 
-#include <pthread.h>
 #include <stdbool.h>
-#include <stdatomic.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -40,12 +32,9 @@ typedef struct zr_registry zr_registry;
 
 typedef struct zr_entry {
         /* stable for the entry's life */
-        uint64_t id;                  /* 1, 2, ... never reused in this daemon */
         dev_t dev;
         ino_t ino;
-        zr_dataset *ds;
-        pthread_rwlock_t lock;
-        _Atomic uint64_t generation;  /* bumped after each committed mutation */
+        zr_dataset *ds;               /* its id is the entry's (logs, lock order) */
         /* loop thread only */
         unsigned refs;
         uint64_t synced_generation;   /* the generation a closing sync covered */
@@ -88,13 +77,9 @@ zr_entry *zr_entry_ref(zr_entry *e);
  * stays findable meanwhile). NULL allowed; returns NULL. */
 zr_entry *zr_entry_unref(zr_entry *e);
 
-/* Bumps the generation after a mutation committed (any thread). */
-static inline void zr_entry_mutated(zr_entry *e) {
-        atomic_fetch_add_explicit(&e->generation, 1, memory_order_release);
-}
-
-static inline uint64_t zr_entry_generation(zr_entry *e) {
-        return atomic_load_explicit(&e->generation, memory_order_acquire);
+/* The entry's id: its dataset's (never 0). */
+static inline uint64_t zr_entry_id(const zr_entry *e) {
+        return zr_dataset_id(e->ds);
 }
 
 /* Number of open entries. */

@@ -3,7 +3,7 @@
  *
  * Each validates its fields and handles on the loop thread, takes references
  * on what its job will touch (registry entries, the buffer), and runs the
- * blocking part on the pool under the entry's lock (shared for READ, APPEND to
+ * blocking part on the pool under the dataset's lock (shared for READ, APPEND to
  * one dataset and VERIFY; exclusive for DELETE, COMPACT and an APPEND through a
  * set), so a client that vanishes mid-request frees nothing a worker still
  * uses. Records land straight in shared memory: READ gathers into the client's
@@ -45,7 +45,7 @@ static int get_indices(zr_request *rq, const msgpack_object *map, const char *fi
 /* Locks entries (exclusive) in ascending id order, the daemon's lock order. */
 static int entry_id_cmp(const void *a, const void *b) {
         const zr_entry *x = *(zr_entry *const *)a, *y = *(zr_entry *const *)b;
-        return x->id < y->id ? -1 : x->id > y->id;
+        return zr_entry_id(x) < zr_entry_id(y) ? -1 : zr_entry_id(x) > zr_entry_id(y);
 }
 
 static void lock_all(zr_entry **entries, uint32_t n) {
@@ -54,7 +54,7 @@ static void lock_all(zr_entry **entries, uint32_t n) {
         qsort(sorted, n, sizeof(*sorted), entry_id_cmp);
         for (uint32_t i = 0; i < n; i++)
                 if (i == 0 || sorted[i] != sorted[i - 1])
-                        pthread_rwlock_wrlock(&sorted[i]->lock);
+                        zr_dataset_lock(sorted[i]->ds, true);
 }
 
 static void unlock_all(zr_entry **entries, uint32_t n) {
@@ -63,7 +63,7 @@ static void unlock_all(zr_entry **entries, uint32_t n) {
         qsort(sorted, n, sizeof(*sorted), entry_id_cmp);
         for (uint32_t i = 0; i < n; i++)
                 if (i == 0 || sorted[i] != sorted[i - 1])
-                        pthread_rwlock_unlock(&sorted[i]->lock);
+                        zr_dataset_unlock(sorted[i]->ds);
 }
 
 /* The first index >= length, as ZR_E_RANGE with `index`. */
@@ -248,7 +248,7 @@ static void read_run(zr_job *job) {
         uint64_t size = st->buffer->shm.size;
         int r;
 
-        pthread_rwlock_rdlock(&st->entry->lock);
+        zr_dataset_lock(st->entry->ds, false);
         r = check_range(rq, st->idx, st->n, zr_dataset_length(st->entry->ds));
         if (r == 0 && !st->ragged) {
                 uint64_t need = (uint64_t)st->n * st->record_bytes;
@@ -272,7 +272,7 @@ static void read_run(zr_job *job) {
         } else if (r == 0) {
                 r = read_ragged(rq, st, base, size);
         }
-        pthread_rwlock_unlock(&st->entry->lock);
+        zr_dataset_unlock(st->entry->ds);
         rq->result = r;
 }
 
@@ -482,13 +482,13 @@ static void append_run(zr_job *job) {
         }
         if (!st->set) {
                 append_part *p = &st->parts[0];
-                pthread_rwlock_rdlock(&p->entry->lock);
+                zr_dataset_lock(p->entry->ds, false);
                 r = zr_dataset_append(p->entry->ds, &p->batch, &st->first, &rq->err);
                 st->length = zr_dataset_length(p->entry->ds);
-                pthread_rwlock_unlock(&p->entry->lock);
+                zr_dataset_unlock(p->entry->ds);
                 st->count = p->count;
                 if (r == 0 && p->count)
-                        zr_entry_mutated(p->entry);
+                        zr_dataset_mutated(p->entry->ds);
                 rq->result = r;
                 return;
         }
@@ -536,7 +536,7 @@ static void append_run(zr_job *job) {
                 st->length = zr_dataset_length(st->parts[0].entry->ds);
         }
         for (uint32_t i = 0; i < done; i++)
-                zr_entry_mutated(st->parts[i].entry);
+                zr_dataset_mutated(st->parts[i].entry->ds);
         unlock_all(entries, st->n);
         rq->result = r;
 }
@@ -680,7 +680,7 @@ static void delete_run(zr_job *job) {
         for (uint32_t i = 0; i < st->n && r == 0; i++) {
                 r = zr_dataset_delete(st->entries[i]->ds, st->idx, st->count, &rq->err);
                 if (i > 0 || r == 0)
-                        zr_entry_mutated(st->entries[i]);
+                        zr_dataset_mutated(st->entries[i]->ds);
         }
         st->length = zr_dataset_length(st->entries[0]->ds);
         unlock_all(st->entries, st->n);
@@ -798,13 +798,13 @@ static void compact_run(zr_job *job) {
         zr_request *rq = (zr_request *)job;
         store_state *st = rq->state;
         zr_compact_result res = {0};
-        pthread_rwlock_wrlock(&st->entry->lock);
+        zr_dataset_lock(st->entry->ds, true);
         int r = zr_dataset_compact(st->entry->ds, &res, &rq->err);
         if (res.moved > 0 || r == 0)
-                zr_entry_mutated(st->entry);
+                zr_dataset_mutated(st->entry->ds);
         if (r == 0)
                 r = zr_dataset_stats(st->entry->ds, &st->stats, &rq->err);
-        pthread_rwlock_unlock(&st->entry->lock);
+        zr_dataset_unlock(st->entry->ds);
         rq->result = r;
 }
 
@@ -831,11 +831,11 @@ static void verify_run(zr_job *job) {
         store_state *st = rq->state;
         zr_error err = {0};
         zr_store *store = zr_dataset_store(st->entry->ds);
-        pthread_rwlock_rdlock(&st->entry->lock);
+        zr_dataset_lock(st->entry->ds, false);
         int r = zr_store_verify(store, &st->report, &err);
         if ((r == -ZR_E_CORRUPT || r == -ZR_E_DECODE) && st->report.bad > 0)
                 verify_list_bad(store, st);
-        pthread_rwlock_unlock(&st->entry->lock);
+        zr_dataset_unlock(st->entry->ds);
         /* A corrupt record is a result, not an error; failing to run is an error. */
         if (r == -ZR_E_CORRUPT || r == -ZR_E_DECODE) {
                 st->sound = false;

@@ -41,10 +41,10 @@ static void train_run(zr_job *job) {
         dict_state *st = rq->state;
         int r;
         if (st->entry) {
-                pthread_rwlock_rdlock(&st->entry->lock);
+                zr_dataset_lock(st->entry->ds, false);
                 r = zr_dict_train_store(zr_dataset_store(st->entry->ds), st->spec, &st->dict,
                                         &st->dict_len, &rq->err);
-                pthread_rwlock_unlock(&st->entry->lock);
+                zr_dataset_unlock(st->entry->ds);
         } else {
                 r = zr_dict_train((const uint8_t *)st->input.data + st->offset, st->sizes, st->n,
                                   st->spec, &st->dict, &st->dict_len, &rq->err);
@@ -150,12 +150,12 @@ static void install_state_free(void *p) {
 static void install_run(zr_job *job) {
         zr_request *rq = (zr_request *)job;
         install_state *st = rq->state;
-        pthread_rwlock_wrlock(&st->entry->lock);
+        zr_dataset_lock(st->entry->ds, true);
         int r = zr_dataset_install_dict(st->entry->ds, st->dict.data, (size_t)st->dict_bytes,
                                         &rq->err);
         if (r == 0)
-                zr_entry_mutated(st->entry);
-        pthread_rwlock_unlock(&st->entry->lock);
+                zr_dataset_mutated(st->entry->ds);
+        zr_dataset_unlock(st->entry->ds);
         rq->result = r;
 }
 

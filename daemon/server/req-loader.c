@@ -2,7 +2,7 @@
  * BATCH and LOADER_END events, on top of the loader engine (loader/loader.h).
  *
  * A loader handle owns its zr_loader and one registry reference per stream, so
- * the datasets, their locks and generation counters it borrows outlive it. The
+ * the datasets it borrows outlive it. The
  * engine's workers wake the loop through an eventfd (server.c); the loop then
  * collects every loader's events and sends them on its session. Everything here
  * runs on the loop thread; it knows nothing of how rings are filled.
@@ -178,7 +178,7 @@ void zr_server_loader_events(zr_server *s) {
 
 void zr_server_dataset_mutated(zr_server *s, zr_entry *e) {
         if (s->loaders)
-                zr_loader_engine_drop_dataset(s->loaders, e->id);
+                zr_loader_engine_drop_dataset(s->loaders, zr_entry_id(e));
 }
 
 /* ---- LOADER_OPEN, LOADER_CLOSE ------------------------------------------ */
@@ -274,13 +274,7 @@ int zr_handle_loader_open(zr_request *rq) {
                 }
                 lh->entries[i] = zr_entry_ref(h->entry);
                 lh->nstreams = i + 1;
-                streams[i] = (zr_loader_stream){
-                        .ds = h->entry->ds,
-                        .lock = &h->entry->lock,
-                        .generation = &h->entry->generation,
-                        .dataset_id = h->entry->id,
-                        .capacity = cap,
-                };
+                streams[i] = (zr_loader_stream){ .ds = h->entry->ds, .capacity = cap };
         }
         p.ring_bytes_max = zr_request_shm_left(rq);
         if (p.ring_bytes_max == 0) {

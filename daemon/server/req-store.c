@@ -244,7 +244,7 @@ static void create_done(zr_job *job) {
                                 r = id;
                         } else {
                                 zr_log(LOG_INFO, "pid %d created store %llu",
-                                       (int)zr_request_pid(rq), (unsigned long long)e->id);
+                                       (int)zr_request_pid(rq), (unsigned long long)zr_entry_id(e));
                                 r = reply_dataset(rq, (uint32_t)id, e, true);
                         }
                 }
@@ -660,9 +660,9 @@ static int start_entry_job(zr_request *rq, zr_job_fn run, zr_job_fn done) {
 static void stats_run(zr_job *job) {
         zr_request *rq = (zr_request *)job;
         entry_state *st = rq->state;
-        pthread_rwlock_rdlock(&st->entry->lock);
+        zr_dataset_lock(st->entry->ds, false);
         rq->result = zr_dataset_stats(st->entry->ds, &st->stats, &rq->err);
-        pthread_rwlock_unlock(&st->entry->lock);
+        zr_dataset_unlock(st->entry->ds);
 }
 
 void zr_put_stats(zr_wire_writer *w, const zr_stats *s) {
@@ -693,9 +693,9 @@ int zr_handle_stats(zr_request *rq) {
 static void sync_run(zr_job *job) {
         zr_request *rq = (zr_request *)job;
         entry_state *st = rq->state;
-        pthread_rwlock_rdlock(&st->entry->lock);
+        zr_dataset_lock(st->entry->ds, false);
         rq->result = zr_dataset_sync(st->entry->ds, &rq->err);
-        pthread_rwlock_unlock(&st->entry->lock);
+        zr_dataset_unlock(st->entry->ds);
 }
 
 static void sync_done(zr_job *job) {

@@ -156,16 +156,16 @@ typedef struct sync_job {
 
 static void sync_run(zr_job *job) {
         sync_job *j = (sync_job *)job;
-        pthread_rwlock_rdlock(&j->entry->lock);
+        zr_dataset_lock(j->entry->ds, false);
         j->r = zr_dataset_sync(j->entry->ds, &j->err);
-        pthread_rwlock_unlock(&j->entry->lock);
+        zr_dataset_unlock(j->entry->ds);
 }
 
 static void sync_done(zr_job *job) {
         sync_job *j = (sync_job *)job;
         if (j->r < 0)
                 zr_log(LOG_ERR, "periodic sync of store %llu: %s",
-                       (unsigned long long)j->entry->id, j->err.message);
+                       (unsigned long long)zr_entry_id(j->entry), j->err.message);
         zr_entry_unref(j->entry);
         free(j);
 }
@@ -470,7 +470,7 @@ int zr_server_run(zr_server *s) {
 static void close_entry_sync(zr_entry *e, void *arg) {
         zr_error err = {0};
         if (zr_dataset_sync(e->ds, &err) < 0)
-                zr_log(LOG_ERR, "sync of store %llu at exit: %s", (unsigned long long)e->id,
+                zr_log(LOG_ERR, "sync of store %llu at exit: %s", (unsigned long long)zr_entry_id(e),
                        err.message);
 }
 

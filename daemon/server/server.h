@@ -8,10 +8,12 @@
  * and WATCHDOG=1 on timers, SIGHUP reloads the settings, SIGTERM/SIGINT (or the
  * idle timeout) drains and returns, STOPPING=1 on the way out.
  *
- * Lock order (whole daemon): registry entry locks by ascending entry id, then
- * the store's own locks, then the pool mutex, then the completion mutex; the
- * log has its own and takes no other. The loop thread takes entry locks never:
- * only jobs do.
+ * Lock order (whole daemon): dataset locks by ascending dataset id (dataset.h),
+ * then the store's own locks, then the decoded-record cache's mutex, then the
+ * pool mutex, then the completion mutex. The loader engine's mutex comes before
+ * the pool mutex and is never held with a dataset lock (loader.h); the log has
+ * its own and takes no other. Jobs and loader gathers take dataset locks; the
+ * loop thread only when it opens a loader (shared, zr_loader_new()).
  */
 #ifndef ZR_SERVER_SERVER_H
 #define ZR_SERVER_SERVER_H

@@ -137,26 +137,20 @@ static inline zr_dataset *make_ragged(scratch *s, const char *name, uint64_t n,
 /* What the daemon's registry would hold for one open dataset. */
 typedef struct reg {
         zr_dataset *ds;
-        pthread_rwlock_t lock;
-        _Atomic uint64_t gen;
         uint64_t id;
 } reg;
 
-static inline void reg_init(reg *r, zr_dataset *ds, uint64_t id) {
+static inline void reg_init(reg *r, zr_dataset *ds) {
         r->ds = ds;
-        pthread_rwlock_init(&r->lock, NULL);
-        atomic_store(&r->gen, 0);
-        r->id = id;
+        r->id = zr_dataset_id(ds);
 }
 
 static inline void reg_fini(reg *r) {
         zr_dataset_close(r->ds, NULL);
-        pthread_rwlock_destroy(&r->lock);
 }
 
 static inline zr_loader_stream reg_stream(reg *r, const char *name) {
-        return (zr_loader_stream){ .ds = r->ds, .lock = &r->lock, .generation = &r->gen,
-                                   .dataset_id = r->id, .name = name };
+        return (zr_loader_stream){ .ds = r->ds, .name = name };
 }
 
 /* An engine whose notify writes an eventfd. */

@@ -109,9 +109,6 @@ static zr_dataset *make_store(int dirfd, const char *name, uint64_t n, enum zr_c
 
 typedef struct reg {
         zr_dataset *ds;
-        pthread_rwlock_t lock;
-        _Atomic uint64_t gen;
-        uint64_t id;
 } reg;
 
 typedef struct bench {
@@ -136,8 +133,7 @@ static void engine_new(bench *b, uint64_t cache) {
 
 static zr_loader *open_loader(bench *b, reg *r, uint64_t seed, uint64_t start, uint32_t pf,
                               enum zr_sampler_mode mode) {
-        zr_loader_stream st = { .ds = r->ds, .lock = &r->lock, .generation = &r->gen,
-                                .dataset_id = r->id };
+        zr_loader_stream st = { .ds = r->ds };
         zr_loader_params p = { .mode = mode, .batch_size = b->batch, .seed = seed,
                                .start_step = start, .world_size = 1, .prefetch = pf };
         zr_loader *l;
@@ -298,10 +294,6 @@ int main(int argc, char **argv) {
                zr_pool_threads(b.pool), b.batches, rounds);
         b.raw.ds = make_store(dirfd, "raw", b.records, ZR_CODEC_RAW, b.pool);
         b.zstd.ds = make_store(dirfd, "zstd", b.records, ZR_CODEC_ZSTD, b.pool);
-        b.raw.id = 1;
-        b.zstd.id = 2;
-        pthread_rwlock_init(&b.raw.lock, NULL);
-        pthread_rwlock_init(&b.zstd.lock, NULL);
         regs[0] = &b.raw;
         regs[1] = &b.zstd;
         {

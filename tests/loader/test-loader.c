@@ -22,9 +22,9 @@ typedef struct fixture {
 static void fixture_new(fixture *f, enum zr_codec codec, uint64_t cache_bytes) {
         scratch_new(&f->sc);
         rig_new(&f->g, 2, cache_bytes);
-        reg_init(&f->dense, make_dense(&f->sc, "d", N_DENSE, ITEM, codec, f->g.pool, 1), 1);
-        reg_init(&f->dense2, make_dense(&f->sc, "e", N_DENSE, 40, codec, f->g.pool, 2), 2);
-        reg_init(&f->ragged, make_ragged(&f->sc, "r", N_DENSE, codec, f->g.pool, 3), 3);
+        reg_init(&f->dense, make_dense(&f->sc, "d", N_DENSE, ITEM, codec, f->g.pool, 1));
+        reg_init(&f->dense2, make_dense(&f->sc, "e", N_DENSE, 40, codec, f->g.pool, 2));
+        reg_init(&f->ragged, make_ragged(&f->sc, "r", N_DENSE, codec, f->g.pool, 3));
 }
 
 static void fixture_free(fixture *f) {
@@ -132,9 +132,9 @@ static void run_resume(enum zr_codec codec) {
                                 next_batch(&f.g, l, &ev);
                                 ck_assert_uint_eq(ev.step, s);
                                 for (size_t i = 0; i < ns; i++) {
-                                        if (st[i].dataset_id == 3)
+                                        if (st[i].ds == f.ragged.ds)
                                                 check_ragged(l, &ev, i, 3);
-                                        else if (st[i].dataset_id == 1)
+                                        else if (st[i].ds == f.dense.ds)
                                                 check_dense(l, &ev, i, &f.dense, ITEM, &sp);
                                         else
                                                 check_dense(l, &ev, i, &f.dense2, 40, &sp);
@@ -658,7 +658,7 @@ START_TEST(test_cache_accounting) {
         zr_loader_engine_counters_get(f.g.e, &t);
         ck_assert_uint_eq(t.cache_entries, N_DENSE);
         ck_assert_uint_le(t.cache_bytes, t.cache_budget);
-        zr_loader_engine_drop_dataset(f.g.e, 1);
+        zr_loader_engine_drop_dataset(f.g.e, f.dense.id);
         zr_loader_engine_counters_get(f.g.e, &t);
         ck_assert_uint_eq(t.cache_entries, 0);
 
@@ -725,10 +725,10 @@ START_TEST(test_stale) {
         next_batch(&f.g, l, &ev);
         ck_assert_uint_eq(ev.step, 0);
         /* mutate: delete records 0..4 (the swap-last moves the tail into them) */
-        pthread_rwlock_wrlock(&f.dense.lock);
+        zr_dataset_lock(f.dense.ds, true);
         ck_assert_msg(zr_dataset_delete(f.dense.ds, del, 5, &err) == 0, "%s", err.message);
-        atomic_fetch_add(&f.dense.gen, 1);
-        pthread_rwlock_unlock(&f.dense.lock);
+        zr_dataset_mutated(f.dense.ds);
+        zr_dataset_unlock(f.dense.ds);
         zr_loader_release(l, ev.ring, ev.slot, NULL);
         for (s = 1;; s++) {
                 next_event(&f.g, l, &ev);
@@ -781,7 +781,7 @@ START_TEST(test_locked_dataset) {
         y = open_loader(&f, &sy, 1, &p);
         for (int k = 0; k < PF; k++)
                 next_batch(&f.g, x, &held[k]);
-        pthread_rwlock_wrlock(&f.dense.lock);
+        zr_dataset_lock(f.dense.ds, true);
         for (int k = 0; k < PF; k++)
                 zr_loader_release(x, held[k].ring, held[k].slot, NULL);
         for (s = 0; s < 40; s++) {
@@ -791,7 +791,7 @@ START_TEST(test_locked_dataset) {
         }
         ck_assert_int_eq(zr_loader_poll(x, &ev), 0);
         /* an exclusive section that changed nothing: x resumes, intact */
-        pthread_rwlock_unlock(&f.dense.lock);
+        zr_dataset_unlock(f.dense.ds);
         zr_loader_engine_resume(f.g.e);
         for (s = PF; s < 3 * PF; s++) {
                 next_batch(&f.g, x, &ev);
@@ -802,11 +802,11 @@ START_TEST(test_locked_dataset) {
         /* one that changed it: x ends STALE and announces nothing torn */
         for (int k = 0; k < PF; k++)
                 next_batch(&f.g, x, &held[k]);
-        pthread_rwlock_wrlock(&f.dense.lock);
+        zr_dataset_lock(f.dense.ds, true);
         for (int k = 0; k < PF; k++)
                 zr_loader_release(x, held[k].ring, held[k].slot, NULL);
-        atomic_fetch_add(&f.dense.gen, 1);
-        pthread_rwlock_unlock(&f.dense.lock);
+        zr_dataset_mutated(f.dense.ds);
+        zr_dataset_unlock(f.dense.ds);
         zr_loader_engine_drop_dataset(f.g.e, f.dense.id);
         next_event(&f.g, x, &ev);
         ck_assert_int_eq(ev.kind, ZR_LOADER_EVENT_END);
@@ -839,11 +839,11 @@ START_TEST(test_free_parked) {
         zr_loader_release(x2, ev.ring, ev.slot, NULL);
         next_batch(&f.g, x2, &ev);
         zr_loader_release(x2, ev.ring, ev.slot, NULL);
-        pthread_rwlock_wrlock(&f.dense.lock);
+        zr_dataset_lock(f.dense.ds, true);
         zr_loader_release(x, held[0].ring, held[0].slot, NULL);
         zr_loader_release(x, held[1].ring, held[1].slot, NULL);
         zr_loader_free(x); /* returns at once: parked work never runs */
-        pthread_rwlock_unlock(&f.dense.lock);
+        zr_dataset_unlock(f.dense.ds);
         /* no zr_loader_engine_resume(): the engine's retry thread finds it */
         next_batch(&f.g, x2, &ev);
         ck_assert_uint_eq(ev.step, 2);
@@ -920,8 +920,8 @@ START_TEST(test_fairness) {
 
         scratch_new(&sc);
         rig_new(&g, 1, 0);
-        reg_init(&big, make_dense(&sc, "b", 64, 256 << 10, ZR_CODEC_RAW, g.pool, 9), 9);
-        reg_init(&small, make_dense(&sc, "s", 64, 64, ZR_CODEC_RAW, g.pool, 8), 8);
+        reg_init(&big, make_dense(&sc, "b", 64, 256 << 10, ZR_CODEC_RAW, g.pool, 9));
+        reg_init(&small, make_dense(&sc, "s", 64, 64, ZR_CODEC_RAW, g.pool, 8));
         sts = reg_stream(&big, "b");
         stf = reg_stream(&small, "s");
         pf.prefetch = FAST_SLOTS;
@@ -970,7 +970,7 @@ START_TEST(test_free_in_flight) {
 
         scratch_new(&sc);
         rig_new(&g, 2, 8 << 20);
-        reg_init(&big, make_dense(&sc, "b", 128, 32 << 10, ZR_CODEC_ZSTD, g.pool, 9), 9);
+        reg_init(&big, make_dense(&sc, "b", 128, 32 << 10, ZR_CODEC_ZSTD, g.pool, 9));
         st = reg_stream(&big, "b");
         for (int round = 0; round < 20; round++) {
                 zr_loader *l[3];
@@ -1067,7 +1067,7 @@ START_TEST(test_open_errors) {
         reg shorter;
 
         fixture_new(&f, ZR_CODEC_RAW, 0);
-        reg_init(&shorter, make_dense(&f.sc, "s", 10, 8, ZR_CODEC_RAW, f.g.pool, 4), 4);
+        reg_init(&shorter, make_dense(&f.sc, "s", 10, 8, ZR_CODEC_RAW, f.g.pool, 4));
         st[0] = reg_stream(&f.dense, "d");
         st[1] = reg_stream(&shorter, "s");
         ck_assert_int_eq(zr_loader_new(f.g.e, st, 2, &p, NULL, &l, &err), -ZR_E_MISALIGNED);
