@@ -503,12 +503,50 @@ void zr_put_schema(zr_wire_writer *w, const char *key, const zr_schema *s) {
         zr_wire_end(w);
 }
 
+/* A job's completion on the loop: the loaders hear of its mutation first. */
+static void request_job_done(zr_job *job) {
+        zr_request *rq = (zr_request *)job;
+        for (uint32_t i = 0; i < rq->mutation.nlocked; i++)
+                zr_server_dataset_mutated(rq->client->srv, rq->mutation.locked[i]);
+        rq->done(job);
+}
+
 int zr_request_submit(zr_request *rq, zr_job_fn run, zr_job_fn done) {
         rq->job.run = run;
-        rq->job.done = done;
+        rq->job.done = request_job_done;
+        rq->done = done;
         rq->client->refs++;
         zr_work_submit(rq->client->srv->work, &rq->job);
         return ZR_RQ_PENDING;
+}
+
+static int entry_id_cmp(const void *a, const void *b) {
+        uint64_t x = zr_entry_id(*(zr_entry *const *)a), y = zr_entry_id(*(zr_entry *const *)b);
+        return x < y ? -1 : x > y;
+}
+
+void zr_mutation_begin(zr_request *rq, zr_entry *const *entries, uint32_t n, bool exclusive) {
+        zr_entry *sorted[ZR_STREAMS_MAX];
+        uint32_t k = 0;
+
+        memcpy(rq->mutation.entries, entries, n * sizeof(*entries));
+        memcpy(sorted, entries, n * sizeof(*entries));
+        if (n > 1)
+                qsort(sorted, n, sizeof(*sorted), entry_id_cmp);
+        for (uint32_t i = 0; i < n; i++)
+                if (i == 0 || sorted[i] != sorted[i - 1])
+                        rq->mutation.locked[k++] = sorted[i];
+        rq->mutation.n = n;
+        rq->mutation.nlocked = k;
+        for (uint32_t i = 0; i < k; i++)
+                zr_dataset_lock(rq->mutation.locked[i]->ds, exclusive);
+}
+
+void zr_mutation_end(zr_request *rq, uint32_t nchanged) {
+        for (uint32_t i = 0; i < nchanged && i < rq->mutation.n; i++)
+                zr_dataset_mutated(rq->mutation.entries[i]->ds);
+        for (uint32_t i = rq->mutation.nlocked; i-- > 0;)
+                zr_dataset_unlock(rq->mutation.locked[i]->ds);
 }
 
 void zr_request_complete(zr_request *rq, int r) {

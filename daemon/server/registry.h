@@ -14,7 +14,8 @@
  *     serialises appends itself), STATS, SYNC, VERIFY, TRAIN_DICT;
  *   - exclusive: DELETE, COMPACT, INSTALL_DICT, an APPEND through a set (every
  *     stream, so the set commits as one).
- * Requests take them with zr_dataset_lock().
+ * Requests take them through zr_mutation_begin() (request.h) or, to read,
+ * zr_dataset_lock().
  */
 #ifndef ZR_SERVER_REGISTRY_H
 #define ZR_SERVER_REGISTRY_H

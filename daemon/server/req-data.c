@@ -42,30 +42,6 @@ static int get_indices(zr_request *rq, const msgpack_object *map, const char *fi
         return 0;
 }
 
-/* Locks entries (exclusive) in ascending id order, the daemon's lock order. */
-static int entry_id_cmp(const void *a, const void *b) {
-        const zr_entry *x = *(zr_entry *const *)a, *y = *(zr_entry *const *)b;
-        return zr_entry_id(x) < zr_entry_id(y) ? -1 : zr_entry_id(x) > zr_entry_id(y);
-}
-
-static void lock_all(zr_entry **entries, uint32_t n) {
-        zr_entry *sorted[ZR_STREAMS_MAX];
-        memcpy(sorted, entries, n * sizeof(*sorted));
-        qsort(sorted, n, sizeof(*sorted), entry_id_cmp);
-        for (uint32_t i = 0; i < n; i++)
-                if (i == 0 || sorted[i] != sorted[i - 1])
-                        zr_dataset_lock(sorted[i]->ds, true);
-}
-
-static void unlock_all(zr_entry **entries, uint32_t n) {
-        zr_entry *sorted[ZR_STREAMS_MAX];
-        memcpy(sorted, entries, n * sizeof(*sorted));
-        qsort(sorted, n, sizeof(*sorted), entry_id_cmp);
-        for (uint32_t i = 0; i < n; i++)
-                if (i == 0 || sorted[i] != sorted[i - 1])
-                        zr_dataset_unlock(sorted[i]->ds);
-}
-
 /* The first index >= length, as ZR_E_RANGE with `index`. */
 static int check_range(zr_request *rq, const uint64_t *idx, size_t n, uint64_t length) {
         for (size_t i = 0; i < n; i++)
@@ -482,17 +458,15 @@ static void append_run(zr_job *job) {
         }
         if (!st->set) {
                 append_part *p = &st->parts[0];
-                zr_dataset_lock(p->entry->ds, false);
+                zr_mutation_begin(rq, &p->entry, 1, false);
                 r = zr_dataset_append(p->entry->ds, &p->batch, &st->first, &rq->err);
                 st->length = zr_dataset_length(p->entry->ds);
-                zr_dataset_unlock(p->entry->ds);
+                zr_mutation_end(rq, r == 0 && p->count);
                 st->count = p->count;
-                if (r == 0 && p->count)
-                        zr_dataset_mutated(p->entry->ds);
                 rq->result = r;
                 return;
         }
-        lock_all(entries, st->n);
+        zr_mutation_begin(rq, entries, st->n, true);
         /* Validate every stream before writing any (PROTOCOL.md, APPEND). */
         for (uint32_t i = 0; i < st->n && r == 0; i++) {
                 uint64_t n;
@@ -535,9 +509,7 @@ static void append_run(zr_job *job) {
                 st->count = st->parts[0].count;
                 st->length = zr_dataset_length(st->parts[0].entry->ds);
         }
-        for (uint32_t i = 0; i < done; i++)
-                zr_dataset_mutated(st->parts[i].entry->ds);
-        unlock_all(entries, st->n);
+        zr_mutation_end(rq, done);
         rq->result = r;
 }
 
@@ -545,8 +517,6 @@ static void append_done(zr_job *job) {
         zr_request *rq = (zr_request *)job;
         append_state *st = rq->state;
         int r = rq->result;
-        for (uint32_t i = 0; i < st->n; i++)
-                zr_server_dataset_mutated(zr_request_server(rq), st->parts[i].entry);
         if (r == 0 && !zr_request_orphaned(rq)) {
                 zr_wire_writer w;
                 zr_reply_begin(rq, &w);
@@ -674,16 +644,18 @@ static void delete_state_free(void *p) {
 static void delete_run(zr_job *job) {
         zr_request *rq = (zr_request *)job;
         delete_state *st = rq->state;
+        uint32_t changed = 0;
         int r;
-        lock_all(st->entries, st->n);
+        zr_mutation_begin(rq, st->entries, st->n, true);
         r = check_range(rq, st->idx, st->count, zr_dataset_length(st->entries[0]->ds));
         for (uint32_t i = 0; i < st->n && r == 0; i++) {
                 r = zr_dataset_delete(st->entries[i]->ds, st->idx, st->count, &rq->err);
+                /* past the first stream, a failure leaves the set changed */
                 if (i > 0 || r == 0)
-                        zr_dataset_mutated(st->entries[i]->ds);
+                        changed = i + 1;
         }
         st->length = zr_dataset_length(st->entries[0]->ds);
-        unlock_all(st->entries, st->n);
+        zr_mutation_end(rq, changed);
         rq->result = r;
 }
 
@@ -691,8 +663,6 @@ static void delete_done(zr_job *job) {
         zr_request *rq = (zr_request *)job;
         delete_state *st = rq->state;
         int r = rq->result;
-        for (uint32_t i = 0; i < st->n; i++)
-                zr_server_dataset_mutated(zr_request_server(rq), st->entries[i]);
         if (r == 0 && !zr_request_orphaned(rq)) {
                 zr_wire_writer w;
                 zr_reply_begin(rq, &w);
@@ -798,13 +768,12 @@ static void compact_run(zr_job *job) {
         zr_request *rq = (zr_request *)job;
         store_state *st = rq->state;
         zr_compact_result res = {0};
-        zr_dataset_lock(st->entry->ds, true);
+        zr_mutation_begin(rq, &st->entry, 1, true);
         int r = zr_dataset_compact(st->entry->ds, &res, &rq->err);
-        if (res.moved > 0 || r == 0)
-                zr_dataset_mutated(st->entry->ds);
+        bool changed = res.moved > 0 || r == 0;
         if (r == 0)
                 r = zr_dataset_stats(st->entry->ds, &st->stats, &rq->err);
-        zr_dataset_unlock(st->entry->ds);
+        zr_mutation_end(rq, changed);
         rq->result = r;
 }
 
@@ -812,7 +781,6 @@ static void compact_done(zr_job *job) {
         zr_request *rq = (zr_request *)job;
         store_state *st = rq->state;
         int r = rq->result;
-        zr_server_dataset_mutated(zr_request_server(rq), st->entry);
         if (r == 0 && !zr_request_orphaned(rq)) {
                 zr_wire_writer w;
                 zr_reply_begin(rq, &w);

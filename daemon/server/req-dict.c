@@ -150,20 +150,16 @@ static void install_state_free(void *p) {
 static void install_run(zr_job *job) {
         zr_request *rq = (zr_request *)job;
         install_state *st = rq->state;
-        zr_dataset_lock(st->entry->ds, true);
+        zr_mutation_begin(rq, &st->entry, 1, true);
         int r = zr_dataset_install_dict(st->entry->ds, st->dict.data, (size_t)st->dict_bytes,
                                         &rq->err);
-        if (r == 0)
-                zr_dataset_mutated(st->entry->ds);
-        zr_dataset_unlock(st->entry->ds);
+        zr_mutation_end(rq, r == 0);
         rq->result = r;
 }
 
 static void install_done(zr_job *job) {
         zr_request *rq = (zr_request *)job;
-        install_state *st = rq->state;
         int r = rq->result;
-        zr_server_dataset_mutated(zr_request_server(rq), st->entry);
         if (r == 0 && !zr_request_orphaned(rq))
                 r = zr_reply_empty(rq);
         zr_request_complete(rq, r);

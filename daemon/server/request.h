@@ -84,6 +84,12 @@ struct zr_request {
         void *state;              /* the handler's, freed by state_free */
         void (*state_free)(void *state);
         int result;               /* a job's outcome, for its done() */
+        zr_job_fn done;           /* the handler's done(), after the session's */
+        struct {                  /* zr_mutation_begin() */
+                uint32_t n, nlocked;
+                zr_entry *entries[ZR_STREAMS_MAX]; /* in the request's order */
+                zr_entry *locked[ZR_STREAMS_MAX];  /* in lock order, once each */
+        } mutation;
 };
 
 /* ---- used by handlers ---------------------------------------------------- */
@@ -140,6 +146,18 @@ int zr_request_fail(zr_request *rq, int code, const char *fmt, ...)
 /* Submits rq's job: run on a worker, then done on the loop. */
 int zr_request_submit(zr_request *rq, zr_job_fn run, zr_job_fn done);
 
+/* A mutation of the datasets of entries[0..n) (1 <= n <= ZR_STREAMS_MAX; an
+ * entry may repeat), in a job's run(). Begin takes their locks in the daemon's
+ * lock order (server.h): exclusive, or shared when `exclusive` is false (an
+ * APPEND to one dataset: the store orders appends itself). The entries must
+ * stay referenced by the request's state until its done(). */
+void zr_mutation_begin(zr_request *rq, zr_entry *const *entries, uint32_t n, bool exclusive);
+/* Ends it: bumps the generation of the first `nchanged` entries (those that
+ * changed, or that a failure may have changed) and releases the locks. Back on
+ * the loop, before the job's done() runs, the loaders hear of every dataset of
+ * the mutation (zr_server_dataset_mutated()). */
+void zr_mutation_end(zr_request *rq, uint32_t nchanged);
+
 /* Ends a PENDING request from a job's done(): r < 0 sends rq->err as the error
  * reply (unless a reply was sent: pass ZR_RQ_DONE), then the session moves on.
  * If the client went away, only frees. */
@@ -194,7 +212,8 @@ void zr_lhandle_shutdown(zr_lhandle *lh);
 /* Puts the per_loader map of STATUS for this loader (pid: its client's). */
 void zr_lhandle_put_status(zr_lhandle *lh, zr_wire_writer *w, pid_t pid);
 
-/* A store was mutated through this daemon: drop its cached records. */
+/* A mutation of the dataset of `e` ended (its lock is released): drop its
+ * cached records and resume the loader gathers parked on its lock. */
 void zr_server_dataset_mutated(zr_server *s, zr_entry *e);
 
 /* Session functions the loader wiring uses. */
