@@ -49,7 +49,7 @@
 #include <unistd.h>
 
 #include "dataset/ragged.h"
-#include "loader/cache.h"
+#include "dataset/cache.h"
 #include "store/store.h"
 #include "util/shm.h"
 #include "zr-proto.h"

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "loader/cache.h"
+#include "dataset/cache.h"
 
 #define REC 1000
 #define COST (REC + ZR_RCACHE_ENTRY_OVERHEAD)

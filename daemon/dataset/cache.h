@@ -1,7 +1,7 @@
-/* cache.h: the decoded-record cache shared by every loader of the daemon.
+/* cache.h: the decoded-record cache, one per daemon, shared by every loader.
  *
- * Holds decoded records of compressed stores, keyed by (dataset_id,
- * generation, index), within a byte budget (record bytes plus a fixed
+ * Holds decoded records of compressed datasets, keyed by (dataset id,
+ * generation, index) (dataset.h), within a byte budget (record bytes plus a fixed
  * per-entry overhead), evicting the least recently used entry first. A lookup
  * pins the entry it returns (its bytes stay valid and unchanged until
  * zr_rcache_unpin(), even if it is evicted or dropped meanwhile). Entries are
@@ -9,10 +9,10 @@
  * pinned entry can be read without a lock.
  *
  * Thread-safe: one mutex, a leaf; no allocation of record bytes or copy runs
- * under it. It does not know about stores or loaders: the caller decodes.
+ * under it. It does not know about stores or datasets: the caller decodes.
  */
-#ifndef ZR_LOADER_CACHE_H
-#define ZR_LOADER_CACHE_H
+#ifndef ZR_DATASET_CACHE_H
+#define ZR_DATASET_CACHE_H
 
 #include <stddef.h>
 #include <stdint.h>

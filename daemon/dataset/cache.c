@@ -9,7 +9,7 @@
  * it does not decode, and it does not bound the memory pinned by gathers in
  * flight (at most the batches being gathered).
  */
-#include "loader/cache.h"
+#include "dataset/cache.h"
 
 #include <errno.h>
 #include <pthread.h>
