@@ -1,9 +1,10 @@
-/* dataset.c: a store plus its schema (dataset.h).
+/* dataset.c: a store plus its schema (dataset.h), and what its users share:
+ * its id, lock and generation.
  *
- * It validates batches against the schema and turns the store's byte records
- * into dense blocks or ragged payloads with shapes. It assumes the store keeps its
- * own promises (ordered, all-or-nothing appends); it does not convert dtypes,
- * pad, or buffer anything: one append is one zr_store_append().
+ * It validates batches against the schema before they reach the store. It
+ * assumes the store keeps its own promises (ordered, all-or-nothing appends);
+ * it does not convert dtypes, pad, or buffer anything: one append is one
+ * zr_store_append(). Reading records is the batch gather's (batch.c).
  */
 #include "dataset/dataset.h"
 
@@ -17,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "dataset/batch.h"
 #include "dataset/ragged.h"
 
 #define SCHEMA_TMP_FILE ZR_SCHEMA_FILE ".tmp"
@@ -403,133 +405,25 @@ int zr_dataset_append(zr_dataset *ds, const zr_batch *b, uint64_t *ret_first,
         return zr_store_append(ds->store, b->data, b->lens, n, ret_first, err);
 }
 
-static int require_kind(const zr_dataset *ds, enum zr_schema_kind kind, zr_error *err) {
-        if (ds->schema.kind != kind)
-                return zr_error_set(err, ZR_E_SCHEMA, "this is a %s dataset, not a %s one",
-                                    ds->schema.kind == ZR_SCHEMA_DENSE ? "dense" : "ragged",
-                                    kind == ZR_SCHEMA_DENSE ? "dense" : "ragged");
-        return 0;
-}
-
-/* Locates idx[0..n) into a new array (*ret, owned by the caller). */
-static int locate(zr_dataset *ds, const uint64_t *idx, size_t n, zr_loc **ret, zr_error *err) {
-        zr_loc *locs;
-        int r;
-
-        locs = calloc(n ? n : 1, sizeof(zr_loc));
-        if (!locs)
-                return zr_error_errno(err, ENOMEM, "locating %zu records", n);
-        r = zr_store_locate(ds->store, idx, n, locs, err);
-        if (r < 0) {
-                free(locs);
-                return r;
-        }
-        *ret = locs;
-        return 0;
-}
-
 int zr_dataset_gather_dense(zr_dataset *ds, const uint64_t *idx, size_t n, void *dst,
                             uint64_t dst_size, zr_error *err) {
         uint64_t item = zr_schema_item_bytes(&ds->schema), need;
-        zr_loc *locs = NULL;
-        void **dsts = NULL;
+        zr_gather g = { .ds = ds, .idx = idx, .n = n };
         int r;
 
-        r = require_kind(ds, ZR_SCHEMA_DENSE, err);
-        if (r < 0)
-                return r;
+        if (ds->schema.kind != ZR_SCHEMA_DENSE)
+                return zr_error_set(err, ZR_E_SCHEMA, "this is a ragged dataset, not a dense "
+                                    "one");
         if (__builtin_mul_overflow((uint64_t)n, item, &need) || need > dst_size)
                 return zr_error_set(err, ZR_E_BUFFER, "%zu records of %llu bytes do not fit "
                                     "%llu bytes", n, (unsigned long long)item,
                                     (unsigned long long)dst_size);
         if (n == 0)
                 return 0;
-        r = locate(ds, idx, n, &locs, err);
-        if (r < 0)
-                return r;
-        dsts = malloc(n * sizeof(void *));
-        if (!dsts) {
-                r = zr_error_errno(err, ENOMEM, "gathering %zu records", n);
-                goto out;
-        }
-        for (size_t i = 0; i < n; i++) {
-                if (locs[i].logic_length != item) {
-                        r = zr_error_set(err, ZR_E_CORRUPT, "record %llu is %u bytes, an item "
-                                         "is %llu", (unsigned long long)idx[i],
-                                         locs[i].logic_length, (unsigned long long)item);
-                        goto out;
-                }
-                dsts[i] = (uint8_t *)dst + i * item;
-        }
-        r = zr_store_gather_locs(ds->store, locs, n, dsts, err);
-out:
-        free(dsts);
-        free(locs);
-        return r;
-}
-
-int zr_dataset_ragged_sizes(zr_dataset *ds, const uint64_t *idx, size_t n,
-                            uint64_t *ret_buffer, uint64_t *ret_payload, zr_error *err) {
-        uint64_t hdr = zr_ragged_header_bytes(ds->schema.ndim), buffer = 0, payload = 0;
-        zr_loc *locs = NULL;
-        int r;
-
-        r = require_kind(ds, ZR_SCHEMA_RAGGED, err);
-        if (r < 0)
-                return r;
-        if (n > 0) {
-                r = locate(ds, idx, n, &locs, err);
-                if (r < 0)
-                        return r;
-        }
-        for (size_t i = 0; i < n; i++) {
-                buffer += locs[i].logic_length;
-                payload += locs[i].logic_length > hdr ? locs[i].logic_length - hdr : 0;
-        }
-        free(locs);
-        if (ret_buffer)
-                *ret_buffer = buffer;
-        if (ret_payload)
-                *ret_payload = payload;
-        return 0;
-}
-
-int zr_dataset_gather_ragged(zr_dataset *ds, const uint64_t *idx, size_t n, void *dst,
-                             uint64_t dst_size, uint64_t *ret_shapes, uint64_t *ret_offsets,
-                             zr_error *err) {
-        const zr_schema *s = &ds->schema;
-        uint64_t hdr = zr_ragged_header_bytes(s->ndim), *lens = NULL, at = 0, out = 0;
-        uint8_t *base = dst;
-        int r;
-
-        r = require_kind(ds, ZR_SCHEMA_RAGGED, err);
-        if (r < 0)
-                return r;
-        if (n == 0)
-                return 0;
-        lens = malloc(n * sizeof(uint64_t));
-        if (!lens)
-                return zr_error_errno(err, ENOMEM, "gathering %zu records", n);
-        r = zr_store_gather(ds->store, idx, n, dst, dst_size, lens, err);
-        if (r < 0)
-                goto out;
-        /* Squeeze the headers out, front to back: each payload moves down to `out`,
-         * which never passes the start of a record not yet read. */
-        for (size_t i = 0; i < n; i++) {
-                zr_error perr = {0};
-                if (zr_ragged_parse(s, base + at, lens[i], idx[i],
-                                    ret_shapes ? ret_shapes + i * s->ndim : NULL, &perr) < 0) {
-                        r = zr_error_set(err, ZR_E_CORRUPT, "stored %s", perr.message);
-                        goto out;
-                }
-                if (ret_offsets)
-                        ret_offsets[i] = out;
-                memmove(base + out, base + at + hdr, lens[i] - hdr);
-                out += lens[i] - hdr;
-                at += lens[i];
-        }
-out:
-        free(lens);
+        r = zr_gather_locate(&g, err);
+        if (r == 0)
+                r = zr_gather_read(&g, dst, 0, NULL, NULL, err);
+        zr_gather_release(&g);
         return r;
 }
 

@@ -128,28 +128,12 @@ int zr_dataset_append(zr_dataset *ds, const zr_batch *b, uint64_t *ret_first,
                       zr_error *err);
 
 /* Dense: gathers records idx[0..n) into dst as one contiguous (n, *item_shape)
- * block of n × item bytes (dst_size must hold them: ZR_E_BUFFER otherwise).
+ * block of n × item bytes (dst_size must hold them: ZR_E_BUFFER otherwise),
+ * with the batch gather of batch.h, which also gathers ragged records.
  * ZR_E_SCHEMA on a ragged dataset, ZR_E_RANGE for an index >= length,
  * ZR_E_CORRUPT for a stored record whose size is not one item. */
 int zr_dataset_gather_dense(zr_dataset *ds, const uint64_t *idx, size_t n, void *dst,
                             uint64_t dst_size, zr_error *err);
-
-/* Ragged: the buffer a gather of idx[0..n) needs (*ret_buffer, the records with
- * their headers) and the payload bytes it returns (*ret_payload). Either may be
- * NULL. ZR_E_RANGE for an index >= length. */
-int zr_dataset_ragged_sizes(zr_dataset *ds, const uint64_t *idx, size_t n,
-                            uint64_t *ret_buffer, uint64_t *ret_payload, zr_error *err);
-
-/* Ragged: gathers records idx[0..n) and returns their payloads packed back to back
- * at dst (each starts at ret_offsets[i], a multiple of the item size, so an
- * aligned dst gives aligned arrays) and their shapes in ret_shapes[i × ndim ..
- * (i + 1) × ndim). dst_size must be at least the *ret_buffer of
- * zr_dataset_ragged_sizes() (the headers are gathered too, then squeezed out):
- * ZR_E_BUFFER otherwise. ret_shapes and ret_offsets may be NULL. ZR_E_SCHEMA on a dense dataset,
- * ZR_E_CORRUPT for a stored record whose header does not match the schema. */
-int zr_dataset_gather_ragged(zr_dataset *ds, const uint64_t *idx, size_t n, void *dst,
-                             uint64_t dst_size, uint64_t *ret_shapes, uint64_t *ret_offsets,
-                             zr_error *err);
 
 /* Pass-throughs to the store (store.h): swap-last delete, compaction, stats,
  * sync. Exclusive where the store's are. */

@@ -49,6 +49,7 @@
 #include <unistd.h>
 
 #include "dataset/ragged.h"
+#include "dataset/batch.h"
 #include "dataset/cache.h"
 #include "store/store.h"
 #include "util/shm.h"
@@ -84,10 +85,6 @@
  * last few loaders closed (older spares go first). */
 #define LOADER_SPARES_MAX 4
 
-/* Records per shard of the parallel copy of cache hits and inserts: enough to
- * amortise a shard's hand-off, few enough to spread a 256-record batch. */
-#define LOADER_COPY_SHARD_MIN 8
-
 enum slot_state {
         SLOT_FREE = 0,
         SLOT_FILLING,
@@ -100,11 +97,9 @@ typedef struct lstream {
         const zr_schema *schema;
         int ragged;
         uint64_t item_bytes;  /* dense */
-        uint64_t hdr_bytes;   /* ragged */
         uint64_t open_gen;
         uint64_t offset;      /* region offset inside a slot */
         uint64_t capacity;
-        int cached;           /* compressed: decode through the cache */
 } lstream;
 
 typedef struct ring ring;
@@ -648,64 +643,23 @@ static void fill_fail(fill_result *res, int r, const zr_error *err) {
         snprintf(res->msg, sizeof(res->msg), "%s", err->message[0] ? err->message : "failed");
 }
 
-typedef struct copy_job {
-        zr_rcache *cache;
-        const zr_rcache_key *keys;
-        zr_rcache_entry **hits;
-        uint8_t *const *dsts;
-        const zr_loc *locs;
-        size_t n;
-        _Atomic uint64_t evictions;
-} copy_job;
-
-/* Shard: copies cache hits into the ring, inserts decoded misses into the cache. */
-static void copy_shard(void *arg, size_t shard, size_t nshards) {
-        copy_job *j = arg;
-        size_t lo = j->n * shard / nshards, hi = j->n * (shard + 1) / nshards;
-        uint64_t ev = 0;
-
-        for (size_t i = lo; i < hi; i++) {
-                if (j->hits[i])
-                        memcpy(j->dsts[i], zr_rcache_entry_data(j->hits[i]),
-                               j->locs[i].logic_length);
-                else
-                        ev += zr_rcache_insert(j->cache, &j->keys[i], j->dsts[i],
-                                               j->locs[i].logic_length);
-        }
-        atomic_fetch_add(&j->evictions, ev);
-}
-
 /* Gathers stream `si` of the batch idx[0..B) into its region of `base` (the
  * slot), filling the slot's metadata. Takes the stream's lock shared. */
 static int gather_stream(zr_loader *l, size_t si, const uint64_t *idx, uint8_t *base,
                          uint64_t slot_off, zr_loader_stream_batch *sb, fill_result *res,
                          zr_error *err) {
         lstream *st = &l->streams[si];
-        zr_store *store = zr_dataset_store(st->s.ds);
-        uint64_t B = l->sp.batch_size, used = 0;
-        uint8_t *region = base + st->offset;
-        zr_loc *locs = NULL;
-        uint8_t **dsts = NULL;
-        zr_rcache_key *keys = NULL;
-        zr_rcache_entry **hits = NULL;
-        uint64_t *offs = (uint64_t *)sb->offsets; /* the slot's own arrays */
-        zr_loc *mlocs = NULL;
-        void **mdsts = NULL;
-        size_t nhits = 0;
+        zr_gather g = { .ds = st->s.ds, .idx = idx, .n = l->sp.batch_size,
+                        .offsets = (uint64_t *)sb->offsets, /* the slot's own arrays */
+                        .lengths = (uint64_t *)sb->lengths, .shapes = (uint64_t *)sb->shapes };
+        zr_error gerr = {0};
         int r, locked = 0;
 
-        locs = malloc(B * sizeof(*locs));
-        dsts = malloc(B * sizeof(*dsts));
-        if (!locs || !dsts) {
-                r = zr_error_errno(err, ENOMEM, "gathering a batch of %" PRIu64, B);
-                goto out;
-        }
         if (zr_dataset_generation(st->s.ds) == st->open_gen) {
                 if (zr_dataset_trylock_shared(st->s.ds) < 0) {
                         /* a mutation holds it: do not block a worker for its
                          * duration (the work is parked, see complete()) */
-                        r = -EBUSY;
-                        goto out;
+                        return -EBUSY;
                 }
                 locked = 1;
         }
@@ -714,129 +668,36 @@ static int gather_stream(zr_loader *l, size_t si, const uint64_t *idx, uint8_t *
                                  "deleted from or compacted)", st->name);
                 goto out;
         }
-        r = zr_store_locate(store, idx, B, locs, err);
-        if (r < 0)
-                goto out;
-        for (uint64_t i = 0; i < B; i++) {
-                if (!st->ragged) {
-                        if (locs[i].logic_length != st->item_bytes) {
-                                r = zr_error_set(err, ZR_E_CORRUPT, "%s: record %" PRIu64 " is "
-                                                 "%u bytes, an item is %" PRIu64, st->name,
-                                                 idx[i], locs[i].logic_length, st->item_bytes);
-                                goto out;
-                        }
-                        dsts[i] = region + i * st->item_bytes;
-                        used += st->item_bytes;
-                        continue;
-                }
-                if (locs[i].logic_length < st->hdr_bytes) {
-                        r = zr_error_set(err, ZR_E_CORRUPT, "%s: record %" PRIu64 " is shorter "
-                                         "than its shape header", st->name, idx[i]);
-                        goto out;
-                }
-                used = align_up(used, ZR_RECORD_ALIGN);
-                offs[i] = used; /* relative to the region for now */
-                used += locs[i].logic_length;
-        }
-        if (used > st->capacity) {
-                res->needed = used;
+        r = zr_gather_locate(&g, &gerr);
+        if (r == 0 && g.bytes > st->capacity) {
+                res->needed = g.bytes;
                 r = zr_error_set(err, ZR_E_BUFFER, "%s: the batch needs %" PRIu64 " bytes, the "
                                  "stream's capacity is %" PRIu64 "; reopen with a larger capacity",
-                                 st->name, used, st->capacity);
+                                 st->name, g.bytes, st->capacity);
                 goto out;
         }
-        if (st->ragged) {
-                /* zero the alignment padding, so a slot's bytes are a function of
-                 * the step alone (no leftovers of an earlier batch) */
-                for (uint64_t i = 0; i < B; i++) {
-                        uint64_t end = offs[i] + locs[i].logic_length;
-                        dsts[i] = region + offs[i];
-                        if (i + 1 < B && offs[i + 1] > end)
-                                memset(region + end, 0, offs[i + 1] - end);
-                }
-        }
-
-        if (!st->cached) {
-                r = zr_store_gather_locs(store, locs, B, (void *const *)dsts, err);
-                if (r < 0)
-                        goto out;
-        } else {
-                size_t nm = 0;
-                keys = malloc(B * sizeof(*keys));
-                hits = malloc(B * sizeof(*hits));
-                mlocs = malloc(B * sizeof(*mlocs));
-                mdsts = malloc(B * sizeof(*mdsts));
-                if (!keys || !hits || !mlocs || !mdsts) {
-                        r = zr_error_errno(err, ENOMEM, "gathering a batch of %" PRIu64, B);
-                        goto out;
-                }
-                for (uint64_t i = 0; i < B; i++)
-                        keys[i] = (zr_rcache_key){ zr_dataset_id(st->s.ds), st->open_gen, idx[i] };
-                nhits = zr_rcache_lookup(l->e->cache, keys, B, hits);
-                for (uint64_t i = 0; i < B; i++) {
-                        if (hits[i] && zr_rcache_entry_len(hits[i]) != locs[i].logic_length) {
-                                /* cannot happen for an immutable key; decode instead */
-                                zr_rcache_unpin(l->e->cache, hits[i]);
-                                hits[i] = NULL;
-                                nhits--;
-                        }
-                        if (!hits[i]) {
-                                mlocs[nm] = locs[i];
-                                mdsts[nm++] = dsts[i];
-                        }
-                }
-                res->hits += nhits;
-                res->misses += nm;
-                r = zr_store_gather_locs(store, mlocs, nm, mdsts, err);
-                if (r >= 0) {
-                        copy_job j = { .cache = l->e->cache, .keys = keys, .hits = hits,
-                                       .dsts = dsts, .locs = locs, .n = B };
-                        size_t sh = zr_pool_shards(l->e->pool, (B + LOADER_COPY_SHARD_MIN - 1) /
-                                                               LOADER_COPY_SHARD_MIN);
-                        zr_pool_parallel(l->e->pool, sh, copy_shard, &j);
-                        res->evictions += atomic_load(&j.evictions);
-                }
-                for (uint64_t i = 0; i < B; i++)
-                        zr_rcache_unpin(l->e->cache, hits[i]);
-                if (r < 0)
-                        goto out;
+        if (r == 0)
+                r = zr_gather_read(&g, base + st->offset, slot_off + st->offset, l->e->cache,
+                                   l->e->pool, &gerr);
+        res->hits += g.hits;
+        res->misses += g.misses;
+        res->evictions += g.evictions;
+        if (r < 0) {
+                r = zr_error_set(err, gerr.code ? gerr.code : -r, "%s: %s", st->name, gerr.message);
+                goto out;
         }
         if (zr_dataset_generation(st->s.ds) != st->open_gen) {
                 r = zr_error_set(err, ZR_E_STALE, "%s changed under the loader during a gather",
                                  st->name);
                 goto out;
         }
-        zr_dataset_unlock(st->s.ds);
-        locked = 0;
-
         sb->offset = slot_off + st->offset;
-        sb->bytes = used;
-        if (st->ragged) {
-                uint64_t *shapes = (uint64_t *)sb->shapes, *lengths = (uint64_t *)sb->lengths;
-                for (uint64_t i = 0; i < B; i++) {
-                        zr_error perr = {0};
-                        r = zr_ragged_parse(st->schema, dsts[i], locs[i].logic_length, idx[i],
-                                            shapes + i * st->schema->ndim, &perr);
-                        if (r < 0) {
-                                r = zr_error_set(err, ZR_E_CORRUPT, "%s: stored %s", st->name,
-                                                 perr.message);
-                                goto out;
-                        }
-                        offs[i] = sb->offset + offs[i] + st->hdr_bytes;
-                        lengths[i] = locs[i].logic_length - st->hdr_bytes;
-                }
-        }
-        res->bytes += used;
-        r = 0;
+        sb->bytes = g.bytes;
+        res->bytes += g.bytes;
 out:
         if (locked)
                 zr_dataset_unlock(st->s.ds);
-        free(mdsts);
-        free(mlocs);
-        free(hits);
-        free(keys);
-        free(dsts);
-        free(locs);
+        zr_gather_release(&g);
         return r;
 }
 
@@ -1564,8 +1425,6 @@ int zr_loader_new(zr_loader_engine *e, const zr_loader_stream *streams, size_t n
                 st->schema = zr_dataset_schema(st->s.ds);
                 st->ragged = st->schema->kind == ZR_SCHEMA_RAGGED;
                 st->item_bytes = zr_schema_item_bytes(st->schema);
-                st->hdr_bytes = st->ragged ? zr_ragged_header_bytes(st->schema->ndim) : 0;
-                st->cached = st->schema->codec != ZR_CODEC_RAW;
                 zr_dataset_lock(st->s.ds, false);
                 st->open_gen = zr_dataset_generation(st->s.ds);
                 uint64_t len = zr_dataset_length(st->s.ds);

@@ -68,10 +68,12 @@
  *   member claims one of its slots (retiring: never filled again), then is
  *   unmapped and closed by the engine.
  *
- *   Compressed streams (zstd, zstd_dict) decode through one cache of decoded
- *   records shared by every loader, keyed by (dataset_id, generation, index),
- *   LRU within a byte budget; raw streams bypass it (a raw gather is already one
- *   copy out of the page cache).
+ *   A fill gathers each stream with the dataset layer's batch gather
+ *   (dataset/batch.h), which READ uses too. Compressed streams (zstd,
+ *   zstd_dict) decode through one cache of decoded records shared by every
+ *   loader, keyed by (dataset id, generation, index), LRU within a byte budget;
+ *   raw streams bypass it (a raw gather is already one copy out of the page
+ *   cache).
  *
  * Staleness
  *

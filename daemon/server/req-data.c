@@ -7,14 +7,15 @@
  * one dataset and VERIFY; exclusive for DELETE, COMPACT and an APPEND through a
  * set), so a client that vanishes mid-request frees nothing a worker still
  * uses. Records land straight in shared memory: READ gathers into the client's
- * buffer, APPEND reads the client's sealed memfd. Nothing here knows the store
- * format; the dataset layer validates every record against the schema.
+ * buffer with the batch gather the loaders use (dataset/batch.h), APPEND reads
+ * the client's sealed memfd. Nothing here knows the store format; the dataset
+ * layer validates every record against the schema.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "dataset/ragged.h"
+#include "dataset/batch.h"
 #include "server/request.h"
 
 static int get_handle_field(zr_request *rq, const char *field, uint32_t *ret) {
@@ -165,91 +166,48 @@ static void read_state_free(void *p) {
         free(st);
 }
 
-static int read_ragged(zr_request *rq, read_state *st, uint8_t *base, uint64_t size) {
-        zr_store *store = zr_dataset_store(st->entry->ds);
-        const zr_schema *schema = zr_dataset_schema(st->entry->ds);
-        uint64_t hdr = zr_ragged_header_bytes(st->ndim), pos = st->offset;
-        zr_loc *locs = calloc(st->n ? st->n : 1, sizeof(zr_loc));
-        void **dsts = calloc(st->n ? st->n : 1, sizeof(void *));
-        int r;
+/* Gathers the batch into the buffer at st->offset, under the dataset's lock. */
+static int read_gather(zr_request *rq, read_state *st) {
+        uint8_t *base = st->buffer->shm.data;
+        uint64_t room = st->buffer->shm.size - st->offset;
+        zr_gather g = { .ds = st->entry->ds, .idx = st->idx, .n = st->n,
+                        .offsets = st->offsets, .lengths = st->lengths, .shapes = st->shapes };
+        int r = check_range(rq, st->idx, st->n, zr_dataset_length(st->entry->ds));
 
-        if (!locs || !dsts) {
-                r = zr_request_fail(rq, ENOMEM, "no memory to read %zu records", st->n);
-                goto out;
-        }
-        r = zr_store_locate(store, st->idx, st->n, locs, &rq->err);
-        if (r < 0)
-                goto out;
-        for (size_t i = 0; i < st->n; i++) {
-                pos = (pos + ZR_RECORD_ALIGN - 1) & ~(uint64_t)(ZR_RECORD_ALIGN - 1);
-                st->offsets[i] = pos; /* the record's start for now */
-                pos += locs[i].logic_length;
-        }
-        if (pos > size) {
+        if (r == 0)
+                r = zr_gather_locate(&g, &rq->err);
+        if (r == 0 && g.bytes > room) {
                 rq->has_needed = true;
-                rq->needed = pos - st->offset;
-                r = zr_request_fail(rq, ZR_E_BUFFER, "%zu records need %llu bytes from offset "
-                                    "%llu; the buffer has %llu", st->n,
-                                    (unsigned long long)rq->needed,
-                                    (unsigned long long)st->offset,
-                                    (unsigned long long)(size - st->offset));
-                goto out;
+                rq->needed = g.bytes;
+                if (st->ragged)
+                        r = zr_request_fail(rq, ZR_E_BUFFER, "%zu records need %llu bytes from "
+                                            "offset %llu; the buffer has %llu", st->n,
+                                            (unsigned long long)g.bytes,
+                                            (unsigned long long)st->offset,
+                                            (unsigned long long)room);
+                else
+                        r = zr_request_fail(rq, ZR_E_BUFFER, "%zu records of %llu bytes need "
+                                            "%llu bytes from offset %llu; the buffer has %llu",
+                                            st->n, (unsigned long long)st->record_bytes,
+                                            (unsigned long long)g.bytes,
+                                            (unsigned long long)st->offset,
+                                            (unsigned long long)room);
         }
-        for (size_t i = 0; i < st->n; i++)
-                dsts[i] = base + st->offsets[i];
-        r = zr_store_gather_locs(store, locs, st->n, dsts, &rq->err);
-        if (r < 0)
-                goto out;
-        for (size_t i = 0; i < st->n; i++) {
-                zr_error perr = {0};
-                if (zr_ragged_parse(schema, dsts[i], locs[i].logic_length, st->idx[i],
-                                    st->shapes + i * st->ndim, &perr) < 0) {
-                        r = zr_request_fail(rq, ZR_E_CORRUPT, "stored %s", perr.message);
-                        goto out;
-                }
-                st->offsets[i] += hdr;
-                st->lengths[i] = locs[i].logic_length - hdr;
-        }
-        st->bytes = pos - st->offset;
-out:
-        free(locs);
-        free(dsts);
+        if (r == 0)
+                r = zr_gather_read(&g, base + st->offset, st->offset, NULL, NULL, &rq->err);
+        if (r == 0)
+                st->bytes = g.bytes;
+        zr_gather_release(&g);
         return r;
 }
 
 static void read_run(zr_job *job) {
         zr_request *rq = (zr_request *)job;
         read_state *st = rq->state;
-        uint8_t *base = st->buffer->shm.data;
-        uint64_t size = st->buffer->shm.size;
-        int r;
 
         zr_dataset_lock(st->entry->ds, false);
-        r = check_range(rq, st->idx, st->n, zr_dataset_length(st->entry->ds));
-        if (r == 0 && !st->ragged) {
-                uint64_t need = (uint64_t)st->n * st->record_bytes;
-                if (st->record_bytes && need / st->record_bytes != st->n)
-                        need = UINT64_MAX;
-                if (need > size - st->offset) {
-                        rq->has_needed = true;
-                        rq->needed = need;
-                        r = zr_request_fail(rq, ZR_E_BUFFER, "%zu records of %llu bytes need %llu "
-                                            "bytes from offset %llu; the buffer has %llu", st->n,
-                                            (unsigned long long)st->record_bytes,
-                                            (unsigned long long)need,
-                                            (unsigned long long)st->offset,
-                                            (unsigned long long)(size - st->offset));
-                } else {
-                        r = zr_dataset_gather_dense(st->entry->ds, st->idx, st->n,
-                                                    base + st->offset, size - st->offset,
-                                                    &rq->err);
-                        st->bytes = need;
-                }
-        } else if (r == 0) {
-                r = read_ragged(rq, st, base, size);
-        }
+        rq->result = read_gather(rq, st);
         zr_dataset_unlock(st->entry->ds);
-        rq->result = r;
 }
 
 static void read_done(zr_job *job) {

@@ -14,8 +14,37 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "dataset/batch.h"
+
 /* Small chunk files: tests cross chunk rollovers without 4 GiB sparse files. */
 #define TEST_CHUNK_LOG2 20
+
+/* Gathers ragged records idx[0..n) of ds with the batch gather (batch.h) into
+ * dst (dst_size bytes): payload i at dst + offsets[i], its dims at shapes[i ×
+ * ndim ..]. *ret_bytes (may be NULL) gets the bytes the batch needs; -ZR_E_BUFFER
+ * if that is more than dst_size (dst untouched). */
+static inline int gather_ragged(zr_dataset *ds, const uint64_t *idx, size_t n, void *dst,
+                                uint64_t dst_size, uint64_t *shapes, uint64_t *offsets,
+                                uint64_t *ret_bytes, zr_error *err) {
+        uint64_t *lengths = calloc(n ? n : 1, sizeof(uint64_t));
+        zr_gather g = { .ds = ds, .idx = idx, .n = n, .offsets = offsets, .lengths = lengths,
+                        .shapes = shapes };
+        int r;
+
+        ck_assert_ptr_nonnull(lengths);
+        r = zr_gather_locate(&g, err);
+        if (r == 0 && ret_bytes)
+                *ret_bytes = g.bytes;
+        if (r == 0 && g.bytes > dst_size)
+                r = -ZR_E_BUFFER;
+        if (r == 0)
+                r = zr_gather_read(&g, dst, 0, NULL, NULL, err);
+        if (r == 0 && n > 0) /* the last payload ends the batch */
+                ck_assert_uint_eq(offsets[n - 1] + lengths[n - 1], g.bytes);
+        zr_gather_release(&g);
+        free(lengths);
+        return r;
+}
 
 typedef struct scratch {
         char path[256];

@@ -1,0 +1,81 @@
+/* batch.h: the gather of one batch of a dataset: the one place where the
+ * records of a batch are located in their store and read into their
+ * destination, for READ (a client's buffer) and for the loaders (a ring slot).
+ *
+ * A gather has two steps, so that work that needs the records' places can run
+ * between them (a check that the batch fits; a read ahead):
+ *
+ *   zr_gather_locate()  finds each record's table entry and lays the batch out
+ *                       from the start of its destination: a dense batch as
+ *                       one (n, *item_shape) block; a ragged one record after
+ *                       record, each (its shape header first) at the next
+ *                       multiple of ZR_RECORD_ALIGN. It reads no record and
+ *                       writes nothing but the gather and its offsets; it
+ *                       says how many bytes the batch spans (bytes).
+ *   zr_gather_read()    reads (decodes) every record into its place, zeroes
+ *                       the alignment padding between records (so that the
+ *                       bytes of a destination depend on the batch alone),
+ *                       and parses each ragged header into the record's shape,
+ *                       payload offset and payload length. Records of
+ *                       compressed datasets go through the decoded-record
+ *                       cache when one is given (cache.h); raw records never
+ *                       do: a raw read is already one copy.
+ *
+ * The caller holds the dataset's lock shared across both steps (dataset.h)
+ * and gives the arrays a ragged batch returns. Per batch a gather allocates
+ * one table for the locations and, through a cache, one for the split of hits
+ * and misses; nothing per record.
+ *
+ * Errors: negative codes with *err filled (err may be NULL): ZR_E_RANGE for an
+ * index >= the length, ZR_E_CORRUPT for a dense record that is not one item,
+ * a ragged one shorter than its header or whose header does not match the
+ * schema ("stored ..."), and the store's errors (store.h).
+ */
+#ifndef ZR_DATASET_BATCH_H
+#define ZR_DATASET_BATCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dataset/cache.h"
+#include "dataset/dataset.h"
+#include "util/error.h"
+#include "util/pool.h"
+
+typedef struct zr_gather {
+        /* set by the caller before zr_gather_locate() */
+        zr_dataset *ds;
+        const uint64_t *idx;    /* n record indices, any order, repeats allowed */
+        size_t n;
+        /* ragged only, the caller's arrays of n entries (shapes: n × ndim).
+         * After locate, offsets[i] is record i's place from the start of the
+         * destination (its header first); after read, its payload's plus the
+         * `base` given to zr_gather_read(), with lengths[i] its payload bytes
+         * and shapes[i × ndim ..] its dims. Unused (may be NULL) when dense. */
+        uint64_t *offsets, *lengths, *shapes;
+
+        /* set by zr_gather_locate() */
+        uint64_t bytes;         /* the destination bytes the batch spans */
+        zr_loc *locs;           /* n: each record's place in the store */
+        void **dsts;            /* n: where each record goes, set by the read */
+
+        /* added to by zr_gather_read() when it reads through a cache */
+        uint64_t hits, misses, evictions;
+} zr_gather;
+
+/* Locates records g->idx[0..n) and lays them out (see the top). Returns 0, or
+ * a negative code; either way release the gather with zr_gather_release(). */
+int zr_gather_locate(zr_gather *g, zr_error *err);
+
+/* Reads the located records into dst, which must hold g->bytes. `base` is
+ * added to each ragged payload offset it returns (the offset of dst in the
+ * caller's mapping, or 0). `cache` (may be NULL) serves and keeps decoded
+ * records of compressed datasets, and `pool` (may be NULL) copies its hits and
+ * inserts its misses in shards. On failure the bytes of dst are unspecified. */
+int zr_gather_read(zr_gather *g, uint8_t *dst, uint64_t base, zr_rcache *cache, zr_pool *pool,
+                   zr_error *err);
+
+/* Frees what the gather allocated (not the caller's arrays). Idempotent. */
+void zr_gather_release(zr_gather *g);
+
+#endif

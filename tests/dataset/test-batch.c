@@ -1,0 +1,213 @@
+/* test-batch.c: the batch gather (dataset/batch.h): the layout locate() makes
+ * before any byte is read, ragged records at multiples of 8 with their padding
+ * zeroed and `base` added to their offsets, reads through the decoded-record
+ * cache (hits, misses, evictions; raw datasets bypass it), and refusals. */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dataset/batch.h"
+#include "dataset/ragged.h"
+#include "helpers.h"
+#include "zr-proto.h"
+
+#define N 40
+
+static const zr_store_options test_opts = { .chunk_log2 = TEST_CHUNK_LOG2 };
+
+/* A dense "|u1" dataset of N records of `item` bytes: record i from seed i. */
+static zr_dataset *make_dense(scratch *sc, const char *name, uint64_t item, enum zr_codec codec) {
+        uint64_t shape[2] = { N, item };
+        uint8_t *data = malloc(N * item);
+        zr_dataset *ds;
+        zr_schema s;
+        zr_error err = {0};
+        int fd = scratch_child(sc, name);
+
+        for (uint64_t i = 0; i < N; i++)
+                gen_bytes(data + i * item, item, i);
+        ck_assert_int_eq(zr_schema_init_dense(&s, "|u1", &item, 1, codec, &err), 0);
+        ck_assert_msg(zr_dataset_create(fd, &s, NULL, 0, &test_opts, &ds, &err) == 0, "%s",
+                      err.message);
+        zr_batch b = { .dtype = "|u1", .data = data, .data_len = N * item, .shape = shape,
+                       .ndim = 2 };
+        ck_assert_msg(zr_dataset_append(ds, &b, NULL, &err) == 0, "%s", err.message);
+        close(fd);
+        free(data);
+        return ds;
+}
+
+/* A ragged "|u1" ndim-1 dataset: record i has 1 + i % 11 bytes of payload. */
+static zr_dataset *make_ragged(scratch *sc, const char *name, enum zr_codec codec) {
+        uint64_t lens[N], total = 0, at = 0;
+        uint8_t *data;
+        zr_dataset *ds;
+        zr_schema s;
+        zr_error err = {0};
+        int fd = scratch_child(sc, name);
+
+        for (uint64_t i = 0; i < N; i++)
+                total += lens[i] = 16 + 1 + i % 11;
+        data = malloc(total);
+        for (uint64_t i = 0; i < N; i++) {
+                uint64_t dim = 1 + i % 11;
+                zr_ragged_header_write(data + at, &dim, 1);
+                gen_bytes(data + at + 16, dim, 100 + i);
+                at += lens[i];
+        }
+        ck_assert_int_eq(zr_schema_init_ragged(&s, "|u1", 1, codec, &err), 0);
+        ck_assert_msg(zr_dataset_create(fd, &s, NULL, 0, &test_opts, &ds, &err) == 0, "%s",
+                      err.message);
+        zr_batch b = { .dtype = "|u1", .data = data, .data_len = total, .lens = lens,
+                       .nrecords = N };
+        ck_assert_msg(zr_dataset_append(ds, &b, NULL, &err) == 0, "%s", err.message);
+        close(fd);
+        free(data);
+        return ds;
+}
+
+/* Ragged: the layout is known before the read, records start at multiples of
+ * 8, padding between them is zeroed whatever the destination held, payload
+ * offsets carry `base`, and every payload and shape is the one written. */
+START_TEST(test_ragged_layout) {
+        for (int codec = ZR_CODEC_RAW; codec <= ZR_CODEC_ZSTD; codec++) {
+                scratch sc;
+                uint64_t idx[6] = { 3, 0, 39, 3, 12, 7 }, offs[6], lens[6], shapes[6];
+                uint64_t expect = 0, at = 0;
+                zr_error err = {0};
+
+                scratch_new(&sc);
+                zr_dataset *ds = make_ragged(&sc, "r", (enum zr_codec)codec);
+                zr_gather g = { .ds = ds, .idx = idx, .n = 6, .offsets = offs, .lengths = lens,
+                                .shapes = shapes };
+                ck_assert_msg(zr_gather_locate(&g, &err) == 0, "%s", err.message);
+                for (int k = 0; k < 6; k++) {
+                        expect = (expect + 7) / 8 * 8;
+                        ck_assert_uint_eq(offs[k], expect);
+                        expect += 16 + 1 + idx[k] % 11;
+                }
+                ck_assert_uint_eq(g.bytes, expect);
+                uint8_t *dst = malloc(g.bytes);
+                memset(dst, 0xff, g.bytes);
+                ck_assert_msg(zr_gather_read(&g, dst, 4096, NULL, NULL, &err) == 0, "%s",
+                              err.message);
+                for (int k = 0; k < 6; k++) {
+                        uint8_t want[16];
+                        uint64_t start = offs[k] - 4096 - 16;
+                        ck_assert_uint_eq(shapes[k], 1 + idx[k] % 11);
+                        ck_assert_uint_eq(lens[k], shapes[k]);
+                        ck_assert_uint_eq(start % 8, 0);
+                        for (; at < start; at++) /* the padding before record k */
+                                ck_assert_uint_eq(dst[at], 0);
+                        gen_bytes(want, lens[k], 100 + idx[k]);
+                        ck_assert_int_eq(memcmp(dst + start + 16, want, lens[k]), 0);
+                        at = start + 16 + lens[k];
+                }
+                ck_assert_uint_eq(at, g.bytes);
+                zr_gather_release(&g);
+                zr_gather_release(&g); /* idempotent */
+                free(dst);
+                zr_dataset_close(ds, NULL);
+                scratch_free(&sc);
+        }
+}
+END_TEST
+
+/* Through a cache: a compressed dataset's records miss once, then hit; a
+ * budget too small evicts; a raw dataset never looks; the bytes are always
+ * the records'. */
+START_TEST(test_cache) {
+        enum { ITEM = 64 };
+        uint64_t idx[N], hits = 0, misses = 0;
+        uint8_t dst[N * ITEM], want[ITEM];
+        zr_rcache *cache;
+        zr_pool *pool;
+        zr_error err = {0};
+        scratch sc;
+
+        scratch_new(&sc);
+        ck_assert_int_eq(zr_pool_new(2, &pool), 0);
+        ck_assert_int_eq(zr_rcache_new(1 << 20, &cache), 0);
+        zr_dataset *zs = make_dense(&sc, "z", ITEM, ZR_CODEC_ZSTD);
+        zr_dataset *raw = make_dense(&sc, "r", ITEM, ZR_CODEC_RAW);
+        for (uint64_t i = 0; i < N; i++)
+                idx[i] = (i * 7) % N;
+        for (int pass = 0; pass < 3; pass++) {
+                zr_gather g = { .ds = zs, .idx = idx, .n = N };
+                memset(dst, 0, sizeof(dst));
+                ck_assert_int_eq(zr_gather_locate(&g, &err), 0);
+                ck_assert_uint_eq(g.bytes, N * ITEM);
+                ck_assert_msg(zr_gather_read(&g, dst, 0, cache, pool, &err) == 0, "%s",
+                              err.message);
+                for (uint64_t i = 0; i < N; i++) {
+                        gen_bytes(want, ITEM, idx[i]);
+                        ck_assert_int_eq(memcmp(dst + i * ITEM, want, ITEM), 0);
+                }
+                ck_assert_uint_eq(g.hits, pass ? N : 0);
+                ck_assert_uint_eq(g.misses, pass ? 0 : N);
+                ck_assert_uint_eq(g.evictions, 0);
+                zr_gather_release(&g);
+        }
+        /* room for about 10 records: a pass over 40 evicts */
+        zr_rcache_set_budget(cache, 10 * (ITEM + ZR_RCACHE_ENTRY_OVERHEAD));
+        zr_gather g = { .ds = zs, .idx = idx, .n = N };
+        ck_assert_int_eq(zr_gather_locate(&g, &err), 0);
+        ck_assert_int_eq(zr_gather_read(&g, dst, 0, cache, pool, &err), 0);
+        hits += g.hits;
+        misses += g.misses;
+        ck_assert_uint_eq(hits + misses, N);
+        ck_assert_uint_gt(misses, 0);
+        ck_assert_uint_gt(g.evictions, 0);
+        zr_gather_release(&g);
+        /* raw: read straight from the store */
+        g = (zr_gather){ .ds = raw, .idx = idx, .n = N };
+        ck_assert_int_eq(zr_gather_locate(&g, &err), 0);
+        ck_assert_int_eq(zr_gather_read(&g, dst, 0, cache, pool, &err), 0);
+        ck_assert_uint_eq(g.hits + g.misses, 0);
+        gen_bytes(want, ITEM, idx[N - 1]);
+        ck_assert_int_eq(memcmp(dst + (N - 1) * ITEM, want, ITEM), 0);
+        zr_gather_release(&g);
+        zr_dataset_close(zs, NULL);
+        zr_dataset_close(raw, NULL);
+        zr_rcache_free(cache);
+        zr_pool_free(pool);
+        scratch_free(&sc);
+}
+END_TEST
+
+/* An index past the end is refused by locate, before anything is read. */
+START_TEST(test_range) {
+        scratch sc;
+        uint64_t idx[2] = { 1, N };
+        zr_error err = {0};
+
+        scratch_new(&sc);
+        zr_dataset *ds = make_dense(&sc, "d", 8, ZR_CODEC_RAW);
+        zr_gather g = { .ds = ds, .idx = idx, .n = 2 };
+        ck_assert_int_eq(zr_gather_locate(&g, &err), -ZR_E_RANGE);
+        ck_assert_int_eq(err.code, ZR_E_RANGE);
+        zr_gather_release(&g);
+        /* an empty batch spans nothing */
+        g = (zr_gather){ .ds = ds, .idx = idx, .n = 0 };
+        ck_assert_int_eq(zr_gather_locate(&g, NULL), 0);
+        ck_assert_uint_eq(g.bytes, 0);
+        ck_assert_int_eq(zr_gather_read(&g, NULL, 0, NULL, NULL, NULL), 0);
+        zr_gather_release(&g);
+        zr_dataset_close(ds, NULL);
+        scratch_free(&sc);
+}
+END_TEST
+
+int main(void) {
+        Suite *s = suite_create("batch");
+        TCase *tc = tcase_create("batch");
+        tcase_add_test(tc, test_ragged_layout);
+        tcase_add_test(tc, test_cache);
+        tcase_add_test(tc, test_range);
+        suite_add_tcase(s, tc);
+        SRunner *sr = srunner_create(s);
+        srunner_run_all(sr, CK_NORMAL);
+        int failed = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
