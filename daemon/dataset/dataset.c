@@ -443,6 +443,51 @@ int zr_dataset_sync(zr_dataset *ds, zr_error *err) {
         return zr_store_sync(ds->store, err);
 }
 
+/* The indices of the bad records from report->first_bad on, up to bad_max,
+ * one record at a time: runs only on a store that failed verification. */
+static size_t list_bad(zr_store *store, const zr_verify_report *report, uint64_t *bad,
+                       size_t bad_max) {
+        uint8_t *buf = NULL;
+        uint64_t cap = 0;
+        size_t nbad = 0;
+
+        for (uint64_t i = report->first_bad;
+             i < report->records && nbad < bad_max && nbad < report->bad; i++) {
+                zr_loc loc;
+                if (zr_store_locate(store, &i, 1, &loc, NULL) < 0) {
+                        bad[nbad++] = i;
+                        continue;
+                }
+                if (loc.logic_length > cap || !buf) {
+                        free(buf);
+                        cap = loc.logic_length ? loc.logic_length : 1;
+                        buf = malloc(cap);
+                        if (!buf)
+                                break;
+                }
+                void *dst = buf;
+                if (zr_store_gather_locs(store, &loc, 1, &dst, NULL) < 0)
+                        bad[nbad++] = i;
+        }
+        free(buf);
+        if (nbad == 0 && report->bad > 0 && bad_max > 0) /* only overlaps: the first */
+                bad[nbad++] = report->first_bad;
+        return nbad;
+}
+
+int zr_dataset_verify(zr_dataset *ds, zr_verify_report *ret, uint64_t *bad, size_t bad_max,
+                      size_t *ret_nbad, zr_error *err) {
+        zr_verify_report report = {0};
+        int r = zr_store_verify(ds->store, &report, err);
+
+        *ret_nbad = 0;
+        if ((r == -ZR_E_CORRUPT || r == -ZR_E_DECODE) && report.bad > 0)
+                *ret_nbad = list_bad(ds->store, &report, bad, bad_max);
+        if (ret)
+                *ret = report;
+        return r;
+}
+
 int zr_dataset_install_dict(zr_dataset *ds, const void *dict, size_t dict_len,
                             zr_error *err) {
         return zr_store_install_dict(ds->store, dict, dict_len, err);

@@ -142,6 +142,15 @@ int zr_dataset_compact(zr_dataset *ds, zr_compact_result *ret, zr_error *err);
 int zr_dataset_stats(zr_dataset *ds, zr_stats *ret, zr_error *err);
 int zr_dataset_sync(zr_dataset *ds, zr_error *err);
 
+/* Reads and checks every record (zr_store_verify()) and, when some are bad,
+ * lists up to bad_max of their indices in bad[0..*ret_nbad) by reading every
+ * record from the first bad one on (a store whose only fault is two records
+ * sharing bytes lists the first of them). Returns as zr_store_verify(): 0 if
+ * sound, -ZR_E_CORRUPT or -ZR_E_DECODE when records are bad (*err names the
+ * first), another code when the pass could not run. */
+int zr_dataset_verify(zr_dataset *ds, zr_verify_report *ret, uint64_t *bad, size_t bad_max,
+                      size_t *ret_nbad, zr_error *err);
+
 /* 1 if a dictionary is installed, else 0. */
 int zr_dataset_has_dict(const zr_dataset *ds);
 

@@ -178,8 +178,9 @@ int zr_dict_train_dense(const void *data, uint64_t record_bytes, size_t n,
         return r;
 }
 
-int zr_dict_train_store(zr_store *st, const zr_dict_tier_spec *spec, void **ret,
-                        size_t *ret_len, zr_error *err) {
+int zr_dict_train_dataset(zr_dataset *ds, const zr_dict_tier_spec *spec, void **ret,
+                          size_t *ret_len, zr_error *err) {
+        zr_store *st = zr_dataset_store(ds);
         uint64_t n = zr_store_length(st), m, total = 0;
         uint64_t *idx = NULL;
         zr_loc *locs = NULL;

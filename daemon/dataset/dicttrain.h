@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "store/store.h"
+#include "dataset/dataset.h"
 #include "util/error.h"
 
 enum zr_dict_tier {
@@ -63,9 +63,10 @@ int zr_dict_train_dense(const void *data, uint64_t record_bytes, size_t n,
                         const zr_dict_tier_spec *spec, void **ret, size_t *ret_len,
                         zr_error *err);
 
-/* As zr_dict_train() on the records of an open store (any codec: they are
- * gathered, so decoded). Reads only the sampled records. */
-int zr_dict_train_store(zr_store *s, const zr_dict_tier_spec *spec, void **ret,
-                        size_t *ret_len, zr_error *err);
+/* As zr_dict_train() on the records of an open dataset (any codec: they are
+ * gathered, so decoded). Reads only the sampled records. Take the dataset's
+ * lock shared around it. */
+int zr_dict_train_dataset(zr_dataset *ds, const zr_dict_tier_spec *spec, void **ret,
+                          size_t *ret_len, zr_error *err);
 
 #endif

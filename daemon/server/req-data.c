@@ -666,35 +666,6 @@ typedef struct store_state {
         size_t nbad;
 } store_state;
 
-/* The engine reports the first bad record; find the others (up to the list's
- * size) one record at a time. Runs only on a store that failed verification. */
-static void verify_list_bad(zr_store *store, store_state *st) {
-        uint8_t *buf = NULL;
-        uint64_t cap = 0;
-        for (uint64_t i = st->report.first_bad;
-             i < st->report.records && st->nbad < VERIFY_BAD_MAX && st->nbad < st->report.bad;
-             i++) {
-                zr_loc loc;
-                if (zr_store_locate(store, &i, 1, &loc, NULL) < 0) {
-                        st->bad[st->nbad++] = i;
-                        continue;
-                }
-                if (loc.logic_length > cap || !buf) {
-                        free(buf);
-                        cap = loc.logic_length ? loc.logic_length : 1;
-                        buf = malloc(cap);
-                        if (!buf)
-                                break;
-                }
-                void *dst = buf;
-                if (zr_store_gather_locs(store, &loc, 1, &dst, NULL) < 0)
-                        st->bad[st->nbad++] = i;
-        }
-        free(buf);
-        if (st->nbad == 0 && st->report.bad > 0) /* only overlaps: the engine's first */
-                st->bad[st->nbad++] = st->report.first_bad;
-}
-
 static void store_state_free(void *p) {
         store_state *st = p;
         if (!st)
@@ -756,11 +727,9 @@ static void verify_run(zr_job *job) {
         zr_request *rq = (zr_request *)job;
         store_state *st = rq->state;
         zr_error err = {0};
-        zr_store *store = zr_dataset_store(st->entry->ds);
         zr_dataset_lock(st->entry->ds, false);
-        int r = zr_store_verify(store, &st->report, &err);
-        if ((r == -ZR_E_CORRUPT || r == -ZR_E_DECODE) && st->report.bad > 0)
-                verify_list_bad(store, st);
+        int r = zr_dataset_verify(st->entry->ds, &st->report, st->bad, VERIFY_BAD_MAX, &st->nbad,
+                                  &err);
         zr_dataset_unlock(st->entry->ds);
         /* A corrupt record is a result, not an error; failing to run is an error. */
         if (r == -ZR_E_CORRUPT || r == -ZR_E_DECODE) {

@@ -42,8 +42,8 @@ static void train_run(zr_job *job) {
         int r;
         if (st->entry) {
                 zr_dataset_lock(st->entry->ds, false);
-                r = zr_dict_train_store(zr_dataset_store(st->entry->ds), st->spec, &st->dict,
-                                        &st->dict_len, &rq->err);
+                r = zr_dict_train_dataset(st->entry->ds, st->spec, &st->dict, &st->dict_len,
+                                          &rq->err);
                 zr_dataset_unlock(st->entry->ds);
         } else {
                 r = zr_dict_train((const uint8_t *)st->input.data + st->offset, st->sizes, st->n,

@@ -130,9 +130,8 @@ START_TEST(test_tokens_through_store) {
         ck_assert_int_eq(zr_dataset_append(raw, &b, NULL, &err), 0);
         void *dict = NULL;
         size_t dict_len = 0;
-        ck_assert_msg(zr_dict_train_store(zr_dataset_store(raw),
-                                          zr_dict_tier_get(ZR_DICT_TIER_SMALL), &dict, &dict_len,
-                                          &err) == 0, "%s", err.message);
+        ck_assert_msg(zr_dict_train_dataset(raw, zr_dict_tier_get(ZR_DICT_TIER_SMALL), &dict,
+                                            &dict_len, &err) == 0, "%s", err.message);
 
         s.codec = ZR_CODEC_ZSTD_DICT;
         ck_assert_int_eq(zr_dataset_create(dict_fd, &s, dict, dict_len, &test_opts, &withdict,
