@@ -37,7 +37,6 @@
 #include "loader/loader.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -68,9 +67,6 @@
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
-#endif
-#ifndef F_SEAL_FUTURE_WRITE
-#define F_SEAL_FUTURE_WRITE 0x0010 /* Linux 5.1 */
 #endif
 
 /* While a gather is parked on a stream's lock (a mutation holds it), the
@@ -1140,7 +1136,12 @@ static void rings_release(ring *list) {
         }
 }
 
-static int ring_create(zr_shm *ret, size_t bytes, zr_error *err);
+/* Creates a ring's memfd: sealed as every daemon-made region, but not
+ * pre-faulted here: populate() does that per slot on a worker (see there). */
+static int ring_create(zr_shm *ret, size_t bytes, zr_error *err) {
+        return zr_shm_create_flags("zrecord-ring", bytes, ZR_SHM_LAZY, ret, err);
+}
+
 static int spare_take(zr_loader_engine *e, size_t bytes, zr_shm *ret);
 
 /* Makes l's ring: nslots units of slot_bytes, each with its batch metadata
@@ -1209,8 +1210,6 @@ fail:
         ring_release(r);
         return res;
 }
-
-static int ring_create(zr_shm *ret, size_t bytes, zr_error *err);
 
 typedef struct spare_job {
         zr_loader_engine *e;
@@ -1338,44 +1337,6 @@ void zr_loader_engine_set_spare_bytes(zr_loader_engine *e, uint64_t bytes) {
         pthread_mutex_unlock(&e->mutex);
         spares_release(drop);
 }
-
-/* Creates the ring: a memfd of `bytes` (a multiple of the page size), mapped
- * read-write and sealed as zr_shm_create() does, but not pre-faulted here:
- * populate() does that per slot on a worker (see there). */
-static int ring_create(zr_shm *ret, size_t bytes, zr_error *err) {
-        zr_shm s = { .fd = -1 };
-        int r;
-
-        s.fd = memfd_create("zrecord-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-        if (s.fd < 0)
-                return zr_error_errno(err, errno, "memfd_create of a ring");
-        if (ftruncate(s.fd, (off_t)bytes) < 0) {
-                r = zr_error_errno(err, errno, "sizing a ring to %zu bytes", bytes);
-                goto fail;
-        }
-        s.data = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, s.fd, 0);
-        if (s.data == MAP_FAILED) {
-                s.data = NULL;
-                r = zr_error_errno(err, errno, "mapping a ring of %zu bytes", bytes);
-                goto fail;
-        }
-        s.size = bytes;
-        s.writable = 1;
-        /* our mapping exists, so FUTURE_WRITE keeps it writable and refuses any
-         * new writable one (a client's); older kernels lack it */
-        if ((fcntl(s.fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE) < 0 &&
-             fcntl(s.fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0) ||
-            fcntl(s.fd, F_ADD_SEALS, F_SEAL_SEAL) < 0) {
-                r = zr_error_errno(err, errno, "sealing a ring");
-                goto fail;
-        }
-        *ret = s;
-        return 0;
-fail:
-        zr_shm_release(&s);
-        return r;
-}
-
 
 static void loader_destroy(zr_loader *l) {
         if (!l)

@@ -3,7 +3,8 @@
  *
  * A daemon-made region is a memfd sized to a multiple of the page size, mapped
  * read-write by the daemon, pre-faulted (so a batch written later costs no page
- * faults), and sealed against shrink and grow (and against new writable mappings
+ * faults; a loader ring instead has its slots faulted in on the workers, one by
+ * one, ZR_SHM_LAZY), and sealed against shrink and grow (and against new writable mappings
  * where the kernel has F_SEAL_FUTURE_WRITE), then F_SEAL_SEAL. Its descriptor is
  * what the daemon passes to the client, which maps it read-only.
  *
@@ -34,6 +35,16 @@ size_t zr_shm_round(size_t bytes);
  * `name` (for /proc/PID/fd), mapped read-write, pre-faulted and sealed. Returns 0
  * and fills *ret, or -errno (ENOMEM, EMFILE, ...) with *err set. */
 int zr_shm_create(const char *name, size_t bytes, zr_shm *ret, zr_error *err);
+
+enum zr_shm_flags {
+        /* Not pre-faulted: its pages cost nothing until the caller touches them
+         * (or faults them in where it chooses, e.g. on other threads). */
+        ZR_SHM_LAZY = 1u << 0,
+};
+
+/* As zr_shm_create(), with `flags` (enum zr_shm_flags; 0 is zr_shm_create()). */
+int zr_shm_create_flags(const char *name, size_t bytes, unsigned flags, zr_shm *ret,
+                        zr_error *err);
 
 /* Maps a client-passed memfd read-only after checking that it is a memfd with
  * F_SEAL_WRITE, F_SEAL_SHRINK and F_SEAL_GROW (ZR_E_BAD_FD otherwise) and holds at

@@ -1,5 +1,6 @@
 /* test-shm.c: daemon-made regions are page-rounded, sealed and not writable by
- * anyone else; client-passed memfds are accepted only sealed and large enough. */
+ * anyone else, and pre-faulted unless made lazy; client-passed memfds are
+ * accepted only sealed and large enough. */
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -36,6 +37,35 @@ START_TEST(test_create_sealed) {
         ck_assert_uint_eq(zr_shm_round(0), 0);
         ck_assert_uint_eq(zr_shm_round(1), 4096);
         ck_assert_uint_eq(zr_shm_round(SIZE_MAX), 0);
+}
+END_TEST
+
+/* A lazy region is sealed as any, but none of its pages is resident until it is
+ * touched (a pre-faulted one has them all). */
+START_TEST(test_create_lazy) {
+        const size_t pages = 64;
+        unsigned char vec[64];
+        zr_shm s, p;
+        zr_error err = {0};
+        size_t resident = 0;
+
+        ck_assert_int_eq(zr_shm_create_flags("zr-lazy", pages * 4096, ZR_SHM_LAZY, &s, &err), 0);
+        ck_assert_uint_eq(s.size, pages * 4096);
+        ck_assert(fcntl(s.fd, F_GET_SEALS) & F_SEAL_SEAL);
+        ck_assert(fcntl(s.fd, F_GET_SEALS) & F_SEAL_GROW);
+        ck_assert_int_eq(mincore(s.data, s.size, vec), 0);
+        for (size_t i = 0; i < pages; i++)
+                resident += vec[i] & 1;
+        ck_assert_uint_eq(resident, 0);
+        ((unsigned char *)s.data)[5 * 4096] = 1;
+        ck_assert_int_eq(mincore(s.data, s.size, vec), 0);
+        ck_assert_int_eq(vec[5] & 1, 1);
+        ck_assert_int_eq(zr_shm_create("zr-eager", pages * 4096, &p, &err), 0);
+        ck_assert_int_eq(mincore(p.data, p.size, vec), 0);
+        for (size_t i = 0; i < pages; i++)
+                ck_assert_int_eq(vec[i] & 1, 1);
+        zr_shm_release(&p);
+        zr_shm_release(&s);
 }
 END_TEST
 
@@ -85,6 +115,7 @@ int main(void) {
         Suite *s = suite_create("shm");
         TCase *tc = tcase_create("core");
         tcase_add_test(tc, test_create_sealed);
+        tcase_add_test(tc, test_create_lazy);
         tcase_add_test(tc, test_map_sealed);
         suite_add_tcase(s, tc);
         SRunner *sr = srunner_create(s);
