@@ -1,29 +1,29 @@
 /* loader.c: the loader engine and its loaders (see loader.h for the model,
  * the threads, what is shared and the lock order).
  *
- * Storage and claims are separate. Storage is the units (slots) of rings; a
+ * Storage and claims are separate. Storage is the slots of rings; a
  * loader's group owns every ring of its members, and any member may fill any
- * free unit of them. A loader's claims are its entries, at most `nslots`: each
- * names the unit that holds (or is being filled with) one step the loader will
- * announce or has announced and not got back. A unit is free when no entry
+ * free slot of them. A loader holds at most `nslots` claims: each
+ * names the slot that holds (or is being filled with) one step the loader will
+ * announce or has announced and not got back. A slot is free when no claim
  * names it and no fill runs on it; it keeps its last batch until refilled, so a
  * member that reaches that step later takes it without a gather.
  *
- * Why a member below its claims always finds a free unit: the group's live
- * rings hold the sum of the live members' nslots units; each entry names one
- * unit, each member has at most nslots entries, so while one member has fewer,
- * the units named by entries are fewer than the units (a fill whose entries
- * were dropped, by an end or a close, occupies a unit for the rest of that
+ * Why a member below its claims always finds a free slot: the group's live
+ * rings hold the sum of the live members' nslots slots; each claim names one
+ * slot, each member has at most nslots claims, so while one member has fewer,
+ * the slots named by claims are fewer than the slots (a fill whose claims
+ * were dropped, by an end or a close, occupies a slot for the rest of that
  * fill only). So no member waits for another to release anything: a slow
  * member holds its own claims and nothing else.
  *
  * The engine's mutex guards every piece of scheduling state: the run queue
- * (loaders with a free entry and a step to claim), the ready queue (loaders
- * with an event to collect), the groups and their rings, each unit's state,
- * each loader's entries, steps, end and counters. Pool workers run drain tasks
- * that claim one (loader, unit, step) at a time under the mutex and fill it
+ * (loaders with a free claim and a step to claim), the ready queue (loaders
+ * with an event to collect), the groups and their rings, each slot's state,
+ * each loader's claims, steps, end and counters. Pool workers run drain tasks
+ * that claim one (loader, slot, step) at a time under the mutex and fill it
  * without the mutex; the loop thread polls, releases, opens and frees. A fill
- * writes only the unit it claimed. A fill never blocks on anything but the
+ * writes only the slot it claimed. A fill never blocks on anything but the
  * pool: stream locks are only tried (a busy one parks the fill with its claim).
  *
  * It assumes the daemon keeps each stream's dataset alive for the loader's
@@ -81,12 +81,6 @@
  * last few loaders closed (older spares go first). */
 #define LOADER_SPARES_MAX 4
 
-enum slot_state {
-        SLOT_FREE = 0,
-        SLOT_FILLING,
-        SLOT_READY,
-        SLOT_HELD,
-};
 typedef struct lstream {
         zr_loader_stream s;
         char name[64];        /* for messages */
@@ -99,60 +93,60 @@ typedef struct lstream {
 } lstream;
 
 typedef struct ring ring;
-typedef struct unit unit;
+typedef struct slot slot;
 
-/* A claimed piece of work: fill unit `u` with `step`, on behalf of `l` (the
+/* A claimed piece of work: fill slot `sl` with `step`, on behalf of `l` (the
  * member whose claim started it; another member takes it over if l closes
  * while it is parked). */
 typedef struct work {
         zr_loader *l;
-        unit *u;
+        slot *sl;
         uint64_t step;
 } work;
 
 /* A gather that found a stream's lock taken exclusive (a mutation in
  * progress): it keeps its claim and waits here, holding no worker, until
- * resume_parked(). One node per unit, allocated with the ring. */
+ * resume_parked(). One node per slot, allocated with the ring. */
 typedef struct parked_work {
         struct parked_work *next;
         work w;
 } parked_work;
 
 /* A slot of a ring. */
-struct unit {
+struct slot {
         ring *r;
         uint32_t index;       /* in r */
         int filling;          /* a fill is claimed on it (running or parked) */
         int has_content;      /* holds the complete batch of `step` */
         uint64_t step;        /* the step it holds or is being filled with */
-        unsigned refs;        /* entries that name it */
+        unsigned refs;        /* claims that name it */
         int populated;        /* its pages are faulted in (only its filler reads this) */
         uint64_t *indices;    /* batch_size */
         zr_loader_stream_batch *sb; /* nstreams */
         parked_work park;     /* its fill, while parked */
 };
 
-/* One memfd of nunits × slot_bytes, made by a loader at open. It belongs to
- * the loader's group: it outlives its loader while any entry names one of its
- * units or a fill runs on one (then `owner` is NULL: retiring, never filled
+/* One memfd of nslots × slot_bytes, made by a loader at open. It belongs to
+ * the loader's group: it outlives its loader while any claim names one of its
+ * slots or a fill runs on one (then `owner` is NULL: retiring, never filled
  * again, never announced to a new member). */
 struct ring {
         ring *next;           /* in group->rings */
         uint32_t id;
         zr_shm shm;
-        uint32_t nunits;
+        uint32_t nslots;
         uint64_t slot_bytes;
-        unit *units;
-        void *meta;           /* one allocation for every unit's arrays */
+        slot *slots;
+        void *meta;           /* one allocation for every slot's arrays */
         zr_loader *owner;
 };
 
 /* A loader's claim on a step. */
-typedef struct entry {
-        unit *u;              /* NULL: unused */
+typedef struct claim {
+        slot *sl;             /* NULL: unused */
         uint64_t step;
         int held;             /* announced: the client's until released */
-} entry;
+} claim;
 
 /* A ring made ahead, never passed to anyone, pre-faulted whole. */
 typedef struct spare {
@@ -178,7 +172,7 @@ struct zr_loader {
         uint32_t nslots;
         uint64_t slot_bytes;
         ring *own;            /* its ring (in g->rings); NULL once it left */
-        entry *entries;       /* nslots */
+        claim *claims;        /* nslots */
 
         /* ring ids announced to the client (its own first) */
         uint32_t *known;
@@ -274,15 +268,15 @@ static zr_loader *runq_pop(zr_loader_engine *e) {
         return l;
 }
 
-/* ---- units, entries and rings (engine mutex held) ---------------------------- */
+/* ---- slots, claims and rings (engine mutex held) ---------------------------- */
 
-static int unit_busy(const unit *u) {
-        return u->refs > 0 || u->filling;
+static int slot_busy(const slot *sl) {
+        return sl->refs > 0 || sl->filling;
 }
 
 static int ring_busy(const ring *r) {
-        for (uint32_t i = 0; i < r->nunits; i++)
-                if (unit_busy(&r->units[i]))
+        for (uint32_t i = 0; i < r->nslots; i++)
+                if (slot_busy(&r->slots[i]))
                         return 1;
         return 0;
 }
@@ -294,41 +288,41 @@ static ring *ring_by_id(const group *g, uint32_t id) {
         return NULL;
 }
 
-/* A unit of a live ring that holds `step` or is being filled with it. */
-static unit *unit_find(const group *g, uint64_t step) {
+/* A slot of a live ring that holds `step` or is being filled with it. */
+static slot *slot_find(const group *g, uint64_t step) {
         for (ring *r = g->rings; r; r = r->next) {
                 if (!r->owner)
                         continue;
-                for (uint32_t i = 0; i < r->nunits; i++) {
-                        unit *u = &r->units[i];
-                        if (u->step == step && (u->has_content || u->filling))
-                                return u;
+                for (uint32_t i = 0; i < r->nslots; i++) {
+                        slot *sl = &r->slots[i];
+                        if (sl->step == step && (sl->has_content || sl->filling))
+                                return sl;
                 }
         }
         return NULL;
 }
 
-/* A free unit of a live ring to fill: one whose pages are resident before one
+/* A free slot of a live ring to fill: one whose pages are resident before one
  * that never held a batch (members in step then use about one ring's memory,
  * and no fill pays a first touch it could avoid); among resident ones an empty
  * one, else the one with the oldest batch (members behind all still need the
  * newer batches; only the slowest needs the oldest). NULL if none. */
-static unit *unit_free(const group *g) {
-        unit *best = NULL;
+static slot *slot_pick(const group *g) {
+        slot *best = NULL;
         int best_rank = 0;
 
         for (ring *r = g->rings; r; r = r->next) {
                 if (!r->owner)
                         continue;
-                for (uint32_t i = 0; i < r->nunits; i++) {
-                        unit *u = &r->units[i];
+                for (uint32_t i = 0; i < r->nslots; i++) {
+                        slot *sl = &r->slots[i];
                         int rank;
-                        if (unit_busy(u))
+                        if (slot_busy(sl))
                                 continue;
-                        rank = !u->populated ? 1 : u->has_content ? 2 : 3;
+                        rank = !sl->populated ? 1 : sl->has_content ? 2 : 3;
                         if (rank > best_rank ||
-                            (rank == best_rank && rank == 2 && u->step < best->step)) {
-                                best = u;
+                            (rank == best_rank && rank == 2 && sl->step < best->step)) {
+                                best = sl;
                                 best_rank = rank;
                         }
                 }
@@ -336,27 +330,27 @@ static unit *unit_free(const group *g) {
         return best;
 }
 
-static int entry_free(const zr_loader *l) {
+static int claim_unused(const zr_loader *l) {
         for (uint32_t i = 0; i < l->nslots; i++)
-                if (!l->entries[i].u)
+                if (!l->claims[i].sl)
                         return (int)i;
         return -1;
 }
 
-/* Drops an entry. Returns 1 if its unit became free. */
-static int entry_drop(entry *en) {
-        unit *u = en->u;
+/* Drops a claim. Returns 1 if its slot became free. */
+static int claim_drop(claim *cl) {
+        slot *sl = cl->sl;
 
-        if (!u)
+        if (!sl)
                 return 0;
-        u->refs--;
-        *en = (entry){0};
-        return !unit_busy(u);
+        sl->refs--;
+        *cl = (claim){0};
+        return !slot_busy(sl);
 }
 
-static int names(const zr_loader *l, const unit *u) {
+static int claims_slot(const zr_loader *l, const slot *sl) {
         for (uint32_t i = 0; i < l->nslots; i++)
-                if (l->entries[i].u == u)
+                if (l->claims[i].sl == sl)
                         return 1;
         return 0;
 }
@@ -413,7 +407,7 @@ static int runnable(const zr_loader *l) {
          * (its shards) and arrives after one slot's fill, not two */
         if (l->inflight > 0 && l->c.gathers + l->c.shared == 0)
                 return 0;
-        return entry_free(l) >= 0;
+        return claim_unused(l) >= 0;
 }
 
 static void kick(zr_loader_engine *e);
@@ -434,17 +428,17 @@ static void maybe_run(zr_loader_engine *e, zr_loader *l) {
 }
 
 
-/* The entry whose batch is the next to announce, if it is filled. */
-static entry *announce_entry(zr_loader *l) {
+/* The claim whose batch is the next to announce, if it is filled. */
+static claim *announce_claim(zr_loader *l) {
         uint64_t step = l->start + l->ann_k;
 
         if (l->end_reachable && l->ann_k >= l->end_k)
                 return NULL;
         for (uint32_t i = 0; i < l->nslots; i++) {
-                entry *en = &l->entries[i];
-                if (en->u && !en->held && en->step == step && en->u->has_content &&
-                    !en->u->filling)
-                        return en;
+                claim *cl = &l->claims[i];
+                if (cl->sl && !cl->held && cl->step == step && cl->sl->has_content &&
+                    !cl->sl->filling)
+                        return cl;
         }
         return NULL;
 }
@@ -452,7 +446,7 @@ static entry *announce_entry(zr_loader *l) {
 static int has_event(zr_loader *l) {
         if (l->closing || l->end_delivered)
                 return 0;
-        if (announce_entry(l) || ring_news(l))
+        if (announce_claim(l) || ring_news(l))
                 return 1;
         return l->end_reachable && l->ann_k == l->end_k;
 }
@@ -538,13 +532,13 @@ static void resume_parked(zr_loader_engine *e) {
 }
 
 
-/* Requeues every member: a unit became free, or a batch some wait for came. */
+/* Requeues every member: a slot became free, or a batch some wait for came. */
 static void group_wake(zr_loader_engine *e, group *g) {
         for (zr_loader *m = g->members; m; m = m->g_next)
                 maybe_run(e, m);
 }
 
-/* Drops l's claims at or past its end (never announced). Returns 1 if a unit
+/* Drops l's claims at or past its end (never announced). Returns 1 if a slot
  * became free. */
 static int trim(zr_loader *l) {
         int freed = 0;
@@ -552,9 +546,9 @@ static int trim(zr_loader *l) {
         if (!l->end_reachable)
                 return 0;
         for (uint32_t i = 0; i < l->nslots; i++) {
-                entry *en = &l->entries[i];
-                if (en->u && !en->held && en->step - l->start >= l->end_k)
-                        freed |= entry_drop(en);
+                claim *cl = &l->claims[i];
+                if (cl->sl && !cl->held && cl->step - l->start >= l->end_k)
+                        freed |= claim_drop(cl);
         }
         return freed;
 }
@@ -586,23 +580,23 @@ static int reap(zr_loader_engine *e, group *g, ring **dead) {
 }
 
 
-/* Claims the next step of l. If a unit of a live ring of its group holds that
+/* Claims the next step of l. If a slot of a live ring of its group holds that
  * step or is being filled with it, l takes it (no work: returns 0, and sets
- * *notify if l got an event). Else it claims a free unit for a gather into *w
+ * *notify if l got an event). Else it claims a free slot for a gather into *w
  * and returns 1. Returns 0 with nothing done when l has nothing to claim now
- * or no unit is free (it is requeued when one frees). */
-static int claim(zr_loader_engine *e, zr_loader *l, work *w, int *notify) {
+ * or no slot is free (it is requeued when one frees). */
+static int claim_next(zr_loader_engine *e, zr_loader *l, work *w, int *notify) {
         char msg[ZR_ERROR_MESSAGE_MAX];
         uint64_t step;
-        unit *u;
+        slot *sl;
         int k;
 
         if (!runnable(l))
                 return 0;
         step = l->start + l->fill_k;
-        k = entry_free(l);
-        u = unit_find(l->g, step);
-        if (u) {
+        k = claim_unused(l);
+        sl = slot_find(l->g, step);
+        if (sl) {
                 /* a batch filled before a change is intact, but l would not
                  * have gathered it: end as its own gather would */
                 if (stale(l, msg, sizeof(msg))) {
@@ -610,8 +604,8 @@ static int claim(zr_loader_engine *e, zr_loader *l, work *w, int *notify) {
                         *notify |= maybe_ready(e, l);
                         return 0;
                 }
-                l->entries[k] = (entry){ .u = u, .step = step };
-                u->refs++;
+                l->claims[k] = (claim){ .sl = sl, .step = step };
+                sl->refs++;
                 l->fill_k++;
                 l->c.shared++;
                 e->t.shared++;
@@ -619,17 +613,17 @@ static int claim(zr_loader_engine *e, zr_loader *l, work *w, int *notify) {
                 *notify |= maybe_ready(e, l);
                 return 0;
         }
-        u = unit_free(l->g);
-        if (!u)
+        sl = slot_pick(l->g);
+        if (!sl)
                 return 0;
-        u->filling = 1;
-        u->has_content = 0;
-        u->step = step;
-        u->refs = 1;
-        l->entries[k] = (entry){ .u = u, .step = step };
+        sl->filling = 1;
+        sl->has_content = 0;
+        sl->step = step;
+        sl->refs = 1;
+        l->claims[k] = (claim){ .sl = sl, .step = step };
         l->fill_k++;
         l->inflight++;
-        *w = (work){ .l = l, .u = u, .step = step };
+        *w = (work){ .l = l, .sl = sl, .step = step };
         maybe_run(e, l);
         return 1;
 }
@@ -717,40 +711,40 @@ static void populate_shard(void *arg, size_t shard, size_t nshards) {
                 ((volatile uint8_t *)j->base)[k * ZR_SHM_ALIGN] = 0;
 }
 
-/* Pre-faults unit u before its first fill, on the workers, so that opening a
+/* Pre-faults slot sl before its first fill, on the workers, so that opening a
  * loader costs the loop thread no page faults and a fill writes into present
  * pages (a fresh shared page costs 1.7 to 5 us to fault on these VMs: 29 to
  * 80 ms per 64 MiB, measured, whether by MAP_POPULATE, MADV_POPULATE_WRITE or
  * touching; the steady state then costs none). Units that are never filled
  * are never faulted in: they cost no memory. */
-static void populate(zr_loader_engine *e, unit *u) {
-        const ring *r = u->r;
-        populate_job j = { .base = (uint8_t *)r->shm.data + (uint64_t)u->index * r->slot_bytes,
+static void populate(zr_loader_engine *e, slot *sl) {
+        const ring *r = sl->r;
+        populate_job j = { .base = (uint8_t *)r->shm.data + (uint64_t)sl->index * r->slot_bytes,
                            .bytes = r->slot_bytes };
 
-        if (u->populated)
+        if (sl->populated)
                 return;
         zr_pool_parallel(e->pool, zr_pool_shards(e->pool, (r->slot_bytes +
                                                             LOADER_POPULATE_SHARD - 1) /
                                                                    LOADER_POPULATE_SHARD),
                          populate_shard, &j);
-        u->populated = 1;
+        sl->populated = 1;
 }
 
-/* Gathers step w->step into unit w->u (the unit's metadata too). */
+/* Gathers step w->step into slot w->sl (the slot's metadata too). */
 static void fill_gather(zr_loader *l, const work *w, fill_result *res) {
-        unit *u = w->u;
-        uint64_t slot_off = (uint64_t)u->index * u->r->slot_bytes;
-        uint8_t *base = (uint8_t *)u->r->shm.data + slot_off;
+        slot *sl = w->sl;
+        uint64_t slot_off = (uint64_t)sl->index * sl->r->slot_bytes;
+        uint8_t *base = (uint8_t *)sl->r->shm.data + slot_off;
         zr_sampler_params sp = l->sp;
         zr_error err = {0};
         int r;
 
-        populate(l->e, u);
+        populate(l->e, sl);
         sp.step = w->step;
-        r = zr_sampler_indices(&sp, u->indices, &err);
+        r = zr_sampler_indices(&sp, sl->indices, &err);
         for (size_t i = 0; r >= 0 && i < l->nstreams; i++)
-                r = gather_stream(l, i, u->indices, base, slot_off, &u->sb[i], res, &err);
+                r = gather_stream(l, i, sl->indices, base, slot_off, &sl->sb[i], res, &err);
         if (r == -EBUSY)
                 res->busy = 1;
         else if (r < 0)
@@ -760,7 +754,7 @@ static void fill_gather(zr_loader *l, const work *w, fill_result *res) {
 /* Engine mutex held: applies a finished fill. Returns 1 if notify is due. */
 static int complete(zr_loader_engine *e, const work *w, const fill_result *res) {
         zr_loader *l = w->l;
-        unit *u = w->u;
+        slot *sl = w->sl;
         group *g = l->g;
         int notify = 0;
 
@@ -769,11 +763,11 @@ static int complete(zr_loader_engine *e, const work *w, const fill_result *res) 
         e->t.hits += res->hits;
         e->t.misses += res->misses;
         if (res->busy) {
-                /* keep the claim (the unit stays filling, members wait for it)
+                /* keep the claim (the slot stays filling, members wait for it)
                  * and park the work until resume_parked() */
-                u->park.w = *w;
-                u->park.next = e->parked;
-                e->parked = &u->park;
+                sl->park.w = *w;
+                sl->park.next = e->parked;
+                e->parked = &sl->park;
                 pthread_cond_signal(&e->parked_cond);
                 return 0;
         }
@@ -785,25 +779,25 @@ static int complete(zr_loader_engine *e, const work *w, const fill_result *res) 
         l->c.fill_seq = ++e->fills;
         l->c.gathers++;
         e->t.gathers++;
-        u->filling = 0;
+        sl->filling = 0;
         if (res->code) {
                 /* every member waiting for this batch ends at its step: the
                  * group's key makes it the same batch, so the same failure */
-                u->has_content = 0;
+                sl->has_content = 0;
                 for (zr_loader *m = g->members; m; m = m->g_next) {
-                        if (!names(m, u))
+                        if (!claims_slot(m, sl))
                                 continue;
-                        set_end(m, u->step - m->start, res->code, res->needed, res->msg);
+                        set_end(m, sl->step - m->start, res->code, res->needed, res->msg);
                         trim(m);
                         notify |= maybe_ready(e, m);
                 }
                 group_wake(e, g);
         } else {
-                u->has_content = 1;
+                sl->has_content = 1;
                 for (zr_loader *m = g->members; m; m = m->g_next)
-                        if (names(m, u))
+                        if (claims_slot(m, sl))
                                 notify |= maybe_ready(e, m);
-                if (!unit_busy(u))
+                if (!slot_busy(sl))
                         group_wake(e, g); /* nobody wanted it any more: free */
         }
         maybe_run(e, l);
@@ -824,7 +818,7 @@ static void drain_task(void *arg) {
                         e->resume = e->resume->next;
                         l = w.l;
                 } else if ((l = runq_pop(e))) {
-                        int notify = 0, r = claim(e, l, &w, &notify);
+                        int notify = 0, r = claim_next(e, l, &w, &notify);
                         if (notify && e->notify) {
                                 pthread_mutex_unlock(&e->mutex);
                                 e->notify(e->notify_userdata);
@@ -1118,10 +1112,10 @@ static int layout(zr_loader *l, const zr_loader_params *p, zr_error *err) {
 static void ring_release(ring *r) {
         if (!r)
                 return;
-        if (r->units)
-                for (uint32_t k = 0; k < r->nunits; k++)
-                        free(r->units[k].sb);
-        free(r->units);
+        if (r->slots)
+                for (uint32_t k = 0; k < r->nslots; k++)
+                        free(r->slots[k].sb);
+        free(r->slots);
         free(r->meta);
         zr_shm_release(&r->shm);
         free(r);
@@ -1144,7 +1138,7 @@ static int ring_create(zr_shm *ret, size_t bytes, zr_error *err) {
 
 static int spare_take(zr_loader_engine *e, size_t bytes, zr_shm *ret);
 
-/* Makes l's ring: nslots units of slot_bytes, each with its batch metadata
+/* Makes l's ring: nslots slots of slot_bytes, each with its batch metadata
  * (indices; ragged offsets, lengths, shapes), in one block. */
 static int ring_new(zr_loader *l, zr_error *err) {
         uint64_t B = l->sp.batch_size, per_slot = B, meta_words;
@@ -1162,43 +1156,43 @@ static int ring_new(zr_loader *l, zr_error *err) {
         if (!r)
                 return zr_error_errno(err, ENOMEM, "loader ring");
         r->shm.fd = -1;
-        r->nunits = l->nslots;
+        r->nslots = l->nslots;
         r->slot_bytes = l->slot_bytes;
         r->owner = l;
         r->meta = calloc(meta_words ? meta_words : 1, sizeof(uint64_t));
-        r->units = calloc(l->nslots, sizeof(unit));
-        if (!r->meta || !r->units) {
+        r->slots = calloc(l->nslots, sizeof(slot));
+        if (!r->meta || !r->slots) {
                 res = zr_error_errno(err, ENOMEM, "loader metadata");
                 goto fail;
         }
         m = r->meta;
-        for (uint32_t k = 0; k < r->nunits; k++) {
-                unit *u = &r->units[k];
-                u->r = r;
-                u->index = k;
-                u->sb = calloc(l->nstreams, sizeof(*u->sb));
-                if (!u->sb) {
+        for (uint32_t k = 0; k < r->nslots; k++) {
+                slot *sl = &r->slots[k];
+                sl->r = r;
+                sl->index = k;
+                sl->sb = calloc(l->nstreams, sizeof(*sl->sb));
+                if (!sl->sb) {
                         res = zr_error_errno(err, ENOMEM, "loader metadata");
                         goto fail;
                 }
-                u->indices = m;
+                sl->indices = m;
                 m += B;
                 for (size_t i = 0; i < l->nstreams; i++) {
                         lstream *st = &l->streams[i];
                         if (!st->ragged)
                                 continue;
-                        u->sb[i].ndim = st->schema->ndim;
-                        u->sb[i].offsets = m;
+                        sl->sb[i].ndim = st->schema->ndim;
+                        sl->sb[i].offsets = m;
                         m += B;
-                        u->sb[i].lengths = m;
+                        sl->sb[i].lengths = m;
                         m += B;
-                        u->sb[i].shapes = m;
+                        sl->sb[i].shapes = m;
                         m += B * st->schema->ndim;
                 }
         }
         if (spare_take(l->e, l->slot_bytes * l->nslots, &r->shm)) {
-                for (uint32_t k = 0; k < r->nunits; k++)
-                        r->units[k].populated = 1;
+                for (uint32_t k = 0; k < r->nslots; k++)
+                        r->slots[k].populated = 1;
         } else {
                 res = ring_create(&r->shm, l->slot_bytes * l->nslots, err);
                 if (res < 0)
@@ -1341,7 +1335,7 @@ void zr_loader_engine_set_spare_bytes(zr_loader_engine *e, uint64_t bytes) {
 static void loader_destroy(zr_loader *l) {
         if (!l)
                 return;
-        free(l->entries);
+        free(l->claims);
         free(l->known);
         free(l->streams);
         free(l);
@@ -1455,9 +1449,9 @@ int zr_loader_new(zr_loader_engine *e, const zr_loader_stream *streams, size_t n
         r = layout(l, p, err);
         if (r < 0)
                 goto fail;
-        l->entries = calloc(l->nslots, sizeof(*l->entries));
+        l->claims = calloc(l->nslots, sizeof(*l->claims));
         fresh = calloc(1, sizeof(*fresh));
-        if (!l->entries || !fresh) {
+        if (!l->claims || !fresh) {
                 r = zr_error_errno(err, ENOMEM, "loader");
                 goto fail;
         }
@@ -1504,7 +1498,7 @@ fail:
 
 
 /* Engine mutex held: l is closing; its parked gathers are either handed to
- * another member that waits for the same unit, or dropped (the unit is then
+ * another member that waits for the same slot, or dropped (the slot is then
  * free and empty). */
 static void unpark(zr_loader *l, parked_work **list) {
         for (parked_work **pp = list; *pp;) {
@@ -1515,7 +1509,7 @@ static void unpark(zr_loader *l, parked_work **list) {
                         continue;
                 }
                 for (zr_loader *m = l->g->members; m && !heir; m = m->g_next)
-                        if (m != l && !m->closing && names(m, p->w.u))
+                        if (m != l && !m->closing && claims_slot(m, p->w.sl))
                                 heir = m;
                 l->inflight--;
                 if (heir) {
@@ -1525,8 +1519,8 @@ static void unpark(zr_loader *l, parked_work **list) {
                         continue;
                 }
                 *pp = p->next;
-                p->w.u->filling = 0;
-                p->w.u->has_content = 0;
+                p->w.sl->filling = 0;
+                p->w.sl->has_content = 0;
         }
 }
 
@@ -1551,7 +1545,7 @@ zr_loader *zr_loader_free(zr_loader *l) {
         runq_remove(e, l);
         readyq_remove(e, l);
         for (uint32_t i = 0; i < l->nslots; i++)
-                entry_drop(&l->entries[i]);
+                claim_drop(&l->claims[i]);
         l->own->owner = NULL; /* retiring: freed once nothing uses it */
         l->own = NULL;
         g = l->g;
@@ -1620,13 +1614,13 @@ uint64_t zr_loader_length(const zr_loader *l) {
 static void ring_event(zr_loader_event *ev, const ring *r) {
         *ev = (zr_loader_event){ .kind = ZR_LOADER_EVENT_RING, .ring = r->id,
                                  .ring_data = r->shm.data, .fd = r->shm.fd,
-                                 .slots = r->nunits, .slot_bytes = r->slot_bytes,
-                                 .ring_bytes = (uint64_t)r->nunits * r->slot_bytes };
+                                 .slots = r->nslots, .slot_bytes = r->slot_bytes,
+                                 .ring_bytes = (uint64_t)r->nslots * r->slot_bytes };
 }
 
 int zr_loader_poll(zr_loader *l, zr_loader_event *ret) {
         zr_loader_engine *e = l->e;
-        entry *en;
+        claim *cl;
         int r = 0;
 
         pthread_mutex_lock(&e->mutex);
@@ -1652,9 +1646,9 @@ int zr_loader_poll(zr_loader *l, zr_loader_event *ret) {
                 r = 1;
                 goto out;
         }
-        en = announce_entry(l);
-        if (en) {
-                const ring *rg = en->u->r;
+        cl = announce_claim(l);
+        if (cl) {
+                const ring *rg = cl->sl->r;
                 if (!knows(l, rg->id)) {
                         /* a ring that retired after l took one of its batches */
                         if (know(l, rg->id) < 0)
@@ -1663,13 +1657,13 @@ int zr_loader_poll(zr_loader *l, zr_loader_event *ret) {
                         r = 1;
                         goto out;
                 }
-                en->held = 1;
-                *ret = (zr_loader_event){ .kind = ZR_LOADER_EVENT_BATCH, .step = en->step,
+                cl->held = 1;
+                *ret = (zr_loader_event){ .kind = ZR_LOADER_EVENT_BATCH, .step = cl->step,
                                           .ring = rg->id, .ring_data = rg->shm.data,
-                                          .slot = en->u->index,
+                                          .slot = cl->sl->index,
                                           .batch_size = l->sp.batch_size,
-                                          .nstreams = l->nstreams, .streams = en->u->sb,
-                                          .indices = en->u->indices };
+                                          .nstreams = l->nstreams, .streams = cl->sl->sb,
+                                          .indices = cl->sl->indices };
                 l->ann_k++;
                 l->c.batches++;
                 e->t.batches++;
@@ -1689,22 +1683,22 @@ out:
 int zr_loader_release(zr_loader *l, uint32_t ring_id, uint32_t slot_no, zr_error *err) {
         zr_loader_engine *e = l->e;
         ring *dead = NULL;
-        entry *en = NULL;
+        claim *cl = NULL;
         int r = 0, notify = 0;
 
         pthread_mutex_lock(&e->mutex);
         if (l->end_delivered)
                 goto out;
-        for (uint32_t i = 0; i < l->nslots && !en; i++)
-                if (l->entries[i].held && l->entries[i].u->r->id == ring_id &&
-                    l->entries[i].u->index == slot_no)
-                        en = &l->entries[i];
-        if (!en) {
+        for (uint32_t i = 0; i < l->nslots && !cl; i++)
+                if (l->claims[i].held && l->claims[i].sl->r->id == ring_id &&
+                    l->claims[i].sl->index == slot_no)
+                        cl = &l->claims[i];
+        if (!cl) {
                 r = zr_error_set(err, ZR_E_PROTO, "ring %u slot %u is not held by the client",
                                  ring_id, slot_no);
                 goto out;
         }
-        if (entry_drop(en))
+        if (claim_drop(cl))
                 group_wake(e, l->g);
         maybe_run(e, l);
         notify = reap(e, l->g, &dead);
