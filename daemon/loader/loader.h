@@ -2,6 +2,11 @@
  * work shared between identical loaders, a decoded-record cache, fair worker
  * time. PROTOCOL.md section 10 is the contract this layer fills.
  *
+ * It is four files, one concept each (loader-private.h says what they share):
+ * loader.c (the scheduler, and the functions below), group.c (groups of
+ * identical loaders and their pool of slots), ring.c (rings, pre-faulting,
+ * spare rings) and fill.c (the streams' slot layout and the fill of a slot).
+ *
  * Objects
  *
  *   zr_loader_engine  one per daemon. Owns the decoded-record cache (a byte

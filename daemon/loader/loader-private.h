@@ -1,0 +1,267 @@
+/* loader-private.h: what the loader engine's source files share, and nobody
+ * else: the engine's objects and the calls one part makes into another.
+ *
+ *   loader.c  the scheduler: the run and ready queues, claims, drain tasks,
+ *             parked gathers and the retry thread; the engine and the loaders
+ *             as loader.h shows them (open, poll, release, stop, free).
+ *   group.c   groups of identical loaders: membership, their rings as one
+ *             pool of slots, and which rings each member has been told of.
+ *   ring.c    rings and their slots' metadata, pre-faulting, spare rings.
+ *   fill.c    a loader's streams and slot layout, and the fill of one slot.
+ *
+ * Storage and claims are separate. Storage is the slots of rings; a loader's
+ * group owns every ring of its members, and any member may fill any free slot
+ * of them. A loader holds at most `nslots` claims: each names the slot that
+ * holds (or is being filled with) one step the loader will announce or has
+ * announced and not got back. A slot is free when no claim names it and no
+ * fill runs on it; it keeps its last batch until refilled, so a member that
+ * reaches that step later takes it without a gather.
+ *
+ * The engine's mutex guards every piece of scheduling state: the run queue
+ * (loaders with an unused claim and a step to claim), the ready queue (loaders
+ * with an event to collect), the groups and their rings, each slot's state,
+ * each loader's claims, steps, end and counters. Functions below that say
+ * "engine mutex held" are called with it; the others take what they need.
+ * Not for other layers: they use loader.h.
+ */
+#ifndef ZR_LOADER_PRIVATE_H
+#define ZR_LOADER_PRIVATE_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dataset/cache.h"
+#include "loader/loader.h"
+#include "util/shm.h"
+
+/* A stream of a loader, as fill.c sets it up at open. */
+typedef struct lstream {
+        zr_loader_stream s;
+        char name[64];        /* for messages */
+        const zr_schema *schema;
+        int ragged;
+        uint64_t item_bytes;  /* dense */
+        uint64_t open_gen;    /* the dataset's generation at open */
+        uint64_t offset;      /* region offset inside a slot */
+        uint64_t capacity;    /* region bytes */
+} lstream;
+
+typedef struct ring ring;
+typedef struct slot slot;
+
+/* A claimed piece of work: fill slot `sl` with `step`, on behalf of `l` (the
+ * member whose claim started it; another member takes it over if l closes
+ * while it is parked). */
+typedef struct work {
+        zr_loader *l;
+        slot *sl;
+        uint64_t step;
+} work;
+
+/* A gather that found a stream's lock taken exclusive (a mutation in
+ * progress): it keeps its claim and waits here, holding no worker, until the
+ * scheduler resumes it. One node per slot, allocated with the ring. */
+typedef struct parked_work {
+        struct parked_work *next;
+        work w;
+} parked_work;
+
+/* A slot of a ring. */
+struct slot {
+        ring *r;
+        uint32_t index;       /* in r */
+        int filling;          /* a fill is claimed on it (running or parked) */
+        int has_content;      /* holds the complete batch of `step` */
+        uint64_t step;        /* the step it holds or is being filled with */
+        unsigned refs;        /* claims that name it */
+        int populated;        /* its pages are faulted in (only its filler reads this) */
+        uint64_t *indices;    /* batch_size */
+        zr_loader_stream_batch *sb; /* nstreams */
+        parked_work park;     /* its fill, while parked */
+};
+
+/* One memfd of nslots × slot_bytes, made by a loader at open. It belongs to
+ * the loader's group: it outlives its loader while any claim names one of its
+ * slots or a fill runs on one (then `owner` is NULL: retiring, never filled
+ * again, never announced to a new member). */
+struct ring {
+        ring *next;           /* in group->rings */
+        uint32_t id;
+        zr_shm shm;
+        uint32_t nslots;
+        uint64_t slot_bytes;
+        slot *slots;
+        void *meta;           /* one allocation for every slot's arrays */
+        zr_loader *owner;
+};
+
+/* A loader's claim on a step. */
+typedef struct claim {
+        slot *sl;             /* NULL: unused */
+        uint64_t step;
+        int held;             /* announced: the client's until released */
+} claim;
+
+/* A ring made ahead, never passed to anyone, pre-faulted whole. */
+typedef struct spare {
+        struct spare *next;
+        zr_shm shm;
+} spare;
+
+/* Loaders with the same key (loader.h, "Shared work") and their rings. */
+typedef struct group {
+        struct group *next;
+        zr_loader *members;   /* linked by zr_loader.g_next */
+        size_t nmembers;
+        ring *rings;
+} group;
+
+struct zr_loader {
+        zr_loader_engine *e;
+        void *userdata;
+        size_t nstreams;
+        lstream *streams;
+        zr_sampler_params sp; /* step is set per gather */
+        uint64_t start;       /* start step */
+        uint64_t length;
+        uint32_t nslots;
+        uint64_t slot_bytes;
+        ring *own;            /* its ring (in g->rings); NULL once it left */
+        claim *claims;        /* nslots */
+
+        /* ring ids announced to the client (its own first) */
+        uint32_t *known;
+        size_t nknown, known_cap;
+
+        /* progress, as offsets from `start` */
+        uint64_t fill_k;      /* next step to claim */
+        uint64_t ann_k;       /* next step to announce */
+        uint64_t end_k;       /* END comes after ann_k reaches it */
+        int end_decided;      /* an error or a stop set end_k (else: domain end) */
+        int end_reachable;    /* end_k is meaningful (not start 0's 2^64) */
+        int end_delivered;
+        int end_code;
+        uint64_t end_needed;
+        char end_msg[ZR_ERROR_MESSAGE_MAX];
+
+        unsigned inflight;    /* fills claimed on its behalf and not completed */
+        int closing;
+        int in_runq, in_readyq;
+        zr_loader *run_prev, *run_next;
+        zr_loader *ready_next;
+        group *g;
+        zr_loader *g_next;
+        zr_loader_counters c;
+};
+
+struct zr_loader_engine {
+        pthread_mutex_t mutex;
+        pthread_cond_t idle;  /* a fill completed or a drain task ended */
+        pthread_cond_t parked_cond; /* a fill was parked, or stopping */
+        pthread_t retry_thread;
+        int stopping;
+        zr_pool *pool;
+        zr_rcache *cache;
+        zr_loader_notify_fn notify;
+        void *notify_userdata;
+        unsigned ndrain, drain_max;
+        int kick_pending;
+        zr_loader *run_head, *run_tail;
+        zr_loader *ready_head, *ready_tail;
+        parked_work *parked;  /* gathers waiting for a stream's lock */
+        parked_work *resume;  /* parked gathers to retry, before new claims */
+        group *groups;
+        uint32_t next_ring_id;
+        spare *spares;        /* ready spare rings */
+        uint64_t spare_max;   /* budget of spare rings, bytes */
+        uint64_t spare_reserved; /* ready and being made */
+        uint64_t spare_ready;
+        unsigned nspares;     /* ready spare rings (ring.c bounds them) */
+        unsigned nspare_tasks;
+        uint64_t nloaders;
+        uint64_t fills;       /* fills completed, all loaders */
+        zr_loader_engine_counters t;
+};
+
+/* The result of a fill. */
+typedef struct fill_result {
+        int code;             /* 0 or positive */
+        int busy;             /* a stream's lock was taken exclusive: park */
+        uint64_t needed;
+        char msg[ZR_ERROR_MESSAGE_MAX];
+        uint64_t hits, misses, bytes, evictions;
+} fill_result;
+
+/* A slot is busy while a claim names it or a fill runs on it. */
+static inline int slot_busy(const slot *sl) {
+        return sl->refs > 0 || sl->filling;
+}
+
+/* ---- loader.c: the scheduler (engine mutex held) ---------------------------- */
+
+/* Puts l at the tail of the run queue if it has work and is not queued. */
+void zr_sched_run(zr_loader_engine *e, zr_loader *l);
+/* Queues l for collection if it has an event. Returns 1 if notify is due. */
+int zr_sched_ready(zr_loader_engine *e, zr_loader *l);
+
+/* ---- group.c (engine mutex held) -------------------------------------------- */
+
+/* Joins the group of l's key (creating it from `fresh`, else freeing fresh),
+ * with its ring. Returns 1 if notify is due (the other members have a RING to
+ * collect). */
+int zr_group_join(zr_loader_engine *e, zr_loader *l, group *fresh);
+/* Leaves l's group; the last member unlinks it from the engine (the caller
+ * frees it once its rings are reaped). */
+void zr_group_leave(zr_loader_engine *e, zr_loader *l);
+/* Requeues every member: a slot became free, or a batch some wait for came. */
+void zr_group_wake(zr_loader_engine *e, group *g);
+/* Moves g's retiring rings that nothing uses any more to *dead (released by
+ * the caller, outside the mutex, with zr_rings_release()). Members that knew
+ * one get a RING_CLOSE: returns 1 if notify is due. */
+int zr_group_reap(zr_loader_engine *e, group *g, ring **dead);
+/* A slot of a live ring of g that holds `step` or is being filled with it. */
+slot *zr_group_find(const group *g, uint64_t step);
+/* A free slot of a live ring of g to fill, or NULL. */
+slot *zr_group_pick(const group *g);
+/* The ring of g with id `id`, or NULL. */
+ring *zr_group_ring(const group *g, uint32_t id);
+/* Whether l was told of ring `id`; telling it (-ENOMEM). */
+int zr_group_knows(const zr_loader *l, uint32_t id);
+int zr_group_know(zr_loader *l, uint32_t id);
+/* 1 if a ring l knows is gone or a live ring of its group is new to it. */
+int zr_group_news(const zr_loader *l);
+
+/* ---- ring.c ------------------------------------------------------------------ */
+
+/* Makes l->own: nslots slots of slot_bytes (a spare of that size if there is
+ * one), each with its batch metadata, in one block. Takes the engine mutex
+ * only to look for a spare. */
+int zr_ring_new(zr_loader *l, zr_error *err);
+/* Unmaps and frees a ring (NULL allowed), or a list of them: outside the
+ * engine mutex (munmap can take long). */
+void zr_ring_release(ring *r);
+void zr_rings_release(ring *list);
+/* Faults slot sl's pages in on the pool before its first fill (a worker, no
+ * lock held). */
+void zr_ring_populate(zr_loader_engine *e, slot *sl);
+/* Engine mutex held: starts making a spare ring of `bytes` on the pool if the
+ * budget allows. */
+void zr_spare_make(zr_loader_engine *e, size_t bytes);
+/* Releases a list of spares, outside the engine mutex. */
+void zr_spares_release(spare *list);
+
+/* ---- fill.c ------------------------------------------------------------------ */
+
+/* Sets up l's streams from streams[0..l->nstreams) and *p: each stream's
+ * length and generation read under its lock, the sampler's parameters, each
+ * stream's region and capacity and the slot size (errors as zr_loader_new()).
+ * No lock held. */
+int zr_fill_setup(zr_loader *l, const zr_loader_stream *streams, const zr_loader_params *p,
+                  zr_error *err);
+/* Fills slot w->sl with the batch of step w->step: every stream gathered into
+ * its region and the slot's metadata. On a worker, no lock held; a stream's
+ * lock it cannot take at once sets res->busy. */
+void zr_fill(zr_loader *l, const work *w, fill_result *res);
+
+#endif
