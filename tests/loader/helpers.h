@@ -1,5 +1,6 @@
-/* helpers.h: scratch stores, an engine woken through an eventfd, and event
- * collection for the loader suites. Header-only (static functions). Waiting is
+/* helpers.h: scratch stores, an engine woken through an eventfd, event
+ * collection, the fixture of three datasets and the checks of a batch against
+ * them, for the loader suites. Header-only (static functions). Waiting is
  * always on the eventfd the engine's notify() writes, never on a sleep. */
 #ifndef ZR_TESTS_LOADER_HELPERS_H
 #define ZR_TESTS_LOADER_HELPERS_H
@@ -19,6 +20,7 @@
 #include "dataset/ragged.h"
 #include "loader/loader.h"
 #include "util/pool.h"
+#include "zr-proto.h"
 
 /* Small chunk files: no 4 GiB sparse files in tests. */
 #define TEST_CHUNK_LOG2 22
@@ -225,6 +227,118 @@ static inline void expect_dense(zr_dataset *ds, const zr_sampler_params *base, u
         ck_assert_int_eq(zr_dataset_gather_dense(ds, idx, p.batch_size, dst,
                                                  p.batch_size * item, &err), 0);
         free(idx);
+}
+
+/* ---- the suites' fixture ------------------------------------------------ */
+
+/* The fixture's datasets: N_DENSE records each; "d" of ITEM bytes, "e" of 40,
+ * "r" ragged (ragged_shape()). */
+#define N_DENSE 300
+#define ITEM 96
+
+typedef struct fixture {
+        scratch sc;
+        rig g;
+        reg dense, dense2, ragged;
+} fixture;
+
+static inline void fixture_new(fixture *f, enum zr_codec codec, uint64_t cache_bytes) {
+        scratch_new(&f->sc);
+        rig_new(&f->g, 2, cache_bytes);
+        reg_init(&f->dense, make_dense(&f->sc, "d", N_DENSE, ITEM, codec, f->g.pool, 1));
+        reg_init(&f->dense2, make_dense(&f->sc, "e", N_DENSE, 40, codec, f->g.pool, 2));
+        reg_init(&f->ragged, make_ragged(&f->sc, "r", N_DENSE, codec, f->g.pool, 3));
+}
+
+static inline void fixture_free(fixture *f) {
+        rig_free(&f->g);
+        reg_fini(&f->dense);
+        reg_fini(&f->dense2);
+        reg_fini(&f->ragged);
+        scratch_free(&f->sc);
+}
+
+static inline zr_loader *open_loader(fixture *f, zr_loader_stream *st, size_t n,
+                              const zr_loader_params *p) {
+        zr_loader *l = NULL;
+        zr_error err = {0};
+        ck_assert_msg(zr_loader_new(f->g.e, st, n, p, NULL, &l, &err) == 0, "%s", err.message);
+        return l;
+}
+
+/* Checks one event's ragged stream against the generated records. */
+static inline void check_ragged(const zr_loader *l, const zr_loader_event *ev, size_t si, uint64_t tag) {
+        const zr_loader_stream_batch *sb = &ev->streams[si];
+        const uint8_t *ring = ev->ring_data;
+        uint8_t want[24 + 13 * 3 * 2];
+
+        ck_assert_uint_eq(sb->ndim, 2);
+        ck_assert_uint_eq(sb->offset, ev->slot * zr_loader_slot_bytes(l) +
+                                              zr_loader_stream_offset(l, si));
+        for (uint64_t i = 0; i < ev->batch_size; i++) {
+                uint64_t d[2], idx = ev->indices[i];
+                ragged_shape(idx, d);
+                ck_assert_uint_eq(sb->shapes[2 * i], d[0]);
+                ck_assert_uint_eq(sb->shapes[2 * i + 1], d[1]);
+                ck_assert_uint_eq(sb->lengths[i], d[0] * d[1] * 2);
+                ck_assert_uint_eq((sb->offsets[i] - 24) % ZR_RECORD_ALIGN, 0);
+                ck_assert_uint_ge(sb->offsets[i] - 24, sb->offset);
+                ck_assert_uint_le(sb->offsets[i] + sb->lengths[i], sb->offset + sb->bytes);
+                zr_ragged_header_write(want, d, 2);
+                gen_record(want + 24, sb->lengths[i], tag, idx);
+                ck_assert_int_eq(memcmp(ring + sb->offsets[i] - 24, want, 24 + sb->lengths[i]), 0);
+        }
+}
+
+/* Checks a dense stream's region against a direct gather of the same step. */
+static inline void check_dense(const zr_loader *l, const zr_loader_event *ev, size_t si, reg *r,
+                        uint64_t item, const zr_sampler_params *sp) {
+        const zr_loader_stream_batch *sb = &ev->streams[si];
+        const uint8_t *ring = ev->ring_data;
+        uint8_t *want = malloc(ev->batch_size * item);
+
+        ck_assert_uint_eq(sb->bytes, ev->batch_size * item);
+        ck_assert_ptr_null(sb->offsets);
+        expect_dense(r->ds, sp, ev->step, want, item);
+        ck_assert_int_eq(memcmp(ring + sb->offset, want, sb->bytes), 0);
+        free(want);
+}
+
+/* Copies the used bytes of every stream of a batch, for comparisons. */
+static inline uint8_t *batch_bytes(const zr_loader *l, const zr_loader_event *ev, size_t *ret_len) {
+        const uint8_t *ring = ev->ring_data;
+        size_t len = 0, at = 0;
+        uint8_t *p;
+
+        for (size_t i = 0; i < ev->nstreams; i++)
+                len += ev->streams[i].bytes;
+        p = malloc(len + ev->batch_size * 8);
+        for (size_t i = 0; i < ev->nstreams; i++) {
+                memcpy(p + at, ring + ev->streams[i].offset, ev->streams[i].bytes);
+                at += ev->streams[i].bytes;
+        }
+        memcpy(p + at, ev->indices, ev->batch_size * 8);
+        *ret_len = len + ev->batch_size * 8;
+        return p;
+}
+
+/* Runs tests[0..n) as the suite `name` (300 s each at most) and returns the
+ * process's exit status. */
+static inline int run_suite(const char *name, const TTest *const *tests, size_t n) {
+        Suite *s = suite_create(name);
+        TCase *tc = tcase_create(name);
+        SRunner *sr;
+        int failed;
+
+        tcase_set_timeout(tc, 300);
+        for (size_t i = 0; i < n; i++)
+                tcase_add_test(tc, tests[i]);
+        suite_add_tcase(s, tc);
+        sr = srunner_create(s);
+        srunner_run_all(sr, CK_NORMAL);
+        failed = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }
 
 #endif
