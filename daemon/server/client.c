@@ -77,11 +77,7 @@ struct zr_client {
         unsigned unanswered;      /* read and not yet answered, the running one included */
         zr_request *running;
 
-        zr_handle *handles;       /* sorted by id */
-        uint32_t nhandles, cap;
-        uint32_t next_handle;
-        uint32_t nloaders;
-        uint64_t shm_bytes;
+        zr_handles handles;
 };
 
 static void client_pump(zr_client *c);
@@ -117,7 +113,6 @@ static zr_request *request_free(zr_request *rq) {
 static void client_unref(zr_client *c) {
         if (--c->refs > 0)
                 return;
-        free(c->handles);
         free(c);
 }
 
@@ -221,84 +216,6 @@ static void request_finished(zr_client *c, zr_request *rq) {
         }
 }
 
-/* ---- handles ------------------------------------------------------------- */
-
-static zr_handle *handle_find(zr_client *c, uint32_t id) {
-        uint32_t lo = 0, hi = c->nhandles;
-        while (lo < hi) {
-                uint32_t mid = lo + (hi - lo) / 2;
-                if (c->handles[mid].id == id)
-                        return &c->handles[mid];
-                if (c->handles[mid].id < id)
-                        lo = mid + 1;
-                else
-                        hi = mid;
-        }
-        return NULL;
-}
-
-static void handle_release(zr_client *c, zr_handle *h) {
-        switch (h->type) {
-        case ZR_HANDLE_DATASET:
-                zr_entry_unref(h->entry);
-                break;
-        case ZR_HANDLE_SET:
-                zr_set_free(h->set);
-                break;
-        case ZR_HANDLE_BUFFER:
-                c->shm_bytes -= h->buffer->shm.size;
-                c->srv->counters.shm_bytes -= h->buffer->shm.size;
-                zr_buffer_unref(h->buffer);
-                break;
-        case ZR_HANDLE_LOADER: {
-                uint64_t bytes = zr_lhandle_ring_bytes(h->loader);
-                c->shm_bytes -= bytes;
-                c->srv->counters.shm_bytes -= bytes;
-                c->srv->counters.loaders--;
-                c->nloaders--;
-                zr_lhandle_free(h->loader);
-                break;
-        }
-        }
-        c->srv->counters.handles--;
-}
-
-static void client_close_all_handles(zr_client *c) {
-        for (uint32_t i = 0; i < c->nhandles; i++)
-                handle_release(c, &c->handles[i]);
-        c->nhandles = 0;
-}
-
-zr_buffer *zr_buffer_ref(zr_buffer *b) {
-        if (b)
-                b->refs++;
-        return b;
-}
-
-zr_buffer *zr_buffer_unref(zr_buffer *b) {
-        if (!b || --b->refs > 0)
-                return NULL;
-        zr_shm_release(&b->shm);
-        free(b);
-        return NULL;
-}
-
-zr_set *zr_set_free(zr_set *set) {
-        if (!set)
-                return NULL;
-        for (uint32_t i = 0; i < set->n; i++) {
-                if (set->entries)
-                        zr_entry_unref(set->entries[i]);
-                if (set->names)
-                        free(set->names[i]);
-        }
-        free(set->entries);
-        free(set->names);
-        free(set->handles);
-        free(set);
-        return NULL;
-}
-
 /* ---- request.h ----------------------------------------------------------- */
 
 zr_server *zr_request_server(const zr_request *rq) {
@@ -318,11 +235,7 @@ int zr_request_fail(zr_request *rq, int code, const char *fmt, ...) {
 
 zr_handle *zr_request_handle(zr_request *rq, const char *field, uint32_t id,
                              enum zr_handle_type type) {
-        static const char *const names[] = {
-                [ZR_HANDLE_DATASET] = "dataset", [ZR_HANDLE_SET] = "set",
-                [ZR_HANDLE_BUFFER] = "buffer", [ZR_HANDLE_LOADER] = "loader",
-        };
-        zr_handle *h = handle_find(rq->client, id);
+        zr_handle *h = zr_handles_find(&rq->client->handles, id);
         if (!h) {
                 zr_request_fail(rq, ZR_E_NO_HANDLE, "field '%s': handle %u names nothing",
                                 field, id);
@@ -330,14 +243,15 @@ zr_handle *zr_request_handle(zr_request *rq, const char *field, uint32_t id,
         }
         if (h->type != type) {
                 zr_request_fail(rq, ZR_E_NO_HANDLE, "field '%s': handle %u is a %s, not a %s",
-                                field, id, names[h->type], names[type]);
+                                field, id, zr_handle_type_name(h->type),
+                                zr_handle_type_name(type));
                 return NULL;
         }
         return h;
 }
 
 zr_handle *zr_request_handle2(zr_request *rq, const char *field, uint32_t id) {
-        zr_handle *h = handle_find(rq->client, id);
+        zr_handle *h = zr_handles_find(&rq->client->handles, id);
         if (!h || (h->type != ZR_HANDLE_DATASET && h->type != ZR_HANDLE_SET)) {
                 zr_request_fail(rq, ZR_E_NO_HANDLE, "field '%s': handle %u %s", field, id,
                                 h ? "is not a dataset or set" : "names nothing");
@@ -348,55 +262,20 @@ zr_handle *zr_request_handle2(zr_request *rq, const char *field, uint32_t id) {
 
 int zr_request_add_handle(zr_request *rq, const zr_handle *h) {
         zr_client *c = rq->client;
-        if (c->nhandles >= c->lim.handles_max)
-                return zr_request_fail(rq, ZR_E_LIMIT, "%u handles open: the limit is %u",
-                                       c->nhandles, c->lim.handles_max);
-        if (c->next_handle == UINT32_MAX)
-                return zr_request_fail(rq, ZR_E_LIMIT, "handle numbers exhausted");
-        if (c->nhandles == c->cap) {
-                uint32_t cap = c->cap ? c->cap * 2 : 16;
-                zr_handle *n = realloc(c->handles, cap * sizeof(*n));
-                if (!n)
-                        return zr_request_fail(rq, ENOMEM, "no memory for a handle");
-                c->handles = n;
-                c->cap = cap;
-        }
-        zr_handle *slot = &c->handles[c->nhandles++];
-        *slot = *h;
-        slot->id = c->next_handle++;
-        c->srv->counters.handles++;
-        if (slot->type == ZR_HANDLE_LOADER)
-                c->nloaders++;
-        return (int)slot->id;
+        return zr_handles_add(&c->handles, h, c->lim.handles_max, &rq->err);
 }
 
 void zr_request_close_handle(zr_request *rq, uint32_t id) {
-        zr_client *c = rq->client;
-        zr_handle *h = handle_find(c, id);
-        if (!h)
-                return;
-        handle_release(c, h);
-        size_t i = (size_t)(h - c->handles);
-        memmove(h, h + 1, (c->nhandles - i - 1) * sizeof(*h));
-        c->nhandles--;
+        zr_handles_close(&rq->client->handles, id);
 }
 
 int zr_request_shm_reserve(zr_request *rq, uint64_t bytes) {
         zr_client *c = rq->client;
-        if (bytes > c->lim.shm_max || c->shm_bytes > c->lim.shm_max - bytes)
-                return zr_request_fail(rq, ZR_E_LIMIT, "%llu bytes of shared memory would pass "
-                                       "the limit of %llu (%llu in use)",
-                                       (unsigned long long)bytes,
-                                       (unsigned long long)c->lim.shm_max,
-                                       (unsigned long long)c->shm_bytes);
-        c->shm_bytes += bytes;
-        c->srv->counters.shm_bytes += bytes;
-        return 0;
+        return zr_handles_shm_reserve(&c->handles, bytes, c->lim.shm_max, &rq->err);
 }
 
 void zr_request_shm_release(zr_request *rq, uint64_t bytes) {
-        rq->client->shm_bytes -= bytes;
-        rq->client->srv->counters.shm_bytes -= bytes;
+        zr_handles_shm_release(&rq->client->handles, bytes);
 }
 
 int zr_request_take_fd(zr_request *rq, unsigned i) {
@@ -406,7 +285,7 @@ int zr_request_take_fd(zr_request *rq, unsigned i) {
 }
 
 uint32_t zr_request_loaders(const zr_request *rq) {
-        return rq->client->nloaders;
+        return rq->client->handles.nloaders;
 }
 
 uint32_t zr_request_loaders_max(const zr_request *rq) {
@@ -415,7 +294,8 @@ uint32_t zr_request_loaders_max(const zr_request *rq) {
 
 uint64_t zr_request_shm_left(const zr_request *rq) {
         const zr_client *c = rq->client;
-        return c->shm_bytes >= c->lim.shm_max ? 0 : c->lim.shm_max - c->shm_bytes;
+        return c->handles.shm_bytes >= c->lim.shm_max ? 0 :
+                                                        c->lim.shm_max - c->handles.shm_bytes;
 }
 
 zr_client *zr_request_client(const zr_request *rq) {
@@ -435,9 +315,9 @@ bool zr_client_gone(const zr_client *c) {
 }
 
 void zr_client_put_loaders(zr_client *c, zr_wire_writer *w) {
-        for (uint32_t i = 0; i < c->nhandles; i++)
-                if (c->handles[i].type == ZR_HANDLE_LOADER)
-                        zr_lhandle_put_status(c->handles[i].loader, w, c->pid);
+        for (uint32_t i = 0; i < c->handles.n; i++)
+                if (c->handles.v[i].type == ZR_HANDLE_LOADER)
+                        zr_lhandle_put_status(c->handles.v[i].loader, w, c->pid);
 }
 
 uid_t zr_request_uid(const zr_request *rq) {
@@ -757,7 +637,7 @@ static void handle_release_notification(zr_client *c, zr_request *rq, const char
                 client_fault(c, ZR_E_PROTO, false, "release: %s", werr.message);
                 return;
         }
-        zr_handle *h = handle_find(c, id);
+        zr_handle *h = zr_handles_find(&c->handles, id);
         if (!h || h->type != ZR_HANDLE_LOADER) {
                 client_fault(c, ZR_E_NO_HANDLE, false, "release: handle %u is not a loader", id);
                 return;
@@ -869,7 +749,7 @@ static void client_gone(zr_client *c, const char *why) {
                 request_free(rq);
         }
         c->q_tail = NULL;
-        client_close_all_handles(c);
+        zr_handles_fini(&c->handles);
         c->conn = zr_conn_free(c->conn);
         zr_server_client_gone(srv, c);
         client_unref(c);
@@ -931,7 +811,7 @@ int zr_client_new(zr_server *srv, int fd, zr_client **ret) {
         c->srv = srv;
         c->refs = 1;
         c->serial = ++srv->next_client;
-        c->next_handle = 1;
+        zr_handles_init(&c->handles, &srv->counters);
         /* Until HELLO: the floor every daemon accepts (PROTOCOL.md section 2) for
          * what the client may send, the configured limits otherwise. */
         c->lim.frame_max = srv->cfg.max_frame_bytes;
@@ -960,9 +840,9 @@ void zr_client_drain(zr_client *c) {
                 return;
         c->draining = true;
         client_update_reading(c);
-        for (uint32_t i = 0; i < c->nhandles; i++)
-                if (c->handles[i].type == ZR_HANDLE_LOADER)
-                        zr_lhandle_shutdown(c->handles[i].loader);
+        for (uint32_t i = 0; i < c->handles.n; i++)
+                if (c->handles.v[i].type == ZR_HANDLE_LOADER)
+                        zr_lhandle_shutdown(c->handles.v[i].loader);
         /* Queued requests get ZR_E_SHUTDOWN in order, after the running one. */
         client_pump(c);
         if (!c->q_head && !c->running && !c->closing) {
@@ -983,7 +863,7 @@ zr_client *zr_client_next(zr_client *c) {
 }
 
 uint32_t zr_client_handles(const zr_client *c) {
-        return c->nhandles;
+        return c->handles.n;
 }
 
 /* The server links sessions through this. */

@@ -4,8 +4,9 @@
  * features, the limits in force), the pipeline (requests execute one at a time
  * in the order they were read; reading pauses at ZR_PIPELINE_MAX unanswered or
  * while the client does not read its replies), descriptor counts checked before
- * anything else, strikes, the handle table and the shared-memory budget, and
- * complete reclamation when the client goes away at any point.
+ * anything else, strikes, a handle table with its shared-memory budget
+ * (handles.h), and complete reclamation when the client goes away at any
+ * point.
  *
  * Lifetime: the session holds one reference for its connection and each
  * request executing on the pool holds another, so a job that completes after

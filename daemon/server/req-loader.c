@@ -307,7 +307,6 @@ int zr_handle_loader_open(zr_request *rq) {
                 goto fail;
         }
         lh->id = (uint32_t)id;
-        srv->counters.loaders++;
         zr_loader *l = lh->loader;
         zr_wire_writer w;
         zr_reply_begin(rq, &w);

@@ -1,4 +1,5 @@
-/* request.h: what request handlers see of a session (client.c) and its handles.
+/* request.h: what request handlers see of a session (client.c) and its handles
+ * (handles.h).
  *
  * A handler gets a validated request (zr_msg_check() passed, the descriptors it
  * takes are in rq->fds, in order) and either answers it at once or starts a
@@ -18,6 +19,7 @@
 #include <stdint.h>
 
 #include "message.h"
+#include "server/handles.h"
 #include "server/registry.h"
 #include "server/server.h"
 #include "server/work.h"
@@ -27,41 +29,6 @@
 
 #define ZR_RQ_DONE 1
 #define ZR_RQ_PENDING 2
-
-enum zr_handle_type {
-        ZR_HANDLE_DATASET = 1,
-        ZR_HANDLE_SET,
-        ZR_HANDLE_BUFFER,
-        ZR_HANDLE_LOADER,
-};
-
-typedef struct zr_lhandle zr_lhandle; /* req-loader.c */
-
-/* A read buffer: daemon-made shared memory. Referenced by its handle and by a
- * READ in flight, so a client gone mid-READ cannot unmap it under the worker. */
-typedef struct zr_buffer {
-        unsigned refs;  /* loop thread */
-        zr_shm shm;
-} zr_buffer;
-
-typedef struct zr_set {
-        uint32_t n;
-        char **names;
-        zr_entry **entries; /* one reference each */
-        uint32_t *handles;  /* each stream's own dataset handle */
-} zr_set;
-
-typedef struct zr_handle {
-        uint32_t id;
-        enum zr_handle_type type;
-        bool writable;
-        union {
-                zr_entry *entry;   /* DATASET: one reference */
-                zr_set *set;       /* SET */
-                zr_buffer *buffer; /* BUFFER: one reference */
-                zr_lhandle *loader; /* LOADER: owned */
-        };
-} zr_handle;
 
 typedef struct zr_client zr_client;
 typedef struct zr_request zr_request;
@@ -171,11 +138,6 @@ void zr_put_schema(zr_wire_writer *w, const char *key, const zr_schema *s);
 
 /* Puts the fields of a STATS reply. */
 void zr_put_stats(zr_wire_writer *w, const zr_stats *s);
-
-/* Buffers. */
-zr_buffer *zr_buffer_ref(zr_buffer *b);
-zr_buffer *zr_buffer_unref(zr_buffer *b);
-zr_set *zr_set_free(zr_set *set);
 
 /* ---- handlers ------------------------------------------------------------ */
 

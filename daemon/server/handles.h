@@ -1,0 +1,103 @@
+/* handles.h: a session's handle table and its shared-memory budget.
+ *
+ * A handle is the number a client uses for something the daemon holds on its
+ * behalf: a dataset (a registry reference), a multi-stream set, a read buffer
+ * or a loader. Numbers start at 1 and are never reused on one connection. The
+ * table owns what its handles hold: closing a handle drops its references, and
+ * the bytes of shared memory it held go back to the budget. The budget counts
+ * buffers and rings against the session's limit; the table keeps the daemon's
+ * totals (handles, shared memory, loaders: STATUS) in step with its own.
+ *
+ * Loop thread only. It does not know about requests or limits beyond the ones
+ * it is given.
+ */
+#ifndef ZR_SERVER_HANDLES_H
+#define ZR_SERVER_HANDLES_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "server/registry.h"
+#include "server/server.h"
+#include "util/error.h"
+#include "util/shm.h"
+
+enum zr_handle_type {
+        ZR_HANDLE_DATASET = 1,
+        ZR_HANDLE_SET,
+        ZR_HANDLE_BUFFER,
+        ZR_HANDLE_LOADER,
+};
+
+typedef struct zr_lhandle zr_lhandle; /* req-loader.c */
+
+/* A read buffer: daemon-made shared memory. Referenced by its handle and by a
+ * READ in flight, so a client gone mid-READ cannot unmap it under the worker. */
+typedef struct zr_buffer {
+        unsigned refs;  /* loop thread */
+        zr_shm shm;
+} zr_buffer;
+
+typedef struct zr_set {
+        uint32_t n;
+        char **names;
+        zr_entry **entries; /* one reference each */
+        uint32_t *handles;  /* each stream's own dataset handle */
+} zr_set;
+
+typedef struct zr_handle {
+        uint32_t id;
+        enum zr_handle_type type;
+        bool writable;
+        union {
+                zr_entry *entry;    /* DATASET: one reference */
+                zr_set *set;        /* SET */
+                zr_buffer *buffer;  /* BUFFER: one reference */
+                zr_lhandle *loader; /* LOADER: owned */
+        };
+} zr_handle;
+
+typedef struct zr_handles {
+        zr_handle *v;               /* sorted by id */
+        uint32_t n, cap, next_id;
+        uint32_t nloaders;
+        uint64_t shm_bytes;         /* buffers and rings */
+        zr_server_counters *totals; /* the daemon's */
+} zr_handles;
+
+/* An empty table whose changes are counted in *totals too. */
+void zr_handles_init(zr_handles *t, zr_server_counters *totals);
+
+/* Closes every handle and frees the table. */
+void zr_handles_fini(zr_handles *t);
+
+/* The handle `id`, or NULL. */
+zr_handle *zr_handles_find(zr_handles *t, uint32_t id);
+
+/* The name of a type ("dataset", "set", "buffer", "loader"). */
+const char *zr_handle_type_name(enum zr_handle_type type);
+
+/* Adds a copy of *h with the next number, taking what it holds. Returns the
+ * number, or -ZR_E_LIMIT (`max` handles open, or the numbers are used up) or
+ * -ENOMEM with *err set (then *h is still the caller's). */
+int zr_handles_add(zr_handles *t, const zr_handle *h, uint32_t max, zr_error *err);
+
+/* Closes handle `id` (nothing if none). */
+void zr_handles_close(zr_handles *t, uint32_t id);
+
+/* Counts `bytes` of shared memory against the budget `max`: 0, or
+ * -ZR_E_LIMIT with *err set. A buffer's or ring's handle gives its bytes back
+ * when it closes; zr_handles_shm_release() gives back a reservation that
+ * never became a handle. */
+int zr_handles_shm_reserve(zr_handles *t, uint64_t bytes, uint64_t max, zr_error *err);
+void zr_handles_shm_release(zr_handles *t, uint64_t bytes);
+
+/* Buffers are referenced by their handle and by the READs in flight. */
+zr_buffer *zr_buffer_ref(zr_buffer *b);
+zr_buffer *zr_buffer_unref(zr_buffer *b);
+
+/* Frees a set and drops its references (not its streams' handles). NULL
+ * allowed; returns NULL. */
+zr_set *zr_set_free(zr_set *set);
+
+#endif
