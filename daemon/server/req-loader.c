@@ -22,7 +22,7 @@
 
 struct zr_lhandle {
         zr_loader *loader;
-        zr_client *client;
+        zr_session *session;
         uint32_t id;
         uint32_t nstreams;
         zr_entry *entries[ZR_STREAMS_MAX]; /* one reference each */
@@ -146,7 +146,7 @@ static void send_event(zr_lhandle *lh, const zr_loader_event *ev) {
                        (unsigned long long)ev->step, name ? name : "?",
                        ev->message ? ev->message : "");
         }
-        zr_client_send_event(lh->client, &w, fd >= 0 ? &fd : NULL, fd >= 0 ? 1 : 0);
+        zr_session_send_event(lh->session, &w, fd >= 0 ? &fd : NULL, fd >= 0 ? 1 : 0);
         zr_wire_writer_destroy(&w);
 }
 
@@ -163,15 +163,13 @@ void zr_lhandle_shutdown(zr_lhandle *lh) {
         send_event(lh, &ev);
 }
 
-/* The loop's side of the engine's notify(): collect and send every event. */
-void zr_server_loader_events(zr_server *s);
 void zr_server_loader_events(zr_server *s) {
         zr_loader *l;
         zr_loader_event ev;
         while (zr_loader_engine_next(s->loaders, &l) > 0) {
                 zr_lhandle *lh = zr_loader_userdata(l);
                 while (zr_loader_poll(l, &ev) > 0)
-                        if (!zr_client_gone(lh->client) && !lh->ended)
+                        if (!zr_session_gone(lh->session) && !lh->ended)
                                 send_event(lh, &ev);
         }
 }
@@ -281,7 +279,7 @@ int zr_handle_loader_open(zr_request *rq) {
                 r = zr_request_fail(rq, ZR_E_LIMIT, "no shared memory budget left for a ring");
                 goto fail;
         }
-        lh->client = zr_request_client(rq);
+        lh->session = zr_request_session(rq);
         lh->batch_size = p.batch_size;
         lh->mode = p.mode;
         lh->indices = indices;

@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "loader/loader.h"
-#include "server/client.h"
+#include "server/session.h"
 #include "server/log.h"
 #include "server/request.h"
 
@@ -611,8 +611,8 @@ int zr_handle_status(zr_request *rq) {
         zr_wire_put_u64(&w, "entries", lk.cache_entries);
         zr_wire_end(&w);
         zr_wire_begin_array(&w, "per_loader");
-        for (zr_client *c = s->clients; c; c = zr_client_next(c))
-                zr_client_put_loaders(c, &w);
+        for (zr_session *c = s->sessions; c; c = zr_session_next(c))
+                zr_session_put_loaders(c, &w);
         zr_wire_end(&w);
         /* Optional keys: open stores, requests, batches taken from a slot
          * another group member filled, the spare rings' budget (ring-spare)

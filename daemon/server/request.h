@@ -1,4 +1,4 @@
-/* request.h: what request handlers see of a session (client.c) and its handles
+/* request.h: what request handlers see of a session (session.c) and its handles
  * (handles.h).
  *
  * A handler gets a validated request (zr_msg_check() passed, the descriptors it
@@ -30,11 +30,11 @@
 #define ZR_RQ_DONE 1
 #define ZR_RQ_PENDING 2
 
-typedef struct zr_client zr_client;
+typedef struct zr_session zr_session;
 typedef struct zr_request zr_request;
 struct zr_request {
         zr_job job;               /* first: a job is its request */
-        zr_client *client;
+        zr_session *session;
         zr_request *next;
         zr_msg_kind kind;
         uint64_t id;
@@ -88,7 +88,7 @@ int zr_request_take_fd(zr_request *rq, unsigned i);
 uint32_t zr_request_loaders(const zr_request *rq);
 uint32_t zr_request_loaders_max(const zr_request *rq);
 uint64_t zr_request_shm_left(const zr_request *rq);
-zr_client *zr_request_client(const zr_request *rq);
+zr_session *zr_request_session(const zr_request *rq);
 
 /* The peer's uid and pid. */
 uid_t zr_request_uid(const zr_request *rq);
@@ -174,14 +174,18 @@ void zr_lhandle_shutdown(zr_lhandle *lh);
 /* Puts the per_loader map of STATUS for this loader (pid: its client's). */
 void zr_lhandle_put_status(zr_lhandle *lh, zr_wire_writer *w, pid_t pid);
 
+/* The loop's side of the engine's notify() (server.c): collects every
+ * loader's events and sends them on its session. */
+void zr_server_loader_events(zr_server *s);
+
 /* A mutation of the dataset of `e` ended (its lock is released): drop its
  * cached records and resume the loader gathers parked on its lock. */
 void zr_server_dataset_mutated(zr_server *s, zr_entry *e);
 
 /* Session functions the loader wiring uses. */
 /* Sends an event with descriptors (each closed once sent, or on failure). */
-void zr_client_send_event(zr_client *c, zr_wire_writer *w, int *fds, size_t nfds);
-bool zr_client_gone(const zr_client *c);
-void zr_client_put_loaders(zr_client *c, zr_wire_writer *w);
+void zr_session_send_event(zr_session *c, zr_wire_writer *w, int *fds, size_t nfds);
+bool zr_session_gone(const zr_session *c);
+void zr_session_put_loaders(zr_session *c, zr_wire_writer *w);
 
 #endif

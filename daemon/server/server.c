@@ -3,7 +3,7 @@
  *
  * It assumes one process-wide instance (signals) and that every session and
  * registry call happens on the loop thread. It does not parse requests
- * (client.c) or touch stores other than syncing them on a timer and at the end.
+ * (session.c) or touch stores other than syncing them on a timer and at the end.
  */
 #include "server/server.h"
 
@@ -22,10 +22,11 @@
 #include <unistd.h>
 
 #include "loader/loader.h"
-#include "server/client.h"
 #include "server/listener.h"
 #include "server/log.h"
 #include "server/notify.h"
+#include "server/request.h"
+#include "server/session.h"
 #include "wire.h"
 
 /* How often STATUS= tells the service manager what the daemon is doing: often
@@ -35,8 +36,6 @@
  * closes them anyway: a client that stopped reading must not hold a shutdown
  * (systemd's default stop timeout is 90 s). */
 #define DRAIN_TIMEOUT_SEC 10
-
-zr_client **zr_client_link(zr_client *c);
 
 void zr_server_trim_heap(void) {
         malloc_trim(0);
@@ -64,12 +63,7 @@ static void maybe_finish_drain(zr_server *s) {
                 event_base_loopexit(s->base, NULL);
 }
 
-void zr_server_client_gone(zr_server *s, zr_client *c) {
-        for (zr_client **p = &s->clients; *p; p = zr_client_link(*p))
-                if (*p == c) {
-                        *p = *zr_client_link(c);
-                        break;
-                }
+void zr_server_session_gone(zr_server *s) {
         s->nclients--;
         arm_idle(s);
         maybe_finish_drain(s);
@@ -90,8 +84,6 @@ static void refuse(zr_server *s, int fd, int code, const char *msg) {
         zr_wire_writer_destroy(&w);
         close(fd);
 }
-
-void zr_server_loader_events(zr_server *s);
 
 /* From a pool worker: a loader has events. */
 static void loader_notify(void *arg) {
@@ -133,13 +125,11 @@ static void accept_cb(evutil_socket_t lfd, short what, void *arg) {
                         refuse(s, fd, ZR_E_LIMIT, "too many clients");
                         continue;
                 }
-                zr_client *c;
-                if (zr_client_new(s, fd, &c) < 0) {
+                zr_session *c;
+                if (zr_session_new(s, fd, &c) < 0) {
                         zr_log(LOG_ERR, "out of memory for a client");
                         continue;
                 }
-                *zr_client_link(c) = s->clients;
-                s->clients = c;
                 s->nclients++;
                 arm_idle(s);
         }
@@ -215,10 +205,10 @@ static void drain_timeout_cb(evutil_socket_t fd, short what, void *arg) {
         zr_server *s = arg;
         zr_log(LOG_WARNING, "drain: %u clients still connected after %d s, closing them",
                s->nclients, DRAIN_TIMEOUT_SEC);
-        zr_client *next;
-        for (zr_client *c = s->clients; c; c = next) {
-                next = zr_client_next(c);
-                zr_client_kill(c);
+        zr_session *next;
+        for (zr_session *c = s->sessions; c; c = next) {
+                next = zr_session_next(c);
+                zr_session_kill(c);
         }
 }
 
@@ -251,10 +241,10 @@ void zr_server_shutdown(zr_server *s, const char *why) {
         }
         event_del(s->ev_idle);
         event_del(s->ev_sync);
-        zr_client *next;
-        for (zr_client *c = s->clients; c; c = next) {
-                next = zr_client_next(c);
-                zr_client_drain(c);
+        zr_session *next;
+        for (zr_session *c = s->sessions; c; c = next) {
+                next = zr_session_next(c);
+                zr_session_drain(c);
         }
         struct timeval tv = {DRAIN_TIMEOUT_SEC, 0};
         event_add(s->ev_drain, &tv);
@@ -478,13 +468,13 @@ zr_server *zr_server_free(zr_server *s) {
         if (!s)
                 return NULL;
         /* Clients left (a loop failure): close them; their jobs still hold refs. */
-        while (s->clients) {
-                zr_client *c = s->clients;
-                zr_client_kill(c);
-                if (s->clients == c) {
+        while (s->sessions) {
+                zr_session *c = s->sessions;
+                zr_session_kill(c);
+                if (s->sessions == c) {
                         /* the close is deferred to the loop: run it */
                         event_base_loop(s->base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
-                        if (s->clients == c)
+                        if (s->sessions == c)
                                 break;
                 }
         }

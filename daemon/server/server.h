@@ -30,7 +30,7 @@
 struct event_base;
 struct event;
 typedef struct zr_loader_engine zr_loader_engine;
-typedef struct zr_client zr_client;
+typedef struct zr_session zr_session;
 
 typedef struct zr_server_counters {
         uint64_t handles;   /* open handles, all clients */
@@ -63,7 +63,7 @@ typedef struct zr_server {
         dev_t socket_dev;
         ino_t socket_ino;
 
-        zr_client *clients;        /* linked through the session */
+        zr_session *sessions;      /* each adds itself (zr_session_new()) and leaves */
         unsigned nclients;
         uint64_t next_client;      /* serial numbers for logs */
 
@@ -94,8 +94,8 @@ zr_server *zr_server_free(zr_server *s);
 /* Starts the drain (as SIGTERM does). */
 void zr_server_shutdown(zr_server *s, const char *why);
 
-/* Sessions call these (loop thread). */
-void zr_server_client_gone(zr_server *s, zr_client *c);
+/* Sessions call these (loop thread): a session left s->sessions. */
+void zr_server_session_gone(zr_server *s);
 uint64_t zr_server_now_usec(void);
 
 /* Gives the allocator's free pages back to the system (malloc_trim). For the

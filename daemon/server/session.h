@@ -1,4 +1,4 @@
-/* client.h: one client's session on top of a connection (conn.h).
+/* session.h: one client's session on top of a connection (conn.h).
  *
  * A session turns frames into requests and replies: HELLO first (version,
  * features, the limits in force), the pipeline (requests execute one at a time
@@ -13,28 +13,27 @@
  * the client vanished finds the session (marked gone) and frees only what it
  * owns. All of it lives on the loop thread.
  */
-#ifndef ZR_SERVER_CLIENT_H
-#define ZR_SERVER_CLIENT_H
+#ifndef ZR_SERVER_SESSION_H
+#define ZR_SERVER_SESSION_H
 
 #include <stdint.h>
 
 typedef struct zr_server zr_server;
-typedef struct zr_client zr_client;
+typedef struct zr_session zr_session;
 
-/* Starts a session on the accepted socket `fd` (taken, even on failure). */
-int zr_client_new(zr_server *srv, int fd, zr_client **ret);
+/* Starts a session on the accepted socket `fd` (taken, even on failure) and
+ * adds it to srv->sessions; it leaves the list when the client goes, and
+ * calls zr_server_session_gone() then. */
+int zr_session_new(zr_server *srv, int fd, zr_session **ret);
 
 /* Drain for shutdown: stop reading, let the executing request finish, answer
  * every queued request with ZR_E_SHUTDOWN, then close after the replies. */
-void zr_client_drain(zr_client *c);
+void zr_session_drain(zr_session *c);
 
 /* Closes the connection at once (end of a drain that took too long). */
-void zr_client_kill(zr_client *c);
+void zr_session_kill(zr_session *c);
 
 /* The next session in the server's list. */
-zr_client *zr_client_next(zr_client *c);
-
-/* Open handles and shared memory bytes of this session. */
-uint32_t zr_client_handles(const zr_client *c);
+zr_session *zr_session_next(zr_session *c);
 
 #endif

@@ -1,4 +1,4 @@
-/* client.c: one client's session (client.h) and the request plumbing handlers
+/* session.c: one client's session (session.h) and the request plumbing handlers
  * use (request.h).
  *
  * Each frame is copied out of the connection, decoded (bounded, wire.h),
@@ -11,7 +11,7 @@
  * It assumes the loop thread; it does not know about stores beyond handing
  * references around (registry.h), nor about chunk files.
  */
-#include "server/client.h"
+#include "server/session.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -52,10 +52,10 @@ static const struct {
 };
 #define N_FEATURES (sizeof(daemon_features) / sizeof(daemon_features[0]))
 
-struct zr_client {
+struct zr_session {
         zr_server *srv;
         zr_conn *conn;
-        zr_client *next;
+        zr_session *next;
         uint64_t serial;
         pid_t pid;
         uid_t uid;
@@ -80,8 +80,8 @@ struct zr_client {
         zr_handles handles;
 };
 
-static void client_pump(zr_client *c);
-static void client_update_reading(zr_client *c);
+static void session_pump(zr_session *c);
+static void session_update_reading(zr_session *c);
 
 /* ---- small helpers ------------------------------------------------------- */
 
@@ -110,13 +110,13 @@ static zr_request *request_free(zr_request *rq) {
         return NULL;
 }
 
-static void client_unref(zr_client *c) {
+static void session_unref(zr_session *c) {
         if (--c->refs > 0)
                 return;
         free(c);
 }
 
-static void send_frame(zr_client *c, zr_wire_writer *w, int *fds, size_t nfds) {
+static void send_frame(zr_session *c, zr_wire_writer *w, int *fds, size_t nfds) {
         const uint8_t *frame;
         size_t size;
         zr_wire_error werr = {0};
@@ -129,7 +129,7 @@ static void send_frame(zr_client *c, zr_wire_writer *w, int *fds, size_t nfds) {
         else
                 (void)zr_conn_send(c->conn, frame + ZR_FRAME_HEADER_SIZE,
                                    size - ZR_FRAME_HEADER_SIZE, fds, nfds);
-        client_update_reading(c);
+        session_update_reading(c);
 }
 
 static void put_error_fields(zr_wire_writer *w, int code, const char *msg) {
@@ -141,9 +141,9 @@ static void put_error_fields(zr_wire_writer *w, int code, const char *msg) {
 }
 
 /* A FAULT event, a strike (for the striking codes), and a close if `fatal`. */
-static void client_fault(zr_client *c, int code, bool fatal, const char *fmt, ...)
+static void session_fault(zr_session *c, int code, bool fatal, const char *fmt, ...)
         __attribute__((format(printf, 4, 5)));
-static void client_fault(zr_client *c, int code, bool fatal, const char *fmt, ...) {
+static void session_fault(zr_session *c, int code, bool fatal, const char *fmt, ...) {
         char msg[ZR_ERROR_MESSAGE_MAX];
         va_list ap;
         va_start(ap, fmt);
@@ -160,7 +160,7 @@ static void client_fault(zr_client *c, int code, bool fatal, const char *fmt, ..
         send_frame(c, &w, NULL, 0);
         zr_wire_writer_destroy(&w);
         if (!fatal && code_is_strike(code) && ++c->strikes >= ZR_STRIKES_MAX) {
-                client_fault(c, ZR_E_LIMIT, true, "%u strikes: closing the connection",
+                session_fault(c, ZR_E_LIMIT, true, "%u strikes: closing the connection",
                              c->strikes);
                 return;
         }
@@ -170,7 +170,7 @@ static void client_fault(zr_client *c, int code, bool fatal, const char *fmt, ..
         }
 }
 
-static void client_error_reply(zr_client *c, zr_request *rq) {
+static void session_error_reply(zr_session *c, zr_request *rq) {
         int code = rq->err.code ? rq->err.code : EIO;
         const char *msg = rq->err.code ? rq->err.message : "internal error";
         if (c->gone || c->closing)
@@ -190,11 +190,11 @@ static void client_error_reply(zr_client *c, zr_request *rq) {
         send_frame(c, &w, NULL, 0);
         zr_wire_writer_destroy(&w);
         if (code_is_strike(code) && ++c->strikes >= ZR_STRIKES_MAX)
-                client_fault(c, ZR_E_LIMIT, true, "%u strikes: closing the connection",
+                session_fault(c, ZR_E_LIMIT, true, "%u strikes: closing the connection",
                              c->strikes);
 }
 
-static void client_update_reading(zr_client *c) {
+static void session_update_reading(zr_session *c) {
         if (!c->conn || c->gone)
                 return;
         bool on = !c->closing && !c->draining && c->unanswered < ZR_PIPELINE_MAX &&
@@ -204,12 +204,12 @@ static void client_update_reading(zr_client *c) {
 }
 
 /* A request is answered: forget it, maybe read more. */
-static void request_finished(zr_client *c, zr_request *rq) {
+static void request_finished(zr_session *c, zr_request *rq) {
         request_free(rq);
         c->unanswered--;
         c->requests++;
         c->srv->counters.requests++;
-        client_update_reading(c);
+        session_update_reading(c);
         if (c->draining && !c->q_head && !c->running && !c->closing) {
                 c->closing = true;
                 zr_conn_close(c->conn, 0);
@@ -219,7 +219,7 @@ static void request_finished(zr_client *c, zr_request *rq) {
 /* ---- request.h ----------------------------------------------------------- */
 
 zr_server *zr_request_server(const zr_request *rq) {
-        return rq->client->srv;
+        return rq->session->srv;
 }
 
 int zr_request_fail(zr_request *rq, int code, const char *fmt, ...) {
@@ -235,7 +235,7 @@ int zr_request_fail(zr_request *rq, int code, const char *fmt, ...) {
 
 zr_handle *zr_request_handle(zr_request *rq, const char *field, uint32_t id,
                              enum zr_handle_type type) {
-        zr_handle *h = zr_handles_find(&rq->client->handles, id);
+        zr_handle *h = zr_handles_find(&rq->session->handles, id);
         if (!h) {
                 zr_request_fail(rq, ZR_E_NO_HANDLE, "field '%s': handle %u names nothing",
                                 field, id);
@@ -251,7 +251,7 @@ zr_handle *zr_request_handle(zr_request *rq, const char *field, uint32_t id,
 }
 
 zr_handle *zr_request_handle2(zr_request *rq, const char *field, uint32_t id) {
-        zr_handle *h = zr_handles_find(&rq->client->handles, id);
+        zr_handle *h = zr_handles_find(&rq->session->handles, id);
         if (!h || (h->type != ZR_HANDLE_DATASET && h->type != ZR_HANDLE_SET)) {
                 zr_request_fail(rq, ZR_E_NO_HANDLE, "field '%s': handle %u %s", field, id,
                                 h ? "is not a dataset or set" : "names nothing");
@@ -261,21 +261,21 @@ zr_handle *zr_request_handle2(zr_request *rq, const char *field, uint32_t id) {
 }
 
 int zr_request_add_handle(zr_request *rq, const zr_handle *h) {
-        zr_client *c = rq->client;
+        zr_session *c = rq->session;
         return zr_handles_add(&c->handles, h, c->lim.handles_max, &rq->err);
 }
 
 void zr_request_close_handle(zr_request *rq, uint32_t id) {
-        zr_handles_close(&rq->client->handles, id);
+        zr_handles_close(&rq->session->handles, id);
 }
 
 int zr_request_shm_reserve(zr_request *rq, uint64_t bytes) {
-        zr_client *c = rq->client;
+        zr_session *c = rq->session;
         return zr_handles_shm_reserve(&c->handles, bytes, c->lim.shm_max, &rq->err);
 }
 
 void zr_request_shm_release(zr_request *rq, uint64_t bytes) {
-        zr_handles_shm_release(&rq->client->handles, bytes);
+        zr_handles_shm_release(&rq->session->handles, bytes);
 }
 
 int zr_request_take_fd(zr_request *rq, unsigned i) {
@@ -285,24 +285,24 @@ int zr_request_take_fd(zr_request *rq, unsigned i) {
 }
 
 uint32_t zr_request_loaders(const zr_request *rq) {
-        return rq->client->handles.nloaders;
+        return rq->session->handles.nloaders;
 }
 
 uint32_t zr_request_loaders_max(const zr_request *rq) {
-        return rq->client->lim.loaders_max;
+        return rq->session->lim.loaders_max;
 }
 
 uint64_t zr_request_shm_left(const zr_request *rq) {
-        const zr_client *c = rq->client;
+        const zr_session *c = rq->session;
         return c->handles.shm_bytes >= c->lim.shm_max ? 0 :
                                                         c->lim.shm_max - c->handles.shm_bytes;
 }
 
-zr_client *zr_request_client(const zr_request *rq) {
-        return rq->client;
+zr_session *zr_request_session(const zr_request *rq) {
+        return rq->session;
 }
 
-void zr_client_send_event(zr_client *c, zr_wire_writer *w, int *fds, size_t nfds) {
+void zr_session_send_event(zr_session *c, zr_wire_writer *w, int *fds, size_t nfds) {
         if (c->gone || c->closing || !c->conn) {
                 close_fds(fds, (unsigned)nfds);
                 return;
@@ -310,30 +310,30 @@ void zr_client_send_event(zr_client *c, zr_wire_writer *w, int *fds, size_t nfds
         send_frame(c, w, fds, nfds);
 }
 
-bool zr_client_gone(const zr_client *c) {
+bool zr_session_gone(const zr_session *c) {
         return c->gone;
 }
 
-void zr_client_put_loaders(zr_client *c, zr_wire_writer *w) {
+void zr_session_put_loaders(zr_session *c, zr_wire_writer *w) {
         for (uint32_t i = 0; i < c->handles.n; i++)
                 if (c->handles.v[i].type == ZR_HANDLE_LOADER)
                         zr_lhandle_put_status(c->handles.v[i].loader, w, c->pid);
 }
 
 uid_t zr_request_uid(const zr_request *rq) {
-        return rq->client->uid;
+        return rq->session->uid;
 }
 
 pid_t zr_request_pid(const zr_request *rq) {
-        return rq->client->pid;
+        return rq->session->pid;
 }
 
 uint32_t zr_request_frame_max(const zr_request *rq) {
-        return rq->client->lim.frame_max;
+        return rq->session->lim.frame_max;
 }
 
 bool zr_request_orphaned(const zr_request *rq) {
-        return rq->client->gone || rq->client->closing;
+        return rq->session->gone || rq->session->closing;
 }
 
 void zr_reply_begin(zr_request *rq, zr_wire_writer *w) {
@@ -342,7 +342,7 @@ void zr_reply_begin(zr_request *rq, zr_wire_writer *w) {
 }
 
 int zr_reply_send(zr_request *rq, zr_wire_writer *w, int *fds, size_t nfds) {
-        zr_client *c = rq->client;
+        zr_session *c = rq->session;
         const uint8_t *frame;
         size_t size;
         zr_wire_error werr = {0};
@@ -352,7 +352,7 @@ int zr_reply_send(zr_request *rq, zr_wire_writer *w, int *fds, size_t nfds) {
                 zr_wire_writer_destroy(w);
                 zr_request_fail(rq, r == -ZR_E_LIMIT ? ZR_E_LIMIT : ENOMEM,
                                 "the reply does not fit the frame limit: %s", werr.message);
-                client_error_reply(c, rq);
+                session_error_reply(c, rq);
                 return ZR_RQ_DONE;
         }
         if (c->gone || c->closing)
@@ -361,7 +361,7 @@ int zr_reply_send(zr_request *rq, zr_wire_writer *w, int *fds, size_t nfds) {
                 (void)zr_conn_send(c->conn, frame + ZR_FRAME_HEADER_SIZE,
                                    size - ZR_FRAME_HEADER_SIZE, fds, nfds);
         zr_wire_writer_destroy(w);
-        client_update_reading(c);
+        session_update_reading(c);
         return ZR_RQ_DONE;
 }
 
@@ -387,7 +387,7 @@ void zr_put_schema(zr_wire_writer *w, const char *key, const zr_schema *s) {
 static void request_job_done(zr_job *job) {
         zr_request *rq = (zr_request *)job;
         for (uint32_t i = 0; i < rq->mutation.nlocked; i++)
-                zr_server_dataset_mutated(rq->client->srv, rq->mutation.locked[i]);
+                zr_server_dataset_mutated(rq->session->srv, rq->mutation.locked[i]);
         rq->done(job);
 }
 
@@ -395,8 +395,8 @@ int zr_request_submit(zr_request *rq, zr_job_fn run, zr_job_fn done) {
         rq->job.run = run;
         rq->job.done = request_job_done;
         rq->done = done;
-        rq->client->refs++;
-        zr_work_submit(rq->client->srv->work, &rq->job);
+        rq->session->refs++;
+        zr_work_submit(rq->session->srv->work, &rq->job);
         return ZR_RQ_PENDING;
 }
 
@@ -430,23 +430,23 @@ void zr_mutation_end(zr_request *rq, uint32_t nchanged) {
 }
 
 void zr_request_complete(zr_request *rq, int r) {
-        zr_client *c = rq->client;
+        zr_session *c = rq->session;
         c->running = NULL;
         if (c->gone) {
                 request_free(rq);
         } else {
                 if (r < 0)
-                        client_error_reply(c, rq);
+                        session_error_reply(c, rq);
                 request_finished(c, rq);
-                client_pump(c);
+                session_pump(c);
         }
-        client_unref(c);
+        session_unref(c);
 }
 
 /* ---- HELLO --------------------------------------------------------------- */
 
 static int handle_hello(zr_request *rq) {
-        zr_client *c = rq->client;
+        zr_session *c = rq->session;
         const zr_config *cfg = &c->srv->cfg;
         uint32_t vmin, vmax;
         zr_wire_error werr = {0};
@@ -464,7 +464,7 @@ static int handle_hello(zr_request *rq) {
                 zr_request_fail(rq, ZR_E_VERSION, "no common protocol version: the client speaks "
                                 "%u..%u, this daemon %d..%d", vmin, vmax, ZR_PROTO_VERSION_MIN,
                                 ZR_PROTO_VERSION_MAX);
-                client_error_reply(c, rq);
+                session_error_reply(c, rq);
                 c->closing = true;
                 zr_conn_close(c->conn, 0);
                 return ZR_RQ_DONE;
@@ -540,7 +540,7 @@ static unsigned feature_of(zr_msg_kind kind) {
 }
 
 static int dispatch(zr_request *rq) {
-        zr_client *c = rq->client;
+        zr_session *c = rq->session;
         if (rq->pre_code)
                 return -rq->pre_code;
         if (c->draining)
@@ -579,7 +579,7 @@ static int dispatch(zr_request *rq) {
         }
 }
 
-static void client_pump(zr_client *c) {
+static void session_pump(zr_session *c) {
         while (!c->running && c->q_head && !c->gone && !c->closing) {
                 zr_request *rq = c->q_head;
                 c->q_head = rq->next;
@@ -593,12 +593,12 @@ static void client_pump(zr_client *c) {
                         return;
                 }
                 if (r < 0)
-                        client_error_reply(c, rq);
+                        session_error_reply(c, rq);
                 request_finished(c, rq);
         }
 }
 
-static void enqueue(zr_client *c, zr_request *rq) {
+static void enqueue(zr_session *c, zr_request *rq) {
         if (c->q_tail)
                 c->q_tail->next = rq;
         else
@@ -606,49 +606,49 @@ static void enqueue(zr_client *c, zr_request *rq) {
         c->q_tail = rq;
         c->queued_bytes += rq->len;
         c->unanswered++;
-        client_update_reading(c);
-        client_pump(c);
+        session_update_reading(c);
+        session_pump(c);
 }
 
-static void handle_release_notification(zr_client *c, zr_request *rq, const char *bad) {
+static void handle_release_notification(zr_session *c, zr_request *rq, const char *bad) {
         zr_wire_error werr = {0};
         uint32_t id, ring, slot;
         zr_error err = {0};
         if (!c->hello) {
-                client_fault(c, ZR_E_NO_HELLO, false, "release before hello");
+                session_fault(c, ZR_E_NO_HELLO, false, "release before hello");
                 return;
         }
         if (!(c->features & FEATURE_LOADER)) {
-                client_fault(c, ZR_E_UNKNOWN, false, "release: the loader feature is not in force");
+                session_fault(c, ZR_E_UNKNOWN, false, "release: the loader feature is not in force");
                 return;
         }
         if (bad) {
-                client_fault(c, ZR_E_PROTO, false, "%s", bad);
+                session_fault(c, ZR_E_PROTO, false, "%s", bad);
                 return;
         }
         if (rq->nfds > 0) {
-                client_fault(c, ZR_E_BAD_FD, false, "release takes no descriptors, %u came",
+                session_fault(c, ZR_E_BAD_FD, false, "release takes no descriptors, %u came",
                              rq->nfds);
                 return;
         }
         if (zr_wire_get_u32(rq->root, "loader", &id, &werr) < 0 ||
             zr_wire_get_u32(rq->root, "ring", &ring, &werr) < 0 ||
             zr_wire_get_u32(rq->root, "slot", &slot, &werr) < 0) {
-                client_fault(c, ZR_E_PROTO, false, "release: %s", werr.message);
+                session_fault(c, ZR_E_PROTO, false, "release: %s", werr.message);
                 return;
         }
         zr_handle *h = zr_handles_find(&c->handles, id);
         if (!h || h->type != ZR_HANDLE_LOADER) {
-                client_fault(c, ZR_E_NO_HANDLE, false, "release: handle %u is not a loader", id);
+                session_fault(c, ZR_E_NO_HANDLE, false, "release: handle %u is not a loader", id);
                 return;
         }
         if (zr_lhandle_release(h->loader, ring, slot, &err) < 0)
-                client_fault(c, err.code ? err.code : ZR_E_PROTO, false, "release: %s",
+                session_fault(c, err.code ? err.code : ZR_E_PROTO, false, "release: %s",
                              err.message);
 }
 
 static int on_frame(zr_conn *conn, const uint8_t *body, size_t len, void *userdata) {
-        zr_client *c = userdata;
+        zr_session *c = userdata;
         int fds[ZR_FDS_PER_FRAME_MAX];
         unsigned nfds = 0;
         size_t frame_fds = zr_conn_frame_fds(conn);
@@ -667,7 +667,7 @@ static int on_frame(zr_conn *conn, const uint8_t *body, size_t len, void *userda
                 /* A zero length prefix: the stream cannot be trusted any more
                  * (PROTOCOL.md section 2). */
                 close_fds(fds, nfds);
-                client_fault(c, ZR_E_PROTO, true, "a frame of length 0");
+                session_fault(c, ZR_E_PROTO, true, "a frame of length 0");
                 return 0;
         }
         rq = calloc(1, sizeof(*rq));
@@ -676,10 +676,10 @@ static int on_frame(zr_conn *conn, const uint8_t *body, size_t len, void *userda
         if (!rq || !rq->bytes) {
                 close_fds(fds, nfds);
                 free(rq);
-                client_fault(c, ENOMEM, true, "out of memory for a request");
+                session_fault(c, ENOMEM, true, "out of memory for a request");
                 return 0;
         }
-        rq->client = c;
+        rq->session = c;
         rq->len = len;
         memcpy(rq->bytes, body, len);
         for (unsigned i = 0; i < ZR_FDS_PER_FRAME_MAX; i++)
@@ -689,7 +689,7 @@ static int on_frame(zr_conn *conn, const uint8_t *body, size_t len, void *userda
         r = zr_wire_body_decode(rq->bytes, len, NULL, &rq->body, &werr);
         if (r < 0) {
                 request_free(rq);
-                client_fault(c, -r == ZR_E_LIMIT ? ZR_E_LIMIT : -r == ENOMEM ? ENOMEM : ZR_E_PROTO,
+                session_fault(c, -r == ZR_E_LIMIT ? ZR_E_LIMIT : -r == ENOMEM ? ENOMEM : ZR_E_PROTO,
                              false, "%s", werr.message);
                 return 0;
         }
@@ -706,7 +706,7 @@ static int on_frame(zr_conn *conn, const uint8_t *body, size_t len, void *userda
         }
         if (!h.has_id) {
                 request_free(rq);
-                client_fault(c, r < 0 ? -r : ZR_E_PROTO, false, "%s",
+                session_fault(c, r < 0 ? -r : ZR_E_PROTO, false, "%s",
                              r < 0 ? werr.message : "a message without an id");
                 return 0;
         }
@@ -737,7 +737,7 @@ static int on_frame(zr_conn *conn, const uint8_t *body, size_t len, void *userda
         return 0;
 }
 
-static void client_gone(zr_client *c, const char *why) {
+static void session_gone(zr_session *c, const char *why) {
         zr_server *srv = c->srv;
         zr_log(LOG_INFO, "client %llu: disconnected (%s): pid %d uid %u gid %u, %llu requests, "
                "%u strikes", (unsigned long long)c->serial, why, (int)c->pid, (unsigned)c->uid,
@@ -751,12 +751,17 @@ static void client_gone(zr_client *c, const char *why) {
         c->q_tail = NULL;
         zr_handles_fini(&c->handles);
         c->conn = zr_conn_free(c->conn);
-        zr_server_client_gone(srv, c);
-        client_unref(c);
+        for (zr_session **p = &srv->sessions; *p; p = &(*p)->next)
+                if (*p == c) {
+                        *p = c->next;
+                        break;
+                }
+        zr_server_session_gone(srv);
+        session_unref(c);
 }
 
 static void on_close(zr_conn *conn, enum zr_conn_close_reason reason, int error, void *userdata) {
-        zr_client *c = userdata;
+        zr_session *c = userdata;
         static const char *const reasons[] = {
                 [ZR_CONN_EOF] = "closed by the client", [ZR_CONN_IO_ERROR] = "i/o error",
                 [ZR_CONN_FRAME_TOO_BIG] = "frame over the limit",
@@ -793,17 +798,17 @@ static void on_close(zr_conn *conn, enum zr_conn_close_reason reason, int error,
                                            size - ZR_FRAME_HEADER_SIZE);
                 zr_wire_writer_destroy(&w);
         }
-        client_gone(c, why);
+        session_gone(c, why);
 }
 
 static void on_drain(zr_conn *conn, void *userdata) {
-        client_update_reading(userdata);
+        session_update_reading(userdata);
 }
 
-static const zr_conn_ops client_ops = {on_frame, on_close, on_drain};
+static const zr_conn_ops session_ops = {on_frame, on_close, on_drain};
 
-int zr_client_new(zr_server *srv, int fd, zr_client **ret) {
-        zr_client *c = calloc(1, sizeof(*c));
+int zr_session_new(zr_server *srv, int fd, zr_session **ret) {
+        zr_session *c = calloc(1, sizeof(*c));
         if (!c) {
                 close(fd);
                 return -ENOMEM;
@@ -823,7 +828,7 @@ int zr_client_new(zr_server *srv, int fd, zr_client **ret) {
                 .max_output = OUTPUT_PAUSE_BYTES +
                               (uint64_t)(ZR_PIPELINE_MAX + 2) * srv->cfg.max_frame_bytes,
         };
-        int r = zr_conn_new(srv->base, fd, &lim, &client_ops, c, &c->conn);
+        int r = zr_conn_new(srv->base, fd, &lim, &session_ops, c, &c->conn);
         if (r < 0) {
                 free(c);
                 return r;
@@ -831,43 +836,36 @@ int zr_client_new(zr_server *srv, int fd, zr_client **ret) {
         zr_conn_peer(c->conn, &c->pid, &c->uid, &c->gid);
         zr_log(LOG_INFO, "client %llu: connected: pid %d uid %u gid %u",
                (unsigned long long)c->serial, (int)c->pid, (unsigned)c->uid, (unsigned)c->gid);
+        c->next = srv->sessions;
+        srv->sessions = c;
         *ret = c;
         return 0;
 }
 
-void zr_client_drain(zr_client *c) {
+void zr_session_drain(zr_session *c) {
         if (c->gone || c->draining)
                 return;
         c->draining = true;
-        client_update_reading(c);
+        session_update_reading(c);
         for (uint32_t i = 0; i < c->handles.n; i++)
                 if (c->handles.v[i].type == ZR_HANDLE_LOADER)
                         zr_lhandle_shutdown(c->handles.v[i].loader);
         /* Queued requests get ZR_E_SHUTDOWN in order, after the running one. */
-        client_pump(c);
+        session_pump(c);
         if (!c->q_head && !c->running && !c->closing) {
                 c->closing = true;
                 zr_conn_close(c->conn, 0);
         }
 }
 
-void zr_client_kill(zr_client *c) {
+void zr_session_kill(zr_session *c) {
         if (!c->gone && c->conn) {
                 c->closing = true;
                 zr_conn_close(c->conn, 1);
         }
 }
 
-zr_client *zr_client_next(zr_client *c) {
+zr_session *zr_session_next(zr_session *c) {
         return c->next;
 }
 
-uint32_t zr_client_handles(const zr_client *c) {
-        return c->handles.n;
-}
-
-/* The server links sessions through this. */
-zr_client **zr_client_link(zr_client *c);
-zr_client **zr_client_link(zr_client *c) {
-        return &c->next;
-}
