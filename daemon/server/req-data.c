@@ -242,19 +242,16 @@ static void read_done(zr_job *job) {
 
 int zr_handle_read(zr_request *rq) {
         zr_wire_error werr = {0};
-        uint32_t hid, bid;
+        zr_handle *h = rq->handle;
+        uint32_t bid;
         uint64_t offset = 0;
         int r;
 
-        if ((r = get_handle_field(rq, "handle", &hid)) < 0 ||
-            (r = get_handle_field(rq, "buffer", &bid)) < 0)
+        if ((r = get_handle_field(rq, "buffer", &bid)) < 0)
                 return r;
         if (zr_wire_find(rq->root, "offset") &&
             zr_wire_get_u64(rq->root, "offset", &offset, &werr) < 0)
                 return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
-        zr_handle *h = zr_request_handle(rq, "handle", hid, ZR_HANDLE_DATASET);
-        if (!h)
-                return -ZR_E_NO_HANDLE;
         zr_handle *b = zr_request_handle(rq, "buffer", bid, ZR_HANDLE_BUFFER);
         if (!b)
                 return -ZR_E_NO_HANDLE;
@@ -486,28 +483,11 @@ static void append_done(zr_job *job) {
         zr_request_complete(rq, r);
 }
 
-/* The dataset or set named by the request's "handle", which must allow writes. */
-static int get_writable_handle(zr_request *rq, zr_handle **ret) {
-        uint32_t hid;
-        int r = get_handle_field(rq, "handle", &hid);
-        if (r < 0)
-                return r;
-        zr_handle *h = zr_request_handle2(rq, "handle", hid);
-        if (!h)
-                return -ZR_E_NO_HANDLE;
-        if (!h->writable)
-                return zr_request_fail(rq, ZR_E_READONLY, "handle %u was opened read-only", hid);
-        *ret = h;
-        return 0;
-}
-
 int zr_handle_append(zr_request *rq) {
         zr_wire_error werr = {0};
-        zr_handle *h;
+        zr_handle *h = rq->handle;
         int r;
 
-        if ((r = get_writable_handle(rq, &h)) < 0)
-                return r;
         append_state *st = calloc(1, sizeof(*st));
         if (!st)
                 return zr_request_fail(rq, ENOMEM, "no memory");
@@ -631,10 +611,8 @@ static void delete_done(zr_job *job) {
 }
 
 int zr_handle_delete(zr_request *rq) {
-        zr_handle *h;
+        zr_handle *h = rq->handle;
         int r;
-        if ((r = get_writable_handle(rq, &h)) < 0)
-                return r;
         delete_state *st = calloc(1, sizeof(*st));
         if (!st)
                 return zr_request_fail(rq, ENOMEM, "no memory");
@@ -674,16 +652,8 @@ static void store_state_free(void *p) {
         free(st);
 }
 
-static int start_store_job(zr_request *rq, bool write, zr_job_fn run, zr_job_fn done) {
-        uint32_t hid;
-        int r;
-        if ((r = get_handle_field(rq, "handle", &hid)) < 0)
-                return r;
-        zr_handle *h = zr_request_handle(rq, "handle", hid, ZR_HANDLE_DATASET);
-        if (!h)
-                return -ZR_E_NO_HANDLE;
-        if (write && !h->writable)
-                return zr_request_fail(rq, ZR_E_READONLY, "handle %u was opened read-only", hid);
+static int start_store_job(zr_request *rq, zr_job_fn run, zr_job_fn done) {
+        zr_handle *h = rq->handle;
         store_state *st = calloc(1, sizeof(*st));
         if (!st)
                 return zr_request_fail(rq, ENOMEM, "no memory");
@@ -720,7 +690,7 @@ static void compact_done(zr_job *job) {
 }
 
 int zr_handle_compact(zr_request *rq) {
-        return start_store_job(rq, true, compact_run, compact_done);
+        return start_store_job(rq, compact_run, compact_done);
 }
 
 static void verify_run(zr_job *job) {
@@ -761,5 +731,5 @@ static void verify_done(zr_job *job) {
 }
 
 int zr_handle_verify(zr_request *rq) {
-        return start_store_job(rq, false, verify_run, verify_done);
+        return start_store_job(rq, verify_run, verify_done);
 }

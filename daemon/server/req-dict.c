@@ -167,18 +167,12 @@ static void install_done(zr_job *job) {
 
 int zr_handle_install_dict(zr_request *rq) {
         zr_wire_error werr = {0};
-        uint32_t hid;
+        zr_handle *h = rq->handle;
         uint64_t bytes;
         int r;
 
-        if (zr_wire_get_u32(rq->root, "handle", &hid, &werr) < 0 ||
-            zr_wire_get_u64(rq->root, "dict_bytes", &bytes, &werr) < 0)
+        if (zr_wire_get_u64(rq->root, "dict_bytes", &bytes, &werr) < 0)
                 return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
-        zr_handle *h = zr_request_handle(rq, "handle", hid, ZR_HANDLE_DATASET);
-        if (!h)
-                return -ZR_E_NO_HANDLE;
-        if (!h->writable)
-                return zr_request_fail(rq, ZR_E_READONLY, "handle %u was opened read-only", hid);
         if (zr_dataset_schema(h->entry->ds)->codec != ZR_CODEC_ZSTD_DICT)
                 return zr_request_fail(rq, ZR_E_BAD_CODEC, "not a zstd_dict store");
         if (bytes == 0 || bytes > SIZE_MAX)

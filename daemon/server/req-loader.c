@@ -1,5 +1,6 @@
 /* req-loader.c: the loader wiring: LOADER_OPEN, RELEASE, LOADER_CLOSE, and the
- * BATCH and LOADER_END events, on top of the loader engine (loader/loader.h).
+ * RING, BATCH, RING_CLOSE and LOADER_END events, on top of the loader engine
+ * (loader/loader.h).
  *
  * A loader handle owns its zr_loader and one registry reference per stream, so
  * the datasets it borrows outlive it. The
@@ -45,10 +46,6 @@ void zr_lhandle_free(zr_lhandle *lh) {
 
 uint64_t zr_lhandle_ring_bytes(const zr_lhandle *lh) {
         return lh->ring_bytes;
-}
-
-int zr_lhandle_release(zr_lhandle *lh, uint32_t ring, uint32_t slot, zr_error *err) {
-        return zr_loader_release(lh->loader, ring, slot, err);
 }
 
 void zr_lhandle_put_status(zr_lhandle *lh, zr_wire_writer *w, pid_t pid) {
@@ -332,12 +329,37 @@ fail:
 }
 
 int zr_handle_loader_close(zr_request *rq) {
-        zr_wire_error werr = {0};
-        uint32_t id;
-        if (zr_wire_get_u32(rq->root, "loader", &id, &werr) < 0)
-                return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
-        if (!zr_request_handle(rq, "loader", id, ZR_HANDLE_LOADER))
-                return -ZR_E_NO_HANDLE;
-        zr_request_close_handle(rq, id);
+        zr_request_close_handle(rq, rq->handle->id);
         return zr_reply_empty(rq);
+}
+
+void zr_handle_release(zr_request *rq, const char *bad) {
+        zr_wire_error werr = {0};
+        uint32_t id, ring, slot;
+        zr_error err = {0};
+        zr_handle *h;
+
+        if (bad) {
+                zr_request_fault(rq, ZR_E_PROTO, "%s", bad);
+                return;
+        }
+        if (rq->nfds > 0) {
+                zr_request_fault(rq, ZR_E_BAD_FD, "release takes no descriptors, %u came",
+                                 rq->nfds);
+                return;
+        }
+        if (zr_wire_get_u32(rq->root, "loader", &id, &werr) < 0 ||
+            zr_wire_get_u32(rq->root, "ring", &ring, &werr) < 0 ||
+            zr_wire_get_u32(rq->root, "slot", &slot, &werr) < 0) {
+                zr_request_fault(rq, ZR_E_PROTO, "release: %s", werr.message);
+                return;
+        }
+        h = zr_request_find_handle(rq, id);
+        if (!h || h->type != ZR_HANDLE_LOADER) {
+                zr_request_fault(rq, ZR_E_NO_HANDLE, "release: handle %u is not a loader", id);
+                return;
+        }
+        if (zr_loader_release(h->loader->loader, ring, slot, &err) < 0)
+                zr_request_fault(rq, err.code ? err.code : ZR_E_PROTO, "release: %s",
+                                 err.message);
 }

@@ -554,33 +554,11 @@ fail:
 /* ---- INFO, CLOSE, STATUS ------------------------------------------------- */
 
 int zr_handle_info(zr_request *rq) {
-        zr_wire_error werr = {0};
-        uint32_t id;
-        if (zr_wire_get_u32(rq->root, "handle", &id, &werr) < 0)
-                return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
-        zr_handle *h = zr_request_handle(rq, "handle", id, ZR_HANDLE_DATASET);
-        if (!h)
-                return -ZR_E_NO_HANDLE;
-        return reply_dataset(rq, 0, h->entry, h->writable);
+        return reply_dataset(rq, 0, rq->handle->entry, rq->handle->writable);
 }
 
 int zr_handle_close(zr_request *rq) {
-        zr_wire_error werr = {0};
-        uint32_t id;
-        if (zr_wire_get_u32(rq->root, "handle", &id, &werr) < 0)
-                return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
-        /* Any of a dataset, set or buffer: look it up as a buffer to tell. */
-        zr_handle *h = zr_request_handle2(rq, "handle", id);
-        if (!h) {
-                zr_error keep = rq->err;
-                rq->err = (zr_error){0};
-                h = zr_request_handle(rq, "handle", id, ZR_HANDLE_BUFFER);
-                if (!h) {
-                        rq->err = keep;
-                        return -ZR_E_NO_HANDLE;
-                }
-        }
-        zr_request_close_handle(rq, id);
+        zr_request_close_handle(rq, rq->handle->id);
         return zr_reply_empty(rq);
 }
 
@@ -641,17 +619,10 @@ static void entry_state_free(void *p) {
 }
 
 static int start_entry_job(zr_request *rq, zr_job_fn run, zr_job_fn done) {
-        zr_wire_error werr = {0};
-        uint32_t id;
-        if (zr_wire_get_u32(rq->root, "handle", &id, &werr) < 0)
-                return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
-        zr_handle *h = zr_request_handle(rq, "handle", id, ZR_HANDLE_DATASET);
-        if (!h)
-                return -ZR_E_NO_HANDLE;
         entry_state *st = calloc(1, sizeof(*st));
         if (!st)
                 return zr_request_fail(rq, ENOMEM, "no memory");
-        st->entry = zr_entry_ref(h->entry);
+        st->entry = zr_entry_ref(rq->handle->entry);
         rq->state = st;
         rq->state_free = entry_state_free;
         return zr_request_submit(rq, run, done);

@@ -45,6 +45,9 @@ struct zr_request {
         int fds[ZR_FDS_PER_FRAME_MAX];
         unsigned nfds;
         int pre_code;             /* an error decided when the frame was read */
+        zr_handle *handle;        /* the handle the request acts on, checked by
+                                   * dispatch.c: valid until the handler adds
+                                   * or closes a handle */
         zr_error err;             /* the error to answer with */
         bool has_needed, has_index;
         uint64_t needed, index;
@@ -67,8 +70,21 @@ zr_server *zr_request_server(const zr_request *rq);
  * `field` names the request field in the message. */
 zr_handle *zr_request_handle(zr_request *rq, const char *field, uint32_t id,
                              enum zr_handle_type type);
-/* A dataset or set handle, whichever `id` names. */
-zr_handle *zr_request_handle2(zr_request *rq, const char *field, uint32_t id);
+/* The handle `id` of any type, or NULL. */
+zr_handle *zr_request_find_handle(zr_request *rq, uint32_t id);
+
+/* True if feature `name` (HELLO) is in force on the request's connection. */
+bool zr_request_has_feature(const zr_request *rq, const char *name);
+
+/* Runs the handler of rq's kind (dispatch.c): the feature it needs, the
+ * handle it acts on (rq->handle), then the handler. Returns what a handler
+ * returns. */
+int zr_request_dispatch(zr_request *rq);
+
+/* A FAULT on the request's connection (for a notification, which gets no
+ * reply): counts a strike for the striking codes. */
+void zr_request_fault(zr_request *rq, int code, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
 
 /* Adds a handle (the session takes the reference in *h on success). Returns
  * its id or a negative code (ZR_E_LIMIT: handles_max) with rq->err set. */
@@ -141,6 +157,7 @@ void zr_put_stats(zr_wire_writer *w, const zr_stats *s);
 
 /* ---- handlers ------------------------------------------------------------ */
 
+int zr_handle_hello(zr_request *rq);
 int zr_handle_dataset_create(zr_request *rq);
 int zr_handle_dataset_open(zr_request *rq);
 int zr_handle_msset_open(zr_request *rq);
@@ -159,6 +176,9 @@ int zr_handle_train_dict(zr_request *rq);
 int zr_handle_install_dict(zr_request *rq);
 int zr_handle_loader_open(zr_request *rq);
 int zr_handle_loader_close(zr_request *rq);
+/* RELEASE, a notification: applied at once, faults only. `bad` is the
+ * message of a body that did not validate, or NULL. */
+void zr_handle_release(zr_request *rq, const char *bad);
 
 /* ---- loaders (req-loader.c) ------------------------------------------------ */
 
@@ -166,8 +186,6 @@ int zr_handle_loader_close(zr_request *rq);
  * bytes (the session's budget is the caller's: see zr_lhandle_ring_bytes()). */
 void zr_lhandle_free(zr_lhandle *lh);
 uint64_t zr_lhandle_ring_bytes(const zr_lhandle *lh);
-/* RELEASE of (`ring`, `slot`): 0, or a negative code with *err set. */
-int zr_lhandle_release(zr_lhandle *lh, uint32_t ring, uint32_t slot, zr_error *err);
 /* Ends the loader for a shutdown: stops it and sends LOADER_END ZR_E_SHUTDOWN;
  * nothing more of it is sent. */
 void zr_lhandle_shutdown(zr_lhandle *lh);

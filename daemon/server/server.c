@@ -75,10 +75,7 @@ static void refuse(zr_server *s, int fd, int code, const char *msg) {
         const uint8_t *frame;
         size_t size;
         zr_wire_writer_init(&w);
-        zr_wire_writer_begin_message(&w, "fault", false, 0);
-        zr_wire_put_u64(&w, "code", (uint64_t)code);
-        zr_wire_put_str(&w, "name", zr_error_code_name(code));
-        zr_wire_put_str(&w, "message", msg);
+        zr_session_write_error(&w, true, 0, code, msg);
         if (zr_wire_writer_finish(&w, ZR_FRAME_MAX_FLOOR, &frame, &size, NULL) == 0)
                 (void)send(fd, frame, size, MSG_NOSIGNAL | MSG_DONTWAIT);
         zr_wire_writer_destroy(&w);

@@ -33,24 +33,19 @@
  * client; real pipelines are small requests. */
 #define QUEUE_PAUSE_BYTES (UINT64_C(4) << 20)
 
-enum {
-        FEATURE_MSSET = 1u << 0,
-        FEATURE_DICT = 1u << 1,
-        FEATURE_VERIFY = 1u << 2,
-        FEATURE_LOADER = 1u << 3,
-};
-
-/* The features this daemon has. */
-static const struct {
-        const char *name;
-        unsigned bit;
-} daemon_features[] = {
-        {ZR_FEATURE_MSSET, FEATURE_MSSET},
-        {ZR_FEATURE_DICT, FEATURE_DICT},
-        {ZR_FEATURE_VERIFY, FEATURE_VERIFY},
-        {ZR_FEATURE_LOADER, FEATURE_LOADER},
+/* The features this daemon has; a session's are a bit set over this list. */
+static const char *const daemon_features[] = {
+        ZR_FEATURE_MSSET, ZR_FEATURE_DICT, ZR_FEATURE_VERIFY, ZR_FEATURE_LOADER,
 };
 #define N_FEATURES (sizeof(daemon_features) / sizeof(daemon_features[0]))
+
+/* The bit of feature name[0..len), or 0 if the daemon has no such feature. */
+static unsigned feature_bit(const char *name, size_t len) {
+        for (size_t f = 0; f < N_FEATURES; f++)
+                if (strlen(daemon_features[f]) == len && memcmp(daemon_features[f], name, len) == 0)
+                        return 1u << f;
+        return 0;
+}
 
 struct zr_session {
         zr_server *srv;
@@ -79,9 +74,6 @@ struct zr_session {
 
         zr_handles handles;
 };
-
-static void session_pump(zr_session *c);
-static void session_update_reading(zr_session *c);
 
 /* ---- small helpers ------------------------------------------------------- */
 
@@ -116,6 +108,15 @@ static void session_unref(zr_session *c) {
         free(c);
 }
 
+static void session_update_reading(zr_session *c) {
+        if (!c->conn || c->gone)
+                return;
+        bool on = !c->closing && !c->draining && c->unanswered < ZR_PIPELINE_MAX &&
+                  c->queued_bytes <= QUEUE_PAUSE_BYTES &&
+                  zr_conn_output_bytes(c->conn) <= OUTPUT_PAUSE_BYTES;
+        zr_conn_set_reading(c->conn, on);
+}
+
 static void send_frame(zr_session *c, zr_wire_writer *w, int *fds, size_t nfds) {
         const uint8_t *frame;
         size_t size;
@@ -132,42 +133,46 @@ static void send_frame(zr_session *c, zr_wire_writer *w, int *fds, size_t nfds) 
         session_update_reading(c);
 }
 
-static void put_error_fields(zr_wire_writer *w, int code, const char *msg) {
-        const char *name = zr_error_code_name(code);
-        zr_wire_put_u64(w, "code", (uint64_t)code);
-        if (name)
-                zr_wire_put_str(w, "name", name);
-        zr_wire_put_str(w, "message", msg);
+void zr_session_write_error(zr_wire_writer *w, bool fault, uint64_t id, int code,
+                            const char *message) {
+        zr_msg_write_error(w, fault, id, code, message);
+        /* proto names only its own codes; PROTOCOL.md names errno values too */
+        if (!zr_error_name(code))
+                zr_wire_put_str(w, "name", zr_error_code_name(code));
 }
 
-/* A FAULT event, a strike (for the striking codes), and a close if `fatal`. */
-static void session_fault(zr_session *c, int code, bool fatal, const char *fmt, ...)
-        __attribute__((format(printf, 4, 5)));
-static void session_fault(zr_session *c, int code, bool fatal, const char *fmt, ...) {
-        char msg[ZR_ERROR_MESSAGE_MAX];
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(msg, sizeof(msg), fmt, ap);
-        va_end(ap);
+/* A FAULT event with `msg`, a strike (for the striking codes), and a close
+ * if `fatal` or at the last strike. */
+static void fault(zr_session *c, int code, bool fatal, const char *msg) {
         if (c->closing || c->gone)
                 return;
         zr_log(LOG_NOTICE, "client %llu (pid %d): fault %s: %s", (unsigned long long)c->serial,
                (int)c->pid, zr_error_code_name(code), msg);
         zr_wire_writer w;
         zr_wire_writer_init(&w);
-        zr_wire_writer_begin_message(&w, "fault", false, 0);
-        put_error_fields(&w, code, msg);
+        zr_session_write_error(&w, true, 0, code, msg);
         send_frame(c, &w, NULL, 0);
         zr_wire_writer_destroy(&w);
         if (!fatal && code_is_strike(code) && ++c->strikes >= ZR_STRIKES_MAX) {
-                session_fault(c, ZR_E_LIMIT, true, "%u strikes: closing the connection",
-                             c->strikes);
+                char last[64];
+                snprintf(last, sizeof(last), "%u strikes: closing the connection", c->strikes);
+                fault(c, ZR_E_LIMIT, true, last);
                 return;
         }
         if (fatal) {
                 c->closing = true;
                 zr_conn_close(c->conn, 0);
         }
+}
+
+__attribute__((format(printf, 4, 5)))
+static void session_fault(zr_session *c, int code, bool fatal, const char *fmt, ...) {
+        char msg[ZR_ERROR_MESSAGE_MAX];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof(msg), fmt, ap);
+        va_end(ap);
+        fault(c, code, fatal, msg);
 }
 
 static void session_error_reply(zr_session *c, zr_request *rq) {
@@ -181,8 +186,7 @@ static void session_error_reply(zr_session *c, zr_request *rq) {
                (unsigned long long)rq->id, zr_error_code_name(code), msg);
         zr_wire_writer w;
         zr_wire_writer_init(&w);
-        zr_wire_writer_begin_message(&w, "error", true, rq->id);
-        put_error_fields(&w, code, msg);
+        zr_session_write_error(&w, false, rq->id, code, msg);
         if (rq->has_needed)
                 zr_wire_put_u64(&w, "needed", rq->needed);
         if (rq->has_index)
@@ -191,16 +195,7 @@ static void session_error_reply(zr_session *c, zr_request *rq) {
         zr_wire_writer_destroy(&w);
         if (code_is_strike(code) && ++c->strikes >= ZR_STRIKES_MAX)
                 session_fault(c, ZR_E_LIMIT, true, "%u strikes: closing the connection",
-                             c->strikes);
-}
-
-static void session_update_reading(zr_session *c) {
-        if (!c->conn || c->gone)
-                return;
-        bool on = !c->closing && !c->draining && c->unanswered < ZR_PIPELINE_MAX &&
-                  c->queued_bytes <= QUEUE_PAUSE_BYTES &&
-                  zr_conn_output_bytes(c->conn) <= OUTPUT_PAUSE_BYTES;
-        zr_conn_set_reading(c->conn, on);
+                              c->strikes);
 }
 
 /* A request is answered: forget it, maybe read more. */
@@ -214,6 +209,53 @@ static void request_finished(zr_session *c, zr_request *rq) {
                 c->closing = true;
                 zr_conn_close(c->conn, 0);
         }
+}
+
+/* ---- the queue ----------------------------------------------------------- */
+
+/* What belongs to the connection, then the request's handler (dispatch.c). */
+static int dispatch(zr_request *rq) {
+        zr_session *c = rq->session;
+        if (rq->pre_code)
+                return -rq->pre_code;
+        if (c->draining)
+                return zr_request_fail(rq, ZR_E_SHUTDOWN, "the daemon is shutting down");
+        if (!c->hello && rq->kind != ZR_MSG_HELLO)
+                return zr_request_fail(rq, ZR_E_NO_HELLO, "the first request must be hello");
+        if (c->hello && rq->kind == ZR_MSG_HELLO)
+                return zr_request_fail(rq, ZR_E_PROTO, "a second hello");
+        return zr_request_dispatch(rq);
+}
+
+static void session_pump(zr_session *c) {
+        while (!c->running && c->q_head && !c->gone && !c->closing) {
+                zr_request *rq = c->q_head;
+                c->q_head = rq->next;
+                if (!c->q_head)
+                        c->q_tail = NULL;
+                rq->next = NULL;
+                c->queued_bytes -= rq->len;
+                int r = dispatch(rq);
+                if (r == ZR_RQ_PENDING) {
+                        c->running = rq;
+                        return;
+                }
+                if (r < 0)
+                        session_error_reply(c, rq);
+                request_finished(c, rq);
+        }
+}
+
+static void enqueue(zr_session *c, zr_request *rq) {
+        if (c->q_tail)
+                c->q_tail->next = rq;
+        else
+                c->q_head = rq;
+        c->q_tail = rq;
+        c->queued_bytes += rq->len;
+        c->unanswered++;
+        session_update_reading(c);
+        session_pump(c);
 }
 
 /* ---- request.h ----------------------------------------------------------- */
@@ -250,14 +292,21 @@ zr_handle *zr_request_handle(zr_request *rq, const char *field, uint32_t id,
         return h;
 }
 
-zr_handle *zr_request_handle2(zr_request *rq, const char *field, uint32_t id) {
-        zr_handle *h = zr_handles_find(&rq->session->handles, id);
-        if (!h || (h->type != ZR_HANDLE_DATASET && h->type != ZR_HANDLE_SET)) {
-                zr_request_fail(rq, ZR_E_NO_HANDLE, "field '%s': handle %u %s", field, id,
-                                h ? "is not a dataset or set" : "names nothing");
-                return NULL;
-        }
-        return h;
+zr_handle *zr_request_find_handle(zr_request *rq, uint32_t id) {
+        return zr_handles_find(&rq->session->handles, id);
+}
+
+bool zr_request_has_feature(const zr_request *rq, const char *name) {
+        return rq->session->features & feature_bit(name, strlen(name));
+}
+
+void zr_request_fault(zr_request *rq, int code, const char *fmt, ...) {
+        char msg[ZR_ERROR_MESSAGE_MAX];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof(msg), fmt, ap);
+        va_end(ap);
+        fault(rq->session, code, false, msg);
 }
 
 int zr_request_add_handle(zr_request *rq, const zr_handle *h) {
@@ -445,7 +494,7 @@ void zr_request_complete(zr_request *rq, int r) {
 
 /* ---- HELLO --------------------------------------------------------------- */
 
-static int handle_hello(zr_request *rq) {
+int zr_handle_hello(zr_request *rq) {
         zr_session *c = rq->session;
         const zr_config *cfg = &c->srv->cfg;
         uint32_t vmin, vmax;
@@ -474,14 +523,9 @@ static int handle_hello(zr_request *rq) {
                 if (zr_wire_get_array(rq->root, "features", &items, &n, &werr) < 0)
                         return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
                 for (uint32_t i = 0; i < n; i++)
-                        for (size_t f = 0; f < N_FEATURES; f++)
-                                if (items[i].via.str.size == strlen(daemon_features[f].name) &&
-                                    memcmp(items[i].via.str.ptr, daemon_features[f].name,
-                                           items[i].via.str.size) == 0)
-                                        want |= daemon_features[f].bit;
+                        want |= feature_bit(items[i].via.str.ptr, items[i].via.str.size);
         } else {
-                for (size_t f = 0; f < N_FEATURES; f++)
-                        want |= daemon_features[f].bit;
+                want = (1u << N_FEATURES) - 1;
         }
         const char *cname;
         size_t clen;
@@ -506,8 +550,8 @@ static int handle_hello(zr_request *rq) {
         zr_wire_put_u64(&w, "version", v);
         zr_wire_begin_array(&w, "features");
         for (size_t f = 0; f < N_FEATURES; f++)
-                if (want & daemon_features[f].bit)
-                        zr_wire_put_str(&w, NULL, daemon_features[f].name);
+                if (want & (1u << f))
+                        zr_wire_put_str(&w, NULL, daemon_features[f]);
         zr_wire_end(&w);
         zr_wire_put_str(&w, "daemon", "zrecordd " ZR_VERSION_STRING);
         zr_wire_begin_map(&w, "limits");
@@ -522,129 +566,6 @@ static int handle_hello(zr_request *rq) {
         zr_wire_end(&w);
         /* The reply goes out at the frame limit of the first exchange. */
         return zr_reply_send(rq, &w, NULL, 0);
-}
-
-/* ---- dispatch ------------------------------------------------------------ */
-
-static unsigned feature_of(zr_msg_kind kind) {
-        switch (kind) {
-        case ZR_MSG_MSSET_OPEN: return FEATURE_MSSET;
-        case ZR_MSG_TRAIN_DICT:
-        case ZR_MSG_INSTALL_DICT: return FEATURE_DICT;
-        case ZR_MSG_VERIFY: return FEATURE_VERIFY;
-        case ZR_MSG_LOADER_OPEN:
-        case ZR_MSG_LOADER_CLOSE:
-        case ZR_MSG_RELEASE: return FEATURE_LOADER;
-        default: return 0;
-        }
-}
-
-static int dispatch(zr_request *rq) {
-        zr_session *c = rq->session;
-        if (rq->pre_code)
-                return -rq->pre_code;
-        if (c->draining)
-                return zr_request_fail(rq, ZR_E_SHUTDOWN, "the daemon is shutting down");
-        if (!c->hello && rq->kind != ZR_MSG_HELLO)
-                return zr_request_fail(rq, ZR_E_NO_HELLO, "the first request must be hello");
-        if (c->hello && rq->kind == ZR_MSG_HELLO)
-                return zr_request_fail(rq, ZR_E_PROTO, "a second hello");
-        unsigned f = feature_of(rq->kind);
-        if (f && !(c->features & f))
-                return zr_request_fail(rq, ZR_E_UNKNOWN, "%s needs a feature not in force on "
-                                       "this connection", zr_msg_kind_name(rq->kind));
-        switch (rq->kind) {
-        case ZR_MSG_HELLO: return handle_hello(rq);
-        case ZR_MSG_DATASET_CREATE: return zr_handle_dataset_create(rq);
-        case ZR_MSG_DATASET_OPEN: return zr_handle_dataset_open(rq);
-        case ZR_MSG_MSSET_OPEN: return zr_handle_msset_open(rq);
-        case ZR_MSG_INFO: return zr_handle_info(rq);
-        case ZR_MSG_BUFFER_OPEN: return zr_handle_buffer_open(rq);
-        case ZR_MSG_READ: return zr_handle_read(rq);
-        case ZR_MSG_APPEND: return zr_handle_append(rq);
-        case ZR_MSG_DELETE: return zr_handle_delete(rq);
-        case ZR_MSG_COMPACT: return zr_handle_compact(rq);
-        case ZR_MSG_STATS: return zr_handle_stats(rq);
-        case ZR_MSG_SYNC: return zr_handle_sync(rq);
-        case ZR_MSG_VERIFY: return zr_handle_verify(rq);
-        case ZR_MSG_TRAIN_DICT: return zr_handle_train_dict(rq);
-        case ZR_MSG_INSTALL_DICT: return zr_handle_install_dict(rq);
-        case ZR_MSG_STATUS: return zr_handle_status(rq);
-        case ZR_MSG_CLOSE: return zr_handle_close(rq);
-        case ZR_MSG_LOADER_OPEN: return zr_handle_loader_open(rq);
-        case ZR_MSG_LOADER_CLOSE: return zr_handle_loader_close(rq);
-        default:
-                return zr_request_fail(rq, ZR_E_UNKNOWN, "%s is not served by this daemon",
-                                       zr_msg_kind_name(rq->kind));
-        }
-}
-
-static void session_pump(zr_session *c) {
-        while (!c->running && c->q_head && !c->gone && !c->closing) {
-                zr_request *rq = c->q_head;
-                c->q_head = rq->next;
-                if (!c->q_head)
-                        c->q_tail = NULL;
-                rq->next = NULL;
-                c->queued_bytes -= rq->len;
-                int r = dispatch(rq);
-                if (r == ZR_RQ_PENDING) {
-                        c->running = rq;
-                        return;
-                }
-                if (r < 0)
-                        session_error_reply(c, rq);
-                request_finished(c, rq);
-        }
-}
-
-static void enqueue(zr_session *c, zr_request *rq) {
-        if (c->q_tail)
-                c->q_tail->next = rq;
-        else
-                c->q_head = rq;
-        c->q_tail = rq;
-        c->queued_bytes += rq->len;
-        c->unanswered++;
-        session_update_reading(c);
-        session_pump(c);
-}
-
-static void handle_release_notification(zr_session *c, zr_request *rq, const char *bad) {
-        zr_wire_error werr = {0};
-        uint32_t id, ring, slot;
-        zr_error err = {0};
-        if (!c->hello) {
-                session_fault(c, ZR_E_NO_HELLO, false, "release before hello");
-                return;
-        }
-        if (!(c->features & FEATURE_LOADER)) {
-                session_fault(c, ZR_E_UNKNOWN, false, "release: the loader feature is not in force");
-                return;
-        }
-        if (bad) {
-                session_fault(c, ZR_E_PROTO, false, "%s", bad);
-                return;
-        }
-        if (rq->nfds > 0) {
-                session_fault(c, ZR_E_BAD_FD, false, "release takes no descriptors, %u came",
-                             rq->nfds);
-                return;
-        }
-        if (zr_wire_get_u32(rq->root, "loader", &id, &werr) < 0 ||
-            zr_wire_get_u32(rq->root, "ring", &ring, &werr) < 0 ||
-            zr_wire_get_u32(rq->root, "slot", &slot, &werr) < 0) {
-                session_fault(c, ZR_E_PROTO, false, "release: %s", werr.message);
-                return;
-        }
-        zr_handle *h = zr_handles_find(&c->handles, id);
-        if (!h || h->type != ZR_HANDLE_LOADER) {
-                session_fault(c, ZR_E_NO_HANDLE, false, "release: handle %u is not a loader", id);
-                return;
-        }
-        if (zr_lhandle_release(h->loader, ring, slot, &err) < 0)
-                session_fault(c, err.code ? err.code : ZR_E_PROTO, false, "release: %s",
-                             err.message);
 }
 
 static int on_frame(zr_conn *conn, const uint8_t *body, size_t len, void *userdata) {
@@ -700,7 +621,13 @@ static int on_frame(zr_conn *conn, const uint8_t *body, size_t len, void *userda
         if (h.kind == ZR_MSG_RELEASE) {
                 /* A notification: applied when read, even while a request executes;
                  * no reply, faults only. */
-                handle_release_notification(c, rq, r < 0 ? werr.message : NULL);
+                if (!c->hello)
+                        session_fault(c, ZR_E_NO_HELLO, false, "release before hello");
+                else if (!zr_request_has_feature(rq, ZR_FEATURE_LOADER))
+                        session_fault(c, ZR_E_UNKNOWN, false, "release: the loader feature is "
+                                      "not in force");
+                else
+                        zr_handle_release(rq, r < 0 ? werr.message : NULL);
                 request_free(rq);
                 return 0;
         }
@@ -791,8 +718,7 @@ static void on_close(zr_conn *conn, enum zr_conn_close_reason reason, int error,
                 zr_log(LOG_NOTICE, "client %llu (pid %d): fault %s: %s",
                        (unsigned long long)c->serial, (int)c->pid, zr_error_code_name(code), msg);
                 zr_wire_writer_init(&w);
-                zr_wire_writer_begin_message(&w, "fault", false, 0);
-                put_error_fields(&w, code, msg);
+                zr_session_write_error(&w, true, 0, code, msg);
                 if (zr_wire_writer_finish(&w, c->lim.frame_max, &frame, &size, NULL) == 0)
                         zr_conn_send_final(conn, frame + ZR_FRAME_HEADER_SIZE,
                                            size - ZR_FRAME_HEADER_SIZE);

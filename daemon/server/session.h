@@ -16,7 +16,10 @@
 #ifndef ZR_SERVER_SESSION_H
 #define ZR_SERVER_SESSION_H
 
+#include <stdbool.h>
 #include <stdint.h>
+
+#include "wire.h"
 
 typedef struct zr_server zr_server;
 typedef struct zr_session zr_session;
@@ -35,5 +38,11 @@ void zr_session_kill(zr_session *c);
 
 /* The next session in the server's list. */
 zr_session *zr_session_next(zr_session *c);
+
+/* Writes a whole "error" reply (fault false, with `id`) or FAULT event (fault
+ * true) into w: proto's zr_msg_write_error(), and the name of an errno code
+ * too, as PROTOCOL.md gives it ("EIO"). */
+void zr_session_write_error(zr_wire_writer *w, bool fault, uint64_t id, int code,
+                            const char *message);
 
 #endif
