@@ -1,11 +1,9 @@
-/* req-data.c: requests that move records: BUFFER_OPEN, READ, APPEND, DELETE,
- * COMPACT, VERIFY.
+/* req-data.c: requests that move records: BUFFER_OPEN, READ, APPEND, DELETE.
  *
  * Each validates its fields and handles on the loop thread, takes references
  * on what its job will touch (registry entries, the buffer), and runs the
- * blocking part on the pool under the dataset's lock (shared for READ, APPEND to
- * one dataset and VERIFY; exclusive for DELETE, COMPACT and an APPEND through a
- * set), so a client that vanishes mid-request frees nothing a worker still
+ * blocking part on the pool under the dataset's lock (shared for READ and an
+ * APPEND to one dataset; exclusive for DELETE and an APPEND through a set), so a client that vanishes mid-request frees nothing a worker still
  * uses. Records land straight in shared memory: READ gathers into the client's
  * buffer with the batch gather the loaders use (dataset/batch.h), APPEND reads
  * the client's sealed memfd. Nothing here knows the store format; the dataset
@@ -66,8 +64,6 @@ typedef struct buffer_state {
 
 static void buffer_state_free(void *p) {
         buffer_state *st = p;
-        if (!st)
-                return;
         zr_buffer_unref(st->buffer);
         free(st);
 }
@@ -123,19 +119,16 @@ int zr_handle_buffer_open(zr_request *rq) {
         int r = zr_request_shm_reserve(rq, size);
         if (r < 0)
                 return r;
-        buffer_state *st = calloc(1, sizeof(*st));
+        buffer_state *st = zr_request_state(rq, sizeof(*st), buffer_state_free);
         if (st)
                 st->buffer = calloc(1, sizeof(zr_buffer));
         if (!st || !st->buffer) {
-                free(st);
                 zr_request_shm_release(rq, size);
                 return zr_request_fail(rq, ENOMEM, "no memory for a buffer");
         }
         st->buffer->refs = 1;
         st->buffer->shm.fd = -1;
         st->reserved = size;
-        rq->state = st;
-        rq->state_free = buffer_state_free;
         return zr_request_submit(rq, buffer_run, buffer_done);
 }
 
@@ -155,8 +148,6 @@ typedef struct read_state {
 
 static void read_state_free(void *p) {
         read_state *st = p;
-        if (!st)
-                return;
         zr_entry_unref(st->entry);
         zr_buffer_unref(st->buffer);
         free(st->idx);
@@ -261,11 +252,9 @@ int zr_handle_read(zr_request *rq) {
                                        offset % ZR_RECORD_ALIGN ? "not a multiple of 8"
                                                                 : "past the end of the buffer");
         const zr_schema *schema = zr_dataset_schema(h->entry->ds);
-        read_state *st = calloc(1, sizeof(*st));
+        read_state *st = zr_request_state(rq, sizeof(*st), read_state_free);
         if (!st)
-                return zr_request_fail(rq, ENOMEM, "no memory");
-        rq->state = st;
-        rq->state_free = read_state_free;
+                return -ENOMEM;
         r = get_indices(rq, rq->root, "indices", &st->idx, &st->n);
         if (r < 0)
                 return r;
@@ -315,8 +304,6 @@ typedef struct append_state {
 
 static void append_state_free(void *p) {
         append_state *st = p;
-        if (!st)
-                return;
         for (uint32_t i = 0; i < st->n; i++) {
                 zr_entry_unref(st->parts[i].entry);
                 free(st->parts[i].sizes);
@@ -488,12 +475,10 @@ int zr_handle_append(zr_request *rq) {
         zr_handle *h = rq->handle;
         int r;
 
-        append_state *st = calloc(1, sizeof(*st));
+        append_state *st = zr_request_state(rq, sizeof(*st), append_state_free);
         if (!st)
-                return zr_request_fail(rq, ENOMEM, "no memory");
+                return -ENOMEM;
         st->data.fd = -1;
-        rq->state = st;
-        rq->state_free = append_state_free;
         if (h->type == ZR_HANDLE_DATASET) {
                 st->n = 1;
                 st->parts[0].entry = zr_entry_ref(h->entry);
@@ -571,8 +556,6 @@ typedef struct delete_state {
 
 static void delete_state_free(void *p) {
         delete_state *st = p;
-        if (!st)
-                return;
         for (uint32_t i = 0; i < st->n; i++)
                 zr_entry_unref(st->entries[i]);
         free(st->idx);
@@ -613,11 +596,9 @@ static void delete_done(zr_job *job) {
 int zr_handle_delete(zr_request *rq) {
         zr_handle *h = rq->handle;
         int r;
-        delete_state *st = calloc(1, sizeof(*st));
+        delete_state *st = zr_request_state(rq, sizeof(*st), delete_state_free);
         if (!st)
-                return zr_request_fail(rq, ENOMEM, "no memory");
-        rq->state = st;
-        rq->state_free = delete_state_free;
+                return -ENOMEM;
         r = get_indices(rq, rq->root, "indices", &st->idx, &st->count);
         if (r < 0)
                 return r;
@@ -628,108 +609,4 @@ int zr_handle_delete(zr_request *rq) {
                         st->entries[st->n++] = zr_entry_ref(h->set->entries[i]);
         }
         return zr_request_submit(rq, delete_run, delete_done);
-}
-
-/* ---- COMPACT, VERIFY ----------------------------------------------------- */
-
-/* VERIFY lists at most this many bad records (PROTOCOL.md, VERIFY). */
-#define VERIFY_BAD_MAX 1024
-
-typedef struct store_state {
-        zr_entry *entry;
-        zr_stats stats;
-        zr_verify_report report;
-        bool sound;
-        uint64_t bad[VERIFY_BAD_MAX];
-        size_t nbad;
-} store_state;
-
-static void store_state_free(void *p) {
-        store_state *st = p;
-        if (!st)
-                return;
-        zr_entry_unref(st->entry);
-        free(st);
-}
-
-static int start_store_job(zr_request *rq, zr_job_fn run, zr_job_fn done) {
-        zr_handle *h = rq->handle;
-        store_state *st = calloc(1, sizeof(*st));
-        if (!st)
-                return zr_request_fail(rq, ENOMEM, "no memory");
-        st->entry = zr_entry_ref(h->entry);
-        rq->state = st;
-        rq->state_free = store_state_free;
-        return zr_request_submit(rq, run, done);
-}
-
-static void compact_run(zr_job *job) {
-        zr_request *rq = (zr_request *)job;
-        store_state *st = rq->state;
-        zr_compact_result res = {0};
-        zr_mutation_begin(rq, &st->entry, 1, true);
-        int r = zr_dataset_compact(st->entry->ds, &res, &rq->err);
-        bool changed = res.moved > 0 || r == 0;
-        if (r == 0)
-                r = zr_dataset_stats(st->entry->ds, &st->stats, &rq->err);
-        zr_mutation_end(rq, changed);
-        rq->result = r;
-}
-
-static void compact_done(zr_job *job) {
-        zr_request *rq = (zr_request *)job;
-        store_state *st = rq->state;
-        int r = rq->result;
-        if (r == 0 && !zr_request_orphaned(rq)) {
-                zr_wire_writer w;
-                zr_reply_begin(rq, &w);
-                zr_put_stats(&w, &st->stats);
-                r = zr_reply_send(rq, &w, NULL, 0);
-        }
-        zr_request_complete(rq, r);
-}
-
-int zr_handle_compact(zr_request *rq) {
-        return start_store_job(rq, compact_run, compact_done);
-}
-
-static void verify_run(zr_job *job) {
-        zr_request *rq = (zr_request *)job;
-        store_state *st = rq->state;
-        zr_error err = {0};
-        zr_dataset_lock(st->entry->ds, false);
-        int r = zr_dataset_verify(st->entry->ds, &st->report, st->bad, VERIFY_BAD_MAX, &st->nbad,
-                                  &err);
-        zr_dataset_unlock(st->entry->ds);
-        /* A corrupt record is a result, not an error; failing to run is an error. */
-        if (r == -ZR_E_CORRUPT || r == -ZR_E_DECODE) {
-                st->sound = false;
-                r = 0;
-        } else if (r == 0) {
-                st->sound = st->report.bad == 0;
-        } else {
-                zr_request_fail(rq, -r, "%s", err.message);
-        }
-        rq->result = r;
-        zr_server_trim_heap();
-}
-
-static void verify_done(zr_job *job) {
-        zr_request *rq = (zr_request *)job;
-        store_state *st = rq->state;
-        int r = rq->result;
-        if (r == 0 && !zr_request_orphaned(rq)) {
-                zr_wire_writer w;
-                zr_reply_begin(rq, &w);
-                zr_wire_put_bool(&w, "ok", st->sound);
-                zr_wire_put_u64(&w, "records", st->report.records);
-                zr_wire_put_u64(&w, "bad", st->report.bad);
-                zr_wire_put_u64s(&w, "bad_indices", st->bad, st->nbad);
-                r = zr_reply_send(rq, &w, NULL, 0);
-        }
-        zr_request_complete(rq, r);
-}
-
-int zr_handle_verify(zr_request *rq) {
-        return start_store_job(rq, verify_run, verify_done);
 }

@@ -26,8 +26,6 @@ typedef struct dict_state {
 
 static void dict_state_free(void *p) {
         dict_state *st = p;
-        if (!st)
-                return;
         zr_entry_unref(st->entry);
         zr_shm_release(&st->input);
         zr_shm_release(&st->out);
@@ -90,14 +88,12 @@ int zr_handle_train_dict(zr_request *rq) {
         if (has_handle == has_sizes)
                 return zr_request_fail(rq, EINVAL, "train_dict needs exactly one source: "
                                        "'handle' or 'sizes' with a memfd");
-        dict_state *st = calloc(1, sizeof(*st));
+        dict_state *st = zr_request_state(rq, sizeof(*st), dict_state_free);
         if (!st)
-                return zr_request_fail(rq, ENOMEM, "no memory");
+                return -ENOMEM;
         st->input.fd = -1;
         st->out.fd = -1;
         st->spec = zr_dict_tier_get(t);
-        rq->state = st;
-        rq->state_free = dict_state_free;
         if (has_handle) {
                 uint32_t hid;
                 if (zr_wire_get_u32(rq->root, "handle", &hid, &werr) < 0)
@@ -140,8 +136,6 @@ typedef struct install_state {
 
 static void install_state_free(void *p) {
         install_state *st = p;
-        if (!st)
-                return;
         zr_entry_unref(st->entry);
         zr_shm_release(&st->dict);
         free(st);
@@ -177,12 +171,10 @@ int zr_handle_install_dict(zr_request *rq) {
                 return zr_request_fail(rq, ZR_E_BAD_CODEC, "not a zstd_dict store");
         if (bytes == 0 || bytes > SIZE_MAX)
                 return zr_request_fail(rq, EINVAL, "dict_bytes %llu", (unsigned long long)bytes);
-        install_state *st = calloc(1, sizeof(*st));
+        install_state *st = zr_request_state(rq, sizeof(*st), install_state_free);
         if (!st)
-                return zr_request_fail(rq, ENOMEM, "no memory");
+                return -ENOMEM;
         st->dict.fd = -1;
-        rq->state = st;
-        rq->state_free = install_state_free;
         r = zr_shm_map_sealed(zr_request_take_fd(rq, 0), (size_t)bytes, &st->dict, &rq->err);
         if (r < 0)
                 return r;

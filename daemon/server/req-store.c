@@ -1,5 +1,6 @@
 /* req-store.c: requests about datasets and sets as objects: DATASET_CREATE,
- * DATASET_OPEN, MSSET_OPEN, INFO, STATS, SYNC, CLOSE, and the daemon's STATUS.
+ * DATASET_OPEN, MSSET_OPEN, INFO, CLOSE, the jobs on one dataset (STATS, SYNC,
+ * COMPACT, VERIFY), and the daemon's STATUS.
  *
  * Access is proven with descriptors (PROTOCOL.md section 6): the store's
  * directory, and its meta.zr opened O_RDONLY (read) or O_RDWR (write), checked
@@ -212,8 +213,6 @@ typedef struct create_state {
 
 static void create_state_free(void *p) {
         create_state *st = p;
-        if (!st)
-                return;
         zr_dataset_close(st->ds, NULL);
         zr_shm_release(&st->dict);
         free(st);
@@ -262,14 +261,12 @@ int zr_handle_dataset_create(zr_request *rq) {
         r = check_dir(rq, dirfd, "the new store directory");
         if (r < 0)
                 return r;
-        create_state *st = calloc(1, sizeof(*st));
+        create_state *st = zr_request_state(rq, sizeof(*st), create_state_free);
         if (!st)
-                return zr_request_fail(rq, ENOMEM, "no memory");
+                return -ENOMEM;
         st->dict.fd = -1;
         st->dirfd = dirfd; /* stays in rq->fds until the request is freed */
         st->pool = zr_registry_pool(srv->registry);
-        rq->state = st;
-        rq->state_free = create_state_free;
         if (zr_wire_get_map(rq->root, "schema", &smap, &werr) < 0)
                 return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
         r = parse_schema(rq, smap, &st->schema);
@@ -603,29 +600,56 @@ int zr_handle_status(zr_request *rq) {
         return zr_reply_send(rq, &w, NULL, 0);
 }
 
-/* ---- STATS, SYNC (on the pool) ------------------------------------------- */
+/* ---- STATS, SYNC, COMPACT, VERIFY: jobs on one dataset ----------------------- */
+
+/* VERIFY lists at most this many bad records (PROTOCOL.md, VERIFY). */
+#define VERIFY_BAD_MAX 1024
 
 typedef struct entry_state {
         zr_entry *entry;
         zr_stats stats;
+        zr_verify_report report;
+        bool sound;
+        uint64_t bad[VERIFY_BAD_MAX];
+        size_t nbad;
 } entry_state;
 
 static void entry_state_free(void *p) {
         entry_state *st = p;
-        if (!st)
-                return;
         zr_entry_unref(st->entry);
         free(st);
 }
 
+/* Runs run() on the pool with a reference on the request's dataset, then
+ * done() on the loop. */
 static int start_entry_job(zr_request *rq, zr_job_fn run, zr_job_fn done) {
-        entry_state *st = calloc(1, sizeof(*st));
+        entry_state *st = zr_request_state(rq, sizeof(*st), entry_state_free);
         if (!st)
-                return zr_request_fail(rq, ENOMEM, "no memory");
+                return -ENOMEM;
         st->entry = zr_entry_ref(rq->handle->entry);
-        rq->state = st;
-        rq->state_free = entry_state_free;
         return zr_request_submit(rq, run, done);
+}
+
+static void put_stats(zr_wire_writer *w, const zr_stats *s) {
+        zr_wire_put_u64(w, "records", s->records);
+        zr_wire_put_u64(w, "live_bytes", s->live_bytes);
+        zr_wire_put_u64(w, "chunk_bytes", s->chunk_bytes);
+        zr_wire_put_u64(w, "reclaimable", s->reclaimable);
+        zr_wire_put_u64(w, "logic_bytes", s->logic_bytes);
+}
+
+/* The reply of STATS and COMPACT: the dataset's stats. */
+static void stats_done(zr_job *job) {
+        zr_request *rq = (zr_request *)job;
+        entry_state *st = rq->state;
+        int r = rq->result;
+        if (r == 0 && !zr_request_orphaned(rq)) {
+                zr_wire_writer w;
+                zr_reply_begin(rq, &w);
+                put_stats(&w, &st->stats);
+                r = zr_reply_send(rq, &w, NULL, 0);
+        }
+        zr_request_complete(rq, r);
 }
 
 static void stats_run(zr_job *job) {
@@ -634,27 +658,6 @@ static void stats_run(zr_job *job) {
         zr_dataset_lock(st->entry->ds, false);
         rq->result = zr_dataset_stats(st->entry->ds, &st->stats, &rq->err);
         zr_dataset_unlock(st->entry->ds);
-}
-
-void zr_put_stats(zr_wire_writer *w, const zr_stats *s) {
-        zr_wire_put_u64(w, "records", s->records);
-        zr_wire_put_u64(w, "live_bytes", s->live_bytes);
-        zr_wire_put_u64(w, "chunk_bytes", s->chunk_bytes);
-        zr_wire_put_u64(w, "reclaimable", s->reclaimable);
-        zr_wire_put_u64(w, "logic_bytes", s->logic_bytes);
-}
-
-static void stats_done(zr_job *job) {
-        zr_request *rq = (zr_request *)job;
-        entry_state *st = rq->state;
-        int r = rq->result;
-        if (r == 0 && !zr_request_orphaned(rq)) {
-                zr_wire_writer w;
-                zr_reply_begin(rq, &w);
-                zr_put_stats(&w, &st->stats);
-                r = zr_reply_send(rq, &w, NULL, 0);
-        }
-        zr_request_complete(rq, r);
 }
 
 int zr_handle_stats(zr_request *rq) {
@@ -679,4 +682,62 @@ static void sync_done(zr_job *job) {
 
 int zr_handle_sync(zr_request *rq) {
         return start_entry_job(rq, sync_run, sync_done);
+}
+
+static void compact_run(zr_job *job) {
+        zr_request *rq = (zr_request *)job;
+        entry_state *st = rq->state;
+        zr_compact_result res = {0};
+        zr_mutation_begin(rq, &st->entry, 1, true);
+        int r = zr_dataset_compact(st->entry->ds, &res, &rq->err);
+        bool changed = res.moved > 0 || r == 0;
+        if (r == 0)
+                r = zr_dataset_stats(st->entry->ds, &st->stats, &rq->err);
+        zr_mutation_end(rq, changed);
+        rq->result = r;
+}
+
+int zr_handle_compact(zr_request *rq) {
+        return start_entry_job(rq, compact_run, stats_done);
+}
+
+static void verify_run(zr_job *job) {
+        zr_request *rq = (zr_request *)job;
+        entry_state *st = rq->state;
+        zr_error err = {0};
+        zr_dataset_lock(st->entry->ds, false);
+        int r = zr_dataset_verify(st->entry->ds, &st->report, st->bad, VERIFY_BAD_MAX, &st->nbad,
+                                  &err);
+        zr_dataset_unlock(st->entry->ds);
+        /* A corrupt record is a result, not an error; failing to run is an error. */
+        if (r == -ZR_E_CORRUPT || r == -ZR_E_DECODE) {
+                st->sound = false;
+                r = 0;
+        } else if (r == 0) {
+                st->sound = st->report.bad == 0;
+        } else {
+                zr_request_fail(rq, -r, "%s", err.message);
+        }
+        rq->result = r;
+        zr_server_trim_heap();
+}
+
+static void verify_done(zr_job *job) {
+        zr_request *rq = (zr_request *)job;
+        entry_state *st = rq->state;
+        int r = rq->result;
+        if (r == 0 && !zr_request_orphaned(rq)) {
+                zr_wire_writer w;
+                zr_reply_begin(rq, &w);
+                zr_wire_put_bool(&w, "ok", st->sound);
+                zr_wire_put_u64(&w, "records", st->report.records);
+                zr_wire_put_u64(&w, "bad", st->report.bad);
+                zr_wire_put_u64s(&w, "bad_indices", st->bad, st->nbad);
+                r = zr_reply_send(rq, &w, NULL, 0);
+        }
+        zr_request_complete(rq, r);
+}
+
+int zr_handle_verify(zr_request *rq) {
+        return start_entry_job(rq, verify_run, verify_done);
 }

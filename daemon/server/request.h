@@ -126,6 +126,11 @@ int zr_reply_empty(zr_request *rq);
 int zr_request_fail(zr_request *rq, int code, const char *fmt, ...)
         __attribute__((format(printf, 3, 4)));
 
+/* Allocates the handler's state for rq (`size` bytes, zeroed) as rq->state,
+ * freed with state_free() when the request is: returns it, or NULL with
+ * rq->err set (ENOMEM). */
+void *zr_request_state(zr_request *rq, size_t size, void (*state_free)(void *state));
+
 /* Submits rq's job: run on a worker, then done on the loop. */
 int zr_request_submit(zr_request *rq, zr_job_fn run, zr_job_fn done);
 
@@ -151,9 +156,6 @@ bool zr_request_orphaned(const zr_request *rq);
 
 /* Puts a schema map. */
 void zr_put_schema(zr_wire_writer *w, const char *key, const zr_schema *s);
-
-/* Puts the fields of a STATS reply. */
-void zr_put_stats(zr_wire_writer *w, const zr_stats *s);
 
 /* ---- handlers ------------------------------------------------------------ */
 

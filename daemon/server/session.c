@@ -440,6 +440,16 @@ static void request_job_done(zr_job *job) {
         rq->done(job);
 }
 
+void *zr_request_state(zr_request *rq, size_t size, void (*state_free)(void *state)) {
+        rq->state = calloc(1, size);
+        if (!rq->state) {
+                zr_request_fail(rq, ENOMEM, "no memory");
+                return NULL;
+        }
+        rq->state_free = state_free;
+        return rq->state;
+}
+
 int zr_request_submit(zr_request *rq, zr_job_fn run, zr_job_fn done) {
         rq->job.run = run;
         rq->job.done = request_job_done;
