@@ -455,19 +455,11 @@ static void append_run(zr_job *job) {
         rq->result = r;
 }
 
-static void append_done(zr_job *job) {
-        zr_request *rq = (zr_request *)job;
+static void append_reply(zr_request *rq, zr_wire_writer *w) {
         append_state *st = rq->state;
-        int r = rq->result;
-        if (r == 0 && !zr_request_orphaned(rq)) {
-                zr_wire_writer w;
-                zr_reply_begin(rq, &w);
-                zr_wire_put_u64(&w, "first", st->first);
-                zr_wire_put_u64(&w, "count", st->count);
-                zr_wire_put_u64(&w, "length", st->length);
-                r = zr_reply_send(rq, &w, NULL, 0);
-        }
-        zr_request_complete(rq, r);
+        zr_wire_put_u64(w, "first", st->first);
+        zr_wire_put_u64(w, "count", st->count);
+        zr_wire_put_u64(w, "length", st->length);
 }
 
 int zr_handle_append(zr_request *rq) {
@@ -541,7 +533,7 @@ int zr_handle_append(zr_request *rq) {
                 }
                 return r;
         }
-        return zr_request_submit(rq, append_run, append_done);
+        return zr_request_submit_reply(rq, append_run, append_reply);
 }
 
 /* ---- DELETE -------------------------------------------------------------- */
@@ -580,17 +572,9 @@ static void delete_run(zr_job *job) {
         rq->result = r;
 }
 
-static void delete_done(zr_job *job) {
-        zr_request *rq = (zr_request *)job;
+static void delete_reply(zr_request *rq, zr_wire_writer *w) {
         delete_state *st = rq->state;
-        int r = rq->result;
-        if (r == 0 && !zr_request_orphaned(rq)) {
-                zr_wire_writer w;
-                zr_reply_begin(rq, &w);
-                zr_wire_put_u64(&w, "length", st->length);
-                r = zr_reply_send(rq, &w, NULL, 0);
-        }
-        zr_request_complete(rq, r);
+        zr_wire_put_u64(w, "length", st->length);
 }
 
 int zr_handle_delete(zr_request *rq) {
@@ -608,5 +592,5 @@ int zr_handle_delete(zr_request *rq) {
                 for (uint32_t i = 0; i < h->set->n; i++)
                         st->entries[st->n++] = zr_entry_ref(h->set->entries[i]);
         }
-        return zr_request_submit(rq, delete_run, delete_done);
+        return zr_request_submit_reply(rq, delete_run, delete_reply);
 }

@@ -151,14 +151,6 @@ static void install_run(zr_job *job) {
         rq->result = r;
 }
 
-static void install_done(zr_job *job) {
-        zr_request *rq = (zr_request *)job;
-        int r = rq->result;
-        if (r == 0 && !zr_request_orphaned(rq))
-                r = zr_reply_empty(rq);
-        zr_request_complete(rq, r);
-}
-
 int zr_handle_install_dict(zr_request *rq) {
         zr_wire_error werr = {0};
         zr_handle *h = rq->handle;
@@ -180,5 +172,5 @@ int zr_handle_install_dict(zr_request *rq) {
                 return r;
         st->dict_bytes = bytes;
         st->entry = zr_entry_ref(h->entry);
-        return zr_request_submit(rq, install_run, install_done);
+        return zr_request_submit_reply(rq, install_run, NULL);
 }

@@ -178,6 +178,24 @@ void zr_server_dataset_mutated(zr_server *s, zr_entry *e) {
 
 /* ---- LOADER_OPEN, LOADER_CLOSE ------------------------------------------ */
 
+/* An optional uint field that must lie in min..max (`code` otherwise); *ret
+ * is left as it is when the field is missing. */
+static int get_opt_u32(zr_request *rq, const char *field, uint32_t min, uint32_t max, int code,
+                       uint32_t *ret) {
+        zr_wire_error werr = {0};
+        uint64_t v;
+
+        if (!zr_wire_find(rq->root, field))
+                return 0;
+        if (zr_wire_get_u64(rq->root, field, &v, &werr) < 0)
+                return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
+        if (v < min || v > max)
+                return zr_request_fail(rq, code, "%s %llu is out of range: %u..%u", field,
+                                       (unsigned long long)v, min, max);
+        *ret = (uint32_t)v;
+        return 0;
+}
+
 int zr_handle_loader_open(zr_request *rq) {
         zr_server *srv = zr_request_server(rq);
         zr_wire_error werr = {0};
@@ -187,7 +205,6 @@ int zr_handle_loader_open(zr_request *rq) {
         zr_loader_params p = {.world_size = 1, .prefetch = PREFETCH_DEFAULT};
         zr_loader_stream streams[ZR_STREAMS_MAX];
         zr_lhandle *lh = NULL;
-        uint64_t v;
         bool indices = false;
         int r;
 
@@ -200,30 +217,10 @@ int zr_handle_loader_open(zr_request *rq) {
         if (zr_sampler_mode_from_name(sampler, &p.mode) < 0)
                 return zr_request_fail(rq, ZR_E_SAMPLER, "unknown sampler '%s' (sequential, iid, "
                                        "cyclic)", sampler);
-        if (zr_wire_find(rq->root, "rank")) {
-                if (zr_wire_get_u64(rq->root, "rank", &v, &werr) < 0)
-                        return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
-                if (v > UINT32_MAX)
-                        return zr_request_fail(rq, ZR_E_SAMPLER, "rank %llu is too large",
-                                               (unsigned long long)v);
-                p.rank = (uint32_t)v;
-        }
-        if (zr_wire_find(rq->root, "world_size")) {
-                if (zr_wire_get_u64(rq->root, "world_size", &v, &werr) < 0)
-                        return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
-                if (v > UINT32_MAX)
-                        return zr_request_fail(rq, ZR_E_SAMPLER, "world_size %llu is too large",
-                                               (unsigned long long)v);
-                p.world_size = (uint32_t)v;
-        }
-        if (zr_wire_find(rq->root, "prefetch")) {
-                if (zr_wire_get_u64(rq->root, "prefetch", &v, &werr) < 0)
-                        return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
-                if (v < 1 || v > ZR_PREFETCH_MAX)
-                        return zr_request_fail(rq, ZR_E_LIMIT, "prefetch %llu: 1..%d slots",
-                                               (unsigned long long)v, ZR_PREFETCH_MAX);
-                p.prefetch = (uint32_t)v;
-        }
+        if ((r = get_opt_u32(rq, "rank", 0, UINT32_MAX, ZR_E_SAMPLER, &p.rank)) < 0 ||
+            (r = get_opt_u32(rq, "world_size", 0, UINT32_MAX, ZR_E_SAMPLER, &p.world_size)) < 0 ||
+            (r = get_opt_u32(rq, "prefetch", 1, ZR_PREFETCH_MAX, ZR_E_LIMIT, &p.prefetch)) < 0)
+                return r;
         if (zr_wire_find(rq->root, "length")) {
                 if (zr_wire_get_u64(rq->root, "length", &p.length, &werr) < 0)
                         return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);

@@ -621,16 +621,18 @@ static void entry_state_free(void *p) {
 }
 
 /* Runs run() on the pool with a reference on the request's dataset, then
- * done() on the loop. */
-static int start_entry_job(zr_request *rq, zr_job_fn run, zr_job_fn done) {
+ * answers with reply(). */
+static int start_entry_job(zr_request *rq, zr_job_fn run, zr_reply_fn reply) {
         entry_state *st = zr_request_state(rq, sizeof(*st), entry_state_free);
         if (!st)
                 return -ENOMEM;
         st->entry = zr_entry_ref(rq->handle->entry);
-        return zr_request_submit(rq, run, done);
+        return zr_request_submit_reply(rq, run, reply);
 }
 
-static void put_stats(zr_wire_writer *w, const zr_stats *s) {
+/* The reply of STATS and COMPACT: the dataset's stats. */
+static void stats_reply(zr_request *rq, zr_wire_writer *w) {
+        const zr_stats *s = &((entry_state *)rq->state)->stats;
         zr_wire_put_u64(w, "records", s->records);
         zr_wire_put_u64(w, "live_bytes", s->live_bytes);
         zr_wire_put_u64(w, "chunk_bytes", s->chunk_bytes);
@@ -638,50 +640,53 @@ static void put_stats(zr_wire_writer *w, const zr_stats *s) {
         zr_wire_put_u64(w, "logic_bytes", s->logic_bytes);
 }
 
-/* The reply of STATS and COMPACT: the dataset's stats. */
-static void stats_done(zr_job *job) {
-        zr_request *rq = (zr_request *)job;
+static void verify_reply(zr_request *rq, zr_wire_writer *w) {
         entry_state *st = rq->state;
-        int r = rq->result;
-        if (r == 0 && !zr_request_orphaned(rq)) {
-                zr_wire_writer w;
-                zr_reply_begin(rq, &w);
-                put_stats(&w, &st->stats);
-                r = zr_reply_send(rq, &w, NULL, 0);
-        }
-        zr_request_complete(rq, r);
+        zr_wire_put_bool(w, "ok", st->sound);
+        zr_wire_put_u64(w, "records", st->report.records);
+        zr_wire_put_u64(w, "bad", st->report.bad);
+        zr_wire_put_u64s(w, "bad_indices", st->bad, st->nbad);
 }
 
-static void stats_run(zr_job *job) {
+/* A corrupt record is VERIFY's result, not an error; failing to run is. */
+static int verify(zr_request *rq, entry_state *st) {
+        zr_error err = {0};
+        int r = zr_dataset_verify(st->entry->ds, &st->report, st->bad, VERIFY_BAD_MAX,
+                                  &st->nbad, &err);
+        if (r == -ZR_E_CORRUPT || r == -ZR_E_DECODE)
+                return 0;
+        if (r < 0)
+                return zr_request_fail(rq, -r, "%s", err.message);
+        st->sound = st->report.bad == 0;
+        return 0;
+}
+
+/* STATS, SYNC and VERIFY: under the dataset's lock, shared. */
+static void shared_run(zr_job *job) {
         zr_request *rq = (zr_request *)job;
         entry_state *st = rq->state;
         zr_dataset_lock(st->entry->ds, false);
-        rq->result = zr_dataset_stats(st->entry->ds, &st->stats, &rq->err);
+        if (rq->kind == ZR_MSG_STATS)
+                rq->result = zr_dataset_stats(st->entry->ds, &st->stats, &rq->err);
+        else if (rq->kind == ZR_MSG_SYNC)
+                rq->result = zr_dataset_sync(st->entry->ds, &rq->err);
+        else
+                rq->result = verify(rq, st);
         zr_dataset_unlock(st->entry->ds);
+        if (rq->kind == ZR_MSG_VERIFY)
+                zr_server_trim_heap();
 }
 
 int zr_handle_stats(zr_request *rq) {
-        return start_entry_job(rq, stats_run, stats_done);
-}
-
-static void sync_run(zr_job *job) {
-        zr_request *rq = (zr_request *)job;
-        entry_state *st = rq->state;
-        zr_dataset_lock(st->entry->ds, false);
-        rq->result = zr_dataset_sync(st->entry->ds, &rq->err);
-        zr_dataset_unlock(st->entry->ds);
-}
-
-static void sync_done(zr_job *job) {
-        zr_request *rq = (zr_request *)job;
-        int r = rq->result;
-        if (r == 0 && !zr_request_orphaned(rq))
-                r = zr_reply_empty(rq);
-        zr_request_complete(rq, r);
+        return start_entry_job(rq, shared_run, stats_reply);
 }
 
 int zr_handle_sync(zr_request *rq) {
-        return start_entry_job(rq, sync_run, sync_done);
+        return start_entry_job(rq, shared_run, NULL);
+}
+
+int zr_handle_verify(zr_request *rq) {
+        return start_entry_job(rq, shared_run, verify_reply);
 }
 
 static void compact_run(zr_job *job) {
@@ -698,46 +703,5 @@ static void compact_run(zr_job *job) {
 }
 
 int zr_handle_compact(zr_request *rq) {
-        return start_entry_job(rq, compact_run, stats_done);
-}
-
-static void verify_run(zr_job *job) {
-        zr_request *rq = (zr_request *)job;
-        entry_state *st = rq->state;
-        zr_error err = {0};
-        zr_dataset_lock(st->entry->ds, false);
-        int r = zr_dataset_verify(st->entry->ds, &st->report, st->bad, VERIFY_BAD_MAX, &st->nbad,
-                                  &err);
-        zr_dataset_unlock(st->entry->ds);
-        /* A corrupt record is a result, not an error; failing to run is an error. */
-        if (r == -ZR_E_CORRUPT || r == -ZR_E_DECODE) {
-                st->sound = false;
-                r = 0;
-        } else if (r == 0) {
-                st->sound = st->report.bad == 0;
-        } else {
-                zr_request_fail(rq, -r, "%s", err.message);
-        }
-        rq->result = r;
-        zr_server_trim_heap();
-}
-
-static void verify_done(zr_job *job) {
-        zr_request *rq = (zr_request *)job;
-        entry_state *st = rq->state;
-        int r = rq->result;
-        if (r == 0 && !zr_request_orphaned(rq)) {
-                zr_wire_writer w;
-                zr_reply_begin(rq, &w);
-                zr_wire_put_bool(&w, "ok", st->sound);
-                zr_wire_put_u64(&w, "records", st->report.records);
-                zr_wire_put_u64(&w, "bad", st->report.bad);
-                zr_wire_put_u64s(&w, "bad_indices", st->bad, st->nbad);
-                r = zr_reply_send(rq, &w, NULL, 0);
-        }
-        zr_request_complete(rq, r);
-}
-
-int zr_handle_verify(zr_request *rq) {
-        return start_entry_job(rq, verify_run, verify_done);
+        return start_entry_job(rq, compact_run, stats_reply);
 }

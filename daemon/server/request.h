@@ -32,6 +32,10 @@
 
 typedef struct zr_session zr_session;
 typedef struct zr_request zr_request;
+
+/* Puts the fields of a job's "ok" reply (zr_request_submit_reply()). */
+typedef void (*zr_reply_fn)(zr_request *rq, zr_wire_writer *w);
+
 struct zr_request {
         zr_job job;               /* first: a job is its request */
         zr_session *session;
@@ -55,6 +59,7 @@ struct zr_request {
         void (*state_free)(void *state);
         int result;               /* a job's outcome, for its done() */
         zr_job_fn done;           /* the handler's done(), after the session's */
+        zr_reply_fn reply;        /* zr_request_submit_reply() */
         struct {                  /* zr_mutation_begin() */
                 uint32_t n, nlocked;
                 zr_entry *entries[ZR_STREAMS_MAX]; /* in the request's order */
@@ -131,8 +136,14 @@ int zr_request_fail(zr_request *rq, int code, const char *fmt, ...)
  * rq->err set (ENOMEM). */
 void *zr_request_state(zr_request *rq, size_t size, void (*state_free)(void *state));
 
-/* Submits rq's job: run on a worker, then done on the loop. */
+/* Submits rq's job: run on a worker, then done on the loop, which ends with
+ * zr_request_complete(). */
 int zr_request_submit(zr_request *rq, zr_job_fn run, zr_job_fn done);
+
+/* Submits rq's job with the usual done(): if run() left rq->result 0 and the
+ * client is still there, an "ok" reply with the fields reply() puts (NULL:
+ * none), else the error in rq->err; then the session moves on. */
+int zr_request_submit_reply(zr_request *rq, zr_job_fn run, zr_reply_fn reply);
 
 /* A mutation of the datasets of entries[0..n) (1 <= n <= ZR_STREAMS_MAX; an
  * entry may repeat), in a job's run(). Begin takes their locks in the daemon's

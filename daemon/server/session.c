@@ -459,6 +459,24 @@ int zr_request_submit(zr_request *rq, zr_job_fn run, zr_job_fn done) {
         return ZR_RQ_PENDING;
 }
 
+static void reply_done(zr_job *job) {
+        zr_request *rq = (zr_request *)job;
+        int r = rq->result;
+        if (r == 0 && !zr_request_orphaned(rq)) {
+                zr_wire_writer w;
+                zr_reply_begin(rq, &w);
+                if (rq->reply)
+                        rq->reply(rq, &w);
+                r = zr_reply_send(rq, &w, NULL, 0);
+        }
+        zr_request_complete(rq, r);
+}
+
+int zr_request_submit_reply(zr_request *rq, zr_job_fn run, zr_reply_fn reply) {
+        rq->reply = reply;
+        return zr_request_submit(rq, run, reply_done);
+}
+
 static int entry_id_cmp(const void *a, const void *b) {
         uint64_t x = zr_entry_id(*(zr_entry *const *)a), y = zr_entry_id(*(zr_entry *const *)b);
         return x < y ? -1 : x > y;
