@@ -105,15 +105,24 @@ static int codec_ok(enum zr_codec codec, zr_error *err) {
         return 0;
 }
 
-int zr_schema_init_dense(zr_schema *ret, const char *dtype, const uint64_t *item_shape,
-                         uint32_t ndim, enum zr_codec codec, zr_error *err) {
-        zr_schema s = { .kind = ZR_SCHEMA_DENSE, .ndim = ndim, .codec = codec };
+/* What every schema has: its kind, codec, dtype and ndim. */
+static int schema_start(zr_schema *s, enum zr_schema_kind kind, const char *dtype,
+                        uint32_t ndim, enum zr_codec codec, zr_error *err) {
         int r;
 
+        *s = (zr_schema){ .kind = kind, .ndim = ndim, .codec = codec };
         r = codec_ok(codec, err);
         if (r < 0)
                 return r;
-        r = zr_dtype_parse(dtype, &s.dtype, err);
+        return zr_dtype_parse(dtype, &s->dtype, err);
+}
+
+int zr_schema_init_dense(zr_schema *ret, const char *dtype, const uint64_t *item_shape,
+                         uint32_t ndim, enum zr_codec codec, zr_error *err) {
+        zr_schema s;
+        int r;
+
+        r = schema_start(&s, ZR_SCHEMA_DENSE, dtype, ndim, codec, err);
         if (r < 0)
                 return r;
         if (ndim > ZR_SCHEMA_NDIM_MAX)
@@ -130,13 +139,10 @@ int zr_schema_init_dense(zr_schema *ret, const char *dtype, const uint64_t *item
 
 int zr_schema_init_ragged(zr_schema *ret, const char *dtype, uint32_t ndim,
                           enum zr_codec codec, zr_error *err) {
-        zr_schema s = { .kind = ZR_SCHEMA_RAGGED, .ndim = ndim, .codec = codec };
+        zr_schema s;
         int r;
 
-        r = codec_ok(codec, err);
-        if (r < 0)
-                return r;
-        r = zr_dtype_parse(dtype, &s.dtype, err);
+        r = schema_start(&s, ZR_SCHEMA_RAGGED, dtype, ndim, codec, err);
         if (r < 0)
                 return r;
         if (ndim < 1 || ndim > ZR_SCHEMA_NDIM_MAX)
