@@ -226,14 +226,11 @@ int zr_store_append(zr_store *s, const void *data, const uint64_t *lens, size_t 
         }
         int made = 0;
         for (uint64_t id = tail_chunk(old_tail); id <= c; id++) {
-                int created = 0;
-                r = zr_files_open(s->chunks, (uint32_t)id, 1, 0, &created, err);
+                int created;
+                r = zr_store_open_file(s, s->chunks, (uint32_t)id, 1, 0, ".chunk", &created, err);
                 if (r < 0)
                         goto out;
                 if (created) {
-                        r = zr_store_new_file_durable(s, s->chunks, (uint32_t)id, ".chunk", err);
-                        if (r < 0)
-                                goto out;
                         ZR_KILLPOINT(ZR_KP_APPEND_FILE_CREATED);
                         made++;
                 }

@@ -24,18 +24,6 @@
 /* Copy buffer of compact: 8 MiB keeps a move to a few syscalls. */
 #define STORE_COPY_BYTES ((size_t)8 << 20)
 
-typedef struct phys_entry {
-        uint64_t key; /* chunk << 32 | offset */
-        uint64_t idx;
-} phys_entry;
-
-static int cmp_phys(const void *a, const void *b) {
-        const phys_entry *x = a, *y = b;
-        if (x->key != y->key)
-                return x->key < y->key ? -1 : 1;
-        return x->idx < y->idx ? -1 : x->idx > y->idx;
-}
-
 /* Copies len bytes from (sc, so) to (dc, dof), dst <= src: forward, in pieces. */
 static int compact_copy(zr_store *s, uint8_t *buf, uint32_t sc, uint64_t so, uint32_t dc,
                         uint64_t dof, uint64_t len, zr_error *err) {
@@ -72,16 +60,11 @@ static int compact_raise_tail(zr_store *s, uint64_t length, uint64_t chunk, uint
         if (t <= cur)
                 return 0;
         for (uint64_t id = tail_chunk(cur); id <= tail_chunk(t); id++) {
-                int created = 0;
-                r = zr_files_open(s->chunks, (uint32_t)id, 1, 0, &created, err);
+                int created;
+                r = zr_store_open_file(s, s->chunks, (uint32_t)id, 1, 0, ".chunk", &created, err);
                 if (r < 0)
                         return r;
-                if (created) {
-                        r = zr_store_new_file_durable(s, s->chunks, (uint32_t)id, ".chunk", err);
-                        if (r < 0)
-                                return r;
-                        made++;
-                }
+                made += created;
         }
         if (made > 0) {
                 r = zr_store_dir_durable(s, err);
@@ -129,16 +112,14 @@ int zr_store_compact(zr_store *s, uint64_t max_moves, zr_compact_result *ret,
         uint64_t length = zr_store_length(s);
         zr_loc *locs = NULL;
         uint64_t *idx = NULL;
-        phys_entry *order = NULL;
+        zr_phys *order = NULL;
         uint8_t *buf = NULL;
         int r;
 
         r = zr_store_check_writable(s, err);
         if (r < 0)
                 return r;
-        pthread_mutex_lock(&s->append_lock);
-        r = zr_store_sync_locked(s, err);
-        pthread_mutex_unlock(&s->append_lock);
+        r = zr_store_sync(s, err);
         if (r < 0)
                 return r;
         ZR_KILLPOINT(ZR_KP_COMPACT_SYNCED);
@@ -161,8 +142,8 @@ int zr_store_compact(zr_store *s, uint64_t max_moves, zr_compact_result *ret,
                         goto out;
         }
         for (uint64_t k = 0; k < length; k++)
-                order[k] = (phys_entry){ tail_make(locs[k].chunk_id, locs[k].offset), k };
-        qsort(order, length, sizeof(*order), cmp_phys);
+                order[k] = (zr_phys){ tail_make(locs[k].chunk_id, locs[k].offset), k };
+        qsort(order, length, sizeof(*order), zr_phys_cmp);
 
         /* Repack in physical order: a record never moves up, so it only lands on
          * garbage or on bytes already moved away, and its entry is rewritten the

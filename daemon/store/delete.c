@@ -50,9 +50,7 @@ int zr_store_delete(zr_store *s, const uint64_t *idx, size_t n, zr_error *err) {
 
         /* Everything before the batch durable first, so the journal redoes onto
          * a table and header that survive a power loss. */
-        pthread_mutex_lock(&s->append_lock);
-        r = zr_store_sync_locked(s, err);
-        pthread_mutex_unlock(&s->append_lock);
+        r = zr_store_sync(s, err);
         if (r < 0)
                 goto out;
         ZR_KILLPOINT(ZR_KP_DELETE_SYNCED);

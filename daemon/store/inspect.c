@@ -73,38 +73,30 @@ static int verify_one(zr_store *s, uint64_t index, uint8_t **buf, uint64_t *buf_
 }
 
 typedef struct extent {
-        uint64_t key; /* chunk << 32 | offset */
-        uint64_t idx;
+        zr_phys at;    /* first: sorted by zr_phys_cmp() */
         uint64_t phys;
 } extent;
-
-static int cmp_extent(const void *a, const void *b) {
-        const extent *x = a, *y = b;
-        if (x->key != y->key)
-                return x->key < y->key ? -1 : 1;
-        return x->idx < y->idx ? -1 : x->idx > y->idx;
-}
 
 /* Two live records sharing bytes (a tail record twice, a bad table write) are
  * corruption even when each decodes. Counts each record that overlaps the one
  * before it in physical order. */
 static void verify_overlaps(extent *ext, uint64_t n, zr_verify_report *rep, int *first_r,
                             zr_error *err) {
-        qsort(ext, n, sizeof(*ext), cmp_extent);
+        qsort(ext, n, sizeof(*ext), zr_phys_cmp);
         for (uint64_t i = 1; i < n; i++) {
                 const extent *a = &ext[i - 1], *b = &ext[i];
-                if (a->phys == 0 || b->phys == 0 || (a->key >> 32) != (b->key >> 32) ||
-                    (a->key & UINT32_MAX) + a->phys <= (b->key & UINT32_MAX))
+                if (a->phys == 0 || b->phys == 0 || (a->at.key >> 32) != (b->at.key >> 32) ||
+                    (a->at.key & UINT32_MAX) + a->phys <= (b->at.key & UINT32_MAX))
                         continue;
-                uint64_t bad = a->idx > b->idx ? a->idx : b->idx;
+                uint64_t bad = a->at.idx > b->at.idx ? a->at.idx : b->at.idx;
                 if (rep->bad++ == 0 || bad < rep->first_bad)
                         rep->first_bad = bad;
                 if (!*first_r)
                         *first_r = zr_error_set(err, ZR_E_CORRUPT,
                                                 "records %" PRIu64 " and %" PRIu64 " overlap in "
                                                 "%" PRIu64 ".chunk at offset %" PRIu64,
-                                                a->idx, b->idx, b->key >> 32,
-                                                b->key & UINT32_MAX);
+                                                a->at.idx, b->at.idx, b->at.key >> 32,
+                                                b->at.key & UINT32_MAX);
         }
 }
 
@@ -156,8 +148,9 @@ int zr_store_verify(zr_store *s, zr_verify_report *ret, zr_error *err) {
                         gather_job j = { .s = s, .locs = locs, .n = m, .base = buf };
                         r = zr_store_gather_run(s, &j, &e);
                         for (size_t i = 0; ext && i < m; i++)
-                                ext[next++] = (extent){ tail_make(locs[i].chunk_id, locs[i].offset),
-                                                        k + i, locs[i].phys_length };
+                                ext[next++] = (extent){
+                                        { tail_make(locs[i].chunk_id, locs[i].offset), k + i },
+                                        locs[i].phys_length };
                 }
                 if (r < 0) {
                         /* the batch holds a bad record: find each one */

@@ -18,6 +18,17 @@
 #include "store/journal.h"
 #include "store/store.h"
 
+/* A record's place in physical order, for sorting records by where their
+ * bytes are: chunk << 32 | offset, then the record's index. */
+typedef struct zr_phys {
+        uint64_t key;
+        uint64_t idx;
+} zr_phys;
+
+/* qsort() order of zr_phys (or of structs that begin with one): by key, then
+ * by index. */
+int zr_phys_cmp(const void *a, const void *b);
+
 /* Table entries read per pread when walking the whole table (stats, compact,
  * verify): 1 MiB of buffer, large enough to amortize the syscall. */
 #define STORE_WALK_ENTRIES 65536
@@ -88,9 +99,11 @@ int zr_store_write_header(zr_store *s, uint64_t length, uint64_t tail, zr_error 
 /* zr_store_sync() with append_lock held or exclusive access. */
 int zr_store_sync_locked(zr_store *s, zr_error *err);
 
-/* fdatasync()s new file `id` of table t; a failure fails the store. */
-int zr_store_new_file_durable(zr_store *s, zr_files *t, uint32_t id, const char *what,
-                              zr_error *err);
+/* Opens file `id` of table t (zr_files_open()); one it created is fdatasync()ed
+ * at once (`what` names its kind in messages; a failure fails the store) and
+ * sets *ret_created to 1. */
+int zr_store_open_file(zr_store *s, zr_files *t, uint32_t id, int create, uint64_t min_size,
+                       const char *what, int *ret_created, zr_error *err);
 
 /* fsync()s the directory; a failure fails the store. */
 int zr_store_dir_durable(zr_store *s, zr_error *err);

@@ -367,14 +367,26 @@ out:
 /* A file just created must exist durably before a header can reference it:
  * fdatasync it (its size) now; the caller fsyncs the directory. A failure is
  * final, as for any fsync. */
-int zr_store_new_file_durable(zr_store *s, zr_files *t, uint32_t id, const char *what,
-                              zr_error *err) {
-        if (fdatasync(zr_files_fd(t, id)) < 0) {
-                int r = zr_error_errno(err, errno, "%" PRIu32 "%s: fdatasync", id, what);
-                atomic_store(&s->failed, -r);
+int zr_store_open_file(zr_store *s, zr_files *t, uint32_t id, int create, uint64_t min_size,
+                       const char *what, int *ret_created, zr_error *err) {
+        int created = 0, r = zr_files_open(t, id, create, min_size, &created, err);
+
+        *ret_created = 0;
+        if (r < 0 || !created)
                 return r;
+        *ret_created = 1;
+        if (fdatasync(zr_files_fd(t, id)) < 0) {
+                r = zr_error_errno(err, errno, "%" PRIu32 "%s: fdatasync", id, what);
+                atomic_store(&s->failed, -r);
         }
-        return 0;
+        return r;
+}
+
+int zr_phys_cmp(const void *a, const void *b) {
+        const zr_phys *x = a, *y = b;
+        if (x->key != y->key)
+                return x->key < y->key ? -1 : 1;
+        return x->idx < y->idx ? -1 : x->idx > y->idx;
 }
 
 int zr_store_dir_durable(zr_store *s, zr_error *err) {
@@ -396,17 +408,13 @@ int zr_store_open_locs(zr_store *s, uint64_t length, int create, int *ret_create
         for (uint64_t seg = 0; seg <= last; seg++) {
                 uint64_t entries = seg < last ? ZR_LOC_SEGMENT_ENTRIES
                                               : length - (seg << ZR_LOC_SEGMENT_LOG2);
-                int created = 0;
-                int r = zr_files_open(s->locs, (uint32_t)seg, create, entries * ZR_LOC_SIZE,
-                                      &created, err);
+                int created;
+                int r = zr_store_open_file(s, s->locs, (uint32_t)seg, create,
+                                           entries * ZR_LOC_SIZE, ".loc", &created, err);
                 if (r < 0)
                         return r;
-                if (created) {
-                        r = zr_store_new_file_durable(s, s->locs, (uint32_t)seg, ".loc", err);
-                        if (r < 0)
-                                return r;
-                        (*ret_created)++;
-                }
+                if (ret_created)
+                        *ret_created += created;
         }
         return 0;
 }
