@@ -115,17 +115,16 @@ int conn_fail(zrc_conn *c, int code, const char *fmt, ...) {
 }
 
 /* Marks the stream unusable with this failure, which is kept as the reason. */
-static int conn_break(zrc_conn *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+__attribute__((format(printf, 3, 4)))
 static int conn_break(zrc_conn *c, int code, const char *fmt, ...) {
+        char msg[sizeof(c->error.message)];
         va_list ap;
 
-        if (code < 0)
-                code = -code;
         va_start(ap, fmt);
-        error_setv(&c->error, code, fmt, ap);
+        vsnprintf(msg, sizeof(msg), fmt, ap);
         va_end(ap);
         c->broken = true;
-        return -code;
+        return conn_fail(c, code, "%s", msg);
 }
 
 const zrc_error *zrc_last_error(const zrc_conn *c) {

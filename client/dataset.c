@@ -97,12 +97,34 @@ void dataset_free(zrc_dataset *d, bool tell) {
         free(d);
 }
 
+/* Sends the request begun on c (DATASET_OPEN or DATASET_CREATE) with
+ * fds[0..nfds) and makes the dataset its reply names. */
+static int dataset_call(zrc_conn *c, zr_msg_kind kind, const int *fds, size_t nfds,
+                        bool writable, zrc_dataset **ret) {
+        conn_reply reply = CONN_REPLY_NULL;
+        uint32_t handle = 0;
+        int r = conn_call(c, kind, fds, nfds, &reply);
+
+        if (r == 0) {
+                (void)zr_wire_get_u32(reply.root, "handle", &handle, NULL);
+                r = dataset_new(c, handle, reply.root, writable, NULL, ret);
+                if (r < 0)
+                        (void)conn_close_handle(c, handle);
+        }
+        conn_reply_done(&reply);
+        return r;
+}
+
+static void close_fds(int *fds, size_t n) {
+        for (size_t i = 0; i < n; i++)
+                if (fds[i] >= 0)
+                        close(fds[i]);
+}
+
 int zrc_dataset_open(zrc_conn *c, const char *path, unsigned flags, zrc_dataset **ret) {
         bool writable = flags & ZRC_OPEN_WRITABLE;
-        conn_reply reply = CONN_REPLY_NULL;
         int fds[2] = { -1, -1 };
         zr_wire_writer *w;
-        uint32_t handle = 0;
         int r;
 
         r = conn_check(c, 0, NULL);
@@ -114,33 +136,20 @@ int zrc_dataset_open(zrc_conn *c, const char *path, unsigned flags, zrc_dataset 
         if (r < 0)
                 return r;
         r = dataset_open_meta(c, fds[0], path, "meta.zr", writable, &fds[1]);
-        if (r < 0)
-                goto out;
-
-        w = conn_begin(c, ZR_MSG_DATASET_OPEN);
-        zr_wire_put_bool(w, "writable", writable);
-        r = conn_call(c, ZR_MSG_DATASET_OPEN, fds, 2, &reply);
-        if (r < 0)
-                goto out;
-        (void)zr_wire_get_u32(reply.root, "handle", &handle, NULL);
-        r = dataset_new(c, handle, reply.root, writable, NULL, ret);
-        if (r < 0)
-                (void)conn_close_handle(c, handle);
-out:
-        conn_reply_done(&reply);
-        for (int i = 0; i < 2; i++)
-                if (fds[i] >= 0)
-                        close(fds[i]);
+        if (r == 0) {
+                w = conn_begin(c, ZR_MSG_DATASET_OPEN);
+                zr_wire_put_bool(w, "writable", writable);
+                r = dataset_call(c, ZR_MSG_DATASET_OPEN, fds, 2, writable, ret);
+        }
+        close_fds(fds, 2);
         return r;
 }
 
 int zrc_dataset_create(zrc_conn *c, const char *path, const zrc_schema *schema,
                        const void *dict, size_t dict_size, zrc_dataset **ret) {
-        conn_reply reply = CONN_REPLY_NULL;
         int fds[2] = { -1, -1 };
         bool made_dir = false;
         zr_wire_writer *w;
-        uint32_t handle = 0;
         int r;
 
         r = conn_check(c, 0, NULL);
@@ -173,18 +182,9 @@ int zrc_dataset_create(zrc_conn *c, const char *path, const zrc_schema *schema,
         conn_put_schema(w, "schema", schema);
         if (dict_size > 0)
                 zr_wire_put_u64(w, "dict_bytes", dict_size);
-        r = conn_call(c, ZR_MSG_DATASET_CREATE, fds, dict_size > 0 ? 2 : 1, &reply);
-        if (r < 0)
-                goto out;
-        (void)zr_wire_get_u32(reply.root, "handle", &handle, NULL);
-        r = dataset_new(c, handle, reply.root, true, NULL, ret);
-        if (r < 0)
-                (void)conn_close_handle(c, handle);
+        r = dataset_call(c, ZR_MSG_DATASET_CREATE, fds, dict_size > 0 ? 2 : 1, true, ret);
 out:
-        conn_reply_done(&reply);
-        for (int i = 0; i < 2; i++)
-                if (fds[i] >= 0)
-                        close(fds[i]);
+        close_fds(fds, 2);
         if (r < 0 && made_dir)
                 (void)rmdir(path); /* fails, harmlessly, if the daemon wrote in it */
         return r;
@@ -252,9 +252,8 @@ int zrc_dataset_info(zrc_dataset *d, zrc_info *ret) {
 
 /* ---- deleting and maintenance ----------------------------------------- */
 
-int zrc_dataset_delete(zrc_dataset *d, const uint64_t *indices, size_t n,
-                       uint64_t *ret_length) {
-        zrc_conn *c = d->conn;
+int dataset_delete_call(zrc_conn *c, uint32_t handle, const uint64_t *indices, size_t n,
+                        uint64_t *ret_length) {
         conn_reply reply = CONN_REPLY_NULL;
         zr_wire_writer *w;
         int r;
@@ -269,16 +268,23 @@ int zrc_dataset_delete(zrc_dataset *d, const uint64_t *indices, size_t n,
                 return conn_fail(c, ZR_E_LIMIT, "%zu indices do not fit one DELETE (at most %zu)",
                                  n, conn_u64s_per_frame(c, 8));
         w = conn_begin(c, ZR_MSG_DELETE);
-        zr_wire_put_u64(w, "handle", d->handle);
+        zr_wire_put_u64(w, "handle", handle);
         zr_wire_put_u64s(w, "indices", indices, n);
         r = conn_call(c, ZR_MSG_DELETE, NULL, 0, &reply);
         if (r < 0)
                 return r;
-        d->length = conn_get_u64(reply.root, "length");
+        *ret_length = conn_get_u64(reply.root, "length");
         conn_reply_done(&reply);
-        if (ret_length)
-                *ret_length = d->length;
         return 0;
+}
+
+int zrc_dataset_delete(zrc_dataset *d, const uint64_t *indices, size_t n,
+                       uint64_t *ret_length) {
+        int r = dataset_delete_call(d->conn, d->handle, indices, n, &d->length);
+
+        if (r == 0 && ret_length)
+                *ret_length = d->length;
+        return r;
 }
 
 static void stats_take(const conn_reply *reply, zrc_stats *ret) {

@@ -304,28 +304,12 @@ int zrc_set_append(zrc_set *set, const zrc_records *records, uint64_t *ret_first
 }
 
 int zrc_set_delete(zrc_set *set, const uint64_t *indices, size_t n, uint64_t *ret_length) {
-        zrc_conn *c = set->conn;
-        conn_reply reply = CONN_REPLY_NULL;
-        zr_wire_writer *w;
-        int r;
+        int r = dataset_delete_call(set->conn, set->handle, indices, n, &set->length);
 
-        r = conn_check(c, 0, NULL);
         if (r < 0)
                 return r;
-        if (n > 0 && !indices)
-                return conn_fail(c, EINVAL, "no indices given");
-        if (n > conn_u64s_per_frame(c, 8))
-                return conn_fail(c, ZR_E_LIMIT, "%zu indices do not fit one DELETE", n);
-        w = conn_begin(c, ZR_MSG_DELETE);
-        zr_wire_put_u64(w, "handle", set->handle);
-        zr_wire_put_u64s(w, "indices", indices, n);
-        r = conn_call(c, ZR_MSG_DELETE, NULL, 0, &reply);
-        if (r < 0)
-                return r;
-        set->length = conn_get_u64(reply.root, "length");
         for (size_t i = 0; i < set->n_streams; i++)
                 set->streams[i]->length = set->length;
-        conn_reply_done(&reply);
         if (ret_length)
                 *ret_length = set->length;
         return 0;

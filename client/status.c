@@ -4,11 +4,49 @@
  * caller owns, so nothing points into a frame.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "zrc-private.h"
+
+/* A uint field of a reply map and where it goes in a struct. */
+typedef struct u64_field {
+        const char *key;
+        size_t offset;
+} u64_field;
+
+#define FIELD(type, name) { #name, offsetof(type, name) }
+
+static const u64_field status_fields[] = {
+        FIELD(zrc_status, uptime_ms), FIELD(zrc_status, clients), FIELD(zrc_status, handles),
+        FIELD(zrc_status, shm_bytes), FIELD(zrc_status, loaders), FIELD(zrc_status, batches),
+        FIELD(zrc_status, gathers), FIELD(zrc_status, hits), FIELD(zrc_status, misses),
+        FIELD(zrc_status, bytes), FIELD(zrc_status, evictions), FIELD(zrc_status, shared),
+        { "budget", offsetof(zrc_status, cache_budget) },
+        { "bytes", offsetof(zrc_status, cache_bytes) },
+        { "entries", offsetof(zrc_status, cache_entries) },
+};
+/* the last three are the "cache" map's */
+#define STATUS_CACHE_FIELDS 3
+
+static const u64_field loader_fields[] = {
+        FIELD(zrc_loader_status, pid), FIELD(zrc_loader_status, batch_size),
+        FIELD(zrc_loader_status, streams), FIELD(zrc_loader_status, step),
+        FIELD(zrc_loader_status, batches), FIELD(zrc_loader_status, gathers),
+        FIELD(zrc_loader_status, hits), FIELD(zrc_loader_status, misses),
+        FIELD(zrc_loader_status, bytes), FIELD(zrc_loader_status, evictions),
+        FIELD(zrc_loader_status, shared),
+};
+
+/* Reads fields[0..n) of `map` into the struct at `dst` (a missing one is 0). */
+static void get_fields(const msgpack_object *map, const u64_field *fields, size_t n, void *dst) {
+        for (size_t i = 0; i < n; i++)
+                *(uint64_t *)((char *)dst + fields[i].offset) = conn_get_u64(map, fields[i].key);
+}
+
+#define NFIELDS(a) (sizeof(a) / sizeof((a)[0]))
 
 int zrc_status_query(zrc_conn *c, zrc_status **ret) {
         conn_reply reply = CONN_REPLY_NULL;
@@ -32,22 +70,10 @@ int zrc_status_query(zrc_conn *c, zrc_status **ret) {
                 return conn_fail(c, ENOMEM, "out of memory");
         }
         (void)zr_wire_get_str_copy(reply.root, "daemon", st->daemon, sizeof(st->daemon), NULL);
-        st->uptime_ms = conn_get_u64(reply.root, "uptime_ms");
-        st->clients = conn_get_u64(reply.root, "clients");
-        st->handles = conn_get_u64(reply.root, "handles");
-        st->shm_bytes = conn_get_u64(reply.root, "shm_bytes");
-        st->loaders = conn_get_u64(reply.root, "loaders");
-        st->batches = conn_get_u64(reply.root, "batches");
-        st->gathers = conn_get_u64(reply.root, "gathers");
-        st->hits = conn_get_u64(reply.root, "hits");
-        st->misses = conn_get_u64(reply.root, "misses");
-        st->bytes = conn_get_u64(reply.root, "bytes");
-        st->evictions = conn_get_u64(reply.root, "evictions");
-        st->shared = conn_get_u64(reply.root, "shared");
+        get_fields(reply.root, status_fields, NFIELDS(status_fields) - STATUS_CACHE_FIELDS, st);
         (void)zr_wire_get_map(reply.root, "cache", &cache, NULL);
-        st->cache_budget = conn_get_u64(cache, "budget");
-        st->cache_bytes = conn_get_u64(cache, "bytes");
-        st->cache_entries = conn_get_u64(cache, "entries");
+        get_fields(cache, status_fields + NFIELDS(status_fields) - STATUS_CACHE_FIELDS,
+                   STATUS_CACHE_FIELDS, st);
         (void)zr_wire_get_array(reply.root, "per_loader", &loaders, &n, NULL);
         if (n > 0) {
                 st->per_loader = calloc(n, sizeof(*st->per_loader));
@@ -64,21 +90,11 @@ int zrc_status_query(zrc_conn *c, zrc_status **ret) {
                 const char *s = NULL;
                 size_t len = 0;
 
-                o->pid = conn_get_u64(l, "pid");
+                get_fields(l, loader_fields, NFIELDS(loader_fields), o);
                 o->loader = (uint32_t)conn_get_u64(l, "loader");
                 if (zr_wire_get_str(l, "sampler", &s, &len, NULL) == 0)
                         snprintf(o->sampler, sizeof(o->sampler), "%.*s",
                                  (int)(len < sizeof(o->sampler) ? len : sizeof(o->sampler) - 1), s);
-                o->batch_size = conn_get_u64(l, "batch_size");
-                o->streams = conn_get_u64(l, "streams");
-                o->step = conn_get_u64(l, "step");
-                o->batches = conn_get_u64(l, "batches");
-                o->gathers = conn_get_u64(l, "gathers");
-                o->hits = conn_get_u64(l, "hits");
-                o->misses = conn_get_u64(l, "misses");
-                o->bytes = conn_get_u64(l, "bytes");
-                o->evictions = conn_get_u64(l, "evictions");
-                o->shared = conn_get_u64(l, "shared");
         }
         conn_reply_done(&reply);
         *ret = st;

@@ -180,6 +180,11 @@ int dataset_open_meta(zrc_conn *c, int dirfd, const char *display, const char *m
  * `tell` (a dying connection does not). */
 void dataset_free(zrc_dataset *d, bool tell);
 
+/* DELETE of indices[0..n) through `handle` (a dataset's or a set's): sets
+ * *ret_length to the length after. */
+int dataset_delete_call(zrc_conn *c, uint32_t handle, const uint64_t *indices, size_t n,
+                        uint64_t *ret_length);
+
 /* Unmaps d's read buffer and, if `tell`, closes it in the daemon (read.c). */
 void dataset_buffer_drop(zrc_dataset *d, bool tell);
 

@@ -280,38 +280,31 @@ static void print_stats(const cmdline *cl, const zrc_stats *s) {
         }
 }
 
-static int cmd_stats(const cmdline *cl, zrc_conn *c) {
+/* stats and compact: a call that answers with the dataset's stats. */
+static int stats_command(const cmdline *cl, zrc_conn *c, unsigned flags, const char *what,
+                         int (*call)(zrc_dataset *d, zrc_stats *ret)) {
         zrc_dataset *d;
         zrc_stats s;
         int r;
 
-        r = tool_open_dataset(cl, c, 0, "stats", &d);
+        r = tool_open_dataset(cl, c, flags, what, &d);
         if (r)
                 return r;
-        if (zrc_dataset_stats(d, &s) < 0) {
+        if (call(d, &s) < 0) {
                 zrc_dataset_close(d);
-                return tool_fail_conn(c, "stats");
+                return tool_fail_conn(c, what);
         }
         print_stats(cl, &s);
         zrc_dataset_close(d);
         return ZRECORD_EXIT_OK;
 }
 
-static int cmd_compact(const cmdline *cl, zrc_conn *c) {
-        zrc_dataset *d;
-        zrc_stats s;
-        int r;
+static int cmd_stats(const cmdline *cl, zrc_conn *c) {
+        return stats_command(cl, c, 0, "stats", zrc_dataset_stats);
+}
 
-        r = tool_open_dataset(cl, c, ZRC_OPEN_WRITABLE, "compact", &d);
-        if (r)
-                return r;
-        if (zrc_dataset_compact(d, &s) < 0) {
-                zrc_dataset_close(d);
-                return tool_fail_conn(c, "compact");
-        }
-        print_stats(cl, &s);
-        zrc_dataset_close(d);
-        return ZRECORD_EXIT_OK;
+static int cmd_compact(const cmdline *cl, zrc_conn *c) {
+        return stats_command(cl, c, ZRC_OPEN_WRITABLE, "compact", zrc_dataset_compact);
 }
 
 static int cmd_verify(const cmdline *cl, zrc_conn *c) {
