@@ -298,12 +298,13 @@ static void stats_take(const conn_reply *reply, zrc_stats *ret) {
         };
 }
 
-int zrc_dataset_stats(zrc_dataset *d, zrc_stats *ret) {
+/* STATS or COMPACT: both answer with the dataset's stats. */
+static int stats_call(zrc_dataset *d, zr_msg_kind kind, zrc_stats *ret) {
         conn_reply reply = CONN_REPLY_NULL;
         zrc_stats s;
         int r;
 
-        r = handle_call(d, ZR_MSG_STATS, 0, NULL, &reply);
+        r = handle_call(d, kind, 0, NULL, &reply);
         if (r < 0)
                 return r;
         stats_take(&reply, &s);
@@ -314,19 +315,12 @@ int zrc_dataset_stats(zrc_dataset *d, zrc_stats *ret) {
         return 0;
 }
 
-int zrc_dataset_compact(zrc_dataset *d, zrc_stats *ret) {
-        conn_reply reply = CONN_REPLY_NULL;
-        zrc_stats s;
-        int r;
+int zrc_dataset_stats(zrc_dataset *d, zrc_stats *ret) {
+        return stats_call(d, ZR_MSG_STATS, ret);
+}
 
-        r = handle_call(d, ZR_MSG_COMPACT, 0, NULL, &reply);
-        if (r < 0)
-                return r;
-        stats_take(&reply, &s);
-        conn_reply_done(&reply);
-        if (ret)
-                *ret = s;
-        return 0;
+int zrc_dataset_compact(zrc_dataset *d, zrc_stats *ret) {
+        return stats_call(d, ZR_MSG_COMPACT, ret);
 }
 
 int zrc_dataset_sync(zrc_dataset *d) {

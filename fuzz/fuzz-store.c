@@ -36,6 +36,7 @@
 #include <zdict.h>
 
 #include "store/format.h"
+#include "store/journal.h"
 #include "store/store.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -240,15 +241,6 @@ static void file_write(int dfd, const char *name, const uint8_t *p, size_t n, of
         close(fd);
 }
 
-static uint64_t fnv1a64(const uint8_t *p, size_t n) {
-        uint64_t h = 0xcbf29ce484222325ULL;
-        for (size_t i = 0; i < n; i++) {
-                h ^= p[i];
-                h *= 0x100000001b3ULL;
-        }
-        return h;
-}
-
 /* A delete.zr that passes its checks: lengths and entries from the bytes. */
 static void journal_craft(int dfd, const uint8_t *p, size_t n) {
         uint8_t buf[40 + 8 * 24];
@@ -268,7 +260,7 @@ static void journal_craft(int dfd, const uint8_t *p, size_t n) {
                 memcpy(o + 8, e + 8, 16);
         }
         size_t size = 32 + count * 24 + 8;
-        zr_le64_put(buf + size - 8, fnv1a64(buf, size - 8));
+        zr_le64_put(buf + size - 8, zr_journal_checksum(buf, size - 8));
         unlinkat(dfd, ZR_JOURNAL_NAME, 0);
         file_write(dfd, ZR_JOURNAL_NAME, buf, size, 0);
 }

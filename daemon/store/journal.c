@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "store/chunks.h"
 #include "store/format.h"
 #include "store/killpoint.h"
 
@@ -24,28 +25,13 @@
 
 static const uint8_t journal_magic[4] = { 'Z', 'R', 'D', 'J' };
 
-static uint64_t fnv1a64(const uint8_t *p, size_t n) {
-        uint64_t h = 0xcbf29ce484222325ULL;
+uint64_t zr_journal_checksum(const uint8_t *p, size_t n) {
+        uint64_t h = 0xcbf29ce484222325ULL; /* FNV-1a, 64 bits */
         for (size_t i = 0; i < n; i++) {
                 h ^= p[i];
                 h *= 0x100000001b3ULL;
         }
         return h;
-}
-
-static int write_all(int fd, const uint8_t *p, size_t n, off_t off) {
-        while (n > 0) {
-                ssize_t w = pwrite(fd, p, n, off);
-                if (w < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        return -errno;
-                }
-                p += w;
-                n -= (size_t)w;
-                off += w;
-        }
-        return 0;
 }
 
 int zr_journal_write(int dirfd, const zr_journal *j, zr_error *err) {
@@ -65,7 +51,7 @@ int zr_journal_write(int dirfd, const zr_journal *j, zr_error *err) {
                 zr_le64_put(e, j->entries[i].index);
                 zr_loc_encode(&j->entries[i].loc, e + 8);
         }
-        zr_le64_put(buf + size - JOURNAL_TAIL, fnv1a64(buf, size - JOURNAL_TAIL));
+        zr_le64_put(buf + size - JOURNAL_TAIL, zr_journal_checksum(buf, size - JOURNAL_TAIL));
 
         fd = openat(dirfd, ZR_JOURNAL_NAME,
                     O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
@@ -74,7 +60,7 @@ int zr_journal_write(int dirfd, const zr_journal *j, zr_error *err) {
                 goto out;
         }
         ZR_KILLPOINT(ZR_KP_JOURNAL_CREATED);
-        r = write_all(fd, buf, size, 0);
+        r = zr_pwrite_all(fd, buf, size, 0);
         if (r < 0) {
                 r = zr_error_errno(err, -r, ZR_JOURNAL_NAME ": write");
                 goto out;
@@ -132,7 +118,7 @@ int zr_journal_read(int dirfd, zr_journal *ret, zr_error *err) {
         size_t count = (size - JOURNAL_HEAD - JOURNAL_TAIL) / JOURNAL_ENTRY;
         if (memcmp(buf, journal_magic, 4) != 0 || zr_le32_get(buf + 4) != JOURNAL_VERSION ||
             zr_le64_get(buf + 24) != count ||
-            zr_le64_get(buf + size - JOURNAL_TAIL) != fnv1a64(buf, size - JOURNAL_TAIL))
+            zr_le64_get(buf + size - JOURNAL_TAIL) != zr_journal_checksum(buf, size - JOURNAL_TAIL))
                 goto out; /* torn */
 
         zr_journal j = { .old_len = zr_le64_get(buf + 8), .new_len = zr_le64_get(buf + 16),

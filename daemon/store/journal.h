@@ -28,6 +28,10 @@ typedef struct zr_journal {
         zr_journal_entry *entries; /* malloc()ed, owned by the journal */
 } zr_journal;
 
+/* The checksum that ends a journal, of its n bytes before it (FNV-1a, 64
+ * bits; for tools and the fuzzer that craft journals too). */
+uint64_t zr_journal_checksum(const uint8_t *p, size_t n);
+
 /* Writes `j` to delete.zr in dirfd, fsyncs it and the directory. 0 or -errno. */
 int zr_journal_write(int dirfd, const zr_journal *j, zr_error *err);
 
