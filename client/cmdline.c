@@ -121,7 +121,7 @@ const char *cmdline_help(cmd_kind cmd) {
         return help_texts[cmd >= CMD_NONE && cmd < _CMD_MAX ? cmd : CMD_NONE];
 }
 
-static int usage(cmdline *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+__attribute__((format(printf, 2, 3)))
 static int usage(cmdline *c, const char *fmt, ...) {
         va_list ap;
 

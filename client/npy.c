@@ -17,7 +17,7 @@
 
 static const uint8_t npy_magic[6] = { 0x93, 'N', 'U', 'M', 'P', 'Y' };
 
-static int fail(char *err, size_t errsize, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+__attribute__((format(printf, 3, 4)))
 static int fail(char *err, size_t errsize, const char *fmt, ...) {
         va_list ap;
 

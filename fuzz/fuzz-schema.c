@@ -15,8 +15,7 @@
 #include <string.h>
 
 #include "dataset/schema.h"
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+#include "fuzz.h"
 
 static void must(int cond) {
         if (!cond)

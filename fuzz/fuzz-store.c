@@ -35,11 +35,10 @@
 #include <unistd.h>
 #include <zdict.h>
 
+#include "fuzz.h"
 #include "store/format.h"
 #include "store/journal.h"
 #include "store/store.h"
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define FS_RECORDS 24
 #define FS_CHUNK_LOG2 12

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+#include "fuzz.h"
 
 /* Corpus inputs are small; a larger file is a mistake in the corpus. */
 #define REPLAY_FILE_MAX (4u << 20)

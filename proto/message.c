@@ -306,12 +306,9 @@ int zr_msg_header_read(const msgpack_object *root, zr_msg_header *ret, zr_wire_e
         return 0;
 }
 
-static int check_fields(const msgpack_object *map, const field *fields, zr_wire_error *err);
-
 /* Prefixes the message of an error already set with where it happened, so a
  * nested failure reads "loader_open: in 'streams'[1]: field 'handle': missing". */
-static int wrap(zr_wire_error *err, int r, const char *fmt, ...)
-        __attribute__((format(printf, 3, 4)));
+__attribute__((format(printf, 3, 4)))
 static int wrap(zr_wire_error *err, int r, const char *fmt, ...) {
         char prefix[96], msg[ZR_WIRE_ERROR_MESSAGE_MAX];
         va_list ap;
@@ -335,6 +332,7 @@ static int wrap(zr_wire_error *err, int r, const char *fmt, ...) {
         return r;
 }
 
+/* Checks field f of map, and the fields of the maps it holds (f->sub). */
 static int check_field(const msgpack_object *map, const field *f, zr_wire_error *err) {
         const msgpack_object *o = zr_wire_find(map, f->name), *items;
         const uint8_t *u8;
@@ -368,9 +366,11 @@ static int check_field(const msgpack_object *map, const field *f, zr_wire_error 
                 if (o->type != MSGPACK_OBJECT_MAP)
                         return zr_wire_error_set(err, ZR_E_PROTO, "field '%s': expected map, got %s",
                                                  f->name, zr_wire_type_name(o));
-                r = check_fields(o, f->sub, err);
-                if (r < 0)
-                        return wrap(err, r, "in '%s'", f->name);
+                for (const field *g = f->sub; g->name; g++) {
+                        r = check_field(o, g, err);
+                        if (r < 0)
+                                return wrap(err, r, "in '%s'", f->name);
+                }
                 return 0;
         case T_UINTS:
         case T_STRS:
@@ -388,8 +388,8 @@ static int check_field(const msgpack_object *map, const field *f, zr_wire_error 
                                                          f->name, i, zr_wire_type_name(&items[i]),
                                                          f->type == T_UINTS ? "unsigned integer"
                                                          : f->type == T_STRS ? "str" : "map");
-                        if (f->type == T_MAPS) {
-                                r = check_fields(&items[i], f->sub, err);
+                        for (const field *g = f->sub; f->type == T_MAPS && g->name; g++) {
+                                r = check_field(&items[i], g, err);
                                 if (r < 0)
                                         return wrap(err, r, "in '%s'[%u]", f->name, i);
                         }
