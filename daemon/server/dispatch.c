@@ -11,21 +11,18 @@
  * It assumes the session has checked what belongs to the connection (HELLO
  * first, a draining daemon, descriptor counts) before it dispatches.
  */
-#include <stdio.h>
-
 #include "server/request.h"
 
-#define T(type) (1u << (type))
-#define DATASET T(ZR_HANDLE_DATASET)
-#define SET T(ZR_HANDLE_SET)
-#define BUFFER T(ZR_HANDLE_BUFFER)
-#define LOADER T(ZR_HANDLE_LOADER)
+#define DATASET ZR_HANDLE_BIT(ZR_HANDLE_DATASET)
+#define SET ZR_HANDLE_BIT(ZR_HANDLE_SET)
+#define BUFFER ZR_HANDLE_BIT(ZR_HANDLE_BUFFER)
+#define LOADER ZR_HANDLE_BIT(ZR_HANDLE_LOADER)
 
 typedef struct handler {
         zr_msg_kind kind;
         int (*fn)(zr_request *rq);
         const char *field;   /* the field naming the handle it acts on, or NULL */
-        unsigned types;      /* the types that handle may be (T(type) bits) */
+        unsigned types;      /* the types that handle may be (ZR_HANDLE_BIT()s) */
         bool writable;       /* and it must have been opened for writing */
 } handler;
 
@@ -51,39 +48,16 @@ static const handler handlers[] = {
         { ZR_MSG_LOADER_CLOSE, zr_handle_loader_close, "loader", LOADER, false },
 };
 
-/* "a dataset", "a dataset or set", "a dataset, set or buffer" */
-static void types_text(unsigned types, char *buf, size_t size) {
-        size_t at = 0, n = 0, k = 0;
-
-        for (unsigned t = ZR_HANDLE_DATASET; t <= ZR_HANDLE_LOADER; t++)
-                n += (types & T(t)) != 0;
-        for (unsigned t = ZR_HANDLE_DATASET; t <= ZR_HANDLE_LOADER && at < size; t++) {
-                if (!(types & T(t)))
-                        continue;
-                k++;
-                at += (size_t)snprintf(buf + at, size - at, "%s%s",
-                                       k == 1 ? "a " : k == n ? " or " : ", ",
-                                       zr_handle_type_name((enum zr_handle_type)t));
-        }
-}
-
 /* Finds the handle of row h in rq->handle. */
 static int take_handle(zr_request *rq, const handler *h) {
         zr_wire_error werr = {0};
-        char want[64];
         uint32_t id;
 
         if (zr_wire_get_u32(rq->root, h->field, &id, &werr) < 0)
                 return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
-        rq->handle = zr_request_find_handle(rq, id);
-        types_text(h->types, want, sizeof(want));
+        rq->handle = zr_request_handle(rq, h->field, id, h->types);
         if (!rq->handle)
-                return zr_request_fail(rq, ZR_E_NO_HANDLE, "field '%s': handle %u names nothing",
-                                       h->field, id);
-        if (!(h->types & T(rq->handle->type)))
-                return zr_request_fail(rq, ZR_E_NO_HANDLE, "field '%s': handle %u is a %s, not "
-                                       "%s", h->field, id,
-                                       zr_handle_type_name(rq->handle->type), want);
+                return -ZR_E_NO_HANDLE;
         if (h->writable && !rq->handle->writable)
                 return zr_request_fail(rq, ZR_E_READONLY, "handle %u was opened read-only", id);
         return 0;

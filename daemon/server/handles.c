@@ -7,6 +7,7 @@
 #include "server/handles.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,8 +18,19 @@ static const char *const type_names[] = {
         [ZR_HANDLE_BUFFER] = "buffer", [ZR_HANDLE_LOADER] = "loader",
 };
 
-const char *zr_handle_type_name(enum zr_handle_type type) {
-        return type_names[type];
+/* "a dataset", "a dataset or set", "a dataset, set or buffer" */
+static void types_text(unsigned types, char *buf, size_t size) {
+        size_t at = 0, n = 0, k = 0;
+
+        for (unsigned t = ZR_HANDLE_DATASET; t <= ZR_HANDLE_LOADER; t++)
+                n += (types & ZR_HANDLE_BIT(t)) != 0;
+        for (unsigned t = ZR_HANDLE_DATASET; t <= ZR_HANDLE_LOADER && at < size; t++) {
+                if (!(types & ZR_HANDLE_BIT(t)))
+                        continue;
+                k++;
+                at += (size_t)snprintf(buf + at, size - at, "%s%s",
+                                       k == 1 ? "a " : k == n ? " or " : ", ", type_names[t]);
+        }
 }
 
 void zr_handles_init(zr_handles *t, zr_server_counters *totals) {
@@ -73,6 +85,24 @@ zr_handle *zr_handles_find(zr_handles *t, uint32_t id) {
                         hi = mid;
         }
         return NULL;
+}
+
+zr_handle *zr_handles_get(zr_handles *t, const char *field, uint32_t id, unsigned types,
+                          zr_error *err) {
+        zr_handle *h = zr_handles_find(t, id);
+        char want[64];
+
+        if (!h) {
+                zr_error_set(err, ZR_E_NO_HANDLE, "field '%s': handle %u names nothing", field, id);
+                return NULL;
+        }
+        if (!(types & ZR_HANDLE_BIT(h->type))) {
+                types_text(types, want, sizeof(want));
+                zr_error_set(err, ZR_E_NO_HANDLE, "field '%s': handle %u is a %s, not %s", field,
+                             id, type_names[h->type], want);
+                return NULL;
+        }
+        return h;
 }
 
 int zr_handles_add(zr_handles *t, const zr_handle *h, uint32_t max, zr_error *err) {

@@ -74,8 +74,14 @@ void zr_handles_fini(zr_handles *t);
 /* The handle `id`, or NULL. */
 zr_handle *zr_handles_find(zr_handles *t, uint32_t id);
 
-/* The name of a type ("dataset", "set", "buffer", "loader"). */
-const char *zr_handle_type_name(enum zr_handle_type type);
+/* A bit of a set of handle types. */
+#define ZR_HANDLE_BIT(type) (1u << (type))
+
+/* The handle `id` if its type is one of `types` (ZR_HANDLE_BIT()s): else NULL
+ * with ZR_E_NO_HANDLE in *err, saying that request field `field` names
+ * nothing, or a handle of another type. */
+zr_handle *zr_handles_get(zr_handles *t, const char *field, uint32_t id, unsigned types,
+                          zr_error *err);
 
 /* Adds a copy of *h with the next number, taking what it holds. Returns the
  * number, or -ZR_E_LIMIT (`max` handles open, or the numbers are used up) or

@@ -243,7 +243,7 @@ int zr_handle_read(zr_request *rq) {
         if (zr_wire_find(rq->root, "offset") &&
             zr_wire_get_u64(rq->root, "offset", &offset, &werr) < 0)
                 return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
-        zr_handle *b = zr_request_handle(rq, "buffer", bid, ZR_HANDLE_BUFFER);
+        zr_handle *b = zr_request_handle(rq, "buffer", bid, ZR_HANDLE_BIT(ZR_HANDLE_BUFFER));
         if (!b)
                 return -ZR_E_NO_HANDLE;
         if (offset % ZR_RECORD_ALIGN != 0 || offset > b->buffer->shm.size)

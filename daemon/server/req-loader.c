@@ -232,9 +232,8 @@ int zr_handle_loader_open(zr_request *rq) {
         if (n < 1 || n > ZR_STREAMS_MAX)
                 return zr_request_fail(rq, ZR_E_PROTO, "field 'streams': %u streams, 1..%d",
                                        n, ZR_STREAMS_MAX);
-        if (zr_request_loaders(rq) >= zr_request_loaders_max(rq))
-                return zr_request_fail(rq, ZR_E_LIMIT, "%u loaders open: the limit",
-                                       zr_request_loaders(rq));
+        if ((r = zr_request_loader_room(rq)) < 0)
+                return r;
         lh = calloc(1, sizeof(*lh));
         if (!lh)
                 return zr_request_fail(rq, ENOMEM, "no memory for a loader");
@@ -253,7 +252,7 @@ int zr_handle_loader_open(zr_request *rq) {
                                 goto fail;
                         }
                 }
-                zr_handle *h = zr_request_handle(rq, "streams", hid, ZR_HANDLE_DATASET);
+                zr_handle *h = zr_request_handle(rq, "streams", hid, ZR_HANDLE_BIT(ZR_HANDLE_DATASET));
                 if (!h) {
                         r = -ZR_E_NO_HANDLE;
                         goto fail;
@@ -351,9 +350,9 @@ void zr_handle_release(zr_request *rq, const char *bad) {
                 zr_request_fault(rq, ZR_E_PROTO, "release: %s", werr.message);
                 return;
         }
-        h = zr_request_find_handle(rq, id);
-        if (!h || h->type != ZR_HANDLE_LOADER) {
-                zr_request_fault(rq, ZR_E_NO_HANDLE, "release: handle %u is not a loader", id);
+        h = zr_request_handle(rq, "loader", id, ZR_HANDLE_BIT(ZR_HANDLE_LOADER));
+        if (!h) {
+                zr_request_fault(rq, ZR_E_NO_HANDLE, "release: %s", rq->err.message);
                 return;
         }
         if (zr_loader_release(h->loader->loader, ring, slot, &err) < 0)

@@ -79,13 +79,25 @@ static int get_writable(zr_request *rq, bool *ret) {
         return 0;
 }
 
+static void put_schema(zr_wire_writer *w, const char *key, const zr_schema *s) {
+        zr_wire_begin_map(w, key);
+        zr_wire_put_str(w, "kind", s->kind == ZR_SCHEMA_DENSE ? "dense" : "ragged");
+        zr_wire_put_str(w, "dtype", s->dtype.str);
+        if (s->kind == ZR_SCHEMA_DENSE)
+                zr_wire_put_uint_array(w, "item_shape", s->item_shape, s->ndim);
+        else
+                zr_wire_put_u64(w, "ndim", s->ndim);
+        zr_wire_put_str(w, "codec", zr_codec_name(s->codec));
+        zr_wire_end(w);
+}
+
 static int reply_dataset(zr_request *rq, uint32_t handle, zr_entry *e, bool writable) {
         zr_wire_writer w;
         zr_reply_begin(rq, &w);
         if (handle)
                 zr_wire_put_u64(&w, "handle", handle);
         zr_wire_put_u64(&w, "length", zr_dataset_length(e->ds));
-        zr_put_schema(&w, "schema", zr_dataset_schema(e->ds));
+        put_schema(&w, "schema", zr_dataset_schema(e->ds));
         zr_wire_put_bool(&w, "has_dict", zr_dataset_has_dict(e->ds));
         zr_wire_put_bool(&w, "writable", writable);
         return zr_reply_send(rq, &w, NULL, 0);
@@ -537,7 +549,7 @@ int zr_handle_msset_open(zr_request *rq) {
                 zr_wire_put_str(&w, "name", set->names[i]);
                 zr_wire_put_u64(&w, "handle", set->handles[i]);
                 zr_wire_put_u64(&w, "length", zr_dataset_length(ds));
-                zr_put_schema(&w, "schema", zr_dataset_schema(ds));
+                put_schema(&w, "schema", zr_dataset_schema(ds));
                 zr_wire_put_bool(&w, "has_dict", zr_dataset_has_dict(ds));
                 zr_wire_end(&w);
         }

@@ -1,16 +1,27 @@
-/* request.h: what request handlers see of a session (session.c) and its handles
- * (handles.h).
+/* request.h: the interface between a session and the request handlers.
  *
- * A handler gets a validated request (zr_msg_check() passed, the descriptors it
- * takes are in rq->fds, in order) and either answers it at once or starts a
- * job (work.h) whose done() calls zr_request_complete(). Handlers are grouped by
- * subject: req-store.c (datasets, sets, info, stats, sync, close, status),
- * req-data.c (buffers, read, append, delete, compact, verify), req-dict.c
- * (training and installing dictionaries).
+ * The session (session.c) reads a frame, validates it against proto's
+ * message table, checks its descriptors and queues it; when its turn comes it
+ * checks HELLO and the draining daemon and calls zr_request_dispatch()
+ * (dispatch.c). The dispatch table gives each request kind its handler and the
+ * handle it acts on; the feature a kind needs comes from proto. A handler
+ * finds its checked handle in rq->handle, reads its own fields, and either
+ * answers at once or starts a job (work.h) on the pool.
  *
- * Return values of a handler: ZR_RQ_DONE (a reply was sent), ZR_RQ_PENDING (a
- * job owns the request until zr_request_complete()), or a negative code with
- * rq->err set, which the session sends as an "error" reply.
+ * Handlers, by subject:
+ *   req-store.c   datasets and sets as objects (DATASET_CREATE, DATASET_OPEN,
+ *                 MSSET_OPEN, INFO, CLOSE), the jobs on one dataset (STATS,
+ *                 SYNC, COMPACT, VERIFY) and STATUS;
+ *   req-data.c    records (BUFFER_OPEN, READ, APPEND, DELETE);
+ *   req-dict.c    dictionaries (TRAIN_DICT, INSTALL_DICT);
+ *   req-loader.c  loaders (LOADER_OPEN, RELEASE, LOADER_CLOSE) and their events;
+ *   session.c     HELLO, which sets up the session itself.
+ *
+ * A handler returns ZR_RQ_DONE (a reply was sent), ZR_RQ_PENDING (a job owns
+ * the request until its done() calls zr_request_complete()), or a negative
+ * code with rq->err set, which the session sends as an "error" reply. All of
+ * it runs on the loop thread, except a job's run() and the mutation calls it
+ * makes.
  */
 #ifndef ZR_SERVER_REQUEST_H
 #define ZR_SERVER_REQUEST_H
@@ -24,7 +35,6 @@
 #include "server/server.h"
 #include "server/work.h"
 #include "util/error.h"
-#include "util/shm.h"
 #include "wire.h"
 
 #define ZR_RQ_DONE 1
@@ -37,27 +47,14 @@ typedef struct zr_request zr_request;
 typedef void (*zr_reply_fn)(zr_request *rq, zr_wire_writer *w);
 
 struct zr_request {
+        /* the session's */
         zr_job job;               /* first: a job is its request */
         zr_session *session;
-        zr_request *next;
-        zr_msg_kind kind;
-        uint64_t id;
+        zr_request *next;         /* in the session's queue */
         uint8_t *bytes;           /* the body, copied out of the connection */
         size_t len;
         zr_wire_body *body;
-        const msgpack_object *root;
-        int fds[ZR_FDS_PER_FRAME_MAX];
-        unsigned nfds;
         int pre_code;             /* an error decided when the frame was read */
-        zr_handle *handle;        /* the handle the request acts on, checked by
-                                   * dispatch.c: valid until the handler adds
-                                   * or closes a handle */
-        zr_error err;             /* the error to answer with */
-        bool has_needed, has_index;
-        uint64_t needed, index;
-        void *state;              /* the handler's, freed by state_free */
-        void (*state_free)(void *state);
-        int result;               /* a job's outcome, for its done() */
         zr_job_fn done;           /* the handler's done(), after the session's */
         zr_reply_fn reply;        /* zr_request_submit_reply() */
         struct {                  /* zr_mutation_begin() */
@@ -65,58 +62,74 @@ struct zr_request {
                 zr_entry *entries[ZR_STREAMS_MAX]; /* in the request's order */
                 zr_entry *locked[ZR_STREAMS_MAX];  /* in lock order, once each */
         } mutation;
+
+        /* the handler's to read */
+        zr_msg_kind kind;
+        uint64_t id;
+        const msgpack_object *root; /* the body, validated (zr_msg_check()) */
+        int fds[ZR_FDS_PER_FRAME_MAX]; /* the descriptors it takes, in order */
+        unsigned nfds;
+        zr_handle *handle;        /* the handle it acts on, checked by dispatch.c:
+                                   * valid until the handler adds or closes one */
+
+        /* the handler's to write */
+        zr_error err;             /* the error to answer with */
+        bool has_needed, has_index; /* extra fields of the error reply */
+        uint64_t needed, index;
+        void *state;              /* its job's state (zr_request_state()) */
+        void (*state_free)(void *state);
+        int result;               /* its job's outcome, for done() */
 };
 
-/* ---- used by handlers ---------------------------------------------------- */
+/* ---- dispatch (the session calls it) -------------------------------------- */
 
-zr_server *zr_request_server(const zr_request *rq);
-
-/* The handle `id` of type `type`: NULL and rq->err = ZR_E_NO_HANDLE otherwise.
- * `field` names the request field in the message. */
-zr_handle *zr_request_handle(zr_request *rq, const char *field, uint32_t id,
-                             enum zr_handle_type type);
-/* The handle `id` of any type, or NULL. */
-zr_handle *zr_request_find_handle(zr_request *rq, uint32_t id);
+/* Runs the handler of rq's kind (dispatch.c): the feature it needs, the handle
+ * it acts on (rq->handle), then the handler. Returns what a handler returns. */
+int zr_request_dispatch(zr_request *rq);
 
 /* True if feature `name` (HELLO) is in force on the request's connection. */
 bool zr_request_has_feature(const zr_request *rq, const char *name);
 
-/* Runs the handler of rq's kind (dispatch.c): the feature it needs, the
- * handle it acts on (rq->handle), then the handler. Returns what a handler
- * returns. */
-int zr_request_dispatch(zr_request *rq);
+/* ---- what handlers use ---------------------------------------------------- */
 
-/* A FAULT on the request's connection (for a notification, which gets no
- * reply): counts a strike for the striking codes. */
-void zr_request_fault(zr_request *rq, int code, const char *fmt, ...)
+zr_server *zr_request_server(const zr_request *rq);
+zr_session *zr_request_session(const zr_request *rq);
+
+/* Sets rq->err (the first error set wins) and returns -code. */
+int zr_request_fail(zr_request *rq, int code, const char *fmt, ...)
         __attribute__((format(printf, 3, 4)));
 
-/* Adds a handle (the session takes the reference in *h on success). Returns
- * its id or a negative code (ZR_E_LIMIT: handles_max) with rq->err set. */
-int zr_request_add_handle(zr_request *rq, const zr_handle *h);
-/* Closes a handle: drops its references and gives its memory back. */
-void zr_request_close_handle(zr_request *rq, uint32_t id);
-
-/* The shared-memory budget of the session: reserve (ZR_E_LIMIT if over) and
- * give back. */
-int zr_request_shm_reserve(zr_request *rq, uint64_t bytes);
-void zr_request_shm_release(zr_request *rq, uint64_t bytes);
+/* A FAULT on the request's connection, for a notification, which gets no
+ * reply: a strike for the striking codes. */
+void zr_request_fault(zr_request *rq, int code, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
 
 /* Takes descriptor i out of the request (the caller owns it). */
 int zr_request_take_fd(zr_request *rq, unsigned i);
 
-/* The session's loaders, its limit, and the shared memory it has left. */
-uint32_t zr_request_loaders(const zr_request *rq);
-uint32_t zr_request_loaders_max(const zr_request *rq);
-uint64_t zr_request_shm_left(const zr_request *rq);
-zr_session *zr_request_session(const zr_request *rq);
-
-/* The peer's uid and pid. */
+/* The peer's uid and pid; the frame limit its replies must fit. */
 uid_t zr_request_uid(const zr_request *rq);
 pid_t zr_request_pid(const zr_request *rq);
-
-/* The frame limit of the connection (replies must fit). */
 uint32_t zr_request_frame_max(const zr_request *rq);
+
+/* The handle `id` named by request field `field`, if its type is one of
+ * `types` (ZR_HANDLE_BIT()s): else NULL with rq->err set (ZR_E_NO_HANDLE). */
+zr_handle *zr_request_handle(zr_request *rq, const char *field, uint32_t id, unsigned types);
+
+/* Adds a handle (the session takes what *h holds on success). Returns its
+ * number, or a negative code with rq->err set (ZR_E_LIMIT at the limit). */
+int zr_request_add_handle(zr_request *rq, const zr_handle *h);
+/* Closes a handle: drops its references and gives its memory back. */
+void zr_request_close_handle(zr_request *rq, uint32_t id);
+
+/* 0 if the session may open one more loader, else -ZR_E_LIMIT with rq->err. */
+int zr_request_loader_room(zr_request *rq);
+
+/* The session's shared-memory budget: reserve (ZR_E_LIMIT if over), give a
+ * reservation back, and what is left. */
+int zr_request_shm_reserve(zr_request *rq, uint64_t bytes);
+void zr_request_shm_release(zr_request *rq, uint64_t bytes);
+uint64_t zr_request_shm_left(const zr_request *rq);
 
 /* Starts an "ok" reply; put fields, then send. */
 void zr_reply_begin(zr_request *rq, zr_wire_writer *w);
@@ -127,17 +140,15 @@ int zr_reply_send(zr_request *rq, zr_wire_writer *w, int *fds, size_t nfds);
 /* An "ok" with no fields. */
 int zr_reply_empty(zr_request *rq);
 
-/* Sets rq->err (and returns -code), like zr_error_set(). */
-int zr_request_fail(zr_request *rq, int code, const char *fmt, ...)
-        __attribute__((format(printf, 3, 4)));
+/* ---- jobs ----------------------------------------------------------------- */
 
 /* Allocates the handler's state for rq (`size` bytes, zeroed) as rq->state,
  * freed with state_free() when the request is: returns it, or NULL with
  * rq->err set (ENOMEM). */
 void *zr_request_state(zr_request *rq, size_t size, void (*state_free)(void *state));
 
-/* Submits rq's job: run on a worker, then done on the loop, which ends with
- * zr_request_complete(). */
+/* Submits rq's job: run() on a worker, then done() on the loop, which ends
+ * with zr_request_complete(). */
 int zr_request_submit(zr_request *rq, zr_job_fn run, zr_job_fn done);
 
 /* Submits rq's job with the usual done(): if run() left rq->result 0 and the
@@ -162,13 +173,10 @@ void zr_mutation_end(zr_request *rq, uint32_t nchanged);
  * If the client went away, only frees. */
 void zr_request_complete(zr_request *rq, int r);
 
-/* True if the session is gone (a done() then skips building a reply). */
+/* True if the client is gone (a done() then skips building a reply). */
 bool zr_request_orphaned(const zr_request *rq);
 
-/* Puts a schema map. */
-void zr_put_schema(zr_wire_writer *w, const char *key, const zr_schema *s);
-
-/* ---- handlers ------------------------------------------------------------ */
+/* ---- handlers (the dispatch table's) --------------------------------------- */
 
 int zr_handle_hello(zr_request *rq);
 int zr_handle_dataset_create(zr_request *rq);
@@ -189,14 +197,15 @@ int zr_handle_train_dict(zr_request *rq);
 int zr_handle_install_dict(zr_request *rq);
 int zr_handle_loader_open(zr_request *rq);
 int zr_handle_loader_close(zr_request *rq);
-/* RELEASE, a notification: applied at once, faults only. `bad` is the
- * message of a body that did not validate, or NULL. */
+/* RELEASE, a notification (the session calls it once HELLO and the loader
+ * feature are in force): applied at once, faults only. `bad` is the message of
+ * a body that did not validate, or NULL. */
 void zr_handle_release(zr_request *rq, const char *bad);
 
 /* ---- loaders (req-loader.c) ------------------------------------------------ */
 
-/* Frees a loader handle's loader, its references and gives back its ring's
- * bytes (the session's budget is the caller's: see zr_lhandle_ring_bytes()). */
+/* Frees a loader handle: its loader and references. Its ring's bytes are the
+ * handle table's to give back (zr_lhandle_ring_bytes()). */
 void zr_lhandle_free(zr_lhandle *lh);
 uint64_t zr_lhandle_ring_bytes(const zr_lhandle *lh);
 /* Ends the loader for a shutdown: stops it and sends LOADER_END ZR_E_SHUTDOWN;
@@ -213,10 +222,12 @@ void zr_server_loader_events(zr_server *s);
  * cached records and resume the loader gathers parked on its lock. */
 void zr_server_dataset_mutated(zr_server *s, zr_entry *e);
 
-/* Session functions the loader wiring uses. */
+/* ---- the session, for the loader wiring and STATUS -------------------------- */
+
 /* Sends an event with descriptors (each closed once sent, or on failure). */
 void zr_session_send_event(zr_session *c, zr_wire_writer *w, int *fds, size_t nfds);
 bool zr_session_gone(const zr_session *c);
+/* Puts the per_loader map of each of the session's loaders (STATUS). */
 void zr_session_put_loaders(zr_session *c, zr_wire_writer *w);
 
 #endif

@@ -275,25 +275,8 @@ int zr_request_fail(zr_request *rq, int code, const char *fmt, ...) {
         return -code;
 }
 
-zr_handle *zr_request_handle(zr_request *rq, const char *field, uint32_t id,
-                             enum zr_handle_type type) {
-        zr_handle *h = zr_handles_find(&rq->session->handles, id);
-        if (!h) {
-                zr_request_fail(rq, ZR_E_NO_HANDLE, "field '%s': handle %u names nothing",
-                                field, id);
-                return NULL;
-        }
-        if (h->type != type) {
-                zr_request_fail(rq, ZR_E_NO_HANDLE, "field '%s': handle %u is a %s, not a %s",
-                                field, id, zr_handle_type_name(h->type),
-                                zr_handle_type_name(type));
-                return NULL;
-        }
-        return h;
-}
-
-zr_handle *zr_request_find_handle(zr_request *rq, uint32_t id) {
-        return zr_handles_find(&rq->session->handles, id);
+zr_handle *zr_request_handle(zr_request *rq, const char *field, uint32_t id, unsigned types) {
+        return zr_handles_get(&rq->session->handles, field, id, types, &rq->err);
 }
 
 bool zr_request_has_feature(const zr_request *rq, const char *name) {
@@ -333,12 +316,12 @@ int zr_request_take_fd(zr_request *rq, unsigned i) {
         return fd;
 }
 
-uint32_t zr_request_loaders(const zr_request *rq) {
-        return rq->session->handles.nloaders;
-}
-
-uint32_t zr_request_loaders_max(const zr_request *rq) {
-        return rq->session->lim.loaders_max;
+int zr_request_loader_room(zr_request *rq) {
+        const zr_session *c = rq->session;
+        if (c->handles.nloaders >= c->lim.loaders_max)
+                return zr_request_fail(rq, ZR_E_LIMIT, "%u loaders open: the limit",
+                                       c->handles.nloaders);
+        return 0;
 }
 
 uint64_t zr_request_shm_left(const zr_request *rq) {
@@ -418,18 +401,6 @@ int zr_reply_empty(zr_request *rq) {
         zr_wire_writer w;
         zr_reply_begin(rq, &w);
         return zr_reply_send(rq, &w, NULL, 0);
-}
-
-void zr_put_schema(zr_wire_writer *w, const char *key, const zr_schema *s) {
-        zr_wire_begin_map(w, key);
-        zr_wire_put_str(w, "kind", s->kind == ZR_SCHEMA_DENSE ? "dense" : "ragged");
-        zr_wire_put_str(w, "dtype", s->dtype.str);
-        if (s->kind == ZR_SCHEMA_DENSE)
-                zr_wire_put_uint_array(w, "item_shape", s->item_shape, s->ndim);
-        else
-                zr_wire_put_u64(w, "ndim", s->ndim);
-        zr_wire_put_str(w, "codec", zr_codec_name(s->codec));
-        zr_wire_end(w);
 }
 
 /* A job's completion on the loop: the loaders hear of its mutation first. */
