@@ -1,12 +1,14 @@
-/* session.c: one client's session (session.h) and the request plumbing handlers
- * use (request.h).
+/* session.c: one client's session (session.h): frames, the request queue,
+ * strikes and HELLO, and the request plumbing handlers use (request.h).
  *
  * Each frame is copied out of the connection, decoded (bounded, wire.h),
  * validated against its message table (message.h) and has its descriptors
  * counted before anything acts on it; the request then waits in the session's
- * FIFO. One request executes at a time: a handler answers at once or hands the
- * request to a job, and the next starts when it completes. Faults (frames that
- * are not a request) are answered at once and count as strikes.
+ * FIFO. One request executes at a time: the dispatch table (dispatch.c) runs
+ * its handler, which answers at once or hands the request to a job, and the
+ * next starts when it completes. Faults (frames that are not a request) are
+ * answered at once and count as strikes; every error and fault is written by
+ * proto's zr_msg_write_error().
  *
  * It assumes the loop thread; it does not know about stores beyond handing
  * references around (registry.h), nor about chunk files.
