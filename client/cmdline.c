@@ -199,18 +199,91 @@ void cmdline_done(cmdline *c) {
         c->n_indices = 0;
 }
 
+/* The options, each with whether it takes a value. */
+enum opt_id { OPT_HELP, OPT_VERSION, OPT_JSON, OPT_SOCKET, OPT_CODEC, OPT_CHUNK, OPT_DICT_TIER,
+              OPT_HEX, OPT_RANGE, _OPT_MAX };
+
+static const struct {
+        const char *name;
+        bool takes_value;
+} options[_OPT_MAX] = {
+        [OPT_HELP] = { "--help", false },     [OPT_VERSION] = { "--version", false },
+        [OPT_JSON] = { "--json", false },     [OPT_SOCKET] = { "--socket", true },
+        [OPT_CODEC] = { "--codec", true },    [OPT_CHUNK] = { "--chunk", true },
+        [OPT_DICT_TIER] = { "--dict-tier", true }, [OPT_HEX] = { "--hex", false },
+        [OPT_RANGE] = { "--range", true },
+};
+
+/* Applies option `id` with its value v (NULL if it takes none); seen[id]
+ * records that it was given. */
+static int apply_opt(cmdline *c, enum opt_id id, const char *v, bool *seen) {
+        seen[id] = true;
+        switch (id) {
+        case OPT_HELP:
+                c->help = true;
+                break;
+        case OPT_VERSION:
+                c->version = true;
+                break;
+        case OPT_JSON:
+                c->json = true;
+                break;
+        case OPT_SOCKET:
+                if (!*v)
+                        return usage(c, "--socket needs a path");
+                c->socket = v;
+                break;
+        case OPT_CODEC:
+                if (zrc_codec_parse(v, &c->codec) < 0)
+                        return usage(c, "unknown codec \"%s\" (raw, zstd or zstd_dict)", v);
+                break;
+        case OPT_CHUNK:
+                if (cmdline_parse_u64(v, &c->chunk) < 0 || c->chunk == 0)
+                        return usage(c, "--chunk needs a positive number, not \"%s\"", v);
+                break;
+        case OPT_DICT_TIER:
+                if (!*v)
+                        return usage(c, "--dict-tier needs a name");
+                c->dict_tier = v;
+                break;
+        case OPT_HEX:
+                c->hex = true;
+                break;
+        case OPT_RANGE:
+                if (cmdline_parse_range(v, &c->range_start, &c->range_end) < 0)
+                        return usage(c, "bad range \"%s\" (A:B, A:, :B)", v);
+                c->has_range = true;
+                break;
+        default:
+                break;
+        }
+        return 0;
+}
+
+/* Parses the option at argv[*i] (advancing *i past its value). */
+static int parse_opt(cmdline *c, int argc, char *const *argv, int *i, bool *seen) {
+        if (strcmp(argv[*i], "-h") == 0)
+                return apply_opt(c, OPT_HELP, NULL, seen);
+        for (int id = 0; id < _OPT_MAX; id++) {
+                const char *v = NULL;
+                int r = match_opt(c, argc, argv, i, options[id].name, options[id].takes_value,
+                                  &v);
+                if (r != 0)
+                        return r < 0 ? r : apply_opt(c, (enum opt_id)id, v, seen);
+        }
+        return usage(c, "unknown option \"%s\"", argv[*i]);
+}
+
 int cmdline_parse(int argc, char *const *argv, cmdline *ret) {
         const char *positional[64];
         size_t n_pos = 0;
-        bool opts_done = false, saw_codec = false, saw_chunk = false, saw_tier = false;
+        bool opts_done = false, seen[_OPT_MAX] = { false };
         int r;
 
         *ret = (cmdline){ .codec = ZRC_CODEC_RAW, .dict_tier = "balanced" };
 
         for (int i = 1; i < argc; i++) {
-                const char *a = argv[i], *v = NULL;
-
-                r = 0;
+                const char *a = argv[i];
 
                 if (opts_done || a[0] != '-' || a[1] == 0) {
                         if (ret->cmd == CMD_NONE && n_pos == 0) {
@@ -245,83 +318,20 @@ int cmdline_parse(int argc, char *const *argv, cmdline *ret) {
                         opts_done = true;
                         continue;
                 }
-                if (strcmp(a, "-h") == 0 || (r = match_opt(ret, argc, argv, &i, "--help", false, NULL)) > 0) {
-                        ret->help = true;
-                        continue;
-                }
+                r = parse_opt(ret, argc, argv, &i, seen);
                 if (r < 0)
                         return r;
-                if ((r = match_opt(ret, argc, argv, &i, "--version", false, NULL)) != 0) {
-                        if (r < 0)
-                                return r;
-                        ret->version = true;
-                        continue;
-                }
-                if ((r = match_opt(ret, argc, argv, &i, "--json", false, NULL)) != 0) {
-                        if (r < 0)
-                                return r;
-                        ret->json = true;
-                        continue;
-                }
-                if ((r = match_opt(ret, argc, argv, &i, "--socket", true, &v)) != 0) {
-                        if (r < 0)
-                                return r;
-                        if (!*v)
-                                return usage(ret, "--socket needs a path");
-                        ret->socket = v;
-                        continue;
-                }
-                if ((r = match_opt(ret, argc, argv, &i, "--codec", true, &v)) != 0) {
-                        if (r < 0)
-                                return r;
-                        if (zrc_codec_parse(v, &ret->codec) < 0)
-                                return usage(ret, "unknown codec \"%s\" (raw, zstd or zstd_dict)", v);
-                        saw_codec = true;
-                        continue;
-                }
-                if ((r = match_opt(ret, argc, argv, &i, "--chunk", true, &v)) != 0) {
-                        if (r < 0)
-                                return r;
-                        if (cmdline_parse_u64(v, &ret->chunk) < 0 || ret->chunk == 0)
-                                return usage(ret, "--chunk needs a positive number, not \"%s\"", v);
-                        saw_chunk = true;
-                        continue;
-                }
-                if ((r = match_opt(ret, argc, argv, &i, "--dict-tier", true, &v)) != 0) {
-                        if (r < 0)
-                                return r;
-                        if (!*v)
-                                return usage(ret, "--dict-tier needs a name");
-                        ret->dict_tier = v;
-                        saw_tier = true;
-                        continue;
-                }
-                if ((r = match_opt(ret, argc, argv, &i, "--hex", false, NULL)) != 0) {
-                        if (r < 0)
-                                return r;
-                        ret->hex = true;
-                        continue;
-                }
-                if ((r = match_opt(ret, argc, argv, &i, "--range", true, &v)) != 0) {
-                        if (r < 0)
-                                return r;
-                        if (cmdline_parse_range(v, &ret->range_start, &ret->range_end) < 0)
-                                return usage(ret, "bad range \"%s\" (A:B, A:, :B)", v);
-                        ret->has_range = true;
-                        continue;
-                }
-                return usage(ret, "unknown option \"%s\"", a);
         }
 
         if (ret->help || ret->version)
                 return 0; /* nothing else matters */
         if (ret->cmd == CMD_NONE)
                 return usage(ret, "no command given");
-        if ((saw_codec || saw_chunk || saw_tier) && ret->cmd != CMD_IMPORT)
+        if ((seen[OPT_CODEC] || seen[OPT_CHUNK] || seen[OPT_DICT_TIER]) && ret->cmd != CMD_IMPORT)
                 return usage(ret, "--codec, --chunk and --dict-tier are options of import");
         if ((ret->hex || ret->has_range) && ret->cmd != CMD_CAT)
                 return usage(ret, "--hex and --range are options of cat");
-        if (saw_tier && ret->codec != ZRC_CODEC_ZSTD_DICT)
+        if (seen[OPT_DICT_TIER] && ret->codec != ZRC_CODEC_ZSTD_DICT)
                 return usage(ret, "--dict-tier needs --codec zstd_dict");
 
         switch (ret->cmd) {
