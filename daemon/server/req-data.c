@@ -3,8 +3,8 @@
  * Each validates its fields and handles on the loop thread, takes references
  * on what its job will touch (registry entries, the buffer), and runs the
  * blocking part on the pool under the dataset's lock (shared for READ and an
- * APPEND to one dataset; exclusive for DELETE and an APPEND through a set), so a client that vanishes mid-request frees nothing a worker still
- * uses. Records land straight in shared memory: READ gathers into the client's
+ * APPEND to one dataset; exclusive for DELETE and an APPEND through a set), so
+ * a client that vanishes mid-request frees nothing a worker still uses. Records land straight in shared memory: READ gathers into the client's
  * buffer with the batch gather the loaders use (dataset/batch.h), APPEND reads
  * the client's sealed memfd. Nothing here knows the store format; the dataset
  * layer validates every record against the schema.

@@ -98,7 +98,8 @@ int zr_handle_train_dict(zr_request *rq) {
                 uint32_t hid;
                 if (zr_wire_get_u32(rq->root, "handle", &hid, &werr) < 0)
                         return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
-                zr_handle *h = zr_request_handle(rq, "handle", hid, ZR_HANDLE_BIT(ZR_HANDLE_DATASET));
+                zr_handle *h = zr_request_handle(rq, "handle", hid,
+                                                 ZR_HANDLE_BIT(ZR_HANDLE_DATASET));
                 if (!h)
                         return -ZR_E_NO_HANDLE;
                 st->entry = zr_entry_ref(h->entry);

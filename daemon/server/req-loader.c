@@ -252,7 +252,8 @@ int zr_handle_loader_open(zr_request *rq) {
                                 goto fail;
                         }
                 }
-                zr_handle *h = zr_request_handle(rq, "streams", hid, ZR_HANDLE_BIT(ZR_HANDLE_DATASET));
+                zr_handle *h = zr_request_handle(rq, "streams", hid,
+                                                 ZR_HANDLE_BIT(ZR_HANDLE_DATASET));
                 if (!h) {
                         r = -ZR_E_NO_HANDLE;
                         goto fail;

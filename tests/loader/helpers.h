@@ -267,7 +267,8 @@ static inline zr_loader *open_loader(fixture *f, zr_loader_stream *st, size_t n,
 }
 
 /* Checks one event's ragged stream against the generated records. */
-static inline void check_ragged(const zr_loader *l, const zr_loader_event *ev, size_t si, uint64_t tag) {
+static inline void check_ragged(const zr_loader *l, const zr_loader_event *ev, size_t si,
+                                uint64_t tag) {
         const zr_loader_stream_batch *sb = &ev->streams[si];
         const uint8_t *ring = ev->ring_data;
         uint8_t want[24 + 13 * 3 * 2];
