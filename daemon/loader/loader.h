@@ -15,11 +15,11 @@
  *                     with events to collect, and the totals. Borrows a
  *                     zr_pool (it must have at least one thread).
  *   zr_loader         one per LOADER_OPEN. Makes one ring (one memfd, slots ×
- *                     slot_bytes, sealed as util/shm.h seals daemon-made
- *                     regions; each slot is pre-faulted on the workers just
- *                     before its first fill, so opening costs the loop thread
- *                     no page faults and no fill ever takes one; a slot never
- *                     filled is never faulted in) with each slot's batch
+ *                     slot_bytes, a lazy region of util/shm.h, sealed as every
+ *                     daemon-made one; each slot is pre-faulted on the workers
+ *                     just before its first fill, so opening costs the loop
+ *                     thread no page faults and no fill ever takes one; a slot
+ *                     never filled is never faulted in) with each slot's batch
  *                     metadata (ragged offsets, lengths, shapes; indices), and
  *                     gives it to its group (below). Holds at most `slots`
  *                     claims on batches, wherever they lie. Borrows its
@@ -86,15 +86,16 @@
  *   it, the gather is parked and retried, see zr_loader_engine_resume(), so a
  *   long compaction of one dataset holds no worker and stalls no other loader)
  *   and checks, before and after, that the stream's generation is the one seen
- *   at open. A gather (or a take of a slot) that starts after a change ends the loader
- *   with ZR_E_STALE at its step; batches gathered before the change are still
+ *   at open. A gather (or a take of a slot) that starts after a change ends the
+ *   loader with ZR_E_STALE at its step; batches gathered before the change are still
  *   announced (they are intact); a batch gathered across a change is never
  *   announced.
  *
  * Lock order
  *
- *   A fill:     stream lock (rwlock, shared, tried, one at a time, never
- *               nested) → cache->mutex (leaf) → pool->mutex (leaf, pool.h).
+ *   A fill:     a stream's dataset lock (dataset.h: shared, tried, one at a
+ *               time, never nested) → the cache's mutex (leaf, cache.h) →
+ *               pool->mutex (leaf, pool.h).
  *   Scheduling: engine->mutex → pool->mutex (a drain task is submitted with
  *               zr_pool_try_submit(), which never blocks).
  *   engine->mutex and a stream lock are never held together; the engine's
