@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "server/work.h"
+#include "../suite.h"
 
 #define JOBS 2000
 
@@ -70,14 +71,4 @@ START_TEST(test_completions) {
 }
 END_TEST
 
-int main(void) {
-        Suite *s = suite_create("work");
-        TCase *tc = tcase_create("work");
-        tcase_add_test(tc, test_completions);
-        suite_add_tcase(s, tc);
-        SRunner *sr = srunner_create(s);
-        srunner_run_all(sr, CK_NORMAL);
-        int failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+ZR_SUITE_MAIN("work", test_completions)

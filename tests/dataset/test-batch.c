@@ -10,6 +10,7 @@
 #include "dataset/ragged.h"
 #include "helpers.h"
 #include "zr-proto.h"
+#include "../suite.h"
 
 #define N 40
 
@@ -198,16 +199,4 @@ START_TEST(test_range) {
 }
 END_TEST
 
-int main(void) {
-        Suite *s = suite_create("batch");
-        TCase *tc = tcase_create("batch");
-        tcase_add_test(tc, test_ragged_layout);
-        tcase_add_test(tc, test_cache);
-        tcase_add_test(tc, test_range);
-        suite_add_tcase(s, tc);
-        SRunner *sr = srunner_create(s);
-        srunner_run_all(sr, CK_NORMAL);
-        int failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+ZR_SUITE_MAIN("batch", test_ragged_layout, test_cache, test_range)

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "dataset/cache.h"
+#include "../suite.h"
 
 #define REC 1000
 #define COST (REC + ZR_RCACHE_ENTRY_OVERHEAD)
@@ -129,20 +130,5 @@ START_TEST(test_drop_and_big) {
 }
 END_TEST
 
-int main(void) {
-        Suite *s = suite_create("cache");
-        TCase *tc = tcase_create("cache");
-        SRunner *sr;
-        int failed;
-
-        tcase_add_test(tc, test_hit_miss);
-        tcase_add_test(tc, test_lru_eviction);
-        tcase_add_test(tc, test_pinned_survives);
-        tcase_add_test(tc, test_drop_and_big);
-        suite_add_tcase(s, tc);
-        sr = srunner_create(s);
-        srunner_run_all(sr, CK_NORMAL);
-        failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+ZR_SUITE_MAIN("cache", test_hit_miss, test_lru_eviction, test_pinned_survives,
+              test_drop_and_big)

@@ -9,6 +9,7 @@
 #include "dataset/dataset.h"
 #include "dataset/ragged.h"
 #include "helpers.h"
+#include "../suite.h"
 
 static const zr_store_options test_opts = { .chunk_log2 = TEST_CHUNK_LOG2 };
 
@@ -470,20 +471,6 @@ START_TEST(test_passthroughs) {
 }
 END_TEST
 
-int main(void) {
-        Suite *s = suite_create("dataset");
-        TCase *tc = tcase_create("core");
-        tcase_add_test(tc, test_dense_roundtrip);
-        tcase_add_test(tc, test_ragged_roundtrip);
-        tcase_add_test(tc, test_dense_validation);
-        tcase_add_test(tc, test_ragged_validation);
-        tcase_add_test(tc, test_zstd_dict_needs_dict);
-        tcase_add_test(tc, test_create_open_errors);
-        tcase_add_test(tc, test_passthroughs);
-        suite_add_tcase(s, tc);
-        SRunner *sr = srunner_create(s);
-        srunner_run_all(sr, CK_NORMAL);
-        int failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+ZR_SUITE_MAIN("dataset", test_dense_roundtrip, test_ragged_roundtrip, test_dense_validation,
+              test_ragged_validation, test_zstd_dict_needs_dict, test_create_open_errors,
+              test_passthroughs)

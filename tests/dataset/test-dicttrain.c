@@ -11,6 +11,7 @@
 #include "dataset/dicttrain.h"
 #include "dataset/ragged.h"
 #include "helpers.h"
+#include "../suite.h"
 
 static const zr_store_options test_opts = { .chunk_log2 = TEST_CHUNK_LOG2 };
 
@@ -196,17 +197,5 @@ START_TEST(test_too_little_data) {
 }
 END_TEST
 
-int main(void) {
-        Suite *s = suite_create("dicttrain");
-        TCase *tc = tcase_create("core");
-        tcase_add_test(tc, test_tiers);
-        tcase_add_test(tc, test_tiles_beat_plain_zstd);
-        tcase_add_test(tc, test_tokens_through_store);
-        tcase_add_test(tc, test_too_little_data);
-        suite_add_tcase(s, tc);
-        SRunner *sr = srunner_create(s);
-        srunner_run_all(sr, CK_NORMAL);
-        int failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+ZR_SUITE_MAIN("dicttrain", test_tiers, test_tiles_beat_plain_zstd, test_tokens_through_store,
+              test_too_little_data)

@@ -9,6 +9,7 @@
 #include "dataset/msset.h"
 #include "dataset/ragged.h"
 #include "helpers.h"
+#include "../suite.h"
 
 static const zr_store_options test_opts = { .chunk_log2 = TEST_CHUNK_LOG2 };
 
@@ -326,18 +327,5 @@ START_TEST(test_failed_append_rolls_back) {
 }
 END_TEST
 
-int main(void) {
-        Suite *s = suite_create("msset");
-        TCase *tc = tcase_create("core");
-        tcase_add_test(tc, test_open_aligned);
-        tcase_add_test(tc, test_misaligned_refused);
-        tcase_add_test(tc, test_aligned_append_delete);
-        tcase_add_test(tc, test_append_refused);
-        tcase_add_test(tc, test_failed_append_rolls_back);
-        suite_add_tcase(s, tc);
-        SRunner *sr = srunner_create(s);
-        srunner_run_all(sr, CK_NORMAL);
-        int failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+ZR_SUITE_MAIN("msset", test_open_aligned, test_misaligned_refused, test_aligned_append_delete,
+              test_append_refused, test_failed_append_rolls_back)

@@ -9,6 +9,7 @@
 #include "dataset/ragged.h"
 #include "dataset/schema.h"
 #include "helpers.h"
+#include "../suite.h"
 
 START_TEST(test_dtype_sizes) {
         static const struct { const char *in, *canon; unsigned size; } ok[] = {
@@ -415,20 +416,6 @@ START_TEST(test_ragged_header) {
 }
 END_TEST
 
-int main(void) {
-        Suite *s = suite_create("schema");
-        TCase *tc = tcase_create("core");
-        tcase_add_test(tc, test_dtype_sizes);
-        tcase_add_test(tc, test_dtype_bad);
-        tcase_add_test(tc, test_schema_roundtrip);
-        tcase_add_test(tc, test_schema_malformed_maps);
-        tcase_add_test(tc, test_schema_malformed_bytes);
-        tcase_add_test(tc, test_schema_mutations);
-        tcase_add_test(tc, test_ragged_header);
-        suite_add_tcase(s, tc);
-        SRunner *sr = srunner_create(s);
-        srunner_run_all(sr, CK_NORMAL);
-        int failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+ZR_SUITE_MAIN("schema", test_dtype_sizes, test_dtype_bad, test_schema_roundtrip,
+              test_schema_malformed_maps, test_schema_malformed_bytes, test_schema_mutations,
+              test_ragged_header)

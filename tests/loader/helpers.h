@@ -1,7 +1,8 @@
 /* helpers.h: scratch stores, an engine woken through an eventfd, event
  * collection, the fixture of three datasets and the checks of a batch against
- * them, for the loader suites. Header-only (static functions). Waiting is
- * always on the eventfd the engine's notify() writes, never on a sleep. */
+ * them, for the loader suites (run with ../suite.h). Header-only (static
+ * functions). Waiting is always on the eventfd the engine's notify() writes,
+ * never on a sleep. */
 #ifndef ZR_TESTS_LOADER_HELPERS_H
 #define ZR_TESTS_LOADER_HELPERS_H
 
@@ -20,6 +21,7 @@
 #include "dataset/ragged.h"
 #include "loader/loader.h"
 #include "util/pool.h"
+#include "../suite.h"
 #include "zr-proto.h"
 
 /* Small chunk files: no 4 GiB sparse files in tests. */
@@ -321,25 +323,6 @@ static inline uint8_t *batch_bytes(const zr_loader *l, const zr_loader_event *ev
         memcpy(p + at, ev->indices, ev->batch_size * 8);
         *ret_len = len + ev->batch_size * 8;
         return p;
-}
-
-/* Runs tests[0..n) as the suite `name` (300 s each at most) and returns the
- * process's exit status. */
-static inline int run_suite(const char *name, const TTest *const *tests, size_t n) {
-        Suite *s = suite_create(name);
-        TCase *tc = tcase_create(name);
-        SRunner *sr;
-        int failed;
-
-        tcase_set_timeout(tc, 300);
-        for (size_t i = 0; i < n; i++)
-                tcase_add_test(tc, tests[i]);
-        suite_add_tcase(s, tc);
-        sr = srunner_create(s);
-        srunner_run_all(sr, CK_NORMAL);
-        failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }
 
 #endif

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "server/config.h"
+#include "../suite.h"
 
 static char *write_tmp(const char *text) {
         static char path[64];
@@ -193,18 +194,5 @@ START_TEST(test_resolve_socket) {
 }
 END_TEST
 
-int main(void) {
-        Suite *s = suite_create("config");
-        TCase *tc = tcase_create("core");
-        tcase_add_test(tc, test_file_then_flags);
-        tcase_add_test(tc, test_errors_name_the_place);
-        tcase_add_test(tc, test_ring_spare);
-        tcase_add_test(tc, test_help_lists_ring_spare);
-        tcase_add_test(tc, test_resolve_socket);
-        suite_add_tcase(s, tc);
-        SRunner *sr = srunner_create(s);
-        srunner_run_all(sr, CK_NORMAL);
-        int failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+ZR_SUITE_MAIN("config", test_file_then_flags, test_errors_name_the_place, test_ring_spare,
+              test_help_lists_ring_spare, test_resolve_socket)

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "server/conn.h"
+#include "../suite.h"
 
 typedef struct harness {
         struct event_base *base;
@@ -228,19 +229,6 @@ START_TEST(test_paused_reading_keeps_frames) {
 }
 END_TEST
 
-int main(void) {
-        Suite *s = suite_create("conn");
-        TCase *tc = tcase_create("core");
-        tcase_add_test(tc, test_frames_split_and_whole);
-        tcase_add_test(tc, test_descriptors_both_ways);
-        tcase_add_test(tc, test_frame_limit_from_prefix);
-        tcase_add_test(tc, test_truncated_control_data);
-        tcase_add_test(tc, test_output_limit_and_owner_close);
-        tcase_add_test(tc, test_paused_reading_keeps_frames);
-        suite_add_tcase(s, tc);
-        SRunner *sr = srunner_create(s);
-        srunner_run_all(sr, CK_NORMAL);
-        int failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+ZR_SUITE_MAIN("conn", test_frames_split_and_whole, test_descriptors_both_ways,
+              test_frame_limit_from_prefix, test_truncated_control_data,
+              test_output_limit_and_owner_close, test_paused_reading_keeps_frames)

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "server/listener.h"
+#include "../suite.h"
 
 static void sock_path(char *buf, size_t n, const char *tag) {
         snprintf(buf, n, "/tmp/zr-listen-%d-%s.sock", getpid(), tag);
@@ -117,16 +118,4 @@ START_TEST(test_socket_activation) {
 }
 END_TEST
 
-int main(void) {
-        Suite *s = suite_create("listener");
-        TCase *tc = tcase_create("core");
-        tcase_add_test(tc, test_bind_mode_and_live);
-        tcase_add_test(tc, test_not_a_socket);
-        tcase_add_test(tc, test_socket_activation);
-        suite_add_tcase(s, tc);
-        SRunner *sr = srunner_create(s);
-        srunner_run_all(sr, CK_NORMAL);
-        int failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+ZR_SUITE_MAIN("listener", test_bind_mode_and_live, test_not_a_socket, test_socket_activation)

@@ -12,6 +12,7 @@
 
 #include "server/log.h"
 #include "server/notify.h"
+#include "../suite.h"
 
 static int bind_dgram(char *path, size_t size) {
         snprintf(path, size, "/tmp/zr-notify-%d.sock", getpid());
@@ -99,16 +100,4 @@ START_TEST(test_log_lines) {
 }
 END_TEST
 
-int main(void) {
-        Suite *s = suite_create("notify");
-        TCase *tc = tcase_create("core");
-        tcase_add_test(tc, test_notify_sequence);
-        tcase_add_test(tc, test_watchdog_env);
-        tcase_add_test(tc, test_log_lines);
-        suite_add_tcase(s, tc);
-        SRunner *sr = srunner_create(s);
-        srunner_run_all(sr, CK_NORMAL);
-        int failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+ZR_SUITE_MAIN("notify", test_notify_sequence, test_watchdog_env, test_log_lines)

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "util/error.h"
+#include "../suite.h"
 
 START_TEST(test_first_error_wins) {
         zr_error err = {0};
@@ -40,16 +41,4 @@ START_TEST(test_long_message_truncates) {
 }
 END_TEST
 
-int main(void) {
-        Suite *s = suite_create("error");
-        TCase *tc = tcase_create("core");
-        tcase_add_test(tc, test_first_error_wins);
-        tcase_add_test(tc, test_errno_message);
-        tcase_add_test(tc, test_long_message_truncates);
-        suite_add_tcase(s, tc);
-        SRunner *sr = srunner_create(s);
-        srunner_run_all(sr, CK_NORMAL);
-        int failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+ZR_SUITE_MAIN("error", test_first_error_wins, test_errno_message, test_long_message_truncates)

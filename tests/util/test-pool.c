@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "util/pool.h"
+#include "../suite.h"
 
 #define SHARDS 64
 
@@ -148,18 +149,5 @@ START_TEST(test_submit_bounded_queue) {
 }
 END_TEST
 
-int main(void) {
-        Suite *s = suite_create("pool");
-        TCase *tc = tcase_create("core");
-        tcase_add_test(tc, test_parallel_each_shard_once);
-        tcase_add_test(tc, test_null_pool_runs_inline_in_order);
-        tcase_add_test(tc, test_shards);
-        tcase_add_test(tc, test_nested_parallel);
-        tcase_add_test(tc, test_submit_bounded_queue);
-        suite_add_tcase(s, tc);
-        SRunner *sr = srunner_create(s);
-        srunner_run_all(sr, CK_NORMAL);
-        int failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+ZR_SUITE_MAIN("pool", test_parallel_each_shard_once, test_null_pool_runs_inline_in_order,
+              test_shards, test_nested_parallel, test_submit_bounded_queue)

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "util/shm.h"
+#include "../suite.h"
 
 START_TEST(test_create_sealed) {
         zr_shm s;
@@ -111,16 +112,4 @@ START_TEST(test_map_sealed) {
 }
 END_TEST
 
-int main(void) {
-        Suite *s = suite_create("shm");
-        TCase *tc = tcase_create("core");
-        tcase_add_test(tc, test_create_sealed);
-        tcase_add_test(tc, test_create_lazy);
-        tcase_add_test(tc, test_map_sealed);
-        suite_add_tcase(s, tc);
-        SRunner *sr = srunner_create(s);
-        srunner_run_all(sr, CK_NORMAL);
-        int failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+ZR_SUITE_MAIN("shm", test_create_sealed, test_create_lazy, test_map_sealed)
