@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 APT_PACKAGES=(
   gcc pkg-config meson ninja-build       # the build
   libzstd-dev libevent-dev libmsgpack-dev  # the engine and the daemon
+  liburing-dev                           # daemon/io's io_uring backend (optional at build time)
   check                                  # C unit tests
   clang-14 libclang-rt-14-dev            # libFuzzer targets
   systemd                                # systemd-analyze, systemd-socket-activate (unit tests)

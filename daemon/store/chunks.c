@@ -8,7 +8,11 @@
  * sees the descriptor sees the mapping. Files are opened relative to the store's
  * directory, O_CLOEXEC|O_NOFOLLOW. Mappings are PROT_READ|MAP_SHARED and cover
  * only bytes the file holds, so a read inside one never faults past the end of
- * the file. It does not decide which files a store needs; the store does.
+ * the file. A table of randomly read files (the chunks) gets POSIX_FADV_RANDOM
+ * on its descriptors and MADV_RANDOM on its mappings: a 4 KiB record read at
+ * random must not pull in the kernel's read-around window (up to
+ * read_ahead_kb, 8 MiB on some machines) and evict what the next read needs.
+ * It does not decide which files a store needs; the store does.
  */
 #include "store/chunks.h"
 
@@ -27,6 +31,7 @@ typedef struct files_entry {
         _Atomic int fd;      /* -1 while not open */
         const uint8_t *map;  /* read-only mapping, or NULL */
         uint64_t map_len;    /* bytes mapped, all inside the file */
+        uint64_t size;       /* file size at open (after any extension) */
 } files_entry;
 
 typedef struct files_array {
@@ -40,7 +45,7 @@ struct zr_files {
         const char *suffix;
         uint64_t file_size;
         int read_only;
-        int map;
+        int flags; /* ZR_FILES_* */
         uint32_t count;
         _Atomic(files_array *) array;
 };
@@ -55,11 +60,12 @@ static files_array *files_array_new(uint32_t cap) {
                 atomic_init(&a->e[i].fd, -1);
                 a->e[i].map = NULL;
                 a->e[i].map_len = 0;
+                a->e[i].size = 0;
         }
         return a;
 }
 
-int zr_files_new(int dirfd, const char *suffix, uint64_t file_size, int read_only, int map,
+int zr_files_new(int dirfd, const char *suffix, uint64_t file_size, int read_only, int flags,
                  zr_files **ret) {
         zr_files *t = calloc(1, sizeof(*t));
         if (!t)
@@ -73,7 +79,7 @@ int zr_files_new(int dirfd, const char *suffix, uint64_t file_size, int read_onl
         t->suffix = suffix;
         t->file_size = file_size;
         t->read_only = read_only;
-        t->map = map;
+        t->flags = flags;
         atomic_init(&t->array, a);
         *ret = t;
         return 0;
@@ -114,6 +120,13 @@ const uint8_t *zr_files_map(const zr_files *t, uint32_t id, uint64_t *ret_len) {
         }
         *ret_len = a->e[id].map_len;
         return a->e[id].map;
+}
+
+uint64_t zr_files_size(const zr_files *t, uint32_t id) {
+        files_array *a = atomic_load_explicit(&t->array, memory_order_acquire);
+        if (id >= a->cap || atomic_load_explicit(&a->e[id].fd, memory_order_acquire) < 0)
+                return 0;
+        return a->e[id].size;
 }
 
 uint32_t zr_files_count(const zr_files *t) {
@@ -170,11 +183,17 @@ int zr_files_open(zr_files *t, uint32_t id, int create, uint64_t min_size,
         if (create && !t->read_only && size < t->file_size)
                 size = t->file_size;
         map_len = size < t->file_size ? size : t->file_size;
-        if (t->map && map_len > 0) {
+        if (t->flags & ZR_FILES_RANDOM)
+                /* best effort, as is MADV_RANDOM below: only speed depends on it */
+                (void)posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
+        if ((t->flags & ZR_FILES_MAP) && map_len > 0) {
                 /* best effort: without a mapping, reads fall back to pread */
                 void *m = mmap(NULL, map_len, PROT_READ, MAP_SHARED, fd, 0);
-                if (m != MAP_FAILED)
+                if (m != MAP_FAILED) {
                         map = m;
+                        if (t->flags & ZR_FILES_RANDOM)
+                                (void)madvise(m, map_len, MADV_RANDOM);
+                }
         }
 
         if (id >= a->cap) {
@@ -190,6 +209,7 @@ int zr_files_open(zr_files *t, uint32_t id, int create, uint64_t min_size,
                         atomic_init(&b->e[i].fd, atomic_load(&a->e[i].fd));
                         b->e[i].map = a->e[i].map;
                         b->e[i].map_len = a->e[i].map_len;
+                        b->e[i].size = a->e[i].size;
                 }
                 b->retired = a;
                 atomic_store_explicit(&t->array, b, memory_order_release);
@@ -197,6 +217,7 @@ int zr_files_open(zr_files *t, uint32_t id, int create, uint64_t min_size,
         }
         a->e[id].map = map;
         a->e[id].map_len = map ? map_len : 0;
+        a->e[id].size = size;
         atomic_store_explicit(&a->e[id].fd, fd, memory_order_release);
         while (t->count < a->cap && atomic_load(&a->e[t->count].fd) >= 0)
                 t->count++;
@@ -236,6 +257,7 @@ int zr_files_remove_from(zr_files *t, uint32_t first, zr_error *err) {
                                 munmap((void *)a->e[id].map, a->e[id].map_len);
                         a->e[id].map = NULL;
                         a->e[id].map_len = 0;
+                        a->e[id].size = 0;
                         close(fd);
                 }
                 snprintf(name, sizeof(name), "%" PRIu32 "%s", id, t->suffix);

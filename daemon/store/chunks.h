@@ -14,10 +14,18 @@
 
 typedef struct zr_files zr_files;
 
+/* Flags of zr_files_new(). */
+#define ZR_FILES_MAP 1    /* map each file read-only, up to its size at open */
+#define ZR_FILES_RANDOM 2 /* read at random: POSIX_FADV_RANDOM on each descriptor
+                           * and MADV_RANDOM on each mapping, so a read or a
+                           * fault brings in only the pages it asks for (no
+                           * read-around); sequential passes hint their ranges
+                           * (io/hint.h) */
+
 /* A table of files "{id}{suffix}" in dirfd (borrowed; must outlive the table),
- * each `file_size` bytes. With `map`, each file opened is also mapped read-only
- * (up to its size at open). Returns 0 and *ret, or -ENOMEM. */
-int zr_files_new(int dirfd, const char *suffix, uint64_t file_size, int read_only, int map,
+ * each `file_size` bytes, opened with `flags` (ZR_FILES_*; the advice is best
+ * effort). Returns 0 and *ret, or -ENOMEM. */
+int zr_files_new(int dirfd, const char *suffix, uint64_t file_size, int read_only, int flags,
                  zr_files **ret);
 
 /* Closes every file and frees the table. NULL allowed; returns NULL. */
@@ -30,6 +38,10 @@ int zr_files_fd(const zr_files *t, uint32_t id);
  * open, not mapped: read with pread). Bytes [0, *ret_len) are inside the file.
  * Valid until the file is removed or the table freed. Lock-free. */
 const uint8_t *zr_files_map(const zr_files *t, uint32_t id, uint64_t *ret_len);
+
+/* The size of file `id` when it was opened (or extended at open), or 0 if it is
+ * not open. Appends may have grown it since. Lock-free. */
+uint64_t zr_files_size(const zr_files *t, uint32_t id);
 
 /* Opens file `id`. With `create`, a missing file is created sparse (and
  * *ret_created set to 1, else 0; ret_created may be NULL); a short file is

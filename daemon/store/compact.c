@@ -12,6 +12,7 @@
  */
 #include "store/store-private.h"
 #include "store/killpoint.h"
+#include "store/readahead.h"
 
 #include <fcntl.h>
 #include <errno.h>
@@ -23,6 +24,53 @@
 
 /* Copy buffer of compact: 8 MiB keeps a move to a few syscalls. */
 #define STORE_COPY_BYTES ((size_t)8 << 20)
+/* Bytes of records to move that the pass keeps hinted ahead of its reads
+ * (between half of it and all of it): chunk files have no read-around, so
+ * without hints every move would wait for its own read. */
+#define STORE_COMPACT_AHEAD ((uint64_t)32 << 20)
+
+/* Where the next record of p bytes goes when the packed frontier is at chunk
+ * *fc, offset *fo (a record never straddles chunks): sets *dc, *dof and moves
+ * the frontier past it. */
+static void compact_place(uint64_t cap, uint64_t *fc, uint64_t *fo, uint64_t p, uint64_t *dc,
+                          uint64_t *dof) {
+        if (*fo + p > cap) {
+                (*fc)++;
+                *fo = 0;
+        }
+        *dc = *fc;
+        *dof = *fo;
+        *fo += p;
+        if (*fo == cap) {
+                (*fc)++;
+                *fo = 0;
+        }
+}
+
+/* Keeps the records the pass will move hinted up to STORE_COMPACT_AHEAD bytes
+ * past `done` bytes moved: the hint cursor replays compact_place() from its own
+ * frontier (*hfc, *hfo), so records already in place, which the pass skips
+ * without reading, are never hinted. *hk is the next record to consider and
+ * *hinted the bytes of moves hinted so far. */
+static void compact_hint_ahead(zr_store *s, const zr_loc *locs, const zr_phys *order,
+                               uint64_t length, uint64_t done, uint64_t *hk, uint64_t *hfc,
+                               uint64_t *hfo, uint64_t *hinted) {
+        if (*hinted - done >= STORE_COMPACT_AHEAD / 2 || *hk == length)
+                return;
+        zr_readahead ra;
+        zr_readahead_init(&ra, s);
+        while (*hk < length && *hinted - done < STORE_COMPACT_AHEAD) {
+                const zr_loc *l = &locs[order[*hk].idx];
+                uint64_t dc, dof;
+                compact_place(s->chunk_cap, hfc, hfo, l->phys_length, &dc, &dof);
+                if (dc != l->chunk_id || dof != l->offset) {
+                        zr_readahead_add(&ra, l);
+                        *hinted += l->phys_length;
+                }
+                (*hk)++;
+        }
+        zr_readahead_flush(&ra);
+}
 
 /* Copies len bytes from (sc, so) to (dc, dof), dst <= src: forward, in pieces. */
 static int compact_copy(zr_store *s, uint8_t *buf, uint32_t sc, uint64_t so, uint32_t dc,
@@ -149,22 +197,22 @@ int zr_store_compact(zr_store *s, uint64_t max_moves, zr_compact_result *ret,
          * garbage or on bytes already moved away, and its entry is rewritten the
          * moment it lands. */
         uint64_t fc = 0, fo = 0;
+        uint64_t hk = 0, hfc = 0, hfo = 0, hinted = 0, moved_bytes = 0;
         res.finished = 1;
         for (uint64_t k = 0; k < length; k++) {
                 zr_loc l = locs[order[k].idx];
-                uint64_t p = l.phys_length;
-                if (fo + p > s->chunk_cap) {
-                        fc++;
-                        fo = 0;
-                }
-                if (fc == l.chunk_id && fo == l.offset) {
+                uint64_t p = l.phys_length, dc, dof;
+                compact_place(s->chunk_cap, &fc, &fo, p, &dc, &dof);
+                if (dc == l.chunk_id && dof == l.offset) {
                         res.skipped++;
                 } else {
                         if (max_moves > 0 && res.moved == max_moves) {
                                 res.finished = 0;
                                 break;
                         }
-                        if (fc == l.chunk_id && fo + p > l.offset) {
+                        compact_hint_ahead(s, locs, order, length, moved_bytes, &hk, &hfc, &hfo,
+                                           &hinted);
+                        if (dc == l.chunk_id && dof + p > l.offset) {
                                 /* would overwrite its own bytes: via scratch */
                                 r = compact_to_scratch(s, buf, length, old_tail, order[k].idx, &l,
                                                        err);
@@ -172,22 +220,19 @@ int zr_store_compact(zr_store *s, uint64_t max_moves, zr_compact_result *ret,
                                         goto out;
                                 res.via_scratch++;
                         }
-                        r = compact_copy(s, buf, l.chunk_id, l.offset, (uint32_t)fc, fo, p, err);
+                        r = compact_copy(s, buf, l.chunk_id, l.offset, (uint32_t)dc, dof, p,
+                                         err);
                         if (r < 0)
                                 goto out;
                         ZR_KILLPOINT(ZR_KP_COMPACT_MOVED);
-                        l.chunk_id = (uint32_t)fc;
-                        l.offset = (uint32_t)fo;
+                        l.chunk_id = (uint32_t)dc;
+                        l.offset = (uint32_t)dof;
                         r = zr_store_put_loc(s, order[k].idx, &l, err);
                         if (r < 0)
                                 goto out;
                         ZR_KILLPOINT(ZR_KP_COMPACT_ENTRY);
                         res.moved++;
-                }
-                fo += p;
-                if (fo == s->chunk_cap) {
-                        fc++;
-                        fo = 0;
+                        moved_bytes += p;
                 }
         }
 

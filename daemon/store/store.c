@@ -125,9 +125,10 @@ static int store_alloc(int dirfd, enum zr_codec codec, unsigned chunk_log2,
         s->read_only = opts ? !!opts->read_only : 0;
         s->map = opts ? !opts->no_mmap : 1;
         if (zr_coder_new(codec, &s->zc) < 0 ||
-            zr_files_new(s->dirfd, ".chunk", s->chunk_cap, s->read_only, s->map, &s->chunks) < 0 ||
+            zr_files_new(s->dirfd, ".chunk", s->chunk_cap, s->read_only,
+                         (s->map ? ZR_FILES_MAP : 0) | ZR_FILES_RANDOM, &s->chunks) < 0 ||
             zr_files_new(s->dirfd, ".loc", ZR_LOC_SEGMENT_ENTRIES * ZR_LOC_SIZE, s->read_only,
-                         s->map, &s->locs) < 0) {
+                         s->map ? ZR_FILES_MAP : 0, &s->locs) < 0) {
                 r = zr_error_set(err, ENOMEM, "store: out of memory");
                 goto fail;
         }
@@ -546,8 +547,8 @@ int zr_store_open(int dirfd, const zr_store_options *opts, zr_store **ret, zr_er
         s->chunks = NULL;
         s->zc = NULL;
         if (zr_coder_new(s->codec, &s->zc) < 0 ||
-            zr_files_new(s->dirfd, ".chunk", s->chunk_cap, s->read_only, s->map,
-                         &s->chunks) < 0) {
+            zr_files_new(s->dirfd, ".chunk", s->chunk_cap, s->read_only,
+                         (s->map ? ZR_FILES_MAP : 0) | ZR_FILES_RANDOM, &s->chunks) < 0) {
                 r = zr_error_set(err, ENOMEM, "store: out of memory");
                 goto fail;
         }

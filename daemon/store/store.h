@@ -40,6 +40,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "io/range.h"
 #include "util/error.h"
 #include "util/pool.h"
 
@@ -227,5 +228,44 @@ int zr_store_verify(zr_store *s, zr_verify_report *ret, zr_error *err);
 /* If the store turned read-only after an I/O failure, the code that caused it
  * (positive), else 0. */
 int zr_store_failed(const zr_store *s);
+
+/* Reading ahead of a gather (daemon/io).
+ *
+ * The chunk files are read at random: their descriptors carry
+ * POSIX_FADV_RANDOM and their mappings MADV_RANDOM, so a gather (a fault or a
+ * pread) brings in only the pages of its records, never the kernel's
+ * read-around window. A reader that knows its future warms the page cache
+ * itself: it asks which records are resident (zr_store_resident()), turns the
+ * others into byte ranges of the chunk files (zr_store_io_ranges()) and reads
+ * those through io/ioq.h; the gather then copies from the page cache. Verify
+ * and compaction hint the ranges they walk (io/hint.h) for the same reason.
+ *
+ * The ranges name the store's own descriptors. They stay valid while the
+ * store is open and no exclusive call (zr_store_delete(), zr_store_compact(),
+ * zr_store_install_dict(), zr_store_close()) runs: compaction removes chunk
+ * files, and a descriptor number closed under a read in flight could name
+ * another file by the time the read is issued. So cancel every read of a
+ * store's ranges, and wait for the cancellations to complete, before an
+ * exclusive call. Appends do not invalidate them. */
+
+/* Turns records locs[0..n) (from zr_store_locate()) into byte ranges of the
+ * chunk files, one per record with stored bytes, in input order, unmerged
+ * (the I/O queue merges): ret[0..*ret_n) with *ret_n <= n; ret has room for n.
+ * Each range starts on a page boundary and ends on one, or at the file's end
+ * when that comes first, so it covers exactly the pages the record occupies.
+ * Lock-free. ZR_E_CORRUPT for a loc that points past its chunk or the write
+ * frontier, or into a chunk that is not open (nothing is written to ret then
+ * beyond the ranges before it). */
+int zr_store_io_ranges(zr_store *s, const zr_loc *locs, size_t n, zr_io_range *ret,
+                       size_t *ret_n, zr_error *err);
+
+/* Sets ret[i] (ret may be NULL) to 1 if every page of record locs[i] is in the
+ * page cache, else 0, by mincore() on the chunk's mapping, and returns how
+ * many are resident. A record of 0 stored bytes is resident. Without a
+ * mapping (no_mmap, a failed mmap, a record past the mapping because the file
+ * grew after open, a loc past its chunk) residency is unknown and counted as
+ * not resident: the caller reads it, which is correct, only slower. Lock-free;
+ * costs one system call per record (more for records over 1 MiB). */
+size_t zr_store_resident(zr_store *s, const zr_loc *locs, size_t n, uint8_t *ret);
 
 #endif

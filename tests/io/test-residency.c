@@ -1,0 +1,481 @@
+/* test-residency.c: the store's read-ahead side on a real file system.
+ *
+ * Records become page-aligned ranges of the chunk files (never past a file's
+ * end); after POSIX_FADV_DONTNEED the records are reported not resident, after
+ * a prefetch through the I/O queue (both backends) exactly the prefetched
+ * ones are: the chunk files have no read-around, neither for a read nor for a
+ * fault through the mapping. A walk's hints cover exactly the records it
+ * asks for. Verify and compaction work on a cold store.
+ *
+ * Parts that need the page cache to drop a file's pages (not tmpfs) skip with
+ * a message where it does not; the hint check needs cachestat() (Linux 6.5)
+ * and skips without it. */
+#include <check.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "io/ioq.h"
+#include "store/readahead.h"
+#include "store/store.h"
+
+#define KiB ((uint64_t)1 << 10)
+#define MiB ((uint64_t)1 << 20)
+
+static uint64_t page;
+
+/* ---- a store in a temporary directory ------------------------------------ */
+
+typedef struct tdir {
+        char path[256];
+        int fd;
+} tdir;
+
+static void tdir_make(tdir *d) {
+        const char *base = getenv("TMPDIR");
+        snprintf(d->path, sizeof(d->path), "%s/zr-test-residency-XXXXXX", base ? base : "/tmp");
+        ck_assert_ptr_nonnull(mkdtemp(d->path));
+        d->fd = open(d->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        ck_assert_int_ge(d->fd, 0);
+}
+
+static void tdir_remove(tdir *d) {
+        DIR *dir = opendir(d->path);
+        struct dirent *e;
+        while (dir && (e = readdir(dir)))
+                if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+                        unlinkat(d->fd, e->d_name, 0);
+        if (dir)
+                closedir(dir);
+        close(d->fd);
+        rmdir(d->path);
+}
+
+/* Byte j of record i. */
+static uint8_t rec_byte(uint64_t i, uint64_t j) {
+        return (uint8_t)(i * 131 + j * 7 + (j >> 9));
+}
+
+static zr_store *store_make(tdir *d, enum zr_codec codec, unsigned chunk_log2,
+                            const uint64_t *lens, size_t n) {
+        zr_store_options o = { .chunk_log2 = chunk_log2 };
+        zr_store *s = NULL;
+        zr_error err = {0};
+        ck_assert_msg(zr_store_create(d->fd, codec, NULL, 0, &o, &s, &err) == 0, "%s",
+                      err.message);
+        uint64_t total = 0;
+        for (size_t i = 0; i < n; i++)
+                total += lens[i];
+        uint8_t *buf = malloc(total ? total : 1), *p = buf;
+        ck_assert_ptr_nonnull(buf);
+        for (size_t i = 0; i < n; i++)
+                for (uint64_t j = 0; j < lens[i]; j++)
+                        *p++ = rec_byte(i, j);
+        ck_assert_msg(zr_store_append(s, buf, lens, n, NULL, &err) == 0, "%s", err.message);
+        ck_assert_msg(zr_store_sync(s, &err) == 0, "%s", err.message); /* clean pages drop */
+        free(buf);
+        return s;
+}
+
+static zr_store *store_reopen(tdir *d, zr_store *s, int no_mmap, int read_only) {
+        zr_error err = {0};
+        ck_assert_int_eq(zr_store_close(s, &err), 0);
+        zr_store_options o = { .no_mmap = no_mmap, .read_only = read_only };
+        ck_assert_msg(zr_store_open(d->fd, &o, &s, &err) == 0, "%s", err.message);
+        return s;
+}
+
+static zr_loc *locate_all(zr_store *s, size_t n) {
+        uint64_t *idx = malloc(n * sizeof(*idx));
+        zr_loc *locs = malloc(n * sizeof(*locs));
+        ck_assert(idx && locs);
+        for (size_t i = 0; i < n; i++)
+                idx[i] = i;
+        zr_error err = {0};
+        ck_assert_msg(zr_store_locate(s, idx, n, locs, &err) == 0, "%s", err.message);
+        free(idx);
+        return locs;
+}
+
+/* Drops the clean pages of every chunk file the records live in. Returns 1
+ * if the page cache let them go (the records then read as not resident). */
+static int drop_cache(zr_store *s, const zr_loc *locs, size_t n) {
+        zr_io_range *r = malloc(n * sizeof(*r));
+        size_t m;
+        ck_assert_ptr_nonnull(r);
+        ck_assert_int_eq(zr_store_io_ranges(s, locs, n, r, &m, NULL), 0);
+        for (size_t i = 0; i < m; i++)
+                ck_assert_int_eq(posix_fadvise(r[i].fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+        free(r);
+        return zr_store_resident(s, locs, n, NULL) == 0;
+}
+
+/* ---- cachestat (pages in the page cache, read or being read) ------------- */
+
+#ifndef __NR_cachestat
+#define __NR_cachestat 451
+#endif
+
+struct zr_cachestat_range {
+        uint64_t off, len;
+};
+struct zr_cachestat {
+        uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted;
+};
+
+/* Pages of [off, off + len) in the page cache, or -1 without cachestat(). */
+static int64_t cached_pages(int fd, uint64_t off, uint64_t len) {
+        struct zr_cachestat_range r = { off, len };
+        struct zr_cachestat cs;
+        if (syscall(__NR_cachestat, fd, &r, &cs, 0) < 0)
+                return -1;
+        return (int64_t)cs.nr_cache;
+}
+
+/* ---- prefetch through the queue ------------------------------------------ */
+
+typedef struct waiter {
+        pthread_mutex_t mu;
+        pthread_cond_t cv;
+        int done;
+        int result;
+        uint64_t bytes;
+} waiter;
+
+static void waiter_done(void *arg, uint64_t id, int result, uint64_t bytes) {
+        waiter *w = arg;
+        pthread_mutex_lock(&w->mu);
+        w->done = 1;
+        w->result = result;
+        w->bytes = bytes;
+        pthread_cond_signal(&w->cv);
+        pthread_mutex_unlock(&w->mu);
+}
+
+/* Reads r[0..n) through a queue of `backend`; returns the batch's result, or
+ * 1 if that backend cannot run here. */
+static int prefetch(enum zr_ioq_backend backend, const zr_io_range *r, size_t n,
+                    uint64_t *ret_bytes) {
+        zr_ioq *q = NULL;
+        zr_error err = {0};
+        if (zr_ioq_new(&(zr_ioq_options){ .backend = backend }, &q, &err) < 0) {
+                ck_assert_int_eq(backend, ZR_IOQ_URING);
+                fprintf(stderr, "skipped (io_uring backend): %s\n", err.message);
+                return 1;
+        }
+        waiter w = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
+        ck_assert_int_eq(zr_ioq_submit(q, r, n, waiter_done, &w, NULL), 0);
+        pthread_mutex_lock(&w.mu);
+        while (!w.done)
+                pthread_cond_wait(&w.cv, &w.mu);
+        pthread_mutex_unlock(&w.mu);
+        zr_ioq_free(q);
+        if (ret_bytes)
+                *ret_bytes = w.bytes;
+        return w.result;
+}
+
+/* ---- tests -------------------------------------------------------------- */
+
+START_TEST(test_ranges_cover_pages) {
+        tdir d;
+        tdir_make(&d);
+        /* 64 KiB chunks: the last record does not fit in chunk 0 */
+        uint64_t lens[] = { 4096, 100, 5000, 0, 8192, 1, 60000 };
+        size_t n = sizeof(lens) / sizeof(lens[0]);
+        zr_store *s = store_make(&d, ZR_CODEC_RAW, 16, lens, n);
+        zr_loc *locs = locate_all(s, n);
+        zr_io_range r[7];
+        size_t m = 99;
+        zr_error err = {0};
+        ck_assert_int_eq(zr_store_io_ranges(s, locs, n, r, &m, &err), 0);
+        ck_assert_uint_eq(m, 6); /* the empty record has no range */
+        uint64_t want[6][2] = {
+                { 0, 4096 },                                       /* [0, 4096) */
+                { 4096 & ~(page - 1), 4196 },                      /* [4096, 4196) */
+                { 4196 & ~(page - 1), 9196 },                      /* [4196, 9196) */
+                { 9196 & ~(page - 1), 17388 },                     /* [9196, 17388) */
+                { 17388 & ~(page - 1), 17389 },                    /* [17388, 17389) */
+                { 0, 60000 },                                      /* chunk 1 */
+        };
+        for (size_t i = 0; i < 6; i++) {
+                uint64_t hi = (want[i][1] + page - 1) & ~(page - 1);
+                ck_assert_uint_eq(r[i].offset, want[i][0]);
+                ck_assert_uint_eq(r[i].offset + r[i].length, hi);
+                ck_assert_int_ge(r[i].fd, 0);
+        }
+        ck_assert_int_eq(r[0].fd, r[4].fd);
+        ck_assert_int_ne(r[0].fd, r[5].fd); /* the chunk files' own descriptors */
+        ck_assert_uint_eq(locs[6].chunk_id, 1);
+        ck_assert_int_eq(fcntl(r[5].fd, F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
+
+        /* a loc past the frontier, or in a chunk that does not exist */
+        zr_loc bad[] = { { .chunk_id = 1, .offset = 60000, .phys_length = 10, .logic_length = 10 },
+                         { .chunk_id = 5, .offset = 0, .phys_length = 10, .logic_length = 10 } };
+        for (int i = 0; i < 2; i++) {
+                zr_error e = {0};
+                ck_assert_int_eq(zr_store_io_ranges(s, &bad[i], 1, r, &m, &e), -ZR_E_CORRUPT);
+                ck_assert_str_ne(e.message, "");
+        }
+        /* a zero-length record is resident by definition, whatever the cache */
+        ck_assert_uint_eq(zr_store_resident(s, &locs[3], 1, NULL), 1);
+        free(locs);
+        ck_assert_int_eq(zr_store_close(s, NULL), 0);
+        tdir_remove(&d);
+}
+END_TEST
+
+START_TEST(test_ranges_stop_at_file_end) {
+        tdir d;
+        tdir_make(&d);
+        uint64_t lens[] = { 4096, 100 };
+        zr_store *s = store_make(&d, ZR_CODEC_RAW, 16, lens, 2);
+        ck_assert_int_eq(zr_store_close(s, NULL), 0);
+        /* a chunk file that ends at the frontier, inside a page (as another
+         * writer may leave it): the store opens read-only */
+        int cfd = openat(d.fd, "0.chunk", O_RDWR | O_CLOEXEC);
+        ck_assert_int_ge(cfd, 0);
+        ck_assert_int_eq(ftruncate(cfd, 4196), 0);
+        close(cfd);
+        zr_error err = {0};
+        zr_store_options o = { .read_only = 1 };
+        ck_assert_msg(zr_store_open(d.fd, &o, &s, &err) == 0, "%s", err.message);
+        zr_loc *locs = locate_all(s, 2);
+        zr_io_range r[2];
+        size_t m;
+        ck_assert_int_eq(zr_store_io_ranges(s, locs, 2, r, &m, &err), 0);
+        ck_assert_uint_eq(m, 2);
+        ck_assert_uint_eq(r[1].offset, 4096 & ~(page - 1));
+        ck_assert_uint_eq(r[1].offset + r[1].length, 4196); /* not the page's end */
+        /* so a prefetch of it succeeds; the page-rounded range would not */
+        uint64_t bytes;
+        ck_assert_int_eq(prefetch(ZR_IOQ_THREADS, r, 2, &bytes), 0);
+        ck_assert_uint_eq(bytes, 4196);
+        zr_io_range rounded = { r[1].fd, r[1].offset, (4196 + page - 1) / page * page - r[1].offset };
+        ck_assert_int_eq(prefetch(ZR_IOQ_THREADS, &rounded, 1, NULL), -ENODATA);
+        free(locs);
+        ck_assert_int_eq(zr_store_close(s, NULL), 0);
+        tdir_remove(&d);
+}
+END_TEST
+
+/* _i: 0 = pread threads, 1 = io_uring */
+START_TEST(test_resident_after_prefetch) {
+        enum { N = 512 };
+        enum zr_ioq_backend backend = _i == 0 ? ZR_IOQ_THREADS : ZR_IOQ_URING;
+        tdir d;
+        tdir_make(&d);
+        uint64_t lens[N];
+        for (size_t i = 0; i < N; i++)
+                lens[i] = page; /* record i is page i */
+        zr_store *s = store_make(&d, ZR_CODEC_RAW, 24, lens, N);
+        s = store_reopen(&d, s, 0, 0); /* fresh descriptors and mappings */
+        zr_loc *locs = locate_all(s, N);
+        uint8_t res[N];
+        if (!drop_cache(s, locs, N)) {
+                fprintf(stderr, "skipped: the page cache keeps this file system's pages (tmpfs?)\n");
+                goto out;
+        }
+        ck_assert_uint_eq(zr_store_resident(s, locs, N, res), 0);
+        for (size_t i = 0; i < N; i++)
+                ck_assert_uint_eq(res[i], 0);
+
+        /* prefetch every 8th record */
+        zr_loc pick[N / 8];
+        for (size_t i = 0; i < N / 8; i++)
+                pick[i] = locs[i * 8];
+        zr_io_range r[N / 8];
+        size_t m;
+        ck_assert_int_eq(zr_store_io_ranges(s, pick, N / 8, r, &m, NULL), 0);
+        ck_assert_uint_eq(m, N / 8);
+        uint64_t bytes;
+        int pr = prefetch(backend, r, m, &bytes);
+        if (pr == 1)
+                goto out;
+        ck_assert_int_eq(pr, 0);
+        ck_assert_uint_eq(bytes, N / 8 * page);
+        /* exactly those: no read-around pulled their neighbours in */
+        ck_assert_uint_eq(zr_store_resident(s, locs, N, res), N / 8);
+        for (size_t i = 0; i < N; i++)
+                ck_assert_msg(res[i] == (i % 8 == 0), "record %zu resident %d", i, res[i]);
+        ck_assert_uint_eq(zr_store_resident(s, pick, N / 8, NULL), N / 8);
+
+        /* a gather faults record 3 in through the mapping, and only it */
+        uint8_t buf[65536];
+        uint64_t idx = 3;
+        ck_assert_int_eq(zr_store_gather(s, &idx, 1, buf, sizeof(buf), NULL, NULL), 0);
+        for (uint64_t j = 0; j < page; j++)
+                ck_assert_uint_eq(buf[j], rec_byte(3, j));
+        ck_assert_uint_eq(zr_store_resident(s, locs, N, res), N / 8 + 1);
+        ck_assert_uint_eq(res[3], 1);
+        ck_assert_uint_eq(res[2], 0);
+        ck_assert_uint_eq(res[4], 0);
+        ck_assert_uint_eq(res[5], 0);
+out:
+        free(locs);
+        ck_assert_int_eq(zr_store_close(s, NULL), 0);
+        tdir_remove(&d);
+}
+END_TEST
+
+START_TEST(test_without_mapping_unknown_is_not_resident) {
+        enum { N = 64 };
+        tdir d;
+        tdir_make(&d);
+        uint64_t lens[N];
+        for (size_t i = 0; i < N; i++)
+                lens[i] = 3000 + i;
+        lens[5] = 0;
+        zr_store *s = store_make(&d, ZR_CODEC_RAW, 20, lens, N);
+        s = store_reopen(&d, s, 1, 0); /* no_mmap: pread only */
+        zr_loc *locs = locate_all(s, N);
+        zr_io_range r[N];
+        size_t m;
+        ck_assert_int_eq(zr_store_io_ranges(s, locs, N, r, &m, NULL), 0);
+        ck_assert_uint_eq(m, N - 1);
+        ck_assert_int_eq(prefetch(ZR_IOQ_THREADS, r, m, NULL), 0);
+        /* the pages are cached, but without a mapping the store cannot tell */
+        uint8_t res[N];
+        ck_assert_uint_eq(zr_store_resident(s, locs, N, res), 1);
+        for (size_t i = 0; i < N; i++)
+                ck_assert_uint_eq(res[i], i == 5);
+        free(locs);
+        ck_assert_int_eq(zr_store_close(s, NULL), 0);
+        tdir_remove(&d);
+}
+END_TEST
+
+START_TEST(test_walk_hints_only_its_records) {
+        enum { N = 1024 };
+        tdir d;
+        tdir_make(&d);
+        uint64_t lens[N];
+        for (size_t i = 0; i < N; i++)
+                lens[i] = page;
+        zr_store *s = store_make(&d, ZR_CODEC_RAW, 24, lens, N);
+        s = store_reopen(&d, s, 0, 0);
+        zr_loc *locs = locate_all(s, N);
+        zr_io_range whole;
+        size_t m;
+        ck_assert_int_eq(zr_store_io_ranges(s, locs, 1, &whole, &m, NULL), 0);
+        int fd = whole.fd;
+        if (!drop_cache(s, locs, N)) {
+                fprintf(stderr, "skipped: the page cache keeps this file system's pages (tmpfs?)\n");
+                goto out;
+        }
+        if (cached_pages(fd, 0, N * page) != 0) {
+                fprintf(stderr, "skipped: no cachestat() on this kernel\n");
+                goto out;
+        }
+        /* records 100..299 in order, then 700 and 500 out of order */
+        zr_readahead ra;
+        zr_readahead_init(&ra, s);
+        for (size_t i = 100; i < 300; i++)
+                zr_readahead_add(&ra, &locs[i]);
+        zr_readahead_add(&ra, &locs[700]);
+        zr_readahead_add(&ra, &locs[500]);
+        zr_readahead_flush(&ra);
+        ck_assert_int_eq(cached_pages(fd, 0, N * page), 202);
+        ck_assert_int_eq(cached_pages(fd, 100 * page, 200 * page), 200);
+        ck_assert_int_eq(cached_pages(fd, 700 * page, page), 1);
+        ck_assert_int_eq(cached_pages(fd, 500 * page, page), 1);
+out:
+        free(locs);
+        ck_assert_int_eq(zr_store_close(s, NULL), 0);
+        tdir_remove(&d);
+}
+END_TEST
+
+START_TEST(test_verify_and_compact_cold) {
+        enum { N = 3000 };
+        tdir d;
+        tdir_make(&d);
+        uint64_t lens[N];
+        for (size_t i = 0; i < N; i++)
+                lens[i] = 1 + (i * 7919) % 20000;
+        /* zstd: verify decodes every frame; 1 MiB chunks: compaction crosses them */
+        zr_store *s = store_make(&d, ZR_CODEC_ZSTD, 20, lens, N);
+        s = store_reopen(&d, s, 0, 0);
+        zr_loc *locs = locate_all(s, N);
+        (void)drop_cache(s, locs, N);
+        zr_verify_report rep;
+        zr_error err = {0};
+        ck_assert_msg(zr_store_verify(s, &rep, &err) == 0, "%s", err.message);
+        ck_assert_uint_eq(rep.records, N);
+        ck_assert_uint_eq(rep.bad, 0);
+
+        /* delete every third record (swap-last keeps a model), then compact cold */
+        uint64_t model[N];
+        for (size_t i = 0; i < N; i++)
+                model[i] = i;
+        uint64_t del[N / 3];
+        size_t nd = 0;
+        for (size_t i = 0; i < N; i += 3)
+                del[nd++] = i;
+        ck_assert_msg(zr_store_delete(s, del, nd, &err) == 0, "%s", err.message);
+        size_t len = N;
+        for (size_t k = nd; k-- > 0;) { /* descending, as the store applies them */
+                model[del[k]] = model[len - 1];
+                len--;
+        }
+        free(locs);
+        locs = locate_all(s, len);
+        (void)drop_cache(s, locs, len);
+        zr_compact_result cr;
+        ck_assert_msg(zr_store_compact(s, 0, &cr, &err) == 0, "%s", err.message);
+        ck_assert_int_eq(cr.finished, 1);
+        ck_assert_uint_gt(cr.moved, 0);
+        free(locs);
+        locs = locate_all(s, len);
+        (void)drop_cache(s, locs, len);
+        ck_assert_msg(zr_store_verify(s, &rep, &err) == 0, "%s", err.message);
+        ck_assert_uint_eq(rep.records, len);
+        uint8_t *buf = malloc(20000), *want = malloc(20000);
+        ck_assert(buf && want);
+        for (uint64_t i = 0; i < len; i++) {
+                uint64_t got;
+                ck_assert_int_eq(zr_store_gather(s, &i, 1, buf, 20000, &got, NULL), 0);
+                ck_assert_uint_eq(got, lens[model[i]]);
+                for (uint64_t j = 0; j < got; j++)
+                        want[j] = rec_byte(model[i], j);
+                ck_assert_msg(memcmp(buf, want, got) == 0, "record %llu differs",
+                              (unsigned long long)i);
+        }
+        free(buf);
+        free(want);
+        free(locs);
+        ck_assert_int_eq(zr_store_close(s, NULL), 0);
+        tdir_remove(&d);
+}
+END_TEST
+
+static Suite *residency_suite(void) {
+        Suite *s = suite_create("residency");
+        TCase *tc = tcase_create("store");
+        tcase_set_timeout(tc, 120);
+        tcase_add_test(tc, test_ranges_cover_pages);
+        tcase_add_test(tc, test_ranges_stop_at_file_end);
+        tcase_add_loop_test(tc, test_resident_after_prefetch, 0, 2);
+        tcase_add_test(tc, test_without_mapping_unknown_is_not_resident);
+        tcase_add_test(tc, test_walk_hints_only_its_records);
+        tcase_add_test(tc, test_verify_and_compact_cold);
+        suite_add_tcase(s, tc);
+        return s;
+}
+
+int main(void) {
+        long p = sysconf(_SC_PAGESIZE);
+        page = p > 0 ? (uint64_t)p : 4096;
+        SRunner *sr = srunner_create(residency_suite());
+        srunner_run_all(sr, CK_NORMAL);
+        int failed = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
