@@ -435,8 +435,8 @@ static int schema_from_map(const msgpack_object *root, zr_schema *ret, zr_error 
                 if (shapes && !ndim)
                         return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: a loaderx 1.5.7 "
                                             "ragged store (each record's shape in \"shapes\", "
-                                            "none in the record): convert it with "
-                                            "zr_convert_to_headers() (docs/FORMAT.md, "
+                                            "none in the record); zrecord's ragged datasets keep "
+                                            "it in the record: convert the store (docs/FORMAT.md, "
                                             "\"Compatibility with loaderx 1.5.7\")");
                 if (shape)
                         return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: a ragged schema "

@@ -28,9 +28,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "dataset/convert.h"
 #include "dataset/dataset.h"
 #include "dataset/lxfile.h"
 #include "dataset/lxragged.h"
+#include "dataset/ragged.h"
 #include "../dataset/helpers.h"
 #include "lxdata.h"
 #include "lxwrite.h"
@@ -428,6 +430,135 @@ START_TEST(test_zrecord_stores_for_loaderx) {
 }
 END_TEST
 
+/* Converting a ragged store to zrecord's layout and back gives the same records
+ * and shapes; a store whose records differ in ndim, an empty record and a dense
+ * dataset are refused with a message. Records: id of shape (1 + id % 7, 2). */
+static void conv_record(uint64_t id, int32_t *out, uint64_t dims[2]) {
+        dims[0] = 1 + id % 7;
+        dims[1] = 2;
+        for (uint64_t k = 0; k < dims[0] * 2; k++)
+                out[k] = (int32_t)(id * 1000 + k);
+}
+
+static void conv_expect_lx(zr_lxragged *d, uint64_t n) {
+        for (uint64_t i = 0; i < n; i++) {
+                int32_t got[14], want[14];
+                uint64_t dims[2];
+                const uint64_t *gd;
+                uint32_t ndim;
+
+                conv_record(i, want, dims);
+                ck_assert_int_eq(zr_lxragged_gather(d, &i, 1, got, sizeof(got), NULL, NULL), 0);
+                ck_assert_int_eq(zr_lxragged_shape(d, i, &ndim, &gd, NULL), 0);
+                ck_assert_uint_eq(ndim, 2);
+                ck_assert_mem_eq(gd, dims, sizeof(dims));
+                ck_assert_mem_eq(got, want, dims[0] * 8);
+        }
+}
+
+START_TEST(test_convert_both_ways) {
+        zr_store_options o = { .chunk_log2 = 16 };
+        uint8_t dict[2048];
+        uint64_t n = 300, count;
+        zr_lxragged *d;
+        zr_dataset *ds;
+        zr_error err = {0};
+        scratch s;
+        int a, b, c, fd;
+
+        scratch_new(&s);
+        for (int i = 0; i < 2048; i++)
+                dict[i] = (uint8_t)(i * 7);
+        a = scratch_child(&s, "lx");
+        ck_assert_int_eq(zr_lxragged_create(a, "<i4", ZR_CODEC_ZSTD_DICT, dict, sizeof(dict), &o, &d,
+                                            &err), 0);
+        for (uint64_t i = 0; i < n; i++) {
+                int32_t rec[14];
+                uint64_t dims[2], len;
+
+                conv_record(i, rec, dims);
+                len = dims[0] * 8;
+                ck_assert_int_eq(zr_lxragged_append(d, rec, &len, (uint32_t[]){ 2 }, dims, 1, NULL,
+                                                    &err), 0);
+        }
+        zr_lxragged_close(d, NULL);
+
+        b = scratch_child(&s, "zr");
+        ck_assert_msg(zr_convert_from_lx157(a, b, &o, &count, &err) == 0, "%s", err.message);
+        ck_assert_uint_eq(count, n);
+        ck_assert_int_eq(zr_dataset_open(b, NULL, &ds, &err), 0);
+        ck_assert_int_eq(zr_dataset_schema(ds)->kind, ZR_SCHEMA_RAGGED);
+        ck_assert_uint_eq(zr_dataset_schema(ds)->ndim, 2);
+        ck_assert_int_eq(zr_dataset_schema(ds)->codec, ZR_CODEC_ZSTD_DICT);
+        ck_assert_int_eq(zr_dataset_has_dict(ds), 1);
+        for (uint64_t i = 0; i < n; i++) {
+                uint8_t buf[256];
+                int32_t want[14];
+                uint64_t dims[2], shape[2], off;
+
+                conv_record(i, want, dims);
+                ck_assert_int_eq(zr_dataset_gather_ragged(ds, &i, 1, buf, sizeof(buf), shape, &off,
+                                                          &err), 0);
+                ck_assert_mem_eq(shape, dims, sizeof(dims));
+                ck_assert_mem_eq(buf + off, want, dims[0] * 8);
+        }
+        zr_dataset_close(ds, NULL);
+
+        c = scratch_child(&s, "back");
+        ck_assert_msg(zr_convert_to_lx157(b, c, &o, &count, &err) == 0, "%s", err.message);
+        ck_assert_uint_eq(count, n);
+        ck_assert_int_eq(zr_lxragged_open(c, NULL, &d, &err), 0);
+        ck_assert_int_eq(zr_store_has_dict(zr_lxragged_store(d)), 1);
+        conv_expect_lx(d, n);
+        zr_lxragged_close(d, NULL);
+
+        /* refusals: mixed ndim, a dense dataset, an empty record; a store is there */
+        fd = scratch_child(&s, "mixed");
+        ck_assert_int_eq(zr_lxragged_create(fd, "|u1", ZR_CODEC_RAW, NULL, 0, &o, &d, NULL), 0);
+        ck_assert_int_eq(zr_lxragged_append(d, "abcdef", (uint64_t[]){ 2, 4 }, (uint32_t[]){ 1, 2 },
+                                            (uint64_t[]){ 2, 2, 2 }, 2, NULL, &err), 0);
+        zr_lxragged_close(d, NULL);
+        close(c);
+        c = scratch_child(&s, "out1");
+        ck_assert_int_eq(zr_convert_from_lx157(fd, c, &o, NULL, &err), -ZR_E_SCHEMA);
+        ck_assert_ptr_nonnull(strstr(err.message, "differ in ndim (1 and 2)"));
+        zr_error_clear(&err);
+        ck_assert_int_eq(zr_convert_from_lx157(a, b, &o, NULL, &err), -ZR_E_EXISTS);
+        close(fd);
+        {
+                zr_schema sc;
+                uint64_t shape[1] = { 2 };
+                uint8_t rec[16];
+                zr_batch bt = { .dtype = "|u1", .data = rec, .data_len = 16,
+                                .lens = (uint64_t[]){ 16 }, .nrecords = 1 };
+
+                fd = scratch_child(&s, "dense");
+                ck_assert_int_eq(zr_schema_init_dense(&sc, "|u1", shape, 1, ZR_CODEC_RAW, NULL), 0);
+                ck_assert_int_eq(zr_dataset_create(fd, &sc, NULL, 0, &o, &ds, NULL), 0);
+                zr_dataset_close(ds, NULL);
+                zr_error_clear(&err);
+                ck_assert_int_eq(zr_convert_to_lx157(fd, c, &o, NULL, &err), -ZR_E_SCHEMA);
+                ck_assert_ptr_nonnull(strstr(err.message, "dense"));
+                close(fd);
+
+                fd = scratch_child(&s, "empty");
+                ck_assert_int_eq(zr_schema_init_ragged(&sc, "|u1", 1, ZR_CODEC_RAW, NULL), 0);
+                ck_assert_int_eq(zr_dataset_create(fd, &sc, NULL, 0, &o, &ds, NULL), 0);
+                zr_ragged_header_write(rec, (uint64_t[]){ 0 }, 1);
+                ck_assert_int_eq(zr_dataset_append(ds, &bt, NULL, &err), 0);
+                zr_dataset_close(ds, NULL);
+                zr_error_clear(&err);
+                ck_assert_int_eq(zr_convert_to_lx157(fd, c, &o, NULL, &err), -ZR_E_SCHEMA);
+                ck_assert_msg(strstr(err.message, "record 0 is empty"), "%s", err.message);
+                close(fd);
+        }
+        close(a);
+        close(b);
+        close(c);
+        scratch_free(&s);
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("lx157");
         TCase *tc = tcase_create("core");
@@ -435,6 +566,7 @@ int main(void) {
         tcase_add_test(tc, test_ragged_fixtures);
         tcase_add_test(tc, test_deleted_and_bytes_fixtures);
         tcase_add_test(tc, test_zrecord_stores_for_loaderx);
+        tcase_add_test(tc, test_convert_both_ways);
         suite_add_tcase(s, tc);
         SRunner *sr = srunner_create(s);
         srunner_run_all(sr, CK_NORMAL);
