@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""lx157_vectors.py: writes sampler-lx157.jsonl from PyPI loaderx 1.5.7's own Sampler.
+"""lx157_vectors.py: writes loaderx-1.5.7.jsonl from PyPI loaderx 1.5.7's own Sampler.
 
 The batches that loaderx 1.5.7 itself gives, so that zrecord's cyclic-lx157 and
 sequential samplers are checked against the real thing rather than a rewrite of it.
@@ -7,7 +7,7 @@ loaderx 1.5.7 imports as `loaderx`, like zrecord's client, so run it in a venv o
 its own:
 
     python3 -m venv /tmp/lx157 && /tmp/lx157/bin/pip install loaderx==1.5.7 numpy
-    /tmp/lx157/bin/python proto/vectors/lx157_vectors.py > proto/vectors/sampler-lx157.jsonl
+    /tmp/lx157/bin/python proto/vectors/lx157_vectors.py > proto/vectors/loaderx-1.5.7.jsonl
 
 Each line is a Sampler(n, batch_size, mode, seed) of loaderx 1.5.7 after seek(step),
 then next(), written with zrecord's parameter names (rank 0 of world_size 1; mode

@@ -8,8 +8,8 @@ vectors without the engine, and a starting point for one:
 
     python3 proto/vectors/sampler.py [proto/vectors/sampler.jsonl ...]
 
-checks each file named (by default sampler.jsonl and sampler-lx157.jsonl, the
-batches of PyPI loaderx 1.5.7 itself), prints how many vectors it reproduced and
+checks each file named (by default sampler.jsonl, sampler-cyclic-lx157.jsonl and
+loaderx-1.5.7.jsonl, the batches of PyPI loaderx 1.5.7 itself), prints how many vectors it reproduced and
 exits 0, exits 1 on the first mismatch, and exits 77 (a skipped test) when numpy
 is not installed.
 """
@@ -175,7 +175,8 @@ def check(path):
 
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
-    paths = sys.argv[1:] or [os.path.join(here, "sampler.jsonl"), os.path.join(here, "sampler-lx157.jsonl")]
+    paths = sys.argv[1:] or [os.path.join(here, f) for f in
+                             ("sampler.jsonl", "sampler-cyclic-lx157.jsonl", "loaderx-1.5.7.jsonl")]
     for path in paths:
         count = check(path)
         if count is None:

@@ -1,6 +1,6 @@
-/* test-sampler-vectors.c: the engine reproduces proto/vectors/sampler.jsonl and
- * proto/vectors/sampler-lx157.jsonl (the batches of PyPI loaderx 1.5.7 itself) bit
- * for bit. The files are read from $ZR_VECTORS (set by meson); each line's
+/* test-sampler-vectors.c: the engine reproduces proto/vectors/sampler.jsonl,
+ * sampler-cyclic-lx157.jsonl and loaderx-1.5.7.jsonl (the batches of PyPI loaderx
+ * 1.5.7 itself) bit for bit. The files are read from $ZR_VECTORS (set by meson); each line's
  * parameters are run and its indices compared. The files must also still cover
  * what their tables promise (n = 1, n < batch_size, world_size > 1, huge steps, wide
  * seeds, n >= 2^63, every mode), so a trimmed file fails too. */
@@ -120,16 +120,22 @@ START_TEST(test_vectors_reproduced) {
         vectors_cover c = vectors_check("sampler.jsonl");
 
         ck_assert_uint_ge(c.lines, 100);
-        for (int m = 0; m < _ZR_SAMPLER_MODE_MAX; m++)
+        for (int m = 0; m <= ZR_SAMPLER_CYCLIC; m++)
                 ck_assert_uint_ge(c.modes[m], 25);
+        ck_assert_uint_eq(c.modes[ZR_SAMPLER_CYCLIC_LX157], 0);
         ck_assert(c.n1 && c.n_lt_b && c.sharded && c.huge_step && c.wide_seed && c.huge_n);
+
+        c = vectors_check("sampler-cyclic-lx157.jsonl");
+        ck_assert_uint_ge(c.modes[ZR_SAMPLER_CYCLIC_LX157], 30);
+        ck_assert_uint_eq(c.lines, c.modes[ZR_SAMPLER_CYCLIC_LX157]);
+        ck_assert(c.n1 && c.sharded && c.huge_step && c.wide_seed && c.huge_n);
 }
 END_TEST
 
 /* loaderx 1.5.7's own batches: its cyclic (mode 2) is cyclic-lx157 and its
  * sequential (mode 0) is zrecord's sequential, at world_size 1. */
 START_TEST(test_lx157_vectors_reproduced) {
-        vectors_cover c = vectors_check("sampler-lx157.jsonl");
+        vectors_cover c = vectors_check("loaderx-1.5.7.jsonl");
 
         ck_assert_uint_ge(c.modes[ZR_SAMPLER_CYCLIC_LX157], 30);
         ck_assert_uint_ge(c.modes[ZR_SAMPLER_SEQUENTIAL], 30);
