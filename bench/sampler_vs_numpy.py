@@ -1,19 +1,22 @@
 #!/usr/bin/env python3
 """sampler_vs_numpy.py: zrecord's samplers against numpy's, in one run.
 
-Runs sampler-bench --json (the engine's iid, cyclic and sequential batches over a
-1M index space), then times numpy on the same batches in this process:
+Runs sampler-bench --json (the engine's iid, cyclic, cyclic-lx157 and sequential
+batches over a 1M index space), then times numpy on the same batches in this
+process:
 
   iid         np.random.default_rng(seed).integers(0, n, size=B), the generator
               created once, outside the timed loop (numpy's modern API: PCG64 and
               Lemire's bounded draw, as unbiased as ours);
   cyclic      a shuffle batch: rng.permutation(n) once per epoch (its fastest
               call), amortized over the n / B batches it serves, plus the slice
-              copy of one batch;
+              copy of one batch (the same figure for cyclic-lx157, loaderx
+              1.5.7's permutation);
   sequential  (np.arange(B) + start) % n.
 
 Each figure is the median of many calls, ns per batch. The table gives the ratio
-numpy / zrecord (above 1: zrecord is faster) and zrecord's cyclic / iid.
+numpy / zrecord (above 1: zrecord is faster), each mode / iid, and cyclic-lx157 /
+cyclic (what loaderx 1.5.7's permutation costs over zrecord's).
 
     python3 bench/sampler_vs_numpy.py [--bench build/bench/sampler-bench] [--json]
 
@@ -79,12 +82,13 @@ def main():
     for b in sorted({b for _, b in ours}):
         theirs[("iid", b)] = median_ns(lambda: rng.integers(0, n, size=b), REPS)
         slice_ns = median_ns(lambda: perm[n // 2:n // 2 + b].copy(), REPS)
-        theirs[("cyclic", b)] = perm_ns * b // n + slice_ns
+        theirs[("cyclic", b)] = theirs[("cyclic-lx157", b)] = perm_ns * b // n + slice_ns
         start = n - b // 2
         theirs[("sequential", b)] = median_ns(lambda: (np.arange(b, dtype=np.uint64) + start) % n, REPS)
 
     rows = []
-    for (mode, b), ns in sorted(ours.items(), key=lambda kv: (["iid", "cyclic", "sequential"].index(kv[0][0]), kv[0][1])):
+    order = ["iid", "cyclic", "cyclic-lx157", "sequential"]
+    for (mode, b), ns in sorted(ours.items(), key=lambda kv: (order.index(kv[0][0]), kv[0][1])):
         rows.append({"mode": mode, "batch": b, "zrecord_ns": ns, "numpy_ns": theirs[(mode, b)],
                      "numpy_over_zrecord": theirs[(mode, b)] / ns,
                      "over_iid": ns / ours[("iid", b)]})
@@ -94,12 +98,14 @@ def main():
 
     print(f"samplers over n = {n}, median of {REPS} calls, ns per batch (numpy {np.__version__};"
           f" rng.permutation(n) = {perm_ns / 1e6:.2f} ms, amortized into cyclic)")
-    print(f"{'mode':<11} {'batch':>6} {'zrecord':>10} {'numpy':>10} {'numpy/zr':>9} {'zr/iid':>7}")
+    print(f"{'mode':<12} {'batch':>6} {'zrecord':>10} {'numpy':>10} {'numpy/zr':>9} {'zr/iid':>7}")
     for r in rows:
-        print(f"{r['mode']:<11} {r['batch']:>6} {r['zrecord_ns']:>10} {r['numpy_ns']:>10}"
+        print(f"{r['mode']:<12} {r['batch']:>6} {r['zrecord_ns']:>10} {r['numpy_ns']:>10}"
               f" {r['numpy_over_zrecord']:>8.2f}x {r['over_iid']:>6.2f}x")
     iid = next(r for r in rows if r["mode"] == "iid" and r["batch"] == 8192)
     cyc = next(r for r in rows if r["mode"] == "cyclic" and r["batch"] == 8192)
+    lx = next(r for r in rows if r["mode"] == "cyclic-lx157" and r["batch"] == 8192)
+    print(f"cyclic-lx157 (loaderx 1.5.7's permutation) 8192: {lx['zrecord_ns'] / cyc['zrecord_ns']:.2f}x cyclic")
     print(f"targets: iid 8192 >= 2x numpy integers: {iid['numpy_over_zrecord']:.2f}x "
           f"({'met' if iid['numpy_over_zrecord'] >= 2 else 'MISSED'}); "
           f"cyclic <= 1.5x iid: {cyc['over_iid']:.2f}x ({'met' if cyc['over_iid'] <= 1.5 else 'MISSED'})")

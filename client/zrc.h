@@ -677,7 +677,7 @@ typedef struct zrc_loader zrc_loader;
 
 /* How a loader samples. Zero-initialise, then set what you need. */
 typedef struct zrc_loader_options {
-        const char *sampler;   /* "sequential", "iid" or "cyclic" (NULL: "sequential") */
+        const char *sampler;   /* "sequential", "iid", "cyclic" or "cyclic-lx157" (NULL: "sequential") */
         uint64_t batch_size;   /* records per stream per batch, 1..length */
         uint64_t seed;         /* the sampler's seed */
         uint64_t start_step;   /* the step of the first batch */

@@ -100,3 +100,47 @@ int zr_ragged_parse(const zr_schema *s, const void *rec, uint64_t rec_len, uint6
                 memcpy(ret_dims, dims, s->ndim * sizeof(uint64_t));
         return 0;
 }
+
+int zr_ragged_check_shape(const uint64_t *dims, uint32_t ndim, uint32_t itemsize,
+                          uint64_t rec_len, uint64_t which, zr_error *err) {
+        uint64_t payload;
+
+        if (!payload_bytes(dims, ndim, itemsize, UINT64_MAX, &payload) || payload != rec_len) {
+                char shape[96], need[32];
+                zr_shape_format(dims, ndim, shape, sizeof(shape));
+                if (payload_bytes(dims, ndim, itemsize, UINT64_MAX, &payload))
+                        snprintf(need, sizeof(need), "%llu", (unsigned long long)payload);
+                else
+                        snprintf(need, sizeof(need), "over 2^64");
+                return zr_error_set(err, ZR_E_SCHEMA, "record %llu: shape %s of %u-byte items "
+                                    "needs %s bytes, the record has %llu",
+                                    (unsigned long long)which, shape, itemsize, need,
+                                    (unsigned long long)rec_len);
+        }
+        return 0;
+}
+
+int zr_ragged_parse_any(const void *rec, uint64_t rec_len, uint32_t itemsize, uint64_t which,
+                        uint32_t *ret_ndim, uint64_t *ret_dims, zr_error *err) {
+        const uint8_t *p = rec;
+        uint64_t ndim, hdr;
+
+        if (rec_len < 8)
+                return zr_error_set(err, ZR_E_SCHEMA, "record %llu: %llu bytes, shorter than a "
+                                    "ragged shape header", (unsigned long long)which,
+                                    (unsigned long long)rec_len);
+        ndim = le64_read(p);
+        if (ndim < 1 || ndim > ZR_SCHEMA_NDIM_MAX)
+                return zr_error_set(err, ZR_E_SCHEMA, "record %llu: shape header has ndim %llu, "
+                                    "1..%d are allowed", (unsigned long long)which,
+                                    (unsigned long long)ndim, ZR_SCHEMA_NDIM_MAX);
+        hdr = zr_ragged_header_bytes((uint32_t)ndim);
+        if (rec_len < hdr)
+                return zr_error_set(err, ZR_E_SCHEMA, "record %llu: %llu bytes, shorter than its "
+                                    "shape header (%llu bytes)", (unsigned long long)which,
+                                    (unsigned long long)rec_len, (unsigned long long)hdr);
+        for (uint32_t i = 0; i < ndim; i++)
+                ret_dims[i] = le64_read(p + 8 * (1 + (size_t)i));
+        *ret_ndim = (uint32_t)ndim;
+        return zr_ragged_check_shape(ret_dims, (uint32_t)ndim, itemsize, rec_len - hdr, which, err);
+}

@@ -10,6 +10,8 @@
  * an empty payload (a zero-length record still has its header). The header's ndim
  * must be the schema's ndim. The shape travels with the bytes, so a swap-last
  * delete or a compaction can never separate them. docs/DATASETS.md is the spec.
+ * (loaderx 1.5.7 keeps ragged shapes apart instead, in schema.msgpack: lxschema.h;
+ * its records are the bare payload, checked by zr_ragged_check_shape().)
  */
 #ifndef ZR_DATASET_RAGGED_H
 #define ZR_DATASET_RAGGED_H
@@ -41,5 +43,17 @@ int zr_ragged_record_bytes(const uint64_t *dims, uint32_t ndim, uint32_t itemsiz
  * header + prod(dims) × itemsize; the message says what was expected and what came. */
 int zr_ragged_parse(const zr_schema *s, const void *rec, uint64_t rec_len, uint64_t which,
                     uint64_t *ret_dims, zr_error *err);
+
+/* As zr_ragged_parse() for a record whose header may have any ndim (1..32): sets
+ * *ret_ndim and ret_dims[0..ndim) (ret_dims has room for ZR_SCHEMA_NDIM_MAX).
+ * itemsize is the dtype's. Returns 0 or -ZR_E_SCHEMA. */
+int zr_ragged_parse_any(const void *rec, uint64_t rec_len, uint32_t itemsize, uint64_t which,
+                        uint32_t *ret_ndim, uint64_t *ret_dims, zr_error *err);
+
+/* A record without a header (loaderx 1.5.7's layout, the shape kept apart, see
+ * shapes.h): checks that rec_len bytes are exactly prod(dims) × itemsize. `which`
+ * names the record in the message. Returns 0 or -ZR_E_SCHEMA. */
+int zr_ragged_check_shape(const uint64_t *dims, uint32_t ndim, uint32_t itemsize,
+                          uint64_t rec_len, uint64_t which, zr_error *err);
 
 #endif

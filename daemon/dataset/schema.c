@@ -167,21 +167,24 @@ int zr_schema_encode(const zr_schema *s, void **ret, size_t *ret_len, zr_error *
 
 #define PACK_STR(str) (msgpack_pack_str(&pk, strlen(str)) || \
                        msgpack_pack_str_body(&pk, (str), strlen(str)))
-        if (msgpack_pack_map(&pk, 4) || PACK_STR("kind") || PACK_STR(kind) ||
-            PACK_STR("dtype") || PACK_STR(s->dtype.str))
-                goto oom;
         if (s->kind == ZR_SCHEMA_DENSE) {
-                if (PACK_STR("item_shape") || msgpack_pack_array(&pk, s->ndim))
+                /* loaderx 1.5.7's keys and order, so that it opens the store */
+                if (msgpack_pack_map(&pk, 6) || PACK_STR("format") || PACK_STR(ZR_SCHEMA_FORMAT) ||
+                    PACK_STR("version") || msgpack_pack_uint32(&pk, ZR_SCHEMA_FORMAT_VERSION) ||
+                    PACK_STR("kind") || PACK_STR(kind) || PACK_STR("dtype") ||
+                    PACK_STR(s->dtype.str) || PACK_STR("codec") || PACK_STR(codec) ||
+                    PACK_STR("item_shape") || msgpack_pack_array(&pk, s->ndim))
                         goto oom;
                 for (uint32_t i = 0; i < s->ndim; i++)
                         if (msgpack_pack_uint64(&pk, s->item_shape[i]))
                                 goto oom;
         } else {
-                if (PACK_STR("ndim") || msgpack_pack_uint32(&pk, s->ndim))
+                /* no "format": loaderx 1.5.7 would read these records as headerless */
+                if (msgpack_pack_map(&pk, 4) || PACK_STR("kind") || PACK_STR(kind) ||
+                    PACK_STR("dtype") || PACK_STR(s->dtype.str) || PACK_STR("ndim") ||
+                    msgpack_pack_uint32(&pk, s->ndim) || PACK_STR("codec") || PACK_STR(codec))
                         goto oom;
         }
-        if (PACK_STR("codec") || PACK_STR(codec))
-                goto oom;
 #undef PACK_STR
 
         /* Hand the sbuffer's memory over. */
@@ -318,9 +321,31 @@ static const char *type_name(msgpack_object_type t) {
         }
 }
 
+/* "format" and "version", the keys loaderx 1.5.7 stamps its schemas with: each may
+ * be absent (zrecord's schemas before them), and if present must be loaderx's. */
+static int format_ok(const msgpack_object *format, const msgpack_object *version,
+                     zr_error *err) {
+        if (format && (format->type != MSGPACK_OBJECT_STR ||
+                       !key_is(&format->via.str, ZR_SCHEMA_FORMAT)))
+                return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: \"format\" is %s, "
+                                    "expected \"" ZR_SCHEMA_FORMAT "\"",
+                                    format->type == MSGPACK_OBJECT_STR ? "another string" :
+                                    type_name(format->type));
+        if (version && (version->type != MSGPACK_OBJECT_POSITIVE_INTEGER ||
+                        version->via.u64 != ZR_SCHEMA_FORMAT_VERSION))
+                return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: \"version\" is %s%llu, "
+                                    "this build reads version %d",
+                                    version->type == MSGPACK_OBJECT_POSITIVE_INTEGER ? "" :
+                                    "not a positive integer: ",
+                                    version->type == MSGPACK_OBJECT_POSITIVE_INTEGER ?
+                                    (unsigned long long)version->via.u64 : 0ULL,
+                                    ZR_SCHEMA_FORMAT_VERSION);
+        return 0;
+}
+
 static int schema_from_map(const msgpack_object *root, zr_schema *ret, zr_error *err) {
         const msgpack_object *kind = NULL, *dtype = NULL, *shape = NULL, *ndim = NULL,
-                             *codec = NULL;
+                             *codec = NULL, *format = NULL, *version = NULL, *shapes = NULL;
         zr_schema s = {0};
         int r;
 
@@ -343,6 +368,12 @@ static int schema_from_map(const msgpack_object *root, zr_schema *ret, zr_error 
                         slot = &ndim;
                 else if (key_is(&kv->key.via.str, "codec"))
                         slot = &codec;
+                else if (key_is(&kv->key.via.str, "format"))
+                        slot = &format;
+                else if (key_is(&kv->key.via.str, "version"))
+                        slot = &version;
+                else if (key_is(&kv->key.via.str, "shapes"))
+                        slot = &shapes;
                 else
                         continue;
                 if (*slot)
@@ -352,6 +383,9 @@ static int schema_from_map(const msgpack_object *root, zr_schema *ret, zr_error 
                 *slot = &kv->val;
         }
 
+        r = format_ok(format, version, err);
+        if (r < 0)
+                return r;
         if (!kind || kind->type != MSGPACK_OBJECT_STR)
                 return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: \"kind\" is %s, "
                                     "expected a string", kind ? type_name(kind->type) : "missing");
@@ -404,6 +438,12 @@ static int schema_from_map(const msgpack_object *root, zr_schema *ret, zr_error 
                         return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: an item of "
                                             "this shape is larger than a record may be");
         } else {
+                if (shapes && !ndim)
+                        return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: a loaderx 1.5.7 "
+                                            "ragged store (each record's shape in \"shapes\", "
+                                            "none in the record); zrecord's ragged datasets keep "
+                                            "it in the record: convert the store (docs/FORMAT.md, "
+                                            "\"Compatibility with loaderx 1.5.7\")");
                 if (shape)
                         return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: a ragged schema "
                                             "has \"ndim\", not \"item_shape\"");

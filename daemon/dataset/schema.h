@@ -7,9 +7,16 @@
  *
  * schema.msgpack is one msgpack map (docs/DATASETS.md is the normative spec):
  *
- *     {"kind": "dense", "dtype": "<f4", "item_shape": [28, 28], "codec": "zstd"}
+ *     {"format": "loaderx-zrecord", "version": 1, "kind": "dense", "dtype": "<f4",
+ *      "codec": "zstd", "item_shape": [28, 28]}
  *     {"kind": "ragged", "dtype": "<i4", "ndim": 1, "codec": "raw"}
  *
+ * A dense schema carries loaderx 1.5.7's "format" and "version" keys, so that
+ * loaderx 1.5.7 opens the store; a ragged one does not, because loaderx 1.5.7
+ * keeps a ragged record's shape in the schema ("shapes"), not in the record, and
+ * would misread these records. Reading, "format" and "version" may be absent;
+ * present, they must be loaderx's. A ragged schema of loaderx 1.5.7 ("shapes", no
+ * "ndim") is refused here with a message that says so: lxschema.h reads it.
  * Unknown keys are ignored (a later version may add some); a missing, duplicated
  * or wrongly typed known key, an unknown kind, a bad dtype, too many dimensions or
  * a malformed, truncated or oversized file is ZR_E_SCHEMA; an unknown codec name is
@@ -34,6 +41,10 @@
 #define ZR_SCHEMA_NDIM_MAX 32
 
 #define ZR_SCHEMA_FILE "schema.msgpack"
+
+/* loaderx 1.5.7's stamp: the value of "format" and of "version". */
+#define ZR_SCHEMA_FORMAT "loaderx-zrecord"
+#define ZR_SCHEMA_FORMAT_VERSION 1
 
 enum zr_schema_kind {
         ZR_SCHEMA_DENSE = 0,

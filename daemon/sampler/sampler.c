@@ -1,10 +1,11 @@
-/* sampler.c: the three samplers as pure functions of their parameters.
+/* sampler.c: the four samplers as pure functions of their parameters.
  *
  * Validates the parameters, then reduces each mode to a fill over consecutive
  * positions: sequential walks a window mod n (its start computed with a 128-bit
  * product, so any step is exact), iid hands the step's key and the rank's first
  * global position to the generator, cyclic finds the cycle and the position inside
- * it and hands them to the cycle's Feistel permutation. It assumes nothing about
+ * it and hands them to the cycle's permutation (zrecord's Feistel network, or
+ * loaderx 1.5.7's for cyclic-lx157). It assumes nothing about
  * the caller's threads and keeps no state; it does not know about stores or
  * sessions. The normative definition is proto/SAMPLERS.md.
  */
@@ -16,12 +17,14 @@
 
 #include "sampler/feistel.h"
 #include "sampler/kernel.h"
+#include "sampler/lxperm.h"
 #include "sampler/rng.h"
 
 static const char *const sampler_mode_names[_ZR_SAMPLER_MODE_MAX] = {
         [ZR_SAMPLER_SEQUENTIAL] = "sequential",
         [ZR_SAMPLER_IID] = "iid",
         [ZR_SAMPLER_CYCLIC] = "cyclic",
+        [ZR_SAMPLER_CYCLIC_LX157] = "cyclic-lx157",
 };
 
 int zr_sampler_mode_from_name(const char *name, enum zr_sampler_mode *ret) {
@@ -59,11 +62,12 @@ int zr_sampler_check(const zr_sampler_params *p, zr_error *err) {
                 return zr_error_set(err, ZR_E_SAMPLER,
                                     "batch_size %" PRIu64 " * world_size %" PRIu32 " overflows 64 bits",
                                     p->batch_size, p->world_size);
-        if (p->mode == ZR_SAMPLER_CYCLIC && global > p->n)
+        if ((p->mode == ZR_SAMPLER_CYCLIC || p->mode == ZR_SAMPLER_CYCLIC_LX157) && global > p->n)
                 return zr_error_set(err, ZR_E_SAMPLER,
-                                    "cyclic: global batch %" PRIu64 " (batch_size %" PRIu64
+                                    "%s: global batch %" PRIu64 " (batch_size %" PRIu64
                                     " * world_size %" PRIu32 ") > n = %" PRIu64,
-                                    global, p->batch_size, p->world_size, p->n);
+                                    zr_sampler_mode_name(p->mode), global, p->batch_size,
+                                    p->world_size, p->n);
         return 0;
 }
 
@@ -98,15 +102,25 @@ static void sampler_iid(const zr_sampler_params *p, uint64_t *ret_idx) {
         zr_rng_iid_fill(key, p->n, (uint64_t)p->rank * p->batch_size, ret_idx, p->batch_size);
 }
 
+/* Both cyclic modes: the same cycles and positions, each with its own permutation. */
 static void sampler_cyclic(const zr_sampler_params *p, uint64_t *ret_idx) {
         uint64_t global = p->batch_size * p->world_size;
         uint64_t per_cycle = p->n / global; /* m >= 1, checked */
         uint64_t cycle = p->step / per_cycle, t = p->step % per_cycle;
-        zr_feistel f;
-
-        zr_feistel_init(&f, p->n, zr_rng_key(p->seed, ZR_RNG_DOMAIN_CYCLIC, cycle));
         /* t*B*W + r*B + B <= m*B*W <= n: no overflow */
-        zr_feistel_fill(&f, t * global + (uint64_t)p->rank * p->batch_size, ret_idx, p->batch_size);
+        uint64_t q0 = t * global + (uint64_t)p->rank * p->batch_size;
+
+        if (p->mode == ZR_SAMPLER_CYCLIC_LX157) {
+                zr_lxperm x;
+
+                zr_lxperm_init(&x, p->n, p->seed, cycle);
+                zr_lxperm_fill(&x, q0, ret_idx, p->batch_size);
+        } else {
+                zr_feistel f;
+
+                zr_feistel_init(&f, p->n, zr_rng_key(p->seed, ZR_RNG_DOMAIN_CYCLIC, cycle));
+                zr_feistel_fill(&f, q0, ret_idx, p->batch_size);
+        }
 }
 
 int zr_sampler_indices(const zr_sampler_params *p, uint64_t *ret_idx, zr_error *err) {
@@ -122,6 +136,7 @@ int zr_sampler_indices(const zr_sampler_params *p, uint64_t *ret_idx, zr_error *
                 sampler_iid(p, ret_idx);
                 break;
         case ZR_SAMPLER_CYCLIC:
+        case ZR_SAMPLER_CYCLIC_LX157:
                 sampler_cyclic(p, ret_idx);
                 break;
         default:

@@ -1,4 +1,4 @@
-/* sampler.h: the index samplers of zrecord: sequential, iid and cyclic.
+/* sampler.h: the index samplers of zrecord: sequential, iid, cyclic and cyclic-lx157.
  *
  * A sampler is a pure function
  *
@@ -24,6 +24,9 @@
  *               through a keyed bijection of [0, n) fresh for each (seed, c). Each
  *               batch is exactly B; the n - m*B*W positions left over are dropped,
  *               and which records they are changes from cycle to cycle.
+ *   cyclic-lx157  cyclic with loaderx 1.5.7's permutation (lxperm.h) in place of
+ *               zrecord's: with world_size 1 it gives loaderx 1.5.7's cyclic batches
+ *               (its mode 2) bit for bit, wherever batch_size <= n.
  *
  * Errors: functions that can fail return -ZR_E_SAMPLER and fill *err (err may be
  * NULL) with a message naming the offending value.
@@ -39,6 +42,7 @@ enum zr_sampler_mode {
         ZR_SAMPLER_SEQUENTIAL = 0,
         ZR_SAMPLER_IID = 1,
         ZR_SAMPLER_CYCLIC = 2,
+        ZR_SAMPLER_CYCLIC_LX157 = 3,
         _ZR_SAMPLER_MODE_MAX,
 };
 
@@ -49,21 +53,21 @@ typedef struct zr_sampler_params {
         uint64_t seed;       /* any value (ignored by sequential) */
         uint64_t step;       /* any value: every step is defined, none overflows */
         uint32_t rank;       /* r < world_size */
-        uint32_t world_size; /* W >= 1; B*W must fit in 64 bits (and be <= n for cyclic) */
+        uint32_t world_size; /* W >= 1; B*W must fit in 64 bits (and be <= n for the cyclics) */
 } zr_sampler_params;
 
-/* Parses "sequential", "iid" or "cyclic" (exact, lower case) into *ret.
+/* Parses "sequential", "iid", "cyclic" or "cyclic-lx157" (exact, lower case) into *ret.
  * Returns 0, or -ZR_E_SAMPLER for any other string or a NULL name (*ret is then
  * untouched). Example: if (zr_sampler_mode_from_name(req->sampler, &p.mode) < 0) ... */
 int zr_sampler_mode_from_name(const char *name, enum zr_sampler_mode *ret);
 
-/* The name of a mode ("sequential", "iid", "cyclic"), a static string; NULL for
+/* The name of a mode ("sequential", "iid", "cyclic", "cyclic-lx157"), a static string; NULL for
  * a value that is no mode. */
 const char *zr_sampler_mode_name(enum zr_sampler_mode mode);
 
 /* Checks p. Returns 0, or -ZR_E_SAMPLER with a message when: the mode is unknown,
  * n = 0, batch_size = 0, world_size = 0, rank >= world_size, batch_size *
- * world_size overflows 64 bits, or (cyclic) batch_size * world_size > n. p must not
+ * world_size overflows 64 bits, or (either cyclic) batch_size * world_size > n. p must not
  * be NULL. A checked p gives indices for every step. */
 int zr_sampler_check(const zr_sampler_params *p, zr_error *err);
 

@@ -13,7 +13,8 @@ static const uint8_t zr_magic[4] = { 'Z', 'R', 'E', 'C' };
 void zr_header_encode(const zr_header *h, uint8_t out[ZR_HEADER_SIZE]) {
         memset(out, 0, ZR_HEADER_SIZE);
         memcpy(out, zr_magic, 4);
-        out[4] = ZR_FORMAT_VERSION;
+        out[4] = h->chunk_log2 == 0 || h->chunk_log2 == ZR_CHUNK_LOG2_DEFAULT ?
+                 ZR_FORMAT_VERSION_LX : ZR_FORMAT_VERSION;
         out[5] = h->codec;
         zr_le32_put(out + 6, h->tail_chunk);
         zr_le32_put(out + 10, h->tail_offset);
@@ -40,10 +41,10 @@ int zr_header_decode(const uint8_t *buf, size_t len, zr_header *ret, zr_error *e
                 return zr_error_set(err, ZR_E_CORRUPT, "meta.zr: %zu bytes, expected %d",
                                     len, ZR_HEADER_SIZE);
         h.version = buf[4];
-        if (h.version != ZR_FORMAT_VERSION)
+        if (h.version != ZR_FORMAT_VERSION && h.version != ZR_FORMAT_VERSION_LX)
                 return zr_error_set(err, ZR_E_BAD_VERSION,
-                                    "meta.zr: format version %u, this build reads %d",
-                                    h.version, ZR_FORMAT_VERSION);
+                                    "meta.zr: format version %u, this build reads %d and %d",
+                                    h.version, ZR_FORMAT_VERSION, ZR_FORMAT_VERSION_LX);
         h.codec = buf[5];
         if (h.codec > ZR_CODEC_ZSTD_DICT)
                 return zr_error_set(err, ZR_E_BAD_CODEC, "meta.zr: unknown codec tag %u",
@@ -58,6 +59,10 @@ int zr_header_decode(const uint8_t *buf, size_t len, zr_header *ret, zr_error *e
                 return zr_error_set(err, ZR_E_CORRUPT,
                                     "meta.zr: chunk size 2^%u out of range 2^%d..2^%d",
                                     h.chunk_log2, ZR_CHUNK_LOG2_MIN, ZR_CHUNK_LOG2_DEFAULT);
+        if (h.version == ZR_FORMAT_VERSION_LX && h.chunk_log2 != 0)
+                return zr_error_set(err, ZR_E_CORRUPT,
+                                    "meta.zr: format version 3 with chunk size 2^%u "
+                                    "(version 3 chunks are 4 GiB)", h.chunk_log2);
         if (zr_header_chunk_log2(&h) < 32 &&
             h.tail_offset > ((uint64_t)1 << zr_header_chunk_log2(&h)))
                 return zr_error_set(err, ZR_E_CORRUPT,
@@ -65,6 +70,18 @@ int zr_header_decode(const uint8_t *buf, size_t len, zr_header *ret, zr_error *e
                                     h.tail_offset, zr_header_chunk_log2(&h));
         *ret = h;
         return 0;
+}
+
+int zr_header_check_legacy(const uint8_t *buf, size_t len, uint64_t file_size, zr_error *err) {
+        if (len < 6 || memcmp(buf, zr_magic, 4) != 0 || file_size != ZR_LEGACY_META_SIZE)
+                return 0;
+        if (!((buf[4] == 1 && buf[5] == 0) || buf[4] == 2))
+                return 0;
+        return zr_error_set(err, ZR_E_BAD_VERSION,
+                            "meta.zr: a loaderx 1.0-1.4 store (format %u: the record table "
+                            "inside meta.zr); this build reads formats 1 and 3 (loaderx 1.5 "
+                            "and later): copy its records into a new store with that loaderx",
+                            buf[4]);
 }
 
 void zr_loc_encode(const zr_loc *l, uint8_t out[ZR_LOC_SIZE]) {

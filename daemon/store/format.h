@@ -17,8 +17,18 @@
 #define ZR_DICT_NAME "dict.zr"
 #define ZR_JOURNAL_NAME "delete.zr"
 
+/* Format versions (docs/FORMAT.md, "Compatibility with loaderx 1.5.7"). The two
+ * are the same bytes; 3 is loaderx 1.5's number for them, and says the chunks are
+ * 4 GiB (byte 22 is 0), which loaderx 1.5 assumes. A header is written as 3 when
+ * its chunks are 4 GiB, as 1 otherwise (test stores), so loaderx 1.5 opens every
+ * store it can read and refuses the others. Both are read. */
 #define ZR_FORMAT_VERSION 1
+#define ZR_FORMAT_VERSION_LX 3
 #define ZR_HEADER_SIZE 32
+
+/* loaderx 1.0 to 1.4 (its formats 1 and 2) kept a 16-byte header and the whole
+ * record table, 2^24 entries of 16 bytes, in meta.zr: a file of this size. */
+#define ZR_LEGACY_META_SIZE (16 + ((uint64_t)1 << 24) * 16)
 #define ZR_LOC_SIZE 16
 
 /* A .loc segment holds 2^28 entries (4 GiB, sparse): seg = idx >> 28. */
@@ -59,7 +69,7 @@ static inline uint64_t zr_le64_get(const uint8_t *p) {
         return (uint64_t)zr_le32_get(p) | (uint64_t)zr_le32_get(p + 4) << 32;
 }
 
-/* meta.zr, decoded. Byte offsets: magic 0-3, version 4, codec 5, tail_chunk
+/* meta.zr, decoded. Byte offsets: magic 0-3, version 4 (1 or 3), codec 5, tail_chunk
  * 6-9, tail_offset 10-13, length 14-21, chunk_log2 22 (0 = 32), flags 23,
  * 24-31 reserved (written 0, ignored). */
 typedef struct zr_header {
@@ -72,14 +82,21 @@ typedef struct zr_header {
         uint8_t flags;
 } zr_header;
 
-/* Writes the 32 header bytes of `h` (magic and version included) to out. */
+/* Writes the 32 header bytes of `h` (magic and version included: 3 for 4 GiB
+ * chunks, 1 for any other size; h->version is not used) to out. */
 void zr_header_encode(const zr_header *h, uint8_t out[ZR_HEADER_SIZE]);
 
 /* Decodes `len` bytes of meta.zr. Returns 0, or ZR_E_BAD_MAGIC (first four
  * bytes not "ZREC", or fewer than 4 bytes), ZR_E_CORRUPT (not exactly 32 bytes,
- * a chunk_log2 out of range, a tail past the chunk), ZR_E_BAD_VERSION,
- * ZR_E_BAD_CODEC, each naming the value found. */
+ * a chunk_log2 out of range or set in a version 3 header, a tail past the chunk),
+ * ZR_E_BAD_VERSION (not 1 or 3), ZR_E_BAD_CODEC, each naming the value found. */
 int zr_header_decode(const uint8_t *buf, size_t len, zr_header *ret, zr_error *err);
+
+/* Checks whether meta.zr, file_size bytes that begin with buf[0..len), is a
+ * loaderx 1.0 to 1.4 store: magic "ZREC", version 1 (a u16) or 2 (a u8), and
+ * ZR_LEGACY_META_SIZE bytes. Returns -ZR_E_BAD_VERSION with a message that says
+ * so and what to do, or 0 for anything else. */
+int zr_header_check_legacy(const uint8_t *buf, size_t len, uint64_t file_size, zr_error *err);
 
 /* log2 of the chunk capacity a decoded header declares (12..32). */
 unsigned zr_header_chunk_log2(const zr_header *h);

@@ -533,6 +533,14 @@ int zr_store_open(int dirfd, const zr_store_options *opts, zr_store **ret, zr_er
                 r = zr_error_errno(err, (int)-n, ZR_META_NAME ": read");
                 goto fail;
         }
+        {
+                struct stat st;
+                if (fstat(s->meta_fd, &st) == 0 &&
+                    zr_header_check_legacy(buf, (size_t)n, (uint64_t)st.st_size, err) < 0) {
+                        r = -ZR_E_BAD_VERSION;
+                        goto fail;
+                }
+        }
         r = zr_header_decode(buf, (size_t)n, &h, err);
         if (r < 0)
                 goto fail;

@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
-"""sampler.py: the samplers of proto/SAMPLERS.md in numpy, checked against sampler.jsonl.
+"""sampler.py: the samplers of proto/SAMPLERS.md in numpy, checked against the vectors.
 
 A second implementation written from the specification alone, with numpy's uint64
 arrays (wrapping multiplication, shifts, xor) and Python integers where the
 specification says "exact". It is the proof that a client can reproduce the
 vectors without the engine, and a starting point for one:
 
-    python3 proto/vectors/sampler.py [proto/vectors/sampler.jsonl]
+    python3 proto/vectors/sampler.py [proto/vectors/sampler.jsonl ...]
 
-prints how many vectors it reproduced and exits 0, exits 1 on the first
-mismatch, and exits 77 (a skipped test) when numpy is not installed.
+checks each file named (by default sampler.jsonl, sampler-cyclic-lx157.jsonl and
+loaderx-1.5.7.jsonl, the batches of PyPI loaderx 1.5.7 itself), prints how many vectors it reproduced and
+exits 0, exits 1 on the first mismatch, and exits 77 (a skipped test) when numpy
+is not installed.
 """
 import json
 import os
@@ -118,14 +120,46 @@ def cyclic(n, b, seed, step, rank, world):
     return y
 
 
+def lx157_mix(key, v, rnd):
+    """mix64(key ^ v * GAMMA ^ round * DELTA): loaderx 1.5.7's round function."""
+    return mix64(U64(key) ^ (v * U64(GAMMA)) ^ U64((rnd * DELTA) & MASK64))
+
+
+def lx157_encrypt(x, h, key):
+    mask = U64((1 << h) - 1)
+    l, r = (x >> U64(h)) & mask, x & mask
+    for i in range(4):
+        l, r = r, l ^ (lx157_mix(key, r, i) & mask)
+    return (l << U64(h)) | r
+
+
+def cyclic_lx157(n, b, seed, step, rank, world):
+    glob = b * world
+    per_cycle = n // glob
+    c, t = step // per_cycle, step % per_cycle
+    q = U64(t * glob + rank * b) + np.arange(b, dtype=U64)
+    if n == 1:
+        return np.zeros(b, dtype=U64)
+    bits = (n - 1).bit_length()
+    h = (bits + (bits & 1)) // 2
+    key = mix64_int(seed ^ ((c * GAMMA) & MASK64))
+    y = lx157_encrypt(q, h, key)
+    walk = y >= U64(n)
+    while walk.any():
+        y[walk] = lx157_encrypt(y[walk], h, key)
+        walk = y >= U64(n)
+    return y
+
+
 SAMPLERS = {"sequential": lambda p: sequential(p["n"], p["batch_size"], p["step"], p["rank"], p["world_size"]),
             "iid": lambda p: iid(p["n"], p["batch_size"], p["seed"], p["step"], p["rank"], p["world_size"]),
-            "cyclic": lambda p: cyclic(p["n"], p["batch_size"], p["seed"], p["step"], p["rank"], p["world_size"])}
+            "cyclic": lambda p: cyclic(p["n"], p["batch_size"], p["seed"], p["step"], p["rank"], p["world_size"]),
+            "cyclic-lx157": lambda p: cyclic_lx157(p["n"], p["batch_size"], p["seed"], p["step"], p["rank"],
+                                                   p["world_size"])}
 
 
-def main():
-    path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                                               "sampler.jsonl")
+def check(path):
+    """Returns how many lines of `path` were reproduced, or None at a mismatch."""
     count = 0
     with np.errstate(over="ignore"), open(path) as f:
         for lineno, line in enumerate(f, 1):
@@ -134,9 +168,20 @@ def main():
             if got != p["indices"]:
                 print(f"{path}:{lineno}: {p['mode']} n={p['n']} step={p['step']} rank={p['rank']}: "
                       f"got {got[:8]}..., want {p['indices'][:8]}...")
-                return 1
+                return None
             count += 1
-    print(f"{count} sampler vectors reproduced with numpy {np.__version__}")
+    return count
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    paths = sys.argv[1:] or [os.path.join(here, f) for f in
+                             ("sampler.jsonl", "sampler-cyclic-lx157.jsonl", "loaderx-1.5.7.jsonl")]
+    for path in paths:
+        count = check(path)
+        if count is None:
+            return 1
+        print(f"{path}: {count} sampler vectors reproduced with numpy {np.__version__}")
     return 0
 
 

@@ -258,6 +258,64 @@ START_TEST(test_schema_malformed_maps) {
 }
 END_TEST
 
+/* loaderx 1.5.7's schema.msgpack, as its msgpack-python writes it: a dense store
+ * with a caller's extra key, and a ragged store with per-record shapes. */
+static const char lx_dense[] =
+        "\x87\xa6" "format" "\xaf" "loaderx-zrecord" "\xa7" "version" "\x01"
+        "\xa4" "kind" "\xa5" "dense" "\xa5" "dtype" "\xa3" "<i4" "\xa5" "codec" "\xa4" "zstd"
+        "\xaa" "item_shape" "\x92\x04\x04" "\xa6" "source" "\xa7" "fixture";
+static const char lx_ragged[] =
+        "\x86\xa6" "format" "\xaf" "loaderx-zrecord" "\xa7" "version" "\x01"
+        "\xa4" "kind" "\xa6" "ragged" "\xa5" "dtype" "\xa3" "<f4" "\xa5" "codec" "\xa3" "raw"
+        "\xa6" "shapes" "\x93\x92\x02\x04\x91\x05\x93\x03\x03\x03";
+
+/* zrecord reads loaderx 1.5.7's dense schema and writes the very bytes loaderx
+ * 1.5.7 writes for it (so loaderx opens zrecord's dense stores); a ragged one of
+ * 1.5.7 is refused with a message naming it; "format" and "version" must be
+ * loaderx's when present; zrecord's ragged schemas carry no "format". */
+START_TEST(test_schema_loaderx157) {
+        zr_schema s;
+        zr_error err = {0};
+        void *buf = NULL;
+        size_t len = 0;
+
+        ck_assert_int_eq(zr_schema_decode(lx_dense, sizeof(lx_dense) - 1, &s, &err), 0);
+        ck_assert_int_eq(s.kind, ZR_SCHEMA_DENSE);
+        ck_assert_str_eq(s.dtype.str, "<i4");
+        ck_assert_int_eq(s.codec, ZR_CODEC_ZSTD);
+        ck_assert_uint_eq(s.ndim, 2);
+        ck_assert_uint_eq(zr_schema_item_bytes(&s), 64);
+        ck_assert_int_eq(zr_schema_encode(&s, &buf, &len, NULL), 0);
+        /* the same map without the extra key: 6 entries, in loaderx's order */
+        ck_assert_uint_eq(len, sizeof(lx_dense) - 1 - (1 + 6 + 1 + 7));
+        ck_assert_uint_eq(((uint8_t *)buf)[0], 0x86);
+        ck_assert_mem_eq((uint8_t *)buf + 1, lx_dense + 1, len - 1);
+        free(buf);
+
+        ck_assert_int_eq(zr_schema_decode(lx_ragged, sizeof(lx_ragged) - 1, &s, &err), -ZR_E_SCHEMA);
+        ck_assert_ptr_nonnull(strstr(err.message, "loaderx 1.5.7 ragged store"));
+
+        const kv dense[] = { { "kind", 's', "dense" }, { "dtype", 's', "<f4" },
+                             { "item_shape", 'a', .count = 1, .dims = { 3 } }, { "codec", 's', "raw" } };
+        expect_bad((kv[]){ { "format", 's', "zrecord" }, dense[0], dense[1], dense[2], dense[3] }, 5,
+                   ZR_E_SCHEMA, "\"format\" is another string");
+        expect_bad((kv[]){ { "format", 'u', .v = 1 }, dense[0], dense[1], dense[2], dense[3] }, 5,
+                   ZR_E_SCHEMA, "\"format\" is an integer");
+        expect_bad((kv[]){ { "version", 'u', .v = 2 }, dense[0], dense[1], dense[2], dense[3] }, 5,
+                   ZR_E_SCHEMA, "\"version\" is 2");
+        expect_bad((kv[]){ { "version", 's', "1" }, dense[0], dense[1], dense[2], dense[3] }, 5,
+                   ZR_E_SCHEMA, "not a positive integer");
+        expect_bad((kv[]){ { "format", 's', "loaderx-zrecord" }, { "format", 's', "loaderx-zrecord" },
+                           dense[0], dense[1], dense[2], dense[3] }, 6, ZR_E_SCHEMA, "appears twice");
+
+        ck_assert_int_eq(zr_schema_init_ragged(&s, "<i4", 2, ZR_CODEC_ZSTD, NULL), 0);
+        ck_assert_int_eq(zr_schema_encode(&s, &buf, &len, NULL), 0);
+        ck_assert_ptr_null(memmem(buf, len, "format", 6));
+        ck_assert_ptr_null(memmem(buf, len, "loaderx", 7));
+        free(buf);
+}
+END_TEST
+
 static void expect_bytes_bad(const void *data, size_t len, const char *needle) {
         zr_schema s;
         zr_error err = {0};
@@ -417,5 +475,6 @@ START_TEST(test_ragged_header) {
 END_TEST
 
 ZR_SUITE_MAIN("schema", test_dtype_sizes, test_dtype_bad, test_schema_roundtrip,
-              test_schema_malformed_maps, test_schema_malformed_bytes, test_schema_mutations,
+              test_schema_malformed_maps, test_schema_loaderx157,
+              test_schema_malformed_bytes, test_schema_mutations,
               test_ragged_header)

@@ -1,9 +1,10 @@
 /* test-sampler-stats.c: the samplers' distributions. iid passes a chi-square test
  * of uniformity over a 1M index space (and a biased generator fails it, so the
- * test has power); cyclic is a permutation in every cycle, for primes, powers of
- * two, n = 1 and n not a multiple of the batch, drops a different remainder each
- * cycle, and reaches every record over a few cycles. Seeds are fixed: every run
- * computes the same statistics. */
+ * test has power); both cyclic modes (zrecord's and loaderx 1.5.7's permutation)
+ * are a permutation in every cycle, for primes, powers of two, n = 1 and n not a
+ * multiple of the batch, drop a different remainder each cycle, reach every record
+ * over a few cycles, and keep neighbouring positions unrelated. Seeds are fixed:
+ * every run computes the same statistics. */
 #include <check.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -22,6 +23,10 @@
 #define STATS_CHI2_LIMIT 1142.9
 
 static uint64_t stats_idx[STATS_BATCH];
+
+/* The cyclic tests run once per cyclic mode (a loop test's _i). */
+static const enum zr_sampler_mode stats_cyclic_modes[] = { ZR_SAMPLER_CYCLIC, ZR_SAMPLER_CYCLIC_LX157 };
+#define STATS_CYCLIC_MODES ((int)(sizeof(stats_cyclic_modes) / sizeof(*stats_cyclic_modes)))
 
 /* Pearson's statistic sum (O - E)^2 / E over bins of `counts`, total draws `draws`. */
 static double stats_chi2(const uint64_t *counts, unsigned bins, uint64_t draws) {
@@ -84,13 +89,13 @@ START_TEST(test_iid_biased_rejected) {
 }
 END_TEST
 
-/* Runs `cycles` full cycles of cyclic(n, B, W = 1, seed): each cycle's batches hold
+/* Runs `cycles` full cycles of `mode`(n, B, W = 1, seed): each cycle's batches hold
  * no index twice and exactly m*B distinct indices; returns how many records were
  * reached over all cycles, and in *ret_changed how many cycles dropped a different
  * set of records from the cycle before. */
-static uint64_t stats_cycles(uint64_t n, uint64_t b, uint64_t seed, unsigned cycles,
-                             unsigned *ret_changed) {
-        zr_sampler_params p = { .mode = ZR_SAMPLER_CYCLIC, .n = n, .batch_size = b, .seed = seed,
+static uint64_t stats_cycles(enum zr_sampler_mode mode, uint64_t n, uint64_t b, uint64_t seed,
+                             unsigned cycles, unsigned *ret_changed) {
+        zr_sampler_params p = { .mode = mode, .n = n, .batch_size = b, .seed = seed,
                                 .rank = 0, .world_size = 1 };
         uint8_t *seen = calloc(n, 1), *ever = calloc(n, 1), *prev = calloc(n, 1);
         uint64_t m = n / b, reached = 0;
@@ -136,7 +141,8 @@ START_TEST(test_cyclic_permutation) {
         for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
                 uint64_t n = cases[i].n, b = cases[i].b;
                 unsigned cycles = 12, changed;
-                uint64_t reached = stats_cycles(n, b, 1000 + i, cycles, &changed);
+                uint64_t reached = stats_cycles(stats_cyclic_modes[_i], n, b, 1000 + i, cycles,
+                                                &changed);
 
                 if (n % b == 0) {
                         ck_assert_uint_eq(reached, n);
@@ -157,7 +163,7 @@ END_TEST
 /* Different cycles and different seeds give different orders. */
 START_TEST(test_cyclic_orders_differ) {
         static uint64_t a[1000], b[1000];
-        zr_sampler_params p = { .mode = ZR_SAMPLER_CYCLIC, .n = 1000, .batch_size = 1000,
+        zr_sampler_params p = { .mode = stats_cyclic_modes[_i], .n = 1000, .batch_size = 1000,
                                 .seed = 3, .rank = 0, .world_size = 1 };
         unsigned same = 0;
 
@@ -190,7 +196,7 @@ END_TEST
  * with a one-multiply round function fails the distance test (statistic ~1980). */
 START_TEST(test_cyclic_neighbours_unrelated) {
         static uint64_t first[STATS_BINS], dist[STATS_BINS];
-        zr_sampler_params p = { .mode = ZR_SAMPLER_CYCLIC, .n = STATS_N, .batch_size = 2,
+        zr_sampler_params p = { .mode = stats_cyclic_modes[_i], .n = STATS_N, .batch_size = 2,
                                 .seed = 11, .rank = 0, .world_size = 1 };
         uint64_t cycles = 100000, idx[2];
         double a, b;
@@ -213,9 +219,9 @@ int main(void) {
         TCase *tc = tcase_create("core");
         tcase_add_test(tc, test_iid_uniform);
         tcase_add_test(tc, test_iid_biased_rejected);
-        tcase_add_test(tc, test_cyclic_permutation);
-        tcase_add_test(tc, test_cyclic_orders_differ);
-        tcase_add_test(tc, test_cyclic_neighbours_unrelated);
+        tcase_add_loop_test(tc, test_cyclic_permutation, 0, STATS_CYCLIC_MODES);
+        tcase_add_loop_test(tc, test_cyclic_orders_differ, 0, STATS_CYCLIC_MODES);
+        tcase_add_loop_test(tc, test_cyclic_neighbours_unrelated, 0, STATS_CYCLIC_MODES);
         suite_add_tcase(s, tc);
         SRunner *sr = srunner_create(s);
         srunner_run_all(sr, CK_NORMAL);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "sampler/feistel.h"
+#include "sampler/lxperm.h"
 #include "sampler/rng.h"
 #include "sampler/sampler.h"
 
@@ -36,7 +37,13 @@ START_TEST(test_mode_names) {
         ck_assert_int_eq(zr_sampler_mode_from_name("random", &m), -ZR_E_SAMPLER);
         ck_assert_int_eq(zr_sampler_mode_from_name(NULL, &m), -ZR_E_SAMPLER);
         ck_assert_int_eq(m, ZR_SAMPLER_IID);
+        ck_assert_int_eq(zr_sampler_mode_from_name("cyclic-lx157", &m), 0);
+        ck_assert_int_eq(m, ZR_SAMPLER_CYCLIC_LX157);
+        ck_assert_int_eq(zr_sampler_mode_from_name("cyclic-lx", &m), -ZR_E_SAMPLER);
+        ck_assert_int_eq(m, ZR_SAMPLER_CYCLIC_LX157);
+        m = ZR_SAMPLER_IID;
         ck_assert_str_eq(zr_sampler_mode_name(ZR_SAMPLER_CYCLIC), "cyclic");
+        ck_assert_str_eq(zr_sampler_mode_name(ZR_SAMPLER_CYCLIC_LX157), "cyclic-lx157");
         ck_assert_ptr_null(zr_sampler_mode_name(_ZR_SAMPLER_MODE_MAX));
 }
 END_TEST
@@ -75,7 +82,9 @@ START_TEST(test_errors) {
         /* cyclic needs a whole global batch inside the index space; the others do not */
         zr_sampler_params p = test_params(ZR_SAMPLER_CYCLIC, 30, 8);
         p.world_size = 4;
-        test_refused(p, "global batch 32");
+        test_refused(p, "cyclic: global batch 32");
+        p.mode = ZR_SAMPLER_CYCLIC_LX157;
+        test_refused(p, "cyclic-lx157: global batch 32");
         p.mode = ZR_SAMPLER_IID;
         ck_assert_int_eq(zr_sampler_indices(&p, test_idx, NULL), 0);
         p.mode = (enum zr_sampler_mode)7;
@@ -200,6 +209,42 @@ START_TEST(test_cyclic_fill_matches_reference) {
 }
 END_TEST
 
+/* loaderx 1.5.7's permutation: the fill equals the one-index reference, every
+ * value is in range and none repeats nearby, across even and odd bit widths (n =
+ * 2^19 + 1 walks a domain four times n), 2^32 and n near 2^64. Check values from
+ * proto/SAMPLERS.md: n = 10, seed 42, cycle 0. */
+START_TEST(test_lx157_fill_matches_reference) {
+        static const uint64_t ns[] = {
+                1, 2, 3, 5, 64, 65, 1000, 1000000, (UINT64_C(1) << 19) + 1, UINT64_C(1) << 32,
+                (UINT64_C(1) << 32) + 3, (UINT64_C(1) << 63) + 7, UINT64_MAX,
+        };
+        static const uint64_t encrypt10[16] = { 14, 9, 10, 3, 0, 7, 12, 5, 6, 1, 2, 11, 8, 15, 4, 13 };
+        zr_lxperm x;
+
+        zr_lxperm_init(&x, 10, 42, 0);
+        ck_assert_uint_eq(x.key, UINT64_C(0xa759ea27d4727622));
+        ck_assert_uint_eq(x.half, 2);
+        for (uint64_t v = 0; v < 16; v++)
+                ck_assert_uint_eq(zr_lxperm_encrypt(&x, v), encrypt10[v]);
+        ck_assert_uint_eq(zr_lxperm_permute(&x, 0), 4); /* 0 -> 14 -> 4 */
+        ck_assert_uint_eq(zr_lxperm_permute(&x, 2), 2); /* 2 -> 10 -> 2 */
+
+        for (size_t a = 0; a < sizeof(ns) / sizeof(*ns); a++) {
+                uint64_t count = ns[a] < 2500 ? ns[a] : 2500;
+                uint64_t q0 = ns[a] - count;
+
+                zr_lxperm_init(&x, ns[a], a * 1000003, 3);
+                zr_lxperm_fill(&x, q0, test_idx, count);
+                for (uint64_t j = 0; j < count; j++) {
+                        TEST_EQ(test_idx[j], zr_lxperm_permute(&x, q0 + j));
+                        TEST_LT(test_idx[j], ns[a]);
+                        for (uint64_t i = j < 64 ? 0 : j - 64; i < j; i++)
+                                TEST_NE(test_idx[i], test_idx[j]);
+                }
+        }
+}
+END_TEST
+
 /* For each mode: ranks 0..W-1 with batch B are the slices of world_size 1 with
  * batch B*W at the same step; for cyclic the ranks are also pairwise disjoint. */
 START_TEST(test_sharding) {
@@ -223,7 +268,7 @@ START_TEST(test_sharding) {
                                 ck_assert_int_eq(zr_sampler_indices(&p, test_idx, NULL), 0);
                                 ck_assert_mem_eq(test_idx, test_ref + r * B, B * sizeof(uint64_t));
                         }
-                        if (m == ZR_SAMPLER_CYCLIC)
+                        if (m == ZR_SAMPLER_CYCLIC || m == ZR_SAMPLER_CYCLIC_LX157)
                                 for (uint64_t i = 0; i < B * W; i++)
                                         for (uint64_t j = 0; j < i; j++)
                                                 TEST_NE(test_ref[i], test_ref[j]);
@@ -239,6 +284,7 @@ START_TEST(test_huge_steps_direct) {
         for (size_t s = 0; s < sizeof(steps) / sizeof(*steps); s++) {
                 zr_sampler_params p = test_params(ZR_SAMPLER_IID, 1000003, 100);
                 zr_feistel f;
+                zr_lxperm x;
 
                 p.seed = UINT64_C(0xfeedface12345678);
                 p.step = steps[s];
@@ -256,12 +302,18 @@ START_TEST(test_huge_steps_direct) {
                 zr_feistel_init(&f, p.n, zr_rng_key(p.seed, ZR_RNG_DOMAIN_CYCLIC, p.step / 5000));
                 for (uint64_t j = 0; j < 100; j++)
                         ck_assert_uint_eq(test_idx[j], zr_feistel_permute(&f, (p.step % 5000) * 200 + 100 + j));
+
+                p.mode = ZR_SAMPLER_CYCLIC_LX157;
+                ck_assert_int_eq(zr_sampler_indices(&p, test_idx, NULL), 0);
+                zr_lxperm_init(&x, p.n, p.seed, p.step / 5000);
+                for (uint64_t j = 0; j < 100; j++)
+                        ck_assert_uint_eq(test_idx[j], zr_lxperm_permute(&x, (p.step % 5000) * 200 + 100 + j));
         }
 }
 END_TEST
 
 START_TEST(test_deterministic_and_keyed) {
-        for (int m = ZR_SAMPLER_IID; m <= ZR_SAMPLER_CYCLIC; m++) {
+        for (int m = ZR_SAMPLER_IID; m < _ZR_SAMPLER_MODE_MAX; m++) {
                 zr_sampler_params p = test_params((enum zr_sampler_mode)m, 100000, 256);
                 unsigned same = 0;
 
@@ -288,6 +340,7 @@ int main(void) {
         tcase_add_test(tc, test_iid_fill_matches_reference);
         tcase_add_test(tc, test_iid_rejection_retries);
         tcase_add_test(tc, test_cyclic_fill_matches_reference);
+        tcase_add_test(tc, test_lx157_fill_matches_reference);
         tcase_add_test(tc, test_sharding);
         tcase_add_test(tc, test_huge_steps_direct);
         tcase_add_test(tc, test_deterministic_and_keyed);

@@ -1,5 +1,6 @@
-/* test-format.c: meta.zr and RecordLoc bytes against hand-written layouts, and
- * the header's refusals. */
+/* test-format.c: meta.zr and RecordLoc bytes against hand-written layouts, the
+ * two versions (1 for small chunks, 3 for 4 GiB ones, as loaderx 1.5 writes them),
+ * and the header's refusals, including a loaderx 1.0-1.4 meta.zr. */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,7 +34,7 @@ START_TEST(test_header_bytes) {
 
         zr_header back;
         ck_assert_int_eq(zr_header_decode(out, 32, &back, NULL), 0);
-        ck_assert_uint_eq(back.version, 1);
+        ck_assert_uint_eq(back.version, ZR_FORMAT_VERSION);
         ck_assert_uint_eq(back.codec, ZR_CODEC_ZSTD);
         ck_assert_uint_eq(back.tail_chunk, h.tail_chunk);
         ck_assert_uint_eq(back.tail_offset, 0x000c0b0a);
@@ -44,20 +45,85 @@ START_TEST(test_header_bytes) {
 END_TEST
 
 START_TEST(test_header_seed_store) {
-        /* a seed-format header: reserved all zero means 4 GiB chunks */
-        static const uint8_t seed[32] = {
+        /* a seed-format header: reserved all zero means 4 GiB chunks; a version 1
+         * header of 4 GiB chunks is read, and written again as version 3 */
+        uint8_t seed[32] = {
                 'Z', 'R', 'E', 'C', 1, 0, 2, 0, 0, 0, 0x00, 0x10, 0, 0,
                 5, 0, 0, 0, 0, 0, 0, 0,
         };
         zr_header h;
+        uint8_t out[32];
+
         ck_assert_int_eq(zr_header_decode(seed, 32, &h, NULL), 0);
         ck_assert_uint_eq(zr_header_chunk_log2(&h), 32);
         ck_assert_uint_eq(h.tail_chunk, 2);
         ck_assert_uint_eq(h.tail_offset, 0x1000);
         ck_assert_uint_eq(h.length, 5);
-        uint8_t out[32];
         zr_header_encode(&h, out);
+        seed[4] = ZR_FORMAT_VERSION_LX;
         ck_assert_mem_eq(out, seed, 32);
+}
+END_TEST
+
+/* The header loaderx 1.5.7 writes (its Zig packed struct, laid out by hand here):
+ * version 3, zstd_dict, tail (1, 0x20304), 7 records, reserved zero. */
+START_TEST(test_header_loaderx157) {
+        static const uint8_t lx[32] = {
+                0x5a, 0x52, 0x45, 0x43,         /* 0x4345525a, "ZREC" */
+                3, 2,                           /* version, codec */
+                1, 0, 0, 0,                     /* tail_chunk */
+                0x04, 0x03, 0x02, 0x00,         /* tail_offset */
+                7, 0, 0, 0, 0, 0, 0, 0,         /* length */
+        };
+        uint8_t out[32], bad[32];
+        zr_header h;
+
+        ck_assert_int_eq(zr_header_decode(lx, 32, &h, NULL), 0);
+        ck_assert_uint_eq(h.version, 3);
+        ck_assert_uint_eq(h.codec, ZR_CODEC_ZSTD_DICT);
+        ck_assert_uint_eq(h.tail_chunk, 1);
+        ck_assert_uint_eq(h.tail_offset, 0x20304);
+        ck_assert_uint_eq(h.length, 7);
+        ck_assert_uint_eq(zr_header_chunk_log2(&h), 32);
+        ck_assert_uint_eq(h.flags, 0);
+        zr_header_encode(&h, out);
+        ck_assert_mem_eq(out, lx, 32);
+
+        /* a small-chunk store is written as version 1, which loaderx 1.5 refuses */
+        h.chunk_log2 = 16;
+        h.tail_offset = 100;
+        zr_header_encode(&h, out);
+        ck_assert_uint_eq(out[4], ZR_FORMAT_VERSION);
+        ck_assert_uint_eq(out[22], 16);
+
+        /* version 3 promises 4 GiB chunks */
+        memcpy(bad, lx, 32);
+        bad[22] = 16;
+        bad[10] = bad[11] = bad[12] = 0;
+        ck_assert_int_eq(zr_header_decode(bad, 32, &h, NULL), -ZR_E_CORRUPT);
+}
+END_TEST
+
+/* loaderx 1.0-1.4 meta.zr: a 16-byte header (version a u16 1, or a u8 2 then the
+ * codec) and the table, 16 + 2^28 bytes. Refused by version, naming loaderx. */
+START_TEST(test_header_legacy) {
+        uint8_t v1[33] = { 'Z', 'R', 'E', 'C', 1, 0, 0, 0, 0x10, 0, 0, 0, 3, 0, 0, 0 };
+        uint8_t v2[33] = { 'Z', 'R', 'E', 'C', 2, 1, 0, 0, 0x10, 0, 0, 0, 3, 0, 0, 0 };
+        zr_error err = {0};
+
+        ck_assert_int_eq(zr_header_check_legacy(v1, 33, ZR_LEGACY_META_SIZE, &err), -ZR_E_BAD_VERSION);
+        ck_assert_ptr_nonnull(strstr(err.message, "loaderx 1.0-1.4"));
+        ck_assert_ptr_nonnull(strstr(err.message, "format 1"));
+        zr_error_clear(&err);
+        ck_assert_int_eq(zr_header_check_legacy(v2, 33, ZR_LEGACY_META_SIZE, &err), -ZR_E_BAD_VERSION);
+        ck_assert_ptr_nonnull(strstr(err.message, "format 2"));
+        /* any other size, magic or version is not one: decode says what it is */
+        ck_assert_int_eq(zr_header_check_legacy(v1, 33, 48, NULL), 0);
+        ck_assert_int_eq(zr_header_check_legacy(v2, 5, ZR_LEGACY_META_SIZE, NULL), 0);
+        v1[5] = 1; /* zrecord version 1 of a zstd store, grown to that size */
+        ck_assert_int_eq(zr_header_check_legacy(v1, 33, ZR_LEGACY_META_SIZE, NULL), 0);
+        v2[0] = 'X';
+        ck_assert_int_eq(zr_header_check_legacy(v2, 33, ZR_LEGACY_META_SIZE, NULL), 0);
 }
 END_TEST
 
@@ -80,19 +146,25 @@ START_TEST(test_header_refusals) {
         buf[4] = 2;
         zr_error_clear(&err);
         ck_assert_int_eq(zr_header_decode(buf, 32, &out, &err), -ZR_E_BAD_VERSION);
-        ck_assert_ptr_nonnull(strstr(err.message, "2"));
+        ck_assert_ptr_nonnull(strstr(err.message, "version 2"));
+        buf[4] = 4;
+        ck_assert_int_eq(zr_header_decode(buf, 32, &out, NULL), -ZR_E_BAD_VERSION);
+        buf[4] = 0;
+        ck_assert_int_eq(zr_header_decode(buf, 32, &out, NULL), -ZR_E_BAD_VERSION);
 
         zr_header_encode(&h, buf);
         buf[5] = 3;
         ck_assert_int_eq(zr_header_decode(buf, 32, &out, NULL), -ZR_E_BAD_CODEC);
 
         zr_header_encode(&h, buf);
+        buf[4] = ZR_FORMAT_VERSION;
         buf[22] = 5;
         ck_assert_int_eq(zr_header_decode(buf, 32, &out, NULL), -ZR_E_CORRUPT);
         buf[22] = 33;
         ck_assert_int_eq(zr_header_decode(buf, 32, &out, NULL), -ZR_E_CORRUPT);
 
         zr_header_encode(&h, buf);
+        buf[4] = ZR_FORMAT_VERSION;
         buf[22] = 16;
         zr_le32_put(buf + 10, 65537); /* tail past a 64 KiB chunk */
         ck_assert_int_eq(zr_header_decode(buf, 32, &out, NULL), -ZR_E_CORRUPT);
@@ -137,6 +209,8 @@ int main(void) {
         TCase *tc = tcase_create("core");
         tcase_add_test(tc, test_header_bytes);
         tcase_add_test(tc, test_header_seed_store);
+        tcase_add_test(tc, test_header_loaderx157);
+        tcase_add_test(tc, test_header_legacy);
         tcase_add_test(tc, test_header_refusals);
         tcase_add_test(tc, test_loc_bytes);
         tcase_add_test(tc, test_le_helpers);

@@ -1,0 +1,254 @@
+/* convert.c: ragged datasets from one layout to the other (convert.h).
+ *
+ * Both directions walk the source in index order, a batch at a time sized by
+ * bytes, gather it, rewrite each record's framing (strip or add the shape header)
+ * and append the batch to the destination.
+ */
+#include "dataset/convert.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dataset/batch.h"
+#include "dataset/dataset.h"
+#include "dataset/lxfile.h"
+#include "dataset/lxragged.h"
+#include "dataset/ragged.h"
+
+typedef struct conv_buf {
+        uint64_t *idx, *lens, *offs, *aux; /* per record of a batch */
+        uint32_t *ndims;
+        uint8_t *data, *out;
+        uint64_t cap;               /* records the arrays hold */
+        uint64_t bytes;             /* bytes data and out hold */
+} conv_buf;
+
+static void conv_free(conv_buf *b) {
+        free(b->idx);
+        free(b->lens);
+        free(b->offs);
+        free(b->aux);
+        free(b->ndims);
+        free(b->data);
+        free(b->out);
+}
+
+/* Room for n records and `bytes` bytes in data and out. */
+static int conv_reserve(conv_buf *b, uint64_t n, uint64_t bytes, zr_error *err) {
+        if (n > b->cap) {
+                uint64_t *i = realloc(b->idx, n * 8), *l = NULL, *o = NULL, *a = NULL;
+                uint32_t *d = NULL;
+                if (i) b->idx = i;
+                if (i && (l = realloc(b->lens, n * 8))) b->lens = l;
+                if (l && (o = realloc(b->offs, n * 8))) b->offs = o;
+                if (o && (a = realloc(b->aux, n * 8 * ZR_SCHEMA_NDIM_MAX))) b->aux = a;
+                if (a && (d = realloc(b->ndims, n * 4))) b->ndims = d;
+                if (!d)
+                        return zr_error_errno(err, ENOMEM, "converting %" PRIu64 " records", n);
+                b->cap = n;
+        }
+        if (bytes > b->bytes) {
+                uint8_t *x = realloc(b->data, bytes), *y = NULL;
+                if (x) b->data = x;
+                if (x && (y = realloc(b->out, bytes))) b->out = y;
+                if (!y)
+                        return zr_error_errno(err, ENOMEM, "converting a batch of %" PRIu64 " bytes",
+                                              bytes);
+                b->bytes = bytes;
+        }
+        return 0;
+}
+
+/* The source's dictionary, if its codec has one (*dict NULL otherwise). */
+static int conv_dict(zr_store *src, void **dict, size_t *len, zr_error *err) {
+        *dict = NULL;
+        *len = 0;
+        if (zr_store_codec(src) != ZR_CODEC_ZSTD_DICT || !zr_store_has_dict(src))
+                return 0;
+        return zr_store_read_dict(src, dict, len, err);
+}
+
+/* The next batch from `at`: as many records as fit ZR_CONVERT_BATCH_BYTES by their
+ * stored logical size (at least one). */
+static int conv_batch(zr_store *src, uint64_t at, uint64_t length, conv_buf *b, uint64_t *ret_n,
+                      uint64_t *ret_bytes, zr_error *err) {
+        uint64_t n = 0, bytes = 0;
+        int r;
+
+        while (at + n < length) {
+                zr_loc loc;
+                uint64_t i = at + n;
+
+                r = zr_store_locate(src, &i, 1, &loc, err);
+                if (r < 0)
+                        return r;
+                if (n > 0 && bytes + loc.logic_length > ZR_CONVERT_BATCH_BYTES)
+                        break;
+                r = conv_reserve(b, n + 1, 0, err);
+                if (r < 0)
+                        return r;
+                b->idx[n++] = i;
+                bytes += loc.logic_length;
+                if (n >= 65536)
+                        break;
+        }
+        *ret_n = n;
+        *ret_bytes = bytes;
+        return conv_reserve(b, n, bytes + 8 * (1 + ZR_SCHEMA_NDIM_MAX) * n, err);
+}
+
+int zr_convert_to_lx157(int src_dirfd, int dst_dirfd, const zr_store_options *opts,
+                        uint64_t *ret_count, zr_error *err) {
+        zr_store_options so = { .read_only = 1, .pool = opts ? opts->pool : NULL };
+        zr_dataset *src = NULL;
+        zr_store *dst = NULL;
+        zr_lxschema lx = {0};
+        conv_buf b = {0};
+        void *dict = NULL;
+        size_t dict_len;
+        uint64_t length, at = 0;
+        const zr_schema *sc;
+        int r;
+
+        r = zr_dataset_open(src_dirfd, &so, &src, err);
+        if (r < 0)
+                return r;
+        sc = zr_dataset_schema(src);
+        if (sc->kind != ZR_SCHEMA_RAGGED) {
+                r = zr_error_set(err, ZR_E_SCHEMA, "a dense dataset has no ragged layout to convert "
+                                 "(loaderx 1.5.7 opens zrecord's dense stores as they are)");
+                goto out;
+        }
+        length = zr_dataset_length(src);
+        r = zr_lxschema_init(&lx, sc->dtype.str, sc->codec, err);
+        if (r >= 0)
+                r = conv_dict(zr_dataset_store(src), &dict, &dict_len, err);
+        if (r >= 0)
+                r = zr_store_create(dst_dirfd, sc->codec, dict, dict_len, opts, &dst, err);
+        while (r >= 0 && at < length) {
+                uint64_t n, bytes, packed = 0;
+
+                r = conv_batch(zr_dataset_store(src), at, length, &b, &n, &bytes, err);
+                zr_gather g = { .ds = src, .idx = b.idx, .n = n, .offsets = b.offs,
+                                .lengths = b.lens, .shapes = b.aux };
+                if (r >= 0)
+                        r = zr_gather_locate(&g, err);
+                if (r >= 0 && g.bytes > b.bytes)
+                        r = zr_error_set(err, ZR_E_BUFFER, "converting: a batch needs %" PRIu64
+                                         " bytes, %" PRIu64 " reserved", g.bytes, b.bytes);
+                if (r >= 0)
+                        r = zr_gather_read(&g, b.data, 0, NULL, NULL, err);
+                zr_gather_release(&g);
+                for (uint64_t i = 0; r >= 0 && i < n; i++) {
+                        if (b.lens[i] == 0)
+                                r = zr_error_set(err, ZR_E_SCHEMA, "record %" PRIu64 " is empty: a "
+                                                 "loaderx 1.5.7 store holds no empty records",
+                                                 at + i);
+                        else
+                                r = zr_shapes_append(lx.shapes, b.aux + i * sc->ndim, sc->ndim, err);
+                        if (r >= 0) { /* payloads back to back, as loaderx stores them */
+                                memcpy(b.out + packed, b.data + b.offs[i], b.lens[i]);
+                                packed += b.lens[i];
+                        }
+                }
+                if (r >= 0)
+                        r = zr_store_append(dst, b.out, b.lens, (size_t)n, NULL, err);
+                at += n;
+        }
+        if (r >= 0)
+                r = zr_store_sync(dst, err);
+        if (r >= 0)
+                r = zr_lxfile_write(dst_dirfd, &lx, err);
+        if (r >= 0 && ret_count)
+                *ret_count = length;
+out:
+        if (dst) {
+                int c = zr_store_close(dst, r < 0 ? NULL : err);
+                if (r >= 0)
+                        r = c;
+        }
+        zr_dataset_close(src, NULL);
+        zr_lxschema_done(&lx);
+        conv_free(&b);
+        free(dict);
+        return r;
+}
+
+int zr_convert_from_lx157(int src_dirfd, int dst_dirfd, const zr_store_options *opts,
+                          uint64_t *ret_count, zr_error *err) {
+        zr_store_options so = { .read_only = 1, .pool = opts ? opts->pool : NULL };
+        zr_lxragged *src = NULL;
+        zr_dataset *dst = NULL;
+        const zr_lxschema *lx;
+        zr_schema sc;
+        conv_buf b = {0};
+        void *dict = NULL;
+        size_t dict_len;
+        uint64_t length, at = 0, other;
+        uint32_t ndim = 1;
+        int r;
+
+        r = zr_lxragged_open(src_dirfd, &so, &src, err);
+        if (r < 0)
+                return r;
+        lx = zr_lxragged_schema(src);
+        length = zr_lxragged_length(src);
+        if (length > 0) {
+                const uint64_t *dims;
+                zr_shapes_get(lx->shapes, 0, &ndim, &dims, NULL);
+        }
+        if (!zr_shapes_uniform(lx->shapes, ndim, &other)) {
+                uint32_t n2;
+                const uint64_t *dims;
+                zr_shapes_get(lx->shapes, other, &n2, &dims, NULL);
+                r = zr_error_set(err, ZR_E_SCHEMA, "records 0 and %" PRIu64 " differ in ndim (%u "
+                                 "and %u): a zrecord ragged dataset has one ndim; serve this store "
+                                 "in loaderx's layout instead", other, ndim, n2);
+                goto out;
+        }
+        r = zr_schema_init_ragged(&sc, lx->dtype.str, ndim, lx->codec, err);
+        if (r >= 0)
+                r = conv_dict(zr_lxragged_store(src), &dict, &dict_len, err);
+        if (r >= 0)
+                r = zr_dataset_create(dst_dirfd, &sc, dict, dict_len, opts, &dst, err);
+        while (r >= 0 && at < length) {
+                uint64_t n, bytes, o = 0;
+                zr_batch batch = { .dtype = lx->dtype.str };
+
+                r = conv_batch(zr_lxragged_store(src), at, length, &b, &n, &bytes, err);
+                if (r >= 0)
+                        r = zr_lxragged_gather(src, b.idx, n, b.data, b.bytes, b.aux, err);
+                for (uint64_t i = 0; r >= 0 && i < n; i++) {
+                        uint64_t end = i + 1 < n ? b.aux[i + 1] : bytes, len = end - b.aux[i];
+                        const uint64_t *dims;
+                        uint32_t k;
+
+                        zr_shapes_get(lx->shapes, at + i, &k, &dims, NULL);
+                        zr_ragged_header_write(b.out + o, dims, ndim);
+                        memcpy(b.out + o + zr_ragged_header_bytes(ndim), b.data + b.aux[i], len);
+                        b.lens[i] = zr_ragged_header_bytes(ndim) + len;
+                        o += b.lens[i];
+                }
+                batch.data = b.out;
+                batch.data_len = o;
+                batch.lens = b.lens;
+                batch.nrecords = n;
+                if (r >= 0)
+                        r = zr_dataset_append(dst, &batch, NULL, err);
+                at += n;
+        }
+        if (r >= 0 && ret_count)
+                *ret_count = length;
+out:
+        if (dst) {
+                int c = zr_dataset_close(dst, r < 0 ? NULL : err);
+                if (r >= 0)
+                        r = c;
+        }
+        zr_lxragged_close(src, NULL);
+        conv_free(&b);
+        free(dict);
+        return r;
+}

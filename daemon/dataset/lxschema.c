@@ -1,0 +1,458 @@
+/* lxschema.c: decoding and encoding loaderx 1.5.7's ragged schema.msgpack.
+ *
+ * The file can be megabytes (a list per record), so it is read in one pass by a
+ * small msgpack reader of its own rather than unpacked whole by msgpack-c (whose
+ * objects cost 24 bytes each): shapes go straight into the compact table, the
+ * caller's entries are copied as bytes. Every length is checked against the bytes
+ * that remain before it is used. Encoding uses msgpack-c's packer, which like
+ * loaderx's msgpack-python writes the smallest form of every integer.
+ */
+#include "dataset/lxschema.h"
+
+#include <errno.h>
+#include <msgpack.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store/store.h"
+
+/* A cursor over the file's bytes. */
+typedef struct mp {
+        const uint8_t *p, *end, *start;
+} mp;
+
+static size_t mp_left(const mp *m) {
+        return (size_t)(m->end - m->p);
+}
+
+static int mp_truncated(const mp *m, zr_error *err) {
+        return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack is truncated (at byte %zu of %zu)",
+                            (size_t)(m->p - m->start), (size_t)(m->end - m->start));
+}
+
+/* Big-endian unsigned of n bytes at m->p + 1 (after the type byte). */
+static uint64_t mp_be(const mp *m, unsigned n) {
+        uint64_t v = 0;
+
+        for (unsigned i = 0; i < n; i++)
+                v = (v << 8) | m->p[1 + i];
+        return v;
+}
+
+static const char *mp_type_name(uint8_t b) {
+        if (b <= 0x7f || b == 0xcc || b == 0xcd || b == 0xce || b == 0xcf)
+                return "an integer";
+        if (b >= 0xe0 || (b >= 0xd0 && b <= 0xd3))
+                return "a negative integer";
+        if ((b >= 0xa0 && b <= 0xbf) || (b >= 0xd9 && b <= 0xdb))
+                return "a string";
+        if ((b >= 0x90 && b <= 0x9f) || b == 0xdc || b == 0xdd)
+                return "an array";
+        if ((b >= 0x80 && b <= 0x8f) || b == 0xde || b == 0xdf)
+                return "a map";
+        if (b == 0xc0)
+                return "nil";
+        if (b == 0xc2 || b == 0xc3)
+                return "a boolean";
+        if (b == 0xca || b == 0xcb)
+                return "a float";
+        return "another msgpack type";
+}
+
+/* A container header: fixed (lo..lo+15 → count in the low nibble) or 16/32-bit. */
+static int mp_container(mp *m, uint8_t fix, uint8_t b16, uint8_t b32, unsigned per, uint32_t *ret,
+                        const char *what, zr_error *err) {
+        uint8_t b;
+        unsigned hdr = 1;
+        uint64_t n;
+
+        if (mp_left(m) < 1)
+                return mp_truncated(m, err);
+        b = *m->p;
+        if ((b & 0xf0) == fix) {
+                n = b & 0x0f;
+        } else if (b == b16 || b == b32) {
+                hdr += b == b16 ? 2 : 4;
+                if (mp_left(m) < hdr)
+                        return mp_truncated(m, err);
+                n = mp_be(m, hdr - 1);
+        } else {
+                return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: %s is %s, expected %s", what,
+                                    mp_type_name(b), fix == 0x80 ? "a map" : "an array");
+        }
+        m->p += hdr;
+        if (n * per > mp_left(m))
+                return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: %s declares %llu elements, "
+                                    "more than the %zu bytes left", what, (unsigned long long)n,
+                                    mp_left(m));
+        *ret = (uint32_t)n;
+        return 0;
+}
+
+static int mp_str(mp *m, const char **ret, uint32_t *ret_len, const char *what, zr_error *err) {
+        uint8_t b;
+        unsigned hdr = 1;
+        uint64_t n;
+
+        if (mp_left(m) < 1)
+                return mp_truncated(m, err);
+        b = *m->p;
+        if (b >= 0xa0 && b <= 0xbf) {
+                n = b & 0x1f;
+        } else if (b >= 0xd9 && b <= 0xdb) {
+                hdr += b == 0xd9 ? 1 : b == 0xda ? 2 : 4;
+                if (mp_left(m) < hdr)
+                        return mp_truncated(m, err);
+                n = mp_be(m, hdr - 1);
+        } else {
+                return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: %s is %s, expected a string",
+                                    what, mp_type_name(b));
+        }
+        if (mp_left(m) - hdr < n)
+                return mp_truncated(m, err);
+        *ret = (const char *)m->p + hdr;
+        *ret_len = (uint32_t)n;
+        m->p += hdr + n;
+        return 0;
+}
+
+static int mp_uint(mp *m, uint64_t *ret, const char *what, zr_error *err) {
+        uint8_t b;
+        unsigned n;
+
+        if (mp_left(m) < 1)
+                return mp_truncated(m, err);
+        b = *m->p;
+        if (b <= 0x7f) {
+                *ret = b;
+                m->p++;
+                return 0;
+        }
+        if (b < 0xcc || b > 0xcf)
+                return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: %s is %s, expected a "
+                                    "non-negative integer", what, mp_type_name(b));
+        n = 1u << (b - 0xcc);
+        if (mp_left(m) < 1 + n)
+                return mp_truncated(m, err);
+        *ret = mp_be(m, n);
+        m->p += 1 + n;
+        return 0;
+}
+
+/* Skips one object of any type, iteratively (pending objects never exceed the
+ * bytes left, so the count cannot overflow). */
+static int mp_skip(mp *m, zr_error *err) {
+        uint64_t pending = 1;
+
+        while (pending > 0) {
+                uint64_t count = 0, skip = 0, n;
+                unsigned hdr = 1, lenbytes = 0;
+                uint8_t b;
+
+                if (mp_left(m) < 1)
+                        return mp_truncated(m, err);
+                b = *m->p;
+                pending--;
+                if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) {
+                } else if (b <= 0x8f) {
+                        count = 2 * (uint64_t)(b & 0x0f);
+                } else if (b <= 0x9f) {
+                        count = b & 0x0f;
+                } else if (b <= 0xbf) {
+                        skip = b & 0x1f;
+                } else {
+                        switch (b) {
+                        case 0xc4: case 0xd9: case 0xc7: lenbytes = 1; break;
+                        case 0xc5: case 0xda: case 0xc8: case 0xdc: case 0xde: lenbytes = 2; break;
+                        case 0xc6: case 0xdb: case 0xc9: case 0xdd: case 0xdf: lenbytes = 4; break;
+                        case 0xca: case 0xce: case 0xd2: skip = 4; break;
+                        case 0xcb: case 0xcf: case 0xd3: skip = 8; break;
+                        case 0xcc: case 0xd0: skip = 1; break;
+                        case 0xcd: case 0xd1: skip = 2; break;
+                        case 0xd4: skip = 2; break;
+                        case 0xd5: skip = 3; break;
+                        case 0xd6: skip = 5; break;
+                        case 0xd7: skip = 9; break;
+                        case 0xd8: skip = 17; break;
+                        default:
+                                return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: byte 0x%02x at "
+                                                    "%zu is not a msgpack type", b,
+                                                    (size_t)(m->p - m->start));
+                        }
+                        if (lenbytes) {
+                                if (mp_left(m) < 1 + lenbytes)
+                                        return mp_truncated(m, err);
+                                n = mp_be(m, lenbytes);
+                                hdr += lenbytes;
+                                if (b == 0xdc || b == 0xdd)
+                                        count = n;
+                                else if (b == 0xde || b == 0xdf)
+                                        count = 2 * n;
+                                else
+                                        skip = n + (b >= 0xc7 && b <= 0xc9); /* ext: its type byte */
+                        }
+                }
+                if (mp_left(m) < hdr || mp_left(m) - hdr < skip)
+                        return mp_truncated(m, err);
+                m->p += hdr + skip;
+                if (count > mp_left(m) || pending + count > mp_left(m))
+                        return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: a container at byte "
+                                            "%zu declares %llu elements, more than the %zu bytes "
+                                            "left", (size_t)(m->p - m->start) - hdr,
+                                            (unsigned long long)count, mp_left(m));
+                pending += count;
+        }
+        return 0;
+}
+
+static int str_is(const char *s, uint32_t len, const char *lit) {
+        return len == strlen(lit) && memcmp(s, lit, len) == 0;
+}
+
+int zr_lxschema_init(zr_lxschema *ret, const char *dtype, enum zr_codec codec, zr_error *err) {
+        zr_lxschema s = {0};
+        int r;
+
+        r = zr_dtype_parse(dtype, &s.dtype, err);
+        if (r < 0)
+                return r;
+        if (!zr_codec_name(codec))
+                return zr_error_set(err, ZR_E_BAD_CODEC, "codec %d is unknown", (int)codec);
+        s.codec = codec;
+        r = zr_shapes_new(&s.shapes, err);
+        if (r < 0)
+                return r;
+        *ret = s;
+        return 0;
+}
+
+void zr_lxschema_done(zr_lxschema *s) {
+        if (!s)
+                return;
+        zr_shapes_free(s->shapes);
+        free(s->extra);
+        free(s->pending);
+        memset(s, 0, sizeof(*s));
+}
+
+/* The "shapes" array, into s->shapes. */
+static int decode_shapes(mp *m, zr_lxschema *s, zr_error *err) {
+        uint32_t n;
+        int r;
+
+        r = mp_container(m, 0x90, 0xdc, 0xdd, 1, &n, "\"shapes\"", err);
+        for (uint32_t i = 0; r >= 0 && i < n; i++) {
+                uint64_t dims[ZR_SCHEMA_NDIM_MAX], bytes = s->dtype.itemsize;
+                uint32_t ndim;
+                char what[48];
+
+                snprintf(what, sizeof(what), "\"shapes\"[%u]", i);
+                r = mp_container(m, 0x90, 0xdc, 0xdd, 1, &ndim, what, err);
+                if (r < 0)
+                        break;
+                if (ndim < 1 || ndim > ZR_SCHEMA_NDIM_MAX) {
+                        r = zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: %s has %u dimensions, "
+                                         "1..%d are allowed", what, ndim, ZR_SCHEMA_NDIM_MAX);
+                        break;
+                }
+                for (uint32_t k = 0; r >= 0 && k < ndim; k++) {
+                        r = mp_uint(m, &dims[k], what, err);
+                        if (r >= 0 && (__builtin_mul_overflow(bytes, dims[k], &bytes) ||
+                                       bytes > ZR_RECORD_MAX))
+                                r = zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: %s is larger "
+                                                 "than a record may be (2^31 bytes)", what);
+                }
+                if (r >= 0)
+                        r = zr_shapes_append(s->shapes, dims, ndim, err);
+        }
+        return r;
+}
+
+/* Appends the bytes [from, m->p) to the caller's entries. */
+static int keep_extra(zr_lxschema *s, const uint8_t *from, const mp *m, zr_error *err) {
+        size_t n = (size_t)(m->p - from);
+        uint8_t *e = realloc(s->extra, s->extra_len + n);
+
+        if (!e)
+                return zr_error_errno(err, ENOMEM, "schema.msgpack: caller's keys");
+        memcpy(e + s->extra_len, from, n);
+        s->extra = e;
+        s->extra_len += n;
+        s->extra_count++;
+        return 0;
+}
+
+enum { K_FORMAT, K_VERSION, K_KIND, K_DTYPE, K_CODEC, K_SHAPES, K_PENDING, K_COUNT };
+static const char *const key_names[K_COUNT] = { "format", "version", "kind", "dtype", "codec",
+                                                 "shapes", ZR_LXSCHEMA_PENDING_KEY };
+
+/* The pending delete: an array of at least one uint. */
+static int decode_pending(mp *m, zr_lxschema *s, zr_error *err) {
+        uint32_t n;
+        int r = mp_container(m, 0x90, 0xdc, 0xdd, 1, &n, "\"" ZR_LXSCHEMA_PENDING_KEY "\"", err);
+
+        if (r < 0)
+                return r;
+        if (n == 0)
+                return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: \"" ZR_LXSCHEMA_PENDING_KEY
+                                    "\" is empty");
+        s->pending = malloc(n * sizeof(uint64_t));
+        if (!s->pending)
+                return zr_error_errno(err, ENOMEM, "schema.msgpack: a pending delete");
+        s->npending = n;
+        for (uint32_t i = 0; r >= 0 && i < n; i++)
+                r = mp_uint(m, &s->pending[i], "\"" ZR_LXSCHEMA_PENDING_KEY "\"", err);
+        return r;
+}
+
+/* One entry of the top-level map. "shapes" is only skipped here (its sizes need the
+ * dtype, which may come after it); *shapes_at is where it starts. */
+static int decode_entry(mp *m, zr_lxschema *s, int *seen, size_t *shapes_at, zr_error *err) {
+        const uint8_t *from = m->p;
+        const char *key, *v;
+        uint32_t klen, vlen;
+        uint64_t u;
+        int k, r;
+
+        if (mp_left(m) < 1)
+                return mp_truncated(m, err);
+        if (!((*m->p >= 0xa0 && *m->p <= 0xbf) || (*m->p >= 0xd9 && *m->p <= 0xdb))) {
+                r = mp_skip(m, err); /* a non-string key: the caller's */
+                if (r >= 0)
+                        r = mp_skip(m, err);
+                return r < 0 ? r : keep_extra(s, from, m, err);
+        }
+        r = mp_str(m, &key, &klen, "a key", err);
+        if (r < 0)
+                return r;
+        for (k = 0; k < K_COUNT; k++)
+                if (str_is(key, klen, key_names[k]))
+                        break;
+        if (k == K_COUNT) {
+                r = mp_skip(m, err);
+                return r < 0 ? r : keep_extra(s, from, m, err);
+        }
+        if (seen[k])
+                return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: key \"%s\" appears twice",
+                                    key_names[k]);
+        seen[k] = 1;
+        switch (k) {
+        case K_FORMAT:
+                r = mp_str(m, &v, &vlen, "\"format\"", err);
+                if (r >= 0 && !str_is(v, vlen, ZR_SCHEMA_FORMAT))
+                        r = zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: \"format\" is \"%.*s\", "
+                                         "expected \"" ZR_SCHEMA_FORMAT "\"",
+                                         (int)(vlen < 32 ? vlen : 32), v);
+                return r;
+        case K_VERSION:
+                r = mp_uint(m, &u, "\"version\"", err);
+                if (r >= 0 && u != ZR_SCHEMA_FORMAT_VERSION)
+                        r = zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: \"version\" is %llu, "
+                                         "this build reads version %d", (unsigned long long)u,
+                                         ZR_SCHEMA_FORMAT_VERSION);
+                return r;
+        case K_KIND:
+                r = mp_str(m, &v, &vlen, "\"kind\"", err);
+                if (r >= 0 && !str_is(v, vlen, "ragged"))
+                        r = zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: kind \"%.*s\", not a "
+                                         "ragged store", (int)(vlen < 32 ? vlen : 32), v);
+                return r;
+        case K_DTYPE:
+                r = mp_str(m, &v, &vlen, "\"dtype\"", err);
+                return r < 0 ? r : zr_dtype_parse_n(v, vlen, &s->dtype, err);
+        case K_CODEC:
+                r = mp_str(m, &v, &vlen, "\"codec\"", err);
+                return r < 0 ? r : zr_codec_parse(v, vlen, &s->codec, err);
+        case K_PENDING:
+                return decode_pending(m, s, err);
+        default:
+                *shapes_at = (size_t)(m->p - m->start);
+                return mp_skip(m, err);
+        }
+}
+
+int zr_lxschema_decode(const void *data, size_t len, zr_lxschema *ret, zr_error *err) {
+        mp m = { .p = data, .end = (const uint8_t *)data + len, .start = data };
+        zr_lxschema s = {0};
+        int seen[K_COUNT] = {0};
+        size_t shapes_at = 0;
+        uint32_t n;
+        int r;
+
+        if (len == 0)
+                return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack is empty");
+        r = zr_shapes_new(&s.shapes, err);
+        if (r < 0)
+                return r;
+        r = mp_container(&m, 0x80, 0xde, 0xdf, 2, &n, "schema.msgpack", err);
+        for (uint32_t i = 0; r >= 0 && i < n; i++)
+                r = decode_entry(&m, &s, seen, &shapes_at, err);
+        if (r >= 0 && m.p != m.end)
+                r = zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack has %zu bytes after its map",
+                                 mp_left(&m));
+        for (int k = 0; r >= 0 && k < K_COUNT; k++)
+                if (!seen[k] && k != K_VERSION && k != K_PENDING)
+                        r = zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: \"%s\" is missing (a "
+                                         "loaderx 1.5.7 ragged schema has format, kind, dtype, "
+                                         "codec and shapes)", key_names[k]);
+        if (r >= 0) {
+                mp at = { .p = m.start + shapes_at, .end = m.end, .start = m.start };
+                r = decode_shapes(&at, &s, err);
+        }
+        if (r < 0) {
+                zr_lxschema_done(&s);
+                return r;
+        }
+        *ret = s;
+        return 0;
+}
+
+int zr_lxschema_encode(const zr_lxschema *s, void **ret, size_t *ret_len, zr_error *err) {
+        uint64_t count = zr_shapes_count(s->shapes);
+        msgpack_sbuffer sbuf;
+        msgpack_packer pk;
+        int r = 0;
+
+        msgpack_sbuffer_init(&sbuf);
+        msgpack_packer_init(&pk, &sbuf, msgpack_sbuffer_write);
+#define PACK_STR(str) msgpack_pack_str_with_body(&pk, (str), strlen(str))
+        if (msgpack_pack_map(&pk, 6 + (s->npending > 0) + s->extra_count) || PACK_STR("format") ||
+            PACK_STR(ZR_SCHEMA_FORMAT) || PACK_STR("version") ||
+            msgpack_pack_uint32(&pk, ZR_SCHEMA_FORMAT_VERSION) || PACK_STR("kind") ||
+            PACK_STR("ragged") || PACK_STR("dtype") || PACK_STR(s->dtype.str) ||
+            PACK_STR("codec") || PACK_STR(zr_codec_name(s->codec)) || PACK_STR("shapes") ||
+            count > UINT32_MAX || msgpack_pack_array(&pk, (size_t)count))
+                goto oom;
+#undef PACK_STR
+        for (uint64_t i = 0; i < count; i++) {
+                const uint64_t *dims;
+                uint32_t ndim;
+
+                zr_shapes_get(s->shapes, i, &ndim, &dims, NULL);
+                if (msgpack_pack_array(&pk, ndim))
+                        goto oom;
+                for (uint32_t k = 0; k < ndim; k++)
+                        if (msgpack_pack_uint64(&pk, dims[k]))
+                                goto oom;
+        }
+        if (s->npending > 0) {
+                if (msgpack_pack_str_with_body(&pk, ZR_LXSCHEMA_PENDING_KEY,
+                                               strlen(ZR_LXSCHEMA_PENDING_KEY)) ||
+                    msgpack_pack_array(&pk, s->npending))
+                        goto oom;
+                for (size_t i = 0; i < s->npending; i++)
+                        if (msgpack_pack_uint64(&pk, s->pending[i]))
+                                goto oom;
+        }
+        if (s->extra_len && msgpack_sbuffer_write(&sbuf, (const char *)s->extra, s->extra_len))
+                goto oom;
+        *ret_len = sbuf.size;
+        *ret = msgpack_sbuffer_release(&sbuf);
+        goto out;
+oom:
+        r = zr_error_errno(err, ENOMEM, "encoding schema.msgpack of %llu records",
+                           (unsigned long long)count);
+out:
+        msgpack_sbuffer_destroy(&sbuf);
+        return r;
+}
