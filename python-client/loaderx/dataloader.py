@@ -28,7 +28,7 @@ import threading
 
 import numpy as np
 
-from . import _conn, _shm, _store, _wire
+from . import _conn, _errors, _shm, _store, _wire
 from ._errors import (StaleError, ZrecordConnectionError, ZrecordError, ZrecordRuntimeError,
                       ZrecordTypeError, ZrecordValueError)
 from .dataset import DenseDataset, MSDataset, RaggedDataset, _Dataset
@@ -41,8 +41,7 @@ _STATE_VERSION = 1
 
 
 def _proto_error(text):
-    return ZrecordRuntimeError(f"zrecordd broke the protocol: {text}", code=1100,
-                               name="ZR_E_PROTO")
+    return ZrecordRuntimeError(f"zrecordd broke the protocol: {text}", name="ZR_E_PROTO")
 
 
 class _Ring:
@@ -207,7 +206,7 @@ class DataLoader:
         if sampler not in SAMPLERS:
             raise ZrecordValueError(
                 f"unknown sampler {sampler!r}: expected one of {', '.join(SAMPLERS)}",
-                name="ZR_E_SAMPLER", code=1015)
+                name="ZR_E_SAMPLER")
         for what, v in (("batch_size", batch_size), ("seed", seed), ("start_step", start_step),
                         ("rank", rank), ("world_size", world_size), ("prefetch", prefetch)):
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
@@ -215,11 +214,11 @@ class DataLoader:
             if v < 0:
                 raise ZrecordValueError(f"{what} must be >= 0, got {v}")
         if batch_size < 1:
-            raise ZrecordValueError("batch_size must be >= 1", name="ZR_E_SAMPLER", code=1015)
+            raise ZrecordValueError("batch_size must be >= 1", name="ZR_E_SAMPLER")
         if world_size < 1 or rank >= world_size:
             raise ZrecordValueError(
                 f"rank must be in 0..world_size-1: rank {rank}, world_size {world_size}",
-                name="ZR_E_SAMPLER", code=1015)
+                name="ZR_E_SAMPLER")
         if prefetch < 1:
             raise ZrecordValueError("prefetch must be >= 1")
         self.streams = dict(streams)
@@ -415,7 +414,7 @@ class DataLoader:
             if kind == "ring_close":
                 ring.close_ring(msg)
             elif kind == "loader_end":
-                if msg.get("name") == "ZR_E_SHUTDOWN" or msg.get("code") == 1108:
+                if _errors.is_code(msg, "ZR_E_SHUTDOWN"):
                     return self._after_disconnect()
                 return self._loader_end(msg)
             elif kind == "batch":
@@ -524,10 +523,9 @@ class DataLoader:
         return self._fetch()
 
     def _loader_end(self, msg):
-        code_name = msg.get("name") or ""
         step = int(msg.get("step", self._next_fetch))
         text = msg.get("message", "")
-        if code_name == "ZR_E_BUFFER" or msg.get("code") == 1016:
+        if _errors.is_code(msg, "ZR_E_BUFFER"):
             # a ragged batch outgrew its region: reopen at that step with twice the room
             for name, (off, cap), (dt, item_shape, ndim) in zip(self.names, self._regions, self._kinds):
                 if item_shape is None:
@@ -535,14 +533,13 @@ class DataLoader:
             self._close_ring()
             self._open(step, self.length)
             return self._fetch()
-        if code_name == "ZR_E_STALE" or msg.get("code") == 1107:
+        if _errors.is_code(msg, "ZR_E_STALE"):
             raise StaleError(
                 f"a store of this DataLoader was appended to, deleted from or compacted; the "
                 f"loader stopped before step {step} ({text}). To go on over the changed data: "
                 "loader.load_state_dict(loader.state_dict(), allow_length_change=True)",
-                code=1107, name="ZR_E_STALE")
-        from ._errors import from_reply
-        raise from_reply(msg, context=f"the DataLoader stopped at step {step}")
+                name="ZR_E_STALE")
+        raise _errors.from_reply(msg, context=f"the DataLoader stopped at step {step}")
 
     def _reopen_after_fork(self):
         # The parent's ring, pool threads and pipeline are not this process's: open

@@ -367,7 +367,7 @@ class MSDataset:
             if not names:
                 raise ZrecordFileNotFoundError(
                     f"no multi-stream dataset at {self.root!r}: no child directory holds a store",
-                    code=1000, name="ZR_E_NOT_STORE")
+                    name="ZR_E_NOT_STORE")
             self._conn = _conn.default()
             writable = all(os.access(os.path.join(self.root, n, "meta.zr"), os.W_OK) for n in names)
             metas = []
@@ -422,7 +422,7 @@ class MSDataset:
         if len(vals) > 1:
             raise ZrecordValueError(
                 "streams differ in length: " + ", ".join(f"{n}={v}" for n, v in lengths.items()),
-                name="ZR_E_MISALIGNED", code=1012)
+                name="ZR_E_MISALIGNED")
         return vals.pop()
 
     def append(self, batches):
@@ -452,7 +452,7 @@ class MSDataset:
                 raise ZrecordValueError(
                     "append: streams given different record counts: "
                     + ", ".join(f"{n}={c}" for n, c in counts.items()),
-                    name="ZR_E_MISALIGNED", code=1012)
+                    name="ZR_E_MISALIGNED")
             first = None
             for s in range(0, count, per):
                 f = self._append_one(h, {n: b[s:s + per] for n, b in batches.items()})
@@ -472,7 +472,7 @@ class MSDataset:
                 parts.append("unknown " + ", ".join(map(str, extra)))
             raise ZrecordValueError(
                 f"append to {self.root!r} needs one batch for every stream "
-                f"({', '.join(self.streams)}): {'; '.join(parts)}", name="ZR_E_SCHEMA", code=1011)
+                f"({', '.join(self.streams)}): {'; '.join(parts)}", name="ZR_E_SCHEMA")
         pieces, streams, counts = [], [], {}
         offset = 0
         for name, ds in self.streams.items():
@@ -501,7 +501,7 @@ class MSDataset:
             raise ZrecordValueError(
                 "append: streams given different record counts: "
                 + ", ".join(f"{n}={c}" for n, c in counts.items()),
-                name="ZR_E_MISALIGNED", code=1012)
+                name="ZR_E_MISALIGNED")
         with _shm.SealedMemfd(pieces, "loaderx-append") as m:
             r = self._conn.request("append", {"handle": h, "streams": streams}, fds=(m.fd,),
                                    context=self.root)

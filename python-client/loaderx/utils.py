@@ -268,7 +268,7 @@ def from_iterator(path, iterable, dtype, codec="zstd", dict_bytes=None):
         raise ZrecordValueError(
             "from_iterator: codec 'zstd_dict' needs dict_bytes: a stream cannot train its own "
             "dictionary; train one first with loaderx.utils.train_dict(settled_data) and pass "
-            "it as dict_bytes=", name="ZR_E_NO_DICT", code=1006)
+            "it as dict_bytes=", name="ZR_E_NO_DICT")
     if dict_bytes is not None and codec != "zstd_dict":
         raise ZrecordValueError(f"from_iterator: dict_bytes is only for codec 'zstd_dict', not {codec!r}")
     it = iter(iterable)
