@@ -187,7 +187,7 @@ class Handle:
         if self.closed:
             raise ZrecordValueError(f"the dataset {self.path!r} is closed")
         c = self.conn
-        if c.pid != os.getpid() or c.closed or c._broken is not None:
+        if not c.usable:
             # a forked child, or the daemon went away: open again on a fresh connection
             self.conn = _conn.default() if c.pid != os.getpid() else _conn.reconnect()
             self._open(self.writable)
@@ -220,7 +220,7 @@ class Handle:
             return
         self.closed = True
         c = self.conn
-        if c.pid == os.getpid() and not c.closed and c._broken is None:
+        if c.usable:
             try:
                 c.request("close", {"handle": self.handle})
             except ZrecordError:

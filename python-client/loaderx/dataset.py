@@ -398,7 +398,7 @@ class MSDataset:
         if self._closed:
             raise ZrecordValueError(f"the multi-stream dataset {self.root!r} is closed")
         c = self._conn
-        if c.pid != os.getpid() or c.closed or c._broken is not None:
+        if not c.usable:
             fresh = MSDataset(self.root)       # a forked child, or the daemon went away
             self.__dict__.update(fresh.__dict__)
         return self._set
