@@ -32,10 +32,16 @@ DICT_TIERS = {
 }
 
 
-def _delete_pieces(idx, frame_max):
-    """A delete's indices in requests that fit a frame. Swap-last applies a batch in
-    descending index order and never moves a record below the index it deletes, so
-    descending pieces applied one after the other leave exactly what one batch would."""
+def _delete_pieces(key, n, frame_max):
+    """The indices of a delete of ``key`` from ``n`` records, in requests that fit a
+    frame (none for an empty key). Swap-last applies a batch in descending index
+    order and never moves a record below the index it deletes, so descending pieces
+    applied one after the other leave exactly what one batch would."""
+    idx, _ = _index.normalize(key, n)
+    if len(idx) == 0:
+        return []
+    if len(np.unique(idx)) != len(idx):
+        raise ZrecordValueError("delete: an index is repeated; give each record once")
     per = max(1, (int(frame_max) - 4096) // 8)
     if len(idx) <= per:
         return [idx]
@@ -126,13 +132,7 @@ class _Dataset:
 
     def delete(self, key):
         """Deletes records (swap-last: survivors may be renumbered)."""
-        n = len(self)
-        idx, _ = _index.normalize(key, n)
-        if len(idx) == 0:
-            return
-        if len(np.unique(idx)) != len(idx):
-            raise ZrecordValueError("delete: an index is repeated; give each record once")
-        for piece in _delete_pieces(idx, self._h.conn.frame_max):
+        for piece in _delete_pieces(key, len(self), self._h.conn.frame_max):
             self._h.request("delete", {"indices": _wire.u64s(piece)})
 
     def close(self):
@@ -510,13 +510,7 @@ class MSDataset:
     def delete(self, key):
         """Deletes the same records from every stream."""
         h = self._set_handle()
-        n = len(self)
-        idx, _ = _index.normalize(key, n)
-        if len(idx) == 0:
-            return
-        if len(np.unique(idx)) != len(idx):
-            raise ZrecordValueError("delete: an index is repeated; give each record once")
-        for piece in _delete_pieces(idx, self._conn.frame_max):
+        for piece in _delete_pieces(key, len(self), self._conn.frame_max):
             self._conn.request("delete", {"handle": h, "indices": _wire.u64s(piece)},
                                context=self.root)
 
