@@ -24,10 +24,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "check-run.h"
+#include "daemon.h"
 #include "zrc.h"
-#include "zrd-test.h"
 
-static test_daemon daemon_;
+static tl_daemon daemon_;
 
 static zrc_conn *conn(void) {
         zrc_conn *c = NULL;
@@ -41,7 +42,7 @@ static zrc_conn *conn(void) {
 static const char *path(const char *name) {
         static char buf[PATH_MAX];
 
-        return test_daemon_path(&daemon_, name, buf);
+        return tl_daemon_path(&daemon_, name, buf);
 }
 
 /* A dense <f4 (4, 5) record whose values identify it. */
@@ -1133,7 +1134,7 @@ static void *worker_run(void *arg) {
         {
                 char p[PATH_MAX];
 
-                test_daemon_path(&daemon_, name, p);
+                tl_daemon_path(&daemon_, name, p);
                 if (zrc_dataset_create(c, p, &s, NULL, 0, &own) < 0) {
                         w->failures++;
                         snprintf(w->message, sizeof(w->message), "%s", zrc_last_error(c)->message);
@@ -1230,51 +1231,12 @@ END_TEST
 
 int main(void) {
         Suite *s = suite_create("libzrc");
-        TCase *tc = tcase_create("daemon");
-        SRunner *sr;
-        int failed, r, status;
 
-        if (!test_daemon_binary()) {
-                printf("SKIP: no zrecordd in this build ($ZRECORDD unset or not executable)\n");
-                return TEST_SKIP;
-        }
-        r = test_daemon_start(&daemon_, NULL);
-        if (r < 0) {
-                fprintf(stderr, "zrecordd did not start: %s\n", strerror(-r));
-                return EXIT_FAILURE;
-        }
-
-        tcase_set_timeout(tc, 120);
-        tcase_add_test(tc, test_connect);
-        tcase_add_test(tc, test_dense_raw);
-        tcase_add_test(tc, test_dense_zstd);
-        tcase_add_test(tc, test_dense_zstd_dict);
-        tcase_add_test(tc, test_ragged_raw);
-        tcase_add_test(tc, test_ragged_zstd);
-        tcase_add_test(tc, test_ragged_zstd_dict);
-        tcase_add_test(tc, test_ragged_growth);
-        tcase_add_test(tc, test_dense_split_read);
-        tcase_add_test(tc, test_delete_compact_verify);
-        tcase_add_test(tc, test_errors);
-        tcase_add_test(tc, test_sets);
-        tcase_add_test(tc, test_loader_dense);
-        tcase_add_test(tc, test_loader_resume_and_slots);
-        tcase_add_test(tc, test_loader_ragged_set_stale);
-        tcase_add_test(tc, test_loader_shared);
-        tcase_add_test(tc, test_loader_shared_disconnect);
-        tcase_add_test(tc, test_status);
-        tcase_add_test(tc, test_many_clients);
-        tcase_add_test(tc, test_descriptors);
-        suite_add_tcase(s, tc);
-        sr = srunner_create(s);
-        srunner_run_all(sr, CK_NORMAL);
-        failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-
-        status = test_daemon_stop(&daemon_);
-        if (status != 0) {
-                fprintf(stderr, "zrecordd exited with status %d after SIGTERM\n", status);
-                failed++;
-        }
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+        TL_TCASE(s, "daemon", 120, test_connect, test_dense_raw, test_dense_zstd,
+                 test_dense_zstd_dict, test_ragged_raw, test_ragged_zstd, test_ragged_zstd_dict,
+                 test_ragged_growth, test_dense_split_read, test_delete_compact_verify,
+                 test_errors, test_sets, test_loader_dense, test_loader_resume_and_slots,
+                 test_loader_ragged_set_stale, test_loader_shared, test_loader_shared_disconnect,
+                 test_status, test_many_clients, test_descriptors);
+        return tl_run_suite_with_daemon(s, &daemon_, NULL);
 }

@@ -285,7 +285,7 @@ static int bench(void) {
                 ring = l.ring_bytes;
                 set_spare(opt.spare);
                 ldr_close(fd, &l);
-                for (double d = now() + TD_TIMEOUT_MS / 1e3; spare_bytes(fd) != ring;)
+                for (double d = now() + TL_TIMEOUT_MS / 1e3; spare_bytes(fd) != ring;)
                         if (now() > d) {
                                 fprintf(stderr, "bench-resume: no spare ring of %" PRIu64
                                         " bytes (is the budget under the ring's size?)\n", ring);

@@ -219,7 +219,7 @@ static int expect_closed(int fd) {
 
 START_TEST(test_hello) {
         struct stat st;
-        ck_assert_int_eq(stat(D.sock, &st), 0);
+        ck_assert_int_eq(stat(D.socket, &st), 0);
         ck_assert_uint_eq(st.st_mode & 0777, 0660);
         int fd = td_connect(&D);
         zr_wire_writer w;
@@ -1429,7 +1429,7 @@ START_TEST(test_sigterm) {
         close(lfd);
         /* the socket is gone, the store synced and released: it opens in-process */
         struct stat st;
-        ck_assert_int_eq(stat(D.sock, &st), -1);
+        ck_assert_int_eq(stat(D.socket, &st), -1);
         int dfd = td_open_dir(path_in("t"));
         zr_dataset *ds;
         zr_error err = {0};
@@ -1869,7 +1869,7 @@ START_TEST(test_activation_and_watchdog) {
         ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
         /* the daemon did not make the socket, so it leaves it */
         struct stat st;
-        ck_assert_int_eq(stat(D.sock, &st), 0);
+        ck_assert_int_eq(stat(D.socket, &st), 0);
 }
 END_TEST
 

@@ -129,9 +129,9 @@ static uint64_t spare_bytes(int fd) {
         return v;
 }
 
-/* Polls STATUS until spare_bytes == want, under TD_TIMEOUT_MS. */
+/* Polls STATUS until spare_bytes == want, under TL_TIMEOUT_MS. */
 static void wait_spare(int fd, uint64_t want) {
-        uint64_t deadline = now_ms() + TD_TIMEOUT_MS, v = 0;
+        uint64_t deadline = now_ms() + TL_TIMEOUT_MS, v = 0;
         while (now_ms() < deadline)
                 if ((v = spare_bytes(fd)) == want)
                         return;

@@ -33,7 +33,7 @@ static const char *const run_name[RUNS] = {"uninterrupted", "prefetch 1", "prefe
                                            "daemon killed", "client crashed"};
 static const char *const samplers[3] = {"sequential", "iid", "cyclic"};
 
-static test_daemon D;
+static tl_daemon D;
 static char dense_path[300], ragged_path[300];
 
 static uint64_t expected_hash(int sampler, uint64_t step) {
@@ -207,7 +207,7 @@ static void create_stores(void) {
 }
 
 int main(void) {
-        uint64_t steps = hd_env_u64("ZR_DET_STEPS", 150);
+        uint64_t steps = tl_env_u64("ZR_DET_STEPS", 150);
         char root[256];
         setvbuf(stdout, NULL, _IOLBF, 0);
         hd_tempdir(root, sizeof(root), "determinism");
@@ -256,6 +256,6 @@ int main(void) {
                 free(h[r]);
         free(ref);
         printf("checks: %u, failed: %u\n", hd_checks, hd_failures);
-        test_rmtree(root);
+        tl_rmtree(root);
         return hd_failures ? 1 : 0;
 }

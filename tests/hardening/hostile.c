@@ -44,7 +44,7 @@
  * mappings. */
 #define RSS_SLACK_KIB (12 * 1024)
 
-static test_daemon D;
+static tl_daemon D;
 static char root[256], hd_path[300], scratch_path[300], victim_path[300], victimz_path[300],
         rag_path[300];
 #define RAG_RECORDS 40000 /* 8-byte ragged records: a READ of all is a ~960 KB reply */
@@ -200,8 +200,8 @@ static uint64_t status_shm(void) {
 static int raw_loader_open(int fd, int64_t h, uint32_t prefetch, uint64_t id, int *ret_ring,
                            uint64_t *ret_ring_bytes, uint64_t *ret_slot_bytes) {
         zr_wire_writer w;
-        hd_msg m;
-        hd_begin(&w, "loader_open", id);
+        tl_msg m;
+        tl_begin(&w, "loader_open", id);
         zr_wire_begin_array(&w, "streams");
         zr_wire_begin_map(&w, NULL);
         zr_wire_put_u64(&w, "handle", (uint64_t)h);
@@ -212,19 +212,19 @@ static int raw_loader_open(int fd, int64_t h, uint32_t prefetch, uint64_t id, in
         zr_wire_put_u64(&w, "seed", 0);
         zr_wire_put_u64(&w, "start_step", 0);
         zr_wire_put_u64(&w, "prefetch", prefetch);
-        int r = hd_call(fd, &w, NULL, 0, &m);
+        int r = tl_call(fd, &w, NULL, 0, &m);
         if (r == 0 && m.nfds == 1) {
                 *ret_ring = m.fds[0];
                 m.nfds = 0;
-                *ret_ring_bytes = hd_u64(&m, "ring_bytes");
-                *ret_slot_bytes = hd_u64(&m, "slot_bytes");
-                r = (int)hd_u64(&m, "loader");
+                *ret_ring_bytes = tl_u64(&m, "ring_bytes");
+                *ret_slot_bytes = tl_u64(&m, "slot_bytes");
+                r = (int)tl_u64(&m, "loader");
         } else if (r == 0) {
                 r = -EBADF;
         } else if (r > 0) {
                 r = -r;
         }
-        hd_msg_free(&m);
+        tl_msg_free(&m);
         return r;
 }
 
@@ -296,7 +296,7 @@ static void case_ring_write(void) {
         int fd, ring = -1;
         uint64_t ring_bytes = 0, slot_bytes = 0, b0 = checker_batches(), shm0 = status_shm();
         unsigned attempts = 0, refused = 0, r1 = 0;
-        CHECK(hd_connect_hello(&D, &fd) == 0, "ring: hello");
+        CHECK(tl_connect_hello(D.socket, "hardening", &fd) == 0, "ring: hello");
         int64_t h = hd_raw_open(fd, hd_path, false, 2);
         CHECK(h > 0, "ring: open: %" PRId64, h);
         int l = raw_loader_open(fd, h, 2, 3, &ring, &ring_bytes, &slot_bytes);
@@ -313,20 +313,20 @@ static void case_ring_write(void) {
                 const uint8_t *other[8];
                 unsigned nother = 0;
                 while (map != MAP_FAILED && seen < 8) {
-                        hd_msg m;
-                        if (hd_recv(fd, &m, 30000) < 0)
+                        tl_msg m;
+                        if (tl_recv(fd, &m, TL_TIMEOUT_MS) < 0)
                                 break;
                         if (strcmp(m.kind, "ring") == 0 && m.nfds == 1 && nother < 8) {
-                                other_bytes[nother] = hd_u64(&m, "ring_bytes");
+                                other_bytes[nother] = tl_u64(&m, "ring_bytes");
                                 other[nother] = mmap(NULL, other_bytes[nother], PROT_READ,
                                                      MAP_SHARED, m.fds[0], 0);
                                 CHECK(other[nother] != MAP_FAILED, "ring: map a RING");
                                 if (other[nother] != MAP_FAILED)
-                                        other_id[nother++] = hd_u64(&m, "ring");
+                                        other_id[nother++] = tl_u64(&m, "ring");
                         }
                         if (strcmp(m.kind, "batch") == 0) {
-                                uint64_t slot = hd_u64(&m, "slot"), step = hd_u64(&m, "step");
-                                uint64_t rid = hd_u64(&m, "ring");
+                                uint64_t slot = tl_u64(&m, "slot"), step = tl_u64(&m, "step");
+                                uint64_t rid = tl_u64(&m, "ring");
                                 const uint8_t *rbase = map;
                                 for (unsigned k = 0; k < nother; k++)
                                         if (other_id[k] == rid)
@@ -347,10 +347,10 @@ static void case_ring_write(void) {
                                 zr_wire_put_u64(&w, "loader", (uint64_t)l);
                                 zr_wire_put_u64(&w, "ring", rid);
                                 zr_wire_put_u64(&w, "slot", slot);
-                                hd_send(fd, &w, NULL, 0);
+                                tl_send(fd, &w, NULL, 0);
                                 zr_wire_writer_destroy(&w);
                         }
-                        hd_msg_free(&m);
+                        tl_msg_free(&m);
                 }
                 CHECK(good == 8, "ring: %u of 8 batches intact after the attempts", good);
                 if (map != MAP_FAILED)
@@ -361,26 +361,26 @@ static void case_ring_write(void) {
         }
         /* a read buffer */
         zr_wire_writer w;
-        hd_msg m;
-        hd_begin(&w, "buffer_open", 10);
+        tl_msg m;
+        tl_begin(&w, "buffer_open", 10);
         zr_wire_put_u64(&w, "bytes", 65536);
-        int r = hd_call(fd, &w, NULL, 0, &m);
+        int r = tl_call(fd, &w, NULL, 0, &m);
         CHECK(r == 0 && m.nfds == 1, "buffer_open: %d", r);
         if (r == 0 && m.nfds == 1) {
                 int buf = m.fds[0];
-                uint64_t bytes = hd_u64(&m, "bytes"), bh = hd_u64(&m, "buffer");
+                uint64_t bytes = tl_u64(&m, "bytes"), bh = tl_u64(&m, "buffer");
                 m.nfds = 0;
                 attempts += try_to_write(buf, bytes, &r1, "buffer");
                 refused += r1;
                 uint64_t idx[64];
                 for (int j = 0; j < 64; j++)
                         idx[j] = (uint64_t)j * 31 % N_RECORDS;
-                hd_msg_free(&m);
-                hd_begin(&w, "read", 11);
+                tl_msg_free(&m);
+                tl_begin(&w, "read", 11);
                 zr_wire_put_u64(&w, "handle", (uint64_t)h);
                 zr_wire_put_u64(&w, "buffer", bh);
                 zr_wire_put_u64s(&w, "indices", idx, 64);
-                r = hd_call(fd, &w, NULL, 0, &m);
+                r = tl_call(fd, &w, NULL, 0, &m);
                 const uint8_t *map = mmap(NULL, bytes, PROT_READ, MAP_SHARED, buf, 0);
                 CHECK(r == 0 && map != MAP_FAILED && dense_batch_ok(map, idx, 64),
                       "buffer: a READ after the attempts is not intact (%d)", r);
@@ -388,7 +388,7 @@ static void case_ring_write(void) {
                         munmap((void *)map, bytes);
                 close(buf);
         }
-        hd_msg_free(&m);
+        tl_msg_free(&m);
         close(fd);
         printf("case ring-write: %u attempts on a ring and a read buffer, %u refused by the kernel\n",
                attempts, refused);
@@ -398,8 +398,8 @@ static void case_ring_write(void) {
 static int expect_call(int fd, const char *kind, const int *fds, unsigned nfds, int64_t handle,
                        const char *desc, int want, unsigned *n, unsigned *ok) {
         zr_wire_writer w;
-        hd_msg m;
-        hd_begin(&w, kind, 100 + *n);
+        tl_msg m;
+        tl_begin(&w, kind, 100 + *n);
         if (handle >= 0)
                 zr_wire_put_u64(&w, "handle", (uint64_t)handle);
         if (!strcmp(kind, "append")) {
@@ -411,11 +411,11 @@ static int expect_call(int fd, const char *kind, const int *fds, unsigned nfds, 
         }
         if (!strcmp(kind, "buffer_open"))
                 zr_wire_put_u64(&w, "bytes", 4096);
-        int r = hd_call(fd, &w, fds, nfds, &m);
+        int r = tl_call(fd, &w, fds, nfds, &m);
         (*n)++;
         *ok += r == want;
         CHECK(r == want, "wrong-fds: %s: got %d, expected %d", desc, r, want);
-        hd_msg_free(&m);
+        tl_msg_free(&m);
         return r;
 }
 
@@ -439,7 +439,7 @@ static void case_wrong_fds(void) {
         int unsealed = memfd_create("unsealed", MFD_CLOEXEC | MFD_ALLOW_SEALING);
         CHECK(write(unsealed, rec, sizeof(rec)) == (ssize_t)sizeof(rec), "memfd write");
 
-        CHECK(hd_connect_hello(&D, &fd) == 0, "wrong-fds: hello");
+        CHECK(tl_connect_hello(D.socket, "hardening", &fd) == 0, "wrong-fds: hello");
         expect_call(fd, "status", (int[]){pipefd[0]}, 1, -1, "a descriptor with STATUS",
                     ZR_E_BAD_FD, &n, &ok);
         expect_call(fd, "dataset_open", (int[]){sv[0], mfd}, 2, -1, "a socket as the directory",
@@ -466,19 +466,19 @@ static void case_wrong_fds(void) {
         /* a RELEASE (a notification) carrying a descriptor: a FAULT */
         {
                 zr_wire_writer w;
-                hd_msg m;
+                tl_msg m;
                 zr_wire_writer_init(&w);
                 zr_wire_writer_begin_message(&w, "release", false, 0);
                 zr_wire_put_u64(&w, "loader", 1);
                 zr_wire_put_u64(&w, "slot", 0);
-                hd_send(fd, &w, (int[]){pipefd[1]}, 1);
+                tl_send(fd, &w, (int[]){pipefd[1]}, 1);
                 zr_wire_writer_destroy(&w);
-                int rr = hd_recv(fd, &m, 30000);
+                int rr = tl_recv(fd, &m, TL_TIMEOUT_MS);
                 n++;
                 bool f = rr == 0 && !strcmp(m.kind, "fault");
                 ok += f;
                 CHECK(f, "wrong-fds: a RELEASE with a descriptor got no FAULT (%d %s)", rr, m.kind);
-                hd_msg_free(&m);
+                tl_msg_free(&m);
         }
         /* the connection still works: a real append */
         {
@@ -495,15 +495,15 @@ static void case_wrong_fds(void) {
                 for (int i = 0; i < 65; i++)
                         many[i] = pipefd[0];
                 zr_wire_writer w;
-                hd_msg m;
-                hd_begin(&w, "status", 200);
-                hd_send(fd, &w, many, 65);
+                tl_msg m;
+                tl_begin(&w, "status", 200);
+                tl_send(fd, &w, many, 65);
                 zr_wire_writer_destroy(&w);
-                int rr = hd_recv(fd, &m, 30000);
-                int code = rr == 0 ? hd_code(&m) : rr;
-                hd_msg_free(&m);
-                int eof = hd_recv(fd, &m, 30000);
-                hd_msg_free(&m);
+                int rr = tl_recv(fd, &m, TL_TIMEOUT_MS);
+                int code = rr == 0 ? tl_code(&m) : rr;
+                tl_msg_free(&m);
+                int eof = tl_recv(fd, &m, TL_TIMEOUT_MS);
+                tl_msg_free(&m);
                 n++;
                 ok += code == ZR_E_BAD_FD && eof == -EPIPE;
                 CHECK(code == ZR_E_BAD_FD && eof == -EPIPE,
@@ -512,16 +512,16 @@ static void case_wrong_fds(void) {
         close(fd);
         /* strikes: a connection that keeps sending descriptors where none belong */
         {
-                CHECK(hd_connect_hello(&D, &fd) == 0, "strikes: hello");
+                CHECK(tl_connect_hello(D.socket, "hardening", &fd) == 0, "strikes: hello");
                 int got = 0, rr = 0;
                 for (int i = 0; i < 40 && rr >= 0; i++) {
                         zr_wire_writer w;
-                        hd_msg m;
-                        hd_begin(&w, "status", 300 + (uint64_t)i);
-                        rr = hd_call(fd, &w, (int[]){pipefd[0]}, 1, &m);
+                        tl_msg m;
+                        tl_begin(&w, "status", 300 + (uint64_t)i);
+                        rr = tl_call(fd, &w, (int[]){pipefd[0]}, 1, &m);
                         if (rr >= 0)
                                 got++;
-                        hd_msg_free(&m);
+                        tl_msg_free(&m);
                 }
                 n++;
                 ok += rr == -EPIPE && got <= ZR_STRIKES_MAX + 1;
@@ -561,23 +561,23 @@ typedef struct pipe_reader {
 static void *pipe_reader_main(void *arg) {
         pipe_reader *p = arg;
         while (p->got < p->total) {
-                hd_msg m;
-                if (hd_recv(p->fd, &m, 30000) < 0)
+                tl_msg m;
+                if (tl_recv(p->fd, &m, TL_TIMEOUT_MS) < 0)
                         break;
-                uint64_t id = hd_u64(&m, "id");
+                uint64_t id = tl_u64(&m, "id");
                 p->in_order += id == p->first_id + p->got;
-                p->ok += hd_code(&m) == 0;
+                p->ok += tl_code(&m) == 0;
                 p->got++;
-                hd_msg_free(&m);
+                tl_msg_free(&m);
         }
         return NULL;
 }
 
 static void case_pipeline(void) {
-        const uint64_t total = hd_env_u64("ZR_HOSTILE_PIPELINE", 20000);
+        const uint64_t total = tl_env_u64("ZR_HOSTILE_PIPELINE", 20000);
         uint64_t b0 = checker_batches(), shm0 = status_shm();
         int fd;
-        CHECK(hd_connect_hello(&D, &fd) == 0, "pipeline: hello");
+        CHECK(tl_connect_hello(D.socket, "hardening", &fd) == 0, "pipeline: hello");
         int64_t h = hd_raw_open(fd, hd_path, false, 2);
         /* Phase 1: write requests without reading a reply until the socket is full. */
         int fl = fcntl(fd, F_GETFL);
@@ -619,7 +619,7 @@ static void case_pipeline(void) {
         pthread_t t;
         pthread_create(&t, NULL, pipe_reader_main, &pr);
         if (off > 0)
-                CHECK(hd_send_raw(fd, frame + off, size - off, NULL, 0) == 0, "pipeline: rest");
+                CHECK(tl_send_raw(fd, frame + off, size - off, NULL, 0) == 0, "pipeline: rest");
         if (off > 0)
                 sent++;
         for (; sent < total; sent++) {
@@ -627,7 +627,7 @@ static void case_pipeline(void) {
                 zr_wire_writer_begin_message(&w, "info", true, 1000 + sent);
                 zr_wire_put_u64(&w, "handle", (uint64_t)h);
                 zr_wire_writer_finish(&w, ZR_FRAME_MAX_FLOOR, &frame, &size, NULL);
-                if (hd_send_raw(fd, frame, size, NULL, 0) < 0)
+                if (tl_send_raw(fd, frame, size, NULL, 0) < 0)
                         break;
         }
         pthread_join(t, NULL);
@@ -651,17 +651,17 @@ static void case_big_replies(void) {
         const uint64_t total = 200;
         uint64_t b0 = checker_batches(), shm0 = status_shm();
         int fd;
-        hd_msg m;
-        CHECK(hd_connect_hello(&D, &fd) == 0, "big-replies: hello");
+        tl_msg m;
+        CHECK(tl_connect_hello(D.socket, "hardening", &fd) == 0, "big-replies: hello");
         int64_t h = hd_raw_open(fd, rag_path, false, 2);
         CHECK(h > 0, "big-replies: open: %" PRId64, h);
         zr_wire_writer w;
-        hd_begin(&w, "buffer_open", 3);
+        tl_begin(&w, "buffer_open", 3);
         zr_wire_put_u64(&w, "bytes", 1 << 20);
-        int r = hd_call(fd, &w, NULL, 0, &m);
-        uint64_t bh = hd_u64(&m, "buffer");
+        int r = tl_call(fd, &w, NULL, 0, &m);
+        uint64_t bh = tl_u64(&m, "buffer");
         CHECK(r == 0, "big-replies: buffer_open: %d", r);
-        hd_msg_free(&m);
+        tl_msg_free(&m);
         uint64_t *idx = malloc(RAG_RECORDS * sizeof(*idx));
         for (uint64_t i = 0; i < RAG_RECORDS; i++)
                 idx[i] = (i * 7919) % RAG_RECORDS;
@@ -707,7 +707,7 @@ static void case_big_replies(void) {
         pthread_t t;
         pthread_create(&t, NULL, pipe_reader_main, &pr);
         if (off > 0) {
-                hd_send_raw(fd, frame + off, size - off, NULL, 0);
+                tl_send_raw(fd, frame + off, size - off, NULL, 0);
                 sent++;
         }
         for (; sent < total; sent++) {
@@ -717,7 +717,7 @@ static void case_big_replies(void) {
                 zr_wire_put_u64(&w, "buffer", bh);
                 zr_wire_put_u64s(&w, "indices", idx, RAG_RECORDS);
                 zr_wire_writer_finish(&w, ZR_FRAME_MAX_DEFAULT, &frame, &size, NULL);
-                if (hd_send_raw(fd, frame, size, NULL, 0) < 0)
+                if (tl_send_raw(fd, frame, size, NULL, 0) < 0)
                         break;
         }
         pthread_join(t, NULL);
@@ -739,14 +739,14 @@ static void case_big_replies(void) {
 }
 
 static void case_connections(void) {
-        const unsigned attempts = (unsigned)hd_env_u64("ZR_HOSTILE_CONNECTS", 3000);
+        const unsigned attempts = (unsigned)tl_env_u64("ZR_HOSTILE_CONNECTS", 3000);
         uint64_t b0 = checker_batches(), shm0 = status_shm();
         int held[MAX_CLIENTS];
         unsigned nheld = 0, refused = 0, other = 0;
         /* fill up to the limit (the monitor and the checker hold two) */
         for (unsigned i = 0; i < MAX_CLIENTS - 2; i++) {
                 int fd;
-                if (hd_connect_hello(&D, &fd) == 0)
+                if (tl_connect_hello(D.socket, "hardening", &fd) == 0)
                         held[nheld++] = fd;
         }
         CHECK(nheld == MAX_CLIENTS - 2, "connections: %u held of %d", nheld, MAX_CLIENTS - 2);
@@ -755,19 +755,19 @@ static void case_connections(void) {
                 int wave[128];
                 unsigned k = 0;
                 for (; k < 128 && done + k < attempts; k++)
-                        wave[k] = hd_connect(&D);
+                        wave[k] = tl_connect(D.socket);
                 for (unsigned i = 0; i < k; i++) {
-                        hd_msg m;
+                        tl_msg m;
                         if (wave[i] < 0) {
                                 other++;
                                 continue;
                         }
-                        int r = hd_recv(wave[i], &m, 30000);
-                        if (r == 0 && hd_code(&m) == ZR_E_LIMIT)
+                        int r = tl_recv(wave[i], &m, TL_TIMEOUT_MS);
+                        if (r == 0 && tl_code(&m) == ZR_E_LIMIT)
                                 refused++;
                         else
                                 other++;
-                        hd_msg_free(&m);
+                        tl_msg_free(&m);
                         close(wave[i]);
                 }
                 done += k;
@@ -778,10 +778,10 @@ static void case_connections(void) {
         unsigned working = 0;
         for (unsigned i = 0; i < nheld; i++) {
                 zr_wire_writer w;
-                hd_msg m;
-                hd_begin(&w, "status", 7);
-                working += hd_call(held[i], &w, NULL, 0, &m) == 0;
-                hd_msg_free(&m);
+                tl_msg m;
+                tl_begin(&w, "status", 7);
+                working += tl_call(held[i], &w, NULL, 0, &m) == 0;
+                tl_msg_free(&m);
                 close(held[i]);
         }
         CHECK(working == nheld, "connections: %u of %u held connections answer", working, nheld);
@@ -858,7 +858,7 @@ static void case_never_release(void) {
         /* a raw client that opens a loader and never reads its socket again */
         int fd, ring = -1;
         uint64_t rb, sb;
-        CHECK(hd_connect_hello(&D, &fd) == 0, "never-read: hello");
+        CHECK(tl_connect_hello(D.socket, "hardening", &fd) == 0, "never-read: hello");
         int64_t h = hd_raw_open(fd, hd_path, false, 2);
         int lr = raw_loader_open(fd, h, 16, 3, &ring, &rb, &sb);
         CHECK(lr > 0, "never-read: loader %d", lr);
@@ -876,58 +876,58 @@ static void case_half_open(void) {
         uint64_t b0 = checker_batches(), shm0 = status_shm();
         unsigned closed = 0, n = 0;
         int fd;
-        hd_msg m;
+        tl_msg m;
         /* a header cut after 2 bytes, then EOF on our side */
-        CHECK(hd_connect_hello(&D, &fd) == 0, "half-open: hello");
-        hd_send_raw(fd, "\x20\x00", 2, NULL, 0);
+        CHECK(tl_connect_hello(D.socket, "hardening", &fd) == 0, "half-open: hello");
+        tl_send_raw(fd, "\x20\x00", 2, NULL, 0);
         shutdown(fd, SHUT_WR);
         int r;
-        while ((r = hd_recv(fd, &m, 30000)) == 0)
-                hd_msg_free(&m);
+        while ((r = tl_recv(fd, &m, TL_TIMEOUT_MS)) == 0)
+                tl_msg_free(&m);
         n++;
         closed += r == -EPIPE;
         CHECK(r == -EPIPE, "half-open: header cut: %d", r);
         close(fd);
         /* a body cut after 10 of 100 bytes */
-        CHECK(hd_connect_hello(&D, &fd) == 0, "half-open: hello");
+        CHECK(tl_connect_hello(D.socket, "hardening", &fd) == 0, "half-open: hello");
         uint8_t part[14] = {100, 0, 0, 0, 0x82};
-        hd_send_raw(fd, part, sizeof(part), NULL, 0);
+        tl_send_raw(fd, part, sizeof(part), NULL, 0);
         shutdown(fd, SHUT_WR);
-        while ((r = hd_recv(fd, &m, 30000)) == 0)
-                hd_msg_free(&m);
+        while ((r = tl_recv(fd, &m, TL_TIMEOUT_MS)) == 0)
+                tl_msg_free(&m);
         n++;
         closed += r == -EPIPE;
         CHECK(r == -EPIPE, "half-open: body cut: %d", r);
         close(fd);
         /* a header declaring 4 GiB - 1: refused before any body byte is read */
-        CHECK(hd_connect_hello(&D, &fd) == 0, "half-open: hello");
-        hd_send_raw(fd, "\xff\xff\xff\xff\x82", 5, NULL, 0);
-        r = hd_recv(fd, &m, 30000);
-        int huge = r == 0 ? hd_code(&m) : r;
+        CHECK(tl_connect_hello(D.socket, "hardening", &fd) == 0, "half-open: hello");
+        tl_send_raw(fd, "\xff\xff\xff\xff\x82", 5, NULL, 0);
+        r = tl_recv(fd, &m, TL_TIMEOUT_MS);
+        int huge = r == 0 ? tl_code(&m) : r;
         if (r == 0)
-                hd_msg_free(&m);
-        r = hd_recv(fd, &m, 30000);
+                tl_msg_free(&m);
+        r = tl_recv(fd, &m, TL_TIMEOUT_MS);
         if (r == 0)
-                hd_msg_free(&m);
+                tl_msg_free(&m);
         n++;
         closed += huge == ZR_E_LIMIT && r == -EPIPE;
         CHECK(huge == ZR_E_LIMIT && r == -EPIPE, "half-open: a 4 GiB header: %d, then %d", huge, r);
         close(fd);
         /* a whole request, then SHUT_WR: the reply still comes */
-        CHECK(hd_connect_hello(&D, &fd) == 0, "half-open: hello");
+        CHECK(tl_connect_hello(D.socket, "hardening", &fd) == 0, "half-open: hello");
         zr_wire_writer w;
-        hd_begin(&w, "status", 5);
-        hd_send(fd, &w, NULL, 0);
+        tl_begin(&w, "status", 5);
+        tl_send(fd, &w, NULL, 0);
         zr_wire_writer_destroy(&w);
         shutdown(fd, SHUT_WR);
-        r = hd_recv(fd, &m, 30000);
-        bool answered = r == 0 && hd_code(&m) == 0 && hd_u64(&m, "id") == 5;
-        hd_msg_free(&m);
+        r = tl_recv(fd, &m, TL_TIMEOUT_MS);
+        bool answered = r == 0 && tl_code(&m) == 0 && tl_u64(&m, "id") == 5;
+        tl_msg_free(&m);
         CHECK(answered, "half-open: a complete request before SHUT_WR was not answered (%d)", r);
         close(fd);
         /* held open: no HELLO, nothing sent; and half a header sent and held */
-        int idle = hd_connect(&D), stuck = hd_connect(&D);
-        hd_send_raw(stuck, "\x10\x00\x00", 3, NULL, 0);
+        int idle = tl_connect(D.socket), stuck = tl_connect(D.socket);
+        tl_send_raw(stuck, "\x10\x00\x00", 3, NULL, 0);
         bool progress = checker_progress(100);
         CHECK(progress, "half-open: the checker stalled beside held connections");
         close(idle);
@@ -1040,7 +1040,7 @@ static void case_vanish(void) {
 }
 
 static uint64_t vanish_pass(int pass) {
-        const unsigned rounds = (unsigned)hd_env_u64("ZR_HOSTILE_VANISH", 80);
+        const unsigned rounds = (unsigned)tl_env_u64("ZR_HOSTILE_VANISH", 80);
         uint64_t b0 = checker_batches(), shm0 = status_shm();
         static const char *const kinds[] = {"append", "delete", "compact", "verify", "stats",
                                             "read", "train_dict", "loader_open"};
@@ -1055,7 +1055,7 @@ static uint64_t vanish_pass(int pass) {
         free(recs);
         for (unsigned i = 0; i < rounds; i++) {
                 int fd;
-                if (hd_connect_hello(&D, &fd) < 0) {
+                if (tl_connect_hello(D.socket, "hardening", &fd) < 0) {
                         CHECK(false, "vanish: hello");
                         continue;
                 }
@@ -1063,7 +1063,7 @@ static uint64_t vanish_pass(int pass) {
                 CHECK(h > 0, "vanish: open: %" PRId64, h);
                 unsigned k = i % 8;
                 zr_wire_writer w;
-                hd_begin(&w, kinds[k], 3);
+                tl_begin(&w, kinds[k], 3);
                 int fds[1] = {memfd};
                 unsigned nfds = 0;
                 uint64_t idx[4] = {0, 1, 2, 3};
@@ -1109,7 +1109,7 @@ static uint64_t vanish_pass(int pass) {
                         zr_wire_put_u64(&w, "handle", (uint64_t)h);
                         break;
                 }
-                hd_send(fd, &w, fds, nfds);
+                tl_send(fd, &w, fds, nfds);
                 zr_wire_writer_destroy(&w);
                 if (i & 1)
                         shutdown(fd, SHUT_WR);
@@ -1394,7 +1394,7 @@ int main(void) {
          * and the daemon exits 0 */
         int stuck = -1, ring = -1;
         uint64_t rb, sb, t_stop = 0;
-        if (hd_daemon_alive(&D) && hd_connect_hello(&D, &stuck) == 0) {
+        if (hd_daemon_alive(&D) && tl_connect_hello(D.socket, "hardening", &stuck) == 0) {
                 int64_t h = hd_raw_open(stuck, hd_path, false, 2);
                 raw_loader_open(stuck, h, 16, 3, &ring, &rb, &sb);
                 zr_wire_writer w;
@@ -1425,6 +1425,6 @@ int main(void) {
         if (stuck >= 0)
                 close(stuck);
         printf("checks: %u, failed: %u\n", hd_checks, hd_failures);
-        test_rmtree(root);
+        tl_rmtree(root);
         return hd_failures ? 1 : 0;
 }

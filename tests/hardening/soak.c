@@ -32,7 +32,7 @@
  * not a leak (a leaked ring or session is MiBs over a soak). */
 #define RSS_SLACK_KIB 8192
 
-static test_daemon D;
+static tl_daemon D;
 static char dense_path[300], ragged_path[300];
 static uint64_t deadline_usec;
 static const char *const samplers[3] = {"sequential", "iid", "cyclic"};
@@ -103,12 +103,12 @@ static void *client_main(void *arg) {
                 cl->sessions++;
                 bool again = true;
                 while (again && hd_now_usec() < deadline_usec) {
-                        int sampler = (int)(hd_rand(&rng) % 3);
+                        int sampler = (int)(tl_rand(&rng) % 3);
                         zrc_loader_options o = {
                                 .sampler = samplers[sampler], .batch_size = BATCH,
-                                .seed = 1 + hd_rand(&rng) % 4, /* few seeds: shared gathers */
-                                .start_step = hd_rand(&rng) % 100000,
-                                .prefetch = (uint32_t)(1 + hd_rand(&rng) % 8)};
+                                .seed = 1 + tl_rand(&rng) % 4, /* few seeds: shared gathers */
+                                .start_step = tl_rand(&rng) % 100000,
+                                .prefetch = (uint32_t)(1 + tl_rand(&rng) % 8)};
                         zrc_loader *l = NULL;
                         r = zrc_loader_open(c, ds, 2, &o, &l);
                         if (r < 0) {
@@ -118,7 +118,7 @@ static void *client_main(void *arg) {
                                 break;
                         }
                         cl->loaders++;
-                        uint64_t k = 5 + hd_rand(&rng) % 40, step = o.start_step;
+                        uint64_t k = 5 + tl_rand(&rng) % 40, step = o.start_step;
                         for (uint64_t i = 0; i < k; i++, step++) {
                                 zrc_loader_batch b;
                                 uint64_t t0 = hd_now_usec();
@@ -141,7 +141,7 @@ static void *client_main(void *arg) {
                                 }
                                 zrc_loader_release(l, b.slot);
                         }
-                        switch (hd_rand(&rng) % 4) {
+                        switch (tl_rand(&rng) % 4) {
                         case 0: /* leave holding the ring: the disconnect reclaims it */
                                 again = false;
                                 break;
@@ -202,8 +202,8 @@ static void create_stores(zrc_conn *c) {
 }
 
 int main(void) {
-        uint64_t seconds = hd_env_u64("ZR_SOAK_SECONDS", 60);
-        unsigned nclients = (unsigned)hd_env_u64("ZR_SOAK_CLIENTS", CLIENTS_DEFAULT);
+        uint64_t seconds = tl_env_u64("ZR_SOAK_SECONDS", 60);
+        unsigned nclients = (unsigned)tl_env_u64("ZR_SOAK_CLIENTS", CLIENTS_DEFAULT);
         char root[256];
         zrc_conn *mon = NULL;
         zrc_error e;
@@ -318,6 +318,6 @@ int main(void) {
                "idle %d, end %d\n", start.rss_kib, warm.rss_kib, peak.rss_kib, end.rss_kib,
                idle.fds, start.fds, warm.fds, peak.fds, end.fds, idle.maps, end.maps);
         printf("checks: %u, failed: %u\n", hd_checks, hd_failures);
-        test_rmtree(root);
+        tl_rmtree(root);
         return hd_failures ? 1 : 0;
 }
