@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check-run.h"
 #include "npy.h"
 
 /* Builds a .npy header of format `major`.0 around `dict`, padded as numpy pads
@@ -159,18 +160,7 @@ END_TEST
 
 int main(void) {
         Suite *s = suite_create("npy");
-        TCase *tc = tcase_create("header");
-        SRunner *sr;
-        int failed;
-
-        tcase_add_test(tc, test_good_v1);
-        tcase_add_test(tc, test_good_variants);
-        tcase_add_test(tc, test_bad_headers);
-        tcase_add_test(tc, test_bad_preamble);
-        suite_add_tcase(s, tc);
-        sr = srunner_create(s);
-        srunner_run_all(sr, CK_NORMAL);
-        failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+        TL_TCASE(s, "header", 0, test_good_v1, test_good_variants, test_bad_headers,
+                 test_bad_preamble);
+        return tl_run_suite(s);
 }

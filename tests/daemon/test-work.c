@@ -8,6 +8,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
+#include "check-run.h"
 #include "server/work.h"
 
 #define JOBS 2000
@@ -72,12 +73,6 @@ END_TEST
 
 int main(void) {
         Suite *s = suite_create("work");
-        TCase *tc = tcase_create("work");
-        tcase_add_test(tc, test_completions);
-        suite_add_tcase(s, tc);
-        SRunner *sr = srunner_create(s);
-        srunner_run_all(sr, CK_NORMAL);
-        int failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+        TL_TCASE(s, "work", 0, test_completions);
+        return tl_run_suite(s);
 }

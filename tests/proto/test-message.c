@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check-run.h"
 #include "message.h"
 #include "wire.h"
 
@@ -303,18 +304,8 @@ END_TEST
 
 int main(void) {
         Suite *s = suite_create("message");
-        TCase *tc = tcase_create("core");
-        tcase_add_test(tc, test_kind_names);
-        tcase_add_test(tc, test_header_unknown_kind_keeps_id);
-        tcase_add_test(tc, test_nested_error_says_where);
-        tcase_add_test(tc, test_ok_checked_against_request);
-        tcase_add_test(tc, test_descriptor_counts);
-        tcase_add_test(tc, test_ids_by_class);
-        tcase_add_test(tc, test_write_error);
-        suite_add_tcase(s, tc);
-        SRunner *sr = srunner_create(s);
-        srunner_run_all(sr, CK_NORMAL);
-        int failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+        TL_TCASE(s, "core", 0, test_kind_names, test_header_unknown_kind_keeps_id,
+                 test_nested_error_says_where, test_ok_checked_against_request,
+                 test_descriptor_counts, test_ids_by_class, test_write_error);
+        return tl_run_suite(s);
 }

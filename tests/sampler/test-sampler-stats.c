@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check-run.h"
 #include "sampler/sampler.h"
 
 #define STATS_N      UINT64_C(1000000) /* the index space of the seed's sampler table */
@@ -210,16 +211,7 @@ END_TEST
 
 int main(void) {
         Suite *s = suite_create("sampler-stats");
-        TCase *tc = tcase_create("core");
-        tcase_add_test(tc, test_iid_uniform);
-        tcase_add_test(tc, test_iid_biased_rejected);
-        tcase_add_test(tc, test_cyclic_permutation);
-        tcase_add_test(tc, test_cyclic_orders_differ);
-        tcase_add_test(tc, test_cyclic_neighbours_unrelated);
-        suite_add_tcase(s, tc);
-        SRunner *sr = srunner_create(s);
-        srunner_run_all(sr, CK_NORMAL);
-        int failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+        TL_TCASE(s, "core", 0, test_iid_uniform, test_iid_biased_rejected, test_cyclic_permutation,
+                 test_cyclic_orders_differ, test_cyclic_neighbours_unrelated);
+        return tl_run_suite(s);
 }
