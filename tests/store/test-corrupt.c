@@ -28,8 +28,10 @@
 #include <unistd.h>
 #include <zdict.h>
 
+#include "records.h"
 #include "store/journal.h"
 #include "store/store.h"
+#include "util.h"
 
 #define TEST_RECORDS 40
 #define TEST_CHUNK_LOG2 16 /* 64 KiB chunks: the 40 records span several */
@@ -40,33 +42,8 @@
 #define FUZZ_SEED UINT64_C(0xf022)
 #define FUZZ_VERIFY_MAX 4096 /* verify a fuzzed store only if it claims this few records */
 
-static uint64_t mix64(uint64_t x) {
-        x += UINT64_C(0x9e3779b97f4a7c15);
-        x = (x ^ (x >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-        x = (x ^ (x >> 27)) * UINT64_C(0x94d049bb133111eb);
-        return x ^ (x >> 31);
-}
-
-static uint64_t rng_next(uint64_t *st) {
-        *st += UINT64_C(0x9e3779b97f4a7c15);
-        return mix64(*st);
-}
-
 static size_t record_len(uint64_t id) {
-        return RECORD_MIN + (size_t)(mix64(id) % (RECORD_MAX - RECORD_MIN));
-}
-
-static const char TEMPLATE[] = "zrecord corrupt-store test: a shared template gives zstd "
-                               "and the dictionary something to find.";
-
-static void record_fill(uint8_t *dst, uint64_t id, size_t len) {
-        uint64_t h = 0;
-        for (size_t j = 0; j < len; j++) {
-                if (j % 32 == 0)
-                        h = mix64(id * 977 + j);
-                dst[j] = (uint8_t)(TEMPLATE[(j + id) % (sizeof(TEMPLATE) - 1)] + (h & 3));
-                h >>= 2;
-        }
+        return RECORD_MIN + (size_t)(tl_mix64(id) % (RECORD_MAX - RECORD_MIN));
 }
 
 /* --- a small store on disk -------------------------------------------------- */
@@ -82,38 +59,6 @@ typedef struct fixture {
  * its few small files does not. */
 static char template_dir[3][256];
 
-/* Trains the test dictionary: 0, or -1 with a message on stderr. */
-static int make_dict(void **ret, size_t *ret_len) {
-        enum { SAMPLES = 200 };
-        size_t sizes[SAMPLES], total = 0;
-        for (size_t i = 0; i < SAMPLES; i++)
-                total += sizes[i] = record_len(1000 + i);
-        uint8_t *buf = malloc(total);
-        void *dict = malloc(DICT_CAPACITY);
-        if (!buf || !dict) {
-                free(buf);
-                free(dict);
-                return -1;
-        }
-        for (size_t i = 0, off = 0; i < SAMPLES; off += sizes[i], i++)
-                record_fill(buf + off, 1000 + i, sizes[i]);
-        size_t r = ZDICT_trainFromBuffer(dict, DICT_CAPACITY, buf, sizes, SAMPLES);
-        free(buf);
-        if (ZDICT_isError(r)) {
-                fprintf(stderr, "ZDICT_trainFromBuffer: %s\n", ZDICT_getErrorName(r));
-                free(dict);
-                return -1;
-        }
-        *ret = dict;
-        *ret_len = r;
-        return 0;
-}
-
-static const char *tmp_base(void) {
-        const char *tmp = getenv("TMPDIR");
-        return tmp && *tmp ? tmp : "/tmp";
-}
-
 /* Creates, fills and closes a store of `codec` in a new temporary directory
  * (its path into dir). Runs outside any test: 0, or -1 with a message. */
 static int template_build(enum zr_codec codec, char dir[256]) {
@@ -126,12 +71,13 @@ static int template_build(enum zr_codec codec, char dir[256]) {
         uint8_t *data = NULL;
         int dfd = -1, r = -1;
 
-        snprintf(dir, 256, "%s/zr-corrupt-template-XXXXXX", tmp_base());
+        snprintf(dir, 256, "%s/zr-corrupt-template-XXXXXX", tl_tmpdir(false));
         if (!mkdtemp(dir) || (dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
                 fprintf(stderr, "%s: %s\n", dir, strerror(errno));
                 goto out;
         }
-        if (codec == ZR_CODEC_ZSTD_DICT && make_dict(&dict, &dict_len) < 0)
+        if (codec == ZR_CODEC_ZSTD_DICT &&
+            tl_record_dict(1000, 200, record_len, 0, DICT_CAPACITY, &dict, &dict_len) < 0)
                 goto out;
         if (zr_store_create(dfd, codec, dict, dict_len, &opts, &s, &err) < 0) {
                 fprintf(stderr, "create: %s\n", err.message);
@@ -143,7 +89,7 @@ static int template_build(enum zr_codec codec, char dir[256]) {
         if (!data)
                 goto out;
         for (size_t i = 0, off = 0; i < TEST_RECORDS; off += lens[i], i++)
-                record_fill(data + off, i, lens[i]);
+                tl_record_fill(data + off, i, lens[i]);
         if (zr_store_append(s, data, lens, TEST_RECORDS, NULL, &err) < 0) {
                 fprintf(stderr, "append: %s\n", err.message);
                 goto out;
@@ -161,59 +107,26 @@ out:
         return r;
 }
 
-/* Copies the files of directory `from` into the directory dfd. Only the first
- * COPY_PREFIX bytes of a file are data here (the .loc segments are 4 GiB and
- * sparse; every other file is small): the rest is extended sparse. */
+/* Only the first COPY_PREFIX bytes of a store's file are data here (the .loc
+ * segments are 4 GiB and sparse; every other file is small). */
 #define COPY_PREFIX (1u << 20)
-static void copy_files(const char *from, int dfd) {
-        DIR *d = opendir(from);
-        struct dirent *e;
-        uint8_t *buf = malloc(COPY_PREFIX);
-        ck_assert(d && buf);
-        while ((e = readdir(d))) {
-                struct stat st;
-                if (fstatat(dirfd(d), e->d_name, &st, 0) < 0 || !S_ISREG(st.st_mode))
-                        continue;
-                int in = openat(dirfd(d), e->d_name, O_RDONLY | O_CLOEXEC);
-                int out = openat(dfd, e->d_name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-                ck_assert_msg(in >= 0 && out >= 0, "copy %s: %s", e->d_name, strerror(errno));
-                ssize_t n = pread(in, buf, COPY_PREFIX, 0);
-                ck_assert_int_ge(n, 0);
-                ck_assert_int_eq(pwrite(out, buf, (size_t)n, 0), n);
-                ck_assert_int_eq(ftruncate(out, st.st_size), 0);
-                close(out);
-                close(in);
-        }
-        closedir(d);
-        free(buf);
-}
 
 /* A fresh copy of the pristine store of `codec`, for one case to damage. */
 static void fixture_make(fixture *f, enum zr_codec codec) {
         memset(f, 0, sizeof(*f));
         f->codec = codec;
-        snprintf(f->dir, sizeof(f->dir), "%s/zr-corrupt-XXXXXX", tmp_base());
+        snprintf(f->dir, sizeof(f->dir), "%s/zr-corrupt-XXXXXX", tl_tmpdir(false));
         ck_assert_ptr_nonnull(mkdtemp(f->dir));
         f->dfd = open(f->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         ck_assert_int_ge(f->dfd, 0);
-        copy_files(template_dir[codec], f->dfd);
-}
-
-static void remove_dir(const char *path) {
-        DIR *d = opendir(path);
-        struct dirent *e;
-        if (!d)
-                return;
-        while ((e = readdir(d)))
-                if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
-                        unlinkat(dirfd(d), e->d_name, 0);
-        closedir(d);
-        rmdir(path);
+        const char *what = NULL;
+        int r = tl_copy_files(template_dir[codec], f->dfd, COPY_PREFIX, &what);
+        ck_assert_msg(r == 0, "copy %s: %s", what, strerror(-r));
 }
 
 static void fixture_done(fixture *f) {
         close(f->dfd);
-        remove_dir(f->dir);
+        tl_rmtree(f->dir);
 }
 
 /* How the store under test reads: 0 through its mappings (the default), 1 with
@@ -304,7 +217,7 @@ static int gather_one(zr_store *s, uint64_t i, zr_error *err) {
                 uint8_t *want = malloc(RECORD_MAX);
                 ck_assert_ptr_nonnull(want);
                 ck_assert_uint_eq(len, record_len(i));
-                record_fill(want, i, len);
+                tl_record_fill(want, i, len);
                 ck_assert_msg(memcmp(buf, want, len) == 0, "record %" PRIu64 ": gather returned 0 "
                               "with the wrong bytes", i);
                 free(want);
@@ -832,7 +745,7 @@ START_TEST(test_dict_corrupt) {
         uint8_t junk[64];
         uint64_t rng = 77;
         for (size_t i = 0; i < sizeof(junk); i++)
-                junk[i] = (uint8_t)rng_next(&rng);
+                junk[i] = (uint8_t)tl_rand(&rng);
         file_pwrite(&f, "dict.zr", junk, sizeof(junk), 0); /* over the header and tables */
         dict_damaged(&f, "dict.zr header overwritten");
         fixture_done(&f);
@@ -858,7 +771,7 @@ START_TEST(test_journal_garbage) {
 
                 ck_assert_ptr_nonnull(junk);
                 for (size_t i = 0; i < len; i++)
-                        junk[i] = (uint8_t)rng_next(&rng);
+                        junk[i] = (uint8_t)tl_rand(&rng);
                 fixture_make(&f, ZR_CODEC_ZSTD);
                 int fd = openat(f.dfd, "delete.zr", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
                 ck_assert_int_ge(fd, 0);
@@ -940,9 +853,9 @@ START_TEST(test_fuzz_meta) {
                 file_pread(&f, "meta.zr", orig, 32, 0);
                 for (size_t it = 0; it < FUZZ_ITERATIONS / 2; it++) {
                         memcpy(m, orig, 32);
-                        size_t k = 1 + rng_next(&rng) % 4;
+                        size_t k = 1 + tl_rand(&rng) % 4;
                         for (size_t j = 0; j < k; j++)
-                                m[rng_next(&rng) % 32] = (uint8_t)rng_next(&rng);
+                                m[tl_rand(&rng) % 32] = (uint8_t)tl_rand(&rng);
                         file_pwrite(&f, "meta.zr", m, 32, 0);
                         fuzz_probe(&f, it, "meta.zr fuzz", 0);
                 }
@@ -962,12 +875,12 @@ START_TEST(test_fuzz_loc) {
 
                 fixture_make(&f, (enum zr_codec)c);
                 for (size_t it = 0; it < FUZZ_ITERATIONS / 2; it++) {
-                        uint64_t rec = rng_next(&rng) % TEST_RECORDS;
+                        uint64_t rec = tl_rand(&rng) % TEST_RECORDS;
                         loc_read(&f, rec, orig);
                         memcpy(e, orig, 16);
-                        size_t k = 1 + rng_next(&rng) % 4;
+                        size_t k = 1 + tl_rand(&rng) % 4;
                         for (size_t j = 0; j < k; j++)
-                                e[rng_next(&rng) % 16] = (uint8_t)rng_next(&rng);
+                                e[tl_rand(&rng) % 16] = (uint8_t)tl_rand(&rng);
                         loc_write(&f, rec, e);
                         /* a zstd frame cannot be moved or resized and still decode to
                          * the right length with the right checksum: bytes are checked */
@@ -1010,6 +923,6 @@ int main(void) {
         int failed = srunner_ntests_failed(sr);
         srunner_free(sr);
         for (int c = 0; c <= 2; c++)
-                remove_dir(template_dir[c]);
+                tl_rmtree(template_dir[c]);
         return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

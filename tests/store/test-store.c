@@ -15,9 +15,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "check-run.h"
+#include "records.h"
 #include "store/format.h"
 #include "store/journal.h"
 #include "store/store.h"
+#include "util.h"
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -27,41 +30,19 @@ typedef struct tdir {
 } tdir;
 
 static void tdir_make(tdir *d) {
-        const char *base = getenv("TMPDIR");
-        snprintf(d->path, sizeof(d->path), "%s/zr-test-store-XXXXXX", base ? base : "/tmp");
+        snprintf(d->path, sizeof(d->path), "%s/zr-test-store-XXXXXX", tl_tmpdir(false));
         ck_assert_ptr_nonnull(mkdtemp(d->path));
         d->fd = open(d->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         ck_assert_int_ge(d->fd, 0);
 }
 
 static void tdir_remove(tdir *d) {
-        DIR *dir = opendir(d->path);
-        struct dirent *e;
-        while (dir && (e = readdir(dir)))
-                if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
-                        unlinkat(d->fd, e->d_name, 0);
-        if (dir)
-                closedir(dir);
         close(d->fd);
-        rmdir(d->path);
+        tl_rmtree(d->path);
 }
 
 static int tdir_has(const tdir *d, const char *name) {
         return faccessat(d->fd, name, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
-}
-
-/* Record `id` of `len` bytes: its id in the first 8 bytes (when it fits), then a
- * smooth, mildly noisy pattern that compresses like image data. */
-static void fill_record(uint8_t *p, uint64_t len, uint64_t id) {
-        uint64_t x = id * 0x9e3779b97f4a7c15ULL + 1;
-        for (uint64_t i = 0; i < len; i++) {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                p[i] = (uint8_t)((i / 97 + id * 7) + ((i & 15) ? 0 : (x & 3)));
-        }
-        if (len >= 8)
-                memcpy(p, &id, 8);
 }
 
 /* A batch of records with ids first_id.. and the given lengths, packed. */
@@ -72,7 +53,7 @@ static uint8_t *make_batch(const uint64_t *lens, size_t n, uint64_t first_id) {
         uint8_t *buf = malloc(total ? total : 1), *p = buf;
         ck_assert_ptr_nonnull(buf);
         for (size_t i = 0; i < n; i++) {
-                fill_record(p, lens[i], first_id + i);
+                tl_record_fill(p, first_id + i, lens[i]);
                 p += lens[i];
         }
         return buf;
@@ -83,7 +64,7 @@ static void check_record(zr_store *s, uint64_t idx, uint64_t id, uint64_t len) {
         uint8_t *got = malloc(len ? len : 1), *want = malloc(len ? len : 1);
         uint64_t got_len = 0;
         zr_error err = {0};
-        fill_record(want, len, id);
+        tl_record_fill(want, id, len);
         int r = zr_store_gather(s, &idx, 1, got, len, &got_len, &err);
         ck_assert_msg(r == 0, "gather %llu: %s", (unsigned long long)idx, err.message);
         ck_assert_uint_eq(got_len, len);
@@ -96,7 +77,7 @@ static void check_record(zr_store *s, uint64_t idx, uint64_t id, uint64_t len) {
 static uint8_t *make_dict(size_t *len) {
         *len = 32768;
         uint8_t *d = malloc(*len);
-        fill_record(d, *len, 424242);
+        tl_record_fill(d, 424242, *len);
         return d;
 }
 
@@ -154,7 +135,7 @@ static void check_all(zr_store *s, const uint64_t *ids, const uint64_t *len_of, 
         uint64_t off = 0;
         for (size_t i = 0; i < n; i++) {
                 ck_assert_uint_eq(got_lens[i], len_of[ids[i]]);
-                fill_record(want + off, got_lens[i], ids[i]);
+                tl_record_fill(want + off, ids[i], got_lens[i]);
                 ck_assert_msg(memcmp(buf + off, want + off, got_lens[i]) == 0,
                               "record %zu (id %llu) differs", i, (unsigned long long)ids[i]);
                 off += got_lens[i];
@@ -227,7 +208,7 @@ static void round_trip_sizes(enum zr_codec codec) {
         ck_assert_msg(zr_store_gather_locs(s, locs, n, dsts, &err) == 0, "%s", err.message);
         for (size_t i = 0; i < n; i++) {
                 uint8_t *want = malloc(lens[idx[i]] ? lens[idx[i]] : 1);
-                fill_record(want, lens[idx[i]], idx[i]);
+                tl_record_fill(want, idx[i], lens[idx[i]]);
                 ck_assert(memcmp(dsts[i], want, lens[idx[i]]) == 0);
                 free(want);
                 free(dsts[i]);
@@ -756,7 +737,7 @@ static void *reader_main(void *p) {
                 }
                 uint64_t off = 0;
                 for (int i = 0; i < 64; i++) {
-                        fill_record(want, conc_len(idx[i]), idx[i]);
+                        tl_record_fill(want, idx[i], conc_len(idx[i]));
                         if (lens[i] != conc_len(idx[i]) || memcmp(buf + off, want, lens[i])) {
                                 a->failed = 1;
                                 snprintf(a->msg, sizeof(a->msg), "record %llu differs",
@@ -1058,38 +1039,14 @@ END_TEST
 
 int main(void) {
         Suite *s = suite_create("store");
-        TCase *tc = tcase_create("round-trip");
-        tcase_set_timeout(tc, 300);
-        tcase_add_test(tc, test_round_trip_raw);
-        tcase_add_test(tc, test_round_trip_zstd);
-        tcase_add_test(tc, test_round_trip_zstd_dict);
-        tcase_add_test(tc, test_rollover_raw);
-        tcase_add_test(tc, test_rollover_zstd);
-        tcase_add_test(tc, test_no_pool);
-        tcase_add_test(tc, test_pread_path);
-        suite_add_tcase(s, tc);
-        tc = tcase_create("mutation");
-        tcase_set_timeout(tc, 300);
-        tcase_add_test(tc, test_delete_semantics);
-        tcase_add_test(tc, test_compact_semantics);
-        tcase_add_test(tc, test_compact_self_overlap);
-        tcase_add_test(tc, test_journal_redo_and_torn);
-        tcase_add_test(tc, test_verify_finds_overlap);
-        tcase_add_test(tc, test_gather_during_append);
-        suite_add_tcase(s, tc);
-        tc = tcase_create("bad-input");
-        tcase_add_test(tc, test_bad_index_and_buffer);
-        tcase_add_test(tc, test_record_too_big);
-        tcase_add_test(tc, test_dict_rules);
-        tcase_add_test(tc, test_install_on_nonempty);
-        tcase_add_test(tc, test_lock_and_exists);
-        tcase_add_test(tc, test_open_refusals);
-        tcase_add_test(tc, test_read_only);
-        tcase_add_test(tc, test_verify_sound);
-        suite_add_tcase(s, tc);
-        SRunner *sr = srunner_create(s);
-        srunner_run_all(sr, CK_NORMAL);
-        int failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+        TL_TCASE(s, "round-trip", 300, test_round_trip_raw, test_round_trip_zstd,
+                 test_round_trip_zstd_dict, test_rollover_raw, test_rollover_zstd, test_no_pool,
+                 test_pread_path);
+        TL_TCASE(s, "mutation", 300, test_delete_semantics, test_compact_semantics,
+                 test_compact_self_overlap, test_journal_redo_and_torn, test_verify_finds_overlap,
+                 test_gather_during_append);
+        TL_TCASE(s, "bad-input", 0, test_bad_index_and_buffer, test_record_too_big,
+                 test_dict_rules, test_install_on_nonempty, test_lock_and_exists,
+                 test_open_refusals, test_read_only, test_verify_sound);
+        return tl_run_suite(s);
 }
