@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -158,4 +159,92 @@ int td_open_dir(const char *path) {
 
         ck_assert_msg(fd >= 0, "open %s: %s", path, strerror(errno));
         return fd;
+}
+
+uint64_t td_next_id(void) {
+        static uint64_t id = 1000000;
+
+        return id++;
+}
+
+void td_begin_hello(zr_wire_writer *w, uint64_t id, uint64_t min, uint64_t max) {
+        tl_begin(w, "hello", id);
+        zr_wire_put_u64(w, "min_version", min);
+        zr_wire_put_u64(w, "max_version", max);
+}
+
+uint32_t td_create_dense(int fd, const char *path, const char *dtype, const uint64_t *shape,
+                         unsigned ndim, const char *codec) {
+        zr_wire_writer w;
+        td_msg m;
+        uint32_t h;
+        int dfd;
+
+        ck_assert_msg(mkdir(path, 0755) == 0, "mkdir %s: %s", path, strerror(errno));
+        dfd = td_open_dir(path);
+        tl_begin(&w, "dataset_create", td_next_id());
+        zr_wire_begin_map(&w, "schema");
+        zr_wire_put_str(&w, "kind", "dense");
+        zr_wire_put_str(&w, "dtype", dtype);
+        zr_wire_put_uint_array(&w, "item_shape", shape, ndim);
+        zr_wire_put_str(&w, "codec", codec);
+        zr_wire_end(&w);
+        ck_assert_int_eq(td_call(fd, &w, &dfd, 1, &m), 0);
+        close(dfd);
+        h = (uint32_t)td_u64(&m, "handle");
+        ck_assert_uint_eq(td_u64(&m, "length"), 0);
+        td_msg_free(&m);
+        return h;
+}
+
+void td_put_dense(zr_wire_writer *w, const char *dtype, const uint64_t *shape, unsigned ndim,
+                  uint64_t count, uint64_t record_bytes) {
+        zr_wire_put_str(w, "dtype", dtype);
+        zr_wire_put_u64(w, "count", count);
+        zr_wire_put_u64(w, "record_bytes", record_bytes);
+        zr_wire_put_uint_array(w, "item_shape", shape, ndim);
+}
+
+int td_append(int fd, uint32_t h, const char *dtype, const uint64_t *shape, unsigned ndim,
+              uint64_t record_bytes, const void *data, uint64_t count, td_msg *m) {
+        int mfd = td_memfd(data, count * record_bytes, true);
+        zr_wire_writer w;
+        td_msg reply;
+        int code;
+
+        tl_begin(&w, "append", td_next_id());
+        zr_wire_put_u64(&w, "handle", h);
+        td_put_dense(&w, dtype, shape, ndim, count, record_bytes);
+        code = td_call(fd, &w, &mfd, 1, m ? m : &reply);
+        close(mfd);
+        if (!m)
+                td_msg_free(&reply);
+        return code;
+}
+
+void td_begin_loader_open(zr_wire_writer *w, uint64_t id, uint32_t h, const char *sampler,
+                          uint64_t batch, uint64_t seed, uint64_t start, uint64_t prefetch) {
+        tl_begin(w, "loader_open", id);
+        zr_wire_begin_array(w, "streams");
+        zr_wire_begin_map(w, NULL);
+        zr_wire_put_u64(w, "handle", h);
+        zr_wire_end(w);
+        zr_wire_end(w);
+        zr_wire_put_str(w, "sampler", sampler);
+        zr_wire_put_u64(w, "batch_size", batch);
+        zr_wire_put_u64(w, "seed", seed);
+        zr_wire_put_u64(w, "start_step", start);
+        zr_wire_put_u64(w, "prefetch", prefetch);
+}
+
+void td_release(int fd, uint64_t loader, uint64_t ring, uint64_t slot) {
+        zr_wire_writer w;
+
+        zr_wire_writer_init(&w);
+        zr_wire_writer_begin_message(&w, "release", false, 0);
+        zr_wire_put_u64(&w, "loader", loader);
+        zr_wire_put_u64(&w, "ring", ring);
+        zr_wire_put_u64(&w, "slot", slot);
+        ck_assert_int_eq(td_send(fd, &w, NULL, 0), 0);
+        zr_wire_writer_destroy(&w);
 }

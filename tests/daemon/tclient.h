@@ -71,6 +71,29 @@ int td_call(int fd, zr_wire_writer *w, const int *fds, unsigned nfds, td_msg *m)
  * closes). */
 int td_call_past_events(int fd, zr_wire_writer *w, const int *fds, unsigned nfds, td_msg *m);
 
+/* A request id for the helpers below (counting up from 1000000, apart from
+ * the small ids tests choose). */
+uint64_t td_next_id(void);
+/* HELLO's body for versions min..max. */
+void td_begin_hello(zr_wire_writer *w, uint64_t id, uint64_t min, uint64_t max);
+/* DATASET_CREATE of a dense store (dtype, item shape of ndim dimensions,
+ * codec) in the new directory `path`, made here; returns its handle. */
+uint32_t td_create_dense(int fd, const char *path, const char *dtype, const uint64_t *shape,
+                         unsigned ndim, const char *codec);
+/* The fields of a dense APPEND after its handle. */
+void td_put_dense(zr_wire_writer *w, const char *dtype, const uint64_t *shape, unsigned ndim,
+                  uint64_t count, uint64_t record_bytes);
+/* APPEND of count dense records of record_bytes each from data (passed in a
+ * sealed memfd) to handle h; returns the code, the reply in *m (or freed if m
+ * is NULL). */
+int td_append(int fd, uint32_t h, const char *dtype, const uint64_t *shape, unsigned ndim,
+              uint64_t record_bytes, const void *data, uint64_t count, td_msg *m);
+/* LOADER_OPEN's body for one stream (handle h). */
+void td_begin_loader_open(zr_wire_writer *w, uint64_t id, uint32_t h, const char *sampler,
+                          uint64_t batch, uint64_t seed, uint64_t start, uint64_t prefetch);
+/* RELEASE of (ring, slot) of a loader: a notification, no reply. */
+void td_release(int fd, uint64_t loader, uint64_t ring, uint64_t slot);
+
 /* A memfd holding len bytes, sealed write/shrink/grow if `seal`. */
 int td_memfd(const void *p, size_t len, bool seal);
 

@@ -31,6 +31,17 @@ int tl_run_suite(Suite *s) {
         return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }
 
+int tl_run_unforked(Suite *s, enum print_output mode) {
+        SRunner *sr = srunner_create(s);
+        int failed;
+
+        srunner_set_fork_status(sr, CK_NOFORK);
+        srunner_run_all(sr, mode);
+        failed = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return failed ? 1 : 0;
+}
+
 /* Frees a suite that will not run (a runner owns and frees its suites). */
 static void discard(Suite *s) {
         srunner_free(srunner_create(s));

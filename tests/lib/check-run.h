@@ -24,6 +24,11 @@ TCase *tl_tcase_add(Suite *s, const char *name, double timeout, ...);
  * check failed, else EXIT_FAILURE. */
 int tl_run_suite(Suite *s);
 
+/* As tl_run_suite(), in this process (no fork per test: a benchmark written
+ * with libcheck assertions) with the runner's output `mode`; the value for
+ * exit(): 0 when no check failed, else 1. */
+int tl_run_unforked(Suite *s, enum print_output mode);
+
 /* tl_run_suite() against one daemon shared by the whole suite: returns TL_SKIP
  * (with a note) when the build has no zrecordd; else starts d (o may be NULL),
  * runs s, and stops d with SIGTERM, which it must answer with a clean drain

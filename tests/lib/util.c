@@ -41,6 +41,16 @@ uint64_t tl_now_ns(void) {
         return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+double tl_seconds(void) {
+        return (double)tl_now_ns() * 1e-9;
+}
+
+int tl_cmp_double(const void *a, const void *b) {
+        double x = *(const double *)a, y = *(const double *)b;
+
+        return x < y ? -1 : x > y;
+}
+
 const char *tl_tmpdir(bool memory) {
         const char *t = getenv("TMPDIR");
 

@@ -19,8 +19,12 @@ uint64_t tl_rand(uint64_t *state);
  * unset or empty. */
 uint64_t tl_env_u64(const char *name, uint64_t def);
 
-/* Monotonic nanoseconds. */
+/* Monotonic nanoseconds, and seconds. */
 uint64_t tl_now_ns(void);
+double tl_seconds(void);
+
+/* qsort()'s comparison of doubles, ascending. */
+int tl_cmp_double(const void *a, const void *b);
 
 /* Where tests put their stores: $TMPDIR if set; else, if `memory`, /dev/shm
  * when it is writable (tests that fsync a lot and need no real disk: a
