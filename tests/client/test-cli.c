@@ -546,66 +546,48 @@ START_TEST(test_set_info) {
 }
 END_TEST
 
+/* zrecord with the arguments after `empty_stdout` exits 1 with `needle` on
+ * stderr (and, if empty_stdout, nothing on stdout). */
+#define EXPECT_ERROR(needle, empty_stdout, ...)                                 \
+        do {                                                                    \
+                char *o_ = NULL, *e_ = NULL;                                    \
+                ck_assert_int_eq(run(&o_, &e_, __VA_ARGS__, NULL), 1);          \
+                CONTAINS(e_, needle);                                           \
+                if (empty_stdout)                                               \
+                        ck_assert_str_eq(o_, "");                               \
+                free(o_);                                                       \
+                free(e_);                                                       \
+        } while (0)
+
 START_TEST(test_errors) {
         int8_t data[4] = { 1, 2, 3, 4 };
-        char *out = NULL, *err = NULL;
 
         write_npy(path("e.npy"), 1, "{'descr': '|i1', 'fortran_order': False, 'shape': (4,), }",
                   data, sizeof(data));
         ck_assert_int_eq(run(NULL, NULL, "import", path("e.npy"), path("e"), NULL), 0);
 
         /* index out of range: exit 1, the error's name on stderr, stdout clean */
-        ck_assert_int_eq(run(&out, &err, "cat", path("e"), "4", NULL), 1);
-        CONTAINS(err, "ZR_E_RANGE");
-        ck_assert_str_eq(out, "");
-        free(out);
-        free(err);
+        EXPECT_ERROR("ZR_E_RANGE", true, "cat", path("e"), "4");
         /* a store already there */
-        ck_assert_int_eq(run(&out, &err, "import", path("e.npy"), path("e"), NULL), 1);
-        CONTAINS(err, "ZR_E_EXISTS");
-        free(out);
-        free(err);
+        EXPECT_ERROR("ZR_E_EXISTS", false, "import", path("e.npy"), path("e"));
         /* not a store */
         mkdir(path("empty"), 0755);
-        ck_assert_int_eq(run(&out, &err, "stats", path("empty"), NULL), 1);
-        CONTAINS(err, "ZR_E_NOT_STORE");
-        free(out);
-        free(err);
-        ck_assert_int_eq(run(&out, &err, "info", path("nowhere"), "--json", NULL), 1);
-        CONTAINS(err, "ENOENT");
-        ck_assert_str_eq(out, "");
-        free(out);
-        free(err);
+        EXPECT_ERROR("ZR_E_NOT_STORE", false, "stats", path("empty"));
+        EXPECT_ERROR("ENOENT", true, "info", path("nowhere"), "--json");
         /* bad .npy files: Fortran order, truncated data, not .npy, missing */
         write_npy(path("f.npy"), 1, "{'descr': '|i1', 'fortran_order': True, 'shape': (2, 2), }",
                   data, sizeof(data));
-        ck_assert_int_eq(run(&out, &err, "import", path("f.npy"), path("f"), NULL), 1);
-        CONTAINS(err, "Fortran");
-        free(out);
-        free(err);
+        EXPECT_ERROR("Fortran", false, "import", path("f.npy"), path("f"));
         write_npy(path("t.npy"), 1, "{'descr': '<i4', 'fortran_order': False, 'shape': (9,), }",
                   data, sizeof(data));
-        ck_assert_int_eq(run(&out, &err, "import", path("t.npy"), path("t"), NULL), 1);
-        CONTAINS(err, "truncated");
-        free(out);
-        free(err);
+        EXPECT_ERROR("truncated", false, "import", path("t.npy"), path("t"));
         write_file(path("x.npy"), "hello, world", 12);
-        ck_assert_int_eq(run(&out, &err, "import", path("x.npy"), path("x"), NULL), 1);
-        CONTAINS(err, "not a .npy");
-        free(out);
-        free(err);
-        ck_assert_int_eq(run(&out, &err, "import", path("missing.npy"), path("m"), NULL), 1);
-        CONTAINS(err, "missing.npy");
-        free(out);
-        free(err);
+        EXPECT_ERROR("not a .npy", false, "import", path("x.npy"), path("x"));
+        EXPECT_ERROR("missing.npy", false, "import", path("missing.npy"), path("m"));
         /* compact needs write access to meta.zr */
         chmod(path("e/meta.zr"), 0444);
-        if (geteuid() != 0) {
-                ck_assert_int_eq(run(&out, &err, "compact", path("e"), NULL), 1);
-                CONTAINS(err, "EACCES");
-                free(out);
-                free(err);
-        }
+        if (geteuid() != 0)
+                EXPECT_ERROR("EACCES", false, "compact", path("e"));
         chmod(path("e/meta.zr"), 0644);
 }
 END_TEST

@@ -105,26 +105,32 @@ static void expect_bad(unsigned major, const char *dict, const char *needle) {
 }
 
 START_TEST(test_bad_headers) {
-        expect_bad(1, "{'descr': '<f4', 'fortran_order': True, 'shape': (3, 4), }", "Fortran");
-        expect_bad(1, "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (3,), }",
-                   "structured");
-        expect_bad(1, "{'descr': '<U5', 'fortran_order': False, 'shape': (3,), }", "not supported");
-        expect_bad(1, "{'descr': '|O', 'fortran_order': False, 'shape': (3,), }", "not supported");
-        expect_bad(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (), }", "0-d");
-        expect_bad(1, "{'descr': '<f4', 'fortran_order': False, }", "lacks shape");
-        expect_bad(1, "{'descr': '<f4', 'shape': (3,), }", "lacks fortran_order");
-        expect_bad(1, "{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': (3,)}",
-                   "repeated");
-        expect_bad(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (3,), 'x': 1}",
-                   "unexpected");
-        expect_bad(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (3)}", "not a tuple");
-        expect_bad(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (3, -1)}", "dimension");
-        expect_bad(1, "{'descr': '<f4', 'fortran_order': Maybe, 'shape': (3,)}", "fortran_order");
-        expect_bad(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (3,)} x", "after");
-        expect_bad(1, "['descr']", "not a dict");
-        expect_bad(1, "{'descr': '<f4', 'fortran_order': False, 'shape': "
-                      "(4294967296, 4294967296, 4294967296)}",
-                   "overflow");
+        static const struct {
+                const char *dict, *needle;
+        } bad[] = {
+                { "{'descr': '<f4', 'fortran_order': True, 'shape': (3, 4), }", "Fortran" },
+                { "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (3,), }",
+                  "structured" },
+                { "{'descr': '<U5', 'fortran_order': False, 'shape': (3,), }", "not supported" },
+                { "{'descr': '|O', 'fortran_order': False, 'shape': (3,), }", "not supported" },
+                { "{'descr': '<f4', 'fortran_order': False, 'shape': (), }", "0-d" },
+                { "{'descr': '<f4', 'fortran_order': False, }", "lacks shape" },
+                { "{'descr': '<f4', 'shape': (3,), }", "lacks fortran_order" },
+                { "{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': (3,)}",
+                  "repeated" },
+                { "{'descr': '<f4', 'fortran_order': False, 'shape': (3,), 'x': 1}",
+                  "unexpected" },
+                { "{'descr': '<f4', 'fortran_order': False, 'shape': (3)}", "not a tuple" },
+                { "{'descr': '<f4', 'fortran_order': False, 'shape': (3, -1)}", "dimension" },
+                { "{'descr': '<f4', 'fortran_order': Maybe, 'shape': (3,)}", "fortran_order" },
+                { "{'descr': '<f4', 'fortran_order': False, 'shape': (3,)} x", "after" },
+                { "['descr']", "not a dict" },
+                { "{'descr': '<f4', 'fortran_order': False, 'shape': "
+                  "(4294967296, 4294967296, 4294967296)}", "overflow" },
+        };
+
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+                expect_bad(1, bad[i].dict, bad[i].needle);
 }
 END_TEST
 
