@@ -1,6 +1,8 @@
 /* harden.c: helpers of the hardening tests (harden.h). */
 #include "harden.h"
 
+#include "sampler/sampler.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -74,6 +76,56 @@ bool hd_record_check(uint64_t id, const void *p, uint64_t size) {
         bool ok = memcmp(big, q, size) == 0;
         free(big);
         return ok;
+}
+
+uint64_t hd_expected_hash(const hd_streams *st, int sampler, uint64_t batch, uint64_t seed,
+                          uint64_t step) {
+        zr_sampler_params p = {.mode = (enum zr_sampler_mode)sampler, .n = st->n,
+                               .batch_size = batch, .seed = seed, .step = step, .rank = 0,
+                               .world_size = 1};
+        uint64_t *idx = malloc(batch * sizeof(*idx)), h = 0;
+        uint8_t *dense = malloc(batch * st->dense_bytes), *rec = malloc(st->ragged_max);
+        if (idx && dense && rec && zr_sampler_indices(&p, idx, NULL) == 0) {
+                for (uint64_t j = 0; j < batch; j++)
+                        hd_record_fill(idx[j], dense + j * st->dense_bytes, st->dense_bytes);
+                h = hd_hash(HD_HASH_INIT, dense, batch * st->dense_bytes);
+                for (uint64_t j = 0; j < batch; j++) {
+                        uint64_t size = hd_record_size(idx[j], st->ragged_min, st->ragged_max);
+                        hd_record_fill(idx[j], rec, size);
+                        h = hd_hash(h, rec, size);
+                }
+        }
+        free(idx);
+        free(dense);
+        free(rec);
+        return h;
+}
+
+uint64_t hd_batch_hash(const hd_streams *st, const zrc_loader_batch *b) {
+        uint64_t h = hd_hash(HD_HASH_INIT, b->streams[0].data, b->count * st->dense_bytes);
+        for (uint64_t j = 0; j < b->count; j++)
+                h = hd_hash(h, b->streams[1].payloads[j], b->streams[1].lengths[j]);
+        return h;
+}
+
+int hd_append_ragged(zrc_dataset *d, uint64_t n, uint64_t min, uint64_t max) {
+        uint64_t *shapes = malloc(n * sizeof(*shapes));
+        const void **payloads = malloc(n * sizeof(*payloads));
+        uint8_t *data = malloc(n * max), *p = data;
+        int r = -ENOMEM;
+        if (shapes && payloads && data) {
+                for (uint64_t i = 0; i < n; i++) {
+                        shapes[i] = hd_record_size(i, min, max);
+                        hd_record_fill(i, p, shapes[i]);
+                        payloads[i] = p;
+                        p += shapes[i];
+                }
+                r = zrc_dataset_append_ragged(d, n, shapes, payloads, NULL);
+        }
+        free(shapes);
+        free(payloads);
+        free(data);
+        return r;
 }
 
 int hd_proc_read(pid_t pid, hd_proc *ret) {

@@ -20,6 +20,7 @@
 #include "daemon.h"
 #include "frames.h"
 #include "util.h"
+#include "zrc.h"
 
 /* Failed checks so far (every CHECK that fails prints its place and message). */
 extern unsigned hd_failures;
@@ -59,6 +60,24 @@ uint64_t hd_record_size(uint64_t id, uint64_t min, uint64_t max);
 void hd_record_fill(uint64_t id, void *dst, uint64_t size);
 /* True if p[0..size) is record id's content. */
 bool hd_record_check(uint64_t id, const void *p, uint64_t size);
+
+/* The two streams of the loaders of soak and determinism: n records, a dense
+ * stream of dense_bytes per record and a ragged one of ragged_min..ragged_max
+ * bytes (hd_record_size()), both holding hd_record_fill()'s records. */
+typedef struct hd_streams {
+        uint64_t n, dense_bytes, ragged_min, ragged_max;
+} hd_streams;
+/* The hash of the batch of `step` (batch records, seed, sampler: an enum
+ * zr_sampler_mode) as the engine's sampler picks it and the records hold it;
+ * 0 if the sampler refuses the parameters. */
+uint64_t hd_expected_hash(const hd_streams *st, int sampler, uint64_t batch, uint64_t seed,
+                          uint64_t step);
+/* The same hash of a batch a loader returned. */
+uint64_t hd_batch_hash(const hd_streams *st, const zrc_loader_batch *b);
+
+/* Appends records 0..n-1 of min..max bytes (hd_record_size()) to a ragged
+ * "|u1" 1-d dataset; libzrc's return. */
+int hd_append_ragged(zrc_dataset *d, uint64_t n, uint64_t min, uint64_t max);
 
 /* What /proc says about a process. */
 typedef struct hd_proc {

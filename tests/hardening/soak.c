@@ -45,31 +45,7 @@ typedef struct client {
         size_t nlat, cap;
 } client;
 
-static uint64_t expected_hash(int sampler, uint64_t seed, uint64_t step) {
-        zr_sampler_params p = {.mode = (enum zr_sampler_mode)sampler, .n = N_RECORDS,
-                               .batch_size = BATCH, .seed = seed, .step = step, .rank = 0,
-                               .world_size = 1};
-        uint64_t idx[BATCH];
-        if (zr_sampler_indices(&p, idx, NULL) < 0)
-                return 0;
-        uint8_t dense[BATCH * DENSE_BYTES], rec[RAGGED_MAX];
-        for (int j = 0; j < BATCH; j++)
-                hd_record_fill(idx[j], dense + j * DENSE_BYTES, DENSE_BYTES);
-        uint64_t h = hd_hash(HD_HASH_INIT, dense, sizeof(dense));
-        for (int j = 0; j < BATCH; j++) {
-                uint64_t size = hd_record_size(idx[j], RAGGED_MIN, RAGGED_MAX);
-                hd_record_fill(idx[j], rec, size);
-                h = hd_hash(h, rec, size);
-        }
-        return h;
-}
-
-static uint64_t batch_hash(const zrc_loader_batch *b) {
-        uint64_t h = hd_hash(HD_HASH_INIT, b->streams[0].data, b->count * DENSE_BYTES);
-        for (uint64_t j = 0; j < b->count; j++)
-                h = hd_hash(h, b->streams[1].payloads[j], b->streams[1].lengths[j]);
-        return h;
-}
+static const hd_streams streams = {N_RECORDS, DENSE_BYTES, RAGGED_MIN, RAGGED_MAX};
 
 static void lat_push(client *c, uint64_t usec) {
         if (c->nlat == c->cap) {
@@ -133,7 +109,8 @@ static void *client_main(void *arg) {
                                 lat_push(cl, t1 - t0);
                                 cl->batches++;
                                 cl->out_of_order += b.step != step;
-                                if (batch_hash(&b) != expected_hash(sampler, o.seed, b.step)) {
+                                if (hd_batch_hash(&streams, &b) !=
+                                    hd_expected_hash(&streams, sampler, BATCH, o.seed, b.step)) {
                                         if (cl->bad++ < 3)
                                                 fprintf(stderr, "client %u: %s seed %" PRIu64
                                                         " step %" PRIu64 ": wrong batch\n", cl->id,
@@ -184,20 +161,8 @@ static void create_stores(zrc_conn *c) {
         zrc_schema_ragged(&s, "|u1", 1, ZRC_CODEC_ZSTD);
         r = zrc_dataset_create(c, ragged_path, &s, NULL, 0, &d);
         CHECK(r == 0, "create ragged: %d %s", r, zrc_last_error(c)->message);
-        uint64_t *shapes = malloc(N_RECORDS * sizeof(*shapes));
-        const void **payloads = malloc(N_RECORDS * sizeof(*payloads));
-        uint8_t *data = malloc((size_t)N_RECORDS * RAGGED_MAX), *p = data;
-        for (uint64_t i = 0; i < N_RECORDS; i++) {
-                shapes[i] = hd_record_size(i, RAGGED_MIN, RAGGED_MAX);
-                hd_record_fill(i, p, shapes[i]);
-                payloads[i] = p;
-                p += shapes[i];
-        }
-        r = zrc_dataset_append_ragged(d, N_RECORDS, shapes, payloads, NULL);
+        r = hd_append_ragged(d, N_RECORDS, RAGGED_MIN, RAGGED_MAX);
         CHECK(r == 0, "append ragged: %d %s", r, zrc_last_error(c)->message);
-        free(shapes);
-        free(payloads);
-        free(data);
         zrc_dataset_close(d);
 }
 
