@@ -223,6 +223,19 @@ START_TEST(test_descriptor_counts) {
 }
 END_TEST
 
+/* A FAULT or an error reply (code and message) with an id (with_id) or not:
+ * refused, since a FAULT must have none and an error reply one. */
+static void expect_bad_error_id(const char *kind, bool with_id) {
+        built b;
+        zr_wire_writer_init(&b.w);
+        zr_wire_writer_begin_message(&b.w, kind, with_id, with_id ? 5 : 0);
+        zr_wire_put_u64(&b.w, "code", ZR_E_PROTO);
+        zr_wire_put_str(&b.w, "message", "x");
+        const msgpack_object *root = finish(&b);
+        ck_assert_int_eq(zr_msg_check(root, ZR_MSG_INVALID, NULL, NULL), -ZR_E_PROTO);
+        done(&b);
+}
+
 START_TEST(test_ids_by_class) {
         built b = {0};
         const msgpack_object *root;
@@ -237,23 +250,9 @@ START_TEST(test_ids_by_class) {
         ck_assert_int_eq(zr_msg_check(root, ZR_MSG_INVALID, NULL, NULL), 0);
         done(&b);
 
-        /* a fault must not have one */
-        zr_wire_writer_init(&b.w);
-        zr_wire_writer_begin_message(&b.w, "fault", true, 5);
-        zr_wire_put_u64(&b.w, "code", ZR_E_PROTO);
-        zr_wire_put_str(&b.w, "message", "x");
-        root = finish(&b);
-        ck_assert_int_eq(zr_msg_check(root, ZR_MSG_INVALID, NULL, NULL), -ZR_E_PROTO);
-        done(&b);
-
-        /* an error reply must */
-        zr_wire_writer_init(&b.w);
-        zr_wire_writer_begin_message(&b.w, "error", false, 0);
-        zr_wire_put_u64(&b.w, "code", ZR_E_PROTO);
-        zr_wire_put_str(&b.w, "message", "x");
-        root = finish(&b);
-        ck_assert_int_eq(zr_msg_check(root, ZR_MSG_INVALID, NULL, NULL), -ZR_E_PROTO);
-        done(&b);
+        /* a fault must not have one, an error reply must */
+        expect_bad_error_id("fault", true);
+        expect_bad_error_id("error", false);
 
         /* a u32 field over 2^32-1 */
         zr_wire_writer_init(&b.w);
