@@ -43,7 +43,7 @@ PY_CONSUMER = textwrap.dedent("""
         sink ^= int(b['x'][0, 0])
         del b
     dt = time.perf_counter() - t0
-    ring = l._ring.mapped.nbytes
+    ring = l._session.mapped.nbytes
     l.close()
     print(json.dumps({'bps': steps / dt, 'ring': ring,
                       'maxrss': [int(line.split()[1]) * 1024 for line in open('/proc/self/status')

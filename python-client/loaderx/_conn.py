@@ -112,6 +112,23 @@ class Connection:
     def has_feature(self, name):
         return name in self.features
 
+    @property
+    def broken(self):
+        """Why the connection broke (a string), or None while it works."""
+        return self._broken
+
+    @property
+    def usable(self):
+        """True if this process may send on the connection: opened here, not
+        closed, not broken."""
+        return self.pid == os.getpid() and not self.closed and self._broken is None
+
+    def mark_broken(self, reason):
+        """Marks the connection broken (if it is not yet), so that every later
+        call fails at once with ``reason``."""
+        if self._broken is None:
+            self._broken = reason
+
     def close(self):
         if self.closed:
             return
@@ -159,6 +176,27 @@ class Connection:
         msg.update(fields)
         with self._send_lock:
             self._fs.send(msg)
+
+    def send_notifications(self, next_msg, blocking=True):
+        """Sends the messages ``next_msg()`` returns until it returns None, in one
+        hold of the send lock (RELEASEs of freed slots). Without ``blocking``,
+        returns False at once if the lock is busy (a finalizer may run while this
+        very thread holds it). A failed send breaks the connection and raises the
+        OSError."""
+        if not self._send_lock.acquire(blocking):
+            return False
+        try:
+            msg = next_msg()
+            while msg is not None:
+                try:
+                    self._fs.send(msg)
+                except OSError as e:
+                    self.mark_broken(str(e))
+                    raise
+                msg = next_msg()
+        finally:
+            self._send_lock.release()
+        return True
 
     def request(self, kind, fields=None, fds=(), context=None):
         """Sends a request and waits for its reply: the ok fields, or raises.
@@ -322,11 +360,11 @@ def default():
     """The process's shared connection (a fresh one in a forked child)."""
     global _default
     c = _default
-    if c is not None and c.pid == os.getpid() and not c.closed and c._broken is None:
+    if c is not None and c.usable:
         return c
     with _default_lock:
         c = _default
-        if c is not None and c.pid == os.getpid() and not c.closed and c._broken is None:
+        if c is not None and c.usable:
             return c
         if c is not None and c.pid == os.getpid() and not c.closed:
             c.close()               # broken: let its descriptors go

@@ -28,12 +28,15 @@ class ZrecordError(Exception):
     """An error reported by zrecordd or detected by the client.
 
     ``code`` is the daemon's error code (``None`` for errors found by the client
-    before anything was sent), ``name`` its symbolic name (``"ZR_E_RANGE"``,
-    ``"EIO"``), ``message`` the one-line explanation.
+    before anything was sent, unless they name one of zrecord's codes: then the
+    code is the name's, from :data:`NAMES`), ``name`` its symbolic name
+    (``"ZR_E_RANGE"``, ``"EIO"``), ``message`` the one-line explanation.
     """
 
     def __init__(self, message, code=None, name=None, **extra):
         super().__init__(message)
+        if code is None:
+            code = NAMES.get(name)
         self.message = message
         self.code = code
         self.name = name or (CODES.get(code) if code is not None else None) or (
@@ -128,6 +131,12 @@ _CLASS_OF = {
     "EROFS": ZrecordPermissionError,
     "EINVAL": ZrecordValueError,
 }
+
+
+def is_code(msg, name):
+    """True if an error reply or event (LOADER_END, FAULT) carries the code ``name``
+    (``"ZR_E_STALE"``), by its name or its number."""
+    return msg.get("name") == name or msg.get("code") == NAMES[name]
 
 
 def from_reply(msg, context=None):

@@ -57,7 +57,7 @@ def check_codec(codec):
     if codec not in CODECS:
         raise ZrecordValueError(
             f"unknown codec {codec!r}: expected one of {', '.join(repr(c) for c in CODECS)}",
-            name="ZR_E_BAD_CODEC", code=1003)
+            name="ZR_E_BAD_CODEC")
     return codec
 
 
@@ -99,7 +99,7 @@ def open_meta(dirfd, path, writable):
             elif e.errno == errno.ENOENT:
                 raise ZrecordFileNotFoundError(
                     f"no zrecord store at {path!r}: the directory has no meta.zr",
-                    code=1000, name="ZR_E_NOT_STORE") from None
+                    name="ZR_E_NOT_STORE") from None
             else:
                 raise
     flags = (os.O_RDWR if writable else os.O_RDONLY) | os.O_CLOEXEC | os.O_NOFOLLOW
@@ -108,7 +108,7 @@ def open_meta(dirfd, path, writable):
     except FileNotFoundError:
         raise ZrecordFileNotFoundError(
             f"no zrecord store at {path!r}: the directory has no meta.zr",
-            code=1000, name="ZR_E_NOT_STORE") from None
+            name="ZR_E_NOT_STORE") from None
 
 
 def is_store(path):
@@ -162,7 +162,7 @@ class Handle:
         if is_store(self.path):
             raise ZrecordFileExistsError(
                 f"a store already exists at {self.path!r}: open it without dtype/item_shape, "
-                "or choose a new path", code=1013, name="ZR_E_EXISTS")
+                "or choose a new path", name="ZR_E_EXISTS")
         dirfd = _open_dir(self.path)
         fds = [dirfd]
         fields = {"schema": schema}
@@ -187,7 +187,7 @@ class Handle:
         if self.closed:
             raise ZrecordValueError(f"the dataset {self.path!r} is closed")
         c = self.conn
-        if c.pid != os.getpid() or c.closed or c._broken is not None:
+        if not c.usable:
             # a forked child, or the daemon went away: open again on a fresh connection
             self.conn = _conn.default() if c.pid != os.getpid() else _conn.reconnect()
             self._open(self.writable)
@@ -220,7 +220,7 @@ class Handle:
             return
         self.closed = True
         c = self.conn
-        if c.pid == os.getpid() and not c.closed and c._broken is None:
+        if c.usable:
             try:
                 c.request("close", {"handle": self.handle})
             except ZrecordError:

@@ -32,10 +32,16 @@ DICT_TIERS = {
 }
 
 
-def _delete_pieces(idx, frame_max):
-    """A delete's indices in requests that fit a frame. Swap-last applies a batch in
-    descending index order and never moves a record below the index it deletes, so
-    descending pieces applied one after the other leave exactly what one batch would."""
+def _delete_pieces(key, n, frame_max):
+    """The indices of a delete of ``key`` from ``n`` records, in requests that fit a
+    frame (none for an empty key). Swap-last applies a batch in descending index
+    order and never moves a record below the index it deletes, so descending pieces
+    applied one after the other leave exactly what one batch would."""
+    idx, _ = _index.normalize(key, n)
+    if len(idx) == 0:
+        return []
+    if len(np.unique(idx)) != len(idx):
+        raise ZrecordValueError("delete: an index is repeated; give each record once")
     per = max(1, (int(frame_max) - 4096) // 8)
     if len(idx) <= per:
         return [idx]
@@ -126,13 +132,7 @@ class _Dataset:
 
     def delete(self, key):
         """Deletes records (swap-last: survivors may be renumbered)."""
-        n = len(self)
-        idx, _ = _index.normalize(key, n)
-        if len(idx) == 0:
-            return
-        if len(np.unique(idx)) != len(idx):
-            raise ZrecordValueError("delete: an index is repeated; give each record once")
-        for piece in _delete_pieces(idx, self._h.conn.frame_max):
+        for piece in _delete_pieces(key, len(self), self._h.conn.frame_max):
             self._h.request("delete", {"indices": _wire.u64s(piece)})
 
     def close(self):
@@ -367,7 +367,7 @@ class MSDataset:
             if not names:
                 raise ZrecordFileNotFoundError(
                     f"no multi-stream dataset at {self.root!r}: no child directory holds a store",
-                    code=1000, name="ZR_E_NOT_STORE")
+                    name="ZR_E_NOT_STORE")
             self._conn = _conn.default()
             writable = all(os.access(os.path.join(self.root, n, "meta.zr"), os.W_OK) for n in names)
             metas = []
@@ -398,7 +398,7 @@ class MSDataset:
         if self._closed:
             raise ZrecordValueError(f"the multi-stream dataset {self.root!r} is closed")
         c = self._conn
-        if c.pid != os.getpid() or c.closed or c._broken is not None:
+        if not c.usable:
             fresh = MSDataset(self.root)       # a forked child, or the daemon went away
             self.__dict__.update(fresh.__dict__)
         return self._set
@@ -422,7 +422,7 @@ class MSDataset:
         if len(vals) > 1:
             raise ZrecordValueError(
                 "streams differ in length: " + ", ".join(f"{n}={v}" for n, v in lengths.items()),
-                name="ZR_E_MISALIGNED", code=1012)
+                name="ZR_E_MISALIGNED")
         return vals.pop()
 
     def append(self, batches):
@@ -452,7 +452,7 @@ class MSDataset:
                 raise ZrecordValueError(
                     "append: streams given different record counts: "
                     + ", ".join(f"{n}={c}" for n, c in counts.items()),
-                    name="ZR_E_MISALIGNED", code=1012)
+                    name="ZR_E_MISALIGNED")
             first = None
             for s in range(0, count, per):
                 f = self._append_one(h, {n: b[s:s + per] for n, b in batches.items()})
@@ -472,7 +472,7 @@ class MSDataset:
                 parts.append("unknown " + ", ".join(map(str, extra)))
             raise ZrecordValueError(
                 f"append to {self.root!r} needs one batch for every stream "
-                f"({', '.join(self.streams)}): {'; '.join(parts)}", name="ZR_E_SCHEMA", code=1011)
+                f"({', '.join(self.streams)}): {'; '.join(parts)}", name="ZR_E_SCHEMA")
         pieces, streams, counts = [], [], {}
         offset = 0
         for name, ds in self.streams.items():
@@ -501,7 +501,7 @@ class MSDataset:
             raise ZrecordValueError(
                 "append: streams given different record counts: "
                 + ", ".join(f"{n}={c}" for n, c in counts.items()),
-                name="ZR_E_MISALIGNED", code=1012)
+                name="ZR_E_MISALIGNED")
         with _shm.SealedMemfd(pieces, "loaderx-append") as m:
             r = self._conn.request("append", {"handle": h, "streams": streams}, fds=(m.fd,),
                                    context=self.root)
@@ -510,13 +510,7 @@ class MSDataset:
     def delete(self, key):
         """Deletes the same records from every stream."""
         h = self._set_handle()
-        n = len(self)
-        idx, _ = _index.normalize(key, n)
-        if len(idx) == 0:
-            return
-        if len(np.unique(idx)) != len(idx):
-            raise ZrecordValueError("delete: an index is repeated; give each record once")
-        for piece in _delete_pieces(idx, self._conn.frame_max):
+        for piece in _delete_pieces(key, len(self), self._conn.frame_max):
             self._conn.request("delete", {"handle": h, "indices": _wire.u64s(piece)},
                                context=self.root)
 

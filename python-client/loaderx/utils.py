@@ -109,6 +109,30 @@ def _commit_path(path, tmp):
     shutil.rmtree(trash, ignore_errors=True)
 
 
+def _write_store(path, create, fill):
+    """Writes a new store for ``path``: ``create(target)`` makes it (a dataset),
+    ``fill(ds, name)`` appends its records (name: the path's last part, for a
+    progress bar); then it is synced and put in place. A failure leaves ``path``
+    as it was."""
+    final, tmp = _prepare_path(path)
+    target = tmp if isinstance(tmp, str) else final
+    ds = None
+    try:
+        ds = create(target)
+        fill(ds, os.path.basename(final))
+        ds._store.sync()
+    except BaseException:
+        if ds is not None:
+            ds.close()
+            ds = None
+        _abandon_path(final, tmp)
+        raise
+    finally:
+        if ds is not None:
+            ds.close()
+    _commit_path(final, tmp)
+
+
 def _max_samples():
     """Records one TRAIN_DICT can name (their sizes travel in the request frame)."""
     return max(1, (_conn.default().frame_max - 4096) // 8)
@@ -225,16 +249,16 @@ def from_numpy(path, array, codec="zstd", dict_bytes=None):
         raise ZrecordValueError(f"from_numpy: dict_bytes is only for codec 'zstd_dict', not {codec!r}")
     if codec == "zstd_dict" and dict_bytes is None:
         dict_bytes = _train_array(array, "balanced")
-    final, tmp = _prepare_path(path)
-    target = tmp if isinstance(tmp, str) else final
-    ds = None
-    try:
-        ds = DenseDataset(target, dtype=dtype, item_shape=array.shape[1:], codec=codec,
-                          dict_bytes=dict_bytes)
+
+    def create(target):
+        return DenseDataset(target, dtype=dtype, item_shape=array.shape[1:], codec=codec,
+                            dict_bytes=dict_bytes)
+
+    def fill(ds, name):
         n = array.shape[0]
         rec = max(1, ds.record_bytes)
         per = max(1, CHUNK_BYTES // rec)
-        bar = _progress(n * rec, os.path.basename(final))
+        bar = _progress(n * rec, name)
         try:
             for s in range(0, n, per):
                 chunk = np.ascontiguousarray(array[s:s + per])
@@ -242,17 +266,8 @@ def from_numpy(path, array, codec="zstd", dict_bytes=None):
                 bar.update(chunk.nbytes)
         finally:
             bar.close()
-        ds._store.sync()
-    except BaseException:
-        if ds is not None:
-            ds.close()
-            ds = None
-        _abandon_path(final, tmp)
-        raise
-    finally:
-        if ds is not None:
-            ds.close()
-    _commit_path(final, tmp)
+
+    _write_store(path, create, fill)
 
 
 def from_iterator(path, iterable, dtype, codec="zstd", dict_bytes=None):
@@ -268,7 +283,7 @@ def from_iterator(path, iterable, dtype, codec="zstd", dict_bytes=None):
         raise ZrecordValueError(
             "from_iterator: codec 'zstd_dict' needs dict_bytes: a stream cannot train its own "
             "dictionary; train one first with loaderx.utils.train_dict(settled_data) and pass "
-            "it as dict_bytes=", name="ZR_E_NO_DICT", code=1006)
+            "it as dict_bytes=", name="ZR_E_NO_DICT")
     if dict_bytes is not None and codec != "zstd_dict":
         raise ZrecordValueError(f"from_iterator: dict_bytes is only for codec 'zstd_dict', not {codec!r}")
     it = iter(iterable)
@@ -277,12 +292,12 @@ def from_iterator(path, iterable, dtype, codec="zstd", dict_bytes=None):
     if first is not None:
         first = np.asarray(first)
         ndim = max(1, first.ndim)
-    final, tmp = _prepare_path(path)
-    target = tmp if isinstance(tmp, str) else final
-    ds = None
-    try:
-        ds = RaggedDataset(target, dtype=dt, codec=codec, ndim=ndim, dict_bytes=dict_bytes)
-        bar = _progress(None, os.path.basename(final), unit="rec")
+
+    def create(target):
+        return RaggedDataset(target, dtype=dt, codec=codec, ndim=ndim, dict_bytes=dict_bytes)
+
+    def fill(ds, name):
+        bar = _progress(None, name, unit="rec")
         try:
             buf, nbytes = [], 0
             if first is not None:
@@ -301,14 +316,5 @@ def from_iterator(path, iterable, dtype, codec="zstd", dict_bytes=None):
                 bar.update(len(buf))
         finally:
             bar.close()
-        ds._store.sync()
-    except BaseException:
-        if ds is not None:
-            ds.close()
-            ds = None
-        _abandon_path(final, tmp)
-        raise
-    finally:
-        if ds is not None:
-            ds.close()
-    _commit_path(final, tmp)
+
+    _write_store(path, create, fill)

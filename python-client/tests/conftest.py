@@ -5,6 +5,7 @@ source tree), started on a socket in a temporary directory; ``ZRECORD_SOCKET``
 points the package at it. It is stopped with SIGTERM at the end and must exit 0.
 """
 
+import json
 import os
 import select
 import shutil
@@ -105,6 +106,55 @@ def workdir(request, tmp_path, monkeypatch):
         request.getfixturevalue("daemon")
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+def skip_if_a_default_daemon_answers():
+    """Skips a test of the auto-started private daemon when a daemon answers at a
+    default path: the embedded default would not start one."""
+    from loaderx._daemon import _try_connect
+    for p in ("/run/zrecord/zrecordd.sock", f"/tmp/zrecord-{os.getuid()}/zrecordd.sock"):
+        if _try_connect(p):
+            pytest.skip(f"a daemon already answers at {p} (a default path), so the embedded "
+                        "default would not start one")
+
+
+def binary_for_auto_start():
+    """The daemon binary for a test of the auto-started private daemon (skips the
+    test without one, or when skip_if_a_default_daemon_answers() says so)."""
+    binary = daemon_binary()
+    if not binary:
+        pytest.skip("no zrecordd binary: set ZRECORDD")
+    skip_if_a_default_daemon_answers()
+    return binary
+
+
+def in_forked_child(body):
+    """Runs body() in a forked child and returns (the dict it returned, the
+    child's wait status); an exception in the child comes back as
+    {"error": repr(e)} with exit status 1."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        code = 0
+        try:
+            out = body()
+        except BaseException as e:   # pragma: no cover - reported by the parent
+            out, code = {"error": repr(e)}, 1
+        data = json.dumps(out).encode()
+        while data:
+            data = data[os.write(w, data):]
+        os._exit(code)
+    os.close(w)
+    chunks = []
+    while True:
+        chunk = os.read(r, 65536)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(r)
+    _, status = os.waitpid(pid, 0)
+    return json.loads(b"".join(chunks)), status
 
 
 @pytest.fixture

@@ -68,6 +68,21 @@ def test_daemon_validates_too(dense):
     unchanged(dense)
 
 
+@pytest.mark.no_daemon
+def test_client_errors_carry_the_code_of_their_name():
+    """An error the client finds itself names a daemon code: it carries that
+    code's number too, as the daemon's own errors do (zr-errors.h)."""
+    from loaderx import _errors, _store
+    with pytest.raises(ValueError) as ei:
+        _store.check_codec("lz4")
+    assert ei.value.name == "ZR_E_BAD_CODEC" and ei.value.code == 1003
+    assert ZrecordError("x", name="ZR_E_STALE").code == 1107
+    assert ZrecordError("x").code is None and ZrecordError("x", name="EIO").code is None
+    assert _errors.is_code({"code": 1016}, "ZR_E_BUFFER")
+    assert _errors.is_code({"name": "ZR_E_BUFFER"}, "ZR_E_BUFFER")
+    assert not _errors.is_code({"name": "ZR_E_STALE", "code": 1107}, "ZR_E_BUFFER")
+
+
 def test_ragged_bad_records(ragged):
     with pytest.raises(TypeError, match="expected <i4"):
         ragged.append([np.arange(3, dtype=np.int64)])

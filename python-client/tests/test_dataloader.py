@@ -112,14 +112,14 @@ def test_zero_copy_views(streams):
     assert all(not r.flags.writeable for r in b["t"])
     # the array's memory lies inside the mapping of the ring that holds the batch
     # (the loader's own, alone in its group): no copy on this side
-    ((rid, slot),) = loader._ring.held
-    ring = loader._ring.rings[rid][0]
+    ((rid, slot),) = loader._session.held
+    ring = loader._session.rings[rid][0]
     assert ring.address <= x.ctypes.data < ring.address + ring.nbytes
-    assert rid == loader._ring.own and ring is loader._ring.mapped
-    lo = ring.address + slot * loader._ring.slot_bytes
-    assert lo <= x.ctypes.data < lo + loader._ring.slot_bytes
+    assert rid == loader._session.own and ring is loader._session.mapped
+    lo = ring.address + slot * loader._session.slot_bytes
+    assert lo <= x.ctypes.data < lo + loader._session.slot_bytes
     loader.close()
-    assert loader._ring is None
+    assert loader._session is None
     np.testing.assert_array_equal(x, DATA[b["y"]])      # still mapped after the close
 
 
@@ -136,7 +136,7 @@ def test_release_names_ring_and_slot(streams, conn):
     fs.send = spy
     try:
         b = next(loader)
-        ((rid, slot),) = loader._ring.held
+        ((rid, slot),) = loader._session.held
         assert not [m for m in sent if m["kind"] == "release"]
         del b
         gc.collect()
@@ -144,7 +144,7 @@ def test_release_names_ring_and_slot(streams, conn):
     finally:
         del fs.send
     rel = [m for m in sent if m["kind"] == "release"]
-    assert rel and rel[0] == {"kind": "release", "loader": loader._ring.loader,
+    assert rel and rel[0] == {"kind": "release", "loader": loader._session.loader,
                               "ring": rid, "slot": slot}
     loader.close()
     assert not conn.faults
@@ -156,7 +156,7 @@ def test_held_batch_stays_valid(streams):
     loader = DataLoader(streams, batch_size=8, sampler="iid", seed=2, prefetch=3)
     held = next(loader)
     keep = snap(held)
-    ring = loader._ring
+    ring = loader._session
     for _ in range(40):
         b = next(loader)
         check_aligned(b)

@@ -16,7 +16,8 @@ from loaderx.dataloader import DataLoader
 from loaderx.dataset import DenseDataset
 from loaderx.utils import from_numpy
 
-from conftest import PKG, has_loader
+from conftest import (PKG, binary_for_auto_start, has_loader, in_forked_child,
+                      skip_if_a_default_daemon_answers)
 
 DATA = np.arange(64 * 4, dtype=np.int32).reshape(64, 4)
 
@@ -37,33 +38,18 @@ def test_fork_gets_a_fresh_connection(workdir):
     loader = DataLoader({"d": ds}, batch_size=4, sampler="sequential") if has_loader() else None
     if loader:
         next(loader)
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:   # the child: everything reconnects by itself
-        os.close(r)
-        try:
-            out = {"rows": ds[[1, 2]].tolist()}
-            c = _conn.default()
-            out["fresh"] = c is not parent_conn and c.pid == os.getpid()
-            if loader:
-                out["loader"] = np.array(next(loader)["d"]).tolist()
-            ds.append(DATA[:1])
-            out["len"] = len(ds)
-            os.write(w, json.dumps(out).encode())
-            os._exit(0)
-        except BaseException as e:   # pragma: no cover - reported by the parent
-            os.write(w, json.dumps({"error": repr(e)}).encode())
-            os._exit(1)
-    os.close(w)
-    data = b""
-    while True:
-        chunk = os.read(r, 65536)
-        if not chunk:
-            break
-        data += chunk
-    os.close(r)
-    _, status = os.waitpid(pid, 0)
-    out = json.loads(data)
+
+    def child():   # everything reconnects by itself
+        out = {"rows": ds[[1, 2]].tolist()}
+        c = _conn.default()
+        out["fresh"] = c is not parent_conn and c.pid == os.getpid()
+        if loader:
+            out["loader"] = np.array(next(loader)["d"]).tolist()
+        ds.append(DATA[:1])
+        out["len"] = len(ds)
+        return out
+
+    out, status = in_forked_child(child)
     assert status == 0, out
     assert out["fresh"] and out["rows"] == DATA[[1, 2]].tolist() and out["len"] == 65
     # the parent's connection is untouched and sees the child's append
@@ -129,15 +115,7 @@ def _alive(pid):
 
 @pytest.mark.no_daemon
 def test_auto_started_daemon(tmp_path):
-    from conftest import daemon_binary
-    binary = daemon_binary()
-    if not binary:
-        pytest.skip("no zrecordd binary: set ZRECORDD")
-    from loaderx._daemon import _try_connect
-    for p in ("/run/zrecord/zrecordd.sock", f"/tmp/zrecord-{os.getuid()}/zrecordd.sock"):
-        if _try_connect(p):
-            pytest.skip(f"a daemon already answers at {p} (a default path), so the embedded "
-                        "default would not start one")
+    binary = binary_for_auto_start()
     run = tmp_path / "run"
     run.mkdir(mode=0o700)
     env = dict(os.environ)
@@ -272,14 +250,7 @@ def _fresh_env(tmp_path, **extra):
 
 @pytest.mark.no_daemon
 def test_auto_start_races_share_one_daemon(tmp_path):
-    from conftest import daemon_binary
-    from loaderx._daemon import _try_connect
-    binary = daemon_binary()
-    if not binary:
-        pytest.skip("no zrecordd binary: set ZRECORDD")
-    for p in ("/run/zrecord/zrecordd.sock", f"/tmp/zrecord-{os.getuid()}/zrecordd.sock"):
-        if _try_connect(p):
-            pytest.skip(f"a daemon already answers at {p}")
+    binary = binary_for_auto_start()
     run, env = _fresh_env(tmp_path, ZRECORDD=binary)
     env["PYTHONPATH"] = PKG
     code = ("from loaderx import _conn; import os; c = _conn.default(); "
@@ -301,10 +272,7 @@ def test_auto_start_races_share_one_daemon(tmp_path):
 
 @pytest.mark.no_daemon
 def test_auto_start_reports_a_broken_binary(tmp_path):
-    from loaderx._daemon import _try_connect
-    for p in ("/run/zrecord/zrecordd.sock", f"/tmp/zrecord-{os.getuid()}/zrecordd.sock"):
-        if _try_connect(p):
-            pytest.skip(f"a daemon already answers at {p}")
+    skip_if_a_default_daemon_answers()
     run, env = _fresh_env(tmp_path, ZRECORDD="/bin/false")
     env["PYTHONPATH"] = PKG
     t = time.monotonic()

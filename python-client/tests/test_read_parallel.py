@@ -2,7 +2,6 @@
 (_store.copy_bytes, _store._copy_records) return the same bytes as the copy on
 the calling thread alone, as new writable arrays, in a forked child too."""
 
-import json
 import os
 
 import numpy as np
@@ -10,6 +9,8 @@ import pytest
 
 from loaderx import _store
 from loaderx.dataset import DenseDataset, RaggedDataset
+
+from conftest import in_forked_child
 
 REC = 100_003            # odd record size: no read splits evenly in slabs or pages
 N = 100                  # 10 MB of records in all: above the default threshold
@@ -190,37 +191,22 @@ def test_forked_child_after_the_parent_used_the_pool(small_slabs, monkeypatch):
     assert read_with(ds, idx, 3).tobytes() == src[idx].tobytes()
     parent_pool = _store._pool
     assert parent_pool is not None and parent_pool.pid == os.getpid()
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:   # the child: the parent's pool has no threads here; a fresh one is made
-        os.close(r)
-        try:
-            out = {"inherited": _store._pool is not None}
-            a = ds[idx]
-            b = ds[list(range(N))]
-            rag = RaggedDataset("rc", dtype=np.uint8, codec="raw", ndim=1)
-            rag.append(list(src[:12]))
-            c = rag[[11, 0, 11]]
-            out["ok"] = (a.tobytes() == src[idx].tobytes() and b.tobytes() == src.tobytes()
-                         and all(x.tobytes() == src[i].tobytes() for x, i in zip(c, [11, 0, 11])))
-            out["writable"] = bool(a.flags.writeable and a.flags.owndata)
-            p = _store._pool
-            out["own_pool"] = p is not None and p is not parent_pool and p.pid == os.getpid()
-            os.write(w, json.dumps(out).encode())
-            os._exit(0)
-        except BaseException as e:   # pragma: no cover - reported by the parent
-            os.write(w, json.dumps({"error": repr(e)}).encode())
-            os._exit(1)
-    os.close(w)
-    data = b""
-    while True:
-        chunk = os.read(r, 65536)
-        if not chunk:
-            break
-        data += chunk
-    os.close(r)
-    _, status = os.waitpid(pid, 0)
-    out = json.loads(data)
+
+    def child():   # the parent's pool has no threads here; a fresh one is made
+        out = {"inherited": _store._pool is not None}
+        a = ds[idx]
+        b = ds[list(range(N))]
+        rag = RaggedDataset("rc", dtype=np.uint8, codec="raw", ndim=1)
+        rag.append(list(src[:12]))
+        c = rag[[11, 0, 11]]
+        out["ok"] = (a.tobytes() == src[idx].tobytes() and b.tobytes() == src.tobytes()
+                     and all(x.tobytes() == src[i].tobytes() for x, i in zip(c, [11, 0, 11])))
+        out["writable"] = bool(a.flags.writeable and a.flags.owndata)
+        p = _store._pool
+        out["own_pool"] = p is not None and p is not parent_pool and p.pid == os.getpid()
+        return out
+
+    out, status = in_forked_child(child)
     assert "error" not in out, out.get("error")
     assert os.waitstatus_to_exitcode(status) == 0
     assert out == {"inherited": False, "ok": True, "writable": True, "own_pool": True}

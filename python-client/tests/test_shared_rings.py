@@ -17,7 +17,8 @@ import pytest
 from loaderx import _conn
 from loaderx._errors import ZrecordRuntimeError
 from loaderx import _shm
-from loaderx.dataloader import DataLoader, _Ring
+from loaderx._session import Layout, LoaderSession
+from loaderx.dataloader import DataLoader
 from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.utils import from_iterator, from_numpy
 
@@ -74,27 +75,26 @@ def fd_open(fd):
         return False
 
 
-class _FakeSocket:
+class _FakeConn:
+    """What a LoaderSession uses of a connection to release slots."""
+
     def __init__(self):
         self.sent = []
+        self.broken = None
 
-    def send(self, msg, fds=()):
-        self.sent.append(dict(msg))
-
-
-class _FakeConn:
-    """What _Ring uses of a connection: the send lock and the frame socket."""
-
-    def __init__(self):
-        self._send_lock = threading.Lock()
-        self._fs = _FakeSocket()
-        self._broken = None
+    def send_notifications(self, next_msg, blocking=True):
+        msg = next_msg()
+        while msg is not None:
+            self.sent.append(dict(msg))
+            msg = next_msg()
+        return True
 
 
-def own_ring(slots=2, ring_id=7):
+def bare_session(slots=2, ring_id=7, layout=None):
+    """A session of loader 3 whose own ring is ring_id, without a daemon."""
     conn = _FakeConn()
     mapped = _shm.MappedBuffer(memfd(slots * SLOT), slots * SLOT)
-    return _Ring(conn, 3, ring_id, mapped, slots, SLOT)
+    return LoaderSession(conn, 3, ring_id, mapped, slots, SLOT, layout)
 
 
 def ring_event(ring_id, slots, slot_bytes=SLOT, ring_bytes=None):
@@ -105,112 +105,99 @@ def ring_event(ring_id, slots, slot_bytes=SLOT, ring_bytes=None):
 
 @pytest.mark.no_daemon
 def test_ring_event_is_checked_and_its_fd_closed():
-    ring = own_ring()
+    session = bare_session()
     # ring_bytes is not slots * slot_bytes
     fd = memfd(4 * SLOT)
     with pytest.raises(ZrecordRuntimeError, match="ZR_E_PROTO|protocol"):
-        ring.add_ring(ring_event(8, 2, ring_bytes=3 * SLOT), [fd])
+        session.add_ring(ring_event(8, 2, ring_bytes=3 * SLOT), [fd])
     assert not fd_open(fd)
     # a slot size other than the loader's
     fd = memfd(4 * SLOT)
     with pytest.raises(ZrecordRuntimeError, match="protocol"):
-        ring.add_ring(ring_event(8, 2, slot_bytes=2 * SLOT), [fd])
+        session.add_ring(ring_event(8, 2, slot_bytes=2 * SLOT), [fd])
     assert not fd_open(fd)
     # a memfd shorter than ring_bytes
     fd = memfd(SLOT)
     with pytest.raises(ZrecordRuntimeError, match="holds 4096 bytes"):
-        ring.add_ring(ring_event(8, 2), [fd])
+        session.add_ring(ring_event(8, 2), [fd])
     assert not fd_open(fd)
     # no descriptor, two descriptors
     with pytest.raises(ZrecordRuntimeError, match="0 descriptors"):
-        ring.add_ring(ring_event(8, 2), [])
+        session.add_ring(ring_event(8, 2), [])
     fds = [memfd(2 * SLOT), memfd(2 * SLOT)]
     with pytest.raises(ZrecordRuntimeError, match="2 descriptors"):
-        ring.add_ring(ring_event(8, 2), fds)
+        session.add_ring(ring_event(8, 2), fds)
     assert not any(fd_open(fd) for fd in fds)
-    assert set(ring.rings) == {7}
+    assert set(session.rings) == {7}
     # a good one: mapped, its descriptor closed
     fd = memfd(3 * SLOT)
-    ring.add_ring(ring_event(8, 3), [fd])
+    session.add_ring(ring_event(8, 3), [fd])
     assert not fd_open(fd)
-    assert set(ring.rings) == {7, 8} and ring.rings[8][1] == 3
-    assert ring.rings[8][0].nbytes == 3 * SLOT
+    assert set(session.rings) == {7, 8} and session.rings[8][1] == 3
+    assert session.rings[8][0].nbytes == 3 * SLOT
     # the same ring twice
     fd = memfd(3 * SLOT)
     with pytest.raises(ZrecordRuntimeError, match="already"):
-        ring.add_ring(ring_event(8, 3), [fd])
+        session.add_ring(ring_event(8, 3), [fd])
     assert not fd_open(fd)
     # RING_CLOSE: of the loader's own ring, of an unknown ring, of a known one
     with pytest.raises(ZrecordRuntimeError, match="RING_CLOSE"):
-        ring.close_ring({"kind": "ring_close", "loader": 3, "ring": 7})
+        session.close_ring({"kind": "ring_close", "loader": 3, "ring": 7})
     with pytest.raises(ZrecordRuntimeError, match="RING_CLOSE"):
-        ring.close_ring({"kind": "ring_close", "loader": 3, "ring": 9})
-    ring.close_ring({"kind": "ring_close", "loader": 3, "ring": 8})
-    assert set(ring.rings) == {7}
-
-
-def _bare_loader(ring, names_kinds, batch_size):
-    """A DataLoader without a daemon behind it: enough state for _batch()."""
-    dl = DataLoader.__new__(DataLoader)
-    dl.names = [n for n, _ in names_kinds]
-    dl._kinds = [k for _, k in names_kinds]
-    dl.batch_size = batch_size
-    dl.with_indices = False
-    dl._next_fetch = 0
-    dl._closed = True          # __del__ does nothing
-    dl._ring = None
-    return dl
+        session.close_ring({"kind": "ring_close", "loader": 3, "ring": 9})
+    session.close_ring({"kind": "ring_close", "loader": 3, "ring": 8})
+    assert set(session.rings) == {7}
 
 
 @pytest.mark.no_daemon
 def test_batch_from_a_group_ring_and_release_names_it():
-    ring = own_ring(slots=2, ring_id=7)
-    conn = ring.conn
+    session = bare_session(slots=2, ring_id=7,
+                    layout=Layout(("x",), ((np.dtype(np.int32), (2,), None),), 4, False))
+    conn = session.conn
     # ring 8: 3 slots; slot 1 holds 4 int32 rows of 2 at region offset 64
     rows = np.arange(8, dtype=np.int32).reshape(4, 2)
     content = bytearray(3 * SLOT)
     content[SLOT + 64:SLOT + 64 + rows.nbytes] = rows.tobytes()
-    ring.add_ring(ring_event(8, 3), [memfd(3 * SLOT, bytes(content))])
-    dl = _bare_loader(ring, [("x", (np.dtype(np.int32), (2,), None))], 4)
+    session.add_ring(ring_event(8, 3), [memfd(3 * SLOT, bytes(content))])
 
     def batch_event(rid, slot, step, offset):
         return {"kind": "batch", "loader": 3, "ring": rid, "slot": slot, "step": step,
                 "streams": [{"offset": offset, "bytes": rows.nbytes}]}
 
-    b = dl._batch(ring, batch_event(8, 1, 0, SLOT + 64))
+    b = session.batch(batch_event(8, 1, 0, SLOT + 64))
     np.testing.assert_array_equal(b["x"], rows)
     assert not b["x"].flags.writeable
-    lo = ring.rings[8][0].address
+    lo = session.rings[8][0].address
     assert lo <= b["x"].ctypes.data < lo + 3 * SLOT      # a view of ring 8, no copy
-    assert ring.held == {(8, 1)}
+    assert session.held == {(8, 1)}
     # the same (ring, slot) again while held, an unknown ring, a slot out of range
     with pytest.raises(ZrecordRuntimeError, match="holds"):
-        dl._batch(ring, batch_event(8, 1, 1, SLOT + 64))
+        session.batch(batch_event(8, 1, 1, SLOT + 64))
     with pytest.raises(ZrecordRuntimeError, match="ring 9"):
-        dl._batch(ring, batch_event(9, 0, 1, 64))
+        session.batch(batch_event(9, 0, 1, 64))
     with pytest.raises(ZrecordRuntimeError, match="slot 3"):
-        dl._batch(ring, batch_event(8, 3, 1, 64))
+        session.batch(batch_event(8, 3, 1, 64))
     with pytest.raises(ZrecordRuntimeError, match="past the end"):
-        dl._batch(ring, batch_event(8, 2, 1, 3 * SLOT - 8))
+        session.batch(batch_event(8, 2, 1, 3 * SLOT - 8))
     # a batch in the loader's own ring, in the same loader: both held at once
-    b2 = dl._batch(ring, batch_event(7, 0, 1, 64))
-    assert ring.held == {(8, 1), (7, 0)}
+    b2 = session.batch(batch_event(7, 0, 1, 64))
+    assert session.held == {(8, 1), (7, 0)}
     # RING_CLOSE while a view is alive: the mapping stays until the view goes
     x = b["x"][1:3]
     del b
     gc.collect()
-    assert {"kind": "release", "loader": 3, "ring": 8, "slot": 1} not in conn._fs.sent
-    ring.close_ring({"kind": "ring_close", "loader": 3, "ring": 8})
+    assert {"kind": "release", "loader": 3, "ring": 8, "slot": 1} not in conn.sent
+    session.close_ring({"kind": "ring_close", "loader": 3, "ring": 8})
     gc.collect()
     np.testing.assert_array_equal(x, rows[1:3])
     del x
     gc.collect()
-    assert conn._fs.sent == [{"kind": "release", "loader": 3, "ring": 8, "slot": 1}]
-    assert ring.held == {(7, 0)}
+    assert conn.sent == [{"kind": "release", "loader": 3, "ring": 8, "slot": 1}]
+    assert session.held == {(7, 0)}
     del b2
     gc.collect()
-    assert conn._fs.sent[-1] == {"kind": "release", "loader": 3, "ring": 7, "slot": 0}
-    assert ring.held == set()
+    assert conn.sent[-1] == {"kind": "release", "loader": 3, "ring": 7, "slot": 0}
+    assert session.held == set()
 
 
 @pytest.mark.no_daemon
@@ -279,7 +266,7 @@ CHILD = inspect.getsource(fd_report) + inspect.getsource(queued_fds) + textwrap.
     for line in sys.stdin:
         cmd = line.split()
         if cmd[0] == "next":
-            r = loader._ring
+            r = loader._session
             b = next(loader)
             foreign += any(k[0] != r.own for k in r.held)
             seen_rings = max(seen_rings, len(r.rings))
@@ -291,11 +278,11 @@ CHILD = inspect.getsource(fd_report) + inspect.getsource(queued_fds) + textwrap.
             # the RING descriptors queued for it are closed
             extra = DataLoader(streams, start_step=int(cmd[1]), **params)
             conn.request("status")
-            queued = [m["kind"] for m, _ in conn._events.get(extra._ring.loader, ())]
+            queued = [m["kind"] for m, _ in conn._events.get(extra._session.loader, ())]
             extra.close()
             third = DataLoader(streams, start_step=int(cmd[1]), **params)
             conn.request("status")
-            queued += [m["kind"] for m, _ in conn._events.get(third._ring.loader, ())]
+            queued += [m["kind"] for m, _ in conn._events.get(third._session.loader, ())]
             del third
             gc.collect()
             conn.request("status")
@@ -305,8 +292,8 @@ CHILD = inspect.getsource(fd_report) + inspect.getsource(queued_fds) + textwrap.
             loader.close()
             say(closed=True)
         elif cmd[0] == "end":
-            rings = sorted(loader._ring.rings) if loader._ring else []
-            own = loader._ring.own if loader._ring else None
+            rings = sorted(loader._session.rings) if loader._session else []
+            own = loader._session.own if loader._session else None
             loader.close()
             del loader
             gc.collect()
@@ -394,7 +381,7 @@ def test_identical_loaders_in_two_processes_share_gathers(stores, conn, tmp_path
 
         def take():
             b = next(mine)
-            foreign[0] += any(key[0] != mine._ring.own for key in mine._ring.held)
+            foreign[0] += any(key[0] != mine._session.own for key in mine._session.held)
             got.append(snap(b))
 
         for k in range(together):
@@ -405,7 +392,7 @@ def test_identical_loaders_in_two_processes_share_gathers(stores, conn, tmp_path
                 np.testing.assert_array_equal(b["x"], DATA[[int(r[0]) // 100 for r in b["t"]]])
         st = conn.request("status")
         pl = [p for p in st.get("per_loader", []) if p.get("pid") == child.pid or
-              (p.get("pid") == os.getpid() and p.get("loader") == mine._ring.loader)]
+              (p.get("pid") == os.getpid() and p.get("loader") == mine._session.loader)]
         assert len(pl) == 2, (os.getpid(), child.pid, st.get("per_loader"))
         assert sum(p["shared"] for p in pl) > 0, pl
         gathers = st["gathers"] - base["gathers"]
@@ -423,7 +410,7 @@ def test_identical_loaders_in_two_processes_share_gathers(stores, conn, tmp_path
             for k in range(together, together + alone):
                 take()
             # the child's ring went with RING_CLOSE once we let go of its slots
-            assert set(mine._ring.rings) == {mine._ring.own}
+            assert set(mine._session.rings) == {mine._session.own}
             mine.close()
         end = child.ask("end")
         child.finish()

@@ -22,6 +22,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,11 +31,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "daemon.h"
 #include "dataset/dataset.h"
+#include "util.h"
 #include "util/pool.h"
 #include "workload.h"
 #include "zrc.h"
-#include "zrd-test.h"
 
 /* The daemon runs with --threads=2 (zrd-test.c); the engine gets as many. */
 #define BENCH_THREADS 2
@@ -336,14 +338,14 @@ int main(int argc, char **argv) {
         size_t rounds = quick ? 2000 : BENCH_INFO_ROUNDS;
         char dir[] = "/tmp/zrc-bench-XXXXXX", path[2][2][PATH_MAX];
         zr_pool *pool = NULL;
-        test_daemon daemon_;
+        tl_daemon daemon_;
         zrc_conn *c = NULL;
         zrc_dataset *d = NULL;
         int r;
 
-        if (!test_daemon_binary()) {
+        if (!tl_daemon_binary()) {
                 fprintf(stderr, "bench-read: set ZRECORDD to the zrecordd binary\n");
-                return TEST_SKIP;
+                return TL_SKIP;
         }
         if (quick)
                 for (size_t i = 0; i < n_loads; i++)
@@ -364,7 +366,7 @@ int main(int argc, char **argv) {
                 }
         }
 
-        r = test_daemon_start(&daemon_, NULL);
+        r = tl_daemon_start(&daemon_, NULL);
         if (r < 0) {
                 fprintf(stderr, "bench-read: zrecordd did not start: %s\n", strerror(-r));
                 goto fail;
@@ -423,7 +425,8 @@ int main(int argc, char **argv) {
                 }
 
         zrc_disconnect(c);
-        test_daemon_stop(&daemon_);
+        tl_daemon_stop(&daemon_, SIGTERM);
+        tl_daemon_remove(&daemon_);
         if (r < 0 || !lat) {
                 fprintf(stderr, "bench-read: libzrc failed: %d\n", r);
                 free(lat);
@@ -466,11 +469,11 @@ int main(int argc, char **argv) {
                lat[rounds / 2], lat[rounds * 99 / 100]);
         free(lat);
         zr_pool_free(pool);
-        test_rmtree(dir);
+        tl_rmtree(dir);
         return EXIT_SUCCESS;
 
 fail:
         zr_pool_free(pool);
-        test_rmtree(dir);
+        tl_rmtree(dir);
         return EXIT_FAILURE;
 }

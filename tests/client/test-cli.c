@@ -18,10 +18,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "check-run.h"
+#include "daemon.h"
+#include "util.h"
 #include "zrc.h"
-#include "zrd-test.h"
 
-static test_daemon daemon_;
+static tl_daemon daemon_;
 static const char *zrecord;
 static bool have_python;  /* python3 that can parse JSON */
 static bool have_numpy;
@@ -31,7 +33,7 @@ static const char *path(const char *name) {
         static int k;
 
         k = (k + 1) % 4;
-        return test_daemon_path(&daemon_, name, bufs[k]);
+        return tl_daemon_path(&daemon_, name, bufs[k]);
 }
 
 /* Runs zrecord --socket SOCK args... (NULL-terminated); captures output. */
@@ -48,7 +50,7 @@ static int run(char **ret_out, char **ret_err, ...) {
                 argv[argc++] = a;
         va_end(ap);
         argv[argc] = NULL;
-        r = test_run(argv, ret_out, ret_err);
+        r = tl_exec_capture(argv, ret_out, ret_err);
         return r;
 }
 
@@ -95,7 +97,7 @@ static void check_json(const char *s) {
         ck_assert_int_ge(fd, 0);
         ck_assert_int_eq(write(fd, s, strlen(s)), (ssize_t)strlen(s));
         close(fd);
-        ck_assert_msg(test_run(argv, NULL, NULL) == 0, "not JSON: %s", s);
+        ck_assert_msg(tl_exec_capture(argv, NULL, NULL) == 0, "not JSON: %s", s);
         unlink(tmp);
 }
 
@@ -118,23 +120,23 @@ START_TEST(test_usage) {
         char *argv3[] = { (char *)zrecord, "frobnicate", NULL };
         char *argv4[] = { (char *)zrecord, NULL };
 
-        ck_assert_int_eq(test_run(argv, &out, &err), 0);
+        ck_assert_int_eq(tl_exec_capture(argv, &out, &err), 0);
         CONTAINS(out, "Usage: zrecord");
         CONTAINS(out, "Exit status");
         CONTAINS(out, "3  cannot connect");
         free(out);
         free(err);
-        ck_assert_int_eq(test_run(argv2, &out, &err), 0);
+        ck_assert_int_eq(tl_exec_capture(argv2, &out, &err), 0);
         CONTAINS(out, "--codec");
         free(out);
         free(err);
-        ck_assert_int_eq(test_run(argv3, &out, &err), 2);
+        ck_assert_int_eq(tl_exec_capture(argv3, &out, &err), 2);
         CONTAINS(err, "unknown command");
         CONTAINS(err, "--help");
         ck_assert_str_eq(out, "");
         free(out);
         free(err);
-        ck_assert_int_eq(test_run(argv4, NULL, &err), 2);
+        ck_assert_int_eq(tl_exec_capture(argv4, NULL, &err), 2);
         free(err);
         ck_assert_int_eq(run(NULL, &err, "cat", NULL), 2);
         CONTAINS(err, "cat takes one PATH");
@@ -150,13 +152,13 @@ START_TEST(test_no_daemon) {
         char *argv2[] = { (char *)zrecord, "--json", "--socket", (char *)path("none.sock"), "info",
                           "/x", NULL };
 
-        ck_assert_int_eq(test_run(argv, &out, &err), 3);
+        ck_assert_int_eq(tl_exec_capture(argv, &out, &err), 3);
         CONTAINS(err, "ENOENT");
         CONTAINS(err, "none.sock");
         ck_assert_str_eq(out, "");
         free(out);
         free(err);
-        ck_assert_int_eq(test_run(argv2, NULL, NULL), 3);
+        ck_assert_int_eq(tl_exec_capture(argv2, NULL, NULL), 3);
 
         /* import checks its file first: a bad file is reported without a daemon */
         write_file(path("bad.npy"), "not numpy", 9);
@@ -164,7 +166,7 @@ START_TEST(test_no_daemon) {
                 char *argv3[] = { (char *)zrecord, "--socket", (char *)path("none.sock"), "import",
                                   (char *)path("bad.npy"), (char *)path("nd"), NULL };
 
-                ck_assert_int_eq(test_run(argv3, NULL, &err), 1);
+                ck_assert_int_eq(tl_exec_capture(argv3, NULL, &err), 1);
                 CONTAINS(err, "not a .npy");
                 free(err);
         }
@@ -175,7 +177,7 @@ START_TEST(test_no_daemon) {
                 char *argv4[] = { (char *)zrecord, "--socket", (char *)path("none.sock"), "import",
                                   (char *)path("good.npy"), (char *)path("nd"), NULL };
 
-                ck_assert_int_eq(test_run(argv4, NULL, NULL), 3);
+                ck_assert_int_eq(tl_exec_capture(argv4, NULL, NULL), 3);
                 ck_assert_int_eq(access(path("nd"), F_OK), -1);
         }
 }
@@ -464,7 +466,7 @@ START_TEST(test_import_numpy) {
         snprintf(script, sizeof(script),
                  "import numpy as np; np.save('%s', np.arange(80, dtype='<f4').reshape(20, 2, 2))",
                  path("np.npy"));
-        ck_assert_int_eq(test_run(argv, NULL, NULL), 0);
+        ck_assert_int_eq(tl_exec_capture(argv, NULL, NULL), 0);
         ck_assert_int_eq(run(&out, &err, "import", path("np.npy"), path("np"), NULL), 0);
         free(out);
         free(err);
@@ -477,7 +479,7 @@ START_TEST(test_import_numpy) {
         snprintf(script, sizeof(script),
                  "import numpy as np; np.save('%s', np.array([[1.5, -2.0], [3.25, 1e300]], dtype='>f8'))",
                  path("be.npy"));
-        ck_assert_int_eq(test_run(argv, NULL, NULL), 0);
+        ck_assert_int_eq(tl_exec_capture(argv, NULL, NULL), 0);
         ck_assert_int_eq(run(&out, &err, "import", path("be.npy"), path("be"), NULL), 0);
         free(out);
         free(err);
@@ -544,119 +546,69 @@ START_TEST(test_set_info) {
 }
 END_TEST
 
+/* zrecord with the arguments after `empty_stdout` exits 1 with `needle` on
+ * stderr (and, if empty_stdout, nothing on stdout). */
+#define EXPECT_ERROR(needle, empty_stdout, ...)                                 \
+        do {                                                                    \
+                char *o_ = NULL, *e_ = NULL;                                    \
+                ck_assert_int_eq(run(&o_, &e_, __VA_ARGS__, NULL), 1);          \
+                CONTAINS(e_, needle);                                           \
+                if (empty_stdout)                                               \
+                        ck_assert_str_eq(o_, "");                               \
+                free(o_);                                                       \
+                free(e_);                                                       \
+        } while (0)
+
 START_TEST(test_errors) {
         int8_t data[4] = { 1, 2, 3, 4 };
-        char *out = NULL, *err = NULL;
 
         write_npy(path("e.npy"), 1, "{'descr': '|i1', 'fortran_order': False, 'shape': (4,), }",
                   data, sizeof(data));
         ck_assert_int_eq(run(NULL, NULL, "import", path("e.npy"), path("e"), NULL), 0);
 
         /* index out of range: exit 1, the error's name on stderr, stdout clean */
-        ck_assert_int_eq(run(&out, &err, "cat", path("e"), "4", NULL), 1);
-        CONTAINS(err, "ZR_E_RANGE");
-        ck_assert_str_eq(out, "");
-        free(out);
-        free(err);
+        EXPECT_ERROR("ZR_E_RANGE", true, "cat", path("e"), "4");
         /* a store already there */
-        ck_assert_int_eq(run(&out, &err, "import", path("e.npy"), path("e"), NULL), 1);
-        CONTAINS(err, "ZR_E_EXISTS");
-        free(out);
-        free(err);
+        EXPECT_ERROR("ZR_E_EXISTS", false, "import", path("e.npy"), path("e"));
         /* not a store */
         mkdir(path("empty"), 0755);
-        ck_assert_int_eq(run(&out, &err, "stats", path("empty"), NULL), 1);
-        CONTAINS(err, "ZR_E_NOT_STORE");
-        free(out);
-        free(err);
-        ck_assert_int_eq(run(&out, &err, "info", path("nowhere"), "--json", NULL), 1);
-        CONTAINS(err, "ENOENT");
-        ck_assert_str_eq(out, "");
-        free(out);
-        free(err);
+        EXPECT_ERROR("ZR_E_NOT_STORE", false, "stats", path("empty"));
+        EXPECT_ERROR("ENOENT", true, "info", path("nowhere"), "--json");
         /* bad .npy files: Fortran order, truncated data, not .npy, missing */
         write_npy(path("f.npy"), 1, "{'descr': '|i1', 'fortran_order': True, 'shape': (2, 2), }",
                   data, sizeof(data));
-        ck_assert_int_eq(run(&out, &err, "import", path("f.npy"), path("f"), NULL), 1);
-        CONTAINS(err, "Fortran");
-        free(out);
-        free(err);
+        EXPECT_ERROR("Fortran", false, "import", path("f.npy"), path("f"));
         write_npy(path("t.npy"), 1, "{'descr': '<i4', 'fortran_order': False, 'shape': (9,), }",
                   data, sizeof(data));
-        ck_assert_int_eq(run(&out, &err, "import", path("t.npy"), path("t"), NULL), 1);
-        CONTAINS(err, "truncated");
-        free(out);
-        free(err);
+        EXPECT_ERROR("truncated", false, "import", path("t.npy"), path("t"));
         write_file(path("x.npy"), "hello, world", 12);
-        ck_assert_int_eq(run(&out, &err, "import", path("x.npy"), path("x"), NULL), 1);
-        CONTAINS(err, "not a .npy");
-        free(out);
-        free(err);
-        ck_assert_int_eq(run(&out, &err, "import", path("missing.npy"), path("m"), NULL), 1);
-        CONTAINS(err, "missing.npy");
-        free(out);
-        free(err);
+        EXPECT_ERROR("not a .npy", false, "import", path("x.npy"), path("x"));
+        EXPECT_ERROR("missing.npy", false, "import", path("missing.npy"), path("m"));
         /* compact needs write access to meta.zr */
         chmod(path("e/meta.zr"), 0444);
-        if (geteuid() != 0) {
-                ck_assert_int_eq(run(&out, &err, "compact", path("e"), NULL), 1);
-                CONTAINS(err, "EACCES");
-                free(out);
-                free(err);
-        }
+        if (geteuid() != 0)
+                EXPECT_ERROR("EACCES", false, "compact", path("e"));
         chmod(path("e/meta.zr"), 0644);
 }
 END_TEST
 
 int main(void) {
-        Suite *s = suite_create("cli");
-        TCase *tc = tcase_create("zrecord");
-        SRunner *sr;
-        int failed, r, status;
         char *probe[] = { "/usr/bin/env", "python3", "-c", "import json", NULL };
         char *probe_np[] = { "/usr/bin/env", "python3", "-c", "import numpy", NULL };
+        Suite *s = suite_create("cli");
 
         zrecord = getenv("ZRECORD");
         if (!zrecord || access(zrecord, X_OK) < 0) {
                 fprintf(stderr, "$ZRECORD does not name the zrecord tool\n");
                 return EXIT_FAILURE;
         }
-        if (!test_daemon_binary()) {
-                printf("SKIP: no zrecordd in this build ($ZRECORDD unset or not executable)\n");
-                return TEST_SKIP;
-        }
-        have_python = test_run(probe, NULL, NULL) == 0;
-        have_numpy = have_python && test_run(probe_np, NULL, NULL) == 0;
+        have_python = tl_exec_capture(probe, NULL, NULL) == 0;
+        have_numpy = have_python && tl_exec_capture(probe_np, NULL, NULL) == 0;
         if (!have_numpy)
                 printf("note: python3 with numpy not found: the numpy-written file is not tested\n");
-        r = test_daemon_start(&daemon_, NULL);
-        if (r < 0) {
-                fprintf(stderr, "zrecordd did not start: %s\n", strerror(-r));
-                return EXIT_FAILURE;
-        }
-
-        tcase_set_timeout(tc, 120);
-        tcase_add_test(tc, test_usage);
-        tcase_add_test(tc, test_no_daemon);
-        tcase_add_test(tc, test_status);
-        tcase_add_test(tc, test_import_cat_round_trip);
-        tcase_add_test(tc, test_import_progress);
-        tcase_add_test(tc, test_compact);
-        tcase_add_test(tc, test_import_codecs);
-        tcase_add_test(tc, test_import_numpy);
-        tcase_add_test(tc, test_ragged_cat);
-        tcase_add_test(tc, test_set_info);
-        tcase_add_test(tc, test_errors);
-        suite_add_tcase(s, tc);
-        sr = srunner_create(s);
-        srunner_run_all(sr, CK_NORMAL);
-        failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-
-        status = test_daemon_stop(&daemon_);
-        if (status != 0) {
-                fprintf(stderr, "zrecordd exited with status %d after SIGTERM\n", status);
-                failed++;
-        }
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+        TL_TCASE(s, "zrecord", 120, test_usage, test_no_daemon, test_status,
+                 test_import_cat_round_trip, test_import_progress, test_compact,
+                 test_import_codecs, test_import_numpy, test_ragged_cat, test_set_info,
+                 test_errors);
+        return tl_run_suite_with_daemon(s, &daemon_, NULL);
 }

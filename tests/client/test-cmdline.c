@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check-run.h"
 #include "cmdline.h"
 
 #define ARGV(...) ((char *const[]){ "zrecord", __VA_ARGS__, NULL })
@@ -198,20 +199,7 @@ END_TEST
 
 int main(void) {
         Suite *s = suite_create("cmdline");
-        TCase *tc = tcase_create("parse");
-        SRunner *sr;
-        int failed;
-
-        tcase_add_test(tc, test_commands);
-        tcase_add_test(tc, test_import);
-        tcase_add_test(tc, test_cat);
-        tcase_add_test(tc, test_ranges);
-        tcase_add_test(tc, test_usage_errors);
-        tcase_add_test(tc, test_help);
-        suite_add_tcase(s, tc);
-        sr = srunner_create(s);
-        srunner_run_all(sr, CK_NORMAL);
-        failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+        TL_TCASE(s, "parse", 0, test_commands, test_import, test_cat, test_ranges,
+                 test_usage_errors, test_help);
+        return tl_run_suite(s);
 }

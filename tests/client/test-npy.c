@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check-run.h"
 #include "npy.h"
 
 /* Builds a .npy header of format `major`.0 around `dict`, padded as numpy pads
@@ -104,26 +105,32 @@ static void expect_bad(unsigned major, const char *dict, const char *needle) {
 }
 
 START_TEST(test_bad_headers) {
-        expect_bad(1, "{'descr': '<f4', 'fortran_order': True, 'shape': (3, 4), }", "Fortran");
-        expect_bad(1, "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (3,), }",
-                   "structured");
-        expect_bad(1, "{'descr': '<U5', 'fortran_order': False, 'shape': (3,), }", "not supported");
-        expect_bad(1, "{'descr': '|O', 'fortran_order': False, 'shape': (3,), }", "not supported");
-        expect_bad(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (), }", "0-d");
-        expect_bad(1, "{'descr': '<f4', 'fortran_order': False, }", "lacks shape");
-        expect_bad(1, "{'descr': '<f4', 'shape': (3,), }", "lacks fortran_order");
-        expect_bad(1, "{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': (3,)}",
-                   "repeated");
-        expect_bad(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (3,), 'x': 1}",
-                   "unexpected");
-        expect_bad(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (3)}", "not a tuple");
-        expect_bad(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (3, -1)}", "dimension");
-        expect_bad(1, "{'descr': '<f4', 'fortran_order': Maybe, 'shape': (3,)}", "fortran_order");
-        expect_bad(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (3,)} x", "after");
-        expect_bad(1, "['descr']", "not a dict");
-        expect_bad(1, "{'descr': '<f4', 'fortran_order': False, 'shape': "
-                      "(4294967296, 4294967296, 4294967296)}",
-                   "overflow");
+        static const struct {
+                const char *dict, *needle;
+        } bad[] = {
+                { "{'descr': '<f4', 'fortran_order': True, 'shape': (3, 4), }", "Fortran" },
+                { "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (3,), }",
+                  "structured" },
+                { "{'descr': '<U5', 'fortran_order': False, 'shape': (3,), }", "not supported" },
+                { "{'descr': '|O', 'fortran_order': False, 'shape': (3,), }", "not supported" },
+                { "{'descr': '<f4', 'fortran_order': False, 'shape': (), }", "0-d" },
+                { "{'descr': '<f4', 'fortran_order': False, }", "lacks shape" },
+                { "{'descr': '<f4', 'shape': (3,), }", "lacks fortran_order" },
+                { "{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': (3,)}",
+                  "repeated" },
+                { "{'descr': '<f4', 'fortran_order': False, 'shape': (3,), 'x': 1}",
+                  "unexpected" },
+                { "{'descr': '<f4', 'fortran_order': False, 'shape': (3)}", "not a tuple" },
+                { "{'descr': '<f4', 'fortran_order': False, 'shape': (3, -1)}", "dimension" },
+                { "{'descr': '<f4', 'fortran_order': Maybe, 'shape': (3,)}", "fortran_order" },
+                { "{'descr': '<f4', 'fortran_order': False, 'shape': (3,)} x", "after" },
+                { "['descr']", "not a dict" },
+                { "{'descr': '<f4', 'fortran_order': False, 'shape': "
+                  "(4294967296, 4294967296, 4294967296)}", "overflow" },
+        };
+
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+                expect_bad(1, bad[i].dict, bad[i].needle);
 }
 END_TEST
 
@@ -159,18 +166,7 @@ END_TEST
 
 int main(void) {
         Suite *s = suite_create("npy");
-        TCase *tc = tcase_create("header");
-        SRunner *sr;
-        int failed;
-
-        tcase_add_test(tc, test_good_v1);
-        tcase_add_test(tc, test_good_variants);
-        tcase_add_test(tc, test_bad_headers);
-        tcase_add_test(tc, test_bad_preamble);
-        suite_add_tcase(s, tc);
-        sr = srunner_create(s);
-        srunner_run_all(sr, CK_NORMAL);
-        failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+        TL_TCASE(s, "header", 0, test_good_v1, test_good_variants, test_bad_headers,
+                 test_bad_preamble);
+        return tl_run_suite(s);
 }

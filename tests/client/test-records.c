@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check-run.h"
 #include "zrc.h"
 
 START_TEST(test_dtypes) {
@@ -105,18 +106,6 @@ END_TEST
 
 int main(void) {
         Suite *s = suite_create("records");
-        TCase *tc = tcase_create("local");
-        SRunner *sr;
-        int failed;
-
-        tcase_add_test(tc, test_dtypes);
-        tcase_add_test(tc, test_schemas);
-        tcase_add_test(tc, test_names);
-        tcase_add_test(tc, test_ragged_pack);
-        suite_add_tcase(s, tc);
-        sr = srunner_create(s);
-        srunner_run_all(sr, CK_NORMAL);
-        failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+        TL_TCASE(s, "local", 0, test_dtypes, test_schemas, test_names, test_ragged_pack);
+        return tl_run_suite(s);
 }

@@ -28,6 +28,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "check-run.h"
 #include "dataset/convert.h"
 #include "dataset/batch.h"
 #include "dataset/dataset.h"
@@ -580,9 +581,5 @@ int main(void) {
         tcase_add_test(tc, test_zrecord_stores_for_loaderx);
         tcase_add_test(tc, test_convert_both_ways);
         suite_add_tcase(s, tc);
-        SRunner *sr = srunner_create(s);
-        srunner_run_all(sr, CK_NORMAL);
-        int failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+        return tl_run_suite(s);
 }

@@ -24,22 +24,13 @@
 #include <unistd.h>
 
 #include "dataset/dataset.h"
+#include "check-run.h"
 #include "tclient.h"
+#include "util.h"
 #include "util/shm.h"
 
 #define LAT_N 10000
 #define READ_ROUNDS 30
-
-static double now(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_d(const void *a, const void *b) {
-        double x = *(const double *)a, y = *(const double *)b;
-        return x < y ? -1 : x > y;
-}
 
 static uint64_t rng = 88172645463325252u;
 static uint64_t next_rand(void) {
@@ -60,7 +51,7 @@ typedef struct shape {
 
 /* The median of n times (sorted in place). */
 static double median(double *t, int n) {
-        qsort(t, (size_t)n, sizeof(double), cmp_d);
+        qsort(t, (size_t)n, sizeof(double), tl_cmp_double);
         return t[n / 2];
 }
 
@@ -78,38 +69,20 @@ static int call(int fd, zr_wire_writer *w, const int *fds, unsigned nfds, td_msg
 static void make_store(int fd, td_daemon *d, shape *s) {
         char path[400];
         snprintf(path, sizeof(path), "%s/%s", d->dir, s->name);
-        mkdir(path, 0755);
-        int dfd = td_open_dir(path);
-        zr_wire_writer w;
-        td_msg m;
-        td_begin(&w, "dataset_create", id++);
-        zr_wire_begin_map(&w, "schema");
-        zr_wire_put_str(&w, "kind", "dense");
-        zr_wire_put_str(&w, "dtype", "|u1");
-        zr_wire_put_uint_array(&w, "item_shape", &s->record, 1);
-        zr_wire_put_str(&w, "codec", "raw");
-        zr_wire_end(&w);
-        call(fd, &w, &dfd, 1, &m);
-        close(dfd);
-        s->h = (uint32_t)td_u64(&m, "handle");
-        td_msg_free(&m);
+        s->h = td_create_dense(fd, path, "|u1", &s->record, 1, "raw");
         size_t bytes = s->record * s->count;
         uint8_t *data = malloc(bytes);
         for (size_t i = 0; i < bytes; i += 8) {
                 uint64_t v = next_rand();
                 memcpy(data + i, &v, 8);
         }
-        int mfd = td_memfd(data, bytes, true);
+        if (td_append(fd, s->h, "|u1", &s->record, 1, s->record, data, s->count, NULL) != 0) {
+                fprintf(stderr, "append failed\n");
+                exit(1);
+        }
         free(data);
-        td_begin(&w, "append", id++);
-        zr_wire_put_u64(&w, "handle", s->h);
-        zr_wire_put_str(&w, "dtype", "|u1");
-        zr_wire_put_u64(&w, "count", s->count);
-        zr_wire_put_u64(&w, "record_bytes", s->record);
-        zr_wire_put_uint_array(&w, "item_shape", &s->record, 1);
-        call(fd, &w, &mfd, 1, &m);
-        td_msg_free(&m);
-        close(mfd);
+        zr_wire_writer w;
+        td_msg m;
         td_begin(&w, "buffer_open", id++);
         zr_wire_put_u64(&w, "bytes", s->record * s->batch);
         call(fd, &w, NULL, 0, &m);
@@ -129,7 +102,7 @@ static void daemon_reads(int fd, shape *s) {
         volatile uint8_t sink = 0;
         for (int r = -READ_ROUNDS; r < READ_ROUNDS; r++) {
                 const uint64_t *idx = s->idx[r < 0 ? r + READ_ROUNDS : r];
-                double t0 = now();
+                double t0 = tl_seconds();
                 td_begin(&w, "read", id++);
                 zr_wire_put_u64(&w, "handle", s->h);
                 zr_wire_put_u64(&w, "buffer", s->buf);
@@ -137,7 +110,7 @@ static void daemon_reads(int fd, shape *s) {
                 call(fd, &w, NULL, 0, &m);
                 td_msg_free(&m);
                 if (r >= 0)
-                        s->daemon_t[r] = now() - t0;
+                        s->daemon_t[r] = tl_seconds() - t0;
                 sink ^= s->map[(s->batch - 1) * s->record];
         }
         (void)sink;
@@ -159,13 +132,13 @@ static void engine_reads(const char *dir, shape *s, zr_pool *pool) {
                 exit(1);
         for (int r = -READ_ROUNDS; r < READ_ROUNDS; r++) {
                 const uint64_t *idx = s->idx[r < 0 ? r + READ_ROUNDS : r];
-                double t0 = now();
+                double t0 = tl_seconds();
                 if (zr_dataset_gather_dense(ds, idx, s->batch, dst.data, dst.size, &err) < 0) {
                         fprintf(stderr, "gather: %s\n", err.message);
                         exit(1);
                 }
                 if (r >= 0)
-                        s->engine_t[r] = now() - t0;
+                        s->engine_t[r] = tl_seconds() - t0;
         }
         zr_shm_release(&dst);
         zr_dataset_close(ds, NULL);
@@ -189,15 +162,15 @@ static int bench(void) {
         zr_wire_writer w;
         td_msg m;
         for (int i = -500; i < LAT_N; i++) {
-                double t0 = now();
+                double t0 = tl_seconds();
                 td_begin(&w, "info", id++);
                 zr_wire_put_u64(&w, "handle", shapes[0].h);
                 call(fd, &w, NULL, 0, &m);
                 td_msg_free(&m);
                 if (i >= 0)
-                        lat[i] = now() - t0;
+                        lat[i] = tl_seconds() - t0;
         }
-        qsort(lat, LAT_N, sizeof(double), cmp_d);
+        qsort(lat, LAT_N, sizeof(double), tl_cmp_double);
         printf("INFO round trip over %d requests: p50 %.1f us, p99 %.1f us, max %.1f us\n", LAT_N,
                lat[LAT_N / 2] * 1e6, lat[LAT_N * 99 / 100] * 1e6, lat[LAT_N - 1] * 1e6);
 
@@ -244,14 +217,6 @@ END_TEST
 
 int main(void) {
         Suite *s = suite_create("bench");
-        TCase *tc = tcase_create("bench");
-        tcase_set_timeout(tc, 600);
-        tcase_add_test(tc, run_bench);
-        suite_add_tcase(s, tc);
-        SRunner *sr = srunner_create(s);
-        srunner_set_fork_status(sr, CK_NOFORK);
-        srunner_run_all(sr, CK_SILENT);
-        int failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? 1 : 0;
+        TL_TCASE(s, "bench", 600, run_bench);
+        return tl_run_unforked(s, CK_SILENT);
 }

@@ -36,7 +36,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "check-run.h"
 #include "tclient.h"
+#include "util.h"
 
 #define REC (256u << 10)
 #define START 1000000000ull
@@ -51,17 +53,6 @@ static td_daemon D;
 static char cfg_dir[64], cfg_path[128];
 static uint64_t next_id = 100;
 
-static double now(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_d(const void *a, const void *b) {
-        double x = *(const double *)a, y = *(const double *)b;
-        return x < y ? -1 : x > y;
-}
-
 typedef struct fig {
         double v[ROUNDS_MAX];
         size_t n;
@@ -70,7 +61,7 @@ typedef struct fig {
 static double fig_med(const fig *f) {
         double c[ROUNDS_MAX];
         memcpy(c, f->v, f->n * sizeof(double));
-        qsort(c, f->n, sizeof(double), cmp_d);
+        qsort(c, f->n, sizeof(double), tl_cmp_double);
         return f->n % 2 ? c[f->n / 2] : (c[f->n / 2 - 1] + c[f->n / 2]) / 2;
 }
 
@@ -105,22 +96,8 @@ static void set_spare(const char *value) {
 static uint32_t make_store(int fd) {
         char path[400];
         snprintf(path, sizeof(path), "%s/store", D.dir);
-        ck_assert_int_eq(mkdir(path, 0755), 0);
-        int dfd = td_open_dir(path);
-        zr_wire_writer w;
-        td_msg m;
         uint64_t shape[] = {REC};
-        td_begin(&w, "dataset_create", next_id++);
-        zr_wire_begin_map(&w, "schema");
-        zr_wire_put_str(&w, "kind", "dense");
-        zr_wire_put_str(&w, "dtype", "|u1");
-        zr_wire_put_uint_array(&w, "item_shape", shape, 1);
-        zr_wire_put_str(&w, "codec", "raw");
-        zr_wire_end(&w);
-        must(td_call(fd, &w, &dfd, 1, &m), "dataset_create");
-        close(dfd);
-        uint32_t h = (uint32_t)td_u64(&m, "handle");
-        td_msg_free(&m);
+        uint32_t h = td_create_dense(fd, path, "|u1", shape, 1, "raw");
         const uint64_t chunk = 64;
         uint8_t *data = malloc(chunk * REC);
         uint64_t x = 88172645463325252u;
@@ -132,16 +109,7 @@ static uint32_t make_store(int fd) {
                         x ^= x << 17;
                         memcpy(data + i, &x, 8);
                 }
-                int mfd = td_memfd(data, k * REC, true);
-                td_begin(&w, "append", next_id++);
-                zr_wire_put_u64(&w, "handle", h);
-                zr_wire_put_str(&w, "dtype", "|u1");
-                zr_wire_put_u64(&w, "count", k);
-                zr_wire_put_u64(&w, "record_bytes", REC);
-                zr_wire_put_uint_array(&w, "item_shape", shape, 1);
-                must(td_call(fd, &w, &mfd, 1, &m), "append");
-                close(mfd);
-                td_msg_free(&m);
+                must(td_append(fd, h, "|u1", shape, 1, REC, data, k, NULL), "append");
         }
         free(data);
         return h;
@@ -157,17 +125,7 @@ typedef struct ldr {
 static void ldr_open(int fd, uint32_t h, uint64_t start, ldr *l) {
         zr_wire_writer w;
         td_msg m;
-        td_begin(&w, "loader_open", next_id++);
-        zr_wire_begin_array(&w, "streams");
-        zr_wire_begin_map(&w, NULL);
-        zr_wire_put_u64(&w, "handle", h);
-        zr_wire_end(&w);
-        zr_wire_end(&w);
-        zr_wire_put_str(&w, "sampler", "iid");
-        zr_wire_put_u64(&w, "batch_size", opt.batch);
-        zr_wire_put_u64(&w, "seed", 1);
-        zr_wire_put_u64(&w, "start_step", start);
-        zr_wire_put_u64(&w, "prefetch", opt.prefetch);
+        td_begin_loader_open(&w, next_id++, h, "iid", opt.batch, 1, start, opt.prefetch);
         must(td_call(fd, &w, NULL, 0, &m), "loader_open");
         l->id = (uint32_t)td_u64(&m, "loader");
         l->ring_id = td_has(&m, "ring") ? td_u64(&m, "ring") : 0;
@@ -193,14 +151,8 @@ static uint64_t take(int fd, const ldr *l) {
         }
         ck_assert_uint_eq(td_u64(&m, "loader"), l->id);
         uint64_t step = td_u64(&m, "step");
-        zr_wire_writer w;
-        zr_wire_writer_init(&w);
-        zr_wire_writer_begin_message(&w, "release", false, 0);
-        zr_wire_put_u64(&w, "loader", l->id);
-        zr_wire_put_u64(&w, "ring", td_has(&m, "ring") ? td_u64(&m, "ring") : l->ring_id);
-        zr_wire_put_u64(&w, "slot", td_u64(&m, "slot"));
-        ck_assert_int_eq(td_send(fd, &w, NULL, 0), 0);
-        zr_wire_writer_destroy(&w);
+        td_release(fd, l->id, td_has(&m, "ring") ? td_u64(&m, "ring") : l->ring_id,
+                   td_u64(&m, "slot"));
         td_msg_free(&m);
         return step;
 }
@@ -229,11 +181,11 @@ static uint64_t spare_bytes(int fd) {
 
 /* Open at step 10^9 -> first batch, ms; *open_ms: -> the LOADER_OPEN reply. */
 static double resume(int fd, uint32_t h, ldr *l, double *open_ms) {
-        double t0 = now();
+        double t0 = tl_seconds();
         ldr_open(fd, h, START, l);
-        double t1 = now();
+        double t1 = tl_seconds();
         ck_assert_uint_eq(take(fd, l), START);
-        double t2 = now();
+        double t2 = tl_seconds();
         *open_ms = (t1 - t0) * 1e3;
         return (t2 - t0) * 1e3;
 }
@@ -274,10 +226,10 @@ static int bench(void) {
                 ldr_open(fd, h, 0, &l);
                 for (uint64_t k = 0; k < opt.prefetch + 2; k++)
                         take(fd, &l);
-                double t0 = now();
+                double t0 = tl_seconds();
                 for (uint64_t k = 0; k < opt.batches; k++)
                         take(fd, &l);
-                steady.v[steady.n++] = (now() - t0) * 1e3 / (double)opt.batches;
+                steady.v[steady.n++] = (tl_seconds() - t0) * 1e3 / (double)opt.batches;
                 ldr_close(fd, &l);
 
                 fresh.v[fresh.n++] = resume(fd, h, &l, &o);
@@ -285,8 +237,8 @@ static int bench(void) {
                 ring = l.ring_bytes;
                 set_spare(opt.spare);
                 ldr_close(fd, &l);
-                for (double d = now() + TD_TIMEOUT_MS / 1e3; spare_bytes(fd) != ring;)
-                        if (now() > d) {
+                for (double d = tl_seconds() + TL_TIMEOUT_MS / 1e3; spare_bytes(fd) != ring;)
+                        if (tl_seconds() > d) {
                                 fprintf(stderr, "bench-resume: no spare ring of %" PRIu64
                                         " bytes (is the budget under the ring's size?)\n", ring);
                                 exit(1);
@@ -349,14 +301,6 @@ int main(int argc, char **argv) {
         }
         /* tclient asserts with libcheck: the benchmark runs as one unforked test */
         Suite *s = suite_create("bench-resume");
-        TCase *tc = tcase_create("bench");
-        tcase_set_timeout(tc, 1200);
-        tcase_add_test(tc, run_bench);
-        suite_add_tcase(s, tc);
-        SRunner *sr = srunner_create(s);
-        srunner_set_fork_status(sr, CK_NOFORK);
-        srunner_run_all(sr, CK_NORMAL);
-        int failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? 1 : 0;
+        TL_TCASE(s, "bench", 1200, run_bench);
+        return tl_run_unforked(s, CK_NORMAL);
 }

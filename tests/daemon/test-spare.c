@@ -21,7 +21,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "check-run.h"
 #include "tclient.h"
+#include "util.h"
 
 #define REC (64u << 10)          /* bytes per record: 16 pages */
 #define NREC 128u                /* records in the store */
@@ -37,12 +39,6 @@ static uint8_t rec_byte(uint64_t i) {
         return (uint8_t)(i * 31 + 7);
 }
 
-static uint64_t now_ms(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 static void teardown(void) {
         if (D.pid > 0)
                 td_cleanup(&D);
@@ -56,39 +52,17 @@ static void teardown(void) {
 static uint32_t make_store(int fd, const char *name) {
         char path[400];
         snprintf(path, sizeof(path), "%s/%s", D.dir, name);
-        ck_assert_int_eq(mkdir(path, 0755), 0);
-        int dfd = td_open_dir(path);
-        zr_wire_writer w;
-        td_msg m;
         uint64_t shape[] = {REC};
-        td_begin(&w, "dataset_create", next_id++);
-        zr_wire_begin_map(&w, "schema");
-        zr_wire_put_str(&w, "kind", "dense");
-        zr_wire_put_str(&w, "dtype", "|u1");
-        zr_wire_put_uint_array(&w, "item_shape", shape, 1);
-        zr_wire_put_str(&w, "codec", "raw");
-        zr_wire_end(&w);
-        ck_assert_int_eq(td_call(fd, &w, &dfd, 1, &m), 0);
-        close(dfd);
-        uint32_t h = (uint32_t)td_u64(&m, "handle");
-        td_msg_free(&m);
-
+        uint32_t h = td_create_dense(fd, path, "|u1", shape, 1, "raw");
         uint8_t *data = malloc((size_t)NREC * REC);
         ck_assert_ptr_nonnull(data);
         for (uint64_t i = 0; i < NREC; i++)
                 memset(data + i * REC, rec_byte(i), REC);
-        int mfd = td_memfd(data, (size_t)NREC * REC, true);
+        ck_assert_int_eq(td_append(fd, h, "|u1", shape, 1, REC, data, NREC, NULL), 0);
         free(data);
-        td_begin(&w, "append", next_id++);
-        zr_wire_put_u64(&w, "handle", h);
-        zr_wire_put_str(&w, "dtype", "|u1");
-        zr_wire_put_u64(&w, "count", NREC);
-        zr_wire_put_u64(&w, "record_bytes", REC);
-        zr_wire_put_uint_array(&w, "item_shape", shape, 1);
-        ck_assert_int_eq(td_call(fd, &w, &mfd, 1, &m), 0);
-        close(mfd);
-        td_msg_free(&m);
 
+        zr_wire_writer w;
+        td_msg m;
         td_begin(&w, "buffer_open", next_id++);
         zr_wire_put_u64(&w, "bytes", (uint64_t)BATCH * REC);
         ck_assert_int_eq(td_call(fd, &w, NULL, 0, &m), 0);
@@ -129,10 +103,10 @@ static uint64_t spare_bytes(int fd) {
         return v;
 }
 
-/* Polls STATUS until spare_bytes == want, under TD_TIMEOUT_MS. */
+/* Polls STATUS until spare_bytes == want, under TL_TIMEOUT_MS. */
 static void wait_spare(int fd, uint64_t want) {
-        uint64_t deadline = now_ms() + TD_TIMEOUT_MS, v = 0;
-        while (now_ms() < deadline)
+        uint64_t deadline = tl_now_ns() / 1000000u + TL_TIMEOUT_MS, v = 0;
+        while (tl_now_ns() / 1000000u < deadline)
                 if ((v = spare_bytes(fd)) == want)
                         return;
         ck_abort_msg("spare_bytes stayed %llu, never %llu", (unsigned long long)v,
@@ -180,17 +154,7 @@ typedef struct ldr {
 static ldr loader_open(int fd, uint32_t h) {
         zr_wire_writer w;
         td_msg m;
-        td_begin(&w, "loader_open", next_id++);
-        zr_wire_begin_array(&w, "streams");
-        zr_wire_begin_map(&w, NULL);
-        zr_wire_put_u64(&w, "handle", h);
-        zr_wire_end(&w);
-        zr_wire_end(&w);
-        zr_wire_put_str(&w, "sampler", "sequential");
-        zr_wire_put_u64(&w, "batch_size", BATCH);
-        zr_wire_put_u64(&w, "seed", 1);
-        zr_wire_put_u64(&w, "start_step", START);
-        zr_wire_put_u64(&w, "prefetch", 1);
+        td_begin_loader_open(&w, next_id++, h, "sequential", BATCH, 1, START, 1);
         zr_wire_put_bool(&w, "indices", true);
         ck_assert_int_eq(td_call(fd, &w, NULL, 0, &m), 0);
         ck_assert_uint_eq(m.nfds, 1);
@@ -395,16 +359,8 @@ END_TEST
 
 int main(void) {
         Suite *s = suite_create("spare");
-        TCase *tc = tcase_create("spare");
+        TCase *tc = TL_TCASE(s, "spare", 120, test_spare_ring_reused, test_spare_off,
+                             test_spare_reload);
         tcase_add_checked_fixture(tc, NULL, teardown);
-        tcase_set_timeout(tc, 120);
-        tcase_add_test(tc, test_spare_ring_reused);
-        tcase_add_test(tc, test_spare_off);
-        tcase_add_test(tc, test_spare_reload);
-        suite_add_tcase(s, tc);
-        SRunner *sr = srunner_create(s);
-        srunner_run_all(sr, CK_NORMAL);
-        int failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+        return tl_run_suite(s);
 }

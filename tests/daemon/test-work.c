@@ -8,8 +8,8 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
+#include "check-run.h"
 #include "server/work.h"
-#include "../suite.h"
 
 #define JOBS 2000
 
@@ -71,4 +71,8 @@ START_TEST(test_completions) {
 }
 END_TEST
 
-ZR_SUITE_MAIN("work", test_completions)
+int main(void) {
+        Suite *s = suite_create("work");
+        TL_TCASE(s, "work", 0, test_completions);
+        return tl_run_suite(s);
+}

@@ -10,7 +10,7 @@
 #include "dataset/ragged.h"
 #include "helpers.h"
 #include "zr-proto.h"
-#include "../suite.h"
+#include "check-run.h"
 
 #define N 40
 
@@ -199,4 +199,4 @@ START_TEST(test_range) {
 }
 END_TEST
 
-ZR_SUITE_MAIN("batch", test_ragged_layout, test_cache, test_range)
+TL_SUITE_MAIN("batch", test_ragged_layout, test_cache, test_range)

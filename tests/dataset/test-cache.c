@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "dataset/cache.h"
-#include "../suite.h"
+#include "check-run.h"
 
 #define REC 1000
 #define COST (REC + ZR_RCACHE_ENTRY_OVERHEAD)
@@ -130,5 +130,5 @@ START_TEST(test_drop_and_big) {
 }
 END_TEST
 
-ZR_SUITE_MAIN("cache", test_hit_miss, test_lru_eviction, test_pinned_survives,
+TL_SUITE_MAIN("cache", test_hit_miss, test_lru_eviction, test_pinned_survives,
               test_drop_and_big)

@@ -9,7 +9,7 @@
 #include "dataset/dataset.h"
 #include "dataset/ragged.h"
 #include "helpers.h"
-#include "../suite.h"
+#include "check-run.h"
 
 static const zr_store_options test_opts = { .chunk_log2 = TEST_CHUNK_LOG2 };
 
@@ -471,6 +471,6 @@ START_TEST(test_passthroughs) {
 }
 END_TEST
 
-ZR_SUITE_MAIN("dataset", test_dense_roundtrip, test_ragged_roundtrip, test_dense_validation,
+TL_SUITE_MAIN("dataset", test_dense_roundtrip, test_ragged_roundtrip, test_dense_validation,
               test_ragged_validation, test_zstd_dict_needs_dict, test_create_open_errors,
               test_passthroughs)

@@ -11,7 +11,7 @@
 #include "dataset/dicttrain.h"
 #include "dataset/ragged.h"
 #include "helpers.h"
-#include "../suite.h"
+#include "check-run.h"
 
 static const zr_store_options test_opts = { .chunk_log2 = TEST_CHUNK_LOG2 };
 
@@ -197,5 +197,5 @@ START_TEST(test_too_little_data) {
 }
 END_TEST
 
-ZR_SUITE_MAIN("dicttrain", test_tiers, test_tiles_beat_plain_zstd, test_tokens_through_store,
+TL_SUITE_MAIN("dicttrain", test_tiers, test_tiles_beat_plain_zstd, test_tokens_through_store,
               test_too_little_data)

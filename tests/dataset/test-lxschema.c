@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check-run.h"
 #include "dataset/lxfile.h"
 #include "dataset/lxragged.h"
 #include "dataset/lxschema.h"
@@ -473,9 +474,5 @@ int main(void) {
         tcase_add_test(tc, test_ragged_headerless);
         tcase_add_test(tc, test_lxragged_recovery);
         suite_add_tcase(s, tc);
-        SRunner *sr = srunner_create(s);
-        srunner_run_all(sr, CK_NORMAL);
-        int failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+        return tl_run_suite(s);
 }

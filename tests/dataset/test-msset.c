@@ -9,7 +9,7 @@
 #include "dataset/msset.h"
 #include "dataset/ragged.h"
 #include "helpers.h"
-#include "../suite.h"
+#include "check-run.h"
 
 static const zr_store_options test_opts = { .chunk_log2 = TEST_CHUNK_LOG2 };
 
@@ -327,5 +327,5 @@ START_TEST(test_failed_append_rolls_back) {
 }
 END_TEST
 
-ZR_SUITE_MAIN("msset", test_open_aligned, test_misaligned_refused, test_aligned_append_delete,
+TL_SUITE_MAIN("msset", test_open_aligned, test_misaligned_refused, test_aligned_append_delete,
               test_append_refused, test_failed_append_rolls_back)

@@ -9,7 +9,7 @@
 #include "dataset/ragged.h"
 #include "dataset/schema.h"
 #include "helpers.h"
-#include "../suite.h"
+#include "check-run.h"
 
 START_TEST(test_dtype_sizes) {
         static const struct { const char *in, *canon; unsigned size; } ok[] = {
@@ -474,7 +474,7 @@ START_TEST(test_ragged_header) {
 }
 END_TEST
 
-ZR_SUITE_MAIN("schema", test_dtype_sizes, test_dtype_bad, test_schema_roundtrip,
+TL_SUITE_MAIN("schema", test_dtype_sizes, test_dtype_bad, test_schema_roundtrip,
               test_schema_malformed_maps, test_schema_loaderx157,
               test_schema_malformed_bytes, test_schema_mutations,
               test_ragged_header)

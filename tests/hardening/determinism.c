@@ -33,34 +33,10 @@ static const char *const run_name[RUNS] = {"uninterrupted", "prefetch 1", "prefe
                                            "daemon killed", "client crashed"};
 static const char *const samplers[3] = {"sequential", "iid", "cyclic"};
 
-static test_daemon D;
+static tl_daemon D;
 static char dense_path[300], ragged_path[300];
 
-static uint64_t expected_hash(int sampler, uint64_t step) {
-        zr_sampler_params p = {.mode = (enum zr_sampler_mode)sampler, .n = N_RECORDS,
-                               .batch_size = BATCH, .seed = SEED, .step = step,
-                               .world_size = 1};
-        uint64_t idx[BATCH];
-        if (zr_sampler_indices(&p, idx, NULL) < 0)
-                return 0;
-        uint8_t dense[BATCH * DENSE_BYTES], rec[RAGGED_MAX];
-        for (int j = 0; j < BATCH; j++)
-                hd_record_fill(idx[j], dense + j * DENSE_BYTES, DENSE_BYTES);
-        uint64_t h = hd_hash(HD_HASH_INIT, dense, sizeof(dense));
-        for (int j = 0; j < BATCH; j++) {
-                uint64_t size = hd_record_size(idx[j], RAGGED_MIN, RAGGED_MAX);
-                hd_record_fill(idx[j], rec, size);
-                h = hd_hash(h, rec, size);
-        }
-        return h;
-}
-
-static uint64_t batch_hash(const zrc_loader_batch *b) {
-        uint64_t h = hd_hash(HD_HASH_INIT, b->streams[0].data, b->count * DENSE_BYTES);
-        for (uint64_t j = 0; j < b->count; j++)
-                h = hd_hash(h, b->streams[1].payloads[j], b->streams[1].lengths[j]);
-        return h;
-}
+static const hd_streams streams = {N_RECORDS, DENSE_BYTES, RAGGED_MIN, RAGGED_MAX};
 
 typedef struct session {
         zrc_conn *c;
@@ -101,7 +77,7 @@ static uint64_t take(session *s, uint64_t from, uint64_t to, uint64_t *h) {
                 if (r < 0)
                         break;
                 CHECK(b.step == k, "step %" PRIu64 " came as %" PRIu64, k, b.step);
-                h[k] = batch_hash(&b);
+                h[k] = hd_batch_hash(&streams, &b);
                 zrc_loader_release(s->l, b.slot);
         }
         return k - from;
@@ -141,7 +117,7 @@ static void run_client_crash(int sampler, uint64_t steps, uint64_t at, uint64_t 
                         zrc_loader_batch b;
                         if (zrc_loader_next(s.l, &b) < 0 || b.step != k)
                                 _exit(3);
-                        uint64_t v = batch_hash(&b);
+                        uint64_t v = hd_batch_hash(&streams, &b);
                         if (write(p[1], &v, sizeof(v)) != sizeof(v))
                                 _exit(4);
                         zrc_loader_release(s.l, b.slot);
@@ -188,26 +164,13 @@ static void create_stores(void) {
         zrc_schema_ragged(&s, "|u1", 1, ZRC_CODEC_RAW);
         r = zrc_dataset_create(c, ragged_path, &s, NULL, 0, &d);
         CHECK(r == 0, "create ragged: %d", r);
-        uint64_t *shapes = malloc(N_RECORDS * sizeof(*shapes));
-        const void **payloads = malloc(N_RECORDS * sizeof(*payloads));
-        uint8_t *data = malloc((size_t)N_RECORDS * RAGGED_MAX), *p = data;
-        for (uint64_t i = 0; i < N_RECORDS; i++) {
-                shapes[i] = hd_record_size(i, RAGGED_MIN, RAGGED_MAX);
-                hd_record_fill(i, p, shapes[i]);
-                payloads[i] = p;
-                p += shapes[i];
-        }
-        CHECK(zrc_dataset_append_ragged(d, N_RECORDS, shapes, payloads, NULL) == 0,
-              "append ragged");
-        free(shapes);
-        free(payloads);
-        free(data);
+        CHECK(hd_append_ragged(d, N_RECORDS, RAGGED_MIN, RAGGED_MAX) == 0, "append ragged");
         zrc_dataset_close(d);
         zrc_disconnect(c);
 }
 
 int main(void) {
-        uint64_t steps = hd_env_u64("ZR_DET_STEPS", 150);
+        uint64_t steps = tl_env_u64("ZR_DET_STEPS", 150);
         char root[256];
         setvbuf(stdout, NULL, _IOLBF, 0);
         hd_tempdir(root, sizeof(root), "determinism");
@@ -224,7 +187,7 @@ int main(void) {
                 for (int r = 0; r < RUNS; r++)
                         memset(h[r], 0, steps * sizeof(uint64_t));
                 for (uint64_t k = 0; k < steps; k++)
-                        ref[k] = expected_hash(sampler, k);
+                        ref[k] = hd_expected_hash(&streams, sampler, BATCH, SEED, k);
                 run_plain(sampler, 4, steps, h[RUN_PLAIN]);
                 run_plain(sampler, 1, steps, h[RUN_PREFETCH1]);
                 run_plain(sampler, 64, steps, h[RUN_PREFETCH64]);
@@ -256,6 +219,6 @@ int main(void) {
                 free(h[r]);
         free(ref);
         printf("checks: %u, failed: %u\n", hd_checks, hd_failures);
-        test_rmtree(root);
+        tl_rmtree(root);
         return hd_failures ? 1 : 0;
 }

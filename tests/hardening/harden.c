@@ -1,47 +1,24 @@
 /* harden.c: helpers of the hardening tests (harden.h). */
 #include "harden.h"
 
+#include "sampler/sampler.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 unsigned hd_failures;
 unsigned hd_checks;
 
-uint64_t hd_env_u64(const char *name, uint64_t def) {
-        const char *v = getenv(name);
-        if (!v || !*v)
-                return def;
-        return strtoull(v, NULL, 0);
-}
-
 uint64_t hd_now_usec(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-}
-
-uint64_t hd_mix(uint64_t x) {
-        x += UINT64_C(0x9e3779b97f4a7c15);
-        x = (x ^ (x >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-        x = (x ^ (x >> 27)) * UINT64_C(0x94d049bb133111eb);
-        return x ^ (x >> 31);
-}
-
-uint64_t hd_rand(uint64_t *state) {
-        *state += UINT64_C(0x9e3779b97f4a7c15);
-        return hd_mix(*state);
+        return tl_now_ns() / 1000u;
 }
 
 uint64_t hd_hash(uint64_t h, const void *p, size_t n) {
@@ -61,7 +38,7 @@ uint64_t hd_hash(uint64_t h, const void *p, size_t n) {
 uint64_t hd_record_size(uint64_t id, uint64_t min, uint64_t max) {
         if (max <= min)
                 return min;
-        return min + hd_mix(id ^ UINT64_C(0x51ce)) % (max - min + 1);
+        return min + tl_mix64(id ^ UINT64_C(0x51ce)) % (max - min + 1);
 }
 
 /* Byte k of record id past its 8-byte id: a few words of a small alphabet, so
@@ -80,7 +57,7 @@ void hd_record_fill(uint64_t id, void *dst, uint64_t size) {
         uint64_t word = 0;
         for (uint64_t k = 8; k < size; k++) {
                 if ((k & 7) == 0)
-                        word = hd_mix(id * 31 + (k >> 6));
+                        word = tl_mix64(id * 31 + (k >> 6));
                 p[k] = record_byte(id, k, word);
         }
 }
@@ -99,6 +76,56 @@ bool hd_record_check(uint64_t id, const void *p, uint64_t size) {
         bool ok = memcmp(big, q, size) == 0;
         free(big);
         return ok;
+}
+
+uint64_t hd_expected_hash(const hd_streams *st, int sampler, uint64_t batch, uint64_t seed,
+                          uint64_t step) {
+        zr_sampler_params p = {.mode = (enum zr_sampler_mode)sampler, .n = st->n,
+                               .batch_size = batch, .seed = seed, .step = step, .rank = 0,
+                               .world_size = 1};
+        uint64_t *idx = malloc(batch * sizeof(*idx)), h = 0;
+        uint8_t *dense = malloc(batch * st->dense_bytes), *rec = malloc(st->ragged_max);
+        if (idx && dense && rec && zr_sampler_indices(&p, idx, NULL) == 0) {
+                for (uint64_t j = 0; j < batch; j++)
+                        hd_record_fill(idx[j], dense + j * st->dense_bytes, st->dense_bytes);
+                h = hd_hash(HD_HASH_INIT, dense, batch * st->dense_bytes);
+                for (uint64_t j = 0; j < batch; j++) {
+                        uint64_t size = hd_record_size(idx[j], st->ragged_min, st->ragged_max);
+                        hd_record_fill(idx[j], rec, size);
+                        h = hd_hash(h, rec, size);
+                }
+        }
+        free(idx);
+        free(dense);
+        free(rec);
+        return h;
+}
+
+uint64_t hd_batch_hash(const hd_streams *st, const zrc_loader_batch *b) {
+        uint64_t h = hd_hash(HD_HASH_INIT, b->streams[0].data, b->count * st->dense_bytes);
+        for (uint64_t j = 0; j < b->count; j++)
+                h = hd_hash(h, b->streams[1].payloads[j], b->streams[1].lengths[j]);
+        return h;
+}
+
+int hd_append_ragged(zrc_dataset *d, uint64_t n, uint64_t min, uint64_t max) {
+        uint64_t *shapes = malloc(n * sizeof(*shapes));
+        const void **payloads = malloc(n * sizeof(*payloads));
+        uint8_t *data = malloc(n * max), *p = data;
+        int r = -ENOMEM;
+        if (shapes && payloads && data) {
+                for (uint64_t i = 0; i < n; i++) {
+                        shapes[i] = hd_record_size(i, min, max);
+                        hd_record_fill(i, p, shapes[i]);
+                        payloads[i] = p;
+                        p += shapes[i];
+                }
+                r = zrc_dataset_append_ragged(d, n, shapes, payloads, NULL);
+        }
+        free(shapes);
+        free(payloads);
+        free(data);
+        return r;
 }
 
 int hd_proc_read(pid_t pid, hd_proc *ret) {
@@ -143,45 +170,42 @@ int hd_proc_read(pid_t pid, hd_proc *ret) {
         return 0;
 }
 
-void hd_daemon_start(test_daemon *d, const char *const *extra) {
-        if (!test_daemon_binary()) {
+void hd_daemon_start(tl_daemon *d, const char *const *extra) {
+        tl_daemon_options o = { .args = extra };
+        int r;
+
+        if (!tl_daemon_binary()) {
                 printf("no zrecordd in this build: skipped\n");
-                exit(TEST_SKIP);
+                exit(TL_SKIP);
         }
-        int r = test_daemon_start(d, extra);
+        r = tl_daemon_start(d, &o);
         if (r < 0) {
-                fprintf(stderr, "zrecordd did not start: %s\n", strerror(-r));
+                fprintf(stderr, "zrecordd did not start: %s (log: %s)\n", strerror(-r), d->log);
                 exit(1);
         }
 }
 
-bool hd_daemon_kill(test_daemon *d) {
-        int status = 0;
+bool hd_daemon_kill(tl_daemon *d) {
+        int status;
+
         if (d->pid <= 0)
                 return false;
-        kill(d->pid, SIGKILL);
-        while (waitpid(d->pid, &status, 0) < 0 && errno == EINTR)
-                ;
-        d->pid = 0;
-        test_rmtree(d->dir);
+        status = tl_daemon_stop(d, SIGKILL);
+        tl_daemon_remove(d);
         return WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
 }
 
-bool hd_daemon_stop(test_daemon *d) {
-        return test_daemon_stop(d) == 0;
+bool hd_daemon_stop(tl_daemon *d) {
+        int status = tl_daemon_stop(d, SIGTERM);
+
+        tl_daemon_remove(d);
+        return status == 0;
 }
 
 int hd_daemon_wait_status;
 
-bool hd_daemon_alive(test_daemon *d) {
-        int status = 0;
-        if (d->pid <= 0)
-                return false;
-        if (waitpid(d->pid, &status, WNOHANG) == 0)
-                return true;
-        hd_daemon_wait_status = status;
-        d->pid = 0;
-        return false;
+bool hd_daemon_alive(tl_daemon *d) {
+        return tl_daemon_alive(d, &hd_daemon_wait_status);
 }
 
 void hd_tempdir(char *buf, size_t size, const char *tag) {
@@ -190,197 +214,6 @@ void hd_tempdir(char *buf, size_t size, const char *tag) {
                 perror("mkdtemp");
                 exit(1);
         }
-}
-
-/* ---- raw frames --------------------------------------------------------- */
-
-int hd_connect(const test_daemon *d) {
-        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd < 0)
-                return -errno;
-        struct sockaddr_un sa = {.sun_family = AF_UNIX};
-        snprintf(sa.sun_path, sizeof(sa.sun_path), "%.100s", d->socket);
-        if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-                int r = -errno;
-                close(fd);
-                return r;
-        }
-        return fd;
-}
-
-int hd_send_raw(int fd, const void *p, size_t len, const int *fds, unsigned nfds) {
-        union {
-                struct cmsghdr align;
-                char buf[CMSG_SPACE(sizeof(int) * 253)];
-        } control;
-        const uint8_t *b = p;
-        size_t off = 0;
-        while (off < len) {
-                struct iovec iov = {(void *)(b + off), len - off};
-                struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-                if (off == 0 && nfds > 0) {
-                        memset(&control, 0, sizeof(control));
-                        mh.msg_control = control.buf;
-                        mh.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
-                        struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-                        cm->cmsg_level = SOL_SOCKET;
-                        cm->cmsg_type = SCM_RIGHTS;
-                        cm->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
-                        memcpy(CMSG_DATA(cm), fds, sizeof(int) * nfds);
-                }
-                ssize_t n = sendmsg(fd, &mh, MSG_NOSIGNAL);
-                if (n < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        return -errno;
-                }
-                off += (size_t)n;
-        }
-        return 0;
-}
-
-int hd_send(int fd, zr_wire_writer *w, const int *fds, unsigned nfds) {
-        const uint8_t *frame;
-        size_t size;
-        int r = zr_wire_writer_finish(w, ZR_FRAME_MAX_CEILING, &frame, &size, NULL);
-        if (r < 0)
-                return r;
-        return hd_send_raw(fd, frame, size, fds, nfds);
-}
-
-static int recv_exact(int fd, uint8_t *p, size_t len, hd_msg *m, int timeout_ms) {
-        size_t off = 0;
-        while (off < len) {
-                struct pollfd pf = {.fd = fd, .events = POLLIN};
-                int k = poll(&pf, 1, timeout_ms);
-                if (k < 0 && errno == EINTR)
-                        continue;
-                if (k == 0)
-                        return -ETIMEDOUT;
-                if (k < 0)
-                        return -errno;
-                union {
-                        struct cmsghdr align;
-                        char buf[CMSG_SPACE(sizeof(int) * 8)];
-                } control;
-                struct iovec iov = {p + off, len - off};
-                struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
-                                    .msg_controllen = sizeof(control.buf)};
-                ssize_t n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
-                if (n < 0) {
-                        if (errno == EINTR || errno == EAGAIN)
-                                continue;
-                        return errno == ECONNRESET ? -EPIPE : -errno;
-                }
-                for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
-                        if (cm->cmsg_type != SCM_RIGHTS)
-                                continue;
-                        size_t k2 = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-                        int *fds = (int *)CMSG_DATA(cm);
-                        for (size_t i = 0; i < k2; i++) {
-                                if (m->nfds < 8)
-                                        m->fds[m->nfds++] = fds[i];
-                                else
-                                        close(fds[i]);
-                        }
-                }
-                if (n == 0)
-                        return -EPIPE;
-                off += (size_t)n;
-        }
-        return 0;
-}
-
-int hd_recv(int fd, hd_msg *m, int timeout_ms) {
-        uint8_t hdr[4];
-        memset(m, 0, sizeof(*m));
-        int r = recv_exact(fd, hdr, 4, m, timeout_ms);
-        if (r < 0)
-                return r;
-        uint32_t len = (uint32_t)hdr[0] | (uint32_t)hdr[1] << 8 | (uint32_t)hdr[2] << 16 |
-                       (uint32_t)hdr[3] << 24;
-        if (len == 0 || len > ZR_FRAME_MAX_CEILING)
-                return -EPROTO;
-        m->bytes = malloc(len);
-        if (!m->bytes)
-                return -ENOMEM;
-        m->len = len;
-        r = recv_exact(fd, m->bytes, len, m, timeout_ms);
-        if (r < 0)
-                return r;
-        if (zr_wire_body_decode(m->bytes, len, NULL, &m->body, NULL) < 0)
-                return -EPROTO;
-        m->root = zr_wire_body_root(m->body);
-        if (zr_wire_get_str_copy(m->root, "kind", m->kind, sizeof(m->kind), NULL) < 0)
-                return -EPROTO;
-        return 0;
-}
-
-void hd_msg_free(hd_msg *m) {
-        for (unsigned i = 0; i < m->nfds; i++)
-                close(m->fds[i]);
-        m->nfds = 0;
-        m->body = zr_wire_body_free(m->body);
-        free(m->bytes);
-        m->bytes = NULL;
-}
-
-uint64_t hd_u64(const hd_msg *m, const char *key) {
-        uint64_t v = 0;
-        if (!m->root || zr_wire_get_u64(m->root, key, &v, NULL) < 0)
-                return 0;
-        return v;
-}
-
-int hd_code(const hd_msg *m) {
-        if (strcmp(m->kind, "ok") == 0)
-                return 0;
-        if (!strcmp(m->kind, "error") || !strcmp(m->kind, "fault"))
-                return (int)hd_u64(m, "code");
-        return -1;
-}
-
-void hd_begin(zr_wire_writer *w, const char *kind, uint64_t id) {
-        zr_wire_writer_init(w);
-        zr_wire_writer_begin_message(w, kind, true, id);
-}
-
-int hd_call(int fd, zr_wire_writer *w, const int *fds, unsigned nfds, hd_msg *m) {
-        int r = hd_send(fd, w, fds, nfds);
-        zr_wire_writer_destroy(w);
-        if (r < 0) {
-                memset(m, 0, sizeof(*m));
-                return r;
-        }
-        for (;;) {
-                r = hd_recv(fd, m, 30000);
-                if (r < 0)
-                        return r;
-                if (!strcmp(m->kind, "ok") || !strcmp(m->kind, "error") ||
-                    !strcmp(m->kind, "fault"))
-                        return hd_code(m);
-                hd_msg_free(m); /* an event of a loader: not the reply */
-        }
-}
-
-int hd_connect_hello(const test_daemon *d, int *ret_fd) {
-        int fd = hd_connect(d);
-        if (fd < 0)
-                return fd;
-        zr_wire_writer w;
-        hd_msg m;
-        hd_begin(&w, "hello", 1);
-        zr_wire_put_u64(&w, "min_version", 1);
-        zr_wire_put_u64(&w, "max_version", 1);
-        zr_wire_put_str(&w, "client", "hardening");
-        int r = hd_call(fd, &w, NULL, 0, &m);
-        hd_msg_free(&m);
-        if (r != 0) {
-                close(fd);
-                return r < 0 ? r : -r;
-        }
-        *ret_fd = fd;
-        return 0;
 }
 
 int64_t hd_raw_open(int fd, const char *path, bool writable, uint64_t id) {
@@ -396,13 +229,13 @@ int64_t hd_raw_open(int fd, const char *path, bool writable, uint64_t id) {
                 return -ENOENT;
         }
         zr_wire_writer w;
-        hd_msg m;
-        hd_begin(&w, "dataset_open", id);
+        tl_msg m;
+        tl_begin(&w, "dataset_open", id);
         zr_wire_put_bool(&w, "writable", writable);
-        int r = hd_call(fd, &w, fds, 2, &m);
+        int r = tl_call(fd, &w, fds, 2, &m);
         close(fds[0]);
         close(fds[1]);
-        int64_t h = r == 0 ? (int64_t)hd_u64(&m, "handle") : (r < 0 ? r : -r);
-        hd_msg_free(&m);
+        int64_t h = r == 0 ? (int64_t)tl_u64(&m, "handle") : (r < 0 ? r : -r);
+        tl_msg_free(&m);
         return h;
 }

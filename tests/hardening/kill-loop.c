@@ -193,7 +193,7 @@ static uint8_t *pack_records(uint64_t first_id, uint64_t n, uint64_t *sizes) {
 static uint64_t writer(zrc_dataset *d, model *m, pending *p, uint64_t *rng, uint64_t *acked) {
         uint64_t n_ok = 0;
         for (;;) {
-                uint64_t roll = hd_rand(rng) % 100;
+                uint64_t roll = tl_rand(rng) % 100;
                 int del_pct = m->n > STORE_TARGET ? 70 : 20;
                 int r;
                 memset(p, 0, sizeof(*p));
@@ -203,11 +203,11 @@ static uint64_t writer(zrc_dataset *d, model *m, pending *p, uint64_t *rng, uint
                         r = zrc_dataset_compact(d, NULL);
                 } else if (roll < 8 + (uint64_t)del_pct && m->n > DELETE_MAX) {
                         p->op = OP_DELETE;
-                        p->nidx = 1 + hd_rand(rng) % DELETE_MAX;
+                        p->nidx = 1 + tl_rand(rng) % DELETE_MAX;
                         for (size_t k = 0; k < p->nidx; k++) {
                                 bool dup;
                                 do {
-                                        p->idx[k] = hd_rand(rng) % m->n;
+                                        p->idx[k] = tl_rand(rng) % m->n;
                                         dup = false;
                                         for (size_t q = 0; q < k; q++)
                                                 dup |= p->idx[q] == p->idx[k];
@@ -217,7 +217,7 @@ static uint64_t writer(zrc_dataset *d, model *m, pending *p, uint64_t *rng, uint
                         r = zrc_dataset_delete(d, p->idx, p->nidx, NULL);
                 } else {
                         p->op = OP_APPEND;
-                        p->count = 1 + hd_rand(rng) % APPEND_MAX;
+                        p->count = 1 + tl_rand(rng) % APPEND_MAX;
                         p->first_id = m->next_id;
                         m->next_id += p->count;
                         uint64_t sizes[APPEND_MAX];
@@ -243,9 +243,9 @@ static uint64_t writer(zrc_dataset *d, model *m, pending *p, uint64_t *rng, uint
 }
 
 int main(void) {
-        uint64_t trials = hd_env_u64("ZR_KILL_TRIALS", 60);
-        uint64_t seed = hd_env_u64("ZR_KILL_SEED", 0x6b696c6c);
-        uint64_t max_usec = hd_env_u64("ZR_KILL_MAX_USEC", 40000);
+        uint64_t trials = tl_env_u64("ZR_KILL_TRIALS", 60);
+        uint64_t seed = tl_env_u64("ZR_KILL_SEED", 0x6b696c6c);
+        uint64_t max_usec = tl_env_u64("ZR_KILL_MAX_USEC", 40000);
         uint64_t rng = seed;
         char root[256], paths[STORES][300];
         static const zrc_codec codecs[STORES] = {ZRC_CODEC_RAW, ZRC_CODEC_ZSTD,
@@ -254,7 +254,7 @@ int main(void) {
         pending pend[STORES] = {0};
         uint64_t kills[OP_MAX] = {0}, acked[OP_MAX] = {0}, checked = 0, applied = 0,
                  not_applied = 0, sigkilled = 0, reruns = 0;
-        test_daemon d;
+        tl_daemon d;
         zrc_conn *c = NULL;
         zrc_error e;
         int r;
@@ -319,7 +319,7 @@ int main(void) {
                 CHECK(r == 0, "%s: open: %d %s", what, r, zrc_last_error(c)->message);
                 if (r < 0)
                         break;
-                killer k = {.pid = d.pid, .delay_usec = hd_rand(&rng) % max_usec};
+                killer k = {.pid = d.pid, .delay_usec = tl_rand(&rng) % max_usec};
                 pthread_create(&k.thread, NULL, killer_main, &k);
                 writer(ds, &models[s], &pend[s], &rng, acked);
                 pthread_join(k.thread, NULL);
@@ -375,6 +375,6 @@ int main(void) {
         printf("checks: %u, failed: %u\n", hd_checks, hd_failures);
         for (int s = 0; s < STORES; s++)
                 free(models[s].ids);
-        test_rmtree(root);
+        tl_rmtree(root);
         return hd_failures ? 1 : 0;
 }

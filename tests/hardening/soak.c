@@ -32,7 +32,7 @@
  * not a leak (a leaked ring or session is MiBs over a soak). */
 #define RSS_SLACK_KIB 8192
 
-static test_daemon D;
+static tl_daemon D;
 static char dense_path[300], ragged_path[300];
 static uint64_t deadline_usec;
 static const char *const samplers[3] = {"sequential", "iid", "cyclic"};
@@ -45,31 +45,7 @@ typedef struct client {
         size_t nlat, cap;
 } client;
 
-static uint64_t expected_hash(int sampler, uint64_t seed, uint64_t step) {
-        zr_sampler_params p = {.mode = (enum zr_sampler_mode)sampler, .n = N_RECORDS,
-                               .batch_size = BATCH, .seed = seed, .step = step, .rank = 0,
-                               .world_size = 1};
-        uint64_t idx[BATCH];
-        if (zr_sampler_indices(&p, idx, NULL) < 0)
-                return 0;
-        uint8_t dense[BATCH * DENSE_BYTES], rec[RAGGED_MAX];
-        for (int j = 0; j < BATCH; j++)
-                hd_record_fill(idx[j], dense + j * DENSE_BYTES, DENSE_BYTES);
-        uint64_t h = hd_hash(HD_HASH_INIT, dense, sizeof(dense));
-        for (int j = 0; j < BATCH; j++) {
-                uint64_t size = hd_record_size(idx[j], RAGGED_MIN, RAGGED_MAX);
-                hd_record_fill(idx[j], rec, size);
-                h = hd_hash(h, rec, size);
-        }
-        return h;
-}
-
-static uint64_t batch_hash(const zrc_loader_batch *b) {
-        uint64_t h = hd_hash(HD_HASH_INIT, b->streams[0].data, b->count * DENSE_BYTES);
-        for (uint64_t j = 0; j < b->count; j++)
-                h = hd_hash(h, b->streams[1].payloads[j], b->streams[1].lengths[j]);
-        return h;
-}
+static const hd_streams streams = {N_RECORDS, DENSE_BYTES, RAGGED_MIN, RAGGED_MAX};
 
 static void lat_push(client *c, uint64_t usec) {
         if (c->nlat == c->cap) {
@@ -103,12 +79,12 @@ static void *client_main(void *arg) {
                 cl->sessions++;
                 bool again = true;
                 while (again && hd_now_usec() < deadline_usec) {
-                        int sampler = (int)(hd_rand(&rng) % 3);
+                        int sampler = (int)(tl_rand(&rng) % 3);
                         zrc_loader_options o = {
                                 .sampler = samplers[sampler], .batch_size = BATCH,
-                                .seed = 1 + hd_rand(&rng) % 4, /* few seeds: shared gathers */
-                                .start_step = hd_rand(&rng) % 100000,
-                                .prefetch = (uint32_t)(1 + hd_rand(&rng) % 8)};
+                                .seed = 1 + tl_rand(&rng) % 4, /* few seeds: shared gathers */
+                                .start_step = tl_rand(&rng) % 100000,
+                                .prefetch = (uint32_t)(1 + tl_rand(&rng) % 8)};
                         zrc_loader *l = NULL;
                         r = zrc_loader_open(c, ds, 2, &o, &l);
                         if (r < 0) {
@@ -118,7 +94,7 @@ static void *client_main(void *arg) {
                                 break;
                         }
                         cl->loaders++;
-                        uint64_t k = 5 + hd_rand(&rng) % 40, step = o.start_step;
+                        uint64_t k = 5 + tl_rand(&rng) % 40, step = o.start_step;
                         for (uint64_t i = 0; i < k; i++, step++) {
                                 zrc_loader_batch b;
                                 uint64_t t0 = hd_now_usec();
@@ -133,7 +109,8 @@ static void *client_main(void *arg) {
                                 lat_push(cl, t1 - t0);
                                 cl->batches++;
                                 cl->out_of_order += b.step != step;
-                                if (batch_hash(&b) != expected_hash(sampler, o.seed, b.step)) {
+                                if (hd_batch_hash(&streams, &b) !=
+                                    hd_expected_hash(&streams, sampler, BATCH, o.seed, b.step)) {
                                         if (cl->bad++ < 3)
                                                 fprintf(stderr, "client %u: %s seed %" PRIu64
                                                         " step %" PRIu64 ": wrong batch\n", cl->id,
@@ -141,7 +118,7 @@ static void *client_main(void *arg) {
                                 }
                                 zrc_loader_release(l, b.slot);
                         }
-                        switch (hd_rand(&rng) % 4) {
+                        switch (tl_rand(&rng) % 4) {
                         case 0: /* leave holding the ring: the disconnect reclaims it */
                                 again = false;
                                 break;
@@ -184,26 +161,14 @@ static void create_stores(zrc_conn *c) {
         zrc_schema_ragged(&s, "|u1", 1, ZRC_CODEC_ZSTD);
         r = zrc_dataset_create(c, ragged_path, &s, NULL, 0, &d);
         CHECK(r == 0, "create ragged: %d %s", r, zrc_last_error(c)->message);
-        uint64_t *shapes = malloc(N_RECORDS * sizeof(*shapes));
-        const void **payloads = malloc(N_RECORDS * sizeof(*payloads));
-        uint8_t *data = malloc((size_t)N_RECORDS * RAGGED_MAX), *p = data;
-        for (uint64_t i = 0; i < N_RECORDS; i++) {
-                shapes[i] = hd_record_size(i, RAGGED_MIN, RAGGED_MAX);
-                hd_record_fill(i, p, shapes[i]);
-                payloads[i] = p;
-                p += shapes[i];
-        }
-        r = zrc_dataset_append_ragged(d, N_RECORDS, shapes, payloads, NULL);
+        r = hd_append_ragged(d, N_RECORDS, RAGGED_MIN, RAGGED_MAX);
         CHECK(r == 0, "append ragged: %d %s", r, zrc_last_error(c)->message);
-        free(shapes);
-        free(payloads);
-        free(data);
         zrc_dataset_close(d);
 }
 
 int main(void) {
-        uint64_t seconds = hd_env_u64("ZR_SOAK_SECONDS", 60);
-        unsigned nclients = (unsigned)hd_env_u64("ZR_SOAK_CLIENTS", CLIENTS_DEFAULT);
+        uint64_t seconds = tl_env_u64("ZR_SOAK_SECONDS", 60);
+        unsigned nclients = (unsigned)tl_env_u64("ZR_SOAK_CLIENTS", CLIENTS_DEFAULT);
         char root[256];
         zrc_conn *mon = NULL;
         zrc_error e;
@@ -318,6 +283,6 @@ int main(void) {
                "idle %d, end %d\n", start.rss_kib, warm.rss_kib, peak.rss_kib, end.rss_kib,
                idle.fds, start.fds, warm.fds, peak.fds, end.fds, idle.maps, end.maps);
         printf("checks: %u, failed: %u\n", hd_checks, hd_failures);
-        test_rmtree(root);
+        tl_rmtree(root);
         return hd_failures ? 1 : 0;
 }

@@ -15,6 +15,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "check-run.h"
 #include "io/hint.h"
 
 #define MiB ((uint64_t)1 << 20)
@@ -108,9 +109,5 @@ static Suite *hint_suite(void) {
 int main(void) {
         long p = sysconf(_SC_PAGESIZE);
         page = p > 0 ? (uint64_t)p : 4096;
-        SRunner *sr = srunner_create(hint_suite());
-        srunner_run_all(sr, CK_NORMAL);
-        int failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+        return tl_run_suite(hint_suite());
 }

@@ -26,6 +26,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "check-run.h"
 #include "io/ioq.h"
 
 #define KiB ((uint64_t)1 << 10)
@@ -959,9 +960,5 @@ static Suite *ioq_suite(void) {
 }
 
 int main(void) {
-        SRunner *sr = srunner_create(ioq_suite());
-        srunner_run_all(sr, CK_NORMAL);
-        int failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+        return tl_run_suite(ioq_suite());
 }

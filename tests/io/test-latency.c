@@ -4,6 +4,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "check-run.h"
 #include "io/latency.h"
 
 static void assert_near(uint64_t got, uint64_t want) {
@@ -75,9 +76,5 @@ static Suite *latency_suite(void) {
 }
 
 int main(void) {
-        SRunner *sr = srunner_create(latency_suite());
-        srunner_run_all(sr, CK_NORMAL);
-        int failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+        return tl_run_suite(latency_suite());
 }

@@ -3,6 +3,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "check-run.h"
 #include "io/range.h"
 
 START_TEST(test_merge_sorts_merges_and_drops_empty) {
@@ -106,9 +107,5 @@ static Suite *range_suite(void) {
 }
 
 int main(void) {
-        SRunner *sr = srunner_create(range_suite());
-        srunner_run_all(sr, CK_NORMAL);
-        int failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+        return tl_run_suite(range_suite());
 }

@@ -22,6 +22,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "check-run.h"
 #include "io/ioq.h"
 #include "store/readahead.h"
 #include "store/store.h"
@@ -473,9 +474,5 @@ static Suite *residency_suite(void) {
 int main(void) {
         long p = sysconf(_SC_PAGESIZE);
         page = p > 0 ? (uint64_t)p : 4096;
-        SRunner *sr = srunner_create(residency_suite());
-        srunner_run_all(sr, CK_NORMAL);
-        int failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+        return tl_run_suite(residency_suite());
 }

@@ -1,6 +1,6 @@
 /* helpers.h: scratch stores, an engine woken through an eventfd, event
  * collection, the fixture of three datasets and the checks of a batch against
- * them, for the loader suites (run with ../suite.h). Header-only (static
+ * them, for the loader suites (run with tests/lib/check-run.h). Header-only (static
  * functions). Waiting is always on the eventfd the engine's notify() writes,
  * never on a sleep. */
 #ifndef ZR_TESTS_LOADER_HELPERS_H
@@ -21,7 +21,7 @@
 #include "dataset/ragged.h"
 #include "loader/loader.h"
 #include "util/pool.h"
-#include "../suite.h"
+#include "check-run.h"
 #include "zr-proto.h"
 
 /* Small chunk files: no 4 GiB sparse files in tests. */

@@ -334,14 +334,8 @@ START_TEST(test_free_in_flight) {
 END_TEST
 
 int main(void) {
-        const TTest *const tests[] = {
-                test_cache_accounting,
-                test_stale,
-                test_locked_dataset,
-                test_free_parked,
-                test_fairness,
-                test_free_in_flight,
-        };
+        Suite *s = suite_create("loader-engine");
         /* 300 s per test: check names a hung test before meson ends the suite */
-        return zr_run_suite("loader-engine", tests, sizeof(tests) / sizeof(tests[0]), 300);
+        TL_TCASE(s, "loader-engine", 300, test_cache_accounting, test_stale, test_locked_dataset, test_free_parked, test_fairness, test_free_in_flight);
+        return tl_run_suite(s);
 }

@@ -311,13 +311,8 @@ START_TEST(test_spare_rings) {
 END_TEST
 
 int main(void) {
-        const TTest *const tests[] = {
-                test_dedup,
-                test_group_slow_member,
-                test_group_rings,
-                test_group_memory,
-                test_spare_rings,
-        };
+        Suite *s = suite_create("loader-group");
         /* 300 s per test: check names a hung test before meson ends the suite */
-        return zr_run_suite("loader-group", tests, sizeof(tests) / sizeof(tests[0]), 300);
+        TL_TCASE(s, "loader-group", 300, test_dedup, test_group_slow_member, test_group_rings, test_group_memory, test_spare_rings);
+        return tl_run_suite(s);
 }

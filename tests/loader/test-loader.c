@@ -422,17 +422,8 @@ START_TEST(test_stop) {
 END_TEST
 
 int main(void) {
-        const TTest *const tests[] = {
-                test_open_errors,
-                test_resume_raw,
-                test_resume_zstd,
-                test_far_steps_and_domain_end,
-                test_slots_and_exhaustion,
-                test_layout_and_seals,
-                test_sharding,
-                test_ragged_capacity,
-                test_stop,
-        };
+        Suite *s = suite_create("loader");
         /* 300 s per test: check names a hung test before meson ends the suite */
-        return zr_run_suite("loader", tests, sizeof(tests) / sizeof(tests[0]), 300);
+        TL_TCASE(s, "loader", 300, test_open_errors, test_resume_raw, test_resume_zstd, test_far_steps_and_domain_end, test_slots_and_exhaustion, test_layout_and_seals, test_sharding, test_ragged_capacity, test_stop);
+        return tl_run_suite(s);
 }

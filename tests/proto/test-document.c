@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check-run.h"
 #include "message.h"
 
 /* Fields per table; the largest of version 1 has 14. */
@@ -166,12 +167,6 @@ END_TEST
 
 int main(void) {
         Suite *s = suite_create("document");
-        TCase *tc = tcase_create("core");
-        tcase_add_test(tc, test_document_matches_tables);
-        suite_add_tcase(s, tc);
-        SRunner *sr = srunner_create(s);
-        srunner_run_all(sr, CK_NORMAL);
-        int failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+        TL_TCASE(s, "core", 0, test_document_matches_tables);
+        return tl_run_suite(s);
 }

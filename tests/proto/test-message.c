@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check-run.h"
 #include "message.h"
 #include "wire.h"
 
@@ -222,6 +223,19 @@ START_TEST(test_descriptor_counts) {
 }
 END_TEST
 
+/* A FAULT or an error reply (code and message) with an id (with_id) or not:
+ * refused, since a FAULT must have none and an error reply one. */
+static void expect_bad_error_id(const char *kind, bool with_id) {
+        built b;
+        zr_wire_writer_init(&b.w);
+        zr_wire_writer_begin_message(&b.w, kind, with_id, with_id ? 5 : 0);
+        zr_wire_put_u64(&b.w, "code", ZR_E_PROTO);
+        zr_wire_put_str(&b.w, "message", "x");
+        const msgpack_object *root = finish(&b);
+        ck_assert_int_eq(zr_msg_check(root, ZR_MSG_INVALID, NULL, NULL), -ZR_E_PROTO);
+        done(&b);
+}
+
 START_TEST(test_ids_by_class) {
         built b = {0};
         const msgpack_object *root;
@@ -236,23 +250,9 @@ START_TEST(test_ids_by_class) {
         ck_assert_int_eq(zr_msg_check(root, ZR_MSG_INVALID, NULL, NULL), 0);
         done(&b);
 
-        /* a fault must not have one */
-        zr_wire_writer_init(&b.w);
-        zr_wire_writer_begin_message(&b.w, "fault", true, 5);
-        zr_wire_put_u64(&b.w, "code", ZR_E_PROTO);
-        zr_wire_put_str(&b.w, "message", "x");
-        root = finish(&b);
-        ck_assert_int_eq(zr_msg_check(root, ZR_MSG_INVALID, NULL, NULL), -ZR_E_PROTO);
-        done(&b);
-
-        /* an error reply must */
-        zr_wire_writer_init(&b.w);
-        zr_wire_writer_begin_message(&b.w, "error", false, 0);
-        zr_wire_put_u64(&b.w, "code", ZR_E_PROTO);
-        zr_wire_put_str(&b.w, "message", "x");
-        root = finish(&b);
-        ck_assert_int_eq(zr_msg_check(root, ZR_MSG_INVALID, NULL, NULL), -ZR_E_PROTO);
-        done(&b);
+        /* a fault must not have one, an error reply must */
+        expect_bad_error_id("fault", true);
+        expect_bad_error_id("error", false);
 
         /* a u32 field over 2^32-1 */
         zr_wire_writer_init(&b.w);
@@ -303,18 +303,8 @@ END_TEST
 
 int main(void) {
         Suite *s = suite_create("message");
-        TCase *tc = tcase_create("core");
-        tcase_add_test(tc, test_kind_names);
-        tcase_add_test(tc, test_header_unknown_kind_keeps_id);
-        tcase_add_test(tc, test_nested_error_says_where);
-        tcase_add_test(tc, test_ok_checked_against_request);
-        tcase_add_test(tc, test_descriptor_counts);
-        tcase_add_test(tc, test_ids_by_class);
-        tcase_add_test(tc, test_write_error);
-        suite_add_tcase(s, tc);
-        SRunner *sr = srunner_create(s);
-        srunner_run_all(sr, CK_NORMAL);
-        int failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+        TL_TCASE(s, "core", 0, test_kind_names, test_header_unknown_kind_keeps_id,
+                 test_nested_error_says_where, test_ok_checked_against_request,
+                 test_descriptor_counts, test_ids_by_class, test_write_error);
+        return tl_run_suite(s);
 }

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check-run.h"
 #include "message.h"
 #include "wire.h"
 
@@ -163,12 +164,6 @@ END_TEST
 
 int main(void) {
         Suite *s = suite_create("vectors");
-        TCase *tc = tcase_create("core");
-        tcase_add_test(tc, test_manifest);
-        suite_add_tcase(s, tc);
-        SRunner *sr = srunner_create(s);
-        srunner_run_all(sr, CK_NORMAL);
-        int failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+        TL_TCASE(s, "core", 0, test_manifest);
+        return tl_run_suite(s);
 }

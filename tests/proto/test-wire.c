@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check-run.h"
 #include "wire.h"
 
 /* Decodes a body and returns the error code (0 on success); frees the body. */
@@ -471,21 +472,8 @@ END_TEST
 
 int main(void) {
         Suite *s = suite_create("wire");
-        TCase *tc = tcase_create("core");
-        tcase_add_test(tc, test_header);
-        tcase_add_test(tc, test_oversized_declarations);
-        tcase_add_test(tc, test_depth);
-        tcase_add_test(tc, test_objects_limit);
-        tcase_add_test(tc, test_truncated_everywhere);
-        tcase_add_test(tc, test_trailing_and_limits);
-        tcase_add_test(tc, test_body_shapes);
-        tcase_add_test(tc, test_writer_and_getters);
-        tcase_add_test(tc, test_writer_errors);
-        tcase_add_test(tc, test_mutations);
-        suite_add_tcase(s, tc);
-        SRunner *sr = srunner_create(s);
-        srunner_run_all(sr, CK_NORMAL);
-        int failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+        TL_TCASE(s, "core", 0, test_header, test_oversized_declarations, test_depth,
+                 test_objects_limit, test_truncated_everywhere, test_trailing_and_limits,
+                 test_body_shapes, test_writer_and_getters, test_writer_errors, test_mutations);
+        return tl_run_suite(s);
 }

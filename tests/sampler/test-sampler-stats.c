@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check-run.h"
 #include "sampler/sampler.h"
 
 #define STATS_N      UINT64_C(1000000) /* the index space of the seed's sampler table */
@@ -216,16 +217,9 @@ END_TEST
 
 int main(void) {
         Suite *s = suite_create("sampler-stats");
-        TCase *tc = tcase_create("core");
-        tcase_add_test(tc, test_iid_uniform);
-        tcase_add_test(tc, test_iid_biased_rejected);
+        TCase *tc = TL_TCASE(s, "core", 0, test_iid_uniform, test_iid_biased_rejected);
         tcase_add_loop_test(tc, test_cyclic_permutation, 0, STATS_CYCLIC_MODES);
         tcase_add_loop_test(tc, test_cyclic_orders_differ, 0, STATS_CYCLIC_MODES);
         tcase_add_loop_test(tc, test_cyclic_neighbours_unrelated, 0, STATS_CYCLIC_MODES);
-        suite_add_tcase(s, tc);
-        SRunner *sr = srunner_create(s);
-        srunner_run_all(sr, CK_NORMAL);
-        int failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+        return tl_run_suite(s);
 }

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check-run.h"
 #include "sampler/sampler.h"
 
 #define VECTORS_LINE_MAX 8192 /* longest line: 128 indices of 20 digits and the params */
@@ -146,13 +147,6 @@ END_TEST
 
 int main(void) {
         Suite *s = suite_create("sampler-vectors");
-        TCase *tc = tcase_create("core");
-        tcase_add_test(tc, test_vectors_reproduced);
-        tcase_add_test(tc, test_lx157_vectors_reproduced);
-        suite_add_tcase(s, tc);
-        SRunner *sr = srunner_create(s);
-        srunner_run_all(sr, CK_NORMAL);
-        int failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+        TL_TCASE(s, "core", 0, test_vectors_reproduced, test_lx157_vectors_reproduced);
+        return tl_run_suite(s);
 }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check-run.h"
 #include "sampler/feistel.h"
 #include "sampler/lxperm.h"
 #include "sampler/rng.h"
@@ -332,22 +333,10 @@ END_TEST
 
 int main(void) {
         Suite *s = suite_create("sampler");
-        TCase *tc = tcase_create("core");
-        tcase_add_test(tc, test_mode_names);
-        tcase_add_test(tc, test_errors);
-        tcase_add_test(tc, test_sequential_window);
-        tcase_add_test(tc, test_sequential_huge_steps);
-        tcase_add_test(tc, test_iid_fill_matches_reference);
-        tcase_add_test(tc, test_iid_rejection_retries);
-        tcase_add_test(tc, test_cyclic_fill_matches_reference);
-        tcase_add_test(tc, test_lx157_fill_matches_reference);
-        tcase_add_test(tc, test_sharding);
-        tcase_add_test(tc, test_huge_steps_direct);
-        tcase_add_test(tc, test_deterministic_and_keyed);
-        suite_add_tcase(s, tc);
-        SRunner *sr = srunner_create(s);
-        srunner_run_all(sr, CK_NORMAL);
-        int failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+        TL_TCASE(s, "core", 0, test_mode_names, test_errors, test_sequential_window,
+                 test_sequential_huge_steps, test_iid_fill_matches_reference,
+                 test_iid_rejection_retries, test_cyclic_fill_matches_reference,
+                 test_lx157_fill_matches_reference, test_sharding,
+                 test_huge_steps_direct, test_deterministic_and_keyed);
+        return tl_run_suite(s);
 }

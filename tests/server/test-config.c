@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "server/config.h"
-#include "../suite.h"
+#include "check-run.h"
 
 static char *write_tmp(const char *text) {
         static char path[64];
@@ -194,5 +194,5 @@ START_TEST(test_resolve_socket) {
 }
 END_TEST
 
-ZR_SUITE_MAIN("config", test_file_then_flags, test_errors_name_the_place, test_ring_spare,
+TL_SUITE_MAIN("config", test_file_then_flags, test_errors_name_the_place, test_ring_spare,
               test_help_lists_ring_spare, test_resolve_socket)

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "server/conn.h"
-#include "../suite.h"
+#include "check-run.h"
 
 typedef struct harness {
         struct event_base *base;
@@ -229,6 +229,6 @@ START_TEST(test_paused_reading_keeps_frames) {
 }
 END_TEST
 
-ZR_SUITE_MAIN("conn", test_frames_split_and_whole, test_descriptors_both_ways,
+TL_SUITE_MAIN("conn", test_frames_split_and_whole, test_descriptors_both_ways,
               test_frame_limit_from_prefix, test_truncated_control_data,
               test_output_limit_and_owner_close, test_paused_reading_keeps_frames)

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "server/listener.h"
-#include "../suite.h"
+#include "check-run.h"
 
 static void sock_path(char *buf, size_t n, const char *tag) {
         snprintf(buf, n, "/tmp/zr-listen-%d-%s.sock", getpid(), tag);
@@ -118,4 +118,4 @@ START_TEST(test_socket_activation) {
 }
 END_TEST
 
-ZR_SUITE_MAIN("listener", test_bind_mode_and_live, test_not_a_socket, test_socket_activation)
+TL_SUITE_MAIN("listener", test_bind_mode_and_live, test_not_a_socket, test_socket_activation)

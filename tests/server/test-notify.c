@@ -12,7 +12,7 @@
 
 #include "server/log.h"
 #include "server/notify.h"
-#include "../suite.h"
+#include "check-run.h"
 
 static int bind_dgram(char *path, size_t size) {
         snprintf(path, size, "/tmp/zr-notify-%d.sock", getpid());
@@ -100,4 +100,4 @@ START_TEST(test_log_lines) {
 }
 END_TEST
 
-ZR_SUITE_MAIN("notify", test_notify_sequence, test_watchdog_env, test_log_lines)
+TL_SUITE_MAIN("notify", test_notify_sequence, test_watchdog_env, test_log_lines)

@@ -31,7 +31,10 @@
 #include <unistd.h>
 #include <zdict.h>
 
+#include "check-run.h"
+#include "records.h"
 #include "store/store.h"
+#include "util.h"
 #include "util/pool.h"
 
 #define CRASH_TRIALS_DEFAULT 60
@@ -48,42 +51,13 @@
 #define RECORD_LARGE 49152 /* ... one in four up to this */
 #define DICT_CAPACITY 16384
 
-/* --- deterministic records ---------------------------------------------- */
-
-static uint64_t mix64(uint64_t x) {
-        x += UINT64_C(0x9e3779b97f4a7c15);
-        x = (x ^ (x >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-        x = (x ^ (x >> 27)) * UINT64_C(0x94d049bb133111eb);
-        return x ^ (x >> 31);
-}
-
-static uint64_t rng_next(uint64_t *st) {
-        *st += UINT64_C(0x9e3779b97f4a7c15);
-        return mix64(*st);
-}
+/* --- deterministic records (tests/lib/records.h) --------------------------- */
 
 static size_t record_len(uint64_t id) {
-        uint64_t h = mix64(id ^ UINT64_C(0x1e4));
+        uint64_t h = tl_mix64(id ^ UINT64_C(0x1e4));
         if (h % 4 == 0)
                 return 8 + (size_t)((h >> 8) % (RECORD_LARGE - 8));
         return 8 + (size_t)((h >> 8) % (RECORD_SMALL - 8));
-}
-
-static const char TEMPLATE[] = "zrecord crash test: every record carries its id; "
-                               "a template shared by all records gives the dictionary work.";
-
-/* The record of `id`: its id (little-endian) then a body that is mostly a shared
- * template with per-record noise, so every codec has something to do. */
-static void record_fill(uint8_t *dst, uint64_t id, size_t len) {
-        for (size_t i = 0; i < 8 && i < len; i++)
-                dst[i] = (uint8_t)(id >> (8 * i));
-        uint64_t h = 0;
-        for (size_t j = 8; j < len; j++) {
-                if ((j - 8) % 32 == 0)
-                        h = mix64(id * 131 + j);
-                dst[j] = (uint8_t)(TEMPLATE[(j + id) % (sizeof(TEMPLATE) - 1)] + (h & 3));
-                h >>= 2;
-        }
 }
 
 /* --- the program and its model ------------------------------------------ */
@@ -117,20 +91,20 @@ static void model_done(model *m) {
 
 /* The next operation of the program, from its generator and the model's state. */
 static void program_next(uint64_t *rng, const model *m, op *o) {
-        uint64_t r = rng_next(rng) % 100;
+        uint64_t r = tl_rand(rng) % 100;
         memset(o, 0, sizeof(*o));
         if (m->len < 8 || r < 55) {
                 o->kind = OP_APPEND;
-                o->n = 1 + rng_next(rng) % APPEND_MAX;
+                o->n = 1 + tl_rand(rng) % APPEND_MAX;
                 o->first_id = m->next_id;
         } else if (r < 85) {
                 o->kind = OP_DELETE;
-                o->n = 1 + rng_next(rng) % DELETE_MAX;
+                o->n = 1 + tl_rand(rng) % DELETE_MAX;
                 for (size_t i = 0; i < o->n; i++) {
                         uint64_t x;
                         int dup;
                         do {
-                                x = rng_next(rng) % m->len;
+                                x = tl_rand(rng) % m->len;
                                 dup = 0;
                                 for (size_t k = 0; k < i; k++)
                                         dup |= o->idx[k] == x;
@@ -139,7 +113,7 @@ static void program_next(uint64_t *rng, const model *m, op *o) {
                 }
         } else {
                 o->kind = OP_COMPACT;
-                o->max_moves = rng_next(rng) % 3 == 0 ? 1 + rng_next(rng) % 6 : 0;
+                o->max_moves = tl_rand(rng) % 3 == 0 ? 1 + tl_rand(rng) % 6 : 0;
         }
 }
 
@@ -224,7 +198,7 @@ static void writer_main(int ackfd, int dirfd, enum zr_codec codec, const void *d
                         size_t off = 0;
                         for (size_t i = 0; i < o.n; i++) {
                                 lens[i] = record_len(o.first_id + i);
-                                record_fill(buf + off, o.first_id + i, lens[i]);
+                                tl_record_fill(buf + off, o.first_id + i, lens[i]);
                                 off += lens[i];
                         }
                         r = zr_store_append(s, buf, lens, o.n, NULL, &err);
@@ -254,12 +228,6 @@ typedef struct counts {
         size_t trials, kills[OP_KINDS], finished, records, in_flight_applied;
 } counts;
 
-static uint64_t now_ns(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* Reads every record of s; checks each is bit-exact for its id; returns the
  * index -> id table in *ret_ids (malloc()ed) and its length. */
 static size_t read_ids(zr_store *s, uint64_t **ret_ids, const char *when) {
@@ -286,13 +254,11 @@ static size_t read_ids(zr_store *s, uint64_t **ret_ids, const char *when) {
         uint64_t off = 0;
         for (uint64_t i = 0; i < n; i++) {
                 ck_assert_msg(lens[i] >= 8, "%s: record %" PRIu64 " is %" PRIu64 " bytes", when, i, lens[i]);
-                uint64_t id = 0;
-                for (int b = 0; b < 8; b++)
-                        id |= (uint64_t)data[off + b] << (8 * b);
+                uint64_t id = tl_record_id(data + off, lens[i]);
                 ck_assert_msg(id > 0 && lens[i] == record_len(id),
                               "%s: record %" PRIu64 " (id %" PRIu64 ") is %" PRIu64 " bytes", when, i,
                               id, lens[i]);
-                record_fill(want, id, lens[i]);
+                tl_record_fill(want, id, lens[i]);
                 ck_assert_msg(memcmp(want, data + off, lens[i]) == 0,
                               "%s: record %" PRIu64 " (id %" PRIu64 ") differs from what was written",
                               when, i, id);
@@ -312,52 +278,14 @@ static int ids_equal(const uint64_t *ids, size_t n, const model *m) {
         return n == m->len && (n == 0 || memcmp(ids, m->ids, n * sizeof(*ids)) == 0);
 }
 
-static void remove_tree(const char *path) {
-        DIR *d = opendir(path);
-        struct dirent *e;
-        if (!d)
-                return;
-        while ((e = readdir(d)))
-                if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
-                        unlinkat(dirfd(d), e->d_name, 0);
-        closedir(d);
-        rmdir(path);
-}
-
-static void make_dict(void **ret, size_t *ret_len) {
-        enum { SAMPLES = 400 };
-        size_t sizes[SAMPLES], total = 0;
-        for (size_t i = 0; i < SAMPLES; i++) {
-                sizes[i] = record_len(UINT64_C(1) << 40 | i);
-                if (sizes[i] > RECORD_SMALL)
-                        sizes[i] = RECORD_SMALL;
-                total += sizes[i];
-        }
-        uint8_t *buf = malloc(total);
-        void *dict = malloc(DICT_CAPACITY);
-        ck_assert(buf && dict);
-        for (size_t i = 0, off = 0; i < SAMPLES; off += sizes[i], i++)
-                record_fill(buf + off, UINT64_C(1) << 40 | i, sizes[i]);
-        size_t r = ZDICT_trainFromBuffer(dict, DICT_CAPACITY, buf, sizes, SAMPLES);
-        ck_assert_msg(!ZDICT_isError(r), "ZDICT_trainFromBuffer: %s", ZDICT_getErrorName(r));
-        free(buf);
-        *ret = dict;
-        *ret_len = r;
-}
-
-static uint64_t env_u64(const char *name, uint64_t def) {
-        const char *v = getenv(name);
-        return v && *v ? strtoull(v, NULL, 0) : def;
-}
-
 /* One trial: write, kill, reopen, check. */
 static void crash_trial(size_t trial, uint64_t seed, const void *dict, size_t dict_len, counts *c) {
         enum zr_codec codec = (enum zr_codec)(trial % 3);
         /* the writer and the checker each read through mappings or with pread
          * (no_mmap): every combination comes round every 12 trials */
         int writer_no_mmap = (int)(trial / 3 % 2), reader_no_mmap = (int)(trial / 6 % 2);
-        uint64_t prog_seed = mix64(seed + trial);
-        uint64_t rng = mix64(prog_seed ^ 0x6b);
+        uint64_t prog_seed = tl_mix64(seed + trial);
+        uint64_t rng = tl_mix64(prog_seed ^ 0x6b);
         const char *tmp = getenv("TMPDIR");
         char dir[512];
         int fds[2], dfd, status;
@@ -379,14 +307,14 @@ static void crash_trial(size_t trial, uint64_t seed, const void *dict, size_t di
 
         /* wait for `target` acknowledged operations after the creation, then spin
          * a random fraction of the mean operation time and kill */
-        size_t target = 1 + rng_next(&rng) % MAX_ACKS, acks = 0;
+        size_t target = 1 + tl_rand(&rng) % MAX_ACKS, acks = 0;
         uint64_t t_created = 0, t_last = 0;
         uint8_t b;
         while (acks < target + 1) {
                 ssize_t k = read(fds[0], &b, 1);
                 if (k == 1) {
                         acks++;
-                        t_last = now_ns();
+                        t_last = tl_now_ns();
                         if (acks == 1)
                                 t_created = t_last;
                 } else if (k == 0 || errno != EINTR) {
@@ -395,8 +323,8 @@ static void crash_trial(size_t trial, uint64_t seed, const void *dict, size_t di
         }
         if (acks == target + 1) {
                 uint64_t mean = (t_last - t_created) / target;
-                uint64_t until = t_last + (uint64_t)((double)(rng_next(&rng) % 1000) / 1000.0 * 2.0 * (double)mean);
-                while (now_ns() < until)
+                uint64_t until = t_last + (uint64_t)((double)(tl_rand(&rng) % 1000) / 1000.0 * 2.0 * (double)mean);
+                while (tl_now_ns() < until)
                         ;
         }
         kill(pid, SIGKILL);
@@ -472,7 +400,7 @@ static void crash_trial(size_t trial, uint64_t seed, const void *dict, size_t di
         model_done(&before);
         zr_pool_free(pool);
         close(dfd);
-        remove_tree(dir);
+        tl_rmtree(dir);
         c->trials++;
 }
 
@@ -492,21 +420,22 @@ START_TEST(test_model_swap_last) {
         model_done(&m);
 
         uint8_t a[100], b2[100];
-        record_fill(a, 42, sizeof(a));
-        record_fill(b2, 43, sizeof(b2));
+        tl_record_fill(a, 42, sizeof(a));
+        tl_record_fill(b2, 43, sizeof(b2));
         ck_assert_int_ne(memcmp(a, b2, sizeof(a)), 0);
         ck_assert_uint_eq(a[0], 42);
 }
 END_TEST
 
 START_TEST(test_crash_trials) {
-        size_t trials = (size_t)env_u64("ZR_CRASH_TRIALS", CRASH_TRIALS_DEFAULT);
-        uint64_t seed = env_u64("ZR_CRASH_SEED", CRASH_SEED_DEFAULT);
+        size_t trials = (size_t)tl_env_u64("ZR_CRASH_TRIALS", CRASH_TRIALS_DEFAULT);
+        uint64_t seed = tl_env_u64("ZR_CRASH_SEED", CRASH_SEED_DEFAULT);
         counts c = {0};
         void *dict = NULL;
         size_t dict_len = 0;
 
-        make_dict(&dict, &dict_len);
+        ck_assert_int_eq(tl_record_dict(UINT64_C(1) << 40, 400, record_len, RECORD_SMALL,
+                                        DICT_CAPACITY, &dict, &dict_len), 0);
         for (size_t t = 0; t < trials; t++)
                 crash_trial(t, seed, dict, dict_len, &c);
         printf("crash: %zu trials (seed %#" PRIx64 "): killed during append %zu, delete %zu, "
@@ -522,14 +451,6 @@ END_TEST
 
 int main(void) {
         Suite *s = suite_create("crash");
-        TCase *tc = tcase_create("core");
-        tcase_set_timeout(tc, 600);
-        tcase_add_test(tc, test_model_swap_last);
-        tcase_add_test(tc, test_crash_trials);
-        suite_add_tcase(s, tc);
-        SRunner *sr = srunner_create(s);
-        srunner_run_all(sr, CK_NORMAL);
-        int failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+        TL_TCASE(s, "core", 600, test_model_swap_last, test_crash_trials);
+        return tl_run_suite(s);
 }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check-run.h"
 #include "store/format.h"
 
 START_TEST(test_header_bytes) {
@@ -206,18 +207,8 @@ END_TEST
 
 int main(void) {
         Suite *s = suite_create("format");
-        TCase *tc = tcase_create("core");
-        tcase_add_test(tc, test_header_bytes);
-        tcase_add_test(tc, test_header_seed_store);
-        tcase_add_test(tc, test_header_loaderx157);
-        tcase_add_test(tc, test_header_legacy);
-        tcase_add_test(tc, test_header_refusals);
-        tcase_add_test(tc, test_loc_bytes);
-        tcase_add_test(tc, test_le_helpers);
-        suite_add_tcase(s, tc);
-        SRunner *sr = srunner_create(s);
-        srunner_run_all(sr, CK_NORMAL);
-        int failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+        TL_TCASE(s, "core", 0, test_header_bytes, test_header_seed_store, test_header_loaderx157,
+                 test_header_legacy, test_header_refusals,
+                 test_loc_bytes, test_le_helpers);
+        return tl_run_suite(s);
 }

@@ -14,6 +14,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "check-run.h"
 #include "store/store.h"
 
 static _Atomic int fail_fdatasync;
@@ -106,12 +107,6 @@ END_TEST
 
 int main(void) {
         Suite *s = suite_create("fsync");
-        TCase *tc = tcase_create("core");
-        tcase_add_test(tc, test_failed_fsync_is_final);
-        suite_add_tcase(s, tc);
-        SRunner *sr = srunner_create(s);
-        srunner_run_all(sr, CK_NORMAL);
-        int failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+        TL_TCASE(s, "core", 0, test_failed_fsync_is_final);
+        return tl_run_suite(s);
 }

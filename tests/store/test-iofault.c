@@ -28,30 +28,21 @@
  *     without changing the table and the store takes a new append.
  * Prints, per operation, the calls of each class and the faults injected.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-#include <zdict.h>
 
+#include "recovery.h"
 #include "store/journal.h"
-#include "store/store.h"
-#include "util/pool.h"
+#include "util.h"
 
-#define IOF_CHUNK_LOG2 12 /* 4 KiB chunks: appends create files */
-#define PRE_RECORDS 30
-#define APPEND_N 8
-#define DICT_CAPACITY 8192
-#define COPY_PREFIX (1u << 20)
 #define N_MAX 10000 /* a bound on N that no operation here comes near */
 
 /* --- the interposed calls ------------------------------------------------------ */
@@ -195,216 +186,6 @@ static void disarm(void) {
         atomic_store(&armed, 0);
 }
 
-/* --- records (as test-killpoints.c) ---------------------------------------------- */
-
-static uint64_t mix64(uint64_t x) {
-        x += UINT64_C(0x9e3779b97f4a7c15);
-        x = (x ^ (x >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-        x = (x ^ (x >> 27)) * UINT64_C(0x94d049bb133111eb);
-        return x ^ (x >> 31);
-}
-
-static size_t record_len(uint64_t id) {
-        return id == 1 ? 16 : 200 + (size_t)(mix64(id) % 1800);
-}
-
-static const char TEMPLATE[] = "zrecord fault test: every record carries its id; "
-                               "the template gives the codecs something to find.";
-
-static void record_fill(uint8_t *dst, uint64_t id, size_t len) {
-        for (size_t i = 0; i < 8 && i < len; i++)
-                dst[i] = (uint8_t)(id >> (8 * i));
-        uint64_t h = 0;
-        for (size_t j = 8; j < len; j++) {
-                if ((j - 8) % 32 == 0)
-                        h = mix64(id * 131 + j);
-                dst[j] = (uint8_t)(TEMPLATE[(j + id) % (sizeof(TEMPLATE) - 1)] + (h & 3));
-                h >>= 2;
-        }
-}
-
-static unsigned failures;
-
-static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void fail(const char *fmt, ...) {
-        va_list ap;
-        va_start(ap, fmt);
-        fprintf(stderr, "FAIL: ");
-        vfprintf(stderr, fmt, ap);
-        fputc('\n', stderr);
-        va_end(ap);
-        failures++;
-}
-
-static void die(const char *what) {
-        fprintf(stderr, "FATAL: %s: %s\n", what, strerror(errno));
-        exit(2);
-}
-
-typedef struct ids {
-        uint64_t v[PRE_RECORDS + APPEND_N + 4];
-        size_t n;
-} ids;
-
-static int cmp_desc(const void *a, const void *b) {
-        uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-        return (x < y) - (x > y);
-}
-
-static void ids_delete(ids *m, const uint64_t *idx, size_t n) {
-        uint64_t s[16];
-        memcpy(s, idx, n * sizeof(*s));
-        qsort(s, n, sizeof(*s), cmp_desc);
-        for (size_t i = 0; i < n; i++)
-                m->v[s[i]] = m->v[--m->n];
-}
-
-static void ids_append(ids *m, uint64_t first, size_t n) {
-        for (size_t i = 0; i < n; i++)
-                m->v[m->n++] = first + i;
-}
-
-static int ids_eq(const ids *a, const ids *b) {
-        return a->n == b->n && memcmp(a->v, b->v, a->n * sizeof(a->v[0])) == 0;
-}
-
-static void *dict_buf;
-static size_t dict_len;
-
-static void make_dict(void) {
-        enum { SAMPLES = 200 };
-        size_t sizes[SAMPLES], total = 0;
-        for (size_t i = 0; i < SAMPLES; i++)
-                total += sizes[i] = record_len(5000 + i);
-        uint8_t *buf = malloc(total);
-        dict_buf = malloc(DICT_CAPACITY);
-        if (!buf || !dict_buf)
-                die("malloc");
-        for (size_t i = 0, off = 0; i < SAMPLES; off += sizes[i], i++)
-                record_fill(buf + off, 5000 + i, sizes[i]);
-        dict_len = ZDICT_trainFromBuffer(dict_buf, DICT_CAPACITY, buf, sizes, SAMPLES);
-        if (ZDICT_isError(dict_len)) {
-                fprintf(stderr, "FATAL: ZDICT_trainFromBuffer: %s\n", ZDICT_getErrorName(dict_len));
-                exit(2);
-        }
-        free(buf);
-}
-
-static int append_ids(zr_store *s, uint64_t first, size_t n, zr_error *err) {
-        uint64_t lens[64];
-        size_t total = 0;
-        for (size_t i = 0; i < n; i++)
-                total += lens[i] = record_len(first + i);
-        uint8_t *buf = malloc(total);
-        if (!buf)
-                die("malloc");
-        for (size_t i = 0, off = 0; i < n; off += lens[i], i++)
-                record_fill(buf + off, first + i, lens[i]);
-        int r = zr_store_append(s, buf, lens, n, NULL, err);
-        free(buf);
-        return r;
-}
-
-static int read_ids(zr_store *s, ids *ret, const char *when) {
-        uint64_t n = zr_store_length(s);
-        zr_error err = {0};
-        uint8_t buf[4096], want[4096];
-        ret->n = 0;
-        if (n > sizeof(ret->v) / sizeof(ret->v[0])) {
-                fail("%s: length %" PRIu64 " is more than was ever written", when, n);
-                return -1;
-        }
-        for (uint64_t i = 0; i < n; i++) {
-                uint64_t len = 0, id = 0;
-                zr_error_clear(&err);
-                if (zr_store_gather(s, &i, 1, buf, sizeof(buf), &len, &err) < 0) {
-                        fail("%s: record %" PRIu64 ": %s", when, i, err.message);
-                        return -1;
-                }
-                for (int b = 0; b < 8 && b < (int)len; b++)
-                        id |= (uint64_t)buf[b] << (8 * b);
-                if (len < 8 || id == 0 || len != record_len(id)) {
-                        fail("%s: record %" PRIu64 " is %" PRIu64 " bytes with id %" PRIu64, when,
-                             i, len, id);
-                        return -1;
-                }
-                record_fill(want, id, len);
-                if (memcmp(want, buf, len) != 0) {
-                        fail("%s: record %" PRIu64 " (id %" PRIu64 ") is not bit-exact", when, i, id);
-                        return -1;
-                }
-                ret->v[ret->n++] = id;
-        }
-        return 0;
-}
-
-/* The stores live in $TMPDIR, else on tmpfs (/dev/shm) when there is one: the
- * test needs no real disk (a process kill and an injected fault keep the page
- * cache), and its many fsyncs would otherwise wait on a disk shared with
- * every other test. */
-static const char *tmp_base(void) {
-        const char *t = getenv("TMPDIR");
-        if (t && *t)
-                return t;
-        return access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
-}
-
-static void remove_dir(const char *path) {
-        DIR *d = opendir(path);
-        struct dirent *e;
-        if (!d)
-                return;
-        while ((e = readdir(d)))
-                if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
-                        unlinkat(dirfd(d), e->d_name, 0);
-        closedir(d);
-        rmdir(path);
-}
-
-static void copy_dir(const char *from, const char *to) {
-        DIR *d = opendir(from);
-        int dfd = open(to, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        uint8_t *buf = malloc(COPY_PREFIX);
-        struct dirent *e;
-        if (!d || dfd < 0 || !buf)
-                die("copy_dir");
-        while ((e = readdir(d))) {
-                struct stat st;
-                if (fstatat(dirfd(d), e->d_name, &st, 0) < 0 || !S_ISREG(st.st_mode))
-                        continue;
-                int in = openat(dirfd(d), e->d_name, O_RDONLY | O_CLOEXEC);
-                int out = openat(dfd, e->d_name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-                if (in < 0 || out < 0)
-                        die(e->d_name);
-                ssize_t n = pread(in, buf, COPY_PREFIX, 0);
-                if (n < 0 || (ssize_t)syscall(SYS_pwrite64, out, buf, (size_t)n, 0) != n ||
-                    syscall(SYS_ftruncate, out, st.st_size) < 0)
-                        die(e->d_name);
-                close(out);
-                close(in);
-        }
-        closedir(d);
-        close(dfd);
-        free(buf);
-}
-
-static char *new_dir(const char *tag) {
-        char *dir = malloc(512);
-        if (!dir)
-                die("malloc");
-        snprintf(dir, 512, "%s/zr-iofault-%s-XXXXXX", tmp_base(), tag);
-        if (!mkdtemp(dir))
-                die("mkdtemp");
-        return dir;
-}
-
-static int open_dir(const char *dir) {
-        int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (fd < 0)
-                die(dir);
-        return fd;
-}
-
 /* --- operations --------------------------------------------------------------------- */
 
 enum op {
@@ -424,36 +205,31 @@ static const char *const op_names[OP_COUNT] = {
         "create", "append-first", "append", "sync", "close", "delete", "compact", "recover", "dict",
 };
 
-static const uint64_t delete_idx[] = { 2, 7, 11, PRE_RECORDS - 1, PRE_RECORDS - 4 };
-#define DELETE_N (sizeof(delete_idx) / sizeof(delete_idx[0]))
-static const uint64_t holes_idx[] = { 0, 5, 9, 13, 17, 21 };
-#define HOLES_N (sizeof(holes_idx) / sizeof(holes_idx[0]))
-
 typedef struct prepared {
         char *dir; /* NULL for create: an empty directory */
-        ids before, after;
+        rc_ids before, after;
 } prepared;
 
 static zr_pool *pool;
 
-/* Writes delete.zr for the batch delete_idx as zr_store_delete() would, and
+/* Writes delete.zr for the batch rc_delete_idx as zr_store_delete() would, and
  * nothing else: the store as a kill right after the journal leaves it. */
 static int write_journal(zr_store *s, int dfd, zr_error *err) {
-        uint64_t len = zr_store_length(s), new_len = len - DELETE_N, tidx[DELETE_N];
-        zr_loc tail[DELETE_N];
-        zr_journal_entry entries[DELETE_N];
+        uint64_t len = zr_store_length(s), new_len = len - RC_DELETE_N, tidx[RC_DELETE_N];
+        zr_loc tail[RC_DELETE_N];
+        zr_journal_entry entries[RC_DELETE_N];
         zr_journal j = { .old_len = len, .new_len = new_len, .entries = entries };
-        uint64_t sorted[DELETE_N];
+        uint64_t sorted[RC_DELETE_N];
 
-        for (size_t k = 0; k < DELETE_N; k++)
+        for (size_t k = 0; k < RC_DELETE_N; k++)
                 tidx[k] = new_len + k;
-        int r = zr_store_locate(s, tidx, DELETE_N, tail, err);
+        int r = zr_store_locate(s, tidx, RC_DELETE_N, tail, err);
         if (r < 0)
                 return r;
-        memcpy(sorted, delete_idx, sizeof(sorted));
-        qsort(sorted, DELETE_N, sizeof(*sorted), cmp_desc);
+        memcpy(sorted, rc_delete_idx, sizeof(sorted));
+        qsort(sorted, RC_DELETE_N, sizeof(*sorted), rc_cmp_desc);
         uint64_t cur = len;
-        for (size_t k = 0; k < DELETE_N; k++, cur--) {
+        for (size_t k = 0; k < RC_DELETE_N; k++, cur--) {
                 uint64_t hole = sorted[k], last = cur - 1;
                 if (hole == last)
                         continue;
@@ -467,7 +243,6 @@ static int write_journal(zr_store *s, int dfd, zr_error *err) {
 }
 
 static int prepare(enum op o, enum zr_codec c, prepared *p) {
-        zr_store_options opts = { .pool = pool, .chunk_log2 = IOF_CHUNK_LOG2 };
         zr_store *s = NULL;
         zr_error err = {0};
         int r = 0;
@@ -475,41 +250,29 @@ static int prepare(enum op o, enum zr_codec c, prepared *p) {
         memset(p, 0, sizeof(*p));
         if (o == OP_CREATE)
                 return 0;
-        p->dir = new_dir("pre");
-        int dfd = open_dir(p->dir);
-        int with_dict = c == ZR_CODEC_ZSTD_DICT && o != OP_DICT;
-        r = zr_store_create(dfd, c, with_dict ? dict_buf : NULL, with_dict ? dict_len : 0, &opts,
-                            &s, &err);
-        if (r >= 0 && o != OP_APPEND_FIRST && o != OP_DICT) {
-                for (uint64_t first = 1; r >= 0 && first <= PRE_RECORDS; first += PRE_RECORDS / 3)
-                        r = append_ids(s, first, PRE_RECORDS / 3, &err);
-                ids_append(&p->before, 1, PRE_RECORDS);
-        }
-        if (r >= 0 && o == OP_COMPACT) {
-                r = zr_store_delete(s, holes_idx, HOLES_N, &err);
-                ids_delete(&p->before, holes_idx, HOLES_N);
-        }
+        p->dir = rc_new_dir("zr-iofault-pre");
+        int dfd = rc_open_dir(p->dir);
+        r = rc_prepare(dfd, c, pool, c == ZR_CODEC_ZSTD_DICT && o != OP_DICT,
+                       o != OP_APPEND_FIRST && o != OP_DICT, o == OP_COMPACT, &s, &p->before, &err);
         if (r >= 0 && o == OP_RECOVER)
                 r = write_journal(s, dfd, &err);
         if (r < 0)
-                fail("prepare %s codec %d: %s", op_names[o], (int)c, err.message);
+                tl_fail("prepare %s codec %d: %s", op_names[o], (int)c, err.message);
         zr_error_clear(&err);
         if (zr_store_close(s, &err) < 0 && r >= 0) {
-                fail("prepare %s codec %d: close: %s", op_names[o], (int)c, err.message);
+                tl_fail("prepare %s codec %d: close: %s", op_names[o], (int)c, err.message);
                 r = -1;
         }
         close(dfd);
         p->after = p->before;
         if (o == OP_APPEND_FIRST || o == OP_APPEND)
-                ids_append(&p->after, 1000, APPEND_N);
-        else if (o == OP_RECOVER)
-                ids_delete(&p->after, delete_idx, DELETE_N);
-        else if (o == OP_DELETE)
-                ids_delete(&p->after, delete_idx, DELETE_N);
+                rc_ids_append(&p->after, 1000, RC_APPEND_N);
+        else if (o == OP_RECOVER || o == OP_DELETE)
+                rc_ids_delete(&p->after, rc_delete_idx, RC_DELETE_N);
         if (o == OP_SYNC || o == OP_CLOSE) {
                 /* the append before the operation is acknowledged: in both states */
-                ids_append(&p->before, 1000, APPEND_N);
-                ids_append(&p->after, 1000, APPEND_N);
+                rc_ids_append(&p->before, 1000, RC_APPEND_N);
+                rc_ids_append(&p->after, 1000, RC_APPEND_N);
         }
         return r < 0 ? -1 : 0;
 }
@@ -523,7 +286,7 @@ typedef struct counts {
  * Returns the operation's result; *sp is the store still open (or NULL). */
 static int run_op(enum op o, enum zr_codec c, int dfd, enum fault_class fc, long n, int e,
                   zr_store **sp, zr_error *err) {
-        zr_store_options opts = { .pool = pool, .chunk_log2 = IOF_CHUNK_LOG2 };
+        zr_store_options opts = { .pool = pool, .chunk_log2 = RC_CHUNK_LOG2 };
         zr_store *s = NULL;
         int r;
 
@@ -531,7 +294,7 @@ static int run_op(enum op o, enum zr_codec c, int dfd, enum fault_class fc, long
         if (o == OP_CREATE) {
                 int d = c == ZR_CODEC_ZSTD_DICT;
                 arm(fc, n, e);
-                r = zr_store_create(dfd, c, d ? dict_buf : NULL, d ? dict_len : 0, &opts, &s, err);
+                r = zr_store_create(dfd, c, d ? rc_dict : NULL, d ? rc_dict_len : 0, &opts, &s, err);
                 disarm();
                 *sp = s;
                 return r;
@@ -545,13 +308,13 @@ static int run_op(enum op o, enum zr_codec c, int dfd, enum fault_class fc, long
         }
         r = zr_store_open(dfd, &opts, &s, err);
         if (r < 0) {
-                fail("%s codec %d: open before the operation: %s", op_names[o], (int)c, err->message);
+                tl_fail("%s codec %d: open before the operation: %s", op_names[o], (int)c, err->message);
                 return r;
         }
         if (o == OP_SYNC || o == OP_CLOSE) {
-                r = append_ids(s, 1000, APPEND_N, err);
+                r = rc_append(s, 1000, RC_APPEND_N, err);
                 if (r < 0) {
-                        fail("%s: append before the operation: %s", op_names[o], err->message);
+                        tl_fail("%s: append before the operation: %s", op_names[o], err->message);
                         *sp = s;
                         return r;
                 }
@@ -560,7 +323,7 @@ static int run_op(enum op o, enum zr_codec c, int dfd, enum fault_class fc, long
         switch (o) {
         case OP_APPEND_FIRST:
         case OP_APPEND:
-                r = append_ids(s, 1000, APPEND_N, err);
+                r = rc_append(s, 1000, RC_APPEND_N, err);
                 break;
         case OP_SYNC:
                 r = zr_store_sync(s, err);
@@ -570,13 +333,13 @@ static int run_op(enum op o, enum zr_codec c, int dfd, enum fault_class fc, long
                 s = NULL;
                 break;
         case OP_DELETE:
-                r = zr_store_delete(s, delete_idx, DELETE_N, err);
+                r = zr_store_delete(s, rc_delete_idx, RC_DELETE_N, err);
                 break;
         case OP_COMPACT:
                 r = zr_store_compact(s, 0, NULL, err);
                 break;
         case OP_DICT:
-                r = zr_store_install_dict(s, dict_buf, dict_len, err);
+                r = zr_store_install_dict(s, rc_dict, rc_dict_len, err);
                 break;
         default:
                 r = -EINVAL;
@@ -592,7 +355,7 @@ static void check_after(enum op o, const prepared *p, int dfd, int op_ok, const 
         zr_store_options opts = { .pool = pool };
         zr_store *s = NULL;
         zr_error err = {0};
-        ids got, again;
+        rc_ids got;
 
         int r = zr_store_open(dfd, &opts, &s, &err);
         if (r < 0) {
@@ -600,57 +363,28 @@ static void check_after(enum op o, const prepared *p, int dfd, int op_ok, const 
                         k->no_store++; /* a failed create removes what it made */
                         return;
                 }
-                fail("%s: reopen: %s (%s)", when, err.message, zr_error_code_name(r));
+                tl_fail("%s: reopen: %s (%s)", when, err.message, zr_error_code_name(r));
                 return;
         }
         k->recoveries++;
-        if (read_ids(s, &got, when) < 0)
+        if (rc_read_ids(s, &got, when) < 0)
                 goto out;
-        int is_before = ids_eq(&got, &p->before), is_after = ids_eq(&got, &p->after);
+        int is_before = rc_ids_eq(&got, &p->before), is_after = rc_ids_eq(&got, &p->after);
         if (op_ok && !is_after) {
-                fail("%s: the operation reported success, the store holds %zu records, not the "
-                     "%zu it promised", when, got.n, p->after.n);
+                tl_fail("%s: the operation reported success, the store holds %zu records, not the "
+                        "%zu it promised", when, got.n, p->after.n);
                 goto out;
         }
         if (!is_before && !is_after) {
-                fail("%s: %zu records: neither the state before (%zu) nor after (%zu)", when,
-                     got.n, p->before.n, p->after.n);
+                tl_fail("%s: %zu records: neither the state before (%zu) nor after (%zu)", when,
+                        got.n, p->before.n, p->after.n);
                 goto out;
         }
-        zr_verify_report rep = {0};
-        if (zr_store_verify(s, &rep, &err) < 0 || rep.bad) {
-                fail("%s: verify: %s", when, err.message);
-                goto out;
-        }
-        if (zr_store_codec(s) == ZR_CODEC_ZSTD_DICT && !zr_store_has_dict(s) &&
-            zr_store_install_dict(s, dict_buf, dict_len, &err) < 0) {
-                fail("%s: install the dictionary after the fault: %s", when, err.message);
-                goto out;
-        }
-        zr_compact_result cr = {0};
-        if (zr_store_compact(s, 0, &cr, &err) < 0 || !cr.finished) {
-                fail("%s: compaction re-run: %s", when, err.message);
-                goto out;
-        }
-        if (read_ids(s, &again, when) < 0)
-                goto out;
-        if (!ids_eq(&again, &got)) {
-                fail("%s: the compaction re-run changed the table", when);
-                goto out;
-        }
-        if (append_ids(s, 2000, 2, &err) < 0) {
-                fail("%s: append after the fault: %s", when, err.message);
-                goto out;
-        }
-        ids_append(&got, 2000, 2);
-        if (read_ids(s, &again, when) < 0)
-                goto out;
-        if (!ids_eq(&again, &got))
-                fail("%s: an append after the fault reads back wrong", when);
+        rc_check_sound(s, &got, when);
 out:
         zr_error_clear(&err);
         if (zr_store_close(s, &err) < 0)
-                fail("%s: close: %s", when, err.message);
+                tl_fail("%s: close: %s", when, err.message);
 }
 
 /* 1 if the failing call of this run may be ignored by the operation: the hole
@@ -669,10 +403,10 @@ static void run_case(enum op o, enum zr_codec c, counts *k) {
                 for (int ei = 0; ei < 2; ei++) {
                         int e = errnos[ei];
                         for (long n = 1; n <= N_MAX; n++) {
-                                char *dir = new_dir("run");
+                                char *dir = rc_new_dir("zr-iofault-run");
                                 if (p.dir)
-                                        copy_dir(p.dir, dir);
-                                int dfd = open_dir(dir);
+                                        rc_copy_store(p.dir, dir);
+                                int dfd = rc_open_dir(dir);
                                 watch(dir);
                                 zr_store *s = NULL;
                                 zr_error err = {0};
@@ -687,8 +421,8 @@ static void run_case(enum op o, enum zr_codec c, counts *k) {
                                 if (!hit) {
                                         /* the operation made fewer calls: done with this class */
                                         if (r < 0)
-                                                fail("%s: failed without a fault: %s", when,
-                                                     err.message);
+                                                tl_fail("%s: failed without a fault: %s", when,
+                                                        err.message);
                                         if (ei == 0)
                                                 k->calls[fc] += made;
                                 } else {
@@ -697,30 +431,30 @@ static void run_case(enum op o, enum zr_codec c, counts *k) {
                                         if (r < 0) {
                                                 k->errors++;
                                                 if (err.code != -r || !err.message[0])
-                                                        fail("%s: returned %d with message \"%s\" "
-                                                             "(code %d)", when, r, err.message,
-                                                             err.code);
+                                                        tl_fail("%s: returned %d with message \"%s\" "
+                                                                "(code %d)", when, r, err.message,
+                                                                err.code);
                                                 if (r != -e && r != -ZR_E_READONLY)
-                                                        fail("%s: returned %s (%s), not the error "
-                                                             "injected", when,
-                                                             zr_error_code_name(r), err.message);
+                                                        tl_fail("%s: returned %s (%s), not the error "
+                                                                "injected", when,
+                                                                zr_error_code_name(r), err.message);
                                         } else if (best_effort(o, (enum fault_class)fc)) {
                                                 k->best_effort++;
                                         } else {
-                                                fail("%s: reported success", when);
+                                                tl_fail("%s: reported success", when);
                                         }
                                         if (fc == FC_SYNC && r < 0 && s) {
                                                 /* read-only for good, and it says why */
                                                 zr_error e2 = {0};
                                                 if (zr_store_failed(s) != e)
-                                                        fail("%s: zr_store_failed() is %d", when,
-                                                             zr_store_failed(s));
-                                                int r2 = append_ids(s, 3000, 1, &e2);
+                                                        tl_fail("%s: zr_store_failed() is %d", when,
+                                                                zr_store_failed(s));
+                                                int r2 = rc_append(s, 3000, 1, &e2);
                                                 if (r2 != -ZR_E_READONLY ||
                                                     !strstr(e2.message, "failed fsync") ||
                                                     !strstr(e2.message, strerror(e)))
-                                                        fail("%s: an append after the failed fsync: "
-                                                             "%d \"%s\"", when, r2, e2.message);
+                                                        tl_fail("%s: an append after the failed fsync: "
+                                                                "%d \"%s\"", when, r2, e2.message);
                                                 else
                                                         k->readonly++;
                                         }
@@ -730,7 +464,7 @@ static void run_case(enum op o, enum zr_codec c, counts *k) {
                                 check_after(o, &p, dfd, r >= 0, when, k);
                                 watch_len = 0;
                                 close(dfd);
-                                remove_dir(dir);
+                                tl_rmtree(dir);
                                 free(dir);
                                 if (!hit)
                                         break;
@@ -743,7 +477,7 @@ static void run_case(enum op o, enum zr_codec c, counts *k) {
                k->faults, k->short_writes, k->errors, k->readonly);
         fflush(stdout);
         if (p.dir) {
-                remove_dir(p.dir);
+                tl_rmtree(p.dir);
                 free(p.dir);
         }
 }
@@ -752,8 +486,8 @@ int main(void) {
         counts total = {0};
 
         if (zr_pool_new(2, &pool) < 0)
-                die("pool");
-        make_dict();
+                tl_die("pool");
+        rc_make_dict();
         for (int o = 0; o < OP_COUNT; o++)
                 for (int c = 0; c <= 2; c++) {
                         if (o == OP_DICT && c != ZR_CODEC_ZSTD_DICT)
@@ -782,8 +516,8 @@ int main(void) {
                "no store; %u failures\n",
                total.runs, total.faults, total.short_writes, total.calls[FC_WRITE], total.calls[FC_SYNC],
                total.calls[FC_ALLOC], total.errors, total.best_effort, total.readonly,
-               total.recoveries, total.no_store, failures);
+               total.recoveries, total.no_store, tl_failures);
         zr_pool_free(pool);
-        free(dict_buf);
-        return failures ? 1 : 0;
+        free(rc_dict);
+        return tl_failures ? 1 : 0;
 }

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "util/error.h"
-#include "../suite.h"
+#include "check-run.h"
 
 START_TEST(test_first_error_wins) {
         zr_error err = {0};
@@ -41,4 +41,4 @@ START_TEST(test_long_message_truncates) {
 }
 END_TEST
 
-ZR_SUITE_MAIN("error", test_first_error_wins, test_errno_message, test_long_message_truncates)
+TL_SUITE_MAIN("error", test_first_error_wins, test_errno_message, test_long_message_truncates)

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "check-run.h"
 #include "util/memlimit.h"
 
 #define GiB ((uint64_t)1 << 30)
@@ -186,9 +187,5 @@ int main(void) {
         tcase_add_test(tc, test_budget);
         tcase_add_test(tc, test_this_machine);
         suite_add_tcase(s, tc);
-        SRunner *sr = srunner_create(s);
-        srunner_run_all(sr, CK_NORMAL);
-        int failed = srunner_ntests_failed(sr);
-        srunner_free(sr);
-        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+        return tl_run_suite(s);
 }

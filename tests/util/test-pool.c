@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "util/pool.h"
-#include "../suite.h"
+#include "check-run.h"
 
 #define SHARDS 64
 
@@ -149,5 +149,5 @@ START_TEST(test_submit_bounded_queue) {
 }
 END_TEST
 
-ZR_SUITE_MAIN("pool", test_parallel_each_shard_once, test_null_pool_runs_inline_in_order,
+TL_SUITE_MAIN("pool", test_parallel_each_shard_once, test_null_pool_runs_inline_in_order,
               test_shards, test_nested_parallel, test_submit_bounded_queue)

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "util/shm.h"
-#include "../suite.h"
+#include "check-run.h"
 
 START_TEST(test_create_sealed) {
         zr_shm s;
@@ -112,4 +112,4 @@ START_TEST(test_map_sealed) {
 }
 END_TEST
 
-ZR_SUITE_MAIN("shm", test_create_sealed, test_create_lazy, test_map_sealed)
+TL_SUITE_MAIN("shm", test_create_sealed, test_create_lazy, test_map_sealed)

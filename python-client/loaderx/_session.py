@@ -1,0 +1,272 @@
+"""A loader session: one LOADER_OPEN of the daemon and what this side holds of it.
+
+A session owns the loader's number on its connection, the rings it reads (its own,
+passed with the LOADER_OPEN reply, and those of the other members of its group,
+passed by RING events and taken back by RING_CLOSE: PROTOCOL.md section 10), the
+(ring, slot)s the daemon announced that this side still holds, and the releases
+waiting to be sent. It turns a BATCH event into read-only numpy views of ring
+memory (no copy): a slot goes back to the daemon (RELEASE) when the last view
+into it is garbage, never earlier, and a ring stays mapped while a view of it
+lives, whatever RING_CLOSE or the session's close say.
+
+DataLoader (dataloader.py) runs sessions: one per open, reopened after a daemon
+restart, a fork, a resume or a batch that outgrew its region.
+"""
+
+import collections
+import os
+from typing import NamedTuple
+
+import numpy as np
+
+from . import _shm, _wire
+from ._errors import ZrecordError, ZrecordRuntimeError
+
+__all__ = ["INDEX_KEY", "Layout", "LoaderSession", "proto_error"]
+
+# The batch key of the records' indices (a loader opened with indices).
+INDEX_KEY = "__index__"
+
+
+def proto_error(text):
+    return ZrecordRuntimeError(f"zrecordd broke the protocol: {text}", name="ZR_E_PROTO")
+
+
+class Layout(NamedTuple):
+    """What a batch of a loader holds."""
+    names: tuple        # stream names, in the order of LOADER_OPEN's streams
+    kinds: tuple        # per stream: (dtype, item_shape or None if ragged, ndim)
+    batch_size: int
+    with_indices: bool
+
+
+class LoaderSession:
+    """One LOADER_OPEN: its number, the rings it reads and the (ring, slot)s this
+    side holds."""
+
+    def __init__(self, conn, loader, ring_id, mapped, slots, slot_bytes, layout=None,
+                 next_step=0):
+        self.conn = conn
+        self.pid = os.getpid()
+        self.loader = loader
+        self.own = ring_id
+        self.mapped = mapped              # the loader's own ring
+        self.slots = slots                # most batches held at once, whatever rings
+        self.slot_bytes = slot_bytes
+        self.layout = layout
+        self.next_step = next_step        # the step the next BATCH must announce
+        self.rings = {ring_id: (mapped, slots)}   # ring id -> (MappedBuffer, slots)
+        self.held = set()                 # (ring, slot) announced to us, not yet released
+        self.pending = collections.deque()  # (ring, slot) freed by the collector, to RELEASE
+        self.closed = False
+        self.length = None                # the reply's fields (open())
+        self.regions = []                 # per stream: (offset, capacity) in a slot
+
+    @classmethod
+    def open(cls, conn, fields, layout):
+        """Sends LOADER_OPEN and maps the ring its reply passes; a failure closes
+        the loader again. (A daemon from before shared rings names no ring: BATCH
+        then names none either.)"""
+        r = conn.request("loader_open", fields, context="DataLoader")
+        fds = list(r["_fds"])
+        try:
+            if len(fds) != 1:
+                raise proto_error(f"a LOADER_OPEN reply with {len(fds)} descriptors")
+            mapped = _shm.MappedBuffer(fds.pop(), int(r["ring_bytes"]))   # closes the fd
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            try:
+                conn.request("loader_close", {"loader": r["loader"]})
+            except ZrecordError:
+                pass
+            conn.drop_events(r["loader"])
+            raise
+        s = cls(conn, r["loader"], r.get("ring", 0), mapped, int(r["slots"]),
+                int(r["slot_bytes"]), layout, int(fields["start_step"]))
+        s.regions = [(int(st["offset"]), int(st["capacity"])) for st in r["streams"]]
+        s.length = int(r["length"])
+        return s
+
+    # ---------------------------------------------------------- closing
+    def detach(self):
+        """Stops releases and forgets the rings, without a word to the daemon (it
+        went away, or this is a forked child). Views keep their rings mapped."""
+        self.closed = True
+        self.rings = {}
+        self.mapped = None
+
+    def close(self):
+        """LOADER_CLOSE, waiting for the reply; batches still referenced stay
+        readable."""
+        self.detach()
+        if self.conn.pid == os.getpid() and not self.conn.closed:
+            try:
+                self.conn.request("loader_close", {"loader": self.loader})
+            except ZrecordError:
+                pass
+            self.conn.drop_events(self.loader)
+
+    def abandon(self):
+        """close() for finalizers: never blocks (one may run inside this thread's
+        own request)."""
+        self.detach()
+        self.conn.mark_dead(self.loader)
+        self.conn.request_nowait("loader_close", {"loader": self.loader})
+
+    # ---------------------------------------------------------- group rings
+    def add_ring(self, msg, fds):
+        """A RING event: maps another member's ring read-only and closes its fd."""
+        try:
+            if len(fds) != 1:
+                raise proto_error(f"a RING event with {len(fds)} descriptors (1 expected)")
+            try:
+                rid, slots = int(msg["ring"]), int(msg["slots"])
+                slot_bytes, ring_bytes = int(msg["slot_bytes"]), int(msg["ring_bytes"])
+            except (KeyError, TypeError, ValueError):
+                raise proto_error(f"a RING event without ring, slots, slot_bytes and "
+                                  f"ring_bytes: {msg!r}") from None
+            if rid in self.rings:
+                raise proto_error(f"RING {rid} was already passed to loader {self.loader}")
+            if slots < 1 or slot_bytes != self.slot_bytes or ring_bytes != slots * slot_bytes:
+                raise proto_error(
+                    f"RING {rid}: {slots} slots of {slot_bytes} bytes in {ring_bytes} bytes "
+                    f"(the loader's slots are {self.slot_bytes} bytes)")
+            size = os.fstat(fds[0]).st_size
+            if size < ring_bytes:
+                raise proto_error(f"RING {rid}: the memfd holds {size} bytes, "
+                                  f"ring_bytes is {ring_bytes}")
+            fd = fds[0]
+            fds = ()
+            mapped = _shm.MappedBuffer(fd, ring_bytes)     # closes fd
+        finally:
+            for fd in fds:
+                os.close(fd)
+        self.rings[rid] = (mapped, slots)
+
+    def close_ring(self, msg):
+        """A RING_CLOSE event: forgets the ring. Arrays that still view it keep the
+        mapping alive through their base; it is unmapped with the last of them."""
+        rid = msg.get("ring")
+        if rid == self.own or rid not in self.rings:
+            raise proto_error(f"RING_CLOSE of ring {rid}, which is not a ring passed by "
+                              f"RING to loader {self.loader}")
+        del self.rings[rid]
+
+    # ---------------------------------------------------------- releases
+    def slot_free(self, key):
+        """Called when the last view of a (ring, slot) is gone (any thread, any time)."""
+        if self.closed or os.getpid() != self.pid:
+            return
+        self.pending.append(key)
+        self.flush(blocking=False)
+
+    def _next_release(self):
+        if not self.pending or self.closed:
+            return None
+        key = self.pending.popleft()
+        # no longer held once sent: the daemon may announce it again at once
+        self.held.discard(key)
+        return {"kind": "release", "loader": self.loader, "ring": key[0], "slot": key[1]}
+
+    def flush(self, blocking=True):
+        """Sends RELEASE for every freed slot. Non-blocking from finalizers: if the
+        send lock is busy (maybe held by this very thread), the release waits for the
+        next flush."""
+        if not self.pending or self.closed or os.getpid() != self.pid:
+            return
+        try:
+            self.conn.send_notifications(self._next_release, blocking)
+        except OSError:
+            self.closed = True
+
+    # ---------------------------------------------------------- batches
+    def batch(self, msg):
+        """The batch a BATCH event announces: views into the (ring, slot) it names."""
+        lay = self.layout
+        rid = msg.get("ring", self.own)
+        slot, step = int(msg["slot"]), int(msg["step"])
+        if rid not in self.rings:
+            raise proto_error(
+                f"BATCH of step {step} names ring {rid}, which loader {self.loader} does "
+                "not know (neither its own nor passed by a RING event)")
+        mapped, nslots = self.rings[rid]
+        if slot >= nslots:
+            raise proto_error(f"BATCH of step {step} names slot {slot} of ring {rid}, "
+                              f"which has {nslots}")
+        key = (rid, slot)
+        if key in self.held:
+            raise proto_error(f"BATCH of step {step} names slot {slot} of ring {rid}, "
+                              "which this loader holds")
+        if step != self.next_step:
+            raise ZrecordRuntimeError(
+                f"the daemon announced step {step}, expected {self.next_step}")
+        streams = msg["streams"]
+        spans = []                     # (lo, hi) ring bytes each stream's views cover
+        for name, st, (dt, item_shape, _) in zip(lay.names, streams, lay.kinds):
+            if item_shape is not None:
+                lo = int(st["offset"])
+                hi = lo + lay.batch_size * int(np.prod(item_shape, dtype=np.int64)) * dt.itemsize
+            else:
+                offs = _wire.from_u64s(st.get("offsets"))
+                lens = _wire.from_u64s(st.get("lengths"))
+                lo = int(offs.min()) if len(offs) else int(st["offset"])
+                hi = int((offs + lens).max()) if len(offs) else lo
+            if not 0 <= lo <= hi <= mapped.nbytes:
+                raise proto_error(f"BATCH of step {step}: stream {name!r} lies past the "
+                                  f"end of ring {rid}")
+            spans.append((lo, hi))
+        self.next_step += 1
+        self.held.add(key)
+        owner = _SlotOwner(self, key)
+        base, mm = mapped.address, mapped.mm
+        batch = {}
+        for name, st, (dt, item_shape, ndim), (lo, hi) in zip(lay.names, streams, lay.kinds,
+                                                               spans):
+            if item_shape is not None:
+                batch[name] = np.asarray(_View(owner, mm, base + lo,
+                                               (lay.batch_size,) + tuple(item_shape), dt.str))
+            else:
+                offs = _wire.from_u64s(st.get("offsets"))
+                lens = _wire.from_u64s(st.get("lengths"))
+                shapes = _wire.from_u64s(st.get("shapes")).reshape(-1, ndim)
+                region = np.asarray(_View(owner, mm, base + lo, (hi - lo,), "|u1"))
+                recs = []
+                for j in range(len(offs)):
+                    o = int(offs[j]) - lo
+                    recs.append(region[o:o + int(lens[j])].view(dt).reshape(
+                        tuple(int(x) for x in shapes[j])))
+                batch[name] = recs
+        if lay.with_indices:
+            batch[INDEX_KEY] = _wire.from_u64s(msg.get("indices")).copy()
+        return batch
+
+
+class _SlotOwner:
+    """Owns one announced (ring, slot): when it is garbage, the slot goes back."""
+
+    __slots__ = ("session", "key", "__weakref__")
+
+    def __init__(self, session, key):
+        self.session = session
+        self.key = key
+
+    def __del__(self):
+        try:
+            self.session.slot_free(self.key)
+        except Exception:
+            pass
+
+
+class _View:
+    """A numpy array interface over ring memory. Its base keeps the slot owner (the
+    slot stays held) and the mmap (the memory stays mapped after RING_CLOSE or the
+    session's close)."""
+
+    __slots__ = ("owner", "mm", "__array_interface__")
+
+    def __init__(self, owner, mm, address, shape, typestr):
+        self.owner = owner
+        self.mm = mm
+        self.__array_interface__ = {"data": (address, True), "shape": shape,
+                                    "typestr": typestr, "version": 3}

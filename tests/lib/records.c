@@ -1,0 +1,71 @@
+/* records.c: the store tests' records (records.h). */
+#include "records.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <zdict.h>
+
+#include "util.h"
+
+static const char TEMPLATE[] = "zrecord test record: every record carries its id; "
+                               "a template shared by all records gives the codecs and the "
+                               "dictionary something to find.";
+
+void tl_record_fill(uint8_t *dst, uint64_t id, size_t len) {
+        uint64_t h = 0;
+
+        for (size_t i = 0; i < 8 && i < len; i++)
+                dst[i] = (uint8_t)(id >> (8 * i));
+        for (size_t j = 8; j < len; j++) {
+                if ((j - 8) % 32 == 0)
+                        h = tl_mix64(id * 131 + j);
+                dst[j] = (uint8_t)(TEMPLATE[(j + id) % (sizeof(TEMPLATE) - 1)] + (h & 3));
+                h >>= 2;
+        }
+}
+
+uint64_t tl_record_id(const uint8_t *p, size_t len) {
+        uint64_t id = 0;
+
+        if (len < 8)
+                return 0;
+        for (int b = 0; b < 8; b++)
+                id |= (uint64_t)p[b] << (8 * b);
+        return id;
+}
+
+int tl_record_dict(uint64_t first, size_t n, size_t (*len_of)(uint64_t), size_t max_len,
+                   size_t capacity, void **ret, size_t *ret_len) {
+        size_t *sizes = malloc(n * sizeof(*sizes)), total = 0, r;
+        uint8_t *buf = NULL;
+        void *dict = malloc(capacity);
+
+        for (size_t i = 0; sizes && i < n; i++) {
+                sizes[i] = len_of(first + i);
+                if (max_len && sizes[i] > max_len)
+                        sizes[i] = max_len;
+                total += sizes[i];
+        }
+        if (sizes)
+                buf = malloc(total);
+        if (!sizes || !buf || !dict) {
+                fprintf(stderr, "tl_record_dict: out of memory\n");
+                free(sizes);
+                free(buf);
+                free(dict);
+                return -1;
+        }
+        for (size_t i = 0, off = 0; i < n; off += sizes[i], i++)
+                tl_record_fill(buf + off, first + i, sizes[i]);
+        r = ZDICT_trainFromBuffer(dict, capacity, buf, sizes, (unsigned)n);
+        free(buf);
+        free(sizes);
+        if (ZDICT_isError(r)) {
+                fprintf(stderr, "ZDICT_trainFromBuffer: %s\n", ZDICT_getErrorName(r));
+                free(dict);
+                return -1;
+        }
+        *ret = dict;
+        *ret_len = r;
+        return 0;
+}

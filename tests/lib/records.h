@@ -1,0 +1,25 @@
+/* records.h: the store tests' records. Record `id` of any length is a pure
+ * function of (id, length): its id in the first 8 bytes (little-endian, as
+ * many as fit), then a shared text template with per-record noise, so every
+ * codec has something to compress and a dictionary has something to learn. A
+ * record read back names itself and can be checked bit for bit.
+ */
+#ifndef ZR_TESTS_LIB_RECORDS_H
+#define ZR_TESTS_LIB_RECORDS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Writes record id, len bytes, to dst. */
+void tl_record_fill(uint8_t *dst, uint64_t id, size_t len);
+
+/* The id a record's first 8 bytes carry (0 if it is shorter). */
+uint64_t tl_record_id(const uint8_t *p, size_t len);
+
+/* Trains a zstd dictionary of at most `capacity` bytes on the n records
+ * first, first + 1, ..., of lengths len_of(id), each cut to max_len (0: not
+ * cut). 0 with a malloc()ed dictionary, or -1 with the reason on stderr. */
+int tl_record_dict(uint64_t first, size_t n, size_t (*len_of)(uint64_t), size_t max_len,
+                   size_t capacity, void **ret, size_t *ret_len);
+
+#endif

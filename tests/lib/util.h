@@ -1,0 +1,57 @@
+/* util.h: small things the tests share: a seeded generator, the environment,
+ * a clock, temporary directories, running a program with its output captured,
+ * and failures counted by plain test programs (those that are not libcheck
+ * suites: they report every failed check and exit non-zero at the end).
+ */
+#ifndef ZR_TESTS_LIB_UTIL_H
+#define ZR_TESTS_LIB_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* splitmix64: a well-mixed value of x, and the next value of the sequence
+ * whose state is *state (the tests' only randomness, always seeded). */
+uint64_t tl_mix64(uint64_t x);
+uint64_t tl_rand(uint64_t *state);
+
+/* An unsigned from the environment (any base strtoull takes), or `def` if
+ * unset or empty. */
+uint64_t tl_env_u64(const char *name, uint64_t def);
+
+/* Monotonic nanoseconds, and seconds. */
+uint64_t tl_now_ns(void);
+double tl_seconds(void);
+
+/* qsort()'s comparison of doubles, ascending. */
+int tl_cmp_double(const void *a, const void *b);
+
+/* Where tests put their stores: $TMPDIR if set; else, if `memory`, /dev/shm
+ * when it is writable (tests that fsync a lot and need no real disk: a
+ * killed process or an injected fault keeps the page cache), else /tmp. */
+const char *tl_tmpdir(bool memory);
+
+/* Removes a directory tree (best effort; symbolic links are not followed). */
+void tl_rmtree(const char *dir);
+
+/* Copies the regular files of directory `from` into the directory to_dfd. Only
+ * the first `prefix` bytes of a file are copied, the rest is extended sparse
+ * (a store's .loc segments are 4 GiB and sparse; its other files are small).
+ * Writes with raw system calls, so that a test that interposes write() and
+ * friends does not count them. 0, or -errno with the path that failed in
+ * *ret_name (may be NULL). */
+int tl_copy_files(const char *from, int to_dfd, size_t prefix, const char **ret_name);
+
+/* Runs argv (argv[0] a path) with stdout and stderr captured into malloc()ed,
+ * NUL-terminated strings (either may be NULL to discard) and returns its exit
+ * status (-1 if it was killed by a signal or could not run). */
+int tl_exec_capture(char *const *argv, char **ret_out, char **ret_err);
+
+/* Failures of a plain test program: tl_fail() prints "FAIL: " and the message
+ * to stderr and counts it in tl_failures; tl_die() prints "FATAL: what:
+ * strerror(errno)" and exits 2 (the test could not go on). */
+extern unsigned tl_failures;
+void tl_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void tl_die(const char *what) __attribute__((noreturn));
+
+#endif
