@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """run.py: zrecord against its peers and against the machine's limits, in one run.
 
-    python3 bench/run.py [all|limits|sampler|store|loader|multi|resume ...] [--quick]
-                         [--build DIR] [--no-plots]
+    python3 bench/run.py [all|limits|sampler|store|loader|multi|resume|beyond-memory ...]
+                         [--quick] [--build DIR] [--no-plots]
 
 Prints a machine block (CPU, cores, memory, kernel, Python, numpy, every
 contender's version), then one table per layer with a ratio column against
@@ -11,6 +11,9 @@ table. A contender that is not installed is skipped with a line saying so; with
 only numpy and msgpack every peer is skipped and zrecord still runs. The limit
 probes (the C binaries of the build) run first in every invocation that needs
 them: every zrecord figure is also given as a fraction of its limit.
+
+beyond-memory runs every contender in a memory cgroup smaller than its data
+(root only; skipped with a line saying why otherwise).
 
 --quick proves the suite still runs (CI): tiny sizes, figures that mean
 nothing, nothing asserted about speed. See bench/README.md for the method.
@@ -27,7 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from suite import common as C  # noqa: E402
 
-LAYERS = ["limits", "sampler", "store", "loader", "multi", "resume"]
+LAYERS = ["limits", "sampler", "store", "loader", "multi", "resume", "beyond-memory"]
 
 
 def main():
@@ -41,6 +44,17 @@ def main():
     ap.add_argument("--steps", type=int, default=24, help="batches per loader and multi-process run after the warm-up (24; the rate skips the first 8, which may sit in prefetch buffers)")
     ap.add_argument("--dict-images", action="store_true",
                     help="also zstd_dict on the 256 KiB records (level 19: minutes on 2 cores)")
+    ap.add_argument("--memcg", type=int, default=512,
+                    help="beyond-memory: the contenders' memory cgroup, MiB (512; --quick: 64)")
+    ap.add_argument("--beyond-ratio", type=float, default=3.0,
+                    help="beyond-memory: data per record size over the cgroup limit (3.0)")
+    ap.add_argument("--beyond-seconds", type=float, default=20.0,
+                    help="beyond-memory: a contender's timed window ends after this many seconds "
+                         "(once it has 2 timed batches) (20)")
+    ap.add_argument("--beyond-steps", type=int, default=40,
+                    help="beyond-memory: ... or after this many timed batches (40)")
+    ap.add_argument("--beyond-dir", help="beyond-memory: where its data goes (default: the run's "
+                                         "temporary directory under $TMPDIR or /tmp); on a disk")
     ap.add_argument("--no-plots", action="store_true", help="no PNGs")
     ap.add_argument("--out", help="where JSON, tables.md and PNGs go (default bench/results; "
                                   "with --quick a directory under $TMPDIR, so a quick run never "
@@ -70,8 +84,9 @@ def main():
     ctx.daemon = daemon
     out = {"machine": machine, "quick": args.quick}
     targets = []
+    targets19 = []
     try:
-        from suite import limits, sampler, store, loader, multi, resume
+        from suite import limits, sampler, store, loader, multi, resume, beyond
         needs_limits = any(l in layers for l in ("limits", "store", "loader", "multi"))
         if needs_limits:
             ctx.limits = limits.run(ctx)
@@ -95,17 +110,25 @@ def main():
         if "resume" in layers:
             out["resume"] = resume.run(ctx)
             C.write_json("resume", {"machine": machine, "resume": out["resume"]})
+        if "beyond-memory" in layers:
+            out["beyond"] = beyond.run(ctx)
+            targets19 = beyond.targets(out["beyond"])
+            C.write_json("beyond", {"machine": machine, "beyond": out["beyond"],
+                                    "targets": [{"target": t, "got": v, "need": need}
+                                                for t, v, need in targets19]})
     finally:
         daemon.stop()
         C.drop_path(ctx.tmp)
-    if targets:
+    for issue, ts, key in ((9, targets, "targets"), (19, targets19, "targets19")):
+        if not ts:
+            continue
         rows = [{"target": t, "got": f"{v:.2f}x", "need": f"{need:g}x",
                  "met": "met" if v >= need else f"MISSED by {(1 - v / need) * 100:.0f}%"}
-                for t, v, need in targets]
-        C.table("targets (issue 9, this machine, this run)" + (
+                for t, v, need in ts]
+        C.table(f"targets (issue {issue}, this machine, this run)" + (
                     " -- --quick: sizes too small, these verdicts mean nothing" if args.quick else ""),
                 [("target", "target"), ("got", "got"), ("need", "need"), ("met", "")], rows)
-        out["targets"] = [{"target": t, "got": v, "need": need} for t, v, need in targets]
+        out[key] = [{"target": t, "got": v, "need": need} for t, v, need in ts]
     machine["loadavg_end"] = os.getloadavg()
     C.say("")
     C.say(f"done in {time.monotonic() - t_start:.0f} s; load average at the end "

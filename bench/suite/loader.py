@@ -44,14 +44,18 @@ def shared_prepare(ctx, n, side):
     return cache[(n, side)]
 
 
-def prepare(ctx, n, side, tmp):
-    """Writes the one data set in every contender's format; returns paths."""
+FORMATS = ("zr_raw", "zr_zstd", "arrayrecord", "mds", "lx15_raw", "lx15_zstd")
+
+
+def prepare(ctx, n, side, tmp, formats=FORMATS):
+    """Writes the one data set in every contender's format (the .npy and those
+    of `formats` whose writer is installed); returns paths."""
     from loaderx.dataset import DenseDataset
     arr = C.images(n, side)
     p = {"n": n, "shape": [side, side], "nbytes": arr[0].nbytes}
     p["npy"] = os.path.join(tmp, "data.npy")
     np.save(p["npy"], arr)
-    for codec in ("raw", "zstd"):
+    for codec in [c for c in ("raw", "zstd") if f"zr_{c}" in formats]:
         path = os.path.join(tmp, f"zr-{codec}")
         ds = DenseDataset(path, dtype=arr.dtype, item_shape=arr.shape[1:], codec=codec)
         per = max(1, (32 << 20) // arr[0].nbytes)
@@ -60,24 +64,25 @@ def prepare(ctx, n, side, tmp):
         ds._store.sync()
         ds.close()
         p[f"zr_{codec}"] = path
-    if C.have("array_record") and C.have("grain"):
+    if "arrayrecord" in formats and C.have("array_record") and C.have("grain"):
         from array_record.python.array_record_module import ArrayRecordWriter
         p["arrayrecord"] = os.path.join(tmp, "data.array_record")
         w = ArrayRecordWriter(p["arrayrecord"], "group_size:1,uncompressed")
         for r in arr:
             w.write(r.tobytes())
         w.close()
-    if C.have("streaming"):
+    if "mds" in formats and C.have("streaming"):
         from streaming import MDSWriter
         p["mds"] = os.path.join(tmp, "mds")
         with MDSWriter(out=p["mds"], columns={"x": f"ndarray:uint8:{side},{side}"},
                        size_limit=1 << 26) as w:
             for r in arr:
                 w.write({"x": r})
-    lx, why = C.loaderx15_python()
+    lx, why = C.loaderx15_python() if any(f.startswith("lx15") for f in formats) else \
+        (None, "not wanted here")
     if lx:
         p["loaderx15_py"] = lx[0]
-        for codec in ("raw", "zstd"):
+        for codec in [c for c in ("raw", "zstd") if f"lx15_{c}" in formats]:
             path = os.path.join(tmp, f"lx15-{codec}")
             code = ("import numpy as np, sys; from loaderx.utils import from_numpy; "
                     "from_numpy(sys.argv[1], np.load(sys.argv[2]), codec=sys.argv[3])")

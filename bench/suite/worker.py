@@ -12,6 +12,9 @@ under the PyPI loaderx 1.5 virtual environment (whose package is also named
                                         batches, prints one JSON line
 
 Every consumer reads one byte of each batch, so a batch must really arrive.
+make_iter() builds every contender's loader (zrecord, torch, Grain, Streaming,
+PyPI loaderx 1.5, and numpy's fancy index on a .npy mapping); the beyond-memory
+layer's suite.beyond_worker uses it too.
 """
 
 import json
@@ -137,8 +140,23 @@ def make_iter(p):
         from loaderx.dataset import DenseDataset
         dl = DataLoader({"x": DenseDataset(p["store"])}, batch_size=B, sampler=p.get("sampler", "iid"),
                         seed=seed, start_step=p.get("start_step", 0), prefetch=p.get("prefetch", 4),
-                        transform=augment_dict if heavy else None, num_workers=2 if heavy else 0)
+                        transform=augment_dict if heavy else None, num_workers=2 if heavy else 0,
+                        with_indices=p.get("with_indices", False))
         return dl, dl
+    if kind == "npy":
+        # numpy's own answer: a fancy index on the .npy's mapping, uniform
+        # draws with replacement, on the calling thread
+        import mmap
+        arr = np.load(p["npy"], mmap_mode="r")
+        if p.get("madvise") == "random":
+            arr._mmap.madvise(mmap.MADV_RANDOM)
+        rng = np.random.default_rng(seed)
+
+        def batches():
+            while True:
+                x = arr[rng.integers(0, len(arr), B)]
+                yield augment(x) if heavy else x
+        return batches(), None
     if kind == "loaderx15":
         from loaderx.dataloader import DataLoader
         from loaderx.dataset import DenseDataset
