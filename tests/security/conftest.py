@@ -17,7 +17,7 @@ Fixtures:
   the group (``.group``: name, gid). Skips with a line when not root, without
   useradd, or without a Python interpreter the users may run that has numpy and
   msgpack (Debian: python3-numpy, python3-msgpack; scripts/setup.sh installs them).
-- ``service(*args, private_users=False, **flags)``: starts the built zrecordd
+- ``service(*args, private_users=False, user=None, **flags)``: starts the built zrecordd
   (``$ZRECORDD``, else ``$ZR_BUILD/daemon/zrecordd``, else ``build/daemon/zrecordd``)
   as ``zrsec-svc`` with ``--socket=<dir>/run/zrecordd.sock --socket-mode=0660
   --socket-group=zrsec`` and the extra flags (``max_clients=4`` is
@@ -25,8 +25,10 @@ Fixtures:
   daemon's pidfd, so an early exit is reported at once, with its log), and returns
   a ``Service``: ``.socket``, ``.pid``, ``.log()``, ``.env()`` (``ZRECORD_SOCKET``
   for run_as), ``.stop()``. ``private_users=True`` runs it in a user namespace
-  that maps only root and the service user, as ``PrivateUsers=yes`` would. At the
-  end of the test every service still running gets SIGTERM and must exit 0.
+  that maps only root and the service user, as ``PrivateUsers=yes`` would;
+  ``user=users.victim`` runs a user's own daemon instead (a 0600 socket in a 0700
+  directory of that user). At the end of the test every service still running
+  gets SIGTERM and must exit 0.
 - ``run_as(user, code, env=None, timeout=60)``: runs a Python snippet (dedented)
   as that user with python-client and this directory on ``PYTHONPATH`` and a clean
   environment (no ``ZRECORD_SOCKET``, no ``XDG_RUNTIME_DIR`` unless ``env`` gives
@@ -305,12 +307,13 @@ class Runner:
         self.users = users
         self.procs = []
 
-    def start_as(self, user, code, env=None):
-        """The snippet as user, not waited for: a Popen with text pipes."""
+    def start_as(self, user, code, env=None, pass_fds=()):
+        """The snippet as user, not waited for: a Popen with text pipes (and
+        pass_fds inherited)."""
         argv = _as_user(user, [self.users.python, "-c", textwrap.dedent(code)])
         p = subprocess.Popen(argv, env=_user_env(env), cwd="/", text=True,
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE)
+                             stderr=subprocess.PIPE, pass_fds=pass_fds)
         self.procs.append(p)
         return p
 
@@ -335,6 +338,18 @@ class Runner:
             if p.poll() is None:
                 p.kill()
             p.communicate()
+
+
+def read_line(proc, timeout=WAIT):
+    """The next line a start_as() process writes, within timeout (it must come)."""
+    r, _, _ = select.select([proc.stdout], [], [], timeout)
+    assert r, f"no line from pid {proc.pid} within {timeout} s"
+    line = proc.stdout.readline()
+    if not line:
+        proc.wait(timeout)
+        raise AssertionError(f"pid {proc.pid} exited ({proc.returncode}) without a line; "
+                             f"stderr:\n{proc.stderr.read()}")
+    return line.rstrip("\n")
 
 
 @pytest.fixture
@@ -363,16 +378,24 @@ def run_cmd_as(runner):
 class Service:
     """zrecordd as the service user, on <dir>/run/zrecordd.sock."""
 
-    def __init__(self, users, args, flags, private_users):
+    def __init__(self, users, args, flags, private_users, user=None):
         self.users = users
         self.base = SecDir("zrsec-svc-")
-        svc = users.svc
-        self.rundir = self.base.mkdir("run", svc, 0o755)
+        svc = user or users.svc
+        self.user = svc
+        if user is None or user is users.svc:
+            # the system service: a socket for the members of zrsec
+            self.rundir = self.base.mkdir("run", svc, 0o755)
+            sock_args = ["--socket-mode=0660", f"--socket-group={users.group.name}"]
+        else:
+            # a user's own daemon: a private socket
+            self.rundir = self.base.mkdir("run", svc, 0o700)
+            sock_args = ["--socket-mode=0600"]
         ndir = self.base.mkdir("notify", svc, 0o700)
         self.socket = os.path.join(self.rundir, "zrecordd.sock")
         self.log_path = os.path.join(self.base.path, "zrecordd.log")
-        argv = [daemon_binary(), f"--socket={self.socket}", "--socket-mode=0660",
-                f"--socket-group={users.group.name}", "--threads=2", "--log-level=info",
+        argv = [daemon_binary(), f"--socket={self.socket}", *sock_args, "--threads=2",
+                "--log-level=info",
                 *args, *(f"--{k.replace('_', '-')}={v}" for k, v in flags.items())]
         if private_users:
             gids = os.getgrouplist(svc.name, svc.gid)
@@ -448,8 +471,8 @@ class Service:
 def service(users):
     started = []
 
-    def start(*args, private_users=False, **flags):
-        s = Service(users, args, flags, private_users)
+    def start(*args, private_users=False, user=None, **flags):
+        s = Service(users, args, flags, private_users, user)
         started.append(s)
         return s
 
