@@ -398,6 +398,10 @@ class Service:
                 "--log-level=info",
                 *args, *(f"--{k.replace('_', '-')}={v}" for k, v in flags.items())]
         if private_users:
+            # The socket's group is unmapped in the namespace, so the daemon
+            # cannot give it; root does once it listens, as systemd's
+            # SocketGroup= would.
+            argv = [a for a in argv if not a.startswith("--socket-group=")]
             gids = os.getgrouplist(svc.name, svc.gid)
             argv = [sys.executable, os.path.join(HERE, "privusers.py"), str(svc.uid),
                     str(svc.gid), ",".join(map(str, gids)), "--", *argv]
@@ -416,15 +420,17 @@ class Service:
                                              stderr=subprocess.STDOUT)
             self.pid = self.proc.pid
             self._wait_ready(ns)
+            if private_users and (user is None or user is users.svc):
+                os.chown(self.socket, -1, users.group.gid)
         except BaseException:
             if self.proc is not None and self.proc.poll() is None:
                 self.proc.kill()
                 self.proc.wait()
+            ns.close()
             self.base.remove()
             raise
-        finally:
-            ns.close()
-            os.unlink(npath)   # the daemon's later STATUS= sends fail and are dropped
+        ns.close()
+        os.unlink(npath)   # the daemon's later STATUS= sends fail and are dropped
 
     def _wait_ready(self, ns):
         pidfd = os.pidfd_open(self.proc.pid)
