@@ -1,9 +1,10 @@
 """The service side of zrecordd, tested for real: the units verify, the system
-unit's exposure stays at most 2.0 with every uid mapped, socket activation
-through systemd-socket-activate serves a client on the passed socket, the notify
-protocol says READY/STATUS, WATCHDOG and STOPPING in order, SIGHUP reloads the
-config file and says what changed, log lines carry <N> priorities under journald,
-and `meson install --destdir` lays the files where the README says.
+unit's exposure stays at most 2.0 with every uid mapped, both units bound memory
+and tasks, socket activation through systemd-socket-activate serves a client on
+the passed socket, the notify protocol says READY/STATUS, WATCHDOG and STOPPING
+in order, SIGHUP reloads the config file and says what changed, log lines carry
+<N> priorities under journald, and `meson install --destdir` lays the files where
+the README says.
 
 Needs: $ZRECORDD (the built daemon) and $ZR_BUILD (its meson build directory).
 Every wait is on a socket or a process, bounded by a timeout; nothing sleeps.
@@ -264,10 +265,14 @@ def service_settings(name):
 
 
 @pytest.mark.skipif(not BUILD, reason="needs $ZR_BUILD")
-def test_unit_sees_real_uids():
-    """The system unit maps every uid (no PrivateUsers=: the daemon compares
-    clients' uids with file owners, issue 14 finding 7; tests/security/test_unit.py
-    shows why)."""
+def test_units_bound_resources_and_see_real_uids():
+    """Both units bound the daemon's memory and tasks; the system unit maps every
+    uid (no PrivateUsers=: the daemon compares clients' uids with file owners,
+    issue 14 finding 7; tests/security/test_unit.py shows why)."""
+    for name in ("zrecordd.service", "zrecordd-user.service"):
+        s = service_settings(name)
+        for key in ("MemoryMax", "TasksMax"):
+            assert s.get(key) not in (None, "", "infinity"), f"{name}: no {key}="
     assert service_settings("zrecordd.service").get("PrivateUsers", "no") in ("no", "false")
 
 
