@@ -166,9 +166,16 @@ def _remove_users():
             uids.add(pwd.getpwnam(name).pw_uid)
     for pid in _user_pids(uids):
         try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
+            pidfd = os.pidfd_open(pid)
+        except OSError:
+            continue
+        try:
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            select.select([pidfd], [], [], WAIT)   # gone before userdel looks
+        except OSError:
             pass
+        finally:
+            os.close(pidfd)
     for uid in uids:
         shutil.rmtree(f"/tmp/zrecord-{uid}", ignore_errors=True)
     for name in (SVC, VICTIM, ATTACKER):
