@@ -100,13 +100,18 @@ static void work_idle_cb(void *arg) {
         maybe_finish_drain(arg);
 }
 
+/* Lines a client's connections cause at will: bounded (log.h). */
+static zr_ratelimit rl_accept = ZR_RATELIMIT(10, 10);
+static zr_ratelimit rl_refuse = ZR_RATELIMIT(10, 10);
+
 static void accept_cb(evutil_socket_t lfd, short what, void *arg) {
         zr_server *s = arg;
         for (;;) {
                 int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
                 if (fd < 0) {
                         if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
-                                zr_log(LOG_WARNING, "accept: %s", strerror(errno));
+                                zr_log_ratelimited(&rl_accept, LOG_WARNING, "accept: %s",
+                                                   strerror(errno));
                         return;
                 }
                 if (s->draining) {
@@ -117,14 +122,15 @@ static void accept_cb(evutil_socket_t lfd, short what, void *arg) {
                         struct ucred cred = {0};
                         socklen_t len = sizeof(cred);
                         getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len);
-                        zr_log(LOG_WARNING, "refusing a client (pid %d uid %u): %u clients, the "
-                               "limit", (int)cred.pid, (unsigned)cred.uid, s->nclients);
+                        zr_log_ratelimited(&rl_refuse, LOG_WARNING, "refusing a client (pid %d uid "
+                                           "%u): %u clients, the limit", (int)cred.pid,
+                                           (unsigned)cred.uid, s->nclients);
                         refuse(s, fd, ZR_E_LIMIT, "too many clients");
                         continue;
                 }
                 zr_session *c;
                 if (zr_session_new(s, fd, &c) < 0) {
-                        zr_log(LOG_ERR, "out of memory for a client");
+                        zr_log_ratelimited(&rl_accept, LOG_ERR, "out of memory for a client");
                         continue;
                 }
                 s->nclients++;

@@ -35,6 +35,14 @@
  * client; real pipelines are small requests. */
 #define QUEUE_PAUSE_BYTES (UINT64_C(4) << 20)
 
+/* Log lines any client causes at will (faults, errors, connections): bounded,
+ * so a client that misbehaves in a loop cannot flood the journal (20 lines in
+ * 10 s of each kind, then a count of the lines dropped). */
+static zr_ratelimit rl_fault = ZR_RATELIMIT(10, 20);
+static zr_ratelimit rl_error = ZR_RATELIMIT(10, 20);
+static zr_ratelimit rl_connect = ZR_RATELIMIT(10, 20);
+static zr_ratelimit rl_disconnect = ZR_RATELIMIT(10, 20);
+
 /* The features this daemon has; a session's are a bit set over this list. */
 static const char *const daemon_features[] = {
         ZR_FEATURE_MSSET, ZR_FEATURE_DICT, ZR_FEATURE_VERIFY, ZR_FEATURE_LOADER,
@@ -148,8 +156,9 @@ void zr_session_write_error(zr_wire_writer *w, bool fault, uint64_t id, int code
 static void fault(zr_session *c, int code, bool fatal, const char *msg) {
         if (c->closing || c->gone)
                 return;
-        zr_log(LOG_NOTICE, "client %llu (pid %d): fault %s: %s", (unsigned long long)c->serial,
-               (int)c->pid, zr_error_code_name(code), msg);
+        zr_log_ratelimited(&rl_fault, LOG_NOTICE, "client %llu (pid %d): fault %s: %s",
+                           (unsigned long long)c->serial, (int)c->pid, zr_error_code_name(code),
+                           msg);
         zr_wire_writer w;
         zr_wire_writer_init(&w);
         zr_session_write_error(&w, true, 0, code, msg);
@@ -182,10 +191,11 @@ static void session_error_reply(zr_session *c, zr_request *rq) {
         const char *msg = rq->err.code ? rq->err.message : "internal error";
         if (c->gone || c->closing)
                 return;
-        zr_log(code_is_strike(code) ? LOG_NOTICE : LOG_INFO,
-               "client %llu (pid %d): %s id %llu: %s: %s", (unsigned long long)c->serial,
-               (int)c->pid, zr_msg_kind_name(rq->kind) ? zr_msg_kind_name(rq->kind) : "request",
-               (unsigned long long)rq->id, zr_error_code_name(code), msg);
+        zr_log_ratelimited(&rl_error, code_is_strike(code) ? LOG_NOTICE : LOG_INFO,
+                           "client %llu (pid %d): %s id %llu: %s: %s",
+                           (unsigned long long)c->serial, (int)c->pid,
+                           zr_msg_kind_name(rq->kind) ? zr_msg_kind_name(rq->kind) : "request",
+                           (unsigned long long)rq->id, zr_error_code_name(code), msg);
         zr_wire_writer w;
         zr_wire_writer_init(&w);
         zr_session_write_error(&w, false, rq->id, code, msg);
@@ -667,9 +677,10 @@ static int on_frame(zr_conn *conn, const uint8_t *body, size_t len, void *userda
 
 static void session_gone(zr_session *c, const char *why) {
         zr_server *srv = c->srv;
-        zr_log(LOG_INFO, "client %llu: disconnected (%s): pid %d uid %u gid %u, %llu requests, "
-               "%u strikes", (unsigned long long)c->serial, why, (int)c->pid, (unsigned)c->uid,
-               (unsigned)c->gid, (unsigned long long)c->requests, c->strikes);
+        zr_log_ratelimited(&rl_disconnect, LOG_INFO, "client %llu: disconnected (%s): pid %d uid "
+                           "%u gid %u, %llu requests, %u strikes", (unsigned long long)c->serial,
+                           why, (int)c->pid, (unsigned)c->uid, (unsigned)c->gid,
+                           (unsigned long long)c->requests, c->strikes);
         c->gone = true;
         while (c->q_head) {
                 zr_request *rq = c->q_head;
@@ -716,8 +727,9 @@ static void on_close(zr_conn *conn, enum zr_conn_close_reason reason, int error,
                                  (unsigned)error, c->lim.frame_max);
                 else
                         snprintf(msg, sizeof(msg), "descriptors were lost (truncated control data)");
-                zr_log(LOG_NOTICE, "client %llu (pid %d): fault %s: %s",
-                       (unsigned long long)c->serial, (int)c->pid, zr_error_code_name(code), msg);
+                zr_log_ratelimited(&rl_fault, LOG_NOTICE, "client %llu (pid %d): fault %s: %s",
+                                   (unsigned long long)c->serial, (int)c->pid,
+                                   zr_error_code_name(code), msg);
                 zr_wire_writer_init(&w);
                 zr_session_write_error(&w, true, 0, code, msg);
                 if (zr_wire_writer_finish(&w, c->lim.frame_max, &frame, &size, NULL) == 0)
@@ -761,8 +773,9 @@ int zr_session_new(zr_server *srv, int fd, zr_session **ret) {
                 return r;
         }
         zr_conn_peer(c->conn, &c->pid, &c->uid, &c->gid);
-        zr_log(LOG_INFO, "client %llu: connected: pid %d uid %u gid %u",
-               (unsigned long long)c->serial, (int)c->pid, (unsigned)c->uid, (unsigned)c->gid);
+        zr_log_ratelimited(&rl_connect, LOG_INFO, "client %llu: connected: pid %d uid %u gid %u",
+                           (unsigned long long)c->serial, (int)c->pid, (unsigned)c->uid,
+                           (unsigned)c->gid);
         c->next = srv->sessions;
         srv->sessions = c;
         *ret = c;

@@ -147,5 +147,31 @@ START_TEST(test_log_lines) {
 }
 END_TEST
 
+/* A line a client can cause at will is written at most `burst` times a
+ * window; the rest are counted and reported before the next line written. */
+START_TEST(test_log_ratelimited) {
+        static char buf[4096];
+        zr_ratelimit rl = ZR_RATELIMIT(3600, 3);
+        FILE *f = tmpfile();
+        ck_assert_ptr_nonnull(f);
+        zr_log_setup(f, LOG_INFO, 0);
+        for (int i = 0; i < 1000; i++)
+                zr_log_ratelimited(&rl, LOG_WARNING, "accept: line %d", i);
+        zr_log_ratelimited(&rl, LOG_DEBUG, "above the level: not counted");
+        rl.window_start -= rl.interval_usec; /* the hour is over */
+        zr_log_ratelimited(&rl, LOG_WARNING, "accept: line %d", 1000);
+        rewind(f);
+        size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+        buf[n] = 0;
+        fclose(f);
+        zr_log_setup(NULL, LOG_INFO, 0);
+        ck_assert_str_eq(buf, "zrecordd: warning: accept: line 0\n"
+                              "zrecordd: warning: accept: line 1\n"
+                              "zrecordd: warning: accept: line 2\n"
+                              "zrecordd: warning: 997 similar lines suppressed\n"
+                              "zrecordd: warning: accept: line 1000\n");
+}
+END_TEST
+
 TL_SUITE_MAIN("notify", test_notify_sequence, test_notify_full_queue_never_blocks, test_watchdog_env,
-              test_log_lines)
+              test_log_lines, test_log_ratelimited)
