@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -36,6 +37,10 @@
  * closes them anyway: a client that stopped reading must not hold a shutdown
  * (systemd's default stop timeout is 90 s). */
 #define DRAIN_TIMEOUT_SEC 10
+/* With no descriptor left even to refuse a connection, listening pauses; it
+ * resumes when a client leaves, or after this long (a worker or a store may
+ * have freed descriptors meanwhile). */
+#define LISTEN_RETRY_MSEC 250
 
 void zr_server_trim_heap(void) {
         malloc_trim(0);
@@ -63,8 +68,12 @@ static void maybe_finish_drain(zr_server *s) {
                 event_base_loopexit(s->base, NULL);
 }
 
+static void listen_resume(zr_server *s);
+
 void zr_server_session_gone(zr_server *s) {
         s->nclients--;
+        if (s->listen_paused)
+                listen_resume(s);
         arm_idle(s);
         maybe_finish_drain(s);
 }
@@ -103,12 +112,74 @@ static void work_idle_cb(void *arg) {
 /* Lines a client's connections cause at will: bounded (log.h). */
 static zr_ratelimit rl_accept = ZR_RATELIMIT(10, 10);
 static zr_ratelimit rl_refuse = ZR_RATELIMIT(10, 10);
+static zr_ratelimit rl_nofd = ZR_RATELIMIT(10, 5);
+
+static int open_reserve(void) {
+        return open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
+static void listen_pause(zr_server *s) {
+        struct timeval tv = {0, LISTEN_RETRY_MSEC * 1000};
+        if (s->listen_paused || s->draining)
+                return;
+        s->listen_paused = true;
+        event_del(s->ev_listen);
+        event_add(s->ev_listen_retry, &tv);
+}
+
+static void listen_resume(zr_server *s) {
+        if (!s->listen_paused)
+                return;
+        if (s->reserve_fd < 0)
+                s->reserve_fd = open_reserve();
+        s->listen_paused = false;
+        event_del(s->ev_listen_retry);
+        if (!s->draining && s->listen_fd >= 0)
+                event_add(s->ev_listen, NULL);
+}
+
+static void listen_retry_cb(evutil_socket_t fd, short what, void *arg) {
+        listen_resume(arg);
+}
+
+/* accept() failed with EMFILE or ENFILE: a connection is pending that the
+ * daemon cannot take, and the listening socket stays readable, so returning
+ * would bring the loop straight back here. Spend the reserve descriptor on
+ * taking it and refusing it with a FAULT; then take the reserve back. Returns
+ * true if a connection was refused (try the next), false when the backlog is
+ * empty or listening had to pause (no reserve left). */
+static bool shed_connection(zr_server *s, int error) {
+        zr_log_ratelimited(&rl_nofd, LOG_WARNING, "accept: %s (%u clients, descriptor limit "
+                           "%llu): refusing new connections until descriptors free",
+                           strerror(error), s->nclients, (unsigned long long)s->nofile);
+        if (s->reserve_fd < 0) {
+                listen_pause(s);
+                return false;
+        }
+        close(s->reserve_fd);
+        int fd = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        int e = errno;
+        if (fd >= 0)
+                refuse(s, fd, ZR_E_LIMIT, "the daemon is out of descriptors: try again later");
+        s->reserve_fd = open_reserve();
+        /* another thread took the freed descriptor first: wait for one */
+        if (s->reserve_fd < 0 || (fd < 0 && (e == EMFILE || e == ENFILE))) {
+                listen_pause(s);
+                return false;
+        }
+        return fd >= 0;
+}
 
 static void accept_cb(evutil_socket_t lfd, short what, void *arg) {
         zr_server *s = arg;
         for (;;) {
                 int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
                 if (fd < 0) {
+                        if (errno == EMFILE || errno == ENFILE) {
+                                if (shed_connection(s, errno))
+                                        continue;
+                                return;
+                        }
                         if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
                                 zr_log_ratelimited(&rl_accept, LOG_WARNING, "accept: %s",
                                                    strerror(errno));
@@ -236,6 +307,9 @@ void zr_server_shutdown(zr_server *s, const char *why) {
         zr_notify("STOPPING=1");
         if (s->ev_listen)
                 event_del(s->ev_listen);
+        if (s->ev_listen_retry)
+                event_del(s->ev_listen_retry);
+        s->listen_paused = false;
         /* Stop accepting: new clients get ECONNREFUSED from here on. */
         remove_socket(s);
         if (s->listen_fd >= 0) {
@@ -329,6 +403,27 @@ static void sighup_cb(evutil_socket_t sig, short what, void *arg) {
 
 /* ---- setup --------------------------------------------------------------- */
 
+/* Every client costs descriptors (its socket, the descriptors it passes, its
+ * rings and buffers), and the soft limit a service starts with is often 1024:
+ * raise it to the hard limit. A sandbox may forbid it (systemd's @resources
+ * filter): then the unit's LimitNOFILE= is what the daemon gets. */
+static uint64_t raise_nofile(void) {
+        struct rlimit rl;
+        if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+                return 1024;
+        if (rl.rlim_cur < rl.rlim_max) {
+                rlim_t soft = rl.rlim_cur;
+                rl.rlim_cur = rl.rlim_max;
+                if (setrlimit(RLIMIT_NOFILE, &rl) < 0) {
+                        zr_log(LOG_NOTICE, "keeping the descriptor limit at %llu (raising it to "
+                               "%llu: %s)", (unsigned long long)soft,
+                               (unsigned long long)rl.rlim_max, strerror(errno));
+                        rl.rlim_cur = soft;
+                }
+        }
+        return rl.rlim_cur == RLIM_INFINITY ? UINT64_MAX : (uint64_t)rl.rlim_cur;
+}
+
 static int make_parent(const char *path, zr_error *err) {
         char dir[ZR_CONFIG_PATH_MAX];
         snprintf(dir, sizeof(dir), "%s", path);
@@ -351,6 +446,8 @@ int zr_server_new(const zr_config *cfg, int argc, char **argv, zr_server **ret, 
         s->argv = argv;
         s->listen_fd = -1;
         s->loader_efd = -1;
+        s->nofile = raise_nofile();
+        s->reserve_fd = open_reserve();
         s->start_usec = s->status_usec = zr_server_now_usec();
 
         s->base = event_base_new();
@@ -416,9 +513,11 @@ int zr_server_new(const zr_config *cfg, int argc, char **argv, zr_server **ret, 
         s->ev_watchdog = event_new(s->base, -1, EV_PERSIST, watchdog_cb, s);
         s->ev_idle = event_new(s->base, -1, 0, idle_cb, s);
         s->ev_drain = event_new(s->base, -1, 0, drain_timeout_cb, s);
+        s->ev_listen_retry = event_new(s->base, -1, 0, listen_retry_cb, s);
         s->ev_loader = event_new(s->base, s->loader_efd, EV_READ | EV_PERSIST, loader_cb, s);
         if (!s->ev_listen || !s->ev_sigterm || !s->ev_sigint || !s->ev_sighup || !s->ev_sync ||
-            !s->ev_status || !s->ev_watchdog || !s->ev_idle || !s->ev_drain || !s->ev_loader) {
+            !s->ev_status || !s->ev_watchdog || !s->ev_idle || !s->ev_drain || !s->ev_loader ||
+            !s->ev_listen_retry) {
                 r = zr_error_set(err, ENOMEM, "creating events");
                 goto fail;
         }
@@ -449,8 +548,9 @@ fail:
 }
 
 int zr_server_run(zr_server *s) {
-        zr_log(LOG_NOTICE, "zrecordd %s serving: %zu worker threads, up to %u clients",
-               ZR_VERSION_STRING, zr_pool_threads(s->pool), s->cfg.max_clients);
+        zr_log(LOG_NOTICE, "zrecordd %s serving: %zu worker threads, up to %u clients, "
+               "%llu descriptors", ZR_VERSION_STRING, zr_pool_threads(s->pool),
+               s->cfg.max_clients, (unsigned long long)s->nofile);
         zr_notifyf("READY=1\nSTATUS=serving, 0 clients\nMAINPID=%d", (int)getpid());
         int r = event_base_dispatch(s->base);
         if (r < 0) {
@@ -499,7 +599,7 @@ zr_server *zr_server_free(zr_server *s) {
         s->work = zr_work_free(s->work);
         struct event **evs[] = {&s->ev_listen, &s->ev_sigterm, &s->ev_sigint, &s->ev_sighup,
                                 &s->ev_sync, &s->ev_status, &s->ev_watchdog, &s->ev_idle,
-                                &s->ev_drain, &s->ev_loader};
+                                &s->ev_drain, &s->ev_loader, &s->ev_listen_retry};
         for (size_t i = 0; i < sizeof(evs) / sizeof(evs[0]); i++)
                 if (*evs[i]) {
                         event_free(*evs[i]);
@@ -510,6 +610,8 @@ zr_server *zr_server_free(zr_server *s) {
                 close(s->listen_fd);
         if (s->loader_efd >= 0)
                 close(s->loader_efd);
+        if (s->reserve_fd >= 0)
+                close(s->reserve_fd);
         if (s->base)
                 event_base_free(s->base);
         free(s);

@@ -59,6 +59,14 @@ typedef struct zr_server {
 
         int listen_fd;
         struct event *ev_listen;
+        /* Out of descriptors (EMFILE): a descriptor held in reserve lets the
+         * daemon take a pending connection and refuse it (so the listening
+         * socket does not stay readable and spin the loop); when even that
+         * fails, listening pauses until a client leaves or a retry timer. */
+        int reserve_fd;
+        bool listen_paused;
+        struct event *ev_listen_retry;
+        uint64_t nofile;           /* RLIMIT_NOFILE in force (soft) */
         bool socket_created;       /* we bound it: remove it at exit */
         dev_t socket_dev;
         ino_t socket_ino;
