@@ -39,11 +39,17 @@
 #define DEFAULT_MAX_SHM ZR_SHM_BYTES_MAX_DEFAULT
 #define DEFAULT_MAX_CLIENTS ZR_CLIENTS_MAX_DEFAULT
 #define DEFAULT_SYNC_SEC 30u              /* bound what a power loss can cost writers */
+/* Per-uid limits (users.h). A quarter of the default connections: a training
+ * job's ranks, loader workers and tools fit many times over, and with the fair
+ * share of the rest no uid can leave the others without a connection. */
+#define DEFAULT_MAX_CLIENTS_UID 64u
 
 enum { KEY_SOCKET = 1000, KEY_SOCKET_MODE, KEY_SOCKET_GROUP, KEY_THREADS, KEY_LOG_LEVEL,
        KEY_IDLE_EXIT, KEY_SYNC_INTERVAL, KEY_CACHE, KEY_RING_SPARE, KEY_MAX_FRAME,
        KEY_MAX_HANDLES, KEY_MAX_LOADERS, KEY_MAX_SHM, KEY_MAX_CLIENTS, KEY_CONFIG, KEY_HELP,
-       KEY_VERSION };
+       KEY_VERSION,
+       /* per-uid limits and timeouts */
+       KEY_MAX_CLIENTS_UID };
 
 static const struct setting {
         const char *name;
@@ -66,6 +72,8 @@ static const struct setting {
         {"max-loaders", KEY_MAX_LOADERS, "N", "open loaders per client (64)"},
         {"max-shm", KEY_MAX_SHM, "BYTES", "shared memory (rings, buffers) per client (4G)"},
         {"max-clients", KEY_MAX_CLIENTS, "N", "connected clients in total (256)"},
+        /* per-uid limits and timeouts */
+        {"max-clients-per-uid", KEY_MAX_CLIENTS_UID, "N", "connections of one uid (64)"},
         {"help", KEY_HELP, NULL, "show this help"},
         {"version", KEY_VERSION, NULL, "show the version"},
 };
@@ -84,6 +92,7 @@ void zr_config_defaults(zr_config *c) {
         c->max_loaders = DEFAULT_MAX_LOADERS;
         c->max_shm_bytes = DEFAULT_MAX_SHM;
         c->max_clients = DEFAULT_MAX_CLIENTS;
+        c->max_clients_per_uid = DEFAULT_MAX_CLIENTS_UID;
 }
 
 static int parse_size(const char *s, uint64_t *ret) {
@@ -177,6 +186,12 @@ static int apply(zr_config *c, int key, const char *v, const char *where, zr_err
         case KEY_MAX_CLIENTS:
                 r = parse_u32(v, &c->max_clients);
                 if (r == 0 && c->max_clients == 0)
+                        r = -ERANGE;
+                break;
+        /* per-uid limits and timeouts */
+        case KEY_MAX_CLIENTS_UID:
+                r = parse_u32(v, &c->max_clients_per_uid);
+                if (r == 0 && c->max_clients_per_uid == 0)
                         r = -ERANGE;
                 break;
         default:

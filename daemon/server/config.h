@@ -32,6 +32,9 @@ typedef struct zr_config {
         uint64_t max_shm_bytes;    /* read buffers and rings per client, in bytes */
         /* global limits */
         uint32_t max_clients;
+        /* per-uid limits and timeouts (users.h: root and the daemon's own uid
+         * are held to the global limits only) */
+        uint32_t max_clients_per_uid;  /* connections of one uid */
         char config_path[4096];    /* the file read, or "" */
 } zr_config;
 

@@ -189,18 +189,25 @@ static void accept_cb(evutil_socket_t lfd, short what, void *arg) {
                         refuse(s, fd, ZR_E_SHUTDOWN, "the daemon is shutting down");
                         continue;
                 }
-                if (s->nclients >= s->cfg.max_clients) {
-                        struct ucred cred = {0};
-                        socklen_t len = sizeof(cred);
-                        getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len);
-                        zr_log_ratelimited(&rl_refuse, LOG_WARNING, "refusing a client (pid %d uid "
-                                           "%u): %u clients, the limit", (int)cred.pid,
-                                           (unsigned)cred.uid, s->nclients);
-                        refuse(s, fd, ZR_E_LIMIT, "too many clients");
+                struct ucred cred = {.pid = -1, .uid = (uid_t)-1};
+                socklen_t len = sizeof(cred);
+                zr_user *u = NULL;
+                zr_error err = {0};
+                getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len);
+                if (zr_users_get(s->users, cred.uid, &u) < 0) {
+                        refuse(s, fd, ENOMEM, "out of memory");
+                        continue;
+                }
+                if (zr_user_charge(u, ZR_USER_CONNS, 1, &err) < 0) {
+                        zr_log_ratelimited(&rl_refuse, LOG_WARNING, "refusing a client (pid %d "
+                                           "uid %u): %s", (int)cred.pid, (unsigned)cred.uid,
+                                           err.message);
+                        refuse(s, fd, ZR_E_LIMIT, err.message);
+                        zr_user_unref(u);
                         continue;
                 }
                 zr_session *c;
-                if (zr_session_new(s, fd, &c) < 0) {
+                if (zr_session_new(s, fd, u, &c) < 0) {
                         zr_log_ratelimited(&rl_accept, LOG_ERR, "out of memory for a client");
                         continue;
                 }
@@ -367,6 +374,7 @@ static void reload(zr_server *s) {
         CHANGED(max_loaders, "%u", unsigned)
         CHANGED(max_shm_bytes, "%llu", unsigned long long)
         CHANGED(max_clients, "%u", unsigned)
+        CHANGED(max_clients_per_uid, "%u", unsigned)
         if (o->cache_bytes != n.cache_bytes)
                 zr_loader_engine_set_cache_bytes(s->loaders, n.cache_bytes);
         CHANGED(cache_bytes, "%llu", unsigned long long)
@@ -376,6 +384,9 @@ static void reload(zr_server *s) {
         CHANGED(ring_spare_bytes, "%llu", unsigned long long)
         CHANGED(idle_exit_sec, "%llu", unsigned long long)
 #undef CHANGED
+        zr_user_limits ul;
+        zr_server_user_limits(s, &ul);
+        zr_users_set_limits(s->users, &ul);
         if (o->sync_interval_sec != n.sync_interval_sec) {
                 zr_log(LOG_NOTICE, "reload: sync-interval %llu -> %llu",
                        (unsigned long long)o->sync_interval_sec,
@@ -436,6 +447,13 @@ static int make_parent(const char *path, zr_error *err) {
         return 0;
 }
 
+void zr_server_user_limits(const zr_server *s, zr_user_limits *l) {
+        const zr_config *c = &s->cfg;
+        *l = (zr_user_limits){0};
+        l->total_max[ZR_USER_CONNS] = c->max_clients;
+        l->uid_max[ZR_USER_CONNS] = c->max_clients_per_uid;
+}
+
 int zr_server_new(const zr_config *cfg, int argc, char **argv, zr_server **ret, zr_error *err) {
         zr_server *s = calloc(1, sizeof(*s));
         int r;
@@ -453,6 +471,13 @@ int zr_server_new(const zr_config *cfg, int argc, char **argv, zr_server **ret, 
         s->base = event_base_new();
         if (!s->base) {
                 r = zr_error_set(err, ENOMEM, "creating the event loop");
+                goto fail;
+        }
+        zr_user_limits ul;
+        zr_server_user_limits(s, &ul);
+        r = zr_users_new(geteuid(), &ul, &s->users);
+        if (r < 0) {
+                r = zr_error_set(err, ENOMEM, "allocating the per-uid accounts");
                 goto fail;
         }
         r = zr_pool_new(cfg->threads, &s->pool);
@@ -612,6 +637,7 @@ zr_server *zr_server_free(zr_server *s) {
                 close(s->loader_efd);
         if (s->reserve_fd >= 0)
                 close(s->reserve_fd);
+        s->users = zr_users_free(s->users);
         if (s->base)
                 event_base_free(s->base);
         free(s);

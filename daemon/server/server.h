@@ -23,6 +23,7 @@
 
 #include "server/config.h"
 #include "server/registry.h"
+#include "server/users.h"
 #include "server/work.h"
 #include "util/error.h"
 #include "util/pool.h"
@@ -73,6 +74,7 @@ typedef struct zr_server {
 
         zr_session *sessions;      /* each adds itself (zr_session_new()) and leaves */
         unsigned nclients;
+        zr_users *users;           /* what each uid holds, and its limits (users.h) */
         uint64_t next_client;      /* serial numbers for logs */
 
         struct event *ev_sigterm, *ev_sigint, *ev_sighup;
@@ -101,6 +103,9 @@ zr_server *zr_server_free(zr_server *s);
 
 /* Starts the drain (as SIGTERM does). */
 void zr_server_shutdown(zr_server *s, const char *why);
+
+/* The per-uid limits of the settings in force (users.h). */
+void zr_server_user_limits(const zr_server *s, zr_user_limits *ret);
 
 /* Sessions call these (loop thread): a session left s->sessions. */
 void zr_server_session_gone(zr_server *s);

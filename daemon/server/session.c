@@ -59,6 +59,7 @@ static unsigned feature_bit(const char *name, size_t len) {
 
 struct zr_session {
         zr_server *srv;
+        zr_user *user;            /* its uid's account: one connection charged */
         zr_conn *conn;
         zr_session *next;
         uint64_t serial;
@@ -115,6 +116,7 @@ static zr_request *request_free(zr_request *rq) {
 static void session_unref(zr_session *c) {
         if (--c->refs > 0)
                 return;
+        zr_user_unref(c->user);
         free(c);
 }
 
@@ -690,6 +692,7 @@ static void session_gone(zr_session *c, const char *why) {
         c->q_tail = NULL;
         zr_handles_fini(&c->handles);
         c->conn = zr_conn_free(c->conn);
+        zr_user_release(c->user, ZR_USER_CONNS, 1);
         for (zr_session **p = &srv->sessions; *p; p = &(*p)->next)
                 if (*p == c) {
                         *p = c->next;
@@ -746,13 +749,16 @@ static void on_drain(zr_conn *conn, void *userdata) {
 
 static const zr_conn_ops session_ops = {on_frame, on_close, on_drain};
 
-int zr_session_new(zr_server *srv, int fd, zr_session **ret) {
+int zr_session_new(zr_server *srv, int fd, zr_user *user, zr_session **ret) {
         zr_session *c = calloc(1, sizeof(*c));
         if (!c) {
                 close(fd);
+                zr_user_release(user, ZR_USER_CONNS, 1);
+                zr_user_unref(user);
                 return -ENOMEM;
         }
         c->srv = srv;
+        c->user = user;
         c->refs = 1;
         c->serial = ++srv->next_client;
         zr_handles_init(&c->handles, &srv->counters);
@@ -769,6 +775,8 @@ int zr_session_new(zr_server *srv, int fd, zr_session **ret) {
         };
         int r = zr_conn_new(srv->base, fd, &lim, &session_ops, c, &c->conn);
         if (r < 0) {
+                zr_user_release(user, ZR_USER_CONNS, 1);
+                zr_user_unref(user);
                 free(c);
                 return r;
         }
@@ -807,5 +815,13 @@ void zr_session_kill(zr_session *c) {
 
 zr_session *zr_session_next(zr_session *c) {
         return c->next;
+}
+
+uid_t zr_session_uid(const zr_session *c) {
+        return c->uid;
+}
+
+zr_user *zr_session_user(const zr_session *c) {
+        return c->user;
 }
 

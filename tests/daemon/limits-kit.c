@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 td_daemon LD;
@@ -16,6 +17,51 @@ void lk_start(const char *const *args) {
 
 void lk_teardown(void) {
         td_cleanup(&LD);
+}
+
+bool lk_can_switch_uid(void) {
+        if (geteuid() == 0)
+                return true;
+        printf("skipped: clients of other uids need root\n");
+        return false;
+}
+
+void lk_start_shared(const char *const *args) {
+        const char *all[40];
+        int n = 0;
+        all[n++] = "--socket-mode=0666";
+        for (int i = 0; args && args[i] && n < 39; i++)
+                all[n++] = args[i];
+        all[n] = NULL;
+        td_start(&LD, all);
+        ck_assert_int_eq(chmod(LD.dir, 0711), 0);
+}
+
+int lk_connect_as(uid_t uid) {
+        int fd = tl_connect_as(LD.socket, uid, (gid_t)uid);
+        ck_assert_msg(fd >= 0, "connect as uid %u: %s", (unsigned)uid, strerror(-fd));
+        return fd;
+}
+
+int lk_hello(int fd, char *msg, size_t size) {
+        zr_wire_writer w;
+        td_msg m;
+        td_begin_hello(&w, lk_id(), 1, 1);
+        int r = td_send(fd, &w, NULL, 0);
+        zr_wire_writer_destroy(&w);
+        /* a refused connection may be closed before the send: its FAULT waits */
+        r = td_recv(fd, &m);
+        if (r < 0)
+                return r;
+        int code = td_code(&m);
+        if (msg && code) {
+                const char *s = "";
+                size_t len = 0;
+                zr_wire_get_str(m.root, "message", &s, &len, NULL);
+                snprintf(msg, size, "%.*s", (int)len, s);
+        }
+        td_msg_free(&m);
+        return code;
 }
 
 uint64_t lk_id(void) {

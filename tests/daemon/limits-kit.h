@@ -3,7 +3,8 @@
  * time and the lines of its log.
  *
  * test-limits.c: descriptors (the limit raised at start, no spin at EMFILE,
- * rate-limited lines).
+ * rate-limited lines); limits-users.c: the limits per uid, with clients of
+ * other uids.
  */
 #ifndef ZR_TESTS_LIMITS_KIT_H
 #define ZR_TESTS_LIMITS_KIT_H
@@ -13,6 +14,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "check-run.h"
 #include "tclient.h"
 
 /* The daemon of the running test (lk_start()); stopped by teardown, which
@@ -20,6 +22,24 @@
 extern td_daemon LD;
 void lk_start(const char *const *args);
 void lk_teardown(void);
+
+/* Uids of no one (they need not exist) for the clients of other users; a
+ * daemon run by root sees them as ordinary users (root and the daemon's own
+ * uid are trusted, users.h). */
+#define LK_UID_A 3500001u
+#define LK_UID_B 3500002u
+/* True when this process may act as other uids (root); else prints why the
+ * test is skipped. */
+bool lk_can_switch_uid(void);
+/* lk_start() with a socket (and directory) every uid may reach, for clients
+ * of other uids. */
+void lk_start_shared(const char *const *args);
+/* A connection made as uid (its own gid) to LD (tl_connect_as()). */
+int lk_connect_as(uid_t uid);
+/* Sends HELLO on fd and reads the answer: 0 if served, else the code of the
+ * FAULT or error that came (its message in msg, may be NULL), or -errno
+ * (-EPIPE: closed with nothing said). */
+int lk_hello(int fd, char *msg, size_t size);
 
 /* The next request id. */
 uint64_t lk_id(void);
@@ -37,5 +57,8 @@ unsigned lk_log_count(const char *needle);
 /* Raises this process's soft RLIMIT_NOFILE to its hard limit (a test that
  * holds hundreds of sockets). */
 void lk_raise_nofile(void);
+
+/* The cases of each file. */
+void limits_add_users(Suite *s);
 
 #endif

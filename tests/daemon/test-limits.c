@@ -6,7 +6,7 @@
  * over the flood stays a small part of the time it lasts), it refuses the
  * connections it cannot take with a FAULT, its log gets a bounded number of
  * lines, and once descriptors free a new client is served. limits-kit.h says
- * where the other cases are.
+ * where the other cases are; main() is here.
  */
 #include <errno.h>
 #include <poll.h>
@@ -142,5 +142,6 @@ END_TEST
 int main(void) {
         Suite *s = suite_create("limits");
         TL_TCASE(s, "descriptors", 120, test_nofile_raised_to_hard, test_emfile_does_not_spin);
+        limits_add_users(s);
         return tl_run_suite(s);
 }
