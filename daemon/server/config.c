@@ -43,13 +43,20 @@
  * job's ranks, loader workers and tools fit many times over, and with the fair
  * share of the rest no uid can leave the others without a connection. */
 #define DEFAULT_MAX_CLIENTS_UID 64u
+/* A client says HELLO in its first round trip; ten seconds cover a loaded
+ * machine, and a connection that never speaks gives its slot back. */
+#define DEFAULT_HELLO_TIMEOUT_SEC 10u
+/* A connection that holds no handle and runs no request does nothing for
+ * anyone; a client keeps one open between datasets for a while, and
+ * reconnects after ten minutes of that. */
+#define DEFAULT_IDLE_TIMEOUT_SEC 600u
 
 enum { KEY_SOCKET = 1000, KEY_SOCKET_MODE, KEY_SOCKET_GROUP, KEY_THREADS, KEY_LOG_LEVEL,
        KEY_IDLE_EXIT, KEY_SYNC_INTERVAL, KEY_CACHE, KEY_RING_SPARE, KEY_MAX_FRAME,
        KEY_MAX_HANDLES, KEY_MAX_LOADERS, KEY_MAX_SHM, KEY_MAX_CLIENTS, KEY_CONFIG, KEY_HELP,
        KEY_VERSION,
        /* per-uid limits and timeouts */
-       KEY_MAX_CLIENTS_UID };
+       KEY_MAX_CLIENTS_UID, KEY_HELLO_TIMEOUT, KEY_IDLE_TIMEOUT };
 
 static const struct setting {
         const char *name;
@@ -74,6 +81,9 @@ static const struct setting {
         {"max-clients", KEY_MAX_CLIENTS, "N", "connected clients in total (256)"},
         /* per-uid limits and timeouts */
         {"max-clients-per-uid", KEY_MAX_CLIENTS_UID, "N", "connections of one uid (64)"},
+        {"hello-timeout", KEY_HELLO_TIMEOUT, "SEC", "close a connection without HELLO (10; 0 = never)"},
+        {"idle-timeout", KEY_IDLE_TIMEOUT, "SEC",
+         "close one with no handle and no request (600; 0 = never)"},
         {"help", KEY_HELP, NULL, "show this help"},
         {"version", KEY_VERSION, NULL, "show the version"},
 };
@@ -93,6 +103,8 @@ void zr_config_defaults(zr_config *c) {
         c->max_shm_bytes = DEFAULT_MAX_SHM;
         c->max_clients = DEFAULT_MAX_CLIENTS;
         c->max_clients_per_uid = DEFAULT_MAX_CLIENTS_UID;
+        c->hello_timeout_sec = DEFAULT_HELLO_TIMEOUT_SEC;
+        c->idle_timeout_sec = DEFAULT_IDLE_TIMEOUT_SEC;
 }
 
 static int parse_size(const char *s, uint64_t *ret) {
@@ -194,6 +206,8 @@ static int apply(zr_config *c, int key, const char *v, const char *where, zr_err
                 if (r == 0 && c->max_clients_per_uid == 0)
                         r = -ERANGE;
                 break;
+        case KEY_HELLO_TIMEOUT: r = parse_size(v, &c->hello_timeout_sec); break;
+        case KEY_IDLE_TIMEOUT: r = parse_size(v, &c->idle_timeout_sec); break;
         default:
                 return zr_error_set(err, EINVAL, "%s: not a setting", where);
         }

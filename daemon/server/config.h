@@ -35,6 +35,8 @@ typedef struct zr_config {
         /* per-uid limits and timeouts (users.h: root and the daemon's own uid
          * are held to the global limits only) */
         uint32_t max_clients_per_uid;  /* connections of one uid */
+        uint64_t hello_timeout_sec;    /* a connection without HELLO is closed; 0 = never */
+        uint64_t idle_timeout_sec;     /* one with no handle and no request; 0 = never */
         char config_path[4096];    /* the file read, or "" */
 } zr_config;
 

@@ -375,6 +375,8 @@ static void reload(zr_server *s) {
         CHANGED(max_shm_bytes, "%llu", unsigned long long)
         CHANGED(max_clients, "%u", unsigned)
         CHANGED(max_clients_per_uid, "%u", unsigned)
+        CHANGED(hello_timeout_sec, "%llu", unsigned long long)
+        CHANGED(idle_timeout_sec, "%llu", unsigned long long)
         if (o->cache_bytes != n.cache_bytes)
                 zr_loader_engine_set_cache_bytes(s->loaders, n.cache_bytes);
         CHANGED(cache_bytes, "%llu", unsigned long long)

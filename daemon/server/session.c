@@ -16,6 +16,7 @@
 #include "server/session.h"
 
 #include <errno.h>
+#include <event2/event.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,6 +62,7 @@ struct zr_session {
         zr_server *srv;
         zr_user *user;            /* its uid's account: one connection charged */
         zr_conn *conn;
+        struct event *ev_timer;   /* the HELLO timeout, then the idle timeout */
         zr_session *next;
         uint64_t serial;
         pid_t pid;
@@ -212,6 +214,30 @@ static void session_error_reply(zr_session *c, zr_request *rq) {
                               c->strikes);
 }
 
+/* After HELLO: a connection with no handle open and no request read and not
+ * answered is idle; it is closed after idle-timeout seconds of that. */
+static void session_check_idle(zr_session *c) {
+        uint64_t sec = c->srv->cfg.idle_timeout_sec;
+        if (!c->ev_timer || !c->hello)
+                return;
+        if (sec && c->handles.n == 0 && c->unanswered == 0 && !c->closing && !c->draining) {
+                struct timeval tv = {(time_t)sec, 0};
+                event_add(c->ev_timer, &tv);
+        } else {
+                event_del(c->ev_timer);
+        }
+}
+
+static void timer_cb(evutil_socket_t fd, short what, void *arg) {
+        zr_session *c = arg;
+        if (!c->hello)
+                session_fault(c, ZR_E_LIMIT, true, "no hello within %llu s: closing the connection",
+                              (unsigned long long)c->srv->cfg.hello_timeout_sec);
+        else
+                session_fault(c, ZR_E_LIMIT, true, "idle for %llu s with no handle open: closing "
+                              "the connection", (unsigned long long)c->srv->cfg.idle_timeout_sec);
+}
+
 /* A request is answered: forget it, maybe read more. */
 static void request_finished(zr_session *c, zr_request *rq) {
         request_free(rq);
@@ -219,6 +245,7 @@ static void request_finished(zr_session *c, zr_request *rq) {
         c->requests++;
         c->srv->counters.requests++;
         session_update_reading(c);
+        session_check_idle(c);
         if (c->draining && !c->q_head && !c->running && !c->closing) {
                 c->closing = true;
                 zr_conn_close(c->conn, 0);
@@ -269,6 +296,8 @@ static void enqueue(zr_session *c, zr_request *rq) {
         c->queued_bytes += rq->len;
         c->unanswered++;
         session_update_reading(c);
+        if (c->hello)
+                event_del(c->ev_timer); /* busy: not idle */
         session_pump(c);
 }
 
@@ -551,6 +580,7 @@ int zr_handle_hello(zr_request *rq) {
         }
         c->features = want;
         c->hello = true;
+        event_del(c->ev_timer); /* the HELLO timeout; idle is checked once answered */
         c->lim.frame_max = cfg->max_frame_bytes;
         c->lim.handles_max = cfg->max_handles;
         c->lim.loaders_max = cfg->max_loaders;
@@ -693,6 +723,10 @@ static void session_gone(zr_session *c, const char *why) {
         zr_handles_fini(&c->handles);
         c->conn = zr_conn_free(c->conn);
         zr_user_release(c->user, ZR_USER_CONNS, 1);
+        if (c->ev_timer) {
+                event_free(c->ev_timer);
+                c->ev_timer = NULL;
+        }
         for (zr_session **p = &srv->sessions; *p; p = &(*p)->next)
                 if (*p == c) {
                         *p = c->next;
@@ -773,12 +807,21 @@ int zr_session_new(zr_server *srv, int fd, zr_user *user, zr_session **ret) {
                 .max_output = OUTPUT_PAUSE_BYTES +
                               (uint64_t)(ZR_PIPELINE_MAX + 2) * srv->cfg.max_frame_bytes,
         };
-        int r = zr_conn_new(srv->base, fd, &lim, &session_ops, c, &c->conn);
+        c->ev_timer = event_new(srv->base, -1, 0, timer_cb, c);
+        int r = c->ev_timer ? zr_conn_new(srv->base, fd, &lim, &session_ops, c, &c->conn) : -ENOMEM;
         if (r < 0) {
+                if (c->ev_timer)
+                        event_free(c->ev_timer);
+                else
+                        close(fd);
                 zr_user_release(user, ZR_USER_CONNS, 1);
                 zr_user_unref(user);
                 free(c);
                 return r;
+        }
+        if (srv->cfg.hello_timeout_sec) {
+                struct timeval tv = {(time_t)srv->cfg.hello_timeout_sec, 0};
+                event_add(c->ev_timer, &tv);
         }
         zr_conn_peer(c->conn, &c->pid, &c->uid, &c->gid);
         zr_log_ratelimited(&rl_connect, LOG_INFO, "client %llu: connected: pid %d uid %u gid %u",

@@ -4,7 +4,7 @@
  *
  * test-limits.c: descriptors (the limit raised at start, no spin at EMFILE,
  * rate-limited lines); limits-users.c: the limits per uid, with clients of
- * other uids.
+ * other uids; limits-timeouts.c: connections closed for doing nothing.
  */
 #ifndef ZR_TESTS_LIMITS_KIT_H
 #define ZR_TESTS_LIMITS_KIT_H
@@ -60,5 +60,6 @@ void lk_raise_nofile(void);
 
 /* The cases of each file. */
 void limits_add_users(Suite *s);
+void limits_add_timeouts(Suite *s);
 
 #endif

@@ -143,5 +143,6 @@ int main(void) {
         Suite *s = suite_create("limits");
         TL_TCASE(s, "descriptors", 120, test_nofile_raised_to_hard, test_emfile_does_not_spin);
         limits_add_users(s);
+        limits_add_timeouts(s);
         return tl_run_suite(s);
 }
