@@ -50,13 +50,27 @@
  * anyone; a client keeps one open between datasets for a while, and
  * reconnects after ten minutes of that. */
 #define DEFAULT_IDLE_TIMEOUT_SEC 600u
+/* A frame's bytes follow its prefix at once from any real client; one left
+ * unfinished parks its bytes and up to 64 descriptors. */
+#define DEFAULT_FRAME_TIMEOUT_SEC 30u
+/* Descriptors in flight (passed, not yet taken by a request: an incomplete
+ * frame's, queued requests'): four full frames' worth per client (a store
+ * opens with two, a multi-stream set with two per stream); a uid's clients
+ * together sixteen. Root and the daemon's own uid are held only to half the
+ * daemon's descriptor limit, which bounds every uid together. */
+#define DEFAULT_MAX_FDS (4u * ZR_FDS_PER_FRAME_MAX)
+#define DEFAULT_MAX_FDS_UID (16u * ZR_FDS_PER_FRAME_MAX)
+/* Request bytes read and not yet executed, for all of a uid's clients: a
+ * client pauses at 4 MiB of its own (session.c), so sixteen clients' worth. */
+#define DEFAULT_MAX_BYTES_UID (64 * MiB)
 
 enum { KEY_SOCKET = 1000, KEY_SOCKET_MODE, KEY_SOCKET_GROUP, KEY_THREADS, KEY_LOG_LEVEL,
        KEY_IDLE_EXIT, KEY_SYNC_INTERVAL, KEY_CACHE, KEY_RING_SPARE, KEY_MAX_FRAME,
        KEY_MAX_HANDLES, KEY_MAX_LOADERS, KEY_MAX_SHM, KEY_MAX_CLIENTS, KEY_CONFIG, KEY_HELP,
        KEY_VERSION,
        /* per-uid limits and timeouts */
-       KEY_MAX_CLIENTS_UID, KEY_HELLO_TIMEOUT, KEY_IDLE_TIMEOUT };
+       KEY_MAX_CLIENTS_UID, KEY_HELLO_TIMEOUT, KEY_IDLE_TIMEOUT, KEY_FRAME_TIMEOUT, KEY_MAX_FDS,
+       KEY_MAX_FDS_UID, KEY_MAX_BYTES_UID };
 
 static const struct setting {
         const char *name;
@@ -84,6 +98,10 @@ static const struct setting {
         {"hello-timeout", KEY_HELLO_TIMEOUT, "SEC", "close a connection without HELLO (10; 0 = never)"},
         {"idle-timeout", KEY_IDLE_TIMEOUT, "SEC",
          "close one with no handle and no request (600; 0 = never)"},
+        {"frame-timeout", KEY_FRAME_TIMEOUT, "SEC", "close one whose frame stays unfinished (30)"},
+        {"max-fds", KEY_MAX_FDS, "N", "descriptors in flight per client (256; at least 64)"},
+        {"max-fds-per-uid", KEY_MAX_FDS_UID, "N", "descriptors in flight per uid (1024)"},
+        {"max-bytes-per-uid", KEY_MAX_BYTES_UID, "BYTES", "request bytes in flight per uid (64M)"},
         {"help", KEY_HELP, NULL, "show this help"},
         {"version", KEY_VERSION, NULL, "show the version"},
 };
@@ -105,6 +123,10 @@ void zr_config_defaults(zr_config *c) {
         c->max_clients_per_uid = DEFAULT_MAX_CLIENTS_UID;
         c->hello_timeout_sec = DEFAULT_HELLO_TIMEOUT_SEC;
         c->idle_timeout_sec = DEFAULT_IDLE_TIMEOUT_SEC;
+        c->frame_timeout_sec = DEFAULT_FRAME_TIMEOUT_SEC;
+        c->max_fds = DEFAULT_MAX_FDS;
+        c->max_fds_per_uid = DEFAULT_MAX_FDS_UID;
+        c->max_bytes_per_uid = DEFAULT_MAX_BYTES_UID;
 }
 
 static int parse_size(const char *s, uint64_t *ret) {
@@ -208,6 +230,25 @@ static int apply(zr_config *c, int key, const char *v, const char *where, zr_err
                 break;
         case KEY_HELLO_TIMEOUT: r = parse_size(v, &c->hello_timeout_sec); break;
         case KEY_IDLE_TIMEOUT: r = parse_size(v, &c->idle_timeout_sec); break;
+        case KEY_FRAME_TIMEOUT: r = parse_size(v, &c->frame_timeout_sec); break;
+        case KEY_MAX_FDS:
+                r = parse_u32(v, &c->max_fds);
+                if (r == 0 && c->max_fds < ZR_FDS_PER_FRAME_MAX)
+                        return zr_error_set(err, EINVAL, "%s: max-fds must be at least %d (a "
+                                            "frame's descriptors)", where, ZR_FDS_PER_FRAME_MAX);
+                break;
+        case KEY_MAX_FDS_UID:
+                r = parse_u32(v, &c->max_fds_per_uid);
+                if (r == 0 && c->max_fds_per_uid < ZR_FDS_PER_FRAME_MAX)
+                        return zr_error_set(err, EINVAL, "%s: max-fds-per-uid must be at least "
+                                            "%d (a frame's descriptors)", where,
+                                            ZR_FDS_PER_FRAME_MAX);
+                break;
+        case KEY_MAX_BYTES_UID:
+                r = parse_size(v, &c->max_bytes_per_uid);
+                if (r == 0 && c->max_bytes_per_uid == 0)
+                        r = -ERANGE;
+                break;
         default:
                 return zr_error_set(err, EINVAL, "%s: not a setting", where);
         }

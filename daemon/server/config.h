@@ -37,6 +37,10 @@ typedef struct zr_config {
         uint32_t max_clients_per_uid;  /* connections of one uid */
         uint64_t hello_timeout_sec;    /* a connection without HELLO is closed; 0 = never */
         uint64_t idle_timeout_sec;     /* one with no handle and no request; 0 = never */
+        uint64_t frame_timeout_sec;    /* a frame begun must end within this; 0 = never */
+        uint32_t max_fds;              /* descriptors in flight per client */
+        uint32_t max_fds_per_uid;      /* descriptors in flight per uid */
+        uint64_t max_bytes_per_uid;    /* request bytes in flight per uid */
         char config_path[4096];    /* the file read, or "" */
 } zr_config;
 

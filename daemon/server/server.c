@@ -377,6 +377,10 @@ static void reload(zr_server *s) {
         CHANGED(max_clients_per_uid, "%u", unsigned)
         CHANGED(hello_timeout_sec, "%llu", unsigned long long)
         CHANGED(idle_timeout_sec, "%llu", unsigned long long)
+        CHANGED(frame_timeout_sec, "%llu", unsigned long long)
+        CHANGED(max_fds, "%u", unsigned)
+        CHANGED(max_fds_per_uid, "%u", unsigned)
+        CHANGED(max_bytes_per_uid, "%llu", unsigned long long)
         if (o->cache_bytes != n.cache_bytes)
                 zr_loader_engine_set_cache_bytes(s->loaders, n.cache_bytes);
         CHANGED(cache_bytes, "%llu", unsigned long long)
@@ -454,6 +458,24 @@ void zr_server_user_limits(const zr_server *s, zr_user_limits *l) {
         *l = (zr_user_limits){0};
         l->total_max[ZR_USER_CONNS] = c->max_clients;
         l->uid_max[ZR_USER_CONNS] = c->max_clients_per_uid;
+        /* Descriptors in flight, all uids: half the descriptor limit, the rest
+         * for connections, stores, rings and buffers. */
+        l->total_max[ZR_USER_FDS] = s->nofile / 2 > UINT32_MAX ? UINT32_MAX : s->nofile / 2;
+        l->uid_max[ZR_USER_FDS] = c->max_fds_per_uid;
+        l->uid_max[ZR_USER_BYTES] = c->max_bytes_per_uid;
+}
+
+/* A uid gave something back: connections that stopped for lack of room ask
+ * again, from the loop, not inside the release. */
+static void users_wake(void *arg) {
+        zr_server *s = arg;
+        event_active(s->ev_wake, EV_TIMEOUT, 0);
+}
+
+static void wake_cb(evutil_socket_t fd, short what, void *arg) {
+        zr_server *s = arg;
+        for (zr_session *c = s->sessions; c; c = zr_session_next(c))
+                zr_session_kick(c);
 }
 
 int zr_server_new(const zr_config *cfg, int argc, char **argv, zr_server **ret, zr_error *err) {
@@ -482,6 +504,7 @@ int zr_server_new(const zr_config *cfg, int argc, char **argv, zr_server **ret, 
                 r = zr_error_set(err, ENOMEM, "allocating the per-uid accounts");
                 goto fail;
         }
+        zr_users_set_wake(s->users, users_wake, s);
         r = zr_pool_new(cfg->threads, &s->pool);
         if (r < 0) {
                 r = zr_error_errno(err, -r, "starting %u worker threads", cfg->threads);
@@ -541,10 +564,11 @@ int zr_server_new(const zr_config *cfg, int argc, char **argv, zr_server **ret, 
         s->ev_idle = event_new(s->base, -1, 0, idle_cb, s);
         s->ev_drain = event_new(s->base, -1, 0, drain_timeout_cb, s);
         s->ev_listen_retry = event_new(s->base, -1, 0, listen_retry_cb, s);
+        s->ev_wake = event_new(s->base, -1, 0, wake_cb, s);
         s->ev_loader = event_new(s->base, s->loader_efd, EV_READ | EV_PERSIST, loader_cb, s);
         if (!s->ev_listen || !s->ev_sigterm || !s->ev_sigint || !s->ev_sighup || !s->ev_sync ||
             !s->ev_status || !s->ev_watchdog || !s->ev_idle || !s->ev_drain || !s->ev_loader ||
-            !s->ev_listen_retry) {
+            !s->ev_listen_retry || !s->ev_wake) {
                 r = zr_error_set(err, ENOMEM, "creating events");
                 goto fail;
         }
@@ -626,7 +650,7 @@ zr_server *zr_server_free(zr_server *s) {
         s->work = zr_work_free(s->work);
         struct event **evs[] = {&s->ev_listen, &s->ev_sigterm, &s->ev_sigint, &s->ev_sighup,
                                 &s->ev_sync, &s->ev_status, &s->ev_watchdog, &s->ev_idle,
-                                &s->ev_drain, &s->ev_loader, &s->ev_listen_retry};
+                                &s->ev_drain, &s->ev_loader, &s->ev_listen_retry, &s->ev_wake};
         for (size_t i = 0; i < sizeof(evs) / sizeof(evs[0]); i++)
                 if (*evs[i]) {
                         event_free(*evs[i]);

@@ -75,6 +75,7 @@ typedef struct zr_server {
         zr_session *sessions;      /* each adds itself (zr_session_new()) and leaves */
         unsigned nclients;
         zr_users *users;           /* what each uid holds, and its limits (users.h) */
+        struct event *ev_wake;     /* a uid gave something back: kick the sessions */
         uint64_t next_client;      /* serial numbers for logs */
 
         struct event *ev_sigterm, *ev_sigint, *ev_sighup;

@@ -82,6 +82,7 @@ struct zr_session {
 
         zr_request *q_head, *q_tail;
         uint64_t queued_bytes;    /* bodies of the requests in the queue */
+        uint64_t charged_fds, charged_bytes; /* in flight, as charged to the uid */
         unsigned unanswered;      /* read and not yet answered, the running one included */
         zr_request *running;
 
@@ -122,13 +123,70 @@ static void session_unref(zr_session *c) {
         free(c);
 }
 
+/* The descriptors a request still holds (a handler takes or closes them). */
+static unsigned request_fds(const zr_request *rq) {
+        unsigned n = 0;
+        for (unsigned i = 0; rq && i < rq->nfds; i++)
+                n += rq->fds[i] >= 0;
+        return n;
+}
+
+/* Brings the uid's account in step with what the connection holds in flight:
+ * the descriptors and bytes of a frame begun and of the queued requests (a
+ * request that runs keeps its descriptors until its handler takes them). A
+ * walk of at most ZR_PIPELINE_MAX requests: counted, not kept, so no handler
+ * has to say when it takes one. */
+static void session_account(zr_session *c) {
+        uint64_t fds = 0, bytes = 0;
+        if (!c->gone) {
+                fds = request_fds(c->running) + (c->conn ? zr_conn_pending_fds(c->conn) : 0);
+                for (const zr_request *rq = c->q_head; rq; rq = rq->next)
+                        fds += request_fds(rq);
+                bytes = c->queued_bytes + (c->conn ? zr_conn_input_bytes(c->conn) : 0);
+        }
+        if (fds > c->charged_fds)
+                zr_user_add(c->user, ZR_USER_FDS, fds - c->charged_fds);
+        else
+                zr_user_release(c->user, ZR_USER_FDS, c->charged_fds - fds);
+        if (bytes > c->charged_bytes)
+                zr_user_add(c->user, ZR_USER_BYTES, bytes - c->charged_bytes);
+        else
+                zr_user_release(c->user, ZR_USER_BYTES, c->charged_bytes - bytes);
+        c->charged_fds = fds;
+        c->charged_bytes = bytes;
+}
+
 static void session_update_reading(zr_session *c) {
         if (!c->conn || c->gone)
                 return;
+        session_account(c);
         bool on = !c->closing && !c->draining && c->unanswered < ZR_PIPELINE_MAX &&
                   c->queued_bytes <= QUEUE_PAUSE_BYTES &&
                   zr_conn_output_bytes(c->conn) <= OUTPUT_PAUSE_BYTES;
         zr_conn_set_reading(c->conn, on);
+        zr_conn_kick(c->conn); /* room may have come back: may_read() is asked again */
+}
+
+/* Before the connection reads into a new frame: room for a whole frame's
+ * descriptors on the connection (max-fds) and in the uid's account, and for
+ * more request bytes in the uid's account. Without it the connection reads only
+ * the rest of the frame it began, and waits for a release (users.h). */
+static int may_read(zr_conn *conn, void *userdata) {
+        zr_session *c = userdata;
+        const zr_config *cfg = &c->srv->cfg;
+        session_account(c);
+        if (c->charged_fds + ZR_FDS_PER_FRAME_MAX > cfg->max_fds)
+                return 0; /* its own requests free them, then it reads again */
+        if (zr_user_room(c->user, ZR_USER_FDS) < ZR_FDS_PER_FRAME_MAX ||
+            zr_user_room(c->user, ZR_USER_BYTES) == 0) {
+                zr_users_want_wake(c->srv->users);
+                return 0;
+        }
+        return 1;
+}
+
+static void on_input(zr_conn *conn, void *userdata) {
+        session_account(userdata);
 }
 
 static void send_frame(zr_session *c, zr_wire_writer *w, int *fds, size_t nfds) {
@@ -720,6 +778,8 @@ static void session_gone(zr_session *c, const char *why) {
                 request_free(rq);
         }
         c->q_tail = NULL;
+        c->queued_bytes = 0;
+        session_account(c); /* nothing in flight any more: all of it back */
         zr_handles_fini(&c->handles);
         c->conn = zr_conn_free(c->conn);
         zr_user_release(c->user, ZR_USER_CONNS, 1);
@@ -744,6 +804,7 @@ static void on_close(zr_conn *conn, enum zr_conn_close_reason reason, int error,
                 [ZR_CONN_FD_ERROR] = "truncated control data",
                 [ZR_CONN_OUTPUT_FULL] = "does not read its replies",
                 [ZR_CONN_BY_OWNER] = "closed by the daemon",
+                [ZR_CONN_FRAME_TIMEOUT] = "a frame left incomplete",
         };
         const char *why = reasons[reason];
         char buf[96];
@@ -753,7 +814,8 @@ static void on_close(zr_conn *conn, enum zr_conn_close_reason reason, int error,
         }
         /* The refused prefix and the lost descriptors get a FAULT before the close
          * where the socket still takes it (PROTOCOL.md sections 2 and 5). */
-        if (reason == ZR_CONN_FRAME_TOO_BIG || reason == ZR_CONN_FD_ERROR) {
+        if (reason == ZR_CONN_FRAME_TOO_BIG || reason == ZR_CONN_FD_ERROR ||
+            reason == ZR_CONN_FRAME_TIMEOUT) {
                 zr_wire_writer w;
                 const uint8_t *frame;
                 size_t size;
@@ -762,6 +824,9 @@ static void on_close(zr_conn *conn, enum zr_conn_close_reason reason, int error,
                 if (reason == ZR_CONN_FRAME_TOO_BIG)
                         snprintf(msg, sizeof(msg), "a frame of %u bytes: the limit is %u",
                                  (unsigned)error, c->lim.frame_max);
+                else if (reason == ZR_CONN_FRAME_TIMEOUT)
+                        snprintf(msg, sizeof(msg), "a frame begun was not finished within %d s",
+                                 error);
                 else
                         snprintf(msg, sizeof(msg), "descriptors were lost (truncated control data)");
                 zr_log_ratelimited(&rl_fault, LOG_NOTICE, "client %llu (pid %d): fault %s: %s",
@@ -781,7 +846,7 @@ static void on_drain(zr_conn *conn, void *userdata) {
         session_update_reading(userdata);
 }
 
-static const zr_conn_ops session_ops = {on_frame, on_close, on_drain};
+static const zr_conn_ops session_ops = {on_frame, on_close, on_drain, may_read, on_input};
 
 int zr_session_new(zr_server *srv, int fd, zr_user *user, zr_session **ret) {
         zr_session *c = calloc(1, sizeof(*c));
@@ -806,6 +871,7 @@ int zr_session_new(zr_server *srv, int fd, zr_user *user, zr_session **ret) {
                 .max_frame = srv->cfg.max_frame_bytes,
                 .max_output = OUTPUT_PAUSE_BYTES +
                               (uint64_t)(ZR_PIPELINE_MAX + 2) * srv->cfg.max_frame_bytes,
+                .frame_timeout_ms = srv->cfg.frame_timeout_sec * 1000,
         };
         c->ev_timer = event_new(srv->base, -1, 0, timer_cb, c);
         int r = c->ev_timer ? zr_conn_new(srv->base, fd, &lim, &session_ops, c, &c->conn) : -ENOMEM;
@@ -858,6 +924,11 @@ void zr_session_kill(zr_session *c) {
 
 zr_session *zr_session_next(zr_session *c) {
         return c->next;
+}
+
+void zr_session_kick(zr_session *c) {
+        if (!c->gone && c->conn)
+                zr_conn_kick(c->conn);
 }
 
 uid_t zr_session_uid(const zr_session *c) {

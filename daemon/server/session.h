@@ -32,6 +32,10 @@ typedef struct zr_user zr_user;
  * client goes, and calls zr_server_session_gone() then. */
 int zr_session_new(zr_server *srv, int fd, zr_user *user, zr_session **ret);
 
+/* Its uid's account may have room again: a connection that stopped reading
+ * for lack of it asks again (server.c calls it on a release, users.h). */
+void zr_session_kick(zr_session *c);
+
 /* The uid that made the connection, and its account. */
 uid_t zr_session_uid(const zr_session *c);
 zr_user *zr_session_user(const zr_session *c);

@@ -1,14 +1,19 @@
-/* test-limits.c: the daemon's descriptors under a flood of connections.
+/* test-limits.c: the daemon's descriptors under a flood of connections and
+ * of descriptors.
  *
  * It raises its soft descriptor limit to the hard one at start. Out of
  * descriptors (EMFILE) a pending connection stays in the listening socket's
  * backlog and keeps it readable: the daemon must not spin on it (CPU time
  * over the flood stays a small part of the time it lasts), it refuses the
  * connections it cannot take with a FAULT, its log gets a bounded number of
- * lines, and once descriptors free a new client is served. limits-kit.h says
- * where the other cases are; main() is here.
+ * lines, and once descriptors free a new client is served. Descriptors parked
+ * in frames a client never finishes count against its uid (the daemon holds
+ * no more than max-fds-per-uid of them, the rest wait in the client's
+ * sockets), and frame-timeout closes a connection whose frame stays
+ * unfinished. limits-kit.h says where the other cases are; main() is here.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -139,9 +144,87 @@ START_TEST(test_emfile_does_not_spin) {
 }
 END_TEST
 
+/* Sends the prefix of a frame of 1000 bytes and 10 of them, with 64 copies of
+ * a descriptor: a frame that will never be finished. */
+static void park_descriptors(int fd) {
+        int fds[ZR_FDS_PER_FRAME_MAX], null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        uint8_t part[14] = {0xe8, 0x03, 0, 0, 0x82};
+        ck_assert_int_ge(null, 0);
+        for (int i = 0; i < ZR_FDS_PER_FRAME_MAX; i++)
+                fds[i] = null;
+        ck_assert_int_eq(td_send_raw(fd, part, sizeof(part), fds, ZR_FDS_PER_FRAME_MAX), 0);
+        close(null);
+}
+
+/* The audit's attack: incomplete frames that each park 64 descriptors, from
+ * many connections of one uid. */
+START_TEST(test_parked_descriptors_per_uid) {
+        enum { CONNS = 6, LIMIT = 2 * ZR_FDS_PER_FRAME_MAX };
+        int a[CONNS];
+        if (!lk_can_switch_uid())
+                return;
+        lk_start_shared((const char *const[]){"--max-fds-per-uid=128", NULL});
+        int root = td_connect_hello(&LD);
+        int base = td_fd_count(&LD);
+        for (int i = 0; i < CONNS; i++) {
+                a[i] = lk_connect_as(LK_UID_A);
+                park_descriptors(a[i]);
+        }
+        /* the daemon reads what it takes: round trips until it holds the
+         * descriptors its limit lets in (a bound on the tries), then more round
+         * trips, and it holds no more */
+        int n = 0;
+        for (int tries = 0; tries < 10000 && n < base + CONNS + LIMIT; tries++) {
+                lk_wait_clients(root, CONNS + 1);
+                n = td_fd_count(&LD);
+        }
+        for (int i = 0; i < 50; i++)
+                lk_wait_clients(root, CONNS + 1);
+        n = td_fd_count(&LD);
+        printf("parked: %d descriptors held for %d connections of one uid (limit %d)\n",
+               n - base - CONNS, CONNS, LIMIT);
+        ck_assert_msg(n <= base + CONNS + LIMIT, "the daemon holds %d descriptors, at most %d "
+                      "expected", n, base + CONNS + LIMIT);
+        ck_assert_int_eq(n, base + CONNS + LIMIT);
+        /* the connections go, and every descriptor with them */
+        for (int i = 0; i < CONNS; i++)
+                close(a[i]);
+        lk_wait_clients(root, 1);
+        ck_assert_int_eq(td_fd_count(&LD), base);
+        close(root);
+        lk_teardown();
+}
+END_TEST
+
+/* One connection's unfinished frame is closed after frame-timeout with a
+ * FAULT, and its descriptors go back. */
+START_TEST(test_unfinished_frame_closed) {
+        lk_start((const char *const[]){"--frame-timeout=1", NULL});
+        int keep = td_connect_hello(&LD);
+        int base = td_fd_count(&LD);
+        int fd = td_connect_hello(&LD);
+        park_descriptors(fd);
+        td_msg m;
+        ck_assert_int_eq(td_recv(fd, &m), 0);
+        ck_assert_int_eq(td_code(&m), ZR_E_LIMIT);
+        const char *msg = "";
+        size_t len = 0;
+        zr_wire_get_str(m.root, "message", &msg, &len, NULL);
+        ck_assert_msg(memmem(msg, len, "not finished within 1 s", 23), "%.*s", (int)len, msg);
+        td_msg_free(&m);
+        ck_assert_int_eq(td_recv(fd, &m), -EPIPE);
+        close(fd);
+        lk_wait_clients(keep, 1);
+        ck_assert_int_eq(td_fd_count(&LD), base);
+        close(keep);
+        lk_teardown();
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("limits");
-        TL_TCASE(s, "descriptors", 120, test_nofile_raised_to_hard, test_emfile_does_not_spin);
+        TL_TCASE(s, "descriptors", 120, test_nofile_raised_to_hard, test_emfile_does_not_spin,
+                 test_parked_descriptors_per_uid, test_unfinished_frame_closed);
         limits_add_users(s);
         limits_add_timeouts(s);
         return tl_run_suite(s);
