@@ -70,7 +70,7 @@ enum { KEY_SOCKET = 1000, KEY_SOCKET_MODE, KEY_SOCKET_GROUP, KEY_THREADS, KEY_LO
        KEY_VERSION,
        /* per-uid limits and timeouts */
        KEY_MAX_CLIENTS_UID, KEY_HELLO_TIMEOUT, KEY_IDLE_TIMEOUT, KEY_FRAME_TIMEOUT, KEY_MAX_FDS,
-       KEY_MAX_FDS_UID, KEY_MAX_BYTES_UID };
+       KEY_MAX_FDS_UID, KEY_MAX_BYTES_UID, KEY_MAX_SHM_UID, KEY_MAX_SHM_TOTAL };
 
 static const struct setting {
         const char *name;
@@ -102,6 +102,10 @@ static const struct setting {
         {"max-fds", KEY_MAX_FDS, "N", "descriptors in flight per client (256; at least 64)"},
         {"max-fds-per-uid", KEY_MAX_FDS_UID, "N", "descriptors in flight per uid (1024)"},
         {"max-bytes-per-uid", KEY_MAX_BYTES_UID, "BYTES", "request bytes in flight per uid (64M)"},
+        {"max-shm-per-uid", KEY_MAX_SHM_UID, "BYTES",
+         "shared memory per uid (0 = a quarter of the daemon's memory)"},
+        {"max-shm-total", KEY_MAX_SHM_TOTAL, "BYTES",
+         "shared memory of all uids (0 = half of the daemon's memory)"},
         {"help", KEY_HELP, NULL, "show this help"},
         {"version", KEY_VERSION, NULL, "show the version"},
 };
@@ -249,6 +253,8 @@ static int apply(zr_config *c, int key, const char *v, const char *where, zr_err
                 if (r == 0 && c->max_bytes_per_uid == 0)
                         r = -ERANGE;
                 break;
+        case KEY_MAX_SHM_UID: r = parse_size(v, &c->max_shm_per_uid); break;
+        case KEY_MAX_SHM_TOTAL: r = parse_size(v, &c->max_shm_total); break;
         default:
                 return zr_error_set(err, EINVAL, "%s: not a setting", where);
         }

@@ -41,6 +41,9 @@ typedef struct zr_config {
         uint32_t max_fds;              /* descriptors in flight per client */
         uint32_t max_fds_per_uid;      /* descriptors in flight per uid */
         uint64_t max_bytes_per_uid;    /* request bytes in flight per uid */
+        uint64_t max_shm_per_uid;      /* buffers and rings per uid; 0 = auto (a quarter
+                                        * of the memory the daemon may use) */
+        uint64_t max_shm_total;        /* all uids together; 0 = auto (half of it) */
         char config_path[4096];    /* the file read, or "" */
 } zr_config;
 

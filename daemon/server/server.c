@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "loader/loader.h"
+#include "util/memlimit.h"
 #include "server/listener.h"
 #include "server/log.h"
 #include "server/notify.h"
@@ -293,6 +294,68 @@ static void drain_timeout_cb(evutil_socket_t fd, short what, void *arg) {
         }
 }
 
+/* ---- per-uid limits ------------------------------------------------------ */
+
+/* Shared memory is resident (buffers are pre-faulted, ring slots faulted in
+ * before their first fill) and no reclaim frees it without swap: by default
+ * all uids together get half of what the daemon may use (its cgroup's limit,
+ * else the machine's memory), one uid a quarter, so the cache, the spare
+ * rings and the daemon's heap keep the rest. */
+#define SHM_TOTAL_PCT 50
+#define SHM_UID_PCT 25
+
+static void resolve_shm_budgets(zr_server *s) {
+        zr_memlimit ml;
+        zr_error err = {0};
+        s->shm_total_max = s->cfg.max_shm_total;
+        s->shm_uid_max = s->cfg.max_shm_per_uid;
+        if (s->shm_total_max && s->shm_uid_max)
+                return;
+        if (zr_memlimit_read(NULL, &ml, &err) < 0) {
+                /* no budget from the box: only the per-client limit, per uid too */
+                zr_log(LOG_WARNING, "shared-memory budgets: %s; set max-shm-total and "
+                       "max-shm-per-uid", err.message);
+                if (!s->shm_uid_max)
+                        s->shm_uid_max = s->cfg.max_shm_bytes;
+                return;
+        }
+        if (!s->shm_total_max)
+                s->shm_total_max = zr_memlimit_budget(&ml, SHM_TOTAL_PCT, UINT64_MAX);
+        if (!s->shm_uid_max)
+                s->shm_uid_max = zr_memlimit_budget(&ml, SHM_UID_PCT, UINT64_MAX);
+        zr_log(LOG_INFO, "shared memory: %llu MiB for all users, %llu MiB per uid (%llu MiB "
+               "usable: %s)", (unsigned long long)(s->shm_total_max >> 20),
+               (unsigned long long)(s->shm_uid_max >> 20), (unsigned long long)(ml.effective >> 20),
+               ml.source);
+}
+
+void zr_server_user_limits(const zr_server *s, zr_user_limits *l) {
+        const zr_config *c = &s->cfg;
+        *l = (zr_user_limits){0};
+        l->total_max[ZR_USER_CONNS] = c->max_clients;
+        l->uid_max[ZR_USER_CONNS] = c->max_clients_per_uid;
+        /* Descriptors in flight, all uids: half the descriptor limit, the rest
+         * for connections, stores, rings and buffers. */
+        l->total_max[ZR_USER_FDS] = s->nofile / 2 > UINT32_MAX ? UINT32_MAX : s->nofile / 2;
+        l->uid_max[ZR_USER_FDS] = c->max_fds_per_uid;
+        l->uid_max[ZR_USER_BYTES] = c->max_bytes_per_uid;
+        l->uid_max[ZR_USER_SHM] = s->shm_uid_max;
+        l->total_max[ZR_USER_SHM] = s->shm_total_max;
+}
+
+/* A uid gave something back: connections that stopped for lack of room ask
+ * again, from the loop, not inside the release. */
+static void users_wake(void *arg) {
+        zr_server *s = arg;
+        event_active(s->ev_wake, EV_TIMEOUT, 0);
+}
+
+static void wake_cb(evutil_socket_t fd, short what, void *arg) {
+        zr_server *s = arg;
+        for (zr_session *c = s->sessions; c; c = zr_session_next(c))
+                zr_session_kick(c);
+}
+
 /* ---- signals ------------------------------------------------------------- */
 
 static void remove_socket(zr_server *s) {
@@ -381,6 +444,8 @@ static void reload(zr_server *s) {
         CHANGED(max_fds, "%u", unsigned)
         CHANGED(max_fds_per_uid, "%u", unsigned)
         CHANGED(max_bytes_per_uid, "%llu", unsigned long long)
+        CHANGED(max_shm_per_uid, "%llu", unsigned long long)
+        CHANGED(max_shm_total, "%llu", unsigned long long)
         if (o->cache_bytes != n.cache_bytes)
                 zr_loader_engine_set_cache_bytes(s->loaders, n.cache_bytes);
         CHANGED(cache_bytes, "%llu", unsigned long long)
@@ -390,6 +455,7 @@ static void reload(zr_server *s) {
         CHANGED(ring_spare_bytes, "%llu", unsigned long long)
         CHANGED(idle_exit_sec, "%llu", unsigned long long)
 #undef CHANGED
+        resolve_shm_budgets(s); /* auto budgets follow a changed cgroup limit */
         zr_user_limits ul;
         zr_server_user_limits(s, &ul);
         zr_users_set_limits(s->users, &ul);
@@ -453,31 +519,6 @@ static int make_parent(const char *path, zr_error *err) {
         return 0;
 }
 
-void zr_server_user_limits(const zr_server *s, zr_user_limits *l) {
-        const zr_config *c = &s->cfg;
-        *l = (zr_user_limits){0};
-        l->total_max[ZR_USER_CONNS] = c->max_clients;
-        l->uid_max[ZR_USER_CONNS] = c->max_clients_per_uid;
-        /* Descriptors in flight, all uids: half the descriptor limit, the rest
-         * for connections, stores, rings and buffers. */
-        l->total_max[ZR_USER_FDS] = s->nofile / 2 > UINT32_MAX ? UINT32_MAX : s->nofile / 2;
-        l->uid_max[ZR_USER_FDS] = c->max_fds_per_uid;
-        l->uid_max[ZR_USER_BYTES] = c->max_bytes_per_uid;
-}
-
-/* A uid gave something back: connections that stopped for lack of room ask
- * again, from the loop, not inside the release. */
-static void users_wake(void *arg) {
-        zr_server *s = arg;
-        event_active(s->ev_wake, EV_TIMEOUT, 0);
-}
-
-static void wake_cb(evutil_socket_t fd, short what, void *arg) {
-        zr_server *s = arg;
-        for (zr_session *c = s->sessions; c; c = zr_session_next(c))
-                zr_session_kick(c);
-}
-
 int zr_server_new(const zr_config *cfg, int argc, char **argv, zr_server **ret, zr_error *err) {
         zr_server *s = calloc(1, sizeof(*s));
         int r;
@@ -497,6 +538,7 @@ int zr_server_new(const zr_config *cfg, int argc, char **argv, zr_server **ret, 
                 r = zr_error_set(err, ENOMEM, "creating the event loop");
                 goto fail;
         }
+        resolve_shm_budgets(s);
         zr_user_limits ul;
         zr_server_user_limits(s, &ul);
         r = zr_users_new(geteuid(), &ul, &s->users);

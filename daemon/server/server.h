@@ -75,6 +75,9 @@ typedef struct zr_server {
         zr_session *sessions;      /* each adds itself (zr_session_new()) and leaves */
         unsigned nclients;
         zr_users *users;           /* what each uid holds, and its limits (users.h) */
+        /* the shared-memory budgets in force: the settings, or what the box
+         * allows when they are 0 (auto) */
+        uint64_t shm_uid_max, shm_total_max;
         struct event *ev_wake;     /* a uid gave something back: kick the sessions */
         uint64_t next_client;      /* serial numbers for logs */
 

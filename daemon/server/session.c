@@ -427,8 +427,7 @@ int zr_request_loader_room(zr_request *rq) {
 
 uint64_t zr_request_shm_left(const zr_request *rq) {
         const zr_session *c = rq->session;
-        return c->handles.shm_bytes >= c->lim.shm_max ? 0 :
-                                                        c->lim.shm_max - c->handles.shm_bytes;
+        return zr_handles_shm_left(&c->handles, c->lim.shm_max);
 }
 
 zr_session *zr_request_session(const zr_request *rq) {
@@ -860,7 +859,7 @@ int zr_session_new(zr_server *srv, int fd, zr_user *user, zr_session **ret) {
         c->user = user;
         c->refs = 1;
         c->serial = ++srv->next_client;
-        zr_handles_init(&c->handles, &srv->counters);
+        zr_handles_init(&c->handles, &srv->counters, user);
         /* Until HELLO: the floor every daemon accepts (PROTOCOL.md section 2) for
          * what the client may send, the configured limits otherwise. */
         c->lim.frame_max = srv->cfg.max_frame_bytes;

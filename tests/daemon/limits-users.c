@@ -4,9 +4,15 @@
  * Connections: a uid gets at most max-clients-per-uid of them, and, of the
  * connections left, only a share that leaves room for every other uid (users.h),
  * so one uid's flood of connections cannot lock another uid out.
+ *
+ * Shared memory: a uid's read buffers and rings, over all its connections,
+ * stay under max-shm-per-uid (the audit's 12 connections under --max-shm=64M
+ * made 768 MiB resident), and all uids together under max-shm-total, of which
+ * one uid takes at most half.
  */
 #include <errno.h>
 #include <stdio.h>
+#include <sys/mman.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -80,6 +86,114 @@ START_TEST(test_one_uid_cannot_lock_out_another) {
 }
 END_TEST
 
+#define MIB (UINT64_C(1) << 20)
+
+/* BUFFER_OPEN of `bytes`: 0 (the buffer mapped and touched here, then
+ * unmapped: the daemon keeps it until the connection goes) or the error code,
+ * its message in msg. */
+static int try_buffer(int fd, uint64_t bytes, char *msg, size_t size) {
+        zr_wire_writer w;
+        td_msg m;
+        td_begin(&w, "buffer_open", lk_id());
+        zr_wire_put_u64(&w, "bytes", bytes);
+        int code = td_call(fd, &w, NULL, 0, &m);
+        if (code == 0) {
+                ck_assert_uint_eq(m.nfds, 1);
+                void *p = mmap(NULL, bytes, PROT_READ, MAP_SHARED, m.fds[0], 0);
+                ck_assert_ptr_ne(p, MAP_FAILED);
+                munmap(p, bytes);
+        } else if (msg) {
+                const char *s = "";
+                size_t len = 0;
+                zr_wire_get_str(m.root, "message", &s, &len, NULL);
+                snprintf(msg, size, "%.*s", (int)len, s);
+        }
+        td_msg_free(&m);
+        return code;
+}
+
+/* The daemon's resident shared memory (RssShmem of /proc/PID/status), MiB. */
+static uint64_t shmem_mib(pid_t pid) {
+        char path[64], line[256];
+        unsigned long long kib = 0;
+        snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+        FILE *f = fopen(path, "re");
+        ck_assert_ptr_nonnull(f);
+        while (fgets(line, sizeof(line), f))
+                if (sscanf(line, "RssShmem: %llu kB", &kib) == 1)
+                        break;
+        fclose(f);
+        return kib >> 10;
+}
+
+START_TEST(test_shm_per_uid_across_connections) {
+        enum { CONNS = 12 };
+        int a[CONNS], granted = 0;
+        char msg[256] = "";
+        if (!lk_can_switch_uid())
+                return;
+        lk_start_shared((const char *const[]){"--max-shm=64M", "--max-shm-per-uid=256M", NULL});
+        for (int i = 0; i < CONNS; i++) {
+                a[i] = lk_connect_as(LK_UID_A);
+                ck_assert_int_eq(lk_hello(a[i], NULL, 0), 0);
+                int code = try_buffer(a[i], 64 * MIB, msg, sizeof(msg));
+                if (code == 0)
+                        granted++;
+                else
+                        ck_assert_int_eq(code, ZR_E_LIMIT);
+        }
+        uint64_t resident = shmem_mib(LD.pid);
+        printf("shm: uid A got %d buffers of 64 MiB on %d connections (limit 256 MiB per uid); "
+               "daemon RssShmem %llu MiB\n", granted, CONNS, (unsigned long long)resident);
+        ck_assert_int_eq(granted, 4);
+        ck_assert_msg(strstr(msg, "limit of 268435456 per uid"), "%s", msg);
+        ck_assert_uint_le(resident, 256 + 16);
+        /* another uid has its own budget */
+        int b = lk_connect_as(LK_UID_B);
+        ck_assert_int_eq(lk_hello(b, NULL, 0), 0);
+        ck_assert_int_eq(try_buffer(b, 64 * MIB, NULL, 0), 0);
+        /* a connection of A that goes gives its buffer back to A */
+        close(a[0]);
+        close(b);
+        int root = td_connect_hello(&LD);
+        lk_wait_clients(root, CONNS);
+        ck_assert_int_eq(try_buffer(a[CONNS - 1], 64 * MIB, NULL, 0), 0);
+        for (int i = 1; i < CONNS; i++)
+                close(a[i]);
+        close(root);
+        lk_teardown();
+}
+END_TEST
+
+/* The budget of all uids: one uid takes at most half, the next still gets a
+ * share; root (trusted) is held to the budget alone. */
+START_TEST(test_shm_total_shared) {
+        enum { CONNS = 8 };
+        int a[CONNS], na = 0, nb = 0;
+        if (!lk_can_switch_uid())
+                return;
+        lk_start_shared((const char *const[]){"--max-shm=64M", "--max-shm-per-uid=1G",
+                                              "--max-shm-total=512M", NULL});
+        for (int i = 0; i < CONNS; i++) {
+                a[i] = lk_connect_as(LK_UID_A);
+                ck_assert_int_eq(lk_hello(a[i], NULL, 0), 0);
+                na += try_buffer(a[i], 64 * MIB, NULL, 0) == 0;
+        }
+        int b = lk_connect_as(LK_UID_B);
+        ck_assert_int_eq(lk_hello(b, NULL, 0), 0);
+        for (int i = 0; i < 4; i++)
+                nb += try_buffer(b, 16 * MIB, NULL, 0) == 0;
+        printf("shm: of 512 MiB, uid A got %d x 64 MiB, then uid B %d x 16 MiB\n", na, nb);
+        ck_assert_int_le(na * 64, 256);
+        ck_assert_int_ge(nb, 1);
+        for (int i = 0; i < CONNS; i++)
+                close(a[i]);
+        close(b);
+        lk_teardown();
+}
+END_TEST
+
 void limits_add_users(Suite *s) {
-        TL_TCASE(s, "users", 120, test_clients_per_uid, test_one_uid_cannot_lock_out_another);
+        TL_TCASE(s, "users", 120, test_clients_per_uid, test_one_uid_cannot_lock_out_another,
+                 test_shm_per_uid_across_connections, test_shm_total_shared);
 }
