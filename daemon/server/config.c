@@ -70,7 +70,8 @@ enum { KEY_SOCKET = 1000, KEY_SOCKET_MODE, KEY_SOCKET_GROUP, KEY_THREADS, KEY_LO
        KEY_VERSION,
        /* per-uid limits and timeouts */
        KEY_MAX_CLIENTS_UID, KEY_HELLO_TIMEOUT, KEY_IDLE_TIMEOUT, KEY_FRAME_TIMEOUT, KEY_MAX_FDS,
-       KEY_MAX_FDS_UID, KEY_MAX_BYTES_UID, KEY_MAX_SHM_UID, KEY_MAX_SHM_TOTAL };
+       KEY_MAX_FDS_UID, KEY_MAX_BYTES_UID, KEY_MAX_SHM_UID, KEY_MAX_SHM_TOTAL,
+       KEY_MAX_JOBS_UID };
 
 static const struct setting {
         const char *name;
@@ -106,6 +107,8 @@ static const struct setting {
          "shared memory per uid (0 = a quarter of the daemon's memory)"},
         {"max-shm-total", KEY_MAX_SHM_TOTAL, "BYTES",
          "shared memory of all uids (0 = half of the daemon's memory)"},
+        {"max-jobs-per-uid", KEY_MAX_JOBS_UID, "N",
+         "worker jobs of one uid at once (0 = the threads but one)"},
         {"help", KEY_HELP, NULL, "show this help"},
         {"version", KEY_VERSION, NULL, "show the version"},
 };
@@ -255,6 +258,7 @@ static int apply(zr_config *c, int key, const char *v, const char *where, zr_err
                 break;
         case KEY_MAX_SHM_UID: r = parse_size(v, &c->max_shm_per_uid); break;
         case KEY_MAX_SHM_TOTAL: r = parse_size(v, &c->max_shm_total); break;
+        case KEY_MAX_JOBS_UID: r = parse_u32(v, &c->max_jobs_per_uid); break;
         default:
                 return zr_error_set(err, EINVAL, "%s: not a setting", where);
         }

@@ -44,6 +44,8 @@ typedef struct zr_config {
         uint64_t max_shm_per_uid;      /* buffers and rings per uid; 0 = auto (a quarter
                                         * of the memory the daemon may use) */
         uint64_t max_shm_total;        /* all uids together; 0 = auto (half of it) */
+        uint32_t max_jobs_per_uid;     /* worker jobs of one uid running at once; 0 = auto
+                                        * (the worker threads but one, at least one) */
         char config_path[4096];    /* the file read, or "" */
 } zr_config;
 

@@ -341,6 +341,17 @@ void zr_server_user_limits(const zr_server *s, zr_user_limits *l) {
         l->uid_max[ZR_USER_BYTES] = c->max_bytes_per_uid;
         l->uid_max[ZR_USER_SHM] = s->shm_uid_max;
         l->total_max[ZR_USER_SHM] = s->shm_total_max;
+        /* Jobs: one uid never holds every worker (a worker is left for the
+         * others' jobs), unless there is only one. */
+        l->jobs_uid_max = c->max_jobs_per_uid;
+        if (!l->jobs_uid_max) {
+                size_t threads = s->pool ? zr_pool_threads(s->pool) : c->threads;
+                if (!threads) {
+                        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+                        threads = cpus > 0 ? (size_t)cpus : 1;
+                }
+                l->jobs_uid_max = threads > 1 ? (unsigned)(threads - 1) : 1;
+        }
 }
 
 /* A uid gave something back: connections that stopped for lack of room ask
@@ -446,6 +457,7 @@ static void reload(zr_server *s) {
         CHANGED(max_bytes_per_uid, "%llu", unsigned long long)
         CHANGED(max_shm_per_uid, "%llu", unsigned long long)
         CHANGED(max_shm_total, "%llu", unsigned long long)
+        CHANGED(max_jobs_per_uid, "%u", unsigned)
         if (o->cache_bytes != n.cache_bytes)
                 zr_loader_engine_set_cache_bytes(s->loaders, n.cache_bytes);
         CHANGED(cache_bytes, "%llu", unsigned long long)
@@ -679,6 +691,8 @@ zr_server *zr_server_free(zr_server *s) {
         s->loaders = zr_loader_engine_free(s->loaders);
         if (s->registry)
                 zr_registry_set_work(s->registry, NULL); /* no new jobs from here */
+        if (s->work)
+                zr_work_submit_all(s->work); /* the jobs still waiting run as the pool ends */
         s->pool = zr_pool_free(s->pool);
         if (s->work)
                 zr_work_flush(s->work);

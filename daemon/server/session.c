@@ -526,7 +526,8 @@ int zr_request_submit(zr_request *rq, zr_job_fn run, zr_job_fn done) {
         rq->job.done = request_job_done;
         rq->done = done;
         rq->session->refs++;
-        zr_work_submit(rq->session->srv->work, &rq->job);
+        /* in its uid's queue: the pool serves the uids in turn (work.h) */
+        zr_work_submit_to(rq->session->srv->work, &rq->session->user->jobs, &rq->job);
         return ZR_RQ_PENDING;
 }
 

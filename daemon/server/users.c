@@ -46,8 +46,14 @@ zr_users *zr_users_free(zr_users *r) {
         return NULL;
 }
 
+static unsigned jobs_max(const zr_users *r, const zr_user *u) {
+        return u->trusted ? 0 : r->lim.jobs_uid_max;
+}
+
 void zr_users_set_limits(zr_users *r, const zr_user_limits *lim) {
         r->lim = *lim;
+        for (zr_user *u = r->head; u; u = u->next)
+                u->jobs.max_running = jobs_max(r, u);
 }
 
 const zr_user_limits *zr_users_limits(const zr_users *r) {
@@ -72,6 +78,7 @@ int zr_users_get(zr_users *r, uid_t uid, zr_user **ret) {
         u->uid = uid;
         u->trusted = zr_users_trusted(r, uid);
         u->refs = 1;
+        zr_work_queue_init(&u->jobs, jobs_max(r, u));
         if (r->tail)
                 r->tail->next = u;
         else

@@ -13,7 +13,10 @@
  *                   request);
  *   ZR_USER_SHM     shared memory made for it: read buffers and rings.
  *
- * A uid's entry exists while a connection of it does.
+ * and its worker jobs, queued and running, in a queue of its own (work.h)
+ * that the pool serves in turn with the other uids', running at most
+ * jobs_uid_max of them at once. A uid's entry exists while a connection of it
+ * does (a job holds its connection's session, which holds the entry).
  *
  * Two limits apply to each slot:
  *   - a maximum per uid (0: none);
@@ -45,6 +48,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "server/work.h"
 #include "util/error.h"
 
 typedef enum zr_user_slot {
@@ -58,6 +62,7 @@ typedef enum zr_user_slot {
 typedef struct zr_user_limits {
         uint64_t uid_max[ZR_USER_NSLOTS];   /* per uid; 0: none */
         uint64_t total_max[ZR_USER_NSLOTS]; /* all uids together, shared; 0: none */
+        unsigned jobs_uid_max;              /* jobs of one uid running at once; 0: none */
 } zr_user_limits;
 
 typedef struct zr_users zr_users;
@@ -70,6 +75,7 @@ struct zr_user {
         bool trusted;             /* the daemon's own uid, or root */
         unsigned refs;
         uint64_t used[ZR_USER_NSLOTS];
+        zr_work_queue jobs;       /* its worker jobs (no limit on a trusted uid) */
 };
 
 /* A registry for a daemon running as `self`, with limits *lim (copied).
@@ -79,7 +85,7 @@ int zr_users_new(uid_t self, const zr_user_limits *lim, zr_users **ret);
 zr_users *zr_users_free(zr_users *r);
 
 /* New limits (SIGHUP): they apply to the next charges and jobs; what is held
- * stays held. */
+ * stays held, and jobs handed to the pool run to their end. */
 void zr_users_set_limits(zr_users *r, const zr_user_limits *lim);
 const zr_user_limits *zr_users_limits(const zr_users *r);
 

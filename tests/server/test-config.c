@@ -194,11 +194,12 @@ START_TEST(test_per_uid_limits) {
         ck_assert_uint_eq(c.max_bytes_per_uid, 64u << 20);
         ck_assert_uint_eq(c.max_shm_per_uid, 0); /* auto: from the memory the daemon may use */
         ck_assert_uint_eq(c.max_shm_total, 0);
+        ck_assert_uint_eq(c.max_jobs_per_uid, 0); /* auto: the worker threads but one */
 
         char *path = write_tmp("max-clients-per-uid = 8\nhello-timeout = 0\nidle-timeout = 60\n"
                                "frame-timeout = 5\nmax-fds = 64\nmax-fds-per-uid = 512\n"
                                "max-bytes-per-uid = 16M\nmax-shm-per-uid = 2G\n"
-                               "max-shm-total = 6G\n");
+                               "max-shm-total = 6G\nmax-jobs-per-uid = 3\n");
         ck_assert_int_eq(zr_config_load_file(&c, path, &err), 0);
         unlink(path);
         ck_assert_uint_eq(c.max_clients_per_uid, 8);
@@ -210,6 +211,7 @@ START_TEST(test_per_uid_limits) {
         ck_assert_uint_eq(c.max_bytes_per_uid, 16u << 20);
         ck_assert_uint_eq(c.max_shm_per_uid, 2ull << 30);
         ck_assert_uint_eq(c.max_shm_total, 6ull << 30);
+        ck_assert_uint_eq(c.max_jobs_per_uid, 3);
 
         /* a limit that would let no client in, or not one frame's descriptors */
         const char *bad[] = {"max-clients-per-uid = 0", "max-fds = 63", "max-fds-per-uid = 10",
