@@ -2,6 +2,7 @@
 #include "limits-kit.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,12 +70,64 @@ uint64_t lk_id(void) {
         return id++;
 }
 
+static char *store_path(const char *name) {
+        static char buf[400];
+        snprintf(buf, sizeof(buf), "%s/%s", LD.dir, name);
+        return buf;
+}
+
+void lk_store(int fd, const char *name, uint64_t n) {
+        uint64_t shape[] = {4};
+        uint32_t *data = calloc(n * 4 + 1, sizeof(uint32_t));
+        for (uint64_t i = 0; i < n * 4; i++)
+                data[i] = (uint32_t)i;
+        uint32_t h = td_create_dense(fd, store_path(name), "<u4", shape, 1, "raw");
+        ck_assert_int_eq(td_append(fd, h, "<u4", shape, 1, 16, data, n, NULL), 0);
+        free(data);
+}
+
+uint32_t lk_open_store(int fd, const char *name) {
+        char meta[440];
+        int fds[2];
+        zr_wire_writer w;
+        td_msg m;
+        fds[0] = td_open_dir(store_path(name));
+        snprintf(meta, sizeof(meta), "%s/meta.zr", store_path(name));
+        fds[1] = open(meta, O_RDONLY | O_CLOEXEC);
+        ck_assert_int_ge(fds[1], 0);
+        td_begin(&w, "dataset_open", lk_id());
+        int code = td_call(fd, &w, fds, 2, &m);
+        close(fds[0]);
+        close(fds[1]);
+        ck_assert_msg(code == 0, "dataset_open: %d", code);
+        uint32_t h = (uint32_t)td_u64(&m, "handle");
+        td_msg_free(&m);
+        return h;
+}
+
+int lk_open_loader(int fd, uint32_t h, uint64_t seed, td_msg *m) {
+        zr_wire_writer w;
+        td_begin_loader_open(&w, lk_id(), h, "sequential", 4, seed, 0, 2);
+        return td_call_past_events(fd, &w, NULL, 0, m);
+}
+
+void lk_status(int fd, td_msg *m) {
+        zr_wire_writer w;
+        td_begin(&w, "status", lk_id());
+        ck_assert_int_eq(td_call_past_events(fd, &w, NULL, 0, m), 0);
+}
+
+uint32_t lk_array_len(const td_msg *m, const char *key) {
+        const msgpack_object *items;
+        uint32_t n = 0;
+        ck_assert_msg(zr_wire_get_array(m->root, key, &items, &n, NULL) == 0, "no array %s", key);
+        return n;
+}
+
 void lk_wait_clients(int fd, uint64_t n) {
         for (int tries = 0; tries < 100000; tries++) {
-                zr_wire_writer w;
                 td_msg m;
-                td_begin(&w, "status", lk_id());
-                ck_assert_int_eq(td_call(fd, &w, NULL, 0, &m), 0);
+                lk_status(fd, &m);
                 uint64_t c = td_u64(&m, "clients");
                 td_msg_free(&m);
                 if (c == n)

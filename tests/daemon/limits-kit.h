@@ -44,6 +44,21 @@ int lk_hello(int fd, char *msg, size_t size);
 /* The next request id. */
 uint64_t lk_id(void);
 
+/* A dense "<u4" (4,) store LD.dir/name of n records (record i holds i*4 ..
+ * i*4+3), created on fd (root's); its directory and files readable by all. */
+void lk_store(int fd, const char *name, uint64_t n);
+/* DATASET_OPEN of LD.dir/name (read) on fd, with descriptors this process
+ * opens; the handle. */
+uint32_t lk_open_store(int fd, const char *name);
+/* LOADER_OPEN of a sequential loader over handle h (batch 4, prefetch 2,
+ * `seed`) on fd; its reply in *m (the ring's descriptor with it). Returns the
+ * code. */
+int lk_open_loader(int fd, uint32_t h, uint64_t seed, td_msg *m);
+/* STATUS on fd (past loader events): the reply in *m. */
+void lk_status(int fd, td_msg *m);
+/* The number of elements of array field `key` of m (asserting it is one). */
+uint32_t lk_array_len(const td_msg *m, const char *key);
+
 /* Asks STATUS on fd until the daemon counts n clients (each step a
  * round-trip, with a bound). */
 void lk_wait_clients(int fd, uint64_t n);

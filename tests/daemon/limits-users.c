@@ -9,6 +9,9 @@
  * stay under max-shm-per-uid (the audit's 12 connections under --max-shm=64M
  * made 768 MiB resident), and all uids together under max-shm-total, of which
  * one uid takes at most half.
+ *
+ * STATUS: a uid sees the daemon's totals, and its own loaders and account
+ * only; root sees every loader and every uid's account.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -96,7 +99,7 @@ static int try_buffer(int fd, uint64_t bytes, char *msg, size_t size) {
         td_msg m;
         td_begin(&w, "buffer_open", lk_id());
         zr_wire_put_u64(&w, "bytes", bytes);
-        int code = td_call(fd, &w, NULL, 0, &m);
+        int code = td_call_past_events(fd, &w, NULL, 0, &m);
         if (code == 0) {
                 ck_assert_uint_eq(m.nfds, 1);
                 void *p = mmap(NULL, bytes, PROT_READ, MAP_SHARED, m.fds[0], 0);
@@ -193,7 +196,85 @@ START_TEST(test_shm_total_shared) {
 }
 END_TEST
 
+/* The entry of `uid` in STATUS's "users" (asserting it is there): its fields
+ * into *ret_shm and *ret_conns. */
+static void user_entry(const td_msg *m, uint64_t uid, uint64_t *ret_conns, uint64_t *ret_shm) {
+        const msgpack_object *items;
+        uint32_t n = 0;
+        ck_assert_int_eq(zr_wire_get_array(m->root, "users", &items, &n, NULL), 0);
+        for (uint32_t i = 0; i < n; i++) {
+                uint64_t u = 0;
+                zr_wire_get_u64(&items[i], "uid", &u, NULL);
+                if (u != uid)
+                        continue;
+                ck_assert_int_eq(zr_wire_get_u64(&items[i], "connections", ret_conns, NULL), 0);
+                ck_assert_int_eq(zr_wire_get_u64(&items[i], "shm_bytes", ret_shm, NULL), 0);
+                return;
+        }
+        ck_abort_msg("no entry for uid %llu in STATUS's users", (unsigned long long)uid);
+}
+
+START_TEST(test_status_shows_a_user_its_own) {
+        td_msg m;
+        uint64_t conns = 0, shm = 0;
+        if (!lk_can_switch_uid())
+                return;
+        lk_start_shared((const char *const[]){"--max-clients-per-uid=7", NULL});
+        int root = td_connect_hello(&LD);
+        lk_store(root, "shared", 64);
+        int a = lk_connect_as(LK_UID_A), b = lk_connect_as(LK_UID_B);
+        ck_assert_int_eq(lk_hello(a, NULL, 0), 0);
+        ck_assert_int_eq(lk_hello(b, NULL, 0), 0);
+        ck_assert_int_eq(lk_open_loader(a, lk_open_store(a, "shared"), 1, &m), 0);
+        td_msg_free(&m);
+        ck_assert_int_eq(lk_open_loader(b, lk_open_store(b, "shared"), 2, &m), 0);
+        td_msg_free(&m);
+        ck_assert_int_eq(try_buffer(b, MIB, NULL, 0), 0);
+
+        /* uid A: the totals, its own loader and account */
+        lk_status(a, &m);
+        ck_assert_uint_eq(td_u64(&m, "loaders"), 2);
+        ck_assert_uint_eq(td_u64(&m, "clients"), 3);
+        ck_assert_uint_eq(td_u64(&m, "uid"), LK_UID_A);
+        ck_assert_uint_eq(lk_array_len(&m, "per_loader"), 1);
+        ck_assert_uint_eq(lk_array_len(&m, "users"), 1);
+        user_entry(&m, LK_UID_A, &conns, &shm);
+        ck_assert_uint_eq(conns, 1);
+        ck_assert_uint_gt(shm, 0); /* its ring */
+        uint64_t ring_a = shm;
+        const msgpack_object *lim = zr_wire_find(m.root, "limits");
+        ck_assert_ptr_nonnull(lim);
+        uint64_t v = 0;
+        ck_assert_int_eq(zr_wire_get_u64(lim, "clients_uid_max", &v, NULL), 0);
+        ck_assert_uint_eq(v, 7);
+        td_msg_free(&m);
+
+        /* uid B sees its own, not A's */
+        lk_status(b, &m);
+        ck_assert_uint_eq(lk_array_len(&m, "per_loader"), 1);
+        ck_assert_uint_eq(lk_array_len(&m, "users"), 1);
+        user_entry(&m, LK_UID_B, &conns, &shm);
+        ck_assert_uint_eq(shm, ring_a + MIB); /* the same ring size, and its buffer */
+        td_msg_free(&m);
+
+        /* root sees everything */
+        lk_status(root, &m);
+        ck_assert_uint_eq(lk_array_len(&m, "per_loader"), 2);
+        ck_assert_uint_eq(lk_array_len(&m, "users"), 3);
+        user_entry(&m, LK_UID_A, &conns, &shm);
+        ck_assert_uint_eq(shm, ring_a);
+        user_entry(&m, 0, &conns, &shm);
+        ck_assert_uint_eq(conns, 1);
+        td_msg_free(&m);
+        close(a);
+        close(b);
+        close(root);
+        lk_teardown();
+}
+END_TEST
+
 void limits_add_users(Suite *s) {
         TL_TCASE(s, "users", 120, test_clients_per_uid, test_one_uid_cannot_lock_out_another,
-                 test_shm_per_uid_across_connections, test_shm_total_shared);
+                 test_shm_per_uid_across_connections, test_shm_total_shared,
+                 test_status_shows_a_user_its_own);
 }
