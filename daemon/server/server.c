@@ -24,6 +24,7 @@
 
 #include "loader/loader.h"
 #include "util/memlimit.h"
+#include "util/shm.h"
 #include "server/listener.h"
 #include "server/log.h"
 #include "server/notify.h"
@@ -543,6 +544,10 @@ int zr_server_new(const zr_config *cfg, int argc, char **argv, zr_server **ret, 
         s->loader_efd = -1;
         s->nofile = raise_nofile();
         s->reserve_fd = open_reserve();
+        s->rings_sealed = zr_shm_seals_future_write() > 0;
+        if (!s->rings_sealed)
+                zr_log(LOG_NOTICE, "this kernel has no F_SEAL_FUTURE_WRITE: a client could map "
+                       "a ring writable, so loaders of different users never share rings");
         s->start_usec = s->status_usec = zr_server_now_usec();
 
         s->base = event_base_new();

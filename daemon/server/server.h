@@ -78,6 +78,9 @@ typedef struct zr_server {
         /* the shared-memory budgets in force: the settings, or what the box
          * allows when they are 0 (auto) */
         uint64_t shm_uid_max, shm_total_max;
+        /* daemon-made memfds get F_SEAL_FUTURE_WRITE (Linux 5.1): else rings
+         * are never shared across uids (req-loader.c) */
+        bool rings_sealed;
         struct event *ev_wake;     /* a uid gave something back: kick the sessions */
         uint64_t next_client;      /* serial numbers for logs */
 

@@ -931,6 +931,10 @@ void zr_session_kick(zr_session *c) {
                 zr_conn_kick(c->conn);
 }
 
+const zr_handles *zr_session_handles(const zr_session *c) {
+        return &c->handles;
+}
+
 uid_t zr_session_uid(const zr_session *c) {
         return c->uid;
 }

@@ -36,6 +36,9 @@ int zr_session_new(zr_server *srv, int fd, zr_user *user, zr_session **ret);
  * for lack of it asks again (server.c calls it on a release, users.h). */
 void zr_session_kick(zr_session *c);
 
+/* Its handle table (read only: the loaders of another connection). */
+const struct zr_handles *zr_session_handles(const zr_session *c);
+
 /* The uid that made the connection, and its account. */
 uid_t zr_session_uid(const zr_session *c);
 zr_user *zr_session_user(const zr_session *c);

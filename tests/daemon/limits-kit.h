@@ -4,7 +4,9 @@
  *
  * test-limits.c: descriptors (the limit raised at start, no spin at EMFILE,
  * rate-limited lines); limits-users.c: the limits per uid, with clients of
- * other uids; limits-timeouts.c: connections closed for doing nothing.
+ * other uids; limits-timeouts.c: connections closed for doing nothing;
+ * limits-rings.c: rings shared across uids, with and without
+ * F_SEAL_FUTURE_WRITE.
  */
 #ifndef ZR_TESTS_LIMITS_KIT_H
 #define ZR_TESTS_LIMITS_KIT_H
@@ -76,5 +78,6 @@ void lk_raise_nofile(void);
 /* The cases of each file. */
 void limits_add_users(Suite *s);
 void limits_add_timeouts(Suite *s);
+void limits_add_rings(Suite *s);
 
 #endif

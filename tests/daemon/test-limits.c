@@ -227,5 +227,6 @@ int main(void) {
                  test_parked_descriptors_per_uid, test_unfinished_frame_closed);
         limits_add_users(s);
         limits_add_timeouts(s);
+        limits_add_rings(s);
         return tl_run_suite(s);
 }
