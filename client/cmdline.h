@@ -21,7 +21,7 @@ enum {
         ZRECORD_EXIT_OK = 0,       /* success */
         ZRECORD_EXIT_FAILED = 1,   /* the operation failed (daemon or input error) */
         ZRECORD_EXIT_USAGE = 2,    /* bad command line */
-        ZRECORD_EXIT_CONNECT = 3,  /* no daemon answers */
+        ZRECORD_EXIT_CONNECT = 3,  /* no daemon answers, or its socket was refused */
 };
 
 typedef enum cmd_kind {

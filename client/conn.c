@@ -743,23 +743,53 @@ static zrc_conn *conn_new(void) {
         return c;
 }
 
-/* The default socket paths of PROTOCOL.md, section 1 (3 to 5), in order. */
-static size_t default_paths(char paths[3][ZRC_SOCKET_PATH_MAX]) {
+/* The default socket paths of PROTOCOL.md, section 1 (3 to 5), in order, and
+ * whom each may lead to. */
+static size_t default_paths(char paths[3][ZRC_SOCKET_PATH_MAX], conn_trust kinds[3]) {
         const char *xdg = getenv("XDG_RUNTIME_DIR");
         size_t n = 0;
 
         if (xdg && xdg[0] == '/' &&
             (size_t)snprintf(paths[n], ZRC_SOCKET_PATH_MAX, "%s/zrecord/zrecordd.sock", xdg) <
                     ZRC_SOCKET_PATH_MAX)
-                n++;
-        snprintf(paths[n++], ZRC_SOCKET_PATH_MAX, "/run/zrecord/zrecordd.sock");
-        snprintf(paths[n++], ZRC_SOCKET_PATH_MAX, "/tmp/zrecord-%u/zrecordd.sock",
+                kinds[n++] = CONN_TRUST_USER;
+        snprintf(paths[n], ZRC_SOCKET_PATH_MAX, "/run/zrecord/zrecordd.sock");
+        kinds[n++] = CONN_TRUST_SYSTEM;
+        snprintf(paths[n], ZRC_SOCKET_PATH_MAX, "/tmp/zrecord-%u/zrecordd.sock",
                  (unsigned)getuid());
+        kinds[n++] = CONN_TRUST_USER;
         return n;
+}
+
+/* Connects to path if its directory and then its peer pass the checks of
+ * trust.c. Returns 0 with c->fd set, -EPERM (refused: why[] says why) or the
+ * -errno of a path where no daemon answers. */
+static int connect_trusted(zrc_conn *c, const char *path, conn_trust kind, char *why,
+                           size_t size) {
+        uid_t owner = (uid_t)-1;
+        int r, fd = -1;
+
+        r = trust_dir(path, kind, &owner, why, size);
+        if (r < 0)
+                return r;
+        r = connect_path(path, &fd);
+        if (r < 0) {
+                snprintf(why, size, "%s", strerror(-r));
+                return r;
+        }
+        r = trust_peer(fd, path, kind, owner, why, size);
+        if (r < 0) {
+                close(fd);
+                return r;
+        }
+        c->fd = fd;
+        return 0;
 }
 
 int zrc_connect(const char *socket_path, zrc_conn **ret, zrc_error *ret_error) {
         char candidates[3][ZRC_SOCKET_PATH_MAX];
+        char why[ZRC_ERROR_MESSAGE_MAX];
+        conn_trust kinds[3];
         const char *env = getenv("ZRECORD_SOCKET");
         zrc_conn *c = NULL;
         int r = 0;
@@ -778,7 +808,11 @@ int zrc_connect(const char *socket_path, zrc_conn **ret, zrc_error *ret_error) {
                         r = conn_fail(c, ENAMETOOLONG, "socket path too long: %s", socket_path);
                         goto fail;
                 }
-                r = connect_path(socket_path, &c->fd);
+                r = connect_trusted(c, socket_path, CONN_TRUST_EXPLICIT, why, sizeof(why));
+                if (r == -EPERM) {
+                        conn_fail(c, r, "%s", why);
+                        goto fail;
+                }
                 if (r < 0) {
                         conn_fail(c, r, "cannot connect to zrecordd at %s: %s", socket_path,
                                   strerror(-r));
@@ -786,19 +820,28 @@ int zrc_connect(const char *socket_path, zrc_conn **ret, zrc_error *ret_error) {
                 }
                 memcpy(c->path, socket_path, strlen(socket_path) + 1);
         } else {
-                size_t n = default_paths(candidates);
+                size_t n = default_paths(candidates, kinds);
+                char refusal[ZRC_ERROR_MESSAGE_MAX] = "";
                 int first = 0;
 
+                /* A refused candidate is passed over (nothing was sent to it);
+                 * if no other answers, the refusal is the error. */
                 for (size_t i = 0; i < n; i++) {
-                        r = connect_path(candidates[i], &c->fd);
+                        r = connect_trusted(c, candidates[i], kinds[i], why, sizeof(why));
                         if (r == 0) {
                                 memcpy(c->path, candidates[i], sizeof(c->path));
                                 break;
                         }
+                        if (r == -EPERM && !refusal[0])
+                                snprintf(refusal, sizeof(refusal), "%s", why);
                         /* a socket that exists and refuses says more than a
                          * missing one */
                         if (!first || (first == -ENOENT && r != -ENOENT))
                                 first = r;
+                }
+                if (c->fd < 0 && refusal[0]) {
+                        r = conn_fail(c, EPERM, "%s", refusal);
+                        goto fail;
                 }
                 if (c->fd < 0) {
                         r = first;

@@ -18,6 +18,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "message.h"
 #include "wire.h"
@@ -69,6 +70,30 @@ struct zrc_conn {
         zrc_set *sets;               /* open sets, linked by ->next */
         zrc_loader *loaders;         /* open loaders, linked by ->next */
 };
+
+/* ---- trust.c: whom a socket path may lead to (PROTOCOL.md, section 1) ---- */
+
+/* The system service's user (systemd/sysusers.conf). */
+#define ZRC_SERVICE_USER "zrecord"
+
+typedef enum conn_trust {
+        CONN_TRUST_USER,     /* a per-user default path: $XDG_RUNTIME_DIR/zrecord/,
+                              * /tmp/zrecord-<uid>/ */
+        CONN_TRUST_SYSTEM,   /* /run/zrecord/ */
+        CONN_TRUST_EXPLICIT, /* a path the caller or $ZRECORD_SOCKET named */
+} conn_trust;
+
+/* Before connect(): checks the directory of the socket path. Returns 0 and sets
+ * *ret_owner (the directory's owner), -EPERM if it is refused, or another
+ * -errno if it cannot be examined (-ENOENT: no such directory); why[] (size
+ * bytes) says which, naming the path and the owner found. */
+int trust_dir(const char *path, conn_trust kind, uid_t *ret_owner, char *why, size_t size);
+
+/* After connect(): checks the peer's SO_PEERCRED uid on fd (dir_owner: what
+ * trust_dir() found). Returns 0 or -EPERM with why[] naming the path and the
+ * peer's uid. */
+int trust_peer(int fd, const char *path, conn_trust kind, uid_t dir_owner, char *why,
+               size_t size);
 
 /* A decoded "ok" reply: root points into body, which points into frame. */
 typedef struct conn_reply {

@@ -109,9 +109,21 @@ typedef struct zrc_limits {
  * socket_path: the daemon's socket, or NULL to find it as PROTOCOL.md section 1
  * says: $ZRECORD_SOCKET if set (and not empty), else the first of
  * $XDG_RUNTIME_DIR/zrecord/zrecordd.sock, /run/zrecord/zrecordd.sock and
- * /tmp/zrecord-<uid>/zrecordd.sock that accepts a connection.
+ * /tmp/zrecord-<uid>/zrecordd.sock that accepts a connection and passes the
+ * checks below.
+ *
+ * Nothing is sent to a socket before two checks (PROTOCOL.md section 1, "Whom a
+ * client trusts"): its directory is writable by its owner only and owned by you
+ * (the per-user paths) or by root or the service user "zrecord"
+ * (/run/zrecord); and the daemon's uid (SO_PEERCRED) is yours (per-user paths),
+ * root's or the service user's (/run/zrecord). For an explicit path (the
+ * argument or $ZRECORD_SOCKET) the directory may have any owner, who may then
+ * also be the daemon's uid, besides you, root and the service user. A default
+ * path that fails is passed over; its refusal is the error if no other answers.
  *
  * Returns 0 and sets *ret (owned by the caller; zrc_disconnect() frees it), or:
+ *   -EPERM: a socket was refused by those checks (the message names the path
+ *   and the owner or daemon uid found);
  *   -ENOENT, -ECONNREFUSED, -EACCES, ...: no daemon answers at the path(s);
  *   -ENAMETOOLONG: a path longer than ZRC_SOCKET_PATH_MAX - 1;
  *   -ZR_E_VERSION: the daemon speaks no version this library speaks;

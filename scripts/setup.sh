@@ -11,6 +11,7 @@ APT_PACKAGES=(
   check                                  # C unit tests
   clang-14 libclang-rt-14-dev            # libFuzzer targets
   systemd                                # systemd-analyze, systemd-socket-activate (unit tests)
+  python3-numpy python3-msgpack          # the system python, which tests/security's users run
 )
 PIP_PACKAGES=(numpy msgpack pytest)
 

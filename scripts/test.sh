@@ -56,11 +56,11 @@ run_script "scripts/killpoints.sh" bash scripts/killpoints.sh
 echo "== fuzzers (libFuzzer, bounded executions per target)"
 run_script "scripts/fuzz.sh" bash scripts/fuzz.sh
 
-echo "== Python client and service tests (pytest, against the built daemon)"
+echo "== Python client, service and security tests (pytest, against the built daemon)"
 pylog=$(mktemp)
 set +e
 ZRECORDD="$PWD/build/daemon/zrecordd" ZR_BUILD="$PWD/build" \
-  python3 -m pytest -q -p no:cacheprovider python-client/tests tests/systemd 2>&1 | tee "$pylog" | tail -n 25
+  python3 -m pytest -q -rs -p no:cacheprovider python-client/tests tests/systemd tests/security 2>&1 | tee "$pylog" | tail -n 25
 pyrc=${PIPESTATUS[0]}
 set -e
 py_passed=$(grep -Eo '[0-9]+ passed' "$pylog" | tail -1 | grep -Eo '[0-9]+' || true)

@@ -8,11 +8,25 @@ the loader it names, with the descriptors it carries (a RING event's memfd). An
 event nobody will take (its loader was closed, or the connection is closed) has
 its descriptors closed. It is fork safe: a connection remembers the pid that opened
 it, and in a child process :func:`default` opens a fresh one.
+
+Nothing is sent to a socket before two checks (PROTOCOL.md section 1, "Whom a
+client trusts"): its directory, which must be writable by its owner only and owned
+by the user (per-user paths) or by root or the service user ``zrecord``
+(``/run/zrecord``); and the daemon's uid (``SO_PEERCRED``): the user's own for a
+per-user path, root's or the service user's for ``/run/zrecord``. An explicit path
+(an argument or ``$ZRECORD_SOCKET``) names a daemon the user chose: its directory
+may belong to anyone, who may then also be the daemon's uid besides the user, root
+and the service user. A refusal is a :class:`ZrecordConnectionError` (``EPERM``)
+naming the path and the owner found.
 """
 
 import collections
+import errno
 import os
+import pwd
 import socket
+import stat
+import struct
 import threading
 
 from . import _errors, _wire
@@ -26,22 +40,112 @@ WANTED_FEATURES = ["loader", "msset", "dict", "verify"]
 LOADER_EVENTS = ("batch", "ring", "ring_close", "loader_end")
 
 
+SERVICE_USER = "zrecord"            # the system service's user (systemd/sysusers.conf)
+SYSTEM_SOCKET = "/run/zrecord/zrecordd.sock"
+# Whom a socket path may lead to.
+TRUST_USER = "user"                  # $XDG_RUNTIME_DIR/zrecord/, /tmp/zrecord-<uid>/
+TRUST_SYSTEM = "system"              # /run/zrecord/
+TRUST_EXPLICIT = "explicit"          # a path the caller or $ZRECORD_SOCKET named
+
+
 def socket_candidates():
     """The default socket paths of PROTOCOL.md section 1, after the explicit ones."""
+    return [p for p, _ in _default_candidates()]
+
+
+def _default_candidates():
+    """(path, trust) of each default path, in order."""
     paths = []
     xdg = os.environ.get("XDG_RUNTIME_DIR")
     if xdg:
-        paths.append(os.path.join(xdg, "zrecord", "zrecordd.sock"))
-    paths.append("/run/zrecord/zrecordd.sock")
-    paths.append(f"/tmp/zrecord-{os.getuid()}/zrecordd.sock")
+        paths.append((os.path.join(xdg, "zrecord", "zrecordd.sock"), TRUST_USER))
+    paths.append((SYSTEM_SOCKET, TRUST_SYSTEM))
+    paths.append((f"/tmp/zrecord-{os.getuid()}/zrecordd.sock", TRUST_USER))
     return paths
 
 
-def _connect_unix(path):
+class SocketRefused(ZrecordConnectionError):
+    """A socket refused by the checks above; nothing was sent to it."""
+
+    def __init__(self, message):
+        super().__init__(message, code=errno.EPERM, name="EPERM")
+
+
+def uid_text(uid):
+    """``uid 1003 (alice)``, or ``uid 1003`` for a uid without a name."""
+    try:
+        return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _service_uid():
+    try:
+        return pwd.getpwnam(SERVICE_USER).pw_uid
+    except KeyError:
+        return None
+
+
+def _root_or_service(uid):
+    return uid == 0 or uid == _service_uid()
+
+
+def check_dir(path, trust):
+    """Checks the directory of socket ``path`` before connecting; returns its owner's
+    uid. Raises SocketRefused, or OSError when it cannot be examined (missing)."""
+    d = os.path.dirname(path) or "."
+    # a default path's directory is taken as it is, never through a symlink
+    st = os.stat(d) if trust == TRUST_EXPLICIT else os.lstat(d)
+    me = os.geteuid()
+    owner = uid_text(st.st_uid)
+    if not stat.S_ISDIR(st.st_mode):
+        raise SocketRefused(f"refusing {path}: {d} is not a directory (owner {owner})")
+    if trust == TRUST_USER and st.st_uid != me:
+        raise SocketRefused(
+            f"refusing {path}: its directory {d} is owned by {owner}, not by you "
+            f"({uid_text(me)})")
+    if trust == TRUST_SYSTEM and not _root_or_service(st.st_uid):
+        raise SocketRefused(
+            f"refusing {path}: its directory {d} is owned by {owner}, not by root or the "
+            f"service user {SERVICE_USER}")
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise SocketRefused(
+            f"refusing {path}: its directory {d} (owner {owner}, mode "
+            f"{stat.S_IMODE(st.st_mode):04o}) is writable by others than its owner, who "
+            "could have put the socket there")
+    return st.st_uid
+
+
+def check_peer(sock, path, trust, dir_owner):
+    """Checks the connected peer's SO_PEERCRED uid; raises SocketRefused."""
+    _, uid, _ = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                    struct.calcsize("3i")))
+    uid &= 0xFFFFFFFF
+    me = os.geteuid()
+    if trust == TRUST_USER:
+        if uid != me:
+            raise SocketRefused(f"refusing {path}: the daemon there runs as {uid_text(uid)}, "
+                                f"not as you ({uid_text(me)})")
+    elif trust == TRUST_SYSTEM:
+        if not _root_or_service(uid):
+            raise SocketRefused(f"refusing {path}: the daemon there runs as {uid_text(uid)}, "
+                                f"not as root or the service user {SERVICE_USER}")
+    elif not (uid == me or uid == dir_owner or _root_or_service(uid)):
+        raise SocketRefused(
+            f"refusing {path}: the daemon there runs as {uid_text(uid)}, not as you, root, "
+            f"the service user {SERVICE_USER} or the directory's owner "
+            f"({uid_text(dir_owner)})")
+
+
+def connect_trusted(path, trust):
+    """A connected socket to ``path`` once both checks pass. Raises SocketRefused
+    (nothing was sent), or OSError where no daemon answers."""
+    owner = check_dir(path, trust)
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     try:
         s.connect(path)
-    except OSError:
+        check_peer(s, path, trust, owner)
+    except BaseException:
         s.close()
         raise
     return s
@@ -57,7 +161,10 @@ class Connection:
         explicit = path or os.environ.get("ZRECORD_SOCKET") or None
         if explicit:
             try:
-                sock = _connect_unix(explicit)
+                sock = connect_trusted(explicit, TRUST_EXPLICIT)
+            except SocketRefused as e:
+                raise SocketRefused(e.message + ("" if path else " (from $ZRECORD_SOCKET)")) \
+                    from None
             except OSError as e:
                 raise ZrecordConnectionError(
                     f"no zrecordd answers at {explicit}: {e.strerror or e}"
@@ -65,20 +172,32 @@ class Connection:
             self.path = explicit
         else:
             errors = []
-            for p in socket_candidates():
+            refused = []
+            # A refused candidate is passed over (nothing was sent to it); if no
+            # other answers, the refusal is the error.
+            for p, trust in _default_candidates():
                 try:
-                    sock = _connect_unix(p)
+                    sock = connect_trusted(p, trust)
                     self.path = p
                     break
+                except SocketRefused as e:
+                    refused.append(e)
                 except OSError as e:
                     errors.append(f"{p}: {e.strerror or e}")
             if sock is None:
                 if not autostart:
+                    if refused:
+                        raise refused[0]
                     raise ZrecordConnectionError(
                         "no zrecordd answers (" + "; ".join(errors) + ")")
                 from . import _daemon
                 self.path = _daemon.ensure_private_daemon()
-                sock = _connect_unix(self.path)
+                try:
+                    sock = connect_trusted(self.path, TRUST_USER)
+                except OSError as e:
+                    raise ZrecordConnectionError(
+                        f"no zrecordd answers at {self.path}: {e.strerror or e}",
+                        code=e.errno) from None
         self._fs = _wire.FrameSocket(sock)
         self._send_lock = threading.Lock()
         self._cv = threading.Condition(threading.Lock())

@@ -3,7 +3,9 @@
 When no daemon answers at the default paths, the client starts one for the user,
 listening in a 0700 directory: ``$XDG_RUNTIME_DIR/zrecord/`` when that variable is
 set, else ``/tmp/zrecord-<uid>/`` (both are default paths of PROTOCOL.md section 1,
-so every later process of the user, Python or C, finds the same daemon). The daemon
+so every later process of the user, Python or C, finds the same daemon). That
+directory must be the user's own: one that another user made first is refused,
+and no daemon is started in it. The daemon
 runs detached with ``--idle-exit`` and exits by itself once no client has been
 connected for that long. Startup is serialized by a lock file, so processes that
 start at once share one daemon. Readiness comes from the notify protocol: the client
@@ -23,6 +25,7 @@ import subprocess
 import tempfile
 import time
 
+from . import _conn
 from ._errors import ZrecordConnectionError
 
 IDLE_EXIT_DEFAULT = 60
@@ -37,16 +40,26 @@ def private_dir():
 
 
 def _secure_dir(path):
+    """Makes the private directory, or checks the one that exists: a directory (not
+    a symlink) of this user's, mode 0700. A directory another user made (first, in
+    /tmp) is refused: no daemon is started, nothing is connected to in it."""
     try:
         os.mkdir(path, 0o700)
     except FileExistsError:
         pass
-    st = os.lstat(path)
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+    except OSError as e:
         raise ZrecordConnectionError(
-            f"{path} must be a directory owned by uid {os.getuid()} with mode 0700 "
-            f"(found mode {oct(stat.S_IMODE(st.st_mode))}, owner {st.st_uid}); "
-            "remove it or set ZRECORD_SOCKET")
+            f"cannot make the private daemon's directory {path}: {e.strerror or e}; "
+            "set ZRECORD_SOCKET", code=e.errno) from None
+    st = os.lstat(path)
+    me = os.geteuid()
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != me or st.st_mode & 0o077:
+        what = "directory" if stat.S_ISDIR(st.st_mode) else "non-directory"
+        raise _conn.SocketRefused(
+            f"refusing {path} for a private daemon: it must be a directory of yours "
+            f"({_conn.uid_text(me)}) with mode 0700, and is a {what} owned by "
+            f"{_conn.uid_text(st.st_uid)} with mode {stat.S_IMODE(st.st_mode):04o}; "
+            "remove it (or have its owner remove it) or set ZRECORD_SOCKET")
 
 
 def find_binary():

@@ -12,7 +12,9 @@
  * by a group: batches from its own ring and from rings passed by RING events,
  * RING_CLOSE, RELEASE of the right (ring, slot), and every bad ring event the
  * library must refuse without unmapping what the caller holds; no descriptor
- * or mapping outlives the loader. No zrecordd needed.
+ * or mapping outlives the loader. A socket whose directory others can write, or
+ * a per-user default path that is a symlink, is refused before connect(),
+ * naming the path and its owner. No zrecordd needed.
  *
  * This file holds the connection's cases and main(); conn-rings.c the
  * events with descriptors and the loader; conn-fake.[ch] the fake daemon.
@@ -20,9 +22,14 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "check-run.h"
@@ -299,12 +306,109 @@ START_TEST(test_socket_resolution) {
 }
 END_TEST
 
+/* A socket listening at path, its directory made with mode; returns it. */
+static int listen_at(const char *dir, mode_t mode, const char *path) {
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        int fd;
+
+        ck_assert_int_eq(mkdir(dir, 0700), 0);
+        ck_assert_int_eq(chmod(dir, mode), 0);
+        memcpy(sa.sun_path, path, strlen(path) + 1);
+        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+        ck_assert_int_eq(listen(fd, 4), 0);
+        return fd;
+}
+
+/* Whether anyone connected to the listening socket fd. */
+static bool connected_to(int fd) {
+        struct pollfd p = { .fd = fd, .events = POLLIN };
+
+        return poll(&p, 1, 0) == 1;
+}
+
+START_TEST(test_socket_trust) {
+        zrc_conn *c = NULL;
+        zrc_error e = { 0 };
+        char xdg[] = "/tmp/zrc-xdg-XXXXXX", zdir[64], zsock[96], real[64];
+        fake f;
+        int fd;
+
+        /* an explicit path in a directory others can write is refused before
+         * connect(), naming the path, the owner and the mode; the same socket
+         * in a 0700 directory is used */
+        fake_start(&f, NULL, 1);
+        ck_assert_int_eq(chmod(f.dir, 0777), 0);
+        ck_assert_int_eq(zrc_connect(f.path, &c, &e), -EPERM);
+        ck_assert_str_eq(e.name, "EPERM");
+        ck_assert(strstr(e.message, f.path));
+        ck_assert(strstr(e.message, "writable"));
+        ck_assert(strstr(e.message, "0777"));
+        ck_assert(strstr(e.message, "uid "));
+        ck_assert_int_eq(chmod(f.dir, 01733), 0);   /* sticky does not help */
+        ck_assert_int_eq(zrc_connect(f.path, &c, &e), -EPERM);
+        ck_assert_int_eq(chmod(f.dir, 0755), 0);
+        ck_assert_int_eq(zrc_connect(f.path, &c, &e), 0);   /* the fake is this uid */
+        zrc_disconnect(c);
+        fake_stop(&f);
+
+        /* a per-user default path ($XDG_RUNTIME_DIR/zrecord) whose directory
+         * the group can write, or that is a symlink: refused, not connected
+         * to, unless another default path answers */
+        ck_assert_ptr_nonnull(mkdtemp(xdg));
+        snprintf(zdir, sizeof(zdir), "%s/zrecord", xdg);
+        snprintf(zsock, sizeof(zsock), "%s/zrecordd.sock", zdir);
+        unsetenv("ZRECORD_SOCKET");
+        setenv("XDG_RUNTIME_DIR", xdg, 1);
+        fd = listen_at(zdir, 0770, zsock);
+        if (zrc_connect(NULL, &c, &e) == 0) {
+                ck_assert_str_ne(zrc_socket_path(c), zsock);
+                zrc_disconnect(c);
+        } else {
+                ck_assert_int_eq(e.code, EPERM);
+                ck_assert(strstr(e.message, zsock));
+                ck_assert(strstr(e.message, "writable"));
+        }
+        ck_assert(!connected_to(fd));
+        ck_assert_int_eq(chmod(zdir, 0700), 0);
+        snprintf(real, sizeof(real), "%s/real", xdg);
+        ck_assert_int_eq(rename(zdir, real), 0);
+        ck_assert_int_eq(symlink("real", zdir), 0);
+        if (zrc_connect(NULL, &c, &e) == 0) {
+                ck_assert_str_ne(zrc_socket_path(c), zsock);
+                zrc_disconnect(c);
+        } else {
+                ck_assert_int_eq(e.code, EPERM);
+                ck_assert(strstr(e.message, "not a directory"));
+        }
+        ck_assert(!connected_to(fd));
+        /* the real directory: used */
+        ck_assert_int_eq(unlink(zdir), 0);
+        ck_assert_int_eq(rename(real, zdir), 0);
+        close(fd);
+        unlink(zsock);
+        rmdir(zdir);
+        fake_start(&f, NULL, 1);
+        ck_assert_int_eq(mkdir(zdir, 0700), 0);
+        ck_assert_int_eq(rename(f.path, zsock), 0);
+        ck_assert_int_eq(zrc_connect(NULL, &c, &e), 0);
+        ck_assert_str_eq(zrc_socket_path(c), zsock);
+        zrc_disconnect(c);
+        fake_stop(&f);
+        unlink(zsock);
+        rmdir(zdir);
+        rmdir(xdg);
+        unsetenv("XDG_RUNTIME_DIR");
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("conn");
         TCase *tc = TL_TCASE(s, "fake-daemon", 60, test_events_between, test_wrong_id,
                              test_unexpected_fds, test_ctrunc, test_bad_body, test_huge_frame,
                              test_fault_hangup, test_hangup_mid_frame, test_bad_version,
-                             test_socket_resolution);
+                             test_socket_resolution, test_socket_trust);
         conn_add_ring_tests(tc);
         return tl_run_suite(s);
 }
