@@ -90,6 +90,12 @@ static void refuse(zr_server *s, int fd, int code, const char *msg) {
         if (zr_wire_writer_finish(&w, ZR_FRAME_MAX_FLOOR, &frame, &size, NULL) == 0)
                 (void)send(fd, frame, size, MSG_NOSIGNAL | MSG_DONTWAIT);
         zr_wire_writer_destroy(&w);
+        /* A Unix socket closed with unread input resets its peer, which may then
+         * never read the FAULT: drop what the client already sent (its HELLO;
+         * descriptors with it are closed by the kernel), a bounded amount. */
+        char sink[4096];
+        for (int i = 0; i < 4 && recv(fd, sink, sizeof(sink), MSG_DONTWAIT) > 0; i++)
+                ;
         close(fd);
 }
 
