@@ -91,6 +91,22 @@ static const field loader_stat_fields[] = {
         REQ("shared", T_UINT), END,
 };
 
+/* STATUS: one uid's account (the daemon's users.h) */
+static const field user_stat_fields[] = {
+        REQ("uid", T_UINT), REQ("connections", T_UINT), REQ("bytes", T_UINT), REQ("fds", T_UINT),
+        REQ("shm_bytes", T_UINT), REQ("jobs", T_UINT), REQ("running", T_UINT), END,
+};
+
+/* STATUS: the limits in force (0: none) */
+static const field status_limits_fields[] = {
+        REQ("clients_max", T_UINT), REQ("clients_uid_max", T_UINT),
+        REQ("bytes_uid_max", T_UINT), REQ("fds_max", T_UINT), REQ("fds_uid_max", T_UINT),
+        REQ("fds_total_max", T_UINT), REQ("shm_bytes_max", T_UINT), REQ("shm_uid_max", T_UINT),
+        REQ("shm_total_max", T_UINT), REQ("jobs_uid_max", T_UINT),
+        REQ("hello_timeout_ms", T_UINT), REQ("idle_timeout_ms", T_UINT),
+        REQ("frame_timeout_ms", T_UINT), END,
+};
+
 /* ---- requests ---------------------------------------------------------- */
 
 static const field no_fields[] = { END };
@@ -180,7 +196,9 @@ static const field status_ok[] = {
         REQ_SUB("cache", T_MAP, cache_fields),
         REQ_SUB("per_loader", T_MAPS, loader_stat_fields), OPT("shared", T_UINT),
         OPT("stores", T_UINT), OPT("requests", T_UINT), OPT("spare_budget", T_UINT),
-        OPT("spare_bytes", T_UINT), END,
+        OPT("spare_bytes", T_UINT), OPT("uid", T_UINT),
+        OPT_SUB("users", T_MAPS, user_stat_fields), OPT_SUB("limits", T_MAP, status_limits_fields),
+        END,
 };
 static const field loader_open_ok[] = {
         REQ("loader", T_U32), REQ("ring", T_U32), REQ("slots", T_UINT),

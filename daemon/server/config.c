@@ -39,11 +39,39 @@
 #define DEFAULT_MAX_SHM ZR_SHM_BYTES_MAX_DEFAULT
 #define DEFAULT_MAX_CLIENTS ZR_CLIENTS_MAX_DEFAULT
 #define DEFAULT_SYNC_SEC 30u              /* bound what a power loss can cost writers */
+/* Per-uid limits (users.h). A quarter of the default connections: a training
+ * job's ranks, loader workers and tools fit many times over, and with the fair
+ * share of the rest no uid can leave the others without a connection. */
+#define DEFAULT_MAX_CLIENTS_UID 64u
+/* A client says HELLO in its first round trip; ten seconds cover a loaded
+ * machine, and a connection that never speaks gives its slot back. */
+#define DEFAULT_HELLO_TIMEOUT_SEC 10u
+/* A connection that holds no handle and runs no request does nothing for
+ * anyone; a client keeps one open between datasets for a while, and
+ * reconnects after ten minutes of that. */
+#define DEFAULT_IDLE_TIMEOUT_SEC 600u
+/* A frame's bytes follow its prefix at once from any real client; one left
+ * unfinished parks its bytes and up to 64 descriptors. */
+#define DEFAULT_FRAME_TIMEOUT_SEC 30u
+/* Descriptors in flight (passed, not yet taken by a request: an incomplete
+ * frame's, queued requests'): four full frames' worth per client (a store
+ * opens with two, a multi-stream set with two per stream); a uid's clients
+ * together sixteen. Root and the daemon's own uid are held only to half the
+ * daemon's descriptor limit, which bounds every uid together. */
+#define DEFAULT_MAX_FDS (4u * ZR_FDS_PER_FRAME_MAX)
+#define DEFAULT_MAX_FDS_UID (16u * ZR_FDS_PER_FRAME_MAX)
+/* Request bytes read and not yet executed, for all of a uid's clients: a
+ * client pauses at 4 MiB of its own (session.c), so sixteen clients' worth. */
+#define DEFAULT_MAX_BYTES_UID (64 * MiB)
 
 enum { KEY_SOCKET = 1000, KEY_SOCKET_MODE, KEY_SOCKET_GROUP, KEY_THREADS, KEY_LOG_LEVEL,
        KEY_IDLE_EXIT, KEY_SYNC_INTERVAL, KEY_CACHE, KEY_RING_SPARE, KEY_MAX_FRAME,
        KEY_MAX_HANDLES, KEY_MAX_LOADERS, KEY_MAX_SHM, KEY_MAX_CLIENTS, KEY_CONFIG, KEY_HELP,
-       KEY_VERSION };
+       KEY_VERSION,
+       /* per-uid limits and timeouts */
+       KEY_MAX_CLIENTS_UID, KEY_HELLO_TIMEOUT, KEY_IDLE_TIMEOUT, KEY_FRAME_TIMEOUT, KEY_MAX_FDS,
+       KEY_MAX_FDS_UID, KEY_MAX_BYTES_UID, KEY_MAX_SHM_UID, KEY_MAX_SHM_TOTAL,
+       KEY_MAX_JOBS_UID };
 
 static const struct setting {
         const char *name;
@@ -66,6 +94,21 @@ static const struct setting {
         {"max-loaders", KEY_MAX_LOADERS, "N", "open loaders per client (64)"},
         {"max-shm", KEY_MAX_SHM, "BYTES", "shared memory (rings, buffers) per client (4G)"},
         {"max-clients", KEY_MAX_CLIENTS, "N", "connected clients in total (256)"},
+        /* per-uid limits and timeouts */
+        {"max-clients-per-uid", KEY_MAX_CLIENTS_UID, "N", "connections of one uid (64)"},
+        {"hello-timeout", KEY_HELLO_TIMEOUT, "SEC", "close a connection without HELLO (10; 0 = never)"},
+        {"idle-timeout", KEY_IDLE_TIMEOUT, "SEC",
+         "close one with no handle and no request (600; 0 = never)"},
+        {"frame-timeout", KEY_FRAME_TIMEOUT, "SEC", "close one whose frame stays unfinished (30)"},
+        {"max-fds", KEY_MAX_FDS, "N", "descriptors in flight per client (256; at least 64)"},
+        {"max-fds-per-uid", KEY_MAX_FDS_UID, "N", "descriptors in flight per uid (1024)"},
+        {"max-bytes-per-uid", KEY_MAX_BYTES_UID, "BYTES", "request bytes in flight per uid (64M)"},
+        {"max-shm-per-uid", KEY_MAX_SHM_UID, "BYTES",
+         "shared memory per uid (0 = a quarter of the daemon's memory)"},
+        {"max-shm-total", KEY_MAX_SHM_TOTAL, "BYTES",
+         "shared memory of all uids (0 = half of the daemon's memory)"},
+        {"max-jobs-per-uid", KEY_MAX_JOBS_UID, "N",
+         "worker jobs of one uid at once (0 = the threads but one)"},
         {"help", KEY_HELP, NULL, "show this help"},
         {"version", KEY_VERSION, NULL, "show the version"},
 };
@@ -84,6 +127,13 @@ void zr_config_defaults(zr_config *c) {
         c->max_loaders = DEFAULT_MAX_LOADERS;
         c->max_shm_bytes = DEFAULT_MAX_SHM;
         c->max_clients = DEFAULT_MAX_CLIENTS;
+        c->max_clients_per_uid = DEFAULT_MAX_CLIENTS_UID;
+        c->hello_timeout_sec = DEFAULT_HELLO_TIMEOUT_SEC;
+        c->idle_timeout_sec = DEFAULT_IDLE_TIMEOUT_SEC;
+        c->frame_timeout_sec = DEFAULT_FRAME_TIMEOUT_SEC;
+        c->max_fds = DEFAULT_MAX_FDS;
+        c->max_fds_per_uid = DEFAULT_MAX_FDS_UID;
+        c->max_bytes_per_uid = DEFAULT_MAX_BYTES_UID;
 }
 
 static int parse_size(const char *s, uint64_t *ret) {
@@ -179,6 +229,36 @@ static int apply(zr_config *c, int key, const char *v, const char *where, zr_err
                 if (r == 0 && c->max_clients == 0)
                         r = -ERANGE;
                 break;
+        /* per-uid limits and timeouts */
+        case KEY_MAX_CLIENTS_UID:
+                r = parse_u32(v, &c->max_clients_per_uid);
+                if (r == 0 && c->max_clients_per_uid == 0)
+                        r = -ERANGE;
+                break;
+        case KEY_HELLO_TIMEOUT: r = parse_size(v, &c->hello_timeout_sec); break;
+        case KEY_IDLE_TIMEOUT: r = parse_size(v, &c->idle_timeout_sec); break;
+        case KEY_FRAME_TIMEOUT: r = parse_size(v, &c->frame_timeout_sec); break;
+        case KEY_MAX_FDS:
+                r = parse_u32(v, &c->max_fds);
+                if (r == 0 && c->max_fds < ZR_FDS_PER_FRAME_MAX)
+                        return zr_error_set(err, EINVAL, "%s: max-fds must be at least %d (a "
+                                            "frame's descriptors)", where, ZR_FDS_PER_FRAME_MAX);
+                break;
+        case KEY_MAX_FDS_UID:
+                r = parse_u32(v, &c->max_fds_per_uid);
+                if (r == 0 && c->max_fds_per_uid < ZR_FDS_PER_FRAME_MAX)
+                        return zr_error_set(err, EINVAL, "%s: max-fds-per-uid must be at least "
+                                            "%d (a frame's descriptors)", where,
+                                            ZR_FDS_PER_FRAME_MAX);
+                break;
+        case KEY_MAX_BYTES_UID:
+                r = parse_size(v, &c->max_bytes_per_uid);
+                if (r == 0 && c->max_bytes_per_uid == 0)
+                        r = -ERANGE;
+                break;
+        case KEY_MAX_SHM_UID: r = parse_size(v, &c->max_shm_per_uid); break;
+        case KEY_MAX_SHM_TOTAL: r = parse_size(v, &c->max_shm_total); break;
+        case KEY_MAX_JOBS_UID: r = parse_u32(v, &c->max_jobs_per_uid); break;
         default:
                 return zr_error_set(err, EINVAL, "%s: not a setting", where);
         }

@@ -32,6 +32,20 @@ typedef struct zr_config {
         uint64_t max_shm_bytes;    /* read buffers and rings per client, in bytes */
         /* global limits */
         uint32_t max_clients;
+        /* per-uid limits and timeouts (users.h: root and the daemon's own uid
+         * are held to the global limits only) */
+        uint32_t max_clients_per_uid;  /* connections of one uid */
+        uint64_t hello_timeout_sec;    /* a connection without HELLO is closed; 0 = never */
+        uint64_t idle_timeout_sec;     /* one with no handle and no request; 0 = never */
+        uint64_t frame_timeout_sec;    /* a frame begun must end within this; 0 = never */
+        uint32_t max_fds;              /* descriptors in flight per client */
+        uint32_t max_fds_per_uid;      /* descriptors in flight per uid */
+        uint64_t max_bytes_per_uid;    /* request bytes in flight per uid */
+        uint64_t max_shm_per_uid;      /* buffers and rings per uid; 0 = auto (a quarter
+                                        * of the memory the daemon may use) */
+        uint64_t max_shm_total;        /* all uids together; 0 = auto (half of it) */
+        uint32_t max_jobs_per_uid;     /* worker jobs of one uid running at once; 0 = auto
+                                        * (the worker threads but one, at least one) */
         char config_path[4096];    /* the file read, or "" */
 } zr_config;
 

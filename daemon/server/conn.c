@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <event2/event.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -29,7 +30,7 @@ typedef struct outframe {
 
 struct zr_conn {
         int fd;
-        struct event *ev_read, *ev_write, *ev_close;
+        struct event *ev_read, *ev_write, *ev_close, *ev_frame;
         zr_conn_limits limits;
         const zr_conn_ops *ops;
         void *userdata;
@@ -48,6 +49,8 @@ struct zr_conn {
         uint64_t out_bytes;
 
         int reading;              /* the owner wants frames */
+        int waiting;              /* may_read() said no between frames: until a kick */
+        int frame_timer;          /* ev_frame is armed */
         int in_send;              /* inside zr_conn_send: no on_drain re-entry */
         int dispatching;          /* inside on_frame: no re-entry */
         int flush_then_close;
@@ -64,6 +67,9 @@ static void conn_schedule_close(zr_conn *c, enum zr_conn_close_reason reason, in
         c->error = error;
         event_del(c->ev_read);
         event_del(c->ev_write);
+        if (c->frame_timer)
+                event_del(c->ev_frame);
+        c->frame_timer = 0;
         event_active(c->ev_close, EV_TIMEOUT, 0);
 }
 
@@ -76,13 +82,50 @@ static void close_cb(evutil_socket_t fd, short what, void *arg) {
         c->ops->on_close(c, c->reason, c->error, c->userdata); /* may free c */
 }
 
+/* The frame timer runs while a frame is begun and the owner reads; it starts
+ * again whenever a frame completes. */
+static void update_frame_timer(zr_conn *c) {
+        bool want = c->limits.frame_timeout_ms && !c->closing && c->reading &&
+                    !c->flush_then_close && c->in_len > 0;
+        if (!want) {
+                if (c->frame_timer)
+                        event_del(c->ev_frame);
+                c->frame_timer = 0;
+        } else if (!c->frame_timer) {
+                struct timeval tv = {(time_t)(c->limits.frame_timeout_ms / 1000),
+                                     (suseconds_t)(c->limits.frame_timeout_ms % 1000 * 1000)};
+                event_add(c->ev_frame, &tv);
+                c->frame_timer = 1;
+        }
+}
+
+static void frame_timeout_cb(evutil_socket_t fd, short what, void *arg) {
+        zr_conn *c = arg;
+        c->frame_timer = 0;
+        conn_schedule_close(c, ZR_CONN_FRAME_TIMEOUT, (int)(c->limits.frame_timeout_ms / 1000));
+}
+
 static void update_read_event(zr_conn *c) {
         if (c->closing)
                 return;
-        if (c->reading && !c->flush_then_close)
+        if (c->reading && !c->flush_then_close && !c->waiting)
                 event_add(c->ev_read, NULL);
         else
                 event_del(c->ev_read);
+        update_frame_timer(c);
+}
+
+/* Bytes that complete the first frame in the buffer (0: it is complete, or
+ * none is begun). */
+static size_t frame_rest(const zr_conn *c) {
+        if (c->in_len == 0)
+                return 0;
+        if (c->in_len < FRAME_PREFIX)
+                return FRAME_PREFIX - c->in_len;
+        uint32_t len = (uint32_t)c->in[0] | (uint32_t)c->in[1] << 8 | (uint32_t)c->in[2] << 16 |
+                       (uint32_t)c->in[3] << 24;
+        size_t whole = FRAME_PREFIX + (size_t)len;
+        return whole > c->in_len ? whole - c->in_len : 0;
 }
 
 static int take_fds(zr_conn *c, struct msghdr *mh, size_t end) {
@@ -135,7 +178,18 @@ static void dispatch_frames(zr_conn *c) {
                 c->in_len -= pos;
                 for (size_t i = 0; i < c->nfds; i++)
                         c->fds_end[i] = c->fds_end[i] > pos ? c->fds_end[i] - pos : 0;
+                /* a frame completed: the next one's time starts now */
+                if (c->frame_timer)
+                        event_del(c->ev_frame);
+                c->frame_timer = 0;
         }
+        update_frame_timer(c);
+}
+
+/* After a read: the owner's accounting. */
+static void input_done(zr_conn *c) {
+        if (c->ops->on_input && !c->closing)
+                c->ops->on_input(c, c->userdata);
 }
 
 static void read_cb(evutil_socket_t fd, short what, void *arg) {
@@ -157,21 +211,40 @@ static void read_cb(evutil_socket_t fd, short what, void *arg) {
                 c->in = n;
                 c->in_cap = need;
         }
-        if (c->in_len == c->in_cap) { /* a full buffer holds a complete frame */
+        size_t room = c->in_cap - c->in_len;
+        /* The owner has no room for more input: only the rest of the frame
+         * begun, so that it completes, and no byte of the next one. */
+        if (c->ops->may_read && !c->ops->may_read(c, c->userdata)) {
+                size_t rest = frame_rest(c);
+                if (rest < room)
+                        room = rest;
+                if (room == 0) {
+                        dispatch_frames(c);
+                        if (c->in_len == 0 && !c->closing) {
+                                c->waiting = 1;
+                                update_read_event(c);
+                        }
+                        input_done(c);
+                        return;
+                }
+        }
+        if (room == 0) { /* a full buffer holds a complete frame */
                 dispatch_frames(c);
+                input_done(c);
                 return;
         }
         union {
                 struct cmsghdr align;
                 char buf[CMSG_SPACE(sizeof(int) * ZR_CONN_MAX_FDS_PER_READ)];
         } control;
-        struct iovec iov = {c->in + c->in_len, c->in_cap - c->in_len};
+        struct iovec iov = {c->in + c->in_len, room};
         struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1,
                             .msg_control = control.buf, .msg_controllen = sizeof(control.buf)};
         ssize_t n = recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
         if (n < 0) {
                 if (errno == EAGAIN || errno == EINTR) {
                         dispatch_frames(c); /* resumed with frames already buffered */
+                        input_done(c);
                         return;
                 }
                 conn_schedule_close(c, ZR_CONN_IO_ERROR, errno);
@@ -190,6 +263,7 @@ static void read_cb(evutil_socket_t fd, short what, void *arg) {
         }
         c->in_len += (size_t)n;
         dispatch_frames(c);
+        input_done(c);
 }
 
 static void flush(zr_conn *c) {
@@ -274,7 +348,8 @@ int zr_conn_new(struct event_base *base, int fd, const zr_conn_limits *limits,
         c->ev_read = event_new(base, fd, EV_READ | EV_PERSIST, read_cb, c);
         c->ev_write = event_new(base, fd, EV_WRITE | EV_PERSIST, write_cb, c);
         c->ev_close = event_new(base, -1, 0, close_cb, c);
-        if (!c->ev_read || !c->ev_write || !c->ev_close)
+        c->ev_frame = event_new(base, -1, 0, frame_timeout_cb, c);
+        if (!c->ev_read || !c->ev_write || !c->ev_close || !c->ev_frame)
                 goto fail;
         if (event_add(c->ev_read, NULL) < 0)
                 goto fail;
@@ -294,6 +369,8 @@ zr_conn *zr_conn_free(zr_conn *c) {
                 event_free(c->ev_write);
         if (c->ev_close)
                 event_free(c->ev_close);
+        if (c->ev_frame)
+                event_free(c->ev_frame);
         if (c->fd >= 0)
                 close(c->fd);
         zr_conn_drop_fds(c);
@@ -386,6 +463,19 @@ int zr_conn_take_fd(zr_conn *c, int *ret_fd) {
 
 size_t zr_conn_pending_fds(const zr_conn *c) {
         return c->nfds;
+}
+
+size_t zr_conn_input_bytes(const zr_conn *c) {
+        return c->in_len;
+}
+
+void zr_conn_kick(zr_conn *c) {
+        if (!c->waiting || c->closing)
+                return;
+        c->waiting = 0;
+        update_read_event(c);
+        /* may_read() is asked again on the next read; the socket may hold
+         * input already, which the level-triggered event reports */
 }
 
 size_t zr_conn_frame_fds(const zr_conn *c) {

@@ -9,6 +9,13 @@
  * descriptors they carry (sent with the frame's first byte) and written as the
  * socket accepts them; a client whose unread output passes its limit is cut off.
  *
+ * Input the owner cannot take yet: before each read the owner may say no
+ * (may_read()); the conn then reads only the rest of a frame already begun, so
+ * no byte or descriptor of a new frame comes in, and waits for zr_conn_kick().
+ * A frame begun must end within frame_timeout_ms of the last complete frame
+ * (while the owner reads), or the connection is closed: a client cannot park
+ * bytes and descriptors in a frame it never finishes.
+ *
  * Ownership: the conn owns its socket. A callback may free the conn only through
  * the return value of on_frame (a negative value closes the conn after the
  * callback returns); on_close() is called exactly once, then the owner frees it.
@@ -36,6 +43,7 @@ typedef struct zr_conn zr_conn;
 typedef struct zr_conn_limits {
         uint32_t max_frame;      /* largest body accepted */
         uint64_t max_output;     /* unread output bytes before the client is cut off */
+        uint64_t frame_timeout_ms; /* a frame begun must end within this; 0: no limit */
 } zr_conn_limits;
 
 enum zr_conn_close_reason {
@@ -45,6 +53,7 @@ enum zr_conn_close_reason {
         ZR_CONN_FD_ERROR,        /* truncated control data, or too many descriptors */
         ZR_CONN_OUTPUT_FULL,     /* the peer does not read its replies */
         ZR_CONN_BY_OWNER,        /* on_frame asked to close */
+        ZR_CONN_FRAME_TIMEOUT,   /* a frame begun did not end in time */
 };
 
 typedef struct zr_conn_ops {
@@ -59,6 +68,13 @@ typedef struct zr_conn_ops {
          * for the socket, so an owner that paused reading for back-pressure may
          * resume. Not called from inside zr_conn_send(). */
         void (*on_drain)(zr_conn *c, void *userdata);
+        /* Optional (NULL: always yes): asked before each read whether input may
+         * come in beyond the frame already begun. 0: read only the rest of that
+         * frame, then nothing until zr_conn_kick(). */
+        int (*may_read)(zr_conn *c, void *userdata);
+        /* Optional: bytes or descriptors came in (after the frames they
+         * completed were handed to on_frame()), for the owner's accounting. */
+        void (*on_input)(zr_conn *c, void *userdata);
 } zr_conn_ops;
 
 /* Wraps the connected socket `fd` (made non-blocking; ownership passes to the
@@ -84,6 +100,12 @@ int zr_conn_take_fd(zr_conn *c, int *ret_fd);
 
 /* Descriptors received and not taken. */
 size_t zr_conn_pending_fds(const zr_conn *c);
+
+/* Bytes received and not yet handed over as a frame (a frame begun). */
+size_t zr_conn_input_bytes(const zr_conn *c);
+
+/* Asks may_read() again (the owner may have room now), if the conn waits. */
+void zr_conn_kick(zr_conn *c);
 
 /* Inside on_frame(): how many of the pending descriptors (the oldest ones) came
  * with this frame, by PROTOCOL.md section 5 (the descriptors of one recvmsg()

@@ -33,13 +33,14 @@ static void types_text(unsigned types, char *buf, size_t size) {
         }
 }
 
-void zr_handles_init(zr_handles *t, zr_server_counters *totals) {
-        *t = (zr_handles){ .next_id = 1, .totals = totals };
+void zr_handles_init(zr_handles *t, zr_server_counters *totals, zr_user *user) {
+        *t = (zr_handles){ .next_id = 1, .totals = totals, .user = user };
 }
 
 static void shm_give_back(zr_handles *t, uint64_t bytes) {
         t->shm_bytes -= bytes;
         t->totals->shm_bytes -= bytes;
+        zr_user_release(t->user, ZR_USER_SHM, bytes);
 }
 
 /* Drops what h holds. */
@@ -150,6 +151,9 @@ int zr_handles_shm_reserve(zr_handles *t, uint64_t bytes, uint64_t max, zr_error
                                     "limit of %llu (%llu in use)", (unsigned long long)bytes,
                                     (unsigned long long)max,
                                     (unsigned long long)t->shm_bytes);
+        int r = zr_user_charge(t->user, ZR_USER_SHM, bytes, err);
+        if (r < 0)
+                return r;
         t->shm_bytes += bytes;
         t->totals->shm_bytes += bytes;
         return 0;
@@ -157,6 +161,12 @@ int zr_handles_shm_reserve(zr_handles *t, uint64_t bytes, uint64_t max, zr_error
 
 void zr_handles_shm_release(zr_handles *t, uint64_t bytes) {
         shm_give_back(t, bytes);
+}
+
+uint64_t zr_handles_shm_left(const zr_handles *t, uint64_t max) {
+        uint64_t left = t->shm_bytes >= max ? 0 : max - t->shm_bytes;
+        uint64_t room = zr_user_room(t->user, ZR_USER_SHM);
+        return room < left ? room : left;
 }
 
 zr_buffer *zr_buffer_ref(zr_buffer *b) {

@@ -5,8 +5,10 @@
  * or a loader. Numbers start at 1 and are never reused on one connection. The
  * table owns what its handles hold: closing a handle drops its references, and
  * the bytes of shared memory it held go back to the budget. The budget counts
- * buffers and rings against the session's limit; the table keeps the daemon's
- * totals (handles, shared memory, loaders: STATUS) in step with its own.
+ * buffers and rings against the session's limit and its uid's account
+ * (users.h: a maximum per uid and a share of the daemon's budget); the table
+ * keeps the daemon's totals (handles, shared memory, loaders: STATUS) in step
+ * with its own.
  *
  * Loop thread only. It does not know about requests or limits beyond the ones
  * it is given.
@@ -19,6 +21,7 @@
 
 #include "server/registry.h"
 #include "server/server.h"
+#include "server/users.h"
 #include "util/error.h"
 #include "util/shm.h"
 
@@ -63,10 +66,12 @@ typedef struct zr_handles {
         uint32_t nloaders;
         uint64_t shm_bytes;         /* buffers and rings */
         zr_server_counters *totals; /* the daemon's */
+        zr_user *user;              /* the uid charged for its shared memory */
 } zr_handles;
 
-/* An empty table whose changes are counted in *totals too. */
-void zr_handles_init(zr_handles *t, zr_server_counters *totals);
+/* An empty table whose changes are counted in *totals too, and whose shared
+ * memory is charged to `user` (borrowed: it must outlive the table). */
+void zr_handles_init(zr_handles *t, zr_server_counters *totals, zr_user *user);
 
 /* Closes every handle and frees the table. */
 void zr_handles_fini(zr_handles *t);
@@ -91,12 +96,15 @@ int zr_handles_add(zr_handles *t, const zr_handle *h, uint32_t max, zr_error *er
 /* Closes handle `id` (nothing if none). */
 void zr_handles_close(zr_handles *t, uint32_t id);
 
-/* Counts `bytes` of shared memory against the budget `max`: 0, or
- * -ZR_E_LIMIT with *err set. A buffer's or ring's handle gives its bytes back
- * when it closes; zr_handles_shm_release() gives back a reservation that
- * never became a handle. */
+/* Counts `bytes` of shared memory against the table's budget `max` and its
+ * uid's account: 0, or -ZR_E_LIMIT with *err naming the limit (nothing is
+ * counted then). A buffer's or ring's handle gives its bytes back when it
+ * closes; zr_handles_shm_release() gives back a reservation that never became
+ * a handle. */
 int zr_handles_shm_reserve(zr_handles *t, uint64_t bytes, uint64_t max, zr_error *err);
 void zr_handles_shm_release(zr_handles *t, uint64_t bytes);
+/* What the table may still reserve: under `max` and its uid's room. */
+uint64_t zr_handles_shm_left(const zr_handles *t, uint64_t max);
 
 /* Buffers are referenced by their handle and by the READs in flight. */
 zr_buffer *zr_buffer_ref(zr_buffer *b);

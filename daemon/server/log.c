@@ -10,6 +10,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* A log line longer than this is cut; 2 KiB holds any message we compose. */
@@ -76,9 +77,8 @@ const char *zr_log_level_name(int level) {
         return level_names[level];
 }
 
-void zr_log(int level, const char *fmt, ...) {
-        if (level > atomic_load(&log_max_level))
-                return;
+__attribute__((format(printf, 2, 0)))
+static void log_line(int level, const char *fmt, va_list ap) {
         char line[LOG_LINE_MAX];
         int n;
         if (log_journal)
@@ -86,10 +86,7 @@ void zr_log(int level, const char *fmt, ...) {
         else
                 n = snprintf(line, sizeof(line), "zrecordd: %s: ", zr_log_level_name(level));
         size_t start = (size_t)n;
-        va_list ap;
-        va_start(ap, fmt);
         vsnprintf(line + start, sizeof(line) - start - 1, fmt, ap);
-        va_end(ap);
         size_t len = strlen(line);
         for (size_t i = start; i < len; i++)
                 if (line[i] == '\n' || line[i] == '\r')
@@ -108,4 +105,38 @@ void zr_log(int level, const char *fmt, ...) {
                 p += w;
                 len -= (size_t)w;
         }
+}
+
+void zr_log(int level, const char *fmt, ...) {
+        va_list ap;
+        if (level > atomic_load(&log_max_level))
+                return;
+        va_start(ap, fmt);
+        log_line(level, fmt, ap);
+        va_end(ap);
+}
+
+void zr_log_ratelimited(zr_ratelimit *rl, int level, const char *fmt, ...) {
+        struct timespec ts;
+        va_list ap;
+        if (level > atomic_load(&log_max_level))
+                return;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        uint64_t now = (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u + 1;
+        if (rl->window_start == 0 || now - rl->window_start >= rl->interval_usec) {
+                rl->window_start = now;
+                rl->in_window = 0;
+        }
+        if (rl->in_window >= rl->burst) {
+                rl->suppressed++;
+                return;
+        }
+        rl->in_window++;
+        if (rl->suppressed) {
+                zr_log(level, "%llu similar lines suppressed", (unsigned long long)rl->suppressed);
+                rl->suppressed = 0;
+        }
+        va_start(ap, fmt);
+        log_line(level, fmt, ap);
+        va_end(ap);
 }

@@ -1,6 +1,8 @@
 /* notify.c: sd_notify datagrams to $NOTIFY_SOCKET. See notify.h.
  * A fresh SOCK_DGRAM|SOCK_CLOEXEC socket per message: the daemon notifies a few
- * times a minute at most, so keeping one open buys nothing. */
+ * times a minute at most, so keeping one open buys nothing. Sends never block:
+ * the loop thread calls this, and a notify socket whose reader stopped reading
+ * (a full datagram queue) would otherwise hold every client. */
 #include "server/notify.h"
 
 #include <errno.h>
@@ -30,7 +32,8 @@ int zr_notify(const char *state) {
         if (fd < 0)
                 return -errno;
         int r = 0;
-        if (sendto(fd, state, strlen(state), MSG_NOSIGNAL, (struct sockaddr *)&sa, salen) < 0)
+        if (sendto(fd, state, strlen(state), MSG_NOSIGNAL | MSG_DONTWAIT, (struct sockaddr *)&sa,
+                   salen) < 0)
                 r = -errno;
         close(fd);
         return r;

@@ -10,9 +10,10 @@
 
 #include <stdint.h>
 
-/* Sends `state` (one or more NEWLINE-separated assignments). Returns 0 when sent
- * or when NOTIFY_SOCKET is unset; -errno when the send failed; -EINVAL when
- * NOTIFY_SOCKET is not a usable address. */
+/* Sends `state` (one or more NEWLINE-separated assignments), never blocking.
+ * Returns 0 when sent or when NOTIFY_SOCKET is unset; -EAGAIN when the socket's
+ * queue is full (the datagram is dropped: nobody reads it); -errno when the send
+ * failed otherwise; -EINVAL when NOTIFY_SOCKET is not a usable address. */
 int zr_notify(const char *state);
 
 /* As zr_notify() with a printf format. */

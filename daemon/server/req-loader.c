@@ -2,6 +2,13 @@
  * RING, BATCH, RING_CLOSE and LOADER_END events, on top of the loader engine
  * (loader/loader.h).
  *
+ * Rings across users: identical loaders share their rings (a group, loader.h),
+ * and each member maps the others' rings. Where the kernel lacks
+ * F_SEAL_FUTURE_WRITE (before 5.1) a client can map a ring it was passed
+ * writable, and would write into the batches of another member; so there a
+ * loader that would join a group holding another uid's loader is refused
+ * (EPERM), before its ring or any other is passed.
+ *
  * A loader handle owns its zr_loader and one registry reference per stream, so
  * the datasets it borrows outlive it. The
  * engine's workers wake the loop through an eventfd (server.c); the loop then
@@ -17,6 +24,7 @@
 #include "loader/loader.h"
 #include "server/log.h"
 #include "server/request.h"
+#include "server/session.h"
 
 /* Slots when LOADER_OPEN gives no prefetch (PROTOCOL.md section 10). */
 #define PREFETCH_DEFAULT 4
@@ -28,7 +36,8 @@ struct zr_lhandle {
         uint32_t nstreams;
         zr_entry *entries[ZR_STREAMS_MAX]; /* one reference each */
         uint64_t ring_bytes;
-        uint64_t batch_size;
+        uint64_t batch_size, seed;
+        uint32_t rank, world_size;
         enum zr_sampler_mode mode;
         bool indices;                      /* BATCH carries the indices */
         bool ended;
@@ -178,6 +187,39 @@ void zr_server_dataset_mutated(zr_server *s, zr_entry *e) {
 
 /* ---- LOADER_OPEN, LOADER_CLOSE ------------------------------------------ */
 
+/* Whether the engine groups a and b: its key (loader.h, "Shared work"), seen
+ * from outside it. The streams' generations are not compared: a loader of an
+ * older generation ends at its next gather, and counting it as a member only
+ * refuses more. */
+static bool same_group(const zr_lhandle *a, const zr_lhandle *b) {
+        if (a->nstreams != b->nstreams || a->mode != b->mode || a->seed != b->seed ||
+            a->batch_size != b->batch_size || a->rank != b->rank ||
+            a->world_size != b->world_size ||
+            zr_loader_length(a->loader) != zr_loader_length(b->loader) ||
+            zr_loader_slot_bytes(a->loader) != zr_loader_slot_bytes(b->loader))
+                return false;
+        for (uint32_t i = 0; i < a->nstreams; i++)
+                if (a->entries[i]->ds != b->entries[i]->ds ||
+                    zr_loader_stream_offset(a->loader, i) != zr_loader_stream_offset(b->loader, i) ||
+                    zr_loader_stream_capacity(a->loader, i) !=
+                            zr_loader_stream_capacity(b->loader, i))
+                        return false;
+        return true;
+}
+
+/* The uid of another user whose loader shares a group with lh, or -1. */
+static long long other_uid_in_group(zr_server *srv, const zr_lhandle *lh, uid_t uid) {
+        for (zr_session *c = srv->sessions; c; c = zr_session_next(c)) {
+                if (zr_session_uid(c) == uid || zr_session_gone(c))
+                        continue;
+                const zr_handles *t = zr_session_handles(c);
+                for (uint32_t i = 0; i < t->n; i++)
+                        if (t->v[i].type == ZR_HANDLE_LOADER && same_group(lh, t->v[i].loader))
+                                return (long long)zr_session_uid(c);
+        }
+        return -1;
+}
+
 /* An optional uint field that must lie in min..max (`code` otherwise); *ret
  * is left as it is when the field is missing. */
 static int get_opt_u32(zr_request *rq, const char *field, uint32_t min, uint32_t max, int code,
@@ -275,11 +317,25 @@ int zr_handle_loader_open(zr_request *rq) {
         }
         lh->session = zr_request_session(rq);
         lh->batch_size = p.batch_size;
+        lh->seed = p.seed;
+        lh->rank = p.rank;
+        lh->world_size = p.world_size;
         lh->mode = p.mode;
         lh->indices = indices;
         r = zr_loader_new(srv->loaders, streams, n, &p, lh, &lh->loader, &rq->err);
         if (r < 0)
                 goto fail;
+        if (!srv->rings_sealed) {
+                long long other = other_uid_in_group(srv, lh, zr_request_uid(rq));
+                if (other >= 0) {
+                        r = zr_request_fail(rq, EPERM, "an identical loader of uid %lld is "
+                                            "open, and this kernel cannot seal shared rings "
+                                            "against writes (no F_SEAL_FUTURE_WRITE): loaders "
+                                            "of different users never share rings here; use "
+                                            "another seed, or a daemon of your own", other);
+                        goto fail;
+                }
+        }
         lh->ring_bytes = zr_loader_ring_bytes(lh->loader);
         r = zr_request_shm_reserve(rq, lh->ring_bytes);
         if (r < 0)

@@ -571,9 +571,57 @@ int zr_handle_close(zr_request *rq) {
         return zr_reply_empty(rq);
 }
 
+/* STATUS's "users": what each uid holds (users.h), the caller's own entry
+ * only unless it may see everyone's. */
+static void put_users(zr_wire_writer *w, zr_server *s, uid_t caller, bool all) {
+        zr_wire_begin_array(w, "users");
+        for (zr_user *u = zr_users_first(s->users); u; u = u->next) {
+                if (!all && u->uid != caller)
+                        continue;
+                zr_wire_begin_map(w, NULL);
+                zr_wire_put_u64(w, "uid", u->uid);
+                zr_wire_put_u64(w, "connections", u->used[ZR_USER_CONNS]);
+                zr_wire_put_u64(w, "bytes", u->used[ZR_USER_BYTES]);
+                zr_wire_put_u64(w, "fds", u->used[ZR_USER_FDS]);
+                zr_wire_put_u64(w, "shm_bytes", u->used[ZR_USER_SHM]);
+                zr_wire_put_u64(w, "jobs", u->jobs.queued + u->jobs.running);
+                zr_wire_put_u64(w, "running", u->jobs.running);
+                zr_wire_end(w);
+        }
+        zr_wire_end(w);
+}
+
+/* STATUS's "limits": the limits per connection, per uid and for all uids in
+ * force (0: none). */
+static void put_limits(zr_wire_writer *w, zr_server *s) {
+        const zr_config *c = &s->cfg;
+        const zr_user_limits *l = zr_users_limits(s->users);
+        zr_wire_begin_map(w, "limits");
+        zr_wire_put_u64(w, "clients_max", l->total_max[ZR_USER_CONNS]);
+        zr_wire_put_u64(w, "clients_uid_max", l->uid_max[ZR_USER_CONNS]);
+        zr_wire_put_u64(w, "bytes_uid_max", l->uid_max[ZR_USER_BYTES]);
+        zr_wire_put_u64(w, "fds_max", c->max_fds);
+        zr_wire_put_u64(w, "fds_uid_max", l->uid_max[ZR_USER_FDS]);
+        zr_wire_put_u64(w, "fds_total_max", l->total_max[ZR_USER_FDS]);
+        zr_wire_put_u64(w, "shm_bytes_max", c->max_shm_bytes);
+        zr_wire_put_u64(w, "shm_uid_max", l->uid_max[ZR_USER_SHM]);
+        zr_wire_put_u64(w, "shm_total_max", l->total_max[ZR_USER_SHM]);
+        zr_wire_put_u64(w, "jobs_uid_max", l->jobs_uid_max);
+        zr_wire_put_u64(w, "hello_timeout_ms", c->hello_timeout_sec * 1000);
+        zr_wire_put_u64(w, "idle_timeout_ms", c->idle_timeout_sec * 1000);
+        zr_wire_put_u64(w, "frame_timeout_ms", c->frame_timeout_sec * 1000);
+        zr_wire_end(w);
+}
+
+/* The daemon's totals for everyone; its loaders and the per-uid accounts of
+ * the caller's own uid, or of every uid for root and the daemon's own uid
+ * (PROTOCOL.md, STATUS): another user's loaders, pids and progress are none
+ * of a user's business. */
 int zr_handle_status(zr_request *rq) {
         zr_server *s = zr_request_server(rq);
         const zr_server_counters *k = &s->counters;
+        uid_t caller = zr_request_uid(rq);
+        bool all = zr_users_trusted(s->users, caller);
         zr_loader_engine_counters lk = {0};
         if (s->loaders)
                 zr_loader_engine_counters_get(s->loaders, &lk);
@@ -599,16 +647,21 @@ int zr_handle_status(zr_request *rq) {
         zr_wire_end(&w);
         zr_wire_begin_array(&w, "per_loader");
         for (zr_session *c = s->sessions; c; c = zr_session_next(c))
-                zr_session_put_loaders(c, &w);
+                if (all || zr_session_uid(c) == caller)
+                        zr_session_put_loaders(c, &w);
         zr_wire_end(&w);
         /* Optional keys: open stores, requests, batches taken from a slot
          * another group member filled, the spare rings' budget (ring-spare)
-         * and the bytes of spare rings ready. */
+         * and the bytes of spare rings ready; the caller's uid, the per-uid
+         * accounts it may see, and the limits. */
         zr_wire_put_u64(&w, "stores", zr_registry_count(s->registry));
         zr_wire_put_u64(&w, "requests", k->requests);
         zr_wire_put_u64(&w, "shared", lk.shared);
         zr_wire_put_u64(&w, "spare_budget", s->cfg.ring_spare_bytes);
         zr_wire_put_u64(&w, "spare_bytes", lk.spare_bytes);
+        zr_wire_put_u64(&w, "uid", caller);
+        put_users(&w, s, caller, all);
+        put_limits(&w, s);
         return zr_reply_send(rq, &w, NULL, 0);
 }
 

@@ -17,11 +17,14 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "loader/loader.h"
+#include "util/memlimit.h"
+#include "util/shm.h"
 #include "server/listener.h"
 #include "server/log.h"
 #include "server/notify.h"
@@ -36,6 +39,10 @@
  * closes them anyway: a client that stopped reading must not hold a shutdown
  * (systemd's default stop timeout is 90 s). */
 #define DRAIN_TIMEOUT_SEC 10
+/* With no descriptor left even to refuse a connection, listening pauses; it
+ * resumes when a client leaves, or after this long (a worker or a store may
+ * have freed descriptors meanwhile). */
+#define LISTEN_RETRY_MSEC 250
 
 void zr_server_trim_heap(void) {
         malloc_trim(0);
@@ -63,8 +70,12 @@ static void maybe_finish_drain(zr_server *s) {
                 event_base_loopexit(s->base, NULL);
 }
 
+static void listen_resume(zr_server *s);
+
 void zr_server_session_gone(zr_server *s) {
         s->nclients--;
+        if (s->listen_paused)
+                listen_resume(s);
         arm_idle(s);
         maybe_finish_drain(s);
 }
@@ -79,6 +90,12 @@ static void refuse(zr_server *s, int fd, int code, const char *msg) {
         if (zr_wire_writer_finish(&w, ZR_FRAME_MAX_FLOOR, &frame, &size, NULL) == 0)
                 (void)send(fd, frame, size, MSG_NOSIGNAL | MSG_DONTWAIT);
         zr_wire_writer_destroy(&w);
+        /* A Unix socket closed with unread input resets its peer, which may then
+         * never read the FAULT: drop what the client already sent (its HELLO;
+         * descriptors with it are closed by the kernel), a bounded amount. */
+        char sink[4096];
+        for (int i = 0; i < 4 && recv(fd, sink, sizeof(sink), MSG_DONTWAIT) > 0; i++)
+                ;
         close(fd);
 }
 
@@ -100,31 +117,106 @@ static void work_idle_cb(void *arg) {
         maybe_finish_drain(arg);
 }
 
+/* Lines a client's connections cause at will: bounded (log.h). */
+static zr_ratelimit rl_accept = ZR_RATELIMIT(10, 10);
+static zr_ratelimit rl_refuse = ZR_RATELIMIT(10, 10);
+static zr_ratelimit rl_nofd = ZR_RATELIMIT(10, 5);
+
+static int open_reserve(void) {
+        return open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
+static void listen_pause(zr_server *s) {
+        struct timeval tv = {0, LISTEN_RETRY_MSEC * 1000};
+        if (s->listen_paused || s->draining)
+                return;
+        s->listen_paused = true;
+        event_del(s->ev_listen);
+        event_add(s->ev_listen_retry, &tv);
+}
+
+static void listen_resume(zr_server *s) {
+        if (!s->listen_paused)
+                return;
+        if (s->reserve_fd < 0)
+                s->reserve_fd = open_reserve();
+        s->listen_paused = false;
+        event_del(s->ev_listen_retry);
+        if (!s->draining && s->listen_fd >= 0)
+                event_add(s->ev_listen, NULL);
+}
+
+static void listen_retry_cb(evutil_socket_t fd, short what, void *arg) {
+        listen_resume(arg);
+}
+
+/* accept() failed with EMFILE or ENFILE: a connection is pending that the
+ * daemon cannot take, and the listening socket stays readable, so returning
+ * would bring the loop straight back here. Spend the reserve descriptor on
+ * taking it and refusing it with a FAULT; then take the reserve back. Returns
+ * true if a connection was refused (try the next), false when the backlog is
+ * empty or listening had to pause (no reserve left). */
+static bool shed_connection(zr_server *s, int error) {
+        zr_log_ratelimited(&rl_nofd, LOG_WARNING, "accept: %s (%u clients, descriptor limit "
+                           "%llu): refusing new connections until descriptors free",
+                           strerror(error), s->nclients, (unsigned long long)s->nofile);
+        if (s->reserve_fd < 0) {
+                listen_pause(s);
+                return false;
+        }
+        close(s->reserve_fd);
+        int fd = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        int e = errno;
+        if (fd >= 0)
+                refuse(s, fd, ZR_E_LIMIT, "the daemon is out of descriptors: try again later");
+        s->reserve_fd = open_reserve();
+        /* another thread took the freed descriptor first: wait for one */
+        if (s->reserve_fd < 0 || (fd < 0 && (e == EMFILE || e == ENFILE))) {
+                listen_pause(s);
+                return false;
+        }
+        return fd >= 0;
+}
+
 static void accept_cb(evutil_socket_t lfd, short what, void *arg) {
         zr_server *s = arg;
         for (;;) {
                 int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
                 if (fd < 0) {
+                        if (errno == EMFILE || errno == ENFILE) {
+                                if (shed_connection(s, errno))
+                                        continue;
+                                return;
+                        }
                         if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
-                                zr_log(LOG_WARNING, "accept: %s", strerror(errno));
+                                zr_log_ratelimited(&rl_accept, LOG_WARNING, "accept: %s",
+                                                   strerror(errno));
                         return;
                 }
                 if (s->draining) {
                         refuse(s, fd, ZR_E_SHUTDOWN, "the daemon is shutting down");
                         continue;
                 }
-                if (s->nclients >= s->cfg.max_clients) {
-                        struct ucred cred = {0};
-                        socklen_t len = sizeof(cred);
-                        getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len);
-                        zr_log(LOG_WARNING, "refusing a client (pid %d uid %u): %u clients, the "
-                               "limit", (int)cred.pid, (unsigned)cred.uid, s->nclients);
-                        refuse(s, fd, ZR_E_LIMIT, "too many clients");
+                struct ucred cred = {.pid = -1, .uid = (uid_t)-1};
+                socklen_t len = sizeof(cred);
+                zr_user *u = NULL;
+                zr_error err = {0};
+                getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len);
+                if (zr_users_get(s->users, cred.uid, &u) < 0) {
+                        refuse(s, fd, ENOMEM, "out of memory");
+                        continue;
+                }
+                if (zr_user_charge(u, ZR_USER_CONNS, 1, &err) < 0) {
+                        zr_log_ratelimited(&rl_refuse, LOG_WARNING, "refusing a client (pid %d "
+                                           "uid %u): %s", (int)cred.pid, (unsigned)cred.uid,
+                                           err.message);
+                        refuse(s, fd, ZR_E_LIMIT, err.message);
+                        zr_user_unref(u);
                         continue;
                 }
                 zr_session *c;
-                if (zr_session_new(s, fd, &c) < 0) {
-                        zr_log(LOG_ERR, "out of memory for a client");
+                if (zr_session_new(s, fd, u, &c) < 0) {
+                        zr_log_ratelimited(&rl_accept, LOG_ERR, "out of memory for a client");
                         continue;
                 }
                 s->nclients++;
@@ -209,6 +301,79 @@ static void drain_timeout_cb(evutil_socket_t fd, short what, void *arg) {
         }
 }
 
+/* ---- per-uid limits ------------------------------------------------------ */
+
+/* Shared memory is resident (buffers are pre-faulted, ring slots faulted in
+ * before their first fill) and no reclaim frees it without swap: by default
+ * all uids together get half of what the daemon may use (its cgroup's limit,
+ * else the machine's memory), one uid a quarter, so the cache, the spare
+ * rings and the daemon's heap keep the rest. */
+#define SHM_TOTAL_PCT 50
+#define SHM_UID_PCT 25
+
+static void resolve_shm_budgets(zr_server *s) {
+        zr_memlimit ml;
+        zr_error err = {0};
+        s->shm_total_max = s->cfg.max_shm_total;
+        s->shm_uid_max = s->cfg.max_shm_per_uid;
+        if (s->shm_total_max && s->shm_uid_max)
+                return;
+        if (zr_memlimit_read(NULL, &ml, &err) < 0) {
+                /* no budget from the box: only the per-client limit, per uid too */
+                zr_log(LOG_WARNING, "shared-memory budgets: %s; set max-shm-total and "
+                       "max-shm-per-uid", err.message);
+                if (!s->shm_uid_max)
+                        s->shm_uid_max = s->cfg.max_shm_bytes;
+                return;
+        }
+        if (!s->shm_total_max)
+                s->shm_total_max = zr_memlimit_budget(&ml, SHM_TOTAL_PCT, UINT64_MAX);
+        if (!s->shm_uid_max)
+                s->shm_uid_max = zr_memlimit_budget(&ml, SHM_UID_PCT, UINT64_MAX);
+        zr_log(LOG_INFO, "shared memory: %llu MiB for all users, %llu MiB per uid (%llu MiB "
+               "usable: %s)", (unsigned long long)(s->shm_total_max >> 20),
+               (unsigned long long)(s->shm_uid_max >> 20), (unsigned long long)(ml.effective >> 20),
+               ml.source);
+}
+
+void zr_server_user_limits(const zr_server *s, zr_user_limits *l) {
+        const zr_config *c = &s->cfg;
+        *l = (zr_user_limits){0};
+        l->total_max[ZR_USER_CONNS] = c->max_clients;
+        l->uid_max[ZR_USER_CONNS] = c->max_clients_per_uid;
+        /* Descriptors in flight, all uids: half the descriptor limit, the rest
+         * for connections, stores, rings and buffers. */
+        l->total_max[ZR_USER_FDS] = s->nofile / 2 > UINT32_MAX ? UINT32_MAX : s->nofile / 2;
+        l->uid_max[ZR_USER_FDS] = c->max_fds_per_uid;
+        l->uid_max[ZR_USER_BYTES] = c->max_bytes_per_uid;
+        l->uid_max[ZR_USER_SHM] = s->shm_uid_max;
+        l->total_max[ZR_USER_SHM] = s->shm_total_max;
+        /* Jobs: one uid never holds every worker (a worker is left for the
+         * others' jobs), unless there is only one. */
+        l->jobs_uid_max = c->max_jobs_per_uid;
+        if (!l->jobs_uid_max) {
+                size_t threads = s->pool ? zr_pool_threads(s->pool) : c->threads;
+                if (!threads) {
+                        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+                        threads = cpus > 0 ? (size_t)cpus : 1;
+                }
+                l->jobs_uid_max = threads > 1 ? (unsigned)(threads - 1) : 1;
+        }
+}
+
+/* A uid gave something back: connections that stopped for lack of room ask
+ * again, from the loop, not inside the release. */
+static void users_wake(void *arg) {
+        zr_server *s = arg;
+        event_active(s->ev_wake, EV_TIMEOUT, 0);
+}
+
+static void wake_cb(evutil_socket_t fd, short what, void *arg) {
+        zr_server *s = arg;
+        for (zr_session *c = s->sessions; c; c = zr_session_next(c))
+                zr_session_kick(c);
+}
+
 /* ---- signals ------------------------------------------------------------- */
 
 static void remove_socket(zr_server *s) {
@@ -230,6 +395,9 @@ void zr_server_shutdown(zr_server *s, const char *why) {
         zr_notify("STOPPING=1");
         if (s->ev_listen)
                 event_del(s->ev_listen);
+        if (s->ev_listen_retry)
+                event_del(s->ev_listen_retry);
+        s->listen_paused = false;
         /* Stop accepting: new clients get ECONNREFUSED from here on. */
         remove_socket(s);
         if (s->listen_fd >= 0) {
@@ -287,6 +455,16 @@ static void reload(zr_server *s) {
         CHANGED(max_loaders, "%u", unsigned)
         CHANGED(max_shm_bytes, "%llu", unsigned long long)
         CHANGED(max_clients, "%u", unsigned)
+        CHANGED(max_clients_per_uid, "%u", unsigned)
+        CHANGED(hello_timeout_sec, "%llu", unsigned long long)
+        CHANGED(idle_timeout_sec, "%llu", unsigned long long)
+        CHANGED(frame_timeout_sec, "%llu", unsigned long long)
+        CHANGED(max_fds, "%u", unsigned)
+        CHANGED(max_fds_per_uid, "%u", unsigned)
+        CHANGED(max_bytes_per_uid, "%llu", unsigned long long)
+        CHANGED(max_shm_per_uid, "%llu", unsigned long long)
+        CHANGED(max_shm_total, "%llu", unsigned long long)
+        CHANGED(max_jobs_per_uid, "%u", unsigned)
         if (o->cache_bytes != n.cache_bytes)
                 zr_loader_engine_set_cache_bytes(s->loaders, n.cache_bytes);
         CHANGED(cache_bytes, "%llu", unsigned long long)
@@ -296,6 +474,10 @@ static void reload(zr_server *s) {
         CHANGED(ring_spare_bytes, "%llu", unsigned long long)
         CHANGED(idle_exit_sec, "%llu", unsigned long long)
 #undef CHANGED
+        resolve_shm_budgets(s); /* auto budgets follow a changed cgroup limit */
+        zr_user_limits ul;
+        zr_server_user_limits(s, &ul);
+        zr_users_set_limits(s->users, &ul);
         if (o->sync_interval_sec != n.sync_interval_sec) {
                 zr_log(LOG_NOTICE, "reload: sync-interval %llu -> %llu",
                        (unsigned long long)o->sync_interval_sec,
@@ -323,6 +505,27 @@ static void sighup_cb(evutil_socket_t sig, short what, void *arg) {
 
 /* ---- setup --------------------------------------------------------------- */
 
+/* Every client costs descriptors (its socket, the descriptors it passes, its
+ * rings and buffers), and the soft limit a service starts with is often 1024:
+ * raise it to the hard limit. A sandbox may forbid it (systemd's @resources
+ * filter): then the unit's LimitNOFILE= is what the daemon gets. */
+static uint64_t raise_nofile(void) {
+        struct rlimit rl;
+        if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+                return 1024;
+        if (rl.rlim_cur < rl.rlim_max) {
+                rlim_t soft = rl.rlim_cur;
+                rl.rlim_cur = rl.rlim_max;
+                if (setrlimit(RLIMIT_NOFILE, &rl) < 0) {
+                        zr_log(LOG_NOTICE, "keeping the descriptor limit at %llu (raising it to "
+                               "%llu: %s)", (unsigned long long)soft,
+                               (unsigned long long)rl.rlim_max, strerror(errno));
+                        rl.rlim_cur = soft;
+                }
+        }
+        return rl.rlim_cur == RLIM_INFINITY ? UINT64_MAX : (uint64_t)rl.rlim_cur;
+}
+
 static int make_parent(const char *path, zr_error *err) {
         char dir[ZR_CONFIG_PATH_MAX];
         snprintf(dir, sizeof(dir), "%s", path);
@@ -345,6 +548,12 @@ int zr_server_new(const zr_config *cfg, int argc, char **argv, zr_server **ret, 
         s->argv = argv;
         s->listen_fd = -1;
         s->loader_efd = -1;
+        s->nofile = raise_nofile();
+        s->reserve_fd = open_reserve();
+        s->rings_sealed = zr_shm_seals_future_write() > 0;
+        if (!s->rings_sealed)
+                zr_log(LOG_NOTICE, "this kernel has no F_SEAL_FUTURE_WRITE: a client could map "
+                       "a ring writable, so loaders of different users never share rings");
         s->start_usec = s->status_usec = zr_server_now_usec();
 
         s->base = event_base_new();
@@ -352,6 +561,15 @@ int zr_server_new(const zr_config *cfg, int argc, char **argv, zr_server **ret, 
                 r = zr_error_set(err, ENOMEM, "creating the event loop");
                 goto fail;
         }
+        resolve_shm_budgets(s);
+        zr_user_limits ul;
+        zr_server_user_limits(s, &ul);
+        r = zr_users_new(geteuid(), &ul, &s->users);
+        if (r < 0) {
+                r = zr_error_set(err, ENOMEM, "allocating the per-uid accounts");
+                goto fail;
+        }
+        zr_users_set_wake(s->users, users_wake, s);
         r = zr_pool_new(cfg->threads, &s->pool);
         if (r < 0) {
                 r = zr_error_errno(err, -r, "starting %u worker threads", cfg->threads);
@@ -410,9 +628,12 @@ int zr_server_new(const zr_config *cfg, int argc, char **argv, zr_server **ret, 
         s->ev_watchdog = event_new(s->base, -1, EV_PERSIST, watchdog_cb, s);
         s->ev_idle = event_new(s->base, -1, 0, idle_cb, s);
         s->ev_drain = event_new(s->base, -1, 0, drain_timeout_cb, s);
+        s->ev_listen_retry = event_new(s->base, -1, 0, listen_retry_cb, s);
+        s->ev_wake = event_new(s->base, -1, 0, wake_cb, s);
         s->ev_loader = event_new(s->base, s->loader_efd, EV_READ | EV_PERSIST, loader_cb, s);
         if (!s->ev_listen || !s->ev_sigterm || !s->ev_sigint || !s->ev_sighup || !s->ev_sync ||
-            !s->ev_status || !s->ev_watchdog || !s->ev_idle || !s->ev_drain || !s->ev_loader) {
+            !s->ev_status || !s->ev_watchdog || !s->ev_idle || !s->ev_drain || !s->ev_loader ||
+            !s->ev_listen_retry || !s->ev_wake) {
                 r = zr_error_set(err, ENOMEM, "creating events");
                 goto fail;
         }
@@ -443,8 +664,9 @@ fail:
 }
 
 int zr_server_run(zr_server *s) {
-        zr_log(LOG_NOTICE, "zrecordd %s serving: %zu worker threads, up to %u clients",
-               ZR_VERSION_STRING, zr_pool_threads(s->pool), s->cfg.max_clients);
+        zr_log(LOG_NOTICE, "zrecordd %s serving: %zu worker threads, up to %u clients, "
+               "%llu descriptors", ZR_VERSION_STRING, zr_pool_threads(s->pool),
+               s->cfg.max_clients, (unsigned long long)s->nofile);
         zr_notifyf("READY=1\nSTATUS=serving, 0 clients\nMAINPID=%d", (int)getpid());
         int r = event_base_dispatch(s->base);
         if (r < 0) {
@@ -480,6 +702,8 @@ zr_server *zr_server_free(zr_server *s) {
         s->loaders = zr_loader_engine_free(s->loaders);
         if (s->registry)
                 zr_registry_set_work(s->registry, NULL); /* no new jobs from here */
+        if (s->work)
+                zr_work_submit_all(s->work); /* the jobs still waiting run as the pool ends */
         s->pool = zr_pool_free(s->pool);
         if (s->work)
                 zr_work_flush(s->work);
@@ -493,7 +717,7 @@ zr_server *zr_server_free(zr_server *s) {
         s->work = zr_work_free(s->work);
         struct event **evs[] = {&s->ev_listen, &s->ev_sigterm, &s->ev_sigint, &s->ev_sighup,
                                 &s->ev_sync, &s->ev_status, &s->ev_watchdog, &s->ev_idle,
-                                &s->ev_drain, &s->ev_loader};
+                                &s->ev_drain, &s->ev_loader, &s->ev_listen_retry, &s->ev_wake};
         for (size_t i = 0; i < sizeof(evs) / sizeof(evs[0]); i++)
                 if (*evs[i]) {
                         event_free(*evs[i]);
@@ -504,6 +728,9 @@ zr_server *zr_server_free(zr_server *s) {
                 close(s->listen_fd);
         if (s->loader_efd >= 0)
                 close(s->loader_efd);
+        if (s->reserve_fd >= 0)
+                close(s->reserve_fd);
+        s->users = zr_users_free(s->users);
         if (s->base)
                 event_base_free(s->base);
         free(s);

@@ -23,6 +23,7 @@
 
 #include "server/config.h"
 #include "server/registry.h"
+#include "server/users.h"
 #include "server/work.h"
 #include "util/error.h"
 #include "util/pool.h"
@@ -59,12 +60,28 @@ typedef struct zr_server {
 
         int listen_fd;
         struct event *ev_listen;
+        /* Out of descriptors (EMFILE): a descriptor held in reserve lets the
+         * daemon take a pending connection and refuse it (so the listening
+         * socket does not stay readable and spin the loop); when even that
+         * fails, listening pauses until a client leaves or a retry timer. */
+        int reserve_fd;
+        bool listen_paused;
+        struct event *ev_listen_retry;
+        uint64_t nofile;           /* RLIMIT_NOFILE in force (soft) */
         bool socket_created;       /* we bound it: remove it at exit */
         dev_t socket_dev;
         ino_t socket_ino;
 
         zr_session *sessions;      /* each adds itself (zr_session_new()) and leaves */
         unsigned nclients;
+        zr_users *users;           /* what each uid holds, and its limits (users.h) */
+        /* the shared-memory budgets in force: the settings, or what the box
+         * allows when they are 0 (auto) */
+        uint64_t shm_uid_max, shm_total_max;
+        /* daemon-made memfds get F_SEAL_FUTURE_WRITE (Linux 5.1): else rings
+         * are never shared across uids (req-loader.c) */
+        bool rings_sealed;
+        struct event *ev_wake;     /* a uid gave something back: kick the sessions */
         uint64_t next_client;      /* serial numbers for logs */
 
         struct event *ev_sigterm, *ev_sigint, *ev_sighup;
@@ -93,6 +110,9 @@ zr_server *zr_server_free(zr_server *s);
 
 /* Starts the drain (as SIGTERM does). */
 void zr_server_shutdown(zr_server *s, const char *why);
+
+/* The per-uid limits of the settings in force (users.h). */
+void zr_server_user_limits(const zr_server *s, zr_user_limits *ret);
 
 /* Sessions call these (loop thread): a session left s->sessions. */
 void zr_server_session_gone(zr_server *s);

@@ -16,6 +16,7 @@
 #include "server/session.h"
 
 #include <errno.h>
+#include <event2/event.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +36,14 @@
  * client; real pipelines are small requests. */
 #define QUEUE_PAUSE_BYTES (UINT64_C(4) << 20)
 
+/* Log lines any client causes at will (faults, errors, connections): bounded,
+ * so a client that misbehaves in a loop cannot flood the journal (20 lines in
+ * 10 s of each kind, then a count of the lines dropped). */
+static zr_ratelimit rl_fault = ZR_RATELIMIT(10, 20);
+static zr_ratelimit rl_error = ZR_RATELIMIT(10, 20);
+static zr_ratelimit rl_connect = ZR_RATELIMIT(10, 20);
+static zr_ratelimit rl_disconnect = ZR_RATELIMIT(10, 20);
+
 /* The features this daemon has; a session's are a bit set over this list. */
 static const char *const daemon_features[] = {
         ZR_FEATURE_MSSET, ZR_FEATURE_DICT, ZR_FEATURE_VERIFY, ZR_FEATURE_LOADER,
@@ -51,7 +60,9 @@ static unsigned feature_bit(const char *name, size_t len) {
 
 struct zr_session {
         zr_server *srv;
+        zr_user *user;            /* its uid's account: one connection charged */
         zr_conn *conn;
+        struct event *ev_timer;   /* the HELLO timeout, then the idle timeout */
         zr_session *next;
         uint64_t serial;
         pid_t pid;
@@ -71,6 +82,7 @@ struct zr_session {
 
         zr_request *q_head, *q_tail;
         uint64_t queued_bytes;    /* bodies of the requests in the queue */
+        uint64_t charged_fds, charged_bytes; /* in flight, as charged to the uid */
         unsigned unanswered;      /* read and not yet answered, the running one included */
         zr_request *running;
 
@@ -107,16 +119,74 @@ static zr_request *request_free(zr_request *rq) {
 static void session_unref(zr_session *c) {
         if (--c->refs > 0)
                 return;
+        zr_user_unref(c->user);
         free(c);
+}
+
+/* The descriptors a request still holds (a handler takes or closes them). */
+static unsigned request_fds(const zr_request *rq) {
+        unsigned n = 0;
+        for (unsigned i = 0; rq && i < rq->nfds; i++)
+                n += rq->fds[i] >= 0;
+        return n;
+}
+
+/* Brings the uid's account in step with what the connection holds in flight:
+ * the descriptors and bytes of a frame begun and of the queued requests (a
+ * request that runs keeps its descriptors until its handler takes them). A
+ * walk of at most ZR_PIPELINE_MAX requests: counted, not kept, so no handler
+ * has to say when it takes one. */
+static void session_account(zr_session *c) {
+        uint64_t fds = 0, bytes = 0;
+        if (!c->gone) {
+                fds = request_fds(c->running) + (c->conn ? zr_conn_pending_fds(c->conn) : 0);
+                for (const zr_request *rq = c->q_head; rq; rq = rq->next)
+                        fds += request_fds(rq);
+                bytes = c->queued_bytes + (c->conn ? zr_conn_input_bytes(c->conn) : 0);
+        }
+        if (fds > c->charged_fds)
+                zr_user_add(c->user, ZR_USER_FDS, fds - c->charged_fds);
+        else
+                zr_user_release(c->user, ZR_USER_FDS, c->charged_fds - fds);
+        if (bytes > c->charged_bytes)
+                zr_user_add(c->user, ZR_USER_BYTES, bytes - c->charged_bytes);
+        else
+                zr_user_release(c->user, ZR_USER_BYTES, c->charged_bytes - bytes);
+        c->charged_fds = fds;
+        c->charged_bytes = bytes;
 }
 
 static void session_update_reading(zr_session *c) {
         if (!c->conn || c->gone)
                 return;
+        session_account(c);
         bool on = !c->closing && !c->draining && c->unanswered < ZR_PIPELINE_MAX &&
                   c->queued_bytes <= QUEUE_PAUSE_BYTES &&
                   zr_conn_output_bytes(c->conn) <= OUTPUT_PAUSE_BYTES;
         zr_conn_set_reading(c->conn, on);
+        zr_conn_kick(c->conn); /* room may have come back: may_read() is asked again */
+}
+
+/* Before the connection reads into a new frame: room for a whole frame's
+ * descriptors on the connection (max-fds) and in the uid's account, and for
+ * more request bytes in the uid's account. Without it the connection reads only
+ * the rest of the frame it began, and waits for a release (users.h). */
+static int may_read(zr_conn *conn, void *userdata) {
+        zr_session *c = userdata;
+        const zr_config *cfg = &c->srv->cfg;
+        session_account(c);
+        if (c->charged_fds + ZR_FDS_PER_FRAME_MAX > cfg->max_fds)
+                return 0; /* its own requests free them, then it reads again */
+        if (zr_user_room(c->user, ZR_USER_FDS) < ZR_FDS_PER_FRAME_MAX ||
+            zr_user_room(c->user, ZR_USER_BYTES) == 0) {
+                zr_users_want_wake(c->srv->users);
+                return 0;
+        }
+        return 1;
+}
+
+static void on_input(zr_conn *conn, void *userdata) {
+        session_account(userdata);
 }
 
 static void send_frame(zr_session *c, zr_wire_writer *w, int *fds, size_t nfds) {
@@ -148,8 +218,9 @@ void zr_session_write_error(zr_wire_writer *w, bool fault, uint64_t id, int code
 static void fault(zr_session *c, int code, bool fatal, const char *msg) {
         if (c->closing || c->gone)
                 return;
-        zr_log(LOG_NOTICE, "client %llu (pid %d): fault %s: %s", (unsigned long long)c->serial,
-               (int)c->pid, zr_error_code_name(code), msg);
+        zr_log_ratelimited(&rl_fault, LOG_NOTICE, "client %llu (pid %d): fault %s: %s",
+                           (unsigned long long)c->serial, (int)c->pid, zr_error_code_name(code),
+                           msg);
         zr_wire_writer w;
         zr_wire_writer_init(&w);
         zr_session_write_error(&w, true, 0, code, msg);
@@ -182,10 +253,11 @@ static void session_error_reply(zr_session *c, zr_request *rq) {
         const char *msg = rq->err.code ? rq->err.message : "internal error";
         if (c->gone || c->closing)
                 return;
-        zr_log(code_is_strike(code) ? LOG_NOTICE : LOG_INFO,
-               "client %llu (pid %d): %s id %llu: %s: %s", (unsigned long long)c->serial,
-               (int)c->pid, zr_msg_kind_name(rq->kind) ? zr_msg_kind_name(rq->kind) : "request",
-               (unsigned long long)rq->id, zr_error_code_name(code), msg);
+        zr_log_ratelimited(&rl_error, code_is_strike(code) ? LOG_NOTICE : LOG_INFO,
+                           "client %llu (pid %d): %s id %llu: %s: %s",
+                           (unsigned long long)c->serial, (int)c->pid,
+                           zr_msg_kind_name(rq->kind) ? zr_msg_kind_name(rq->kind) : "request",
+                           (unsigned long long)rq->id, zr_error_code_name(code), msg);
         zr_wire_writer w;
         zr_wire_writer_init(&w);
         zr_session_write_error(&w, false, rq->id, code, msg);
@@ -200,6 +272,30 @@ static void session_error_reply(zr_session *c, zr_request *rq) {
                               c->strikes);
 }
 
+/* After HELLO: a connection with no handle open and no request read and not
+ * answered is idle; it is closed after idle-timeout seconds of that. */
+static void session_check_idle(zr_session *c) {
+        uint64_t sec = c->srv->cfg.idle_timeout_sec;
+        if (!c->ev_timer || !c->hello)
+                return;
+        if (sec && c->handles.n == 0 && c->unanswered == 0 && !c->closing && !c->draining) {
+                struct timeval tv = {(time_t)sec, 0};
+                event_add(c->ev_timer, &tv);
+        } else {
+                event_del(c->ev_timer);
+        }
+}
+
+static void timer_cb(evutil_socket_t fd, short what, void *arg) {
+        zr_session *c = arg;
+        if (!c->hello)
+                session_fault(c, ZR_E_LIMIT, true, "no hello within %llu s: closing the connection",
+                              (unsigned long long)c->srv->cfg.hello_timeout_sec);
+        else
+                session_fault(c, ZR_E_LIMIT, true, "idle for %llu s with no handle open: closing "
+                              "the connection", (unsigned long long)c->srv->cfg.idle_timeout_sec);
+}
+
 /* A request is answered: forget it, maybe read more. */
 static void request_finished(zr_session *c, zr_request *rq) {
         request_free(rq);
@@ -207,6 +303,7 @@ static void request_finished(zr_session *c, zr_request *rq) {
         c->requests++;
         c->srv->counters.requests++;
         session_update_reading(c);
+        session_check_idle(c);
         if (c->draining && !c->q_head && !c->running && !c->closing) {
                 c->closing = true;
                 zr_conn_close(c->conn, 0);
@@ -257,6 +354,8 @@ static void enqueue(zr_session *c, zr_request *rq) {
         c->queued_bytes += rq->len;
         c->unanswered++;
         session_update_reading(c);
+        if (c->hello)
+                event_del(c->ev_timer); /* busy: not idle */
         session_pump(c);
 }
 
@@ -328,8 +427,7 @@ int zr_request_loader_room(zr_request *rq) {
 
 uint64_t zr_request_shm_left(const zr_request *rq) {
         const zr_session *c = rq->session;
-        return c->handles.shm_bytes >= c->lim.shm_max ? 0 :
-                                                        c->lim.shm_max - c->handles.shm_bytes;
+        return zr_handles_shm_left(&c->handles, c->lim.shm_max);
 }
 
 zr_session *zr_request_session(const zr_request *rq) {
@@ -428,7 +526,8 @@ int zr_request_submit(zr_request *rq, zr_job_fn run, zr_job_fn done) {
         rq->job.done = request_job_done;
         rq->done = done;
         rq->session->refs++;
-        zr_work_submit(rq->session->srv->work, &rq->job);
+        /* in its uid's queue: the pool serves the uids in turn (work.h) */
+        zr_work_submit_to(rq->session->srv->work, &rq->session->user->jobs, &rq->job);
         return ZR_RQ_PENDING;
 }
 
@@ -539,6 +638,7 @@ int zr_handle_hello(zr_request *rq) {
         }
         c->features = want;
         c->hello = true;
+        event_del(c->ev_timer); /* the HELLO timeout; idle is checked once answered */
         c->lim.frame_max = cfg->max_frame_bytes;
         c->lim.handles_max = cfg->max_handles;
         c->lim.loaders_max = cfg->max_loaders;
@@ -667,9 +767,10 @@ static int on_frame(zr_conn *conn, const uint8_t *body, size_t len, void *userda
 
 static void session_gone(zr_session *c, const char *why) {
         zr_server *srv = c->srv;
-        zr_log(LOG_INFO, "client %llu: disconnected (%s): pid %d uid %u gid %u, %llu requests, "
-               "%u strikes", (unsigned long long)c->serial, why, (int)c->pid, (unsigned)c->uid,
-               (unsigned)c->gid, (unsigned long long)c->requests, c->strikes);
+        zr_log_ratelimited(&rl_disconnect, LOG_INFO, "client %llu: disconnected (%s): pid %d uid "
+                           "%u gid %u, %llu requests, %u strikes", (unsigned long long)c->serial,
+                           why, (int)c->pid, (unsigned)c->uid, (unsigned)c->gid,
+                           (unsigned long long)c->requests, c->strikes);
         c->gone = true;
         while (c->q_head) {
                 zr_request *rq = c->q_head;
@@ -677,8 +778,15 @@ static void session_gone(zr_session *c, const char *why) {
                 request_free(rq);
         }
         c->q_tail = NULL;
+        c->queued_bytes = 0;
+        session_account(c); /* nothing in flight any more: all of it back */
         zr_handles_fini(&c->handles);
         c->conn = zr_conn_free(c->conn);
+        zr_user_release(c->user, ZR_USER_CONNS, 1);
+        if (c->ev_timer) {
+                event_free(c->ev_timer);
+                c->ev_timer = NULL;
+        }
         for (zr_session **p = &srv->sessions; *p; p = &(*p)->next)
                 if (*p == c) {
                         *p = c->next;
@@ -696,6 +804,7 @@ static void on_close(zr_conn *conn, enum zr_conn_close_reason reason, int error,
                 [ZR_CONN_FD_ERROR] = "truncated control data",
                 [ZR_CONN_OUTPUT_FULL] = "does not read its replies",
                 [ZR_CONN_BY_OWNER] = "closed by the daemon",
+                [ZR_CONN_FRAME_TIMEOUT] = "a frame left incomplete",
         };
         const char *why = reasons[reason];
         char buf[96];
@@ -705,7 +814,8 @@ static void on_close(zr_conn *conn, enum zr_conn_close_reason reason, int error,
         }
         /* The refused prefix and the lost descriptors get a FAULT before the close
          * where the socket still takes it (PROTOCOL.md sections 2 and 5). */
-        if (reason == ZR_CONN_FRAME_TOO_BIG || reason == ZR_CONN_FD_ERROR) {
+        if (reason == ZR_CONN_FRAME_TOO_BIG || reason == ZR_CONN_FD_ERROR ||
+            reason == ZR_CONN_FRAME_TIMEOUT) {
                 zr_wire_writer w;
                 const uint8_t *frame;
                 size_t size;
@@ -714,10 +824,14 @@ static void on_close(zr_conn *conn, enum zr_conn_close_reason reason, int error,
                 if (reason == ZR_CONN_FRAME_TOO_BIG)
                         snprintf(msg, sizeof(msg), "a frame of %u bytes: the limit is %u",
                                  (unsigned)error, c->lim.frame_max);
+                else if (reason == ZR_CONN_FRAME_TIMEOUT)
+                        snprintf(msg, sizeof(msg), "a frame begun was not finished within %d s",
+                                 error);
                 else
                         snprintf(msg, sizeof(msg), "descriptors were lost (truncated control data)");
-                zr_log(LOG_NOTICE, "client %llu (pid %d): fault %s: %s",
-                       (unsigned long long)c->serial, (int)c->pid, zr_error_code_name(code), msg);
+                zr_log_ratelimited(&rl_fault, LOG_NOTICE, "client %llu (pid %d): fault %s: %s",
+                                   (unsigned long long)c->serial, (int)c->pid,
+                                   zr_error_code_name(code), msg);
                 zr_wire_writer_init(&w);
                 zr_session_write_error(&w, true, 0, code, msg);
                 if (zr_wire_writer_finish(&w, c->lim.frame_max, &frame, &size, NULL) == 0)
@@ -732,18 +846,21 @@ static void on_drain(zr_conn *conn, void *userdata) {
         session_update_reading(userdata);
 }
 
-static const zr_conn_ops session_ops = {on_frame, on_close, on_drain};
+static const zr_conn_ops session_ops = {on_frame, on_close, on_drain, may_read, on_input};
 
-int zr_session_new(zr_server *srv, int fd, zr_session **ret) {
+int zr_session_new(zr_server *srv, int fd, zr_user *user, zr_session **ret) {
         zr_session *c = calloc(1, sizeof(*c));
         if (!c) {
                 close(fd);
+                zr_user_release(user, ZR_USER_CONNS, 1);
+                zr_user_unref(user);
                 return -ENOMEM;
         }
         c->srv = srv;
+        c->user = user;
         c->refs = 1;
         c->serial = ++srv->next_client;
-        zr_handles_init(&c->handles, &srv->counters);
+        zr_handles_init(&c->handles, &srv->counters, user);
         /* Until HELLO: the floor every daemon accepts (PROTOCOL.md section 2) for
          * what the client may send, the configured limits otherwise. */
         c->lim.frame_max = srv->cfg.max_frame_bytes;
@@ -754,15 +871,28 @@ int zr_session_new(zr_server *srv, int fd, zr_session **ret) {
                 .max_frame = srv->cfg.max_frame_bytes,
                 .max_output = OUTPUT_PAUSE_BYTES +
                               (uint64_t)(ZR_PIPELINE_MAX + 2) * srv->cfg.max_frame_bytes,
+                .frame_timeout_ms = srv->cfg.frame_timeout_sec * 1000,
         };
-        int r = zr_conn_new(srv->base, fd, &lim, &session_ops, c, &c->conn);
+        c->ev_timer = event_new(srv->base, -1, 0, timer_cb, c);
+        int r = c->ev_timer ? zr_conn_new(srv->base, fd, &lim, &session_ops, c, &c->conn) : -ENOMEM;
         if (r < 0) {
+                if (c->ev_timer)
+                        event_free(c->ev_timer);
+                else
+                        close(fd);
+                zr_user_release(user, ZR_USER_CONNS, 1);
+                zr_user_unref(user);
                 free(c);
                 return r;
         }
+        if (srv->cfg.hello_timeout_sec) {
+                struct timeval tv = {(time_t)srv->cfg.hello_timeout_sec, 0};
+                event_add(c->ev_timer, &tv);
+        }
         zr_conn_peer(c->conn, &c->pid, &c->uid, &c->gid);
-        zr_log(LOG_INFO, "client %llu: connected: pid %d uid %u gid %u",
-               (unsigned long long)c->serial, (int)c->pid, (unsigned)c->uid, (unsigned)c->gid);
+        zr_log_ratelimited(&rl_connect, LOG_INFO, "client %llu: connected: pid %d uid %u gid %u",
+                           (unsigned long long)c->serial, (int)c->pid, (unsigned)c->uid,
+                           (unsigned)c->gid);
         c->next = srv->sessions;
         srv->sessions = c;
         *ret = c;
@@ -794,5 +924,22 @@ void zr_session_kill(zr_session *c) {
 
 zr_session *zr_session_next(zr_session *c) {
         return c->next;
+}
+
+void zr_session_kick(zr_session *c) {
+        if (!c->gone && c->conn)
+                zr_conn_kick(c->conn);
+}
+
+const zr_handles *zr_session_handles(const zr_session *c) {
+        return &c->handles;
+}
+
+uid_t zr_session_uid(const zr_session *c) {
+        return c->uid;
+}
+
+zr_user *zr_session_user(const zr_session *c) {
+        return c->user;
 }
 

@@ -18,16 +18,30 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "wire.h"
 
 typedef struct zr_server zr_server;
 typedef struct zr_session zr_session;
+typedef struct zr_user zr_user;
 
-/* Starts a session on the accepted socket `fd` (taken, even on failure) and
- * adds it to srv->sessions; it leaves the list when the client goes, and
- * calls zr_server_session_gone() then. */
-int zr_session_new(zr_server *srv, int fd, zr_session **ret);
+/* Starts a session on the accepted socket `fd` of the peer `user` (both taken,
+ * even on failure: the user's reference and the connection it was charged
+ * for, users.h) and adds it to srv->sessions; it leaves the list when the
+ * client goes, and calls zr_server_session_gone() then. */
+int zr_session_new(zr_server *srv, int fd, zr_user *user, zr_session **ret);
+
+/* Its uid's account may have room again: a connection that stopped reading
+ * for lack of it asks again (server.c calls it on a release, users.h). */
+void zr_session_kick(zr_session *c);
+
+/* Its handle table (read only: the loaders of another connection). */
+const struct zr_handles *zr_session_handles(const zr_session *c);
+
+/* The uid that made the connection, and its account. */
+uid_t zr_session_uid(const zr_session *c);
+zr_user *zr_session_user(const zr_session *c);
 
 /* Drain for shutdown: stop reading, let the executing request finish, answer
  * every queued request with ZR_E_SHUTDOWN, then close after the replies. */

@@ -1,11 +1,14 @@
-/* work.c: the pool-to-loop completion channel (work.h).
+/* work.c: jobs on the pool in fair turns, completions back on the loop
+ * (work.h).
  *
- * A worker runs job->run(), pushes the job on a mutex-protected list and writes
- * to an eventfd; the loop's read event drains the eventfd, takes the whole list
- * and calls done() in submission-independent completion order. Jobs the pool
- * could not take (its queue was full) wait in `deferred` and are retried after
- * every batch of completions. It assumes one loop thread; it does not order
- * jobs (a session serialises its own requests).
+ * The loop hands a job to the pool from the queue at the head of the
+ * round-robin, then puts that queue at the tail if it still has jobs waiting;
+ * a queue at its max_running is passed over until one of its jobs completes.
+ * A worker runs job->run(), pushes the job on a mutex-protected list and
+ * writes to an eventfd; the loop's read event drains the eventfd, takes the
+ * whole list, calls done() in completion order and hands out more jobs. It
+ * assumes one loop thread; it does not order the jobs of one queue beyond FIFO
+ * (a session serialises its own requests).
  */
 #include "server/work.h"
 
@@ -23,11 +26,20 @@ struct zr_work {
         struct event *ev;
         pthread_mutex_t mutex;     /* guards `done_head`, a leaf */
         zr_job *done_head;         /* completed, newest first */
-        zr_job *deferred_head, *deferred_tail; /* loop thread only */
-        size_t pending;            /* loop thread only */
+        /* loop thread only */
+        zr_work_queue own;         /* the daemon's jobs (syncs, and anyone's without a queue) */
+        zr_work_queue *rr_head, *rr_tail; /* queues with jobs waiting, in turn order */
+        size_t rr_len;
+        size_t pending;            /* submitted, done() not yet run */
+        size_t inflight;           /* handed to the pool, done() not yet run */
+        size_t slots;              /* most jobs handed to the pool at once */
         void (*idle)(void *arg);
         void *idle_arg;
 };
+
+void zr_work_queue_init(zr_work_queue *q, unsigned max_running) {
+        *q = (zr_work_queue){.max_running = max_running};
+}
 
 static void job_trampoline(void *arg) {
         zr_job *job = arg;
@@ -43,15 +55,89 @@ static void job_trampoline(void *arg) {
         (void)!write(w->efd, &one, sizeof(one));
 }
 
-static void submit_deferred(zr_work *w) {
-        while (w->deferred_head) {
-                zr_job *job = w->deferred_head, *next = job->next;
-                /* Once submitted the job belongs to a worker, `next` included. */
-                if (zr_pool_try_submit(w->pool, job_trampoline, job) < 0)
+static void rr_push(zr_work *w, zr_work_queue *q) {
+        if (q->in_rr)
+                return;
+        q->in_rr = true;
+        q->rr_next = NULL;
+        if (w->rr_tail)
+                w->rr_tail->rr_next = q;
+        else
+                w->rr_head = q;
+        w->rr_tail = q;
+        w->rr_len++;
+}
+
+static void rr_push_front(zr_work *w, zr_work_queue *q) {
+        if (q->in_rr)
+                return;
+        q->in_rr = true;
+        q->rr_next = w->rr_head;
+        w->rr_head = q;
+        if (!w->rr_tail)
+                w->rr_tail = q;
+        w->rr_len++;
+}
+
+static zr_work_queue *rr_pop(zr_work *w) {
+        zr_work_queue *q = w->rr_head;
+        if (!q)
+                return NULL;
+        w->rr_head = q->rr_next;
+        if (!w->rr_head)
+                w->rr_tail = NULL;
+        q->in_rr = false;
+        q->rr_next = NULL;
+        w->rr_len--;
+        return q;
+}
+
+static zr_job *queue_pop(zr_work_queue *q) {
+        zr_job *job = q->head;
+        q->head = job->next;
+        if (!q->head)
+                q->tail = NULL;
+        job->next = NULL;
+        q->queued--;
+        return job;
+}
+
+static void queue_push_front(zr_work_queue *q, zr_job *job) {
+        job->next = q->head;
+        q->head = job;
+        if (!q->tail)
+                q->tail = job;
+        q->queued++;
+}
+
+/* Hands out jobs, one per queue per turn, while the pool has slots. A turn
+ * of a queue at its max_running passes; once every queue in the round-robin
+ * has passed in a row, dispatch ends, and a queue's turn comes back when one
+ * of its jobs completes (zr_work_flush()). */
+static void dispatch(zr_work *w) {
+        size_t passed = 0;
+        while (w->inflight < w->slots && w->rr_head && passed < w->rr_len) {
+                zr_work_queue *q = rr_pop(w);
+                if (q->max_running && q->running >= q->max_running) {
+                        rr_push(w, q);
+                        passed++;
+                        continue;
+                }
+                zr_job *job = queue_pop(q);
+                q->running++;
+                w->inflight++;
+                if (zr_pool_try_submit(w->pool, job_trampoline, job) < 0) {
+                        /* the pool's queue is full (loader gathers share it):
+                         * the same job first, after the next completion */
+                        q->running--;
+                        w->inflight--;
+                        queue_push_front(q, job);
+                        rr_push_front(w, q);
                         return;
-                w->deferred_head = next;
-                if (!next)
-                        w->deferred_tail = NULL;
+                }
+                passed = 0;
+                if (q->queued)
+                        rr_push(w, q);
         }
 }
 
@@ -71,10 +157,13 @@ void zr_work_flush(zr_work *w) {
         while (ordered) {
                 zr_job *job = ordered;
                 ordered = job->next;
+                /* before done(), which may free the queue's owner */
+                job->queue->running--;
+                w->inflight--;
                 w->pending--;
                 job->done(job); /* may free the job, may submit more */
         }
-        submit_deferred(w);
+        dispatch(w);
 }
 
 static void efd_cb(evutil_socket_t fd, short what, void *arg) {
@@ -97,6 +186,13 @@ int zr_work_new(struct event_base *base, zr_pool *pool, zr_work **ret) {
                 return -ENOMEM;
         w->pool = pool;
         w->efd = -1;
+        /* twice the workers: one waiting behind each running job, so a worker
+         * that frees finds the next job at once, and the order is still the
+         * round-robin's, not the pool's FIFO */
+        w->slots = 2 * zr_pool_threads(pool);
+        if (w->slots == 0)
+                w->slots = 1;
+        zr_work_queue_init(&w->own, 0);
         pthread_mutex_init(&w->mutex, NULL);
         w->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         if (w->efd < 0) {
@@ -125,17 +221,37 @@ zr_work *zr_work_free(zr_work *w) {
         return NULL;
 }
 
-void zr_work_submit(zr_work *w, zr_job *job) {
+void zr_work_submit_to(zr_work *w, zr_work_queue *q, zr_job *job) {
+        if (!q)
+                q = &w->own;
         job->work = w;
+        job->queue = q;
         job->next = NULL;
-        w->pending++;
-        if (!w->deferred_head && zr_pool_try_submit(w->pool, job_trampoline, job) == 0)
-                return;
-        if (w->deferred_tail)
-                w->deferred_tail->next = job;
+        if (q->tail)
+                q->tail->next = job;
         else
-                w->deferred_head = job;
-        w->deferred_tail = job;
+                q->head = job;
+        q->tail = job;
+        q->queued++;
+        w->pending++;
+        rr_push(w, q);
+        dispatch(w);
+}
+
+void zr_work_submit(zr_work *w, zr_job *job) {
+        zr_work_submit_to(w, NULL, job);
+}
+
+void zr_work_submit_all(zr_work *w) {
+        zr_work_queue *q;
+        while ((q = rr_pop(w))) {
+                while (q->head) {
+                        zr_job *job = queue_pop(q);
+                        q->running++;
+                        w->inflight++;
+                        zr_pool_submit(w->pool, job_trampoline, job);
+                }
+        }
 }
 
 size_t zr_work_pending(const zr_work *w) {

@@ -114,3 +114,12 @@ void zr_shm_release(zr_shm *shm) {
                 close(shm->fd);
         *shm = (zr_shm){.fd = -1};
 }
+
+int zr_shm_seals_future_write(void) {
+        int fd = memfd_create("zrecord-probe", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        if (fd < 0)
+                return -errno;
+        int r = fcntl(fd, F_ADD_SEALS, F_SEAL_FUTURE_WRITE) == 0;
+        close(fd);
+        return r;
+}

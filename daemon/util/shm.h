@@ -55,4 +55,10 @@ int zr_shm_map_sealed(int fd, size_t min_bytes, zr_shm *ret, zr_error *err);
 /* Unmaps and closes; leaves *shm empty. NULL or an empty region allowed. */
 void zr_shm_release(zr_shm *shm);
 
+/* 1 if this kernel seals daemon-made regions against new writable mappings
+ * (F_SEAL_FUTURE_WRITE, Linux 5.1), 0 if not: then a client that holds a
+ * region's descriptor can map it writable and change what others read in it.
+ * Probed with a one-page memfd; -errno if the probe could not run. */
+int zr_shm_seals_future_write(void);
+
 #endif

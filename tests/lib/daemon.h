@@ -8,8 +8,8 @@
  * pidfd), within a bound, so a broken daemon fails the test instead of hanging
  * it. The notify socket is closed once READY=1 came, unless the test asks to
  * keep it for later datagrams (RELOADING=1, WATCHDOG=1, STOPPING=1): then the
- * test must read it, since the daemon's sends block when its queue is full
- * (it sends STATUS= every few seconds).
+ * test should read it, since the daemon drops what does not fit its queue (it
+ * sends STATUS= every few seconds, and never blocks on a full queue).
  *
  * Nothing here asserts: calls return 0 or -errno, and each kind of test wraps
  * them in its own way of failing (libcheck, counted checks).

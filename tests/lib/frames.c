@@ -9,7 +9,9 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <grp.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "daemon.h"
@@ -28,6 +30,56 @@ int tl_connect(const char *path) {
                 return r;
         }
         return fd;
+}
+
+int tl_connect_as(const char *path, uid_t uid, gid_t gid) {
+        union {
+                struct cmsghdr align;
+                char buf[CMSG_SPACE(sizeof(int))];
+        } control;
+        int sp[2], status = 0, r = 0;
+        char code = 0;
+        pid_t pid;
+
+        if (geteuid() != 0)
+                return -EPERM;
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) < 0)
+                return -errno;
+        pid = fork();
+        if (pid < 0) {
+                r = -errno;
+                close(sp[0]);
+                close(sp[1]);
+                return r;
+        }
+        if (pid == 0) {
+                int fd = -EPERM;
+
+                if (setgroups(0, NULL) == 0 && setresgid(gid, gid, gid) == 0 &&
+                    setresuid(uid, uid, uid) == 0)
+                        fd = tl_connect(path);
+                code = fd < 0 ? (char)-fd : 0;
+                r = tl_send_raw(sp[1], &code, 1, fd >= 0 ? &fd : NULL, fd >= 0 ? 1 : 0);
+                _exit(r < 0);
+        }
+        close(sp[1]);
+        memset(&control, 0, sizeof(control));
+        struct iovec iov = { &code, 1 };
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
+                             .msg_controllen = sizeof(control.buf) };
+        ssize_t n;
+        while ((n = recvmsg(sp[0], &mh, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
+                ;
+        r = n == 1 ? -(int)code : n < 0 ? -errno : -EPIPE;
+        struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+        if (n == 1 && cm && cm->cmsg_type == SCM_RIGHTS)
+                memcpy(&r, CMSG_DATA(cm), sizeof(int));
+        else if (r == 0)
+                r = -EPROTO;
+        close(sp[0]);
+        while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+                ;
+        return r;
 }
 
 int tl_send_raw(int fd, const void *p, size_t len, const int *fds, unsigned nfds) {

@@ -12,11 +12,17 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "wire.h"
 
 /* A connected, blocking socket to the daemon at path (CLOEXEC), or -errno. */
 int tl_connect(const char *path);
+/* The same, made by a child process running as uid:gid (no supplementary
+ * groups), so the daemon sees that uid (SO_PEERCRED is taken at connect);
+ * the socket comes back to this process. Needs root (-EPERM otherwise); the
+ * uid need not exist. The socket and its directories must let that uid in. */
+int tl_connect_as(const char *path, uid_t uid, gid_t gid);
 
 /* Sends raw bytes; fds (up to 253, more than a frame may carry, for tests)
  * go with the first sendmsg(). 0 or -errno. */

@@ -47,6 +47,13 @@ int tl_copy_files(const char *from, int to_dfd, size_t prefix, const char **ret_
  * status (-1 if it was killed by a signal or could not run). */
 int tl_exec_capture(char *const *argv, char **ret_out, char **ret_err);
 
+/* Makes this process (and the children it starts, the daemon among them) see
+ * a kernel older than 5.1 where sealing is concerned: a seccomp filter fails
+ * fcntl(F_ADD_SEALS) with EINVAL whenever the seals include
+ * F_SEAL_FUTURE_WRITE. For ever: call it in a process of its own (a forked
+ * test). 0, or -errno when seccomp is not available (skip then). */
+int tl_deny_future_write_seal(void);
+
 /* Failures of a plain test program: tl_fail() prints "FAIL: " and the message
  * to stderr and counts it in tl_failures; tl_die() prints "FATAL: what:
  * strerror(errno)" and exits 2 (the test could not go on). */

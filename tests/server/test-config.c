@@ -179,6 +179,56 @@ START_TEST(test_help_lists_ring_spare) {
 }
 END_TEST
 
+/* The per-uid limits and timeouts: defaults, the file, and values refused
+ * with the place named. */
+START_TEST(test_per_uid_limits) {
+        zr_config c;
+        zr_error err = {0};
+        zr_config_defaults(&c);
+        ck_assert_uint_eq(c.max_clients_per_uid, 64);
+        ck_assert_uint_eq(c.hello_timeout_sec, 10);
+        ck_assert_uint_eq(c.idle_timeout_sec, 600);
+        ck_assert_uint_eq(c.frame_timeout_sec, 30);
+        ck_assert_uint_eq(c.max_fds, 256);
+        ck_assert_uint_eq(c.max_fds_per_uid, 1024);
+        ck_assert_uint_eq(c.max_bytes_per_uid, 64u << 20);
+        ck_assert_uint_eq(c.max_shm_per_uid, 0); /* auto: from the memory the daemon may use */
+        ck_assert_uint_eq(c.max_shm_total, 0);
+        ck_assert_uint_eq(c.max_jobs_per_uid, 0); /* auto: the worker threads but one */
+
+        char *path = write_tmp("max-clients-per-uid = 8\nhello-timeout = 0\nidle-timeout = 60\n"
+                               "frame-timeout = 5\nmax-fds = 64\nmax-fds-per-uid = 512\n"
+                               "max-bytes-per-uid = 16M\nmax-shm-per-uid = 2G\n"
+                               "max-shm-total = 6G\nmax-jobs-per-uid = 3\n");
+        ck_assert_int_eq(zr_config_load_file(&c, path, &err), 0);
+        unlink(path);
+        ck_assert_uint_eq(c.max_clients_per_uid, 8);
+        ck_assert_uint_eq(c.hello_timeout_sec, 0);
+        ck_assert_uint_eq(c.idle_timeout_sec, 60);
+        ck_assert_uint_eq(c.frame_timeout_sec, 5);
+        ck_assert_uint_eq(c.max_fds, 64);
+        ck_assert_uint_eq(c.max_fds_per_uid, 512);
+        ck_assert_uint_eq(c.max_bytes_per_uid, 16u << 20);
+        ck_assert_uint_eq(c.max_shm_per_uid, 2ull << 30);
+        ck_assert_uint_eq(c.max_shm_total, 6ull << 30);
+        ck_assert_uint_eq(c.max_jobs_per_uid, 3);
+
+        /* a limit that would let no client in, or not one frame's descriptors */
+        const char *bad[] = {"max-clients-per-uid = 0", "max-fds = 63", "max-fds-per-uid = 10",
+                             "max-bytes-per-uid = 0", "idle-timeout = soon",
+                             "max-shm-total = much"};
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+                char text[96];
+                snprintf(text, sizeof(text), "%s\n", bad[i]);
+                path = write_tmp(text);
+                zr_error_clear(&err);
+                ck_assert_int_lt(zr_config_load_file(&c, path, &err), 0);
+                ck_assert_msg(strstr(err.message, ":1:") != NULL, "%s: %s", bad[i], err.message);
+                unlink(path);
+        }
+}
+END_TEST
+
 START_TEST(test_resolve_socket) {
         zr_config c;
         zr_error err = {0};
@@ -195,4 +245,4 @@ START_TEST(test_resolve_socket) {
 END_TEST
 
 TL_SUITE_MAIN("config", test_file_then_flags, test_errors_name_the_place, test_ring_spare,
-              test_help_lists_ring_spare, test_resolve_socket)
+              test_help_lists_ring_spare, test_per_uid_limits, test_resolve_socket)

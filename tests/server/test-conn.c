@@ -1,7 +1,9 @@
 /* test-conn.c: the framed transport over a socketpair on a real libevent loop:
  * frames split across reads, descriptors delivered with their frame, the frame
  * limit enforced from the prefix alone, truncated control data, a client that
- * never reads its replies, and paused reading. */
+ * never reads its replies, paused reading, an owner without room for more input
+ * (the frame begun completes, nothing of the next comes in), and a frame left
+ * unfinished past its timeout. */
 #include <check.h>
 #include <errno.h>
 #include <event2/event.h>
@@ -25,6 +27,8 @@ typedef struct harness {
         int closed;
         enum zr_conn_close_reason reason;
         int pause_after;       /* stop reading after this many frames (0 = never) */
+        int room;              /* may_read()'s answer */
+        int asked;             /* times may_read() was asked */
 } harness;
 
 static int on_frame(zr_conn *c, const uint8_t *body, size_t len, void *u) {
@@ -47,17 +51,30 @@ static void on_close(zr_conn *c, enum zr_conn_close_reason reason, int error, vo
         h->conn = zr_conn_free(c);
 }
 
-static const zr_conn_ops ops = {on_frame, on_close};
+static int may_read(zr_conn *c, void *u) {
+        harness *h = u;
+        h->asked++;
+        return h->room;
+}
 
-static void setup(harness *h, uint32_t max_frame, uint64_t max_output) {
+static const zr_conn_ops ops = {on_frame, on_close};
+static const zr_conn_ops gated_ops = {on_frame, on_close, NULL, may_read, NULL};
+
+static void setup_with(harness *h, uint32_t max_frame, uint64_t max_output,
+                       uint64_t frame_timeout_ms, const zr_conn_ops *o) {
         memset(h, 0, sizeof(*h));
         int sv[2];
         ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
         h->base = event_base_new();
         ck_assert_ptr_nonnull(h->base);
-        zr_conn_limits lim = {max_frame, max_output};
-        ck_assert_int_eq(zr_conn_new(h->base, sv[0], &lim, &ops, h, &h->conn), 0);
+        h->room = 1;
+        zr_conn_limits lim = {max_frame, max_output, frame_timeout_ms};
+        ck_assert_int_eq(zr_conn_new(h->base, sv[0], &lim, o, h, &h->conn), 0);
         h->peer = sv[1];
+}
+
+static void setup(harness *h, uint32_t max_frame, uint64_t max_output) {
+        setup_with(h, max_frame, max_output, 0, &ops);
 }
 
 static void teardown(harness *h) {
@@ -229,6 +246,81 @@ START_TEST(test_paused_reading_keeps_frames) {
 }
 END_TEST
 
+/* The owner has no room for more input (its uid's descriptors in flight, say):
+ * the frame begun is read to its end, and not one byte or descriptor of the
+ * next frame comes in until the owner kicks the conn. */
+START_TEST(test_no_room_reads_only_the_frame_begun) {
+        harness h;
+        int fds[2];
+        setup_with(&h, 1024, 1 << 20, 0, &gated_ops);
+        fds[0] = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        fds[1] = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        /* frame A: its prefix and half its body, with two descriptors */
+        const uint8_t head[] = {6, 0, 0, 0, 'a', 'b', 'c'};
+        struct iovec iov = {(void *)head, sizeof(head)};
+        char control[CMSG_SPACE(sizeof(int) * 2)];
+        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control,
+                            .msg_controllen = sizeof(control)};
+        struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+        cm->cmsg_level = SOL_SOCKET;
+        cm->cmsg_type = SCM_RIGHTS;
+        cm->cmsg_len = CMSG_LEN(sizeof(int) * 2);
+        memcpy(CMSG_DATA(cm), fds, sizeof(fds));
+        ck_assert_int_eq(sendmsg(h.peer, &mh, 0), (ssize_t)sizeof(head));
+        RUN_UNTIL(&h, zr_conn_input_bytes(h.conn) == sizeof(head));
+        ck_assert_uint_eq(zr_conn_pending_fds(h.conn), 2);
+        /* no room from here; the rest of A, then a whole frame B with its own
+         * two descriptors */
+        h.room = 0;
+        ck_assert_int_eq(write(h.peer, "def", 3), 3);
+        send_frame(h.peer, "B", 1, fds, 2);
+        RUN_UNTIL(&h, h.frames == 1);
+        ck_assert_int_eq(memcmp(h.last, "abcdef", 6), 0);
+        ck_assert_int_eq(h.fds_at_frame, 2);
+        ck_assert_uint_eq(zr_conn_drop_fds(h.conn), 2);
+        /* the loop turns, B stays in the socket */
+        for (int i = 0; i < 5; i++)
+                ck_assert_int_ge(event_base_loop(h.base, EVLOOP_NONBLOCK), 0);
+        ck_assert_int_eq(h.frames, 1);
+        ck_assert_uint_eq(zr_conn_input_bytes(h.conn), 0);
+        ck_assert_uint_eq(zr_conn_pending_fds(h.conn), 0);
+        int asked = h.asked;
+        for (int i = 0; i < 5; i++)
+                ck_assert_int_ge(event_base_loop(h.base, EVLOOP_NONBLOCK), 0);
+        ck_assert_int_eq(h.asked, asked); /* waiting: not asked again and again */
+        /* room again: a kick, and B comes in with its descriptors */
+        h.room = 1;
+        zr_conn_kick(h.conn);
+        RUN_UNTIL(&h, h.frames == 2);
+        ck_assert_int_eq(h.last[0], 'B');
+        ck_assert_int_eq(h.fds_at_frame, 2);
+        ck_assert_uint_eq(zr_conn_drop_fds(h.conn), 2);
+        close(fds[0]);
+        close(fds[1]);
+        teardown(&h);
+}
+END_TEST
+
+/* A frame begun must end within the timeout; complete frames, however many,
+ * never trip it. */
+START_TEST(test_frame_timeout) {
+        harness h;
+        setup_with(&h, 1024, 1 << 20, 50, &ops);
+        for (int i = 0; i < 3; i++) {
+                send_frame(h.peer, "ok", 2, NULL, 0);
+                RUN_UNTIL(&h, h.frames == i + 1);
+        }
+        ck_assert(!h.closed);
+        const uint8_t part[] = {10, 0, 0, 0, 'x'}; /* 1 of 10 body bytes */
+        ck_assert_int_eq(write(h.peer, part, sizeof(part)), (ssize_t)sizeof(part));
+        RUN_UNTIL(&h, h.closed);
+        ck_assert_int_eq(h.reason, ZR_CONN_FRAME_TIMEOUT);
+        ck_assert_int_eq(h.frames, 3);
+        teardown(&h);
+}
+END_TEST
+
 TL_SUITE_MAIN("conn", test_frames_split_and_whole, test_descriptors_both_ways,
               test_frame_limit_from_prefix, test_truncated_control_data,
-              test_output_limit_and_owner_close, test_paused_reading_keeps_frames)
+              test_output_limit_and_owner_close, test_paused_reading_keeps_frames,
+              test_no_room_reads_only_the_frame_begun, test_frame_timeout)

@@ -3,6 +3,7 @@
  * accepted only sealed and large enough. */
 #include <check.h>
 #include <errno.h>
+#include <stdio.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 
 #include "util/shm.h"
 #include "check-run.h"
+#include "util.h"
 
 START_TEST(test_create_sealed) {
         zr_shm s;
@@ -112,4 +114,25 @@ START_TEST(test_map_sealed) {
 }
 END_TEST
 
-TL_SUITE_MAIN("shm", test_create_sealed, test_create_lazy, test_map_sealed)
+/* The probe says whether daemon-made regions get F_SEAL_FUTURE_WRITE: yes on
+ * this kernel (5.1 and later), no under a filter that refuses the seal as an
+ * older kernel does, where a region is still made, without that seal. */
+START_TEST(test_probe_future_write) {
+        zr_shm s;
+        zr_error err = {0};
+        int has = zr_shm_seals_future_write();
+        ck_assert_int_ge(has, 0);
+        if (!has)
+                fprintf(stderr, "note: this kernel has no F_SEAL_FUTURE_WRITE\n");
+        if (tl_deny_future_write_seal() < 0) {
+                fprintf(stderr, "skipped: seccomp unavailable\n");
+                return;
+        }
+        ck_assert_int_eq(zr_shm_seals_future_write(), 0);
+        ck_assert_int_eq(zr_shm_create("zr-test", 4096, &s, &err), 0);
+        ck_assert(fcntl(s.fd, F_GET_SEALS) & F_SEAL_SEAL);
+        zr_shm_release(&s);
+}
+END_TEST
+
+TL_SUITE_MAIN("shm", test_create_sealed, test_create_lazy, test_map_sealed, test_probe_future_write)
