@@ -47,4 +47,18 @@ uint64_t zr_rng_iid_one(uint64_t key, uint64_t n, uint64_t g);
  * to zr_rng_iid_one() for each. n >= 1; ret_idx holds count values. */
 void zr_rng_iid_fill(uint64_t key, uint64_t n, uint64_t g0, uint64_t *ret_idx, size_t count);
 
+/* As zr_rng_iid_fill(), for the positions g[0], ..., g[count - 1] in any order (a
+ * mixture's draws of one source). g and ret_idx may be the same array. */
+void zr_rng_iid_map(uint64_t key, uint64_t n, const uint64_t *g, uint64_t *ret_idx, size_t count);
+
+/* The inverse, as a scan: writes into ret_g, in ascending order, every position g of
+ * [g0, g0 + count) whose index zr_rng_iid_one(key, n, g) is `record`, and returns
+ * how many (at most count: ret_g holds count values). A position's first draw x
+ * gives `record` exactly when x lies in [ceil(record 2^64 / n), ceil((record + 1)
+ * 2^64 / n)), so a block of lanes costs one mix and two compares each; the rare
+ * lane whose first draw is rejected is computed in full. record < n;
+ * g0 + count <= 2^64. */
+size_t zr_rng_iid_find(uint64_t key, uint64_t n, uint64_t g0, size_t count, uint64_t record,
+                       uint64_t *ret_g);
+
 #endif
