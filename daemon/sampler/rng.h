@@ -18,6 +18,8 @@
 #define ZR_RNG_MIX_M2  UINT64_C(0x94d049bb133111eb)
 #define ZR_RNG_DOMAIN_IID    UINT64_C(0x7a722d6969640001) /* "zr-iid" | 1: keeps iid keys apart */
 #define ZR_RNG_DOMAIN_CYCLIC UINT64_C(0x7a722d6379630002) /* "zr-cyc" | 2: from cyclic keys */
+#define ZR_RNG_DOMAIN_MIX    UINT64_C(0x7a722d6d69780003) /* "zr-mix" | 3: a mixture step's layout */
+#define ZR_RNG_DOMAIN_SOURCE UINT64_C(0x7a722d7372630004) /* "zr-src" | 4: a mixture source's seed */
 
 /* SplitMix64's finalizer: a bijection of uint64 with full avalanche. */
 static inline uint64_t zr_rng_mix64(uint64_t z) {

@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""reference-properties.py: the numpy reference (proto/vectors/sampler.py) against
+brute force, for mixtures.
+
+A mixture's counts are non-negative, sum to G and stay within the tree's bound of
+the weights; a step's batch over all ranks is each source's next draws; ranks
+slice one global batch. The engine's side of the same properties is
+tests/sampler/test-mixture.c; the vectors tie the two together.
+Cases come from a fixed seed. Exits 0, 1 on the first failure, 77 without numpy.
+"""
+import os
+import random
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "proto", "vectors"))
+
+try:
+    import numpy as np
+except ImportError:  # pragma: no cover
+    print("numpy is not installed: skipped")
+    sys.exit(77)
+
+import sampler as S  # noqa: E402
+
+np.seterr(over="ignore")
+rng = random.Random(0x5EED)
+
+
+def random_mixture(max_sources=5, max_n=30, max_w=20):
+    k = rng.randint(1, max_sources)
+    sources = [(rng.choice(S.MODES), rng.randint(1, max_n), rng.randint(1, max_w)) for _ in range(k)]
+    return sources, rng.randint(1, 8), rng.randint(1, 3), rng.getrandbits(64)
+
+
+def tree_bound(m, k):
+    """(1/2) sum of w_k / w_A over the nodes from leaf k up to, not including, the root."""
+    bound, node = 0.0, k
+    while node != m.root:
+        bound += m.weight[k] / m.weight[node]
+        node = m.parent[node]
+    return bound / 2
+
+
+def check_apportionment(cases):
+    worst = 0.0
+    for _ in range(cases):
+        sources, b, world, seed = random_mixture(max_sources=10, max_w=rng.choice([5, 100, 100000]))
+        m = S.Mixture(sources, b, world, seed)
+        total = sum(w for _, _, w in sources)
+        s0 = rng.choice([0, rng.getrandbits(45)])
+        prev = None
+        for s in range(s0, s0 + 60):
+            before, count = m.counts(s)
+            assert sum(count) == b * world and min(count) >= 0, (sources, s, count)
+            if prev is not None:
+                assert [p + c for p, c in zip(prev[0], prev[1])] == before
+            prev = (before, count)
+            for k, (_, _, w) in enumerate(sources):
+                assert m.draws_before(k, s) == before[k]
+                dev = abs(before[k] * total - s * b * world * w) / total
+                assert dev <= tree_bound(m, k) + 1e-9 < 1.68, (sources, s, k, dev)
+                worst = max(worst, dev)
+    assert worst > 0.5, worst
+
+
+def check_batches(cases):
+    for _ in range(cases):
+        sources, b, world, seed = random_mixture(max_n=rng.choice([3, 50]))
+        step = rng.choice([rng.randint(0, 50), rng.getrandbits(50)])
+        m = S.Mixture(sources, b, world, seed)
+        before, count = m.counts(step)
+        parts = [m.batch(step, r) for r in range(world)]
+        src = np.concatenate([p[0] for p in parts])
+        idx = np.concatenate([p[1] for p in parts])
+        # one rank of the same global batch gives the same positions
+        whole = S.Mixture(sources, b * world, 1, seed).batch(step, 0)
+        assert (whole[0] == src).all() and (whole[1] == idx).all()
+        for k in range(len(sources)):
+            mine = sorted(int(v) for v in idx[src == k])
+            want = sorted(int(v) for v in m.stream(k, np.arange(before[k], before[k] + count[k], dtype=np.uint64)))
+            assert mine == want, (sources, step, k)
+
+
+def main():
+    check_apportionment(150)
+    check_batches(150)
+    print("reference properties: apportionment, batches: ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
