@@ -5,15 +5,17 @@ A second implementation written from the specification alone, with numpy's uint6
 arrays (wrapping multiplication, shifts, xor) and Python integers where the
 specification says "exact". It is the proof that a client can reproduce the
 vectors without the engine, and a starting point for one. It holds the four
-samplers and mixtures of sources (`mixture`):
+samplers, mixtures of sources (`mixture`) and the inverses, which steps saw a
+record (`steps_of`, `mixture_steps_of`):
 
     python3 proto/vectors/sampler.py [proto/vectors/sampler.jsonl ...]
 
 checks each file named (by default sampler.jsonl, sampler-cyclic-lx157.jsonl,
-loaderx-1.5.7.jsonl, the batches of PyPI loaderx 1.5.7 itself, and
-sampler-mixture.jsonl), prints how many vectors it reproduced and exits 0, exits
-1 on the first mismatch, and exits 77 (a skipped test) when numpy is not
-installed. A line with a "sources" list is a mixture, else a sampler batch.
+loaderx-1.5.7.jsonl, the batches of PyPI loaderx 1.5.7 itself,
+sampler-mixture.jsonl and sampler-inverse.jsonl), prints how many vectors it
+reproduced and exits 0, exits 1 on the first mismatch, and exits 77 (a skipped
+test) when numpy is not installed. A line's kind follows from its keys: a
+"sources" list is a mixture, a "hits" list an inverse, else a sampler batch.
 """
 import heapq
 import json
@@ -44,6 +46,7 @@ MASK64 = (1 << 64) - 1
 MODES = ("sequential", "iid", "cyclic", "cyclic-lx157")
 MIXTURE_MAX_SOURCES = 256
 MIXTURE_MAX_WEIGHT = (1 << 32) - 1
+SCAN_LIMIT = 1 << 34                 # iid inverses: positions (or draws) one call may scan
 
 
 class SamplerError(ValueError):
@@ -125,6 +128,14 @@ def feistel_encrypt(x, a, b, rk):
     return (l << U64(a)) | r
 
 
+def feistel_decrypt(y, a, b, rk):
+    r, l = y & U64((1 << a) - 1), y >> U64(a)
+    for i in range(FEISTEL_ROUNDS - 2, -1, -2):
+        r = r ^ feistel_f(l, rk[i + 1], a)
+        l = l ^ feistel_f(r, rk[i], b)
+    return (l << U64(a)) | r
+
+
 def feistel_round_keys(k):
     """The round keys k_0..k_3 of permutation key k: an int, or a uint64 array of keys."""
     if isinstance(k, np.ndarray):
@@ -133,8 +144,8 @@ def feistel_round_keys(k):
 
 
 def feistel_walk(n, k, x, step):
-    """P (step = feistel_encrypt) of the uint64 array x, each value < n, under key k
-    (an int, or one key per value)."""
+    """P (step = feistel_encrypt) or its inverse (feistel_decrypt) of the uint64 array x,
+    each value < n, under key k (an int, or one key per value)."""
     w = max(2, (n - 1).bit_length())
     a, bb = w // 2, w - w // 2
     rk = feistel_round_keys(k)
@@ -168,9 +179,17 @@ def lx157_encrypt(x, h, key_):
     return (l << U64(h)) | r
 
 
+def lx157_decrypt(y, h, key_):
+    mask = U64((1 << h) - 1)
+    l, r = (y >> U64(h)) & mask, y & mask
+    for i in range(3, -1, -1):
+        l, r = r ^ (lx157_mix(key_, l, i) & mask), l
+    return (l << U64(h)) | r
+
+
 def lx157_walk(n, key_, x, step):
-    """Q_c (step = lx157_encrypt) of x (values < n) under cycle key key_ (an int, or
-    one key per value)."""
+    """Q_c (step = lx157_encrypt) or its inverse of x (values < n) under cycle key key_
+    (an int, or one key per value)."""
     if n == 1:
         return np.zeros(x.size, dtype=U64)
     bits = (n - 1).bit_length()
@@ -204,6 +223,18 @@ SAMPLERS = {"sequential": lambda p: sequential(p["n"], p["batch_size"], p["step"
             "cyclic": lambda p: cyclic(p["n"], p["batch_size"], p["seed"], p["step"], p["rank"], p["world_size"]),
             "cyclic-lx157": lambda p: cyclic_lx157(p["n"], p["batch_size"], p["seed"], p["step"], p["rank"],
                                                    p["world_size"])}
+
+
+def check_params(mode, n, b, world):
+    """The refusals of SAMPLERS.md, "Parameters" (rank aside)."""
+    if mode not in MODES:
+        raise SamplerError(f"sampler mode {mode!r} is unknown")
+    if n < 1 or b < 1 or world < 1:
+        raise SamplerError("n, batch_size and world_size must be >= 1")
+    if b * world > MASK64:
+        raise SamplerError(f"batch_size {b} * world_size {world} overflows 64 bits")
+    if mode in ("cyclic", "cyclic-lx157") and b * world > n:
+        raise SamplerError(f"{mode}: global batch {b * world} > n = {n}")
 
 
 # ------------------------------------------------------------------ mixtures
@@ -300,6 +331,9 @@ class Mixture:
         """The slot of each global position g (a uint64 array) of `step`."""
         return feistel_walk(self.g, key(self.seed, DOMAIN_MIX, step), g, feistel_encrypt)
 
+    def unlayout(self, step, t):
+        return feistel_walk(self.g, key(self.seed, DOMAIN_MIX, step), t, feistel_decrypt)
+
     def stream(self, source, c):
         mode, n, _ = self.sources[source]
         return source_stream(mode, n, self.source_seeds[source], c)
@@ -319,6 +353,16 @@ class Mixture:
             idx[sel] = self.stream(int(k), draw[sel])
         return src.astype(U64), idx
 
+    def step_of_draw(self, source, c, lo, hi):
+        """The step s in [lo, hi) with D_k(s) <= c < D_k(s + 1) (one exists)."""
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if self.draws_before(source, mid) <= c:
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
 
 def mixture(p):
     """A vector line's batch: (sources, indices) as lists of ints."""
@@ -329,9 +373,134 @@ def mixture(p):
     return m, [int(v) for v in src], [int(v) for v in idx], before, count
 
 
+# ------------------------------------------------------------------ inverses
+def _record_checks(n, record, start, stop):
+    if record >= n:
+        raise SamplerError(f"record {record} >= n = {n}")
+    return max(0, stop - start)
+
+
+def _iid_find(n, s, first, count, record, progress=None, done=0, total=0):
+    """The positions g in [first, first + count) whose iid index under step key s is
+    `record`: a vectorized scan that narrows on the first draw's range, then checks the
+    rejected lanes exactly."""
+    two64 = 1 << 64
+    lo = -(-(record * two64) // n)                   # high64(x * n) = record  <=>  lo <= x <= hi
+    hi = -(-((record + 1) * two64) // n) - 1
+    t = U64((two64 - n) % n)
+    found = []
+    chunk = 1 << 18
+    for off in range(0, count, chunk):
+        g = U64(first + off) + np.arange(min(chunk, count - off), dtype=U64)
+        x = mix64(U64(s) + g * U64(GAMMA))
+        _, low = mul_hi_lo(x, n)
+        rejected = low < t
+        inside = (x >= U64(lo)) & (x <= U64(hi)) & ~rejected
+        if rejected.any():
+            again = g[rejected]
+            inside[rejected] = iid_positions(n, s, again) == U64(record)
+        found.extend(int(v) for v in g[inside])
+        if progress is not None:
+            progress(done + off + g.size, total)
+    return found
+
+
+def steps_of(mode, n, b, seed, world, record, start, stop, progress=None, scan_limit=SCAN_LIMIT):
+    """Every (step, rank, position) of steps [start, stop) whose batch holds `record`,
+    in ascending step then position: SAMPLERS.md, "Which steps saw a record"."""
+    check_params(mode, n, b, world)
+    g_ = b * world
+    steps = _record_checks(n, record, start, stop)
+    hits = []
+    if steps == 0:
+        return hits
+    if mode == "sequential":
+        p = start * g_ + (record - start * g_) % n   # the first position >= start * G holding record
+        while p < stop * g_:
+            s, g = divmod(p, g_)
+            hits.append((s, g // b, g % b))
+            p += n
+        return hits
+    if mode == "iid":
+        if steps * g_ > scan_limit:
+            raise SamplerError(f"iid: steps [{start}, {stop}) scan {steps * g_} positions, "
+                               f"above the limit {scan_limit}")
+        for i, s in enumerate(range(start, stop)):
+            for g in _iid_find(n, key(seed, DOMAIN_IID, s), 0, g_, record, progress, i * g_, steps * g_):
+                hits.append((s, g // b, g % b))
+        return hits
+    m = n // g_
+    cycles = np.arange(start // m, (stop - 1) // m + 1, dtype=U64)
+    r = np.full(cycles.size, record, dtype=U64)
+    if mode == "cyclic":
+        q = feistel_walk(n, keys(seed, DOMAIN_CYCLIC, cycles), r, feistel_decrypt)
+    else:
+        q = lx157_walk(n, lx157_cycle_key(seed, cycles), r, lx157_decrypt)
+    for c, qq in zip(cycles, q):
+        c, qq = int(c), int(qq)
+        if qq >= m * g_:
+            continue                                 # dropped in this cycle
+        s = c * m + qq // g_
+        if start <= s < stop:
+            g = qq % g_
+            hits.append((s, g // b, g % b))
+    return hits
+
+
+def mixture_steps_of(mix, source, record, start, stop, progress=None, scan_limit=SCAN_LIMIT):
+    """Every (step, rank, position) of steps [start, stop) whose batch holds record
+    `record` of source `source`, in ascending step then position."""
+    mode, n, _ = mix.sources[source]
+    stop = min(stop, mix.last_step() + 1)
+    if _record_checks(n, record, start, stop) == 0:
+        return []
+    c_lo, c_hi = mix.draws_before(source, start), mix.draws_before(source, stop)
+    if c_hi <= c_lo:
+        return []
+    # the draws of the source's own stream in [c_lo, c_hi) that give `record`
+    if mode == "sequential":
+        draws = range(c_lo + (record - c_lo) % n, c_hi, n)
+    elif mode == "iid":
+        if c_hi - c_lo > scan_limit:
+            raise SamplerError(f"iid source {source}: draws [{c_lo}, {c_hi}) scan {c_hi - c_lo} draws, "
+                               f"above the limit {scan_limit}")
+        draws = _iid_find(n, key(mix.source_seeds[source], DOMAIN_IID, 0), c_lo, c_hi - c_lo, record,
+                          progress, 0, c_hi - c_lo)
+    else:
+        cycles = np.arange(c_lo // n, (c_hi - 1) // n + 1, dtype=U64)
+        r = np.full(cycles.size, record, dtype=U64)
+        seed = mix.source_seeds[source]
+        if mode == "cyclic":
+            q = feistel_walk(n, keys(seed, DOMAIN_CYCLIC, cycles), r, feistel_decrypt)
+        else:
+            q = lx157_walk(n, lx157_cycle_key(seed, cycles), r, lx157_decrypt)
+        draws = [c for c in (int(cy) * n + int(qq) for cy, qq in zip(cycles, q)) if c_lo <= c < c_hi]
+    hits = []
+    lo = start
+    for c in draws:
+        s = mix.step_of_draw(source, c, lo, stop)
+        lo = s
+        before, count = mix.counts(s)
+        t = sum(count[:source]) + c - before[source]
+        g = int(mix.unlayout(s, np.array([t], dtype=U64))[0])
+        hits.append((s, g // mix.b, g % mix.b))
+    hits.sort()
+    return hits
+
+
 # ------------------------------------------------------------------ the vectors
 def check_line(p):
     """(got, want) for one vector line."""
+    if "hits" in p:
+        want = [list(h) for h in p["hits"]]
+        if "sources" in p:
+            m = Mixture([(s["mode"], s["n"], s["weight"]) for s in p["sources"]], p["batch_size"],
+                        p["world_size"], p["seed"])
+            got = mixture_steps_of(m, p["source"], p["record"], p["start"], p["stop"])
+        else:
+            got = steps_of(p["mode"], p["n"], p["batch_size"], p["seed"], p["world_size"], p["record"],
+                           p["start"], p["stop"])
+        return [list(h) for h in got], want
     if "sources" in p:
         _, src, idx, before, count = mixture(p)
         return ([src, idx, before, count],
@@ -357,7 +526,7 @@ def main():
     here = os.path.dirname(os.path.abspath(__file__))
     paths = sys.argv[1:] or [os.path.join(here, f) for f in
                              ("sampler.jsonl", "sampler-cyclic-lx157.jsonl", "loaderx-1.5.7.jsonl",
-                              "sampler-mixture.jsonl")]
+                              "sampler-mixture.jsonl", "sampler-inverse.jsonl")]
     for path in paths:
         count = check(path)
         if count is None:

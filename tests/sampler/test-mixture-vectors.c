@@ -1,5 +1,6 @@
 /* test-mixture-vectors.c: the engine reproduces proto/vectors/sampler-mixture.jsonl
- * (mixture batches) bit for bit. The files are read from $ZR_VECTORS (set by meson); each line's parameters
+ * (mixture batches) and sampler-inverse.jsonl (which steps saw a record) bit for
+ * bit. The files are read from $ZR_VECTORS (set by meson); each line's parameters
  * are run and every field the file gives is compared. The files must also still
  * cover what their tables promise, so a trimmed file fails too. */
 #include <check.h>
@@ -10,7 +11,7 @@
 #include <string.h>
 
 #include "check-run.h"
-#include "sampler/mixture.h"
+#include "sampler/inverse.h"
 
 #define VECTORS_LINE_MAX 16384
 #define VECTORS_MAX      256 /* batch, sources or hits of a line */
@@ -30,6 +31,13 @@ static uint64_t vectors_field(const char *line, const char *key) {
         v = strtoull(p + strlen(pat), &end, 10);
         ck_assert_msg(errno == 0 && end != p + strlen(pat), "bad %s in: %.80s", key, line);
         return v;
+}
+
+static int vectors_has(const char *line, const char *key) {
+        char pat[64];
+
+        snprintf(pat, sizeof(pat), "\"%s\": ", key);
+        return strstr(line, pat) != NULL;
 }
 
 /* The integers of the list after "key": [, nested lists flattened; returns how many. */
@@ -165,6 +173,74 @@ static void vectors_check_mixture(const char *line, unsigned lineno) {
         mix_cover.many += k >= 12;
 }
 
+/* What the inverse file covered. */
+static struct {
+        unsigned modes[_ZR_SAMPLER_MODE_MAX], mix_modes[_ZR_SAMPLER_MODE_MAX], hits, several, huge_step;
+} inv_cover;
+
+typedef struct vectors_hits {
+        zr_sampler_hit h[VECTORS_MAX];
+        size_t count;
+} vectors_hits;
+
+static int vectors_on_hits(void *userdata, const zr_sampler_hit *hits, size_t count) {
+        vectors_hits *t = userdata;
+
+        for (size_t i = 0; i < count; i++) {
+                ck_assert_uint_lt(t->count, VECTORS_MAX);
+                t->h[t->count++] = hits[i];
+        }
+        return 0;
+}
+
+static void vectors_check_inverse(const char *line, unsigned lineno) {
+        static uint64_t want[3 * VECTORS_MAX];
+        static vectors_hits got;
+        zr_steps_of_ops ops = { .on_hits = vectors_on_hits, .userdata = &got };
+        uint64_t record = vectors_field(line, "record"), start = vectors_field(line, "start");
+        uint64_t stop = vectors_field(line, "stop"), b = vectors_field(line, "batch_size");
+        uint64_t seed = vectors_field(line, "seed");
+        uint32_t w = (uint32_t)vectors_field(line, "world_size");
+        size_t nwant = vectors_list(line, "hits", want, 3 * VECTORS_MAX);
+        zr_error err = {0};
+
+        got.count = 0;
+        if (vectors_has(line, "sources")) {
+                zr_mixture_source s[VECTORS_MAX];
+                uint32_t k = vectors_sources(line, s, VECTORS_MAX), source = (uint32_t)vectors_field(line, "source");
+
+                ck_assert_int_eq(zr_mixture_init(&vectors_m, s, k, b, w, seed, &err), 0);
+                ck_assert_msg(zr_mixture_steps_of(&vectors_m, source, record, start, stop, &ops, &err) == 0,
+                              "line %u: %s", lineno, err.message);
+                inv_cover.mix_modes[s[source].mode]++;
+        } else {
+                zr_sampler_params p = { .n = vectors_field(line, "n"), .batch_size = b, .seed = seed,
+                                        .world_size = w };
+                const char *m = strstr(line, "\"mode\": \"") + strlen("\"mode\": \"");
+                char mode[16] = {0};
+
+                memcpy(mode, m, strcspn(m, "\""));
+                ck_assert_int_eq(zr_sampler_mode_from_name(mode, &p.mode), 0);
+                ck_assert_msg(zr_sampler_steps_of(&p, record, start, stop, &ops, &err) == 0, "line %u: %s", lineno,
+                              err.message);
+                inv_cover.modes[p.mode]++;
+        }
+        ck_assert_uint_eq(nwant % 3, 0);
+        if (got.count != nwant / 3)
+                ck_abort_msg("line %u: %zu hits, file says %zu", lineno, got.count, nwant / 3);
+        for (size_t i = 0; i < got.count; i++)
+                if (got.h[i].step != want[3 * i] || got.h[i].rank != want[3 * i + 1] ||
+                    got.h[i].position != want[3 * i + 2])
+                        ck_abort_msg("line %u: hit %zu is (%lu, %u, %lu), file says (%lu, %lu, %lu)", lineno, i,
+                                     (unsigned long)got.h[i].step, got.h[i].rank, (unsigned long)got.h[i].position,
+                                     (unsigned long)want[3 * i], (unsigned long)want[3 * i + 1],
+                                     (unsigned long)want[3 * i + 2]);
+        inv_cover.hits += (unsigned)got.count;
+        for (size_t i = 1; i < got.count; i++)
+                inv_cover.several += got.h[i].step == got.h[i - 1].step;
+        inv_cover.huge_step += start >= (UINT64_C(1) << 62);
+}
+
 START_TEST(test_mixture_vectors) {
         unsigned lines = vectors_each("sampler-mixture.jsonl", vectors_check_mixture);
 
@@ -177,8 +253,21 @@ START_TEST(test_mixture_vectors) {
 }
 END_TEST
 
+START_TEST(test_inverse_vectors) {
+        unsigned lines = vectors_each("sampler-inverse.jsonl", vectors_check_inverse);
+
+        ck_assert_uint_ge(lines, 25);
+        for (int m = 0; m < _ZR_SAMPLER_MODE_MAX; m++) {
+                ck_assert_uint_ge(inv_cover.modes[m], 3);
+                ck_assert_uint_ge(inv_cover.mix_modes[m], 1);
+        }
+        ck_assert_uint_ge(inv_cover.hits, 300);
+        ck_assert(inv_cover.several && inv_cover.huge_step);
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("mixture-vectors");
-        TL_TCASE(s, "core", 0, test_mixture_vectors);
+        TL_TCASE(s, "core", 0, test_mixture_vectors, test_inverse_vectors);
         return tl_run_suite(s);
 }
