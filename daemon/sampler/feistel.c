@@ -91,6 +91,27 @@ uint64_t zr_feistel_permute(const zr_feistel *f, uint64_t q) {
         return x;
 }
 
+/* Each round is an xor with a function of the other half, its own inverse: undone
+ * from the last to the first. */
+uint64_t zr_feistel_decrypt(const zr_feistel *f, uint64_t y) {
+        unsigned a = f->low, b = f->width - f->low;
+        uint32_t r = (uint32_t)(y & ((UINT64_C(1) << a) - 1)), l = (uint32_t)(y >> a);
+
+        for (unsigned i = ZR_FEISTEL_ROUNDS; i > 0; i -= 2) {
+                r ^= feistel_f(l, f->keys[i - 1], a);
+                l ^= feistel_f(r, f->keys[i - 2], b);
+        }
+        return ((uint64_t)l << a) | r;
+}
+
+uint64_t zr_feistel_unpermute(const zr_feistel *f, uint64_t y) {
+        uint64_t x = zr_feistel_decrypt(f, y);
+
+        while (x >= f->n)
+                x = zr_feistel_decrypt(f, x);
+        return x;
+}
+
 /*
  * The chunk walk. Pass one encrypts every lane of a chunk (x[j] = E(q0 + j)).
  * The stragglers, lanes whose value is still >= n, are gathered with their
@@ -114,6 +135,14 @@ static void feistel_first32(uint32_t *x, size_t lanes, uint32_t q0, size_t len, 
                             unsigned b, const uint32_t *k) {
         for (size_t j = 0; j < lanes; j++)
                 x[j] = feistel_encrypt32(j < len ? q0 + (uint32_t)j : 0, a, b, k);
+}
+
+/* As feistel_first32(), from positions in any order: x[j] = E(q[j]). */
+ZR_SAMPLER_KERNEL
+static void feistel_gather32(uint32_t *x, size_t lanes, const uint64_t *q, size_t len, unsigned a,
+                             unsigned b, const uint32_t *k) {
+        for (size_t j = 0; j < lanes; j++)
+                x[j] = feistel_encrypt32(j < len ? (uint32_t)q[j] : 0, a, b, k);
 }
 
 /* Up to FEISTEL_BLEND_PASSES passes over v[]: every lane still > last is
@@ -197,14 +226,19 @@ static size_t feistel_stragglers32_avx512(const uint32_t *x, size_t lanes, uint3
 #  define FEISTEL_HAVE_AVX512 1
 #endif
 
-/* One chunk for w <= 32: ret_idx[j] = permute(q0 + j) for j < len. */
-static void feistel_chunk32(const zr_feistel *f, uint32_t q0, size_t len, uint64_t *ret_idx) {
+/* One chunk for w <= 32: ret_idx[j] = permute(q0 + j) for j < len, or permute(q[j])
+ * when q is not NULL. */
+static void feistel_chunk32(const zr_feistel *f, uint32_t q0, const uint64_t *q, size_t len,
+                            uint64_t *ret_idx) {
         uint32_t x[FEISTEL_CHUNK], v[FEISTEL_CHUNK + 16], pos[FEISTEL_CHUNK + 16];
         unsigned a = f->low, b = f->width - f->low;
         uint32_t last = (uint32_t)(f->n - 1);
         size_t lanes = FEISTEL_PAD(len), c;
 
-        feistel_first32(x, lanes, q0, len, a, b, f->keys);
+        if (q)
+                feistel_gather32(x, lanes, q, len, a, b, f->keys);
+        else
+                feistel_first32(x, lanes, q0, len, a, b, f->keys);
 #ifdef FEISTEL_HAVE_AVX512
         if (__builtin_cpu_supports("avx512f"))
                 c = feistel_stragglers32_avx512(x, lanes, last, pos);
@@ -228,6 +262,13 @@ static void feistel_first64(uint64_t *x, size_t lanes, uint64_t q0, size_t len, 
                             unsigned b, const uint32_t *k) {
         for (size_t j = 0; j < lanes; j++)
                 x[j] = feistel_encrypt64(j < len ? q0 + j : 0, a, b, k);
+}
+
+ZR_SAMPLER_KERNEL
+static void feistel_gather64(uint64_t *x, size_t lanes, const uint64_t *q, size_t len, unsigned a,
+                             unsigned b, const uint32_t *k) {
+        for (size_t j = 0; j < lanes; j++)
+                x[j] = feistel_encrypt64(j < len ? q[j] : 0, a, b, k);
 }
 
 ZR_SAMPLER_KERNEL
@@ -274,14 +315,19 @@ static size_t feistel_settle64(uint64_t *x, uint64_t *v, uint32_t *pos, size_t c
         return keep;
 }
 
-/* One chunk for w > 32: ret_idx[j] = permute(q0 + j) for j < len. */
-static void feistel_chunk64(const zr_feistel *f, uint64_t q0, size_t len, uint64_t *ret_idx) {
+/* One chunk for w > 32: ret_idx[j] = permute(q0 + j) for j < len, or permute(q[j])
+ * when q is not NULL. */
+static void feistel_chunk64(const zr_feistel *f, uint64_t q0, const uint64_t *q, size_t len,
+                            uint64_t *ret_idx) {
         uint64_t x[FEISTEL_CHUNK], v[FEISTEL_CHUNK + 16];
         uint32_t pos[FEISTEL_CHUNK + 16];
         unsigned a = f->low, b = f->width - f->low;
         size_t lanes = FEISTEL_PAD(len), c;
 
-        feistel_first64(x, lanes, q0, len, a, b, f->keys);
+        if (q)
+                feistel_gather64(x, lanes, q, len, a, b, f->keys);
+        else
+                feistel_first64(x, lanes, q0, len, a, b, f->keys);
         c = feistel_stragglers64(x, lanes, f->n - 1, pos);
         for (size_t i = 0; i < FEISTEL_PAD(c); i++)
                 v[i] = i < c ? x[pos[i]] : 0;
@@ -300,8 +346,20 @@ void zr_feistel_fill(const zr_feistel *f, uint64_t q0, uint64_t *ret_idx, size_t
                 size_t len = count - j < FEISTEL_CHUNK ? count - j : FEISTEL_CHUNK;
 
                 if (f->width <= 32)
-                        feistel_chunk32(f, (uint32_t)(q0 + j), len, ret_idx + j);
+                        feistel_chunk32(f, (uint32_t)(q0 + j), NULL, len, ret_idx + j);
                 else
-                        feistel_chunk64(f, q0 + j, len, ret_idx + j);
+                        feistel_chunk64(f, q0 + j, NULL, len, ret_idx + j);
+        }
+}
+
+/* A chunk reads all its positions before it writes ret_idx, so q may be ret_idx. */
+void zr_feistel_map(const zr_feistel *f, const uint64_t *q, uint64_t *ret_idx, size_t count) {
+        for (size_t j = 0; j < count; j += FEISTEL_CHUNK) {
+                size_t len = count - j < FEISTEL_CHUNK ? count - j : FEISTEL_CHUNK;
+
+                if (f->width <= 32)
+                        feistel_chunk32(f, 0, q + j, len, ret_idx + j);
+                else
+                        feistel_chunk64(f, 0, q + j, len, ret_idx + j);
         }
 }

@@ -45,4 +45,16 @@ uint64_t zr_feistel_permute(const zr_feistel *f, uint64_t q);
  * q0 + count <= n. */
 void zr_feistel_fill(const zr_feistel *f, uint64_t q0, uint64_t *ret_idx, size_t count);
 
+/* Writes zr_feistel_permute(f, q[j]) for j in [0, count) into ret_idx: the fill
+ * over positions in any order (a mixture's draws of one source). Every q[j] < n;
+ * q and ret_idx may be the same array. */
+void zr_feistel_map(const zr_feistel *f, const uint64_t *q, uint64_t *ret_idx, size_t count);
+
+/* The inverse of zr_feistel_encrypt(): each round undone in reverse order. y < 2^w. */
+uint64_t zr_feistel_decrypt(const zr_feistel *f, uint64_t y);
+
+/* The inverse of zr_feistel_permute(): the q < n whose image is y (y < n). Decrypts,
+ * and decrypts again while the value is >= n: the forward walk, backwards. */
+uint64_t zr_feistel_unpermute(const zr_feistel *f, uint64_t y);
+
 #endif

@@ -56,6 +56,50 @@ uint64_t zr_lxperm_permute(const zr_lxperm *p, uint64_t q) {
         return y;
 }
 
+/* Round i maps (L, R) to (R, L ^ f_i(R)); undone, (L', R') goes back to
+ * (R' ^ f_i(L'), L'). */
+uint64_t zr_lxperm_decrypt(const zr_lxperm *p, uint64_t y) {
+        unsigned h = p->half;
+        uint64_t mask = (UINT64_C(1) << h) - 1, l = (y >> h) & mask, r = y & mask;
+
+        for (uint64_t i = ZR_LXPERM_ROUNDS; i > 0; i--) {
+                uint64_t prev = r ^ (lxperm_mix(p->key, l, i - 1) & mask);
+
+                r = l;
+                l = prev;
+        }
+        return (l << h) | r;
+}
+
+uint64_t zr_lxperm_unpermute(const zr_lxperm *p, uint64_t y) {
+        uint64_t x = y;
+
+        if (p->n <= 1)
+                return 0;
+        do
+                x = zr_lxperm_decrypt(p, x);
+        while (x >= p->n);
+        return x;
+}
+
+ZR_SAMPLER_KERNEL
+static void lxperm_gather(uint64_t *x, const uint64_t *q, size_t len, unsigned h, uint64_t key) {
+        for (size_t j = 0; j < len; j++)
+                x[j] = lxperm_encrypt(q[j], h, key);
+}
+
+void zr_lxperm_map(const zr_lxperm *p, const uint64_t *q, uint64_t *ret_idx, size_t count) {
+        if (p->n <= 1) {
+                for (size_t j = 0; j < count; j++)
+                        ret_idx[j] = 0;
+                return;
+        }
+        lxperm_gather(ret_idx, q, count, p->half, p->key);
+        for (size_t i = 0; i < count; i++)
+                while (ret_idx[i] >= p->n)
+                        ret_idx[i] = lxperm_encrypt(ret_idx[i], p->half, p->key);
+}
+
 ZR_SAMPLER_KERNEL
 static void lxperm_first(uint64_t *x, uint64_t q0, size_t len, unsigned h, uint64_t key) {
         for (size_t j = 0; j < len; j++)

@@ -39,4 +39,14 @@ uint64_t zr_lxperm_permute(const zr_lxperm *p, uint64_t q);
  * q0 + count <= n. */
 void zr_lxperm_fill(const zr_lxperm *p, uint64_t q0, uint64_t *ret_idx, size_t count);
 
+/* Writes zr_lxperm_permute(p, q[j]) for j in [0, count) into ret_idx: positions in
+ * any order. Every q[j] < n; q and ret_idx may be the same array. */
+void zr_lxperm_map(const zr_lxperm *p, const uint64_t *q, uint64_t *ret_idx, size_t count);
+
+/* The inverse of zr_lxperm_encrypt(): the rounds undone from the last. y < 2^(2h); n >= 2. */
+uint64_t zr_lxperm_decrypt(const zr_lxperm *p, uint64_t y);
+
+/* The inverse of zr_lxperm_permute(): the q < n whose image is y (y < n); 0 when n = 1. */
+uint64_t zr_lxperm_unpermute(const zr_lxperm *p, uint64_t y);
+
 #endif

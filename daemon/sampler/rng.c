@@ -110,3 +110,81 @@ void zr_rng_iid_fill(uint64_t key, uint64_t n, uint64_t g0, uint64_t *ret_idx, s
                         memcpy(ret_idx + j, tmp, len * sizeof(*tmp));
         }
 }
+
+void zr_rng_iid_map(uint64_t key, uint64_t n, const uint64_t *g, uint64_t *ret_idx, size_t count) {
+        uint64_t t = zr_rng_threshold(n);
+
+        for (size_t j = 0; j < count; j++) {
+                uint64_t gj = g[j];
+                unsigned __int128 m = (unsigned __int128)zr_rng_mix64(key + gj * ZR_RNG_GAMMA) * n;
+
+                ret_idx[j] = (uint64_t)m >= t ? (uint64_t)(m >> 64) : zr_rng_iid_one(key, n, gj);
+        }
+}
+
+/* One block of the scan: flags[j] = 1 if lane j's first draw gives `record` (x - lo
+ * <= span), 2 if it is rejected; returns the or of the flags, 0 for a block
+ * without a candidate (all but about 64 / n of them). Scalar below AVX-512, for
+ * the reason rng_iid_block_scalar() is (measured per position at n = 10^6 on
+ * AVX2: scalar 3.8 ns, vectorized 4.5). */
+#define RNG_FIND_BODY                                                                         \
+        unsigned any = 0;                                                                     \
+                                                                                              \
+        for (unsigned j = 0; j < ZR_SAMPLER_BLOCK; j++) {                                     \
+                uint64_t x = zr_rng_mix64(base + (uint64_t)j * ZR_RNG_GAMMA);                 \
+                unsigned f = (unsigned)(x - lo <= span) | (unsigned)((x * n) < t) << 1;       \
+                                                                                              \
+                flags[j] = (uint8_t)f;                                                        \
+                any |= f;                                                                     \
+        }                                                                                     \
+        return any;
+
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("no-tree-vectorize", "unroll-loops")))
+#endif
+static unsigned rng_find_block_scalar(uint64_t base, uint64_t n, uint64_t t, uint64_t lo, uint64_t span,
+                                      uint8_t *flags) {
+        RNG_FIND_BODY
+}
+
+#ifdef RNG_HAVE_AVX512
+RNG_AVX512
+static unsigned rng_find_block_avx512(uint64_t base, uint64_t n, uint64_t t, uint64_t lo, uint64_t span,
+                                      uint8_t *flags) {
+        RNG_FIND_BODY
+}
+#endif
+
+size_t zr_rng_iid_find(uint64_t key, uint64_t n, uint64_t g0, size_t count, uint64_t record,
+                       uint64_t *ret_g) {
+        /* x gives record <=> record 2^64 <= x n < (record + 1) 2^64 */
+        unsigned __int128 two64 = (unsigned __int128)1 << 64;
+        uint64_t lo = (uint64_t)(((unsigned __int128)record * two64 + n - 1) / n);
+        uint64_t hi = (uint64_t)((((unsigned __int128)record + 1) * two64 + n - 1) / n - 1);
+        uint64_t t = zr_rng_threshold(n);
+        uint8_t flags[ZR_SAMPLER_BLOCK];
+        size_t found = 0;
+        unsigned (*block)(uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint8_t *) = rng_find_block_scalar;
+
+#ifdef RNG_HAVE_AVX512
+        if (__builtin_cpu_supports("x86-64-v4"))
+                block = rng_find_block_avx512;
+#endif
+
+        for (size_t j = 0; j < count; j += ZR_SAMPLER_BLOCK) {
+                size_t len = count - j < ZR_SAMPLER_BLOCK ? count - j : ZR_SAMPLER_BLOCK;
+                uint64_t g = g0 + j;
+
+                if (!block(key + g * ZR_RNG_GAMMA, n, t, lo, hi - lo, flags))
+                        continue;
+                for (size_t i = 0; i < len; i++) {
+                        if (flags[i] & 2) {
+                                if (zr_rng_iid_one(key, n, g + i) == record)
+                                        ret_g[found++] = g + i;
+                        } else if (flags[i]) {
+                                ret_g[found++] = g + i;
+                        }
+                }
+        }
+        return found;
+}

@@ -18,6 +18,8 @@
 #define ZR_RNG_MIX_M2  UINT64_C(0x94d049bb133111eb)
 #define ZR_RNG_DOMAIN_IID    UINT64_C(0x7a722d6969640001) /* "zr-iid" | 1: keeps iid keys apart */
 #define ZR_RNG_DOMAIN_CYCLIC UINT64_C(0x7a722d6379630002) /* "zr-cyc" | 2: from cyclic keys */
+#define ZR_RNG_DOMAIN_MIX    UINT64_C(0x7a722d6d69780003) /* "zr-mix" | 3: a mixture step's layout */
+#define ZR_RNG_DOMAIN_SOURCE UINT64_C(0x7a722d7372630004) /* "zr-src" | 4: a mixture source's seed */
 
 /* SplitMix64's finalizer: a bijection of uint64 with full avalanche. */
 static inline uint64_t zr_rng_mix64(uint64_t z) {
@@ -46,5 +48,19 @@ uint64_t zr_rng_iid_one(uint64_t key, uint64_t n, uint64_t g);
 /* Writes count iid indices for global positions g0, g0+1, ... into ret_idx, equal
  * to zr_rng_iid_one() for each. n >= 1; ret_idx holds count values. */
 void zr_rng_iid_fill(uint64_t key, uint64_t n, uint64_t g0, uint64_t *ret_idx, size_t count);
+
+/* As zr_rng_iid_fill(), for the positions g[0], ..., g[count - 1] in any order (a
+ * mixture's draws of one source). g and ret_idx may be the same array. */
+void zr_rng_iid_map(uint64_t key, uint64_t n, const uint64_t *g, uint64_t *ret_idx, size_t count);
+
+/* The inverse, as a scan: writes into ret_g, in ascending order, every position g of
+ * [g0, g0 + count) whose index zr_rng_iid_one(key, n, g) is `record`, and returns
+ * how many (at most count: ret_g holds count values). A position's first draw x
+ * gives `record` exactly when x lies in [ceil(record 2^64 / n), ceil((record + 1)
+ * 2^64 / n)), so a block of lanes costs one mix and two compares each; the rare
+ * lane whose first draw is rejected is computed in full. record < n;
+ * g0 + count <= 2^64. */
+size_t zr_rng_iid_find(uint64_t key, uint64_t n, uint64_t g0, size_t count, uint64_t record,
+                       uint64_t *ret_g);
 
 #endif

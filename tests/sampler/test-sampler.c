@@ -1,5 +1,7 @@
 /* test-sampler.c: parameter checks, sequential windows, sharding, huge steps, and
- * the vectorized fills against the one-index references, for every mode. */
+ * the vectorized fills against the one-index references, for every mode; the
+ * permutations' inverses, the gathers over positions in any order and the iid
+ * scan against their references. */
 #include <check.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -246,6 +248,97 @@ START_TEST(test_lx157_fill_matches_reference) {
 }
 END_TEST
 
+/* A fixed sequence of test values (SplitMix64 over a counter). */
+static uint64_t test_state = 0x1a7e;
+static uint64_t test_rand_u64(uint64_t below) {
+        test_state += ZR_RNG_GAMMA;
+        return zr_rng_mix64(test_state) % below;
+}
+
+/* Both permutations undo themselves exactly: every q < n for small n, a sample for
+ * n up to 2^64 - 1 (odd widths, the 32-bit lanes' limit, walks of half the domain). */
+START_TEST(test_permutations_invert) {
+        static const uint64_t ns[] = { 1, 2, 3, 5, 10, 64, 65, 1000, (UINT64_C(1) << 19) + 1,
+                                       UINT64_C(1) << 32, (UINT64_C(1) << 32) + 3, (UINT64_C(1) << 63) + 7,
+                                       UINT64_MAX };
+
+        for (size_t a = 0; a < sizeof(ns) / sizeof(*ns); a++) {
+                uint64_t n = ns[a], count = n < 3000 ? n : 3000;
+                zr_feistel f;
+                zr_lxperm x;
+
+                zr_feistel_init(&f, n, zr_rng_key(a, ZR_RNG_DOMAIN_CYCLIC, 9));
+                zr_lxperm_init(&x, n, a * 77, 9);
+                for (uint64_t i = 0; i < count; i++) {
+                        uint64_t q = n <= 3000 ? i : test_rand_u64(n);
+
+                        TEST_EQ(zr_feistel_unpermute(&f, zr_feistel_permute(&f, q)), q);
+                        TEST_EQ(zr_feistel_permute(&f, zr_feistel_unpermute(&f, q)), q);
+                        TEST_EQ(zr_lxperm_unpermute(&x, zr_lxperm_permute(&x, q)), q);
+                        TEST_EQ(zr_lxperm_permute(&x, zr_lxperm_unpermute(&x, q)), q);
+                }
+        }
+}
+END_TEST
+
+/* The gathers equal the one-position references, positions in any order. */
+START_TEST(test_maps) {
+        static const uint64_t ns[] = { 1, 3, 1000, UINT64_C(1) << 32, (UINT64_C(1) << 32) + 3, UINT64_MAX };
+        static uint64_t q[2500], out[2500];
+
+        for (size_t a = 0; a < sizeof(ns) / sizeof(*ns); a++) {
+                uint64_t n = ns[a], key = zr_rng_key(a, ZR_RNG_DOMAIN_IID, 1);
+                zr_feistel f;
+                zr_lxperm x;
+
+                for (size_t i = 0; i < 2500; i++)
+                        q[i] = test_rand_u64(n);
+                zr_feistel_init(&f, n, key);
+                zr_feistel_map(&f, q, out, 2500);
+                for (size_t i = 0; i < 2500; i++)
+                        TEST_EQ(out[i], zr_feistel_permute(&f, q[i]));
+                zr_lxperm_init(&x, n, key, 4);
+                zr_lxperm_map(&x, q, out, 2500);
+                for (size_t i = 0; i < 2500; i++)
+                        TEST_EQ(out[i], zr_lxperm_permute(&x, q[i]));
+                zr_rng_iid_map(key, n, q, out, 2500);
+                for (size_t i = 0; i < 2500; i++)
+                        TEST_EQ(out[i], zr_rng_iid_one(key, n, q[i]));
+        }
+}
+END_TEST
+
+/* The iid scan finds what drawing every position finds, including where about
+ * half the first draws are rejected (n = 2^63 + 1, records near both ends). */
+START_TEST(test_iid_find) {
+        static const uint64_t ns[] = { 1, 2, 3, 7, 1000, UINT64_C(1) << 20, (UINT64_C(1) << 63) + 1, UINT64_MAX };
+        static uint64_t found[5000], idx[5000];
+
+        for (size_t a = 0; a < sizeof(ns) / sizeof(*ns); a++) {
+                uint64_t n = ns[a], key = zr_rng_key(a, ZR_RNG_DOMAIN_IID, 3), g0 = test_rand_u64(UINT64_C(1) << 60);
+                size_t len = 5000 - a;
+
+                zr_rng_iid_fill(key, n, g0, idx, len);
+                for (int pick = 0; pick < 4; pick++) {
+                        /* a record the block holds (so found is not empty), or the edges */
+                        uint64_t record = pick == 0 ? idx[test_rand_u64(len)] : pick == 1 ? 0 : pick == 2 ? n - 1
+                                                                                                   : n / 2;
+                        size_t want = 0, got = zr_rng_iid_find(key, n, g0, len, record, found);
+
+                        for (size_t i = 0; i < len; i++)
+                                if (idx[i] == record) {
+                                        ck_assert_uint_lt(want, got);
+                                        TEST_EQ(found[want], g0 + i);
+                                        want++;
+                                }
+                        ck_assert_uint_eq(got, want);
+                        if (pick == 0)
+                                ck_assert_uint_gt(got, 0);
+                }
+        }
+}
+END_TEST
+
 /* For each mode: ranks 0..W-1 with batch B are the slices of world_size 1 with
  * batch B*W at the same step; for cyclic the ranks are also pairwise disjoint. */
 START_TEST(test_sharding) {
@@ -337,6 +430,7 @@ int main(void) {
                  test_sequential_huge_steps, test_iid_fill_matches_reference,
                  test_iid_rejection_retries, test_cyclic_fill_matches_reference,
                  test_lx157_fill_matches_reference, test_sharding,
-                 test_huge_steps_direct, test_deterministic_and_keyed);
+                 test_huge_steps_direct, test_deterministic_and_keyed, test_permutations_invert, test_maps,
+                 test_iid_find);
         return tl_run_suite(s);
 }
