@@ -112,6 +112,10 @@ static int read_cached(zr_gather *g, zr_rcache *cache, zr_pool *pool, zr_error *
         for (size_t i = 0; i < n; i++)
                 keys[i] = (zr_rcache_key){ id, gen, g->idx[i] };
         nhits = zr_rcache_lookup(cache, keys, n, hits);
+        /* this batch is the planned use: what is inserted below is kept or
+         * not by its next use after this one */
+        if (g->plan_owner)
+                zr_rcache_unplan(cache, g->plan_owner, keys, n);
         for (size_t i = 0; i < n; i++) {
                 if (hits[i] && zr_rcache_entry_len(hits[i]) != g->locs[i].logic_length) {
                         /* cannot happen for an immutable key; decode instead */

@@ -53,6 +53,10 @@ typedef struct zr_gather {
          * `base` given to zr_gather_read(), with lengths[i] its payload bytes
          * and shapes[i × ndim ..] its dims. Unused (may be NULL) when dense. */
         uint64_t *offsets, *lengths, *shapes;
+        /* 0, or the owner whose planned uses of these records (cache.h,
+         * zr_rcache_plan()) this gather consumes: a loader's gather of a step
+         * it planned */
+        uint64_t plan_owner;
 
         /* set by zr_gather_locate() */
         uint64_t bytes;         /* the destination bytes the batch spans */
