@@ -3,16 +3,37 @@
  *
  * The two questions a reader that reads ahead asks (store.h, "Reading ahead
  * of a gather"): which pages does a record occupy, as ranges of the chunk
- * files' descriptors, and are they all resident (mincore() on the chunk's
- * mapping). Both are lock-free, like a gather, and read nothing.
+ * files' descriptors, and are they all resident. Both are lock-free, like a
+ * gather, and read nothing. Residency is asked of cachestat(2) (Linux 6.5) on
+ * the chunk's descriptor, which needs no mapping and measured 0.54 us a call
+ * on this project's 2-core VM against 2.5 to 5.6 us for mincore() of one page
+ * of a mapping; where cachestat() is missing (ENOSYS) or filtered (EPERM), it
+ * falls back to mincore() for good.
  */
 #include "store/store-private.h"
 
 #include <errno.h>
 #include <inttypes.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+#ifndef __NR_cachestat
+#define __NR_cachestat 451 /* the same on every architecture but alpha */
+#endif
+
+struct zr_cachestat_range {
+        uint64_t off, len;
+};
+
+struct zr_cachestat {
+        uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted;
+};
+
+/* 0 until cachestat() is known to be missing here, then 1. */
+static _Atomic bool no_cachestat;
 
 /* Pages asked of mincore() per call: 1 MiB of a record per system call. */
 #define RESIDENT_VEC 256
@@ -90,6 +111,22 @@ static int pages_resident(const uint8_t *addr, uint64_t len, uint64_t page) {
         return 1;
 }
 
+/* 1 if every page of [lo, lo + len) of fd is cached, 0 if not, -1 if
+ * cachestat() cannot tell (missing or filtered: then never asked again). */
+static int cachestat_resident(int fd, uint64_t lo, uint64_t len, uint64_t page) {
+        struct zr_cachestat_range r = { .off = lo, .len = len };
+        struct zr_cachestat cs;
+
+        if (atomic_load_explicit(&no_cachestat, memory_order_relaxed))
+                return -1;
+        if (syscall(__NR_cachestat, fd, &r, &cs, 0) < 0) {
+                if (errno == ENOSYS || errno == EPERM)
+                        atomic_store_explicit(&no_cachestat, true, memory_order_relaxed);
+                return -1;
+        }
+        return cs.nr_cache >= (len + page - 1) / page;
+}
+
 size_t zr_store_resident(zr_store *s, const zr_loc *locs, size_t n, uint8_t *ret) {
         uint64_t page = page_size();
         size_t resident = 0;
@@ -97,11 +134,15 @@ size_t zr_store_resident(zr_store *s, const zr_loc *locs, size_t n, uint8_t *ret
         for (size_t i = 0; i < n; i++) {
                 const zr_loc *l = &locs[i];
                 uint64_t end = (uint64_t)l->offset + l->phys_length;
+                uint64_t lo = (uint64_t)l->offset & ~(page - 1);
                 int yes = 1;
                 if (l->phys_length > 0) {
+                        int fd = zr_files_fd(s->chunks, l->chunk_id);
+                        yes = fd >= 0 ? cachestat_resident(fd, lo, end - lo, page) : 0;
+                }
+                if (yes < 0) {
                         uint64_t map_len;
                         const uint8_t *map = zr_files_map(s->chunks, l->chunk_id, &map_len);
-                        uint64_t lo = (uint64_t)l->offset & ~(page - 1);
                         yes = map && end <= map_len && pages_resident(map + lo, end - lo, page);
                 }
                 if (ret)

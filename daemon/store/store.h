@@ -260,12 +260,14 @@ int zr_store_io_ranges(zr_store *s, const zr_loc *locs, size_t n, zr_io_range *r
                        size_t *ret_n, zr_error *err);
 
 /* Sets ret[i] (ret may be NULL) to 1 if every page of record locs[i] is in the
- * page cache, else 0, by mincore() on the chunk's mapping, and returns how
- * many are resident. A record of 0 stored bytes is resident. Without a
- * mapping (no_mmap, a failed mmap, a record past the mapping because the file
- * grew after open, a loc past its chunk) residency is unknown and counted as
- * not resident: the caller reads it, which is correct, only slower. Lock-free;
- * costs one system call per record (more for records over 1 MiB). */
+ * page cache, else 0, and returns how many are resident. A record of 0 stored
+ * bytes is resident. Asked of cachestat(2) on the chunk's descriptor, or, where
+ * the kernel lacks it or a filter refuses it, of mincore() on the chunk's
+ * mapping; where neither can tell (no mapping: no_mmap, a failed mmap, a
+ * record past the mapping because the file grew after open; a loc past its
+ * chunk) residency is counted as not resident: the caller reads it, which is
+ * correct, only slower. Lock-free; costs one system call per record (more for
+ * records over 1 MiB through mincore()). */
 size_t zr_store_resident(zr_store *s, const zr_loc *locs, size_t n, uint8_t *ret);
 
 #endif
