@@ -186,6 +186,11 @@ static void *ioq_dispatch(void *arg) {
         zr_ioq *q = arg;
         ioq_read *finished = NULL;
 
+        /* this thread frees every batch: let the allocator give it its arena
+         * now, at start, rather than at the first batch (an owner counting its
+         * process's mappings sees them settle when the queue starts) */
+        void *volatile first = malloc(1);
+        free(first);
         pthread_mutex_lock(&q->lock);
         for (;;) {
                 while (finished) {

@@ -18,6 +18,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "dataset/batch.h"
 #include "loader/loader-private.h"
@@ -192,12 +193,13 @@ static void fill_fail(fill_result *res, int r, const zr_error *err) {
 /* Gathers stream `si` of the batch idx[0..B) into its region of `base` (the
  * slot), filling the slot's metadata. Takes the stream's lock shared. */
 static int gather_stream(zr_loader *l, size_t si, const uint64_t *idx, uint8_t *base,
-                         uint64_t slot_off, zr_loader_stream_batch *sb, fill_result *res,
-                         zr_error *err) {
+                         uint64_t slot_off, uint64_t plan_owner, zr_loader_stream_batch *sb,
+                         fill_result *res, zr_error *err) {
         lstream *st = &l->streams[si];
         zr_gather g = { .ds = st->s.ds, .idx = idx, .n = l->sp.batch_size,
                         .offsets = (uint64_t *)sb->offsets, /* the slot's own arrays */
-                        .lengths = (uint64_t *)sb->lengths, .shapes = (uint64_t *)sb->shapes };
+                        .lengths = (uint64_t *)sb->lengths, .shapes = (uint64_t *)sb->shapes,
+                        .plan_owner = plan_owner };
         zr_error gerr = {0};
         int r, locked = 0;
 
@@ -256,11 +258,20 @@ void zr_fill(zr_loader *l, const work *w, fill_result *res) {
         zr_error err = {0};
         int r;
 
+        if (w->io_error) {
+                /* its reads ahead failed: the device would fail the gather too,
+                 * through a page fault the daemon must never take */
+                fill_fail(res, zr_error_set(&err, w->io_error, "reading step %" PRIu64
+                                            " ahead: %s", w->step, strerror(w->io_error)),
+                          &err);
+                return;
+        }
         zr_ring_populate(l->e, sl);
         sp.step = w->step;
         r = zr_sampler_indices(&sp, sl->indices, &err);
         for (size_t i = 0; r >= 0 && i < l->nstreams; i++)
-                r = gather_stream(l, i, sl->indices, base, slot_off, &sl->sb[i], res, &err);
+                r = gather_stream(l, i, sl->indices, base, slot_off, w->plan_owner, &sl->sb[i],
+                                  res, &err);
         if (r == -EBUSY)
                 res->busy = 1;
         else if (r < 0)

@@ -135,6 +135,8 @@ int zr_group_join(zr_loader_engine *e, zr_loader *l, group *fresh) {
                 g = fresh;
                 g->next = e->groups;
                 e->groups = g;
+                /* without memory for its window, it just does not read ahead */
+                (void)zr_pf_group_init(e, g, l);
         } else {
                 free(fresh);
         }

@@ -8,6 +8,9 @@
  *             pool of slots, and which rings each member has been told of.
  *   ring.c    rings and their slots' metadata, pre-faulting, spare rings.
  *   fill.c    a loader's streams and slot layout, and the fill of one slot.
+ *   prefetch.c  reading ahead: each group's next steps read into the page
+ *             cache through the I/O queue before their fills, and their
+ *             compressed records' uses planned in the decoded-record cache.
  *
  * Storage and claims are separate. Storage is the slots of rings; a loader's
  * group owns every ring of its members, and any member may fill any free slot
@@ -28,10 +31,12 @@
 #define ZR_LOADER_PRIVATE_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "dataset/cache.h"
+#include "io/ioq.h"
 #include "loader/loader.h"
 #include "util/shm.h"
 
@@ -57,7 +62,54 @@ typedef struct work {
         zr_loader *l;
         slot *sl;
         uint64_t step;
+        /* from the step's read ahead (prefetch.c), set at the claim: */
+        int io_error;         /* positive errno: its reads failed, so fails the fill */
+        uint64_t plan_owner;  /* consumes the step's planned cache uses (batch.h) */
 } work;
+
+/* What a group reads ahead (prefetch.c): one unit per step of a window. */
+enum pf_io {
+        PF_IO_NONE = 0,   /* not read ahead (planned only, or not yet) */
+        PF_IO_READING,    /* a job or its reads run: a fill of the step waits */
+        PF_IO_DONE,       /* read, found resident, cancelled or skipped */
+        PF_IO_FAILED,     /* a read failed: the step's fill fails with `error` */
+};
+
+struct group;
+
+typedef struct pf_unit {
+        struct group *g;
+        uint64_t step;
+        uint64_t ioq_id;      /* its batch in the I/O queue, 0 if none */
+        uint64_t bytes;       /* bytes it asked for, held against the budget */
+        uint64_t submit_ns;
+        uint8_t io;           /* enum pf_io */
+        uint8_t job;          /* a job works on it: nobody else touches it */
+        uint8_t planned;      /* its compressed records' uses are planned */
+        uint8_t consumed;     /* its step's fill completed (or it was given up) */
+        int error;            /* PF_IO_FAILED: positive errno */
+} pf_unit;
+
+typedef struct pf_state {
+        zr_loader_engine *e;
+        pf_unit *units;       /* cap of them, unit of step s at s % cap */
+        uint32_t cap;
+        uint64_t lo;          /* oldest step with a unit not consumed */
+        uint64_t io_hi;       /* steps [lo, io_hi) are read ahead (or being) */
+        uint64_t plan_hi;     /* steps [lo, plan_hi) are planned */
+        int job;              /* a job runs for the group */
+        unsigned io_inflight; /* units READING (a job, then its batch's callback) */
+        uint64_t owner;       /* its plans' owner in the cache (unique, not 0) */
+        uint64_t period_ns;   /* the group's time per step (moving average) */
+        uint64_t last_done_ns;
+        uint64_t last_eta_ns; /* of its latest plan */
+        uint64_t reads_per_step; /* moving averages over its read-ahead steps */
+        uint64_t bytes_per_step;
+        _Atomic uint64_t held; /* bytes its units hold against the budget */
+        uint32_t depth;       /* steps read ahead of the leading fill, now */
+        uint32_t horizon;     /* steps planned ahead of it, now */
+        uint64_t plan_cap;    /* no plans while the cache holds more (every group's) */
+} pf_state;
 
 /* A gather that found a stream's lock taken exclusive (a mutation in
  * progress): it keeps its claim and waits here, holding no worker, until the
@@ -115,6 +167,7 @@ typedef struct group {
         zr_loader *members;   /* linked by zr_loader.g_next */
         size_t nmembers;
         ring *rings;
+        pf_state pf;
 } group;
 
 struct zr_loader {
@@ -145,7 +198,9 @@ struct zr_loader {
         uint64_t end_needed;
         char end_msg[ZR_ERROR_MESSAGE_MAX];
 
-        unsigned inflight;    /* fills claimed on its behalf and not completed */
+        unsigned inflight;    /* fills and read-ahead jobs claimed on its behalf
+                               * and not completed */
+        uint64_t io_wait_step; /* 1 + the step last counted as waiting for reads */
         int closing;
         int in_runq, in_readyq;
         zr_loader *run_prev, *run_next;
@@ -181,6 +236,14 @@ struct zr_loader_engine {
         unsigned nspare_tasks;
         uint64_t nloaders;
         uint64_t fills;       /* fills completed, all loaders */
+        /* reading ahead (prefetch.c) */
+        zr_ioq *ioq;          /* borrowed; NULL: no reading ahead */
+        /* bytes read ahead and not yet gathered: at most the budget, reserved
+         * by the jobs (prefetch.c) without the mutex */
+        _Atomic uint64_t pf_budget;
+        _Atomic uint64_t pf_bytes;
+        _Atomic uint64_t pf_peak;
+        uint64_t next_owner;
         zr_loader_engine_counters t;
 };
 
@@ -231,6 +294,45 @@ int zr_group_knows(const zr_loader *l, uint32_t id);
 int zr_group_know(zr_loader *l, uint32_t id);
 /* 1 if a ring l knows is gone or a live ring of its group is new to it. */
 int zr_group_news(const zr_loader *l);
+
+/* ---- prefetch.c (engine mutex held unless said) -------------------------------- */
+
+/* A job that reads one step ahead, claimed under the mutex and run without it. */
+typedef struct pf_job {
+        zr_loader *l;
+        pf_unit *u;
+        int do_io, do_plan;
+        uint64_t eta_ns;
+        /* results, for zr_pf_job_end() */
+        uint64_t bytes, reads, records, resident, cached;
+        uint64_t id;          /* its batch, if submitted */
+        int submitted, warm, busy;
+} pf_job;
+
+/* Sets up a new group's window (-ENOMEM). */
+int zr_pf_group_init(zr_loader_engine *e, group *g, const zr_loader *l);
+/* The group's last member left: cancels its reads and waits for them (the
+ * mutex is released while waiting); frees the window. Its plans are dropped
+ * by zr_pf_group_drop_plans() once the mutex is released. */
+void zr_pf_group_fini(zr_loader_engine *e, group *g);
+void zr_pf_group_drop_plans(zr_loader_engine *e, uint64_t owner);
+/* 1 if a job should read or plan ahead for l's group now. */
+int zr_pf_job_due(zr_loader_engine *e, const zr_loader *l);
+/* Claims the next job for l's group into *j (a job must be due). */
+void zr_pf_job_start(zr_loader_engine *e, zr_loader *l, pf_job *j);
+/* Runs it: no lock held, on a worker. */
+void zr_pf_job_run(zr_loader_engine *e, pf_job *j);
+/* Applies its result; wakes the group's members. */
+void zr_pf_job_end(zr_loader_engine *e, pf_job *j);
+/* 1 if the fill of `step` for l may start now (its reads are done, or it is
+ * not read ahead and will not be), and sets w's io_error and plan_owner;
+ * 0 if it waits for its reads (the group is woken when they end). */
+int zr_pf_ready(zr_loader_engine *e, const zr_loader *l, uint64_t step, work *w);
+/* The fill of `step` completed, or was given up: its unit is consumed. */
+void zr_pf_consumed(zr_loader_engine *e, group *g, uint64_t step);
+/* Cancels the reads of every group that reads dataset `ds` and waits for
+ * them (the mutex is released while waiting). */
+void zr_pf_quiesce(zr_loader_engine *e, const zr_dataset *ds);
 
 /* ---- ring.c ------------------------------------------------------------------ */
 

@@ -116,13 +116,20 @@ static int stale(const zr_loader *l, char *msg, size_t size) {
 }
 
 static int runnable(const zr_loader *l) {
+        uint64_t step = l->start + l->fill_k;
+        work w;
+
         if (l->closing || (l->end_reachable && l->fill_k >= l->end_k))
                 return 0;
+        if (zr_pf_job_due(l->e, l))
+                return 1;
         /* a new loader's first batch is filled alone, so it gets every core
          * (its shards) and arrives after one slot's fill, not two */
         if (l->inflight > 0 && l->c.gathers + l->c.shared == 0)
                 return 0;
-        return claim_unused(l) >= 0;
+        if (claim_unused(l) < 0)
+                return 0;
+        return zr_group_find(l->g, step) || zr_pf_ready(l->e, l, step, &w);
 }
 
 /* The claim whose batch is the next to announce, if it is filled. */
@@ -202,10 +209,14 @@ static int claim_next(zr_loader_engine *e, zr_loader *l, work *w, int *notify) {
         slot *sl;
         int k;
 
-        if (!runnable(l))
+        if (l->closing || (l->end_reachable && l->fill_k >= l->end_k))
+                return 0;
+        if (l->inflight > 0 && l->c.gathers + l->c.shared == 0)
+                return 0; /* the first fill runs alone (runnable()) */
+        k = claim_unused(l);
+        if (k < 0)
                 return 0;
         step = l->start + l->fill_k;
-        k = claim_unused(l);
         sl = zr_group_find(l->g, step);
         if (sl) {
                 /* a batch filled before a change is intact, but l would not
@@ -224,6 +235,15 @@ static int claim_next(zr_loader_engine *e, zr_loader *l, work *w, int *notify) {
                 *notify |= zr_sched_ready(e, l);
                 return 0;
         }
+        /* its reads ahead first: the group is woken when they end */
+        if (!zr_pf_ready(e, l, step, w)) {
+                if (l->io_wait_step != step + 1) {
+                        l->io_wait_step = step + 1;
+                        l->c.io_waits++;
+                        e->t.prefetch_waits++;
+                }
+                return 0;
+        }
         sl = zr_group_pick(l->g);
         if (!sl)
                 return 0;
@@ -234,7 +254,9 @@ static int claim_next(zr_loader_engine *e, zr_loader *l, work *w, int *notify) {
         l->claims[k] = (claim){ .sl = sl, .step = step };
         l->fill_k++;
         l->inflight++;
-        *w = (work){ .l = l, .sl = sl, .step = step };
+        w->l = l;
+        w->sl = sl;
+        w->step = step;
         zr_sched_run(e, l);
         return 1;
 }
@@ -260,6 +282,7 @@ static int complete(zr_loader_engine *e, const work *w, const fill_result *res) 
                 return 0;
         }
         l->inflight--;
+        zr_pf_consumed(e, g, sl->step);
         l->c.bytes += res->bytes;
         l->c.evictions += res->evictions;
         e->t.bytes += res->bytes;
@@ -306,7 +329,18 @@ static void drain_task(void *arg) {
                         e->resume = e->resume->next;
                         l = w.l;
                 } else if ((l = runq_pop(e))) {
-                        int notify = 0, r = claim_next(e, l, &w, &notify);
+                        int notify = 0, r;
+                        if (zr_pf_job_due(e, l)) {
+                                pf_job j;
+                                zr_pf_job_start(e, l, &j);
+                                zr_sched_run(e, l);
+                                pthread_mutex_unlock(&e->mutex);
+                                zr_pf_job_run(e, &j);
+                                pthread_mutex_lock(&e->mutex);
+                                zr_pf_job_end(e, &j);
+                                continue;
+                        }
+                        r = claim_next(e, l, &w, &notify);
                         if (notify && e->notify) {
                                 pthread_mutex_unlock(&e->mutex);
                                 e->notify(e->notify_userdata);
@@ -464,6 +498,22 @@ zr_loader_engine *zr_loader_engine_free(zr_loader_engine *e) {
         return NULL;
 }
 
+void zr_loader_engine_set_io(zr_loader_engine *e, zr_ioq *ioq, uint64_t budget) {
+        pthread_mutex_lock(&e->mutex);
+        e->ioq = ioq;
+        atomic_store(&e->pf_budget, ioq ? budget : 0);
+        /* a raised budget may let a group read further: requeue everyone */
+        for (group *g = e->groups; g; g = g->next)
+                zr_group_wake(e, g);
+        pthread_mutex_unlock(&e->mutex);
+}
+
+void zr_loader_engine_quiesce(zr_loader_engine *e, const zr_dataset *ds) {
+        pthread_mutex_lock(&e->mutex);
+        zr_pf_quiesce(e, ds);
+        pthread_mutex_unlock(&e->mutex);
+}
+
 void zr_loader_engine_set_cache_bytes(zr_loader_engine *e, uint64_t cache_bytes) {
         uint64_t ev = zr_rcache_set_budget(e->cache, cache_bytes);
 
@@ -516,10 +566,15 @@ void zr_loader_engine_counters_get(zr_loader_engine *e, zr_loader_engine_counter
         *ret = e->t;
         ret->loaders = e->nloaders;
         ret->spare_bytes = e->spare_ready;
+        ret->prefetch_budget = atomic_load(&e->pf_budget);
+        ret->prefetch_bytes = atomic_load(&e->pf_bytes);
+        ret->prefetch_peak = atomic_load(&e->pf_peak);
         pthread_mutex_unlock(&e->mutex);
         ret->cache_budget = cs.budget;
         ret->cache_bytes = cs.bytes;
         ret->cache_entries = cs.entries;
+        ret->bypassed = cs.bypassed;
+        ret->planned = cs.planned;
 }
 
 /* ---- a loader --------------------------------------------------------------- */
@@ -640,6 +695,7 @@ zr_loader *zr_loader_free(zr_loader *l) {
         zr_loader_engine *e;
         group *g;
         ring *dead = NULL;
+        uint64_t owner = 0;
         int notify;
 
         if (!l)
@@ -663,8 +719,11 @@ zr_loader *zr_loader_free(zr_loader *l) {
         g = l->g;
         zr_group_leave(e, l);
         if (g->nmembers == 0) {
-                /* nobody is left to use or fill any of its rings */
+                /* nobody is left to use or fill any of its rings, nor to
+                 * gather what it read ahead */
                 notify = zr_group_reap(e, g, &dead);
+                zr_pf_group_fini(e, g);
+                owner = g->pf.owner;
                 free(g);
         } else {
                 notify = zr_group_reap(e, g, &dead);
@@ -675,6 +734,7 @@ zr_loader *zr_loader_free(zr_loader *l) {
         if (notify && e->notify)
                 e->notify(e->notify_userdata);
         zr_rings_release(dead);
+        zr_pf_group_drop_plans(e, owner);
         loader_destroy(l);
         return NULL;
 }

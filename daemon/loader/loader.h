@@ -98,8 +98,14 @@
  *               pool->mutex (leaf, pool.h).
  *   Scheduling: engine->mutex → pool->mutex (a drain task is submitted with
  *               zr_pool_try_submit(), which never blocks).
- *   engine->mutex and a stream lock are never held together; the engine's
- *   retry thread takes only engine->mutex; zr_loader_new() takes each stream's
+ *   Reading ahead: a job holds its streams' locks shared (tried) while it
+ *               submits to the I/O queue (its lock, a leaf); the queue's
+ *               callbacks take engine->mutex alone.
+ *   Quiesce:    a mutation's exclusive dataset lock → engine->mutex (only
+ *               zr_loader_engine_quiesce(), which waits for jobs and reads
+ *               that never wait for a dataset lock).
+ *   Otherwise engine->mutex and a stream lock are never held together; the
+ *   engine's retry thread takes only engine->mutex; zr_loader_new() takes each stream's
  *   lock shared (blocking) on the caller's thread, holding nothing else. No
  *   callback (notify) runs with any of these held.
  *
@@ -113,6 +119,7 @@
 #include <stdint.h>
 
 #include "dataset/dataset.h"
+#include "io/ioq.h"
 #include "sampler/sampler.h"
 #include "util/error.h"
 #include "util/pool.h"
@@ -159,6 +166,23 @@ void zr_loader_engine_drop_dataset(zr_loader_engine *e, uint64_t dataset_id);
  * cannot pile up descriptors. Spares beyond a lowered budget are released. */
 void zr_loader_engine_set_spare_bytes(zr_loader_engine *e, uint64_t bytes);
 
+/* Reads ahead through `ioq` (borrowed: it must outlive the engine; NULL stops
+ * reading ahead), at most `budget` bytes read and not yet gathered, every
+ * loader together (0: none). Each group of loaders reads its next steps'
+ * records that are neither resident nor decoded in the cache, several steps
+ * ahead of its fills, and plans its compressed records' uses in the cache so
+ * that it evicts by next use (cache.h); docs/IO.md says how and why. Call it
+ * before the first loader opens to change the queue; the budget may change
+ * at any time (SIGHUP). */
+void zr_loader_engine_set_io(zr_loader_engine *e, zr_ioq *ioq, uint64_t budget);
+
+/* Cancels the reads ahead of every loader of dataset `ds` and waits for them
+ * to end. Call it with ds's exclusive lock held, before a mutation that may
+ * close its files (delete, compact, install_dict): the reads name the store's
+ * descriptors. Loop thread or a worker; holds the engine mutex while it waits
+ * only in a condition wait, and no read or job it waits for needs ds's lock. */
+void zr_loader_engine_quiesce(zr_loader_engine *e, const zr_dataset *ds);
+
 /* A gather never blocks a worker on a stream's lock: if it cannot take it
  * shared at once (a mutation holds it, or, with a writer-preferring lock, waits
  * for it) the gather keeps its claim and is parked. The engine's own retry
@@ -187,6 +211,25 @@ typedef struct zr_loader_engine_counters {
         uint64_t cache_bytes;   /* bytes resident */
         uint64_t cache_entries; /* records resident */
         uint64_t spare_bytes;   /* spare rings ready (zr_loader_engine_set_spare_bytes()) */
+        uint64_t bypassed;      /* cache inserts left out by the next-use rule */
+        uint64_t planned;       /* planned cache uses now (every group's) */
+        /* reading ahead (zr_loader_engine_set_io()) */
+        uint64_t prefetch_budget;     /* bytes read ahead and not gathered, at most */
+        uint64_t prefetch_bytes;      /* now */
+        uint64_t prefetch_peak;       /* most at once, since start */
+        uint64_t prefetch_steps;      /* steps whose reads were submitted */
+        uint64_t prefetch_warm;       /* steps found resident: nothing read */
+        uint64_t prefetch_busy;       /* steps not read: a mutation held a lock */
+        uint64_t prefetch_reads;      /* reads submitted (merged by the queue later) */
+        uint64_t prefetch_read_bytes; /* bytes of them */
+        uint64_t prefetch_records;    /* records read ahead */
+        uint64_t prefetch_resident;   /* records found resident, not read */
+        uint64_t prefetch_cached;     /* records found decoded in the cache, not read */
+        uint64_t prefetch_waits;      /* fills that waited for their reads */
+        uint64_t prefetch_errors;     /* steps whose reads failed */
+        uint64_t prefetch_cancelled;  /* read batches cancelled (close, mutation) */
+        uint64_t prefetch_depth;      /* the deepest any group read ahead, in steps */
+        uint64_t planned_steps;       /* steps whose cache uses were planned */
 } zr_loader_engine_counters;
 
 /* Fills *ret with the totals since the engine started. */
@@ -353,6 +396,7 @@ typedef struct zr_loader_counters {
         uint64_t hits, misses; /* its cache lookups */
         uint64_t bytes;     /* bytes written into its ring */
         uint64_t evictions; /* evictions its cache inserts caused */
+        uint64_t io_waits;  /* steps whose fill waited for its reads ahead */
         /* the engine's count of fills (gathers and copies, all loaders) when
          * this loader's latest fill completed: a trace of the scheduler's
          * order, for tests and debugging */

@@ -1,0 +1,629 @@
+/* prefetch.c: reading ahead (loader-private.h; docs/IO.md).
+ *
+ * A loader's records are a pure function of (seed, step), so the engine knows
+ * every group's future. For each group it keeps a window of units, one per
+ * step from the oldest step not yet gathered: jobs (on the pool, like fills)
+ * compute a step's records, find which are neither in the decoded-record cache
+ * nor in the page cache, and submit those byte ranges to the daemon's one I/O
+ * queue (io/ioq.h: sorted, merged, many reads deep, shared by every group),
+ * `depth` steps ahead of the group's leading fill; and, for compressed
+ * streams, plan each record's use in the decoded-record cache (cache.h)
+ * `horizon` steps ahead, so the cache evicts by next use. A fill of a step
+ * whose reads are in flight waits for them (the group is woken when they
+ * end); a failed read fails that step's fill with its error.
+ *
+ * Depth adapts: enough steps that the queue stays full (twice its depth in
+ * reads), and enough that reads of the device's recent 99th-percentile
+ * latency end before the group needs them (latency over the group's time per
+ * step, plus two). The budget (bytes read ahead and not yet gathered, every
+ * group together) bounds it; a group with nothing outstanding may always read
+ * one step, so none starves, and a fill that would wait for the budget goes
+ * ahead without its reads instead (its page faults read it). Reading ahead
+ * changes when bytes are read, never which: a batch is the same with it, late,
+ * cancelled or failed (then its fill reads what it needs itself).
+ *
+ * A warm step costs little: up to PF_SAMPLE of its records are asked whether
+ * they are resident (cachestat, store.h), and if all are, nothing is read.
+ *
+ * It assumes what loader.c assumes; the ranges name a store's descriptors,
+ * valid while its dataset is open and no exclusive mutation runs, so reads
+ * are submitted under the datasets' shared locks and cancelled (and waited
+ * for) before a mutation starts (zr_loader_engine_quiesce()) and before a
+ * group goes away. It does not read for READ requests (their gathers fault
+ * their pages in).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "loader/loader-private.h"
+#include "store/store.h"
+#include "zr-proto.h"
+
+/* Units per group: steps read ahead and planned ahead together, at most. */
+#define PF_WINDOW 512
+/* Steps read ahead of the leading fill: at least two (one being read while
+ * the one before is gathered), at most 64 (then the budget is the bound). */
+#define PF_DEPTH_MIN 2
+#define PF_DEPTH_MAX 64
+/* Records of a step asked first; if all are resident the step is warm. Each
+ * ask is one system call (0.5 us), so a warm 1024-record step costs ~8 us of
+ * asking instead of ~550 us; a step that is not warm is asked in full. */
+#define PF_SAMPLE 16
+/* Before a group's first steps complete, its time per step is taken as this:
+ * only the order of plans of different groups depends on it. */
+#define PF_PERIOD_INIT_NS (10 * 1000 * 1000ull)
+/* Steps planned ahead at first cover this many times the cache's records. */
+#define PF_PLAN_FACTOR 2
+/* All groups' planned uses together: at most this many times the cache's
+ * records, plus a constant (64 bytes a use: for 4 KiB records an eighth of
+ * the cache's budget). */
+#define PF_PLAN_TOTAL_FACTOR 8
+#define PF_PLAN_TOTAL_MIN 65536
+
+static uint64_t now_ns(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t max_u64(uint64_t a, uint64_t b) {
+        return a > b ? a : b;
+}
+
+static uint64_t window_hi(const pf_state *p) {
+        return max_u64(p->io_hi, p->plan_hi);
+}
+
+static pf_unit *unit_of(group *g, uint64_t step) {
+        pf_state *p = &g->pf;
+        if (!p->units || step < p->lo || step >= window_hi(p))
+                return NULL;
+        return &p->units[step % p->cap];
+}
+
+/* The next step the group's leading member will claim. */
+static uint64_t lead_step(const group *g) {
+        uint64_t s = 0;
+        for (const zr_loader *m = g->members; m; m = m->g_next)
+                if (!m->closing)
+                        s = max_u64(s, m->start + m->fill_k);
+        return s;
+}
+
+static int compressed_streams(const zr_loader *l) {
+        int k = 0;
+        for (size_t i = 0; i < l->nstreams; i++)
+                k += l->streams[i].schema->codec != ZR_CODEC_RAW;
+        return k;
+}
+
+/* Records of the cache's budget, as this loader's records go. */
+static uint64_t cache_records(zr_loader_engine *e, const zr_loader *l) {
+        zr_rcache_stats cs;
+        uint64_t rec = 0;
+        int k = 0;
+
+        zr_rcache_stats_get(e->cache, &cs);
+        for (size_t i = 0; i < l->nstreams; i++) {
+                const lstream *st = &l->streams[i];
+                if (st->schema->codec == ZR_CODEC_RAW)
+                        continue;
+                rec += st->ragged ? st->capacity / (2 * l->sp.batch_size) : st->item_bytes;
+                k++;
+        }
+        if (!k)
+                return 0;
+        return cs.budget / (rec / (uint64_t)k + ZR_RCACHE_ENTRY_OVERHEAD);
+}
+
+/* Steps planned ahead. MIN keeps the records used soonest, and how far ahead
+ * "soonest" reaches depends on the trace: for uniform draws from 4,000 records
+ * with room for 400 in batches of 64, planning 13 steps (twice the cache's
+ * records) gave 4,583 hits over 300 steps, 30 steps 7,047, 100 steps 7,387,
+ * MIN's own count (tests/loader/test-loader-prefetch.c simulates both). So the
+ * horizon starts at twice the cache's records and grows by a quarter each
+ * time the cache is full but still holds records with no planned use (MIN
+ * would hold a planned one in their place: a longer horizon names it), up to
+ * the window and the plans' cap. */
+static void set_horizon(zr_loader_engine *e, const zr_loader *l, pf_state *p) {
+        uint64_t per_step = l->sp.batch_size * (uint64_t)compressed_streams(l);
+        uint64_t recs = cache_records(e, l), h = p->horizon;
+        zr_rcache_stats cs;
+
+        p->plan_cap = PF_PLAN_TOTAL_FACTOR * recs + PF_PLAN_TOTAL_MIN;
+        if (!per_step || !recs) {
+                p->horizon = 0;
+                return;
+        }
+        zr_rcache_stats_get(e->cache, &cs);
+        if (h == 0)
+                h = (PF_PLAN_FACTOR * recs + per_step - 1) / per_step;
+        else if (cs.entries + cs.entries / 64 >= recs && cs.unplanned > cs.entries / 16)
+                h += h / 4 + 1;
+        if (h < p->depth)
+                h = p->depth;
+        p->horizon = (uint32_t)(h < PF_WINDOW - 1 ? h : PF_WINDOW - 1);
+}
+
+int zr_pf_group_init(zr_loader_engine *e, group *g, const zr_loader *l) {
+        pf_state *p = &g->pf;
+        uint64_t first = l->start + l->fill_k;
+
+        *p = (pf_state){ .e = e };
+        p->units = calloc(PF_WINDOW, sizeof(*p->units));
+        if (!p->units)
+                return -ENOMEM;
+        p->cap = PF_WINDOW;
+        p->lo = p->io_hi = p->plan_hi = first;
+        p->owner = ++e->next_owner;
+        p->period_ns = PF_PERIOD_INIT_NS;
+        p->depth = PF_DEPTH_MIN;
+        set_horizon(e, l, p);
+        return 0;
+}
+
+void zr_pf_group_fini(zr_loader_engine *e, group *g) {
+        pf_state *p = &g->pf;
+
+        if (!p->units)
+                return;
+        while (p->job)
+                pthread_cond_wait(&e->idle, &e->mutex);
+        for (uint64_t s = p->lo; s < window_hi(p); s++) {
+                pf_unit *u = &p->units[s % p->cap];
+                if (u->io == PF_IO_READING && u->ioq_id)
+                        zr_ioq_cancel(e->ioq, u->ioq_id);
+        }
+        while (p->io_inflight > 0)
+                pthread_cond_wait(&e->idle, &e->mutex);
+        for (uint64_t s = p->lo; s < window_hi(p); s++)
+                atomic_fetch_sub(&e->pf_bytes, p->units[s % p->cap].bytes);
+        free(p->units);
+        p->units = NULL;
+}
+
+void zr_pf_group_drop_plans(zr_loader_engine *e, uint64_t owner) {
+        if (owner)
+                zr_rcache_unplan_owner(e->cache, owner);
+}
+
+/* Where the next read-ahead and the next plan would go, or UINT64_MAX. */
+static uint64_t next_io(zr_loader_engine *e, const group *g, uint64_t lead) {
+        const pf_state *p = &g->pf;
+        uint64_t s = max_u64(p->io_hi, lead);
+
+        uint64_t budget = atomic_load(&e->pf_budget);
+
+        if (!e->ioq || budget == 0 || s >= lead + p->depth)
+                return UINT64_MAX;
+        /* the budget (the job reserves exactly): a group with nothing held
+         * reads one step anyway */
+        if (atomic_load(&p->held) > 0 && atomic_load(&e->pf_bytes) + p->bytes_per_step > budget)
+                return UINT64_MAX;
+        return s;
+}
+
+static uint64_t next_plan(zr_loader_engine *e, const group *g, uint64_t lead) {
+        const pf_state *p = &g->pf;
+        uint64_t s = max_u64(p->plan_hi, lead);
+        zr_rcache_stats cs;
+
+        if (p->horizon == 0 || s >= lead + p->horizon)
+                return UINT64_MAX;
+        zr_rcache_stats_get(e->cache, &cs);
+        if (cs.budget == 0 || cs.planned > p->plan_cap)
+                return UINT64_MAX;
+        return s;
+}
+
+/* A step s may get a unit now: the window has room for it (an empty window
+ * moves to it). */
+static int fits(const pf_state *p, uint64_t s) {
+        return p->lo == window_hi(p) || s - p->lo < p->cap;
+}
+
+int zr_pf_job_due(zr_loader_engine *e, const zr_loader *l) {
+        const group *g = l->g;
+        const pf_state *p = &g->pf;
+        uint64_t lead, s;
+
+        if (!p->units || p->job || l->closing)
+                return 0;
+        lead = lead_step(g);
+        s = next_io(e, g, lead);
+        if (s != UINT64_MAX && fits(p, s))
+                return 1;
+        s = next_plan(e, g, lead);
+        return s != UINT64_MAX && fits(p, s);
+}
+
+void zr_pf_job_start(zr_loader_engine *e, zr_loader *l, pf_job *j) {
+        group *g = l->g;
+        pf_state *p = &g->pf;
+        uint64_t lead = lead_step(g), s, now = now_ns();
+        pf_unit *u;
+
+        *j = (pf_job){ .l = l };
+        s = next_io(e, g, lead);
+        if (s != UINT64_MAX && fits(p, s)) {
+                j->do_io = 1;
+                j->do_plan = s >= p->plan_hi && next_plan(e, g, lead) != UINT64_MAX;
+        } else {
+                s = next_plan(e, g, lead);
+                j->do_plan = 1;
+        }
+        if (p->lo == window_hi(p)) {
+                /* an empty window moves to the step */
+                p->lo = p->io_hi = p->plan_hi = s;
+        }
+        /* steps the leader claimed without reading ahead: given up at once */
+        for (uint64_t t = window_hi(p); t < s; t++) {
+                u = &p->units[t % p->cap];
+                *u = (pf_unit){ .g = g, .step = t, .io = PF_IO_DONE, .consumed = 1 };
+        }
+        if (s >= window_hi(p)) {
+                u = &p->units[s % p->cap];
+                *u = (pf_unit){ .g = g, .step = s };
+        }
+        u = &p->units[s % p->cap];
+        u->job = 1;
+        if (j->do_io) {
+                u->io = PF_IO_READING;
+                p->io_inflight++;
+                p->io_hi = max_u64(p->io_hi, s + 1);
+        }
+        if (j->do_plan) {
+                u->planned = 1;
+                p->plan_hi = max_u64(p->plan_hi, s + 1);
+        }
+        p->io_hi = max_u64(p->io_hi, p->lo);
+        p->plan_hi = max_u64(p->plan_hi, p->lo);
+        p->job = 1;
+        l->inflight++;
+        j->u = u;
+        /* a plan's time orders it against other groups' plans; within the
+         * group a later step is always later, whatever the period did */
+        j->eta_ns = now + (s > lead ? s - lead : 0) * p->period_ns;
+        if (j->do_plan) {
+                if (j->eta_ns <= p->last_eta_ns)
+                        j->eta_ns = p->last_eta_ns + 1;
+                p->last_eta_ns = j->eta_ns;
+        }
+}
+
+/* The I/O queue's callback (its dispatcher thread). */
+static void pf_done(void *arg, uint64_t id, int result, uint64_t bytes) {
+        pf_unit *u = arg;
+        group *g = u->g;
+        zr_loader_engine *e = g->pf.e;
+
+        (void)id;
+        (void)bytes;
+        pthread_mutex_lock(&e->mutex);
+        if (result < 0 && result != -ECANCELED) {
+                u->io = PF_IO_FAILED;
+                u->error = -result;
+                e->t.prefetch_errors++;
+        } else {
+                u->io = PF_IO_DONE;
+                if (result == -ECANCELED)
+                        e->t.prefetch_cancelled++;
+        }
+        g->pf.io_inflight--;
+        if (!u->job)
+                zr_group_wake(e, g);
+        pthread_cond_broadcast(&e->idle);
+        pthread_mutex_unlock(&e->mutex);
+}
+
+/* Takes the shared lock of every distinct dataset of l's streams, trying.
+ * Returns 0, or -EBUSY with none held (a mutation holds or waits for one). */
+static int lock_streams(const zr_loader *l, zr_dataset **held, size_t *nheld) {
+        *nheld = 0;
+        for (size_t i = 0; i < l->nstreams; i++) {
+                zr_dataset *ds = l->streams[i].s.ds;
+                size_t k;
+                for (k = 0; k < *nheld && held[k] != ds; k++)
+                        ;
+                if (k < *nheld)
+                        continue;
+                if (zr_dataset_trylock_shared(ds) < 0) {
+                        while (*nheld > 0)
+                                zr_dataset_unlock(held[--*nheld]);
+                        return -EBUSY;
+                }
+                held[(*nheld)++] = ds;
+        }
+        return 0;
+}
+
+/* The records of stream st of the batch idx[0..n) that must be read: neither
+ * in the decoded-record cache nor resident. Appends their ranges to r (room
+ * for n more) and counts in j. Returns the number of ranges added. */
+static size_t stream_ranges(zr_loader_engine *e, const lstream *st, const uint64_t *idx,
+                            size_t n, zr_rcache_key *keys, uint8_t *flags, zr_loc *locs,
+                            zr_io_range *r, pf_job *j) {
+        zr_store *s = zr_dataset_store(st->s.ds);
+        size_t m = 0, k = 0, got = 0;
+
+        if (zr_store_locate(s, idx, n, locs, NULL) < 0)
+                return 0; /* the fill says what is wrong */
+        if (st->schema->codec != ZR_CODEC_RAW) {
+                for (size_t i = 0; i < n; i++)
+                        keys[i] = (zr_rcache_key){ zr_dataset_id(st->s.ds), st->open_gen, idx[i] };
+                j->cached += zr_rcache_contains(e->cache, keys, n, flags);
+                for (size_t i = 0; i < n; i++)
+                        if (!flags[i])
+                                locs[m++] = locs[i];
+        } else {
+                m = n;
+        }
+        if (m == 0)
+                return 0;
+        k = m < PF_SAMPLE ? m : PF_SAMPLE;
+        if (zr_store_resident(s, locs, k, NULL) == k) {
+                /* the sample is resident: the step is warm */
+                j->resident += m;
+                j->warm = 1;
+                return 0;
+        }
+        j->resident += zr_store_resident(s, locs, m, flags);
+        k = 0;
+        for (size_t i = 0; i < m; i++)
+                if (!flags[i])
+                        locs[k++] = locs[i];
+        j->records += k;
+        if (zr_store_io_ranges(s, locs, k, r, &got, NULL) < 0)
+                return 0;
+        return got;
+}
+
+/* Reserves the bytes of the longest prefix of r[0..n) that fits in the budget
+ * (all of them for a group that holds nothing: it always reads one step);
+ * returns its length and adds its bytes to *bytes. Lock-free. */
+static size_t reserve(zr_loader_engine *e, pf_state *p, const zr_io_range *r, size_t n,
+                      uint64_t *bytes) {
+        uint64_t budget = atomic_load(&e->pf_budget), cur = atomic_load(&e->pf_bytes);
+        uint64_t want = 0, take;
+        size_t k;
+
+        for (;;) {
+                uint64_t room = budget > cur ? budget - cur : 0;
+                int first = atomic_load(&p->held) == 0;
+                want = 0;
+                for (k = 0; k < n; k++) {
+                        if (!first && want + r[k].length > room)
+                                break;
+                        want += r[k].length;
+                }
+                take = want;
+                if (atomic_compare_exchange_weak(&e->pf_bytes, &cur, cur + take))
+                        break;
+        }
+        atomic_fetch_add(&p->held, take);
+        cur += take;
+        for (uint64_t peak = atomic_load(&e->pf_peak);
+             cur > peak && !atomic_compare_exchange_weak(&e->pf_peak, &peak, cur);)
+                ;
+        *bytes += take;
+        return k;
+}
+
+/* Gives back what *bytes holds against the budget; zeroes it. */
+static void release(zr_loader_engine *e, pf_state *p, uint64_t *bytes) {
+        atomic_fetch_sub(&e->pf_bytes, *bytes);
+        atomic_fetch_sub(&p->held, *bytes);
+        *bytes = 0;
+}
+
+void zr_pf_job_run(zr_loader_engine *e, pf_job *j) {
+        zr_loader *l = j->l;
+        pf_state *p = &l->g->pf;
+        size_t n = l->sp.batch_size, nr = 0, nheld = 0;
+        zr_dataset *held[ZR_STREAMS_MAX];
+        zr_sampler_params sp = l->sp;
+        uint64_t *idx = NULL;
+        zr_rcache_key *keys = NULL;
+        uint8_t *flags = NULL;
+        zr_loc *locs = NULL;
+        zr_io_range *r = NULL;
+
+        idx = malloc(n * sizeof(*idx));
+        keys = malloc(n * sizeof(*keys));
+        flags = malloc(n);
+        if (!idx || !keys || !flags)
+                goto out;
+        sp.step = j->u->step;
+        if (zr_sampler_indices(&sp, idx, NULL) < 0)
+                goto out; /* the fill says what is wrong */
+        if (j->do_plan) {
+                for (size_t i = 0; i < l->nstreams; i++) {
+                        const lstream *st = &l->streams[i];
+                        if (st->schema->codec == ZR_CODEC_RAW ||
+                            zr_dataset_generation(st->s.ds) != st->open_gen)
+                                continue;
+                        for (size_t k = 0; k < n; k++)
+                                keys[k] = (zr_rcache_key){ zr_dataset_id(st->s.ds), st->open_gen,
+                                                           idx[k] };
+                        zr_rcache_plan(e->cache, p->owner, keys, n, j->eta_ns);
+                }
+        }
+        if (!j->do_io)
+                goto out;
+        locs = malloc(n * sizeof(*locs));
+        r = malloc(n * l->nstreams * sizeof(*r));
+        if (!locs || !r)
+                goto out;
+        if (lock_streams(l, held, &nheld) < 0) {
+                j->busy = 1;
+                goto out;
+        }
+        for (size_t i = 0; i < l->nstreams; i++) {
+                const lstream *st = &l->streams[i];
+                if (zr_dataset_generation(st->s.ds) != st->open_gen)
+                        continue;
+                nr += stream_ranges(e, st, idx, n, keys, flags, locs, r + nr, j);
+        }
+        nr = reserve(e, p, r, nr, &j->bytes);
+        if (nr > 0) {
+                j->reads = nr;
+                /* under the shared locks: no mutation closes a descriptor
+                 * before the queue has the batch (it cancels it first) */
+                if (zr_ioq_submit(e->ioq, r, nr, pf_done, j->u, &j->id) == 0)
+                        j->submitted = 1;
+                else
+                        release(e, p, &j->bytes);
+        }
+        while (nheld > 0)
+                zr_dataset_unlock(held[--nheld]);
+out:
+        free(r);
+        free(locs);
+        free(flags);
+        free(keys);
+        free(idx);
+}
+
+static uint64_t ewma(uint64_t avg, uint64_t v) {
+        return (7 * avg + v) / 8;
+}
+
+/* Steps read ahead: see the top. */
+static void set_depth(zr_loader_engine *e, pf_state *p) {
+        zr_ioq_stats st;
+        uint64_t d = PF_DEPTH_MIN;
+
+        zr_ioq_get_stats(e->ioq, &st);
+        if (p->reads_per_step > 0)
+                d = max_u64(d, (2 * (uint64_t)st.depth + p->reads_per_step - 1) /
+                                       p->reads_per_step);
+        if (p->period_ns > 0)
+                d = max_u64(d, st.lat_p99_ns / p->period_ns + 2);
+        p->depth = (uint32_t)(d < PF_DEPTH_MAX ? d : PF_DEPTH_MAX);
+}
+
+void zr_pf_job_end(zr_loader_engine *e, pf_job *j) {
+        zr_loader *l = j->l;
+        group *g = l->g;
+        pf_state *p = &g->pf;
+        pf_unit *u = j->u;
+
+        u->job = 0;
+        p->job = 0;
+        l->inflight--;
+        if (j->do_io) {
+                u->bytes = j->bytes;
+                if (j->submitted) {
+                        u->ioq_id = j->id;
+                        u->submit_ns = now_ns();
+                        e->t.prefetch_steps++;
+                } else {
+                        u->io = PF_IO_DONE;
+                        p->io_inflight--;
+                        e->t.prefetch_warm += j->warm;
+                        e->t.prefetch_busy += j->busy;
+                }
+                e->t.prefetch_reads += j->reads;
+                e->t.prefetch_read_bytes += j->bytes;
+                e->t.prefetch_records += j->records;
+                e->t.prefetch_resident += j->resident;
+                e->t.prefetch_cached += j->cached;
+                p->reads_per_step = ewma(p->reads_per_step, j->reads);
+                p->bytes_per_step = ewma(p->bytes_per_step, j->bytes);
+                set_depth(e, p);
+                if (p->depth > e->t.prefetch_depth)
+                        e->t.prefetch_depth = p->depth;
+        }
+        if (j->do_plan)
+                e->t.planned_steps++;
+        set_horizon(e, l, p);
+        zr_group_wake(e, g);
+        pthread_cond_broadcast(&e->idle);
+}
+
+int zr_pf_ready(zr_loader_engine *e, const zr_loader *l, uint64_t step, work *w) {
+        group *g = l->g;
+        pf_state *p = &g->pf;
+        pf_unit *u;
+
+        w->io_error = 0;
+        w->plan_owner = 0;
+        if (!p->units)
+                return 1;
+        u = unit_of(g, step);
+        if (!u) {
+                /* past the window: wait for the job that will read it, if any */
+                if (step >= window_hi(p))
+                        return !(p->job || zr_pf_job_due(e, l));
+                return 1;
+        }
+        if (u->job || u->io == PF_IO_READING)
+                return 0;
+        if (u->io == PF_IO_FAILED)
+                w->io_error = u->error;
+        if (u->planned && !u->consumed)
+                w->plan_owner = p->owner;
+        return 1;
+}
+
+void zr_pf_consumed(zr_loader_engine *e, group *g, uint64_t step) {
+        pf_state *p = &g->pf;
+        pf_unit *u = unit_of(g, step);
+        uint64_t now;
+
+        if (!u || u->consumed)
+                return;
+        u->consumed = 1;
+        release(e, p, &u->bytes);
+        now = now_ns();
+        if (p->last_done_ns)
+                p->period_ns = ewma(p->period_ns, now - p->last_done_ns);
+        p->last_done_ns = now;
+        while (p->lo < window_hi(p)) {
+                pf_unit *v = &p->units[p->lo % p->cap];
+                if (!v->consumed || v->job || v->io == PF_IO_READING)
+                        break;
+                p->lo++;
+        }
+        p->io_hi = max_u64(p->io_hi, p->lo);
+        p->plan_hi = max_u64(p->plan_hi, p->lo);
+}
+
+static int group_reads(const group *g, const zr_dataset *ds) {
+        const zr_loader *m = g->members;
+        if (!m || !g->pf.units)
+                return 0;
+        for (size_t i = 0; i < m->nstreams; i++)
+                if (m->streams[i].s.ds == ds)
+                        return 1;
+        return 0;
+}
+
+void zr_pf_quiesce(zr_loader_engine *e, const zr_dataset *ds) {
+        for (;;) {
+                int waited = 0;
+                for (group *g = e->groups; g && !waited; g = g->next) {
+                        pf_state *p = &g->pf;
+                        if (!group_reads(g, ds))
+                                continue;
+                        if (p->job) {
+                                pthread_cond_wait(&e->idle, &e->mutex);
+                                waited = 1;
+                                break;
+                        }
+                        for (uint64_t s = p->lo; s < window_hi(p); s++) {
+                                pf_unit *u = &p->units[s % p->cap];
+                                if (u->io == PF_IO_READING && u->ioq_id)
+                                        zr_ioq_cancel(e->ioq, u->ioq_id);
+                        }
+                        if (p->io_inflight > 0) {
+                                pthread_cond_wait(&e->idle, &e->mutex);
+                                waited = 1;
+                        }
+                }
+                if (!waited)
+                        return;
+        }
+}
