@@ -80,7 +80,29 @@ static const field batch_stream_fields[] = {
 };
 
 static const field cache_fields[] = {
-        REQ("budget", T_UINT), REQ("bytes", T_UINT), REQ("entries", T_UINT), END,
+        REQ("budget", T_UINT), REQ("bytes", T_UINT), REQ("entries", T_UINT),
+        OPT("bypassed", T_UINT), OPT("planned", T_UINT), END,
+};
+
+/* STATUS: reading ahead */
+static const field prefetch_fields[] = {
+        REQ("backend", T_STR), REQ("budget", T_UINT), REQ("bytes", T_UINT), REQ("peak", T_UINT),
+        REQ("steps", T_UINT), REQ("warm", T_UINT), REQ("busy", T_UINT), REQ("records", T_UINT),
+        REQ("resident", T_UINT), REQ("cached", T_UINT), REQ("read_bytes", T_UINT),
+        REQ("reads", T_UINT), REQ("merged", T_UINT), REQ("in_flight", T_UINT),
+        REQ("queue_depth", T_UINT), REQ("depth", T_UINT), REQ("waits", T_UINT),
+        REQ("errors", T_UINT), REQ("cancelled", T_UINT), REQ("planned_steps", T_UINT),
+        REQ("latency_p50_ns", T_UINT), REQ("latency_p99_ns", T_UINT), END,
+};
+
+/* STATUS: one memory budget */
+static const field budget_fields[] = { REQ("bytes", T_UINT), REQ("source", T_STR), END };
+
+static const field budgets_fields[] = {
+        REQ("memory", T_UINT), REQ("memory_source", T_STR),
+        REQ_SUB("cache", T_MAP, budget_fields), REQ_SUB("ring_spare", T_MAP, budget_fields),
+        REQ_SUB("prefetch", T_MAP, budget_fields), REQ_SUB("shm_total", T_MAP, budget_fields),
+        REQ_SUB("shm_uid", T_MAP, budget_fields), END,
 };
 
 static const field loader_stat_fields[] = {
@@ -88,7 +110,7 @@ static const field loader_stat_fields[] = {
         REQ("batch_size", T_UINT), REQ("streams", T_UINT), REQ("step", T_UINT),
         REQ("batches", T_UINT), REQ("gathers", T_UINT), REQ("hits", T_UINT),
         REQ("misses", T_UINT), REQ("bytes", T_UINT), REQ("evictions", T_UINT),
-        REQ("shared", T_UINT), END,
+        REQ("shared", T_UINT), OPT("io_waits", T_UINT), END,
 };
 
 /* STATUS: one uid's account (the daemon's users.h) */
@@ -196,7 +218,8 @@ static const field status_ok[] = {
         REQ_SUB("cache", T_MAP, cache_fields),
         REQ_SUB("per_loader", T_MAPS, loader_stat_fields), OPT("shared", T_UINT),
         OPT("stores", T_UINT), OPT("requests", T_UINT), OPT("spare_budget", T_UINT),
-        OPT("spare_bytes", T_UINT), OPT("uid", T_UINT),
+        OPT("spare_bytes", T_UINT), OPT_SUB("prefetch", T_MAP, prefetch_fields),
+        OPT_SUB("budgets", T_MAP, budgets_fields), OPT("uid", T_UINT),
         OPT_SUB("users", T_MAPS, user_stat_fields), OPT_SUB("limits", T_MAP, status_limits_fields),
         END,
 };

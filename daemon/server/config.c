@@ -20,7 +20,6 @@
 
 /* Defaults and their reasons. */
 #define DEFAULT_SOCKET_MODE 0660          /* owner + group: the `zrecord` group of the units */
-#define DEFAULT_CACHE_BYTES (1 * GiB)     /* decoded records; a few batches of 256 KiB images */
 /* Spare rings (zr_loader_engine_set_spare_bytes()): a closed loader leaves a
  * pre-faulted ring of its size, which the next loader of that size takes, so a
  * resumed run's first batch costs one gather, not the first touch of a fresh
@@ -31,7 +30,12 @@
  * (labels), so 512 MiB holds one such ring (or a prefetch-8 one), or two of
  * one stream (a training and an evaluation loader). It is shared memory that
  * no reclaim frees: a memory-tight shared machine sets 0. */
-#define DEFAULT_RING_SPARE_BYTES (512 * MiB)
+/* The memory budgets (cache, ring-spare, prefetch) default to "auto": a share
+ * of the memory the daemon may use, at most a cap (server/budgets.h). */
+/* Reads in flight in the I/O queue: the device here (a virtio disk) reached its
+ * limit at 32 to 128 (bench/README.md, beyond memory); a deeper queue only
+ * adds latency. */
+#define DEFAULT_IO_DEPTH 128u
 /* Per-client and global limits: the protocol's defaults, reasons in zr-proto.h. */
 #define DEFAULT_MAX_FRAME ZR_FRAME_MAX_DEFAULT
 #define DEFAULT_MAX_HANDLES ZR_HANDLES_MAX_DEFAULT
@@ -71,7 +75,9 @@ enum { KEY_SOCKET = 1000, KEY_SOCKET_MODE, KEY_SOCKET_GROUP, KEY_THREADS, KEY_LO
        /* per-uid limits and timeouts */
        KEY_MAX_CLIENTS_UID, KEY_HELLO_TIMEOUT, KEY_IDLE_TIMEOUT, KEY_FRAME_TIMEOUT, KEY_MAX_FDS,
        KEY_MAX_FDS_UID, KEY_MAX_BYTES_UID, KEY_MAX_SHM_UID, KEY_MAX_SHM_TOTAL,
-       KEY_MAX_JOBS_UID };
+       KEY_MAX_JOBS_UID,
+       /* reading ahead */
+       KEY_PREFETCH, KEY_IO_BACKEND, KEY_IO_DEPTH };
 
 static const struct setting {
         const char *name;
@@ -87,8 +93,14 @@ static const struct setting {
         {"log-level", KEY_LOG_LEVEL, "LEVEL", "err, warning, notice, info or debug (info)"},
         {"idle-exit", KEY_IDLE_EXIT, "SEC", "exit after SEC seconds without clients (0 = never)"},
         {"sync-interval", KEY_SYNC_INTERVAL, "SEC", "sync open stores every SEC seconds (30)"},
-        {"cache", KEY_CACHE, "BYTES", "decoded-record cache budget (1G); K, M, G suffixes"},
-        {"ring-spare", KEY_RING_SPARE, "BYTES", "spare rings for resumed runs (512M; 0 = none)"},
+        {"cache", KEY_CACHE, "BYTES",
+         "decoded-record cache budget (auto: 12% of the daemon's memory, at most 1G); K, M, G"},
+        {"ring-spare", KEY_RING_SPARE, "BYTES",
+         "spare rings for resumed runs (auto: 12% of the memory, at most 512M; 0 = none)"},
+        {"prefetch", KEY_PREFETCH, "BYTES",
+         "bytes read ahead of the loaders (auto: 12% of the memory, at most 1G; 0 = none)"},
+        {"io-backend", KEY_IO_BACKEND, "NAME", "reads ahead through auto, uring or threads (auto)"},
+        {"io-depth", KEY_IO_DEPTH, "N", "reads in flight at once (128; 1..4096)"},
         {"max-frame", KEY_MAX_FRAME, "BYTES", "largest frame a client may send (1M; 64K..64M)"},
         {"max-handles", KEY_MAX_HANDLES, "N", "open handles per client (1024)"},
         {"max-loaders", KEY_MAX_LOADERS, "N", "open loaders per client (64)"},
@@ -120,8 +132,11 @@ void zr_config_defaults(zr_config *c) {
         c->socket_gid = (gid_t)-1;
         c->log_level = LOG_INFO;
         c->sync_interval_sec = DEFAULT_SYNC_SEC;
-        c->cache_bytes = DEFAULT_CACHE_BYTES;
-        c->ring_spare_bytes = DEFAULT_RING_SPARE_BYTES;
+        c->cache_bytes = ZR_CONFIG_AUTO;
+        c->ring_spare_bytes = ZR_CONFIG_AUTO;
+        c->prefetch_bytes = ZR_CONFIG_AUTO;
+        c->io_backend = ZR_IOQ_AUTO;
+        c->io_depth = DEFAULT_IO_DEPTH;
         c->max_frame_bytes = DEFAULT_MAX_FRAME;
         c->max_handles = DEFAULT_MAX_HANDLES;
         c->max_loaders = DEFAULT_MAX_LOADERS;
@@ -161,6 +176,18 @@ static int parse_size(const char *s, uint64_t *ret) {
                 return -ERANGE;
         *ret = (uint64_t)v << shift;
         return 0;
+}
+
+/* A size, or "auto" (ZR_CONFIG_AUTO). */
+static int parse_size_auto(const char *s, uint64_t *ret) {
+        if (strcmp(s, "auto") == 0) {
+                *ret = ZR_CONFIG_AUTO;
+                return 0;
+        }
+        int r = parse_size(s, ret);
+        if (r == 0 && *ret == ZR_CONFIG_AUTO)
+                return -ERANGE;
+        return r;
 }
 
 static int parse_u32(const char *s, uint32_t *ret) {
@@ -212,8 +239,15 @@ static int apply(zr_config *c, int key, const char *v, const char *where, zr_err
                 break;
         case KEY_IDLE_EXIT: r = parse_size(v, &c->idle_exit_sec); break;
         case KEY_SYNC_INTERVAL: r = parse_size(v, &c->sync_interval_sec); break;
-        case KEY_CACHE: r = parse_size(v, &c->cache_bytes); break;
-        case KEY_RING_SPARE: r = parse_size(v, &c->ring_spare_bytes); break;
+        case KEY_CACHE: r = parse_size_auto(v, &c->cache_bytes); break;
+        case KEY_RING_SPARE: r = parse_size_auto(v, &c->ring_spare_bytes); break;
+        case KEY_PREFETCH: r = parse_size_auto(v, &c->prefetch_bytes); break;
+        case KEY_IO_BACKEND: r = zr_ioq_backend_parse(v, &c->io_backend); break;
+        case KEY_IO_DEPTH:
+                r = parse_u32(v, &c->io_depth);
+                if (r == 0 && (c->io_depth < 1 || c->io_depth > ZR_IOQ_MAX_INFLIGHT))
+                        r = -ERANGE;
+                break;
         case KEY_MAX_FRAME:
                 r = parse_u32(v, &c->max_frame_bytes);
                 if (r == 0 && (c->max_frame_bytes < ZR_FRAME_MAX_FLOOR ||

@@ -11,9 +11,12 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "io/ioq.h"
 #include "util/error.h"
 
 #define ZR_CONFIG_PATH_MAX 108 /* sun_path of struct sockaddr_un */
+/* A budget set to "auto": a share of the daemon's memory (server/budgets.h). */
+#define ZR_CONFIG_AUTO UINT64_MAX
 
 typedef struct zr_config {
         char socket_path[ZR_CONFIG_PATH_MAX]; /* "" until resolved: see zr_config_resolve() */
@@ -23,8 +26,11 @@ typedef struct zr_config {
         int log_level;             /* LOG_ERR .. LOG_DEBUG */
         uint64_t idle_exit_sec;    /* exit after this long with no client; 0 = never */
         uint64_t sync_interval_sec; /* sync every store this often; 0 = only on close */
-        uint64_t cache_bytes;      /* decoded-record cache budget */
-        uint64_t ring_spare_bytes; /* spare pre-faulted rings kept for a resumed run */
+        uint64_t cache_bytes;      /* decoded-record cache budget, or ZR_CONFIG_AUTO */
+        uint64_t ring_spare_bytes; /* spare pre-faulted rings kept for a resumed run, or auto */
+        uint64_t prefetch_bytes;   /* bytes read ahead of the loaders, or auto */
+        enum zr_ioq_backend io_backend; /* how reads ahead are issued (start only) */
+        uint32_t io_depth;         /* reads in flight at once (start only) */
         /* per-client limits */
         uint32_t max_frame_bytes;  /* largest frame a client may send */
         uint32_t max_handles;      /* open datasets and buffers per client */

@@ -74,6 +74,7 @@ void zr_lhandle_put_status(zr_lhandle *lh, zr_wire_writer *w, pid_t pid) {
         zr_wire_put_u64(w, "bytes", k.bytes);
         zr_wire_put_u64(w, "evictions", k.evictions);
         zr_wire_put_u64(w, "shared", k.shared);
+        zr_wire_put_u64(w, "io_waits", k.io_waits);
         zr_wire_end(w);
 }
 

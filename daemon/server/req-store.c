@@ -613,6 +613,57 @@ static void put_limits(zr_wire_writer *w, zr_server *s) {
         zr_wire_end(w);
 }
 
+/* Reading ahead (PROTOCOL.md, STATUS, `prefetch`). */
+static void put_prefetch(zr_wire_writer *w, zr_server *s, const zr_loader_engine_counters *k) {
+        zr_ioq_stats q = {0};
+        if (s->ioq)
+                zr_ioq_get_stats(s->ioq, &q);
+        zr_wire_begin_map(w, "prefetch");
+        zr_wire_put_str(w, "backend", s->ioq ? zr_ioq_backend_name(zr_ioq_backend_of(s->ioq))
+                                             : "none");
+        zr_wire_put_u64(w, "budget", k->prefetch_budget);
+        zr_wire_put_u64(w, "bytes", k->prefetch_bytes);
+        zr_wire_put_u64(w, "peak", k->prefetch_peak);
+        zr_wire_put_u64(w, "steps", k->prefetch_steps);
+        zr_wire_put_u64(w, "warm", k->prefetch_warm);
+        zr_wire_put_u64(w, "busy", k->prefetch_busy);
+        zr_wire_put_u64(w, "records", k->prefetch_records);
+        zr_wire_put_u64(w, "resident", k->prefetch_resident);
+        zr_wire_put_u64(w, "cached", k->prefetch_cached);
+        zr_wire_put_u64(w, "read_bytes", q.bytes);
+        zr_wire_put_u64(w, "reads", q.reads);
+        zr_wire_put_u64(w, "merged", q.merged);
+        zr_wire_put_u64(w, "in_flight", q.in_flight);
+        zr_wire_put_u64(w, "queue_depth", q.depth);
+        zr_wire_put_u64(w, "depth", k->prefetch_depth);
+        zr_wire_put_u64(w, "waits", k->prefetch_waits);
+        zr_wire_put_u64(w, "errors", k->prefetch_errors);
+        zr_wire_put_u64(w, "cancelled", k->prefetch_cancelled);
+        zr_wire_put_u64(w, "planned_steps", k->planned_steps);
+        zr_wire_put_u64(w, "latency_p50_ns", q.lat_p50_ns);
+        zr_wire_put_u64(w, "latency_p99_ns", q.lat_p99_ns);
+        zr_wire_end(w);
+}
+
+/* The memory budgets in force and where each came from (budgets.h). */
+static void put_budgets(zr_wire_writer *w, const zr_budgets *b) {
+        const struct { const char *name; const zr_budget *b; } all[] = {
+                { "cache", &b->cache }, { "ring_spare", &b->ring_spare },
+                { "prefetch", &b->prefetch }, { "shm_total", &b->shm_total },
+                { "shm_uid", &b->shm_uid },
+        };
+        zr_wire_begin_map(w, "budgets");
+        zr_wire_put_u64(w, "memory", b->memory);
+        zr_wire_put_str(w, "memory_source", b->memory_source);
+        for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
+                zr_wire_begin_map(w, all[i].name);
+                zr_wire_put_u64(w, "bytes", all[i].b->bytes);
+                zr_wire_put_str(w, "source", all[i].b->source);
+                zr_wire_end(w);
+        }
+        zr_wire_end(w);
+}
+
 /* The daemon's totals for everyone; its loaders and the per-uid accounts of
  * the caller's own uid, or of every uid for root and the daemon's own uid
  * (PROTOCOL.md, STATUS): another user's loaders, pids and progress are none
@@ -641,9 +692,11 @@ int zr_handle_status(zr_request *rq) {
         zr_wire_put_u64(&w, "bytes", k->bytes + lk.bytes);
         zr_wire_put_u64(&w, "evictions", lk.evictions);
         zr_wire_begin_map(&w, "cache");
-        zr_wire_put_u64(&w, "budget", s->loaders ? lk.cache_budget : s->cfg.cache_bytes);
+        zr_wire_put_u64(&w, "budget", s->loaders ? lk.cache_budget : s->budgets.cache.bytes);
         zr_wire_put_u64(&w, "bytes", lk.cache_bytes);
         zr_wire_put_u64(&w, "entries", lk.cache_entries);
+        zr_wire_put_u64(&w, "bypassed", lk.bypassed);
+        zr_wire_put_u64(&w, "planned", lk.planned);
         zr_wire_end(&w);
         zr_wire_begin_array(&w, "per_loader");
         for (zr_session *c = s->sessions; c; c = zr_session_next(c))
@@ -657,8 +710,10 @@ int zr_handle_status(zr_request *rq) {
         zr_wire_put_u64(&w, "stores", zr_registry_count(s->registry));
         zr_wire_put_u64(&w, "requests", k->requests);
         zr_wire_put_u64(&w, "shared", lk.shared);
-        zr_wire_put_u64(&w, "spare_budget", s->cfg.ring_spare_bytes);
+        zr_wire_put_u64(&w, "spare_budget", s->budgets.ring_spare.bytes);
         zr_wire_put_u64(&w, "spare_bytes", lk.spare_bytes);
+        put_prefetch(&w, s, &lk);
+        put_budgets(&w, &s->budgets);
         zr_wire_put_u64(&w, "uid", caller);
         put_users(&w, s, caller, all);
         put_limits(&w, s);

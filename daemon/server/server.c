@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 #include "loader/loader.h"
-#include "util/memlimit.h"
+#include "server/budgets.h"
 #include "util/shm.h"
 #include "server/listener.h"
 #include "server/log.h"
@@ -303,37 +303,69 @@ static void drain_timeout_cb(evutil_socket_t fd, short what, void *arg) {
 
 /* ---- per-uid limits ------------------------------------------------------ */
 
-/* Shared memory is resident (buffers are pre-faulted, ring slots faulted in
- * before their first fill) and no reclaim frees it without swap: by default
- * all uids together get half of what the daemon may use (its cgroup's limit,
- * else the machine's memory), one uid a quarter, so the cache, the spare
- * rings and the daemon's heap keep the rest. */
-#define SHM_TOTAL_PCT 50
-#define SHM_UID_PCT 25
-
-static void resolve_shm_budgets(zr_server *s) {
-        zr_memlimit ml;
+/* Resolves the memory budgets (budgets.h) and logs them. */
+static void resolve_budgets(zr_server *s, zr_budgets *ret) {
         zr_error err = {0};
-        s->shm_total_max = s->cfg.max_shm_total;
-        s->shm_uid_max = s->cfg.max_shm_per_uid;
-        if (s->shm_total_max && s->shm_uid_max)
-                return;
-        if (zr_memlimit_read(NULL, &ml, &err) < 0) {
-                /* no budget from the box: only the per-client limit, per uid too */
-                zr_log(LOG_WARNING, "shared-memory budgets: %s; set max-shm-total and "
-                       "max-shm-per-uid", err.message);
-                if (!s->shm_uid_max)
-                        s->shm_uid_max = s->cfg.max_shm_bytes;
-                return;
+        if (zr_budgets_resolve(&s->cfg, NULL, ret, &err) < 0)
+                zr_log(LOG_WARNING, "memory budgets: %s; set cache, ring-spare, prefetch, "
+                       "max-shm-total and max-shm-per-uid", err.message);
+        /* without a budget from the box, each uid gets the per-client limit */
+        if (!ret->shm_uid.bytes)
+                ret->shm_uid.bytes = s->cfg.max_shm_bytes;
+        s->shm_total_max = ret->shm_total.bytes;
+        s->shm_uid_max = ret->shm_uid.bytes;
+}
+
+static void log_budgets(const zr_budgets *b) {
+        zr_log(LOG_INFO, "memory: %llu MiB usable (%s); cache %llu MiB, ring-spare %llu MiB, "
+               "prefetch %llu MiB, shared memory %llu MiB for all users, %llu MiB per uid",
+               (unsigned long long)(b->memory >> 20), b->memory_source[0] ? b->memory_source :
+               "unknown", (unsigned long long)(b->cache.bytes >> 20),
+               (unsigned long long)(b->ring_spare.bytes >> 20),
+               (unsigned long long)(b->prefetch.bytes >> 20),
+               (unsigned long long)(b->shm_total.bytes >> 20),
+               (unsigned long long)(b->shm_uid.bytes >> 20));
+}
+
+/* Applies budgets that differ from those in force, logging each change. */
+static unsigned apply_budgets(zr_server *s, const zr_budgets *n) {
+        zr_budgets *o = &s->budgets;
+        unsigned changes = 0;
+#define BUDGET(name, set)                                                                            if (o->name.bytes != n->name.bytes) {                                                                 zr_log(LOG_NOTICE, "reload: " #name " budget %llu -> %llu bytes (%s)",                               (unsigned long long)o->name.bytes, (unsigned long long)n->name.bytes,                         n->name.source);                                                                       set;                                                                                          changes++;                                                                            }
+        BUDGET(cache, zr_loader_engine_set_cache_bytes(s->loaders, n->cache.bytes))
+        /* a lowered budget releases spares at once; a raised one fills as loaders close */
+        BUDGET(ring_spare, zr_loader_engine_set_spare_bytes(s->loaders, n->ring_spare.bytes))
+        BUDGET(prefetch, zr_loader_engine_set_io(s->loaders, s->ioq, n->prefetch.bytes))
+        BUDGET(shm_total, (void)0)
+        BUDGET(shm_uid, (void)0)
+#undef BUDGET
+        *o = *n;
+        return changes;
+}
+
+/* The queue of reads ahead: io-backend and io-depth; for the daemon's tests,
+ * ZRECORDD_TEST_IO_FAIL=N[:ERRNO] fails the N-th read it issues (EIO). */
+static int make_ioq(zr_server *s, zr_error *err) {
+        zr_ioq_options o = { .backend = s->cfg.io_backend, .max_inflight = s->cfg.io_depth,
+                             .threads = s->cfg.io_depth < ZR_IOQ_DEFAULT_THREADS
+                                                ? s->cfg.io_depth : ZR_IOQ_DEFAULT_THREADS };
+        const char *fail = getenv("ZRECORDD_TEST_IO_FAIL");
+        if (fail) {
+                unsigned long long nth = 0;
+                int e = 0;
+                if (sscanf(fail, "%llu:%d", &nth, &e) < 1 || nth == 0)
+                        return zr_error_set(err, EINVAL, "ZRECORDD_TEST_IO_FAIL is not N[:ERRNO]");
+                o.fail_nth = nth;
+                o.fail_errno = e;
+                zr_log(LOG_WARNING, "test switch: read %llu ahead fails with errno %d", nth,
+                       e ? e : EIO);
         }
-        if (!s->shm_total_max)
-                s->shm_total_max = zr_memlimit_budget(&ml, SHM_TOTAL_PCT, UINT64_MAX);
-        if (!s->shm_uid_max)
-                s->shm_uid_max = zr_memlimit_budget(&ml, SHM_UID_PCT, UINT64_MAX);
-        zr_log(LOG_INFO, "shared memory: %llu MiB for all users, %llu MiB per uid (%llu MiB "
-               "usable: %s)", (unsigned long long)(s->shm_total_max >> 20),
-               (unsigned long long)(s->shm_uid_max >> 20), (unsigned long long)(ml.effective >> 20),
-               ml.source);
+        int r = zr_ioq_new(&o, &s->ioq, err);
+        if (r < 0)
+                return r;
+        zr_log(LOG_INFO, "reading ahead through %s, %u reads deep",
+               zr_ioq_backend_name(zr_ioq_backend_of(s->ioq)), s->cfg.io_depth);
+        return 0;
 }
 
 void zr_server_user_limits(const zr_server *s, zr_user_limits *l) {
@@ -465,16 +497,16 @@ static void reload(zr_server *s) {
         CHANGED(max_shm_per_uid, "%llu", unsigned long long)
         CHANGED(max_shm_total, "%llu", unsigned long long)
         CHANGED(max_jobs_per_uid, "%u", unsigned)
-        if (o->cache_bytes != n.cache_bytes)
-                zr_loader_engine_set_cache_bytes(s->loaders, n.cache_bytes);
-        CHANGED(cache_bytes, "%llu", unsigned long long)
-        /* a lowered budget releases spares at once; a raised one fills as loaders close */
-        if (o->ring_spare_bytes != n.ring_spare_bytes)
-                zr_loader_engine_set_spare_bytes(s->loaders, n.ring_spare_bytes);
-        CHANGED(ring_spare_bytes, "%llu", unsigned long long)
+        /* cache, ring-spare and prefetch: their budgets in force below */
+        o->cache_bytes = n.cache_bytes;
+        o->ring_spare_bytes = n.ring_spare_bytes;
+        o->prefetch_bytes = n.prefetch_bytes;
         CHANGED(idle_exit_sec, "%llu", unsigned long long)
 #undef CHANGED
-        resolve_shm_budgets(s); /* auto budgets follow a changed cgroup limit */
+        /* auto budgets follow a changed cgroup limit */
+        zr_budgets nb;
+        resolve_budgets(s, &nb);
+        changes += apply_budgets(s, &nb);
         zr_user_limits ul;
         zr_server_user_limits(s, &ul);
         zr_users_set_limits(s->users, &ul);
@@ -491,8 +523,10 @@ static void reload(zr_server *s) {
                 changes++;
         }
         if (strcmp(o->socket_path, n.socket_path) != 0 || o->threads != n.threads ||
-            o->socket_mode != n.socket_mode || o->socket_gid != n.socket_gid)
-                zr_log(LOG_WARNING, "reload: socket and threads settings change only at restart");
+            o->socket_mode != n.socket_mode || o->socket_gid != n.socket_gid ||
+            o->io_backend != n.io_backend || o->io_depth != n.io_depth)
+                zr_log(LOG_WARNING, "reload: socket, threads, io-backend and io-depth change only "
+                       "at restart");
         arm_idle(s);
         zr_log(LOG_NOTICE, "reloaded %s: %u settings changed (limits apply to new connections)",
                o->config_path[0] ? o->config_path : "the settings", changes);
@@ -561,7 +595,8 @@ int zr_server_new(const zr_config *cfg, int argc, char **argv, zr_server **ret, 
                 r = zr_error_set(err, ENOMEM, "creating the event loop");
                 goto fail;
         }
-        resolve_shm_budgets(s);
+        resolve_budgets(s, &s->budgets);
+        log_budgets(&s->budgets);
         zr_user_limits ul;
         zr_server_user_limits(s, &ul);
         r = zr_users_new(geteuid(), &ul, &s->users);
@@ -586,10 +621,15 @@ int zr_server_new(const zr_config *cfg, int argc, char **argv, zr_server **ret, 
                 r = zr_error_errno(err, errno, "creating the loader eventfd");
                 goto fail;
         }
-        r = zr_loader_engine_new(s->pool, cfg->cache_bytes, loader_notify, s, &s->loaders, err);
+        r = zr_loader_engine_new(s->pool, s->budgets.cache.bytes, loader_notify, s, &s->loaders,
+                                 err);
         if (r < 0)
                 goto fail;
-        zr_loader_engine_set_spare_bytes(s->loaders, cfg->ring_spare_bytes);
+        zr_loader_engine_set_spare_bytes(s->loaders, s->budgets.ring_spare.bytes);
+        r = make_ioq(s, err);
+        if (r < 0)
+                goto fail;
+        zr_loader_engine_set_io(s->loaders, s->ioq, s->budgets.prefetch.bytes);
         r = zr_registry_new(s->pool, &s->registry);
         if (r < 0) {
                 r = zr_error_errno(err, -r, "creating the registry");
@@ -700,6 +740,7 @@ zr_server *zr_server_free(zr_server *s) {
         /* Every loader went with its client; the engine waits for its last task.
          * Then every job finishes on the pool, and completes here. */
         s->loaders = zr_loader_engine_free(s->loaders);
+        s->ioq = zr_ioq_free(s->ioq); /* its last reads ended with their loaders */
         if (s->registry)
                 zr_registry_set_work(s->registry, NULL); /* no new jobs from here */
         if (s->work)

@@ -21,6 +21,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "io/ioq.h"
+#include "server/budgets.h"
 #include "server/config.h"
 #include "server/registry.h"
 #include "server/users.h"
@@ -75,9 +77,11 @@ typedef struct zr_server {
         zr_session *sessions;      /* each adds itself (zr_session_new()) and leaves */
         unsigned nclients;
         zr_users *users;           /* what each uid holds, and its limits (users.h) */
-        /* the shared-memory budgets in force: the settings, or what the box
-         * allows when they are 0 (auto) */
+        /* the memory budgets in force (budgets.h), and the shared-memory
+         * ones as the per-uid accounts use them */
+        zr_budgets budgets;
         uint64_t shm_uid_max, shm_total_max;
+        zr_ioq *ioq;               /* reads ahead of the loaders */
         /* daemon-made memfds get F_SEAL_FUTURE_WRITE (Linux 5.1): else rings
          * are never shared across uids (req-loader.c) */
         bool rings_sealed;

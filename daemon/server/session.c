@@ -23,6 +23,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "loader/loader.h"
 #include "server/conn.h"
 #include "server/log.h"
 #include "server/request.h"
@@ -569,6 +570,12 @@ void zr_mutation_begin(zr_request *rq, zr_entry *const *entries, uint32_t n, boo
         rq->mutation.nlocked = k;
         for (uint32_t i = 0; i < k; i++)
                 zr_dataset_lock(rq->mutation.locked[i]->ds, exclusive);
+        /* reads ahead name the stores' descriptors, which the mutation may
+         * close: cancel them and wait for them first */
+        if (exclusive && rq->session->srv->loaders)
+                for (uint32_t i = 0; i < k; i++)
+                        zr_loader_engine_quiesce(rq->session->srv->loaders,
+                                                 rq->mutation.locked[i]->ds);
 }
 
 void zr_mutation_end(zr_request *rq, uint32_t nchanged) {

@@ -24,13 +24,22 @@
 #include "check-run.h"
 #include "tclient.h"
 #include "util.h"
+#include "util/memlimit.h"
 
 #define REC (64u << 10)          /* bytes per record: 16 pages */
 #define NREC 128u                /* records in the store */
 #define BATCH 64u                /* a slot: 4 MiB, 1024 pages */
 #define SLOT_PAGES (REC * BATCH / 4096u)
 #define START 1000000000ull      /* step 10^9: records 0..63 (sequential) */
-#define DEFAULT_BUDGET (512ull << 20)
+
+/* The default budget, "auto": 12% of what the daemon may use, at most 512
+ * MiB (server/budgets.h). */
+static uint64_t default_budget(void) {
+        zr_memlimit ml;
+        ck_assert_int_eq(zr_memlimit_read(NULL, &ml, NULL), 0);
+        return zr_memlimit_budget(&ml, 12, 512ull << 20);
+}
+#define DEFAULT_BUDGET default_budget()
 
 static td_daemon D;
 static uint64_t next_id = 100;
@@ -318,7 +327,7 @@ START_TEST(test_spare_reload) {
         /* raised: nothing is made until a loader closes */
         write_config(cfg, "ring-spare = 64M\n");
         reload();
-        ck_assert(td_log_contains(&D, "reload: ring_spare_bytes 0 -> 67108864"));
+        ck_assert(td_log_contains(&D, "reload: ring_spare budget 0 -> 67108864 bytes (setting)"));
         spare_status(fd, &budget, &bytes);
         ck_assert_uint_eq(budget, 64u << 20);
         ck_assert_uint_eq(bytes, 0);
@@ -338,7 +347,7 @@ START_TEST(test_spare_reload) {
          * loader of that size leaves none */
         write_config(cfg, "ring-spare = 2M\n");
         reload();
-        ck_assert(td_log_contains(&D, "reload: ring_spare_bytes 67108864 -> 2097152"));
+        ck_assert(td_log_contains(&D, "reload: ring_spare budget 67108864 -> 2097152 bytes (setting)"));
         spare_status(fd, &budget, &bytes);
         ck_assert_uint_eq(budget, 2u << 20);
         ck_assert_uint_eq(bytes, 0);
@@ -348,7 +357,7 @@ START_TEST(test_spare_reload) {
         /* the key removed: back to the default */
         write_config(cfg, "# no ring-spare\n");
         reload();
-        ck_assert(td_log_contains(&D, "reload: ring_spare_bytes 2097152 -> 536870912"));
+        ck_assert(td_log_contains(&D, "reload: ring_spare budget 2097152 -> 536870912 bytes (auto"));
         spare_status(fd, &budget, NULL);
         ck_assert_uint_eq(budget, DEFAULT_BUDGET);
         close(fd);

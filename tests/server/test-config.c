@@ -87,7 +87,7 @@ START_TEST(test_ring_spare) {
         zr_config c;
         zr_error err = {0};
         zr_config_defaults(&c);
-        ck_assert_uint_eq(c.ring_spare_bytes, 512u << 20);
+        ck_assert_uint_eq(c.ring_spare_bytes, ZR_CONFIG_AUTO);
 
         char *path = write_tmp("ring-spare = 1G\n");
         char arg[128];
@@ -114,7 +114,7 @@ START_TEST(test_ring_spare) {
         fclose(f);
         zr_config_defaults(&c);
         ck_assert_int_eq(zr_config_parse_args(&c, 2, argv, &err), 0);
-        ck_assert_uint_eq(c.ring_spare_bytes, 512u << 20);
+        ck_assert_uint_eq(c.ring_spare_bytes, ZR_CONFIG_AUTO);
         f = fopen(path, "we");
         ck_assert_ptr_nonnull(f);
         fputs("ring-spare = 300M\n", f);
@@ -135,7 +135,7 @@ START_TEST(test_ring_spare) {
                 ck_assert_int_lt(zr_config_load_file(&c, path, &err), 0);
                 ck_assert_msg(strstr(err.message, ":2: bad value") != NULL, "%s: %s", bad[i],
                               err.message);
-                ck_assert_uint_eq(c.ring_spare_bytes, 512u << 20);
+                ck_assert_uint_eq(c.ring_spare_bytes, ZR_CONFIG_AUTO);
                 unlink(path);
 
                 char flag[64];
