@@ -87,6 +87,7 @@ typedef struct pf_unit {
         uint8_t job;          /* a job works on it: nobody else touches it */
         uint8_t planned;      /* its compressed records' uses are planned */
         uint8_t consumed;     /* its step's fill completed (or it was given up) */
+        uint8_t waited;       /* a fill of its step found it still reading */
         int error;            /* PF_IO_FAILED: positive errno */
 } pf_unit;
 
@@ -200,7 +201,6 @@ struct zr_loader {
 
         unsigned inflight;    /* fills and read-ahead jobs claimed on its behalf
                                * and not completed */
-        uint64_t io_wait_step; /* 1 + the step last counted as waiting for reads */
         int closing;
         int in_runq, in_readyq;
         zr_loader *run_prev, *run_next;
@@ -328,6 +328,10 @@ void zr_pf_job_end(zr_loader_engine *e, pf_job *j);
  * not read ahead and will not be), and sets w's io_error and plan_owner;
  * 0 if it waits for its reads (the group is woken when they end). */
 int zr_pf_ready(zr_loader_engine *e, const zr_loader *l, uint64_t step, work *w);
+/* l claimed the fill of `step`: what its unit read is about to be copied, so
+ * it leaves the budget (the next steps' reads overlap the gather); a fill
+ * that had to wait for its reads is counted. */
+void zr_pf_claimed(zr_loader_engine *e, zr_loader *l, uint64_t step);
 /* The fill of `step` completed, or was given up: its unit is consumed. */
 void zr_pf_consumed(zr_loader_engine *e, group *g, uint64_t step);
 /* Cancels the reads of every group that reads dataset `ds` and waits for

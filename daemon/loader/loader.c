@@ -236,17 +236,12 @@ static int claim_next(zr_loader_engine *e, zr_loader *l, work *w, int *notify) {
                 return 0;
         }
         /* its reads ahead first: the group is woken when they end */
-        if (!zr_pf_ready(e, l, step, w)) {
-                if (l->io_wait_step != step + 1) {
-                        l->io_wait_step = step + 1;
-                        l->c.io_waits++;
-                        e->t.prefetch_waits++;
-                }
+        if (!zr_pf_ready(e, l, step, w))
                 return 0;
-        }
         sl = zr_group_pick(l->g);
         if (!sl)
                 return 0;
+        zr_pf_claimed(e, l, step);
         sl->filling = 1;
         sl->has_content = 0;
         sl->step = step;

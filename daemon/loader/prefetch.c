@@ -559,13 +559,28 @@ int zr_pf_ready(zr_loader_engine *e, const zr_loader *l, uint64_t step, work *w)
                         return !(p->job || zr_pf_job_due(e, l));
                 return 1;
         }
-        if (u->job || u->io == PF_IO_READING)
+        if (u->job || u->io == PF_IO_READING) {
+                u->waited = 1;
                 return 0;
+        }
         if (u->io == PF_IO_FAILED)
                 w->io_error = u->error;
         if (u->planned && !u->consumed)
                 w->plan_owner = p->owner;
         return 1;
+}
+
+void zr_pf_claimed(zr_loader_engine *e, zr_loader *l, uint64_t step) {
+        pf_unit *u = unit_of(l->g, step);
+
+        if (!u)
+                return;
+        release(e, &l->g->pf, &u->bytes);
+        if (u->waited) {
+                u->waited = 0;
+                l->c.io_waits++;
+                e->t.prefetch_waits++;
+        }
 }
 
 void zr_pf_consumed(zr_loader_engine *e, group *g, uint64_t step) {
