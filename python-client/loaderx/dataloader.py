@@ -92,7 +92,11 @@ class DataLoader:
             raise ZrecordValueError(
                 f"unknown mode {mode!r}: expected 0 (sequential), 1 (iid) or 2 (cyclic)",
                 name="ZR_E_SAMPLER")
-        sampler = _pick("sampler", "mode", MODES.get(mode), "sampler", sampler, MODES[2])
+        if mode is not None and sampler is not None and MODES[mode] != sampler:
+            raise ZrecordValueError(
+                f"DataLoader: mode={mode} ({MODES[mode]}) and sampler={sampler!r} disagree; "
+                "give one (they name the same sampler)", name="ZR_E_SAMPLER")
+        sampler = sampler or MODES[2 if mode is None else mode]
         prefetch = _pick("prefetch depth", "prefetch_size", prefetch_size, "prefetch", prefetch, 4)
         if isinstance(streams, MSDataset):
             streams = streams.streams
@@ -154,6 +158,9 @@ class DataLoader:
 
     def __len__(self):
         raise TypeError("Eternal loader has no length.")
+
+    def __bool__(self):             # an endless loader is never empty (not len() == 0)
+        return True
 
     # ------------------------------------------------------------ open/close
     def _open(self, step, length):

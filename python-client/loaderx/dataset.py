@@ -491,6 +491,12 @@ class MSDataset:
     ``append({name: batch})`` writes every stream at the same indices and
     ``delete(indices)`` removes the same indices from every stream, so record i
     lines up across the streams. Opening checks they hold the same count.
+
+    When the streams are all the stores of the directory, the daemon holds them as
+    one set (MSSET_OPEN): an append or a delete is all-or-nothing across them. A set
+    of some of them (``names``, or children that are stores without a schema) is
+    held here, stream by stream, as loaderx 1.5.7 holds every set: each batch is
+    checked first, then written to each stream in turn.
     """
 
     def __init__(self, path, names=None):
@@ -499,12 +505,13 @@ class MSDataset:
         self.path = pathlib.Path(self.root)
         dirfd = _store._open_dir(self.root)
         try:
+            stores = sorted(
+                e.name for e in os.scandir(dirfd)
+                if not e.name.startswith(".") and e.is_dir(follow_symlinks=False)
+                and _store.is_store(os.path.join(self.root, e.name)))
             if names is None:
-                names = sorted(
-                    e.name for e in os.scandir(dirfd)
-                    if not e.name.startswith(".") and e.is_dir(follow_symlinks=False)
-                    and os.path.isfile(os.path.join(self.root, e.name, _store.SCHEMA_FILE))
-                    and _store.is_store(os.path.join(self.root, e.name)))
+                names = [n for n in stores
+                         if os.path.isfile(os.path.join(self.root, n, _store.SCHEMA_FILE))]
             else:
                 names = [os.fspath(n) for n in names]
                 for n in names:
@@ -517,6 +524,10 @@ class MSDataset:
                     f"{self.root} holds no loaderx streams (no {_store.SCHEMA_FILE} in any "
                     "immediate child)", name="ZR_E_NOT_STORE")
             self._conn = _conn.default()
+            self._closed = False
+            if sorted(names) != stores or len(set(names)) != len(names):
+                self._open_loose(names)
+                return
             writable = all(os.access(os.path.join(self.root, n, "meta.zr"), os.W_OK) for n in names)
             metas = []
             try:
@@ -541,6 +552,45 @@ class MSDataset:
                                                         self._conn, st)
                          for st in r["streams"]}
         self._closed = False
+
+    def _open_loose(self, names):
+        self._set = None
+        self._streams = {}
+        try:
+            for n in names:
+                self._streams[n] = open_dataset(os.path.join(self.root, n))
+            lengths = {n: len(d) for n, d in self._streams.items()}
+        except BaseException:
+            self.close()
+            raise
+        first = lengths[names[0]]
+        odd = [n for n in names if lengths[n] != first]
+        if odd:
+            self.close()
+            raise ZrecordValueError(
+                f"stream {odd[0]!r} has {lengths[odd[0]]} records, not aligned with the "
+                f"{first} of the first stream ({names[0]!r})", name="ZR_E_MISALIGNED")
+
+    def _append_loose(self, batches):
+        missing = [n for n in self._streams if n not in batches]
+        if missing:
+            raise ZrecordKeyError(f"append to {self.root!r} needs one batch for every stream: "
+                                  f"missing {', '.join(missing)}", name="ZR_E_SCHEMA")
+        checked = {}
+        for name, ds in self._streams.items():      # every batch checked before any write
+            what = f"append to stream {name!r}"
+            checked[name] = ds._check_batch(batches[name], what) if isinstance(ds, DenseDataset) \
+                else ds._check_records(batches[name], what)
+        counts = {n: len(b) for n, b in checked.items()}
+        if len(set(counts.values())) > 1:
+            raise ZrecordValueError(
+                "append: streams given different record counts: "
+                + ", ".join(f"{n}={c}" for n, c in counts.items()), name="ZR_E_MISALIGNED")
+        first = None
+        for name, ds in self._streams.items():
+            f = ds.append(checked[name])
+            first = f if first is None else first
+        return first
 
     @property
     def names(self):
@@ -589,6 +639,8 @@ class MSDataset:
         Every batch is checked before anything is written. A batch too large for one
         request (ragged record sizes travel in the request frame) is written in
         aligned pieces, each all-or-nothing across the streams."""
+        if self._set is None:
+            return self._append_loose(batches)
         h = self._set_handle()
         n_ragged = sum(1 for d in self._streams.values() if isinstance(d, RaggedDataset))
         per = max(1, (self._conn.frame_max - 16384) // (8 * max(1, n_ragged))) if n_ragged else None
@@ -667,6 +719,11 @@ class MSDataset:
 
     def delete(self, key):
         """Deletes the same records from every stream."""
+        if self._set is None:
+            n = len(self)
+            for d in self._streams.values():
+                d.delete(_index.normalize(key, n)[0])
+            return
         h = self._set_handle()
         for piece in _delete_pieces(key, len(self), self._conn.frame_max):
             self._conn.request("delete", {"handle": h, "indices": _wire.u64s(piece)},
@@ -684,7 +741,7 @@ class MSDataset:
         for d in self._streams.values():
             d.close()
         c = self._conn
-        if c.pid == os.getpid() and not c.closed:
+        if self._set is not None and c.pid == os.getpid() and not c.closed:
             try:
                 c.request("close", {"handle": self._set})
             except ZrecordError:

@@ -14,7 +14,7 @@ import sys
 import numpy as np
 
 from . import _conn, _shm, _store, _wire
-from ._errors import ZrecordFileExistsError, ZrecordTypeError, ZrecordValueError
+from ._errors import ZrecordError, ZrecordFileExistsError, ZrecordTypeError, ZrecordValueError
 from .dataset import (DAEMON_TIERS, DICT_TIER_DEFAULT, DICT_TIERS, DenseDataset, RaggedDataset,
                       _Dataset)
 
@@ -59,10 +59,11 @@ def _tier(tier):
 
 def _write_into(path, open_or_create, fill):
     """Appends to the store at path (open_or_create() opens it, checking its schema,
-    or creates one), fill(ds), then syncs. A store this call created is removed
-    again when it fails (a directory it did not create is left as it was before, but
-    for the store's files); records appended to an existing one before a failure
-    stay, as with loaderx 1.5.7."""
+    or creates one), fill(ds), then syncs. A failure leaves the path as it was: a
+    store this call created is removed again (from a directory it did not create,
+    only the files it added), and the records it appended to an existing store are
+    deleted again (the last ones: swap-last moves no other record). loaderx 1.5.7
+    keeps what it appended before the failure."""
     path = os.path.abspath(os.fspath(path))
     if os.path.lexists(path) and not os.path.isdir(path):
         raise ZrecordFileExistsError(f"{path!r} exists and is not a store directory")
@@ -70,12 +71,21 @@ def _write_into(path, open_or_create, fill):
     new_store = new_dir or not _store.is_store(path)
     before = set() if new_dir or not new_store else set(os.listdir(path))
     ds = None
+    first = None
     try:
         ds = open_or_create(path)
+        first = len(ds)
         fill(ds)
         ds._store.sync()
     except BaseException:
         if ds is not None:
+            if not new_store and first is not None:
+                try:
+                    n = len(ds)
+                    if n > first:
+                        ds.delete(np.arange(first, n))
+                except ZrecordError:
+                    pass            # the first error is the one to report
             ds.close()
             ds = None
         if new_dir:
