@@ -50,7 +50,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         must(s.kind == ZR_SCHEMA_DENSE || s.kind == ZR_SCHEMA_RAGGED);
         must(zr_codec_name(s.codec) != NULL);
         must(s.ndim <= ZR_SCHEMA_NDIM_MAX);
-        must(s.kind == ZR_SCHEMA_DENSE || s.ndim >= 1);
         must(memchr(s.dtype.str, 0, sizeof(s.dtype.str)) != NULL);
         must(s.kind != ZR_SCHEMA_DENSE || zr_schema_item_bytes(&s) <= ZR_RECORD_MAX);
 

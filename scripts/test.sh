@@ -70,6 +70,9 @@ failed=$((failed + ${py_failed:-0}))
 if [ "$pyrc" -ne 0 ] && [ "${py_failed:-0}" -eq 0 ]; then failed=$((failed + 1)); fi
 rm -f "$pylog"
 
+echo "== loaderx 1.5.7: its own test suite against python-client, interop with it (PyPI)"
+run_script "scripts/loaderx157-suite.sh" bash scripts/loaderx157-suite.sh build
+
 echo "== benchmarks, quick runs (they prove the benchmarks run; no speed assertions)"
 for b in "build/bench/store-bench --quick" "build/bench/sampler-bench --reps 11" \
          "python3 bench/run.py all --quick --build build --no-plots"; do

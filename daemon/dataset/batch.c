@@ -149,8 +149,7 @@ int zr_gather_read(zr_gather *g, uint8_t *dst, uint64_t base, zr_rcache *cache, 
                    zr_error *err) {
         const zr_schema *s = zr_dataset_schema(g->ds);
         bool ragged = s->kind == ZR_SCHEMA_RAGGED;
-        uint64_t hdr = ragged ? zr_ragged_header_bytes(s->ndim) : 0;
-        uint64_t item = zr_schema_item_bytes(s);
+        uint64_t item = zr_schema_item_bytes(s), w = 0;
         int r;
 
         for (size_t i = 0; i < g->n; i++) {
@@ -172,12 +171,23 @@ int zr_gather_read(zr_gather *g, uint8_t *dst, uint64_t base, zr_rcache *cache, 
                 return r < 0 ? r : 0;
         for (size_t i = 0; i < g->n; i++) {
                 zr_error perr = {0};
-                if (zr_ragged_parse(s, g->dsts[i], g->locs[i].logic_length, g->idx[i],
-                                    g->shapes + i * s->ndim, &perr) < 0)
+                uint32_t nd = s->ndim;
+                if (nd != ZR_SCHEMA_NDIM_ANY)
+                        r = zr_ragged_parse(s, g->dsts[i], g->locs[i].logic_length, g->idx[i],
+                                            g->shapes + w, &perr);
+                else /* its ndim, then its dims (ragged.h) */
+                        r = zr_ragged_parse_any(g->dsts[i], g->locs[i].logic_length,
+                                                s->dtype.itemsize, g->idx[i], &nd,
+                                                g->shapes + w + 1, &perr);
+                if (r < 0)
                         return zr_error_set(err, ZR_E_CORRUPT, "stored %s", perr.message);
-                g->offsets[i] = base + g->offsets[i] + hdr;
-                g->lengths[i] = g->locs[i].logic_length - hdr;
+                if (s->ndim == ZR_SCHEMA_NDIM_ANY)
+                        g->shapes[w++] = nd;
+                w += nd;
+                g->offsets[i] = base + g->offsets[i] + zr_ragged_header_bytes(nd);
+                g->lengths[i] = g->locs[i].logic_length - zr_ragged_header_bytes(nd);
         }
+        g->shape_words = w;
         return 0;
 }
 

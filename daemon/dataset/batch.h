@@ -47,12 +47,16 @@ typedef struct zr_gather {
         zr_dataset *ds;
         const uint64_t *idx;    /* n record indices, any order, repeats allowed */
         size_t n;
-        /* ragged only, the caller's arrays of n entries (shapes: n × ndim).
-         * After locate, offsets[i] is record i's place from the start of the
-         * destination (its header first); after read, its payload's plus the
-         * `base` given to zr_gather_read(), with lengths[i] its payload bytes
-         * and shapes[i × ndim ..] its dims. Unused (may be NULL) when dense. */
+        /* ragged only, the caller's arrays of n entries (shapes: room for
+         * zr_ragged_shape_words_max(schema, n) words, ragged.h). After locate,
+         * offsets[i] is record i's place from the start of the destination (its
+         * header first); after read, its payload's plus the `base` given to
+         * zr_gather_read(), with lengths[i] its payload bytes and its shape in
+         * shapes: the dims of each record in turn (shapes[i × ndim ..]), or,
+         * for a schema of ZR_SCHEMA_NDIM_ANY, each record's ndim then its dims.
+         * Unused (may be NULL) when dense. */
         uint64_t *offsets, *lengths, *shapes;
+        uint64_t shape_words;   /* ragged, set by read: the words of shapes used */
         /* 0, or the owner whose planned uses of these records (cache.h,
          * zr_rcache_plan()) this gather consumes: a loader's gather of a step
          * it planned */

@@ -43,7 +43,7 @@ static int conv_reserve(conv_buf *b, uint64_t n, uint64_t bytes, zr_error *err) 
                 if (i) b->idx = i;
                 if (i && (l = realloc(b->lens, n * 8))) b->lens = l;
                 if (l && (o = realloc(b->offs, n * 8))) b->offs = o;
-                if (o && (a = realloc(b->aux, n * 8 * ZR_SCHEMA_NDIM_MAX))) b->aux = a;
+                if (o && (a = realloc(b->aux, n * 8 * (1 + ZR_SCHEMA_NDIM_MAX)))) b->aux = a;
                 if (a && (d = realloc(b->ndims, n * 4))) b->ndims = d;
                 if (!d)
                         return zr_error_errno(err, ENOMEM, "converting %" PRIu64 " records", n);
@@ -128,7 +128,7 @@ int zr_convert_to_lx157(int src_dirfd, int dst_dirfd, const zr_store_options *op
         if (r >= 0)
                 r = zr_store_create(dst_dirfd, sc->codec, dict, dict_len, opts, &dst, err);
         while (r >= 0 && at < length) {
-                uint64_t n, bytes, packed = 0;
+                uint64_t n, bytes, packed = 0, w = 0;
 
                 r = conv_batch(zr_dataset_store(src), at, length, &b, &n, &bytes, err);
                 zr_gather g = { .ds = src, .idx = b.idx, .n = n, .offsets = b.offs,
@@ -146,8 +146,11 @@ int zr_convert_to_lx157(int src_dirfd, int dst_dirfd, const zr_store_options *op
                                 r = zr_error_set(err, ZR_E_SCHEMA, "record %" PRIu64 " is empty: a "
                                                  "loaderx 1.5.7 store holds no empty records",
                                                  at + i);
-                        else
-                                r = zr_shapes_append(lx.shapes, b.aux + i * sc->ndim, sc->ndim, err);
+                        else { /* the gather's shapes (batch.h): dims, or ndim then dims */
+                                uint32_t nd = sc->ndim ? sc->ndim : (uint32_t)b.aux[w++];
+                                r = zr_shapes_append(lx.shapes, b.aux + w, nd, err);
+                                w += nd;
+                        }
                         if (r >= 0) { /* payloads back to back, as loaderx stores them */
                                 memcpy(b.out + packed, b.data + b.offs[i], b.lens[i]);
                                 packed += b.lens[i];
@@ -199,15 +202,8 @@ int zr_convert_from_lx157(int src_dirfd, int dst_dirfd, const zr_store_options *
                 const uint64_t *dims;
                 zr_shapes_get(lx->shapes, 0, &ndim, &dims, NULL);
         }
-        if (!zr_shapes_uniform(lx->shapes, ndim, &other)) {
-                uint32_t n2;
-                const uint64_t *dims;
-                zr_shapes_get(lx->shapes, other, &n2, &dims, NULL);
-                r = zr_error_set(err, ZR_E_SCHEMA, "records 0 and %" PRIu64 " differ in ndim (%u "
-                                 "and %u): a zrecord ragged dataset has one ndim; serve this store "
-                                 "in loaderx's layout instead", other, ndim, n2);
-                goto out;
-        }
+        if (!zr_shapes_uniform(lx->shapes, ndim, &other))
+                ndim = ZR_SCHEMA_NDIM_ANY; /* records differ in ndim: each keeps its own */
         r = zr_schema_init_ragged(&sc, lx->dtype.str, ndim, lx->codec, err);
         if (r >= 0)
                 r = conv_dict(zr_lxragged_store(src), &dict, &dict_len, err);
@@ -226,9 +222,9 @@ int zr_convert_from_lx157(int src_dirfd, int dst_dirfd, const zr_store_options *
                         uint32_t k;
 
                         zr_shapes_get(lx->shapes, at + i, &k, &dims, NULL);
-                        zr_ragged_header_write(b.out + o, dims, ndim);
-                        memcpy(b.out + o + zr_ragged_header_bytes(ndim), b.data + b.aux[i], len);
-                        b.lens[i] = zr_ragged_header_bytes(ndim) + len;
+                        zr_ragged_header_write(b.out + o, dims, k);
+                        memcpy(b.out + o + zr_ragged_header_bytes(k), b.data + b.aux[i], len);
+                        b.lens[i] = zr_ragged_header_bytes(k) + len;
                         o += b.lens[i];
                 }
                 batch.data = b.out;
@@ -241,7 +237,6 @@ int zr_convert_from_lx157(int src_dirfd, int dst_dirfd, const zr_store_options *
         }
         if (r >= 0 && ret_count)
                 *ret_count = length;
-out:
         if (dst) {
                 int c = zr_dataset_close(dst, r < 0 ? NULL : err);
                 if (r >= 0)

@@ -33,9 +33,9 @@
 int zr_convert_to_lx157(int src_dirfd, int dst_dirfd, const zr_store_options *opts,
                         uint64_t *ret_count, zr_error *err);
 
-/* loaderx 1.5.7 ragged (src) to zrecord ragged (dst). ZR_E_SCHEMA if src is not
- * one, or if its records differ in ndim (a zrecord ragged dataset has one ndim:
- * serve such a store in place with lxragged.h). */
+/* loaderx 1.5.7 ragged (src) to zrecord ragged (dst): of the records' ndim when
+ * they all have one, else of ZR_SCHEMA_NDIM_ANY (each record keeps its own).
+ * ZR_E_SCHEMA if src is not one. */
 int zr_convert_from_lx157(int src_dirfd, int dst_dirfd, const zr_store_options *opts,
                           uint64_t *ret_count, zr_error *err);
 

@@ -66,6 +66,11 @@ int zr_ragged_parse(const zr_schema *s, const void *rec, uint64_t rec_len, uint6
         uint64_t dims[ZR_SCHEMA_NDIM_MAX];
         uint64_t ndim, payload;
 
+        if (s->ndim == ZR_SCHEMA_NDIM_ANY) {
+                uint32_t any;
+                return zr_ragged_parse_any(rec, rec_len, s->dtype.itemsize, which, &any, dims,
+                                           err);
+        }
         if (rec_len < 8)
                 return zr_error_set(err, ZR_E_SCHEMA, "record %llu: %llu bytes, shorter than "
                                     "a ragged shape header (%llu bytes for ndim %u)",

@@ -69,8 +69,12 @@ void zr_schema_describe(const zr_schema *s, char *buf, size_t size) {
                 snprintf(buf, size, "dense %s item_shape %s codec %s", s->dtype.str, shape,
                          codec ? codec : "?");
         } else {
-                snprintf(buf, size, "ragged %s ndim %u codec %s", s->dtype.str, s->ndim,
-                         codec ? codec : "?");
+                if (s->ndim == ZR_SCHEMA_NDIM_ANY)
+                        snprintf(buf, size, "ragged %s ndim any codec %s", s->dtype.str,
+                                 codec ? codec : "?");
+                else
+                        snprintf(buf, size, "ragged %s ndim %u codec %s", s->dtype.str, s->ndim,
+                                 codec ? codec : "?");
         }
 }
 
@@ -145,9 +149,9 @@ int zr_schema_init_ragged(zr_schema *ret, const char *dtype, uint32_t ndim,
         r = schema_start(&s, ZR_SCHEMA_RAGGED, dtype, ndim, codec, err);
         if (r < 0)
                 return r;
-        if (ndim < 1 || ndim > ZR_SCHEMA_NDIM_MAX)
-                return zr_error_set(err, ZR_E_SCHEMA, "ragged ndim is %u, it must be 1..%d",
-                                    ndim, ZR_SCHEMA_NDIM_MAX);
+        if (ndim > ZR_SCHEMA_NDIM_MAX)
+                return zr_error_set(err, ZR_E_SCHEMA, "ragged ndim is %u, it must be 1..%d "
+                                    "(0: any per record)", ndim, ZR_SCHEMA_NDIM_MAX);
         *ret = s;
         return 0;
 }
@@ -449,11 +453,11 @@ static int schema_from_map(const msgpack_object *root, zr_schema *ret, zr_error 
                                             "has \"ndim\", not \"item_shape\"");
                 if (!ndim || ndim->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
                         return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: \"ndim\" is %s, "
-                                            "expected a positive integer",
+                                            "expected an integer 0..32",
                                             ndim ? type_name(ndim->type) : "missing");
-                if (ndim->via.u64 < 1 || ndim->via.u64 > ZR_SCHEMA_NDIM_MAX)
+                if (ndim->via.u64 > ZR_SCHEMA_NDIM_MAX)
                         return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: ragged ndim is "
-                                            "%llu, it must be 1..%d",
+                                            "%llu, it must be 1..%d (0: any per record)",
                                             (unsigned long long)ndim->via.u64, ZR_SCHEMA_NDIM_MAX);
                 s.ndim = (uint32_t)ndim->via.u64;
         }

@@ -10,6 +10,10 @@
  *     {"format": "loaderx-zrecord", "version": 1, "kind": "dense", "dtype": "<f4",
  *      "codec": "zstd", "item_shape": [28, 28]}
  *     {"kind": "ragged", "dtype": "<i4", "ndim": 1, "codec": "raw"}
+ *     {"kind": "ragged", "dtype": "<f4", "ndim": 0, "codec": "zstd"}
+ *
+ * A ragged "ndim" of 0 (ZR_SCHEMA_NDIM_ANY) lets every record have its own number
+ * of dimensions (1..32), as loaderx 1.5.7's ragged stores do; its header says it.
  *
  * A dense schema carries loaderx 1.5.7's "format" and "version" keys, so that
  * loaderx 1.5.7 opens the store; a ragged one does not, because loaderx 1.5.7
@@ -39,6 +43,8 @@
 #define ZR_SCHEMA_FILE_MAX (64 * 1024)
 /* numpy's own limit on dimensions (NPY_MAXDIMS) is 32 (64 since numpy 2). */
 #define ZR_SCHEMA_NDIM_MAX 32
+/* A ragged schema's ndim when records differ in ndim (each 1..ZR_SCHEMA_NDIM_MAX). */
+#define ZR_SCHEMA_NDIM_ANY 0
 
 #define ZR_SCHEMA_FILE "schema.msgpack"
 
@@ -55,7 +61,8 @@ typedef struct zr_schema {
         enum zr_schema_kind kind;
         zr_dtype dtype;
         /* dense: number of item dimensions (0 for scalars, item_shape "()");
-         * ragged: the number of dimensions of every record, 1..ZR_SCHEMA_NDIM_MAX */
+         * ragged: the number of dimensions of every record, 1..ZR_SCHEMA_NDIM_MAX,
+         * or ZR_SCHEMA_NDIM_ANY: each record its own */
         uint32_t ndim;
         uint64_t item_shape[ZR_SCHEMA_NDIM_MAX]; /* dense only: item_shape[0..ndim) */
         enum zr_codec codec;
@@ -67,8 +74,8 @@ typedef struct zr_schema {
 int zr_schema_init_dense(zr_schema *ret, const char *dtype, const uint64_t *item_shape,
                          uint32_t ndim, enum zr_codec codec, zr_error *err);
 
-/* Fills *ret with a ragged schema of `ndim` dimensions per record (1..32).
- * Returns 0 or -ZR_E_SCHEMA. */
+/* Fills *ret with a ragged schema of `ndim` dimensions per record (1..32), or
+ * of any per record (ZR_SCHEMA_NDIM_ANY). Returns 0 or -ZR_E_SCHEMA. */
 int zr_schema_init_ragged(zr_schema *ret, const char *dtype, uint32_t ndim,
                           enum zr_codec codec, zr_error *err);
 

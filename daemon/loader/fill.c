@@ -241,6 +241,7 @@ static int gather_stream(zr_loader *l, size_t si, const uint64_t *idx, uint8_t *
         }
         sb->offset = slot_off + st->offset;
         sb->bytes = g.bytes;
+        sb->shape_words = g.shape_words;
         res->bytes += g.bytes;
 out:
         if (locked)

@@ -331,14 +331,17 @@ enum zr_loader_event_kind {
 typedef struct zr_loader_stream_batch {
         uint64_t offset; /* ring offset of the stream's data: slot start + region offset */
         uint64_t bytes;  /* bytes used in the region */
-        uint32_t ndim;   /* ragged: dims per record; 0 for a dense stream */
+        uint32_t ndim;   /* ragged: the schema's dims per record (ZR_SCHEMA_NDIM_ANY:
+                          * each record's own); 0 for a dense stream */
         /* ragged only (NULL for dense), batch_size entries each (shapes:
-         * batch_size × ndim): the ring offset of each record's payload (its
-         * header is the 8 × (1 + ndim) bytes before it, records start at
-         * multiples of ZR_RECORD_ALIGN), its payload bytes, its dims */
+         * shape_words, batch_size × ndim or for ZR_SCHEMA_NDIM_ANY each record's
+         * ndim then its dims, dataset/batch.h): the ring offset of each record's
+         * payload (its header is the 8 × (1 + its ndim) bytes before it, records
+         * start at multiples of ZR_RECORD_ALIGN), its payload bytes, its dims */
         const uint64_t *offsets;
         const uint64_t *lengths;
         const uint64_t *shapes;
+        uint64_t shape_words;
 } zr_loader_stream_batch;
 
 typedef struct zr_loader_event {

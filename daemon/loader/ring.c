@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 
+#include "dataset/ragged.h"
 #include "loader/loader-private.h"
 #include "zr-proto.h"
 
@@ -141,7 +142,7 @@ int zr_ring_new(zr_loader *l, zr_error *err) {
 
         for (size_t i = 0; i < l->nstreams; i++)
                 if (l->streams[i].ragged)
-                        per_slot += B * (2 + (uint64_t)l->streams[i].schema->ndim);
+                        per_slot += 2 * B + zr_ragged_shape_words_max(l->streams[i].schema, B);
         if (per_slot > (SIZE_MAX / 16) / l->nslots)
                 return zr_error_set(err, EOVERFLOW, "batch metadata does not fit in memory");
         meta_words = per_slot * l->nslots;
@@ -180,7 +181,7 @@ int zr_ring_new(zr_loader *l, zr_error *err) {
                         sl->sb[i].lengths = m;
                         m += B;
                         sl->sb[i].shapes = m;
-                        m += B * st->schema->ndim;
+                        m += zr_ragged_shape_words_max(st->schema, B);
                 }
         }
         if (spare_take(l->e, l->slot_bytes * l->nslots, &r->shm)) {

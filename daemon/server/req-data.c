@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "dataset/batch.h"
+#include "dataset/ragged.h"
 #include "server/request.h"
 
 static int get_handle_field(zr_request *rq, const char *field, uint32_t *ret) {
@@ -141,9 +142,9 @@ typedef struct read_state {
         size_t n;
         uint64_t offset;
         bool ragged;
-        uint32_t ndim;
         uint64_t record_bytes, bytes;
         uint64_t *offsets, *lengths, *shapes; /* ragged */
+        uint64_t shape_words;                 /* ragged: of shapes, after the gather */
 } read_state;
 
 static void read_state_free(void *p) {
@@ -186,8 +187,10 @@ static int read_gather(zr_request *rq, read_state *st) {
         }
         if (r == 0)
                 r = zr_gather_read(&g, base + st->offset, st->offset, NULL, NULL, &rq->err);
-        if (r == 0)
+        if (r == 0) {
                 st->bytes = g.bytes;
+                st->shape_words = g.shape_words;
+        }
         zr_gather_release(&g);
         return r;
 }
@@ -221,7 +224,7 @@ static void read_done(zr_job *job) {
                 } else {
                         zr_wire_put_u64s(&w, "offsets", st->offsets, st->n);
                         zr_wire_put_u64s(&w, "lengths", st->lengths, st->n);
-                        zr_wire_put_u64s(&w, "shapes", st->shapes, st->n * st->ndim);
+                        zr_wire_put_u64s(&w, "shapes", st->shapes, st->shape_words);
                 }
                 r = zr_reply_send(rq, &w, NULL, 0);
         }
@@ -260,10 +263,9 @@ int zr_handle_read(zr_request *rq) {
                 return r;
         st->offset = offset;
         st->ragged = schema->kind == ZR_SCHEMA_RAGGED;
-        st->ndim = schema->ndim;
         st->record_bytes = zr_schema_item_bytes(schema);
         if (st->ragged) {
-                uint64_t per = 8 * (2 + (uint64_t)st->ndim);
+                uint64_t per = 8 * (2 + zr_ragged_shape_words_max(schema, 1));
                 if (st->n > (zr_request_frame_max(rq) - READ_REPLY_OVERHEAD) / per)
                         return zr_request_fail(rq, ZR_E_LIMIT, "a ragged read of %zu records "
                                                "needs a reply of %llu bytes, over the frame limit "
@@ -272,7 +274,8 @@ int zr_handle_read(zr_request *rq) {
                                                zr_request_frame_max(rq));
                 st->offsets = calloc(st->n ? st->n : 1, sizeof(uint64_t));
                 st->lengths = calloc(st->n ? st->n : 1, sizeof(uint64_t));
-                st->shapes = calloc(st->n > 0 && st->ndim > 0 ? st->n * st->ndim : 1, sizeof(uint64_t));
+                uint64_t words = zr_ragged_shape_words_max(schema, st->n);
+                st->shapes = calloc(words ? words : 1, sizeof(uint64_t));
                 if (!st->offsets || !st->lengths || !st->shapes)
                         return zr_request_fail(rq, ENOMEM, "no memory");
         }

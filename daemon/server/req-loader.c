@@ -129,8 +129,7 @@ static void send_event(zr_lhandle *lh, const zr_loader_event *ev) {
                         if (sb->offsets) {
                                 zr_wire_put_u64s(&w, "offsets", sb->offsets, ev->batch_size);
                                 zr_wire_put_u64s(&w, "lengths", sb->lengths, ev->batch_size);
-                                zr_wire_put_u64s(&w, "shapes", sb->shapes,
-                                                 ev->batch_size * sb->ndim);
+                                zr_wire_put_u64s(&w, "shapes", sb->shapes, sb->shape_words);
                         }
                         zr_wire_end(&w);
                 }

@@ -1,10 +1,15 @@
 """Errors of the loaderx package.
 
-Every error the daemon reports becomes a :class:`ZrecordError` carrying the
-daemon's code and symbolic name. Where a Python exception type fits (an index out
-of range is an ``IndexError``, a missing store a ``FileNotFoundError``, a schema
-mismatch a ``ValueError``), the raised class subclasses that type too, so callers
-can catch either.
+Every error the daemon reports becomes a :class:`ZrecordError` (a
+``RuntimeError``, as in loaderx 1.5.7) carrying the daemon's code and symbolic
+name. Where a Python exception type fits (an index out of range is an
+``IndexError``, a missing store a ``FileNotFoundError``, a schema mismatch a
+``ValueError``), the raised class subclasses that type too, so callers can catch
+either.
+
+``code`` is loaderx 1.5.7's negative code (:data:`LX157_CODES`: -3 for an index out
+of range, ...) for the errors that have one there, zrecord's own otherwise;
+``zr_code`` is always zrecord's (``zr-errors.h``).
 """
 
 import errno as _errno
@@ -23,24 +28,56 @@ CODES = {
 }
 NAMES = {v: k for k, v in CODES.items()}
 
+#: loaderx 1.5.7's codes (its ``src/zrecord.zig``) and their fixed messages.
+LX157_MESSAGES = {
+    -1: "out of memory",
+    -2: "file I/O failed",
+    -3: "index out of range",
+    -4: "record exceeds the 2147483648 byte limit",
+    -5: "store is full",
+    -6: "buffer too small",
+    -7: "stored record failed to decode",
+    -8: "not a zrecord store, or written by a newer version",
+    -9: "zstd dictionary training failed (too few or too small samples)",
+}
+#: zrecord's error names that are one of loaderx 1.5.7's codes.
+LX157_CODES = {
+    "ENOMEM": -1, "EIO": -2, "ENOSPC": -2, "EDQUOT": -2, "EBADF": -2,
+    "ZR_E_RANGE": -3, "ZR_E_TOO_BIG": -4, "ZR_E_BUFFER": -6,
+    "ZR_E_DECODE": -7, "ZR_E_CORRUPT": -7,
+    "ZR_E_BAD_MAGIC": -8, "ZR_E_BAD_VERSION": -8, "ZR_E_BAD_CODEC": -8,
+    "ZR_E_NO_DICT": -9,
+}
 
-class ZrecordError(Exception):
+
+class ZrecordError(RuntimeError):
     """An error reported by zrecordd or detected by the client.
 
-    ``code`` is the daemon's error code (``None`` for errors found by the client
+    ``zr_code`` is the daemon's error code (``None`` for errors found by the client
     before anything was sent, unless they name one of zrecord's codes: then the
     code is the name's, from :data:`NAMES`), ``name`` its symbolic name
-    (``"ZR_E_RANGE"``, ``"EIO"``), ``message`` the one-line explanation.
+    (``"ZR_E_RANGE"``, ``"EIO"``), ``message`` the one-line explanation. ``code``
+    is loaderx 1.5.7's code where the error is one of its (:data:`LX157_CODES`),
+    else ``zr_code``. ``ZrecordError(-3)``, loaderx 1.5.7's form, makes its error.
     """
 
     def __init__(self, message, code=None, name=None, **extra):
+        if isinstance(message, int) and code is None and name is None:
+            lx = message            # loaderx 1.5.7: ZrecordError(code)
+            message = LX157_MESSAGES.get(lx, f"unknown zrecord error {lx}")
+            name = next((n for n, c in LX157_CODES.items() if c == lx and n.startswith("ZR_")),
+                        None)
         super().__init__(message)
         if code is None:
             code = NAMES.get(name)
+        if code is None and isinstance(name, str) and name.startswith("E") and \
+                isinstance(getattr(_errno, name, None), int):
+            code = getattr(_errno, name)
         self.message = message
-        self.code = code
+        self.zr_code = code
         self.name = name or (CODES.get(code) if code is not None else None) or (
             _errno.errorcode.get(code) if code is not None else None)
+        self.code = LX157_CODES.get(self.name, code)
         self.extra = extra
         # OSError subclasses want errno/strerror; keep them meaningful.
         if isinstance(self, OSError):
@@ -53,7 +90,7 @@ class ZrecordError(Exception):
         return self.message
 
     def __reduce__(self):
-        return (_rebuild, (type(self).__name__, self.message, self.code, self.name))
+        return (_rebuild, (type(self).__name__, self.message, self.zr_code, self.name))
 
 
 class ZrecordValueError(ZrecordError, ValueError):
@@ -62,6 +99,11 @@ class ZrecordValueError(ZrecordError, ValueError):
 
 class ZrecordTypeError(ZrecordError, TypeError):
     """A value of the wrong type or kind (a dense store opened as ragged, a float index)."""
+
+
+class ZrecordKeyError(ZrecordValueError, KeyError):
+    """A name that is not there (a stream of a multi-stream set): loaderx 1.5.7 raises
+    KeyError, zrecord raised ValueError; both catch it."""
 
 
 class ZrecordIndexError(ZrecordError, IndexError):
@@ -93,7 +135,7 @@ class StaleError(ZrecordValueError):
 
 
 _BY_NAME = {c.__name__: c for c in (
-    ZrecordError, ZrecordValueError, ZrecordTypeError, ZrecordIndexError,
+    ZrecordError, ZrecordValueError, ZrecordTypeError, ZrecordIndexError, ZrecordKeyError,
     ZrecordFileNotFoundError, ZrecordFileExistsError, ZrecordPermissionError,
     ZrecordConnectionError, ZrecordRuntimeError, StaleError)}
 

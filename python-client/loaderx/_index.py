@@ -19,7 +19,7 @@ def _scalar(i, n):
         raise ZrecordIndexError(
             f"index {i} is out of range for a dataset of {n} records "
             f"(valid: {-n} .. {n - 1})" if n else
-            f"index {i} is out of range: the dataset is empty")
+            f"index {i} is out of range: the dataset is empty", name="ZR_E_RANGE")
     return i + n if i < 0 else i
 
 
@@ -77,13 +77,14 @@ def _normalize_multi(key, n):
         bad = a >= n
         if bad.any():
             raise ZrecordIndexError(
-                f"index {int(a[bad][0])} is out of range for a dataset of {n} records")
+                f"index {int(a[bad][0])} is out of range for a dataset of {n} records",
+                name="ZR_E_RANGE")
         return a.astype("<u8")
     a = a.astype(np.int64)
     bad = (a < -n) | (a >= n)
     if bad.any():
         raise ZrecordIndexError(
             f"index {int(a[bad][0])} is out of range for a dataset of {n} records "
-            f"(valid: {-n} .. {n - 1})")
+            f"(valid: {-n} .. {n - 1})", name="ZR_E_RANGE")
     a = np.where(a < 0, a + n, a)
     return a.astype("<u8")

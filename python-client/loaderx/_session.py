@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import _shm, _wire
+from . import _shm, _store, _wire
 from ._errors import ZrecordError, ZrecordRuntimeError
 
 __all__ = ["INDEX_KEY", "Layout", "LoaderSession", "proto_error"]
@@ -229,13 +229,12 @@ class LoaderSession:
             else:
                 offs = _wire.from_u64s(st.get("offsets"))
                 lens = _wire.from_u64s(st.get("lengths"))
-                shapes = _wire.from_u64s(st.get("shapes")).reshape(-1, ndim)
+                shapes = _store.shape_list(_wire.from_u64s(st.get("shapes")), len(offs), ndim)
                 region = np.asarray(_View(owner, mm, base + lo, (hi - lo,), "|u1"))
                 recs = []
                 for j in range(len(offs)):
                     o = int(offs[j]) - lo
-                    recs.append(region[o:o + int(lens[j])].view(dt).reshape(
-                        tuple(int(x) for x in shapes[j])))
+                    recs.append(region[o:o + int(lens[j])].view(dt).reshape(shapes[j]))
                 batch[name] = recs
         if lay.with_indices:
             batch[INDEX_KEY] = _wire.from_u64s(msg.get("indices")).copy()

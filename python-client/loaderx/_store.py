@@ -24,6 +24,10 @@ from ._errors import (ZrecordError, ZrecordFileExistsError, ZrecordFileNotFoundE
                       ZrecordTypeError, ZrecordValueError)
 
 CODECS = ("raw", "zstd", "zstd_dict")
+SCHEMA_FILE = "schema.msgpack"
+SCHEMA_FILE_MAX = 64 << 10          # docs/DATASETS.md: the daemon reads no larger schema
+MAX_RECORD_LEN = 1 << 31            # a record's bytes at most (docs/FORMAT.md)
+NDIM_MAX = 32
 _REFUSED_KINDS = {"O": "Python objects", "S": "byte strings", "U": "unicode strings",
                   "V": "void/structured records", "M": "datetimes", "m": "timedeltas"}
 READ_PIECE_BYTES = 64 << 20
@@ -428,12 +432,27 @@ def read_dense(handle, idx, dtype, item_shape):
     return out
 
 
+def shape_list(words, count, ndim):
+    """The shapes of count records from a READ's or BATCH's ``shapes`` (u64s): ndim
+    dims each, or for a store of any ndim (ndim 0) each record's ndim, then its dims."""
+    if ndim:
+        return [tuple(s) for s in words[:count * ndim].reshape(-1, ndim).tolist()]
+    w = words.tolist()
+    out, at = [], 0
+    for _ in range(count):
+        k = w[at]
+        out.append(tuple(w[at + 1:at + 1 + k]))
+        at += 1 + k
+    return out
+
+
 def read_ragged(handle, idx, dtype, ndim):
-    """Records idx as a list of arrays of their own shapes (copied out)."""
+    """Records idx as a list of arrays of their own shapes (copied out); ndim 0: a
+    store whose records each have their own ndim."""
     dt = np.dtype(dtype)
     out = []
     conn = handle.conn
-    per = max(1, (conn.frame_max - 512) // (8 * (2 + ndim)) - 16)
+    per = max(1, (conn.frame_max - 512) // (8 * (2 + (ndim or 1 + NDIM_MAX))) - 16)
     per = min(per, 65536)
     for _, piece in _index_pieces(idx, per):
         need = 0
@@ -452,14 +471,15 @@ def read_ragged(handle, idx, dtype, ndim):
                     raise
                 offs = _wire.from_u64s(r.get("offsets"))
                 lens = _wire.from_u64s(r.get("lengths"))
-                shapes = _wire.from_u64s(r.get("shapes")).reshape(-1, ndim) if ndim else None
+                shapes = shape_list(_wire.from_u64s(r.get("shapes")), r["count"], ndim)
                 out.extend(_copy_records(buf.array, offs, lens, shapes, r["count"], dt))
             break
     return out
 
 
 def _copy_records(a, offs, lens, shapes, count, dt):
-    """count records out of the buffer a, each a new array of its own shape; split
+    """count records out of the buffer a, each a new array of its shape (shapes, a
+    list of tuples); split
     over the copy pool when they are large (the per-record Python work holds the
     GIL, so small records stay on the calling thread). In the split path the
     calling thread allocates every record and the pool only copies: memory comes
@@ -467,7 +487,6 @@ def _copy_records(a, offs, lens, shapes, count, dt):
     would hand back fresh pages to fault in on every read)."""
     offs = offs[:count].tolist()
     lens = lens[:count].tolist()
-    shapes = [tuple(s) for s in shapes[:count].tolist()] if shapes is not None else [()] * count
     recs = [None] * count
     total = sum(lens)
     threads = copy_threads() if total >= PARALLEL_MIN_BYTES else 1

@@ -39,36 +39,74 @@ from ._errors import (StaleError, ZrecordConnectionError, ZrecordRuntimeError, Z
 from ._session import INDEX_KEY, Layout, LoaderSession
 from .dataset import DenseDataset, MSDataset, RaggedDataset, _Dataset
 
-__all__ = ["DataLoader", "INDEX_KEY", "SAMPLERS"]
+__all__ = ["DataLoader", "INDEX_KEY", "SAMPLERS", "MODES"]
 
-SAMPLERS = ("sequential", "iid", "cyclic")
+SAMPLERS = ("sequential", "iid", "cyclic", "cyclic-lx157")
+#: loaderx 1.5.7's ``mode`` numbers (``Sampler.Mode``) as zrecord's samplers: its
+#: cyclic is ``cyclic-lx157`` bit for bit; its iid is not reproduced (zrecord's
+#: seeks in O(1)).
+MODES = {0: "sequential", 1: "iid", 2: "cyclic-lx157"}
 _STATE_VERSION = 1
+
+
+def _pick(what, lx_name, lx_value, name, value, default):
+    """The value of a parameter given by loaderx 1.5.7's keyword or zrecord's, or
+    both when they agree."""
+    if lx_value is not None and value is not None and lx_value != value:
+        raise ZrecordValueError(
+            f"DataLoader: {lx_name}={lx_value!r} and {name}={value!r} disagree; give one "
+            f"(they are the same {what})")
+    return value if value is not None else (lx_value if lx_value is not None else default)
 
 
 class DataLoader:
     """An endless iterator of batches over index-aligned streams.
 
-    ``streams``: ``{name: dataset}`` (DenseDataset / RaggedDataset; a Zrecord gives
-    lists of uint8 arrays) or an MSDataset.
-    ``batch_size`` records per stream per step; ``sampler`` one of ``'sequential'``,
-    ``'iid'``, ``'cyclic'`` (without replacement, a fresh permutation each cycle);
-    ``seed``; ``start_step`` the step of the first batch; ``rank`` / ``world_size``
-    shard each global batch; ``prefetch`` ring slots the daemon fills ahead;
+    The signature is loaderx 1.5.7's, ``DataLoader(streams, num_workers=4,
+    batch_size=256, prefetch_size=4, mode=2, seed=42, transform=identity)``, and
+    zrecord's keywords follow it.
+
+    ``streams``: ``{name: dataset}`` (any mapping: DenseDataset / RaggedDataset; a
+    Zrecord gives lists of uint8 arrays) or an MSDataset.
+    ``batch_size`` records per stream per step. The sampler: ``mode`` (loaderx
+    1.5.7's 0 sequential, 1 iid, 2 cyclic, :data:`MODES`) or ``sampler``, one of
+    ``'sequential'``, ``'iid'``, ``'cyclic'`` (zrecord's permutation, cheaper) and
+    ``'cyclic-lx157'`` (loaderx 1.5.7's, the default, as ``mode=2``: a run started
+    there resumes here on the same records); ``seed`` (42); ``start_step`` the step
+    of the first batch; ``rank`` / ``world_size`` shard each global batch;
+    ``prefetch_size`` or ``prefetch``: ring slots the daemon fills ahead;
     ``transform`` a function batch -> anything, run on ``num_workers`` background
     threads so it overlaps the next gather (results still come in step order);
     ``num_workers=0`` runs it inline in ``next()`` (cheaper for trivial transforms).
     ``capacity``: ``{name: bytes}`` per-slot room for ragged streams (the daemon
     picks a default; a batch that does not fit reopens with twice the room).
     ``with_indices``: add the batch's record indices as ``batch['__index__']``.
+    Where loaderx 1.5.7's keyword and zrecord's both name a parameter, either may
+    be given, or both if they agree.
     """
 
-    def __init__(self, streams, batch_size=256, transform=None, sampler="cyclic", seed=0,
-                 start_step=0, rank=0, world_size=1, prefetch=4, num_workers=2,
-                 capacity=None, with_indices=False):
+    def __init__(self, streams, num_workers=4, batch_size=256, prefetch_size=None, mode=None,
+                 seed=42, transform=None, *, sampler=None, prefetch=None, start_step=0, rank=0,
+                 world_size=1, capacity=None, with_indices=False):
+        if mode is not None and (isinstance(mode, bool) or mode not in MODES):
+            raise ZrecordValueError(
+                f"unknown mode {mode!r}: expected 0 (sequential), 1 (iid) or 2 (cyclic)",
+                name="ZR_E_SAMPLER")
+        if mode is not None and sampler is not None and MODES[mode] != sampler:
+            raise ZrecordValueError(
+                f"DataLoader: mode={mode} ({MODES[mode]}) and sampler={sampler!r} disagree; "
+                "give one (they name the same sampler)", name="ZR_E_SAMPLER")
+        sampler = sampler or MODES[2 if mode is None else mode]
+        prefetch = _pick("prefetch depth", "prefetch_size", prefetch_size, "prefetch", prefetch, 4)
         if isinstance(streams, MSDataset):
             streams = streams.streams
-        if not isinstance(streams, dict) or not streams:
-            raise ZrecordTypeError("DataLoader takes a non-empty dict {name: dataset} or an MSDataset")
+        try:
+            streams = dict(streams)
+        except (TypeError, ValueError):
+            raise ZrecordTypeError("DataLoader takes a mapping {name: dataset} or an MSDataset, "
+                                   f"not {type(streams).__name__}") from None
+        if not streams:
+            raise ZrecordValueError("need at least one stream")
         from .zrecord import Zrecord
         streams = {k: (v._ds if isinstance(v, Zrecord) else v) for k, v in streams.items()}
         for name, ds in streams.items():
@@ -118,6 +156,12 @@ class DataLoader:
         self._step = int(start_step)
         self._open(self._step, None)
 
+    def __len__(self):
+        raise TypeError("Eternal loader has no length.")
+
+    def __bool__(self):             # an endless loader is never empty (not len() == 0)
+        return True
+
     # ------------------------------------------------------------ open/close
     def _open(self, step, length):
         conn = _conn.default()
@@ -135,7 +179,7 @@ class DataLoader:
                 spec["capacity"] = self._capacity[name]
             specs.append(spec)
             kinds.append((ds.dtype, ds.item_shape if isinstance(ds, DenseDataset) else None,
-                          getattr(ds, "ndim", None)))
+                          getattr(ds, "_ndim", None)))
         if not conn.has_feature("loader"):
             raise ZrecordRuntimeError(
                 f"this zrecordd ({conn.daemon}) does not serve loaders (no \"loader\" feature "
@@ -228,7 +272,7 @@ class DataLoader:
                     f"cannot resume at step {step}: the state was saved with {state.get('length')} "
                     f"records and the stores now hold a different number ({e.message}); the "
                     "batches would differ from the interrupted run's. Pass "
-                    "allow_length_change=True to resume anyway", code=e.code, name=e.name) from None
+                    "allow_length_change=True to resume anyway", code=e.zr_code, name=e.name) from None
             self._step = step
 
     # ------------------------------------------------------------ batches

@@ -10,26 +10,39 @@ mask or a tuple (``ds[0, 5, 2]``) select a record set.
 Reads are copied out of the daemon's buffer, so an array you get stays as it was
 whatever is read later. Appends are validated here first (dtype, shape, kind) and
 again by the daemon, which is the authority; a refused append changes nothing.
+
+The API is loaderx 1.5.7's (docs/LOADERX-1.5.7.md, section 5): a wrong kind, dtype,
+codec or shape is a ``ValueError``; ``DenseDataset(path, dtype, item_shape, codec,
+schema)`` opens an existing store (checking what it is given) or creates one.
 """
 
 import os
+import pathlib
 
+import msgpack
 import numpy as np
 
 from . import _index, _shm, _store, _wire
-from ._errors import (ZrecordError, ZrecordFileNotFoundError, ZrecordTypeError,
-                      ZrecordValueError)
+from ._errors import (ZrecordError, ZrecordFileNotFoundError, ZrecordKeyError,
+                      ZrecordTypeError, ZrecordValueError)
 
-__all__ = ["DenseDataset", "RaggedDataset", "MSDataset", "DICT_TIERS", "open_dataset"]
+__all__ = ["DenseDataset", "RaggedDataset", "MSDataset", "DICT_TIERS", "DICT_TIER_DEFAULT",
+           "open_dataset"]
 
 #: The dictionary tiers of docs/DATASETS.md: a caller picks a name, never a number.
-#: ``dict_bytes`` is the dictionary's capacity, ``sample_bytes`` the byte budget of
-#: the strided sample it trains on.
+#: ``size`` is the dictionary's capacity, ``samples`` the byte budget of the strided
+#: sample it trains on (loaderx 1.5.7's names and keys; zrecord's measured sizes).
 DICT_TIERS = {
-    "small": {"dict_bytes": 16 << 10, "sample_bytes": 2 << 20},
-    "balanced": {"dict_bytes": 128 << 10, "sample_bytes": 16 << 20},
-    "max": {"dict_bytes": 256 << 10, "sample_bytes": 32 << 20},
+    "fast": {"size": 16 << 10, "samples": 2 << 20},
+    "balanced": {"size": 128 << 10, "samples": 16 << 20},
+    "max": {"size": 256 << 10, "samples": 32 << 20},
 }
+DICT_TIER_DEFAULT = "balanced"
+#: The daemon's name of each tier (TRAIN_DICT, dataset/dicttrain.h).
+DAEMON_TIERS = {"fast": "small", "balanced": "balanced", "max": "max"}
+
+#: Schema keys that are the store's; any other key of schema.msgpack is the caller's.
+_CORE_KEYS = {"format", "version", "kind", "dtype", "codec", "item_shape", "shapes", "ndim"}
 
 
 def _delete_pieces(key, n, frame_max):
@@ -40,13 +53,11 @@ def _delete_pieces(key, n, frame_max):
     idx, _ = _index.normalize(key, n)
     if len(idx) == 0:
         return []
-    if len(np.unique(idx)) != len(idx):
-        raise ZrecordValueError("delete: an index is repeated; give each record once")
+    idx = np.unique(idx)[::-1]      # repeats name one record (loaderx 1.5.7 accepts them)
     per = max(1, (int(frame_max) - 4096) // 8)
     if len(idx) <= per:
         return [idx]
-    d = np.sort(idx)[::-1]
-    return [d[s:s + per] for s in range(0, len(d), per)]
+    return [idx[s:s + per] for s in range(0, len(idx), per)]
 
 
 class _StoreOps:
@@ -77,6 +88,38 @@ class _StoreOps:
         return len(self._ds)
 
 
+def _read_schema_file(path):
+    """schema.msgpack of the store at path as a dict, or None if there is none."""
+    try:
+        with open(os.path.join(path, _store.SCHEMA_FILE), "rb") as f:
+            data = f.read(_store.SCHEMA_FILE_MAX + 1)
+    except FileNotFoundError:
+        return None
+    try:
+        s = msgpack.unpackb(data, raw=False, strict_map_key=False)
+    except Exception as e:
+        raise ZrecordValueError(f"{path}/{_store.SCHEMA_FILE} is not msgpack ({e})",
+                                name="ZR_E_SCHEMA") from None
+    return s if isinstance(s, dict) else {}
+
+
+def _add_caller_keys(path, extra):
+    """Writes the caller's keys (schema=, loaderx 1.5.7) into the schema.msgpack the
+    daemon just wrote for a new store: after the store's own keys, atomically. The
+    daemon ignores keys it does not know; loaderx 1.5.7 keeps them."""
+    extra = {k: v for k, v in (extra or {}).items() if k not in _CORE_KEYS}
+    if not extra:
+        return
+    s = _read_schema_file(path)
+    s.update(extra)
+    tmp = os.path.join(path, f".{_store.SCHEMA_FILE}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(msgpack.packb(s, use_bin_type=True))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, os.path.join(path, _store.SCHEMA_FILE))
+
+
 class _Dataset:
     _kind = None
 
@@ -84,17 +127,48 @@ class _Dataset:
         raise TypeError("use DenseDataset or RaggedDataset")
 
     # construction helpers ------------------------------------------------
+    def _open_or_create(self, path, dtype, codec, schema, dict_bytes, creating, make_schema):
+        """Opens the store at path, checking dtype and codec if given (loaderx 1.5.7),
+        or, when there is none, creates it with make_schema() if creating."""
+        if _store.is_store(path):
+            h = _store.Handle(path)
+            try:
+                self._init_from_handle(h)
+                if dtype is not None and np.dtype(dtype) != self._dtype:
+                    raise ZrecordValueError(
+                        f"{h.path} holds dtype {self._dtype.str!r}, cannot open as "
+                        f"{np.dtype(dtype).str!r}", name="ZR_E_SCHEMA")
+                if codec is not None and codec != self.codec:
+                    raise ZrecordValueError(
+                        f"{h.path} holds codec {self.codec!r}, cannot open as {codec!r}",
+                        name="ZR_E_SCHEMA")
+            except BaseException:
+                h.close()
+                raise
+            return h
+        if not creating:
+            raise ZrecordFileNotFoundError(
+                f"{os.path.join(os.fspath(path), _store.SCHEMA_FILE)} not found; {path} is not "
+                "a loaderx dataset (give dtype to create one)", name="ZR_E_NOT_STORE")
+        h = _store.Handle(path, create=make_schema(), dict_bytes=dict_bytes)
+        try:
+            _add_caller_keys(h.path, schema)
+        except OSError as e:
+            h.close()
+            raise ZrecordValueError(f"writing the schema keys of {h.path}: {e}") from None
+        self._init_from_handle(h)
+        return h
+
     def _init_from_handle(self, h):
         self._h = h
         s = h.schema
         if s.get("kind") != self._kind:
             other = "DenseDataset" if s.get("kind") == "dense" else "RaggedDataset"
-            h.close()
-            raise ZrecordTypeError(
-                f"{h.path!r} is a {s.get('kind')} store; open it with {other}, "
-                f"not {type(self).__name__}")
+            raise ZrecordValueError(
+                f"{h.path!r} is a {s.get('kind')!r} store, not {self._kind!r}; open it with "
+                f"{other}, not {type(self).__name__}", name="ZR_E_SCHEMA")
         self._store = _StoreOps(self)
-        self.path = h.path
+        self.path = pathlib.Path(h.path)
         self.codec = s.get("codec")
         self._dtype = np.dtype(s["dtype"])
 
@@ -131,12 +205,14 @@ class _Dataset:
         return {k: int(r[k]) for k in ("records", "live_bytes", "chunk_bytes", "reclaimable")}
 
     def delete(self, key):
-        """Deletes records (swap-last: survivors may be renumbered)."""
+        """Deletes records (swap-last: survivors may be renumbered); repeats are one."""
         for piece in _delete_pieces(key, len(self), self._h.conn.frame_max):
             self._h.request("delete", {"indices": _wire.u64s(piece)})
 
     def close(self):
-        self._h.close()
+        h = getattr(self, "_h", None)
+        if h is not None:
+            h.close()
 
     def __enter__(self):
         return self
@@ -149,6 +225,17 @@ class _Dataset:
         out = self._read(idx)
         return out[0] if scalar else out
 
+    def __getitems__(self, idxs):
+        """The records idxs as a batch (torch's batched fetch; loaderx 1.5.7): dense, a
+        ``(len(idxs), *item_shape)`` array; ragged, a list of arrays."""
+        idx, _ = _index.normalize(idxs, len(self))
+        return self._read(idx)
+
+    def lengths(self, idxs):
+        """The byte size of each record of idxs (uint32): what a gather writes."""
+        idx, _ = _index.normalize(idxs, len(self))
+        return self._lengths(idx)
+
     def __iter__(self):
         n = len(self)
         step = 4096
@@ -157,39 +244,45 @@ class _Dataset:
                 yield r
 
     def __repr__(self):
-        return f"{type(self).__name__}({self.path!r}, {self._h.schema})"
+        return f"{type(self).__name__}({os.fspath(self.path)!r}, {self._h.schema})"
 
     def __reduce__(self):
         # pickled by path (multiprocessing's spawn, torch workers): reopened there
-        return (type(self), (self.path,))
+        return (type(self), (os.fspath(self.path),))
 
 
 class DenseDataset(_Dataset):
     """A store of fixed-shape records (``schema.msgpack`` kind ``"dense"``).
 
-    ``DenseDataset(path)`` opens an existing store. ``DenseDataset(path, dtype=...,
-    item_shape=..., codec='zstd')`` creates one and writes its schema now.
+    ``DenseDataset(path)`` opens an existing store; with ``dtype`` and ``item_shape``
+    it opens the store there (refusing another dtype, shape or codec with
+    ``ValueError``) or creates one and writes its schema now (``codec`` default
+    ``'zstd'``; ``schema``: extra keys kept in schema.msgpack).
     """
 
     _kind = "dense"
 
-    def __init__(self, path, dtype=None, item_shape=None, codec="zstd", *,
+    def __init__(self, path, dtype=None, item_shape=None, codec=None, schema=None, *,
                  dict_bytes=None, _handle=None):
+        if codec is not None:
+            _store.check_codec(codec)
         if _handle is not None:
-            h = _handle
-        elif dtype is None and item_shape is None:
-            h = _store.Handle(path)
+            self._init_from_handle(_handle)
         else:
-            if dtype is None:
-                raise ZrecordTypeError("creating a DenseDataset needs dtype (and item_shape)")
-            item_shape = () if item_shape is None else tuple(int(x) for x in item_shape)
-            if any(x < 0 for x in item_shape):
-                raise ZrecordValueError(f"item_shape {item_shape} has a negative dimension")
-            schema = {"kind": "dense", "dtype": _store.canonical_dtype(dtype),
-                      "item_shape": list(item_shape), "codec": _store.check_codec(codec)}
-            h = _store.Handle(path, create=schema, dict_bytes=dict_bytes)
-        self._init_from_handle(h)
-        self._item_shape = tuple(int(x) for x in h.schema.get("item_shape", []))
+            def make_schema():
+                shape = () if item_shape is None else tuple(int(x) for x in item_shape)
+                if any(x < 0 for x in shape):
+                    raise ZrecordValueError(f"item_shape {shape} has a negative dimension")
+                return {"kind": "dense", "dtype": _store.canonical_dtype(dtype),
+                        "item_shape": list(shape), "codec": codec or "zstd"}
+            self._open_or_create(path, dtype, codec, schema, dict_bytes, dtype is not None,
+                                 make_schema)
+        self._item_shape = tuple(int(x) for x in self._h.schema.get("item_shape", []))
+        if item_shape is not None and tuple(int(x) for x in item_shape) != self._item_shape:
+            self.close()
+            raise ZrecordValueError(
+                f"{self.path} holds item_shape {self._item_shape}, cannot open as "
+                f"{tuple(int(x) for x in item_shape)}", name="ZR_E_SCHEMA")
 
     @property
     def item_shape(self):
@@ -202,6 +295,9 @@ class DenseDataset(_Dataset):
 
     def _read(self, idx):
         return _store.read_dense(self._h, idx, self._dtype, self._item_shape)
+
+    def _lengths(self, idx):
+        return np.full(len(idx), self.record_bytes, dtype=np.uint32)
 
     def _check_batch(self, records, what="append"):
         if isinstance(records, (list, tuple)) and records and all(
@@ -222,10 +318,13 @@ class DenseDataset(_Dataset):
             raise ZrecordValueError(
                 f"{what}: a ragged batch cannot go into a dense store of item_shape "
                 f"{self._item_shape}; use a RaggedDataset")
+        if arr.ndim == 0:
+            arr = arr.reshape(1)        # loaderx 1.5.7: a 0-d value is one record
         if arr.dtype != self._dtype:
-            raise ZrecordTypeError(
+            raise ZrecordValueError(
                 f"{what}: dtype: expected {self._dtype.str} ({self._dtype}), got "
-                f"{arr.dtype.str} ({arr.dtype}); convert with .astype({str(self._dtype)!r}) first")
+                f"{arr.dtype.str} ({arr.dtype}); convert with .astype({str(self._dtype)!r}) first",
+                name="ZR_E_SCHEMA")
         want = self._item_shape
         if arr.ndim != len(want) + 1 or tuple(arr.shape[1:]) != want:
             hint = ""
@@ -233,7 +332,9 @@ class DenseDataset(_Dataset):
                 hint = "; one sample is a batch of 1: add the axis yourself (x[None])"
             raise ZrecordValueError(
                 f"{what}: shape: expected (B, {', '.join(map(str, want))}{',' if len(want) == 1 else ''})"
-                f" = (B, *item_shape), got {tuple(arr.shape)}{hint}")
+                f" = (B, *item_shape), got {tuple(arr.shape)}{hint}", name="ZR_E_SCHEMA")
+        if arr.shape[0] == 0:
+            raise ZrecordValueError(f"{what} needs at least one record")
         return np.ascontiguousarray(arr)
 
     def append(self, records):
@@ -248,75 +349,110 @@ class DenseDataset(_Dataset):
 class RaggedDataset(_Dataset):
     """A store of variable-shape records (``schema.msgpack`` kind ``"ragged"``).
 
-    ``RaggedDataset(path)`` opens; ``RaggedDataset(path, dtype=..., codec='zstd',
-    ndim=1)`` creates. Each record keeps its own shape; reads return lists.
+    ``RaggedDataset(path)`` opens; ``RaggedDataset(path, dtype=..., codec='zstd')``
+    opens the store there (refusing another dtype or codec) or creates one. Each
+    record keeps its own shape, of any number of dimensions (``ndim=k`` creates a
+    store whose records all have k); reads return lists.
     """
 
     _kind = "ragged"
 
-    def __init__(self, path, dtype=None, codec="zstd", ndim=None, *, dict_bytes=None,
-                 _handle=None):
+    def __init__(self, path, dtype=None, codec=None, schema=None, *, ndim=None,
+                 dict_bytes=None, _handle=None):
+        if codec is not None:
+            _store.check_codec(codec)
         if _handle is not None:
-            h = _handle
-        elif dtype is None:
-            if ndim is not None:
-                raise ZrecordTypeError("creating a RaggedDataset needs dtype")
-            h = _store.Handle(path)
+            self._init_from_handle(_handle)
         else:
-            ndim = 1 if ndim is None else int(ndim)
-            if not 1 <= ndim <= 32:
-                raise ZrecordValueError(f"ndim must be 1..32, got {ndim}")
-            schema = {"kind": "ragged", "dtype": _store.canonical_dtype(dtype),
-                      "ndim": ndim, "codec": _store.check_codec(codec)}
-            h = _store.Handle(path, create=schema, dict_bytes=dict_bytes)
-        self._init_from_handle(h)
-        self._ndim = int(h.schema["ndim"])
+            if dtype is None and ndim is not None:
+                raise ZrecordTypeError("creating a RaggedDataset needs dtype")
+
+            def make_schema():
+                k = 0 if ndim is None else int(ndim)
+                if not 1 <= k <= 32 and ndim is not None:
+                    raise ZrecordValueError(f"ndim must be 1..32, got {ndim}")
+                return {"kind": "ragged", "dtype": _store.canonical_dtype(dtype), "ndim": k,
+                        "codec": codec or "zstd"}
+            self._open_or_create(path, dtype, codec, schema, dict_bytes, dtype is not None,
+                                 make_schema)
+        self._ndim = int(self._h.schema["ndim"])
+        if ndim is not None and int(ndim) != self._ndim:
+            self.close()
+            raise ZrecordValueError(f"{self.path} holds records of ndim "
+                                    f"{self.ndim or 'any'}, cannot open as ndim {ndim}",
+                                    name="ZR_E_SCHEMA")
 
     @property
     def ndim(self):
-        """The number of dimensions of every record."""
-        return self._ndim
+        """The number of dimensions of every record, or None: each record has its own."""
+        return self._ndim or None
 
     @property
     def item_shape(self):
-        """``None``: every record has its own shape (of ``ndim`` dimensions)."""
+        """``None``: every record has its own shape."""
         return None
 
     def _read(self, idx):
         return _store.read_ragged(self._h, idx, self._dtype, self._ndim)
 
+    def _lengths(self, idx):
+        return np.fromiter((r.nbytes for r in self._read(idx)), dtype=np.uint32, count=len(idx))
+
     def _check_records(self, records, what="append"):
-        if isinstance(records, np.ndarray) and records.dtype != object and records.ndim == self._ndim:
+        if isinstance(records, np.ndarray) and records.dtype != object and (
+                records.ndim == self._ndim or not self._ndim):
             raise ZrecordTypeError(
                 f"{what}: a ragged store takes a list of records (list in, list out); "
                 f"got one array of shape {records.shape}: wrap it as [array]")
-        if isinstance(records, (str, bytes)):
-            raise ZrecordTypeError(f"{what}: expected a list of arrays, got {type(records).__name__}")
+        if isinstance(records, (str, bytes, bytearray)):
+            raise ZrecordTypeError(f"{what}: expected a list of records, got {type(records).__name__}")
         out = []
         try:
             it = iter(records)
         except TypeError:
             raise ZrecordTypeError(
-                f"{what}: expected a list of arrays, got {type(records).__name__}") from None
+                f"{what}: expected a list of records, got {type(records).__name__}") from None
         for j, r in enumerate(it):
-            a = np.asarray(r)
+            if isinstance(r, (bytes, bytearray, memoryview)):
+                if self._dtype != np.uint8:
+                    raise ZrecordValueError(
+                        f"{what}: record {j}: bytes records are uint8, but the schema dtype is "
+                        f"{self._dtype}", name="ZR_E_SCHEMA")
+                a = np.frombuffer(r, dtype=np.uint8)
+            else:
+                a = np.asarray(r)
+                if a.ndim == 0:
+                    a = a.reshape(1)    # loaderx 1.5.7: a 0-d value is a record of one
             if a.dtype == object:
                 raise ZrecordValueError(f"{what}: record {j} is itself ragged")
             if a.dtype != self._dtype:
-                raise ZrecordTypeError(
-                    f"{what}: record {j}: dtype: expected {self._dtype.str} ({self._dtype}), "
-                    f"got {a.dtype.str} ({a.dtype}); convert with .astype({str(self._dtype)!r})")
-            if a.ndim != self._ndim:
                 raise ZrecordValueError(
-                    f"{what}: record {j}: expected {self._ndim} dimension(s), got shape {a.shape}")
+                    f"{what}: record {j}: dtype: expected {self._dtype.str} ({self._dtype}), "
+                    f"got {a.dtype.str} ({a.dtype}); convert with .astype({str(self._dtype)!r})",
+                    name="ZR_E_SCHEMA")
+            if self._ndim and a.ndim != self._ndim:
+                raise ZrecordValueError(
+                    f"{what}: record {j}: expected {self._ndim} dimension(s), got shape {a.shape}",
+                    name="ZR_E_SCHEMA")
+            if a.ndim > 32:
+                raise ZrecordValueError(f"{what}: record {j} has {a.ndim} dimensions, at most 32")
+            if a.nbytes == 0:
+                raise ZrecordValueError(
+                    f"{what}: record {j} is empty (shape {a.shape}): empty records are not "
+                    "stored, a record must be non-empty (loaderx 1.5.7)")
+            if a.nbytes > _store.MAX_RECORD_LEN:
+                raise ZrecordValueError(
+                    f"{what}: record {j} of {a.nbytes} bytes exceeds the "
+                    f"{_store.MAX_RECORD_LEN} byte record limit", name="ZR_E_TOO_BIG")
             out.append(np.ascontiguousarray(a))
         return out
 
     def append(self, records):
-        """Appends a list of records; returns the index of the first."""
+        """Appends a list of records (arrays, or ``bytes`` into a uint8 store);
+        returns the index of the first."""
         recs = self._check_records(records)
         if not recs:
-            return len(self)
+            raise ZrecordValueError("append needs at least one record")
         first = None
         per = max(1, min(32768, (self._h.conn.frame_max - 1024) // 8))
         for s in range(0, len(recs), per):
@@ -349,26 +485,49 @@ def _from_stream_reply(path, conn, st):
 class MSDataset:
     """A multi-stream dataset: a directory whose immediate children are stores.
 
-    ``streams`` maps each child's name to its dataset; ``ds[name]`` is one of them.
+    ``MSDataset(path, names=None)``: the children holding a store, in name order, or
+    the ``names`` given, in their order. ``names`` lists them, ``streams`` maps each
+    name to its dataset (a new dict); ``ds[name]`` is one of them.
     ``append({name: batch})`` writes every stream at the same indices and
     ``delete(indices)`` removes the same indices from every stream, so record i
     lines up across the streams. Opening checks they hold the same count.
+
+    When the streams are all the stores of the directory, the daemon holds them as
+    one set (MSSET_OPEN): an append or a delete is all-or-nothing across them. A set
+    of some of them (``names``, or children that are stores without a schema) is
+    held here, stream by stream, as loaderx 1.5.7 holds every set: each batch is
+    checked first, then written to each stream in turn.
     """
 
-    def __init__(self, root):
+    def __init__(self, path, names=None):
         from . import _conn
-        self.root = os.path.abspath(os.fspath(root))
+        self.root = os.path.abspath(os.fspath(path))
+        self.path = pathlib.Path(self.root)
         dirfd = _store._open_dir(self.root)
         try:
-            names = sorted(
+            stores = sorted(
                 e.name for e in os.scandir(dirfd)
                 if not e.name.startswith(".") and e.is_dir(follow_symlinks=False)
-                and os.path.isfile(os.path.join(self.root, e.name, "meta.zr")))
+                and _store.is_store(os.path.join(self.root, e.name)))
+            if names is None:
+                names = [n for n in stores
+                         if os.path.isfile(os.path.join(self.root, n, _store.SCHEMA_FILE))]
+            else:
+                names = [os.fspath(n) for n in names]
+                for n in names:
+                    if not _store.is_store(os.path.join(self.root, n)):
+                        raise ZrecordFileNotFoundError(
+                            f"{self.root}: no stream {n!r} (no store in {n})",
+                            name="ZR_E_NOT_STORE")
             if not names:
                 raise ZrecordFileNotFoundError(
-                    f"no multi-stream dataset at {self.root!r}: no child directory holds a store",
-                    name="ZR_E_NOT_STORE")
+                    f"{self.root} holds no loaderx streams (no {_store.SCHEMA_FILE} in any "
+                    "immediate child)", name="ZR_E_NOT_STORE")
             self._conn = _conn.default()
+            self._closed = False
+            if sorted(names) != stores or len(set(names)) != len(names):
+                self._open_loose(names)
+                return
             writable = all(os.access(os.path.join(self.root, n, "meta.zr"), os.W_OK) for n in names)
             metas = []
             try:
@@ -389,35 +548,84 @@ class MSDataset:
             os.close(dirfd)
         self._set = r["set"]
         self._writable = bool(r.get("writable", writable))
-        self.streams = {st["name"]: _from_stream_reply(os.path.join(self.root, st["name"]),
-                                                       self._conn, st)
-                        for st in r["streams"]}
+        self._streams = {st["name"]: _from_stream_reply(os.path.join(self.root, st["name"]),
+                                                        self._conn, st)
+                         for st in r["streams"]}
         self._closed = False
+
+    def _open_loose(self, names):
+        self._set = None
+        self._streams = {}
+        try:
+            for n in names:
+                self._streams[n] = open_dataset(os.path.join(self.root, n))
+            lengths = {n: len(d) for n, d in self._streams.items()}
+        except BaseException:
+            self.close()
+            raise
+        first = lengths[names[0]]
+        odd = [n for n in names if lengths[n] != first]
+        if odd:
+            self.close()
+            raise ZrecordValueError(
+                f"stream {odd[0]!r} has {lengths[odd[0]]} records, not aligned with the "
+                f"{first} of the first stream ({names[0]!r})", name="ZR_E_MISALIGNED")
+
+    def _append_loose(self, batches):
+        missing = [n for n in self._streams if n not in batches]
+        if missing:
+            raise ZrecordKeyError(f"append to {self.root!r} needs one batch for every stream: "
+                                  f"missing {', '.join(missing)}", name="ZR_E_SCHEMA")
+        checked = {}
+        for name, ds in self._streams.items():      # every batch checked before any write
+            what = f"append to stream {name!r}"
+            checked[name] = ds._check_batch(batches[name], what) if isinstance(ds, DenseDataset) \
+                else ds._check_records(batches[name], what)
+        counts = {n: len(b) for n, b in checked.items()}
+        if len(set(counts.values())) > 1:
+            raise ZrecordValueError(
+                "append: streams given different record counts: "
+                + ", ".join(f"{n}={c}" for n, c in counts.items()), name="ZR_E_MISALIGNED")
+        first = None
+        for name, ds in self._streams.items():
+            f = ds.append(checked[name])
+            first = f if first is None else first
+        return first
+
+    @property
+    def names(self):
+        """The stream names, in order."""
+        return list(self._streams)
+
+    @property
+    def streams(self):
+        """``{name: DenseDataset | RaggedDataset}``, a new dict, ready for a DataLoader."""
+        return dict(self._streams)
 
     def _set_handle(self):
         if self._closed:
             raise ZrecordValueError(f"the multi-stream dataset {self.root!r} is closed")
         c = self._conn
         if not c.usable:
-            fresh = MSDataset(self.root)       # a forked child, or the daemon went away
+            fresh = MSDataset(self.root, self.names)   # a forked child, or the daemon went away
             self.__dict__.update(fresh.__dict__)
         return self._set
 
     def __getitem__(self, name):
         try:
-            return self.streams[name]
+            return self._streams[name]
         except KeyError:
             raise KeyError(f"no stream {name!r} in {self.root!r}; streams: "
-                           f"{', '.join(self.streams)}") from None
+                           f"{', '.join(self._streams)}") from None
 
     def __contains__(self, name):
-        return name in self.streams
+        return name in self._streams
 
     def keys(self):
-        return self.streams.keys()
+        return self._streams.keys()
 
     def __len__(self):
-        lengths = {n: len(d) for n, d in self.streams.items()}
+        lengths = {n: len(d) for n, d in self._streams.items()}
         vals = set(lengths.values())
         if len(vals) > 1:
             raise ZrecordValueError(
@@ -431,17 +639,19 @@ class MSDataset:
         Every batch is checked before anything is written. A batch too large for one
         request (ragged record sizes travel in the request frame) is written in
         aligned pieces, each all-or-nothing across the streams."""
+        if self._set is None:
+            return self._append_loose(batches)
         h = self._set_handle()
-        n_ragged = sum(1 for d in self.streams.values() if isinstance(d, RaggedDataset))
+        n_ragged = sum(1 for d in self._streams.values() if isinstance(d, RaggedDataset))
         per = max(1, (self._conn.frame_max - 16384) // (8 * max(1, n_ragged))) if n_ragged else None
         count = None
-        for name, ds in self.streams.items():
+        for name, ds in self._streams.items():
             if name in batches:
                 b = batches[name]
                 count = len(b) if not isinstance(b, np.ndarray) else (b.shape[0] if b.ndim else None)
                 break
-        if per is not None and count is not None and count > per and set(batches) == set(self.streams):
-            for name, ds in self.streams.items():       # check every stream first
+        if per is not None and count is not None and count > per and set(batches) == set(self._streams):
+            for name, ds in self._streams.items():       # check every stream first
                 b = batches[name]
                 if isinstance(ds, DenseDataset):
                     ds._check_batch(b, what=f"append to stream {name!r}")
@@ -462,20 +672,20 @@ class MSDataset:
 
     def _append_one(self, h, batches):
         names = set(batches)
-        missing = [n for n in self.streams if n not in names]
-        extra = [n for n in batches if n not in self.streams]
+        missing = [n for n in self._streams if n not in names]
+        extra = [n for n in batches if n not in self._streams]
         if missing or extra:
             parts = []
             if missing:
                 parts.append("missing " + ", ".join(missing))
             if extra:
                 parts.append("unknown " + ", ".join(map(str, extra)))
-            raise ZrecordValueError(
+            raise ZrecordKeyError(
                 f"append to {self.root!r} needs one batch for every stream "
-                f"({', '.join(self.streams)}): {'; '.join(parts)}", name="ZR_E_SCHEMA")
+                f"({', '.join(self._streams)}): {'; '.join(parts)}", name="ZR_E_SCHEMA")
         pieces, streams, counts = [], [], {}
         offset = 0
-        for name, ds in self.streams.items():
+        for name, ds in self._streams.items():
             b = batches[name]
             if isinstance(ds, DenseDataset):
                 arr = ds._check_batch(b, what=f"append to stream {name!r}")
@@ -488,7 +698,7 @@ class MSDataset:
                 recs = ds._check_records(b, what=f"append to stream {name!r}")
                 p, sizes = _store.ragged_pieces(recs)
                 f = {"name": name, "offset": offset, "dtype": ds._h.schema["dtype"],
-                     "ndim": ds.ndim, "sizes": _wire.u64s(sizes)}
+                     "ndim": ds._ndim, "sizes": _wire.u64s(sizes)}
                 pieces.extend(p)
                 size = sum(sizes)
                 counts[name] = len(recs)
@@ -509,19 +719,29 @@ class MSDataset:
 
     def delete(self, key):
         """Deletes the same records from every stream."""
+        if self._set is None:
+            n = len(self)
+            for d in self._streams.values():
+                d.delete(_index.normalize(key, n)[0])
+            return
         h = self._set_handle()
         for piece in _delete_pieces(key, len(self), self._conn.frame_max):
             self._conn.request("delete", {"handle": h, "indices": _wire.u64s(piece)},
                                context=self.root)
 
+    def compact(self):
+        """Reclaims the bytes of deleted records in every stream, in place."""
+        for d in self._streams.values():
+            d.compact()
+
     def close(self):
-        if self._closed:
+        if getattr(self, "_closed", True):
             return
         self._closed = True
-        for d in self.streams.values():
+        for d in self._streams.values():
             d.close()
         c = self._conn
-        if c.pid == os.getpid() and not c.closed:
+        if self._set is not None and c.pid == os.getpid() and not c.closed:
             try:
                 c.request("close", {"handle": self._set})
             except ZrecordError:
@@ -534,7 +754,7 @@ class MSDataset:
         self.close()
 
     def __repr__(self):
-        return f"MSDataset({self.root!r}, streams={list(self.streams)})"
+        return f"MSDataset({self.root!r}, streams={list(self._streams)})"
 
     def __reduce__(self):
-        return (MSDataset, (self.root,))
+        return (MSDataset, (self.root, self.names))

@@ -10,13 +10,13 @@ a dataset.
 import os
 import shutil
 import sys
-import tempfile
 
 import numpy as np
 
 from . import _conn, _shm, _store, _wire
-from ._errors import ZrecordFileExistsError, ZrecordTypeError, ZrecordValueError
-from .dataset import DICT_TIERS, DenseDataset, RaggedDataset, _Dataset
+from ._errors import ZrecordError, ZrecordFileExistsError, ZrecordTypeError, ZrecordValueError
+from .dataset import (DAEMON_TIERS, DICT_TIER_DEFAULT, DICT_TIERS, DenseDataset, RaggedDataset,
+                      _Dataset)
 
 __all__ = ["from_numpy", "from_iterator", "train_dict"]
 
@@ -48,89 +48,78 @@ class _NoBar:
 
 
 def _tier(tier):
-    if tier not in DICT_TIERS:
+    """The daemon's name of a tier of DICT_TIERS (None: the default), or ValueError."""
+    if tier is None:
+        tier = DICT_TIER_DEFAULT
+    if not isinstance(tier, str) or tier not in DICT_TIERS:
         raise ZrecordValueError(
-            f"unknown dictionary tier {tier!r}: expected one of {', '.join(DICT_TIERS)}")
-    return DICT_TIERS[tier]
+            f"unknown dict tier {tier!r}, expected one of {sorted(DICT_TIERS)}")
+    return DAEMON_TIERS[tier]
 
 
-def _prepare_path(path):
-    """Where to write a new store for path: (final path, how).
-
-    how: None (the directory does not exist: written in place), False (an empty
-    directory: written in place), or a temporary sibling directory (a store is
-    there: the new one is written beside it and swapped in when complete).
-
-    A conversion writes its path anew, as np.save does a file: an existing store
-    there is replaced once the new one is complete. A directory that holds anything
-    but a store is refused (nothing of it is touched).
-    """
+def _write_into(path, open_or_create, fill):
+    """Appends to the store at path (open_or_create() opens it, checking its schema,
+    or creates one), fill(ds), then syncs. A failure leaves the path as it was: a
+    store this call created is removed again (from a directory it did not create,
+    only the files it added), and the records it appended to an existing store are
+    deleted again (the last ones: swap-last moves no other record). loaderx 1.5.7
+    keeps what it appended before the failure."""
     path = os.path.abspath(os.fspath(path))
-    if os.path.lexists(path):
-        if not os.path.isdir(path) or os.path.islink(path):
-            raise ZrecordFileExistsError(f"{path!r} exists and is not a store directory")
-        entries = os.listdir(path)
-        if not entries:
-            return path, False
-        if not _store.is_store(path):
-            raise ZrecordFileExistsError(
-                f"{path!r} is a non-empty directory that holds no store; refusing to "
-                "replace it")
-        parent = os.path.dirname(path)
-        tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.new-", dir=parent)
-        return path, tmp
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    return path, None
-
-
-def _abandon_path(path, tmp):
-    """Removes what a failed conversion wrote (never anything that was there before)."""
-    if isinstance(tmp, str):
-        shutil.rmtree(tmp, ignore_errors=True)
-    elif tmp is None:                      # the directory did not exist: ours entirely
-        shutil.rmtree(path, ignore_errors=True)
-    else:                                  # an empty directory that was there: empty it
-        for name in os.listdir(path):
-            p = os.path.join(path, name)
-            shutil.rmtree(p, ignore_errors=True) if os.path.isdir(p) else os.unlink(p)
-
-
-def _commit_path(path, tmp):
-    if not isinstance(tmp, str):
-        return
-    trash = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.old-", dir=os.path.dirname(path))
-    old = os.path.join(trash, "store")
-    os.rename(path, old)
-    try:
-        os.rename(tmp, path)
-    except BaseException:
-        os.rename(old, path)
-        raise
-    shutil.rmtree(trash, ignore_errors=True)
-
-
-def _write_store(path, create, fill):
-    """Writes a new store for ``path``: ``create(target)`` makes it (a dataset),
-    ``fill(ds, name)`` appends its records (name: the path's last part, for a
-    progress bar); then it is synced and put in place. A failure leaves ``path``
-    as it was."""
-    final, tmp = _prepare_path(path)
-    target = tmp if isinstance(tmp, str) else final
+    if os.path.lexists(path) and not os.path.isdir(path):
+        raise ZrecordFileExistsError(f"{path!r} exists and is not a store directory")
+    new_dir = not os.path.lexists(path)
+    new_store = new_dir or not _store.is_store(path)
+    before = set() if new_dir or not new_store else set(os.listdir(path))
     ds = None
+    first = None
     try:
-        ds = create(target)
-        fill(ds, os.path.basename(final))
+        ds = open_or_create(path)
+        first = len(ds)
+        fill(ds)
         ds._store.sync()
     except BaseException:
         if ds is not None:
+            if not new_store and first is not None:
+                try:
+                    n = len(ds)
+                    if n > first:
+                        ds.delete(np.arange(first, n))
+                except ZrecordError:
+                    pass            # the first error is the one to report
             ds.close()
             ds = None
-        _abandon_path(final, tmp)
+        if new_dir:
+            shutil.rmtree(path, ignore_errors=True)
+        elif new_store:
+            for name in set(os.listdir(path)) - before:
+                p = os.path.join(path, name)
+                shutil.rmtree(p, ignore_errors=True) if os.path.isdir(p) else os.unlink(p)
         raise
     finally:
         if ds is not None:
             ds.close()
-    _commit_path(final, tmp)
+
+
+def _installed_dict(path):
+    try:
+        with open(os.path.join(path, "dict.zr"), "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+def _use_dict(ds, dict_bytes):
+    """A zstd_dict store written with dict_bytes: installed on a store without one; on
+    one that has it, nothing; another dictionary is refused (installing it would make
+    the store's records undecodable: loaderx 1.5.7 replaces it)."""
+    if dict_bytes is None:
+        return
+    if not ds.has_dict():
+        ds._store.install_dict(dict_bytes)
+    elif _installed_dict(ds.path) != bytes(dict_bytes):
+        raise ZrecordValueError(
+            f"{ds.path} already has another zstd dictionary; its records decode only with "
+            "that one: append without dict_bytes, or write a new store", name="ZR_E_HAS_DICT")
 
 
 def _max_samples():
@@ -172,93 +161,123 @@ def _read_dict_reply(r):
 
 
 def _train_array(array, tier):
-    t = _tier(tier)
+    daemon_tier = _tier(tier)
+    budget = DICT_TIERS[tier or DICT_TIER_DEFAULT]["samples"]
     arr = array if isinstance(array, np.ndarray) else np.asarray(array)
     if arr.ndim == 0:
         raise ZrecordValueError("train_dict: a 0-d array holds no records")
     n = arr.shape[0]
+    if n == 0:
+        raise ZrecordValueError("train_dict: the array holds no records")
     rec = arr.dtype.itemsize * int(np.prod(arr.shape[1:], dtype=np.int64))
-    idx = _strided(n, lambda: n * min(rec, _SAMPLE_CAP), t["sample_bytes"])
+    idx = _strided(n, lambda: n * min(rec, _SAMPLE_CAP), budget)
     if rec <= _SAMPLE_CAP:       # small rows: one gather of the sample
-        return _train_on_pieces([np.ascontiguousarray(arr[idx])], [rec] * len(idx), tier)
+        return _train_on_pieces([np.ascontiguousarray(arr[idx])], [rec] * len(idx), daemon_tier)
     pieces, sizes = [], []
     for i in idx:
         row = np.ascontiguousarray(arr[int(i)])
         pieces.append(row)
         sizes.append(row.nbytes)
-    return _train_on_pieces(pieces, sizes, tier)
+    return _train_on_pieces(pieces, sizes, daemon_tier)
 
 
-def train_dict(source, tier="balanced"):
-    """Trains a zstd dictionary on settled data; returns its bytes.
+def _as_record(r):
+    """A record of an iterable as a contiguous array (bytes: uint8; 0-d: one element)."""
+    if isinstance(r, (bytes, bytearray, memoryview)):
+        return np.frombuffer(r, dtype=np.uint8)
+    a = np.ascontiguousarray(np.asarray(r))
+    return a.reshape(1) if a.ndim == 0 else a
+
+
+def train_dict(source, tier=None, path=None):
+    """Trains a zstd dictionary on settled data; returns its bytes (and writes them
+    to ``path`` when given).
 
     ``source``: a numpy array (one record per slice along axis 0, as from_numpy
     stores it), an iterable of records (arrays of any shape, stored as ragged
     records; or ``bytes``), or a dataset (trained on its stored records, sampled by
-    the daemon). ``tier``: a name of ``DICT_TIERS``.
+    the daemon). ``tier``: a name of ``DICT_TIERS`` (None: ``'balanced'``).
     """
-    _tier(tier)
+    daemon_tier = _tier(tier)
     if isinstance(source, _Dataset):
-        r = source._h.request("train_dict", {"tier": tier}, context="train_dict")
-        return _read_dict_reply(r)
-    from .zrecord import Zrecord
-    if isinstance(source, Zrecord):
-        return train_dict(source._ds, tier)
-    if isinstance(source, np.ndarray):
-        return _train_array(source, tier)
-    if isinstance(source, (str, bytes, os.PathLike)) and not isinstance(source, bytes):
+        if len(source) == 0:
+            raise ZrecordValueError("cannot train a zstd dictionary on an empty store")
+        r = source._h.request("train_dict", {"tier": daemon_tier}, context="train_dict")
+        d = _read_dict_reply(r)
+    elif _is_zrecord(source):
+        d = train_dict(source._ds, tier)
+    elif isinstance(source, np.ndarray):
+        d = _train_array(source, tier)
+    elif isinstance(source, (str, bytes, os.PathLike)):
         raise ZrecordTypeError("train_dict takes an array, an iterable of records or a dataset, "
-                               "not a path: open the dataset first")
-    budget = _tier(tier)["sample_bytes"]
-    limit = _max_samples()
-    pieces, sizes, total = [], [], 0
-    for r in source:
-        if isinstance(r, (bytes, bytearray, memoryview)):
-            a = np.frombuffer(bytes(r), dtype=np.uint8)
-        else:
-            a = np.ascontiguousarray(np.asarray(r))
-            if a.ndim == 0:
-                a = a.reshape(1)
-        hdr = _store.ragged_header(a.ndim, a.shape)
-        pieces += [hdr, a]
-        sizes.append(hdr.nbytes + a.nbytes)
-        total += min(sizes[-1], _SAMPLE_CAP)
-        if total >= budget or len(sizes) >= limit:
-            break
-    if not sizes:
-        raise ZrecordValueError("train_dict: the iterable gave no records")
-    return _train_on_pieces(pieces, sizes, tier)
+                               "not a path or a single bytes object: open the dataset first")
+    else:
+        budget = DICT_TIERS[tier or DICT_TIER_DEFAULT]["samples"]
+        limit = _max_samples()
+        pieces, sizes, total = [], [], 0
+        for r in source:
+            a = _as_record(r)
+            hdr = _store.ragged_header(a.ndim, a.shape)
+            pieces += [hdr, a]
+            sizes.append(hdr.nbytes + a.nbytes)
+            total += min(sizes[-1], _SAMPLE_CAP)
+            if total >= budget or len(sizes) >= limit:
+                break
+        if not sizes:
+            raise ZrecordValueError("train_dict needs at least one record")
+        d = _train_on_pieces(pieces, sizes, daemon_tier)
+    if path is not None:
+        with open(path, "wb") as f:
+            f.write(d)
+    return d
 
 
-def from_numpy(path, array, codec="zstd", dict_bytes=None):
-    """Writes ``array`` as a dense store at ``path``, one record per slice along axis 0.
+def _is_zrecord(x):
+    from .zrecord import Zrecord
+    return isinstance(x, Zrecord)
 
-    A 1-D array becomes a store of scalars. The array is read in bounded chunks,
-    so an mmapped array is never materialized. An existing store at ``path`` is
-    replaced once the new one is complete. ``codec``: ``'raw'``, ``'zstd'`` or
+
+def from_numpy(path, array, codec="zstd", dict_bytes=None, schema=None):
+    """Writes ``array`` into a dense store at ``path``, one record per slice along
+    axis 0; returns ``len(array)``.
+
+    A 1-D array becomes a store of scalars. The array is read in bounded chunks, so
+    an mmapped array is never materialized. **An existing store at ``path`` of the
+    same dtype, item shape and codec is appended to** (loaderx 1.5.7); one of another
+    schema is refused (``ValueError``). ``codec``: ``'raw'``, ``'zstd'`` or
     ``'zstd_dict'``; ``zstd_dict`` without ``dict_bytes`` trains a dictionary on the
-    array itself (it is the settled data), tier ``'balanced'``.
+    array itself (it is the settled data), tier ``'balanced'``, unless the store
+    already has one. ``schema``: extra keys for a new store's schema.msgpack.
     """
-    _store.check_codec(codec)
+    if codec not in _store.CODECS:
+        raise ZrecordValueError(f"unknown codec {codec!r}, expected one of {sorted(_store.CODECS)}",
+                                name="ZR_E_BAD_CODEC")
     if not isinstance(array, np.ndarray):
-        array = np.asarray(array)
+        raise ZrecordTypeError(f"from_numpy expects np.ndarray, got {type(array).__name__}")
     if array.ndim == 0:
-        raise ZrecordValueError("from_numpy: a 0-d array holds no records; give at least 1-D")
+        raise ZrecordValueError("from_numpy: array must have a sample axis (a 0-d array holds "
+                                "no records)")
+    item = array.dtype.itemsize * int(np.prod(array.shape[1:], dtype=np.int64))
+    if item > _store.MAX_RECORD_LEN:
+        raise ZrecordValueError(f"sample of {item} bytes exceeds the {_store.MAX_RECORD_LEN} "
+                                "byte record limit", name="ZR_E_TOO_BIG")
     dtype = _store.canonical_dtype(array.dtype)
-    if dict_bytes is not None and codec != "zstd_dict":
-        raise ZrecordValueError(f"from_numpy: dict_bytes is only for codec 'zstd_dict', not {codec!r}")
-    if codec == "zstd_dict" and dict_bytes is None:
-        dict_bytes = _train_array(array, "balanced")
+    if codec != "zstd_dict":
+        dict_bytes = None           # loaderx 1.5.7: a dictionary only for zstd_dict
 
-    def create(target):
+    def open_or_create(target):
         return DenseDataset(target, dtype=dtype, item_shape=array.shape[1:], codec=codec,
-                            dict_bytes=dict_bytes)
+                            schema=schema)
 
-    def fill(ds, name):
+    def fill(ds):
+        d = dict_bytes
+        if codec == "zstd_dict" and d is None and not ds.has_dict() and array.shape[0]:
+            d = _train_array(array, DICT_TIER_DEFAULT)
+        _use_dict(ds, d)
         n = array.shape[0]
         rec = max(1, ds.record_bytes)
         per = max(1, CHUNK_BYTES // rec)
-        bar = _progress(n * rec, name)
+        bar = _progress(n * rec, os.path.basename(os.fspath(path)))
         try:
             for s in range(0, n, per):
                 chunk = np.ascontiguousarray(array[s:s + per])
@@ -267,54 +286,58 @@ def from_numpy(path, array, codec="zstd", dict_bytes=None):
         finally:
             bar.close()
 
-    _write_store(path, create, fill)
+    _write_into(path, open_or_create, fill)
+    return int(array.shape[0])
 
 
-def from_iterator(path, iterable, dtype, codec="zstd", dict_bytes=None):
-    """Writes a ragged store at ``path`` from an iterable of arrays of ``dtype``.
+def from_iterator(path, source, dtype, codec="zstd", dict_bytes=None, schema=None):
+    """Writes an iterable of records into a ragged store at ``path``; returns the
+    number of records written.
 
-    Each record keeps its own shape; every record must have the same number of
-    dimensions (that of the first). ``zstd_dict`` needs ``dict_bytes`` (train one
-    with :func:`train_dict` on the settled data): a stream cannot train its own.
+    ``dtype`` is the store's, explicit; each record keeps its own shape (records may
+    differ in ndim too). ``source``: arrays, or ``bytes`` (uint8; a ``bytes`` source
+    is one record). An existing store of the same dtype and codec is appended to.
+    ``zstd_dict`` needs ``dict_bytes`` (train one with :func:`train_dict` on the
+    settled data): a stream cannot train its own.
     """
-    _store.check_codec(codec)
+    if codec not in _store.CODECS:
+        raise ZrecordValueError(f"unknown codec {codec!r}, expected one of {sorted(_store.CODECS)}",
+                                name="ZR_E_BAD_CODEC")
     dt = np.dtype(_store.canonical_dtype(dtype))
     if codec == "zstd_dict" and dict_bytes is None:
         raise ZrecordValueError(
-            "from_iterator: codec 'zstd_dict' needs dict_bytes: a stream cannot train its own "
-            "dictionary; train one first with loaderx.utils.train_dict(settled_data) and pass "
-            "it as dict_bytes=", name="ZR_E_NO_DICT")
-    if dict_bytes is not None and codec != "zstd_dict":
-        raise ZrecordValueError(f"from_iterator: dict_bytes is only for codec 'zstd_dict', not {codec!r}")
-    it = iter(iterable)
-    first = next(it, None)
-    ndim = 1
-    if first is not None:
-        first = np.asarray(first)
-        ndim = max(1, first.ndim)
+            "zstd_dict needs a pre-trained dictionary: a stream cannot train its own; train "
+            "one on the settled data with loaderx.utils.train_dict, then pass dict_bytes=...",
+            name="ZR_E_NO_DICT")
+    if codec != "zstd_dict":
+        dict_bytes = None
+    if isinstance(source, (bytes, bytearray)):
+        source = [source]
+    count = 0
 
-    def create(target):
-        return RaggedDataset(target, dtype=dt, codec=codec, ndim=ndim, dict_bytes=dict_bytes)
+    def open_or_create(target):
+        return RaggedDataset(target, dtype=dt, codec=codec, schema=schema)
 
-    def fill(ds, name):
-        bar = _progress(None, name, unit="rec")
+    def fill(ds):
+        nonlocal count
+        _use_dict(ds, dict_bytes)
+        bar = _progress(None, os.path.basename(os.fspath(path)), unit="rec")
         try:
             buf, nbytes = [], 0
-            if first is not None:
-                buf.append(first)
-                nbytes += first.nbytes
-            for r in it:
-                r = np.asarray(r)
+            for r in source:
                 buf.append(r)
-                nbytes += r.nbytes
+                nbytes += len(r) if isinstance(r, (bytes, bytearray)) else np.asarray(r).nbytes
                 if nbytes >= CHUNK_BYTES or len(buf) >= RAGGED_CHUNK_RECORDS:
                     ds.append(buf)
+                    count += len(buf)
                     bar.update(len(buf))
                     buf, nbytes = [], 0
             if buf:
                 ds.append(buf)
+                count += len(buf)
                 bar.update(len(buf))
         finally:
             bar.close()
 
-    _write_store(path, create, fill)
+    _write_into(path, open_or_create, fill)
+    return count

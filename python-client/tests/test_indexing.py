@@ -1,6 +1,8 @@
 """Every index form against numpy on the same data (dense, ragged, raw records)."""
 
 import numpy as np
+
+from loaderx import ZrecordError
 import pytest
 
 from loaderx.dataset import DenseDataset, RaggedDataset
@@ -62,14 +64,56 @@ def test_ragged_index_forms(key):
 
 def test_raw_records():
     z = Zrecord("raw")
-    recs = [bytes([k]) * (k * 3) for k in range(12)]
+    recs = [bytes([k]) * (k * 3 + 1) for k in range(12)]
     assert z.append(recs) == 0
     assert len(z) == 12
-    assert z[5] == recs[5] and z[0] == b""
+    assert z[5] == recs[5] and z[0] == b"\0"
     assert z[1, 11, -1] == [recs[1], recs[11], recs[11]]
     assert z[2:5] == recs[2:5]
+    with pytest.raises(ZrecordError) as ei:     # loaderx 1.5.7 stores no empty record
+        z.append([b"x", b""])
+    assert ei.value.code == -4 and len(z) == 12
     z.close()
     assert Zrecord("raw")[7] == recs[7]
+
+
+def test_raw_records_lx157_api():
+    """loaderx 1.5.7's byte-record API: append(flat, offsets), lengths, gather at
+    explicit offsets into any buffer, delete with repeats, stats, sync, and its
+    error codes."""
+    blobs = [bytes([i % 251]) * (10 + i * 7) for i in range(30)]
+    flat = np.frombuffer(b"".join(blobs), dtype=np.uint8)
+    lens = np.array([len(b) for b in blobs], dtype=np.uint32)
+    offs = np.concatenate([[0], np.cumsum(lens[:-1])]).astype(np.uint64)
+    with Zrecord("lx", "raw") as z:
+        assert z.codec == "raw"
+        assert z.append(flat, offs) == 0
+        assert z.append(flat[:5], np.zeros(1, np.uint64)) == 30
+        lengths = z.lengths(np.arange(31))
+        assert lengths.dtype == np.uint32 and lengths[:30].tolist() == lens.tolist()
+        assert lengths[30] == 5
+        out = np.zeros(int(lens.sum()) + 64, dtype=np.uint8)
+        where = (offs[::-1] + 64).astype(np.uint64)             # any layout
+        z.gather(np.arange(30)[::-1], out, where)
+        for k, i in enumerate(range(29, -1, -1)):
+            assert out[int(where[k]):int(where[k]) + lens[i]].tobytes() == blobs[i]
+        with pytest.raises(ZrecordError) as ei:
+            z.gather([0], np.zeros(3, np.uint8), [0])
+        assert ei.value.code == -6
+        with pytest.raises(ZrecordError) as ei:
+            z.lengths([31])
+        assert ei.value.code == -3
+        with pytest.raises(ValueError):
+            z.gather([0], np.zeros((8, 8), np.uint8)[:, ::2], [0])  # not C-contiguous
+        z.delete([30, 30, 0])
+        assert len(z) == 29 and z[0] == blobs[29]
+        st = z.stats()
+        assert st["records"] == 29 and st["reclaimable"] == st["chunk_bytes"] - st["live_bytes"]
+        z.sync()
+        assert not z.has_dict()
+    with pytest.raises(ValueError):
+        Zrecord("lx", "lz4")
+    assert Zrecord("lx", "zstd").codec == "raw"       # an existing store keeps its codec
 
 
 def test_large_read_spans_pieces(monkeypatch):

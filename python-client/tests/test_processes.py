@@ -126,6 +126,8 @@ def test_auto_started_daemon(tmp_path):
         from loaderx import _conn
         from loaderx.utils import from_numpy
         from loaderx.dataset import DenseDataset
+        import shutil
+        shutil.rmtree('auto', ignore_errors=True)    # from_numpy appends to a store there
         from_numpy('auto', np.arange(40, dtype=np.int64))
         c = _conn.default()
         out = {'path': c.path, 'len': len(DenseDataset('auto')), 'loader': c.has_feature('loader')}

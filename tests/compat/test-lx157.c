@@ -437,7 +437,7 @@ START_TEST(test_zrecord_stores_for_loaderx) {
 END_TEST
 
 /* Converting a ragged store to zrecord's layout and back gives the same records
- * and shapes; a store whose records differ in ndim, an empty record and a dense
+ * and shapes, also when records differ in ndim; an empty record and a dense
  * dataset are refused with a message. Records: id of shape (1 + id % 7, 2). */
 static void conv_record(uint64_t id, int32_t *out, uint64_t dims[2]) {
         dims[0] = 1 + id % 7;
@@ -525,7 +525,8 @@ START_TEST(test_convert_both_ways) {
         conv_expect_lx(d, n);
         zr_lxragged_close(d, NULL);
 
-        /* refusals: mixed ndim, a dense dataset, an empty record; a store is there */
+        /* records of differing ndim: a dataset of any ndim, each record its own
+         * shape (the gather's shapes: ndim, then dims), and back */
         fd = scratch_child(&s, "mixed");
         ck_assert_int_eq(zr_lxragged_create(fd, "|u1", ZR_CODEC_RAW, NULL, 0, &o, &d, NULL), 0);
         ck_assert_int_eq(zr_lxragged_append(d, "abcdef", (uint64_t[]){ 2, 4 }, (uint32_t[]){ 1, 2 },
@@ -533,11 +534,55 @@ START_TEST(test_convert_both_ways) {
         zr_lxragged_close(d, NULL);
         close(c);
         c = scratch_child(&s, "out1");
-        ck_assert_int_eq(zr_convert_from_lx157(fd, c, &o, NULL, &err), -ZR_E_SCHEMA);
-        ck_assert_ptr_nonnull(strstr(err.message, "differ in ndim (1 and 2)"));
+        ck_assert_msg(zr_convert_from_lx157(fd, c, &o, &count, &err) == 0, "%s", err.message);
+        ck_assert_uint_eq(count, 2);
+        ck_assert_int_eq(zr_dataset_open(c, NULL, &ds, &err), 0);
+        ck_assert_uint_eq(zr_dataset_schema(ds)->ndim, ZR_SCHEMA_NDIM_ANY);
+        {
+                uint8_t buf[128];
+                uint64_t idx[2] = { 1, 0 }, off[2], len[2], shape[2 * (1 + ZR_SCHEMA_NDIM_MAX)];
+                zr_gather g = { .ds = ds, .idx = idx, .n = 2, .offsets = off, .lengths = len,
+                                .shapes = shape };
+
+                ck_assert_int_eq(zr_gather_locate(&g, &err), 0);
+                ck_assert_uint_le(g.bytes, sizeof(buf));
+                ck_assert_int_eq(zr_gather_read(&g, buf, 0, NULL, NULL, &err), 0);
+                zr_gather_release(&g);
+                ck_assert_uint_eq(g.shape_words, 5);
+                ck_assert_uint_eq(shape[0], 2);
+                ck_assert_uint_eq(shape[1], 2);
+                ck_assert_uint_eq(shape[2], 2);
+                ck_assert_uint_eq(shape[3], 1);
+                ck_assert_uint_eq(shape[4], 2);
+                ck_assert_uint_eq(len[0], 4);
+                ck_assert_uint_eq(len[1], 2);
+                ck_assert_int_eq(memcmp(buf + off[0], "cdef", 4), 0);
+                ck_assert_int_eq(memcmp(buf + off[1], "ab", 2), 0);
+        }
+        zr_dataset_close(ds, NULL);
+        close(fd);
+        fd = scratch_child(&s, "mixed-back");
+        ck_assert_msg(zr_convert_to_lx157(c, fd, &o, &count, &err) == 0, "%s", err.message);
+        ck_assert_int_eq(zr_lxragged_open(fd, NULL, &d, &err), 0);
+        {
+                const uint64_t *gd;
+                uint32_t nd;
+
+                ck_assert_int_eq(zr_lxragged_shape(d, 0, &nd, &gd, NULL), 0);
+                ck_assert_uint_eq(nd, 1);
+                ck_assert_uint_eq(gd[0], 2);
+                ck_assert_int_eq(zr_lxragged_shape(d, 1, &nd, &gd, NULL), 0);
+                ck_assert_uint_eq(nd, 2);
+                ck_assert_uint_eq(gd[0] * gd[1], 4);
+        }
+        zr_lxragged_close(d, NULL);
+        close(fd);
+        close(c);
+        c = scratch_child(&s, "out2");
+
+        /* refusals: a store is there, a dense dataset, an empty record */
         zr_error_clear(&err);
         ck_assert_int_eq(zr_convert_from_lx157(a, b, &o, NULL, &err), -ZR_E_EXISTS);
-        close(fd);
         {
                 zr_schema sc;
                 uint64_t shape[1] = { 2 };

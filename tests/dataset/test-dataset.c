@@ -338,6 +338,60 @@ START_TEST(test_ragged_validation) {
 }
 END_TEST
 
+/* A ragged dataset of any ndim: records of ndim 1, 3 and 2 (one empty) in one
+ * batch, read back with their own shapes (each record's ndim, then its dims);
+ * a header of 33 dims is refused and nothing is written. */
+START_TEST(test_ragged_any_ndim) {
+        static const uint32_t nd[4] = { 1, 3, 2, 2 };
+        static const uint64_t dims[4][3] = { { 5 }, { 2, 1, 3 }, { 0, 4 }, { 1, 2 } };
+        uint64_t lens[4], total = 0, idx[4] = { 3, 1, 0, 2 }, shapes[4 * 33], offs[4], bytes;
+        uint8_t data[512], out[512], *p = data;
+        zr_error err = {0};
+        scratch sc;
+
+        scratch_new(&sc);
+        zr_dataset *ds = create_ragged(sc.fd, "<i2", ZR_SCHEMA_NDIM_ANY, ZR_CODEC_ZSTD);
+        for (int i = 0; i < 4; i++) {
+                ck_assert_int_eq(zr_ragged_record_bytes(dims[i], nd[i], 2, &lens[i], NULL), 0);
+                zr_ragged_header_write(p, dims[i], nd[i]);
+                gen_bytes(p + zr_ragged_header_bytes(nd[i]),
+                          lens[i] - zr_ragged_header_bytes(nd[i]), 7 + i);
+                p += lens[i];
+                total += lens[i];
+        }
+        zr_batch b = { .dtype = "<i2", .data = data, .data_len = total, .lens = lens,
+                       .nrecords = 4 };
+        ck_assert_msg(zr_dataset_append(ds, &b, NULL, &err) == 0, "%s", err.message);
+        ds = reopen(ds, sc.fd);
+        ck_assert_uint_eq(zr_dataset_schema(ds)->ndim, ZR_SCHEMA_NDIM_ANY);
+        ck_assert_msg(gather_ragged(ds, idx, 4, out, sizeof(out), shapes, offs, &bytes, &err) == 0,
+                      "%s", err.message);
+        uint64_t w = 0;
+        for (int k = 0; k < 4; k++) {
+                uint64_t i = idx[k], start = 0;
+                ck_assert_uint_eq(shapes[w++], nd[i]);
+                for (uint32_t d = 0; d < nd[i]; d++)
+                        ck_assert_uint_eq(shapes[w++], dims[i][d]);
+                for (uint64_t j = 0; j < i; j++)
+                        start += lens[j];
+                ck_assert(memcmp(out + offs[k], data + start + zr_ragged_header_bytes(nd[i]),
+                                 lens[i] - zr_ragged_header_bytes(nd[i])) == 0);
+        }
+        /* 33 dims: not a record of any ndim */
+        uint64_t big[33];
+        for (int i = 0; i < 33; i++)
+                big[i] = 1;
+        uint8_t rec[8 * 34 + 2];
+        zr_ragged_header_write(rec, big, 33);
+        zr_batch bad = { .dtype = "<i2", .data = rec, .data_len = sizeof(rec),
+                         .lens = (uint64_t[]){ sizeof(rec) }, .nrecords = 1 };
+        expect_refused(ds, &bad, ZR_E_SCHEMA, "ndim 33");
+        ck_assert_uint_eq(zr_dataset_length(ds), 4);
+        zr_dataset_close(ds, NULL);
+        scratch_free(&sc);
+}
+END_TEST
+
 START_TEST(test_zstd_dict_needs_dict) {
         scratch sc;
         scratch_new(&sc);
@@ -473,4 +527,4 @@ END_TEST
 
 TL_SUITE_MAIN("dataset", test_dense_roundtrip, test_ragged_roundtrip, test_dense_validation,
               test_ragged_validation, test_zstd_dict_needs_dict, test_create_open_errors,
-              test_passthroughs)
+              test_passthroughs, test_ragged_any_ndim)

@@ -94,6 +94,9 @@ START_TEST(test_schema_roundtrip) {
         roundtrip(&s);
         ck_assert_int_eq(zr_schema_init_ragged(&s, ">c16", 32, ZR_CODEC_ZSTD, NULL), 0);
         roundtrip(&s);
+        ck_assert_int_eq(zr_schema_init_ragged(&s, "<f4", ZR_SCHEMA_NDIM_ANY, ZR_CODEC_ZSTD, NULL),
+                         0);
+        roundtrip(&s);
 
         /* init refuses what decode would refuse */
         zr_error err = {0};
@@ -102,7 +105,6 @@ START_TEST(test_schema_roundtrip) {
         uint64_t huge[2] = { 1u << 20, 1u << 20 };
         ck_assert_int_eq(zr_schema_init_dense(&s, "|u1", huge, 2, ZR_CODEC_RAW, NULL),
                          -ZR_E_SCHEMA);
-        ck_assert_int_eq(zr_schema_init_ragged(&s, "<i4", 0, ZR_CODEC_RAW, NULL), -ZR_E_SCHEMA);
         ck_assert_int_eq(zr_schema_init_ragged(&s, "<i4", 33, ZR_CODEC_RAW, NULL), -ZR_E_SCHEMA);
         ck_assert_int_eq(zr_schema_init_ragged(&s, "<i4", 1, (enum zr_codec)7, NULL),
                          -ZR_E_BAD_CODEC);
@@ -111,6 +113,10 @@ START_TEST(test_schema_roundtrip) {
         ck_assert_int_eq(zr_schema_init_dense(&s, "<f4", shape, 2, ZR_CODEC_ZSTD, NULL), 0);
         zr_schema_describe(&s, desc, sizeof(desc));
         ck_assert_str_eq(desc, "dense <f4 item_shape (28, 28) codec zstd");
+        ck_assert_int_eq(zr_schema_init_ragged(&s, "<i4", ZR_SCHEMA_NDIM_ANY, ZR_CODEC_RAW, NULL),
+                         0);
+        zr_schema_describe(&s, desc, sizeof(desc));
+        ck_assert_str_eq(desc, "ragged <i4 ndim any codec raw");
         zr_shape_format(shape, 1, desc, sizeof(desc));
         ck_assert_str_eq(desc, "(28,)");
         zr_shape_format(shape, 0, desc, sizeof(desc));
@@ -245,8 +251,13 @@ START_TEST(test_schema_malformed_maps) {
         msgpack_sbuffer_destroy(&sb);
         expect_bad(rag, 2, ZR_E_SCHEMA, "\"codec\" is missing");
         expect_bad((kv[]){ rag[0], rag[1], rag[3] }, 3, ZR_E_SCHEMA, "\"ndim\" is missing");
-        expect_bad((kv[]){ rag[0], rag[1], { "ndim", 'u', .v = 0 }, rag[3] }, 4, ZR_E_SCHEMA,
-                   "ndim is 0");
+        {       /* ndim 0: any per record */
+                msgpack_sbuffer any = pack_map((kv[]){ rag[0], rag[1], { "ndim", 'u', .v = 0 },
+                                                       rag[3] }, 4);
+                ck_assert_int_eq(zr_schema_decode(any.data, any.size, &s, NULL), 0);
+                ck_assert_uint_eq(s.ndim, ZR_SCHEMA_NDIM_ANY);
+                msgpack_sbuffer_destroy(&any);
+        }
         expect_bad((kv[]){ rag[0], rag[1], { "ndim", 'u', .v = 33 }, rag[3] }, 4, ZR_E_SCHEMA,
                    "ndim is 33");
         expect_bad((kv[]){ rag[0], rag[1], { "ndim", 'i', .v = -1 }, rag[3] }, 4, ZR_E_SCHEMA,
@@ -471,6 +482,20 @@ START_TEST(test_ragged_header) {
         zr_ragged_header_write(buf + 1, &one, 1);
         ck_assert_int_eq(zr_ragged_parse(&s1, buf + 1, 19, 0, got, NULL), 0);
         ck_assert_uint_eq(got[0], 3);
+        /* a schema of any ndim takes each record's own, 1..32, and checks its length */
+        zr_schema sa;
+        ck_assert_int_eq(zr_schema_init_ragged(&sa, "|u1", ZR_SCHEMA_NDIM_ANY, ZR_CODEC_RAW, NULL),
+                         0);
+        ck_assert_uint_eq(zr_ragged_shape_words_max(&sa, 2), 2 * (1 + ZR_SCHEMA_NDIM_MAX));
+        ck_assert_uint_eq(zr_ragged_shape_words_max(&s, 2), 6);
+        ck_assert_int_eq(zr_ragged_parse(&sa, buf + 1, 19, 0, NULL, NULL), 0);
+        ck_assert_int_eq(zr_ragged_parse(&sa, buf + 1, 18, 0, NULL, &err), -ZR_E_SCHEMA);
+        zr_error_clear(&err);
+        zr_ragged_header_write(rec, dims, 3);
+        ck_assert_int_eq(zr_ragged_parse(&sa, rec, 32 + 2 * 3 * 4, 0, NULL, NULL), 0);
+        rec[0] = 33; /* the header's ndim, little-endian */
+        ck_assert_int_eq(zr_ragged_parse(&sa, rec, sizeof(rec), 0, NULL, &err), -ZR_E_SCHEMA);
+        ck_assert_msg(strstr(err.message, "ndim 33"), "%s", err.message);
 }
 END_TEST
 
