@@ -27,9 +27,25 @@ static const u64_field status_fields[] = {
         { "budget", offsetof(zrc_status, cache_budget) },
         { "bytes", offsetof(zrc_status, cache_bytes) },
         { "entries", offsetof(zrc_status, cache_entries) },
+        { "bypassed", offsetof(zrc_status, cache_bypassed) },
+        { "planned", offsetof(zrc_status, cache_planned) },
 };
-/* the last three are the "cache" map's */
-#define STATUS_CACHE_FIELDS 3
+/* the last five are the "cache" map's */
+#define STATUS_CACHE_FIELDS 5
+
+static const u64_field prefetch_fields[] = {
+        FIELD(zrc_prefetch_status, budget), FIELD(zrc_prefetch_status, bytes),
+        FIELD(zrc_prefetch_status, peak), FIELD(zrc_prefetch_status, steps),
+        FIELD(zrc_prefetch_status, warm), FIELD(zrc_prefetch_status, busy),
+        FIELD(zrc_prefetch_status, records), FIELD(zrc_prefetch_status, resident),
+        FIELD(zrc_prefetch_status, cached), FIELD(zrc_prefetch_status, read_bytes),
+        FIELD(zrc_prefetch_status, reads), FIELD(zrc_prefetch_status, merged),
+        FIELD(zrc_prefetch_status, in_flight), FIELD(zrc_prefetch_status, queue_depth),
+        FIELD(zrc_prefetch_status, depth), FIELD(zrc_prefetch_status, waits),
+        FIELD(zrc_prefetch_status, errors), FIELD(zrc_prefetch_status, cancelled),
+        FIELD(zrc_prefetch_status, planned_steps), FIELD(zrc_prefetch_status, latency_p50_ns),
+        FIELD(zrc_prefetch_status, latency_p99_ns),
+};
 
 static const u64_field loader_fields[] = {
         FIELD(zrc_loader_status, pid), FIELD(zrc_loader_status, batch_size),
@@ -37,7 +53,7 @@ static const u64_field loader_fields[] = {
         FIELD(zrc_loader_status, batches), FIELD(zrc_loader_status, gathers),
         FIELD(zrc_loader_status, hits), FIELD(zrc_loader_status, misses),
         FIELD(zrc_loader_status, bytes), FIELD(zrc_loader_status, evictions),
-        FIELD(zrc_loader_status, shared),
+        FIELD(zrc_loader_status, shared), FIELD(zrc_loader_status, io_waits),
 };
 
 /* Reads fields[0..n) of `map` into the struct at `dst` (a missing one is 0). */
@@ -47,6 +63,28 @@ static void get_fields(const msgpack_object *map, const u64_field *fields, size_
 }
 
 #define NFIELDS(a) (sizeof(a) / sizeof((a)[0]))
+
+/* The budgets map: what the daemon may use and each budget with its source. */
+static void get_budgets(const msgpack_object *root, zrc_status *st) {
+        const msgpack_object *b, *one;
+        const struct { const char *key; zrc_budget *to; } all[] = {
+                { "cache", &st->budget_cache }, { "ring_spare", &st->budget_ring_spare },
+                { "prefetch", &st->budget_prefetch }, { "shm_total", &st->budget_shm_total },
+                { "shm_uid", &st->budget_shm_uid },
+        };
+        if (zr_wire_get_map(root, "budgets", &b, NULL) < 0)
+                return;
+        st->memory = conn_get_u64(b, "memory");
+        (void)zr_wire_get_str_copy(b, "memory_source", st->memory_source,
+                                   sizeof(st->memory_source), NULL);
+        for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
+                if (zr_wire_get_map(b, all[i].key, &one, NULL) < 0)
+                        continue;
+                all[i].to->bytes = conn_get_u64(one, "bytes");
+                (void)zr_wire_get_str_copy(one, "source", all[i].to->source,
+                                           sizeof(all[i].to->source), NULL);
+        }
+}
 
 int zrc_status_query(zrc_conn *c, zrc_status **ret) {
         conn_reply reply = CONN_REPLY_NULL;
@@ -74,6 +112,12 @@ int zrc_status_query(zrc_conn *c, zrc_status **ret) {
         (void)zr_wire_get_map(reply.root, "cache", &cache, NULL);
         get_fields(cache, status_fields + NFIELDS(status_fields) - STATUS_CACHE_FIELDS,
                    STATUS_CACHE_FIELDS, st);
+        if (zr_wire_get_map(reply.root, "prefetch", &cache, NULL) == 0) {
+                get_fields(cache, prefetch_fields, NFIELDS(prefetch_fields), &st->prefetch);
+                (void)zr_wire_get_str_copy(cache, "backend", st->prefetch.backend,
+                                           sizeof(st->prefetch.backend), NULL);
+        }
+        get_budgets(reply.root, st);
         (void)zr_wire_get_array(reply.root, "per_loader", &loaders, &n, NULL);
         if (n > 0) {
                 st->per_loader = calloc(n, sizeof(*st->per_loader));

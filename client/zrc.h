@@ -639,7 +639,25 @@ typedef struct zrc_loader_status {
         char sampler[16];
         uint64_t batch_size, streams, step, batches, gathers, hits, misses, bytes, evictions;
         uint64_t shared;       /* batches it took from a slot another loader of its group filled */
+        uint64_t io_waits;     /* steps whose gather waited for their reads ahead (0: older daemon) */
 } zrc_loader_status;
+
+/* Reading ahead of the loaders (STATUS `prefetch`; all 0 from an older daemon). */
+typedef struct zrc_prefetch_status {
+        char backend[16];      /* "uring", "threads", "none", or "" */
+        uint64_t budget, bytes, peak;   /* bytes read ahead and not gathered: allowed, now, most */
+        uint64_t steps, warm, busy;     /* steps read ahead, found resident, skipped (a mutation) */
+        uint64_t records, resident, cached; /* records read, found resident, found decoded */
+        uint64_t read_bytes, reads, merged, in_flight, queue_depth;
+        uint64_t depth, waits, errors, cancelled, planned_steps;
+        uint64_t latency_p50_ns, latency_p99_ns;
+} zrc_prefetch_status;
+
+/* One memory budget in force (STATUS `budgets`). */
+typedef struct zrc_budget {
+        uint64_t bytes;
+        char source[320];      /* "setting", or how "auto" was reckoned */
+} zrc_budget;
 
 typedef struct zrc_status {
         char daemon[64];
@@ -647,6 +665,15 @@ typedef struct zrc_status {
         uint64_t batches, gathers, hits, misses, bytes, evictions;
         uint64_t cache_budget, cache_bytes, cache_entries;
         uint64_t shared;       /* batches taken from a slot another loader filled, since start */
+        uint64_t cache_bypassed, cache_planned; /* the cache's next-use rule (0: older daemon) */
+        zrc_prefetch_status prefetch;
+        /* the memory the daemon may use (0: unknown or an older daemon), and
+         * its budgets: cache, ring-spare, prefetch, shared memory of all uids
+         * and of one */
+        uint64_t memory;
+        char memory_source[256];
+        zrc_budget budget_cache, budget_ring_spare, budget_prefetch, budget_shm_total,
+                budget_shm_uid;
         size_t n_loaders;
         zrc_loader_status *per_loader; /* n_loaders entries, owned by the zrc_status */
 } zrc_status;

@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,6 +61,72 @@ int tool_connect(const cmdline *cl, zrc_conn **ret) {
 
 /* ---- status ------------------------------------------------------------ */
 
+static void print_prefetch_json(const zrc_prefetch_status *p) {
+        printf("\"prefetch\": {\"backend\": ");
+        out_json_string(stdout, p->backend);
+        printf(", \"budget\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"peak\": %" PRIu64
+               ", \"steps\": %" PRIu64 ", \"warm\": %" PRIu64 ", \"busy\": %" PRIu64
+               ", \"records\": %" PRIu64 ", \"resident\": %" PRIu64 ", \"cached\": %" PRIu64
+               ", \"read_bytes\": %" PRIu64 ", \"reads\": %" PRIu64 ", \"merged\": %" PRIu64
+               ", \"in_flight\": %" PRIu64 ", \"queue_depth\": %" PRIu64 ", \"depth\": %" PRIu64
+               ", \"waits\": %" PRIu64 ", \"errors\": %" PRIu64 ", \"cancelled\": %" PRIu64
+               ", \"planned_steps\": %" PRIu64 ", \"latency_p50_ns\": %" PRIu64
+               ", \"latency_p99_ns\": %" PRIu64 "}, ",
+               p->budget, p->bytes, p->peak, p->steps, p->warm, p->busy, p->records, p->resident,
+               p->cached, p->read_bytes, p->reads, p->merged, p->in_flight, p->queue_depth,
+               p->depth, p->waits, p->errors, p->cancelled, p->planned_steps, p->latency_p50_ns,
+               p->latency_p99_ns);
+}
+
+static const struct {
+        const char *name;
+        size_t offset;
+} budgets[] = {
+        { "cache", offsetof(zrc_status, budget_cache) },
+        { "ring_spare", offsetof(zrc_status, budget_ring_spare) },
+        { "prefetch", offsetof(zrc_status, budget_prefetch) },
+        { "shm_total", offsetof(zrc_status, budget_shm_total) },
+        { "shm_uid", offsetof(zrc_status, budget_shm_uid) },
+};
+
+static const zrc_budget *budget_at(const zrc_status *st, size_t i) {
+        return (const zrc_budget *)((const char *)st + budgets[i].offset);
+}
+
+static void print_budgets_json(const zrc_status *st) {
+        printf("\"budgets\": {\"memory\": %" PRIu64 ", \"memory_source\": ", st->memory);
+        out_json_string(stdout, st->memory_source);
+        for (size_t i = 0; i < sizeof(budgets) / sizeof(budgets[0]); i++) {
+                printf(", \"%s\": {\"bytes\": %" PRIu64 ", \"source\": ", budgets[i].name,
+                       budget_at(st, i)->bytes);
+                out_json_string(stdout, budget_at(st, i)->source);
+                printf("}");
+        }
+        printf("}, ");
+}
+
+static void print_prefetch_text(const zrc_prefetch_status *p) {
+        if (!p->backend[0])
+                return;
+        printf("prefetch:   %s, %" PRIu64 " of %" PRIu64 " bytes (peak %" PRIu64 "); %" PRIu64
+               " steps read ahead, %" PRIu64 " warm; %" PRIu64 " records read (%" PRIu64
+               " bytes), %" PRIu64 " resident, %" PRIu64 " decoded in the cache; depth %" PRIu64
+               ", %" PRIu64 " waits, %" PRIu64 " errors; latency p50 %.2f ms, p99 %.2f ms\n",
+               p->backend, p->bytes, p->budget, p->peak, p->steps, p->warm, p->records,
+               p->read_bytes, p->resident, p->cached, p->depth, p->waits, p->errors,
+               (double)p->latency_p50_ns / 1e6, (double)p->latency_p99_ns / 1e6);
+}
+
+static void print_budgets_text(const zrc_status *st) {
+        if (!st->memory && !st->budget_cache.source[0])
+                return;
+        printf("memory:     %" PRIu64 " MiB usable (%s)\n", st->memory >> 20,
+               st->memory_source[0] ? st->memory_source : "unknown");
+        for (size_t i = 0; i < sizeof(budgets) / sizeof(budgets[0]); i++)
+                printf("  budget %-10s %" PRIu64 " MiB (%s)\n", budgets[i].name,
+                       budget_at(st, i)->bytes >> 20, budget_at(st, i)->source);
+}
+
 static int cmd_status(const cmdline *cl, zrc_conn *c) {
         zrc_status *st;
 
@@ -76,10 +143,15 @@ static int cmd_status(const cmdline *cl, zrc_conn *c) {
                        ", \"gathers\": %" PRIu64 ", \"hits\": %" PRIu64 ", \"misses\": %" PRIu64
                        ", \"bytes\": %" PRIu64 ", \"evictions\": %" PRIu64
                        ", \"shared\": %" PRIu64 ", \"cache\": {\"budget\": %" PRIu64 ", \"bytes\": %" PRIu64
-                       ", \"entries\": %" PRIu64 "}, \"per_loader\": [",
+                       ", \"entries\": %" PRIu64 ", \"bypassed\": %" PRIu64 ", \"planned\": %" PRIu64
+                       "}, ",
                        st->uptime_ms, st->clients, st->handles, st->shm_bytes, st->loaders,
                        st->batches, st->gathers, st->hits, st->misses, st->bytes, st->evictions,
-                       st->shared, st->cache_budget, st->cache_bytes, st->cache_entries);
+                       st->shared, st->cache_budget, st->cache_bytes, st->cache_entries,
+                       st->cache_bypassed, st->cache_planned);
+                print_prefetch_json(&st->prefetch);
+                print_budgets_json(st);
+                printf("\"per_loader\": [");
                 for (size_t i = 0; i < st->n_loaders; i++) {
                         const zrc_loader_status *l = &st->per_loader[i];
 
@@ -90,9 +162,10 @@ static int cmd_status(const cmdline *cl, zrc_conn *c) {
                                ", \"step\": %" PRIu64 ", \"batches\": %" PRIu64
                                ", \"gathers\": %" PRIu64 ", \"hits\": %" PRIu64
                                ", \"misses\": %" PRIu64 ", \"bytes\": %" PRIu64
-                               ", \"evictions\": %" PRIu64 ", \"shared\": %" PRIu64 "}",
+                               ", \"evictions\": %" PRIu64 ", \"shared\": %" PRIu64
+                               ", \"io_waits\": %" PRIu64 "}",
                                l->batch_size, l->streams, l->step, l->batches, l->gathers, l->hits,
-                               l->misses, l->bytes, l->evictions, l->shared);
+                               l->misses, l->bytes, l->evictions, l->shared, l->io_waits);
                 }
                 printf("]}\n");
         } else {
@@ -110,16 +183,23 @@ static int cmd_status(const cmdline *cl, zrc_conn *c) {
                        " entries; %" PRIu64 " hits, %" PRIu64 " misses, %" PRIu64 " evictions\n",
                        st->cache_bytes, st->cache_budget, st->cache_entries, st->hits, st->misses,
                        st->evictions);
+                if (st->hits + st->misses)
+                        printf("            hit ratio %.3f; %" PRIu64 " records bypassed, %" PRIu64
+                               " uses planned\n", (double)st->hits / (double)(st->hits + st->misses),
+                               st->cache_bypassed, st->cache_planned);
+                print_prefetch_text(&st->prefetch);
+                print_budgets_text(st);
                 for (size_t i = 0; i < st->n_loaders; i++) {
                         const zrc_loader_status *l = &st->per_loader[i];
 
                         printf("loader %u of pid %" PRIu64 ": %s, batch %" PRIu64 ", %" PRIu64
                                " streams, step %" PRIu64 "; %" PRIu64 " batches, %" PRIu64
                                " gathers, %" PRIu64 " hits, %" PRIu64 " misses, %" PRIu64
-                               " bytes, %" PRIu64 " evictions, %" PRIu64 " shared\n",
+                               " bytes, %" PRIu64 " evictions, %" PRIu64 " shared, %" PRIu64
+                               " waited for reads\n",
                                l->loader, l->pid, l->sampler, l->batch_size, l->streams, l->step,
                                l->batches, l->gathers, l->hits, l->misses, l->bytes, l->evictions,
-                               l->shared);
+                               l->shared, l->io_waits);
                 }
         }
         zrc_status_free(st);

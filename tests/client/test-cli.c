@@ -194,6 +194,8 @@ START_TEST(test_status) {
 
         ck_assert_int_eq(run(&out, &err, "status", NULL), 0);
         CONTAINS(out, "clients:");
+        CONTAINS(out, "prefetch:");
+        CONTAINS(out, "budget cache");
         free(out);
         free(err);
         ck_assert_int_eq(run(&out, &err, "status", "--json", NULL), 0);
@@ -201,6 +203,8 @@ START_TEST(test_status) {
         ck_assert_int_ge(json_uint(out, "clients"), 1);
         CONTAINS(out, "\"per_loader\": []");
         CONTAINS(out, "\"cache\": {");
+        CONTAINS(out, "\"prefetch\": {\"backend\": ");
+        CONTAINS(out, "\"budgets\": {\"memory\": ");
         check_json(out);
         free(out);
         free(err);

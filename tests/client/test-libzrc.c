@@ -561,6 +561,15 @@ START_TEST(test_status) {
         ck_assert_uint_eq(st->loaders, 0);
         ck_assert_uint_eq(st->n_loaders, 0);
         ck_assert_uint_gt(st->cache_budget, 0);
+        /* the budgets in force, with where each came from, and reading ahead */
+        ck_assert_uint_gt(st->memory, 0);
+        ck_assert_uint_eq(st->budget_cache.bytes, st->cache_budget);
+        ck_assert_str_ne(st->budget_cache.source, "");
+        ck_assert_str_ne(st->budget_shm_uid.source, "");
+        ck_assert_uint_eq(st->budget_prefetch.bytes, st->prefetch.budget);
+        ck_assert(strcmp(st->prefetch.backend, "uring") == 0 ||
+                  strcmp(st->prefetch.backend, "threads") == 0);
+        ck_assert_uint_gt(st->prefetch.queue_depth, 0);
         zrc_status_free(st);
         zrc_disconnect(c2);
         zrc_disconnect(c);
