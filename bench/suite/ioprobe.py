@@ -166,6 +166,8 @@ def parse(obj, bs):
             if by is not None and (issequential or any(k in x for k in _QD)):
                 eng = _first(x, _ENGINE)
                 direct = x.get("direct", x.get("o_direct"))
+                if isinstance(x.get("mode"), str):         # bench/io-probe's rows
+                    direct = x["mode"] == "direct"
                 where = "/".join(str(p) for p in path if isinstance(p, str) and p not in
                                  ("random", "results", "probes"))
                 label = " ".join(str(v) for v in (eng or where, "O_DIRECT" if direct is True else
