@@ -24,6 +24,7 @@ import collections
 import errno
 import os
 import pwd
+import select
 import socket
 import stat
 import struct
@@ -241,6 +242,41 @@ class Connection:
         """True if this process may send on the connection: opened here, not
         closed, not broken."""
         return self.pid == os.getpid() and not self.closed and self._broken is None
+
+    def peer_closed(self):
+        """True if the daemon has closed its end: a connection it closed while idle
+        (``idle-timeout``, PROTOCOL.md section 12), or a daemon that exited. One
+        poll() that never blocks; the FAULT that came before the close is kept in
+        ``faults`` and the connection is marked broken."""
+        if self._broken is not None or self.closed:
+            return self._broken is not None
+        p = select.poll()
+        p.register(self._fs.sock.fileno(), select.POLLIN | select.POLLRDHUP)
+        ev = p.poll(0)
+        if not ev or not ev[0][1] & (select.POLLHUP | select.POLLRDHUP | select.POLLERR):
+            return False
+        reason = "the daemon closed the connection"
+        with self._cv:
+            if self._reading or self._pending:
+                self.mark_broken(reason)    # a reader is on it and will see the rest
+                self._cv.notify_all()
+                return True
+            self._reading = True
+        # Nobody else reads it now: take what came before the close (the FAULT).
+        try:
+            while True:
+                msg, fds = self._fs.recv()
+                with self._cv:
+                    self._dispatch(msg, fds)
+        except (OSError, _wire.ProtocolError, ValueError, EOFError):
+            pass
+        with self._cv:
+            self._reading = False
+            if self.faults:
+                reason += f" ({self.faults[-1].get('message')})"
+            self.mark_broken(reason)
+            self._cv.notify_all()
+        return True
 
     def mark_broken(self, reason):
         """Marks the connection broken (if it is not yet), so that every later
@@ -479,11 +515,11 @@ def default():
     """The process's shared connection (a fresh one in a forked child)."""
     global _default
     c = _default
-    if c is not None and c.usable:
+    if c is not None and c.usable and not c.peer_closed():
         return c
     with _default_lock:
         c = _default
-        if c is not None and c.usable:
+        if c is not None and c.usable and not c.peer_closed():
             return c
         if c is not None and c.pid == os.getpid() and not c.closed:
             c.close()               # broken: let its descriptors go

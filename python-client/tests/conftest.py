@@ -99,6 +99,40 @@ def daemon():
     assert rc == 0, f"zrecordd exited with {rc} after SIGTERM"
 
 
+@pytest.fixture
+def own_daemon(tmp_path, monkeypatch):
+    """Starts a daemon of its own with the given flags and environment."""
+    from loaderx import _conn
+    if not daemon_binary():
+        pytest.skip("no zrecordd binary: set ZRECORDD")
+    started = []
+    saved = _conn._default
+
+    def start(*flags, env=None):
+        d = tmp_path / f"d{len(started)}"
+        d.mkdir()
+        for k, v in (env or {}).items():
+            monkeypatch.setenv(k, v)
+        proc, sock = start_daemon(str(d), *flags)
+        for k in env or {}:
+            monkeypatch.delenv(k)
+        started.append(proc)
+        if _conn._default is not None:
+            _conn._default.close()
+        _conn._default = None
+        monkeypatch.setenv("ZRECORD_SOCKET", sock)
+        if not _conn.default().has_feature("loader"):
+            pytest.skip("this zrecordd's HELLO does not list the \"loader\" feature")
+        return sock
+
+    yield start
+    if _conn._default is not None:
+        _conn._default.close()
+    _conn._default = saved
+    for proc in started:
+        assert stop_daemon(proc) == 0
+
+
 @pytest.fixture(autouse=True)
 def workdir(request, tmp_path, monkeypatch):
     """Every test runs in its own empty directory (the seed's examples use relative paths)."""

@@ -36,40 +36,6 @@ def drop_from_page_cache(path):
             os.close(fd)
 
 
-@pytest.fixture
-def own_daemon(tmp_path, monkeypatch):
-    """Starts a daemon of its own with the given flags and environment."""
-    from conftest import daemon_binary, start_daemon, stop_daemon
-    if not daemon_binary():
-        pytest.skip("no zrecordd binary: set ZRECORDD")
-    started = []
-    saved = _conn._default
-
-    def start(*flags, env=None):
-        d = tmp_path / f"d{len(started)}"
-        d.mkdir()
-        for k, v in (env or {}).items():
-            monkeypatch.setenv(k, v)
-        proc, sock = start_daemon(str(d), *flags)
-        for k in env or {}:
-            monkeypatch.delenv(k)
-        started.append(proc)
-        if _conn._default is not None:
-            _conn._default.close()
-        _conn._default = None
-        monkeypatch.setenv("ZRECORD_SOCKET", sock)
-        if not _conn.default().has_feature("loader"):
-            pytest.skip("this zrecordd's HELLO does not list the \"loader\" feature")
-        return sock
-
-    yield start
-    if _conn._default is not None:
-        _conn._default.close()
-    _conn._default = saved
-    for proc in started:
-        assert stop_daemon(proc) == 0
-
-
 def status():
     return _conn.default().request("status")
 
