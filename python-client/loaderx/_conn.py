@@ -215,6 +215,7 @@ class Connection:
         self.closed = False
         self.buffer_lock = threading.Lock()   # the shared read buffer (dataset reads)
         self.read_buffer = None
+        self.result_pool = None               # one-pass read buffers (_results)
         hello = self.request("hello", {
             "min_version": 1, "max_version": 1,
             "features": WANTED_FEATURES, "client": CLIENT_NAME})
@@ -288,6 +289,8 @@ class Connection:
         if self.closed:
             return
         self.closed = True
+        if self.result_pool is not None:
+            self.result_pool.close()
         if self.read_buffer is not None:
             self.read_buffer.unmap()
             self.read_buffer = None
@@ -555,6 +558,11 @@ def _after_fork_in_child():
         except OSError:
             pass
         old.closed = True
+        if old.result_pool is not None:     # the child's copies of its memfds
+            try:
+                old.result_pool.close()
+            except Exception:
+                pass
         # The child's copies of descriptors queued in the parent (RING memfds):
         # nobody here will take them. No lock: it may have been held at the fork.
         try:

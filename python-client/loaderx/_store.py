@@ -5,8 +5,11 @@ descriptors (PROTOCOL.md section 6), so the daemon acts with the caller's rights
 A handle remembers its path: in a forked child (or after a reconnect) it opens the
 store again on the child's own connection.
 
-A read copies the records out of the connection's shared read buffer into a new
-array. Large copies (``PARALLEL_MIN_BYTES`` and up) are split in slabs over a
+A read of at least ``_results.ONE_PASS_MIN`` bytes lands once, written by the
+daemon, in a buffer of the connection's pool that the returned array maps
+privately (``_results``). Smaller reads, and reads the pool cannot serve, copy
+the records out of the connection's shared read buffer into a new array (or the
+caller's ``out``). Large copies (``PARALLEL_MIN_BYTES`` and up) are split in slabs over a
 small pool of threads (numpy releases the GIL while it copies), so the first
 touch of the new array's pages and the copy run on every core; smaller ones
 stay on the calling thread.
@@ -19,7 +22,7 @@ import threading
 
 import numpy as np
 
-from . import _conn, _shm, _wire
+from . import _conn, _results, _shm, _wire
 from ._errors import (ZrecordError, ZrecordFileExistsError, ZrecordFileNotFoundError,
                       ZrecordTypeError, ZrecordValueError)
 
@@ -126,6 +129,7 @@ class Handle:
                  reply=None, handle=None):
         self.path = os.path.abspath(os.fspath(path))
         self.closed = False
+        self.ragged_rate = 0.0         # bytes per record of the last ragged read
         if reply is not None:          # a stream handle from MSSET_OPEN
             self.conn = conn
             self.handle = handle
@@ -245,7 +249,17 @@ def _buffer(conn, nbytes):
             conn.request("close", {"handle": b.handle})
         except ZrecordError:
             pass
-    r = conn.request("buffer_open", {"bytes": size})
+    try:
+        r = conn.request("buffer_open", {"bytes": size})
+    except ZrecordError as e:
+        if e.name != "ZR_E_LIMIT":
+            raise
+        # The budget is short: free the one-pass pool's spare buffers, and ask
+        # for no more than this read needs.
+        if conn.result_pool is not None:
+            conn.result_pool._drain()
+            conn.result_pool.clear()
+        r = conn.request("buffer_open", {"bytes": max(nbytes, 1)})
     (fd,) = r["_fds"]
     nb = _shm.MappedBuffer(fd, r["bytes"])
     nb.handle = r["buffer"]
@@ -409,11 +423,62 @@ def _index_pieces(idx, per_piece):
         yield s, idx[s:s + per_piece]
 
 
-def read_dense(handle, idx, dtype, item_shape):
-    """Records idx as a new (len(idx), *item_shape) array (copied out of the buffer)."""
+def _read_dense_one_pass(handle, idx, rec):
+    """The records idx (rec bytes each) as a uint8 array over a pool buffer the
+    daemon wrote, or None when the pool has none to give."""
+    h = handle.h()
+    conn = handle.conn
+    nbytes = rec * len(idx)
+    per = max(8, (conn.frame_max - 256) // 8 // 8 * 8)    # offsets stay 8-aligned
+    with conn.buffer_lock:
+        buf = _results.pool(conn).take(nbytes)
+        if buf is None:
+            return None
+        try:
+            for s, piece in _index_pieces(idx, per):
+                conn.request("read", {"handle": h, "buffer": buf.handle, "offset": s * rec,
+                                      "indices": _wire.u64s(piece)}, context=handle.path)
+        except BaseException:
+            buf.pool.give_back(buf)
+            raise
+    try:
+        return _results.map_result(buf, nbytes)
+    except OSError:
+        buf.pool.give_back(buf)
+        return None
+
+
+def check_out(out, shape, dtype):
+    """out= of a dense read: a writable C-contiguous array of the result's shape and
+    dtype, else ValueError (TypeError for what is not an ndarray) naming the
+    difference."""
+    if not isinstance(out, np.ndarray):
+        raise ZrecordTypeError(f"out: expected a numpy array, got {type(out).__name__}")
+    if out.dtype != dtype:
+        raise ZrecordValueError(f"out has dtype {out.dtype}, the records are {dtype}")
+    if out.shape != shape:
+        raise ZrecordValueError(f"out has shape {out.shape}, the records need {shape}")
+    if not out.flags.c_contiguous:
+        raise ZrecordValueError("out is not C-contiguous (use np.ascontiguousarray, or an "
+                                "array of its own)")
+    if not out.flags.writeable:
+        raise ZrecordValueError("out is read-only")
+
+
+def read_dense(handle, idx, dtype, item_shape, out=None):
+    """Records idx as a (len(idx), *item_shape) array: one the daemon wrote (one
+    pass), or a new one (or ``out``) copied out of the shared buffer."""
     dt = np.dtype(dtype)
     rec = dt.itemsize * int(np.prod(item_shape, dtype=np.int64))
-    out = np.empty((len(idx),) + tuple(item_shape), dtype=dt)
+    shape = (len(idx),) + tuple(item_shape)
+    if out is not None:
+        check_out(out, shape, dt)
+    elif rec * len(idx) >= _results.ONE_PASS_MIN:
+        a = _read_dense_one_pass(handle, idx, rec)
+        if a is not None:
+            return a.view(dt).reshape(shape)
+    if out is None:
+        out = np.empty(shape, dtype=dt)
     if len(idx) == 0:
         return out
     conn_frame = handle.conn.frame_max
@@ -446,14 +511,63 @@ def shape_list(words, count, ndim):
     return out
 
 
-def read_ragged(handle, idx, dtype, ndim):
-    """Records idx as a list of arrays of their own shapes (copied out); ndim 0: a
-    store whose records each have their own ndim."""
-    dt = np.dtype(dtype)
-    out = []
-    conn = handle.conn
+def _ragged_per_read(conn, ndim):
     per = max(1, (conn.frame_max - 512) // (8 * (2 + (ndim or 1 + NDIM_MAX))) - 16)
-    per = min(per, 65536)
+    return min(per, 65536)
+
+
+def _read_ragged_one_pass(handle, idx, dt, ndim):
+    """The records idx as arrays over one pool buffer the daemon wrote (one READ),
+    or None when the pool has none to give. The buffer is sized from the bytes per
+    record of this handle's last read, and grown to the daemon's `needed`."""
+    h = handle.h()
+    conn = handle.conn
+    need = int(handle.ragged_rate * len(idx) * 1.25) + 4096
+    with conn.buffer_lock:
+        p = _results.pool(conn)
+        for _ in range(4):
+            buf = p.take(need)
+            if buf is None:
+                return None
+            try:
+                r = conn.request("read", {"handle": h, "buffer": buf.handle, "offset": 0,
+                                          "indices": _wire.u64s(idx)}, context=handle.path)
+                break
+            except ZrecordError as e:
+                buf.pool.give_back(buf)
+                if e.name == "ZR_E_BUFFER" and int(e.extra.get("needed", 0)) > buf.nbytes:
+                    need = int(e.extra["needed"])
+                    continue
+                raise
+            except BaseException:
+                buf.pool.give_back(buf)
+                raise
+        else:
+            return None
+    count, nbytes = r["count"], int(r["bytes"])
+    handle.ragged_rate = nbytes / max(count, 1)
+    offs = _wire.from_u64s(r.get("offsets"))[:count].tolist()
+    lens = _wire.from_u64s(r.get("lengths"))[:count].tolist()
+    shapes = shape_list(_wire.from_u64s(r.get("shapes")), count, ndim)
+    try:
+        base = _results.map_result(buf, nbytes)
+    except OSError:
+        buf.pool.give_back(buf)
+        return None
+    return [base[o:o + ln].view(dt).reshape(sh) for o, ln, sh in zip(offs, lens, shapes)]
+
+
+def read_ragged(handle, idx, dtype, ndim):
+    """Records idx as a list of arrays of their own shapes; ndim 0: a store whose
+    records each have their own ndim."""
+    dt = np.dtype(dtype)
+    conn = handle.conn
+    per = _ragged_per_read(conn, ndim)
+    if 0 < len(idx) <= per and handle.ragged_rate * len(idx) >= _results.ONE_PASS_MIN:
+        recs = _read_ragged_one_pass(handle, idx, dt, ndim)
+        if recs is not None:
+            return recs
+    out = []
     for _, piece in _index_pieces(idx, per):
         need = 0
         while True:
@@ -472,6 +586,7 @@ def read_ragged(handle, idx, dtype, ndim):
                 offs = _wire.from_u64s(r.get("offsets"))
                 lens = _wire.from_u64s(r.get("lengths"))
                 shapes = shape_list(_wire.from_u64s(r.get("shapes")), r["count"], ndim)
+                handle.ragged_rate = int(r["bytes"]) / max(r["count"], 1)
                 out.extend(_copy_records(buf.array, offs, lens, shapes, r["count"], dt))
             break
     return out

@@ -225,6 +225,23 @@ class _Dataset:
         out = self._read(idx)
         return out[0] if scalar else out
 
+    def read(self, key, out=None):
+        """``ds[key]``; with ``out``, into that array (dense only): it must be
+        writable, C-contiguous and of the result's dtype and shape (``item_shape``
+        for a single index), and is returned. Without ``out`` a large result is
+        written once, by the daemon, into memory the returned array owns; ``out``
+        costs one copy into the caller's memory."""
+        idx, scalar = _index.normalize(key, len(self))
+        if out is None:
+            r = self._read(idx)
+            return r[0] if scalar else r
+        self._read_into(idx, out, scalar)
+        return out
+
+    def _read_into(self, idx, out, scalar):
+        raise ZrecordTypeError(f"out= reads into one array: {type(self).__name__} records "
+                               "each have their own shape")
+
     def __getitems__(self, idxs):
         """The records idxs as a batch (torch's batched fetch; loaderx 1.5.7): dense, a
         ``(len(idxs), *item_shape)`` array; ragged, a list of arrays."""
@@ -295,6 +312,12 @@ class DenseDataset(_Dataset):
 
     def _read(self, idx):
         return _store.read_dense(self._h, idx, self._dtype, self._item_shape)
+
+    def _read_into(self, idx, out, scalar):
+        if scalar:
+            _store.check_out(out, self._item_shape, self._dtype)
+            out = out.reshape((1,) + self._item_shape)
+        _store.read_dense(self._h, idx, self._dtype, self._item_shape, out=out)
 
     def _lengths(self, idx):
         return np.full(len(idx), self.record_bytes, dtype=np.uint32)

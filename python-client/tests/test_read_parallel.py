@@ -1,13 +1,16 @@
 """Reads whose copy out of the shared buffer is split over the copy pool
 (_store.copy_bytes, _store._copy_records) return the same bytes as the copy on
-the calling thread alone, as new writable arrays, in a forked child too."""
+the calling thread alone, as new writable arrays, in a forked child too. These
+tests take the copy path (a result too small for the one-pass path, or one the
+pool cannot serve, and every ``out=``) by raising the one-pass threshold;
+test_read_one_pass.py tests the other."""
 
 import os
 
 import numpy as np
 import pytest
 
-from loaderx import _store
+from loaderx import _results, _store
 from loaderx.dataset import DenseDataset, RaggedDataset
 
 from conftest import in_forked_child
@@ -34,6 +37,11 @@ def check_new_array(a, shape, dtype):
     assert a.shape == shape and a.dtype == dtype
     assert a.flags.writeable and a.flags.owndata and a.flags.c_contiguous
     assert a.base is None
+
+
+@pytest.fixture(autouse=True)
+def copy_path(monkeypatch):
+    monkeypatch.setattr(_results, "ONE_PASS_MIN", 1 << 62)
 
 
 @pytest.fixture
