@@ -77,6 +77,11 @@ static int layout(zr_loader *l, const zr_loader_params *p, zr_error *err) {
             l->slot_bytes * l->nslots > SIZE_MAX / 2)
                 return zr_error_set(err, EOVERFLOW, "a ring of %u slots of %" PRIu64 " bytes "
                                     "does not fit in memory", l->nslots, off);
+        /* Short of budget, a ring of fewer slots (at least 2: one filling while
+         * one is held) rather than none: the reply's `slots` says how many. */
+        if (p->ring_bytes_max && l->slot_bytes * l->nslots > p->ring_bytes_max &&
+            l->nslots > 2 && p->ring_bytes_max / l->slot_bytes >= 2)
+                l->nslots = (uint32_t)(p->ring_bytes_max / l->slot_bytes);
         if (p->ring_bytes_max && l->slot_bytes * l->nslots > p->ring_bytes_max)
                 return zr_error_set(err, ZR_E_LIMIT, "the ring needs %" PRIu64 " bytes (%u slots "
                                     "of %" PRIu64 "), over the %" PRIu64 " allowed",

@@ -56,7 +56,19 @@ START_TEST(test_open_errors) {
         ck_assert_ptr_null(l);
         p.ring_bytes_max = 4 * 4096;
         ck_assert_int_eq(zr_loader_new(f.g.e, st, 1, &p, NULL, &l, &err), 0);
+        ck_assert_uint_eq(zr_loader_slots(l), 4);
         zr_loader_free(l);
+        /* short of budget: fewer slots, down to 2, then refused */
+        p.ring_bytes_max = 3 * 4096;
+        ck_assert_int_eq(zr_loader_new(f.g.e, st, 1, &p, NULL, &l, &err), 0);
+        ck_assert_uint_eq(zr_loader_slots(l), 3);
+        zr_loader_free(l);
+        p.ring_bytes_max = 2 * 4096 + 4095;
+        ck_assert_int_eq(zr_loader_new(f.g.e, st, 1, &p, NULL, &l, &err), 0);
+        ck_assert_uint_eq(zr_loader_slots(l), 2);
+        zr_loader_free(l);
+        p.ring_bytes_max = 2 * 4096 - 1;
+        ck_assert_int_eq(zr_loader_new(f.g.e, st, 1, &p, NULL, &l, &err), -ZR_E_LIMIT);
         reg_fini(&shorter);
         fixture_free(&f);
 }
