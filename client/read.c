@@ -30,6 +30,8 @@
  * doubles the buffer or sizes it from the daemon's `needed`, so a handful
  * suffices; the bound only stops a daemon that keeps moving the goal. */
 #define DATASET_READ_ATTEMPTS 8
+/* zrc_dataset_read_into() reads through the buffer in pieces of this much. */
+#define DATASET_INTO_PIECE (UINT64_C(64) << 20)
 
 static uint64_t align_up(uint64_t v, uint64_t a) {
         return (v + a - 1) / a * a;
@@ -287,3 +289,37 @@ int zrc_dataset_read(zrc_dataset *d, const uint64_t *indices, size_t n, zrc_batc
         return read_ragged(d, indices, n, ret);
 }
 
+
+int zrc_dataset_read_into(zrc_dataset *d, const uint64_t *indices, size_t n, void *dst,
+                          size_t dst_bytes) {
+        uint64_t rb = zrc_schema_record_bytes(&d->schema);
+        size_t per;
+        int r;
+
+        r = conn_check(d->conn, 0, NULL);
+        if (r < 0)
+                return r;
+        if (d->schema.kind != ZRC_DENSE)
+                return conn_fail(d->conn, EINVAL, "reading into caller memory needs a dense "
+                                 "dataset: ragged records have no fixed place");
+        if (n > 0 && (!indices || !dst))
+                return conn_fail(d->conn, EINVAL, "no indices or no destination given");
+        if (rb == 0 || rb == UINT64_MAX || (n > 0 && rb > UINT64_MAX / n))
+                return conn_fail(d->conn, ZR_E_SCHEMA, "records of %" PRIu64 " bytes cannot "
+                                 "be read", rb);
+        if ((uint64_t)dst_bytes < n * rb)
+                return conn_fail(d->conn, ZR_E_BUFFER, "%zu records of %" PRIu64 " bytes need "
+                                 "%" PRIu64 " bytes, the destination has %zu", n, rb, n * rb,
+                                 dst_bytes);
+        per = rb >= DATASET_INTO_PIECE ? 1 : (size_t)(DATASET_INTO_PIECE / rb);
+        for (size_t start = 0; start < n; start += per) {
+                size_t k = n - start < per ? n - start : per;
+                zrc_batch b;
+
+                r = read_dense(d, indices + start, k, &b);
+                if (r < 0)
+                        return r;
+                memcpy((uint8_t *)dst + start * rb, b.data, k * rb);
+        }
+        return 0;
+}

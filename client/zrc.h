@@ -395,6 +395,23 @@ typedef struct zrc_batch {
  */
 int zrc_dataset_read(zrc_dataset *d, const uint64_t *indices, size_t n, zrc_batch *ret);
 
+/* Reads the dense records indices[0..n) into the caller's memory: record j at
+ * dst + j × record_bytes, C order, the schema's dtype. `dst_bytes` must hold
+ * n × record_bytes. The records pass through the dataset's read buffer in
+ * pieces of at most 64 MiB (one copy each into dst), so a read of any size needs
+ * no more shared memory than that. Earlier zrc_batch pointers of the dataset
+ * are invalid afterwards. Returns 0, or the errors of zrc_dataset_read(), or:
+ *   -EINVAL:      a ragged dataset (its records have no fixed place), or
+ *                 dst NULL with n > 0;
+ *   -ZR_E_BUFFER: dst_bytes is less than n × record_bytes (nothing is read).
+ * On failure dst's content is unspecified.
+ *
+ *     float x[3][20];
+ *     zrc_dataset_read_into(d, (uint64_t[]){4, 0, 9}, 3, x, sizeof x);
+ */
+int zrc_dataset_read_into(zrc_dataset *d, const uint64_t *indices, size_t n, void *dst,
+                          size_t dst_bytes);
+
 /* ---- writing ---------------------------------------------------------- */
 
 /* Records to append, as the caller describes them; the daemon checks them

@@ -232,6 +232,11 @@ static void ragged_round_trip(zrc_codec codec, const char *name) {
         ck_assert_uint_eq(first, 0);
         ck_assert_uint_eq(zrc_dataset_length(d), N);
 
+        {
+                uint8_t tmp[64];
+
+                ck_assert_int_eq(zrc_dataset_read_into(d, idx, 6, tmp, sizeof tmp), -EINVAL);
+        }
         ck_assert_msg(zrc_dataset_read(d, idx, 6, &b) == 0, "read: %s", zrc_last_error(c)->message);
         ck_assert_uint_eq(b.count, 6);
         ck_assert_int_eq(b.kind, ZRC_RAGGED);
@@ -346,7 +351,48 @@ START_TEST(test_dense_split_read) {
         ck_assert_uint_eq(b.count, n);
         for (uint64_t j = 0; j < n; j++)
                 ck_assert_uint_eq(((const uint16_t *)b.data)[j], (uint16_t)(idx[j] * 3));
+
+        /* the same into caller memory; a destination too small reads nothing */
+        {
+                uint16_t *out = malloc(n * 2);
+
+                memset(out, 0xAB, n * 2);
+                ck_assert_int_eq(zrc_dataset_read_into(d, idx, n, out, n * 2 - 1), -ZR_E_BUFFER);
+                ck_assert_uint_eq(out[0], 0xABAB);
+                ck_assert_msg(zrc_dataset_read_into(d, idx, n, out, n * 2) == 0, "read_into: %s",
+                              zrc_last_error(c)->message);
+                for (uint64_t j = 0; j < n; j++)
+                        ck_assert_uint_eq(out[j], (uint16_t)(idx[j] * 3));
+                free(out);
+        }
         free(idx);
+        zrc_dataset_close(d);
+        zrc_disconnect(c);
+}
+END_TEST
+
+START_TEST(test_read_into_pieces) {
+        /* 65 records of 1 MiB: more than one 64 MiB piece through the buffer */
+        enum { REC = 1 << 20, DISTINCT = 8, N = 65 };
+        zrc_conn *c = conn();
+        uint64_t shape[1] = { REC }, idx[N];
+        uint8_t *recs = malloc((size_t)DISTINCT * REC), *out = malloc((size_t)N * REC);
+        zrc_dataset *d = NULL;
+        zrc_schema s;
+
+        for (size_t i = 0; i < (size_t)DISTINCT * REC; i++)
+                recs[i] = (uint8_t)(i * 7 + i / REC);
+        ck_assert_int_eq(zrc_schema_dense(&s, "|u1", shape, 1, ZRC_CODEC_RAW), 0);
+        ck_assert_int_eq(zrc_dataset_create(c, path("dense-into"), &s, NULL, 0, &d), 0);
+        ck_assert_int_eq(zrc_dataset_append_dense(d, recs, DISTINCT, NULL), 0);
+        for (int j = 0; j < N; j++)
+                idx[j] = (uint64_t)(j * 5) % DISTINCT;
+        ck_assert_msg(zrc_dataset_read_into(d, idx, N, out, (size_t)N * REC) == 0,
+                      "read_into: %s", zrc_last_error(c)->message);
+        for (int j = 0; j < N; j++)
+                ck_assert_mem_eq(out + (size_t)j * REC, recs + idx[j] * REC, REC);
+        free(recs);
+        free(out);
         zrc_dataset_close(d);
         zrc_disconnect(c);
 }
@@ -684,7 +730,7 @@ int main(void) {
         Suite *s = suite_create("libzrc");
         TCase *tc = TL_TCASE(s, "daemon", 120, test_connect, test_dense_raw, test_dense_zstd,
                              test_dense_zstd_dict, test_ragged_raw, test_ragged_zstd,
-                             test_ragged_zstd_dict, test_ragged_growth, test_dense_split_read,
+                             test_ragged_zstd_dict, test_ragged_growth, test_dense_split_read, test_read_into_pieces,
                              test_delete_compact_verify, test_errors, test_sets);
         libzrc_add_loaders(tc);
         tcase_add_test(tc, test_status);
