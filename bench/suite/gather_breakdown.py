@@ -4,10 +4,10 @@
     python3 bench/suite/gather_breakdown.py [BUILD_DIR]
 
 A raw store of 1024 records of 256 KiB, batches of 256 (64 MiB), page cache
-warm; medians of 40 batches of: `ds[idx]` whole, with the client's copy pool
-(the default: the copy out of the shared buffer split over the CPUs' threads)
-and with the copy on the calling thread alone (`_store.COPY_THREADS = 1`, the
-client before the pool), alternating; its READ request alone (the daemon
+warm; medians of 40 batches of: `ds[idx]` whole, in one pass (the default: the
+daemon gathers into a pool buffer the result maps privately) and through the
+copy path (`_results.ONE_PASS_MIN` raised: READ into the shared buffer, then the
+copy out split over the copy pool), alternating; its READ request alone (the daemon
 gathers into the connection's shared buffer); a new (256, 512, 512) array's
 first touch; the copy of the buffer into a warm array; a new array plus the
 copy out of the buffer (first touch included) on one thread and on the pool;
@@ -36,7 +36,7 @@ def main():
     d = C.Daemon(build, tmp)
     try:
         C.import_loaderx()
-        from loaderx import _store, _wire
+        from loaderx import _results, _store, _wire
         from loaderx.dataset import DenseDataset
         arr = C.images(1024, 512)
         ds = DenseDataset(os.path.join(tmp, "s"), dtype=np.uint8, item_shape=(512, 512), codec="raw")
@@ -50,7 +50,7 @@ def main():
             ds[np.arange(s, s + 256)]
             m[np.arange(s, s + 256)]
         threads = _store.copy_threads()
-        T = {k: [] for k in (f"ds[idx], copy on {threads} threads", "ds[idx], copy on 1 thread",
+        T = {k: [] for k in ("ds[idx], one pass", f"ds[idx], copy path, {threads} threads",
                              "READ only", "new array, first touch", "copy into warm array",
                              "new array + copy, 1 thread", f"new array + copy, {threads} threads",
                              "npy mmap fancy index")}
@@ -68,13 +68,13 @@ def main():
             return o
 
         for b in batches[2:]:
-            for k, nthreads in ((f"ds[idx], copy on {threads} threads", None),
-                                ("ds[idx], copy on 1 thread", 1)):
-                _store.COPY_THREADS = nthreads
+            for k, one_pass_min in (("ds[idx], one pass", _results.ONE_PASS_MIN),
+                                    (f"ds[idx], copy path, {threads} threads", 1 << 62)):
+                old, _results.ONE_PASS_MIN = _results.ONE_PASS_MIN, one_pass_min
                 t = time.perf_counter()
                 x = ds[b]
                 T[k].append(time.perf_counter() - t)
-                _store.COPY_THREADS = None
+                _results.ONE_PASS_MIN = old
                 del x
             with conn.buffer_lock:
                 t = time.perf_counter()
