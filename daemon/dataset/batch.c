@@ -13,6 +13,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "dataset/ragged.h"
 #include "zr-proto.h"
@@ -25,7 +26,57 @@ static uint64_t align_up(uint64_t v, uint64_t a) {
         return (v + a - 1) / a * a;
 }
 
+/* A timed gather's clock (0 when untimed: no clock is read). */
+static uint64_t clock_ns(const zr_gather *g) {
+        struct timespec ts;
+        if (!g->times)
+                return 0;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Adds the time since t0 to *stage, if the gather is timed. */
+static void add_since(const zr_gather *g, uint64_t *stage, uint64_t t0) {
+        if (g->times)
+                *stage += clock_ns(g) - t0;
+}
+
+/* The store's read of records locs[0..n) into dsts; a timed gather splits its
+ * wall time by the stages of the store's shards. */
+static int store_read(zr_gather *g, const zr_loc *locs, size_t n, void *const *dsts,
+                      zr_error *err) {
+        zr_gather_times *t = g->times;
+        zr_store_times st = { .sample_io = t ? t->sample_io : 0 };
+        uint64_t t0 = clock_ns(g);
+        int r = zr_store_gather_timed(zr_dataset_store(g->ds), locs, n, dsts, t ? &st : NULL,
+                                      err);
+
+        if (t) {
+                uint64_t wall = clock_ns(g) - t0, rd = atomic_load(&st.read_ns);
+                uint64_t dc = atomic_load(&st.decode_ns), cp = atomic_load(&st.copy_ns);
+                unsigned __int128 sum = (unsigned __int128)rd + dc + cp;
+                uint64_t w_rd = sum ? (uint64_t)(wall * (unsigned __int128)rd / sum) : 0;
+                uint64_t w_dc = sum ? (uint64_t)(wall * (unsigned __int128)dc / sum) : 0;
+                t->read_ns += w_rd;
+                t->decode_ns += w_dc;
+                t->copy_ns += wall - w_rd - w_dc;
+                t->pages += atomic_load(&st.pages);
+                t->device_bytes += atomic_load(&st.device_bytes);
+        }
+        return r;
+}
+
+static int locate(zr_gather *g, zr_error *err);
+
 int zr_gather_locate(zr_gather *g, zr_error *err) {
+        uint64_t t0 = clock_ns(g);
+        int r = locate(g, err);
+        if (g->times)
+                add_since(g, &g->times->lookup_ns, t0);
+        return r;
+}
+
+static int locate(zr_gather *g, zr_error *err) {
         const zr_schema *s = zr_dataset_schema(g->ds);
         size_t n = g->n ? g->n : 1;
         uint64_t used = 0;
@@ -109,6 +160,7 @@ static int read_cached(zr_gather *g, zr_rcache *cache, zr_pool *pool, zr_error *
         mlocs = (zr_loc *)(keys + n);
         hits = (zr_rcache_entry **)(mlocs + n);
         mdsts = (void **)(hits + n);
+        uint64_t t0 = clock_ns(g);
         for (size_t i = 0; i < n; i++)
                 keys[i] = (zr_rcache_key){ id, gen, g->idx[i] };
         nhits = zr_rcache_lookup(cache, keys, n, hits);
@@ -116,6 +168,8 @@ static int read_cached(zr_gather *g, zr_rcache *cache, zr_pool *pool, zr_error *
          * not by its next use after this one */
         if (g->plan_owner)
                 zr_rcache_unplan(cache, g->plan_owner, keys, n);
+        if (g->times)
+                add_since(g, &g->times->lookup_ns, t0);
         for (size_t i = 0; i < n; i++) {
                 if (hits[i] && zr_rcache_entry_len(hits[i]) != g->locs[i].logic_length) {
                         /* cannot happen for an immutable key; decode instead */
@@ -130,13 +184,16 @@ static int read_cached(zr_gather *g, zr_rcache *cache, zr_pool *pool, zr_error *
         }
         g->hits += nhits;
         g->misses += nm;
-        r = zr_store_gather_locs(zr_dataset_store(g->ds), mlocs, nm, mdsts, err);
+        r = store_read(g, mlocs, nm, mdsts, err);
         if (r >= 0) {
                 copy_job j = { .cache = cache, .keys = keys, .hits = hits, .dsts = g->dsts,
                                .locs = g->locs, .n = n };
+                t0 = clock_ns(g);
                 zr_pool_parallel(pool, zr_pool_shards(pool, (n + COPY_SHARD_MIN - 1) /
                                                                     COPY_SHARD_MIN),
                                  copy_shard, &j);
+                if (g->times)
+                        add_since(g, &g->times->copy_ns, t0);
                 g->evictions += atomic_load(&j.evictions);
         }
         for (size_t i = 0; i < n; i++)
@@ -165,10 +222,10 @@ int zr_gather_read(zr_gather *g, uint8_t *dst, uint64_t base, zr_rcache *cache, 
         if (cache && s->codec != ZR_CODEC_RAW && g->n > 0)
                 r = read_cached(g, cache, pool, err);
         else
-                r = zr_store_gather_locs(zr_dataset_store(g->ds), g->locs, g->n,
-                                         (void *const *)g->dsts, err);
+                r = store_read(g, g->locs, g->n, (void *const *)g->dsts, err);
         if (r < 0 || !ragged)
                 return r < 0 ? r : 0;
+        uint64_t t0 = clock_ns(g);
         for (size_t i = 0; i < g->n; i++) {
                 zr_error perr = {0};
                 uint32_t nd = s->ndim;
@@ -188,6 +245,8 @@ int zr_gather_read(zr_gather *g, uint8_t *dst, uint64_t base, zr_rcache *cache, 
                 g->lengths[i] = g->locs[i].logic_length - zr_ragged_header_bytes(nd);
         }
         g->shape_words = w;
+        if (g->times)
+                add_since(g, &g->times->copy_ns, t0);
         return 0;
 }
 

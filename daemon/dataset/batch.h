@@ -42,6 +42,21 @@
 #include "util/error.h"
 #include "util/pool.h"
 
+/* Where a gather's time went, in wall time of the gathering thread (its
+ * parallel part split by the shards' shares, store.h's zr_store_times):
+ * added to by zr_gather_locate() and zr_gather_read() when the gather has
+ * one. The stages of PROTOCOL.md, STATUS, `telemetry`. */
+typedef struct zr_gather_times {
+        int sample_io;        /* in: count device bytes too (store.h) */
+        uint64_t lookup_ns;   /* table entries located; cache lookups */
+        uint64_t read_ns;     /* pages faulted in, preads */
+        uint64_t decode_ns;   /* zstd */
+        uint64_t copy_ns;     /* raw copies, cache hits copied and misses inserted,
+                               * ragged headers parsed */
+        uint64_t pages;       /* record pages touched through mappings */
+        uint64_t device_bytes; /* sample_io: read from the device */
+} zr_gather_times;
+
 typedef struct zr_gather {
         /* set by the caller before zr_gather_locate() */
         zr_dataset *ds;
@@ -61,6 +76,8 @@ typedef struct zr_gather {
          * zr_rcache_plan()) this gather consumes: a loader's gather of a step
          * it planned */
         uint64_t plan_owner;
+        /* NULL, or where locate and read add their stages' times (the caller's) */
+        zr_gather_times *times;
 
         /* set by zr_gather_locate() */
         uint64_t bytes;         /* the destination bytes the batch spans */

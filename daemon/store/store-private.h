@@ -84,6 +84,7 @@ typedef struct gather_job {
         uint64_t *shard_off; /* packed: offset of each shard's first record */
         uint64_t tail;
         shard_status *st;
+        zr_store_times *times; /* NULL: untimed */
 } gather_job;
 
 /* The first failing shard's error, forwarded to err (0 if none failed). */

@@ -37,6 +37,7 @@
 #ifndef ZR_STORE_STORE_H
 #define ZR_STORE_STORE_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -160,6 +161,29 @@ int zr_store_locate(zr_store *s, const uint64_t *idx, size_t n, zr_loc *ret_locs
  * failure the contents of the dsts are unspecified. n == 0 returns 0. */
 int zr_store_gather_locs(zr_store *s, const zr_loc *locs, size_t n, void *const *dsts,
                          zr_error *err);
+
+/* What a timed gather (zr_store_gather_timed()) measured, by stage, summed
+ * over its shards: they run in parallel, so the sums are worker time, not
+ * wall time (the caller splits its own wall time by them). Shards add to it
+ * with atomics; the caller zeroes it and sets sample_io. Where records are
+ * read through the chunks' mappings, a timed shard first touches one byte of
+ * every page of its records (a fault then reads the page, exactly as the copy
+ * or decode would have: no read-around), so "read" is the faults and "decode"
+ * or "copy" run on resident pages; through pread, each pread is "read". */
+typedef struct zr_store_times {
+        int sample_io;                 /* in: also count device bytes (ru_inblock of the
+                                        * shard's thread: two getrusage calls a shard) */
+        _Atomic uint64_t read_ns;      /* faulting pages in, preads */
+        _Atomic uint64_t decode_ns;    /* decompressing (zstd, zstd_dict) */
+        _Atomic uint64_t copy_ns;      /* copying raw records */
+        _Atomic uint64_t pages;        /* pages of records touched through mappings */
+        _Atomic uint64_t device_bytes; /* sample_io: read from the device meanwhile */
+} zr_store_times;
+
+/* zr_store_gather_locs() that also measures its stages into *t (NULL: it
+ * does not, and costs what zr_store_gather_locs() costs). Same errors. */
+int zr_store_gather_timed(zr_store *s, const zr_loc *locs, size_t n, void *const *dsts,
+                          zr_store_times *t, zr_error *err);
 
 /* Gathers records idx[0..n) (any order, repeats allowed) packed back to back
  * into dst (dst_size bytes). ret_lens (may be NULL) receives each record's
