@@ -198,13 +198,13 @@ static void fill_fail(fill_result *res, int r, const zr_error *err) {
 /* Gathers stream `si` of the batch idx[0..B) into its region of `base` (the
  * slot), filling the slot's metadata. Takes the stream's lock shared. */
 static int gather_stream(zr_loader *l, size_t si, const uint64_t *idx, uint8_t *base,
-                         uint64_t slot_off, uint64_t plan_owner, zr_loader_stream_batch *sb,
-                         fill_result *res, zr_error *err) {
+                         uint64_t slot_off, uint64_t plan_owner, zr_gather_times *times,
+                         zr_loader_stream_batch *sb, fill_result *res, zr_error *err) {
         lstream *st = &l->streams[si];
         zr_gather g = { .ds = st->s.ds, .idx = idx, .n = l->sp.batch_size,
                         .offsets = (uint64_t *)sb->offsets, /* the slot's own arrays */
                         .lengths = (uint64_t *)sb->lengths, .shapes = (uint64_t *)sb->shapes,
-                        .plan_owner = plan_owner };
+                        .plan_owner = plan_owner, .times = times };
         zr_error gerr = {0};
         int r, locked = 0;
 
@@ -262,6 +262,7 @@ void zr_fill(zr_loader *l, const work *w, fill_result *res) {
         uint8_t *base = (uint8_t *)sl->r->shm.data + slot_off;
         zr_sampler_params sp = l->sp;
         zr_error err = {0};
+        uint64_t t0 = w->timed ? zr_loader_now_ns() : 0;
         int r;
 
         if (w->io_error) {
@@ -275,9 +276,12 @@ void zr_fill(zr_loader *l, const work *w, fill_result *res) {
         zr_ring_populate(l->e, sl);
         sp.step = w->step;
         r = zr_sampler_indices(&sp, sl->indices, &err);
+        res->times.sample_io = w->sample_io;
         for (size_t i = 0; r >= 0 && i < l->nstreams; i++)
-                r = gather_stream(l, i, sl->indices, base, slot_off, w->plan_owner, &sl->sb[i],
-                                  res, &err);
+                r = gather_stream(l, i, sl->indices, base, slot_off, w->plan_owner,
+                                  w->timed ? &res->times : NULL, &sl->sb[i], res, &err);
+        if (w->timed)
+                res->fill_ns = zr_loader_now_ns() - t0;
         if (r == -EBUSY)
                 res->busy = 1;
         else if (r < 0)

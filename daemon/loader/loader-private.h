@@ -35,9 +35,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dataset/batch.h"
 #include "dataset/cache.h"
 #include "io/ioq.h"
 #include "loader/loader.h"
+#include "loader/telemetry.h"
 #include "util/shm.h"
 
 /* A stream of a loader, as fill.c sets it up at open. */
@@ -65,6 +67,9 @@ typedef struct work {
         /* from the step's read ahead (prefetch.c), set at the claim: */
         int io_error;         /* positive errno: its reads failed, so fails the fill */
         uint64_t plan_owner;  /* consumes the step's planned cache uses (batch.h) */
+        /* telemetry (telemetry.h), set at the claim: time the fill's stages,
+         * and count its device bytes too */
+        int timed, sample_io;
 } work;
 
 /* What a group reads ahead (prefetch.c): one unit per step of a window. */
@@ -89,6 +94,7 @@ typedef struct pf_unit {
         uint8_t consumed;     /* its step's fill completed (or it was given up) */
         uint8_t waited;       /* a fill of its step found it still reading */
         int error;            /* PF_IO_FAILED: positive errno */
+        uint64_t waited_ns;   /* when a fill first found it reading (telemetry) */
 } pf_unit;
 
 typedef struct pf_state {
@@ -154,6 +160,7 @@ typedef struct claim {
         slot *sl;             /* NULL: unused */
         uint64_t step;
         int held;             /* announced: the client's until released */
+        uint64_t ann_ns;      /* when it was announced (telemetry: the ready wait) */
 } claim;
 
 /* A ring made ahead, never passed to anyone, pre-faulted whole. */
@@ -208,6 +215,10 @@ struct zr_loader {
         group *g;
         zr_loader *g_next;
         zr_loader_counters c;
+        /* telemetry (telemetry.h; engine mutex) */
+        zr_telemetry tel;
+        uint64_t enq_ns;      /* queued for a worker with none of its work running, 0 */
+        int sample_io;        /* its next fill counts device bytes (fill.c) */
 };
 
 struct zr_loader_engine {
@@ -245,6 +256,8 @@ struct zr_loader_engine {
         _Atomic uint64_t pf_peak;
         uint64_t next_owner;
         zr_loader_engine_counters t;
+        _Atomic int telemetry; /* loaders keep telemetry (on unless the engine's
+                                * owner turns it off) */
 };
 
 /* The result of a fill. */
@@ -254,7 +267,13 @@ typedef struct fill_result {
         uint64_t needed;
         char msg[ZR_ERROR_MESSAGE_MAX];
         uint64_t hits, misses, bytes, evictions;
+        /* a timed fill (work.timed): its wall time and its stages' */
+        uint64_t fill_ns;
+        zr_gather_times times;
 } fill_result;
+
+/* CLOCK_MONOTONIC in ns: the engine's clock for scheduling and telemetry. */
+uint64_t zr_loader_now_ns(void);
 
 /* A slot is busy while a claim names it or a fill runs on it. */
 static inline int slot_busy(const slot *sl) {

@@ -33,6 +33,18 @@
  * costs one trylock per parked fill, and a loader waits at most this long
  * after the lock goes (zr_loader_engine_resume() makes it immediate). */
 #define LOADER_PARK_RETRY_NS (2 * 1000 * 1000)
+/* Telemetry: a fill whose reads took longer than this per page touched went
+ * to the device (a resident page costs well under a microsecond, even with a
+ * minor fault; a device read ten or more), so the loader's next fills count
+ * their device bytes; so does every this-many-th fill, to notice a change. */
+#define LOADER_SLOW_PAGE_NS 2000
+#define LOADER_SAMPLE_EVERY 16
+
+uint64_t zr_loader_now_ns(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 /* ---- the scheduler (engine mutex held) ----------------------------------------- */
 
@@ -252,8 +264,28 @@ static int claim_next(zr_loader_engine *e, zr_loader *l, work *w, int *notify) {
         w->l = l;
         w->sl = sl;
         w->step = step;
+        w->timed = atomic_load(&e->telemetry);
+        w->sample_io = w->timed && l->sample_io;
         zr_sched_run(e, l);
         return 1;
+}
+
+/* Engine mutex held: a completed fill's telemetry (telemetry.h). */
+static void fill_telemetry(zr_loader *l, const fill_result *res) {
+        const zr_gather_times *t = &res->times;
+        uint64_t now = zr_loader_now_ns();
+        zr_telemetry *tel = &l->tel;
+
+        zr_tel_add(tel, now, ZR_TEL_FILLS, 1);
+        zr_tel_add(tel, now, ZR_TEL_FILL_NS, res->fill_ns);
+        zr_tel_add(tel, now, ZR_TEL_LOOKUP_NS, t->lookup_ns);
+        zr_tel_add(tel, now, ZR_TEL_READ_NS, t->read_ns);
+        zr_tel_add(tel, now, ZR_TEL_DECODE_NS, t->decode_ns);
+        zr_tel_add(tel, now, ZR_TEL_COPY_NS, t->copy_ns);
+        zr_tel_add(tel, now, ZR_TEL_DEVICE_BYTES, t->device_bytes);
+        zr_latency_add(&tel->fill, res->fill_ns);
+        l->sample_io = (t->pages > 0 && t->read_ns > t->pages * LOADER_SLOW_PAGE_NS) ||
+                       tel->total[ZR_TEL_FILLS] % LOADER_SAMPLE_EVERY == 0;
 }
 
 /* Engine mutex held: applies a finished fill. Returns 1 if notify is due. */
@@ -267,6 +299,11 @@ static int complete(zr_loader_engine *e, const work *w, const fill_result *res) 
         l->c.misses += res->misses;
         e->t.hits += res->hits;
         e->t.misses += res->misses;
+        if (w->timed && (res->hits || res->misses)) {
+                uint64_t now = zr_loader_now_ns();
+                zr_tel_add(&l->tel, now, ZR_TEL_HITS, res->hits);
+                zr_tel_add(&l->tel, now, ZR_TEL_MISSES, res->misses);
+        }
         if (res->busy) {
                 /* keep the claim (the slot stays filling, members wait for it)
                  * and park the work until resume_parked() */
@@ -277,6 +314,12 @@ static int complete(zr_loader_engine *e, const work *w, const fill_result *res) 
                 return 0;
         }
         l->inflight--;
+        if (w->timed) {
+                fill_telemetry(l, res);
+                /* its wait for a worker starts now, if it waits alone */
+                if (l->in_runq && l->inflight == 0 && !l->enq_ns)
+                        l->enq_ns = zr_loader_now_ns();
+        }
         zr_pf_consumed(e, g, sl->step);
         l->c.bytes += res->bytes;
         l->c.evictions += res->evictions;
@@ -325,6 +368,15 @@ static void drain_task(void *arg) {
                         l = w.l;
                 } else if ((l = runq_pop(e))) {
                         int notify = 0, r;
+                        if (l->enq_ns) {
+                                /* it waited for a worker, none of its work running:
+                                 * other loaders' work held them all */
+                                uint64_t now = zr_loader_now_ns();
+                                if (l->inflight == 0)
+                                        zr_tel_add(&l->tel, now, ZR_TEL_QUEUE_NS,
+                                                   now - l->enq_ns);
+                                l->enq_ns = 0;
+                        }
                         if (zr_pf_job_due(e, l)) {
                                 pf_job j;
                                 zr_pf_job_start(e, l, &j);
@@ -377,6 +429,7 @@ static void kick(zr_loader_engine *e) {
 void zr_sched_run(zr_loader_engine *e, zr_loader *l) {
         if (l->in_runq || !runnable(l))
                 return;
+        l->enq_ns = l->inflight == 0 && atomic_load(&e->telemetry) ? zr_loader_now_ns() : 0;
         l->run_prev = e->run_tail;
         l->run_next = NULL;
         if (e->run_tail)
@@ -461,6 +514,7 @@ int zr_loader_engine_new(zr_pool *pool, uint64_t cache_bytes, zr_loader_notify_f
          * that needs no hand-off; a fill's own shards (zr_pool_parallel) use
          * whatever is idle. More fills at once would only queue. */
         e->drain_max = (unsigned)zr_pool_threads(pool);
+        atomic_init(&e->telemetry, 1);
         r = pthread_create(&e->retry_thread, NULL, retry_main, e);
         if (r != 0) {
                 pthread_cond_destroy(&e->parked_cond);
@@ -633,6 +687,7 @@ int zr_loader_new(zr_loader_engine *e, const zr_loader_stream *streams, size_t n
         l->e = e;
         l->userdata = userdata;
         l->nstreams = nstreams;
+        zr_tel_init(&l->tel, zr_loader_now_ns());
         l->nslots = p->prefetch;
         l->start = p->start_step;
 
@@ -825,6 +880,14 @@ int zr_loader_poll(zr_loader *l, zr_loader_event *ret) {
                         goto out;
                 }
                 cl->held = 1;
+                if (atomic_load(&e->telemetry)) {
+                        uint64_t bytes = 0;
+                        for (size_t i = 0; i < l->nstreams; i++)
+                                bytes += cl->sl->sb[i].bytes;
+                        cl->ann_ns = zr_loader_now_ns();
+                        zr_tel_add(&l->tel, cl->ann_ns, ZR_TEL_BATCHES, 1);
+                        zr_tel_add(&l->tel, cl->ann_ns, ZR_TEL_BYTES, bytes);
+                }
                 *ret = (zr_loader_event){ .kind = ZR_LOADER_EVENT_BATCH, .step = cl->step,
                                           .ring = rg->id, .ring_data = rg->shm.data,
                                           .slot = cl->sl->index,
@@ -847,7 +910,39 @@ out:
         return r;
 }
 
+/* Engine mutex held: what the client says of the batch of claim cl. */
+static void take_telemetry(zr_loader *l, const claim *cl, const zr_loader_take *take) {
+        zr_telemetry *tel = &l->tel;
+        uint64_t now = zr_loader_now_ns();
+
+        if (take->has_wait) {
+                /* a consumer cannot have waited longer than the loader lived */
+                uint64_t age = now - tel->open_ns, w = take->wait_ns;
+                uint64_t room = age > tel->total[ZR_TEL_WAIT_NS] ? age - tel->total[ZR_TEL_WAIT_NS]
+                                                                 : 0;
+                if (w > room)
+                        w = room;
+                tel->reports = 1;
+                zr_tel_add(tel, now, ZR_TEL_WAITS, 1);
+                zr_tel_add(tel, now, ZR_TEL_WAIT_NS, w);
+                zr_latency_add(&tel->wait, w);
+        }
+        /* the client's clock is the daemon's unless it lives in another time
+         * namespace: a take outside (announce, now] is not believed */
+        if (take->has_taken && cl->ann_ns && take->taken_ns >= cl->ann_ns &&
+            take->taken_ns <= now) {
+                zr_tel_add(tel, now, ZR_TEL_READIES, 1);
+                zr_tel_add(tel, now, ZR_TEL_READY_NS, take->taken_ns - cl->ann_ns);
+                zr_latency_add(&tel->ready, take->taken_ns - cl->ann_ns);
+        }
+}
+
 int zr_loader_release(zr_loader *l, uint32_t ring_id, uint32_t slot_no, zr_error *err) {
+        return zr_loader_release_report(l, ring_id, slot_no, NULL, err);
+}
+
+int zr_loader_release_report(zr_loader *l, uint32_t ring_id, uint32_t slot_no,
+                             const zr_loader_take *take, zr_error *err) {
         zr_loader_engine *e = l->e;
         ring *dead = NULL;
         claim *cl = NULL;
@@ -865,6 +960,8 @@ int zr_loader_release(zr_loader *l, uint32_t ring_id, uint32_t slot_no, zr_error
                                  ring_id, slot_no);
                 goto out;
         }
+        if (take && atomic_load(&e->telemetry))
+                take_telemetry(l, cl, take);
         if (claim_drop(cl))
                 zr_group_wake(e, l->g);
         zr_sched_run(e, l);
@@ -900,4 +997,40 @@ void zr_loader_counters_get(zr_loader *l, zr_loader_counters *ret) {
         *ret = l->c;
         ret->step = l->start + l->ann_k;
         pthread_mutex_unlock(&l->e->mutex);
+}
+
+void zr_loader_engine_set_telemetry(zr_loader_engine *e, int on) {
+        atomic_store(&e->telemetry, on ? 1 : 0);
+}
+
+void zr_loader_telemetry_get(zr_loader *l, uint64_t now_ns, zr_loader_telemetry *ret) {
+        static const enum zr_tel_counter stages[] = {
+                ZR_TEL_FILLS, ZR_TEL_FILL_NS, ZR_TEL_LOOKUP_NS, ZR_TEL_READ_NS, ZR_TEL_DECODE_NS,
+                ZR_TEL_COPY_NS, ZR_TEL_IO_WAIT_NS, ZR_TEL_QUEUE_NS,
+        };
+        zr_loader_engine *e = l->e;
+        const zr_telemetry *tel = &l->tel;
+
+        pthread_mutex_lock(&e->mutex);
+        ret->age_ns = now_ns > tel->open_ns ? now_ns - tel->open_ns : 0;
+        ret->reports = tel->reports;
+        zr_tel_totals(tel, now_ns, &ret->total);
+        for (unsigned w = 0; w < ZR_TEL_NWINDOWS; w++)
+                zr_tel_window(tel, now_ns, (enum zr_tel_window)w, &ret->w[w]);
+        /* a member takes batches the others gathered: the stages are the
+         * group's, the waits for a worker each member's own */
+        ret->group = (zr_tel_span){ .span_ns = ret->w[ZR_TEL_W10].span_ns };
+        for (const zr_loader *m = l->g->members; m; m = m->g_next) {
+                zr_tel_span one;
+                zr_tel_window(&m->tel, now_ns, ZR_TEL_W10, &one);
+                for (size_t i = 0; i < sizeof(stages) / sizeof(stages[0]); i++)
+                        ret->group.v[stages[i]] += one.v[stages[i]];
+        }
+        ret->verdict = zr_tel_verdict(&ret->w[ZR_TEL_W10], tel->reports);
+        ret->stage = zr_tel_stage(&ret->group);
+        ret->prefetch_depth = l->g && l->g->pf.units ? l->g->pf.depth : 0;
+        ret->wait = tel->wait;
+        ret->ready = tel->ready;
+        ret->fill = tel->fill;
+        pthread_mutex_unlock(&e->mutex);
 }
