@@ -129,6 +129,7 @@ typedef enum zr_msg_kind {
         ZR_MSG_LOADER_OPEN,     /* "loader_open" */
         ZR_MSG_RELEASE,         /* "release" (a notification: no id, no reply) */
         ZR_MSG_LOADER_CLOSE,    /* "loader_close" */
+        ZR_MSG_METRICS,         /* "metrics" */
         /* replies (daemon -> client, one per request, in request order) */
         ZR_MSG_OK,              /* "ok" */
         ZR_MSG_ERROR,           /* "error" */
@@ -142,7 +143,7 @@ typedef enum zr_msg_kind {
 } zr_msg_kind;
 
 #define ZR_MSG_FIRST_REQUEST ZR_MSG_HELLO
-#define ZR_MSG_LAST_REQUEST ZR_MSG_LOADER_CLOSE
+#define ZR_MSG_LAST_REQUEST ZR_MSG_METRICS
 
 /* ---- feature names (HELLO "features") ---------------------------------- */
 
@@ -150,6 +151,7 @@ typedef enum zr_msg_kind {
 #define ZR_FEATURE_MSSET "msset"   /* MSSET_OPEN and set handles */
 #define ZR_FEATURE_DICT "dict"     /* TRAIN_DICT, INSTALL_DICT */
 #define ZR_FEATURE_VERIFY "verify" /* VERIFY */
+#define ZR_FEATURE_METRICS "metrics" /* METRICS */
 
 /* ---- field names used by the codec itself ------------------------------ */
 

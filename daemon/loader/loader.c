@@ -270,6 +270,14 @@ static int claim_next(zr_loader_engine *e, zr_loader *l, work *w, int *notify) {
         return 1;
 }
 
+/* Engine mutex held: whether l, queued now, waits for a worker because other
+ * loaders' work holds them all: none of its own work runs, and every drain
+ * task is taken (else one would start and take it at once: that wait is a
+ * wake-up, not contention). */
+static int waits_for_others(zr_loader_engine *e, const zr_loader *l) {
+        return l->inflight == 0 && e->ndrain >= e->drain_max && atomic_load(&e->telemetry);
+}
+
 /* Engine mutex held: a completed fill's telemetry (telemetry.h). */
 static void fill_telemetry(zr_loader *l, const fill_result *res) {
         const zr_gather_times *t = &res->times;
@@ -317,7 +325,7 @@ static int complete(zr_loader_engine *e, const work *w, const fill_result *res) 
         if (w->timed) {
                 fill_telemetry(l, res);
                 /* its wait for a worker starts now, if it waits alone */
-                if (l->in_runq && l->inflight == 0 && !l->enq_ns)
+                if (l->in_runq && !l->enq_ns && waits_for_others(e, l))
                         l->enq_ns = zr_loader_now_ns();
         }
         zr_pf_consumed(e, g, sl->step);
@@ -429,7 +437,7 @@ static void kick(zr_loader_engine *e) {
 void zr_sched_run(zr_loader_engine *e, zr_loader *l) {
         if (l->in_runq || !runnable(l))
                 return;
-        l->enq_ns = l->inflight == 0 && atomic_load(&e->telemetry) ? zr_loader_now_ns() : 0;
+        l->enq_ns = waits_for_others(e, l) ? zr_loader_now_ns() : 0;
         l->run_prev = e->run_tail;
         l->run_next = NULL;
         if (e->run_tail)

@@ -433,6 +433,9 @@ void zr_loader_counters_get(zr_loader *l, zr_loader_counters *ret);
  * windows, verdict, stage, histograms (telemetry.h). Any thread. */
 void zr_loader_telemetry_get(zr_loader *l, uint64_t now_ns, zr_loader_telemetry *ret);
 
+/* CLOCK_MONOTONIC in ns: the engine's clock (telemetry's times are on it). */
+uint64_t zr_loader_now_ns(void);
+
 /* Turns telemetry on (the default) or off for every loader: off, no clock is
  * read per batch and gathers are not timed (for measuring what it costs). */
 void zr_loader_engine_set_telemetry(zr_loader_engine *e, int on);

@@ -124,6 +124,10 @@ enum zr_codec zr_store_codec(const zr_store *s);
 /* 1 if the store has a dictionary loaded, else 0. */
 int zr_store_has_dict(const zr_store *s);
 
+/* The store's own descriptor of its directory (borrowed: valid while the
+ * store is open). For naming the store in telemetry, through /proc. */
+int zr_store_dir_fd(const zr_store *s);
+
 /* Installs `dict` (copied) as the dictionary of an empty ZR_CODEC_ZSTD_DICT store
  * and writes dict.zr durably. Checked in this order: ZR_E_BAD_CODEC for another
  * codec, ZR_E_SCHEMA if the store is not empty, ZR_E_HAS_DICT if one is
