@@ -272,8 +272,6 @@ typedef struct fill_result {
         zr_gather_times times;
 } fill_result;
 
-/* CLOCK_MONOTONIC in ns: the engine's clock for scheduling and telemetry. */
-uint64_t zr_loader_now_ns(void);
 
 /* A slot is busy while a claim names it or a fill runs on it. */
 static inline int slot_busy(const slot *sl) {
