@@ -33,6 +33,8 @@ typedef enum cmd_kind {
         CMD_COMPACT,
         CMD_IMPORT,
         CMD_CAT,
+        CMD_TOP,
+        CMD_METRICS,
         _CMD_MAX,
 } cmd_kind;
 
@@ -57,6 +59,9 @@ typedef struct cmdline {
         uint64_t range_end;     /* exclusive; UINT64_MAX: to the end */
         uint64_t *indices;      /* cat: INDEX... (malloc()ed, owned by the struct) */
         size_t n_indices;
+        uint64_t iterations;    /* top: -n N frames, then exit (0: until q) */
+        uint64_t delay_ms;      /* top: -d SECONDS between frames (default 2 s) */
+        const char *sort;       /* top: --sort KEY (NULL: wait) */
         char error[256];        /* a usage error's message */
 } cmdline;
 
@@ -80,5 +85,9 @@ int cmdline_parse_range(const char *s, uint64_t *ret_start, uint64_t *ret_end);
 
 /* Parses a decimal u64 (no sign, no suffix). Returns 0 or -EINVAL. */
 int cmdline_parse_u64(const char *s, uint64_t *ret);
+
+/* Parses seconds with up to three decimals ("2", "0.5") into ms, at least 1
+ * and at most a day. Returns 0 or -EINVAL. */
+int cmdline_parse_seconds(const char *s, uint64_t *ret_ms);
 
 #endif

@@ -30,6 +30,7 @@ enum {
         CONN_FEATURE_MSSET = 1 << 1,
         CONN_FEATURE_DICT = 1 << 2,
         CONN_FEATURE_VERIFY = 1 << 3,
+        CONN_FEATURE_METRICS = 1 << 4,
 };
 
 /* Events kept for the loader API while no one consumes them (BATCH, RING,
