@@ -55,11 +55,18 @@ static int store_read(zr_gather *g, const zr_loc *locs, size_t n, void *const *d
                 uint64_t wall = clock_ns(g) - t0, rd = atomic_load(&st.read_ns);
                 uint64_t dc = atomic_load(&st.decode_ns), cp = atomic_load(&st.copy_ns);
                 unsigned __int128 sum = (unsigned __int128)rd + dc + cp;
-                uint64_t w_rd = sum ? (uint64_t)(wall * (unsigned __int128)rd / sum) : 0;
-                uint64_t w_dc = sum ? (uint64_t)(wall * (unsigned __int128)dc / sum) : 0;
-                t->read_ns += w_rd;
-                t->decode_ns += w_dc;
-                t->copy_ns += wall - w_rd - w_dc;
+                uint64_t part[3] = { rd, dc, cp }, *to[3] = { &t->read_ns, &t->decode_ns,
+                                                            &t->copy_ns };
+                uint64_t left = wall;
+                unsigned most = 0;
+                for (unsigned i = 0; i < 3; i++) {
+                        uint64_t w = sum ? (uint64_t)(wall * (unsigned __int128)part[i] / sum) : 0;
+                        *to[i] += w;
+                        left -= w;
+                        if (part[i] > part[most])
+                                most = i;
+                }
+                *to[most] += left; /* what the rounding left, to the largest */
                 t->pages += atomic_load(&st.pages);
                 t->device_bytes += atomic_load(&st.device_bytes);
         }

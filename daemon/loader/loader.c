@@ -270,14 +270,6 @@ static int claim_next(zr_loader_engine *e, zr_loader *l, work *w, int *notify) {
         return 1;
 }
 
-/* Engine mutex held: whether l, queued now, waits for a worker because other
- * loaders' work holds them all: none of its own work runs, and every drain
- * task is taken (else one would start and take it at once: that wait is a
- * wake-up, not contention). */
-static int waits_for_others(zr_loader_engine *e, const zr_loader *l) {
-        return l->inflight == 0 && e->ndrain >= e->drain_max && atomic_load(&e->telemetry);
-}
-
 /* Engine mutex held: a completed fill's telemetry (telemetry.h). */
 static void fill_telemetry(zr_loader *l, const fill_result *res) {
         const zr_gather_times *t = &res->times;
@@ -322,12 +314,8 @@ static int complete(zr_loader_engine *e, const work *w, const fill_result *res) 
                 return 0;
         }
         l->inflight--;
-        if (w->timed) {
+        if (w->timed)
                 fill_telemetry(l, res);
-                /* its wait for a worker starts now, if it waits alone */
-                if (l->in_runq && !l->enq_ns && waits_for_others(e, l))
-                        l->enq_ns = zr_loader_now_ns();
-        }
         zr_pf_consumed(e, g, sl->step);
         l->c.bytes += res->bytes;
         l->c.evictions += res->evictions;
@@ -362,8 +350,29 @@ static int complete(zr_loader_engine *e, const work *w, const fill_result *res) 
         return notify;
 }
 
+/* Engine mutex held: l, just taken from the run queue by a worker whose last
+ * work was for group prev_g and took prev_ns, waited for that worker. If none
+ * of its own work ran meanwhile and that work was another group's, it waited
+ * for other loaders: contention (telemetry.h), as long as that work took at
+ * most. */
+static void queue_telemetry(zr_loader *l, const group *prev_g, uint64_t prev_ns) {
+        uint64_t now, waited;
+
+        if (!l->enq_ns)
+                return;
+        now = zr_loader_now_ns();
+        waited = now - l->enq_ns;
+        l->enq_ns = 0;
+        if (prev_g && prev_g != l->g && l->inflight == 0)
+                zr_tel_add(&l->tel, now, ZR_TEL_QUEUE_NS, waited < prev_ns ? waited : prev_ns);
+}
+
 static void drain_task(void *arg) {
         zr_loader_engine *e = arg;
+        /* the group this worker's last work was for (compared, never used), and
+         * how long it took: telemetry's contention */
+        const group *prev_g = NULL;
+        uint64_t prev_ns = 0;
         zr_loader *l;
 
         pthread_mutex_lock(&e->mutex);
@@ -376,22 +385,19 @@ static void drain_task(void *arg) {
                         l = w.l;
                 } else if ((l = runq_pop(e))) {
                         int notify = 0, r;
-                        if (l->enq_ns) {
-                                /* it waited for a worker, none of its work running:
-                                 * other loaders' work held them all */
-                                uint64_t now = zr_loader_now_ns();
-                                if (l->inflight == 0)
-                                        zr_tel_add(&l->tel, now, ZR_TEL_QUEUE_NS,
-                                                   now - l->enq_ns);
-                                l->enq_ns = 0;
-                        }
+                        queue_telemetry(l, prev_g, prev_ns);
                         if (zr_pf_job_due(e, l)) {
                                 pf_job j;
+                                uint64_t t0, t1;
                                 zr_pf_job_start(e, l, &j);
                                 zr_sched_run(e, l);
+                                t0 = atomic_load(&e->telemetry) ? zr_loader_now_ns() : 0;
                                 pthread_mutex_unlock(&e->mutex);
                                 zr_pf_job_run(e, &j);
+                                t1 = t0 ? zr_loader_now_ns() : 0;
                                 pthread_mutex_lock(&e->mutex);
+                                prev_g = l->g;
+                                prev_ns = t1 - t0;
                                 zr_pf_job_end(e, &j);
                                 continue;
                         }
@@ -409,6 +415,8 @@ static void drain_task(void *arg) {
                 pthread_mutex_unlock(&e->mutex);
                 zr_fill(l, &w, &res);
                 pthread_mutex_lock(&e->mutex);
+                prev_g = l->g;
+                prev_ns = res.fill_ns;
                 if (complete(e, &w, &res) && e->notify) {
                         pthread_mutex_unlock(&e->mutex);
                         e->notify(e->notify_userdata);
@@ -437,7 +445,7 @@ static void kick(zr_loader_engine *e) {
 void zr_sched_run(zr_loader_engine *e, zr_loader *l) {
         if (l->in_runq || !runnable(l))
                 return;
-        l->enq_ns = waits_for_others(e, l) ? zr_loader_now_ns() : 0;
+        l->enq_ns = atomic_load(&e->telemetry) ? zr_loader_now_ns() : 0;
         l->run_prev = e->run_tail;
         l->run_next = NULL;
         if (e->run_tail)

@@ -143,15 +143,21 @@ uint64_t zr_tel_wait_ppm(const zr_tel_span *w) {
         return ppm(w->v[ZR_TEL_WAIT_NS], w->span_ns);
 }
 
+/* wait / span against a threshold in ppm, exactly: -1 below, 0 equal, 1 above. */
+static int wait_vs(const zr_tel_span *w, uint64_t threshold_ppm) {
+        unsigned __int128 lhs = (unsigned __int128)w->v[ZR_TEL_WAIT_NS] * 1000000u;
+        unsigned __int128 rhs = (unsigned __int128)threshold_ppm * w->span_ns;
+        return lhs < rhs ? -1 : lhs > rhs;
+}
+
 enum zr_verdict zr_tel_verdict(const zr_tel_span *w, int reports) {
         const uint64_t *v = w->v;
-        uint64_t wait = zr_tel_wait_ppm(w);
 
         if (v[ZR_TEL_BATCHES] == 0 && v[ZR_TEL_WAITS] == 0)
                 return ZR_VERDICT_IDLE;
         if (!reports)
                 return ZR_VERDICT_UNKNOWN;
-        if (wait > ZR_TEL_DATA_BOUND_PPM)
+        if (wait_vs(w, ZR_TEL_DATA_BOUND_PPM) > 0)
                 return ZR_VERDICT_DATA_BOUND;
         if (v[ZR_TEL_READIES] > 0 && v[ZR_TEL_BATCHES] > 0) {
                 /* mean ready wait against the consumer's time per batch:
@@ -162,7 +168,8 @@ enum zr_verdict zr_tel_verdict(const zr_tel_span *w, int reports) {
                                         v[ZR_TEL_READIES];
                 return lhs >= rhs ? ZR_VERDICT_CONSUMER_BOUND : ZR_VERDICT_BALANCED;
         }
-        return wait < ZR_TEL_CONSUMER_BOUND_PPM ? ZR_VERDICT_CONSUMER_BOUND : ZR_VERDICT_BALANCED;
+        return wait_vs(w, ZR_TEL_CONSUMER_BOUND_PPM) < 0 ? ZR_VERDICT_CONSUMER_BOUND
+                                                         : ZR_VERDICT_BALANCED;
 }
 
 enum zr_stage zr_tel_stage(const zr_tel_span *w) {
