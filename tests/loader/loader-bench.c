@@ -19,12 +19,19 @@
  *              slot is pre-faulted before the batch), and with the spare ring a
  *              freed loader of the same size left (zr_loader_engine_set_spare_bytes)
  *
+ *   telemetry  "one" again with the engine's loader telemetry off
+ *              (zr_loader_engine_set_telemetry()), against "one" with it on
+ *              (the default, and every release reporting a wait and a take
+ *              time as a client does): what the telemetry costs
+ *
  * Each figure is measured in R rounds; in each round every contender runs
  * once, interleaved, so that a change of machine load hits all of them; the
  * report gives each figure's and each ratio's median and its rounds.
  *
  * Usage: loader-bench [--records N] [--batch B] [--batches T] [--rounds R]
- *                     [--threads N] [--dir DIR]
+ *                     [--threads N] [--side S] [--dir DIR]
+ * (--side: records of S x S bytes; 32 makes the 1 KiB records where a fixed
+ * cost per batch weighs most)
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -43,8 +50,9 @@
 #include "loader/loader.h"
 #include "util/pool.h"
 
-#define SIDE 512 /* 512 x 512 uint8 images: 256 KiB records */
-#define REC ((uint64_t)SIDE * SIDE)
+/* side x side uint8 images: 512 (256 KiB records) unless --side says */
+static uint64_t side = 512;
+#define REC (side * side)
 
 static uint64_t now_ns(void) {
         struct timespec ts;
@@ -63,11 +71,11 @@ static uint64_t mix(uint64_t z) {
 static void image(uint8_t *p, uint64_t id) {
         uint64_t h = mix(id), st = h;
         int base = (int)(h % 128), sx = (int)((h >> 8) % 5), sy = (int)((h >> 16) % 5);
-        for (size_t y = 0; y < SIDE; y++)
-                for (size_t x = 0; x < SIDE; x++) {
+        for (size_t y = 0; y < side; y++)
+                for (size_t x = 0; x < side; x++) {
                         if ((x & 7) == 0)
                                 st = mix(st);
-                        p[y * SIDE + x] = (uint8_t)(base + sx * (int)x / 8 + sy * (int)y / 8 +
+                        p[y * side + x] = (uint8_t)(base + sx * (int)x / 8 + sy * (int)y / 8 +
                                                     (int)((st >> (x & 7) * 8) & 7));
                 }
 }
@@ -165,7 +173,10 @@ static uint64_t take(bench *b, zr_loader *l) {
                 fprintf(stderr, "loader-bench: END %d: %s\n", ev.code, ev.message);
                 exit(1);
         }
-        zr_loader_release(l, ev.ring, ev.slot, NULL);
+        /* as a client reports it (loaderx, libzrc): its wait and its take */
+        zr_loader_take tk = { .has_wait = 1, .wait_ns = 0, .has_taken = 1,
+                              .taken_ns = now_ns() };
+        zr_loader_release_report(l, ev.ring, ev.slot, &tk, NULL);
         return ev.step;
 }
 
@@ -253,7 +264,8 @@ int main(int argc, char **argv) {
         reg *regs[2];
         const char *cn[2] = { "raw", "zstd" };
         fig lim[2] = {0}, one[2] = {0}, one_r[2] = {0}, same[2] = {0}, same_r[2] = {0},
-            seeds[2] = {0}, seeds_r = {0}, lat[4] = {0}, lat_r[4] = {0}, opn[4] = {0};
+            seeds[2] = {0}, seeds_r = {0}, lat[4] = {0}, lat_r[4] = {0}, opn[4] = {0},
+            off[2] = {0}, off_r[2] = {0};
         uint64_t same_g[2] = {0}, same_c[2] = {0}, same_b[2] = {0}, hits = 0, misses = 0;
 
         for (int i = 1; i < argc; i++) {
@@ -268,17 +280,20 @@ int main(int argc, char **argv) {
                         rounds = strtoull(argv[++i], NULL, 0);
                 else if (!strcmp(argv[i], "--threads") && more)
                         threads = strtoull(argv[++i], NULL, 0);
+                else if (!strcmp(argv[i], "--side") && more)
+                        side = strtoull(argv[++i], NULL, 0);
                 else if (!strcmp(argv[i], "--dir") && more)
                         dir = argv[++i];
                 else {
                         fprintf(stderr, "usage: %s [--records N] [--batch B] [--batches T] "
-                                "[--rounds R] [--threads N] [--dir DIR]\n", argv[0]);
+                                "[--rounds R] [--threads N] [--side S] [--dir DIR]\n", argv[0]);
                         return 2;
                 }
         }
-        if (rounds < 1 || rounds > ROUNDS_MAX || b.batch > b.records) {
-                fprintf(stderr, "loader-bench: --rounds 1..%d, --batch <= --records\n",
-                        ROUNDS_MAX);
+        if (rounds < 1 || rounds > ROUNDS_MAX || b.batch > b.records || side < 8 ||
+            side > 4096) {
+                fprintf(stderr, "loader-bench: --rounds 1..%d, --batch <= --records, --side "
+                        "8..4096\n", ROUNDS_MAX);
                 return 2;
         }
         if (zr_pool_new(threads, &b.pool) < 0)
@@ -330,6 +345,14 @@ int main(int argc, char **argv) {
                         fig_add(&one[c], run_loaders(&b, l, 1, 6));
                         zr_loader_free(l[0]);
                         fig_add(&one_r[c], one[c].v[round] / lim[c].v[round]);
+
+                        /* the same without telemetry */
+                        zr_loader_engine_set_telemetry(b.e, 0);
+                        l[0] = open_loader(&b, regs[c], 1, 0, 4, ZR_SAMPLER_IID);
+                        fig_add(&off[c], run_loaders(&b, l, 1, 6));
+                        zr_loader_free(l[0]);
+                        zr_loader_engine_set_telemetry(b.e, 1);
+                        fig_add(&off_r[c], one[c].v[round] / off[c].v[round]);
 
                         /* 4 identical loaders */
                         for (int i = 0; i < 4; i++)
@@ -399,6 +422,8 @@ int main(int argc, char **argv) {
                 fig_print("limit: in-process gather", &lim[c], "batches/s");
                 fig_print("one loader (prefetch 4)", &one[c], "batches/s");
                 fig_print("  one loader / limit", &one_r[c], "x");
+                fig_print("one loader, telemetry off", &off[c], "batches/s");
+                fig_print("  telemetry on / off", &off_r[c], "x");
                 fig_print("4 identical loaders, aggregate", &same[c], "batches/s");
                 fig_print("  4 identical / one loader", &same_r[c], "x");
                 printf("  group work: %" PRIu64 " gathers and %" PRIu64 " takes for %" PRIu64
