@@ -176,6 +176,10 @@ def test_example_train_loop(workdir, loader_feature):
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "batches/s" in r.stdout and "resumed at step 30" in r.stdout
+    # the loader's telemetry, printed at its end (DataLoader.stats())
+    line = [x for x in r.stdout.splitlines() if x.startswith("loader: ")]
+    assert len(line) == 1, r.stdout
+    assert line[0].split()[1] in ("data-bound", "consumer-bound", "balanced", "idle"), line
     err = float(r.stdout.strip().split("=")[-1])
     assert err < 0.05
 
