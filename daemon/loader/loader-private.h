@@ -94,7 +94,6 @@ typedef struct pf_unit {
         uint8_t consumed;     /* its step's fill completed (or it was given up) */
         uint8_t waited;       /* a fill of its step found it still reading */
         int error;            /* PF_IO_FAILED: positive errno */
-        uint64_t waited_ns;   /* when a fill first found it reading (telemetry) */
 } pf_unit;
 
 typedef struct pf_state {
@@ -116,6 +115,9 @@ typedef struct pf_state {
         uint32_t depth;       /* steps read ahead of the leading fill, now */
         uint32_t horizon;     /* steps planned ahead of it, now */
         uint64_t plan_cap;    /* no plans while the cache holds more (every group's) */
+        /* telemetry: a fill of wait_step has waited for its reads ahead (or for
+         * the job that reads them) since wait_ns; 0: none waits */
+        uint64_t wait_step, wait_ns;
 } pf_state;
 
 /* A gather that found a stream's lock taken exclusive (a mutation in

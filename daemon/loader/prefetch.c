@@ -538,6 +538,15 @@ void zr_pf_job_end(zr_loader_engine *e, pf_job *j) {
         pthread_cond_broadcast(&e->idle);
 }
 
+/* Telemetry: a fill of `step` waits for reads ahead from now on, unless it
+ * already did. */
+static void reads_awaited(zr_loader_engine *e, pf_state *p, uint64_t step) {
+        if ((p->wait_ns && p->wait_step == step) || !atomic_load(&e->telemetry))
+                return;
+        p->wait_step = step;
+        p->wait_ns = zr_loader_now_ns();
+}
+
 int zr_pf_ready(zr_loader_engine *e, const zr_loader *l, uint64_t step, work *w) {
         group *g = l->g;
         pf_state *p = &g->pf;
@@ -550,13 +559,14 @@ int zr_pf_ready(zr_loader_engine *e, const zr_loader *l, uint64_t step, work *w)
         u = unit_of(g, step);
         if (!u) {
                 /* past the window: wait for the job that will read it, if any */
-                if (step >= window_hi(p))
-                        return !(p->job || zr_pf_job_due(e, l));
+                if (step >= window_hi(p) && (p->job || zr_pf_job_due(e, l))) {
+                        reads_awaited(e, p, step);
+                        return 0;
+                }
                 return 1;
         }
         if (u->job || u->io == PF_IO_READING) {
-                if (!u->waited && atomic_load(&e->telemetry))
-                        u->waited_ns = zr_loader_now_ns();
+                reads_awaited(e, p, step);
                 u->waited = 1;
                 return 0;
         }
@@ -568,8 +578,14 @@ int zr_pf_ready(zr_loader_engine *e, const zr_loader *l, uint64_t step, work *w)
 }
 
 void zr_pf_claimed(zr_loader_engine *e, zr_loader *l, uint64_t step) {
+        pf_state *p = &l->g->pf;
         pf_unit *u = unit_of(l->g, step);
 
+        if (p->wait_ns && p->wait_step == step) {
+                uint64_t now = zr_loader_now_ns();
+                zr_tel_add(&l->tel, now, ZR_TEL_IO_WAIT_NS, now - p->wait_ns);
+                p->wait_ns = 0;
+        }
         if (!u)
                 return;
         release(e, &l->g->pf, &u->bytes);
@@ -577,11 +593,6 @@ void zr_pf_claimed(zr_loader_engine *e, zr_loader *l, uint64_t step) {
                 u->waited = 0;
                 l->c.io_waits++;
                 e->t.prefetch_waits++;
-                if (u->waited_ns) {
-                        uint64_t now = zr_loader_now_ns();
-                        zr_tel_add(&l->tel, now, ZR_TEL_IO_WAIT_NS, now - u->waited_ns);
-                        u->waited_ns = 0;
-                }
         }
 }
 

@@ -468,7 +468,8 @@ class DataLoader:
         per batch), ``ready_p50_s``/``ready_p99_s`` (how long a ready batch
         waited for the loop), ``gather_p50_s``/``gather_p99_s``; ``stages_s``:
         seconds of the last 10 s by stage (lookup, read, decode, copy, io_wait,
-        queue); ``cache_hit_ratio`` (None without lookups), ``device_bytes``,
+        queue); ``waited_s``: the waits the daemon was told of since open;
+        ``cache_hit_ratio`` (None without lookups), ``device_bytes``,
         ``prefetch_depth``, ``step``, ``batches``; ``local``: what this process
         measured itself (``wait_s``: blocked on the daemon within ``next()``, as
         told to the daemon; ``next_s``: all the time in ``next()``, transforms and
@@ -559,6 +560,7 @@ def _stats_of(entry, loader):
         "gather_p99_s": tel["fill_p99_ns"] / 1e9,
         "stages_s": {st: tel["group"][st + "_ns"] / 1e9 for st in _STAGES},
         "window_s": w10["span_ns"] / 1e9,
+        "waited_s": total["wait_ns"] / 1e9,
         "cache_hit_ratio": total["hits"] / looked if looked else None,
         "device_bytes": total["device_bytes"],
         "prefetch_depth": tel["prefetch_depth"],
