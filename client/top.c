@@ -42,7 +42,7 @@ static const struct {
 } cols[NCOLS] = {
         [COL_PID] = { "PID", "pid", 7, 0 },          [COL_USER] = { "USER", "user", 9, 0 },
         [COL_LOADER] = { "LDR", NULL, 4, 0 },        [COL_STEP] = { "STEP", "step", 10, 1 },
-        [COL_RATE] = { "B/S", "rate", 8, 1 },        [COL_WAIT] = { "WAIT%", "wait", 6, 1 },
+        [COL_RATE] = { "B/S", "rate", 8, 1 },        [COL_WAIT] = { "WAIT%", "wait", 7, 1 },
         [COL_VERDICT] = { "VERDICT", "verdict", 15, 0 },
         [COL_STAGE] = { "STAGE", NULL, 11, 0 },      [COL_HIT] = { "HIT%", "hit", 6, 1 },
         [COL_MIB] = { "MIB/S", "mib", 8, 1 },        [COL_DATASET] = { "DATASET", "dataset", 28, 0 },

@@ -153,6 +153,24 @@ static void conn_timeout(evutil_socket_t fd, short what, void *arg) {
         conn_close(arg);
 }
 
+/* After the answer: reads and drops what the peer still sends until it
+ * closes (or the timeout), so that closing with its bytes unread does not
+ * reset the connection before it read the answer (a lingering close). */
+static void conn_linger(evutil_socket_t fd, short what, void *arg) {
+        sconn *c = arg;
+        for (;;) {
+                ssize_t n = recv(c->fd, c->in, sizeof(c->in), MSG_DONTWAIT);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+                        return;
+                if (n <= 0) {
+                        conn_close(c);
+                        return;
+                }
+        }
+}
+
 static void conn_write(evutil_socket_t fd, short what, void *arg) {
         sconn *c = arg;
         while (c->out_off < c->out_len) {
@@ -168,7 +186,20 @@ static void conn_write(evutil_socket_t fd, short what, void *arg) {
                 }
                 c->out_off += (size_t)n;
         }
-        conn_close(c);
+        free(c->out);
+        c->out = NULL;
+        event_free(c->ev);
+        c->ev = NULL;
+        if (shutdown(c->fd, SHUT_WR) < 0) {
+                conn_close(c);
+                return;
+        }
+        c->ev = event_new(c->sc->srv->base, c->fd, EV_READ | EV_PERSIST, conn_linger, c);
+        if (!c->ev) {
+                conn_close(c);
+                return;
+        }
+        event_add(c->ev, NULL);
 }
 
 /* Builds the answer to the head in c->in and starts writing it. */
