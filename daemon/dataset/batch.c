@@ -41,35 +41,44 @@ static void add_since(const zr_gather *g, uint64_t *stage, uint64_t t0) {
                 *stage += clock_ns(g) - t0;
 }
 
-/* The store's read of records locs[0..n) into dsts; a timed gather splits its
- * wall time by the stages of the store's shards. */
+/* The store's read of records locs[0..n) into dsts. A timed gather in detail
+ * splits its wall time by the stages of the store's shards; otherwise it all
+ * goes to decode or copy (batch.h). */
 static int store_read(zr_gather *g, const zr_loc *locs, size_t n, void *const *dsts,
                       zr_error *err) {
         zr_gather_times *t = g->times;
-        zr_store_times st = { .sample_io = t ? t->sample_io : 0 };
+        zr_store_times st = { .sample_io = 1 };
+        int detail = t && t->detail;
         uint64_t t0 = clock_ns(g);
-        int r = zr_store_gather_timed(zr_dataset_store(g->ds), locs, n, dsts, t ? &st : NULL,
-                                      err);
+        int r = zr_store_gather_timed(zr_dataset_store(g->ds), locs, n, dsts,
+                                      detail ? &st : NULL, err);
 
-        if (t) {
-                uint64_t wall = clock_ns(g) - t0, rd = atomic_load(&st.read_ns);
-                uint64_t dc = atomic_load(&st.decode_ns), cp = atomic_load(&st.copy_ns);
-                unsigned __int128 sum = (unsigned __int128)rd + dc + cp;
-                uint64_t part[3] = { rd, dc, cp }, *to[3] = { &t->read_ns, &t->decode_ns,
-                                                            &t->copy_ns };
-                uint64_t left = wall;
-                unsigned most = 0;
-                for (unsigned i = 0; i < 3; i++) {
-                        uint64_t w = sum ? (uint64_t)(wall * (unsigned __int128)part[i] / sum) : 0;
-                        *to[i] += w;
-                        left -= w;
-                        if (part[i] > part[most])
-                                most = i;
-                }
-                *to[most] += left; /* what the rounding left, to the largest */
-                t->pages += atomic_load(&st.pages);
-                t->device_bytes += atomic_load(&st.device_bytes);
+        if (!t)
+                return r;
+        uint64_t wall = clock_ns(g) - t0;
+        if (!detail) {
+                if (zr_dataset_schema(g->ds)->codec != ZR_CODEC_RAW)
+                        t->decode_ns += wall;
+                else
+                        t->copy_ns += wall;
+                return r;
         }
+        uint64_t rd = atomic_load(&st.read_ns), dc = atomic_load(&st.decode_ns);
+        uint64_t cp = atomic_load(&st.copy_ns);
+        unsigned __int128 sum = (unsigned __int128)rd + dc + cp;
+        uint64_t part[3] = { rd, dc, cp }, *to[3] = { &t->read_ns, &t->decode_ns, &t->copy_ns };
+        uint64_t left = wall;
+        unsigned most = 0;
+        for (unsigned i = 0; i < 3; i++) {
+                uint64_t w = sum ? (uint64_t)(wall * (unsigned __int128)part[i] / sum) : 0;
+                *to[i] += w;
+                left -= w;
+                if (part[i] > part[most])
+                        most = i;
+        }
+        *to[most] += left; /* what the rounding left, to the largest */
+        t->pages += atomic_load(&st.pages);
+        t->device_bytes += atomic_load(&st.device_bytes);
         return r;
 }
 

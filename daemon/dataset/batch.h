@@ -42,19 +42,26 @@
 #include "util/error.h"
 #include "util/pool.h"
 
-/* Where a gather's time went, in wall time of the gathering thread (its
- * parallel part split by the shards' shares, store.h's zr_store_times):
- * added to by zr_gather_locate() and zr_gather_read() when the gather has
- * one. The stages of PROTOCOL.md, STATUS, `telemetry`. */
+/* Where a gather's time went, in wall time of the gathering thread: added to
+ * by zr_gather_locate() and zr_gather_read() when the gather has one. The
+ * stages of PROTOCOL.md, STATUS, `telemetry`.
+ *
+ * In detail, the store times its own stages (store.h's zr_store_times: a pass
+ * that faults the records' pages in first, clocks in every shard, the device
+ * bytes of each shard's thread), and the read's wall time is split by the
+ * shards' shares. Else only the caller's clock runs (a few reads a gather),
+ * and the store's whole time counts as decode (compressed) or copy (raw): a
+ * fault on the way is then in that stage, which is why a loader gathers in
+ * detail whenever its reads were slow, and every so often anyway. */
 typedef struct zr_gather_times {
-        int sample_io;        /* in: count device bytes too (store.h) */
+        int detail;           /* in: time the store's stages, count device bytes */
         uint64_t lookup_ns;   /* table entries located; cache lookups */
         uint64_t read_ns;     /* pages faulted in, preads */
         uint64_t decode_ns;   /* zstd */
         uint64_t copy_ns;     /* raw copies, cache hits copied and misses inserted,
                                * ragged headers parsed */
-        uint64_t pages;       /* record pages touched through mappings */
-        uint64_t device_bytes; /* sample_io: read from the device */
+        uint64_t pages;       /* detail: record pages touched through mappings */
+        uint64_t device_bytes; /* detail: read from the device */
 } zr_gather_times;
 
 typedef struct zr_gather {

@@ -248,6 +248,7 @@ static int gather_stream(zr_loader *l, size_t si, const uint64_t *idx, uint8_t *
         sb->bytes = g.bytes;
         sb->shape_words = g.shape_words;
         res->bytes += g.bytes;
+        res->records += g.n;
 out:
         if (locked)
                 zr_dataset_unlock(st->s.ds);
@@ -276,7 +277,7 @@ void zr_fill(zr_loader *l, const work *w, fill_result *res) {
         zr_ring_populate(l->e, sl);
         sp.step = w->step;
         r = zr_sampler_indices(&sp, sl->indices, &err);
-        res->times.sample_io = w->sample_io;
+        res->times.detail = w->detail;
         for (size_t i = 0; r >= 0 && i < l->nstreams; i++)
                 r = gather_stream(l, i, sl->indices, base, slot_off, w->plan_owner,
                                   w->timed ? &res->times : NULL, &sl->sb[i], res, &err);

@@ -67,9 +67,9 @@ typedef struct work {
         /* from the step's read ahead (prefetch.c), set at the claim: */
         int io_error;         /* positive errno: its reads failed, so fails the fill */
         uint64_t plan_owner;  /* consumes the step's planned cache uses (batch.h) */
-        /* telemetry (telemetry.h), set at the claim: time the fill's stages,
-         * and count its device bytes too */
-        int timed, sample_io;
+        /* telemetry (telemetry.h), set at the claim: time the fill, and its
+         * stages in detail (batch.h, zr_gather_times) */
+        int timed, detail;
 } work;
 
 /* What a group reads ahead (prefetch.c): one unit per step of a window. */
@@ -220,7 +220,7 @@ struct zr_loader {
         /* telemetry (telemetry.h; engine mutex) */
         zr_telemetry tel;
         uint64_t enq_ns;      /* queued for a worker with none of its work running, 0 */
-        int sample_io;        /* its next fill counts device bytes (fill.c) */
+        int detail;           /* its next fill is timed in detail (batch.h) */
 };
 
 struct zr_loader_engine {
@@ -269,6 +269,7 @@ typedef struct fill_result {
         uint64_t needed;
         char msg[ZR_ERROR_MESSAGE_MAX];
         uint64_t hits, misses, bytes, evictions;
+        uint64_t records;     /* records gathered, every stream's */
         /* a timed fill (work.timed): its wall time and its stages' */
         uint64_t fill_ns;
         zr_gather_times times;

@@ -33,12 +33,18 @@
  * costs one trylock per parked fill, and a loader waits at most this long
  * after the lock goes (zr_loader_engine_resume() makes it immediate). */
 #define LOADER_PARK_RETRY_NS (2 * 1000 * 1000)
-/* Telemetry: a fill whose reads took longer than this per page touched went
- * to the device (a resident page costs well under a microsecond, even with a
- * minor fault; a device read ten or more), so the loader's next fills count
- * their device bytes; so does every this-many-th fill, to notice a change. */
+/* Telemetry: a fill whose reads took longer than this per page went to the
+ * device (a resident page costs well under a microsecond, even with a minor
+ * fault; a device read ten or more), so the loader's next fills are timed in
+ * detail (batch.h: faults apart, device bytes); so is every this-many-th
+ * fill, to notice a change. Without detail, the pages are those its bytes
+ * span, at least one a record: a raw copy that slow is as suspect, and so is
+ * a decode ten times slower (zstd decodes a page in a few microseconds). A
+ * fill in detail costs a pass over its pages and two getrusage() calls a
+ * shard: a few percent of a small batch, so only when it tells something. */
 #define LOADER_SLOW_PAGE_NS 2000
-#define LOADER_SAMPLE_EVERY 16
+#define LOADER_SLOW_DECODE_NS 20000
+#define LOADER_DETAIL_EVERY 64
 
 uint64_t zr_loader_now_ns(void) {
         struct timespec ts;
@@ -265,7 +271,7 @@ static int claim_next(zr_loader_engine *e, zr_loader *l, work *w, int *notify) {
         w->sl = sl;
         w->step = step;
         w->timed = atomic_load(&e->telemetry);
-        w->sample_io = w->timed && l->sample_io;
+        w->detail = w->timed && l->detail;
         zr_sched_run(e, l);
         return 1;
 }
@@ -284,8 +290,16 @@ static void fill_telemetry(zr_loader *l, const fill_result *res) {
         zr_tel_add(tel, now, ZR_TEL_COPY_NS, t->copy_ns);
         zr_tel_add(tel, now, ZR_TEL_DEVICE_BYTES, t->device_bytes);
         zr_latency_add(&tel->fill, res->fill_ns);
-        l->sample_io = (t->pages > 0 && t->read_ns > t->pages * LOADER_SLOW_PAGE_NS) ||
-                       tel->total[ZR_TEL_FILLS] % LOADER_SAMPLE_EVERY == 0;
+        if (t->detail) {
+                l->detail = t->pages > 0 && t->read_ns > t->pages * LOADER_SLOW_PAGE_NS;
+        } else {
+                uint64_t pages = res->bytes / 4096 + 1;
+                if (pages < res->records)
+                        pages = res->records;
+                l->detail = t->copy_ns > pages * LOADER_SLOW_PAGE_NS ||
+                            t->decode_ns > pages * LOADER_SLOW_DECODE_NS;
+        }
+        l->detail |= tel->total[ZR_TEL_FILLS] % LOADER_DETAIL_EVERY == 0;
 }
 
 /* Engine mutex held: applies a finished fill. Returns 1 if notify is due. */

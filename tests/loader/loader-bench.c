@@ -22,14 +22,16 @@
  *   telemetry  "one" again with the engine's loader telemetry off
  *              (zr_loader_engine_set_telemetry()), against "one" with it on
  *              (the default, and every release reporting a wait and a take
- *              time as a client does): what the telemetry costs
+ *              time as a client does), in turns: what the telemetry costs, in
+ *              batches/s and in the process's CPU time per batch (which the
+ *              load of other processes moves less)
  *
  * Each figure is measured in R rounds; in each round every contender runs
  * once, interleaved, so that a change of machine load hits all of them; the
  * report gives each figure's and each ratio's median and its rounds.
  *
  * Usage: loader-bench [--records N] [--batch B] [--batches T] [--rounds R]
- *                     [--threads N] [--side S] [--dir DIR]
+ *                     [--threads N] [--side S] [--telemetry-only] [--dir DIR]
  * (--side: records of S x S bytes; 32 makes the 1 KiB records where a fixed
  * cost per batch weighs most)
  */
@@ -181,16 +183,34 @@ static uint64_t take(bench *b, zr_loader *l) {
 }
 
 /* Aggregate batches/s of n loaders consumed round-robin, after `warm` each. */
-static double run_loaders(bench *b, zr_loader **l, size_t n, uint64_t warm) {
-        uint64_t t0;
+/* The process's CPU time (every thread's), ns. */
+static uint64_t cpu_ns(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+        return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Aggregate batches/s of n loaders consumed round-robin, after `warm` each;
+ * *cpu_per_batch (may be NULL) gets the process's CPU time per batch, us,
+ * which other processes' load changes less than the rate. */
+static double run_loaders_cpu(bench *b, zr_loader **l, size_t n, uint64_t warm,
+                              double *cpu_per_batch) {
+        uint64_t t0, c0;
         for (uint64_t k = 0; k < warm; k++)
                 for (size_t i = 0; i < n; i++)
                         take(b, l[i]);
         t0 = now_ns();
+        c0 = cpu_ns();
         for (uint64_t k = 0; k < b->batches; k++)
                 for (size_t i = 0; i < n; i++)
                         take(b, l[i]);
+        if (cpu_per_batch)
+                *cpu_per_batch = (double)(cpu_ns() - c0) / 1e3 / (double)(b->batches * n);
         return (double)(b->batches * n) / ((double)(now_ns() - t0) / 1e9);
+}
+
+static double run_loaders(bench *b, zr_loader **l, size_t n, uint64_t warm) {
+        return run_loaders_cpu(b, l, n, warm, NULL);
 }
 
 static double gather_limit(bench *b, reg *r, uint8_t *buf) {
@@ -257,6 +277,7 @@ int main(int argc, char **argv) {
         bench b = { .batch = 256, .batches = 20, .records = 1024 };
         const char *dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
         size_t threads = 0, rounds = 3;
+        int tel_only = 0;
         char path[512];
         int dirfd;
         uint8_t *buf;
@@ -265,7 +286,7 @@ int main(int argc, char **argv) {
         const char *cn[2] = { "raw", "zstd" };
         fig lim[2] = {0}, one[2] = {0}, one_r[2] = {0}, same[2] = {0}, same_r[2] = {0},
             seeds[2] = {0}, seeds_r = {0}, lat[4] = {0}, lat_r[4] = {0}, opn[4] = {0},
-            off[2] = {0}, off_r[2] = {0};
+            off[2] = {0}, off_r[2] = {0}, cpu_on[2] = {0}, cpu_off[2] = {0}, cpu_r[2] = {0};
         uint64_t same_g[2] = {0}, same_c[2] = {0}, same_b[2] = {0}, hits = 0, misses = 0;
 
         for (int i = 1; i < argc; i++) {
@@ -282,11 +303,14 @@ int main(int argc, char **argv) {
                         threads = strtoull(argv[++i], NULL, 0);
                 else if (!strcmp(argv[i], "--side") && more)
                         side = strtoull(argv[++i], NULL, 0);
+                else if (!strcmp(argv[i], "--telemetry-only"))
+                        tel_only = 1;
                 else if (!strcmp(argv[i], "--dir") && more)
                         dir = argv[++i];
                 else {
                         fprintf(stderr, "usage: %s [--records N] [--batch B] [--batches T] "
-                                "[--rounds R] [--threads N] [--side S] [--dir DIR]\n", argv[0]);
+                                "[--rounds R] [--threads N] [--side S] [--telemetry-only] "
+                                "[--dir DIR]\n", argv[0]);
                         return 2;
                 }
         }
@@ -338,21 +362,26 @@ int main(int argc, char **argv) {
                         zr_loader *l[4];
                         zr_loader_engine_counters t0, t1;
 
-                        /* the limit, then one loader */
+                        /* the limit, then one loader with telemetry and one
+                         * without, in turns (which goes first alternates) */
                         fig_add(&lim[c], gather_limit(&b, regs[c], buf));
                         b.e = plain;
-                        l[0] = open_loader(&b, regs[c], 1, 0, 4, ZR_SAMPLER_IID);
-                        fig_add(&one[c], run_loaders(&b, l, 1, 6));
-                        zr_loader_free(l[0]);
-                        fig_add(&one_r[c], one[c].v[round] / lim[c].v[round]);
-
-                        /* the same without telemetry */
-                        zr_loader_engine_set_telemetry(b.e, 0);
-                        l[0] = open_loader(&b, regs[c], 1, 0, 4, ZR_SAMPLER_IID);
-                        fig_add(&off[c], run_loaders(&b, l, 1, 6));
-                        zr_loader_free(l[0]);
+                        for (int k = 0; k < 2; k++) {
+                                int on = (k + (int)round) % 2 == 0;
+                                double cpu;
+                                zr_loader_engine_set_telemetry(b.e, on);
+                                l[0] = open_loader(&b, regs[c], 1, 0, 4, ZR_SAMPLER_IID);
+                                fig_add(on ? &one[c] : &off[c],
+                                        run_loaders_cpu(&b, l, 1, 6, &cpu));
+                                fig_add(on ? &cpu_on[c] : &cpu_off[c], cpu);
+                                zr_loader_free(l[0]);
+                        }
                         zr_loader_engine_set_telemetry(b.e, 1);
+                        fig_add(&one_r[c], one[c].v[round] / lim[c].v[round]);
                         fig_add(&off_r[c], one[c].v[round] / off[c].v[round]);
+                        fig_add(&cpu_r[c], cpu_on[c].v[round] / cpu_off[c].v[round]);
+                        if (tel_only)
+                                continue;
 
                         /* 4 identical loaders */
                         for (int i = 0; i < 4; i++)
@@ -412,7 +441,8 @@ int main(int argc, char **argv) {
                                 }
                         }
                 }
-                fig_add(&seeds_r, seeds[1].v[round] / seeds[0].v[round]);
+                if (!tel_only)
+                        fig_add(&seeds_r, seeds[1].v[round] / seeds[0].v[round]);
         }
         free(buf);
 
@@ -423,7 +453,12 @@ int main(int argc, char **argv) {
                 fig_print("one loader (prefetch 4)", &one[c], "batches/s");
                 fig_print("  one loader / limit", &one_r[c], "x");
                 fig_print("one loader, telemetry off", &off[c], "batches/s");
-                fig_print("  telemetry on / off", &off_r[c], "x");
+                fig_print("  telemetry on / off, batches/s", &off_r[c], "x");
+                fig_print("CPU per batch, telemetry on", &cpu_on[c], "us");
+                fig_print("CPU per batch, telemetry off", &cpu_off[c], "us");
+                fig_print("  telemetry on / off, CPU per batch", &cpu_r[c], "x");
+                if (tel_only)
+                        continue;
                 fig_print("4 identical loaders, aggregate", &same[c], "batches/s");
                 fig_print("  4 identical / one loader", &same_r[c], "x");
                 printf("  group work: %" PRIu64 " gathers and %" PRIu64 " takes for %" PRIu64
@@ -437,11 +472,14 @@ int main(int argc, char **argv) {
                           "ms");
                 fig_print("  first batch / steady batch time", &lat_r[2 * c + 1], "x");
         }
+        if (tel_only)
+                goto done;
         printf("-- 4 seeds\n");
         fig_print("zstd (warm cache) / raw", &seeds_r, "x");
         printf("  cache: %" PRIu64 " hits, %" PRIu64 " misses in the timed zstd runs\n", hits,
                misses);
 
+done:
         zr_loader_engine_free(plain);
         zr_loader_engine_free(cached);
         zr_dataset_close(b.raw.ds, NULL);
