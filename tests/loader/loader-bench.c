@@ -24,7 +24,9 @@
  *              (the default, and every release reporting a wait and a take
  *              time as a client does), in turns: what the telemetry costs, in
  *              batches/s and in the process's CPU time per batch (which the
- *              load of other processes moves less)
+ *              load of other processes moves less); with --telemetry-only
+ *              (nothing else is run), also the least time of a raw gather
+ *              untimed, timed light and timed in detail, and a clock read's
  *
  * Each figure is measured in R rounds; in each round every contender runs
  * once, interleaved, so that a change of machine load hits all of them; the
@@ -48,6 +50,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dataset/batch.h"
 #include "dataset/dataset.h"
 #include "loader/loader.h"
 #include "util/pool.h"
@@ -211,6 +214,45 @@ static double run_loaders_cpu(bench *b, zr_loader **l, size_t n, uint64_t warm,
 
 static double run_loaders(bench *b, zr_loader **l, size_t n, uint64_t warm) {
         return run_loaders_cpu(b, l, n, warm, NULL);
+}
+
+/* What telemetry adds to one gather, the least of many (the minimum is what
+ * other processes' load moves least): a gather of b->batch random records of
+ * r through zr_gather_read(), untimed, timed light and timed in detail
+ * (batch.h), interleaved; ret[3] in ns. And a clock read's cost, ns (the
+ * least over 1000 runs of 1000). */
+static void gather_costs(bench *b, reg *r, uint8_t *buf, uint64_t ret[3], double *clock_ns) {
+        uint64_t seed = 7, *idx = malloc(b->batch * sizeof(uint64_t)), t0;
+        zr_error err = {0};
+
+        ret[0] = ret[1] = ret[2] = UINT64_MAX;
+        for (int rep = 0; rep < 30000; rep++) {
+                int mode = rep % 3;
+                zr_gather_times t = { .detail = mode == 2 };
+                for (uint64_t i = 0; i < b->batch; i++) {
+                        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+                        idx[i] = (seed >> 33) % b->records;
+                }
+                zr_gather g = { .ds = r->ds, .idx = idx, .n = b->batch, .times = mode ? &t : NULL };
+                t0 = now_ns();
+                if (zr_gather_locate(&g, &err) < 0 ||
+                    zr_gather_read(&g, buf, 0, NULL, b->pool, &err) < 0)
+                        die("gather", &err);
+                t0 = now_ns() - t0;
+                zr_gather_release(&g);
+                if (t0 < ret[mode])
+                        ret[mode] = t0;
+        }
+        free(idx);
+        *clock_ns = 1e9;
+        for (int k = 0; k < 1000; k++) {
+                t0 = now_ns();
+                for (int i = 0; i < 1000; i++)
+                        (void)now_ns();
+                t0 = now_ns() - t0;
+                if ((double)t0 / 1000 < *clock_ns)
+                        *clock_ns = (double)t0 / 1000;
+        }
 }
 
 static double gather_limit(bench *b, reg *r, uint8_t *buf) {
@@ -444,6 +486,10 @@ int main(int argc, char **argv) {
                 if (!tel_only)
                         fig_add(&seeds_r, seeds[1].v[round] / seeds[0].v[round]);
         }
+        uint64_t g3[3] = {0};
+        double clk = 0;
+        if (tel_only)
+                gather_costs(&b, &b.raw, buf, g3, &clk);
         free(buf);
 
         for (int c = 0; c < 2; c++) {
@@ -472,8 +518,15 @@ int main(int argc, char **argv) {
                           "ms");
                 fig_print("  first batch / steady batch time", &lat_r[2 * c + 1], "x");
         }
-        if (tel_only)
+        if (tel_only) {
+                printf("-- one raw gather of %" PRIu64 " records, least of 10000 each, interleaved\n",
+                       b.batch);
+                printf("untimed %.1f us, timed light %.1f us (%+.1f %%), in detail %.1f us "
+                       "(%+.1f %%); a clock read %.1f ns\n", (double)g3[0] / 1e3,
+                       (double)g3[1] / 1e3, 100.0 * ((double)g3[1] / (double)g3[0] - 1),
+                       (double)g3[2] / 1e3, 100.0 * ((double)g3[2] / (double)g3[0] - 1), clk);
                 goto done;
+        }
         printf("-- 4 seeds\n");
         fig_print("zstd (warm cache) / raw", &seeds_r, "x");
         printf("  cache: %" PRIu64 " hits, %" PRIu64 " misses in the timed zstd runs\n", hits,
