@@ -38,11 +38,14 @@
  * fault; a device read ten or more), so the loader's next fills are timed in
  * detail (batch.h: faults apart, device bytes); so is every this-many-th
  * fill, to notice a change. Without detail, the pages are those its bytes
- * span, at least one a record: a raw copy that slow is as suspect, and so is
- * a decode ten times slower (zstd decodes a page in a few microseconds). A
- * fill in detail costs a pass over its pages and two getrusage() calls a
- * shard: a few percent of a small batch, so only when it tells something. */
+ * span, at least one a record, and the copy or decode time includes any
+ * fault: a raw copy of 10 us a page is suspect (memcpy moves a page in well
+ * under one, even sharing memory bandwidth with a busy box), and so is a
+ * decode of 20 us (zstd decodes a page in a few). A fill in detail costs a
+ * pass over its pages and two getrusage() calls a shard: a few percent of a
+ * batch, so only when it tells something. */
 #define LOADER_SLOW_PAGE_NS 2000
+#define LOADER_SLOW_COPY_NS 10000
 #define LOADER_SLOW_DECODE_NS 20000
 #define LOADER_DETAIL_EVERY 64
 
@@ -296,7 +299,7 @@ static void fill_telemetry(zr_loader *l, const fill_result *res) {
                 uint64_t pages = res->bytes / 4096 + 1;
                 if (pages < res->records)
                         pages = res->records;
-                l->detail = t->copy_ns > pages * LOADER_SLOW_PAGE_NS ||
+                l->detail = t->copy_ns > pages * LOADER_SLOW_COPY_NS ||
                             t->decode_ns > pages * LOADER_SLOW_DECODE_NS;
         }
         l->detail |= tel->total[ZR_TEL_FILLS] % LOADER_DETAIL_EVERY == 0;
