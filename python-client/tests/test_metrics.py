@@ -181,8 +181,9 @@ def test_endpoint_over_a_unix_socket(own_daemon, tmp_path):
     ninth.connect(path)
     assert ninth.recv(100) == b""
     ninth.close()
-    for s in held:
+    for s in held:                                       # within their 5 s
         s.sendall(b"\r\n")
+    for s in held:
         assert s.recv(64).startswith(b"HTTP/1.0 200 OK")
         s.close()
     # a peer that says nothing is closed after the timeout (5 s)
