@@ -154,64 +154,61 @@ static void put_cell(FILE *f, const char *s, int w, int pad, int keep_end) {
                 fputc(' ', f);
 }
 
-static void put_row(FILE *f, const row *r, int width) {
-        char cell[64];
+/* One line of cells[0..NCOLS) in their columns (the last one, the command,
+ * unpadded), cut to `width` (0: no bound); the dataset keeps its end. */
+static void put_columns(FILE *f, const char *const *cells, int width, int pad) {
         char *line = NULL;
         size_t len = 0;
         FILE *m = open_memstream(&line, &len);
         if (!m)
                 return;
         for (int k = 0; k < NCOLS; k++) {
-                const char *s = cell;
-                switch (k) {
-                case COL_PID: snprintf(cell, sizeof(cell), "%" PRIu64, r->l->pid); break;
-                case COL_USER: s = r->user; break;
-                case COL_LOADER: snprintf(cell, sizeof(cell), "%u", r->l->loader); break;
-                case COL_STEP: snprintf(cell, sizeof(cell), "%" PRIu64, r->l->step); break;
-                case COL_RATE: snprintf(cell, sizeof(cell), "%.1f", r->rate); break;
-                case COL_WAIT: snprintf(cell, sizeof(cell), "%.1f", 100 * r->wait); break;
-                case COL_VERDICT: s = r->l->telemetry.verdict[0] ? r->l->telemetry.verdict : "-";
-                        break;
-                case COL_STAGE: s = r->l->telemetry.stage[0] ? r->l->telemetry.stage : "-"; break;
-                case COL_HIT:
-                        if (r->hit < 0)
-                                snprintf(cell, sizeof(cell), "-");
-                        else
-                                snprintf(cell, sizeof(cell), "%.1f", 100 * r->hit);
-                        break;
-                case COL_MIB: snprintf(cell, sizeof(cell), "%.1f", r->mib); break;
-                case COL_DATASET: s = r->l->dataset; break;
-                default: s = r->l->command; break;
-                }
-                put_cell(m, s, cols[k].width - 1, k != COL_COMMAND, k == COL_DATASET);
-                if (k != COL_COMMAND)
-                        fputc(' ', m);
-        }
-        fclose(m);
-        if (!line)
-                return;
-        put_cell(f, line, width, 0, 0);
-        free(line);
-}
-
-static void put_titles(FILE *f, const top *t, int width) {
-        char *line = NULL;
-        size_t len = 0;
-        FILE *m = open_memstream(&line, &len);
-        if (!m)
-                return;
-        for (int k = 0; k < NCOLS; k++) {
-                char title[24];
-                snprintf(title, sizeof(title), "%s%s", cols[k].title,
-                         k == (int)t->sort ? (t->reverse ^ cols[k].numeric ? "v" : "^") : "");
-                put_cell(m, title, cols[k].width - 1, k != COL_COMMAND, 0);
+                put_cell(m, cells[k], cols[k].width - 1, k != COL_COMMAND, k == COL_DATASET);
                 if (k != COL_COMMAND)
                         fputc(' ', m);
         }
         fclose(m);
         if (line)
-                put_cell(f, line, width, t->interactive, 0);
+                put_cell(f, line, width, pad, 0);
         free(line);
+}
+
+static void put_row(FILE *f, const row *r, int width) {
+        const zrc_loader_status *l = r->l;
+        char cell[NCOLS][32];
+        const char *cells[NCOLS];
+
+        for (int k = 0; k < NCOLS; k++)
+                cells[k] = cell[k];
+        snprintf(cell[COL_PID], sizeof(cell[0]), "%" PRIu64, l->pid);
+        cells[COL_USER] = r->user;
+        snprintf(cell[COL_LOADER], sizeof(cell[0]), "%u", l->loader);
+        snprintf(cell[COL_STEP], sizeof(cell[0]), "%" PRIu64, l->step);
+        snprintf(cell[COL_RATE], sizeof(cell[0]), "%.1f", r->rate);
+        snprintf(cell[COL_WAIT], sizeof(cell[0]), "%.1f", 100 * r->wait);
+        cells[COL_VERDICT] = l->telemetry.verdict[0] ? l->telemetry.verdict : "-";
+        cells[COL_STAGE] = l->telemetry.stage[0] ? l->telemetry.stage : "-";
+        if (r->hit < 0)
+                cells[COL_HIT] = "-";
+        else
+                snprintf(cell[COL_HIT], sizeof(cell[0]), "%.1f", 100 * r->hit);
+        snprintf(cell[COL_MIB], sizeof(cell[0]), "%.1f", r->mib);
+        cells[COL_DATASET] = l->dataset;
+        cells[COL_COMMAND] = l->command;
+        put_columns(f, cells, width, 0);
+}
+
+static void put_titles(FILE *f, const top *t, int width) {
+        char title[NCOLS][24];
+        const char *cells[NCOLS];
+
+        for (int k = 0; k < NCOLS; k++) {
+                /* the sort column's marker: v high first, ^ low first */
+                snprintf(title[k], sizeof(title[0]), "%s%s", cols[k].title,
+                         k == (int)t->sort ? (t->reverse ^ cols[k].numeric ? "v" : "^") : "");
+                cells[k] = title[k];
+        }
+        put_columns(f, cells, width, t->interactive);
 }
 
 static const char *const window_names[] = { "1 s", "10 s", "60 s" };

@@ -132,13 +132,8 @@ def http(addr, request, family=socket.AF_UNIX):
     s.settimeout(WAIT)
     s.connect(addr)
     s.sendall(request)
-    data = b""
-    while True:
-        chunk = s.recv(65536)
-        if not chunk:
-            break
-        data += chunk
-    s.close()
+    with s, s.makefile("rb") as f:
+        data = f.read()                                  # to the daemon's close
     head, _, body = data.partition(b"\r\n\r\n")
     lines = head.decode().split("\r\n")
     hdrs = dict(l.split(": ", 1) for l in lines[1:] if ": " in l)

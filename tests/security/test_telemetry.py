@@ -35,13 +35,7 @@ SCRAPE = """
     s.settimeout(30)
     s.connect(os.environ["METRICS"])
     s.sendall(b"GET /metrics HTTP/1.0\\r\\n\\r\\n")
-    data = b""
-    while True:
-        chunk = s.recv(65536)
-        if not chunk:
-            break
-        data += chunk
-    emit({"text": data.decode("utf-8", "replace")})
+    emit({"text": s.makefile("rb").read().decode("utf-8", "replace")})
     """
 
 STATUS = """
