@@ -1,7 +1,8 @@
 /* test-batch.c: the batch gather (dataset/batch.h): the layout locate() makes
  * before any byte is read, ragged records at multiples of 8 with their padding
  * zeroed and `base` added to their offsets, reads through the decoded-record
- * cache (hits, misses, evictions; raw datasets bypass it), and refusals. */
+ * cache (hits, misses, evictions; raw datasets bypass it; a record drawn twice
+ * in a batch decoded once), and refusals. */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
@@ -176,6 +177,48 @@ START_TEST(test_cache) {
 }
 END_TEST
 
+/* A record drawn more than once in a batch is decoded once and copied: each
+ * later draw is a hit, the cache holds it once, and every place gets its
+ * bytes; a draw of a record the cache already holds stays a plain hit. */
+START_TEST(test_cache_repeats) {
+        enum { ITEM = 64, B = 12 };
+        const uint64_t idx[B] = { 3, 5, 3, 9, 3, 5, 11, 2, 9, 2, 2, 7 };
+        uint8_t dst[B * ITEM], want[ITEM];
+        zr_rcache_stats cs;
+        zr_rcache *cache;
+        zr_pool *pool;
+        zr_error err = {0};
+        scratch sc;
+
+        scratch_new(&sc);
+        ck_assert_int_eq(zr_pool_new(2, &pool), 0);
+        ck_assert_int_eq(zr_rcache_new(1 << 20, &cache), 0);
+        zr_dataset *zs = make_dense(&sc, "z", ITEM, ZR_CODEC_ZSTD);
+        for (int pass = 0; pass < 2; pass++) {
+                zr_gather g = { .ds = zs, .idx = idx, .n = B };
+                memset(dst, 0, sizeof(dst));
+                ck_assert_int_eq(zr_gather_locate(&g, &err), 0);
+                ck_assert_msg(zr_gather_read(&g, dst, 0, cache, pool, &err) == 0, "%s",
+                              err.message);
+                for (uint64_t i = 0; i < B; i++) {
+                        gen_bytes(want, ITEM, idx[i]);
+                        ck_assert_int_eq(memcmp(dst + i * ITEM, want, ITEM), 0);
+                }
+                /* 6 distinct records (2, 3, 5, 7, 9, 11): the first pass
+                 * decodes each once, the second hits every draw */
+                ck_assert_uint_eq(g.misses, pass ? 0 : 6);
+                ck_assert_uint_eq(g.hits, pass ? B : B - 6);
+                zr_rcache_stats_get(cache, &cs);
+                ck_assert_uint_eq(cs.entries, 6);
+                zr_gather_release(&g);
+        }
+        zr_dataset_close(zs, NULL);
+        zr_rcache_free(cache);
+        zr_pool_free(pool);
+        scratch_free(&sc);
+}
+END_TEST
+
 /* An index past the end is refused by locate, before anything is read. */
 START_TEST(test_range) {
         scratch sc;
@@ -199,4 +242,4 @@ START_TEST(test_range) {
 }
 END_TEST
 
-TL_SUITE_MAIN("batch", test_ragged_layout, test_cache, test_range)
+TL_SUITE_MAIN("batch", test_ragged_layout, test_cache, test_cache_repeats, test_range)
