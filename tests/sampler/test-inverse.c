@@ -212,6 +212,60 @@ START_TEST(test_far_cyclic) {
 }
 END_TEST
 
+/* Ranges that end at the last steps, where a cycle (of the sampler or of a
+ * mixture's source) runs past step or draw 2^64 - 1: the positions past it are
+ * not hits at early steps. Every hit names a batch that holds the record there,
+ * hits ascend, and each cycle gives at most one. */
+START_TEST(test_last_cycles) {
+        zr_steps_of_ops ops = { .on_hits = test_on_hits, .userdata = &test_got };
+        /* 3 * 2^62 records, one a step: cycles 0 and 1, the second cut at 2^64 */
+        zr_sampler_params p = { .mode = ZR_SAMPLER_CYCLIC, .n = UINT64_C(3) << 62, .batch_size = 1, .seed = 1,
+                                .world_size = 1 };
+        uint64_t idx[1];
+        uint32_t from[1];
+
+        for (int m = 0; m < 2; m++) {
+                p.mode = m ? ZR_SAMPLER_CYCLIC_LX157 : ZR_SAMPLER_CYCLIC;
+                for (uint64_t record = 0; record < 16; record++) {
+                        test_reset(&test_got);
+                        ck_assert_int_eq(zr_sampler_steps_of(&p, record, 0, UINT64_MAX, &ops, NULL), 0);
+                        ck_assert_uint_ge(test_got.count, 1);
+                        ck_assert_uint_le(test_got.count, 2);
+                        for (size_t i = 0; i < test_got.count; i++) {
+                                p.step = test_got.h[i].step;
+                                ck_assert_int_eq(zr_sampler_indices(&p, idx, NULL), 0);
+                                TEST_EQ(idx[0], record);
+                                if (i)
+                                        ck_assert_uint_gt(p.step, test_got.h[i - 1].step);
+                        }
+                }
+        }
+        /* a mixture of one source of 3 * 2^62 (each mode but iid), one draw a step:
+         * its second cycle runs past draw 2^64 - 1 */
+        for (int m = 0; m < 3; m++) {
+                static const enum zr_sampler_mode modes[3] = { ZR_SAMPLER_CYCLIC, ZR_SAMPLER_CYCLIC_LX157,
+                                                               ZR_SAMPLER_SEQUENTIAL };
+                zr_mixture_source one = { modes[m], UINT64_C(3) << 62, 1 };
+
+                ck_assert_int_eq(zr_mixture_init(&test_m, &one, 1, 1, 1, 9, NULL), 0);
+                for (uint64_t record = 0; record < 16; record++) {
+                        test_reset(&test_got);
+                        ck_assert_int_eq(zr_mixture_steps_of(&test_m, 0, record, 0, UINT64_MAX, &ops, NULL), 0);
+                        ck_assert_uint_ge(test_got.count, 1);
+                        ck_assert_uint_le(test_got.count, 2);
+                        for (size_t i = 0; i < test_got.count; i++) {
+                                ck_assert_int_eq(zr_mixture_batch(&test_m, test_got.h[i].step, test_got.h[i].rank,
+                                                                  from, idx, NULL), 0);
+                                TEST_EQ(from[0], 0);
+                                TEST_EQ(idx[0], record);
+                                if (i)
+                                        ck_assert_uint_gt(test_got.h[i].step, test_got.h[i - 1].step);
+                        }
+                }
+        }
+}
+END_TEST
+
 START_TEST(test_refusals_and_stops) {
         zr_steps_of_ops ops = { .on_hits = test_on_hits, .on_progress = test_on_progress, .userdata = &test_got };
         zr_sampler_params p = { .mode = ZR_SAMPLER_IID, .n = 10, .batch_size = 100, .seed = 1, .world_size = 2 };
@@ -278,6 +332,6 @@ END_TEST
 int main(void) {
         Suite *s = suite_create("inverse");
         TL_TCASE(s, "core", 0, test_plain_property,
-                 test_mixture_property, test_far_cyclic, test_refusals_and_stops);
+                 test_mixture_property, test_far_cyclic, test_last_cycles, test_refusals_and_stops);
         return tl_run_suite(s);
 }
