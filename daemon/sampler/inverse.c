@@ -420,3 +420,64 @@ int zr_mixture_steps_of(const zr_mixture *m, uint32_t source, uint64_t record, u
         free(o);
         return r;
 }
+
+/* --------------------------------------------------------------- pieces */
+
+uint64_t zr_sampler_steps_of_cut(const zr_sampler_params *p, uint64_t start, uint64_t stop,
+                                 uint64_t max_scan, uint64_t max_cycles) {
+        uint64_t global = p->batch_size * p->world_size, steps, end;
+
+        switch (p->mode) {
+        case ZR_SAMPLER_SEQUENTIAL:
+                return stop;
+        case ZR_SAMPLER_IID:
+                steps = max_scan / global;
+                break;
+        default: {
+                /* whole cycles from the one that holds start */
+                uint64_t per_cycle = p->n / global, first = start / per_cycle;
+
+                if (__builtin_add_overflow(first, max_cycles ? max_cycles : 1, &end) ||
+                    __builtin_mul_overflow(end, per_cycle, &end))
+                        return stop;
+                return end < stop ? end : stop;
+        }
+        }
+        if (steps == 0)
+                steps = 1;
+        return stop - start <= steps ? stop : start + steps;
+}
+
+uint64_t zr_mixture_steps_of_cut(const zr_mixture *m, uint32_t source, uint64_t start,
+                                 uint64_t stop, uint64_t max_scan, uint64_t max_cycles) {
+        const zr_mixture_source *s = &m->sources[source];
+        uint64_t budget, c0, lo, hi;
+
+        if (stop > m->last_step + 1)
+                stop = m->last_step + 1;
+        if (start >= stop)
+                return stop;
+        if (s->mode == ZR_SAMPLER_SEQUENTIAL)
+                return stop;
+        if (s->mode == ZR_SAMPLER_IID)
+                budget = max_scan;
+        else if (__builtin_mul_overflow(max_cycles, s->n, &budget))
+                budget = UINT64_MAX;
+        c0 = zr_mixture_draws_before(m, source, start);
+        if (zr_mixture_draws_before(m, source, stop) - c0 <= budget)
+                return stop;
+        /* the last step s in [start + 1, stop) with D_k(s) - c0 <= budget */
+        lo = start + 1;
+        hi = stop;
+        if (zr_mixture_draws_before(m, source, lo) - c0 > budget)
+                return lo;
+        while (hi - lo > 1) {
+                uint64_t mid = lo + (hi - lo) / 2;
+
+                if (zr_mixture_draws_before(m, source, mid) - c0 <= budget)
+                        lo = mid;
+                else
+                        hi = mid;
+        }
+        return lo;
+}

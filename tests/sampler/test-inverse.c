@@ -1,7 +1,8 @@
 /* test-inverse.c: which steps saw a record. For random (mode,
  * seed, n, B, W, steps, record), plain and mixed, the answer holds a (step, rank,
  * position) exactly when that step's batch holds the record there, in ascending
- * order; far steps are checked against the batches they name; refusals, a
+ * order; far steps are checked against the batches they name; a range walked
+ * in the pieces of a budget gives what one walk gives; refusals, a
  * callback's stop and progress reports. Random cases come from a fixed generator. */
 #include <check.h>
 #include <errno.h>
@@ -266,6 +267,82 @@ START_TEST(test_last_cycles) {
 }
 END_TEST
 
+/* A range walked in pieces (the cuts of a small budget) gives exactly the
+ * hits of one walk; each piece is within its budget unless it is one step,
+ * and the pieces move forward to stop. */
+START_TEST(test_pieces) {
+        zr_steps_of_ops ops = { .on_hits = test_on_hits, .userdata = &test_got };
+        zr_steps_of_ops whole = { .on_hits = test_on_hits, .userdata = &test_want };
+        zr_mixture_source s[4];
+
+        for (unsigned c = 0; c < 600; c++) {
+                uint64_t max_scan = 1 + test_rand(200), max_cycles = 1 + test_rand(3);
+                uint64_t start = test_rand(c % 5 ? 50 : UINT64_C(1) << 50), stop = start + 1 + test_rand(80);
+                char what[128];
+
+                if (c % 2 == 0) {
+                        zr_sampler_params p = { .mode = (enum zr_sampler_mode)test_rand(_ZR_SAMPLER_MODE_MAX),
+                                                .seed = test_rand(UINT64_MAX), .batch_size = 1 + test_rand(9),
+                                                .world_size = 1 + (uint32_t)test_rand(3) };
+                        uint64_t g = p.batch_size * p.world_size, record;
+
+                        p.n = g + test_rand(60);
+                        record = test_rand(p.n);
+                        test_reset(&test_want);
+                        ck_assert_int_eq(zr_sampler_steps_of(&p, record, start, stop, &whole, NULL), 0);
+                        test_reset(&test_got);
+                        for (uint64_t at = start; at < stop;) {
+                                uint64_t cut = zr_sampler_steps_of_cut(&p, at, stop, max_scan, max_cycles);
+
+                                ck_assert_uint_gt(cut, at);
+                                ck_assert_uint_le(cut, stop);
+                                if (p.mode == ZR_SAMPLER_IID && cut - at > 1)
+                                        ck_assert_uint_le((cut - at) * g, max_scan);
+                                if ((p.mode == ZR_SAMPLER_CYCLIC || p.mode == ZR_SAMPLER_CYCLIC_LX157) &&
+                                    cut < stop)
+                                        TEST_EQ((cut - 1) / (p.n / g) - at / (p.n / g) + 1, max_cycles);
+                                ck_assert_int_eq(zr_sampler_steps_of(&p, record, at, cut, &ops, NULL), 0);
+                                at = cut;
+                        }
+                        snprintf(what, sizeof(what), "pieces %u %s", c, zr_sampler_mode_name(p.mode));
+                } else {
+                        uint32_t k = 1 + (uint32_t)test_rand(4), source = (uint32_t)test_rand(k);
+                        uint64_t b = 1 + test_rand(8), record;
+
+                        for (uint32_t i = 0; i < k; i++)
+                                s[i] = (zr_mixture_source){ .mode = (enum zr_sampler_mode)test_rand(_ZR_SAMPLER_MODE_MAX),
+                                                            .n = 1 + test_rand(30),
+                                                            .weight = (uint32_t)(1 + test_rand(9)) };
+                        ck_assert_int_eq(zr_mixture_init(&test_m, s, k, b, 1 + (uint32_t)test_rand(2),
+                                                         test_rand(UINT64_MAX), NULL), 0);
+                        record = test_rand(s[source].n);
+                        test_reset(&test_want);
+                        ck_assert_int_eq(zr_mixture_steps_of(&test_m, source, record, start, stop, &whole, NULL), 0);
+                        test_reset(&test_got);
+                        for (uint64_t at = start; at < stop;) {
+                                uint64_t cut = zr_mixture_steps_of_cut(&test_m, source, at, stop, max_scan,
+                                                                       max_cycles);
+                                uint64_t draws = zr_mixture_draws_before(&test_m, source, cut) -
+                                                 zr_mixture_draws_before(&test_m, source, at);
+
+                                ck_assert_uint_gt(cut, at);
+                                ck_assert_uint_le(cut, stop);
+                                if (s[source].mode == ZR_SAMPLER_IID && cut - at > 1)
+                                        ck_assert_uint_le(draws, max_scan);
+                                if (s[source].mode != ZR_SAMPLER_IID && s[source].mode != ZR_SAMPLER_SEQUENTIAL &&
+                                    cut - at > 1)
+                                        ck_assert_uint_le(draws, max_cycles * s[source].n);
+                                ck_assert_int_eq(zr_mixture_steps_of(&test_m, source, record, at, cut, &ops, NULL), 0);
+                                at = cut;
+                        }
+                        snprintf(what, sizeof(what), "pieces %u mixture source %s", c,
+                                 zr_sampler_mode_name(s[source].mode));
+                }
+                test_same(&test_got, &test_want, what);
+        }
+}
+END_TEST
+
 START_TEST(test_refusals_and_stops) {
         zr_steps_of_ops ops = { .on_hits = test_on_hits, .on_progress = test_on_progress, .userdata = &test_got };
         zr_sampler_params p = { .mode = ZR_SAMPLER_IID, .n = 10, .batch_size = 100, .seed = 1, .world_size = 2 };
@@ -332,6 +409,7 @@ END_TEST
 int main(void) {
         Suite *s = suite_create("inverse");
         TL_TCASE(s, "core", 0, test_plain_property,
-                 test_mixture_property, test_far_cyclic, test_last_cycles, test_refusals_and_stops);
+                 test_mixture_property, test_far_cyclic, test_last_cycles, test_pieces,
+                 test_refusals_and_stops);
         return tl_run_suite(s);
 }
