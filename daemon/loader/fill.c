@@ -126,6 +126,10 @@ static int streams_open(zr_loader *l, const zr_loader_stream *streams,
                 for (size_t i = 0; i < l->nstreams; i++) {
                         lstream *st = loader_stream(l, k, i);
                         st->s = in[i];
+                        if (in[i].name) { /* the caller's string lives as long as the call */
+                                snprintf(st->label, sizeof(st->label), "%s", in[i].name);
+                                st->s.name = st->label;
+                        }
                         stream_name(l, k, i, in[i].name, st->name, sizeof(st->name));
                         st->schema = zr_dataset_schema(st->s.ds);
                         st->ragged = st->schema->kind == ZR_SCHEMA_RAGGED;

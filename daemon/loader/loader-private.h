@@ -44,7 +44,8 @@
 /* A stream of a loader (of one source of a mixture), as fill.c sets it up at
  * open. */
 typedef struct lstream {
-        zr_loader_stream s;
+        zr_loader_stream s;   /* s.name points to `label` (or is NULL) */
+        char label[48];       /* the stream's name as given, cut */
         char name[64];        /* for messages */
         const zr_schema *schema;
         int ragged;

@@ -253,7 +253,8 @@ typedef struct zr_loader_stream {
          * of alignment per record, rounded up to ZR_STREAM_ALIGN. Ignored for
          * dense streams (exactly batch_size × record bytes). */
         uint64_t capacity;
-        /* for messages ("stream 1 (label)"); may be NULL */
+        /* for messages ("stream 1 (label)"); may be NULL; copied (its first 47
+         * bytes) */
         const char *name;
 } zr_loader_stream;
 
