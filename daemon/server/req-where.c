@@ -87,15 +87,23 @@ static void steps_run(zr_job *job) {
         steps_state *st = rq->state;
         /* the cut bounds the scan: no limit of its own */
         zr_steps_of_ops ops = { .on_hits = steps_on_hits, .userdata = st, .scan_limit = UINT64_MAX };
-        uint64_t cut = st->stop;
+        uint64_t stop = st->stop, cut;
         int r;
 
-        if (st->start < st->stop)
-                cut = st->mixture ? zr_mixture_steps_of_cut(&st->m, st->source, st->start, st->stop,
-                                                            STEPS_OF_SCAN, STEPS_OF_CYCLES)
-                                  : zr_sampler_steps_of_cut(&st->p, st->start, st->stop,
-                                                            STEPS_OF_SCAN, STEPS_OF_CYCLES);
-        st->next = cut;
+        /* a mixture has no step past its last: the range ends there */
+        if (st->mixture && stop > st->m.last_step + 1)
+                stop = st->m.last_step + 1;
+        if (st->start >= stop) {
+                st->next = st->stop;
+                rq->result = 0;
+                return;
+        }
+        cut = st->mixture ? zr_mixture_steps_of_cut(&st->m, st->source, st->start, stop,
+                                                   STEPS_OF_SCAN, STEPS_OF_CYCLES)
+                          : zr_sampler_steps_of_cut(&st->p, st->start, stop, STEPS_OF_SCAN,
+                                                    STEPS_OF_CYCLES);
+        /* the whole range searched: say so, whatever part of it has steps */
+        st->next = cut == stop ? st->stop : cut;
         if (st->mixture)
                 r = zr_mixture_steps_of(&st->m, st->source, st->record, st->start, cut, &ops, &rq->err);
         else
