@@ -520,7 +520,8 @@ class DataLoader:
                 raise ZrecordRuntimeError(
                     f"zrecordd broke the protocol: a STEPS_OF reply of {len(hits)} values and "
                     f"next {nxt} after asking for steps [{at}, {stop})", name="ZR_E_PROTO")
-            out.extend(map(tuple, hits.reshape(-1, 3).tolist()))
+            cols = hits.reshape(-1, 3).T
+            out.extend(zip(cols[0].tolist(), cols[1].tolist(), cols[2].tolist()))
             at = nxt
             if progress is not None:
                 progress(at - start, stop - start)
