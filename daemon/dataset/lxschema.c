@@ -407,6 +407,35 @@ int zr_lxschema_decode(const void *data, size_t len, zr_lxschema *ret, zr_error 
         return 0;
 }
 
+int zr_lxschema_sniff(const void *data, size_t len) {
+        mp m = { .p = data, .end = (const uint8_t *)data + len, .start = data };
+        uint32_t n;
+
+        if (len == 0 || mp_container(&m, 0x80, 0xde, 0xdf, 2, &n, "", NULL) < 0) {
+                /* a map whose declared size passes what was read: count what is there */
+                if (len == 0 || !((*m.p & 0xf0) == 0x80 || *m.p == 0xde || *m.p == 0xdf))
+                        return 0;
+                m.p += *m.p == 0xde ? 3 : *m.p == 0xdf ? 5 : 1;
+                if (m.p > m.end)
+                        return 0;
+                n = UINT32_MAX;
+        }
+        for (uint32_t i = 0; i < n && m.p < m.end; i++) {
+                const char *key;
+                uint32_t klen;
+
+                if (mp_str(&m, &key, &klen, "", NULL) < 0) {
+                        if (mp_skip(&m, NULL) < 0)
+                                return 0;
+                } else if (str_is(key, klen, "shapes")) {
+                        return 1;
+                }
+                if (mp_skip(&m, NULL) < 0)
+                        return 0;
+        }
+        return 0;
+}
+
 int zr_lxschema_encode(const zr_lxschema *s, void **ret, size_t *ret_len, zr_error *err) {
         uint64_t count = zr_shapes_count(s->shapes);
         msgpack_sbuffer sbuf;
