@@ -659,6 +659,35 @@ static size_t list_bad(zr_store *store, const zr_verify_report *report, uint64_t
         return nbad;
 }
 
+/* Loaderx 1.5.7's ragged layout: every record's stored size against its shape in
+ * schema.msgpack, from the table alone. Adds the mismatches to *report (and, up to
+ * bad_max, to bad[*nbad..]); the first one's message to *err. */
+static int verify_shapes(zr_dataset *ds, zr_verify_report *report, uint64_t *bad,
+                         size_t bad_max, size_t *nbad, zr_error *err) {
+        uint64_t length = zr_store_length(ds->store), dims[ZR_SCHEMA_NDIM_MAX], found = 0;
+        uint32_t nd;
+        int r = 0;
+
+        for (uint64_t i = 0; i < length; i++) {
+                zr_loc loc;
+
+                if (zr_store_locate(ds->store, &i, 1, &loc, NULL) < 0)
+                        continue; /* the store's verify counted it */
+                if (zr_dataset_record_shape(ds, i, loc.logic_length, &nd, dims,
+                                            found ? NULL : err) == 0)
+                        continue;
+                if (found++ == 0) {
+                        r = -ZR_E_CORRUPT;
+                        if (report->bad == 0 || i < report->first_bad)
+                                report->first_bad = i;
+                }
+                report->bad++;
+                if (*nbad < bad_max)
+                        bad[(*nbad)++] = i;
+        }
+        return r;
+}
+
 int zr_dataset_verify(zr_dataset *ds, zr_verify_report *ret, uint64_t *bad, size_t bad_max,
                       size_t *ret_nbad, zr_error *err) {
         zr_verify_report report = {0};
@@ -667,6 +696,11 @@ int zr_dataset_verify(zr_dataset *ds, zr_verify_report *ret, uint64_t *bad, size
         *ret_nbad = 0;
         if ((r == -ZR_E_CORRUPT || r == -ZR_E_DECODE) && report.bad > 0)
                 *ret_nbad = list_bad(ds->store, &report, bad, bad_max);
+        if (ds->lx && (r == 0 || r == -ZR_E_CORRUPT || r == -ZR_E_DECODE)) {
+                int s = verify_shapes(ds, &report, bad, bad_max, ret_nbad, err);
+                if (r == 0)
+                        r = s;
+        }
         if (ret)
                 *ret = report;
         return r;

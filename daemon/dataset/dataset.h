@@ -163,7 +163,9 @@ int zr_dataset_sync(zr_dataset *ds, zr_error *err);
 /* Reads and checks every record (zr_store_verify()) and, when some are bad,
  * lists up to bad_max of their indices in bad[0..*ret_nbad) by reading every
  * record from the first bad one on (a store whose only fault is two records
- * sharing bytes lists the first of them). Returns as zr_store_verify(): 0 if
+ * sharing bytes lists the first of them). In loaderx 1.5.7's ragged layout a
+ * record whose size is not its shape's in schema.msgpack is bad too (ZR_E_CORRUPT).
+ * Returns as zr_store_verify(): 0 if
  * sound, -ZR_E_CORRUPT or -ZR_E_DECODE when records are bad (*err names the
  * first), another code when the pass could not run. */
 int zr_dataset_verify(zr_dataset *ds, zr_verify_report *ret, uint64_t *bad, size_t bad_max,
