@@ -411,13 +411,17 @@ int zr_lxschema_sniff(const void *data, size_t len) {
         mp m = { .p = data, .end = (const uint8_t *)data + len, .start = data };
         uint32_t n;
 
-        if (len == 0 || mp_container(&m, 0x80, 0xde, 0xdf, 2, &n, "", NULL) < 0) {
-                /* a map whose declared size passes what was read: count what is there */
-                if (len == 0 || !((*m.p & 0xf0) == 0x80 || *m.p == 0xde || *m.p == 0xdf))
+        if (len == 0)
+                return 0;
+        if (mp_container(&m, 0x80, 0xde, 0xdf, 2, &n, "", NULL) < 0) {
+                /* a map whose declared size passes what was read (a prefix of the
+                 * file): look at the entries that are there */
+                uint8_t b = *(const uint8_t *)data;
+                size_t hdr = b == 0xde ? 3 : b == 0xdf ? 5 : 1;
+
+                if (!((b & 0xf0) == 0x80 || b == 0xde || b == 0xdf) || hdr >= len)
                         return 0;
-                m.p += *m.p == 0xde ? 3 : *m.p == 0xdf ? 5 : 1;
-                if (m.p > m.end)
-                        return 0;
+                m.p = (const uint8_t *)data + hdr;
                 n = UINT32_MAX;
         }
         for (uint32_t i = 0; i < n && m.p < m.end; i++) {
