@@ -112,25 +112,65 @@ static int store_files_private(int dirfd) {
         return private;
 }
 
-int zr_registry_open(zr_registry *reg, int dirfd, zr_entry **ret, zr_error *err) {
-        struct stat st;
-        if (fstat(dirfd, &st) < 0)
-                return zr_error_errno(err, errno, "fstat of the store directory");
+static zr_entry *find(zr_registry *reg, dev_t dev, ino_t ino) {
         for (zr_entry *e = reg->head; e; e = e->next)
-                if (e->dev == st.st_dev && e->ino == st.st_ino) {
-                        *ret = zr_entry_ref(e);
-                        return 0;
-                }
-        zr_store_options opts = {.pool = reg->pool, .no_mmap = !store_files_private(dirfd)};
-        zr_dataset *ds;
-        int r = zr_dataset_open(dirfd, &opts, &ds, err);
+                if (e->dev == dev && e->ino == ino)
+                        return e;
+        return NULL;
+}
+
+zr_entry *zr_registry_lookup(zr_registry *reg, int dirfd, struct stat *ret_st, zr_error *err) {
+        struct stat st;
+
+        if (fstat(dirfd, &st) < 0) {
+                zr_error_errno(err, errno, "fstat of the store directory");
+                return NULL;
+        }
+        if (ret_st)
+                *ret_st = st;
+        return zr_entry_ref(find(reg, st.st_dev, st.st_ino));
+}
+
+int zr_registry_open_dataset(zr_pool *pool, int dirfd, zr_dataset **ret, zr_error *err) {
+        zr_store_options opts = {.pool = pool, .no_mmap = !store_files_private(dirfd)};
+        int r = zr_dataset_open(dirfd, &opts, ret, err);
+
         if (r == -EACCES || r == -EROFS || r == -EPERM) {
                 /* The daemon may read but not write this store: serve it read-only. */
                 zr_error e2 = {0};
                 opts.read_only = 1;
-                if (zr_dataset_open(dirfd, &opts, &ds, &e2) == 0)
+                if (zr_dataset_open(dirfd, &opts, ret, &e2) == 0)
                         r = 0;
         }
+        return r;
+}
+
+int zr_registry_adopt(zr_registry *reg, zr_dataset *ds, const struct stat *st, zr_entry **ret,
+                      zr_error *err) {
+        zr_entry *e = find(reg, st->st_dev, st->st_ino);
+
+        if (e) {
+                zr_dataset_close(ds, NULL);
+                *ret = zr_entry_ref(e);
+                return 0;
+        }
+        return insert(reg, ds, st, ret, err);
+}
+
+int zr_registry_open(zr_registry *reg, int dirfd, zr_entry **ret, zr_error *err) {
+        struct stat st;
+        zr_dataset *ds;
+        zr_error lerr = {0};
+        zr_entry *e = zr_registry_lookup(reg, dirfd, &st, &lerr);
+        int r;
+
+        if (e) {
+                *ret = e;
+                return 0;
+        }
+        if (lerr.code)
+                return zr_error_set(err, lerr.code, "%s", lerr.message);
+        r = zr_registry_open_dataset(reg->pool, dirfd, &ds, err);
         if (r < 0)
                 return r;
         return insert(reg, ds, &st, ret, err);

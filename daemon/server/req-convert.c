@@ -4,9 +4,10 @@
  *
  * On the loop thread it checks the descriptors (the source's directory and its
  * meta.zr as a proof of read access, an empty directory the peer owns for the
- * new store) and opens the source through the registry, so a store already open
- * is shared, not opened twice. The conversion runs on the pool under the source's
- * lock, taken shared: reads of the source go on beside it, its mutations wait.
+ * new store). A source the daemon has open is converted from that instance,
+ * under its lock taken shared: reads of it go on beside the conversion, its
+ * mutations wait. Any other source is opened by the job itself, on the pool (its
+ * shape list may be large), for the conversion alone.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -17,7 +18,7 @@
 #include "server/request.h"
 
 typedef struct convert_state {
-        zr_entry *entry;
+        zr_entry *entry;              /* the source, if open already; else NULL */
         zr_pool *pool;
         enum zr_layout to;
         uint64_t count;
@@ -34,7 +35,17 @@ static void convert_run(zr_job *job) {
         zr_request *rq = (zr_request *)job;
         convert_state *st = rq->state;
         zr_store_options opts = {.pool = st->pool};
+        zr_dataset *src = NULL;
 
+        if (!st->entry) {
+                rq->result = zr_registry_open_dataset(st->pool, rq->fds[0], &src, &rq->err);
+                if (rq->result < 0)
+                        return;
+                rq->result = zr_convert(src, rq->fds[2], st->to, &opts, &st->count,
+                                        &st->schema, &rq->err);
+                zr_dataset_close(src, NULL);
+                return;
+        }
         zr_dataset_lock(st->entry->ds, false);
         rq->result = zr_convert(st->entry->ds, rq->fds[2], st->to, &opts, &st->count,
                                 &st->schema, &rq->err);
@@ -72,9 +83,9 @@ int zr_handle_convert(zr_request *rq) {
             (r = zr_access_dir(rq, rq->fds[2], "the new store directory")) < 0 ||
             (r = zr_access_new_dir(rq, rq->fds[2])) < 0)
                 return r;
-        r = zr_registry_open(srv->registry, rq->fds[0], &st->entry, &rq->err);
-        if (r < 0)
-                return r;
+        st->entry = zr_registry_lookup(srv->registry, rq->fds[0], NULL, &rq->err);
+        if (!st->entry && rq->err.code)
+                return -rq->err.code;
         st->pool = zr_registry_pool(srv->registry);
         return zr_request_submit_reply(rq, convert_run, convert_reply);
 }

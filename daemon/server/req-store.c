@@ -5,8 +5,10 @@
  * Access is proven with descriptors (PROTOCOL.md section 6): the store's
  * directory, and its meta.zr opened O_RDONLY (read) or O_RDWR (write), checked
  * by access mode and by (st_dev, st_ino). A new store needs an empty directory
- * the peer owns. Opening and creating run on the loop thread (a header, a
- * schema, a few small files); STATS and SYNC walk or fsync and run on the pool.
+ * the peer owns. Creating runs on the pool; opening a store no client has open
+ * too (DATASET_OPEN: a loaderx 1.5.7 schema is a shape list that can be long,
+ * registry.h), while MSSET_OPEN opens its streams on the loop thread; STATS and
+ * SYNC walk or fsync and run on the pool.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -235,6 +237,51 @@ int zr_handle_dataset_create(zr_request *rq) {
 
 /* ---- DATASET_OPEN -------------------------------------------------------- */
 
+typedef struct open_state {
+        zr_pool *pool;
+        struct stat st;
+        bool writable;
+        zr_dataset *ds;
+} open_state;
+
+static void open_state_free(void *p) {
+        open_state *st = p;
+        zr_dataset_close(st->ds, NULL);
+        free(st);
+}
+
+/* On the pool: the store's files and its schema, which can be large (registry.h). */
+static void open_run(zr_job *job) {
+        zr_request *rq = (zr_request *)job;
+        open_state *st = rq->state;
+        rq->result = zr_registry_open_dataset(st->pool, rq->fds[0], &st->ds, &rq->err);
+}
+
+static void open_done(zr_job *job) {
+        zr_request *rq = (zr_request *)job;
+        open_state *st = rq->state;
+        zr_server *srv = zr_request_server(rq);
+        zr_entry *e = NULL;
+        int r = rq->result;
+
+        if (r == -ZR_E_LOCKED) {
+                /* a concurrent open of the same store won: take its entry */
+                e = zr_registry_lookup(srv->registry, rq->fds[0], NULL, NULL);
+                if (e)
+                        r = 0;
+        }
+        if (r == 0 && !e && !zr_request_orphaned(rq)) {
+                zr_dataset *ds = st->ds;
+                st->ds = NULL;
+                r = zr_registry_adopt(srv->registry, ds, &st->st, &e, &rq->err);
+        }
+        if (r == 0 && e) {
+                int id = add_dataset_handle(rq, e, st->writable);
+                r = id < 0 ? id : reply_dataset(rq, (uint32_t)id, e, st->writable);
+        }
+        zr_request_complete(rq, r);
+}
+
 int zr_handle_dataset_open(zr_request *rq) {
         zr_server *srv = zr_request_server(rq);
         bool writable;
@@ -250,13 +297,21 @@ int zr_handle_dataset_open(zr_request *rq) {
         r = zr_access_proof(rq, rq->fds[0], rq->fds[1], writable, "the store");
         if (r < 0)
                 return r;
-        r = zr_registry_open(srv->registry, rq->fds[0], &e, &rq->err);
-        if (r < 0)
-                return r;
-        int id = add_dataset_handle(rq, e, writable);
-        if (id < 0)
-                return id;
-        return reply_dataset(rq, (uint32_t)id, e, writable);
+        open_state *st = zr_request_state(rq, sizeof(*st), open_state_free);
+        if (!st)
+                return -ENOMEM;
+        e = zr_registry_lookup(srv->registry, rq->fds[0], &st->st, &rq->err);
+        if (e) { /* open already: no file to read */
+                int id = add_dataset_handle(rq, e, writable);
+                if (id < 0)
+                        return id;
+                return reply_dataset(rq, (uint32_t)id, e, writable);
+        }
+        if (rq->err.code)
+                return -rq->err.code;
+        st->pool = zr_registry_pool(srv->registry);
+        st->writable = writable;
+        return zr_request_submit(rq, open_run, open_done);
 }
 
 /* ---- MSSET_OPEN ---------------------------------------------------------- */

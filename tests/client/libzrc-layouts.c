@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -247,7 +248,77 @@ START_TEST(test_layout_bytes) {
 }
 END_TEST
 
+/* The daemon opens a store on a worker (its shape list may be long): clients that
+ * open the same closed store at once all get the one instance. */
+enum { OPENERS = 6, ROUNDS = 5 };
+
+typedef struct opener {
+        pthread_barrier_t *go;
+        char path[512];
+        uint64_t length[ROUNDS];
+        int failures;
+        char message[ZRC_ERROR_MESSAGE_MAX];
+} opener;
+
+static void *opener_run(void *arg) {
+        opener *o = arg;
+        zrc_conn *c = NULL;
+
+        if (zrc_connect(daemon_.socket, &c, NULL) < 0) {
+                o->failures++;
+                return NULL;
+        }
+        for (int round = 0; round < ROUNDS; round++) {
+                zrc_dataset *d = NULL;
+
+                pthread_barrier_wait(o->go);
+                if (zrc_dataset_open(c, o->path, 0, &d) < 0) {
+                        o->failures++;
+                        snprintf(o->message, sizeof(o->message), "%s", zrc_last_error(c)->message);
+                } else {
+                        o->length[round] = zrc_dataset_length(d);
+                }
+                pthread_barrier_wait(o->go);
+                zrc_dataset_close(d); /* all closed: the next round opens it anew */
+                pthread_barrier_wait(o->go);
+        }
+        zrc_disconnect(c);
+        return NULL;
+}
+
+START_TEST(test_concurrent_first_open) {
+        zrc_conn *c = conn();
+        zrc_dataset *d = NULL;
+        zrc_schema s;
+        pthread_barrier_t go;
+        pthread_t t[OPENERS];
+        opener o[OPENERS];
+
+        ck_assert_int_eq(zrc_schema_ragged(&s, "<i4", 0, ZRC_CODEC_RAW), 0);
+        ck_assert_int_eq(zrc_dataset_create(c, path("open-src"), &s, NULL, 0, &d), 0);
+        ck_assert_int_eq(append_ids(d, 0, 40, NULL), 0);
+        zrc_dataset_close(d);
+        ck_assert_int_eq(convert(c, "open-src", "open-lx", ZRC_LAYOUT_LX157, NULL, NULL), 0);
+        zrc_disconnect(c);
+        ck_assert_int_eq(pthread_barrier_init(&go, NULL, OPENERS), 0);
+        for (int i = 0; i < OPENERS; i++) {
+                o[i] = (opener){ .go = &go };
+                snprintf(o[i].path, sizeof(o[i].path), "%s", path("open-lx"));
+                ck_assert_int_eq(pthread_create(&t[i], NULL, opener_run, &o[i]), 0);
+        }
+        for (int i = 0; i < OPENERS; i++) {
+                pthread_join(t[i], NULL);
+                ck_assert_msg(o[i].failures == 0, "opener %d: %d failures: %s", i, o[i].failures,
+                              o[i].message);
+                for (int r = 0; r < ROUNDS; r++)
+                        ck_assert_uint_eq(o[i].length[r], 40);
+        }
+        pthread_barrier_destroy(&go);
+}
+END_TEST
+
 void libzrc_add_layouts(TCase *tc) {
         tcase_add_test(tc, test_layouts_convert);
         tcase_add_test(tc, test_layout_bytes);
+        tcase_add_test(tc, test_concurrent_first_open);
 }
