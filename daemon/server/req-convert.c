@@ -4,10 +4,10 @@
  *
  * On the loop thread it checks the descriptors (the source's directory and its
  * meta.zr as a proof of read access, an empty directory the peer owns for the
- * new store). A source the daemon has open is converted from that instance,
+ * new store). The conversion reads the daemon's one instance of the source,
  * under its lock taken shared: reads of it go on beside the conversion, its
- * mutations wait. Any other source is opened by the job itself, on the pool (its
- * shape list may be large), for the conversion alone.
+ * mutations wait. A source no client has open is first opened on the pool (its
+ * shape list may be large) and shared like any, as DATASET_OPEN does.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -18,7 +18,10 @@
 #include "server/request.h"
 
 typedef struct convert_state {
-        zr_entry *entry;              /* the source, if open already; else NULL */
+        zr_registry *reg;
+        zr_entry *entry;              /* the source */
+        struct stat src;              /* its identity */
+        zr_dataset *opened;           /* a source opened by this request, to adopt */
         zr_pool *pool;
         enum zr_layout to;
         uint64_t count;
@@ -27,6 +30,8 @@ typedef struct convert_state {
 
 static void convert_state_free(void *p) {
         convert_state *st = p;
+        if (st->opened)
+                zr_registry_abandon(st->reg, st->opened, &st->src);
         zr_entry_unref(st->entry);
         free(st);
 }
@@ -35,17 +40,7 @@ static void convert_run(zr_job *job) {
         zr_request *rq = (zr_request *)job;
         convert_state *st = rq->state;
         zr_store_options opts = {.pool = st->pool};
-        zr_dataset *src = NULL;
 
-        if (!st->entry) {
-                rq->result = zr_registry_open_dataset(st->pool, rq->fds[0], &src, &rq->err);
-                if (rq->result < 0)
-                        return;
-                rq->result = zr_convert(src, rq->fds[2], st->to, &opts, &st->count,
-                                        &st->schema, &rq->err);
-                zr_dataset_close(src, NULL);
-                return;
-        }
         zr_dataset_lock(st->entry->ds, false);
         rq->result = zr_convert(st->entry->ds, rq->fds[2], st->to, &opts, &st->count,
                                 &st->schema, &rq->err);
@@ -56,6 +51,36 @@ static void convert_reply(zr_request *rq, zr_wire_writer *w) {
         convert_state *st = rq->state;
         zr_wire_put_u64(w, "count", st->count);
         zr_put_schema(w, "schema", &st->schema);
+}
+
+/* A source no client had open: opened on a worker (registry.h), then shared. */
+static void open_src_run(zr_job *job) {
+        zr_request *rq = (zr_request *)job;
+        convert_state *st = rq->state;
+        rq->result = zr_registry_open_job(st->reg, rq->fds[0], &st->src, &st->opened, &rq->err);
+}
+
+static void open_src_done(zr_job *job) {
+        zr_request *rq = (zr_request *)job;
+        convert_state *st = rq->state;
+        int r = rq->result;
+
+        if (r == -ZR_E_LOCKED) { /* an entry holds it: use that */
+                st->entry = zr_registry_lookup(st->reg, rq->fds[0], NULL, NULL);
+                if (st->entry)
+                        r = 0;
+        }
+        if (r == 0 && !st->entry && !zr_request_orphaned(rq)) {
+                zr_dataset *ds = st->opened;
+                st->opened = NULL;
+                r = zr_registry_adopt(st->reg, ds, &st->src, &st->entry, &rq->err);
+        }
+        if (r == 0 && st->entry && !zr_request_orphaned(rq)) {
+                rq->result = 0;
+                zr_request_chain_reply(rq, convert_run, convert_reply);
+                return;
+        }
+        zr_request_complete(rq, r);
 }
 
 int zr_handle_convert(zr_request *rq) {
@@ -83,9 +108,12 @@ int zr_handle_convert(zr_request *rq) {
             (r = zr_access_dir(rq, rq->fds[2], "the new store directory")) < 0 ||
             (r = zr_access_new_dir(rq, rq->fds[2])) < 0)
                 return r;
-        st->entry = zr_registry_lookup(srv->registry, rq->fds[0], NULL, &rq->err);
-        if (!st->entry && rq->err.code)
-                return -rq->err.code;
+        st->reg = srv->registry;
         st->pool = zr_registry_pool(srv->registry);
-        return zr_request_submit_reply(rq, convert_run, convert_reply);
+        st->entry = zr_registry_lookup(srv->registry, rq->fds[0], &st->src, &rq->err);
+        if (st->entry)
+                return zr_request_submit_reply(rq, convert_run, convert_reply);
+        if (rq->err.code)
+                return -rq->err.code;
+        return zr_request_submit(rq, open_src_run, open_src_done);
 }

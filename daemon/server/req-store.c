@@ -238,7 +238,7 @@ int zr_handle_dataset_create(zr_request *rq) {
 /* ---- DATASET_OPEN -------------------------------------------------------- */
 
 typedef struct open_state {
-        zr_pool *pool;
+        zr_registry *reg;
         struct stat st;
         bool writable;
         zr_dataset *ds;
@@ -246,7 +246,8 @@ typedef struct open_state {
 
 static void open_state_free(void *p) {
         open_state *st = p;
-        zr_dataset_close(st->ds, NULL);
+        if (st->ds)
+                zr_registry_abandon(st->reg, st->ds, &st->st);
         free(st);
 }
 
@@ -254,7 +255,7 @@ static void open_state_free(void *p) {
 static void open_run(zr_job *job) {
         zr_request *rq = (zr_request *)job;
         open_state *st = rq->state;
-        rq->result = zr_registry_open_dataset(st->pool, rq->fds[0], &st->ds, &rq->err);
+        rq->result = zr_registry_open_job(st->reg, rq->fds[0], &st->st, &st->ds, &rq->err);
 }
 
 static void open_done(zr_job *job) {
@@ -265,7 +266,7 @@ static void open_done(zr_job *job) {
         int r = rq->result;
 
         if (r == -ZR_E_LOCKED) {
-                /* a concurrent open of the same store won: take its entry */
+                /* an entry holds it (a concurrent open of it won): take that */
                 e = zr_registry_lookup(srv->registry, rq->fds[0], NULL, NULL);
                 if (e)
                         r = 0;
@@ -309,7 +310,7 @@ int zr_handle_dataset_open(zr_request *rq) {
         }
         if (rq->err.code)
                 return -rq->err.code;
-        st->pool = zr_registry_pool(srv->registry);
+        st->reg = srv->registry;
         st->writable = writable;
         return zr_request_submit(rq, open_run, open_done);
 }

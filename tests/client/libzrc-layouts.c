@@ -15,26 +15,9 @@
 #include <unistd.h>
 
 #include "libzrc-kit.h"
+#include "records.h"
 
-/* Record id: ndim 1 + id % 3, dims (1 + id % 5, 2, 3)[..ndim], values id*1000+k. */
-static uint32_t rec_shape(uint64_t id, uint64_t *dims) {
-        static const uint64_t rest[2] = { 2, 3 };
-        uint32_t nd = 1 + (uint32_t)(id % 3);
-
-        dims[0] = 1 + id % 5;
-        for (uint32_t k = 1; k < nd; k++)
-                dims[k] = rest[k - 1];
-        return nd;
-}
-
-static uint64_t rec_items(uint64_t id) {
-        uint64_t dims[3], n = 1;
-        uint32_t nd = rec_shape(id, dims);
-
-        for (uint32_t k = 0; k < nd; k++)
-                n *= dims[k];
-        return n;
-}
+/* Record id: of shape tl_shaped_dims() (tests/lib/records.h), values id * 1000 + k. */
 
 /* zrc_convert() of the kit's directories `from` and `to` (path() has one buffer). */
 static int convert(zrc_conn *c, const char *from, const char *to, zrc_layout layout,
@@ -47,7 +30,7 @@ static int convert(zrc_conn *c, const char *from, const char *to, zrc_layout lay
 
 /* Appends records first_id .. first_id + n - 1, packed with their headers. */
 static int append_ids(zrc_dataset *d, uint64_t first_id, uint64_t n, uint64_t *ret_first) {
-        uint8_t *packed = malloc(n * (8 * 4 + 30 * 4));
+        uint8_t *packed = malloc(n * (8 * 4 + 30 * 4)); /* at most 3 dims, 30 items */
         uint64_t *sizes = malloc(n * 8), off = 0;
         zrc_records r = { .count = n, .data = packed, .sizes = sizes };
         int32_t v[30];
@@ -56,9 +39,9 @@ static int append_ids(zrc_dataset *d, uint64_t first_id, uint64_t n, uint64_t *r
         ck_assert(packed && sizes);
         for (uint64_t i = 0; i < n; i++) {
                 uint64_t id = first_id + i, dims[3];
-                uint32_t nd = rec_shape(id, dims);
+                uint32_t nd = tl_shaped_dims(id, dims);
 
-                for (uint64_t k = 0; k < rec_items(id); k++)
+                for (uint64_t k = 0; k < tl_shaped_items(id); k++)
                         v[k] = (int32_t)(id * 1000 + k);
                 off += sizes[i] = zrc_ragged_pack(packed + off, dims, nd, 4, v);
         }
@@ -72,13 +55,13 @@ static int append_ids(zrc_dataset *d, uint64_t first_id, uint64_t n, uint64_t *r
 static void check_record(const void *payload, uint64_t len, uint32_t ndim, const uint64_t *dims,
                          uint64_t id, const char *what) {
         uint64_t want[3];
-        uint32_t nd = rec_shape(id, want);
+        uint32_t nd = tl_shaped_dims(id, want);
         int32_t v;
 
-        ck_assert_msg(ndim == nd && memcmp(dims, want, nd * 8) == 0 && len == rec_items(id) * 4,
+        ck_assert_msg(ndim == nd && memcmp(dims, want, nd * 8) == 0 && len == tl_shaped_items(id) * 4,
                       "%s: not the shape of record %" PRIu64, what, id);
         ck_assert_uint_eq((uintptr_t)payload % 8, 0);
-        for (uint64_t k = 0; k < rec_items(id); k++) {
+        for (uint64_t k = 0; k < tl_shaped_items(id); k++) {
                 memcpy(&v, (const uint8_t *)payload + 4 * k, 4);
                 ck_assert_msg(v == (int32_t)(id * 1000 + k), "%s: record %" PRIu64 " differs", what,
                               id);

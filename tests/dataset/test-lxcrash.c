@@ -36,6 +36,7 @@
 #include "dataset/dataset.h"
 #include "dataset/lxragged.h"
 #include "dataset/ragged.h"
+#include "records.h"
 #include "util.h"
 
 #define TRIALS_DEFAULT 36
@@ -45,27 +46,7 @@
 #define APPEND_MAX 6
 #define DELETE_MAX 3
 
-/* --- records: the shape and every value follow from the id ------------------ */
-
-static uint32_t rec_shape(uint64_t id, uint64_t *dims) {
-        uint32_t nd = 1 + (uint32_t)(id % 3);
-
-        dims[0] = 1 + id % 7;
-        if (nd > 1)
-                dims[1] = 1 + id % 4;
-        if (nd > 2)
-                dims[2] = 2;
-        return nd;
-}
-
-static uint64_t rec_items(uint64_t id) {
-        uint64_t dims[3], n = 1;
-        uint32_t nd = rec_shape(id, dims);
-
-        for (uint32_t k = 0; k < nd; k++)
-                n *= dims[k];
-        return n;
-}
+/* --- records: the shape (tests/lib/records.h) and every value follow from the id */
 
 static uint64_t rec_value(uint64_t id, uint64_t k) {
         return id * 1000 + k;
@@ -164,8 +145,8 @@ static int writer_append(zr_dataset *ds, const op *o, zr_error *err) {
 
         for (uint64_t k = 0; k < o->n; k++) {
                 uint64_t dims[3];
-                uint32_t nd = rec_shape(o->first_id + k, dims);
-                lens[k] = zr_ragged_header_bytes(nd) + 8 * rec_items(o->first_id + k);
+                uint32_t nd = tl_shaped_dims(o->first_id + k, dims);
+                lens[k] = zr_ragged_header_bytes(nd) + 8 * tl_shaped_items(o->first_id + k);
                 total += lens[k];
         }
         data = malloc(total);
@@ -173,11 +154,11 @@ static int writer_append(zr_dataset *ds, const op *o, zr_error *err) {
                 return -ENOMEM;
         for (uint64_t k = 0; k < o->n; k++) {
                 uint64_t id = o->first_id + k, dims[3];
-                uint32_t nd = rec_shape(id, dims);
+                uint32_t nd = tl_shaped_dims(id, dims);
 
                 zr_ragged_header_write(data + at, dims, nd);
                 at += zr_ragged_header_bytes(nd);
-                for (uint64_t j = 0; j < rec_items(id); j++, at += 8) {
+                for (uint64_t j = 0; j < tl_shaped_items(id); j++, at += 8) {
                         uint64_t v = rec_value(id, j);
                         memcpy(data + at, &v, 8); /* the test runs little-endian */
                 }
@@ -260,13 +241,13 @@ static uint64_t *read_ids(zr_dataset *ds, const char *when) {
                 ck_assert_msg(lens[i] >= 8, "%s: record %" PRIu64 " is empty", when, i);
                 memcpy(&id, buf + offs[i], 8);
                 id /= 1000;
-                nd = rec_shape(id, dims);
+                nd = tl_shaped_dims(id, dims);
                 if (shapes[w] != nd || memcmp(shapes + w + 1, dims, nd * 8) != 0 ||
-                    lens[i] != 8 * rec_items(id))
+                    lens[i] != 8 * tl_shaped_items(id))
                         ck_abort_msg("%s: record %" PRIu64 " (id %" PRIu64 ") has another shape",
                                      when, i, id);
                 w += 1 + nd;
-                for (uint64_t j = 0; j < rec_items(id); j++) {
+                for (uint64_t j = 0; j < tl_shaped_items(id); j++) {
                         memcpy(&v, buf + offs[i] + 8 * j, 8);
                         if (v != rec_value(id, j))
                                 ck_abort_msg("%s: record %" PRIu64 " (id %" PRIu64 ") differs", when,
@@ -391,7 +372,7 @@ START_TEST(test_model) {
         free(m.ids);
         for (uint64_t id = 1; id < 100; id++) { /* every ndim comes round */
                 uint64_t dims[3];
-                ck_assert_uint_eq(rec_shape(id, dims), 1 + id % 3);
+                ck_assert_uint_eq(tl_shaped_dims(id, dims), 1 + id % 3);
         }
 }
 END_TEST
