@@ -272,9 +272,7 @@ static void trial_run(size_t trial, uint64_t seed, counts *c) {
         uint64_t prog = tl_mix64(seed + trial), rng = tl_mix64(prog ^ 0x5a);
         char dir[512], when[160];
         int fds[2], dfd, status;
-        size_t target = 1 + tl_rand(&rng) % MAX_ACKS, acks = 0;
-        uint64_t t_first = 0, t_last = 0;
-        uint8_t b;
+        size_t target = 1 + tl_rand(&rng) % MAX_ACKS, acks;
         pid_t pid;
 
         snprintf(dir, sizeof(dir), "%s/zr-lxcrash-XXXXXX", tl_tmpdir(true));
@@ -289,27 +287,9 @@ static void trial_run(size_t trial, uint64_t seed, counts *c) {
                 writer_main(fds[1], dfd, codec, prog);
         }
         close(fds[1]);
-        while (acks < target + 1) {
-                ssize_t k = read(fds[0], &b, 1);
-                if (k == 1) {
-                        t_last = tl_now_ns();
-                        if (++acks == 1)
-                                t_first = t_last;
-                } else if (k == 0 || errno != EINTR) {
-                        break;
-                }
-        }
-        if (acks == target + 1) { /* a random point of the next operation or so */
-                uint64_t mean = (t_last - t_first) / target;
-                uint64_t until = t_last + mean * (tl_rand(&rng) % 2000) / 1000;
-                while (tl_now_ns() < until)
-                        ;
-        }
-        kill(pid, SIGKILL);
-        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-        while (read(fds[0], &b, 1) == 1)
-                acks++;
-        close(fds[0]);
+        /* killed at a random point of the operation after the target's, or so */
+        acks = tl_kill_after_acks(pid, fds[0], target, &rng, &status);
+        ck_assert_int_ne(status, -1);
         ck_assert_msg(WIFSIGNALED(status) || WEXITSTATUS(status) == 0,
                       "trial %zu: the writer failed (exit %d, see its stderr)", trial,
                       WEXITSTATUS(status));
