@@ -22,6 +22,7 @@ static const char *const cmd_names[_CMD_MAX] = {
         [CMD_COMPACT] = "compact",
         [CMD_IMPORT] = "import",
         [CMD_CAT] = "cat",
+        [CMD_CONVERT] = "convert",
         [CMD_WHERE] = "where",
         [CMD_BATCH] = "batch",
 };
@@ -58,6 +59,8 @@ static const char *const help_texts[_CMD_MAX] = {
                 "  import FILE.npy PATH   a .npy array into a new dense dataset\n"
                 "  cat PATH [INDEX...|--range A:B] [--hex]\n"
                 "                         print records as numbers (or hex)\n"
+                "  convert --to zrecord|loaderx157 SRC DST\n"
+                "                         a ragged dataset into the other layout\n"
                 "  where PATH RECORD --sampler S --seed N --batch B\n"
                 "                         the steps, ranks and positions that read RECORD\n"
                 "  batch PATH --step K --sampler S --seed N --batch B\n"
@@ -117,6 +120,22 @@ static const char *const help_texts[_CMD_MAX] = {
                 "Prints records: all of them, the INDEX arguments, or indices A to B-1\n"
                 "(A or B may be left out: \"10:\", \":5\"). Values are printed by the\n"
                 "dataset's dtype, flattened in C order, or as hex bytes with --hex.\n"
+                "\n" GLOBAL_OPTIONS_HELP "\n" EXIT_CODES_HELP,
+        [CMD_CONVERT] =
+                "Usage: zrecord convert --to zrecord|loaderx157 SRC DST [--json]\n"
+                "\n"
+                "Writes the ragged dataset in directory SRC into a new dataset in DST (made\n"
+                "if missing; must be empty) of the other layout: the same records in the\n"
+                "same order, dtype, codec and dictionary. SRC does not change.\n"
+                "\n"
+                "  --to zrecord     zrecord's layout: each record carries its shape, so an\n"
+                "                   append costs what its records do (from loaderx 1.5.7's\n"
+                "                   ragged store, or its byte store)\n"
+                "  --to loaderx157  loaderx 1.5.7's layout: the shapes in schema.msgpack,\n"
+                "                   which loaderx 1.5.7 opens (no empty record)\n"
+                "\n"
+                "Prints the records converted. A conversion cut short leaves only an\n"
+                "incomplete DST: remove it and convert again.\n"
                 "\n" GLOBAL_OPTIONS_HELP "\n" EXIT_CODES_HELP,
         [CMD_WHERE] =
                 "Usage: zrecord where PATH RECORD --sampler S --seed N --batch B\n"
@@ -281,8 +300,8 @@ void cmdline_done(cmdline *c) {
 
 /* The options, each with whether it takes a value. */
 enum opt_id { OPT_HELP, OPT_VERSION, OPT_JSON, OPT_SOCKET, OPT_CODEC, OPT_CHUNK, OPT_DICT_TIER,
-              OPT_HEX, OPT_RANGE, OPT_SAMPLER, OPT_SEED, OPT_BATCH, OPT_WORLD_SIZE, OPT_RANK,
-              OPT_STEP, OPT_VALUES, OPT_SOURCE, _OPT_MAX };
+              OPT_HEX, OPT_RANGE, OPT_TO, OPT_SAMPLER, OPT_SEED, OPT_BATCH, OPT_WORLD_SIZE,
+              OPT_RANK, OPT_STEP, OPT_VALUES, OPT_SOURCE, _OPT_MAX };
 
 static const struct {
         const char *name;
@@ -292,7 +311,7 @@ static const struct {
         [OPT_JSON] = { "--json", false },     [OPT_SOCKET] = { "--socket", true },
         [OPT_CODEC] = { "--codec", true },    [OPT_CHUNK] = { "--chunk", true },
         [OPT_DICT_TIER] = { "--dict-tier", true }, [OPT_HEX] = { "--hex", false },
-        [OPT_RANGE] = { "--range", true },
+        [OPT_RANGE] = { "--range", true },    [OPT_TO] = { "--to", true },
         [OPT_SAMPLER] = { "--sampler", true }, [OPT_SEED] = { "--seed", true },
         [OPT_BATCH] = { "--batch", true },    [OPT_WORLD_SIZE] = { "--world-size", true },
         [OPT_RANK] = { "--rank", true },      [OPT_STEP] = { "--step", true },
@@ -338,6 +357,14 @@ static int apply_opt(cmdline *c, enum opt_id id, const char *v, bool *seen) {
                 if (cmdline_parse_range(v, &c->range_start, &c->range_end) < 0)
                         return usage(c, "bad range \"%s\" (A:B, A:, :B)", v);
                 c->has_range = true;
+                break;
+        case OPT_TO:
+                if (strcmp(v, "zrecord") == 0)
+                        c->to = ZRC_LAYOUT_ZRECORD;
+                else if (strcmp(v, "loaderx157") == 0)
+                        c->to = ZRC_LAYOUT_LX157;
+                else
+                        return usage(c, "--to takes zrecord or loaderx157, not \"%s\"", v);
                 break;
         case OPT_SAMPLER:
                 if (strcmp(v, "sequential") != 0 && strcmp(v, "iid") != 0 &&
@@ -457,6 +484,9 @@ int cmdline_parse(int argc, char *const *argv, cmdline *ret) {
                 return usage(ret, "--hex is an option of cat");
         if (ret->has_range && ret->cmd != CMD_CAT && ret->cmd != CMD_WHERE)
                 return usage(ret, "--range is an option of cat and where");
+        if (seen[OPT_TO] != (ret->cmd == CMD_CONVERT))
+                return usage(ret, seen[OPT_TO] ? "--to is an option of convert"
+                                               : "convert needs --to zrecord|loaderx157");
         if ((seen[OPT_SAMPLER] || seen[OPT_SEED] || seen[OPT_BATCH] || seen[OPT_WORLD_SIZE] ||
              seen[OPT_SOURCE]) && ret->cmd != CMD_WHERE && ret->cmd != CMD_BATCH)
                 return usage(ret, "--sampler, --seed, --batch, --world-size and --source are "
@@ -488,6 +518,12 @@ int cmdline_parse(int argc, char *const *argv, cmdline *ret) {
                         return usage(ret, "import takes FILE.npy and PATH");
                 ret->npy = positional[0];
                 ret->path = positional[1];
+                break;
+        case CMD_CONVERT:
+                if (n_pos != 2)
+                        return usage(ret, "convert takes SRC and DST");
+                ret->path = positional[0];
+                ret->dst = positional[1];
                 break;
         case CMD_CAT:
                 if (n_pos != 1)

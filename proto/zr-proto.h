@@ -128,6 +128,7 @@ typedef enum zr_msg_kind {
         ZR_MSG_VERIFY,          /* "verify" */
         ZR_MSG_TRAIN_DICT,      /* "train_dict" */
         ZR_MSG_INSTALL_DICT,    /* "install_dict" */
+        ZR_MSG_CONVERT,         /* "convert" */
         ZR_MSG_STATUS,          /* "status" */
         ZR_MSG_CLOSE,           /* "close" */
         ZR_MSG_LOADER_OPEN,     /* "loader_open" */
@@ -155,6 +156,7 @@ typedef enum zr_msg_kind {
 #define ZR_FEATURE_MSSET "msset"   /* MSSET_OPEN and set handles */
 #define ZR_FEATURE_DICT "dict"     /* TRAIN_DICT, INSTALL_DICT */
 #define ZR_FEATURE_VERIFY "verify" /* VERIFY */
+#define ZR_FEATURE_CONVERT "convert" /* CONVERT */
 #define ZR_FEATURE_MIXTURE "mixture"   /* LOADER_OPEN `sources`, BATCH `source` */
 #define ZR_FEATURE_STEPS_OF "steps_of" /* STEPS_OF */
 

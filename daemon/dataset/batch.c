@@ -25,8 +25,13 @@ static uint64_t align_up(uint64_t v, uint64_t a) {
         return (v + a - 1) / a * a;
 }
 
+/* Record i's dataset: ds, or its source's. */
+static zr_dataset *record_ds(const zr_gather *g, size_t i) {
+        return g->sources ? g->sources[g->source[i]] : g->ds;
+}
+
 /* The schema every record follows: ds's, or the first source's (the sources
- * agree on everything but the codec). */
+ * agree on kind, dtype and shape; codecs and layouts may differ). */
 static const zr_schema *gather_schema(const zr_gather *g) {
         return zr_dataset_schema(g->sources ? g->sources[0] : g->ds);
 }
@@ -116,9 +121,20 @@ int zr_gather_locate(zr_gather *g, zr_error *err) {
                 g->bytes = (uint64_t)g->n * item;
                 return 0;
         }
-        uint64_t hdr = zr_ragged_header_bytes(s->ndim);
         for (size_t i = 0; i < g->n; i++) {
-                if (g->locs[i].logic_length < hdr)
+                zr_dataset *ds = record_ds(g, i);
+                /* loaderx 1.5.7's layouts: no header, the shape is the dataset's to
+                 * give (a mixture's sources may differ in layout) */
+                uint64_t hdr = zr_dataset_schema(ds)->layout == ZR_LAYOUT_ZRECORD
+                                       ? zr_ragged_header_bytes(s->ndim) : 0;
+                if (hdr == 0) {
+                        uint64_t dims[ZR_SCHEMA_NDIM_MAX];
+                        uint32_t nd;
+                        r = zr_dataset_record_shape(ds, g->idx[i], g->locs[i].logic_length,
+                                                    &nd, dims, err);
+                        if (r < 0)
+                                return r;
+                } else if (g->locs[i].logic_length < hdr)
                         return zr_error_set(err, ZR_E_CORRUPT, "record %" PRIu64 " is shorter "
                                             "than its shape header", g->idx[i]);
                 used = align_up(used, ZR_RECORD_ALIGN);
@@ -274,8 +290,24 @@ int zr_gather_read(zr_gather *g, uint8_t *dst, uint64_t base, zr_rcache *cache, 
         if (r < 0 || !ragged)
                 return r < 0 ? r : 0;
         for (size_t i = 0; i < g->n; i++) {
+                zr_dataset *ds = record_ds(g, i);
                 zr_error perr = {0};
                 uint32_t nd = s->ndim;
+                if (zr_dataset_schema(ds)->layout != ZR_LAYOUT_ZRECORD) {
+                        /* loaderx 1.5.7's layouts: a bare payload, its shape the
+                         * dataset's (checked against its size by locate) */
+                        bool any = s->ndim == ZR_SCHEMA_NDIM_ANY;
+                        r = zr_dataset_record_shape(ds, g->idx[i], g->locs[i].logic_length, &nd,
+                                                    g->shapes + w + any, err);
+                        if (r < 0)
+                                return r;
+                        if (any)
+                                g->shapes[w++] = nd;
+                        w += nd;
+                        g->offsets[i] += base;
+                        g->lengths[i] = g->locs[i].logic_length;
+                        continue;
+                }
                 if (nd != ZR_SCHEMA_NDIM_ANY)
                         r = zr_ragged_parse(s, g->dsts[i], g->locs[i].logic_length, g->idx[i],
                                             g->shapes + w, &perr);

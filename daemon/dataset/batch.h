@@ -16,7 +16,11 @@
  *                       the alignment padding between records (so that the
  *                       bytes of a destination depend on the batch alone),
  *                       and parses each ragged header into the record's shape,
- *                       payload offset and payload length. Records of
+ *                       payload offset and payload length. A ragged dataset
+ *                       of loaderx 1.5.7's layouts (dataset.h) has no header:
+ *                       each record is its payload, laid out the same way,
+ *                       and its shape comes from the dataset (locate checks
+ *                       it against the record's size: ZR_E_CORRUPT). Records of
  *                       compressed datasets go through the decoded-record
  *                       cache when one is given (cache.h); raw records never
  *                       do: a raw read is already one copy.
@@ -24,9 +28,10 @@
  * A batch may also draw its records from several datasets of one layout (a
  * mixture's sources, sampler/mixture.h): record i is then record idx[i] of
  * dataset sources[source[i]]. The datasets must agree on the schema's kind,
- * dtype, item shape and ndim (the caller checks it); their codecs may differ,
- * and each record is read as its own dataset reads (through the cache when
- * compressed, keyed by its own dataset).
+ * dtype, item shape and ndim (the caller checks it); their codecs and ragged
+ * layouts may differ, and each record is read as its own dataset reads
+ * (through the cache when compressed, keyed by its own dataset; its shape from
+ * its header or, in loaderx 1.5.7's layouts, from its dataset).
  *
  * The caller holds the lock of every dataset of the gather shared across both
  * steps (dataset.h) and gives the arrays a ragged batch returns. Per batch a

@@ -288,3 +288,27 @@ def test_steps_of_long_iid_range(workdir):
     # 2^26 draws of 20 000 records: about 3355 of record 7
     assert 3000 < len(hits) < 3700
     assert hits == sorted(hits)
+
+
+def test_sources_of_both_ragged_layouts(workdir):
+    """A mixture of a ragged store of zrecord's layout and one of loaderx 1.5.7's
+    (its shapes in schema.msgpack): each record read as its own store reads it."""
+    _need("mixture")
+    if not default_conn().has_feature("convert"):
+        pytest.skip("this zrecordd has no \"convert\" feature")
+    from loaderx.utils import convert
+    from_iterator("r0", [np.arange(i % 4 + 1, dtype=np.int16) + 100 * i for i in range(20)], np.int16)
+    from_iterator("r1src", [np.arange(i % 3 + 1, dtype=np.int16) - 100 * i for i in range(11)],
+                  np.int16)
+    convert("r1src", "r1", to="loaderx-1.5.7")
+    with DataLoader([({"t": RaggedDataset("r0")}, 1), ({"t": RaggedDataset("r1")}, 1)],
+                    batch_size=6, sampler="cyclic", with_sources=True, with_indices=True,
+                    num_workers=0) as loader:
+        for _ in range(8):
+            b = next(loader)
+            assert set(b[SOURCE_KEY].tolist()) <= {0, 1}
+            for k, i, rec in zip(b[SOURCE_KEY], b[INDEX_KEY], b["t"]):
+                k, i = int(k), int(i)
+                want = (np.arange(i % 4 + 1, dtype=np.int16) + 100 * i if k == 0 else
+                        np.arange(i % 3 + 1, dtype=np.int16) - 100 * i)
+                np.testing.assert_array_equal(rec, want)
