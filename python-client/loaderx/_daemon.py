@@ -11,8 +11,10 @@ connected for that long. Startup is serialized by a lock file, so processes that
 start at once share one daemon. Readiness comes from the notify protocol: the client
 binds a datagram socket, passes it as ``NOTIFY_SOCKET`` and waits for ``READY=1``.
 
-The binary is ``$ZRECORDD`` if set, else ``zrecordd`` on ``PATH``, else a meson build
-tree's ``daemon/zrecordd`` next to this package's source checkout.
+The binary is ``$ZRECORDD`` if set, else the one installed inside this package
+(``loaderx/_bin/zrecordd``, from a wheel or ``pip install ./python-client``), else
+``zrecordd`` on ``PATH``, else a meson build tree's ``daemon/zrecordd`` next to this
+package's source checkout.
 """
 
 import fcntl
@@ -62,29 +64,43 @@ def _secure_dir(path):
             "remove it (or have its owner remove it) or set ZRECORD_SOCKET")
 
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+BUNDLED_DIR = os.path.join(HERE, "_bin")     # python-client/meson.build installs there
+
+
+def bundled(name):
+    """``loaderx/_bin/<name>`` of an installed wheel, or None."""
+    p = os.path.join(BUNDLED_DIR, name)
+    return p if os.access(p, os.X_OK) else None
+
+
+def in_build_tree(relpath):
+    """The newest ``<repo>/build*/<relpath>`` of a source checkout (not a sanitizer
+    build), or None: this file is <repo>/python-client/loaderx/_daemon.py."""
+    repo = os.path.dirname(os.path.dirname(HERE))
+    if not os.path.isfile(os.path.join(repo, "meson.build")):
+        return None
+    found = []
+    for name in sorted(os.listdir(repo)):
+        cand = os.path.join(repo, name, relpath)
+        if name.startswith("build") and "asan" not in name and os.access(cand, os.X_OK):
+            found.append((os.path.getmtime(cand), cand))
+    return max(found)[1] if found else None
+
+
 def find_binary():
     env = os.environ.get("ZRECORDD")
     if env:
         if not os.access(env, os.X_OK):
             raise ZrecordConnectionError(f"$ZRECORDD={env} is not an executable file")
         return env
-    p = shutil.which("zrecordd")
+    p = bundled("zrecordd") or shutil.which("zrecordd") or in_build_tree("daemon/zrecordd")
     if p:
         return p
-    # A source checkout: <repo>/python-client/loaderx/_daemon.py, builds in <repo>/build*/
-    here = os.path.dirname(os.path.abspath(__file__))
-    repo = os.path.dirname(os.path.dirname(here))
-    if os.path.isfile(os.path.join(repo, "meson.build")):
-        found = []
-        for name in sorted(os.listdir(repo)):
-            cand = os.path.join(repo, name, "daemon", "zrecordd")
-            if name.startswith("build") and "asan" not in name and os.access(cand, os.X_OK):
-                found.append((os.path.getmtime(cand), cand))
-        if found:
-            return max(found)[1]
     raise ZrecordConnectionError(
-        "no zrecordd answers and none can be started: set $ZRECORDD to the daemon "
-        "binary, put zrecordd on PATH, or point $ZRECORD_SOCKET at a running daemon")
+        "no zrecordd answers and none can be started: this loaderx carries no daemon "
+        "(installed without one); set $ZRECORDD to the daemon binary, put zrecordd on "
+        "PATH, or point $ZRECORD_SOCKET at a running daemon")
 
 
 def _try_connect(path):
