@@ -166,7 +166,9 @@ static const field loader_open_req[] = {
         REQ_SUB("streams", T_MAPS, loader_stream_fields), REQ("sampler", T_STR),
         REQ("batch_size", T_UINT), REQ("seed", T_UINT), REQ("start_step", T_UINT),
         OPT("rank", T_UINT), OPT("world_size", T_UINT), OPT("prefetch", T_UINT),
-        OPT("length", T_UINT), OPT("indices", T_BOOL), END,
+        OPT("length", T_UINT), OPT("indices", T_BOOL),
+        OPT("fingerprint", T_UINT),
+        END,
 };
 static const field release_req[] = {
         REQ("loader", T_U32), REQ("ring", T_U32), REQ("slot", T_U32), END,
@@ -226,7 +228,9 @@ static const field status_ok[] = {
 static const field loader_open_ok[] = {
         REQ("loader", T_U32), REQ("ring", T_U32), REQ("slots", T_UINT),
         REQ("slot_bytes", T_UINT), REQ("ring_bytes", T_UINT), REQ("length", T_UINT),
-        REQ_SUB("streams", T_MAPS, ring_stream_fields), END,
+        REQ_SUB("streams", T_MAPS, ring_stream_fields),
+        OPT("fingerprint", T_UINT),
+        END,
 };
 
 /* ---- error and events -------------------------------------------------- */
