@@ -60,6 +60,7 @@ class LoaderSession:
         self.pending = collections.deque()  # (ring, slot) freed by the collector, to RELEASE
         self.closed = False
         self.length = None                # the reply's fields (open())
+        self.fingerprint = None           # the streams' (None from a daemon without it)
         self.regions = []                 # per stream: (offset, capacity) in a slot
 
     @classmethod
@@ -86,6 +87,7 @@ class LoaderSession:
                 int(r["slot_bytes"]), layout, int(fields["start_step"]))
         s.regions = [(int(st["offset"]), int(st["capacity"])) for st in r["streams"]]
         s.length = int(r["length"])
+        s.fingerprint = int(r["fingerprint"]) if "fingerprint" in r else None
         return s
 
     # ---------------------------------------------------------- closing
