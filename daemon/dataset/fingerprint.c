@@ -1,9 +1,12 @@
 /* fingerprint.c: a dataset's fingerprint. See fingerprint.h for what it covers. */
 #include "dataset/fingerprint.h"
 
+#include <errno.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dataset/schema.h"
+#include "io/range.h"
 #include "store/format.h"
 #include "store/store.h"
 
@@ -30,6 +33,51 @@ static uint64_t fnv_u64(uint64_t h, uint64_t v) {
         uint8_t b[8];
         zr_le64_put(b, v);
         return fnv(h, b, sizeof(b));
+}
+
+static int pread_full(int fd, uint8_t *buf, size_t len, uint64_t off, zr_error *err) {
+        while (len > 0) {
+                ssize_t n = pread(fd, buf, len, (off_t)off);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0)
+                        return zr_error_errno(err, errno, "reading a record for the fingerprint");
+                if (n == 0)
+                        return zr_error_set(err, ZR_E_CORRUPT, "a record ends past its chunk file");
+                buf += n;
+                len -= (size_t)n;
+                off += (uint64_t)n;
+        }
+        return 0;
+}
+
+/* Hashes the first and last ZR_FINGERPRINT_EDGE stored bytes of records
+ * locs[0..k) (all of a shorter one), read from the chunk files. */
+static int hash_edges(zr_store *store, const zr_loc *locs, size_t k, uint64_t *h,
+                      zr_error *err) {
+        zr_io_range ranges[ZR_FINGERPRINT_SAMPLES];
+        uint8_t b[2 * ZR_FINGERPRINT_EDGE];
+        size_t nr = 0, at = 0;
+        int r = zr_store_io_ranges(store, locs, k, ranges, &nr, err);
+
+        if (r < 0)
+                return r;
+        for (size_t j = 0; j < k; j++) {
+                uint32_t len = locs[j].phys_length;
+                if (len == 0)
+                        continue;      /* no range: io_ranges skips empty records */
+                if (at >= nr)
+                        return zr_error_set(err, ZR_E_CORRUPT, "a record without its range");
+                int fd = ranges[at++].fd;
+                size_t head = len < ZR_FINGERPRINT_EDGE ? len : ZR_FINGERPRINT_EDGE;
+                size_t tail = len - head < ZR_FINGERPRINT_EDGE ? len - head : ZR_FINGERPRINT_EDGE;
+                if ((r = pread_full(fd, b, head, locs[j].offset, err)) < 0 ||
+                    (r = pread_full(fd, b + head, tail, (uint64_t)locs[j].offset + len - tail,
+                                    err)) < 0)
+                        return r;
+                *h = fnv(*h, b, head + tail);
+        }
+        return 0;
 }
 
 int zr_dataset_fingerprint(zr_dataset *ds, uint64_t *ret, zr_error *err) {
@@ -65,6 +113,11 @@ int zr_dataset_fingerprint(zr_dataset *ds, uint64_t *ret, zr_error *err) {
                 h = fnv_u32(h, locs[j].phys_length);
                 h = fnv_u32(h, locs[j].logic_length);
                 h = fnv_u32(h, locs[j].chunk_id);
+        }
+        if (k) {
+                int r = hash_edges(store, locs, k, &h, err);
+                if (r < 0)
+                        return r;
         }
         *ret = h;
         return 0;

@@ -6,15 +6,16 @@
  *
  * It is FNV-1a 64 over, little-endian: the length (u64); the codec and whether
  * a dictionary is installed (u8 each); the schema: kind (u8), dtype string (8
- * bytes, NUL-padded), ndim (u32), a dense schema's item_shape (u64 each); then
- * the table entries of min(length, ZR_FINGERPRINT_SAMPLES) records spread
- * evenly from the first to the last: index (u64), offset, phys_length,
- * logic_length, chunk_id (u32 each). The last entry's place is the sum of every
- * record's stored size before it, so a compressed store (whose sizes depend on
- * the bytes) written from other records differs; a raw store's table depends
- * only on its records' sizes, so raw stores of one length and schema written
- * from different bytes share a fingerprint. The cost is independent of the
- * store's size: ZR_FINGERPRINT_SAMPLES table lookups.
+ * bytes, NUL-padded), ndim (u32), a dense schema's item_shape (u64 each); the
+ * table entries of min(length, ZR_FINGERPRINT_SAMPLES) records spread evenly
+ * from the first to the last: index (u64), offset, phys_length, logic_length,
+ * chunk_id (u32 each); then, record by record, the first and the last
+ * ZR_FINGERPRINT_EDGE stored bytes of each (all of a shorter one). A zstd
+ * record ends with the checksum of its whole content, so its last bytes stand
+ * for all of it; a raw record is sampled at its two ends. The cost does not
+ * depend on the store's size: ZR_FINGERPRINT_SAMPLES table lookups and two
+ * small reads per sampled record (blocking: the caller takes them where a
+ * read may wait).
  */
 #ifndef ZR_DATASET_FINGERPRINT_H
 #define ZR_DATASET_FINGERPRINT_H
@@ -26,6 +27,7 @@
 #include "util/error.h"
 
 #define ZR_FINGERPRINT_SAMPLES 64
+#define ZR_FINGERPRINT_EDGE 32
 
 /* The fingerprint of ds as it is now. The caller holds ds's lock (shared).
  * Returns 0, or the error of a table lookup (ZR_E_CORRUPT). */
