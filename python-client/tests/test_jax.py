@@ -4,9 +4,6 @@ the batch's ring slot is refilled (device_put copies the ring's read-only views)
 Skipped without jax (CI does not install it: see tests/README.md)."""
 
 import gc
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -15,7 +12,7 @@ from loaderx.dataloader import DataLoader
 from loaderx.dataset import DenseDataset
 from loaderx.utils import from_numpy
 
-from conftest import PKG
+from conftest import run_example
 
 jax = pytest.importorskip("jax")
 
@@ -36,11 +33,6 @@ def test_device_arrays_outlive_their_slots(workdir, loader_feature):
 
 
 def test_example_jax_train(workdir, loader_feature):
-    path = os.path.join(PKG, "examples", "jax_train.py")
-    r = subprocess.run([sys.executable, path, "--records", "2048", "--features", "16",
-                        "--steps", "150", "--dir", str(workdir / "ex")],
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    assert "batches/s" in r.stdout
-    err = float(r.stdout.strip().split("=")[-1])
-    assert err < 0.05, r.stdout
+    out, err = run_example(workdir, "jax_train.py", "--records", "2048", "--features", "16",
+                           "--steps", "150")
+    assert err < 0.05, out

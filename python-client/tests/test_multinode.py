@@ -25,7 +25,7 @@ from loaderx.dataloader import DataLoader
 from loaderx.dataset import DenseDataset
 from loaderx.utils import from_numpy
 
-from conftest import HERE, daemon_binary, start_daemon, stop_daemon
+from conftest import HERE, daemon_binary, restore_connection, start_daemon, stop_daemon
 
 torch = pytest.importorskip("torch")
 if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
@@ -135,9 +135,7 @@ def nodes(tmp_path, monkeypatch):
         return node
 
     yield make
-    if _conn._default is not None:
-        _conn._default.close()
-    _conn._default = saved
+    restore_connection(saved)
     for node in started:
         node.stop()
 

@@ -17,7 +17,7 @@ from loaderx.dataloader import DataLoader
 from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.utils import from_numpy
 
-from conftest import daemon_binary, start_daemon, stop_daemon
+from conftest import daemon_binary, restore_connection, start_daemon, stop_daemon
 
 SMALL = np.arange(64 * 8, dtype=np.float32).reshape(64, 8)
 LARGE = np.arange(64 * 4096, dtype=np.uint32).reshape(64, 4096)     # 1 MiB: one pass
@@ -50,9 +50,7 @@ def restartable(tmp_path, monkeypatch):
     daemon = Daemon(d)
     monkeypatch.setenv("ZRECORD_SOCKET", daemon.sock)
     yield daemon
-    if _conn._default is not None:
-        _conn._default.close()
-    _conn._default = saved
+    restore_connection(saved)
     daemon.stop()
 
 
