@@ -123,9 +123,10 @@ int zr_dataset_fingerprint(zr_dataset *ds, uint64_t *ret, zr_error *err) {
         return 0;
 }
 
-uint64_t zr_fingerprint_streams(const uint64_t *fps, size_t n) {
-        uint64_t h = fnv_u32(FNV_OFFSET, (uint32_t)n);
-        for (size_t i = 0; i < n; i++)
-                h = fnv_u64(h, fps[i]);
-        return h;
+uint64_t zr_fingerprint_streams_begin(size_t n) {
+        return fnv_u32(FNV_OFFSET, (uint32_t)n);
+}
+
+uint64_t zr_fingerprint_streams_add(uint64_t h, uint64_t fp) {
+        return fnv_u64(h, fp);
 }

@@ -33,8 +33,11 @@
  * Returns 0, or the error of a table lookup (ZR_E_CORRUPT). */
 int zr_dataset_fingerprint(zr_dataset *ds, uint64_t *ret, zr_error *err);
 
-/* The fingerprint of a loader's streams: FNV-1a 64 over their number (u32) and
- * each stream's fingerprint (u64), in order. */
-uint64_t zr_fingerprint_streams(const uint64_t *fps, size_t n);
+/* The fingerprint of a loader's streams (of every source, in order): FNV-1a 64
+ * over their number (u32) and each stream's fingerprint (u64), in order:
+ * h = zr_fingerprint_streams_begin(n), then h = zr_fingerprint_streams_add(h, fp)
+ * for each stream. */
+uint64_t zr_fingerprint_streams_begin(size_t n);
+uint64_t zr_fingerprint_streams_add(uint64_t h, uint64_t fp);
 
 #endif
