@@ -45,7 +45,7 @@ typedef struct field {
 /* docs/DATASETS.md, schema.msgpack */
 static const field schema_fields[] = {
         REQ("kind", T_STR), REQ("dtype", T_STR), OPT("item_shape", T_UINTS),
-        OPT("ndim", T_U32), REQ("codec", T_STR), END,
+        OPT("ndim", T_U32), REQ("codec", T_STR), OPT("layout", T_STR), END,
 };
 
 static const field limits_fields[] = {
@@ -62,7 +62,21 @@ static const field append_stream_fields[] = {
 };
 
 static const field loader_stream_fields[] = {
-        REQ("handle", T_U32), OPT("capacity", T_UINT), END,
+        REQ("handle", T_U32), OPT("capacity", T_UINT), OPT("name", T_STR), END,
+};
+
+/* LOADER_OPEN: a mixture's source */
+static const field loader_source_fields[] = {
+        REQ_SUB("streams", T_MAPS, loader_stream_fields), REQ("weight", T_U32),
+        OPT("sampler", T_STR), OPT("length", T_UINT), END,
+};
+
+/* LOADER_OPEN's reply: a mixture's source */
+static const field loader_source_ok_fields[] = { REQ("length", T_UINT), END };
+
+/* STEPS_OF: a mixture's source */
+static const field steps_source_fields[] = {
+        REQ("n", T_UINT), REQ("weight", T_U32), OPT("sampler", T_STR), END,
 };
 
 static const field msset_stream_fields[] = {
@@ -185,11 +199,15 @@ static const field train_dict_req[] = {
 static const field install_dict_req[] = {
         REQ("handle", T_U32), REQ("dict_bytes", T_UINT), END,
 };
+static const field convert_req[] = { REQ("to", T_STR), END };
 static const field loader_open_req[] = {
-        REQ_SUB("streams", T_MAPS, loader_stream_fields), REQ("sampler", T_STR),
+        OPT_SUB("streams", T_MAPS, loader_stream_fields), REQ("sampler", T_STR),
         REQ("batch_size", T_UINT), REQ("seed", T_UINT), REQ("start_step", T_UINT),
         OPT("rank", T_UINT), OPT("world_size", T_UINT), OPT("prefetch", T_UINT),
-        OPT("length", T_UINT), OPT("indices", T_BOOL), END,
+        OPT("length", T_UINT), OPT("indices", T_BOOL),
+        OPT_SUB("sources", T_MAPS, loader_source_fields), OPT("provenance", T_BOOL),
+        OPT("fingerprint", T_UINT),
+        END,
 };
 static const field release_req[] = {
         REQ("loader", T_U32), REQ("ring", T_U32), REQ("slot", T_U32), OPT("wait_ns", T_UINT),
@@ -197,6 +215,12 @@ static const field release_req[] = {
 };
 static const field status_req[] = { OPT("loader", T_U32), END };
 static const field loader_only[] = { REQ("loader", T_U32), END };
+static const field steps_of_req[] = {
+        REQ("sampler", T_STR), OPT("n", T_UINT), OPT_SUB("sources", T_MAPS, steps_source_fields),
+        OPT("source", T_U32), REQ("batch_size", T_UINT), REQ("seed", T_UINT),
+        OPT("world_size", T_UINT), REQ("record", T_UINT), REQ("start", T_UINT),
+        REQ("stop", T_UINT), OPT("max_hits", T_UINT), END,
+};
 
 /* ---- replies ----------------------------------------------------------- */
 
@@ -235,6 +259,9 @@ static const field verify_ok[] = {
         REQ("bad_indices", T_U64S), END,
 };
 static const field train_dict_ok[] = { REQ("dict_bytes", T_UINT), END };
+static const field convert_ok[] = {
+        REQ("count", T_UINT), REQ_SUB("schema", T_MAP, schema_fields), END,
+};
 static const field status_ok[] = {
         REQ("daemon", T_STR), REQ("uptime_ms", T_UINT), REQ("clients", T_UINT),
         REQ("handles", T_UINT), REQ("shm_bytes", T_UINT), REQ("loaders", T_UINT),
@@ -252,8 +279,12 @@ static const field metrics_ok[] = { REQ("text", T_STR), END };
 static const field loader_open_ok[] = {
         REQ("loader", T_U32), REQ("ring", T_U32), REQ("slots", T_UINT),
         REQ("slot_bytes", T_UINT), REQ("ring_bytes", T_UINT), REQ("length", T_UINT),
-        REQ_SUB("streams", T_MAPS, ring_stream_fields), END,
+        REQ_SUB("streams", T_MAPS, ring_stream_fields),
+        OPT_SUB("sources", T_MAPS, loader_source_ok_fields),
+        OPT("fingerprint", T_UINT),
+        END,
 };
+static const field steps_of_ok[] = { REQ("hits", T_U64S), REQ("next", T_UINT), END };
 
 /* ---- error and events -------------------------------------------------- */
 
@@ -263,7 +294,8 @@ static const field error_msg[] = {
 };
 static const field batch_event[] = {
         REQ("loader", T_U32), REQ("ring", T_U32), REQ("slot", T_U32), REQ("step", T_UINT),
-        REQ_SUB("streams", T_MAPS, batch_stream_fields), OPT("indices", T_U64S), END,
+        REQ_SUB("streams", T_MAPS, batch_stream_fields), OPT("indices", T_U64S),
+        OPT("source", T_BIN), END,
 };
 static const field ring_event[] = {
         REQ("loader", T_U32), REQ("ring", T_U32), REQ("slots", T_UINT),
@@ -301,11 +333,13 @@ static const kind_info kinds[_ZR_MSG_MAX] = {
         [ZR_MSG_VERIFY] = { "verify", handle_only, verify_ok, ZR_FEATURE_VERIFY, 0 },
         [ZR_MSG_TRAIN_DICT] = { "train_dict", train_dict_req, train_dict_ok, ZR_FEATURE_DICT, 1 },
         [ZR_MSG_INSTALL_DICT] = { "install_dict", install_dict_req, no_fields, ZR_FEATURE_DICT, 0 },
+        [ZR_MSG_CONVERT] = { "convert", convert_req, convert_ok, ZR_FEATURE_CONVERT, 0 },
         [ZR_MSG_STATUS] = { "status", status_req, status_ok, NULL, 0 },
         [ZR_MSG_CLOSE] = { "close", handle_only, no_fields, NULL, 0 },
         [ZR_MSG_LOADER_OPEN] = { "loader_open", loader_open_req, loader_open_ok, ZR_FEATURE_LOADER, 1 },
         [ZR_MSG_RELEASE] = { "release", release_req, NULL, ZR_FEATURE_LOADER, 0 },
         [ZR_MSG_LOADER_CLOSE] = { "loader_close", loader_only, no_fields, ZR_FEATURE_LOADER, 0 },
+        [ZR_MSG_STEPS_OF] = { "steps_of", steps_of_req, steps_of_ok, ZR_FEATURE_STEPS_OF, 0 },
         [ZR_MSG_METRICS] = { "metrics", no_fields, metrics_ok, ZR_FEATURE_METRICS, 0 },
         [ZR_MSG_OK] = { "ok", no_fields, NULL, NULL, 0 },
         [ZR_MSG_ERROR] = { "error", error_msg, NULL, NULL, 0 },
@@ -542,6 +576,10 @@ int zr_msg_request_fds(zr_msg_kind kind, const msgpack_object *root, unsigned *r
                                                  "field 'streams': %u streams (at most %d)", n,
                                                  ZR_STREAMS_MAX);
                 *ret = 1 + n;
+                return 0;
+        case ZR_MSG_CONVERT:
+                /* the source's directory and meta.zr (read access), the new directory */
+                *ret = 3;
                 return 0;
         case ZR_MSG_APPEND:
         case ZR_MSG_INSTALL_DICT:

@@ -61,6 +61,10 @@
 #define ZR_FDS_PER_FRAME_MAX 64
 /* Most streams in a multi-stream set or a loader. */
 #define ZR_STREAMS_MAX 32
+/* Most sources of a mixture (LOADER_OPEN `sources`, STEPS_OF; proto/SAMPLERS.md,
+ * "Mixtures"): each is a set of streams, so a loader of S streams per source
+ * holds S per source of them. */
+#define ZR_SOURCES_MAX 256
 /* Longest stream name (a directory entry name). */
 #define ZR_STREAM_NAME_MAX 255
 
@@ -124,11 +128,13 @@ typedef enum zr_msg_kind {
         ZR_MSG_VERIFY,          /* "verify" */
         ZR_MSG_TRAIN_DICT,      /* "train_dict" */
         ZR_MSG_INSTALL_DICT,    /* "install_dict" */
+        ZR_MSG_CONVERT,         /* "convert" */
         ZR_MSG_STATUS,          /* "status" */
         ZR_MSG_CLOSE,           /* "close" */
         ZR_MSG_LOADER_OPEN,     /* "loader_open" */
         ZR_MSG_RELEASE,         /* "release" (a notification: no id, no reply) */
         ZR_MSG_LOADER_CLOSE,    /* "loader_close" */
+        ZR_MSG_STEPS_OF,        /* "steps_of" */
         ZR_MSG_METRICS,         /* "metrics" */
         /* replies (daemon -> client, one per request, in request order) */
         ZR_MSG_OK,              /* "ok" */
@@ -151,6 +157,9 @@ typedef enum zr_msg_kind {
 #define ZR_FEATURE_MSSET "msset"   /* MSSET_OPEN and set handles */
 #define ZR_FEATURE_DICT "dict"     /* TRAIN_DICT, INSTALL_DICT */
 #define ZR_FEATURE_VERIFY "verify" /* VERIFY */
+#define ZR_FEATURE_CONVERT "convert" /* CONVERT */
+#define ZR_FEATURE_MIXTURE "mixture"   /* LOADER_OPEN `sources`, BATCH `source` */
+#define ZR_FEATURE_STEPS_OF "steps_of" /* STEPS_OF */
 #define ZR_FEATURE_METRICS "metrics" /* METRICS */
 
 /* ---- field names used by the codec itself ------------------------------ */

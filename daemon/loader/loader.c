@@ -20,6 +20,7 @@
 #include "loader/loader-private.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,27 +34,6 @@
  * costs one trylock per parked fill, and a loader waits at most this long
  * after the lock goes (zr_loader_engine_resume() makes it immediate). */
 #define LOADER_PARK_RETRY_NS (2 * 1000 * 1000)
-/* Telemetry: a fill whose reads took longer than this per page went to the
- * device (a resident page costs well under a microsecond, even with a minor
- * fault; a device read ten or more), so the loader's next fills are timed in
- * detail (batch.h: faults apart, device bytes); so is every this-many-th
- * fill, to notice a change. Without detail, the pages are those its bytes
- * span, at least one a record, and the copy or decode time includes any
- * fault: a raw copy of 10 us a page is suspect (memcpy moves a page in well
- * under one, even sharing memory bandwidth with a busy box), and so is a
- * decode of 20 us (zstd decodes a page in a few). A fill in detail costs a
- * pass over its pages and two getrusage() calls a shard: a few percent of a
- * batch, so only when it tells something. */
-#define LOADER_SLOW_PAGE_NS 2000
-#define LOADER_SLOW_COPY_NS 10000
-#define LOADER_SLOW_DECODE_NS 20000
-#define LOADER_DETAIL_EVERY 64
-
-uint64_t zr_loader_now_ns(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* ---- the scheduler (engine mutex held) ----------------------------------------- */
 
@@ -126,7 +106,7 @@ static int claims_slot(const zr_loader *l, const slot *sl) {
 
 /* 1 and a message if a stream changed since open. */
 static int stale(const zr_loader *l, char *msg, size_t size) {
-        for (size_t i = 0; i < l->nstreams; i++) {
+        for (size_t i = 0; i < l->nall; i++) {
                 if (zr_dataset_generation(l->streams[i].s.ds) != l->streams[i].open_gen) {
                         snprintf(msg, size, "%s changed under the loader (appended to, deleted "
                                  "from or compacted)", l->streams[i].name);
@@ -279,32 +259,6 @@ static int claim_next(zr_loader_engine *e, zr_loader *l, work *w, int *notify) {
         return 1;
 }
 
-/* Engine mutex held: a completed fill's telemetry (telemetry.h). */
-static void fill_telemetry(zr_loader *l, const fill_result *res) {
-        const zr_gather_times *t = &res->times;
-        uint64_t now = zr_loader_now_ns();
-        zr_telemetry *tel = &l->tel;
-
-        zr_tel_add(tel, now, ZR_TEL_FILLS, 1);
-        zr_tel_add(tel, now, ZR_TEL_FILL_NS, res->fill_ns);
-        zr_tel_add(tel, now, ZR_TEL_LOOKUP_NS, t->lookup_ns);
-        zr_tel_add(tel, now, ZR_TEL_READ_NS, t->read_ns);
-        zr_tel_add(tel, now, ZR_TEL_DECODE_NS, t->decode_ns);
-        zr_tel_add(tel, now, ZR_TEL_COPY_NS, t->copy_ns);
-        zr_tel_add(tel, now, ZR_TEL_DEVICE_BYTES, t->device_bytes);
-        zr_latency_add(&tel->fill, res->fill_ns);
-        if (t->detail) {
-                l->detail = t->pages > 0 && t->read_ns > t->pages * LOADER_SLOW_PAGE_NS;
-        } else {
-                uint64_t pages = res->bytes / 4096 + 1;
-                if (pages < res->records)
-                        pages = res->records;
-                l->detail = t->copy_ns > pages * LOADER_SLOW_COPY_NS ||
-                            t->decode_ns > pages * LOADER_SLOW_DECODE_NS;
-        }
-        l->detail |= tel->total[ZR_TEL_FILLS] % LOADER_DETAIL_EVERY == 0;
-}
-
 /* Engine mutex held: applies a finished fill. Returns 1 if notify is due. */
 static int complete(zr_loader_engine *e, const work *w, const fill_result *res) {
         zr_loader *l = w->l;
@@ -316,11 +270,8 @@ static int complete(zr_loader_engine *e, const work *w, const fill_result *res) 
         l->c.misses += res->misses;
         e->t.hits += res->hits;
         e->t.misses += res->misses;
-        if (w->timed && (res->hits || res->misses)) {
-                uint64_t now = zr_loader_now_ns();
-                zr_tel_add(&l->tel, now, ZR_TEL_HITS, res->hits);
-                zr_tel_add(&l->tel, now, ZR_TEL_MISSES, res->misses);
-        }
+        if (w->timed)
+                zr_measure_cache(l, res);
         if (res->busy) {
                 /* keep the claim (the slot stays filling, members wait for it)
                  * and park the work until resume_parked() */
@@ -332,7 +283,7 @@ static int complete(zr_loader_engine *e, const work *w, const fill_result *res) 
         }
         l->inflight--;
         if (w->timed)
-                fill_telemetry(l, res);
+                zr_measure_fill(l, res);
         zr_pf_consumed(e, g, sl->step);
         l->c.bytes += res->bytes;
         l->c.evictions += res->evictions;
@@ -367,23 +318,6 @@ static int complete(zr_loader_engine *e, const work *w, const fill_result *res) 
         return notify;
 }
 
-/* Engine mutex held: l, just taken from the run queue by a worker whose last
- * work was for group prev_g and took prev_ns, waited for that worker. If none
- * of its own work ran meanwhile and that work was another group's, it waited
- * for other loaders: contention (telemetry.h), as long as that work took at
- * most. */
-static void queue_telemetry(zr_loader *l, const group *prev_g, uint64_t prev_ns) {
-        uint64_t now, waited;
-
-        if (!l->enq_ns)
-                return;
-        now = zr_loader_now_ns();
-        waited = now - l->enq_ns;
-        l->enq_ns = 0;
-        if (prev_g && prev_g != l->g && l->inflight == 0)
-                zr_tel_add(&l->tel, now, ZR_TEL_QUEUE_NS, waited < prev_ns ? waited : prev_ns);
-}
-
 static void drain_task(void *arg) {
         zr_loader_engine *e = arg;
         /* the group this worker's last work was for (compared, never used), and
@@ -402,7 +336,7 @@ static void drain_task(void *arg) {
                         l = w.l;
                 } else if ((l = runq_pop(e))) {
                         int notify = 0, r;
-                        queue_telemetry(l, prev_g, prev_ns);
+                        zr_measure_queue(l, prev_g, prev_ns);
                         if (zr_pf_job_due(e, l)) {
                                 pf_job j;
                                 uint64_t t0, t1;
@@ -694,6 +628,7 @@ static void loader_destroy(zr_loader *l) {
         free(l->claims);
         free(l->known);
         free(l->streams);
+        zr_sources_free(l);
         free(l);
 }
 
@@ -701,11 +636,16 @@ int zr_loader_new(zr_loader_engine *e, const zr_loader_stream *streams, size_t n
                   const zr_loader_params *p, void *userdata, zr_loader **ret, zr_error *err) {
         zr_loader *l = NULL;
         group *fresh = NULL;
-        int r, notify;
+        uint32_t nsrc = p->nsources ? p->nsources : 1;
+        int r, notify, unbounded;
 
-        if (nstreams < 1 || nstreams > ZR_STREAMS_MAX)
-                return zr_error_set(err, ZR_E_PROTO, "a loader has 1 to %d streams, not %zu",
-                                    ZR_STREAMS_MAX, nstreams);
+        if (p->nsources > ZR_MIXTURE_MAX_SOURCES)
+                return zr_error_set(err, ZR_E_PROTO, "a mixture has 1 to %d sources, not %" PRIu32,
+                                    ZR_MIXTURE_MAX_SOURCES, p->nsources);
+        if (nstreams % nsrc != 0 || nstreams / nsrc < 1 || nstreams / nsrc > ZR_STREAMS_MAX)
+                return zr_error_set(err, ZR_E_PROTO, "a loader has 1 to %d streams%s, not %zu%s",
+                                    ZR_STREAMS_MAX, p->nsources ? " per source" : "", nstreams,
+                                    p->nsources ? " for all its sources" : "");
         if (p->prefetch < 1 || p->prefetch > ZR_PREFETCH_MAX)
                 return zr_error_set(err, ZR_E_LIMIT, "prefetch is %u, allowed 1 to %d",
                                     p->prefetch, ZR_PREFETCH_MAX);
@@ -719,7 +659,9 @@ int zr_loader_new(zr_loader_engine *e, const zr_loader_stream *streams, size_t n
         }
         l->e = e;
         l->userdata = userdata;
-        l->nstreams = nstreams;
+        l->nstreams = nstreams / nsrc;
+        l->nsources = p->nsources;
+        l->nall = nstreams;
         zr_tel_init(&l->tel, zr_loader_now_ns());
         l->nslots = p->prefetch;
         l->start = p->start_step;
@@ -742,13 +684,18 @@ int zr_loader_new(zr_loader_engine *e, const zr_loader_stream *streams, size_t n
                 goto fail;
         }
 
-        /* the domain: the batch of step 2^64 - 1 is the last */
-        if (l->start > 0) {
-                l->end_k = UINT64_MAX - l->start + 1;
+        /* the domain: the batch of step 2^64 - 1 is the last (a mixture's, the
+         * last whose positions stay below 2^64 - 1) */
+        l->end_k = zr_sources_end(l, &unbounded);
+        if (!unbounded) {
                 l->end_reachable = 1;
                 l->end_code = ZR_E_SAMPLER;
-                snprintf(l->end_msg, sizeof(l->end_msg), "the sampler's domain is used up "
-                         "(step 2^64 - 1 was the last)");
+                if (l->mix)
+                        snprintf(l->end_msg, sizeof(l->end_msg), "the mixture's domain is used up "
+                                 "(step %" PRIu64 " was the last)", l->mix->last_step);
+                else
+                        snprintf(l->end_msg, sizeof(l->end_msg), "the sampler's domain is used up "
+                                 "(step 2^64 - 1 was the last)");
         }
 
         pthread_mutex_lock(&e->mutex);
@@ -850,6 +797,14 @@ const void *zr_loader_ring_data(const zr_loader *l) {
         return l->own->shm.data;
 }
 
+uint32_t zr_loader_nsources(const zr_loader *l) {
+        return l->nsources;
+}
+
+uint64_t zr_loader_source_length(const zr_loader *l, uint32_t k) {
+        return l->mix && k < l->nsources ? l->mix->sources[k].n : 0;
+}
+
 size_t zr_loader_nstreams(const zr_loader *l) {
         return l->nstreams;
 }
@@ -913,20 +868,15 @@ int zr_loader_poll(zr_loader *l, zr_loader_event *ret) {
                         goto out;
                 }
                 cl->held = 1;
-                if (atomic_load(&e->telemetry)) {
-                        uint64_t bytes = 0;
-                        for (size_t i = 0; i < l->nstreams; i++)
-                                bytes += cl->sl->sb[i].bytes;
-                        cl->ann_ns = zr_loader_now_ns();
-                        zr_tel_add(&l->tel, cl->ann_ns, ZR_TEL_BATCHES, 1);
-                        zr_tel_add(&l->tel, cl->ann_ns, ZR_TEL_BYTES, bytes);
-                }
+                if (atomic_load(&e->telemetry))
+                        zr_measure_announce(l, cl);
                 *ret = (zr_loader_event){ .kind = ZR_LOADER_EVENT_BATCH, .step = cl->step,
                                           .ring = rg->id, .ring_data = rg->shm.data,
                                           .slot = cl->sl->index,
                                           .batch_size = l->sp.batch_size,
                                           .nstreams = l->nstreams, .streams = cl->sl->sb,
-                                          .indices = cl->sl->indices };
+                                          .indices = cl->sl->indices,
+                                          .sources = cl->sl->sources };
                 l->ann_k++;
                 l->c.batches++;
                 e->t.batches++;
@@ -941,33 +891,6 @@ int zr_loader_poll(zr_loader *l, zr_loader_event *ret) {
 out:
         pthread_mutex_unlock(&e->mutex);
         return r;
-}
-
-/* Engine mutex held: what the client says of the batch of claim cl. */
-static void take_telemetry(zr_loader *l, const claim *cl, const zr_loader_take *take) {
-        zr_telemetry *tel = &l->tel;
-        uint64_t now = zr_loader_now_ns();
-
-        if (take->has_wait) {
-                /* a consumer cannot have waited longer than the loader lived */
-                uint64_t age = now - tel->open_ns, w = take->wait_ns;
-                uint64_t room = age > tel->total[ZR_TEL_WAIT_NS] ? age - tel->total[ZR_TEL_WAIT_NS]
-                                                                 : 0;
-                if (w > room)
-                        w = room;
-                tel->reports = 1;
-                zr_tel_add(tel, now, ZR_TEL_WAITS, 1);
-                zr_tel_add(tel, now, ZR_TEL_WAIT_NS, w);
-                zr_latency_add(&tel->wait, w);
-        }
-        /* the client's clock is the daemon's unless it lives in another time
-         * namespace: a take outside (announce, now] is not believed */
-        if (take->has_taken && cl->ann_ns && take->taken_ns >= cl->ann_ns &&
-            take->taken_ns <= now) {
-                zr_tel_add(tel, now, ZR_TEL_READIES, 1);
-                zr_tel_add(tel, now, ZR_TEL_READY_NS, take->taken_ns - cl->ann_ns);
-                zr_latency_add(&tel->ready, take->taken_ns - cl->ann_ns);
-        }
 }
 
 int zr_loader_release(zr_loader *l, uint32_t ring_id, uint32_t slot_no, zr_error *err) {
@@ -994,7 +917,7 @@ int zr_loader_release_report(zr_loader *l, uint32_t ring_id, uint32_t slot_no,
                 goto out;
         }
         if (take && atomic_load(&e->telemetry))
-                take_telemetry(l, cl, take);
+                zr_measure_take(l, cl, take);
         if (claim_drop(cl))
                 zr_group_wake(e, l->g);
         zr_sched_run(e, l);
@@ -1030,40 +953,4 @@ void zr_loader_counters_get(zr_loader *l, zr_loader_counters *ret) {
         *ret = l->c;
         ret->step = l->start + l->ann_k;
         pthread_mutex_unlock(&l->e->mutex);
-}
-
-void zr_loader_engine_set_telemetry(zr_loader_engine *e, int on) {
-        atomic_store(&e->telemetry, on ? 1 : 0);
-}
-
-void zr_loader_telemetry_get(zr_loader *l, uint64_t now_ns, zr_loader_telemetry *ret) {
-        static const enum zr_tel_counter stages[] = {
-                ZR_TEL_FILLS, ZR_TEL_FILL_NS, ZR_TEL_LOOKUP_NS, ZR_TEL_READ_NS, ZR_TEL_DECODE_NS,
-                ZR_TEL_COPY_NS, ZR_TEL_IO_WAIT_NS, ZR_TEL_QUEUE_NS,
-        };
-        zr_loader_engine *e = l->e;
-        const zr_telemetry *tel = &l->tel;
-
-        pthread_mutex_lock(&e->mutex);
-        ret->age_ns = now_ns > tel->open_ns ? now_ns - tel->open_ns : 0;
-        ret->reports = tel->reports;
-        zr_tel_totals(tel, now_ns, &ret->total);
-        for (unsigned w = 0; w < ZR_TEL_NWINDOWS; w++)
-                zr_tel_window(tel, now_ns, (enum zr_tel_window)w, &ret->w[w]);
-        /* a member takes batches the others gathered: the stages are the
-         * group's, the waits for a worker each member's own */
-        ret->group = (zr_tel_span){ .span_ns = ret->w[ZR_TEL_W10].span_ns };
-        for (const zr_loader *m = l->g->members; m; m = m->g_next) {
-                zr_tel_span one;
-                zr_tel_window(&m->tel, now_ns, ZR_TEL_W10, &one);
-                for (size_t i = 0; i < sizeof(stages) / sizeof(stages[0]); i++)
-                        ret->group.v[stages[i]] += one.v[stages[i]];
-        }
-        ret->verdict = zr_tel_verdict(&ret->w[ZR_TEL_W10], tel->reports);
-        ret->stage = zr_tel_stage(&ret->group);
-        ret->prefetch_depth = l->g && l->g->pf.units ? l->g->pf.depth : 0;
-        ret->wait = tel->wait;
-        ret->ready = tel->ready;
-        ret->fill = tel->fill;
-        pthread_mutex_unlock(&e->mutex);
 }

@@ -90,15 +90,22 @@ static void read_command(zr_session *c, char *out, size_t size) {
                 snprintf(out, size, "?");
 }
 
-/* Each stream's store directory as /proc/self/fd names it, joined by ",". */
+/* Each stream's store directory as /proc/self/fd names it, joined by ",";
+ * a mixture's sources in turn, each store once. */
 static void read_dataset(zr_lhandle *lh, char *out, size_t size) {
         size_t at = 0;
 
         out[0] = 0;
-        for (uint32_t i = 0; i < zr_lhandle_nstreams(lh) && at + 1 < size; i++) {
+        for (uint32_t i = 0; i < zr_lhandle_nentries(lh) && at + 1 < size; i++) {
                 zr_entry *e = zr_lhandle_entry(lh, i);
                 char link[64], path[4096];
+                bool seen = false;
                 ssize_t n;
+
+                for (uint32_t j = 0; j < i && !seen; j++)
+                        seen = zr_lhandle_entry(lh, j) == e;
+                if (seen)
+                        continue;
                 snprintf(link, sizeof(link), "/proc/self/fd/%d",
                          zr_store_dir_fd(zr_dataset_store(e->ds)));
                 n = readlink(link, path, sizeof(path) - 1);
@@ -107,7 +114,7 @@ static void read_dataset(zr_lhandle *lh, char *out, size_t size) {
                 else
                         snprintf(path, sizeof(path), "dataset %llu",
                                  (unsigned long long)zr_entry_id(e));
-                at += (size_t)snprintf(out + at, size - at, "%s%s", i ? "," : "", path);
+                at += (size_t)snprintf(out + at, size - at, "%s%s", at ? "," : "", path);
         }
         if (at >= size && size > 4)
                 memcpy(out + size - 4, "...", 4); /* cut: say so */

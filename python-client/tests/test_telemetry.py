@@ -100,7 +100,7 @@ def test_decode_bound_without_cache(own_daemon, monkeypatch):
     own_daemon("--cache=0", "--threads=1")
     monkeypatch.setattr(dlmod, "_STALL_CHECK_S", 0.3)
     ds = zstd_dict_store("z")
-    loader = DataLoader({"z": ds}, batch_size=32, sampler="iid", seed=1, prefetch=4,
+    loader = DataLoader({"z": ds}, batch_size=32, sampler="cyclic", seed=1, prefetch=4,
                         warn_stalls=True)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -47,8 +47,10 @@ START_TEST(test_counts_batches_and_stages) {
         /* at least the announced ones were gathered, the others ahead of them */
         ck_assert_uint_ge(v[ZR_TEL_FILLS], 20);
         ck_assert_uint_le(v[ZR_TEL_FILLS], 20 + 4);
-        ck_assert_uint_eq(v[ZR_TEL_MISSES], v[ZR_TEL_FILLS] * 32);
-        ck_assert_uint_eq(v[ZR_TEL_HITS], 0);
+        /* no cache: every record a miss but a repeat of a record drawn earlier in
+         * its batch (iid), which is decoded once and counted a hit */
+        ck_assert_uint_eq(v[ZR_TEL_MISSES] + v[ZR_TEL_HITS], v[ZR_TEL_FILLS] * 32);
+        ck_assert_uint_gt(v[ZR_TEL_MISSES], v[ZR_TEL_HITS] * 4);
         ck_assert_uint_gt(v[ZR_TEL_DECODE_NS], 0);
         ck_assert_uint_gt(v[ZR_TEL_LOOKUP_NS], 0);
         ck_assert_uint_le(v[ZR_TEL_LOOKUP_NS] + v[ZR_TEL_READ_NS] + v[ZR_TEL_DECODE_NS] +
