@@ -2,15 +2,19 @@
 memory the returned array owns.
 
 A read of at least ``ONE_PASS_MIN`` bytes takes a daemon read buffer (BUFFER_OPEN,
-PROTOCOL.md section 7) from the connection's pool, READs into it, and maps it
-``MAP_PRIVATE``: the array sees the daemon's pages with no copy, and a write by the
-user copies only the page written (the kernel's copy on write), so the result is a
-writable ndarray that never changes under the user. The buffer goes back to the
-pool when the last array over its mapping dies (the mapping is gone by then), and
-the next read of that size class reuses it: its pages are resident already, so the
-steady state pays neither a first touch nor a copy. The daemon writes into a
-buffer only while it executes a READ that names it, and a buffer is named only
-while no mapping of it is alive.
+PROTOCOL.md section 7) from the connection's pool and READs into it. The client
+maps each buffer once, ``MAP_PRIVATE``, when the daemon gives it, and keeps the
+mapping for the buffer's life: the array sees the daemon's pages with no copy, a
+write by the user copies only the page written (the kernel's copy on write), so
+the result is a writable ndarray that never changes under the user. The buffer
+goes back to the pool when the last array over it dies, and the next read of that
+size class reuses it, mapping and all: a private mapping shows the memfd's own
+pages wherever nobody wrote, so before the reuse only the pages the user wrote
+(found in /proc/self/pagemap) are dropped (``MADV_DONTNEED``). The steady state
+pays no first touch, no mmap and no page-table fill, and no copy. The daemon
+writes into a buffer only while it executes a READ that names it, and a buffer is
+named only while no result over it is alive (or by ``ds.read(idx, out=a)`` where
+``a`` is such a result: the caller's own memory).
 
 The pool keeps at most ``pool_bytes()`` of free buffers (``LOADERX_READ_POOL``,
 bytes, default 256 MiB); the ones beyond are closed. Every buffer, free or behind
@@ -20,8 +24,8 @@ buffers, live and free, stay under half of the connection's ``shm_bytes_max``
 (HELLO's limits), so that the shared read buffer of the copy path always has
 room; beyond that, or when the daemon refuses a buffer (its per-uid or total
 budgets), or descriptors run out, the read falls back to the copy path (one
-shared buffer, copied into a new array). A live result holds one descriptor (the memfd,
-to map it again when the buffer is reused).
+shared buffer, copied into a new array). A buffer holds one descriptor (its memfd)
+and one mapping.
 """
 
 import collections
@@ -41,6 +45,7 @@ ONE_PASS_MIN = 256 << 10
 POOL_BYTES_DEFAULT = 256 << 20
 _GRAIN_MIN = 64 << 10
 _MADV_POPULATE_READ = 22            # Linux 5.14: fill the page tables, no copy on write
+_MADV_DONTNEED = 4
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mmap.restype = ctypes.c_void_p
@@ -74,15 +79,47 @@ def size_class(nbytes):
 
 
 class Buffer:
-    """A daemon read buffer of the pool: its handle and memfd."""
-    __slots__ = ("handle", "fd", "nbytes", "pool", "forked")
+    """A daemon read buffer of the pool: its handle, its memfd, and this process's
+    private mapping of it (made at the first take, kept until the buffer is closed:
+    a buffer that is reused is not mapped again)."""
+    __slots__ = ("handle", "fd", "nbytes", "pool", "forked", "addr", "used")
 
     def __init__(self, handle, fd, nbytes, pool):
         self.handle, self.fd, self.nbytes, self.pool = handle, fd, nbytes, pool
         self.forked = False     # a child has a mapping of it: never written again
+        self.addr = None
+        self.used = 0           # bytes of the last result over it: what a user could write
+
+    def map(self):
+        """Maps it (once): private, readable and writable, page tables filled."""
+        if self.addr is not None:
+            return
+        addr = _libc.mmap(None, self.nbytes, mmap.PROT_READ | mmap.PROT_WRITE,
+                          mmap.MAP_PRIVATE, self.fd, 0)
+        if addr is None or addr == _MAP_FAILED:
+            e = ctypes.get_errno()
+            raise OSError(e, f"mapping a read buffer of {self.nbytes} bytes: {os.strerror(e)}")
+        _libc.madvise(addr, self.nbytes, _MADV_POPULATE_READ)   # best effort (EINVAL < 5.14)
+        self.addr = addr
+
+    def clean(self, lo=0, hi=None):
+        """Makes the mapping show the buffer again over [lo, hi) (default: what
+        the last result spanned): the pages a user wrote (private copies the kernel
+        made on write) are dropped, so the next access sees what the daemon wrote.
+        Other pages already do: a private mapping shares every page nobody wrote
+        with the memfd."""
+        hi = self.used if hi is None else hi
+        if self.addr is None or hi <= lo:
+            return
+        for a, b in _written_runs(self.addr + lo, hi - lo):
+            _libc.madvise(a, b - a, _MADV_DONTNEED)
 
     def drop(self, tell):
-        """Closes it: the memfd here, and (tell) the handle in the daemon."""
+        """Closes it: the mapping and the memfd here, and (tell) the handle in the
+        daemon."""
+        if self.addr is not None:
+            _libc.munmap(self.addr, self.nbytes)
+            self.addr = None
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
@@ -90,28 +127,62 @@ class Buffer:
             self.pool.conn.request_nowait("close", {"handle": self.handle})
 
 
-class _Mapping:
-    """A private mapping of one buffer, the base of the result's arrays; unmapped,
-    and its buffer given back to the pool, when the last array goes."""
-    __slots__ = ("__array_interface__", "_addr", "_buf", "__weakref__")
+class _Result:
+    """The base of one result's arrays: bytes [0, nbytes) of a pool buffer's
+    mapping. When the last array over it goes, the buffer goes back to the pool."""
+    __slots__ = ("__array_interface__", "_buf", "__weakref__")
 
     def __init__(self, buf, nbytes):
-        addr = _libc.mmap(None, nbytes, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_PRIVATE,
-                          buf.fd, 0)
-        if addr is None or addr == _MAP_FAILED:
-            e = ctypes.get_errno()
-            raise OSError(e, f"mapping a read result of {nbytes} bytes: {os.strerror(e)}")
-        _libc.madvise(addr, nbytes, _MADV_POPULATE_READ)   # best effort (EINVAL < 5.14)
-        self._addr = addr
         self._buf = buf
+        buf.used = max(buf.used, nbytes)
         _live.add(self)
-        self.__array_interface__ = {"data": (addr, False), "shape": (nbytes,),
+        self.__array_interface__ = {"data": (buf.addr, False), "shape": (nbytes,),
                                     "typestr": "|u1", "version": 3}
 
     def __del__(self):
-        i = self.__array_interface__
-        _libc.munmap(self._addr, i["shape"][0])
         self._buf.pool.give_back(self._buf)
+
+
+# /proc/self/pagemap: 8 bytes per virtual page; bit 63 present, bit 61 a page of a
+# file (here: the memfd's own page) rather than a private copy.
+_PAGE = mmap.PAGESIZE
+_pagemap = None             # (pid, fd)
+
+
+def _pagemap_fd():
+    global _pagemap
+    if _pagemap is None or _pagemap[0] != os.getpid():
+        try:
+            fd = os.open("/proc/self/pagemap", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            fd = -1
+        _pagemap = (os.getpid(), fd)
+    return _pagemap[1]
+
+
+def _written_runs(addr, nbytes):
+    """Runs [a, b) of the pages of [addr, addr + nbytes) that hold a private copy
+    (a user wrote there); all of them when the page map cannot be read."""
+    first = addr // _PAGE
+    last = (addr + nbytes + _PAGE - 1) // _PAGE
+    fd = _pagemap_fd()
+    try:
+        raw = os.pread(fd, (last - first) * 8, first * 8) if fd >= 0 else b""
+    except OSError:
+        raw = b""
+    if len(raw) != (last - first) * 8:
+        return [(first * _PAGE, last * _PAGE)]
+    e = np.frombuffer(raw, "<u8")
+    own = (e & _PM_PRESENT_FILE) == _PM_PRESENT
+    if not own.any():
+        return []
+    d = np.diff(np.concatenate(([0], own.view(np.int8), [0])))
+    starts, ends = np.flatnonzero(d == 1), np.flatnonzero(d == -1)
+    return [((first + s) * _PAGE, (first + t) * _PAGE) for s, t in zip(starts.tolist(), ends.tolist())]
+
+
+_PM_PRESENT = np.uint64(1 << 63)
+_PM_PRESENT_FILE = np.uint64((1 << 63) | (1 << 61))
 
 
 class Pool:
@@ -140,8 +211,12 @@ class Pool:
                 self.free_bytes += b.nbytes
 
     def give_back(self, buf):
-        """From a finalizer (any thread, any lock held): only a deque append."""
-        self.returned.append(buf)
+        """From a finalizer (any thread, any lock held): only a deque append (or,
+        once the connection is closed, the buffer's own close)."""
+        if self.closed:
+            buf.drop(tell=False)
+        else:
+            self.returned.append(buf)
 
     def take(self, nbytes):
         """A buffer of nbytes' size class, or None when the daemon (or the process's
@@ -152,7 +227,10 @@ class Pool:
         got = self.free.get(cls)
         if got:
             self.free_bytes -= cls
-            return got.pop()
+            b = got.pop()
+            b.clean()
+            b.used = 0
+            return b
         if self.max_bytes is not None and self.bytes + cls > self.max_bytes:
             if self.bytes - self.free_bytes + cls > self.max_bytes:
                 return None                 # live results hold the pool's share
@@ -169,6 +247,11 @@ class Pool:
                 raise
             (fd,) = r["_fds"]
             b = Buffer(r["buffer"], fd, int(r["bytes"]), self)
+            try:
+                b.map()
+            except OSError:
+                b.drop(tell=True)
+                return None
             self.bytes += b.nbytes
             return b
         return None
@@ -184,7 +267,7 @@ class Pool:
 
     def close(self):
         """The connection closes: free buffers go; live results keep their mapping
-        and close their memfd when they die."""
+        and close it and their memfd when they die."""
         self.closed = True
         self._drain()
         for bufs in self.free.values():
@@ -194,9 +277,9 @@ class Pool:
         self.free_bytes = 0
 
 
-# The mappings alive now. A forked child inherits them (private mappings of the
-# memfds): their buffers must not be written again, or the child's arrays would
-# change, so at a fork each is marked and is closed instead of reused.
+# The results alive now. A forked child inherits their mappings (private mappings
+# of the memfds): their buffers must not be written again, or the child's arrays
+# would change, so at a fork each is marked and is closed instead of reused.
 _live = weakref.WeakSet()
 
 
@@ -216,7 +299,6 @@ def pool(conn):
 
 
 def map_result(buf, nbytes):
-    """The bytes [0, nbytes) of buf as a writable uint8 array that owns a private
-    mapping of them (at least one page)."""
-    m = _Mapping(buf, max(nbytes, 1))
-    return np.asarray(m)[:nbytes]
+    """The bytes [0, nbytes) of buf as a writable uint8 array over its private
+    mapping; buf goes back to the pool when the last array over it dies."""
+    return np.asarray(_Result(buf, max(nbytes, 1)))[:nbytes]
