@@ -91,6 +91,22 @@ def test_hundred_results_survive_reuse(store, monkeypatch):
         assert np.array_equal(a, want), f"result {k} changed under its owner"
 
 
+def test_reused_buffer_drops_what_the_user_wrote(store, monkeypatch):
+    ds, src = store
+    opens = buffer_opens(monkeypatch)
+    a = ds[batch_indices(0)]
+    a[::7] = 0xEE                             # private copies of some pages, not all
+    a[-1, -1] = 0xEE                          # and the last byte
+    del a
+    b = ds[batch_indices(1)]                  # the same buffer, the same mapping
+    assert len(opens) == 1, "the freed buffer was not reused"
+    assert np.array_equal(b, src[batch_indices(1)])
+    b[:] = 0x11                               # every page written
+    del b
+    c = ds[batch_indices(2)]
+    assert len(opens) == 1 and np.array_equal(c, src[batch_indices(2)])
+
+
 def test_views_keep_the_buffer(store, monkeypatch):
     ds, src = store
     idx = batch_indices(1)
