@@ -39,19 +39,14 @@ int zr_gather_locate(zr_gather *g, zr_error *err) {
         if (!g->locs)
                 return zr_error_errno(err, ENOMEM, "gathering %zu records", g->n);
         g->dsts = (void **)(g->locs + n);
+        if (s->kind == ZR_SCHEMA_DENSE) {
+                /* the layout needs no table entry: the read locates (dense_read) */
+                g->bytes = (uint64_t)g->n * zr_schema_item_bytes(s);
+                return zr_store_check_range(zr_dataset_store(g->ds), g->idx, g->n, err);
+        }
         r = zr_store_locate(zr_dataset_store(g->ds), g->idx, g->n, g->locs, err);
         if (r < 0)
                 return r;
-        if (s->kind == ZR_SCHEMA_DENSE) {
-                uint64_t item = zr_schema_item_bytes(s);
-                for (size_t i = 0; i < g->n; i++)
-                        if (g->locs[i].logic_length != item)
-                                return zr_error_set(err, ZR_E_CORRUPT, "record %" PRIu64 " is %u "
-                                                    "bytes, an item is %" PRIu64, g->idx[i],
-                                                    g->locs[i].logic_length, item);
-                g->bytes = (uint64_t)g->n * item;
-                return 0;
-        }
         uint64_t hdr = zr_ragged_header_bytes(s->ndim);
         for (size_t i = 0; i < g->n; i++) {
                 if (g->locs[i].logic_length < hdr)
@@ -145,18 +140,39 @@ static int read_cached(zr_gather *g, zr_rcache *cache, zr_pool *pool, zr_error *
         return r;
 }
 
+/* A dense batch: straight from the store in one pass per shard (locate, check,
+ * read), or, through a cache, located first. */
+static int dense_read(zr_gather *g, uint8_t *dst, zr_rcache *cache, zr_pool *pool,
+                      zr_error *err) {
+        const zr_schema *s = zr_dataset_schema(g->ds);
+        uint64_t item = zr_schema_item_bytes(s);
+        zr_store *st = zr_dataset_store(g->ds);
+        int r;
+
+        if (!cache || s->codec == ZR_CODEC_RAW || g->n == 0)
+                return zr_store_gather_dense(st, g->idx, g->n, item, dst, g->locs, err);
+        r = zr_store_locate(st, g->idx, g->n, g->locs, err);
+        for (size_t i = 0; r == 0 && i < g->n; i++)
+                if (g->locs[i].logic_length != item)
+                        r = zr_error_set(err, ZR_E_CORRUPT, "record %" PRIu64 " is %u bytes, an "
+                                         "item is %" PRIu64, g->idx[i], g->locs[i].logic_length,
+                                         item);
+        for (size_t i = 0; r == 0 && i < g->n; i++)
+                g->dsts[i] = dst + i * item;
+        return r < 0 ? r : read_cached(g, cache, pool, err);
+}
+
 int zr_gather_read(zr_gather *g, uint8_t *dst, uint64_t base, zr_rcache *cache, zr_pool *pool,
                    zr_error *err) {
         const zr_schema *s = zr_dataset_schema(g->ds);
         bool ragged = s->kind == ZR_SCHEMA_RAGGED;
-        uint64_t item = zr_schema_item_bytes(s), w = 0;
+        uint64_t w = 0;
         int r;
 
+        if (!ragged)
+                return dense_read(g, dst, cache, pool, err);
+
         for (size_t i = 0; i < g->n; i++) {
-                if (!ragged) {
-                        g->dsts[i] = dst + i * item;
-                        continue;
-                }
                 uint64_t end = g->offsets[i] + g->locs[i].logic_length;
                 g->dsts[i] = dst + g->offsets[i];
                 if (i + 1 < g->n && g->offsets[i + 1] > end)
@@ -167,8 +183,8 @@ int zr_gather_read(zr_gather *g, uint8_t *dst, uint64_t base, zr_rcache *cache, 
         else
                 r = zr_store_gather_locs(zr_dataset_store(g->ds), g->locs, g->n,
                                          (void *const *)g->dsts, err);
-        if (r < 0 || !ragged)
-                return r < 0 ? r : 0;
+        if (r < 0)
+                return r;
         for (size_t i = 0; i < g->n; i++) {
                 zr_error perr = {0};
                 uint32_t nd = s->ndim;
