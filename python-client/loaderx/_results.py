@@ -298,6 +298,28 @@ def pool(conn):
     return p
 
 
+def result_region(a, conn):
+    """(buffer, offset) when the array a lies in a live one-pass result of conn's
+    pool over whole pages (or up to the result's end), so that a READ may write
+    its bytes in place; else None. A buffer a forked child may still map is
+    never written again."""
+    b = a
+    while isinstance(b, np.ndarray):
+        b = b.base
+    if not isinstance(b, _Result):
+        return None
+    buf = b._buf
+    if buf.pool is not getattr(conn, "result_pool", None) or buf.forked or buf.fd < 0 \
+            or buf.addr is None or not conn.usable:
+        return None
+    start = a.__array_interface__["data"][0] - buf.addr
+    end = start + a.nbytes
+    if start < 0 or end > b.__array_interface__["shape"][0] or start % _PAGE or \
+            (end % _PAGE and end != b.__array_interface__["shape"][0]):
+        return None
+    return buf, start
+
+
 def map_result(buf, nbytes):
     """The bytes [0, nbytes) of buf as a writable uint8 array over its private
     mapping; buf goes back to the pool when the last array over it dies."""

@@ -229,8 +229,9 @@ class _Dataset:
         """``ds[key]``; with ``out``, into that array (dense only): it must be
         writable, C-contiguous and of the result's dtype and shape (``item_shape``
         for a single index), and is returned. Without ``out`` a large result is
-        written once, by the daemon, into memory the returned array owns; ``out``
-        costs one copy into the caller's memory."""
+        written once, by the daemon, into memory the returned array owns. ``out``
+        that is such a result (or whole pages of one) is written in place, in one
+        pass; other memory costs one copy."""
         idx, scalar = _index.normalize(key, self.__len__)
         if out is None:
             r = self._read(idx)

@@ -177,6 +177,86 @@ def test_out_checks_and_reads(store):
         r.read([0], out=np.empty(3, np.uint8))
 
 
+def reads_into(monkeypatch):
+    """The buffer handle each READ on the default connection names."""
+    conn = _conn.default()
+    named = []
+    real = conn.request
+
+    def spy(kind, fields=None, *a, **kw):
+        if kind == "read":
+            named.append(fields["buffer"])
+        return real(kind, fields, *a, **kw)
+
+    monkeypatch.setattr(conn, "request", spy)
+    return named
+
+
+def test_out_a_result_is_written_in_place(store, monkeypatch):
+    ds, src = store
+    out = ds[batch_indices(0)]
+    out[3:9] = 0xEE                           # the user's writes: dropped by the read
+    view = out[10:20]                         # a view sees the new records too
+    buf = out.base.base._buf if out.base.base is not None else None
+    opens = buffer_opens(monkeypatch)
+    named = reads_into(monkeypatch)
+    for k in range(1, 4):
+        assert ds.read(batch_indices(k), out=out) is out
+        assert np.array_equal(out, src[batch_indices(k)])
+        assert np.array_equal(view, src[batch_indices(k)][10:20])
+    assert opens == [] and len(named) == 3, "out= should READ into the result's own buffer"
+    if buf is not None:
+        assert set(named) == {buf.handle}
+    del out, view
+    assert np.array_equal(ds[batch_indices(5)], src[batch_indices(5)])   # the buffer is clean
+
+
+def test_out_part_of_a_result(monkeypatch):
+    src = np.random.default_rng(4).integers(0, 256, size=(300, 4096), dtype=np.uint8)
+    ds = DenseDataset("p", dtype=np.uint8, item_shape=(4096,), codec="raw")
+    ds.append(src)
+    big = ds[np.arange(200)]                  # page-sized records
+    whole = big.reshape(-1)
+    named = reads_into(monkeypatch)
+    # whole pages of the result: in place; a region that starts inside a page: copied
+    assert np.array_equal(ds.read([7, 8], out=big[1:3]), src[[7, 8]])
+    odd = whole[100:100 + 2 * 4096].reshape(2, 4096)
+    before = whole[:100].copy()
+    assert np.array_equal(ds.read([9, 10], out=odd), src[[9, 10]])
+    assert np.array_equal(whole[:100], before), "bytes outside out changed"
+    assert np.array_equal(big[3:], src[3:200])
+    assert len(named) == 2 and named[0] != named[1], "only the page-aligned out is in place"
+
+
+def test_out_a_result_a_child_maps_is_copied_into(store, monkeypatch):
+    ds, src = store
+    out = ds[batch_indices(0)]
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            os.close(w)
+            os.read(r, 1)
+            assert np.array_equal(out, src[batch_indices(0)]), "the child's array changed"
+        except BaseException:
+            import traceback
+            traceback.print_exc()
+            code = 1
+        os._exit(code)
+    os.close(r)
+    try:
+        named = reads_into(monkeypatch)
+        ds.read(batch_indices(1), out=out)
+        assert np.array_equal(out, src[batch_indices(1)])
+        assert named and named[0] != out.base.base._buf.handle
+    finally:
+        os.write(w, b"x")
+        os.close(w)
+        _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
 def test_forked_child_keeps_its_results(store):
     ds, src = store
     idx = batch_indices(3)
