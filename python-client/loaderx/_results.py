@@ -17,7 +17,8 @@ named only while no result over it is alive (or by ``ds.read(idx, out=a)`` where
 ``a`` is such a result: the caller's own memory).
 
 The pool keeps at most ``pool_bytes()`` of free buffers (``LOADERX_READ_POOL``,
-bytes, default 256 MiB); the ones beyond are closed. Every buffer, free or behind
+bytes, else the daemon's ``read-pool`` budget, STATUS ``budgets`` ``read_pool``);
+the ones beyond are closed. Every buffer, free or behind
 a live result, is shared memory of the connection and counts against the daemon's
 budgets (``max-shm`` per connection, STATUS ``users`` ``shm_bytes``). The pool's
 buffers, live and free, stay under half of the connection's ``shm_bytes_max``
@@ -58,10 +59,14 @@ _libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 _MAP_FAILED = ctypes.c_void_p(-1).value
 
 
-def pool_bytes():
+def pool_bytes(conn=None):
+    """The free buffers a pool keeps, in bytes: ``LOADERX_READ_POOL`` when set,
+    else the daemon's ``read-pool`` budget (HELLO's ``read_pool_max``), else
+    256 MiB."""
     v = os.environ.get("LOADERX_READ_POOL")
     if v is None or v == "":
-        return POOL_BYTES_DEFAULT
+        lim = getattr(conn, "limits", None) or {}
+        return int(lim.get("read_pool_max", POOL_BYTES_DEFAULT))
     try:
         n = int(v)
     except ValueError:
@@ -199,7 +204,7 @@ class Pool:
         self.max_bytes = shm_max // 2 if shm_max else None
 
     def _drain(self):
-        limit = pool_bytes()
+        limit = pool_bytes(self.conn)
         while self.returned:
             b = self.returned.popleft()
             if self.closed or not self.conn.usable or b.forked or \

@@ -128,6 +128,26 @@ def test_pool_budget_closes_what_it_does_not_keep(store, monkeypatch):
     assert p.free_bytes == 0
 
 
+def test_pool_budget_from_the_daemon(own_daemon, workdir, monkeypatch):
+    own_daemon("--read-pool=0")
+    monkeypatch.delenv("LOADERX_READ_POOL", raising=False)
+    conn = _conn.default()
+    st = conn.request("status")
+    assert conn.limits["read_pool_max"] == 0 == st["budgets"]["read_pool"]["bytes"]
+    assert st["budgets"]["read_pool"]["source"] == "setting"
+    src = np.arange(N * REC, dtype=np.uint8).reshape(N, REC)
+    ds = DenseDataset("d", dtype=np.uint8, item_shape=(REC,), codec="raw")
+    ds.append(src)
+    opens = buffer_opens(monkeypatch)
+    for k in range(3):
+        assert np.array_equal(ds[np.arange(k, k + B)], src[k:k + B])
+    assert len(opens) == 3                    # the daemon's budget of 0: nothing kept
+    monkeypatch.setenv("LOADERX_READ_POOL", str(64 << 20))
+    for k in range(3):
+        ds[np.arange(k, k + B)]
+    assert len(opens) == 3                    # the client's own setting wins: reused
+
+
 def test_ragged_one_pass(monkeypatch):
     rng = np.random.default_rng(5)
     recs = [rng.integers(0, 1 << 20, size=(int(rng.integers(1, 64)), 33)).astype(np.int32)
