@@ -50,23 +50,58 @@ static int store_check_loc(const zr_store *s, const zr_loc *l, uint64_t tail, zr
  * at once overlap them. */
 #define LOCATE_PREFETCH_AHEAD 8
 
-static void prefetch_entry(zr_store *s, uint64_t idx) {
+/* The mapping of one file of a table (a .loc segment, a chunk), looked up once
+ * for every entry or record that falls in it rather than once for each. */
+typedef struct file_view {
+        uint64_t id;
+        const uint8_t *map;
         uint64_t len;
-        const uint8_t *map = zr_files_map(s->locs, (uint32_t)(idx >> ZR_LOC_SEGMENT_LOG2), &len);
-        uint64_t off = (idx & (ZR_LOC_SEGMENT_ENTRIES - 1)) * ZR_LOC_SIZE;
-        if (map && off < len)
-                __builtin_prefetch(map + off);
+} file_view;
+
+#define FILE_VIEW_NONE { UINT64_MAX, NULL, 0 }
+
+/* The `bytes` bytes at `off` of file `id` of t through its mapping, or NULL
+ * (no mapping, or past its end: the caller preads). */
+static const uint8_t *view_at(const zr_files *t, file_view *v, uint64_t id, uint64_t off,
+                              uint64_t bytes) {
+        if (id != v->id) {
+                v->map = zr_files_map(t, (uint32_t)id, &v->len);
+                v->id = id;
+        }
+        return v->map && off + bytes <= v->len ? v->map + off : NULL;
 }
 
-/* Reads entries idx[lo..hi) into locs, one pread per run of consecutive indices
- * inside a segment, and checks each. */
+static const uint8_t *entry_at(const zr_store *s, file_view *v, uint64_t idx) {
+        return view_at(s->locs, v, idx >> ZR_LOC_SEGMENT_LOG2,
+                       (idx & (ZR_LOC_SEGMENT_ENTRIES - 1)) * ZR_LOC_SIZE, ZR_LOC_SIZE);
+}
+
+/* Reads entries idx[lo..hi) into locs and checks each: from the mapping, one
+ * load per entry with the entry LOCATE_PREFETCH_AHEAD later asked for first;
+ * else one pread per run of consecutive indices inside a segment. */
 int zr_store_locate_range(zr_store *s, const uint64_t *idx, size_t lo, size_t hi,
                           zr_loc *locs, uint64_t tail, zr_error *err) {
+        file_view v = FILE_VIEW_NONE, ahead = FILE_VIEW_NONE;
+        const uint8_t *p;
         size_t k = lo;
-        if (s->map)
-                for (size_t i = lo; i < hi && i < lo + LOCATE_PREFETCH_AHEAD; i++)
-                        prefetch_entry(s, idx[i]);
+        int r;
+
+        for (size_t i = lo; s->map && i < hi && i < lo + LOCATE_PREFETCH_AHEAD; i++)
+                if ((p = entry_at(s, &ahead, idx[i])))
+                        __builtin_prefetch(p);
         while (k < hi) {
+                if (s->map && (p = entry_at(s, &v, idx[k]))) {
+                        const uint8_t *q;
+                        if (k + LOCATE_PREFETCH_AHEAD < hi &&
+                            (q = entry_at(s, &ahead, idx[k + LOCATE_PREFETCH_AHEAD])))
+                                __builtin_prefetch(q);
+                        zr_loc_decode(p, &locs[k]);
+                        r = store_check_loc(s, &locs[k], tail, err);
+                        if (r < 0)
+                                return r;
+                        k++;
+                        continue;
+                }
                 uint64_t seg = idx[k] >> ZR_LOC_SEGMENT_LOG2;
                 size_t e = k + 1;
                 while (e < hi && idx[e] == idx[e - 1] + 1 && (idx[e] >> ZR_LOC_SEGMENT_LOG2) == seg)
@@ -74,29 +109,18 @@ int zr_store_locate_range(zr_store *s, const uint64_t *idx, size_t lo, size_t hi
                 int fd = zr_files_fd(s->locs, (uint32_t)seg);
                 uint64_t bytes = (uint64_t)(e - k) * ZR_LOC_SIZE;
                 uint64_t off = (idx[k] & (ZR_LOC_SEGMENT_ENTRIES - 1)) * ZR_LOC_SIZE;
-                uint64_t map_len;
-                const uint8_t *map = zr_files_map(s->locs, (uint32_t)seg, &map_len);
                 if (fd < 0)
                         return zr_error_set(err, ZR_E_CORRUPT, "%" PRIu64 ".loc: not open", seg);
-                if (map && off + bytes <= map_len) {
-                        /* one load per entry: decoded straight from the mapping */
-                        if (e + LOCATE_PREFETCH_AHEAD - 1 < hi)
-                                prefetch_entry(s, idx[e + LOCATE_PREFETCH_AHEAD - 1]);
-                        for (size_t i = k; i < e; i++)
-                                zr_loc_decode(map + off + (i - k) * ZR_LOC_SIZE, &locs[i]);
-                } else {
-                        int64_t n = zr_pread_all(fd, &locs[k], bytes, off);
-                        if (n < 0)
-                                return zr_error_errno(err, (int)-n, "%" PRIu64 ".loc: read", seg);
-                        if ((uint64_t)n != bytes)
-                                return zr_error_set(err, ZR_E_CORRUPT,
-                                                    "%" PRIu64 ".loc: short read at entry %" PRIu64,
-                                                    seg, idx[k]);
-                        for (size_t i = k; i < e; i++)
-                                zr_loc_decode((const uint8_t *)&locs[i], &locs[i]);
-                }
+                int64_t n = zr_pread_all(fd, &locs[k], bytes, off);
+                if (n < 0)
+                        return zr_error_errno(err, (int)-n, "%" PRIu64 ".loc: read", seg);
+                if ((uint64_t)n != bytes)
+                        return zr_error_set(err, ZR_E_CORRUPT,
+                                            "%" PRIu64 ".loc: short read at entry %" PRIu64,
+                                            seg, idx[k]);
                 for (size_t i = k; i < e; i++) {
-                        int r = store_check_loc(s, &locs[i], tail, err);
+                        zr_loc_decode((const uint8_t *)&locs[i], &locs[i]);
+                        r = store_check_loc(s, &locs[i], tail, err);
                         if (r < 0)
                                 return r;
                 }
@@ -193,17 +217,10 @@ static int gather_one_compressed(zr_store *s, zr_coder_ctx *x, const zr_loc *l, 
         return 0;
 }
 
-/* Asks for the first bytes of record l (a raw one in a mapped chunk). */
-static void prefetch_record(zr_store *s, const zr_loc *l) {
-        uint64_t len;
-        const uint8_t *map = zr_files_map(s->chunks, l->chunk_id, &len);
-        if (map && l->offset < len)
-                __builtin_prefetch(map + l->offset);
-}
-
 static int gather_range(gather_job *j, size_t lo, size_t hi, zr_coder_ctx *x, zr_error *err) {
         zr_store *s = j->s;
         uint8_t *packed = j->base;
+        file_view v = FILE_VIEW_NONE;
         size_t k = lo;
         int r;
 
@@ -235,12 +252,15 @@ static int gather_range(gather_job *j, size_t lo, size_t hi, zr_coder_ctx *x, zr
                         bytes += m->phys_length;
                         e++;
                 }
-                uint64_t map_len;
-                const uint8_t *map = bytes ? zr_files_map(s->chunks, l->chunk_id, &map_len) : NULL;
-                if (map && l->offset + bytes <= map_len) {
-                        if (e < hi) /* its page walk overlaps this copy */
-                                prefetch_record(s, &j->locs[e]);
-                        memcpy(dst, map + l->offset, bytes);
+                const uint8_t *src = bytes ? view_at(s->chunks, &v, l->chunk_id, l->offset, bytes)
+                                           : NULL;
+                if (src) {
+                        const uint8_t *next;
+                        /* the next record's page walk overlaps this copy */
+                        if (e < hi && (next = view_at(s->chunks, &v, j->locs[e].chunk_id,
+                                                      j->locs[e].offset, 1)))
+                                __builtin_prefetch(next);
+                        memcpy(dst, src, bytes);
                 } else if (bytes > 0) {
                         int fd = zr_files_fd(s->chunks, l->chunk_id);
                         if (fd < 0)
