@@ -22,10 +22,14 @@ Three parts, page cache warm, medians, the variants alternating batch by batch:
 3. Where one pass starts to pay: `ds[idx]` of k 4 KiB records, one pass against the
    copy path, for k from 1 to 1024 (4 KiB to 4 MiB): `_results.ONE_PASS_MIN` is set
    from this.
+4. The loader at 4 KiB records: `DataLoader` (iid, batch 1024, prefetch 4, identity
+   consumer) over the same store, batches/s over 300 steps after 30, against the
+   4 KiB memcpy gather probe (`bench/limits`, all threads) run just before.
 
 The profile behind bench/README.md's store notes.
 """
 import os
+import random
 import resource
 import statistics
 import sys
@@ -90,14 +94,20 @@ def small(tmp):
         finally:
             _results.ONE_PASS_MIN = old
 
-    for b in batches[2:]:
-        timed("READ of 1 record", lambda: read(b[:1]))
-        timed("READ of no record", lambda: read(b[:0]))
-        timed("READ of 1024 records", lambda: read(b))
-        timed("ds[idx], one pass", lambda: with_min(1, lambda: ds[b]))
-        timed("ds[idx], copy path", lambda: with_min(1 << 62, lambda: ds[b]))
-        timed("ds.read(idx, out=result)", lambda: ds.read(b, out=held))
-        timed("npy mmap fancy index", lambda: m[b])
+    steps = [("READ of no record", lambda b: read(b[:0])),
+             ("READ of 1 record", lambda b: read(b[:1])),
+             ("READ of 1024 records", read),
+             ("ds[idx], one pass", lambda b: with_min(1, lambda: ds[b])),
+             ("ds[idx], copy path", lambda b: with_min(1 << 62, lambda: ds[b])),
+             ("ds.read(idx, out=result)", lambda b: ds.read(b, out=held)),
+             ("npy mmap fancy index", lambda b: m[b])]
+    for j, b in enumerate(batches[2:]):
+        # the first read of a batch's records pays more than the ones after it:
+        # a shuffled order per batch (fixed seeds) gives every row its share
+        order = list(steps)
+        random.Random(j).shuffle(order)
+        for k, fn in order:
+            timed(k, lambda: fn(b))
     print(f"4 MiB batches (1024 x 4 KiB), median of {len(batches) - 2}; load average {load()}")
     for k, v in T.items():
         us = med_us(v)
@@ -106,10 +116,10 @@ def small(tmp):
 
     print(f"one pass against the copy path by result size (4 KiB records), median of 40; "
           f"ONE_PASS_MIN now {_results.ONE_PASS_MIN >> 10} KiB")
-    for k in (1, 2, 4, 8, 16, 32, 64, 256, 1024):
+    for k in (1, 4, 16, 32, 64, 96, 128, 192, 256, 1024):
         one, copy = [], []
         for j, b in enumerate(C.draws(42, k, n, seed=k)):
-            for v, out in ((1, one), (1 << 62, copy)):
+            for v, out in ((1, one), (1 << 62, copy))[::1 if j % 2 else -1]:
                 t = time.perf_counter()
                 x = with_min(v, lambda: ds[b])
                 if j >= 2:
@@ -118,10 +128,46 @@ def small(tmp):
         print(f"  {k:5d} records ({k * rec >> 10:5d} KiB): one pass {med_us(one):8.1f} us, "
               f"copy path {med_us(copy):8.1f} us, copy / one pass {med_us(copy) / med_us(one):5.2f}")
     ds.close()
+    loader_small(os.path.join(tmp, "t"), rec)
+
+
+def loader_small(path, rec):
+    import subprocess
+    from loaderx.dataloader import DataLoader
+    from loaderx.dataset import DenseDataset
+    exe = os.path.join(BUILD, "bench", "limits")
+    out = subprocess.run([exe, "--records", "1024", "--batches", "9"], check=True,
+                         capture_output=True, text=True).stdout
+    memcpy = None
+    for line in out.splitlines()[out.splitlines().index(next(
+            l for l in out.splitlines() if "4096 B" in l)):]:
+        if "memcpy gather, all threads" in line:
+            memcpy = float(line.split()[4])     # median GiB/s
+            break
+    dl = DataLoader({"x": DenseDataset(path)}, batch_size=1024, sampler="iid", seed=7, prefetch=4,
+                    transform=None, num_workers=0)
+    it = iter(dl)
+    for _ in range(30):
+        next(it)
+    t = time.perf_counter()
+    for _ in range(300):
+        b = next(it)
+        b["x"][0, 0, 0]
+        del b
+    secs = time.perf_counter() - t
+    gib_s = 300 * 1024 * rec / C.GiB / secs
+    print(f"loader, 4 KiB records, batch 1024, iid, prefetch 4: {300 / secs:.0f} batches/s, "
+          f"{gib_s:.2f} GiB/s; the memcpy gather probe (4 KiB, all threads, median) {memcpy:.2f} "
+          f"GiB/s: {gib_s / memcpy:.2f} of it; load average {load()}")
+    dl.close() if hasattr(dl, "close") else None
+
+
+BUILD = None
 
 
 def main():
-    build = C.find_build(sys.argv[1] if len(sys.argv) > 1 else None)
+    global BUILD
+    build = BUILD = C.find_build(sys.argv[1] if len(sys.argv) > 1 else None)
     tmp = tempfile.mkdtemp(prefix="zrecord-breakdown-")
     d = C.Daemon(build, tmp)
     try:
@@ -158,18 +204,21 @@ def main():
             return o
 
         held = ds[batches[0]]
-        for b in batches[2:]:
-            for k, one_pass_min in (("ds[idx], one pass", _results.ONE_PASS_MIN),
-                                    (f"ds[idx], copy path, {threads} threads", 1 << 62)):
-                old, _results.ONE_PASS_MIN = _results.ONE_PASS_MIN, one_pass_min
+        for j, b in enumerate(batches[2:]):
+            ways = [("ds[idx], one pass", _results.ONE_PASS_MIN),
+                    (f"ds[idx], copy path, {threads} threads", 1 << 62),
+                    ("ds.read(idx, out=result)", None)]
+            random.Random(j).shuffle(ways)          # no row always reads a batch first
+            for k, one_pass_min in ways:
                 t = time.perf_counter()
-                x = ds[b]
+                if one_pass_min is None:
+                    x = ds.read(b, out=held)
+                else:
+                    old, _results.ONE_PASS_MIN = _results.ONE_PASS_MIN, one_pass_min
+                    x = ds[b]
+                    _results.ONE_PASS_MIN = old
                 T[k].append(time.perf_counter() - t)
-                _results.ONE_PASS_MIN = old
                 del x
-            t = time.perf_counter()
-            ds.read(b, out=held)
-            T["ds.read(idx, out=result)"].append(time.perf_counter() - t)
             with conn.buffer_lock:
                 t = time.perf_counter()
                 buf = _store._buffer(conn, nbytes)
