@@ -119,6 +119,13 @@ class Buffer:
         for a, b in _written_runs(self.addr + lo, hi - lo):
             _libc.madvise(a, b - a, _MADV_DONTNEED)
 
+    def settle(self):
+        """Before a new result over it: drops the pages the user wrote into the
+        last one (safe while the daemon writes: the memfd's pages are not
+        touched), and forgets that result."""
+        self.clean()
+        self.used = 0
+
     def drop(self, tell):
         """Closes it: the mapping and the memfd here, and (tell) the handle in the
         daemon."""
@@ -228,17 +235,15 @@ class Pool:
 
     def take(self, nbytes):
         """A buffer of nbytes' size class, or None when the daemon (or the process's
-        descriptors) will not give one: the caller copies instead. Caller holds the
-        connection's buffer_lock."""
+        descriptors) will not give one: the caller copies instead. The caller
+        settles it (Buffer.settle) before it maps a result over it, best while the
+        daemon READs into it, and holds the connection's buffer_lock."""
         self._drain()
         cls = size_class(nbytes)
         got = self.free.get(cls)
         if got:
             self.free_bytes -= cls
-            b = got.pop()
-            b.clean()
-            b.used = 0
-            return b
+            return got.pop()
         if self.max_bytes is not None and self.bytes + cls > self.max_bytes:
             if self.bytes - self.free_bytes + cls > self.max_bytes:
                 return None                 # live results hold the pool's share

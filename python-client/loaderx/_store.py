@@ -434,10 +434,13 @@ def _read_dense_one_pass(handle, idx, rec):
         buf = _results.pool(conn).take(nbytes)
         if buf is None:
             return None
+        settle = buf.settle                 # while the daemon gathers the first piece
         try:
             for s, piece in _index_pieces(idx, per):
                 conn.request("read", {"handle": h, "buffer": buf.handle, "offset": s * rec,
-                                      "indices": _wire.u64s(piece)}, context=handle.path)
+                                      "indices": _wire.u64s(piece)}, context=handle.path,
+                             during=settle)
+                settle = None
         except BaseException:
             buf.pool.give_back(buf)
             raise
@@ -458,11 +461,14 @@ def _read_dense_in_place(handle, idx, rec, out):
         if where is None:
             return False
         buf, at = where
-        buf.clean(at, at + out.nbytes)      # the pages the user wrote show the buffer again
+        # the pages the user wrote show the buffer again (while the daemon gathers)
+        clean = lambda: buf.clean(at, at + out.nbytes)  # noqa: E731
         per = max(8, (conn.frame_max - 256) // 8 // 8 * 8)
         for s, piece in _index_pieces(idx, per):
             conn.request("read", {"handle": h, "buffer": buf.handle, "offset": at + s * rec,
-                                  "indices": _wire.u64s(piece)}, context=handle.path)
+                                  "indices": _wire.u64s(piece)}, context=handle.path,
+                         during=clean)
+            clean = None
     return True
 
 
@@ -551,7 +557,8 @@ def _read_ragged_one_pass(handle, idx, dt, ndim):
                 return None
             try:
                 r = conn.request("read", {"handle": h, "buffer": buf.handle, "offset": 0,
-                                          "indices": _wire.u64s(idx)}, context=handle.path)
+                                          "indices": _wire.u64s(idx)}, context=handle.path,
+                                 during=buf.settle)
                 break
             except ZrecordError as e:
                 buf.pool.give_back(buf)
