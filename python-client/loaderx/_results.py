@@ -40,9 +40,14 @@ import numpy as np
 
 from ._errors import ZrecordError
 
-# Below this the copy path is cheaper than a mapping of its own (mmap, munmap and
-# a page-table fill per result); bench/suite/gather_breakdown.py measures both.
-ONE_PASS_MIN = 256 << 10
+# Below this the copy path is as fast or faster: a one-pass result pays a fixed
+# cost (the pool, the page-map scan of the buffer it reuses, the array over it)
+# that a short copy into reused heap memory does not. bench/suite/
+# gather_breakdown.py's size sweep, three runs on 2 cores (load 10-17): the copy
+# path 4-17 % faster at 256 KiB and below, one pass 2-8 % faster at 384 and
+# 512 KiB, 22-53 % at 1-4 MiB, 2x at 64 MiB (bench/README.md). A result also
+# holds a descriptor while it lives, so small ones must not each take a buffer.
+ONE_PASS_MIN = 384 << 10
 POOL_BYTES_DEFAULT = 256 << 20
 _GRAIN_MIN = 64 << 10
 _MADV_POPULATE_READ = 22            # Linux 5.14: fill the page tables, no copy on write
