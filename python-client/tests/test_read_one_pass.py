@@ -5,6 +5,7 @@ buffer only when the last array over it is gone (and never one a forked child
 still maps); ``out=`` checks what it is given; a client that dies holding
 results leaves the daemon's descriptors and shared memory where they were."""
 
+import contextlib
 import os
 import signal
 import socket
@@ -248,9 +249,10 @@ def test_out_part_of_a_result(monkeypatch):
     assert len(named) == 2 and named[0] != named[1], "only the page-aligned out is in place"
 
 
-def test_out_a_result_a_child_maps_is_copied_into(store, monkeypatch):
-    ds, src = store
-    out = ds[batch_indices(0)]
+@contextlib.contextmanager
+def child_checks_later(check):
+    """Forks a child that runs check() once the body of the with block is done
+    (the parent has read again meanwhile); fails if check() failed there."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -258,7 +260,7 @@ def test_out_a_result_a_child_maps_is_copied_into(store, monkeypatch):
         try:
             os.close(w)
             os.read(r, 1)
-            assert np.array_equal(out, src[batch_indices(0)]), "the child's array changed"
+            check()
         except BaseException:
             import traceback
             traceback.print_exc()
@@ -266,48 +268,40 @@ def test_out_a_result_a_child_maps_is_copied_into(store, monkeypatch):
         os._exit(code)
     os.close(r)
     try:
-        named = reads_into(monkeypatch)
-        ds.read(batch_indices(1), out=out)
-        assert np.array_equal(out, src[batch_indices(1)])
-        assert named and named[0] != out.base.base._buf.handle
+        yield
     finally:
         os.write(w, b"x")
         os.close(w)
         _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+    assert os.waitstatus_to_exitcode(status) == 0, "the child's check failed"
+
+
+def test_out_a_result_a_child_maps_is_copied_into(store, monkeypatch):
+    ds, src = store
+    out = ds[batch_indices(0)]
+
+    def child():
+        assert np.array_equal(out, src[batch_indices(0)]), "the child's array changed"
+
+    with child_checks_later(child):
+        named = reads_into(monkeypatch)
+        ds.read(batch_indices(1), out=out)
+        assert np.array_equal(out, src[batch_indices(1)])
+        assert named and named[0] != out.base.base._buf.handle
 
 
 def test_forked_child_keeps_its_results(store):
     ds, src = store
     idx = batch_indices(3)
     held = ds[idx]
-    r, w = os.pipe()
 
     def child():
-        os.close(w)
-        os.read(r, 1)                         # the parent has reused the buffers
         assert np.array_equal(held, src[idx]), "the child's result changed"
 
-    pid = os.fork()
-    if pid == 0:
-        code = 0
-        try:
-            child()
-        except BaseException:
-            import traceback
-            traceback.print_exc()
-            code = 1
-        os._exit(code)
-    os.close(r)
-    try:
-        del held
+    with child_checks_later(child):
+        del held                              # the parent reuses the buffers
         for k in range(10):
             assert np.array_equal(ds[batch_indices(50 + k)], src[batch_indices(50 + k)])
-    finally:
-        os.write(w, b"x")
-        os.close(w)
-        _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
 
 
 def test_copy_path_when_the_daemon_refuses(own_daemon, workdir):
