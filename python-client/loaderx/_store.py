@@ -7,9 +7,10 @@ store again on the child's own connection.
 
 A read of at least ``_results.ONE_PASS_MIN`` bytes lands once, written by the
 daemon, in a buffer of the connection's pool that the returned array maps
-privately (``_results``). Smaller reads, and reads the pool cannot serve, copy
-the records out of the connection's shared read buffer into a new array (or the
-caller's ``out``). Large copies (``PARALLEL_MIN_BYTES`` and up) are split in slabs over a
+privately (``_results``); ``out=`` such a result (whole pages of it) is written in
+place, in one pass. Smaller reads, reads the pool cannot serve, and ``out=`` of
+other memory copy the records out of the connection's shared read buffer into a
+new array (or the caller's ``out``). Large copies (``PARALLEL_MIN_BYTES`` and up) are split in slabs over a
 small pool of threads (numpy releases the GIL while it copies), so the first
 touch of the new array's pages and the copy run on every core; smaller ones
 stay on the calling thread.
