@@ -1,7 +1,8 @@
 /* test-batch.c: the batch gather (dataset/batch.h): the layout locate() makes
  * before any byte is read, ragged records at multiples of 8 with their padding
  * zeroed and `base` added to their offsets, reads through the decoded-record
- * cache (hits, misses, evictions; raw datasets bypass it), and refusals. */
+ * cache (hits, misses, evictions; raw datasets bypass it), batches of several
+ * datasets (a mixture's sources), and refusals. */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,8 +47,9 @@ static zr_dataset *make_dense(scratch *sc, const char *name, uint64_t item, enum
         return make_dense_on(sc, name, item, codec, NULL);
 }
 
-/* A ragged "|u1" ndim-1 dataset: record i has 1 + i % 11 bytes of payload. */
-static zr_dataset *make_ragged(scratch *sc, const char *name, enum zr_codec codec) {
+/* A ragged "|u1" ndim-1 dataset: record i has 1 + i % 11 bytes of payload,
+ * from seed 100 + i (1000 + i with `other`). */
+static zr_dataset *make_ragged_seeded(scratch *sc, const char *name, enum zr_codec codec, int other) {
         uint64_t lens[N], total = 0, at = 0;
         uint8_t *data;
         zr_dataset *ds;
@@ -61,7 +63,7 @@ static zr_dataset *make_ragged(scratch *sc, const char *name, enum zr_codec code
         for (uint64_t i = 0; i < N; i++) {
                 uint64_t dim = 1 + i % 11;
                 zr_ragged_header_write(data + at, &dim, 1);
-                gen_bytes(data + at + 16, dim, 100 + i);
+                gen_bytes(data + at + 16, dim, (other ? 1000 : 100) + i);
                 at += lens[i];
         }
         ck_assert_int_eq(zr_schema_init_ragged(&s, "|u1", 1, codec, &err), 0);
@@ -73,6 +75,10 @@ static zr_dataset *make_ragged(scratch *sc, const char *name, enum zr_codec code
         close(fd);
         free(data);
         return ds;
+}
+
+static zr_dataset *make_ragged(scratch *sc, const char *name, enum zr_codec codec) {
+        return make_ragged_seeded(sc, name, codec, 0);
 }
 
 /* Ragged: the layout is known before the read, records start at multiples of
@@ -246,4 +252,68 @@ START_TEST(test_range) {
 }
 END_TEST
 
-TL_SUITE_MAIN("batch", test_ragged_layout, test_cache, test_dense_shards, test_range)
+/* A batch of several datasets (a mixture's sources), one raw and one zstd:
+ * each record comes from its own source in batch order, laid out as one
+ * dataset's would be; only the compressed source's records go through the
+ * cache; a source's bad index is refused naming the source. */
+START_TEST(test_sources) {
+        enum { B = 24 };
+        uint64_t idx[B], offs[B], lens[B], shapes[B], expect = 0;
+        uint8_t src[B];
+        zr_rcache *cache;
+        zr_pool *pool;
+        zr_error err = {0};
+        scratch sc;
+
+        scratch_new(&sc);
+        ck_assert_int_eq(zr_pool_new(2, &pool), 0);
+        ck_assert_int_eq(zr_rcache_new(1 << 20, &cache), 0);
+        zr_dataset *ds[2] = { make_ragged_seeded(&sc, "a", ZR_CODEC_RAW, 0),
+                              make_ragged_seeded(&sc, "b", ZR_CODEC_ZSTD, 1) };
+        for (int i = 0; i < B; i++) {
+                src[i] = (uint8_t)((i * 5 + i / 3) % 2);
+                idx[i] = (uint64_t)(i * 13 + 5) % N;
+        }
+        for (int pass = 0; pass < 2; pass++) {
+                uint64_t zstd_records = 0;
+                zr_gather g = { .sources = ds, .source = src, .nsources = 2, .idx = idx, .n = B,
+                                .offsets = offs, .lengths = lens, .shapes = shapes };
+
+                ck_assert_msg(zr_gather_locate(&g, &err) == 0, "%s", err.message);
+                expect = 0;
+                for (int k = 0; k < B; k++) {
+                        expect = (expect + 7) / 8 * 8;
+                        ck_assert_uint_eq(offs[k], expect);
+                        expect += 16 + 1 + idx[k] % 11;
+                        zstd_records += src[k];
+                }
+                ck_assert_uint_eq(g.bytes, expect);
+                uint8_t *dst = malloc(g.bytes);
+                ck_assert_msg(zr_gather_read(&g, dst, 0, cache, pool, &err) == 0, "%s", err.message);
+                for (int k = 0; k < B; k++) {
+                        uint8_t want[16];
+                        ck_assert_uint_eq(shapes[k], 1 + idx[k] % 11);
+                        gen_bytes(want, lens[k], (src[k] ? 1000 : 100) + idx[k]);
+                        ck_assert_int_eq(memcmp(dst + offs[k], want, lens[k]), 0);
+                }
+                ck_assert_uint_eq(g.hits + g.misses, zstd_records);
+                ck_assert_uint_eq(g.hits, pass ? zstd_records : 0);
+                zr_gather_release(&g);
+                free(dst);
+        }
+        idx[7] = N; /* past the end of its source */
+        zr_gather g = { .sources = ds, .source = src, .nsources = 2, .idx = idx, .n = B,
+                        .offsets = offs, .lengths = lens, .shapes = shapes };
+        ck_assert_int_eq(zr_gather_locate(&g, &err), -ZR_E_RANGE);
+        ck_assert_msg(strncmp(err.message, src[7] ? "source 1: " : "source 0: ", 10) == 0, "%s",
+                      err.message);
+        zr_gather_release(&g);
+        zr_dataset_close(ds[0], NULL);
+        zr_dataset_close(ds[1], NULL);
+        zr_rcache_free(cache);
+        zr_pool_free(pool);
+        scratch_free(&sc);
+}
+END_TEST
+
+TL_SUITE_MAIN("batch", test_ragged_layout, test_cache, test_dense_shards, test_range, test_sources)
