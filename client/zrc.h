@@ -782,6 +782,9 @@ typedef struct zrc_loader_options {
         const uint64_t *capacities; /* per stream, ragged streams only: bytes reserved
                                      * per slot; NULL or 0: the daemon's choice */
         bool provenance;       /* a mixture: report each batch's records' sources */
+        bool check_fingerprint; /* refuse (-ZR_E_STALE) if the streams' fingerprint is */
+        uint64_t fingerprint;   /*   not this: another node's daemon serves other records
+                                 *   (zrc_loader_fingerprint(), PROTOCOL.md section 10) */
 } zrc_loader_options;
 
 /* One source of a mixture (zrc_loader_open_mixture()): a set of index-aligned
@@ -840,7 +843,8 @@ typedef struct zrc_loader_batch {
  *   -ZR_E_SAMPLER: unknown sampler, batch_size 0 or over the length,
  *                  rank >= world_size, a start_step that would overflow;
  *   -ZR_E_MISALIGNED: the streams differ in length (the message names them);
- *   -ZR_E_STALE: check_length was set and the length differs;
+ *   -ZR_E_STALE: check_length was set and the length differs, or
+ *                check_fingerprint and the fingerprint;
  *   -ZR_E_LIMIT: prefetch over the daemon's maximum, the ring over the shared
  *                memory budget, too many loaders or handles;
  *   -ZR_E_UNKNOWN: the daemon has no "loader" feature; -EINVAL.
@@ -941,6 +945,12 @@ uint64_t zrc_loader_length(const zrc_loader *l);
  */
 size_t zrc_loader_sources(const zrc_loader *l);
 uint64_t zrc_loader_source_length(const zrc_loader *l, size_t k);
+/* The streams' fingerprint at open (PROTOCOL.md section 10): equal on two
+ * daemons that serve the same records. 0 from a daemon that sends none.
+ *
+ *     o.check_fingerprint = true; o.fingerprint = fingerprint_of_node_0;
+ */
+uint64_t zrc_loader_fingerprint(const zrc_loader *l);
 
 /* The step the next zrc_loader_next() returns; after the loader ended and all
  * its batches were returned, the first step that will not come (where to

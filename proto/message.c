@@ -182,7 +182,9 @@ static const field loader_open_req[] = {
         REQ("batch_size", T_UINT), REQ("seed", T_UINT), REQ("start_step", T_UINT),
         OPT("rank", T_UINT), OPT("world_size", T_UINT), OPT("prefetch", T_UINT),
         OPT("length", T_UINT), OPT("indices", T_BOOL),
-        OPT_SUB("sources", T_MAPS, loader_source_fields), OPT("provenance", T_BOOL), END,
+        OPT_SUB("sources", T_MAPS, loader_source_fields), OPT("provenance", T_BOOL),
+        OPT("fingerprint", T_UINT),
+        END,
 };
 static const field release_req[] = {
         REQ("loader", T_U32), REQ("ring", T_U32), REQ("slot", T_U32), END,
@@ -252,7 +254,9 @@ static const field loader_open_ok[] = {
         REQ("loader", T_U32), REQ("ring", T_U32), REQ("slots", T_UINT),
         REQ("slot_bytes", T_UINT), REQ("ring_bytes", T_UINT), REQ("length", T_UINT),
         REQ_SUB("streams", T_MAPS, ring_stream_fields),
-        OPT_SUB("sources", T_MAPS, loader_source_ok_fields), END,
+        OPT_SUB("sources", T_MAPS, loader_source_ok_fields),
+        OPT("fingerprint", T_UINT),
+        END,
 };
 static const field steps_of_ok[] = { REQ("hits", T_U64S), REQ("next", T_UINT), END };
 

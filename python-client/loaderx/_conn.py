@@ -65,6 +65,26 @@ def _default_candidates():
     return paths
 
 
+# Requests that change nothing in the daemon: sent twice, they answer as once.
+IDEMPOTENT = frozenset({"hello", "status", "dataset_open", "msset_open", "info", "buffer_open",
+                        "read", "stats", "verify"})
+
+
+class ConnectionLost(ZrecordConnectionError):
+    """The connection broke under a request (a daemon that restarted or exited).
+    ``sent`` is False when the request never left this process (its send failed),
+    so the daemon cannot have acted on it."""
+
+    def __init__(self, message, sent, code=None):
+        super().__init__(message, code=code)
+        self.sent = sent
+
+    def may_retry(self, kind):
+        """Whether ``kind`` may be sent again on a fresh connection: once, when the
+        daemon cannot have acted on it, or when acting twice is acting once."""
+        return not self.sent or kind in IDEMPOTENT
+
+
 class SocketRefused(ZrecordConnectionError):
     """A socket refused by the checks above; nothing was sent to it."""
 
@@ -378,7 +398,8 @@ class Connection:
                 with self._cv:
                     self._pending.remove(rid)
                 self._broken = str(e)
-                raise ZrecordConnectionError(f"sending {kind} to zrecordd failed: {e}") from None
+                raise ConnectionLost(f"sending {kind} to zrecordd failed: {e}", sent=False,
+                                     code=e.errno) from None
         if during is not None:
             during()
         reply, rfds = self._wait(lambda: self._replies.pop(rid, None))
@@ -457,8 +478,8 @@ class Connection:
                     if got is not None:
                         return got
                     if self._broken is not None:
-                        raise ZrecordConnectionError(
-                            f"the connection to zrecordd broke: {self._broken}")
+                        raise ConnectionLost(
+                            f"the connection to zrecordd broke: {self._broken}", sent=True)
                     if not self._reading:
                         self._reading = True
                         break
