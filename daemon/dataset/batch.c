@@ -41,35 +41,28 @@ static void add_since(const zr_gather *g, uint64_t *stage, uint64_t t0) {
                 *stage += clock_ns(g) - t0;
 }
 
-/* The read of records locs[0..n) of ds into dsts, by ds's store. A timed
- * gather in detail splits its wall time by the stages of the store's shards;
- * otherwise it all goes to decode or copy (batch.h). */
-static int store_read(zr_gather *g, zr_dataset *ds, const zr_loc *locs, size_t n,
-                      void *const *dsts, zr_error *err) {
+/* Adds a store read's wall time (since t0) to the timed gather's stages: in
+ * detail split by the shares the store measured in its shards (st), else all
+ * to decode (a compressed store) or copy (batch.h). */
+static void add_store_time(zr_gather *g, const zr_dataset *ds, uint64_t t0,
+                           const zr_store_times *st) {
         zr_gather_times *t = g->times;
-        zr_store_times st = { .sample_io = 1 };
-        int detail = t && t->detail;
-        uint64_t t0 = clock_ns(g);
-        int r = zr_store_gather_timed(zr_dataset_store(ds), locs, n, dsts, detail ? &st : NULL,
-                                      err);
-
-        if (!t)
-                return r;
         uint64_t wall = clock_ns(g) - t0;
-        if (!detail) {
+
+        if (!t->detail) {
                 if (zr_dataset_schema(ds)->codec != ZR_CODEC_RAW)
                         t->decode_ns += wall;
                 else
                         t->copy_ns += wall;
-                return r;
+                return;
         }
-        uint64_t rd = atomic_load(&st.read_ns), dc = atomic_load(&st.decode_ns);
-        uint64_t cp = atomic_load(&st.copy_ns);
-        unsigned __int128 sum = (unsigned __int128)rd + dc + cp;
-        uint64_t part[3] = { rd, dc, cp }, *to[3] = { &t->read_ns, &t->decode_ns, &t->copy_ns };
+        uint64_t part[4] = { atomic_load(&st->lookup_ns), atomic_load(&st->read_ns),
+                             atomic_load(&st->decode_ns), atomic_load(&st->copy_ns) };
+        uint64_t *to[4] = { &t->lookup_ns, &t->read_ns, &t->decode_ns, &t->copy_ns };
+        unsigned __int128 sum = (unsigned __int128)part[0] + part[1] + part[2] + part[3];
         uint64_t left = wall;
         unsigned most = 0;
-        for (unsigned i = 0; i < 3; i++) {
+        for (unsigned i = 0; i < 4; i++) {
                 uint64_t w = sum ? (uint64_t)(wall * (unsigned __int128)part[i] / sum) : 0;
                 *to[i] += w;
                 left -= w;
@@ -77,8 +70,22 @@ static int store_read(zr_gather *g, zr_dataset *ds, const zr_loc *locs, size_t n
                         most = i;
         }
         *to[most] += left; /* what the rounding left, to the largest */
-        t->pages += atomic_load(&st.pages);
-        t->device_bytes += atomic_load(&st.device_bytes);
+        t->pages += atomic_load(&st->pages);
+        t->device_bytes += atomic_load(&st->device_bytes);
+}
+
+/* The read of records locs[0..n) of ds into dsts, by ds's store, timed if the
+ * gather is (the store's stages measured in detail). */
+static int store_read(zr_gather *g, zr_dataset *ds, const zr_loc *locs, size_t n,
+                      void *const *dsts, zr_error *err) {
+        zr_store_times st = { .sample_io = 1 };
+        int detail = g->times && g->times->detail;
+        uint64_t t0 = clock_ns(g);
+        int r = zr_store_gather_timed(zr_dataset_store(ds), locs, n, dsts, detail ? &st : NULL,
+                                      err);
+
+        if (g->times)
+                add_store_time(g, ds, t0, &st);
         return r;
 }
 
@@ -148,6 +155,16 @@ static int locate_sources(zr_gather *g, zr_error *err) {
         return 0;
 }
 
+/* ZR_E_CORRUPT for the first record that is not one item of a dense schema. */
+static int check_items(const zr_gather *g, uint64_t item, zr_error *err) {
+        for (size_t i = 0; i < g->n; i++)
+                if (g->locs[i].logic_length != item)
+                        return zr_error_set(err, ZR_E_CORRUPT, "record %" PRIu64 " is %u bytes, "
+                                            "an item is %" PRIu64, g->idx[i],
+                                            g->locs[i].logic_length, item);
+        return 0;
+}
+
 static int locate(zr_gather *g, zr_error *err);
 
 int zr_gather_locate(zr_gather *g, zr_error *err) {
@@ -172,6 +189,11 @@ static int locate(zr_gather *g, zr_error *err) {
         if (!g->locs)
                 return zr_error_errno(err, ENOMEM, "gathering %zu records", g->n);
         g->dsts = (void **)(g->locs + n);
+        if (s->kind == ZR_SCHEMA_DENSE && !g->sources) {
+                /* the layout needs no table entry: the read locates (dense_read) */
+                g->bytes = (uint64_t)g->n * zr_schema_item_bytes(s);
+                return zr_store_check_range(zr_dataset_store(g->ds), g->idx, g->n, err);
+        }
         if (g->sources)
                 r = locate_sources(g, err);
         else
@@ -179,14 +201,8 @@ static int locate(zr_gather *g, zr_error *err) {
         if (r < 0)
                 return r;
         if (s->kind == ZR_SCHEMA_DENSE) {
-                uint64_t item = zr_schema_item_bytes(s);
-                for (size_t i = 0; i < g->n; i++)
-                        if (g->locs[i].logic_length != item)
-                                return zr_error_set(err, ZR_E_CORRUPT, "record %" PRIu64 " is %u "
-                                                    "bytes, an item is %" PRIu64, g->idx[i],
-                                                    g->locs[i].logic_length, item);
-                g->bytes = (uint64_t)g->n * item;
-                return 0;
+                g->bytes = (uint64_t)g->n * zr_schema_item_bytes(s);
+                return check_items(g, zr_schema_item_bytes(s), err);
         }
         for (size_t i = 0; i < g->n; i++) {
                 zr_dataset *ds = record_ds(g, i);
@@ -397,12 +413,47 @@ static int read_parts(zr_gather *g, zr_rcache *cache, zr_pool *pool, zr_error *e
         return 0;
 }
 
+/* A dense batch of one dataset, whose locate only checked the range: straight
+ * from the store in one pass per shard (locate, check, read), or, through the
+ * cache, located now. */
+static int dense_read(zr_gather *g, uint8_t *dst, zr_rcache *cache, zr_pool *pool,
+                      zr_error *err) {
+        const zr_schema *s = zr_dataset_schema(g->ds);
+        uint64_t item = zr_schema_item_bytes(s);
+        zr_store *st = zr_dataset_store(g->ds);
+        int r;
+
+        if (!cache || s->codec == ZR_CODEC_RAW || g->n == 0) {
+                /* its lookups are its shards': timed with them, in detail */
+                zr_store_times times = { .sample_io = 1 };
+                int detail = g->times && g->times->detail;
+                uint64_t t0 = clock_ns(g);
+                r = zr_store_gather_dense_timed(st, g->idx, g->n, item, dst, g->locs,
+                                                detail ? &times : NULL, err);
+                if (g->times)
+                        add_store_time(g, g->ds, t0, &times);
+                return r;
+        }
+        uint64_t t0 = clock_ns(g);
+        r = zr_store_locate(st, g->idx, g->n, g->locs, err);
+        if (r == 0)
+                r = check_items(g, item, err);
+        if (g->times)
+                add_since(g, &g->times->lookup_ns, t0);
+        for (size_t i = 0; r == 0 && i < g->n; i++)
+                g->dsts[i] = dst + i * item;
+        return r < 0 ? r : read_parts(g, cache, pool, err);
+}
+
 int zr_gather_read(zr_gather *g, uint8_t *dst, uint64_t base, zr_rcache *cache, zr_pool *pool,
                    zr_error *err) {
         const zr_schema *s = gather_schema(g);
         bool ragged = s->kind == ZR_SCHEMA_RAGGED;
         uint64_t item = zr_schema_item_bytes(s), w = 0;
         int r;
+
+        if (!ragged && !g->sources)
+                return dense_read(g, dst, cache, pool, err);
 
         for (size_t i = 0; i < g->n; i++) {
                 if (!ragged) {

@@ -25,6 +25,11 @@
  *                       cache when one is given (cache.h); raw records never
  *                       do: a raw read is already one copy.
  *
+ * A dense batch of one dataset needs no table entry for its layout: locate
+ * only checks the indices' range, and read locates, checks and reads in one
+ * pass per shard of the store's pool (zr_store_gather_dense(); through a cache,
+ * it locates first), so its ZR_E_CORRUPT comes from read.
+ *
  * A batch may also draw its records from several datasets of one layout (a
  * mixture's sources, sampler/mixture.h): record i is then record idx[i] of
  * dataset sources[source[i]]. The datasets must agree on the schema's kind,
@@ -65,7 +70,9 @@
  * shards' shares. Else only the caller's clock runs (a few reads a gather),
  * and the store's whole time counts as decode (compressed) or copy (raw): a
  * fault on the way is then in that stage, which is why a loader gathers in
- * detail whenever its reads were slow, and every so often anyway. */
+ * detail whenever its reads were slow, and every so often anyway. A dense
+ * batch of one dataset read in one pass (its shards locate their own records)
+ * has its lookups inside that time: apart in detail, else in that stage. */
 typedef struct zr_gather_times {
         int detail;           /* in: time the store's stages, count device bytes */
         uint64_t lookup_ns;   /* table entries located; cache lookups */

@@ -166,7 +166,7 @@ int zr_store_locate(zr_store *s, const uint64_t *idx, size_t n, zr_loc *ret_locs
 int zr_store_gather_locs(zr_store *s, const zr_loc *locs, size_t n, void *const *dsts,
                          zr_error *err);
 
-/* What a timed gather (zr_store_gather_timed()) measured, by stage, summed
+/* What a timed gather (zr_store_gather_timed(), _dense_timed()) measured, summed
  * over its shards: they run in parallel, so the sums are worker time, not
  * wall time (the caller splits its own wall time by them). Shards add to it
  * with atomics; the caller zeroes it and sets sample_io. Where records are
@@ -177,6 +177,7 @@ int zr_store_gather_locs(zr_store *s, const zr_loc *locs, size_t n, void *const 
 typedef struct zr_store_times {
         int sample_io;                 /* in: also count device bytes (ru_inblock of the
                                         * shard's thread: two getrusage calls a shard) */
+        _Atomic uint64_t lookup_ns;    /* a dense one-pass gather's table lookups */
         _Atomic uint64_t read_ns;      /* faulting pages in, preads */
         _Atomic uint64_t decode_ns;    /* decompressing (zstd, zstd_dict) */
         _Atomic uint64_t copy_ns;      /* copying raw records */
@@ -188,6 +189,24 @@ typedef struct zr_store_times {
  * does not, and costs what zr_store_gather_locs() costs). Same errors. */
 int zr_store_gather_timed(zr_store *s, const zr_loc *locs, size_t n, void *const *dsts,
                           zr_store_times *t, zr_error *err);
+
+/* ZR_E_RANGE, naming the first, if an index of idx[0..n) is >= the length. */
+int zr_store_check_range(zr_store *s, const uint64_t *idx, size_t n, zr_error *err);
+
+/* Gathers records idx[0..n), each `item` bytes (a dense dataset's), into dst
+ * (n × item bytes), record i at i × item, in one pass: each of the pool's
+ * contiguous shards locates, checks and reads its own records, so the table
+ * lookups run in parallel and overlap the copies. `scratch` holds n entries.
+ * ZR_E_RANGE for an index >= length (dst untouched), ZR_E_CORRUPT for a record
+ * that is not `item` bytes or an entry zr_store_locate() would refuse, and the
+ * errors of zr_store_gather_locs(); on failure dst's bytes are unspecified. */
+int zr_store_gather_dense(zr_store *s, const uint64_t *idx, size_t n, uint64_t item, void *dst,
+                          zr_loc *scratch, zr_error *err);
+
+/* zr_store_gather_dense() that also measures its stages into *t (NULL: it does
+ * not), its shards' lookups included. Same errors. */
+int zr_store_gather_dense_timed(zr_store *s, const uint64_t *idx, size_t n, uint64_t item,
+                                void *dst, zr_loc *scratch, zr_store_times *t, zr_error *err);
 
 /* Gathers records idx[0..n) (any order, repeats allowed) packed back to back
  * into dst (dst_size bytes). ret_lens (may be NULL) receives each record's
