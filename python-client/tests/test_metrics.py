@@ -231,3 +231,20 @@ def test_metrics_listen_refuses_what_is_not_local(addr, tmp_path):
     assert r.returncode != 0
     assert "metrics-listen" in r.stderr, r.stderr
     assert not (tmp_path / "s").exists()
+
+
+def test_a_mixtures_dataset_names_each_store_once(own_daemon):
+    """A mixture's loader names every source's store, in source order, each once
+    (two sources over one store: one name)."""
+    own_daemon()
+    x = np.arange(64 * 4, dtype=np.float32).reshape(64, 4)
+    for name in ("a", "b"):
+        from_numpy(name, x, codec="raw")
+    a, b = DenseDataset("a"), DenseDataset("b")
+    loader = DataLoader([({"x": a}, 1), ({"x": b}, 1), ({"x": DenseDataset("a")}, 2)],
+                        batch_size=8, sampler="cyclic", prefetch=2, num_workers=0)
+    next(loader)
+    r = _conn.default().request("status", {"loader": loader._session.loader})
+    want = ",".join(os.path.realpath(p) for p in ("a", "b"))
+    assert r["per_loader"][0]["dataset"] == want
+    loader.close()
