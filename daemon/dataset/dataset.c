@@ -20,6 +20,7 @@
 
 #include "dataset/batch.h"
 #include "dataset/ragged.h"
+#include "store/resolve.h"
 
 #define SCHEMA_TMP_FILE ZR_SCHEMA_FILE ".tmp"
 #define STORE_META_FILE "meta.zr"
@@ -94,10 +95,9 @@ static int schema_write(int dirfd, const zr_schema *schema, zr_error *err) {
         r = zr_schema_encode(schema, &buf, &len, err);
         if (r < 0)
                 return r;
-        fd = openat(dirfd, SCHEMA_TMP_FILE, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW,
-                    0644);
+        fd = zr_resolve_open(dirfd, SCHEMA_TMP_FILE, O_WRONLY | O_CREAT | O_TRUNC, 0644, err);
         if (fd < 0) {
-                r = zr_error_errno(err, errno, "creating " SCHEMA_TMP_FILE);
+                r = fd;
                 goto out;
         }
         r = write_all(fd, buf, len);
@@ -133,12 +133,13 @@ static int schema_read(int dirfd, zr_schema *ret, zr_error *err) {
         size_t len = 0;
         int fd, r;
 
-        fd = openat(dirfd, ZR_SCHEMA_FILE, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        zr_error e = {0};
+        fd = zr_resolve_open(dirfd, ZR_SCHEMA_FILE, O_RDONLY, 0, &e);
         if (fd < 0) {
-                if (errno == ENOENT)
+                if (fd == -ENOENT)
                         return zr_error_set(err, ZR_E_SCHEMA, "no " ZR_SCHEMA_FILE " beside the "
                                             "store: a plain store, not a dataset");
-                return zr_error_errno(err, errno, "opening " ZR_SCHEMA_FILE);
+                return zr_error_set(err, -fd, "%s", e.message);
         }
         buf = malloc(size);
         if (!buf) {

@@ -20,6 +20,7 @@
 #include "server/session.h"
 #include "server/log.h"
 #include "server/request.h"
+#include "store/resolve.h"
 
 #define META_FILE "meta.zr"
 
@@ -52,12 +53,18 @@ static int check_proof(zr_request *rq, int dirfd, int proof, bool write, const c
         if (fl & O_PATH)
                 return zr_request_fail(rq, ZR_E_BAD_FD, "%s: the meta.zr descriptor is O_PATH, "
                                        "which proves nothing", what);
-        if (fstatat(dirfd, META_FILE, &ms, AT_SYMLINK_NOFOLLOW) < 0) {
-                if (errno == ENOENT)
+        zr_error e = {0};
+        int mfd = zr_resolve_open(dirfd, META_FILE, O_PATH, 0, &e);
+        if (mfd < 0) {
+                if (mfd == -ENOENT)
                         return zr_request_fail(rq, ZR_E_NOT_STORE, "%s holds no " META_FILE
                                                ": not a store", what);
-                return zr_request_fail(rq, errno, "%s: " META_FILE ": %s", what, strerror(errno));
+                return zr_request_fail(rq, -mfd, "%s: %s", what, e.message);
         }
+        int sr = fstat(mfd, &ms);
+        close(mfd);
+        if (sr < 0)
+                return zr_request_fail(rq, errno, "%s: " META_FILE ": %s", what, strerror(errno));
         if (fstat(proof, &ps) < 0)
                 return zr_request_fail(rq, ZR_E_BAD_FD, "%s: fstat of the meta.zr descriptor: %s",
                                        what, strerror(errno));
@@ -483,11 +490,11 @@ int zr_handle_msset_open(zr_request *rq) {
                         r = zr_request_fail(rq, ENOMEM, "opening a set");
                         goto fail;
                 }
-                int cfd = openat(rq->fds[0], set->names[i],
-                                 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                zr_error e = {0};
+                int cfd = zr_resolve_open(rq->fds[0], set->names[i], O_RDONLY | O_DIRECTORY, 0,
+                                          &e);
                 if (cfd < 0) {
-                        r = zr_request_fail(rq, errno, "stream '%s': %s", set->names[i],
-                                            strerror(errno));
+                        r = zr_request_fail(rq, -cfd, "stream '%s': %s", set->names[i], e.message);
                         goto fail;
                 }
                 char what[300];

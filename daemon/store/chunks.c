@@ -5,8 +5,8 @@
  * larger copy is published and the old one is kept until the table is freed, so
  * a reader that loaded the old pointer still reads valid memory. An entry's
  * mapping is set before its descriptor is published (release), so a reader that
- * sees the descriptor sees the mapping. Files are opened relative to the store's
- * directory, O_CLOEXEC|O_NOFOLLOW. Mappings are PROT_READ|MAP_SHARED and cover
+ * sees the descriptor sees the mapping. Files are opened beneath the store's
+ * directory, on its mount, never through a link (resolve.h). Mappings are PROT_READ|MAP_SHARED and cover
  * only bytes the file holds, so a read inside one never faults past the end of
  * the file. A table of randomly read files (the chunks) gets POSIX_FADV_RANDOM
  * on its descriptors and MADV_RANDOM on its mappings: a 4 KiB record read at
@@ -15,6 +15,7 @@
  * It does not decide which files a store needs; the store does.
  */
 #include "store/chunks.h"
+#include "store/resolve.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -148,16 +149,18 @@ int zr_files_open(zr_files *t, uint32_t id, int create, uint64_t min_size,
                 return 0;
         snprintf(name, sizeof(name), "%" PRIu32 "%s", id, t->suffix);
 
-        int flags = (t->read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NOFOLLOW;
-        fd = openat(t->dirfd, name, flags);
-        if (fd < 0 && errno == ENOENT && create && !t->read_only) {
-                fd = openat(t->dirfd, name, flags | O_CREAT | O_EXCL, 0644);
+        int flags = t->read_only ? O_RDONLY : O_RDWR;
+        zr_error oerr = {0};
+        fd = zr_resolve_open(t->dirfd, name, flags, 0, &oerr);
+        if (fd == -ENOENT && create && !t->read_only) {
+                zr_error_clear(&oerr);
+                fd = zr_resolve_open(t->dirfd, name, flags | O_CREAT | O_EXCL, 0644, &oerr);
                 created = fd >= 0;
         }
         if (fd < 0) {
-                if (errno == ENOENT)
+                if (fd == -ENOENT)
                         return zr_error_set(err, ZR_E_CORRUPT, "%s: missing", name);
-                return zr_error_errno(err, errno, "%s: open", name);
+                return zr_error_set(err, -fd, "%s", oerr.message);
         }
         if (fstat(fd, &st) < 0) {
                 r = zr_error_errno(err, errno, "%s: stat", name);

@@ -7,6 +7,7 @@
  */
 #include "store/store-private.h"
 #include "store/killpoint.h"
+#include "store/resolve.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -154,9 +155,9 @@ static int store_write_dict(zr_store *s, const void *dict, size_t len, zr_error 
         static const char tmp[] = ZR_DICT_NAME ".tmp";
         int fd, r;
 
-        fd = openat(s->dirfd, tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+        fd = zr_resolve_open(s->dirfd, tmp, O_RDWR | O_CREAT | O_TRUNC, 0644, err);
         if (fd < 0)
-                return zr_error_errno(err, errno, "%s: create", tmp);
+                return fd;
         r = zr_pwrite_all(fd, dict, len, 0);
         if (r < 0)
                 r = zr_error_errno(err, -r, "%s: write", tmp);
@@ -186,13 +187,13 @@ static int store_write_dict(zr_store *s, const void *dict, size_t len, zr_error 
  * between the two leaves a meta.zr without a magic. Returns the descriptor
  * (*ret_tmp 1 while it is still unnamed) or a negative code. */
 static int store_meta_excl(zr_store *s, zr_error *err) {
-        int fd = openat(s->dirfd, ZR_META_NAME, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
-                        0644);
+        zr_error e = {0};
+        int fd = zr_resolve_open(s->dirfd, ZR_META_NAME, O_RDWR | O_CREAT | O_EXCL, 0644, &e);
         if (fd >= 0)
                 return fd;
-        if (errno == EEXIST)
+        if (fd == -EEXIST)
                 return zr_error_set(err, ZR_E_EXISTS, ZR_META_NAME ": a store already exists here");
-        return zr_error_errno(err, errno, ZR_META_NAME ": create");
+        return zr_error_set(err, -fd, "%s", e.message);
 }
 
 static int store_meta_new(zr_store *s, int *ret_tmp, zr_error *err) {
@@ -325,10 +326,11 @@ static int store_load_dict(zr_store *s, uint64_t length, zr_error *err) {
         void *buf = NULL;
         int fd, r;
 
-        fd = openat(s->dirfd, ZR_DICT_NAME, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        zr_error oerr = {0};
+        fd = zr_resolve_open(s->dirfd, ZR_DICT_NAME, O_RDONLY, 0, &oerr);
         if (fd < 0) {
-                if (errno != ENOENT)
-                        return zr_error_errno(err, errno, ZR_DICT_NAME ": open");
+                if (fd != -ENOENT)
+                        return zr_error_set(err, -fd, "%s", oerr.message);
                 if ((s->flags & ZR_HEADER_FLAG_DICT) || length > 0)
                         return zr_error_set(err, ZR_E_NO_DICT,
                                             ZR_DICT_NAME ": missing; the zstd_dict store holds "
@@ -515,14 +517,15 @@ int zr_store_open(int dirfd, const zr_store_options *opts, zr_store **ret, zr_er
         r = store_alloc(dirfd, ZR_CODEC_RAW, ZR_CHUNK_LOG2_DEFAULT, opts, &s, err);
         if (r < 0)
                 return r;
-        s->meta_fd = openat(s->dirfd, ZR_META_NAME,
-                            (s->read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NOFOLLOW);
+        zr_error e = {0};
+        s->meta_fd = zr_resolve_open(s->dirfd, ZR_META_NAME, s->read_only ? O_RDONLY : O_RDWR,
+                                     0, &e);
         if (s->meta_fd < 0) {
-                if (errno == ENOENT)
+                if (s->meta_fd == -ENOENT)
                         r = zr_error_set(err, ZR_E_NOT_STORE,
                                          "not a store: the directory holds no " ZR_META_NAME);
                 else
-                        r = zr_error_errno(err, errno, ZR_META_NAME ": open");
+                        r = zr_error_set(err, -s->meta_fd, "%s", e.message);
                 goto fail;
         }
         r = store_lock(s, err);
