@@ -33,6 +33,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "store/resolve.h"
+
+#define META_FILE "meta.zr"
+
 struct zr_registry {
         zr_pool *pool;
         zr_work *work;         /* NULL: close synchronously */
@@ -76,6 +80,8 @@ static int insert(zr_registry *reg, zr_dataset *ds, const struct stat *st, zr_en
         e->dev = st->st_dev;
         e->ino = st->st_ino;
         e->ds = ds;
+        zr_store_meta_id(zr_dataset_store(ds), &e->meta_dev, &e->meta_ino);
+        zr_entry_update(e);
         e->refs = 1;
         e->reg = reg;
         e->next = reg->head;
@@ -112,12 +118,30 @@ static int store_files_private(int dirfd) {
         return private;
 }
 
+/* 0 if dirfd resolves meta.zr to the file e holds. */
+static int same_meta(const zr_entry *e, int dirfd, zr_error *err) {
+        struct stat st;
+        int fd = zr_resolve_open(dirfd, META_FILE, O_PATH, 0, err), r = 0;
+        if (fd < 0)
+                return fd;
+        if (fstat(fd, &st) < 0)
+                r = zr_error_errno(err, errno, META_FILE ": stat");
+        else if (st.st_dev != e->meta_dev || st.st_ino != e->meta_ino)
+                r = zr_error_set(err, ZR_E_LOCKED, "the daemon has this store open with another "
+                                 META_FILE " than the directory holds now (replaced since)");
+        close(fd);
+        return r;
+}
+
 int zr_registry_open(zr_registry *reg, int dirfd, zr_entry **ret, zr_error *err) {
         struct stat st;
         if (fstat(dirfd, &st) < 0)
                 return zr_error_errno(err, errno, "fstat of the store directory");
         for (zr_entry *e = reg->head; e; e = e->next)
                 if (e->dev == st.st_dev && e->ino == st.st_ino) {
+                        int r = same_meta(e, dirfd, err);
+                        if (r < 0)
+                                return r;
                         *ret = zr_entry_ref(e);
                         return 0;
                 }
@@ -153,6 +177,14 @@ int zr_registry_insert(zr_registry *reg, zr_dataset *ds, dev_t dev, ino_t ino, z
                         return zr_error_set(err, ZR_E_EXISTS, "the store is already open");
                 }
         return insert(reg, ds, &st, ret, err);
+}
+
+int zr_entry_make_writable(zr_entry *e, int dirfd, zr_error *err) {
+        return zr_store_make_writable(zr_dataset_store(e->ds), dirfd, err);
+}
+
+void zr_entry_update(zr_entry *e) {
+        e->read_only = zr_store_read_only(zr_dataset_store(e->ds)) != 0;
 }
 
 zr_pool *zr_registry_pool(const zr_registry *reg) {

@@ -5,6 +5,21 @@
  * lock and generation (dataset.h). An entry lives while any handle, set or job
  * holds a reference; the last unref syncs and closes the store.
  *
+ * Sharing is only among openers that resolve the same files. The instance's
+ * files were opened through the first opener's directory descriptor, beneath
+ * it and on its mount (store/resolve.h); a later opener shares it only if its
+ * own directory resolves meta.zr to the very file the instance holds
+ * (ZR_E_LOCKED if meta.zr was replaced since). The later opener's directory
+ * is not used for anything else, so what it has mounted over the store's
+ * names in its own namespace changes nothing.
+ *
+ * A store the daemon could not open for writing through the first opener's
+ * directory (a read-only mount, or files the daemon may not write) is shared
+ * read-only (`read_only`). That must not pin it read-only for everybody: a
+ * later opener with write access (an O_RDWR meta.zr) whose directory the
+ * daemon can write through makes the instance writable for all
+ * (zr_entry_make_writable(), a job under the dataset's exclusive lock).
+ *
  * Threads: the table (lookup, insert, ref, unref) belongs to the loop thread.
  * A job on a worker uses an entry it holds a reference on: its dataset, under
  * the dataset's lock.
@@ -35,8 +50,12 @@ typedef struct zr_entry {
         /* stable for the entry's life */
         dev_t dev;
         ino_t ino;
+        dev_t meta_dev;               /* the meta.zr the instance holds */
+        ino_t meta_ino;
         zr_dataset *ds;               /* its id is the entry's (logs, lock order) */
         /* loop thread only */
+        bool read_only;               /* opened read-only: not writable through the
+                                       * directory it was opened with */
         unsigned refs;
         uint64_t synced_generation;   /* the generation a closing sync covered */
         bool syncing;                 /* a closing sync is on the pool */
@@ -55,9 +74,18 @@ void zr_registry_set_work(zr_registry *reg, zr_work *work);
 zr_registry *zr_registry_free(zr_registry *reg);
 
 /* The open entry of the store in directory `dirfd` (fstat), with a new
- * reference, or opens it (zr_dataset_open) and inserts it. Returns 0 and sets
- * *ret, or a negative code with *err set. */
+ * reference, if dirfd resolves meta.zr to the file it holds (ZR_E_LOCKED if
+ * not), or opens it (zr_dataset_open; read-only, and `read_only` set, if it
+ * cannot be opened for writing through dirfd) and inserts it. Returns 0 and
+ * sets *ret, or a negative code with *err set. */
 int zr_registry_open(zr_registry *reg, int dirfd, zr_entry **ret, zr_error *err);
+
+/* Makes e's store writable through dirfd, a directory of the store whose
+ * opener proved write access (zr_store_make_writable()). In a job, with the
+ * dataset's exclusive lock held; back on the loop, zr_entry_update() notes
+ * the outcome in e->read_only. */
+int zr_entry_make_writable(zr_entry *e, int dirfd, zr_error *err);
+void zr_entry_update(zr_entry *e);
 
 /* Creates a dataset in the empty directory `dirfd` with the registry's pool
  * (any thread: this is the blocking part, fsyncs included, meant for a job).

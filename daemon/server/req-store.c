@@ -317,7 +317,67 @@ int zr_handle_dataset_create(zr_request *rq) {
         return zr_request_submit(rq, create_run, create_done);
 }
 
+/* ---- a read-only instance made writable ---------------------------------- */
+
+/* The first member of the state of an open that makes shared read-only
+ * instances writable (registry.h): entries[i] through dirfds[i], the
+ * directory of an opener with write access (borrowed: the request's, or the
+ * state's). */
+typedef struct upgrade {
+        uint32_t n;
+        zr_entry *entries[ZR_STREAMS_MAX];
+        int dirfds[ZR_STREAMS_MAX];
+} upgrade;
+
+/* On the pool: under the exclusive locks, with reads ahead cancelled (they
+ * name the descriptors it replaces). A failure leaves the instance read-only,
+ * as it was: the opener's writes then fail with ZR_E_READONLY. */
+static void upgrade_run(zr_job *job) {
+        zr_request *rq = (zr_request *)job;
+        upgrade *u = rq->state;
+        zr_mutation_begin(rq, u->entries, u->n, true);
+        for (uint32_t i = 0; i < u->n; i++)
+                (void)zr_entry_make_writable(u->entries[i], u->dirfds[i], NULL);
+        zr_mutation_end(rq, 0);
+}
+
+static void upgrade_note(zr_request *rq) {
+        upgrade *u = rq->state;
+        for (uint32_t i = 0; i < u->n; i++) {
+                zr_entry_update(u->entries[i]);
+                if (!u->entries[i]->read_only)
+                        zr_log(LOG_INFO, "pid %d made store %llu writable",
+                               (int)zr_request_pid(rq),
+                               (unsigned long long)zr_entry_id(u->entries[i]));
+        }
+}
+
 /* ---- DATASET_OPEN -------------------------------------------------------- */
+
+typedef struct open_state {
+        upgrade up; /* first */
+        zr_entry *entry;
+} open_state;
+
+static void open_state_free(void *p) {
+        open_state *st = p;
+        zr_entry_unref(st->entry);
+        free(st);
+}
+
+static void open_upgraded(zr_job *job) {
+        zr_request *rq = (zr_request *)job;
+        open_state *st = rq->state;
+        int r = 0;
+        upgrade_note(rq);
+        if (!zr_request_orphaned(rq)) {
+                zr_entry *e = st->entry;
+                st->entry = NULL;
+                int id = add_dataset_handle(rq, e, true);
+                r = id < 0 ? id : reply_dataset(rq, (uint32_t)id, e, true);
+        }
+        zr_request_complete(rq, r);
+}
 
 int zr_handle_dataset_open(zr_request *rq) {
         zr_server *srv = zr_request_server(rq);
@@ -337,6 +397,18 @@ int zr_handle_dataset_open(zr_request *rq) {
         r = zr_registry_open(srv->registry, rq->fds[0], &e, &rq->err);
         if (r < 0)
                 return r;
+        if (writable && e->read_only) {
+                open_state *st = zr_request_state(rq, sizeof(*st), open_state_free);
+                if (!st) {
+                        zr_entry_unref(e);
+                        return -ENOMEM;
+                }
+                st->entry = e;
+                st->up.n = 1;
+                st->up.entries[0] = e;
+                st->up.dirfds[0] = rq->fds[0];
+                return zr_request_submit(rq, upgrade_run, open_upgraded);
+        }
         int id = add_dataset_handle(rq, e, writable);
         if (id < 0)
                 return id;
@@ -413,6 +485,24 @@ static bool in_list(char **names, size_t n, const char *p, size_t len) {
         return false;
 }
 
+typedef struct msset_state {
+        upgrade up;                 /* first */
+        zr_set *set;                /* while its members are made writable */
+        int cfds[ZR_STREAMS_MAX];   /* each stream's directory */
+} msset_state;
+
+static void msset_state_free(void *p) {
+        msset_state *st = p;
+        zr_set_free(st->set);
+        for (uint32_t i = 0; i < ZR_STREAMS_MAX; i++)
+                if (st->cfds[i] >= 0)
+                        close(st->cfds[i]);
+        free(st);
+}
+
+static int msset_reply(zr_request *rq, zr_set *set, bool writable);
+static void msset_upgraded(zr_job *job);
+
 int zr_handle_msset_open(zr_request *rq) {
         zr_server *srv = zr_request_server(rq);
         zr_wire_error werr = {0};
@@ -472,6 +562,11 @@ int zr_handle_msset_open(zr_request *rq) {
         if (at > 0)
                 return zr_request_fail(rq, EINVAL, "'streams' is not the set's stores:%s", msg);
 
+        msset_state *mst = zr_request_state(rq, sizeof(*mst), msset_state_free);
+        if (!mst)
+                return -ENOMEM;
+        for (uint32_t i = 0; i < ZR_STREAMS_MAX; i++)
+                mst->cfds[i] = -1;
         set = calloc(1, sizeof(*set));
         if (set) {
                 set->names = calloc(n, sizeof(char *));
@@ -497,6 +592,7 @@ int zr_handle_msset_open(zr_request *rq) {
                         r = zr_request_fail(rq, -cfd, "stream '%s': %s", set->names[i], e.message);
                         goto fail;
                 }
+                mst->cfds[i] = cfd;
                 char what[300];
                 snprintf(what, sizeof(what), "stream '%s'", set->names[i]);
                 r = check_proof(rq, cfd, rq->fds[1 + i], writable, what);
@@ -507,7 +603,6 @@ int zr_handle_msset_open(zr_request *rq) {
                                 zr_request_fail(rq, -r, "stream '%s': %s", set->names[i],
                                                 err.message);
                 }
-                close(cfd);
                 if (r < 0)
                         goto fail;
         }
@@ -525,6 +620,28 @@ int zr_handle_msset_open(zr_request *rq) {
                 r = zr_request_fail(rq, ZR_E_MISALIGNED, "streams differ in length: %s", buf);
                 goto fail;
         }
+        for (uint32_t i = 0; writable && i < n; i++)
+                if (set->entries[i]->read_only) {
+                        mst->up.entries[mst->up.n] = set->entries[i];
+                        mst->up.dirfds[mst->up.n++] = mst->cfds[i];
+                }
+        if (mst->up.n > 0) {
+                mst->set = set;
+                return zr_request_submit(rq, upgrade_run, msset_upgraded);
+        }
+        return msset_reply(rq, set, writable);
+fail:
+        zr_set_free(set);
+        return r;
+}
+
+/* The set's handles (one per stream, then the set's) and the reply; frees set
+ * on failure. */
+static int msset_reply(zr_request *rq, zr_set *set, bool writable) {
+        uint32_t n = set->n;
+        uint64_t len0 = zr_dataset_length(set->entries[0]->ds);
+        int r;
+
         /* A handle per stream, then the set's. */
         for (uint32_t i = 0; i < n; i++) {
                 int id = add_dataset_handle(rq, zr_entry_ref(set->entries[i]), writable);
@@ -565,6 +682,19 @@ int zr_handle_msset_open(zr_request *rq) {
 fail:
         zr_set_free(set);
         return r;
+}
+
+static void msset_upgraded(zr_job *job) {
+        zr_request *rq = (zr_request *)job;
+        msset_state *st = rq->state;
+        int r = 0;
+        upgrade_note(rq);
+        if (!zr_request_orphaned(rq)) {
+                zr_set *set = st->set;
+                st->set = NULL;
+                r = msset_reply(rq, set, true);
+        }
+        zr_request_complete(rq, r);
 }
 
 /* ---- INFO, CLOSE, STATUS ------------------------------------------------- */

@@ -237,6 +237,60 @@ fail:
         return r;
 }
 
+int zr_files_reopen_prepare(zr_files *t, int dirfd, int **ret_fds, zr_error *err) {
+        files_array *a = atomic_load(&t->array);
+        int *fds = malloc(a->cap * sizeof(*fds)), r = 0;
+        char name[32];
+
+        if (!fds)
+                return zr_error_set(err, ENOMEM, "%s files: out of memory", t->suffix);
+        for (uint32_t i = 0; i < a->cap; i++)
+                fds[i] = -1;
+        for (uint32_t i = 0; i < a->cap && r == 0; i++) {
+                int old = atomic_load(&a->e[i].fd);
+                struct stat os, ns;
+                if (old < 0)
+                        continue;
+                snprintf(name, sizeof(name), "%" PRIu32 "%s", i, t->suffix);
+                fds[i] = zr_resolve_open(dirfd, name, O_RDWR, 0, err);
+                if (fds[i] < 0) {
+                        r = fds[i];
+                        fds[i] = -1;
+                } else if (fstat(old, &os) < 0 || fstat(fds[i], &ns) < 0) {
+                        r = zr_error_errno(err, errno, "%s: stat", name);
+                } else if (os.st_dev != ns.st_dev || os.st_ino != ns.st_ino) {
+                        r = zr_error_set(err, EACCES, "%s: not the file the store has open",
+                                         name);
+                } else if (t->flags & ZR_FILES_RANDOM) {
+                        (void)posix_fadvise(fds[i], 0, 0, POSIX_FADV_RANDOM);
+                }
+        }
+        if (r < 0) {
+                zr_files_reopen_abort(t, fds);
+                return r;
+        }
+        *ret_fds = fds;
+        return 0;
+}
+
+void zr_files_reopen_commit(zr_files *t, int dirfd, int *fds) {
+        files_array *a = atomic_load(&t->array);
+        for (uint32_t i = 0; i < a->cap; i++)
+                if (fds[i] >= 0)
+                        close(atomic_exchange(&a->e[i].fd, fds[i]));
+        free(fds);
+        t->dirfd = dirfd;
+        t->read_only = 0;
+}
+
+void zr_files_reopen_abort(zr_files *t, int *fds) {
+        files_array *a = atomic_load(&t->array);
+        for (uint32_t i = 0; fds && i < a->cap; i++)
+                if (fds[i] >= 0)
+                        close(fds[i]);
+        free(fds);
+}
+
 int zr_files_sync(zr_files *t, zr_error *err) {
         files_array *a = atomic_load(&t->array);
         for (uint32_t i = 0; i < a->cap; i++) {

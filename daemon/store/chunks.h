@@ -54,6 +54,19 @@ int zr_files_open(zr_files *t, uint32_t id, int create, uint64_t min_size,
 /* Number of ids below the first that was never opened (ids 0..n-1 are open). */
 uint32_t zr_files_count(const zr_files *t);
 
+/* Making a read-only table writable through another descriptor of its
+ * directory (zr_store_make_writable()), in two steps so that several tables
+ * change together or not at all. _prepare() opens every open file again
+ * O_RDWR through dirfd and checks it is the same file (st_dev, st_ino; EACCES
+ * if not): 0 and *ret_fds (malloc()ed, one per id below the table's capacity,
+ * -1 where none is open), or a negative code with nothing kept. _commit()
+ * replaces the descriptors with them (the mappings stay) and the table's
+ * directory with dirfd (borrowed), and makes it writable; _abort() closes
+ * them. Both free ret_fds. Exclusive. */
+int zr_files_reopen_prepare(zr_files *t, int dirfd, int **ret_fds, zr_error *err);
+void zr_files_reopen_commit(zr_files *t, int dirfd, int *fds);
+void zr_files_reopen_abort(zr_files *t, int *fds);
+
 /* fdatasync()s every open file. Returns 0 or the first error (-errno). */
 int zr_files_sync(zr_files *t, zr_error *err);
 

@@ -98,6 +98,8 @@ static zr_store *store_free(zr_store *s) {
         zr_coder_free(s->zc);
         if (s->meta_fd >= 0)
                 close(s->meta_fd);
+        if (s->lock_fd >= 0)
+                close(s->lock_fd);
         if (s->dirfd >= 0)
                 close(s->dirfd);
         pthread_mutex_destroy(&s->append_lock);
@@ -113,6 +115,7 @@ static int store_alloc(int dirfd, enum zr_codec codec, unsigned chunk_log2,
         if (!s)
                 return zr_error_set(err, ENOMEM, "store: out of memory");
         s->meta_fd = -1;
+        s->lock_fd = -1;
         pthread_mutex_init(&s->append_lock, NULL);
         s->dirfd = fcntl(dirfd, F_DUPFD_CLOEXEC, 3);
         if (s->dirfd < 0) {
@@ -619,6 +622,62 @@ int zr_store_has_dict(const zr_store *s) {
 
 int zr_store_failed(const zr_store *s) {
         return atomic_load(&s->failed);
+}
+
+int zr_store_make_writable(zr_store *s, int dirfd, zr_error *err) {
+        struct stat os, ns;
+        int *chunk_fds = NULL, *loc_fds = NULL, newdir, mfd = -1, r;
+
+        if (!s->read_only)
+                return zr_store_check_writable(s, err);
+        newdir = fcntl(dirfd, F_DUPFD_CLOEXEC, 3);
+        if (newdir < 0)
+                return zr_error_errno(err, errno, "store directory: dup");
+        mfd = zr_resolve_open(newdir, ZR_META_NAME, O_RDWR, 0, err);
+        if (mfd < 0) {
+                r = mfd;
+                goto fail;
+        }
+        if (fstat(s->meta_fd, &os) < 0 || fstat(mfd, &ns) < 0) {
+                r = zr_error_errno(err, errno, ZR_META_NAME ": stat");
+                goto fail;
+        }
+        if (os.st_dev != ns.st_dev || os.st_ino != ns.st_ino) {
+                r = zr_error_set(err, EACCES, ZR_META_NAME ": not the file the store has open");
+                goto fail;
+        }
+        r = zr_files_reopen_prepare(s->chunks, newdir, &chunk_fds, err);
+        if (r < 0)
+                goto fail;
+        r = zr_files_reopen_prepare(s->locs, newdir, &loc_fds, err);
+        if (r < 0) {
+                zr_files_reopen_abort(s->chunks, chunk_fds);
+                goto fail;
+        }
+        zr_files_reopen_commit(s->chunks, newdir, chunk_fds);
+        zr_files_reopen_commit(s->locs, newdir, loc_fds);
+        s->lock_fd = s->meta_fd; /* its description holds the lock: kept */
+        s->meta_fd = mfd;
+        close(s->dirfd);
+        s->dirfd = newdir;
+        s->read_only = 0;
+        return 0;
+fail:
+        if (mfd >= 0)
+                close(mfd);
+        close(newdir);
+        return r;
+}
+
+void zr_store_meta_id(const zr_store *s, dev_t *ret_dev, ino_t *ret_ino) {
+        struct stat st = {0};
+        (void)fstat(s->meta_fd, &st);
+        *ret_dev = st.st_dev;
+        *ret_ino = st.st_ino;
+}
+
+int zr_store_read_only(const zr_store *s) {
+        return s->read_only;
 }
 
 int zr_store_install_dict(zr_store *s, const void *dict, size_t dict_len, zr_error *err) {

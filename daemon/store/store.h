@@ -39,6 +39,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "io/range.h"
 #include "util/error.h"
@@ -114,6 +115,23 @@ int zr_store_open(int dirfd, const zr_store_options *opts, zr_store **ret, zr_er
  * (its unsynced writes may be lost); the store is freed either way. A read-only
  * store returns 0. */
 int zr_store_close(zr_store *s, zr_error *err);
+
+/* Makes a store opened read-only (opts->read_only) writable through dirfd,
+ * another descriptor of its directory: the first may have been on a read-only
+ * mount, or given by someone through whose directory the store could not be
+ * written. meta.zr and every open chunk and .loc file are opened O_RDWR again
+ * through dirfd (zr_resolve_open()) and must be the very files the store has
+ * open (EACCES otherwise); then the store works through dirfd (duplicated)
+ * from now on. On failure nothing changes (EACCES, EROFS, ... as the opens
+ * fail). The lock stays on the description that holds it. Returns 0 at once
+ * for a writable store, ZR_E_READONLY for one that failed. Exclusive. */
+int zr_store_make_writable(zr_store *s, int dirfd, zr_error *err);
+
+/* 1 if the store is read-only (opened so, and not made writable since). */
+int zr_store_read_only(const zr_store *s);
+
+/* The (st_dev, st_ino) of the meta.zr the store has open. */
+void zr_store_meta_id(const zr_store *s, dev_t *ret_dev, ino_t *ret_ino);
 
 /* Number of records. Lock-free; an append in flight is not counted until committed. */
 uint64_t zr_store_length(const zr_store *s);

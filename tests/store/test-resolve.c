@@ -175,10 +175,65 @@ START_TEST(test_entries_only) {
 }
 END_TEST
 
+/* A store opened read-only through a read-only mount of its directory is
+ * made writable through a writable descriptor of the same directory, never
+ * through another store's; appends then land in the store's own files. */
+START_TEST(test_make_writable) {
+        tdir d, other;
+        zr_error err = {0};
+        zr_store *s = NULL;
+        uint64_t more = 77;
+        tdir_make(&d);
+        tdir_make(&other);
+        filled(&d);
+        filled(&other);
+        int rw = dup(d.fd); /* opened before the mount: writable */
+        ck_assert_int_ge(rw, 0);
+        if (tl_private_mounts() < 0) {
+                fprintf(stderr, "skipped: no mount namespace here\n");
+                goto out;
+        }
+        ck_assert_int_eq(mount(d.path, d.path, NULL, MS_BIND, NULL), 0);
+        ck_assert_int_eq(mount(NULL, d.path, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY, NULL), 0);
+        reopen_dir(&d);
+        ck_assert_int_eq(zr_store_open(d.fd, NULL, &s, &err), -EROFS);
+        zr_store_options ro = { .read_only = 1 };
+        zr_error_clear(&err);
+        ck_assert_msg(zr_store_open(d.fd, &ro, &s, &err) == 0, "%s", err.message);
+        ck_assert_int_eq(zr_store_read_only(s), 1);
+        uint8_t *rec = make_batch(&more, 1, NREC);
+        ck_assert_int_eq(zr_store_append(s, rec, &more, 1, NULL, NULL), -ZR_E_READONLY);
+        ck_assert_int_eq(zr_store_make_writable(s, d.fd, NULL), -EROFS);
+        ck_assert_int_eq(zr_store_make_writable(s, other.fd, NULL), -EACCES);
+        ck_assert_int_eq(zr_store_read_only(s), 1);
+        zr_error_clear(&err);
+        ck_assert_msg(zr_store_make_writable(s, rw, &err) == 0, "%s", err.message);
+        ck_assert_int_eq(zr_store_read_only(s), 0);
+        uint64_t first = 0;
+        ck_assert_int_eq(zr_store_append(s, rec, &more, 1, &first, NULL), 0);
+        ck_assert_uint_eq(first, NREC);
+        check_record(s, NREC, NREC, more);
+        check_record(s, 1, 1, lens[1]);
+        ck_assert_int_eq(zr_store_close(s, NULL), 0);
+        ck_assert_int_eq(umount2(d.path, MNT_DETACH), 0);
+        reopen_dir(&d);
+        s = reopen(&d, NULL, NULL);
+        ck_assert_uint_eq(zr_store_length(s), NREC + 1);
+        check_record(s, NREC, NREC, more);
+        ck_assert_int_eq(zr_store_close(s, NULL), 0);
+        free(rec);
+out:
+        close(rw);
+        tdir_remove(&other);
+        tdir_remove(&d);
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("resolve");
         TL_TCASE(s, "resolve", 60, test_mount_over_chunk_openat2, test_mount_over_meta_openat2,
                  test_mount_over_chunk_without_openat2, test_mount_over_chunk_openat2_filtered,
-                 test_mount_over_chunk_without_statx, test_symlink_refused, test_entries_only);
+                 test_mount_over_chunk_without_statx, test_symlink_refused, test_entries_only,
+                 test_make_writable);
         return tl_run_suite(s);
 }
