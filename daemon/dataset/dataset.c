@@ -20,6 +20,7 @@
 
 #include "dataset/batch.h"
 #include "dataset/ragged.h"
+#include "store/newfile.h"
 #include "store/resolve.h"
 
 #define SCHEMA_TMP_FILE ZR_SCHEMA_FILE ".tmp"
@@ -95,7 +96,7 @@ static int schema_write(int dirfd, const zr_schema *schema, zr_error *err) {
         r = zr_schema_encode(schema, &buf, &len, err);
         if (r < 0)
                 return r;
-        fd = zr_resolve_open(dirfd, SCHEMA_TMP_FILE, O_WRONLY | O_CREAT | O_TRUNC, 0644, err);
+        fd = zr_newfile_create(dirfd, SCHEMA_TMP_FILE, O_WRONLY, err);
         if (fd < 0) {
                 r = fd;
                 goto out;

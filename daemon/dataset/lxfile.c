@@ -1,6 +1,7 @@
 /* lxfile.c: schema.msgpack of a loaderx 1.5.7 ragged store, read whole and
  * replaced atomically (lxfile.h). */
 #include "dataset/lxfile.h"
+#include "store/newfile.h"
 #include "store/resolve.h"
 
 #include <errno.h>
@@ -80,7 +81,7 @@ int zr_lxfile_write(int dirfd, const zr_lxschema *s, zr_error *err) {
         r = zr_lxschema_encode(s, &buf, &len, err);
         if (r < 0)
                 return r;
-        fd = zr_resolve_open(dirfd, LXFILE_TMP, O_WRONLY | O_CREAT | O_TRUNC, 0644, err);
+        fd = zr_newfile_create(dirfd, LXFILE_TMP, O_WRONLY, err);
         if (fd < 0) {
                 r = fd;
                 goto out;

@@ -8,23 +8,11 @@
  * reopens it at once finds it; only the cheap close of a synced store runs on
  * the loop.
  * It does not check access: the caller has proven it (PROTOCOL.md section 6).
- *
- * Mappings or pread: a read through a mapping of a file that another process
- * truncated is a SIGBUS that would kill the daemon and every client with it; with
- * pread it is a short read, which the store reports as ZR_E_CORRUPT to the one
- * request that met it. Mapped reads are much faster (a copy from the page cache
- * without a system call per record: 2x at 256 KiB records, 3x at 4 KiB, measured
- * with tests/daemon/bench-daemon), so a store reads through mappings exactly when
- * no client can do more harm that way than it could already: when every file of
- * the store belongs to the daemon's own user and nobody else may write it. Whoever
- * can truncate such a file can also kill the daemon outright (the per-user and the
- * private daemon of a client are the usual case). A store whose files another user
- * or a group may write reads with pread (the system daemon serving shared stores).
- * Files the daemon creates later are its own, with its umask.
+ * Whether a file is read through a mapping or with pread is the store's
+ * decision, file by file (store/chunks.h).
  */
 #include "server/registry.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdbool.h>
@@ -91,33 +79,6 @@ static int insert(zr_registry *reg, zr_dataset *ds, const struct stat *st, zr_en
         return 0;
 }
 
-/* 1 if every entry of the store directory is a file (or directory) that belongs
- * to the daemon's user and that neither its group nor others may write; 0 if any
- * is not, or the directory cannot be read (then pread is the safe choice). */
-static int store_files_private(int dirfd) {
-        int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (fd < 0)
-                return 0;
-        DIR *d = fdopendir(fd);
-        if (!d) {
-                close(fd);
-                return 0;
-        }
-        uid_t me = geteuid();
-        int private = 1;
-        struct dirent *de;
-        while (private && (de = readdir(d))) {
-                if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-                        continue;
-                struct stat st;
-                if (fstatat(dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
-                    st.st_uid != me || (st.st_mode & (S_IWGRP | S_IWOTH)))
-                        private = 0;
-        }
-        closedir(d);
-        return private;
-}
-
 /* 0 if dirfd resolves meta.zr to the file e holds. */
 static int same_meta(const zr_entry *e, int dirfd, zr_error *err) {
         struct stat st;
@@ -145,7 +106,7 @@ int zr_registry_open(zr_registry *reg, int dirfd, zr_entry **ret, zr_error *err)
                         *ret = zr_entry_ref(e);
                         return 0;
                 }
-        zr_store_options opts = {.pool = reg->pool, .no_mmap = !store_files_private(dirfd)};
+        zr_store_options opts = {.pool = reg->pool};
         zr_dataset *ds;
         int r = zr_dataset_open(dirfd, &opts, &ds, err);
         if (r == -EACCES || r == -EROFS || r == -EPERM) {
@@ -163,8 +124,7 @@ int zr_registry_open(zr_registry *reg, int dirfd, zr_entry **ret, zr_error *err)
 int zr_registry_create_dataset(zr_pool *pool, int dirfd, const zr_schema *schema,
                                const void *dict, size_t dict_len, zr_dataset **ret,
                                zr_error *err) {
-        /* The files are the daemon's own, made with its umask: see the top. */
-        zr_store_options opts = {.pool = pool, .no_mmap = !store_files_private(dirfd)};
+        zr_store_options opts = {.pool = pool};
         return zr_dataset_create(dirfd, schema, dict, dict_len, &opts, ret, err);
 }
 

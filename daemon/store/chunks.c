@@ -6,15 +6,18 @@
  * a reader that loaded the old pointer still reads valid memory. An entry's
  * mapping is set before its descriptor is published (release), so a reader that
  * sees the descriptor sees the mapping. Files are opened beneath the store's
- * directory, on its mount, never through a link (resolve.h). Mappings are PROT_READ|MAP_SHARED and cover
- * only bytes the file holds, so a read inside one never faults past the end of
- * the file. A table of randomly read files (the chunks) gets POSIX_FADV_RANDOM
+ * directory, on its mount, never through a link (resolve.h), and created anew
+ * (newfile.h). Only files of the daemon's own that nobody else may write are
+ * mapped; mappings are PROT_READ|MAP_SHARED and cover only bytes the file held
+ * at open, so a read inside one faults only if the file was truncated since
+ * (which the readers guard against: util/mapguard.h). A table of randomly read files (the chunks) gets POSIX_FADV_RANDOM
  * on its descriptors and MADV_RANDOM on its mappings: a 4 KiB record read at
  * random must not pull in the kernel's read-around window (up to
  * read_ahead_kb, 8 MiB on some machines) and evict what the next read needs.
  * It does not decide which files a store needs; the store does.
  */
 #include "store/chunks.h"
+#include "store/newfile.h"
 #include "store/resolve.h"
 
 #include <errno.h>
@@ -134,6 +137,12 @@ uint32_t zr_files_count(const zr_files *t) {
         return t->count;
 }
 
+/* Whether a file may be mapped: only one of the daemon's own that nobody else
+ * may write, so nobody else can truncate it under the mapping (chunks.h). */
+static int mappable(const struct stat *st) {
+        return st->st_uid == geteuid() && !(st->st_mode & (S_IWGRP | S_IWOTH));
+}
+
 int zr_files_open(zr_files *t, uint32_t id, int create, uint64_t min_size,
                   int *ret_created, zr_error *err) {
         files_array *a = atomic_load(&t->array);
@@ -151,11 +160,11 @@ int zr_files_open(zr_files *t, uint32_t id, int create, uint64_t min_size,
 
         int flags = t->read_only ? O_RDONLY : O_RDWR;
         zr_error oerr = {0};
-        fd = zr_resolve_open(t->dirfd, name, flags, 0, &oerr);
-        if (fd == -ENOENT && create && !t->read_only) {
-                zr_error_clear(&oerr);
-                fd = zr_resolve_open(t->dirfd, name, flags | O_CREAT | O_EXCL, 0644, &oerr);
+        if (create && !t->read_only) {
+                fd = zr_newfile_create(t->dirfd, name, flags, &oerr);
                 created = fd >= 0;
+        } else {
+                fd = zr_resolve_open(t->dirfd, name, flags, 0, &oerr);
         }
         if (fd < 0) {
                 if (fd == -ENOENT)
@@ -189,7 +198,7 @@ int zr_files_open(zr_files *t, uint32_t id, int create, uint64_t min_size,
         if (t->flags & ZR_FILES_RANDOM)
                 /* best effort, as is MADV_RANDOM below: only speed depends on it */
                 (void)posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
-        if ((t->flags & ZR_FILES_MAP) && map_len > 0) {
+        if ((t->flags & ZR_FILES_MAP) && map_len > 0 && mappable(&st)) {
                 /* best effort: without a mapping, reads fall back to pread */
                 void *m = mmap(NULL, map_len, PROT_READ, MAP_SHARED, fd, 0);
                 if (m != MAP_FAILED) {

@@ -8,6 +8,7 @@
  * shards, one codec context each. It never writes.
  */
 #include "store/store-private.h"
+#include "util/mapguard.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -44,10 +45,16 @@ static int store_check_loc(const zr_store *s, const zr_loc *l, uint64_t tail, zr
         return 0;
 }
 
+/* A mapped file cut short under a read (mapguard.h): the read fails. */
+static int truncated(zr_error *err, const char *what) {
+        return zr_error_set(err, ZR_E_CORRUPT, "%s: a store file was cut short under the read "
+                            "(SIGBUS through its mapping, caught)", what);
+}
+
 /* Reads entries idx[lo..hi) into locs, one pread per run of consecutive indices
  * inside a segment, and checks each. */
-int zr_store_locate_range(zr_store *s, const uint64_t *idx, size_t lo, size_t hi,
-                          zr_loc *locs, uint64_t tail, zr_error *err) {
+static int locate_range(zr_store *s, const uint64_t *idx, size_t lo, size_t hi,
+                        zr_loc *locs, uint64_t tail, zr_error *err) {
         size_t k = lo;
         while (k < hi) {
                 uint64_t seg = idx[k] >> ZR_LOC_SEGMENT_LOG2;
@@ -84,6 +91,29 @@ int zr_store_locate_range(zr_store *s, const uint64_t *idx, size_t lo, size_t hi
                 k = e;
         }
         return 0;
+}
+
+typedef struct locate_args {
+        zr_store *s;
+        const uint64_t *idx;
+        size_t lo, hi;
+        zr_loc *locs;
+        uint64_t tail;
+        zr_error *err;
+} locate_args;
+
+static int locate_guarded(void *arg) {
+        locate_args *a = arg;
+        return locate_range(a->s, a->idx, a->lo, a->hi, a->locs, a->tail, a->err);
+}
+
+int zr_store_locate_range(zr_store *s, const uint64_t *idx, size_t lo, size_t hi,
+                          zr_loc *locs, uint64_t tail, zr_error *err) {
+        if (!s->map)
+                return locate_range(s, idx, lo, hi, locs, tail, err);
+        locate_args a = { s, idx, lo, hi, locs, tail, err };
+        int r = zr_mapguard_run(locate_guarded, &a);
+        return r == -EFAULT ? truncated(err, "table") : r;
 }
 
 typedef struct locate_job {
@@ -220,6 +250,18 @@ static int gather_range(gather_job *j, size_t lo, size_t hi, zr_coder_ctx *x, zr
         return 0;
 }
 
+typedef struct gather_args {
+        gather_job *j;
+        size_t lo, hi;
+        zr_coder_ctx *x;
+        zr_error *err;
+} gather_args;
+
+static int gather_guarded(void *arg) {
+        gather_args *a = arg;
+        return gather_range(a->j, a->lo, a->hi, a->x, a->err);
+}
+
 static void gather_shard(void *arg, size_t shard, size_t nshards) {
         gather_job *j = arg;
         zr_coder_ctx *x = NULL;
@@ -237,7 +279,13 @@ static void gather_shard(void *arg, size_t shard, size_t nshards) {
         gather_job local = *j; /* packed: each shard starts at its own offset */
         if (!j->dsts)
                 local.base = j->base + j->shard_off[shard];
-        j->st[shard].r = gather_range(&local, lo, hi, x, &j->st[shard].err);
+        if (j->s->map) {
+                gather_args ga = { &local, lo, hi, x, &j->st[shard].err };
+                int r = zr_mapguard_run(gather_guarded, &ga);
+                j->st[shard].r = r == -EFAULT ? truncated(&j->st[shard].err, "gather") : r;
+        } else {
+                j->st[shard].r = gather_range(&local, lo, hi, x, &j->st[shard].err);
+        }
         zr_coder_ctx_put(j->s->zc, x);
 }
 

@@ -17,6 +17,7 @@
 #include "store/chunks.h"
 #include "store/format.h"
 #include "store/killpoint.h"
+#include "store/newfile.h"
 #include "store/resolve.h"
 
 #define JOURNAL_HEAD 32 /* magic, version, old_len, new_len, count */
@@ -54,7 +55,7 @@ int zr_journal_write(int dirfd, const zr_journal *j, zr_error *err) {
         }
         zr_le64_put(buf + size - JOURNAL_TAIL, zr_journal_checksum(buf, size - JOURNAL_TAIL));
 
-        fd = zr_resolve_open(dirfd, ZR_JOURNAL_NAME, O_RDWR | O_CREAT | O_TRUNC, 0644, err);
+        fd = zr_newfile_create(dirfd, ZR_JOURNAL_NAME, O_RDWR, err);
         if (fd < 0) {
                 r = fd;
                 goto out;

@@ -124,6 +124,8 @@ int zr_resolve_open(int dirfd, const char *name, int flags, mode_t mode, zr_erro
             strcmp(name, "..") == 0)
                 return zr_error_set(err, EINVAL, "'%s': not an entry of the directory",
                                     name ? name : "(null)");
+        if ((flags & O_CREAT) && !(flags & O_EXCL))
+                return zr_error_set(err, EINVAL, "%s: created without O_EXCL", name);
         int fd = strict_open(dirfd, name, flags | O_CLOEXEC, mode);
         if (fd >= 0)
                 return fd;

@@ -40,13 +40,15 @@
 
 /* Opens `name`, an entry of the directory dirfd, with `flags` (open(2) flags;
  * O_CLOEXEC is added, symbolic links are never followed) and, with O_CREAT,
- * `mode`. O_PATH and O_DIRECTORY work as for openat(). Returns the descriptor (owned by the caller), or a
+ * `mode`. O_CREAT needs O_EXCL: a file the store creates is always a new one
+ * (zr_newfile_create() removes a stale entry first). O_PATH and O_DIRECTORY
+ * work as for openat(). Returns the descriptor (owned by the caller), or a
  * negative code with *err (may be NULL) naming `name`:
  *   -ENOENT  no such entry;
  *   -ELOOP   the entry is a symbolic link;
  *   -EXDEV   something is mounted over the entry (or it is a mount point of
  *            another file system): not the directory's own file;
- *   -EINVAL  `name` is not a single entry;
+ *   -EINVAL  `name` is not a single entry, or O_CREAT without O_EXCL;
  *   -EEXIST, -EACCES, -EROFS, ... as open(2).
  * Example: fd = zr_resolve_open(dirfd, "meta.zr", O_RDONLY, 0, err). */
 int zr_resolve_open(int dirfd, const char *name, int flags, mode_t mode, zr_error *err);

@@ -7,6 +7,7 @@
  */
 #include "store/store-private.h"
 #include "store/killpoint.h"
+#include "store/newfile.h"
 #include "store/resolve.h"
 
 #include <errno.h>
@@ -158,7 +159,7 @@ static int store_write_dict(zr_store *s, const void *dict, size_t len, zr_error 
         static const char tmp[] = ZR_DICT_NAME ".tmp";
         int fd, r;
 
-        fd = zr_resolve_open(s->dirfd, tmp, O_RDWR | O_CREAT | O_TRUNC, 0644, err);
+        fd = zr_newfile_create(s->dirfd, tmp, O_RDWR, err);
         if (fd < 0)
                 return fd;
         r = zr_pwrite_all(fd, dict, len, 0);

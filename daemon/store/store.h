@@ -16,11 +16,17 @@
  * zr_store_compact(), zr_store_install_dict() and zr_store_close() need exclusive
  * access: the caller guarantees no other call on the store is in flight.
  *
- * Reads go through read-only mappings of the chunk and .loc files (pread when a
- * mapping cannot be made, or with no_mmap), always bounded by the files' sizes
- * at open and the write frontier. Another process truncating the files of an
- * open store (which the lock forbids to any cooperating program) could still
- * fault a mapping.
+ * Files: every file is opened beneath the store's directory, on its mount,
+ * never through a link (resolve.h), and every file the store creates is new
+ * (newfile.h: whatever had its name is removed first).
+ *
+ * Reads go through read-only mappings of the chunk and .loc files that are the
+ * daemon's own and that nobody else may write (chunks.h), with pread otherwise
+ * (or with no_mmap), always bounded by the files' sizes at open and the write
+ * frontier. A mapped file truncated under an open store anyway (by the
+ * daemon's own user) fails the read that meets it with ZR_E_CORRUPT instead
+ * of a SIGBUS (util/mapguard.h); with pread it is a short read, the same
+ * error.
  *
  * Durability: a write is ordered data, then table entries, then the length in
  * meta.zr. A process killed at any instant leaves a store that opens with a prefix
@@ -77,8 +83,10 @@ typedef struct zr_store_options {
         /* Read with pread() instead of through read-only mappings of the chunk
          * and .loc files. Mappings make a gather of small records cost no system
          * call per record (the table and data are read as memory); pread is the
-         * fallback whenever a mapping cannot be made. Either way every read is
-         * bounded by the file's size at open and by the write frontier. */
+         * fallback whenever a mapping cannot be made, and for every file that is
+         * not the process's own or that others may write (chunks.h). Either way
+         * every read is bounded by the file's size at open and by the write
+         * frontier. */
         int no_mmap;
 } zr_store_options;
 

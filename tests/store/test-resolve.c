@@ -29,7 +29,7 @@
 static const uint64_t lens[] = { 100, 2000, 30, 4096, 5 };
 #define NREC (sizeof(lens) / sizeof(lens[0]))
 
-/* A store of NREC records in d, closed. */
+/* A store of NREC records in a new directory d, closed. */
 static void filled(tdir *d) {
         uint64_t ids[NREC];
         zr_store *s = store_filled(d, ZR_CODEC_RAW, 16, NULL, lens, NREC, ids);
@@ -85,7 +85,6 @@ static void check_mount_refused(const char *name, int deny, int deny_statx) {
         tdir d;
         char other[600];
         zr_error err = {0};
-        tdir_make(&d);
         filled(&d);
         if (mount_over(&d, name, other, sizeof(other)) < 0)
                 goto out;
@@ -137,7 +136,6 @@ END_TEST
 START_TEST(test_symlink_refused) {
         tdir d;
         zr_error err = {0};
-        tdir_make(&d);
         filled(&d);
         ck_assert_int_eq(renameat(d.fd, "0.chunk", d.fd, "real.chunk"), 0);
         ck_assert_int_eq(symlinkat("real.chunk", d.fd, "0.chunk"), 0);
@@ -183,8 +181,6 @@ START_TEST(test_make_writable) {
         zr_error err = {0};
         zr_store *s = NULL;
         uint64_t more = 77;
-        tdir_make(&d);
-        tdir_make(&other);
         filled(&d);
         filled(&other);
         int rw = dup(d.fd); /* opened before the mount: writable */
