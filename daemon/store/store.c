@@ -192,18 +192,33 @@ static int store_write_dict(zr_store *s, const void *dict, size_t len, zr_error 
  * (*ret_tmp 1 while it is still unnamed) or a negative code. */
 static int store_meta_excl(zr_store *s, zr_error *err) {
         zr_error e = {0};
-        int fd = zr_resolve_open(s->dirfd, ZR_META_NAME, O_RDWR | O_CREAT | O_EXCL, 0644, &e);
-        if (fd >= 0)
-                return fd;
+        int fd = zr_resolve_open(s->dirfd, ZR_META_NAME, O_RDWR | O_CREAT | O_EXCL,
+                                 (mode_t)zr_newfile_mode(s->dirfd), &e);
         if (fd == -EEXIST)
                 return zr_error_set(err, ZR_E_EXISTS, ZR_META_NAME ": a store already exists here");
-        return zr_error_set(err, -fd, "%s", e.message);
+        if (fd < 0)
+                return zr_error_set(err, -fd, "%s", e.message);
+        int r = zr_newfile_own(fd, s->dirfd, err);
+        if (r < 0) {
+                close(fd);
+                unlinkat(s->dirfd, ZR_META_NAME, 0);
+                return r;
+        }
+        return fd;
 }
 
 static int store_meta_new(zr_store *s, int *ret_tmp, zr_error *err) {
-        int fd = openat(s->dirfd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0644);
+        int fd = openat(s->dirfd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC,
+                        (mode_t)zr_newfile_mode(s->dirfd));
         *ret_tmp = fd >= 0;
-        return fd >= 0 ? fd : store_meta_excl(s, err);
+        if (fd < 0)
+                return store_meta_excl(s, err);
+        int r = zr_newfile_own(fd, s->dirfd, err); /* before it has a name */
+        if (r < 0) {
+                close(fd);
+                return r;
+        }
+        return fd;
 }
 
 /* Names the unnamed meta.zr: 1 if linked, 0 if it cannot be (no /proc), or a

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include "check-run.h"
@@ -213,10 +214,82 @@ START_TEST(test_truncated_under_decompression) {
 }
 END_TEST
 
+/* The permission bits of tag (and id, for a named entry) in fd's access ACL, or
+ * -1 if it has none (no ACL at all: -2). */
+static int acl_perm(int fd, unsigned tag, uint32_t id) {
+        uint8_t buf[4 + 8 * 64];
+        ssize_t n = fgetxattr(fd, "system.posix_acl_access", buf, sizeof(buf));
+        if (n < 0)
+                return -2;
+        for (ssize_t off = 4; off + 8 <= n; off += 8) {
+                unsigned t = buf[off] | buf[off + 1] << 8;
+                uint32_t i = (uint32_t)buf[off + 4] | (uint32_t)buf[off + 5] << 8 |
+                             (uint32_t)buf[off + 6] << 16 | (uint32_t)buf[off + 7] << 24;
+                if (t == tag && (tag != 2 || i == id))
+                        return buf[off + 2];
+        }
+        return -1;
+}
+
+/* A store created in a directory of `mode`, owned by (uid, gid): the mode, gid
+ * and ACL entries of its meta.zr, 0.chunk (after an append) and 0.loc. */
+static void check_new_files(mode_t dir_mode, uid_t uid, gid_t gid, mode_t want_mode,
+                            int want_creator_entry) {
+        tdir d;
+        tdir_make(&d);
+        ck_assert_int_eq(fchown(d.fd, uid, gid), 0);
+        ck_assert_int_eq(fchmod(d.fd, dir_mode), 0);
+        zr_store *s = create_store(&d, ZR_CODEC_RAW, 0, NULL);
+        append_ok(s, lens, NREC, 0);
+        const char *names[] = { "meta.zr", "0.chunk", "0.loc" };
+        for (size_t i = 0; i < 3; i++) {
+                struct stat st;
+                int fd = openat(d.fd, names[i], O_RDONLY | O_CLOEXEC);
+                ck_assert_int_ge(fd, 0);
+                ck_assert_int_eq(fstat(fd, &st), 0);
+                ck_assert_msg((st.st_mode & 07777) == want_mode, "%s: mode %o, want %o", names[i],
+                              st.st_mode & 07777, want_mode);
+                ck_assert_msg(st.st_uid == geteuid(), "%s: owner %u", names[i], st.st_uid);
+                if (want_mode & 0070)
+                        ck_assert_msg(st.st_gid == gid, "%s: group %u, want %u", names[i],
+                                      st.st_gid, gid);
+                int p = acl_perm(fd, 2, uid);
+                if (want_creator_entry)
+                        ck_assert_msg(p == 6, "%s: user:%u entry %d, want rw-", names[i], uid, p);
+                else
+                        ck_assert_msg(p < 0, "%s: an entry for user %u", names[i], uid);
+                close(fd);
+        }
+        check_record(s, 2, 2, lens[2]);
+        zr_store_close(s, NULL);
+        tdir_remove(&d);
+}
+
+/* Files get the group's and others' rights the directory gives them, no
+ * execute, no write for others in a sticky directory; the creator (the
+ * directory's owner, when not this process's user: as root) an ACL entry. */
+START_TEST(test_new_files_follow_the_directory) {
+        uid_t me = geteuid();
+        gid_t mine = getegid();
+        check_new_files(0755, me, mine, 0644, 0);
+        check_new_files(0700, me, mine, 0600, 0);
+        check_new_files(0770, me, mine, 0660, 0);
+        check_new_files(01777, me, mine, 0644, 0);
+        if (me != 0) {
+                fprintf(stderr, "skipped: files of another creator need root\n");
+                return;
+        }
+        /* another creator: its rw entry shows as the group class's mask */
+        check_new_files(02750, 12345, 12346, 0660, 1);
+        check_new_files(0700, 12345, 0, 0660, 1);
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("newfile");
         TL_TCASE(s, "newfile", 60, test_planted_chunk_replaced, test_planted_journal_not_written,
                  test_planted_dict_tmp_not_written, test_maps_only_private_files,
-                 test_truncated_under_mapping, test_truncated_under_decompression);
+                 test_truncated_under_mapping, test_truncated_under_decompression,
+                 test_new_files_follow_the_directory);
         return tl_run_suite(s);
 }
