@@ -4,8 +4,9 @@
  *
  * Access is proven with descriptors (PROTOCOL.md section 6): the store's
  * directory, and its meta.zr opened O_RDONLY (read) or O_RDWR (write), checked
- * by access mode and by (st_dev, st_ino). A new store needs an empty directory
- * the peer owns. Opening and creating run on the loop thread (a header, a
+ * by access mode and by (st_dev, st_ino); for a set, each stream's directory
+ * and meta.zr, the directory checked to be the root's child of that name. A
+ * new store needs an empty directory the peer owns. Opening and creating run on the loop thread (a header, a
  * schema, a few small files); STATS and SYNC walk or fsync and run on the pool.
  */
 #include <dirent.h>
@@ -74,6 +75,29 @@ static int check_proof(zr_request *rq, int dirfd, int proof, bool write, const c
         if (write && (fl & O_ACCMODE) != O_RDWR)
                 return zr_request_fail(rq, EACCES, "%s: write access needs " META_FILE
                                        " opened O_RDWR", what);
+        return 0;
+}
+
+/* A set's stream directory, as the client passed it: a directory it opened
+ * for reading (check_dir()), and the root's very child `name` (resolved
+ * beneath the root, on its mount), not any directory it may read. */
+static int check_member(zr_request *rq, int rootfd, const char *name, int dirfd,
+                        const char *what) {
+        struct stat cs, ds;
+        zr_error e = {0};
+        int r = check_dir(rq, dirfd, what);
+        if (r < 0)
+                return r;
+        int cfd = zr_resolve_open(rootfd, name, O_PATH | O_DIRECTORY, 0, &e);
+        if (cfd < 0)
+                return zr_request_fail(rq, -cfd, "%s: %s", what, e.message);
+        r = fstat(cfd, &cs) < 0 || fstat(dirfd, &ds) < 0 ? -errno : 0;
+        close(cfd);
+        if (r < 0)
+                return zr_request_fail(rq, -r, "%s: fstat: %s", what, strerror(-r));
+        if (cs.st_dev != ds.st_dev || cs.st_ino != ds.st_ino)
+                return zr_request_fail(rq, EACCES, "%s: the directory passed is not the set's "
+                                       "'%s'", what, name);
         return 0;
 }
 
@@ -486,17 +510,13 @@ static bool in_list(char **names, size_t n, const char *p, size_t len) {
 }
 
 typedef struct msset_state {
-        upgrade up;                 /* first */
-        zr_set *set;                /* while its members are made writable */
-        int cfds[ZR_STREAMS_MAX];   /* each stream's directory */
+        upgrade up; /* first */
+        zr_set *set; /* while its members are made writable */
 } msset_state;
 
 static void msset_state_free(void *p) {
         msset_state *st = p;
         zr_set_free(st->set);
-        for (uint32_t i = 0; i < ZR_STREAMS_MAX; i++)
-                if (st->cfds[i] >= 0)
-                        close(st->cfds[i]);
         free(st);
 }
 
@@ -565,8 +585,6 @@ int zr_handle_msset_open(zr_request *rq) {
         msset_state *mst = zr_request_state(rq, sizeof(*mst), msset_state_free);
         if (!mst)
                 return -ENOMEM;
-        for (uint32_t i = 0; i < ZR_STREAMS_MAX; i++)
-                mst->cfds[i] = -1;
         set = calloc(1, sizeof(*set));
         if (set) {
                 set->names = calloc(n, sizeof(char *));
@@ -585,17 +603,12 @@ int zr_handle_msset_open(zr_request *rq) {
                         r = zr_request_fail(rq, ENOMEM, "opening a set");
                         goto fail;
                 }
-                zr_error e = {0};
-                int cfd = zr_resolve_open(rq->fds[0], set->names[i], O_RDONLY | O_DIRECTORY, 0,
-                                          &e);
-                if (cfd < 0) {
-                        r = zr_request_fail(rq, -cfd, "stream '%s': %s", set->names[i], e.message);
-                        goto fail;
-                }
-                mst->cfds[i] = cfd;
+                int cfd = rq->fds[1 + 2 * i];
                 char what[300];
                 snprintf(what, sizeof(what), "stream '%s'", set->names[i]);
-                r = check_proof(rq, cfd, rq->fds[1 + i], writable, what);
+                r = check_member(rq, rq->fds[0], set->names[i], cfd, what);
+                if (r == 0)
+                        r = check_proof(rq, cfd, rq->fds[2 + 2 * i], writable, what);
                 if (r == 0) {
                         zr_error err = {0};
                         r = zr_registry_open(srv->registry, cfd, &set->entries[i], &err);
@@ -623,7 +636,7 @@ int zr_handle_msset_open(zr_request *rq) {
         for (uint32_t i = 0; writable && i < n; i++)
                 if (set->entries[i]->read_only) {
                         mst->up.entries[mst->up.n] = set->entries[i];
-                        mst->up.dirfds[mst->up.n++] = mst->cfds[i];
+                        mst->up.dirfds[mst->up.n++] = rq->fds[1 + 2 * i];
                 }
         if (mst->up.n > 0) {
                 mst->set = set;
