@@ -80,8 +80,9 @@ static uint64_t mount_id(int fd) {
         return p ? strtoull(p + 7, NULL, 10) : 0;
 }
 
-/* openat(O_NOFOLLOW), then the file must be no link and on dirfd's device and
- * mount. Returns the descriptor or -errno. */
+/* openat(O_NOFOLLOW), then the file must be no link and on dirfd's mount (or
+ * device, where the mount ids cannot be had). Returns the descriptor or
+ * -errno. */
 static int fallback_open(int dirfd, const char *name, int flags, mode_t mode) {
         struct stat fs, ds;
         int fd = openat(dirfd, name, flags | O_NOFOLLOW, mode);
@@ -92,11 +93,11 @@ static int fallback_open(int dirfd, const char *name, int flags, mode_t mode) {
                 r = -errno;
         else if (S_ISLNK(fs.st_mode)) /* O_PATH | O_NOFOLLOW opens the link itself */
                 r = -ELOOP;
-        else if (fs.st_dev != ds.st_dev)
-                r = -EXDEV;
         else {
+                /* the mount ids where known (overlayfs gives a file another st_dev
+                 * than its directory on the same mount), else the devices */
                 uint64_t fm = mount_id(fd), dm = mount_id(dirfd);
-                if (fm && dm && fm != dm)
+                if (fm && dm ? fm != dm : fs.st_dev != ds.st_dev)
                         r = -EXDEV;
         }
         if (r < 0) {

@@ -18,9 +18,9 @@
  *   - where the kernel lacks it (ENOSYS) or a seccomp filter refuses it (EPERM,
  *     as systemd's SystemCallFilter= does when its list predates openat2), with
  *     openat(O_NOFOLLOW) and then a check that the file is on the directory's
- *     device and mount: the mount ids of statx(STATX_MNT_ID) (Linux 5.8), else
- *     of /proc/self/fdinfo, else the device alone (st_dev: a bind mount of a
- *     file of the same file system then goes unseen, on kernels before 3.15).
+ *     mount: the mount ids of statx(STATX_MNT_ID) (Linux 5.8), else of
+ *     /proc/self/fdinfo (3.15), else the devices (st_dev: a bind mount of a
+ *     file of the same file system would then go unseen).
  *
  * Which of the two is used is found once per process (a probe of "." with
  * openat2) and again whenever openat2 fails with ENOSYS, or with an EPERM the
