@@ -80,8 +80,7 @@ typedef struct bench {
         size_t nres;
 } bench;
 
-static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void die(const char *fmt, ...) {
+__attribute__((format(printf, 1, 2), noreturn)) static void die(const char *fmt, ...) {
         va_list ap;
         va_start(ap, fmt);
         fputs("store-bench: ", stderr);

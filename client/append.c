@@ -187,6 +187,10 @@ int zrc_dataset_append_ragged(zrc_dataset *d, uint64_t count, const uint64_t *sh
                 return r;
         if (d->schema.kind != ZRC_RAGGED)
                 return conn_fail(c, ZR_E_SCHEMA, "ragged records for a dense dataset");
+        if (d->schema.ndim == 0)
+                return conn_fail(c, EINVAL, "the records of this dataset each have their own "
+                                 "ndim: pack them with zrc_ragged_pack() for "
+                                 "zrc_dataset_append()");
         if (count > 0 && (!shapes || !payloads))
                 return conn_fail(c, EINVAL, "ragged records without shapes or payloads");
         itemsize = zrc_dtype_itemsize(d->schema.dtype);

@@ -111,7 +111,7 @@ int tool_cmd_cat(const cmdline *cl, zrc_conn *c) {
                                            b.record_bytes, NULL, 0, false, &first);
                         else
                                 cat_record(cl, &dt, idx[i], b.payloads[i], b.lengths[i],
-                                           b.shapes + i * b.ndim, b.ndim, true, &first);
+                                           b.shapes + b.shape_at[i], b.ndims[i], true, &first);
                 }
                 done += k;
         }

@@ -21,6 +21,7 @@ static const char *const cmd_names[_CMD_MAX] = {
         [CMD_COMPACT] = "compact",
         [CMD_IMPORT] = "import",
         [CMD_CAT] = "cat",
+        [CMD_CONVERT] = "convert",
 };
 
 #define EXIT_CODES_HELP                                                          \
@@ -55,6 +56,8 @@ static const char *const help_texts[_CMD_MAX] = {
                 "  import FILE.npy PATH   a .npy array into a new dense dataset\n"
                 "  cat PATH [INDEX...|--range A:B] [--hex]\n"
                 "                         print records as numbers (or hex)\n"
+                "  convert --to zrecord|loaderx157 SRC DST\n"
+                "                         a ragged dataset into the other layout\n"
                 "\n" GLOBAL_OPTIONS_HELP "  --version      show the version\n"
                 "\n" EXIT_CODES_HELP,
         [CMD_STATUS] =
@@ -110,6 +113,22 @@ static const char *const help_texts[_CMD_MAX] = {
                 "Prints records: all of them, the INDEX arguments, or indices A to B-1\n"
                 "(A or B may be left out: \"10:\", \":5\"). Values are printed by the\n"
                 "dataset's dtype, flattened in C order, or as hex bytes with --hex.\n"
+                "\n" GLOBAL_OPTIONS_HELP "\n" EXIT_CODES_HELP,
+        [CMD_CONVERT] =
+                "Usage: zrecord convert --to zrecord|loaderx157 SRC DST [--json]\n"
+                "\n"
+                "Writes the ragged dataset in directory SRC into a new dataset in DST (made\n"
+                "if missing; must be empty) of the other layout: the same records in the\n"
+                "same order, dtype, codec and dictionary. SRC does not change.\n"
+                "\n"
+                "  --to zrecord     zrecord's layout: each record carries its shape, so an\n"
+                "                   append costs what its records do (from loaderx 1.5.7's\n"
+                "                   ragged store, or its byte store)\n"
+                "  --to loaderx157  loaderx 1.5.7's layout: the shapes in schema.msgpack,\n"
+                "                   which loaderx 1.5.7 opens (no empty record)\n"
+                "\n"
+                "Prints the records converted. A conversion cut short leaves only an\n"
+                "incomplete DST: remove it and convert again.\n"
                 "\n" GLOBAL_OPTIONS_HELP "\n" EXIT_CODES_HELP,
 };
 
@@ -201,7 +220,7 @@ void cmdline_done(cmdline *c) {
 
 /* The options, each with whether it takes a value. */
 enum opt_id { OPT_HELP, OPT_VERSION, OPT_JSON, OPT_SOCKET, OPT_CODEC, OPT_CHUNK, OPT_DICT_TIER,
-              OPT_HEX, OPT_RANGE, _OPT_MAX };
+              OPT_HEX, OPT_RANGE, OPT_TO, _OPT_MAX };
 
 static const struct {
         const char *name;
@@ -211,7 +230,7 @@ static const struct {
         [OPT_JSON] = { "--json", false },     [OPT_SOCKET] = { "--socket", true },
         [OPT_CODEC] = { "--codec", true },    [OPT_CHUNK] = { "--chunk", true },
         [OPT_DICT_TIER] = { "--dict-tier", true }, [OPT_HEX] = { "--hex", false },
-        [OPT_RANGE] = { "--range", true },
+        [OPT_RANGE] = { "--range", true },    [OPT_TO] = { "--to", true },
 };
 
 /* Applies option `id` with its value v (NULL if it takes none); seen[id]
@@ -253,6 +272,14 @@ static int apply_opt(cmdline *c, enum opt_id id, const char *v, bool *seen) {
                 if (cmdline_parse_range(v, &c->range_start, &c->range_end) < 0)
                         return usage(c, "bad range \"%s\" (A:B, A:, :B)", v);
                 c->has_range = true;
+                break;
+        case OPT_TO:
+                if (strcmp(v, "zrecord") == 0)
+                        c->to = ZRC_LAYOUT_ZRECORD;
+                else if (strcmp(v, "loaderx157") == 0)
+                        c->to = ZRC_LAYOUT_LX157;
+                else
+                        return usage(c, "--to takes zrecord or loaderx157, not \"%s\"", v);
                 break;
         default:
                 break;
@@ -331,6 +358,9 @@ int cmdline_parse(int argc, char *const *argv, cmdline *ret) {
                 return usage(ret, "--codec, --chunk and --dict-tier are options of import");
         if ((ret->hex || ret->has_range) && ret->cmd != CMD_CAT)
                 return usage(ret, "--hex and --range are options of cat");
+        if (seen[OPT_TO] != (ret->cmd == CMD_CONVERT))
+                return usage(ret, seen[OPT_TO] ? "--to is an option of convert"
+                                               : "convert needs --to zrecord|loaderx157");
         if (seen[OPT_DICT_TIER] && ret->codec != ZRC_CODEC_ZSTD_DICT)
                 return usage(ret, "--dict-tier needs --codec zstd_dict");
 
@@ -352,6 +382,12 @@ int cmdline_parse(int argc, char *const *argv, cmdline *ret) {
                         return usage(ret, "import takes FILE.npy and PATH");
                 ret->npy = positional[0];
                 ret->path = positional[1];
+                break;
+        case CMD_CONVERT:
+                if (n_pos != 2)
+                        return usage(ret, "convert takes SRC and DST");
+                ret->path = positional[0];
+                ret->dst = positional[1];
                 break;
         case CMD_CAT:
                 if (n_pos != 1)

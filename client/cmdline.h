@@ -33,6 +33,7 @@ typedef enum cmd_kind {
         CMD_COMPACT,
         CMD_IMPORT,
         CMD_CAT,
+        CMD_CONVERT,
         _CMD_MAX,
 } cmd_kind;
 
@@ -48,6 +49,8 @@ typedef struct cmdline {
         const char *socket;     /* --socket PATH, or NULL */
         const char *path;       /* the dataset PATH */
         const char *npy;        /* import: FILE.npy */
+        const char *dst;        /* convert: DST */
+        zrc_layout to;          /* convert: --to zrecord|loaderx157 */
         zrc_codec codec;        /* import: --codec (default raw) */
         uint64_t chunk;         /* import: --chunk N records per append (0: auto) */
         const char *dict_tier;  /* import: --dict-tier (default "balanced") */

@@ -94,6 +94,8 @@ void dataset_free(zrc_dataset *d, bool tell) {
         free(d->payloads);
         free(d->lengths);
         free(d->shapes);
+        free(d->shape_at);
+        free(d->ndims);
         free(d);
 }
 
@@ -325,6 +327,59 @@ int zrc_dataset_compact(zrc_dataset *d, zrc_stats *ret) {
 
 int zrc_dataset_sync(zrc_dataset *d) {
         return handle_call(d, ZR_MSG_SYNC, 0, NULL, NULL);
+}
+
+int zrc_convert(zrc_conn *c, const char *src_path, const char *dst_path, zrc_layout to,
+                uint64_t *ret_count, zrc_schema *ret_schema) {
+        static const char *const names[] = { "zrecord", "loaderx-1.5.7" };
+        conn_reply reply = CONN_REPLY_NULL;
+        int fds[3] = { -1, -1, -1 };
+        bool made_dir = false;
+        zrc_schema schema;
+        zr_wire_writer *w;
+        int r;
+
+        r = conn_check(c, CONN_FEATURE_CONVERT, ZR_FEATURE_CONVERT);
+        if (r < 0)
+                return r;
+        if (to != ZRC_LAYOUT_ZRECORD && to != ZRC_LAYOUT_LX157)
+                return conn_fail(c, EINVAL, "a dataset converts to zrecord's layout or to "
+                                 "loaderx 1.5.7's");
+        if (!dst_path || !*dst_path)
+                return conn_fail(c, EINVAL, "no destination path given");
+        r = dataset_open_files(c, src_path, &fds[0]);
+        if (r == 0)
+                r = dataset_open_meta(c, fds[0], src_path, "meta.zr", false, &fds[1]);
+        if (r < 0)
+                goto out;
+        if (mkdir(dst_path, 0777) == 0)
+                made_dir = true;
+        else if (errno != EEXIST) {
+                r = conn_fail(c, errno, "creating %s: %s", dst_path, strerror(errno));
+                goto out;
+        }
+        r = dataset_open_files(c, dst_path, &fds[2]);
+        if (r < 0)
+                goto out;
+        w = conn_begin(c, ZR_MSG_CONVERT);
+        zr_wire_put_str(w, "to", names[to]);
+        r = conn_call(c, ZR_MSG_CONVERT, fds, 3, &reply);
+        if (r == 0) {
+                const msgpack_object *map;
+
+                (void)zr_wire_get_map(reply.root, "schema", &map, NULL);
+                r = conn_parse_schema(c, map, &schema);
+                if (r == 0 && ret_count)
+                        *ret_count = conn_get_u64(reply.root, "count");
+                if (r == 0 && ret_schema)
+                        *ret_schema = schema;
+        }
+        conn_reply_done(&reply);
+out:
+        close_fds(fds, 3);
+        if (r < 0 && made_dir)
+                (void)rmdir(dst_path); /* fails, harmlessly, if the daemon wrote in it */
+        return r;
 }
 
 int zrc_dataset_verify(zrc_dataset *d, zrc_verify_result *ret) {

@@ -357,7 +357,8 @@ static int batch_take(zrc_loader *l, const msgpack_object *root, uint32_t *ret_e
         loader_held *h;
         uint8_t *arrays;
         const void **payloads;
-        uint64_t *lengths, *shapes, *indices;
+        uint64_t *lengths, *shapes, *indices, *shape_at;
+        uint32_t *ndims;
 
         (void)zr_wire_get_u32(root, "ring", &ring_id, NULL);
         (void)zr_wire_get_u32(root, "slot", &slot, NULL);
@@ -399,12 +400,15 @@ static int batch_take(zrc_loader *l, const msgpack_object *root, uint32_t *ret_e
         for (size_t i = 0; i < l->n_streams; i++)
                 if (l->streams[i].kind == ZRC_RAGGED) {
                         ragged_records += b;
-                        ragged_dims += b * l->streams[i].ndim;
+                        ragged_dims += b * (l->streams[i].ndim ? l->streams[i].ndim :
+                                            ZRC_NDIM_MAX);
                 }
 
         h = &l->held[entry];
         h->streams = calloc(l->n_streams, sizeof(*h->streams));
-        bytes = ragged_records * (sizeof(void *) + 8) + ragged_dims * 8 + (l->want_indices ? b * 8 : 0);
+        /* payloads, lengths, shape_at, dims, indices, then ndims (4 bytes each) */
+        bytes = ragged_records * (sizeof(void *) + 16 + 4) + ragged_dims * 8 +
+                (l->want_indices ? b * 8 : 0);
         h->arrays = malloc(bytes ? bytes : 1);
         if (!h->streams || !h->arrays) {
                 held_clear(h);
@@ -413,8 +417,10 @@ static int batch_take(zrc_loader *l, const msgpack_object *root, uint32_t *ret_e
         arrays = h->arrays;
         payloads = (const void **)(void *)arrays;
         lengths = (uint64_t *)(void *)(arrays + ragged_records * sizeof(void *));
-        shapes = lengths + ragged_records;
+        shape_at = lengths + ragged_records;
+        shapes = shape_at + ragged_records;
         indices = shapes + ragged_dims;
+        ndims = (uint32_t *)(void *)(indices + (l->want_indices ? b : 0));
 
         map = ring->map;
         slot_start = (uint64_t)slot * l->slot_bytes;
@@ -451,23 +457,24 @@ static int batch_take(zrc_loader *l, const msgpack_object *root, uint32_t *ret_e
                         if (zr_wire_get_u64s(&ms[i], "offsets", &po, &no, NULL) < 0 ||
                             zr_wire_get_u64s(&ms[i], "lengths", &pl, &nl, NULL) < 0 ||
                             zr_wire_get_u64s(&ms[i], "shapes", &ps, &nsh, NULL) < 0 || no != b ||
-                            nl != b || nsh != b * ls->ndim) {
+                            nl != b) {
                                 held_clear(h);
                                 return conn_fail(c, ZR_E_PROTO,
                                                  "loader %u: ragged stream %zu lacks its records",
                                                  l->handle, i);
                         }
+                        int64_t dims = conn_take_shapes(ps, nsh, ls->ndim, b, ls->itemsize, pl,
+                                                        shapes, 0, ndims, shape_at);
+                        if (dims < 0) {
+                                held_clear(h);
+                                return conn_fail(c, ZR_E_PROTO, "loader %u: the shapes of ragged "
+                                                 "stream %zu do not match its records",
+                                                 l->handle, i);
+                        }
                         for (uint64_t j = 0; j < b; j++) {
                                 uint64_t o = zr_wire_u64_at(po, j), len = zr_wire_u64_at(pl, j);
-                                uint64_t e = ls->itemsize;
 
-                                for (uint32_t k = 0; k < ls->ndim; k++) {
-                                        uint64_t dim = zr_wire_u64_at(ps, j * ls->ndim + k);
-
-                                        shapes[j * ls->ndim + k] = dim;
-                                        e = dim && e > UINT64_MAX / dim ? UINT64_MAX : e * dim;
-                                }
-                                if (o < off || o > off + used || len > off + used - o || e != len) {
+                                if (o < off || o > off + used || len > off + used - o) {
                                         held_clear(h);
                                         return conn_fail(c, ZR_E_PROTO,
                                                          "loader %u: ragged record %" PRIu64
@@ -481,9 +488,13 @@ static int batch_take(zrc_loader *l, const msgpack_object *root, uint32_t *ret_e
                         sb->payloads = payloads;
                         sb->lengths = lengths;
                         sb->shapes = shapes;
+                        sb->ndims = ndims;
+                        sb->shape_at = shape_at;
                         payloads += b;
                         lengths += b;
-                        shapes += b * ls->ndim;
+                        shape_at += b;
+                        ndims += b;
+                        shapes += b * (ls->ndim ? ls->ndim : ZRC_NDIM_MAX);
                 }
         }
         if (l->want_indices)

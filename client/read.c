@@ -98,9 +98,15 @@ static int buffer_ensure(zrc_dataset *d, uint64_t bytes) {
         return 0;
 }
 
+/* Words of dims a record can have: the schema's ndim, or (0) at most ZRC_NDIM_MAX. */
+static size_t dims_per_record(const zrc_dataset *d) {
+        return d->schema.ndim ? d->schema.ndim : ZRC_NDIM_MAX;
+}
+
 static int arrays_ensure(zrc_dataset *d, size_t n) {
         const void **p;
-        uint64_t *l, *s;
+        uint64_t *l, *s, *a;
+        uint32_t *nd;
         size_t cap = d->cap_records ? d->cap_records : 64;
 
         if (n <= d->cap_records)
@@ -117,10 +123,18 @@ static int arrays_ensure(zrc_dataset *d, size_t n) {
         if (!l)
                 return conn_fail(d->conn, ENOMEM, "out of memory");
         d->lengths = l;
-        s = realloc(d->shapes, cap * d->schema.ndim * sizeof(*s) + 1);
+        s = realloc(d->shapes, cap * dims_per_record(d) * sizeof(*s) + 1);
         if (!s)
                 return conn_fail(d->conn, ENOMEM, "out of memory");
         d->shapes = s;
+        a = realloc(d->shape_at, cap * sizeof(*a));
+        if (!a)
+                return conn_fail(d->conn, ENOMEM, "out of memory");
+        d->shape_at = a;
+        nd = realloc(d->ndims, cap * sizeof(*nd));
+        if (!nd)
+                return conn_fail(d->conn, ENOMEM, "out of memory");
+        d->ndims = nd;
         d->cap_records = cap;
         return 0;
 }
@@ -179,10 +193,10 @@ static int read_dense(zrc_dataset *d, const uint64_t *idx, size_t n, zrc_batch *
 }
 
 /* Takes one ragged READ reply of k records (the j0-th onwards), checks every
- * offset against the mapping and stores the record arrays. Sets *ret_end to
- * the end of the last record. */
+ * offset against the mapping and stores the record arrays, their dims from
+ * *dims_at on (advanced). Sets *ret_end to the end of the last record. */
 static int ragged_take(zrc_dataset *d, const conn_reply *reply, size_t j0, size_t k,
-                       uint64_t offset, uint64_t *ret_end) {
+                       uint64_t offset, uint64_t *dims_at, uint64_t *ret_end) {
         zrc_conn *c = d->conn;
         const uint8_t *offs, *lens, *shps;
         size_t n_offs = 0, n_lens = 0, n_shps = 0;
@@ -193,24 +207,23 @@ static int ragged_take(zrc_dataset *d, const conn_reply *reply, size_t j0, size_
         if (zr_wire_get_u64s(reply->root, "offsets", &offs, &n_offs, NULL) < 0 ||
             zr_wire_get_u64s(reply->root, "lengths", &lens, &n_lens, NULL) < 0 ||
             zr_wire_get_u64s(reply->root, "shapes", &shps, &n_shps, NULL) < 0 || count != k ||
-            n_offs != k || n_lens != k || n_shps != k * ndim || itemsize <= 0 ||
-            bytes > d->map_bytes - offset)
+            n_offs != k || n_lens != k || itemsize <= 0 || bytes > d->map_bytes - offset)
                 return conn_fail(c, ZR_E_PROTO, "ragged READ reply does not describe %zu records",
                                  k);
+        int64_t used = conn_take_shapes(shps, n_shps, ndim, k, (uint64_t)itemsize, lens,
+                                        d->shapes + *dims_at, *dims_at, d->ndims + j0,
+                                        d->shape_at + j0);
+        if (used < 0)
+                return conn_fail(c, ZR_E_PROTO, "ragged READ reply: the shapes of its %zu records "
+                                 "do not match their lengths", k);
+        *dims_at += (uint64_t)used;
         for (size_t j = 0; j < k; j++) {
-                uint64_t o = zr_wire_u64_at(offs, j), l = zr_wire_u64_at(lens, j), e = itemsize;
+                uint64_t o = zr_wire_u64_at(offs, j), l = zr_wire_u64_at(lens, j);
 
-                for (uint32_t i = 0; i < ndim; i++) {
-                        uint64_t dim = zr_wire_u64_at(shps, j * ndim + i);
-
-                        d->shapes[(j0 + j) * ndim + i] = dim;
-                        e = dim && e > UINT64_MAX / dim ? UINT64_MAX : e * dim;
-                }
-                if (o < offset || o > offset + bytes || l > offset + bytes - o || e != l)
+                if (o < offset || o > offset + bytes || l > offset + bytes - o)
                         return conn_fail(c, ZR_E_PROTO,
                                          "ragged record %zu at %" PRIu64 " (+%" PRIu64
-                                         ") lies outside its reply or does not match its shape",
-                                         j0 + j, o, l);
+                                         ") lies outside its reply", j0 + j, o, l);
                 d->payloads[j0 + j] = (const uint8_t *)d->map + o;
                 d->lengths[j0 + j] = l;
         }
@@ -220,8 +233,9 @@ static int ragged_take(zrc_dataset *d, const conn_reply *reply, size_t j0, size_
 
 static int read_ragged(zrc_dataset *d, const uint64_t *idx, size_t n, zrc_batch *ret) {
         zrc_conn *c = d->conn;
-        size_t chunk = conn_u64s_per_frame(c, 8 * (2 + (size_t)d->schema.ndim));
-        uint64_t end = 0;
+        size_t chunk = conn_u64s_per_frame(c, 8 * (2 + (d->schema.ndim ? d->schema.ndim :
+                                                               1 + ZRC_NDIM_MAX)));
+        uint64_t end = 0, dims_at = 0;
         int r;
 
         r = arrays_ensure(d, n);
@@ -236,6 +250,7 @@ static int read_ragged(zrc_dataset *d, const uint64_t *idx, size_t n, zrc_batch 
                 size_t start;
 
                 end = 0;
+                dims_at = 0;
                 for (start = 0; start < n; start += chunk) {
                         conn_reply reply = CONN_REPLY_NULL;
                         size_t k = n - start < chunk ? n - start : chunk;
@@ -254,7 +269,7 @@ static int read_ragged(zrc_dataset *d, const uint64_t *idx, size_t n, zrc_batch 
                         }
                         if (r < 0)
                                 return r;
-                        r = ragged_take(d, &reply, start, k, offset, &end);
+                        r = ragged_take(d, &reply, start, k, offset, &dims_at, &end);
                         conn_reply_done(&reply);
                         if (r < 0)
                                 return r;
@@ -272,6 +287,8 @@ static int read_ragged(zrc_dataset *d, const uint64_t *idx, size_t n, zrc_batch 
                 .payloads = d->payloads,
                 .lengths = d->lengths,
                 .shapes = d->shapes,
+                .ndims = d->ndims,
+                .shape_at = d->shape_at,
         };
         return 0;
 }

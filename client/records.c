@@ -112,9 +112,39 @@ int zrc_schema_dense(zrc_schema *ret, const char *dtype, const uint64_t *item_sh
 }
 
 int zrc_schema_ragged(zrc_schema *ret, const char *dtype, uint32_t ndim, zrc_codec codec) {
-        if (ndim == 0)
-                return -EINVAL;
         return schema_init(ret, ZRC_RAGGED, dtype, ndim, codec);
+}
+
+int64_t conn_take_shapes(const uint8_t *words, size_t nwords, uint32_t ndim, size_t k,
+                         uint64_t itemsize, const uint8_t *lens, uint64_t *dims,
+                         uint64_t dims_at, uint32_t *ndims, uint64_t *shape_at) {
+        size_t w = 0;
+        uint64_t used = 0;
+
+        for (size_t j = 0; j < k; j++) {
+                uint64_t nd = ndim, e = itemsize;
+
+                if (ndim == 0) {
+                        if (w >= nwords)
+                                return -1;
+                        nd = zr_wire_u64_at(words, w++);
+                        if (nd < 1 || nd > ZRC_NDIM_MAX)
+                                return -1;
+                }
+                if (nd > nwords - w)
+                        return -1;
+                ndims[j] = (uint32_t)nd;
+                shape_at[j] = dims_at + used;
+                for (uint64_t i = 0; i < nd; i++) {
+                        uint64_t dim = zr_wire_u64_at(words, w++);
+
+                        dims[used++] = dim;
+                        e = dim && e > UINT64_MAX / dim ? UINT64_MAX : e * dim;
+                }
+                if (e != zr_wire_u64_at(lens, j))
+                        return -1;
+        }
+        return w == nwords ? (int64_t)used : -1;
 }
 
 /* ---- ragged records ---------------------------------------------------- */
@@ -162,6 +192,8 @@ int64_t zrc_ragged_unpack(const void *rec, uint64_t rec_len, uint32_t ndim, uint
 
 /* ---- schema maps ------------------------------------------------------- */
 
+static const char *const layout_names[] = { "zrecord", "loaderx-1.5.7", "bytes" };
+
 int conn_parse_schema(zrc_conn *c, const msgpack_object *map, zrc_schema *ret) {
         zrc_schema s = { 0 };
         const char *p;
@@ -195,9 +227,19 @@ int conn_parse_schema(zrc_conn *c, const msgpack_object *map, zrc_schema *ret) {
                         s.item_shape[i] = o[i].via.u64;
                 }
         } else {
-                if (zr_wire_get_u32(map, "ndim", &s.ndim, NULL) < 0 || s.ndim == 0 ||
-                    s.ndim > ZRC_NDIM_MAX)
+                if (zr_wire_get_u32(map, "ndim", &s.ndim, NULL) < 0 || s.ndim > ZRC_NDIM_MAX)
                         return conn_fail(c, ZR_E_SCHEMA, "ragged schema without a usable ndim");
+                if (zr_wire_get_str(map, "layout", &p, &n, NULL) == 0) {
+                        unsigned l = 0;
+
+                        while (l < 3 && !(strlen(layout_names[l]) == n &&
+                                          memcmp(layout_names[l], p, n) == 0))
+                                l++;
+                        if (l == 3)
+                                return conn_fail(c, ZR_E_SCHEMA, "schema of an unknown layout "
+                                                 "\"%.*s\"", (int)(n > 32 ? 32 : n), p);
+                        s.layout = (zrc_layout)l;
+                }
         }
         *ret = s;
         return 0;
@@ -212,6 +254,8 @@ void conn_put_schema(zr_wire_writer *w, const char *key, const zrc_schema *s) {
         else
                 zr_wire_put_u64(w, "ndim", s->ndim);
         zr_wire_put_str(w, "codec", zrc_codec_name(s->codec));
+        if (s->layout == ZRC_LAYOUT_BYTES)
+                zr_wire_put_str(w, "layout", layout_names[s->layout]);
         zr_wire_end(w);
 }
 

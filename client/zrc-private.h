@@ -30,6 +30,7 @@ enum {
         CONN_FEATURE_MSSET = 1 << 1,
         CONN_FEATURE_DICT = 1 << 2,
         CONN_FEATURE_VERIFY = 1 << 3,
+        CONN_FEATURE_CONVERT = 1 << 4,
 };
 
 /* Events kept for the loader API while no one consumes them (BATCH, RING,
@@ -155,6 +156,17 @@ uint64_t conn_get_u64(const msgpack_object *map, const char *key);
 /* Parses a schema map of a reply into *ret. Returns 0 or a failure on c. */
 int conn_parse_schema(zrc_conn *c, const msgpack_object *map, zrc_schema *ret);
 
+/* Takes the shapes of k ragged records from a READ or BATCH `shapes` (nwords
+ * u64s at words) of a schema of `ndim` dims (0: each record's ndim, then its
+ * dims): record j's dims go back to back to dims (room for k × (ndim ? ndim :
+ * ZRC_NDIM_MAX)), its ndim to ndims[j], the index of its first dim, counted from
+ * dims_at, to shape_at[j]. Each record's length (lens, u64s) must be itemsize ×
+ * prod(dims). Returns the dims stored, or -1 if the words do not describe k
+ * such records exactly. */
+int64_t conn_take_shapes(const uint8_t *words, size_t nwords, uint32_t ndim, size_t k,
+                         uint64_t itemsize, const uint8_t *lens, uint64_t *dims,
+                         uint64_t dims_at, uint32_t *ndims, uint64_t *shape_at);
+
 /* Puts a schema map under `key`. */
 void conn_put_schema(zr_wire_writer *w, const char *key, const zrc_schema *s);
 
@@ -183,7 +195,8 @@ struct zrc_dataset {
         uint64_t map_bytes;
         /* ragged batch arrays, grown as needed */
         const void **payloads;
-        uint64_t *lengths, *shapes;
+        uint64_t *lengths, *shapes, *shape_at;
+        uint32_t *ndims;
         size_t cap_records;
 };
 

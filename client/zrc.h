@@ -206,14 +206,24 @@ typedef enum zrc_codec {
         ZRC_CODEC_ZSTD_DICT = 2,
 } zrc_codec;
 
+/* Where a ragged dataset's shapes are kept (PROTOCOL.md, the schema map's
+ * "layout"; docs/FORMAT.md). Reading and appending work alike in all three. */
+typedef enum zrc_layout {
+        ZRC_LAYOUT_ZRECORD = 0,  /* in a header in each record (and every dense store) */
+        ZRC_LAYOUT_LX157 = 1,    /* loaderx 1.5.7's: in schema.msgpack; ndim 0 */
+        ZRC_LAYOUT_BYTES = 2,    /* no schema.msgpack: byte records, "|u1", ndim 1 */
+} zrc_layout;
+
 /* A dataset's schema (docs/DATASETS.md, schema.msgpack). */
 typedef struct zrc_schema {
         zrc_kind kind;
         char dtype[ZRC_DTYPE_MAX];  /* numpy's string: "<f4", "|u1", ">i8", ... */
         uint32_t ndim;              /* dense: dimensions of item_shape (0: scalars);
-                                     * ragged: dimensions of every record (1..32) */
+                                     * ragged: dimensions of every record (1..32), or
+                                     * 0: each record has its own (1..32) */
         uint64_t item_shape[ZRC_NDIM_MAX]; /* dense: item_shape[0..ndim) */
         zrc_codec codec;
+        zrc_layout layout;          /* ragged: where the daemon keeps the shapes */
 } zrc_schema;
 
 /* Fills *ret with a dense schema: records of dtype `dtype` and shape
@@ -227,8 +237,10 @@ typedef struct zrc_schema {
 int zrc_schema_dense(zrc_schema *ret, const char *dtype, const uint64_t *item_shape,
                      uint32_t ndim, zrc_codec codec);
 
-/* Fills *ret with a ragged schema of `ndim` dims per record (1..32). Returns 0
- * or -EINVAL.
+/* Fills *ret with a ragged schema of `ndim` dims per record (1..32), or 0: each
+ * record its own. Returns 0 or -EINVAL. Set ret->layout to ZRC_LAYOUT_BYTES
+ * (with "|u1" and ndim 1) for a store of byte records without schema.msgpack, as
+ * loaderx 1.5.7's Zrecord makes.
  *
  *     zrc_schema_ragged(&s, "<i4", 1, ZRC_CODEC_RAW);   // token sequences
  */
@@ -373,11 +385,14 @@ typedef struct zrc_batch {
         uint64_t record_bytes;  /* dense: bytes per record */
         uint64_t bytes;         /* bytes of the buffer used */
         /* ragged: record j's payload (C order, the schema's dtype) is
-         * payloads[j], lengths[j] bytes, 8-aligned; its shape is
-         * shapes[j × ndim .. (j + 1) × ndim) */
+         * payloads[j], lengths[j] bytes, 8-aligned; its shape is ndims[j] dims
+         * at shapes + shape_at[j], which is shapes[j × ndim .. (j + 1) × ndim)
+         * when ndim is not 0 */
         const void *const *payloads;
         const uint64_t *lengths;
         const uint64_t *shapes;
+        const uint32_t *ndims;
+        const uint64_t *shape_at;
 } zrc_batch;
 
 /* Reads records indices[0..n) (any order, repeats allowed, n may be 0) into the
@@ -464,6 +479,8 @@ int zrc_dataset_append_dense(zrc_dataset *d, const void *data, uint64_t count,
  *     const void *p[] = {tokens_a, tokens_b}; uint64_t shp[] = {5, 9};
  *     zrc_dataset_append_ragged(d, 2, shp, p, NULL);
  */
+/* -EINVAL for a dataset of ndim 0 (each record its own): pack its records with
+ * zrc_ragged_pack() and append them with zrc_dataset_append(). */
 int zrc_dataset_append_ragged(zrc_dataset *d, uint64_t count, const uint64_t *shapes,
                               const void *const *payloads, uint64_t *ret_first);
 
@@ -548,6 +565,24 @@ typedef struct zrc_verify_result {
  *     zrc_verify_result *v = malloc(sizeof(*v)); zrc_dataset_verify(d, v);
  */
 int zrc_dataset_verify(zrc_dataset *d, zrc_verify_result *ret);
+
+/* Converts the ragged dataset at src_path (read access is enough; it does not
+ * change) into a new one at dst_path (created if missing, else it must be an
+ * empty directory of the caller's) in layout `to` (feature "convert", CONVERT):
+ * ZRC_LAYOUT_ZRECORD, zrecord's own (cheap appends, the shape inside each
+ * record), or ZRC_LAYOUT_LX157, which loaderx 1.5.7 opens. The same records in
+ * the same order, dtype, codec and dictionary. Sets *ret_count (may be NULL) to
+ * the records converted and *ret_schema (may be NULL) to the new dataset's.
+ * Returns 0, or the errors of zrc_dataset_open() and zrc_dataset_create(), or
+ * -ZR_E_SCHEMA (a dense source, one already in that layout, or an empty record,
+ * which loaderx 1.5.7 stores none of), -EINVAL (another `to`), -ZR_E_UNKNOWN.
+ * An interrupted conversion leaves only an incomplete dst_path: remove it and
+ * convert again.
+ *
+ *     zrc_convert(c, "/data/tokens-lx", "/data/tokens", ZRC_LAYOUT_ZRECORD, &n, NULL);
+ */
+int zrc_convert(zrc_conn *c, const char *src_path, const char *dst_path, zrc_layout to,
+                uint64_t *ret_count, zrc_schema *ret_schema);
 
 /* ---- dictionaries (feature "dict") ------------------------------------ */
 
@@ -755,10 +790,12 @@ typedef struct zrc_stream_batch {
          * dtype; ragged: the start of the stream's region */
         const void *data;
         uint64_t bytes;                /* bytes used */
-        uint32_t ndim;                 /* ragged: of each record */
+        uint32_t ndim;                 /* ragged: of each record, 0: each its own */
         const void *const *payloads;   /* ragged: record j's payload (8-aligned), */
         const uint64_t *lengths;       /*   its bytes, */
-        const uint64_t *shapes;        /*   its shape: shapes[j × ndim .. (j+1) × ndim) */
+        const uint64_t *shapes;        /*   its shape: ndims[j] dims at shapes + */
+        const uint32_t *ndims;         /*   shape_at[j] (shapes[j × ndim ..] when */
+        const uint64_t *shape_at;      /*   ndim is not 0) */
 } zrc_stream_batch;
 
 /* A batch of a loader. Every pointer (into a ring, mapped read-only, and

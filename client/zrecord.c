@@ -387,6 +387,21 @@ static int cmd_compact(const cmdline *cl, zrc_conn *c) {
         return stats_command(cl, c, ZRC_OPEN_WRITABLE, "compact", zrc_dataset_compact);
 }
 
+static int cmd_convert(const cmdline *cl, zrc_conn *c) {
+        uint64_t count = 0;
+        zrc_schema s;
+
+        if (zrc_convert(c, cl->path, cl->dst, cl->to, &count, &s) < 0)
+                return tool_fail_conn(c, "convert");
+        if (cl->json)
+                printf("{\"records\": %" PRIu64 ", \"to\": \"%s\", \"ndim\": %u}\n", count,
+                       cl->to == ZRC_LAYOUT_LX157 ? "loaderx157" : "zrecord", s.ndim);
+        else
+                printf("%" PRIu64 " records converted to %s's layout in %s\n", count,
+                       cl->to == ZRC_LAYOUT_LX157 ? "loaderx 1.5.7" : "zrecord", cl->dst);
+        return ZRECORD_EXIT_OK;
+}
+
 static int cmd_verify(const cmdline *cl, zrc_conn *c) {
         zrc_verify_result *v;
         zrc_dataset *d;
@@ -440,6 +455,7 @@ int main(int argc, char **argv) {
                 [CMD_STATUS] = cmd_status,   [CMD_INFO] = cmd_info,
                 [CMD_STATS] = cmd_stats,     [CMD_VERIFY] = cmd_verify,
                 [CMD_COMPACT] = cmd_compact, [CMD_CAT] = tool_cmd_cat,
+                [CMD_CONVERT] = cmd_convert,
         };
         zrc_conn *c = NULL;
         cmdline cl;

@@ -45,7 +45,7 @@ typedef struct field {
 /* docs/DATASETS.md, schema.msgpack */
 static const field schema_fields[] = {
         REQ("kind", T_STR), REQ("dtype", T_STR), OPT("item_shape", T_UINTS),
-        OPT("ndim", T_U32), REQ("codec", T_STR), END,
+        OPT("ndim", T_U32), REQ("codec", T_STR), OPT("layout", T_STR), END,
 };
 
 static const field limits_fields[] = {
@@ -162,6 +162,7 @@ static const field train_dict_req[] = {
 static const field install_dict_req[] = {
         REQ("handle", T_U32), REQ("dict_bytes", T_UINT), END,
 };
+static const field convert_req[] = { REQ("to", T_STR), END };
 static const field loader_open_req[] = {
         REQ_SUB("streams", T_MAPS, loader_stream_fields), REQ("sampler", T_STR),
         REQ("batch_size", T_UINT), REQ("seed", T_UINT), REQ("start_step", T_UINT),
@@ -210,6 +211,9 @@ static const field verify_ok[] = {
         REQ("bad_indices", T_U64S), END,
 };
 static const field train_dict_ok[] = { REQ("dict_bytes", T_UINT), END };
+static const field convert_ok[] = {
+        REQ("count", T_UINT), REQ_SUB("schema", T_MAP, schema_fields), END,
+};
 static const field status_ok[] = {
         REQ("daemon", T_STR), REQ("uptime_ms", T_UINT), REQ("clients", T_UINT),
         REQ("handles", T_UINT), REQ("shm_bytes", T_UINT), REQ("loaders", T_UINT),
@@ -275,6 +279,7 @@ static const kind_info kinds[_ZR_MSG_MAX] = {
         [ZR_MSG_VERIFY] = { "verify", handle_only, verify_ok, ZR_FEATURE_VERIFY, 0 },
         [ZR_MSG_TRAIN_DICT] = { "train_dict", train_dict_req, train_dict_ok, ZR_FEATURE_DICT, 1 },
         [ZR_MSG_INSTALL_DICT] = { "install_dict", install_dict_req, no_fields, ZR_FEATURE_DICT, 0 },
+        [ZR_MSG_CONVERT] = { "convert", convert_req, convert_ok, ZR_FEATURE_CONVERT, 0 },
         [ZR_MSG_STATUS] = { "status", no_fields, status_ok, NULL, 0 },
         [ZR_MSG_CLOSE] = { "close", handle_only, no_fields, NULL, 0 },
         [ZR_MSG_LOADER_OPEN] = { "loader_open", loader_open_req, loader_open_ok, ZR_FEATURE_LOADER, 1 },
@@ -516,6 +521,10 @@ int zr_msg_request_fds(zr_msg_kind kind, const msgpack_object *root, unsigned *r
                                                  "field 'streams': %u streams (at most %d)", n,
                                                  ZR_STREAMS_MAX);
                 *ret = 1 + 2 * n;
+                return 0;
+        case ZR_MSG_CONVERT:
+                /* the source's directory and meta.zr (read access), the new directory */
+                *ret = 3;
                 return 0;
         case ZR_MSG_APPEND:
         case ZR_MSG_INSTALL_DICT:

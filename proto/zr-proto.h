@@ -124,6 +124,7 @@ typedef enum zr_msg_kind {
         ZR_MSG_VERIFY,          /* "verify" */
         ZR_MSG_TRAIN_DICT,      /* "train_dict" */
         ZR_MSG_INSTALL_DICT,    /* "install_dict" */
+        ZR_MSG_CONVERT,         /* "convert" */
         ZR_MSG_STATUS,          /* "status" */
         ZR_MSG_CLOSE,           /* "close" */
         ZR_MSG_LOADER_OPEN,     /* "loader_open" */
@@ -150,6 +151,7 @@ typedef enum zr_msg_kind {
 #define ZR_FEATURE_MSSET "msset"   /* MSSET_OPEN and set handles */
 #define ZR_FEATURE_DICT "dict"     /* TRAIN_DICT, INSTALL_DICT */
 #define ZR_FEATURE_VERIFY "verify" /* VERIFY */
+#define ZR_FEATURE_CONVERT "convert" /* CONVERT */
 
 /* ---- field names used by the codec itself ------------------------------ */
 

@@ -52,9 +52,17 @@ int zr_gather_locate(zr_gather *g, zr_error *err) {
                 g->bytes = (uint64_t)g->n * item;
                 return 0;
         }
-        uint64_t hdr = zr_ragged_header_bytes(s->ndim);
+        /* loaderx 1.5.7's layouts: no header, the shape is the dataset's to give */
+        uint64_t hdr = s->layout == ZR_LAYOUT_ZRECORD ? zr_ragged_header_bytes(s->ndim) : 0;
         for (size_t i = 0; i < g->n; i++) {
-                if (g->locs[i].logic_length < hdr)
+                if (hdr == 0) {
+                        uint64_t dims[ZR_SCHEMA_NDIM_MAX];
+                        uint32_t nd;
+                        r = zr_dataset_record_shape(g->ds, g->idx[i], g->locs[i].logic_length,
+                                                    &nd, dims, err);
+                        if (r < 0)
+                                return r;
+                } else if (g->locs[i].logic_length < hdr)
                         return zr_error_set(err, ZR_E_CORRUPT, "record %" PRIu64 " is shorter "
                                             "than its shape header", g->idx[i]);
                 used = align_up(used, ZR_RECORD_ALIGN);
@@ -145,6 +153,28 @@ static int read_cached(zr_gather *g, zr_rcache *cache, zr_pool *pool, zr_error *
         return r;
 }
 
+/* The shapes, payload offsets and lengths of a batch of loaderx 1.5.7's layouts,
+ * whose records are bare payloads (checked against their shapes by locate). */
+static int shapes_headerless(zr_gather *g, uint64_t base, zr_error *err) {
+        bool any = zr_dataset_schema(g->ds)->ndim == ZR_SCHEMA_NDIM_ANY;
+        uint64_t w = 0;
+
+        for (size_t i = 0; i < g->n; i++) {
+                uint32_t nd;
+                int r = zr_dataset_record_shape(g->ds, g->idx[i], g->locs[i].logic_length, &nd,
+                                                g->shapes + w + any, err);
+                if (r < 0)
+                        return r;
+                if (any)
+                        g->shapes[w++] = nd;
+                w += nd;
+                g->offsets[i] += base;
+                g->lengths[i] = g->locs[i].logic_length;
+        }
+        g->shape_words = w;
+        return 0;
+}
+
 int zr_gather_read(zr_gather *g, uint8_t *dst, uint64_t base, zr_rcache *cache, zr_pool *pool,
                    zr_error *err) {
         const zr_schema *s = zr_dataset_schema(g->ds);
@@ -169,6 +199,8 @@ int zr_gather_read(zr_gather *g, uint8_t *dst, uint64_t base, zr_rcache *cache, 
                                          (void *const *)g->dsts, err);
         if (r < 0 || !ragged)
                 return r < 0 ? r : 0;
+        if (s->layout != ZR_LAYOUT_ZRECORD)
+                return shapes_headerless(g, base, err);
         for (size_t i = 0; i < g->n; i++) {
                 zr_error perr = {0};
                 uint32_t nd = s->ndim;

@@ -16,7 +16,11 @@
  *                       the alignment padding between records (so that the
  *                       bytes of a destination depend on the batch alone),
  *                       and parses each ragged header into the record's shape,
- *                       payload offset and payload length. Records of
+ *                       payload offset and payload length. A ragged dataset
+ *                       of loaderx 1.5.7's layouts (dataset.h) has no header:
+ *                       each record is its payload, laid out the same way,
+ *                       and its shape comes from the dataset (locate checks
+ *                       it against the record's size: ZR_E_CORRUPT). Records of
  *                       compressed datasets go through the decoded-record
  *                       cache when one is given (cache.h); raw records never
  *                       do: a raw read is already one copy.

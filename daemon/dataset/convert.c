@@ -1,8 +1,9 @@
 /* convert.c: ragged datasets from one layout to the other (convert.h).
  *
  * Both directions walk the source in index order, a batch at a time sized by
- * bytes, gather it, rewrite each record's framing (strip or add the shape header)
- * and append the batch to the destination.
+ * bytes, gather it with the batch gather (which gives every layout's records as
+ * payloads and shapes), rewrite each record's framing (add the shape header, or
+ * keep the shape for the schema) and append the batch to the destination.
  */
 #include "dataset/convert.h"
 
@@ -99,29 +100,58 @@ static int conv_batch(zr_store *src, uint64_t at, uint64_t length, conv_buf *b, 
         return conv_reserve(b, n, bytes + 8 * (1 + ZR_SCHEMA_NDIM_MAX) * n, err);
 }
 
-int zr_convert_to_lx157(int src_dirfd, int dst_dirfd, const zr_store_options *opts,
-                        uint64_t *ret_count, zr_error *err) {
-        zr_store_options so = { .read_only = 1, .pool = opts ? opts->pool : NULL };
-        zr_dataset *src = NULL;
+/* Gathers the batch b->idx[0..n) of src into b->data: payloads at b->offs (from
+ * b->data), sizes at b->lens, shapes in b->aux as the gather gives them. */
+static int conv_gather(zr_dataset *src, conv_buf *b, uint64_t n, zr_error *err) {
+        zr_gather g = { .ds = src, .idx = b->idx, .n = n, .offsets = b->offs,
+                        .lengths = b->lens, .shapes = b->aux };
+        int r = zr_gather_locate(&g, err);
+
+        if (r >= 0 && g.bytes > b->bytes)
+                r = zr_error_set(err, ZR_E_BUFFER, "converting: a batch needs %" PRIu64 " bytes, %"
+                                 PRIu64 " reserved", g.bytes, b->bytes);
+        if (r >= 0)
+                r = zr_gather_read(&g, b->data, 0, NULL, NULL, err);
+        zr_gather_release(&g);
+        return r;
+}
+
+/* The ndim every record of src (of loaderx 1.5.7's layouts) has, or
+ * ZR_SCHEMA_NDIM_ANY: one pass over the table and the shapes, reading no record. */
+static int conv_ndim(zr_dataset *src, uint32_t *ret, zr_error *err) {
+        const zr_schema *sc = zr_dataset_schema(src);
+        uint64_t length = zr_dataset_length(src), dims[ZR_SCHEMA_NDIM_MAX];
+        uint32_t ndim = 1, nd;
+        zr_loc loc;
+        int r = 0;
+
+        if (sc->ndim != ZR_SCHEMA_NDIM_ANY) {
+                *ret = sc->ndim;
+                return 0;
+        }
+        for (uint64_t i = 0; r >= 0 && i < length && ndim != ZR_SCHEMA_NDIM_ANY; i++) {
+                r = zr_store_locate(zr_dataset_store(src), &i, 1, &loc, err);
+                if (r >= 0)
+                        r = zr_dataset_record_shape(src, i, loc.logic_length, &nd, dims, err);
+                if (r >= 0)
+                        ndim = i == 0 || nd == ndim ? nd : ZR_SCHEMA_NDIM_ANY;
+        }
+        *ret = ndim;
+        return r;
+}
+
+/* To loaderx 1.5.7's layout: the payloads into a new store, the shapes into one
+ * schema written last. */
+static int to_lx157(zr_dataset *src, int dst_dirfd, const zr_store_options *opts, conv_buf *b,
+                    zr_error *err) {
+        const zr_schema *sc = zr_dataset_schema(src);
+        uint64_t length = zr_dataset_length(src), at = 0;
         zr_store *dst = NULL;
         zr_lxschema lx = {0};
-        conv_buf b = {0};
         void *dict = NULL;
         size_t dict_len;
-        uint64_t length, at = 0;
-        const zr_schema *sc;
         int r;
 
-        r = zr_dataset_open(src_dirfd, &so, &src, err);
-        if (r < 0)
-                return r;
-        sc = zr_dataset_schema(src);
-        if (sc->kind != ZR_SCHEMA_RAGGED) {
-                r = zr_error_set(err, ZR_E_SCHEMA, "a dense dataset has no ragged layout to convert "
-                                 "(loaderx 1.5.7 opens zrecord's dense stores as they are)");
-                goto out;
-        }
-        length = zr_dataset_length(src);
         r = zr_lxschema_init(&lx, sc->dtype.str, sc->codec, err);
         if (r >= 0)
                 r = conv_dict(zr_dataset_store(src), &dict, &dict_len, err);
@@ -130,120 +160,125 @@ int zr_convert_to_lx157(int src_dirfd, int dst_dirfd, const zr_store_options *op
         while (r >= 0 && at < length) {
                 uint64_t n, bytes, packed = 0, w = 0;
 
-                r = conv_batch(zr_dataset_store(src), at, length, &b, &n, &bytes, err);
-                zr_gather g = { .ds = src, .idx = b.idx, .n = n, .offsets = b.offs,
-                                .lengths = b.lens, .shapes = b.aux };
+                r = conv_batch(zr_dataset_store(src), at, length, b, &n, &bytes, err);
                 if (r >= 0)
-                        r = zr_gather_locate(&g, err);
-                if (r >= 0 && g.bytes > b.bytes)
-                        r = zr_error_set(err, ZR_E_BUFFER, "converting: a batch needs %" PRIu64
-                                         " bytes, %" PRIu64 " reserved", g.bytes, b.bytes);
-                if (r >= 0)
-                        r = zr_gather_read(&g, b.data, 0, NULL, NULL, err);
-                zr_gather_release(&g);
+                        r = conv_gather(src, b, n, err);
                 for (uint64_t i = 0; r >= 0 && i < n; i++) {
-                        if (b.lens[i] == 0)
+                        /* the gather's shapes (batch.h): dims, or ndim then dims */
+                        uint32_t nd = sc->ndim ? sc->ndim : (uint32_t)b->aux[w++];
+
+                        if (b->lens[i] == 0)
                                 r = zr_error_set(err, ZR_E_SCHEMA, "record %" PRIu64 " is empty: a "
                                                  "loaderx 1.5.7 store holds no empty records",
                                                  at + i);
-                        else { /* the gather's shapes (batch.h): dims, or ndim then dims */
-                                uint32_t nd = sc->ndim ? sc->ndim : (uint32_t)b.aux[w++];
-                                r = zr_shapes_append(lx.shapes, b.aux + w, nd, err);
-                                w += nd;
-                        }
+                        if (r >= 0)
+                                r = zr_shapes_append(lx.shapes, b->aux + w, nd, err);
+                        w += nd;
                         if (r >= 0) { /* payloads back to back, as loaderx stores them */
-                                memcpy(b.out + packed, b.data + b.offs[i], b.lens[i]);
-                                packed += b.lens[i];
+                                memcpy(b->out + packed, b->data + b->offs[i], b->lens[i]);
+                                packed += b->lens[i];
                         }
                 }
                 if (r >= 0)
-                        r = zr_store_append(dst, b.out, b.lens, (size_t)n, NULL, err);
+                        r = zr_store_append(dst, b->out, b->lens, (size_t)n, NULL, err);
                 at += n;
         }
         if (r >= 0)
                 r = zr_store_sync(dst, err);
         if (r >= 0)
                 r = zr_lxfile_write(dst_dirfd, &lx, err);
-        if (r >= 0 && ret_count)
-                *ret_count = length;
-out:
         if (dst) {
                 int c = zr_store_close(dst, r < 0 ? NULL : err);
                 if (r >= 0)
                         r = c;
         }
-        zr_dataset_close(src, NULL);
         zr_lxschema_done(&lx);
-        conv_free(&b);
         free(dict);
         return r;
 }
 
-int zr_convert_from_lx157(int src_dirfd, int dst_dirfd, const zr_store_options *opts,
-                          uint64_t *ret_count, zr_error *err) {
-        zr_store_options so = { .read_only = 1, .pool = opts ? opts->pool : NULL };
-        zr_lxragged *src = NULL;
+/* To zrecord's layout: each record with its shape header, appended in batches. */
+static int to_zrecord(zr_dataset *src, int dst_dirfd, const zr_store_options *opts,
+                      conv_buf *b, zr_schema *ret_schema, zr_error *err) {
+        const zr_schema *sc = zr_dataset_schema(src);
+        uint64_t length = zr_dataset_length(src), at = 0;
         zr_dataset *dst = NULL;
-        const zr_lxschema *lx;
-        zr_schema sc;
-        conv_buf b = {0};
+        zr_schema ds;
         void *dict = NULL;
         size_t dict_len;
-        uint64_t length, at = 0, other;
-        uint32_t ndim = 1;
+        uint32_t ndim;
         int r;
 
-        r = zr_lxragged_open(src_dirfd, &so, &src, err);
-        if (r < 0)
-                return r;
-        lx = zr_lxragged_schema(src);
-        length = zr_lxragged_length(src);
-        if (length > 0) {
-                const uint64_t *dims;
-                zr_shapes_get(lx->shapes, 0, &ndim, &dims, NULL);
-        }
-        if (!zr_shapes_uniform(lx->shapes, ndim, &other))
-                ndim = ZR_SCHEMA_NDIM_ANY; /* records differ in ndim: each keeps its own */
-        r = zr_schema_init_ragged(&sc, lx->dtype.str, ndim, lx->codec, err);
+        r = conv_ndim(src, &ndim, err);
         if (r >= 0)
-                r = conv_dict(zr_lxragged_store(src), &dict, &dict_len, err);
+                r = zr_schema_init_ragged(&ds, sc->dtype.str, ndim, sc->codec, err);
         if (r >= 0)
-                r = zr_dataset_create(dst_dirfd, &sc, dict, dict_len, opts, &dst, err);
+                r = conv_dict(zr_dataset_store(src), &dict, &dict_len, err);
+        if (r >= 0)
+                r = zr_dataset_create(dst_dirfd, &ds, dict, dict_len, opts, &dst, err);
         while (r >= 0 && at < length) {
-                uint64_t n, bytes, o = 0;
-                zr_batch batch = { .dtype = lx->dtype.str };
+                uint64_t n, bytes, o = 0, w = 0;
+                zr_batch batch = { .dtype = sc->dtype.str };
 
-                r = conv_batch(zr_lxragged_store(src), at, length, &b, &n, &bytes, err);
+                r = conv_batch(zr_dataset_store(src), at, length, b, &n, &bytes, err);
                 if (r >= 0)
-                        r = zr_lxragged_gather(src, b.idx, n, b.data, b.bytes, b.aux, err);
+                        r = conv_gather(src, b, n, err);
                 for (uint64_t i = 0; r >= 0 && i < n; i++) {
-                        uint64_t end = i + 1 < n ? b.aux[i + 1] : bytes, len = end - b.aux[i];
-                        const uint64_t *dims;
-                        uint32_t k;
+                        uint32_t nd = sc->ndim ? sc->ndim : (uint32_t)b->aux[w++];
 
-                        zr_shapes_get(lx->shapes, at + i, &k, &dims, NULL);
-                        zr_ragged_header_write(b.out + o, dims, k);
-                        memcpy(b.out + o + zr_ragged_header_bytes(k), b.data + b.aux[i], len);
-                        b.lens[i] = zr_ragged_header_bytes(k) + len;
-                        o += b.lens[i];
+                        zr_ragged_header_write(b->out + o, b->aux + w, nd);
+                        memcpy(b->out + o + zr_ragged_header_bytes(nd), b->data + b->offs[i],
+                               b->lens[i]);
+                        w += nd;
+                        b->lens[i] += zr_ragged_header_bytes(nd);
+                        o += b->lens[i];
                 }
-                batch.data = b.out;
+                batch.data = b->out;
                 batch.data_len = o;
-                batch.lens = b.lens;
+                batch.lens = b->lens;
                 batch.nrecords = n;
                 if (r >= 0)
                         r = zr_dataset_append(dst, &batch, NULL, err);
                 at += n;
         }
-        if (r >= 0 && ret_count)
-                *ret_count = length;
+        if (r >= 0 && ret_schema)
+                *ret_schema = ds;
         if (dst) {
                 int c = zr_dataset_close(dst, r < 0 ? NULL : err);
                 if (r >= 0)
                         r = c;
         }
-        zr_lxragged_close(src, NULL);
-        conv_free(&b);
         free(dict);
+        return r;
+}
+
+int zr_convert(zr_dataset *src, int dst_dirfd, enum zr_layout to, const zr_store_options *opts,
+               uint64_t *ret_count, zr_schema *ret_schema, zr_error *err) {
+        const zr_schema *sc = zr_dataset_schema(src);
+        conv_buf b = {0};
+        int r;
+
+        if (sc->kind != ZR_SCHEMA_RAGGED)
+                return zr_error_set(err, ZR_E_SCHEMA, "a dense dataset has no ragged layout to "
+                                    "convert (loaderx 1.5.7 opens zrecord's dense stores as they "
+                                    "are)");
+        if (to != ZR_LAYOUT_ZRECORD && to != ZR_LAYOUT_LX157)
+                return zr_error_set(err, ZR_E_SCHEMA, "a dataset converts to zrecord's ragged "
+                                    "layout or to loaderx 1.5.7's");
+        if (sc->layout == to)
+                return zr_error_set(err, ZR_E_SCHEMA, "the dataset is already in %s's layout",
+                                    to == ZR_LAYOUT_LX157 ? "loaderx 1.5.7" : "zrecord");
+        if (to == ZR_LAYOUT_LX157)
+                r = to_lx157(src, dst_dirfd, opts, &b, err);
+        else
+                r = to_zrecord(src, dst_dirfd, opts, &b, ret_schema, err);
+        if (r >= 0 && to == ZR_LAYOUT_LX157 && ret_schema) {
+                r = zr_schema_init_ragged(ret_schema, sc->dtype.str, ZR_SCHEMA_NDIM_ANY,
+                                          sc->codec, err);
+                ret_schema->layout = ZR_LAYOUT_LX157;
+        }
+        if (r >= 0 && ret_count)
+                *ret_count = zr_dataset_length(src);
+        conv_free(&b);
         return r;
 }

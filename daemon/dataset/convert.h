@@ -2,41 +2,42 @@
  *
  * zrecord's ragged records carry their shape in a header (ragged.h, dataset.h);
  * loaderx 1.5.7's are the bare payload with every shape in schema.msgpack
- * (lxschema.h, lxragged.h). Each function reads the source dataset (opened
- * read-only) and writes a new one, in dst_dirfd, which must hold no store: same
- * records in the same order, same dtype, same codec and dictionary. The source is
- * never changed, so an interrupted or failed conversion costs only the
- * destination: to loaderx's layout it is then a store without a schema (not a
- * dataset), to zrecord's a dataset holding a prefix of the records. Either way,
- * remove it and convert again; the destination is complete when the call returns 0.
- * docs/FORMAT.md, "Compatibility with loaderx 1.5.7", says when to use which, and
- * the `zrecord convert` command planned on them.
+ * (lxschema.h, lxragged.h), or, in a store without schema.msgpack, bytes whose
+ * shape is their length. zr_convert() reads an open ragged dataset of any layout
+ * and writes a new one in dst_dirfd, which must hold no store: the same records
+ * in the same order, the same dtype, codec and dictionary. The source is never
+ * changed, so an interrupted or failed conversion costs only the destination: to
+ * loaderx's layout it is then a store without a schema (not a dataset), to
+ * zrecord's a dataset holding a prefix of the records. Either way, remove it and
+ * convert again; the destination is complete (and durable) when the call returns
+ * 0. docs/FORMAT.md, "Compatibility with loaderx 1.5.7", says when to use which;
+ * the daemon serves it as CONVERT (proto/PROTOCOL.md), `zrecord convert` on it.
  *
  * Records go through in batches of at most ZR_CONVERT_BATCH_BYTES; a loaderx
- * schema is written once, at the end. `opts` (may be NULL) is the destination's
- * (its pool serves the source too). Errors: negative codes with *err filled.
+ * schema is written once, at the end (one rewrite, not one per batch). `opts` (may
+ * be NULL) is the destination's. Errors: negative codes with *err filled.
  */
 #ifndef ZR_DATASET_CONVERT_H
 #define ZR_DATASET_CONVERT_H
 
 #include <stdint.h>
 
+#include "dataset/dataset.h"
 #include "store/store.h"
 #include "util/error.h"
 
 #define ZR_CONVERT_BATCH_BYTES ((uint64_t)64 << 20)
 
-/* zrecord ragged (src) to loaderx 1.5.7 ragged (dst). ZR_E_SCHEMA if src is not a
- * zrecord ragged dataset or holds an empty record (loaderx stores none); the
- * errors of opening, gathering, creating and appending. Sets *ret_count (may be
- * NULL) to the records converted. */
-int zr_convert_to_lx157(int src_dirfd, int dst_dirfd, const zr_store_options *opts,
-                        uint64_t *ret_count, zr_error *err);
-
-/* loaderx 1.5.7 ragged (src) to zrecord ragged (dst): of the records' ndim when
- * they all have one, else of ZR_SCHEMA_NDIM_ANY (each record keeps its own).
- * ZR_E_SCHEMA if src is not one. */
-int zr_convert_from_lx157(int src_dirfd, int dst_dirfd, const zr_store_options *opts,
-                          uint64_t *ret_count, zr_error *err);
+/* Converts src (ragged, in another layout than `to`; the caller holds its lock
+ * shared) into a new dataset in dst_dirfd of layout `to`: ZR_LAYOUT_ZRECORD (of
+ * the records' ndim when they all have one, else ZR_SCHEMA_NDIM_ANY, each record
+ * keeping its own) or ZR_LAYOUT_LX157 (loaderx 1.5.7's ragged store, which it
+ * opens). ZR_E_SCHEMA for a dense source, one already in `to`'s layout, another
+ * `to`, or (to loaderx's) an empty record, which loaderx stores none of; the
+ * errors of gathering, creating and appending (ZR_E_EXISTS: dst holds a store).
+ * Sets *ret_count (may be NULL) to the records converted and *ret_schema (may be
+ * NULL) to the destination's schema as zr_dataset_open() will serve it. */
+int zr_convert(zr_dataset *src, int dst_dirfd, enum zr_layout to, const zr_store_options *opts,
+               uint64_t *ret_count, zr_schema *ret_schema, zr_error *err);
 
 #endif

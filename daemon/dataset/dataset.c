@@ -19,6 +19,8 @@
 #include <unistd.h>
 
 #include "dataset/batch.h"
+#include "dataset/lxragged.h"
+#include "dataset/lxschema.h"
 #include "dataset/ragged.h"
 #include "store/newfile.h"
 #include "store/resolve.h"
@@ -27,8 +29,9 @@
 #define STORE_META_FILE "meta.zr"
 
 struct zr_dataset {
-        zr_store *store;
+        zr_store *store;       /* lx's own when lx is set */
         zr_schema schema;
+        zr_lxragged *lx;       /* ZR_LAYOUT_LX157: the store and its shape table */
         uint64_t id;
         pthread_rwlock_t lock;
         _Atomic uint64_t generation;
@@ -127,6 +130,16 @@ out:
         return r;
 }
 
+/* What schema.msgpack says the dataset is. */
+enum schema_found {
+        SCHEMA_OWN,   /* decoded into *ret */
+        SCHEMA_NONE,  /* no file: a plain store of byte records */
+        SCHEMA_LX157, /* loaderx 1.5.7's ragged schema: lxragged.h reads it */
+};
+
+/* Reads schema.msgpack (its first ZR_SCHEMA_FILE_MAX + 1 bytes) and decodes it,
+ * unless it is absent or loaderx 1.5.7's ragged schema, which has no size bound
+ * and is read whole by lxfile.h. Returns a schema_found or a negative code. */
 static int schema_read(int dirfd, zr_schema *ret, zr_error *err) {
         /* One byte past the limit, so that an oversized file is seen as one. */
         const size_t size = ZR_SCHEMA_FILE_MAX + 1;
@@ -138,8 +151,7 @@ static int schema_read(int dirfd, zr_schema *ret, zr_error *err) {
         fd = zr_resolve_open(dirfd, ZR_SCHEMA_FILE, O_RDONLY, 0, &e);
         if (fd < 0) {
                 if (fd == -ENOENT)
-                        return zr_error_set(err, ZR_E_SCHEMA, "no " ZR_SCHEMA_FILE " beside the "
-                                            "store: a plain store, not a dataset");
+                        return SCHEMA_NONE;
                 return zr_error_set(err, -fd, "%s", e.message);
         }
         buf = malloc(size);
@@ -159,10 +171,23 @@ static int schema_read(int dirfd, zr_schema *ret, zr_error *err) {
                         break;
                 len += (size_t)n;
         }
-        r = zr_schema_decode(buf, len, ret, err);
+        if (zr_lxschema_sniff(buf, len))
+                r = SCHEMA_LX157;
+        else if ((r = zr_schema_decode(buf, len, ret, err)) == 0)
+                r = SCHEMA_OWN;
 out:
         free(buf);
         close(fd);
+        return r;
+}
+
+/* The schema a loaderx 1.5.7 store is served with (dataset.h). */
+static int schema_of_layout(enum zr_layout layout, const char *dtype, enum zr_codec codec,
+                            zr_schema *ret, zr_error *err) {
+        int r = zr_schema_init_ragged(ret, dtype, layout == ZR_LAYOUT_BYTES ? 1 :
+                                      ZR_SCHEMA_NDIM_ANY, codec, err);
+
+        ret->layout = layout;
         return r;
 }
 
@@ -178,12 +203,20 @@ int zr_dataset_create(int dirfd, const zr_schema *schema, const void *dict, size
         if (errno != ENOENT)
                 return zr_error_errno(err, errno, "checking for " STORE_META_FILE);
 
+        if (schema->layout == ZR_LAYOUT_BYTES &&
+            (schema->kind != ZR_SCHEMA_RAGGED || schema->ndim != 1 ||
+             schema->dtype.itemsize != 1 || strcmp(schema->dtype.str, "|u1") != 0))
+                return zr_error_set(err, ZR_E_SCHEMA, "a store of byte records (no "
+                                    ZR_SCHEMA_FILE ") is ragged |u1 of ndim 1");
+        if (schema->layout == ZR_LAYOUT_LX157)
+                return zr_error_set(err, ZR_E_SCHEMA, "zrecord creates ragged datasets in its "
+                                    "own layout: convert one to loaderx 1.5.7's");
         ds = dataset_alloc();
         if (!ds)
                 return zr_error_errno(err, ENOMEM, "creating dataset");
         ds->schema = *schema;
 
-        r = schema_write(dirfd, schema, err);
+        r = schema->layout == ZR_LAYOUT_BYTES ? 0 : schema_write(dirfd, schema, err);
         if (r < 0)
                 goto fail;
         r = zr_store_create(dirfd, schema->codec, dict, dict_len, opts, &ds->store, err);
@@ -201,15 +234,37 @@ fail:
 int zr_dataset_open(int dirfd, const zr_store_options *opts, zr_dataset **ret,
                     zr_error *err) {
         zr_dataset *ds;
-        int r;
+        int found, r;
 
         ds = dataset_alloc();
         if (!ds)
                 return zr_error_errno(err, ENOMEM, "opening dataset");
+        zr_error serr = {0};
+        found = schema_read(dirfd, &ds->schema, &serr);
+        if (found == SCHEMA_LX157) {
+                r = zr_lxragged_open(dirfd, opts, &ds->lx, err);
+                if (r < 0)
+                        goto fail;
+                ds->store = zr_lxragged_store(ds->lx);
+                r = schema_of_layout(ZR_LAYOUT_LX157, zr_lxragged_schema(ds->lx)->dtype.str,
+                                     zr_store_codec(ds->store), &ds->schema, err);
+                if (r < 0)
+                        goto fail;
+                *ret = ds;
+                return 0;
+        }
+        /* the store's errors (not a store, ...) before the schema's */
         r = zr_store_open(dirfd, opts, &ds->store, err);
         if (r < 0)
                 goto fail;
-        r = schema_read(dirfd, &ds->schema, err);
+        if (found < 0) {
+                r = zr_error_set(err, serr.code, "%s", serr.message);
+                goto fail;
+        }
+        r = 0;
+        if (found == SCHEMA_NONE)
+                r = schema_of_layout(ZR_LAYOUT_BYTES, "|u1", zr_store_codec(ds->store),
+                                     &ds->schema, err);
         if (r < 0)
                 goto fail;
         if (zr_store_codec(ds->store) != ds->schema.codec) {
@@ -222,7 +277,10 @@ int zr_dataset_open(int dirfd, const zr_store_options *opts, zr_dataset **ret,
         *ret = ds;
         return 0;
 fail:
-        zr_store_close(ds->store, NULL);
+        if (ds->lx)
+                zr_lxragged_close(ds->lx, NULL);
+        else
+                zr_store_close(ds->store, NULL);
         dataset_free(ds);
         return r;
 }
@@ -232,7 +290,7 @@ int zr_dataset_close(zr_dataset *ds, zr_error *err) {
 
         if (!ds)
                 return 0;
-        r = zr_store_close(ds->store, err);
+        r = ds->lx ? zr_lxragged_close(ds->lx, err) : zr_store_close(ds->store, err);
         dataset_free(ds);
         return r;
 }
@@ -336,9 +394,19 @@ static int check_ragged(const zr_dataset *ds, const zr_batch *b, uint64_t *ret_n
                 return zr_error_set(err, ZR_E_SCHEMA, "a batch of %llu bytes without data",
                                     (unsigned long long)total);
         for (uint64_t i = 0; i < b->nrecords; i++) {
+                uint64_t dims[ZR_SCHEMA_NDIM_MAX];
+                uint32_t nd;
+
                 r = zr_ragged_parse(&ds->schema, p, b->lens[i], i, NULL, err);
                 if (r < 0)
                         return r;
+                if (ds->schema.layout != ZR_LAYOUT_ZRECORD &&
+                    zr_ragged_parse_any(p, b->lens[i], ds->schema.dtype.itemsize, i, &nd, dims,
+                                        err) == 0 &&
+                    b->lens[i] == zr_ragged_header_bytes(nd))
+                        return zr_error_set(err, ZR_E_SCHEMA, "record %llu is empty: a store in "
+                                            "loaderx 1.5.7's layout holds no empty records",
+                                            (unsigned long long)i);
                 p += b->lens[i];
         }
         *ret_n = b->nrecords;
@@ -376,6 +444,62 @@ int zr_dataset_check(const zr_dataset *ds, const zr_batch *b, uint64_t *ret_n,
         return 0;
 }
 
+/* Appends n checked records with headers (zr_dataset_check()) to a store of
+ * loaderx 1.5.7's layouts: the payloads, copied back to back without their
+ * headers, and (ZR_LAYOUT_LX157) their shapes to schema.msgpack. */
+static int append_headerless(zr_dataset *ds, const zr_batch *b, uint64_t n,
+                             uint64_t *ret_first, zr_error *err) {
+        const uint8_t *p = b->data;
+        uint64_t *lens = NULL, *dims = NULL, ndims_total = 0, at = 0, w = 0;
+        uint32_t *ndims = NULL;
+        uint8_t *data = NULL;
+        int r;
+
+        uint64_t d[ZR_SCHEMA_NDIM_MAX];
+        uint32_t nd;
+
+        for (uint64_t i = 0; i < n; i++) { /* checked: every header parses */
+                zr_ragged_parse_any(p, b->lens[i], ds->schema.dtype.itemsize, i, &nd, d, NULL);
+                ndims_total += nd;
+                p += b->lens[i];
+        }
+        if (n > SIZE_MAX / sizeof(uint64_t) || ndims_total > SIZE_MAX / sizeof(uint64_t) ||
+            b->data_len > SIZE_MAX)
+                return zr_error_errno(err, ENOMEM, "appending %llu records",
+                                      (unsigned long long)n);
+        lens = malloc(n * sizeof(*lens));
+        ndims = malloc(n * sizeof(*ndims));
+        dims = malloc((ndims_total ? ndims_total : 1) * sizeof(*dims));
+        data = malloc(b->data_len ? (size_t)b->data_len : 1);
+        if (!lens || !ndims || !dims || !data) {
+                r = zr_error_errno(err, ENOMEM, "appending %llu records", (unsigned long long)n);
+                goto out;
+        }
+        p = b->data;
+        for (uint64_t i = 0; i < n; i++) {
+                zr_ragged_parse_any(p, b->lens[i], ds->schema.dtype.itemsize, i, &nd, dims + w,
+                                    NULL);
+                uint64_t hdr = zr_ragged_header_bytes(nd);
+
+                ndims[i] = nd;
+                w += nd;
+                lens[i] = b->lens[i] - hdr;
+                memcpy(data + at, p + hdr, lens[i]);
+                at += lens[i];
+                p += b->lens[i];
+        }
+        if (ds->lx)
+                r = zr_lxragged_append(ds->lx, data, lens, ndims, dims, n, ret_first, err);
+        else
+                r = zr_store_append(ds->store, data, lens, n, ret_first, err);
+out:
+        free(lens);
+        free(ndims);
+        free(dims);
+        free(data);
+        return r;
+}
+
 int zr_dataset_append(zr_dataset *ds, const zr_batch *b, uint64_t *ret_first,
                       zr_error *err) {
         uint64_t n, *lens = NULL;
@@ -404,6 +528,8 @@ int zr_dataset_append(zr_dataset *ds, const zr_batch *b, uint64_t *ret_first,
                 free(lens);
                 return r;
         }
+        if (ds->schema.layout != ZR_LAYOUT_ZRECORD)
+                return append_headerless(ds, b, n, ret_first, err);
         return zr_store_append(ds->store, b->data, b->lens, n, ret_first, err);
 }
 
@@ -429,12 +555,70 @@ int zr_dataset_gather_dense(zr_dataset *ds, const uint64_t *idx, size_t n, void 
         return r;
 }
 
+static int cmp_u64(const void *a, const void *b) {
+        uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+        return (x > y) - (x < y);
+}
+
 int zr_dataset_delete(zr_dataset *ds, const uint64_t *idx, size_t n, zr_error *err) {
-        return zr_store_delete(ds->store, idx, n, err);
+        uint64_t *sorted;
+        int r = 0;
+
+        if (!ds->lx)
+                return zr_store_delete(ds->store, idx, n, err);
+        /* the store's contract: repeats are an error, before anything changes */
+        if (n > SIZE_MAX / sizeof(*sorted) || !(sorted = malloc((n ? n : 1) * sizeof(*sorted))))
+                return zr_error_errno(err, ENOMEM, "deleting %zu records", n);
+        memcpy(sorted, idx, n * sizeof(*sorted));
+        qsort(sorted, n, sizeof(*sorted), cmp_u64);
+        for (size_t i = 1; i < n && r == 0; i++)
+                if (sorted[i] == sorted[i - 1])
+                        r = zr_error_set(err, EINVAL, "delete: index %llu is given twice",
+                                         (unsigned long long)sorted[i]);
+        free(sorted);
+        return r < 0 ? r : zr_lxragged_delete(ds->lx, idx, n, err);
 }
 
 int zr_dataset_compact(zr_dataset *ds, zr_compact_result *ret, zr_error *err) {
+        if (ds->lx)
+                return zr_lxragged_compact(ds->lx, ret, err);
         return zr_store_compact(ds->store, 0, ret, err);
+}
+
+bool zr_dataset_append_exclusive(const zr_dataset *ds) {
+        return ds->lx != NULL;
+}
+
+int zr_dataset_record_shape(const zr_dataset *ds, uint64_t i, uint64_t stored,
+                            uint32_t *ret_ndim, uint64_t *ret_dims, zr_error *err) {
+        const uint64_t *dims;
+        uint64_t bytes = ds->schema.dtype.itemsize;
+        uint32_t nd;
+        int r;
+
+        if (!ds->lx) { /* ZR_LAYOUT_BYTES */
+                *ret_ndim = 1;
+                ret_dims[0] = stored;
+                return 0;
+        }
+        r = zr_lxragged_shape(ds->lx, i, &nd, &dims, err);
+        if (r < 0)
+                return r;
+        for (uint32_t k = 0; k < nd; k++)
+                bytes *= dims[k]; /* bounded by ZR_RECORD_MAX at decode and append */
+        if (bytes != stored) {
+                char shape[128];
+
+                zr_shape_format(dims, nd, shape, sizeof(shape));
+                return zr_error_set(err, ZR_E_CORRUPT, "stored record %llu is %llu bytes, its "
+                                    "shape %s in " ZR_SCHEMA_FILE " makes %llu",
+                                    (unsigned long long)i, (unsigned long long)stored, shape,
+                                    (unsigned long long)bytes);
+        }
+        *ret_ndim = nd;
+        memcpy(ret_dims, dims, nd * sizeof(*dims));
+        return 0;
 }
 
 int zr_dataset_stats(zr_dataset *ds, zr_stats *ret, zr_error *err) {
@@ -477,6 +661,35 @@ static size_t list_bad(zr_store *store, const zr_verify_report *report, uint64_t
         return nbad;
 }
 
+/* Loaderx 1.5.7's ragged layout: every record's stored size against its shape in
+ * schema.msgpack, from the table alone. Adds the mismatches to *report (and, up to
+ * bad_max, to bad[*nbad..]); the first one's message to *err. */
+static int verify_shapes(zr_dataset *ds, zr_verify_report *report, uint64_t *bad,
+                         size_t bad_max, size_t *nbad, zr_error *err) {
+        uint64_t length = zr_store_length(ds->store), dims[ZR_SCHEMA_NDIM_MAX], found = 0;
+        uint32_t nd;
+        int r = 0;
+
+        for (uint64_t i = 0; i < length; i++) {
+                zr_loc loc;
+
+                if (zr_store_locate(ds->store, &i, 1, &loc, NULL) < 0)
+                        continue; /* the store's verify counted it */
+                if (zr_dataset_record_shape(ds, i, loc.logic_length, &nd, dims,
+                                            found ? NULL : err) == 0)
+                        continue;
+                if (found++ == 0) {
+                        r = -ZR_E_CORRUPT;
+                        if (report->bad == 0 || i < report->first_bad)
+                                report->first_bad = i;
+                }
+                report->bad++;
+                if (*nbad < bad_max)
+                        bad[(*nbad)++] = i;
+        }
+        return r;
+}
+
 int zr_dataset_verify(zr_dataset *ds, zr_verify_report *ret, uint64_t *bad, size_t bad_max,
                       size_t *ret_nbad, zr_error *err) {
         zr_verify_report report = {0};
@@ -485,6 +698,11 @@ int zr_dataset_verify(zr_dataset *ds, zr_verify_report *ret, uint64_t *bad, size
         *ret_nbad = 0;
         if ((r == -ZR_E_CORRUPT || r == -ZR_E_DECODE) && report.bad > 0)
                 *ret_nbad = list_bad(ds->store, &report, bad, bad_max);
+        if (ds->lx && (r == 0 || r == -ZR_E_CORRUPT || r == -ZR_E_DECODE)) {
+                int s = verify_shapes(ds, &report, bad, bad_max, ret_nbad, err);
+                if (r == 0)
+                        r = s;
+        }
         if (ret)
                 *ret = report;
         return r;

@@ -6,6 +6,16 @@
  * so a batch of B records is one contiguous (B, *item_shape) block; a ragged
  * dataset's records each begin with their own shape header (ragged.h).
  *
+ * It also serves the two layouts of loaderx 1.5.7's stores in place, as ragged
+ * datasets (schema.h, enum zr_layout; docs/FORMAT.md): its ragged stores, whose
+ * records are bare payloads with every shape in schema.msgpack (lxragged.h;
+ * served with ndim ZR_SCHEMA_NDIM_ANY), and its stores without schema.msgpack
+ * (byte records; served as "|u1" of ndim 1, each of shape (its length,)). Their
+ * users see what a ragged dataset of zrecord's layout gives: a gather returns
+ * each record's shape beside its payload (batch.h) and an append takes records
+ * with their shape headers, which are stripped (and the shapes written to
+ * schema.msgpack) on the way in. Neither holds an empty record.
+ *
  * The dataset is the authority on its schema: every append is validated before a
  * byte is written, and a batch that does not match (dtype, item shape, ndim,
  * byte count, a ragged header) is refused with ZR_E_SCHEMA and a message that
@@ -68,7 +78,10 @@ typedef struct zr_batch {
 } zr_batch;
 
 /* Creates a dataset in `dirfd`: writes schema.msgpack atomically (temp file, fsync,
- * rename, directory fsync), then creates the store with the schema's codec.
+ * rename, directory fsync), then creates the store with the schema's codec. A
+ * schema of ZR_LAYOUT_BYTES (ragged "|u1", ndim 1) creates the store alone, as
+ * loaderx 1.5.7's Zrecord does; ZR_LAYOUT_LX157 is refused (ZR_E_SCHEMA: convert.h
+ * makes such stores).
  * `dict`/`dict_len` give a zstd_dict dataset its dictionary now (NULL/0: install
  * one later); other codecs ignore them. `opts` may be NULL. dirfd is not taken.
  * Returns 0 and sets *ret (owned by the caller, release with zr_dataset_close()),
@@ -77,9 +90,12 @@ typedef struct zr_batch {
 int zr_dataset_create(int dirfd, const zr_schema *schema, const void *dict, size_t dict_len,
                       const zr_store_options *opts, zr_dataset **ret, zr_error *err);
 
-/* Opens the dataset in `dirfd`. Errors of zr_store_open() (ZR_E_NOT_STORE, ...);
- * ZR_E_SCHEMA if schema.msgpack is missing or malformed or names another codec
- * than the store's. `opts` may be NULL. */
+/* Opens the dataset in `dirfd`: of zrecord's layout, or of loaderx 1.5.7's (its
+ * ragged schema; no schema.msgpack at all: byte records). Errors of
+ * zr_store_open() (ZR_E_NOT_STORE, ...) and zr_lxragged_open() (a ragged store
+ * whose shapes do not match its records, ZR_E_CORRUPT); ZR_E_SCHEMA if
+ * schema.msgpack is malformed or names another codec than the store's. `opts`
+ * may be NULL. */
 int zr_dataset_open(int dirfd, const zr_store_options *opts, zr_dataset **ret,
                     zr_error *err);
 
@@ -136,7 +152,9 @@ int zr_dataset_gather_dense(zr_dataset *ds, const uint64_t *idx, size_t n, void 
                             uint64_t dst_size, zr_error *err);
 
 /* Pass-throughs to the store (store.h): swap-last delete, compaction, stats,
- * sync. Exclusive where the store's are. */
+ * sync. Exclusive where the store's are. In loaderx 1.5.7's ragged layout a delete
+ * also moves the shapes (and rewrites schema.msgpack, lxragged.h); it refuses
+ * repeated indices with EINVAL, as the store does. */
 int zr_dataset_delete(zr_dataset *ds, const uint64_t *idx, size_t n, zr_error *err);
 int zr_dataset_compact(zr_dataset *ds, zr_compact_result *ret, zr_error *err);
 int zr_dataset_stats(zr_dataset *ds, zr_stats *ret, zr_error *err);
@@ -145,11 +163,26 @@ int zr_dataset_sync(zr_dataset *ds, zr_error *err);
 /* Reads and checks every record (zr_store_verify()) and, when some are bad,
  * lists up to bad_max of their indices in bad[0..*ret_nbad) by reading every
  * record from the first bad one on (a store whose only fault is two records
- * sharing bytes lists the first of them). Returns as zr_store_verify(): 0 if
+ * sharing bytes lists the first of them). In loaderx 1.5.7's ragged layout a
+ * record whose size is not its shape's in schema.msgpack is bad too (ZR_E_CORRUPT).
+ * Returns as zr_store_verify(): 0 if
  * sound, -ZR_E_CORRUPT or -ZR_E_DECODE when records are bad (*err names the
  * first), another code when the pass could not run. */
 int zr_dataset_verify(zr_dataset *ds, zr_verify_report *ret, uint64_t *bad, size_t bad_max,
                       size_t *ret_nbad, zr_error *err);
+
+/* Whether an append must hold the lock exclusive: true in loaderx 1.5.7's ragged
+ * layout, whose append changes the shape table gathers read; false elsewhere (the
+ * store orders appends beside gathers itself). */
+bool zr_dataset_append_exclusive(const zr_dataset *ds);
+
+/* The shape of record i of a ragged dataset of loaderx 1.5.7's layouts, whose
+ * stored (decoded) size is `stored` bytes: ZR_LAYOUT_LX157, its entry in
+ * schema.msgpack, ZR_E_CORRUPT when that shape does not make `stored` bytes (a
+ * lying schema); ZR_LAYOUT_BYTES, (stored,). ret_dims has room for
+ * ZR_SCHEMA_NDIM_MAX. Under the lock, shared at least. */
+int zr_dataset_record_shape(const zr_dataset *ds, uint64_t i, uint64_t stored,
+                            uint32_t *ret_ndim, uint64_t *ret_dims, zr_error *err);
 
 /* 1 if a dictionary is installed, else 0. */
 int zr_dataset_has_dict(const zr_dataset *ds);

@@ -281,6 +281,10 @@ int zr_lxragged_append(zr_lxragged *d, const void *data, const uint64_t *lens,
                 r = zr_shapes_append(d->schema.shapes, dims + at, ndims[i], err);
                 at += ndims[i];
         }
+        /* the records durable before the schema that names them: after a power
+         * loss the schema never has more shapes than the store has records */
+        if (r >= 0)
+                r = zr_store_sync(d->store, err);
         if (r >= 0)
                 r = zr_lxfile_write(d->dirfd, &d->schema, err);
         if (r < 0) {

@@ -10,9 +10,10 @@
  * two).
  *
  * Two files change per append or delete, so the order is chosen for recovery:
- * - append: the records first, then the schema. Killed between the two, the store
- *   holds records with no shapes; open (writable) deletes them again, as if the
- *   append had never been made.
+ * - append: the records first (synced), then the schema. Killed between the two,
+ *   the store holds records with no shapes; open (writable) deletes them again, as
+ *   if the append had never been made. The sync keeps that order through a power
+ *   loss too: the schema is never durable before the records it names.
  * - delete: the schema first, with the shapes after the delete and a note of the
  *   delete ("zrecord.pending_delete": the length before, the indices), then the
  *   store's delete (itself all-or-nothing), then the schema without the note.

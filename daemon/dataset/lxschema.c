@@ -407,6 +407,39 @@ int zr_lxschema_decode(const void *data, size_t len, zr_lxschema *ret, zr_error 
         return 0;
 }
 
+int zr_lxschema_sniff(const void *data, size_t len) {
+        mp m = { .p = data, .end = (const uint8_t *)data + len, .start = data };
+        uint32_t n;
+
+        if (len == 0)
+                return 0;
+        if (mp_container(&m, 0x80, 0xde, 0xdf, 2, &n, "", NULL) < 0) {
+                /* a map whose declared size passes what was read (a prefix of the
+                 * file): look at the entries that are there */
+                uint8_t b = *(const uint8_t *)data;
+                size_t hdr = b == 0xde ? 3 : b == 0xdf ? 5 : 1;
+
+                if (!((b & 0xf0) == 0x80 || b == 0xde || b == 0xdf) || hdr >= len)
+                        return 0;
+                m.p = (const uint8_t *)data + hdr;
+                n = UINT32_MAX;
+        }
+        for (uint32_t i = 0; i < n && m.p < m.end; i++) {
+                const char *key;
+                uint32_t klen;
+
+                if (mp_str(&m, &key, &klen, "", NULL) < 0) {
+                        if (mp_skip(&m, NULL) < 0)
+                                return 0;
+                } else if (str_is(key, klen, "shapes")) {
+                        return 1;
+                }
+                if (mp_skip(&m, NULL) < 0)
+                        return 0;
+        }
+        return 0;
+}
+
 int zr_lxschema_encode(const zr_lxschema *s, void **ret, size_t *ret_len, zr_error *err) {
         uint64_t count = zr_shapes_count(s->shapes);
         msgpack_sbuffer sbuf;

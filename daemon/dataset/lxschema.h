@@ -54,6 +54,12 @@ int zr_lxschema_init(zr_lxschema *ret, const char *dtype, enum zr_codec codec, z
  * or shape), -ZR_E_BAD_CODEC or -ENOMEM, with a message naming what was found. */
 int zr_lxschema_decode(const void *data, size_t len, zr_lxschema *ret, zr_error *err);
 
+/* 1 if data (the first len bytes of a schema.msgpack, maybe not all of it) is a map
+ * with a "shapes" key before its bytes end: a loaderx 1.5.7 ragged schema, to be
+ * decoded with zr_lxschema_decode() rather than zr_schema_decode(). 0 otherwise,
+ * malformed bytes included. Reads nothing past len, allocates nothing. */
+int zr_lxschema_sniff(const void *data, size_t len);
+
 /* Encodes *s as loaderx 1.5.7 writes it (its key order, the smallest integer
  * forms; then the pending delete if any, then the extra entries) into a new
  * malloc()ed buffer owned by the caller. Returns 0 or -ENOMEM. */

@@ -156,6 +156,15 @@ int zr_schema_init_ragged(zr_schema *ret, const char *dtype, uint32_t ndim,
         return 0;
 }
 
+const char *zr_layout_name(enum zr_layout layout) {
+        switch (layout) {
+        case ZR_LAYOUT_ZRECORD: return "zrecord";
+        case ZR_LAYOUT_LX157: return "loaderx-1.5.7";
+        case ZR_LAYOUT_BYTES: return "bytes";
+        }
+        return NULL;
+}
+
 int zr_schema_encode(const zr_schema *s, void **ret, size_t *ret_len, zr_error *err) {
         msgpack_sbuffer sbuf;
         msgpack_packer pk;

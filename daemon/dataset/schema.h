@@ -57,6 +57,17 @@ enum zr_schema_kind {
         ZR_SCHEMA_RAGGED = 1,
 };
 
+/* Where a ragged record's shape is kept (dataset.h). Only ZR_LAYOUT_ZRECORD has a
+ * schema.msgpack of this header's form; the others are served as ragged schemas
+ * (ZR_LAYOUT_LX157: ndim ZR_SCHEMA_NDIM_ANY; ZR_LAYOUT_BYTES: "|u1", ndim 1). */
+enum zr_layout {
+        ZR_LAYOUT_ZRECORD = 0, /* dense, or ragged with the shape header (ragged.h) */
+        ZR_LAYOUT_LX157 = 1,   /* loaderx 1.5.7 ragged: bare payloads, shapes in
+                                * schema.msgpack (lxschema.h) */
+        ZR_LAYOUT_BYTES = 2,   /* a store without schema.msgpack (loaderx 1.5.7's raw
+                                * Zrecord): byte records, each of shape (its length,) */
+};
+
 typedef struct zr_schema {
         enum zr_schema_kind kind;
         zr_dtype dtype;
@@ -66,6 +77,7 @@ typedef struct zr_schema {
         uint32_t ndim;
         uint64_t item_shape[ZR_SCHEMA_NDIM_MAX]; /* dense only: item_shape[0..ndim) */
         enum zr_codec codec;
+        enum zr_layout layout; /* ZR_LAYOUT_ZRECORD from init and decode */
 } zr_schema;
 
 /* Fills *ret with a dense schema (item_shape[0..ndim), ndim 0 for scalars;
@@ -98,6 +110,10 @@ int zr_schema_encode(const zr_schema *s, void **ret, size_t *ret_len, zr_error *
 /* Decodes schema.msgpack bytes (data may be NULL when len is 0) into *ret.
  * Returns 0, -ZR_E_SCHEMA (malformed, see above), -ZR_E_BAD_CODEC or -ENOMEM. */
 int zr_schema_decode(const void *data, size_t len, zr_schema *ret, zr_error *err);
+
+/* The layout's name in the protocol (PROTOCOL.md, the schema map's "layout"):
+ * "zrecord", "loaderx-1.5.7", "bytes"; NULL if unknown. */
+const char *zr_layout_name(enum zr_layout layout);
 
 /* Writes a short human description ("dense <f4 (28, 28) zstd") into buf. */
 void zr_schema_describe(const zr_schema *s, char *buf, size_t size);

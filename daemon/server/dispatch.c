@@ -42,6 +42,7 @@ static const handler handlers[] = {
         { ZR_MSG_VERIFY, zr_handle_verify, "handle", DATASET, false },
         { ZR_MSG_TRAIN_DICT, zr_handle_train_dict, NULL, 0, false }, /* its handle is optional */
         { ZR_MSG_INSTALL_DICT, zr_handle_install_dict, "handle", DATASET, true },
+        { ZR_MSG_CONVERT, zr_handle_convert, NULL, 0, false },
         { ZR_MSG_STATUS, zr_handle_status, NULL, 0, false },
         { ZR_MSG_CLOSE, zr_handle_close, "handle", DATASET | SET | BUFFER, false },
         { ZR_MSG_LOADER_OPEN, zr_handle_loader_open, NULL, 0, false },

@@ -15,6 +15,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,11 +26,25 @@
 
 #define META_FILE "meta.zr"
 
+/* A store that jobs open (registry.h, zr_registry_open_job()), under the mutex. */
+typedef struct opening {
+        dev_t dev;
+        ino_t ino;
+        unsigned busy;     /* jobs opening it, or holding it not yet adopted */
+        unsigned waiters;  /* jobs waiting for those */
+        bool held;         /* an entry holds it */
+        struct opening *next;
+} opening;
+
 struct zr_registry {
         zr_pool *pool;
         zr_work *work;         /* NULL: close synchronously */
         zr_entry *head;
         unsigned count;
+        /* shared with the workers */
+        pthread_mutex_t mu;
+        pthread_cond_t cv;
+        opening *opening;
 };
 
 int zr_registry_new(zr_pool *pool, zr_registry **ret) {
@@ -37,12 +52,68 @@ int zr_registry_new(zr_pool *pool, zr_registry **ret) {
         if (!reg)
                 return -ENOMEM;
         reg->pool = pool;
+        pthread_mutex_init(&reg->mu, NULL);
+        pthread_cond_init(&reg->cv, NULL);
         *ret = reg;
         return 0;
 }
 
+/* The record of (dev, ino), made if `make` (NULL when out of memory). Under mu. */
+static opening *opening_get(zr_registry *reg, dev_t dev, ino_t ino, bool make) {
+        opening *o;
+
+        for (o = reg->opening; o; o = o->next)
+                if (o->dev == dev && o->ino == ino)
+                        return o;
+        if (!make || !(o = calloc(1, sizeof(*o))))
+                return NULL;
+        o->dev = dev;
+        o->ino = ino;
+        o->next = reg->opening;
+        reg->opening = o;
+        return o;
+}
+
+/* Frees the record if nothing refers to it any more. Under mu. */
+static void opening_put(zr_registry *reg, opening *o) {
+        if (!o || o->busy || o->waiters || o->held)
+                return;
+        for (opening **p = &reg->opening; *p; p = &(*p)->next)
+                if (*p == o) {
+                        *p = o->next;
+                        break;
+                }
+        free(o);
+}
+
+/* Sets whether an entry holds the store, and wakes the jobs waiting on it. */
+static void opening_held(zr_registry *reg, dev_t dev, ino_t ino, bool held) {
+        pthread_mutex_lock(&reg->mu);
+        opening *o = opening_get(reg, dev, ino, held);
+        if (o) {
+                o->held = held;
+                opening_put(reg, o);
+        }
+        pthread_cond_broadcast(&reg->cv);
+        pthread_mutex_unlock(&reg->mu);
+}
+
+/* A job is done with the store: it failed to open it, or its dataset was adopted
+ * or closed. */
+static void opening_leave(zr_registry *reg, dev_t dev, ino_t ino) {
+        pthread_mutex_lock(&reg->mu);
+        opening *o = opening_get(reg, dev, ino, false);
+        if (o && o->busy) {
+                o->busy--;
+                opening_put(reg, o);
+        }
+        pthread_cond_broadcast(&reg->cv);
+        pthread_mutex_unlock(&reg->mu);
+}
+
 static void entry_free(zr_entry *e) {
         zr_dataset_close(e->ds, NULL);
+        opening_held(e->reg, e->dev, e->ino, false);
         free(e);
 }
 
@@ -54,6 +125,13 @@ zr_registry *zr_registry_free(zr_registry *reg) {
                 reg->head = e->next;
                 entry_free(e);
         }
+        while (reg->opening) {
+                opening *o = reg->opening;
+                reg->opening = o->next;
+                free(o);
+        }
+        pthread_cond_destroy(&reg->cv);
+        pthread_mutex_destroy(&reg->mu);
         free(reg);
         return NULL;
 }
@@ -75,6 +153,7 @@ static int insert(zr_registry *reg, zr_dataset *ds, const struct stat *st, zr_en
         e->next = reg->head;
         reg->head = e;
         reg->count++;
+        opening_held(reg, e->dev, e->ino, true);
         *ret = e;
         return 0;
 }
@@ -94,28 +173,122 @@ static int same_meta(const zr_entry *e, int dirfd, zr_error *err) {
         return r;
 }
 
-int zr_registry_open(zr_registry *reg, int dirfd, zr_entry **ret, zr_error *err) {
-        struct stat st;
-        if (fstat(dirfd, &st) < 0)
-                return zr_error_errno(err, errno, "fstat of the store directory");
+static zr_entry *find(zr_registry *reg, dev_t dev, ino_t ino) {
         for (zr_entry *e = reg->head; e; e = e->next)
-                if (e->dev == st.st_dev && e->ino == st.st_ino) {
-                        int r = same_meta(e, dirfd, err);
-                        if (r < 0)
-                                return r;
-                        *ret = zr_entry_ref(e);
-                        return 0;
-                }
-        zr_store_options opts = {.pool = reg->pool};
-        zr_dataset *ds;
-        int r = zr_dataset_open(dirfd, &opts, &ds, err);
+                if (e->dev == dev && e->ino == ino)
+                        return e;
+        return NULL;
+}
+
+zr_entry *zr_registry_lookup(zr_registry *reg, int dirfd, struct stat *ret_st, zr_error *err) {
+        struct stat st;
+
+        if (fstat(dirfd, &st) < 0) {
+                zr_error_errno(err, errno, "fstat of the store directory");
+                return NULL;
+        }
+        if (ret_st)
+                *ret_st = st;
+        zr_entry *e = find(reg, st.st_dev, st.st_ino);
+        if (e && same_meta(e, dirfd, err) < 0)
+                return NULL;
+        return zr_entry_ref(e);
+}
+
+int zr_registry_open_dataset(zr_pool *pool, int dirfd, zr_dataset **ret, zr_error *err) {
+        zr_store_options opts = {.pool = pool};
+        int r = zr_dataset_open(dirfd, &opts, ret, err);
+
         if (r == -EACCES || r == -EROFS || r == -EPERM) {
                 /* The daemon may read but not write this store: serve it read-only. */
                 zr_error e2 = {0};
                 opts.read_only = 1;
-                if (zr_dataset_open(dirfd, &opts, &ds, &e2) == 0)
+                if (zr_dataset_open(dirfd, &opts, ret, &e2) == 0)
                         r = 0;
         }
+        return r;
+}
+
+int zr_registry_open_job(zr_registry *reg, int dirfd, const struct stat *st, zr_dataset **ret,
+                         zr_error *err) {
+        for (;;) {
+                bool waited = false, held;
+                opening *o;
+                int r;
+
+                pthread_mutex_lock(&reg->mu);
+                o = opening_get(reg, st->st_dev, st->st_ino, true);
+                if (o)
+                        o->busy++;
+                pthread_mutex_unlock(&reg->mu);
+                if (!o)
+                        return zr_error_errno(err, ENOMEM, "opening a store");
+                r = zr_registry_open_dataset(reg->pool, dirfd, ret, err);
+                if (r != -ZR_E_LOCKED) {
+                        if (r < 0)
+                                opening_leave(reg, st->st_dev, st->st_ino);
+                        return r; /* opened: busy until adopted or abandoned */
+                }
+                /* locked: by another job of this daemon (wait for it), by an entry
+                 * (the caller finds it), or by another process (the error) */
+                pthread_mutex_lock(&reg->mu);
+                o->busy--;
+                o->waiters++;
+                while (!o->held && o->busy > 0) {
+                        waited = true;
+                        pthread_cond_wait(&reg->cv, &reg->mu);
+                }
+                o->waiters--;
+                held = o->held;
+                opening_put(reg, o);
+                pthread_mutex_unlock(&reg->mu);
+                if (held || !waited)
+                        return r;
+                zr_error_clear(err); /* the other let it go unadopted: try again */
+        }
+}
+
+int zr_registry_adopt(zr_registry *reg, zr_dataset *ds, const struct stat *st, zr_entry **ret,
+                      zr_error *err) {
+        zr_entry *e = find(reg, st->st_dev, st->st_ino);
+        int r = 0;
+
+        if (e) {
+                dev_t dev;
+                ino_t ino;
+                zr_store_meta_id(zr_dataset_store(ds), &dev, &ino);
+                zr_dataset_close(ds, NULL);
+                if (dev != e->meta_dev || ino != e->meta_ino)
+                        r = zr_error_set(err, ZR_E_LOCKED, "the daemon has this store open with "
+                                         "another " META_FILE " (replaced since)");
+                else
+                        *ret = zr_entry_ref(e);
+        } else {
+                r = insert(reg, ds, st, ret, err);
+        }
+        opening_leave(reg, st->st_dev, st->st_ino);
+        return r;
+}
+
+void zr_registry_abandon(zr_registry *reg, zr_dataset *ds, const struct stat *st) {
+        zr_dataset_close(ds, NULL);
+        opening_leave(reg, st->st_dev, st->st_ino);
+}
+
+int zr_registry_open(zr_registry *reg, int dirfd, zr_entry **ret, zr_error *err) {
+        struct stat st;
+        zr_dataset *ds;
+        zr_error lerr = {0};
+        zr_entry *e = zr_registry_lookup(reg, dirfd, &st, &lerr);
+        int r;
+
+        if (e) {
+                *ret = e;
+                return 0;
+        }
+        if (lerr.code)
+                return zr_error_set(err, lerr.code, "%s", lerr.message);
+        r = zr_registry_open_dataset(reg->pool, dirfd, &ds, err);
         if (r < 0)
                 return r;
         return insert(reg, ds, &st, ret, err);

@@ -37,6 +37,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include "dataset/dataset.h"
@@ -86,6 +87,41 @@ int zr_registry_open(zr_registry *reg, int dirfd, zr_entry **ret, zr_error *err)
  * the outcome in e->read_only. */
 int zr_entry_make_writable(zr_entry *e, int dirfd, zr_error *err);
 void zr_entry_update(zr_entry *e);
+
+/* The same in steps, so that the open itself runs on a worker: opening a store
+ * of loaderx 1.5.7's ragged layout decodes its whole shape list (megabytes for
+ * millions of records), which must not hold the loop.
+ *   zr_registry_lookup()  (loop) the entry of the store in `dirfd`, with a new
+ *                         reference, or NULL; *ret_st (may be NULL) its identity.
+ *                         NULL with *err set if dirfd cannot be fstat()ed, or
+ *                         if the entry holds another meta.zr than dirfd
+ *                         resolves (ZR_E_LOCKED: replaced since).
+ *   zr_registry_open_job()  (a worker) opens the dataset in `dirfd` (identity
+ *                         *st) as zr_registry_open() would. When another job
+ *                         of this daemon holds the store's lock (two clients
+ *                         opening it at once), it waits for that job's dataset
+ *                         to be adopted (it then returns ZR_E_LOCKED: look the
+ *                         entry up on the loop) or let go (it then tries again);
+ *                         the lock of an entry or of another process is
+ *                         ZR_E_LOCKED at once. On success the job must hand the
+ *                         dataset to exactly one of:
+ *   zr_registry_adopt()   (loop) inserts it with one reference; if the same store
+ *                         was opened meanwhile, closes it and returns that entry
+ *                         (ZR_E_LOCKED if that one holds another meta.zr);
+ *   zr_registry_abandon() (loop) closes it (the client went away).
+ * The registry keeps, under a mutex of its own, which stores jobs are opening
+ * and which an entry holds; a waiting job holds its worker only while another
+ * job, already running, finishes its open. */
+zr_entry *zr_registry_lookup(zr_registry *reg, int dirfd, struct stat *ret_st, zr_error *err);
+int zr_registry_open_job(zr_registry *reg, int dirfd, const struct stat *st, zr_dataset **ret,
+                         zr_error *err);
+int zr_registry_adopt(zr_registry *reg, zr_dataset *ds, const struct stat *st, zr_entry **ret,
+                      zr_error *err);
+void zr_registry_abandon(zr_registry *reg, zr_dataset *ds, const struct stat *st);
+
+/* Opens the dataset in `dirfd` as zr_registry_open() would, read-only where the
+ * daemon may not write; touches no registry state (any thread). */
+int zr_registry_open_dataset(zr_pool *pool, int dirfd, zr_dataset **ret, zr_error *err);
 
 /* Creates a dataset in the empty directory `dirfd` with the registry's pool
  * (any thread: this is the blocking part, fsyncs included, meant for a job).

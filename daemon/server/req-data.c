@@ -3,7 +3,8 @@
  * Each validates its fields and handles on the loop thread, takes references
  * on what its job will touch (registry entries, the buffer), and runs the
  * blocking part on the pool under the dataset's lock (shared for READ and an
- * APPEND to one dataset; exclusive for DELETE and an APPEND through a set), so
+ * APPEND to one dataset; exclusive for DELETE, an APPEND through a set and one
+ * to a store of loaderx 1.5.7's ragged layout, dataset.h), so
  * a client that vanishes mid-request frees nothing a worker still uses. Records land straight in shared memory: READ gathers into the client's
  * buffer with the batch gather the loaders use (dataset/batch.h), APPEND reads
  * the client's sealed memfd. Nothing here knows the store format; the dataset
@@ -403,7 +404,7 @@ static void append_run(zr_job *job) {
         }
         if (!st->set) {
                 append_part *p = &st->parts[0];
-                zr_mutation_begin(rq, &p->entry, 1, false);
+                zr_mutation_begin(rq, &p->entry, 1, zr_dataset_append_exclusive(p->entry->ds));
                 r = zr_dataset_append(p->entry->ds, &p->batch, &st->first, &rq->err);
                 st->length = zr_dataset_length(p->entry->ds);
                 zr_mutation_end(rq, r == 0 && p->count);

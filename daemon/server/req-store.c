@@ -6,8 +6,11 @@
  * directory, and its meta.zr opened O_RDONLY (read) or O_RDWR (write), checked
  * by access mode and by (st_dev, st_ino); for a set, each stream's directory
  * and meta.zr, the directory checked to be the root's child of that name. A
- * new store needs an empty directory the peer owns. Opening and creating run on the loop thread (a header, a
- * schema, a few small files); STATS and SYNC walk or fsync and run on the pool.
+ * new store needs an empty directory the peer owns. A shared instance opened
+ * read-only is made writable by an opener with write access (registry.h). Creating runs on the pool; opening a store no client has open
+ * too (DATASET_OPEN: a loaderx 1.5.7 schema is a shape list that can be long,
+ * registry.h), while MSSET_OPEN opens its streams on the loop thread; STATS and
+ * SYNC walk or fsync and run on the pool.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -18,88 +21,12 @@
 #include <unistd.h>
 
 #include "loader/loader.h"
+#include "server/access.h"
 #include "server/session.h"
 #include "server/log.h"
 #include "server/request.h"
-#include "store/resolve.h"
 
 #define META_FILE "meta.zr"
-
-/* ---- access checks ------------------------------------------------------- */
-
-static int check_dir(zr_request *rq, int fd, const char *what) {
-        struct stat st;
-        int fl = fcntl(fd, F_GETFL);
-        if (fl < 0)
-                return zr_request_fail(rq, ZR_E_BAD_FD, "%s: not a usable descriptor", what);
-        if (fl & O_PATH)
-                return zr_request_fail(rq, ZR_E_BAD_FD, "%s: an O_PATH descriptor proves nothing; "
-                                       "open it O_RDONLY | O_DIRECTORY", what);
-        if (fstat(fd, &st) < 0)
-                return zr_request_fail(rq, ZR_E_BAD_FD, "%s: fstat failed: %s", what,
-                                       strerror(errno));
-        if (!S_ISDIR(st.st_mode))
-                return zr_request_fail(rq, ZR_E_BAD_FD, "%s is not a directory", what);
-        return 0;
-}
-
-/* The proof of access: meta.zr of the store in dirfd, opened for reading (or
- * read-write when `write`). */
-static int check_proof(zr_request *rq, int dirfd, int proof, bool write, const char *what) {
-        struct stat ps, ms;
-        int fl = fcntl(proof, F_GETFL);
-        if (fl < 0)
-                return zr_request_fail(rq, ZR_E_BAD_FD, "%s: the meta.zr descriptor is not usable",
-                                       what);
-        if (fl & O_PATH)
-                return zr_request_fail(rq, ZR_E_BAD_FD, "%s: the meta.zr descriptor is O_PATH, "
-                                       "which proves nothing", what);
-        zr_error e = {0};
-        int mfd = zr_resolve_open(dirfd, META_FILE, O_PATH, 0, &e);
-        if (mfd < 0) {
-                if (mfd == -ENOENT)
-                        return zr_request_fail(rq, ZR_E_NOT_STORE, "%s holds no " META_FILE
-                                               ": not a store", what);
-                return zr_request_fail(rq, -mfd, "%s: %s", what, e.message);
-        }
-        int sr = fstat(mfd, &ms);
-        close(mfd);
-        if (sr < 0)
-                return zr_request_fail(rq, errno, "%s: " META_FILE ": %s", what, strerror(errno));
-        if (fstat(proof, &ps) < 0)
-                return zr_request_fail(rq, ZR_E_BAD_FD, "%s: fstat of the meta.zr descriptor: %s",
-                                       what, strerror(errno));
-        if (ps.st_dev != ms.st_dev || ps.st_ino != ms.st_ino)
-                return zr_request_fail(rq, EACCES, "%s: the descriptor passed is not this store's "
-                                       META_FILE, what);
-        if (write && (fl & O_ACCMODE) != O_RDWR)
-                return zr_request_fail(rq, EACCES, "%s: write access needs " META_FILE
-                                       " opened O_RDWR", what);
-        return 0;
-}
-
-/* A set's stream directory, as the client passed it: a directory it opened
- * for reading (check_dir()), and the root's very child `name` (resolved
- * beneath the root, on its mount), not any directory it may read. */
-static int check_member(zr_request *rq, int rootfd, const char *name, int dirfd,
-                        const char *what) {
-        struct stat cs, ds;
-        zr_error e = {0};
-        int r = check_dir(rq, dirfd, what);
-        if (r < 0)
-                return r;
-        int cfd = zr_resolve_open(rootfd, name, O_PATH | O_DIRECTORY, 0, &e);
-        if (cfd < 0)
-                return zr_request_fail(rq, -cfd, "%s: %s", what, e.message);
-        r = fstat(cfd, &cs) < 0 || fstat(dirfd, &ds) < 0 ? -errno : 0;
-        close(cfd);
-        if (r < 0)
-                return zr_request_fail(rq, -r, "%s: fstat: %s", what, strerror(-r));
-        if (cs.st_dev != ds.st_dev || cs.st_ino != ds.st_ino)
-                return zr_request_fail(rq, EACCES, "%s: the directory passed is not the set's "
-                                       "'%s'", what, name);
-        return 0;
-}
 
 static int get_writable(zr_request *rq, bool *ret) {
         zr_wire_error werr = {0};
@@ -110,7 +37,7 @@ static int get_writable(zr_request *rq, bool *ret) {
         return 0;
 }
 
-static void put_schema(zr_wire_writer *w, const char *key, const zr_schema *s) {
+void zr_put_schema(zr_wire_writer *w, const char *key, const zr_schema *s) {
         zr_wire_begin_map(w, key);
         zr_wire_put_str(w, "kind", s->kind == ZR_SCHEMA_DENSE ? "dense" : "ragged");
         zr_wire_put_str(w, "dtype", s->dtype.str);
@@ -119,6 +46,8 @@ static void put_schema(zr_wire_writer *w, const char *key, const zr_schema *s) {
         else
                 zr_wire_put_u64(w, "ndim", s->ndim);
         zr_wire_put_str(w, "codec", zr_codec_name(s->codec));
+        if (s->layout != ZR_LAYOUT_ZRECORD)
+                zr_wire_put_str(w, "layout", zr_layout_name(s->layout));
         zr_wire_end(w);
 }
 
@@ -128,7 +57,7 @@ static int reply_dataset(zr_request *rq, uint32_t handle, zr_entry *e, bool writ
         if (handle)
                 zr_wire_put_u64(&w, "handle", handle);
         zr_wire_put_u64(&w, "length", zr_dataset_length(e->ds));
-        put_schema(&w, "schema", zr_dataset_schema(e->ds));
+        zr_put_schema(&w, "schema", zr_dataset_schema(e->ds));
         zr_wire_put_bool(&w, "has_dict", zr_dataset_has_dict(e->ds));
         zr_wire_put_bool(&w, "writable", writable);
         return zr_reply_send(rq, &w, NULL, 0);
@@ -195,52 +124,19 @@ static int parse_schema(zr_request *rq, const msgpack_object *map, zr_schema *re
         }
         if (r < 0)
                 return zr_request_fail(rq, -r, "schema: %s", err.message);
-        return 0;
-}
-
-/* The directory must be empty (EXISTS if it holds meta.zr, ENOTEMPTY if
- * anything else) and owned by the peer (EACCES), unless the peer is root. */
-static int check_new_dir(zr_request *rq, int dirfd) {
-        struct stat st;
-        int r = 0;
-        int dfd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (dfd < 0)
-                return zr_request_fail(rq, errno, "reading the new directory: %s",
-                                       strerror(errno));
-        DIR *d = fdopendir(dfd);
-        if (!d) {
-                close(dfd);
-                return zr_request_fail(rq, errno, "reading the new directory: %s",
-                                       strerror(errno));
+        if (zr_wire_find(map, "layout")) {
+                const char *lay;
+                size_t lay_len;
+                if (zr_wire_get_str(map, "layout", &lay, &lay_len, &werr) < 0)
+                        return zr_request_fail(rq, ZR_E_PROTO, "schema: %s", werr.message);
+                if (lay_len == 5 && memcmp(lay, "bytes", 5) == 0)
+                        ret->layout = ZR_LAYOUT_BYTES;
+                else if (!(lay_len == 7 && memcmp(lay, "zrecord", 7) == 0))
+                        return zr_request_fail(rq, ZR_E_SCHEMA, "schema: layout '%.*s': a new "
+                                               "store is \"zrecord\" or \"bytes\" (CONVERT "
+                                               "makes loaderx 1.5.7's ragged layout)",
+                                               (int)(lay_len > 16 ? 16 : lay_len), lay);
         }
-        struct dirent *de;
-        bool other = false;
-        char first[64] = "";
-        while ((de = readdir(d))) {
-                if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-                        continue;
-                if (strcmp(de->d_name, META_FILE) == 0) {
-                        r = zr_request_fail(rq, ZR_E_EXISTS, "the directory already holds a "
-                                            "store (" META_FILE ")");
-                        break;
-                }
-                if (!other)
-                        snprintf(first, sizeof(first), "%.60s", de->d_name);
-                other = true;
-        }
-        closedir(d);
-        if (r < 0)
-                return r;
-        if (other)
-                return zr_request_fail(rq, ENOTEMPTY, "the directory is not empty (it holds "
-                                       "'%s'): a store is created in an empty directory", first);
-        if (fstat(dirfd, &st) < 0)
-                return zr_request_fail(rq, errno, "fstat of the new directory: %s",
-                                       strerror(errno));
-        uid_t uid = zr_request_uid(rq);
-        if (uid != 0 && st.st_uid != uid)
-                return zr_request_fail(rq, EACCES, "the directory belongs to uid %u, not to the "
-                                       "client's uid %u", (unsigned)st.st_uid, (unsigned)uid);
         return 0;
 }
 
@@ -301,7 +197,7 @@ int zr_handle_dataset_create(zr_request *rq) {
         bool has_dict = zr_wire_find(rq->root, "dict_bytes") != NULL;
         int dirfd = rq->fds[0], r;
 
-        r = check_dir(rq, dirfd, "the new store directory");
+        r = zr_access_dir(rq, dirfd, "the new store directory");
         if (r < 0)
                 return r;
         create_state *st = zr_request_state(rq, sizeof(*st), create_state_free);
@@ -326,7 +222,7 @@ int zr_handle_dataset_create(zr_request *rq) {
                         return zr_request_fail(rq, EINVAL, "dict_bytes is %llu",
                                                (unsigned long long)st->dict_bytes);
         }
-        r = check_new_dir(rq, dirfd);
+        r = zr_access_new_dir(rq, dirfd);
         if (r < 0)
                 return r;
         if (fstat(dirfd, &st->st) < 0)
@@ -345,8 +241,7 @@ int zr_handle_dataset_create(zr_request *rq) {
 
 /* The first member of the state of an open that makes shared read-only
  * instances writable (registry.h): entries[i] through dirfds[i], the
- * directory of an opener with write access (borrowed: the request's, or the
- * state's). */
+ * directory of an opener with write access (borrowed: the request's). */
 typedef struct upgrade {
         uint32_t n;
         zr_entry *entries[ZR_STREAMS_MAX];
@@ -380,15 +275,22 @@ static void upgrade_note(zr_request *rq) {
 
 typedef struct open_state {
         upgrade up; /* first */
-        zr_entry *entry;
+        zr_registry *reg;
+        struct stat st;
+        bool writable;
+        zr_dataset *ds;
+        zr_entry *entry; /* while it is made writable */
 } open_state;
 
 static void open_state_free(void *p) {
         open_state *st = p;
+        if (st->ds)
+                zr_registry_abandon(st->reg, st->ds, &st->st);
         zr_entry_unref(st->entry);
         free(st);
 }
 
+/* The handle and the reply, once e is writable if it can be. */
 static void open_upgraded(zr_job *job) {
         zr_request *rq = (zr_request *)job;
         open_state *st = rq->state;
@@ -403,6 +305,54 @@ static void open_upgraded(zr_job *job) {
         zr_request_complete(rq, r);
 }
 
+/* Whether a writable open of e must first make the shared instance writable;
+ * then st takes e for the job. */
+static bool open_needs_upgrade(zr_request *rq, open_state *st, zr_entry *e) {
+        if (!st->writable || !e->read_only)
+                return false;
+        st->entry = e;
+        st->up.n = 1;
+        st->up.entries[0] = e;
+        st->up.dirfds[0] = rq->fds[0];
+        return true;
+}
+
+/* On the pool: the store's files and its schema, which can be large (registry.h). */
+static void open_run(zr_job *job) {
+        zr_request *rq = (zr_request *)job;
+        open_state *st = rq->state;
+        rq->result = zr_registry_open_job(st->reg, rq->fds[0], &st->st, &st->ds, &rq->err);
+}
+
+static void open_done(zr_job *job) {
+        zr_request *rq = (zr_request *)job;
+        open_state *st = rq->state;
+        zr_server *srv = zr_request_server(rq);
+        zr_entry *e = NULL;
+        int r = rq->result;
+
+        if (r == -ZR_E_LOCKED) {
+                /* an entry holds it (a concurrent open of it won): take that */
+                e = zr_registry_lookup(srv->registry, rq->fds[0], NULL, NULL);
+                if (e)
+                        r = 0;
+        }
+        if (r == 0 && !e && !zr_request_orphaned(rq)) {
+                zr_dataset *ds = st->ds;
+                st->ds = NULL;
+                r = zr_registry_adopt(srv->registry, ds, &st->st, &e, &rq->err);
+        }
+        if (r == 0 && e && !zr_request_orphaned(rq) && open_needs_upgrade(rq, st, e)) {
+                zr_request_chain(rq, upgrade_run, open_upgraded);
+                return;
+        }
+        if (r == 0 && e) {
+                int id = add_dataset_handle(rq, e, st->writable);
+                r = id < 0 ? id : reply_dataset(rq, (uint32_t)id, e, st->writable);
+        }
+        zr_request_complete(rq, r);
+}
+
 int zr_handle_dataset_open(zr_request *rq) {
         zr_server *srv = zr_request_server(rq);
         bool writable;
@@ -412,31 +362,29 @@ int zr_handle_dataset_open(zr_request *rq) {
         r = get_writable(rq, &writable);
         if (r < 0)
                 return r;
-        r = check_dir(rq, rq->fds[0], "the store directory");
+        r = zr_access_dir(rq, rq->fds[0], "the store directory");
         if (r < 0)
                 return r;
-        r = check_proof(rq, rq->fds[0], rq->fds[1], writable, "the store");
+        r = zr_access_proof(rq, rq->fds[0], rq->fds[1], writable, "the store");
         if (r < 0)
                 return r;
-        r = zr_registry_open(srv->registry, rq->fds[0], &e, &rq->err);
-        if (r < 0)
-                return r;
-        if (writable && e->read_only) {
-                open_state *st = zr_request_state(rq, sizeof(*st), open_state_free);
-                if (!st) {
-                        zr_entry_unref(e);
-                        return -ENOMEM;
-                }
-                st->entry = e;
-                st->up.n = 1;
-                st->up.entries[0] = e;
-                st->up.dirfds[0] = rq->fds[0];
+        open_state *st = zr_request_state(rq, sizeof(*st), open_state_free);
+        if (!st)
+                return -ENOMEM;
+        st->reg = srv->registry;
+        st->writable = writable;
+        e = zr_registry_lookup(srv->registry, rq->fds[0], &st->st, &rq->err);
+        if (e && open_needs_upgrade(rq, st, e))
                 return zr_request_submit(rq, upgrade_run, open_upgraded);
+        if (e) { /* open already: no file to read */
+                int id = add_dataset_handle(rq, e, writable);
+                if (id < 0)
+                        return id;
+                return reply_dataset(rq, (uint32_t)id, e, writable);
         }
-        int id = add_dataset_handle(rq, e, writable);
-        if (id < 0)
-                return id;
-        return reply_dataset(rq, (uint32_t)id, e, writable);
+        if (rq->err.code)
+                return -rq->err.code;
+        return zr_request_submit(rq, open_run, open_done);
 }
 
 /* ---- MSSET_OPEN ---------------------------------------------------------- */
@@ -510,7 +458,7 @@ static bool in_list(char **names, size_t n, const char *p, size_t len) {
 }
 
 typedef struct msset_state {
-        upgrade up; /* first */
+        upgrade up;  /* first */
         zr_set *set; /* while its members are made writable */
 } msset_state;
 
@@ -554,7 +502,7 @@ int zr_handle_msset_open(zr_request *rq) {
                                 return zr_request_fail(rq, EINVAL, "field 'streams': '%.*s' "
                                                        "appears twice", (int)s->size, s->ptr);
         }
-        r = check_dir(rq, rq->fds[0], "the set's directory");
+        r = zr_access_dir(rq, rq->fds[0], "the set's directory");
         if (r < 0)
                 return r;
         r = list_stores(rq, rq->fds[0], &found, &nfound);
@@ -606,9 +554,9 @@ int zr_handle_msset_open(zr_request *rq) {
                 int cfd = rq->fds[1 + 2 * i];
                 char what[300];
                 snprintf(what, sizeof(what), "stream '%s'", set->names[i]);
-                r = check_member(rq, rq->fds[0], set->names[i], cfd, what);
+                r = zr_access_member(rq, rq->fds[0], set->names[i], cfd, what);
                 if (r == 0)
-                        r = check_proof(rq, cfd, rq->fds[2 + 2 * i], writable, what);
+                        r = zr_access_proof(rq, cfd, rq->fds[2 + 2 * i], writable, what);
                 if (r == 0) {
                         zr_error err = {0};
                         r = zr_registry_open(srv->registry, cfd, &set->entries[i], &err);
@@ -686,7 +634,7 @@ static int msset_reply(zr_request *rq, zr_set *set, bool writable) {
                 zr_wire_put_str(&w, "name", set->names[i]);
                 zr_wire_put_u64(&w, "handle", set->handles[i]);
                 zr_wire_put_u64(&w, "length", zr_dataset_length(ds));
-                put_schema(&w, "schema", zr_dataset_schema(ds));
+                zr_put_schema(&w, "schema", zr_dataset_schema(ds));
                 zr_wire_put_bool(&w, "has_dict", zr_dataset_has_dict(ds));
                 zr_wire_end(&w);
         }

@@ -14,6 +14,7 @@
  *                 SYNC, COMPACT, VERIFY) and STATUS;
  *   req-data.c    records (BUFFER_OPEN, READ, APPEND, DELETE);
  *   req-dict.c    dictionaries (TRAIN_DICT, INSTALL_DICT);
+ *   req-convert.c CONVERT, a ragged dataset into the other layout;
  *   req-loader.c  loaders (LOADER_OPEN, RELEASE, LOADER_CLOSE) and their events;
  *   session.c     HELLO, which sets up the session itself.
  *
@@ -156,6 +157,13 @@ int zr_request_submit(zr_request *rq, zr_job_fn run, zr_job_fn done);
  * none), else the error in rq->err; then the session moves on. */
 int zr_request_submit_reply(zr_request *rq, zr_job_fn run, zr_reply_fn reply);
 
+/* From a job's done(), instead of completing: submits the request's next job,
+ * with the usual done() of zr_request_submit_reply() (_chain_reply) or a done()
+ * of its own (_chain). The request keeps its place (the session's next
+ * request still waits). */
+void zr_request_chain_reply(zr_request *rq, zr_job_fn run, zr_reply_fn reply);
+void zr_request_chain(zr_request *rq, zr_job_fn run, zr_job_fn done);
+
 /* A mutation of the datasets of entries[0..n) (1 <= n <= ZR_STREAMS_MAX; an
  * entry may repeat), in a job's run(). Begin takes their locks in the daemon's
  * lock order (server.h): exclusive, or shared when `exclusive` is false (an
@@ -195,12 +203,17 @@ int zr_handle_compact(zr_request *rq);
 int zr_handle_verify(zr_request *rq);
 int zr_handle_train_dict(zr_request *rq);
 int zr_handle_install_dict(zr_request *rq);
+int zr_handle_convert(zr_request *rq);
 int zr_handle_loader_open(zr_request *rq);
 int zr_handle_loader_close(zr_request *rq);
 /* RELEASE, a notification (the session calls it once HELLO and the loader
  * feature are in force): applied at once, faults only. `bad` is the message of
  * a body that did not validate, or NULL. */
 void zr_handle_release(zr_request *rq, const char *bad);
+
+/* Puts a dataset's schema as the map `key` (PROTOCOL.md section 9, the schema
+ * map; "layout" only for loaderx 1.5.7's layouts). req-store.c. */
+void zr_put_schema(zr_wire_writer *w, const char *key, const zr_schema *s);
 
 /* ---- loaders (req-loader.c) ------------------------------------------------ */
 

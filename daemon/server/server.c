@@ -70,16 +70,6 @@ static void maybe_finish_drain(zr_server *s) {
                 event_base_loopexit(s->base, NULL);
 }
 
-static void listen_resume(zr_server *s);
-
-void zr_server_session_gone(zr_server *s) {
-        s->nclients--;
-        if (s->listen_paused)
-                listen_resume(s);
-        arm_idle(s);
-        maybe_finish_drain(s);
-}
-
 /* A FAULT written straight to a socket that never became a session. */
 static void refuse(zr_server *s, int fd, int code, const char *msg) {
         zr_wire_writer w;
@@ -148,6 +138,14 @@ static void listen_resume(zr_server *s) {
 
 static void listen_retry_cb(evutil_socket_t fd, short what, void *arg) {
         listen_resume(arg);
+}
+
+void zr_server_session_gone(zr_server *s) {
+        s->nclients--;
+        if (s->listen_paused)
+                listen_resume(s);
+        arm_idle(s);
+        maybe_finish_drain(s);
 }
 
 /* accept() failed with EMFILE or ENFILE: a connection is pending that the

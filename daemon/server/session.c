@@ -48,6 +48,7 @@ static zr_ratelimit rl_disconnect = ZR_RATELIMIT(10, 20);
 /* The features this daemon has; a session's are a bit set over this list. */
 static const char *const daemon_features[] = {
         ZR_FEATURE_MSSET, ZR_FEATURE_DICT, ZR_FEATURE_VERIFY, ZR_FEATURE_LOADER,
+        ZR_FEATURE_CONVERT,
 };
 #define N_FEATURES (sizeof(daemon_features) / sizeof(daemon_features[0]))
 
@@ -548,6 +549,20 @@ static void reply_done(zr_job *job) {
 int zr_request_submit_reply(zr_request *rq, zr_job_fn run, zr_reply_fn reply) {
         rq->reply = reply;
         return zr_request_submit(rq, run, reply_done);
+}
+
+void zr_request_chain(zr_request *rq, zr_job_fn run, zr_job_fn done) {
+        /* the session reference of the job that ends passes to this one */
+        rq->job.run = run;
+        rq->job.done = request_job_done;
+        rq->done = done;
+        rq->mutation.n = rq->mutation.nlocked = 0;
+        zr_work_submit_to(rq->session->srv->work, &rq->session->user->jobs, &rq->job);
+}
+
+void zr_request_chain_reply(zr_request *rq, zr_job_fn run, zr_reply_fn reply) {
+        rq->reply = reply;
+        zr_request_chain(rq, run, reply_done);
 }
 
 static int entry_id_cmp(const void *a, const void *b) {

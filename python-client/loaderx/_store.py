@@ -118,6 +118,27 @@ def open_meta(dirfd, path, writable):
             name="ZR_E_NOT_STORE") from None
 
 
+def convert(conn, src, dst, to):
+    """CONVERT: the ragged dataset at src into a new one at dst (made if missing)."""
+    src, dst = os.path.abspath(src), os.path.abspath(dst)
+    dirfd = _open_dir(src)
+    try:
+        meta, _ = open_meta(dirfd, src, False)
+        try:
+            os.makedirs(dst, exist_ok=True)
+            out = _open_dir(dst)
+            try:
+                r = conn.request("convert", {"to": to}, fds=(dirfd, meta, out),
+                                 context=f"converting {src} to {dst}")
+            finally:
+                os.close(out)
+        finally:
+            os.close(meta)
+    finally:
+        os.close(dirfd)
+    return int(r["count"])
+
+
 def is_store(path):
     return os.path.isfile(os.path.join(path, "meta.zr"))
 

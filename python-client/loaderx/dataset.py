@@ -376,12 +376,19 @@ class RaggedDataset(_Dataset):
     opens the store there (refusing another dtype or codec) or creates one. Each
     record keeps its own shape, of any number of dimensions (``ndim=k`` creates a
     store whose records all have k); reads return lists.
+
+    loaderx 1.5.7's ragged stores (every shape in ``schema.msgpack``) open and work
+    in place, as do its schema-less byte stores (``|u1`` records of one dimension):
+    ``schema['layout']`` says which (``'loaderx-1.5.7'``, ``'bytes'``; absent for
+    zrecord's own). An append to a loaderx 1.5.7 ragged store rewrites its
+    ``schema.msgpack`` (O(records)); :func:`loaderx.utils.convert` moves a store to
+    zrecord's layout, whose appends cost only their records.
     """
 
     _kind = "ragged"
 
     def __init__(self, path, dtype=None, codec=None, schema=None, *, ndim=None,
-                 dict_bytes=None, _handle=None):
+                 dict_bytes=None, _handle=None, _layout=None):
         if codec is not None:
             _store.check_codec(codec)
         if _handle is not None:
@@ -394,8 +401,11 @@ class RaggedDataset(_Dataset):
                 k = 0 if ndim is None else int(ndim)
                 if not 1 <= k <= 32 and ndim is not None:
                     raise ZrecordValueError(f"ndim must be 1..32, got {ndim}")
-                return {"kind": "ragged", "dtype": _store.canonical_dtype(dtype), "ndim": k,
-                        "codec": codec or "zstd"}
+                s = {"kind": "ragged", "dtype": _store.canonical_dtype(dtype), "ndim": k,
+                     "codec": codec or "zstd"}
+                if _layout:
+                    s["layout"] = _layout
+                return s
             self._open_or_create(path, dtype, codec, schema, dict_bytes, dtype is not None,
                                  make_schema)
         self._ndim = int(self._h.schema["ndim"])

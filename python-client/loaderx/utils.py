@@ -18,7 +18,7 @@ from ._errors import ZrecordError, ZrecordFileExistsError, ZrecordTypeError, Zre
 from .dataset import (DAEMON_TIERS, DICT_TIER_DEFAULT, DICT_TIERS, DenseDataset, RaggedDataset,
                       _Dataset)
 
-__all__ = ["from_numpy", "from_iterator", "train_dict"]
+__all__ = ["from_numpy", "from_iterator", "train_dict", "convert"]
 
 CHUNK_BYTES = 32 << 20
 PROGRESS_MIN_BYTES = 64 << 20   # smaller conversions finish too fast to need a bar
@@ -341,3 +341,18 @@ def from_iterator(path, source, dtype, codec="zstd", dict_bytes=None, schema=Non
 
     _write_into(path, open_or_create, fill)
     return count
+
+
+def convert(src, dst, to="zrecord"):
+    """Writes the ragged dataset at ``src`` into a new one at ``dst`` (created if
+    missing; an empty directory otherwise) in the other layout: ``to='zrecord'``,
+    zrecord's own (each record carries its shape, so appends cost only their
+    records), from loaderx 1.5.7's ragged or byte store; ``to='loaderx-1.5.7'``,
+    loaderx 1.5.7's (every shape in ``schema.msgpack``), which loaderx 1.5.7
+    opens. Same records, order, dtype, codec and dictionary; ``src`` does not
+    change. Returns the number of records converted. The daemon does the work
+    (CONVERT); ``zrecord convert`` is the same from the shell."""
+    from . import _conn, _store
+    if to not in ("zrecord", "loaderx-1.5.7"):
+        raise ValueError(f"to must be 'zrecord' or 'loaderx-1.5.7', not {to!r}")
+    return _store.convert(_conn.default(), os.fspath(src), os.fspath(dst), to)

@@ -1,9 +1,10 @@
 """Raw byte records: ``Zrecord``, loaderx 1.5.7's store API, and its constants.
 
-The protocol serves typed datasets only (every store the daemon opens carries a
-``schema.msgpack``), so a raw byte store is a ragged dataset of dtype ``|u1`` and
-ndim 1: each record is an arbitrary byte string, stored exactly (plus the 16-byte
-shape header every ragged record has).
+A raw byte store is what loaderx 1.5.7's ``Zrecord`` makes: a store without
+``schema.msgpack``, each record an arbitrary (non-empty) byte string stored
+exactly. The daemon serves it as a ragged dataset of dtype ``|u1`` and ndim 1
+(layout ``"bytes"``), so stores interchange with loaderx 1.5.7 both ways. A
+ragged ``|u1`` dataset of zrecord's own layout opens here too.
 
 ``Zrecord(path, codec='zstd')`` opens the byte store at ``path`` or creates one
 (any missing directory too), as loaderx 1.5.7 does, and has its API:
@@ -57,7 +58,7 @@ class Zrecord:
                     f"{path!r} is a typed store ({self._ds.schema}), not raw byte records; "
                     "open it with DenseDataset or RaggedDataset", name="ZR_E_SCHEMA")
         else:
-            self._ds = RaggedDataset(path, dtype=np.uint8, codec=codec, ndim=1)
+            self._ds = RaggedDataset(path, dtype=np.uint8, codec=codec, ndim=1, _layout="bytes")
         self.path = self._ds.path
         self.codec = self._ds.codec
 

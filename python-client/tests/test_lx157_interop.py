@@ -4,7 +4,17 @@ makes it). Skipped without it, failed instead with ZR_LX157_REQUIRED=1.
 
 - stores loaderx 1.5.7 wrote (tests/compat/make_loaderx_stores.py) open in this
   client: dense ones of every codec read record by record and take appends; its
-  ragged layout is refused with a message that says what it is;
+  ragged ones of every codec (records of differing ndim, shapes in
+  schema.msgpack) and its byte stores without schema of every codec read bit-exact,
+  take appends, deletes and a compaction in place, and loaderx 1.5.7 then reads
+  each back bit-exact (and appends, which this client reads); both convert to
+  zrecord's layout and back;
+- this client's byte stores (Zrecord) open in loaderx 1.5.7's Zrecord;
+- a DataLoader over loaderx 1.5.7's ragged store gives the batches loaderx 1.5.7's
+  own DataLoader gives (tests/compat/lx157_ragged_batches.py), sequential and
+  cyclic, at steps 0, 1 and a far step;
+- its ragged schema with malformed or lying shapes is a clear error, never a
+  crash or a misread;
 - this client's dense stores of every codec open in loaderx 1.5.7, which reads
   them record by record and appends (tests/compat/check_loaderx_stores.py), and
   this client reads loaderx's appends;
@@ -19,13 +29,17 @@ import os
 import subprocess
 import sys
 
+import msgpack
+
 import numpy as np
 import pytest
 
 from loaderx.dataloader import INDEX_KEY, DataLoader
+from loaderx._errors import ZrecordError
 from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.sampler import Sampler
-from loaderx.utils import from_numpy
+from loaderx.utils import convert, from_numpy
+from loaderx.zrecord import Zrecord
 
 from conftest import REPO
 
@@ -80,9 +94,163 @@ def test_its_deleted_store_reads_as_swap_last(lx_stores):
     ds.close()
 
 
-def test_its_ragged_layout_is_named(lx_stores):
-    with pytest.raises(ValueError, match="loaderx 1.5.7 ragged store"):
-        RaggedDataset(os.path.join(lx_stores, "ragged-zstd"))
+def copy_of(lx_stores, name, workdir):
+    """A private copy of a fixture store (tests change their stores), sparse as the
+    original: loaderx 1.5.7 makes chunk 0 a 4 GiB sparse file, which a plain copy
+    would fill."""
+    dst = os.path.join(workdir, name)
+    subprocess.run(["cp", "-a", "--sparse=always", os.path.join(lx_stores, name), dst],
+                   check=True)
+    return dst
+
+
+def ragged_expect(ds, ids):
+    assert len(ds) == len(ids)
+    got = ds[np.arange(len(ids))[::-1]][::-1]      # backwards, across the table
+    for i, (g, want) in enumerate(zip(got, ids)):
+        w = D.ragged_record(want)
+        assert g.shape == w.shape and g.dtype == w.dtype, (i, g.shape, w.shape)
+        np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("codec", D.CODECS)
+def test_its_ragged_stores_work_here(lx_stores, workdir, codec):
+    path = copy_of(lx_stores, "ragged-" + codec, workdir)
+    ds = RaggedDataset(path)
+    assert ds.schema["layout"] == "loaderx-1.5.7" and ds.ndim is None and ds.codec == codec
+    ragged_expect(ds, list(range(D.RAGGED_N)))
+    assert {r.ndim for r in ds[:5]} == {1, 2, 3}       # records of differing ndim
+    new = list(range(D.RAGGED_N, D.RAGGED_N + D.APPEND_RAGGED))
+    assert ds.append([D.ragged_record(i) for i in new]) == D.RAGGED_N
+    ds.delete(np.array(D.DELETE))                       # a repeat included
+    ds.compact()
+    assert ds.stats()["reclaimable"] == 0
+    assert ds._store.verify()["ok"]
+    ids = D.ids_of(f"zr-ragged:{D.RAGGED_N}")
+    ragged_expect(ds, ids)
+    ds.close()
+    with RaggedDataset(path) as again:                  # still loaderx's layout
+        assert again.schema["layout"] == "loaderx-1.5.7"
+    lx_run("check_loaderx_stores.py", "ragged", path, f"zr-ragged:{D.RAGGED_N}")
+    ds = RaggedDataset(path)                            # and loaderx's appends read here
+    ragged_expect(ds, ids + list(range(D.LX_APPEND_FIRST, D.LX_APPEND_FIRST + D.LX_APPEND)))
+    ds.close()
+
+
+def bytes_expect(z, ids):
+    assert len(z) == len(ids)
+    assert z[:] == [D.bytes_record(i) for i in ids]
+    lens = z.lengths(np.arange(len(ids)))
+    assert lens.tolist() == [len(D.bytes_record(i)) for i in ids]
+
+
+@pytest.mark.parametrize("codec", D.CODECS)
+def test_its_byte_stores_work_here(lx_stores, workdir, codec):
+    path = copy_of(lx_stores, "bytes-" + codec, workdir)
+    with Zrecord(path) as z:
+        assert z.codec == codec and z._ds.schema["layout"] == "bytes"
+        bytes_expect(z, list(range(D.BYTES_N)))
+        new = [D.bytes_record(i) for i in range(D.BYTES_N, D.BYTES_N + D.APPEND_BYTES)]
+        flat = np.frombuffer(b"".join(new), dtype=np.uint8)
+        offs = np.cumsum([0] + [len(b) for b in new[:-1]]).astype(np.uint64)
+        assert z.append(flat, offs) == D.BYTES_N
+        z.delete(D.DELETE_BYTES)
+        z.compact()
+        ids = D.ids_of(f"zr-bytes:{D.BYTES_N}")
+        bytes_expect(z, ids)
+    assert not os.path.exists(os.path.join(path, "schema.msgpack"))
+    lx_run("check_loaderx_stores.py", "bytes", path, f"zr-bytes:{D.BYTES_N}")
+    with Zrecord(path) as z:
+        bytes_expect(z, ids + list(range(D.LX_APPEND_FIRST, D.LX_APPEND_FIRST + D.LX_APPEND)))
+
+
+def test_our_byte_stores_open_there(workdir):
+    path = os.path.join(workdir, "ours-bytes")
+    with Zrecord(path, "zstd") as z:
+        z.append([D.bytes_record(i) for i in range(50)])
+    assert not os.path.exists(os.path.join(path, "schema.msgpack"))
+    lx_run("check_loaderx_stores.py", "bytes", path, "plain:50")
+    with Zrecord(path) as z:
+        bytes_expect(z, list(range(50)) + list(range(D.LX_APPEND_FIRST,
+                                                      D.LX_APPEND_FIRST + D.LX_APPEND)))
+
+
+def test_its_ragged_store_converts_both_ways(lx_stores, workdir):
+    src = os.path.join(lx_stores, "ragged-zstd_dict")
+    ours = os.path.join(workdir, "ours")
+    assert convert(src, ours) == D.RAGGED_N
+    ds = RaggedDataset(ours)
+    assert "layout" not in ds.schema and ds.ndim is None and ds.has_dict()
+    ragged_expect(ds, list(range(D.RAGGED_N)))
+    ds.append([D.ragged_record(i) for i in range(D.RAGGED_N, D.RAGGED_N + 3)])
+    ds.close()
+    back = os.path.join(workdir, "back")
+    assert convert(ours, back, to="loaderx-1.5.7") == D.RAGGED_N + 3
+    lx_run("check_loaderx_stores.py", "ragged", back, f"plain:{D.RAGGED_N + 3}")
+    with pytest.raises(ValueError, match="already in"):
+        convert(src, os.path.join(workdir, "again"), to="loaderx-1.5.7")
+
+
+def lx_batches(path, b, mode, seed, steps):
+    out = lx_run("lx157_ragged_batches.py", path, str(b), str(mode), str(seed),
+                 *[str(s) for s in steps])
+    return [json.loads(line) for line in out.splitlines()]
+
+
+@pytest.mark.parametrize("mode", [0, 2])
+def test_loader_over_its_ragged_store_equals_its_loader(lx_stores, loader_feature, mode):
+    path = os.path.join(lx_stores, "ragged-zstd")
+    b, seed, steps = 16, 7, [0, 1, 123_456_789_012]
+    want = lx_batches(path, b, mode, seed, steps)
+    ds = RaggedDataset(path)
+    for s, w in zip(steps, want):
+        loader = DataLoader({"x": ds}, batch_size=b, mode=mode, seed=seed, start_step=s)
+        got = next(loader)["x"]
+        assert [[list(r.shape), r.reshape(-1).tolist()] for r in got] == w, (mode, s)
+        loader.close()
+    ds.close()
+
+
+def rewrite_schema(path, change):
+    with open(os.path.join(path, "schema.msgpack"), "rb") as f:
+        s = msgpack.unpackb(f.read(), raw=False)
+    change(s)
+    with open(os.path.join(path, "schema.msgpack"), "wb") as f:
+        f.write(msgpack.packb(s, use_bin_type=True))
+
+
+@pytest.mark.parametrize("what,change,match", [
+    ("no dims", lambda s: s["shapes"].__setitem__(3, []), "dimensions"),
+    ("33 dims", lambda s: s["shapes"].__setitem__(3, [1] * 33), "dimensions"),
+    ("negative", lambda s: s["shapes"].__setitem__(3, [-2, 4]), "integer"),
+    ("a string", lambda s: s["shapes"].__setitem__(3, "2x4"), "array"),
+    ("not a list", lambda s: s.__setitem__("shapes", 7), "array"),
+    ("too large", lambda s: s["shapes"].__setitem__(3, [2 ** 40, 2 ** 40]), "larger"),
+    ("too many", lambda s: s["shapes"].append([1]), "shapes"),
+])
+def test_its_malformed_shapes_are_refused(lx_stores, workdir, what, change, match):
+    path = copy_of(lx_stores, "ragged-raw", workdir)
+    rewrite_schema(path, change)
+    with pytest.raises((ValueError, ZrecordError), match=match):
+        RaggedDataset(path)
+
+
+def test_its_lying_shapes_are_caught(lx_stores, workdir):
+    path = copy_of(lx_stores, "ragged-zstd", workdir)
+    # record 2 is (3, 3, 3): a schema that says (3, 3) for it lies about its size;
+    # records 0 and 1 swap shapes of different sizes
+    def change(s):
+        s["shapes"][2] = [3, 3]
+        s["shapes"][0], s["shapes"][1] = s["shapes"][1], s["shapes"][0]
+    rewrite_schema(path, change)
+    ds = RaggedDataset(path)
+    for i in (0, 1, 2):
+        with pytest.raises(ZrecordError, match=f"record {i} is .* bytes, its shape"):
+            ds[i]
+    np.testing.assert_array_equal(ds[3], D.ragged_record(3))
+    v = ds._store.verify()
+    assert not v["ok"] and v["bad"] == 3 and sorted(v["bad_indices"]) == [0, 1, 2]
+    ds.close()
 
 
 @pytest.mark.parametrize("codec", D.CODECS)

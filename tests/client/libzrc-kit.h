@@ -1,6 +1,7 @@
 /* libzrc-kit.h: what the files of the libzrc suite share (test-libzrc.c:
  * connections, datasets, sets, status, many clients, descriptors;
- * libzrc-loaders.c: loaders, resume, staleness and rings shared by a group).
+ * libzrc-loaders.c: loaders, resume, staleness and rings shared by a group;
+ * libzrc-layouts.c: ragged layouts and CONVERT).
  * One daemon serves the whole suite; every test makes its own stores under
  * its directory.
  */
@@ -45,5 +46,8 @@ int fds_open(bool *set);
 
 /* The suite's loader cases (libzrc-loaders.c). */
 void libzrc_add_loaders(TCase *tc);
+/* Its ragged layouts: any ndim, loaderx 1.5.7's, byte stores, CONVERT
+ * (libzrc-layouts.c). */
+void libzrc_add_layouts(TCase *tc);
 
 #endif

@@ -527,6 +527,60 @@ START_TEST(test_ragged_cat) {
 }
 END_TEST
 
+/* convert both ways: records of differing ndim into loaderx 1.5.7's layout (its
+ * schema.msgpack then lists every shape) and back; cat reads each. */
+START_TEST(test_convert) {
+        zrc_conn *c = NULL;
+        zrc_dataset *d = NULL;
+        zrc_schema s;
+        int32_t a[] = { 1, 2, 3, 4, 5, 6 }, b[] = { 9, 8 };
+        uint8_t packed[128];
+        uint64_t sizes[2];
+        char *out = NULL, *err = NULL, schema[PATH_MAX + 32];
+        struct stat st;
+
+        ck_assert_int_eq(zrc_connect(daemon_.socket, &c, NULL), 0);
+        ck_assert_int_eq(zrc_schema_ragged(&s, "<i4", 0, ZRC_CODEC_ZSTD), 0);
+        ck_assert_int_eq(zrc_dataset_create(c, path("conv-src"), &s, NULL, 0, &d), 0);
+        sizes[0] = zrc_ragged_pack(packed, (uint64_t[]){ 2, 3 }, 2, 4, a);
+        sizes[1] = zrc_ragged_pack(packed + sizes[0], (uint64_t[]){ 2 }, 1, 4, b);
+        ck_assert_int_eq(zrc_dataset_append(d, &(zrc_records){ .count = 2, .data = packed,
+                                                                .sizes = sizes }, NULL), 0);
+        zrc_disconnect(c);
+
+        ck_assert_int_eq(run(&out, &err, "convert", "--to", "loaderx157", path("conv-src"),
+                             path("conv-lx"), NULL), 0);
+        CONTAINS(out, "2 records converted to loaderx 1.5.7's layout");
+        free(out);
+        free(err);
+        snprintf(schema, sizeof(schema), "%s/schema.msgpack", path("conv-lx"));
+        ck_assert_int_eq(stat(schema, &st), 0);
+        ck_assert_int_eq(run(&out, &err, "cat", path("conv-lx"), NULL), 0);
+        ck_assert_str_eq(out, "0 (2, 3): 1 2 3 4 5 6\n1 (2,): 9 8\n");
+        free(out);
+        free(err);
+        ck_assert_int_eq(run(&out, &err, "--json", "convert", path("conv-lx"), path("conv-back"),
+                             "--to", "zrecord", NULL), 0);
+        CONTAINS(out, "\"records\": 2");
+        check_json(out);
+        free(out);
+        free(err);
+        ck_assert_int_eq(run(&out, &err, "cat", path("conv-back"), "1", NULL), 0);
+        ck_assert_str_eq(out, "1 (2,): 9 8\n");
+        free(out);
+        free(err);
+        /* the same layout again: a daemon error, exit 1, named */
+        ck_assert_int_eq(run(&out, &err, "convert", "--to", "zrecord", path("conv-back"),
+                             path("conv-again"), NULL), 1);
+        CONTAINS(err, "ZR_E_SCHEMA");
+        free(out);
+        free(err);
+        ck_assert_int_eq(run(&out, &err, "convert", path("conv-back"), path("x"), NULL), 2);
+        free(out);
+        free(err);
+}
+END_TEST
+
 START_TEST(test_set_info) {
         zrc_conn *c = NULL;
         zrc_dataset *d = NULL;
@@ -613,6 +667,6 @@ int main(void) {
         TL_TCASE(s, "zrecord", 120, test_usage, test_no_daemon, test_status,
                  test_import_cat_round_trip, test_import_progress, test_compact,
                  test_import_codecs, test_import_numpy, test_ragged_cat, test_set_info,
-                 test_errors);
+                 test_errors, test_convert);
         return tl_run_suite_with_daemon(s, &daemon_, NULL);
 }

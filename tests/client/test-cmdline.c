@@ -162,6 +162,34 @@ START_TEST(test_usage_errors) {
         cmdline_done(&cl);
         ck_assert_int_eq(PARSE(&cl, "stats", "/d", "--codec", "zstd"), -EINVAL);
         cmdline_done(&cl);
+        /* convert: --to is needed, known, and its own */
+        ck_assert_int_eq(PARSE(&cl, "convert", "/a", "/b"), -EINVAL);
+        ck_assert(strstr(cl.error, "--to"));
+        cmdline_done(&cl);
+        ck_assert_int_eq(PARSE(&cl, "convert", "--to", "parquet", "/a", "/b"), -EINVAL);
+        ck_assert(strstr(cl.error, "parquet"));
+        cmdline_done(&cl);
+        ck_assert_int_eq(PARSE(&cl, "convert", "--to", "zrecord", "/a"), -EINVAL);
+        cmdline_done(&cl);
+        ck_assert_int_eq(PARSE(&cl, "info", "/a", "--to", "zrecord"), -EINVAL);
+        ck_assert(strstr(cl.error, "--to is an option of convert"));
+        cmdline_done(&cl);
+}
+END_TEST
+
+START_TEST(test_convert) {
+        cmdline cl;
+
+        ck_assert_int_eq(PARSE(&cl, "convert", "--to", "loaderx157", "/src", "/dst"), 0);
+        ck_assert_int_eq(cl.cmd, CMD_CONVERT);
+        ck_assert_int_eq(cl.to, ZRC_LAYOUT_LX157);
+        ck_assert_str_eq(cl.path, "/src");
+        ck_assert_str_eq(cl.dst, "/dst");
+        cmdline_done(&cl);
+        ck_assert_int_eq(PARSE(&cl, "--json", "convert", "/src", "/dst", "--to=zrecord"), 0);
+        ck_assert_int_eq(cl.to, ZRC_LAYOUT_ZRECORD);
+        ck_assert(cl.json);
+        cmdline_done(&cl);
 }
 END_TEST
 
@@ -200,6 +228,6 @@ END_TEST
 int main(void) {
         Suite *s = suite_create("cmdline");
         TL_TCASE(s, "parse", 0, test_commands, test_import, test_cat, test_ranges,
-                 test_usage_errors, test_help);
+                 test_usage_errors, test_help, test_convert);
         return tl_run_suite(s);
 }

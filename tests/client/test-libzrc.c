@@ -733,6 +733,7 @@ int main(void) {
                              test_ragged_zstd_dict, test_ragged_growth, test_dense_split_read, test_read_into_pieces,
                              test_delete_compact_verify, test_errors, test_sets);
         libzrc_add_loaders(tc);
+        libzrc_add_layouts(tc);
         tcase_add_test(tc, test_status);
         tcase_add_test(tc, test_many_clients);
         tcase_add_test(tc, test_descriptors);

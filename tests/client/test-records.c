@@ -44,7 +44,9 @@ START_TEST(test_schemas) {
         ck_assert_int_eq(zrc_schema_ragged(&s, "<i4", 1, ZRC_CODEC_ZSTD_DICT), 0);
         ck_assert_int_eq(s.kind, ZRC_RAGGED);
         ck_assert_uint_eq(zrc_schema_record_bytes(&s), 0);
-        ck_assert_int_eq(zrc_schema_ragged(&s, "<i4", 0, ZRC_CODEC_RAW), -EINVAL);
+        ck_assert_int_eq(zrc_schema_ragged(&s, "<i4", 0, ZRC_CODEC_RAW), 0); /* any ndim */
+        ck_assert_uint_eq(s.ndim, 0);
+        ck_assert_int_eq(zrc_schema_ragged(&s, "<i4", 33, ZRC_CODEC_RAW), -EINVAL);
 }
 END_TEST
 

@@ -20,6 +20,9 @@ CODECS = ("raw", "zstd", "zstd_dict")
 APPEND_DENSE = 100
 APPEND_RAGGED = 20
 DELETE = [0, 7, 1499, 750, 42, 42]
+# The same for the byte stores (python-client/tests/test_lx157_interop.py).
+APPEND_BYTES = 10
+DELETE_BYTES = [0, 7, 199, 100, 42, 42]
 # What make_loaderx_stores.py does to its "deleted" stores with loaderx 1.5.7.
 LX_DELETE = [3, 1499, 700, 700, 10]
 
@@ -70,7 +73,8 @@ LX_APPEND = 5
 def ids_of(spec):
     """The record ids a store must hold, from a spec word of test-lx157.c:
     "plain:N" (0..N-1), "zr-dense:N" / "zr-ragged:N" (after test-lx157.c's changes
-    to a fixture of N), "lx:N" (after make_loaderx_stores.py's delete)."""
+    to a fixture of N), "zr-bytes:N" (after test_lx157_interop.py's changes to a
+    byte store of N), "lx:N" (after make_loaderx_stores.py's delete)."""
     kind, n = spec.split(":")
     n = int(n)
     if kind == "plain":
@@ -79,6 +83,8 @@ def ids_of(spec):
         return after_zrecord_ops(n, APPEND_DENSE)
     if kind == "zr-ragged":
         return after_zrecord_ops(n, APPEND_RAGGED)
+    if kind == "zr-bytes":
+        return swap_last(list(range(n + APPEND_BYTES)), DELETE_BYTES)
     if kind == "lx":
         return swap_last(range(n), LX_DELETE)
     raise ValueError(spec)

@@ -11,7 +11,8 @@ It writes, under OUTDIR, with the records of lxdata.py:
     dense-{raw,zstd,zstd_dict}    from_numpy, DENSE_N records (zstd: a caller's
                                   schema key too; zstd_dict: train_dict "fast")
     ragged-{raw,zstd,zstd_dict}   from_iterator, RAGGED_N records whose ndim varies
-    bytes-zstd                    the raw Zrecord API, BYTES_N byte records, no schema
+    bytes-{raw,zstd,zstd_dict}    the raw Zrecord API, BYTES_N byte records, no schema
+                                  (zstd_dict: the ragged stores' dictionary installed)
     dense-deleted                 dense zstd, then DenseDataset.delete(LX_DELETE),
                                   not compacted (the deleted bytes still in the chunk)
     ragged-compacted              ragged zstd, then delete(LX_DELETE) and compact()
@@ -55,8 +56,11 @@ def main():
     blobs = [D.bytes_record(i) for i in range(D.BYTES_N)]
     flat = np.frombuffer(b"".join(blobs), dtype=np.uint8)
     offsets = np.concatenate([[0], np.cumsum([len(b) for b in blobs])[:-1]]).astype(np.uint64)
-    with Zrecord(os.path.join(out, "bytes-zstd"), "zstd") as zr:
-        zr.append(flat, offsets)
+    for codec in D.CODECS:
+        with Zrecord(os.path.join(out, "bytes-" + codec), codec) as zr:
+            if codec == "zstd_dict":
+                zr.install_dict(dicts["ragged"])
+            zr.append(flat, offsets)
 
     from_numpy(os.path.join(out, "dense-deleted"), dense)
     with DenseDataset(os.path.join(out, "dense-deleted")) as ds:

@@ -7,10 +7,11 @@
  *   - zrecord opens loaderx's dense stores as datasets and reads every record;
  *     appends, deletes and compacts them;
  *   - zrecord opens loaderx's ragged stores (shapes in schema.msgpack, records of
- *     different ndim) in place (lxragged.h) and does the same, and refuses them as
- *     zrecord ragged datasets with a message that says what they are;
+ *     different ndim) in place, as datasets (the batch gather) and through
+ *     lxragged.h, and appends, deletes and compacts;
  *   - a store loaderx deleted from (not compacted) reads as loaderx's swap-last
- *     says and compacts; a raw byte store reads;
+ *     says and compacts; a raw byte store (no schema) opens as a dataset of byte
+ *     records;
  * and with the venv, loaderx 1.5.7 then reads every store zrecord changed or
  * created (dense of every codec, ragged in loaderx's layout) record by record
  * (check_loaderx_stores.py), and appends to it, and zrecord reads loaderx's
@@ -239,6 +240,46 @@ static void ragged_expect(zr_lxragged *d, const uint64_t *ids, uint64_t count) {
         free(idx);
 }
 
+/* As ragged_expect(), through the dataset layer and its batch gather (what the
+ * daemon's READ and loaders use): payloads and shapes (ndim, then dims). */
+static void dataset_ragged_expect(zr_dataset *ds, const uint64_t *ids, uint64_t count) {
+        uint64_t *idx = malloc((count + 1) * 8), *offs = malloc((count + 1) * 8);
+        uint64_t *lens = malloc((count + 1) * 8), *shapes = malloc((count + 1) * 8 * 33), w = 0;
+        zr_gather g = { .ds = ds, .idx = idx, .n = count, .offsets = offs, .lengths = lens,
+                        .shapes = shapes };
+        zr_error err = {0};
+        uint8_t *buf;
+        int32_t want[27];
+
+        ck_assert(idx && offs && lens && shapes);
+        ck_assert_uint_eq(zr_dataset_length(ds), count);
+        for (uint64_t i = 0; i < count; i++)
+                idx[i] = count - 1 - i;
+        ck_assert_msg(zr_gather_locate(&g, &err) == 0, "%s", err.message);
+        buf = malloc(g.bytes + 1);
+        ck_assert_msg(zr_gather_read(&g, buf, 0, NULL, NULL, &err) == 0, "%s", err.message);
+        zr_gather_release(&g);
+        for (uint64_t i = 0; i < count; i++) {
+                uint64_t id = ids[idx[i]];
+                uint32_t nd = (uint32_t)shapes[w++];
+
+                if (nd != lx_shapes[id % 5].ndim ||
+                    memcmp(shapes + w, lx_shapes[id % 5].dims, nd * 8) != 0 ||
+                    lens[i] != lx_ragged_items(id) * 4 || offs[i] % 8 != 0)
+                        ck_abort_msg("record %" PRIu64 ": not the shape of record %" PRIu64, idx[i], id);
+                w += nd;
+                lx_ragged_record(id, want);
+                if (memcmp(buf + offs[i], want, lens[i]) != 0)
+                        ck_abort_msg("record %" PRIu64 " is not record %" PRIu64, idx[i], id);
+        }
+        ck_assert_uint_eq(g.shape_words, w);
+        free(buf);
+        free(idx);
+        free(offs);
+        free(lens);
+        free(shapes);
+}
+
 static void ragged_append(zr_lxragged *d, uint64_t first_id, uint64_t n) {
         int32_t *data = malloc(n * 27 * 4);
         uint64_t *lens = malloc(n * 8), *dims = malloc(n * 3 * 8), at = 0, nd = 0, first;
@@ -278,9 +319,14 @@ START_TEST(test_ragged_fixtures) {
 
                 snprintf(name, sizeof(name), "ragged-%s", codecs[c]);
                 fd = lx_open_dir(&s, name);
-                ck_assert_int_eq(zr_dataset_open(fd, NULL, &ds, &err), -ZR_E_SCHEMA);
-                ck_assert_ptr_nonnull(strstr(err.message, "loaderx 1.5.7 ragged store"));
-                zr_error_clear(&err);
+                ck_assert_msg(zr_dataset_open(fd, NULL, &ds, &err) == 0, "%s: %s", name,
+                              err.message);
+                ck_assert_int_eq(zr_dataset_schema(ds)->layout, ZR_LAYOUT_LX157);
+                ck_assert_uint_eq(zr_dataset_schema(ds)->ndim, ZR_SCHEMA_NDIM_ANY);
+                ids = lx_ids(LX_RAGGED_N, 0, NULL, 0, &count);
+                dataset_ragged_expect(ds, ids, count);
+                free(ids);
+                zr_dataset_close(ds, NULL);
 
                 ck_assert_msg(zr_lxragged_open(fd, NULL, &d, &err) == 0, "%s: %s", name, err.message);
                 ck_assert_str_eq(zr_lxragged_schema(d)->dtype.str, "<i4");
@@ -316,7 +362,8 @@ END_TEST
 
 /* loaderx deleted (and for the ragged one compacted): zrecord reads loaderx's
  * swap-last result, compacts what loaderx left, and loaderx reads that. A byte
- * store of the raw Zrecord API (no schema) reads as a store, not as a dataset. */
+ * store of the raw Zrecord API (no schema) opens as a dataset of byte records,
+ * each of shape (its length,), and as a store. */
 START_TEST(test_deleted_and_bytes_fixtures) {
         scratch s;
         uint64_t count, *ids;
@@ -356,8 +403,28 @@ START_TEST(test_deleted_and_bytes_fixtures) {
         close(fd);
 
         fd = lx_open_dir(&s, "bytes-zstd");
-        ck_assert_int_eq(zr_dataset_open(fd, NULL, &ds, &err), -ZR_E_SCHEMA);
-        ck_assert_ptr_nonnull(strstr(err.message, "plain store"));
+        ck_assert_msg(zr_dataset_open(fd, NULL, &ds, &err) == 0, "%s", err.message);
+        ck_assert_int_eq(zr_dataset_schema(ds)->layout, ZR_LAYOUT_BYTES);
+        ck_assert_str_eq(zr_dataset_schema(ds)->dtype.str, "|u1");
+        ck_assert_uint_eq(zr_dataset_schema(ds)->ndim, 1);
+        {
+                uint64_t idx[3] = { 5, 0, 199 }, offs[3], lens[3], shapes[3];
+                zr_gather g = { .ds = ds, .idx = idx, .n = 3, .offsets = offs, .lengths = lens,
+                                .shapes = shapes };
+                uint8_t buf[2048];
+
+                ck_assert_int_eq(zr_gather_locate(&g, &err), 0);
+                ck_assert_uint_le(g.bytes, sizeof(buf));
+                ck_assert_int_eq(zr_gather_read(&g, buf, 0, NULL, NULL, &err), 0);
+                zr_gather_release(&g);
+                for (int k = 0; k < 3; k++) {
+                        ck_assert_uint_eq(lens[k], lx_bytes_len(idx[k]));
+                        ck_assert_uint_eq(shapes[k], lens[k]);
+                        for (uint64_t j = 0; j < lens[k]; j++)
+                                ck_assert_uint_eq(buf[offs[k] + j], idx[k] % 251);
+                }
+        }
+        zr_dataset_close(ds, NULL);
         ck_assert_int_eq(zr_store_open(fd, NULL, &st, &err), 0);
         ck_assert_uint_eq(zr_store_length(st), LX_BYTES_N);
         for (uint64_t i = 0; i < LX_BYTES_N; i++) {
@@ -461,6 +528,19 @@ static void conv_expect_lx(zr_lxragged *d, uint64_t n) {
         }
 }
 
+/* zr_convert() of the dataset in src (opened read-only) into dst. */
+static int conv(int src, int dst, enum zr_layout to, const zr_store_options *o, uint64_t *count,
+                zr_error *err) {
+        zr_store_options so = { .read_only = 1 };
+        zr_dataset *ds;
+        int r = zr_dataset_open(src, &so, &ds, err);
+
+        if (r == 0)
+                r = zr_convert(ds, dst, to, o, count, NULL, err);
+        zr_dataset_close(ds, NULL);
+        return r;
+}
+
 START_TEST(test_convert_both_ways) {
         zr_store_options o = { .chunk_log2 = 16 };
         uint8_t dict[2048];
@@ -489,7 +569,7 @@ START_TEST(test_convert_both_ways) {
         zr_lxragged_close(d, NULL);
 
         b = scratch_child(&s, "zr");
-        ck_assert_msg(zr_convert_from_lx157(a, b, &o, &count, &err) == 0, "%s", err.message);
+        ck_assert_msg(conv(a, b, ZR_LAYOUT_ZRECORD, &o, &count, &err) == 0, "%s", err.message);
         ck_assert_uint_eq(count, n);
         ck_assert_int_eq(zr_dataset_open(b, NULL, &ds, &err), 0);
         ck_assert_int_eq(zr_dataset_schema(ds)->kind, ZR_SCHEMA_RAGGED);
@@ -518,7 +598,7 @@ START_TEST(test_convert_both_ways) {
         zr_dataset_close(ds, NULL);
 
         c = scratch_child(&s, "back");
-        ck_assert_msg(zr_convert_to_lx157(b, c, &o, &count, &err) == 0, "%s", err.message);
+        ck_assert_msg(conv(b, c, ZR_LAYOUT_LX157, &o, &count, &err) == 0, "%s", err.message);
         ck_assert_uint_eq(count, n);
         ck_assert_int_eq(zr_lxragged_open(c, NULL, &d, &err), 0);
         ck_assert_int_eq(zr_store_has_dict(zr_lxragged_store(d)), 1);
@@ -534,7 +614,7 @@ START_TEST(test_convert_both_ways) {
         zr_lxragged_close(d, NULL);
         close(c);
         c = scratch_child(&s, "out1");
-        ck_assert_msg(zr_convert_from_lx157(fd, c, &o, &count, &err) == 0, "%s", err.message);
+        ck_assert_msg(conv(fd, c, ZR_LAYOUT_ZRECORD, &o, &count, &err) == 0, "%s", err.message);
         ck_assert_uint_eq(count, 2);
         ck_assert_int_eq(zr_dataset_open(c, NULL, &ds, &err), 0);
         ck_assert_uint_eq(zr_dataset_schema(ds)->ndim, ZR_SCHEMA_NDIM_ANY);
@@ -562,7 +642,7 @@ START_TEST(test_convert_both_ways) {
         zr_dataset_close(ds, NULL);
         close(fd);
         fd = scratch_child(&s, "mixed-back");
-        ck_assert_msg(zr_convert_to_lx157(c, fd, &o, &count, &err) == 0, "%s", err.message);
+        ck_assert_msg(conv(c, fd, ZR_LAYOUT_LX157, &o, &count, &err) == 0, "%s", err.message);
         ck_assert_int_eq(zr_lxragged_open(fd, NULL, &d, &err), 0);
         {
                 const uint64_t *gd;
@@ -582,7 +662,7 @@ START_TEST(test_convert_both_ways) {
 
         /* refusals: a store is there, a dense dataset, an empty record */
         zr_error_clear(&err);
-        ck_assert_int_eq(zr_convert_from_lx157(a, b, &o, NULL, &err), -ZR_E_EXISTS);
+        ck_assert_int_eq(conv(a, b, ZR_LAYOUT_ZRECORD, &o, NULL, &err), -ZR_E_EXISTS);
         {
                 zr_schema sc;
                 uint64_t shape[1] = { 2 };
@@ -595,7 +675,7 @@ START_TEST(test_convert_both_ways) {
                 ck_assert_int_eq(zr_dataset_create(fd, &sc, NULL, 0, &o, &ds, NULL), 0);
                 zr_dataset_close(ds, NULL);
                 zr_error_clear(&err);
-                ck_assert_int_eq(zr_convert_to_lx157(fd, c, &o, NULL, &err), -ZR_E_SCHEMA);
+                ck_assert_int_eq(conv(fd, c, ZR_LAYOUT_LX157, &o, NULL, &err), -ZR_E_SCHEMA);
                 ck_assert_ptr_nonnull(strstr(err.message, "dense"));
                 close(fd);
 
@@ -606,7 +686,7 @@ START_TEST(test_convert_both_ways) {
                 ck_assert_int_eq(zr_dataset_append(ds, &bt, NULL, &err), 0);
                 zr_dataset_close(ds, NULL);
                 zr_error_clear(&err);
-                ck_assert_int_eq(zr_convert_to_lx157(fd, c, &o, NULL, &err), -ZR_E_SCHEMA);
+                ck_assert_int_eq(conv(fd, c, ZR_LAYOUT_LX157, &o, NULL, &err), -ZR_E_SCHEMA);
                 ck_assert_msg(strstr(err.message, "record 0 is empty"), "%s", err.message);
                 close(fd);
         }

@@ -69,3 +69,22 @@ int tl_record_dict(uint64_t first, size_t n, size_t (*len_of)(uint64_t), size_t 
         *ret_len = r;
         return 0;
 }
+
+uint32_t tl_shaped_dims(uint64_t id, uint64_t *dims) {
+        static const uint64_t rest[2] = { 2, 3 };
+        uint32_t nd = 1 + (uint32_t)(id % 3);
+
+        dims[0] = 1 + id % 5;
+        for (uint32_t k = 1; k < nd; k++)
+                dims[k] = rest[k - 1];
+        return nd;
+}
+
+uint64_t tl_shaped_items(uint64_t id) {
+        uint64_t dims[3], n = 1;
+        uint32_t nd = tl_shaped_dims(id, dims);
+
+        for (uint32_t k = 0; k < nd; k++)
+                n *= dims[k];
+        return n;
+}

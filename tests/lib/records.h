@@ -16,6 +16,14 @@ void tl_record_fill(uint8_t *dst, uint64_t id, size_t len);
 /* The id a record's first 8 bytes carry (0 if it is shorter). */
 uint64_t tl_record_id(const uint8_t *p, size_t len);
 
+/* The shape of ragged test record `id`, for the tests of records whose ndim
+ * differs within one store: ndim 1 + id % 3, dims (1 + id % 5, 2, 3)[..ndim].
+ * dims has room for 3; returns the ndim. */
+uint32_t tl_shaped_dims(uint64_t id, uint64_t *dims);
+
+/* Elements of that shape (the product of its dims). */
+uint64_t tl_shaped_items(uint64_t id);
+
 /* Trains a zstd dictionary of at most `capacity` bytes on the n records
  * first, first + 1, ..., of lengths len_of(id), each cut to max_len (0: not
  * cut). 0 with a malloc()ed dictionary, or -1 with the reason on stderr. */

@@ -10,6 +10,7 @@
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -306,4 +307,41 @@ int tl_private_mounts(void) {
         if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
                 return -errno;
         return 0;
+}
+
+size_t tl_kill_after_acks(pid_t pid, int fd, size_t target, uint64_t *rng, int *ret_status) {
+        uint64_t t_created = 0, t_last = 0;
+        size_t acks = 0;
+        uint8_t b;
+
+        while (acks < target + 1) {
+                ssize_t k = read(fd, &b, 1);
+                if (k == 1) {
+                        acks++;
+                        t_last = tl_now_ns();
+                        if (acks == 1)
+                                t_created = t_last;
+                } else if (k == 0 || errno != EINTR) {
+                        break;
+                }
+        }
+        if (acks == target + 1) {
+                uint64_t mean = (t_last - t_created) / target;
+                uint64_t until = t_last + (uint64_t)((double)(tl_rand(rng) % 1000) / 1000.0 *
+                                                     2.0 * (double)mean);
+                while (tl_now_ns() < until)
+                        ;
+        }
+        kill(pid, SIGKILL);
+        if (waitpid(pid, ret_status, 0) != pid)
+                *ret_status = -1;
+        for (;;) {
+                ssize_t k = read(fd, &b, 1);
+                if (k == 1)
+                        acks++;
+                else if (k == 0 || errno != EINTR)
+                        break;
+        }
+        close(fd);
+        return acks;
 }

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 /* splitmix64: a well-mixed value of x, and the next value of the sequence
  * whose state is *state (the tests' only randomness, always seeded). */
@@ -41,6 +42,14 @@ void tl_rmtree(const char *dir);
  * friends does not count them. 0, or -errno with the path that failed in
  * *ret_name (may be NULL). */
 int tl_copy_files(const char *from, int to_dfd, size_t prefix, const char **ret_name);
+
+/* The crash tests' kill of a writer child `pid` that sends one byte on `fd` per
+ * operation it completed (the first: its store is created): waits for
+ * 1 + `target` bytes, spins a random fraction (0..2, from *rng) of the mean time
+ * between the later ones, SIGKILLs the child, reaps it (its wait status in
+ * *ret_status, -1 if waitpid failed) and reads the bytes it sent meanwhile.
+ * Closes fd. Returns the bytes read in all (the creation included). */
+size_t tl_kill_after_acks(pid_t pid, int fd, size_t target, uint64_t *rng, int *ret_status);
 
 /* Runs argv (argv[0] a path) with stdout and stderr captured into malloc()ed,
  * NUL-terminated strings (either may be NULL to discard) and returns its exit

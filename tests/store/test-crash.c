@@ -307,36 +307,9 @@ static void crash_trial(size_t trial, uint64_t seed, const void *dict, size_t di
 
         /* wait for `target` acknowledged operations after the creation, then spin
          * a random fraction of the mean operation time and kill */
-        size_t target = 1 + tl_rand(&rng) % MAX_ACKS, acks = 0;
-        uint64_t t_created = 0, t_last = 0;
-        uint8_t b;
-        while (acks < target + 1) {
-                ssize_t k = read(fds[0], &b, 1);
-                if (k == 1) {
-                        acks++;
-                        t_last = tl_now_ns();
-                        if (acks == 1)
-                                t_created = t_last;
-                } else if (k == 0 || errno != EINTR) {
-                        break;
-                }
-        }
-        if (acks == target + 1) {
-                uint64_t mean = (t_last - t_created) / target;
-                uint64_t until = t_last + (uint64_t)((double)(tl_rand(&rng) % 1000) / 1000.0 * 2.0 * (double)mean);
-                while (tl_now_ns() < until)
-                        ;
-        }
-        kill(pid, SIGKILL);
-        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-        for (;;) {
-                ssize_t k = read(fds[0], &b, 1);
-                if (k == 1)
-                        acks++;
-                else if (k == 0 || errno != EINTR)
-                        break;
-        }
-        close(fds[0]);
+        size_t target = 1 + tl_rand(&rng) % MAX_ACKS;
+        size_t acks = tl_kill_after_acks(pid, fds[0], target, &rng, &status);
+        ck_assert_int_ne(status, -1);
         ck_assert_msg(WIFSIGNALED(status) || WEXITSTATUS(status) == 0,
                       "trial %zu: writer failed with exit status %d (see its stderr)", trial,
                       WEXITSTATUS(status));

@@ -87,6 +87,8 @@ ok('req-train_dict-handle.bin', {'kind': 'train_dict', 'id': 17, 'tier': 'balanc
 ok('req-train_dict-memfd.bin', {'kind': 'train_dict', 'id': 18, 'tier': 'max',
                                 'sizes': u64s(100, 200, 300)})
 ok('req-install_dict.bin', {'kind': 'install_dict', 'id': 19, 'handle': 1, 'dict_bytes': 4096})
+ok('req-convert.bin', {'kind': 'convert', 'id': 24, 'to': 'loaderx-1.5.7'},
+   note='3 descriptors: source dir, its meta.zr, new dir')
 ok('req-status.bin', {'kind': 'status', 'id': 20})
 ok('req-close.bin', {'kind': 'close', 'id': 21, 'handle': 1})
 ok('req-loader_open.bin', {'kind': 'loader_open', 'id': 22,
@@ -126,6 +128,9 @@ ok('ok-verify.bin', {'kind': 'ok', 'id': 16, 'ok': False, 'records': 10, 'bad': 
                      'bad_indices': u64s(4)}, 'verify')
 ok('ok-train_dict.bin', {'kind': 'ok', 'id': 17, 'dict_bytes': 112640}, 'train_dict')
 ok('ok-install_dict.bin', {'kind': 'ok', 'id': 19}, 'install_dict')
+ok('ok-convert.bin', {'kind': 'ok', 'id': 24, 'count': 1500,
+                      'schema': {'kind': 'ragged', 'dtype': '<i4', 'ndim': 0, 'codec': 'zstd',
+                                 'layout': 'loaderx-1.5.7'}}, 'convert')
 ok('ok-status.bin', {'kind': 'ok', 'id': 20, 'daemon': 'zrecordd 0.1.0', 'uptime_ms': 1234,
                      'clients': 2, 'handles': 5, 'shm_bytes': 1 << 24, 'loaders': 1,
                      'batches': 100, 'gathers': 60, 'hits': 500, 'misses': 20,
