@@ -41,17 +41,12 @@ int zr_access_proof(zr_request *rq, int dirfd, int proof, bool write, const char
                 return zr_request_fail(rq, ZR_E_BAD_FD, "%s: the meta.zr descriptor is O_PATH, "
                                        "which proves nothing", what);
         zr_error e = {0};
-        int mfd = zr_resolve_open(dirfd, META_FILE, O_PATH, 0, &e);
-        if (mfd < 0) {
-                if (mfd == -ENOENT)
-                        return zr_request_fail(rq, ZR_E_NOT_STORE, "%s holds no " META_FILE
-                                               ": not a store", what);
-                return zr_request_fail(rq, -mfd, "%s: %s", what, e.message);
-        }
-        int sr = fstat(mfd, &ms);
-        close(mfd);
-        if (sr < 0)
-                return zr_request_fail(rq, errno, "%s: " META_FILE ": %s", what, strerror(errno));
+        int r = zr_resolve_stat(dirfd, META_FILE, 0, &ms, &e);
+        if (r == -ENOENT)
+                return zr_request_fail(rq, ZR_E_NOT_STORE, "%s holds no " META_FILE
+                                       ": not a store", what);
+        if (r < 0)
+                return zr_request_fail(rq, -r, "%s: %s", what, e.message);
         if (fstat(proof, &ps) < 0)
                 return zr_request_fail(rq, ZR_E_BAD_FD, "%s: fstat of the meta.zr descriptor: %s",
                                        what, strerror(errno));
@@ -71,13 +66,11 @@ int zr_access_member(zr_request *rq, int rootfd, const char *name, int dirfd,
         int r = zr_access_dir(rq, dirfd, what);
         if (r < 0)
                 return r;
-        int cfd = zr_resolve_open(rootfd, name, O_PATH | O_DIRECTORY, 0, &e);
-        if (cfd < 0)
-                return zr_request_fail(rq, -cfd, "%s: %s", what, e.message);
-        r = fstat(cfd, &cs) < 0 || fstat(dirfd, &ds) < 0 ? -errno : 0;
-        close(cfd);
+        r = zr_resolve_stat(rootfd, name, O_DIRECTORY, &cs, &e);
         if (r < 0)
-                return zr_request_fail(rq, -r, "%s: fstat: %s", what, strerror(-r));
+                return zr_request_fail(rq, -r, "%s: %s", what, e.message);
+        if (fstat(dirfd, &ds) < 0)
+                return zr_request_fail(rq, errno, "%s: fstat: %s", what, strerror(errno));
         if (cs.st_dev != ds.st_dev || cs.st_ino != ds.st_ino)
                 return zr_request_fail(rq, EACCES, "%s: the directory passed is not the set's "
                                        "'%s'", what, name);

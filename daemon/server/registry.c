@@ -161,15 +161,10 @@ static int insert(zr_registry *reg, zr_dataset *ds, const struct stat *st, zr_en
 /* 0 if dirfd resolves meta.zr to the file e holds. */
 static int same_meta(const zr_entry *e, int dirfd, zr_error *err) {
         struct stat st;
-        int fd = zr_resolve_open(dirfd, META_FILE, O_PATH, 0, err), r = 0;
-        if (fd < 0)
-                return fd;
-        if (fstat(fd, &st) < 0)
-                r = zr_error_errno(err, errno, META_FILE ": stat");
-        else if (st.st_dev != e->meta_dev || st.st_ino != e->meta_ino)
+        int r = zr_resolve_stat(dirfd, META_FILE, 0, &st, err);
+        if (r == 0 && (st.st_dev != e->meta_dev || st.st_ino != e->meta_ino))
                 r = zr_error_set(err, ZR_E_LOCKED, "the daemon has this store open with another "
                                  META_FILE " than the directory holds now (replaced since)");
-        close(fd);
         return r;
 }
 

@@ -120,6 +120,16 @@ static int strict_open(int dirfd, const char *name, int flags, mode_t mode) {
         return fallback_open(dirfd, name, flags, mode);
 }
 
+int zr_resolve_stat(int dirfd, const char *name, int flags, struct stat *ret, zr_error *err) {
+        int fd = zr_resolve_open(dirfd, name, O_PATH | flags, 0, err), r = 0;
+        if (fd < 0)
+                return fd;
+        if (fstat(fd, ret) < 0)
+                r = zr_error_errno(err, errno, "%s: stat", name);
+        close(fd);
+        return r;
+}
+
 int zr_resolve_open(int dirfd, const char *name, int flags, mode_t mode, zr_error *err) {
         if (!name || !*name || strchr(name, '/') || strcmp(name, ".") == 0 ||
             strcmp(name, "..") == 0)

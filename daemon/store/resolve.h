@@ -34,6 +34,7 @@
 #ifndef ZR_STORE_RESOLVE_H
 #define ZR_STORE_RESOLVE_H
 
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include "util/error.h"
@@ -52,6 +53,10 @@
  *   -EEXIST, -EACCES, -EROFS, ... as open(2).
  * Example: fd = zr_resolve_open(dirfd, "meta.zr", O_RDONLY, 0, err). */
 int zr_resolve_open(int dirfd, const char *name, int flags, mode_t mode, zr_error *err);
+
+/* fstat() of `name` resolved as zr_resolve_open() does (opened O_PATH | flags,
+ * O_DIRECTORY say, and closed again) into *ret. 0, or its negative codes. */
+int zr_resolve_stat(int dirfd, const char *name, int flags, struct stat *ret, zr_error *err);
 
 /* 1 if this process resolves with openat2, 0 if with the fallback (probing
  * once if not known yet). For tests and the daemon's start-up log. */
