@@ -295,6 +295,12 @@ int zr_dataset_close(zr_dataset *ds, zr_error *err) {
         return r;
 }
 
+int zr_dataset_make_writable(zr_dataset *ds, int dirfd, zr_error *err) {
+        if (ds->lx)
+                return zr_lxragged_make_writable(ds->lx, dirfd, err);
+        return zr_store_make_writable(ds->store, dirfd, err);
+}
+
 const zr_schema *zr_dataset_schema(const zr_dataset *ds) {
         return &ds->schema;
 }

@@ -308,7 +308,7 @@ int zr_registry_insert(zr_registry *reg, zr_dataset *ds, dev_t dev, ino_t ino, z
 }
 
 int zr_entry_make_writable(zr_entry *e, int dirfd, zr_error *err) {
-        return zr_store_make_writable(zr_dataset_store(e->ds), dirfd, err);
+        return zr_dataset_make_writable(e->ds, dirfd, err);
 }
 
 void zr_entry_update(zr_entry *e) {

@@ -82,7 +82,7 @@ zr_registry *zr_registry_free(zr_registry *reg);
 int zr_registry_open(zr_registry *reg, int dirfd, zr_entry **ret, zr_error *err);
 
 /* Makes e's store writable through dirfd, a directory of the store whose
- * opener proved write access (zr_store_make_writable()). In a job, with the
+ * opener proved write access (zr_dataset_make_writable()). In a job, with the
  * dataset's exclusive lock held; back on the loop, zr_entry_update() notes
  * the outcome in e->read_only. */
 int zr_entry_make_writable(zr_entry *e, int dirfd, zr_error *err);
