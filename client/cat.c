@@ -14,30 +14,44 @@
 /* Records per READ of `cat`: bounds the read buffer and the reply's frame. */
 #define CAT_BATCH_RECORDS 1024
 
+void tool_print_values(const out_dtype *dt, const uint8_t *p, uint64_t len, bool json, bool hex) {
+        uint64_t n = dt->itemsize ? len / dt->itemsize : 0;
+
+        if (json && hex) {
+                printf("\"hex\": \"");
+                out_hex(stdout, p, len, 0);
+                printf("\"");
+        } else if (json) {
+                printf("\"values\": [");
+                for (uint64_t i = 0; i < n; i++) {
+                        if (i)
+                                fputs(", ", stdout);
+                        out_value(stdout, dt, p + i * dt->itemsize, true);
+                }
+                printf("]");
+        } else if (hex) {
+                fputc(' ', stdout);
+                out_hex(stdout, p, len, ' ');
+        } else {
+                for (uint64_t i = 0; i < n; i++) {
+                        fputc(' ', stdout);
+                        out_value(stdout, dt, p + i * dt->itemsize, false);
+                }
+        }
+}
+
 static void cat_record(const cmdline *cl, const out_dtype *dt, uint64_t index,
                        const uint8_t *p, uint64_t len, const uint64_t *shape, uint32_t ndim,
                        bool ragged, bool *first) {
-        uint64_t n = dt->itemsize ? len / dt->itemsize : 0;
-
         if (cl->json) {
                 printf("%s{\"index\": %" PRIu64, *first ? "" : ",\n ", index);
                 if (ragged) {
                         printf(", \"shape\": ");
                         out_shape(stdout, shape, ndim, true);
                 }
-                if (cl->hex) {
-                        printf(", \"hex\": \"");
-                        out_hex(stdout, p, len, 0);
-                        printf("\"}");
-                } else {
-                        printf(", \"values\": [");
-                        for (uint64_t i = 0; i < n; i++) {
-                                if (i)
-                                        fputs(", ", stdout);
-                                out_value(stdout, dt, p + i * dt->itemsize, true);
-                        }
-                        printf("]}");
-                }
+                printf(", ");
+                tool_print_values(dt, p, len, true, cl->hex);
+                printf("}");
         } else {
                 printf("%" PRIu64, index);
                 if (ragged) {
@@ -45,15 +59,7 @@ static void cat_record(const cmdline *cl, const out_dtype *dt, uint64_t index,
                         out_shape(stdout, shape, ndim, false);
                 }
                 fputs(":", stdout);
-                if (cl->hex) {
-                        fputc(' ', stdout);
-                        out_hex(stdout, p, len, ' ');
-                } else {
-                        for (uint64_t i = 0; i < n; i++) {
-                                fputc(' ', stdout);
-                                out_value(stdout, dt, p + i * dt->itemsize, false);
-                        }
-                }
+                tool_print_values(dt, p, len, false, cl->hex);
                 fputc('\n', stdout);
         }
         *first = false;

@@ -6,6 +6,7 @@
  * options; "--opt=value" and "--opt value" are both accepted.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +23,8 @@ static const char *const cmd_names[_CMD_MAX] = {
         [CMD_IMPORT] = "import",
         [CMD_CAT] = "cat",
         [CMD_CONVERT] = "convert",
+        [CMD_WHERE] = "where",
+        [CMD_BATCH] = "batch",
 };
 
 #define EXIT_CODES_HELP                                                          \
@@ -58,6 +61,10 @@ static const char *const help_texts[_CMD_MAX] = {
                 "                         print records as numbers (or hex)\n"
                 "  convert --to zrecord|loaderx157 SRC DST\n"
                 "                         a ragged dataset into the other layout\n"
+                "  where PATH RECORD --sampler S --seed N --batch B\n"
+                "                         the steps, ranks and positions that read RECORD\n"
+                "  batch PATH --step K --sampler S --seed N --batch B\n"
+                "                         the records of the batch of step K\n"
                 "\n" GLOBAL_OPTIONS_HELP "  --version      show the version\n"
                 "\n" EXIT_CODES_HELP,
         [CMD_STATUS] =
@@ -130,6 +137,49 @@ static const char *const help_texts[_CMD_MAX] = {
                 "Prints the records converted. A conversion cut short leaves only an\n"
                 "incomplete DST: remove it and convert again.\n"
                 "\n" GLOBAL_OPTIONS_HELP "\n" EXIT_CODES_HELP,
+        [CMD_WHERE] =
+                "Usage: zrecord where PATH RECORD --sampler S --seed N --batch B\n"
+                "                     [--world-size W] [--range A:B] [--json]\n"
+                "       zrecord where --source W[,S]=PATH... SOURCE:RECORD --sampler S ...\n"
+                "\n"
+                "Lists every step of steps A to B-1 whose batch read record RECORD of the\n"
+                "dataset (or set) in PATH, with the rank of W and the record's position in\n"
+                "that rank's batch, for a loader of that sampler, seed, batch size and world\n"
+                "size. The daemon runs the sampler backwards: cyclic costs O(1) a cycle,\n"
+                "sequential is arithmetic, iid scans every position of the range (a progress\n"
+                "line on a terminal). The default range is the first pass over the data:\n"
+                "steps 0 to ceil(length / (B x W)) - 1.\n"
+                "\n"
+                "A mixture is named by its sources instead of PATH, in the loader's order:\n"
+                "--source WEIGHT=PATH, or WEIGHT,SAMPLER=PATH for a source of its own\n"
+                "sampler (a dataset or a set of streams; WEIGHT an integer >= 1); RECORD is\n"
+                "then SOURCE:INDEX, record INDEX of source SOURCE (0 is the first).\n"
+                "\n"
+                "  --sampler S     sequential, iid, cyclic or cyclic-lx157 (a mixture's default)\n"
+                "  --seed N        the loader's seed\n"
+                "  --batch B       records per rank per step\n"
+                "  --world-size W  ranks (default 1)\n"
+                "  --range A:B     the steps A to B-1 (\"A:\": to the sampler's end)\n"
+                "  --source W[,S]=PATH  a source of a mixture (repeat, in order)\n"
+                "\n" GLOBAL_OPTIONS_HELP "\n" EXIT_CODES_HELP,
+        [CMD_BATCH] =
+                "Usage: zrecord batch PATH --step K --sampler S --seed N --batch B\n"
+                "                     [--world-size W] [--rank R] [--values] [--json]\n"
+                "       zrecord batch --source W[,S]=PATH... --step K --sampler S ...\n"
+                "\n"
+                "Prints the records of the batch of step K of rank R, as a loader over the\n"
+                "dataset (or every stream of the set) in PATH with that sampler, seed,\n"
+                "batch size and world size serves it: for each position, the record's\n"
+                "index (and its source, for a mixture), and with --values each stream's\n"
+                "values. For debugging a step: the daemon gathers the batch as it did in\n"
+                "training. A mixture is named as for `where`; its sources hold the same\n"
+                "streams.\n"
+                "\n"
+                "  --step K        the step\n"
+                "  --rank R        the rank (default 0)\n"
+                "  --values        the records' values too\n"
+                "  (--sampler, --seed, --batch, --world-size, --source: as `where`)\n"
+                "\n" GLOBAL_OPTIONS_HELP "\n" EXIT_CODES_HELP,
 };
 
 const char *cmdline_cmd_name(cmd_kind cmd) {
@@ -161,6 +211,36 @@ int cmdline_parse_u64(const char *s, uint64_t *ret) {
         if (errno || *end)
                 return -EINVAL;
         *ret = v;
+        return 0;
+}
+
+int cmdline_parse_source(const char *s, struct cmdline_source *ret) {
+        const char *eq = s ? strchr(s, '=') : NULL, *comma;
+        char buf[32];
+        uint64_t w;
+        size_t n;
+
+        if (!eq || !eq[1])
+                return -EINVAL;
+        comma = memchr(s, ',', (size_t)(eq - s));
+        n = (size_t)((comma ? comma : eq) - s);
+        if (n == 0 || n >= sizeof(buf))
+                return -EINVAL;
+        memcpy(buf, s, n);
+        buf[n] = 0;
+        if (cmdline_parse_u64(buf, &w) < 0 || w == 0 || w > UINT32_MAX)
+                return -EINVAL;
+        *ret = (struct cmdline_source){ .weight = (uint32_t)w, .path = eq + 1 };
+        if (comma) {
+                static const char *const samplers[] = { "sequential", "iid", "cyclic",
+                                                        "cyclic-lx157" };
+                n = (size_t)(eq - comma - 1);
+                for (size_t i = 0; i < sizeof(samplers) / sizeof(samplers[0]); i++)
+                        if (strlen(samplers[i]) == n && memcmp(samplers[i], comma + 1, n) == 0)
+                                ret->sampler = samplers[i];
+                if (!ret->sampler)
+                        return -EINVAL;
+        }
         return 0;
 }
 
@@ -220,7 +300,8 @@ void cmdline_done(cmdline *c) {
 
 /* The options, each with whether it takes a value. */
 enum opt_id { OPT_HELP, OPT_VERSION, OPT_JSON, OPT_SOCKET, OPT_CODEC, OPT_CHUNK, OPT_DICT_TIER,
-              OPT_HEX, OPT_RANGE, OPT_TO, _OPT_MAX };
+              OPT_HEX, OPT_RANGE, OPT_TO, OPT_SAMPLER, OPT_SEED, OPT_BATCH, OPT_WORLD_SIZE,
+              OPT_RANK, OPT_STEP, OPT_VALUES, OPT_SOURCE, _OPT_MAX };
 
 static const struct {
         const char *name;
@@ -231,6 +312,10 @@ static const struct {
         [OPT_CODEC] = { "--codec", true },    [OPT_CHUNK] = { "--chunk", true },
         [OPT_DICT_TIER] = { "--dict-tier", true }, [OPT_HEX] = { "--hex", false },
         [OPT_RANGE] = { "--range", true },    [OPT_TO] = { "--to", true },
+        [OPT_SAMPLER] = { "--sampler", true }, [OPT_SEED] = { "--seed", true },
+        [OPT_BATCH] = { "--batch", true },    [OPT_WORLD_SIZE] = { "--world-size", true },
+        [OPT_RANK] = { "--rank", true },      [OPT_STEP] = { "--step", true },
+        [OPT_VALUES] = { "--values", false }, [OPT_SOURCE] = { "--source", true },
 };
 
 /* Applies option `id` with its value v (NULL if it takes none); seen[id]
@@ -281,6 +366,45 @@ static int apply_opt(cmdline *c, enum opt_id id, const char *v, bool *seen) {
                 else
                         return usage(c, "--to takes zrecord or loaderx157, not \"%s\"", v);
                 break;
+        case OPT_SAMPLER:
+                if (strcmp(v, "sequential") != 0 && strcmp(v, "iid") != 0 &&
+                    strcmp(v, "cyclic") != 0 && strcmp(v, "cyclic-lx157") != 0)
+                        return usage(c, "unknown sampler \"%s\" (sequential, iid, cyclic or "
+                                     "cyclic-lx157)", v);
+                c->sampler = v;
+                break;
+        case OPT_SEED:
+                if (cmdline_parse_u64(v, &c->seed) < 0)
+                        return usage(c, "--seed needs a number, not \"%s\"", v);
+                break;
+        case OPT_BATCH:
+                if (cmdline_parse_u64(v, &c->batch) < 0 || c->batch == 0)
+                        return usage(c, "--batch needs a positive number, not \"%s\"", v);
+                break;
+        case OPT_WORLD_SIZE:
+                if (cmdline_parse_u64(v, &c->world_size) < 0 || c->world_size == 0 ||
+                    c->world_size > UINT32_MAX)
+                        return usage(c, "--world-size needs a number 1..2^32-1, not \"%s\"", v);
+                break;
+        case OPT_RANK:
+                if (cmdline_parse_u64(v, &c->rank) < 0)
+                        return usage(c, "--rank needs a number, not \"%s\"", v);
+                break;
+        case OPT_STEP:
+                if (cmdline_parse_u64(v, &c->step) < 0)
+                        return usage(c, "--step needs a number, not \"%s\"", v);
+                break;
+        case OPT_VALUES:
+                c->values = true;
+                break;
+        case OPT_SOURCE:
+                if (c->n_sources == CMDLINE_SOURCES_MAX)
+                        return usage(c, "at most %d sources", CMDLINE_SOURCES_MAX);
+                if (cmdline_parse_source(v, &c->sources[c->n_sources]) < 0)
+                        return usage(c, "bad source \"%s\" (WEIGHT=PATH or WEIGHT,SAMPLER=PATH, "
+                                     "WEIGHT 1..2^32-1)", v);
+                c->n_sources++;
+                break;
         default:
                 break;
         }
@@ -307,7 +431,7 @@ int cmdline_parse(int argc, char *const *argv, cmdline *ret) {
         bool opts_done = false, seen[_OPT_MAX] = { false };
         int r;
 
-        *ret = (cmdline){ .codec = ZRC_CODEC_RAW, .dict_tier = "balanced" };
+        *ret = (cmdline){ .codec = ZRC_CODEC_RAW, .dict_tier = "balanced", .world_size = 1 };
 
         for (int i = 1; i < argc; i++) {
                 const char *a = argv[i];
@@ -356,11 +480,23 @@ int cmdline_parse(int argc, char *const *argv, cmdline *ret) {
                 return usage(ret, "no command given");
         if ((seen[OPT_CODEC] || seen[OPT_CHUNK] || seen[OPT_DICT_TIER]) && ret->cmd != CMD_IMPORT)
                 return usage(ret, "--codec, --chunk and --dict-tier are options of import");
-        if ((ret->hex || ret->has_range) && ret->cmd != CMD_CAT)
-                return usage(ret, "--hex and --range are options of cat");
+        if (ret->hex && ret->cmd != CMD_CAT)
+                return usage(ret, "--hex is an option of cat");
+        if (ret->has_range && ret->cmd != CMD_CAT && ret->cmd != CMD_WHERE)
+                return usage(ret, "--range is an option of cat and where");
         if (seen[OPT_TO] != (ret->cmd == CMD_CONVERT))
                 return usage(ret, seen[OPT_TO] ? "--to is an option of convert"
                                                : "convert needs --to zrecord|loaderx157");
+        if ((seen[OPT_SAMPLER] || seen[OPT_SEED] || seen[OPT_BATCH] || seen[OPT_WORLD_SIZE] ||
+             seen[OPT_SOURCE]) && ret->cmd != CMD_WHERE && ret->cmd != CMD_BATCH)
+                return usage(ret, "--sampler, --seed, --batch, --world-size and --source are "
+                             "options of where and batch");
+        if ((seen[OPT_STEP] || seen[OPT_RANK] || seen[OPT_VALUES]) && ret->cmd != CMD_BATCH)
+                return usage(ret, "--step, --rank and --values are options of batch");
+        if ((ret->cmd == CMD_WHERE || ret->cmd == CMD_BATCH) &&
+            (!seen[OPT_SAMPLER] || !seen[OPT_SEED] || !seen[OPT_BATCH]))
+                return usage(ret, "%s needs the loader's --sampler, --seed and --batch",
+                             cmd_names[ret->cmd]);
         if (seen[OPT_DICT_TIER] && ret->codec != ZRC_CODEC_ZSTD_DICT)
                 return usage(ret, "--dict-tier needs --codec zstd_dict");
 
@@ -395,6 +531,47 @@ int cmdline_parse(int argc, char *const *argv, cmdline *ret) {
                 ret->path = positional[0];
                 if (ret->has_range && ret->n_indices > 0)
                         return usage(ret, "give indices or --range, not both");
+                break;
+        case CMD_WHERE: {
+                const char *rec, *colon;
+
+                if (n_pos != (ret->n_sources ? 1u : 2u))
+                        return usage(ret, ret->n_sources ? "where of a mixture takes SOURCE:RECORD"
+                                                         : "where takes PATH and RECORD");
+                ret->path = ret->n_sources ? NULL : positional[0];
+                rec = positional[n_pos - 1];
+                colon = strchr(rec, ':');
+                if (colon && !ret->n_sources)
+                        return usage(ret, "SOURCE:RECORD names a mixture's record: give --source");
+                if (!colon && ret->n_sources)
+                        return usage(ret, "a mixture's record is SOURCE:RECORD, not \"%s\"", rec);
+                if (colon) {
+                        char buf[32];
+                        uint64_t k;
+                        if ((size_t)(colon - rec) >= sizeof(buf))
+                                return usage(ret, "bad record \"%s\"", rec);
+                        memcpy(buf, rec, (size_t)(colon - rec));
+                        buf[colon - rec] = 0;
+                        if (cmdline_parse_u64(buf, &k) < 0 || k >= ret->n_sources)
+                                return usage(ret, "no source %s among the %zu given", buf,
+                                             ret->n_sources);
+                        ret->record_source = (uint32_t)k;
+                        rec = colon + 1;
+                }
+                if (cmdline_parse_u64(rec, &ret->record) < 0)
+                        return usage(ret, "not a record: \"%s\"", rec);
+                break;
+        }
+        case CMD_BATCH:
+                if (n_pos != (ret->n_sources ? 0u : 1u))
+                        return usage(ret, ret->n_sources ? "batch of a mixture takes no PATH"
+                                                         : "batch takes one PATH");
+                ret->path = ret->n_sources ? NULL : positional[0];
+                if (!seen[OPT_STEP])
+                        return usage(ret, "batch needs --step");
+                if (ret->rank >= ret->world_size)
+                        return usage(ret, "--rank %" PRIu64 " is not below --world-size %" PRIu64,
+                                     ret->rank, ret->world_size);
                 break;
         default:
                 break;

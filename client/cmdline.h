@@ -34,8 +34,13 @@ typedef enum cmd_kind {
         CMD_IMPORT,
         CMD_CAT,
         CMD_CONVERT,
+        CMD_WHERE,
+        CMD_BATCH,
         _CMD_MAX,
 } cmd_kind;
+
+/* Sources of a mixture on the command line (PROTOCOL.md: at most 256). */
+#define CMDLINE_SOURCES_MAX 256
 
 /* Default records per APPEND of `import`: chosen from the record size so that
  * each append moves about this many bytes (bounded memory, few requests). */
@@ -60,6 +65,23 @@ typedef struct cmdline {
         uint64_t range_end;     /* exclusive; UINT64_MAX: to the end */
         uint64_t *indices;      /* cat: INDEX... (malloc()ed, owned by the struct) */
         size_t n_indices;
+        /* where, batch: the run, as its DataLoader was opened */
+        const char *sampler;    /* --sampler S */
+        uint64_t seed;          /* --seed N */
+        uint64_t batch;         /* --batch B */
+        uint64_t world_size;    /* --world-size W (default 1) */
+        uint64_t rank;          /* batch: --rank R (default 0) */
+        uint64_t step;          /* batch: --step K */
+        bool values;            /* batch: --values */
+        uint64_t record;        /* where: RECORD (INDEX, or SOURCE:INDEX of a mixture) */
+        uint32_t record_source;
+        /* a mixture, in place of PATH: --source WEIGHT[,SAMPLER]=PATH, in order */
+        size_t n_sources;
+        struct cmdline_source {
+                uint32_t weight;
+                const char *sampler; /* NULL: --sampler's */
+                const char *path;
+        } sources[CMDLINE_SOURCES_MAX];
         char error[256];        /* a usage error's message */
 } cmdline;
 
@@ -83,5 +105,10 @@ int cmdline_parse_range(const char *s, uint64_t *ret_start, uint64_t *ret_end);
 
 /* Parses a decimal u64 (no sign, no suffix). Returns 0 or -EINVAL. */
 int cmdline_parse_u64(const char *s, uint64_t *ret);
+
+/* Parses a mixture's source, "WEIGHT=PATH" or "WEIGHT,SAMPLER=PATH" (WEIGHT
+ * 1..2^32-1; the path is everything after the first '=', so it may hold any
+ * character). Returns 0 or -EINVAL. */
+int cmdline_parse_source(const char *s, struct cmdline_source *ret);
 
 #endif

@@ -154,6 +154,8 @@ static unsigned feature_bit(const char *name, size_t len) {
                 { ZR_FEATURE_DICT, CONN_FEATURE_DICT },
                 { ZR_FEATURE_VERIFY, CONN_FEATURE_VERIFY },
                 { ZR_FEATURE_CONVERT, CONN_FEATURE_CONVERT },
+                { ZR_FEATURE_MIXTURE, CONN_FEATURE_MIXTURE },
+                { ZR_FEATURE_STEPS_OF, CONN_FEATURE_STEPS_OF },
         };
 
         for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
@@ -685,7 +687,8 @@ static int connect_path(const char *path, int *ret_fd) {
 static int hello(zrc_conn *c) {
         static const char *const wanted[] = { ZR_FEATURE_LOADER, ZR_FEATURE_MSSET,
                                               ZR_FEATURE_DICT, ZR_FEATURE_VERIFY,
-                                              ZR_FEATURE_CONVERT };
+                                              ZR_FEATURE_CONVERT, ZR_FEATURE_MIXTURE,
+                                              ZR_FEATURE_STEPS_OF };
         conn_reply reply = CONN_REPLY_NULL;
         const msgpack_object *features, *limits;
         uint32_t n = 0;

@@ -83,6 +83,7 @@ struct zrc_loader {
         uint32_t handle;
         uint32_t slots;
         uint64_t slot_bytes, ring_bytes, length, batch_size;
+        uint64_t fingerprint;
         size_t n_streams;
         loader_stream *streams;
         loader_ring *rings;          /* n_rings: [0] its own, then those of RING events */
@@ -90,6 +91,9 @@ struct zrc_loader {
         loader_held *held;           /* slots entries */
         uint32_t n_held;
         bool want_indices;
+        bool want_sources;           /* a mixture's, with provenance */
+        size_t n_sources;            /* a mixture's, else 0 */
+        uint64_t *source_length;     /* n_sources */
         uint64_t next_step;
         bool ended;                  /* by LOADER_END or a bad event */
         zrc_error end;               /* why it ended */
@@ -103,8 +107,20 @@ uint64_t zrc_loader_length(const zrc_loader *l) {
         return l->length;
 }
 
+uint64_t zrc_loader_fingerprint(const zrc_loader *l) {
+        return l->fingerprint;
+}
+
 uint64_t zrc_loader_step(const zrc_loader *l) {
         return l->next_step;
+}
+
+size_t zrc_loader_sources(const zrc_loader *l) {
+        return l->n_sources;
+}
+
+uint64_t zrc_loader_source_length(const zrc_loader *l, size_t k) {
+        return k < l->n_sources ? l->source_length[k] : 0;
 }
 
 static void held_clear(loader_held *h) {
@@ -194,6 +210,7 @@ void loader_free(zrc_loader *l, bool tell) {
         free(l->held);
         free(l->rings);
         free(l->streams);
+        free(l->source_length);
         free(l);
 }
 
@@ -217,6 +234,8 @@ static int open_take(zrc_loader *l, const conn_reply *reply, zrc_dataset *const 
         l->slot_bytes = conn_get_u64(reply->root, "slot_bytes");
         l->ring_bytes = conn_get_u64(reply->root, "ring_bytes");
         l->length = conn_get_u64(reply->root, "length");
+        if (zr_wire_find(reply->root, "fingerprint"))
+                l->fingerprint = conn_get_u64(reply->root, "fingerprint");
         (void)zr_wire_get_array(reply->root, "streams", &rs, &n, NULL);
         if (slots == 0 || slots > UINT32_MAX || l->slot_bytes == 0 ||
             l->ring_bytes / slots != l->slot_bytes || l->ring_bytes % slots != 0 ||
@@ -246,27 +265,57 @@ static int open_take(zrc_loader *l, const conn_reply *reply, zrc_dataset *const 
                                          ", +%" PRIu64 ") does not fit its slot or batch",
                                          i, s->offset, s->capacity);
         }
+        if (l->n_sources) {
+                const msgpack_object *src;
+
+                n = 0;
+                (void)zr_wire_get_array(reply->root, "sources", &src, &n, NULL);
+                if (n != l->n_sources)
+                        return conn_fail(c, ZR_E_PROTO, "LOADER_OPEN reply: %u sources, not %zu", n,
+                                         l->n_sources);
+                for (size_t k = 0; k < l->n_sources; k++)
+                        l->source_length[k] = conn_get_u64(&src[k], "length");
+        }
         return 0;
 }
 
-int zrc_loader_open(zrc_conn *c, zrc_dataset *const *streams, size_t n_streams,
-                    const zrc_loader_options *opts, zrc_loader **ret) {
+/* The streams of one source (or of a plain loader) into the request. */
+static void put_streams(zr_wire_writer *w, zrc_dataset *const *streams, size_t n,
+                        const uint64_t *capacities) {
+        zr_wire_begin_array(w, "streams");
+        for (size_t i = 0; i < n; i++) {
+                zr_wire_begin_map(w, NULL);
+                zr_wire_put_u64(w, "handle", streams[i]->handle);
+                if (capacities && capacities[i])
+                        zr_wire_put_u64(w, "capacity", capacities[i]);
+                zr_wire_end(w);
+        }
+        zr_wire_end(w);
+}
+
+/* Checks that streams[0..n) are datasets of c (`what` names them). */
+static int check_streams(zrc_conn *c, zrc_dataset *const *streams, size_t n, const char *what,
+                         size_t k) {
+        if (!streams || n == 0 || n > ZR_STREAMS_MAX)
+                return conn_fail(c, EINVAL, "%s%zu needs 1..%d streams", what, k, ZR_STREAMS_MAX);
+        for (size_t i = 0; i < n; i++)
+                if (!streams[i] || streams[i]->conn != c)
+                        return conn_fail(c, EINVAL, "%s%zu: stream %zu is not a dataset of this "
+                                         "connection", what, k, i);
+        return 0;
+}
+
+/* LOADER_OPEN of one set of streams (sources NULL) or of a mixture, then the
+ * ring. streams are the batch's (source 0's for a mixture: they say what its
+ * records are). */
+static int loader_open(zrc_conn *c, zrc_dataset *const *streams, size_t n_streams,
+                       const zrc_mixture_source *sources, size_t n_sources,
+                       const zrc_loader_options *opts, zrc_loader **ret) {
         conn_reply reply = CONN_REPLY_NULL;
         zrc_loader *l;
         zr_wire_writer *w;
         uint32_t ring = 0;
         int r;
-
-        r = conn_check(c, CONN_FEATURE_LOADER, ZR_FEATURE_LOADER);
-        if (r < 0)
-                return r;
-        if (!opts || !ret || !streams || n_streams == 0 || n_streams > ZR_STREAMS_MAX)
-                return conn_fail(c, EINVAL, "a loader needs options and 1..%d streams",
-                                 ZR_STREAMS_MAX);
-        for (size_t i = 0; i < n_streams; i++)
-                if (!streams[i] || streams[i]->conn != c)
-                        return conn_fail(c, EINVAL, "stream %zu is not a dataset of this connection",
-                                         i);
 
         l = calloc(1, sizeof(*l));
         if (!l)
@@ -276,22 +325,36 @@ int zrc_loader_open(zrc_conn *c, zrc_dataset *const *streams, size_t n_streams,
         l->batch_size = opts->batch_size;
         l->next_step = opts->start_step;
         l->want_indices = opts->indices;
+        l->n_sources = sources ? n_sources : 0;
+        l->want_sources = sources && opts->provenance;
         l->streams = calloc(n_streams, sizeof(*l->streams));
-        if (!l->streams) {
+        l->source_length = calloc(n_sources ? n_sources : 1, sizeof(*l->source_length));
+        if (!l->streams || !l->source_length) {
+                free(l->streams);
+                free(l->source_length);
                 free(l);
                 return conn_fail(c, ENOMEM, "out of memory for a loader");
         }
 
         w = conn_begin(c, ZR_MSG_LOADER_OPEN);
-        zr_wire_begin_array(w, "streams");
-        for (size_t i = 0; i < n_streams; i++) {
-                zr_wire_begin_map(w, NULL);
-                zr_wire_put_u64(w, "handle", streams[i]->handle);
-                if (opts->capacities && opts->capacities[i])
-                        zr_wire_put_u64(w, "capacity", opts->capacities[i]);
+        if (!sources) {
+                put_streams(w, streams, n_streams, opts->capacities);
+        } else {
+                zr_wire_begin_array(w, "sources");
+                for (size_t k = 0; k < n_sources; k++) {
+                        zr_wire_begin_map(w, NULL);
+                        put_streams(w, sources[k].streams, n_streams, opts->capacities);
+                        zr_wire_put_u64(w, "weight", sources[k].weight);
+                        if (sources[k].sampler)
+                                zr_wire_put_str(w, "sampler", sources[k].sampler);
+                        if (sources[k].check_length)
+                                zr_wire_put_u64(w, "length", sources[k].length);
+                        zr_wire_end(w);
+                }
                 zr_wire_end(w);
+                if (opts->provenance)
+                        zr_wire_put_bool(w, "provenance", true);
         }
-        zr_wire_end(w);
         zr_wire_put_str(w, "sampler", opts->sampler ? opts->sampler : "sequential");
         zr_wire_put_u64(w, "batch_size", opts->batch_size);
         zr_wire_put_u64(w, "seed", opts->seed);
@@ -306,9 +369,12 @@ int zrc_loader_open(zrc_conn *c, zrc_dataset *const *streams, size_t n_streams,
                 zr_wire_put_u64(w, "length", opts->length);
         if (opts->indices)
                 zr_wire_put_bool(w, "indices", true);
+        if (opts->check_fingerprint)
+                zr_wire_put_u64(w, "fingerprint", opts->fingerprint);
         r = conn_call(c, ZR_MSG_LOADER_OPEN, NULL, 0, &reply);
         if (r < 0) {
                 free(l->streams);
+                free(l->source_length);
                 free(l);
                 return r;
         }
@@ -344,12 +410,49 @@ fail:
         return r;
 }
 
+int zrc_loader_open(zrc_conn *c, zrc_dataset *const *streams, size_t n_streams,
+                    const zrc_loader_options *opts, zrc_loader **ret) {
+        int r = conn_check(c, CONN_FEATURE_LOADER, ZR_FEATURE_LOADER);
+
+        if (r < 0)
+                return r;
+        if (!opts || !ret || !streams || n_streams == 0 || n_streams > ZR_STREAMS_MAX)
+                return conn_fail(c, EINVAL, "a loader needs options and 1..%d streams",
+                                 ZR_STREAMS_MAX);
+        for (size_t i = 0; i < n_streams; i++)
+                if (!streams[i] || streams[i]->conn != c)
+                        return conn_fail(c, EINVAL, "stream %zu is not a dataset of this connection",
+                                         i);
+        return loader_open(c, streams, n_streams, NULL, 0, opts, ret);
+}
+
+int zrc_loader_open_mixture(zrc_conn *c, const zrc_mixture_source *sources, size_t n_sources,
+                            size_t n_streams, const zrc_loader_options *opts, zrc_loader **ret) {
+        int r = conn_check(c, CONN_FEATURE_LOADER, ZR_FEATURE_LOADER);
+
+        if (r < 0)
+                return r;
+        r = conn_check(c, CONN_FEATURE_MIXTURE, ZR_FEATURE_MIXTURE);
+        if (r < 0)
+                return r;
+        if (!opts || !ret || !sources || n_sources == 0 || n_sources > ZR_SOURCES_MAX)
+                return conn_fail(c, EINVAL, "a mixture needs options and 1..%d sources",
+                                 ZR_SOURCES_MAX);
+        for (size_t k = 0; k < n_sources; k++) {
+                r = check_streams(c, sources[k].streams, n_streams, "source ", k);
+                if (r < 0)
+                        return r;
+        }
+        return loader_open(c, sources[0].streams, n_streams, sources, n_sources, opts, ret);
+}
+
 /* Takes a BATCH event body into a free held entry; *ret_entry names it. */
 static int batch_take(zrc_loader *l, const msgpack_object *root, uint32_t *ret_entry) {
         zrc_conn *c = l->conn;
         const msgpack_object *ms;
         const uint8_t *idx = NULL;
-        size_t n_idx = 0, ragged_records = 0, ragged_dims = 0, bytes;
+        const void *src = NULL;
+        size_t n_idx = 0, n_src = 0, ragged_records = 0, ragged_dims = 0, bytes;
         uint32_t ring_id = 0, slot = 0, n = 0, entry;
         uint64_t step = 0, slot_start, b = l->batch_size;
         const loader_ring *ring;
@@ -359,6 +462,7 @@ static int batch_take(zrc_loader *l, const msgpack_object *root, uint32_t *ret_e
         const void **payloads;
         uint64_t *lengths, *shapes, *indices, *shape_at;
         uint32_t *ndims;
+        uint8_t *sources;
 
         (void)zr_wire_get_u32(root, "ring", &ring_id, NULL);
         (void)zr_wire_get_u32(root, "slot", &slot, NULL);
@@ -397,6 +501,16 @@ static int batch_take(zrc_loader *l, const msgpack_object *root, uint32_t *ret_e
         if (l->want_indices && n_idx != b)
                 return conn_fail(c, ZR_E_PROTO, "loader %u: %zu indices for a batch of %" PRIu64,
                                  l->handle, n_idx, b);
+        if (l->want_sources) {
+                if (zr_wire_get_bin(root, "source", &src, &n_src, NULL) < 0 || n_src != b)
+                        return conn_fail(c, ZR_E_PROTO, "loader %u: a batch of %" PRIu64
+                                         " without each record's source", l->handle, b);
+                for (size_t j = 0; j < n_src; j++)
+                        if (((const uint8_t *)src)[j] >= l->n_sources)
+                                return conn_fail(c, ZR_E_PROTO, "loader %u: record %zu of a batch "
+                                                 "from source %u of %zu", l->handle, j,
+                                                 ((const uint8_t *)src)[j], l->n_sources);
+        }
         for (size_t i = 0; i < l->n_streams; i++)
                 if (l->streams[i].kind == ZRC_RAGGED) {
                         ragged_records += b;
@@ -406,9 +520,10 @@ static int batch_take(zrc_loader *l, const msgpack_object *root, uint32_t *ret_e
 
         h = &l->held[entry];
         h->streams = calloc(l->n_streams, sizeof(*h->streams));
-        /* payloads, lengths, shape_at, dims, indices, then ndims (4 bytes each) */
+        /* payloads, lengths, shape_at, dims, indices, then ndims (4 bytes each), then
+         * the records' sources (bytes) */
         bytes = ragged_records * (sizeof(void *) + 16 + 4) + ragged_dims * 8 +
-                (l->want_indices ? b * 8 : 0);
+                (l->want_indices ? b * 8 : 0) + (l->want_sources ? b : 0);
         h->arrays = malloc(bytes ? bytes : 1);
         if (!h->streams || !h->arrays) {
                 held_clear(h);
@@ -421,6 +536,7 @@ static int batch_take(zrc_loader *l, const msgpack_object *root, uint32_t *ret_e
         shapes = shape_at + ragged_records;
         indices = shapes + ragged_dims;
         ndims = (uint32_t *)(void *)(indices + (l->want_indices ? b : 0));
+        sources = (uint8_t *)(ndims + ragged_records);
 
         map = ring->map;
         slot_start = (uint64_t)slot * l->slot_bytes;
@@ -500,6 +616,8 @@ static int batch_take(zrc_loader *l, const msgpack_object *root, uint32_t *ret_e
         if (l->want_indices)
                 for (uint64_t j = 0; j < b; j++)
                         indices[j] = zr_wire_u64_at(idx, j);
+        if (l->want_sources)
+                memcpy(sources, src, b);
 
         h->held = true;
         h->ring = ring_id;
@@ -511,6 +629,7 @@ static int batch_take(zrc_loader *l, const msgpack_object *root, uint32_t *ret_e
                 .n_streams = l->n_streams,
                 .streams = h->streams,
                 .indices = l->want_indices ? indices : NULL,
+                .sources = l->want_sources ? sources : NULL,
         };
         ring_find(l, ring_id)->n_held++;
         l->n_held++;

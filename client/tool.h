@@ -7,6 +7,7 @@
 #define ZRECORD_TOOL_H
 
 #include "cmdline.h"
+#include "output.h"
 #include "zrc.h"
 
 /* Prints the last failure of c ("zrecord: WHAT: NAME: message") on stderr and
@@ -28,8 +29,20 @@ int tool_open_dataset(const cmdline *cl, zrc_conn *c, unsigned flags, const char
 /* Prints a schema's JSON members ("kind": ..., "codec": ...) without braces. */
 void tool_print_schema_json(const zrc_schema *s);
 
-/* cat.c: prints records. */
+/* True unless path is a directory without a meta.zr (a multi-stream set, or
+ * nothing: the open then says what is wrong). */
+bool tool_is_store_dir(const char *path);
+
+/* cat.c: prints records; and a record's values, by dtype (as text: each
+ * preceded by a space) or as hex, in JSON a "values": [...] or "hex": "..."
+ * member. */
 int tool_cmd_cat(const cmdline *cl, zrc_conn *c);
+void tool_print_values(const out_dtype *dt, const uint8_t *p, uint64_t len, bool json, bool hex);
+
+/* where.c: which steps read a record (`where`), and the records of a step
+ * (`batch`), of a dataset, a set or a mixture. */
+int tool_cmd_where(const cmdline *cl, zrc_conn *c);
+int tool_cmd_batch(const cmdline *cl, zrc_conn *c);
 
 /* import.c: checks the .npy file, then connects and imports it. */
 int tool_cmd_import(const cmdline *cl);

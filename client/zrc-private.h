@@ -31,6 +31,8 @@ enum {
         CONN_FEATURE_DICT = 1 << 2,
         CONN_FEATURE_VERIFY = 1 << 3,
         CONN_FEATURE_CONVERT = 1 << 4,
+        CONN_FEATURE_MIXTURE = 1 << 5,
+        CONN_FEATURE_STEPS_OF = 1 << 6,
 };
 
 /* Events kept for the loader API while no one consumes them (BATCH, RING,

@@ -1,6 +1,6 @@
 /* zrecord.c: the zrecord command-line tool, on libzrc: main(), the shared
  * helpers of tool.h, and the small commands (status, info, stats, verify,
- * compact); cat.c and import.c hold the larger ones.
+ * compact); cat.c, import.c and where.c hold the larger ones.
  *
  * One function per command. Each connects (exit 3 when no daemon answers),
  * does its requests, prints either text for a person or, with --json, one JSON
@@ -235,7 +235,7 @@ static void print_schema_text(const zrc_schema *s, const char *indent) {
 
 /* Whether `path` should be opened as one dataset: it holds a meta.zr, or it
  * cannot be examined (the open then says why). */
-static bool is_store_dir(const char *path) {
+bool tool_is_store_dir(const char *path) {
         struct stat st;
         char meta[4096];
 
@@ -308,7 +308,7 @@ static int cmd_info(const cmdline *cl, zrc_conn *c) {
         zrc_info info;
         int r;
 
-        if (!is_store_dir(cl->path) && zrc_has_feature(c, "msset"))
+        if (!tool_is_store_dir(cl->path) && zrc_has_feature(c, "msset"))
                 return info_set(cl, c);
         r = tool_open_dataset(cl, c, 0, "info", &d);
         if (r)
@@ -456,6 +456,7 @@ int main(int argc, char **argv) {
                 [CMD_STATS] = cmd_stats,     [CMD_VERIFY] = cmd_verify,
                 [CMD_COMPACT] = cmd_compact, [CMD_CAT] = tool_cmd_cat,
                 [CMD_CONVERT] = cmd_convert,
+                [CMD_WHERE] = tool_cmd_where, [CMD_BATCH] = tool_cmd_batch,
         };
         zrc_conn *c = NULL;
         cmdline cl;

@@ -62,7 +62,21 @@ static const field append_stream_fields[] = {
 };
 
 static const field loader_stream_fields[] = {
-        REQ("handle", T_U32), OPT("capacity", T_UINT), END,
+        REQ("handle", T_U32), OPT("capacity", T_UINT), OPT("name", T_STR), END,
+};
+
+/* LOADER_OPEN: a mixture's source */
+static const field loader_source_fields[] = {
+        REQ_SUB("streams", T_MAPS, loader_stream_fields), REQ("weight", T_U32),
+        OPT("sampler", T_STR), OPT("length", T_UINT), END,
+};
+
+/* LOADER_OPEN's reply: a mixture's source */
+static const field loader_source_ok_fields[] = { REQ("length", T_UINT), END };
+
+/* STEPS_OF: a mixture's source */
+static const field steps_source_fields[] = {
+        REQ("n", T_UINT), REQ("weight", T_U32), OPT("sampler", T_STR), END,
 };
 
 static const field msset_stream_fields[] = {
@@ -164,15 +178,24 @@ static const field install_dict_req[] = {
 };
 static const field convert_req[] = { REQ("to", T_STR), END };
 static const field loader_open_req[] = {
-        REQ_SUB("streams", T_MAPS, loader_stream_fields), REQ("sampler", T_STR),
+        OPT_SUB("streams", T_MAPS, loader_stream_fields), REQ("sampler", T_STR),
         REQ("batch_size", T_UINT), REQ("seed", T_UINT), REQ("start_step", T_UINT),
         OPT("rank", T_UINT), OPT("world_size", T_UINT), OPT("prefetch", T_UINT),
-        OPT("length", T_UINT), OPT("indices", T_BOOL), END,
+        OPT("length", T_UINT), OPT("indices", T_BOOL),
+        OPT_SUB("sources", T_MAPS, loader_source_fields), OPT("provenance", T_BOOL),
+        OPT("fingerprint", T_UINT),
+        END,
 };
 static const field release_req[] = {
         REQ("loader", T_U32), REQ("ring", T_U32), REQ("slot", T_U32), END,
 };
 static const field loader_only[] = { REQ("loader", T_U32), END };
+static const field steps_of_req[] = {
+        REQ("sampler", T_STR), OPT("n", T_UINT), OPT_SUB("sources", T_MAPS, steps_source_fields),
+        OPT("source", T_U32), REQ("batch_size", T_UINT), REQ("seed", T_UINT),
+        OPT("world_size", T_UINT), REQ("record", T_UINT), REQ("start", T_UINT),
+        REQ("stop", T_UINT), OPT("max_hits", T_UINT), END,
+};
 
 /* ---- replies ----------------------------------------------------------- */
 
@@ -230,8 +253,12 @@ static const field status_ok[] = {
 static const field loader_open_ok[] = {
         REQ("loader", T_U32), REQ("ring", T_U32), REQ("slots", T_UINT),
         REQ("slot_bytes", T_UINT), REQ("ring_bytes", T_UINT), REQ("length", T_UINT),
-        REQ_SUB("streams", T_MAPS, ring_stream_fields), END,
+        REQ_SUB("streams", T_MAPS, ring_stream_fields),
+        OPT_SUB("sources", T_MAPS, loader_source_ok_fields),
+        OPT("fingerprint", T_UINT),
+        END,
 };
+static const field steps_of_ok[] = { REQ("hits", T_U64S), REQ("next", T_UINT), END };
 
 /* ---- error and events -------------------------------------------------- */
 
@@ -241,7 +268,8 @@ static const field error_msg[] = {
 };
 static const field batch_event[] = {
         REQ("loader", T_U32), REQ("ring", T_U32), REQ("slot", T_U32), REQ("step", T_UINT),
-        REQ_SUB("streams", T_MAPS, batch_stream_fields), OPT("indices", T_U64S), END,
+        REQ_SUB("streams", T_MAPS, batch_stream_fields), OPT("indices", T_U64S),
+        OPT("source", T_BIN), END,
 };
 static const field ring_event[] = {
         REQ("loader", T_U32), REQ("ring", T_U32), REQ("slots", T_UINT),
@@ -285,6 +313,7 @@ static const kind_info kinds[_ZR_MSG_MAX] = {
         [ZR_MSG_LOADER_OPEN] = { "loader_open", loader_open_req, loader_open_ok, ZR_FEATURE_LOADER, 1 },
         [ZR_MSG_RELEASE] = { "release", release_req, NULL, ZR_FEATURE_LOADER, 0 },
         [ZR_MSG_LOADER_CLOSE] = { "loader_close", loader_only, no_fields, ZR_FEATURE_LOADER, 0 },
+        [ZR_MSG_STEPS_OF] = { "steps_of", steps_of_req, steps_of_ok, ZR_FEATURE_STEPS_OF, 0 },
         [ZR_MSG_OK] = { "ok", no_fields, NULL, NULL, 0 },
         [ZR_MSG_ERROR] = { "error", error_msg, NULL, NULL, 0 },
         [ZR_MSG_BATCH] = { "batch", batch_event, NULL, NULL, 0 },

@@ -61,6 +61,10 @@
  * it stays well under the kernel's SCM_MAX_FD (253), and sizes the receiver's
  * control buffer (CMSG_SPACE(65 * sizeof(int)) = 280 bytes). */
 #define ZR_FDS_PER_FRAME_MAX (1 + 2 * ZR_STREAMS_MAX)
+/* Most sources of a mixture (LOADER_OPEN `sources`, STEPS_OF; proto/SAMPLERS.md,
+ * "Mixtures"): each is a set of streams, so a loader of S streams per source
+ * holds S per source of them. */
+#define ZR_SOURCES_MAX 256
 /* Longest stream name (a directory entry name). */
 #define ZR_STREAM_NAME_MAX 255
 
@@ -130,6 +134,7 @@ typedef enum zr_msg_kind {
         ZR_MSG_LOADER_OPEN,     /* "loader_open" */
         ZR_MSG_RELEASE,         /* "release" (a notification: no id, no reply) */
         ZR_MSG_LOADER_CLOSE,    /* "loader_close" */
+        ZR_MSG_STEPS_OF,        /* "steps_of" */
         /* replies (daemon -> client, one per request, in request order) */
         ZR_MSG_OK,              /* "ok" */
         ZR_MSG_ERROR,           /* "error" */
@@ -143,7 +148,7 @@ typedef enum zr_msg_kind {
 } zr_msg_kind;
 
 #define ZR_MSG_FIRST_REQUEST ZR_MSG_HELLO
-#define ZR_MSG_LAST_REQUEST ZR_MSG_LOADER_CLOSE
+#define ZR_MSG_LAST_REQUEST ZR_MSG_STEPS_OF
 
 /* ---- feature names (HELLO "features") ---------------------------------- */
 
@@ -152,6 +157,8 @@ typedef enum zr_msg_kind {
 #define ZR_FEATURE_DICT "dict"     /* TRAIN_DICT, INSTALL_DICT */
 #define ZR_FEATURE_VERIFY "verify" /* VERIFY */
 #define ZR_FEATURE_CONVERT "convert" /* CONVERT */
+#define ZR_FEATURE_MIXTURE "mixture"   /* LOADER_OPEN `sources`, BATCH `source` */
+#define ZR_FEATURE_STEPS_OF "steps_of" /* STEPS_OF */
 
 /* ---- field names used by the codec itself ------------------------------ */
 

@@ -1,7 +1,7 @@
 /* batch.c: the gather of one batch (batch.h): locate, lay out, then read,
  * through the decoded-record cache for compressed datasets.
  *
- * It assumes the caller holds the dataset's lock shared, so no record it
+ * It assumes the caller holds each of its datasets' locks shared, so no record it
  * locates moves before it is read (an append may run beside it: appends never
  * move a record). It does not check that a batch fits its destination: the
  * caller does, between the two steps, with the bytes the layout needs.
@@ -25,8 +25,74 @@ static uint64_t align_up(uint64_t v, uint64_t a) {
         return (v + a - 1) / a * a;
 }
 
+/* Record i's dataset: ds, or its source's. */
+static zr_dataset *record_ds(const zr_gather *g, size_t i) {
+        return g->sources ? g->sources[g->source[i]] : g->ds;
+}
+
+/* The schema every record follows: ds's, or the first source's (the sources
+ * agree on kind, dtype and shape; codecs and layouts may differ). */
+static const zr_schema *gather_schema(const zr_gather *g) {
+        return zr_dataset_schema(g->sources ? g->sources[0] : g->ds);
+}
+
+/* A batch of several datasets: groups the records by source (a counting sort,
+ * stable), then locates each source's in its own store. */
+static int locate_sources(zr_gather *g, zr_error *err) {
+        size_t n = g->n, k_n = g->nsources;
+        uint32_t *at;
+
+        if (k_n == 0 || k_n > UINT8_MAX + 1)
+                return zr_error_set(err, EINVAL, "a gather of %zu sources", k_n);
+        if (n > SIZE_MAX / (2 * sizeof(uint32_t) + sizeof(uint64_t) + sizeof(zr_loc) + sizeof(void *)))
+                return zr_error_errno(err, ENOMEM, "gathering %zu records", n);
+        /* one table: part_locs, part_idx, part_dsts, order, from (k_n + 1), at (k_n) */
+        g->part_locs = malloc(n * (sizeof(zr_loc) + sizeof(uint64_t) + sizeof(void *) + sizeof(uint32_t)) +
+                              (2 * k_n + 1) * sizeof(uint32_t));
+        if (!g->part_locs)
+                return zr_error_errno(err, ENOMEM, "gathering %zu records", n);
+        g->part_idx = (uint64_t *)(g->part_locs + n);
+        g->part_dsts = (void **)(g->part_idx + n);
+        g->order = (uint32_t *)(g->part_dsts + n);
+        g->from = g->order + n;
+        at = g->from + k_n + 1;
+        memset(g->from, 0, (2 * k_n + 1) * sizeof(uint32_t));
+        for (size_t i = 0; i < n; i++) {
+                if (g->source[i] >= k_n)
+                        return zr_error_set(err, EINVAL, "record %zu of the batch names source %u of %zu", i,
+                                            g->source[i], k_n);
+                g->from[g->source[i] + 1]++;
+        }
+        for (size_t k = 0; k < k_n; k++) {
+                g->from[k + 1] += g->from[k];
+                at[k] = g->from[k];
+        }
+        for (size_t i = 0; i < n; i++) {
+                uint32_t j = at[g->source[i]]++;
+
+                g->order[j] = (uint32_t)i;
+                g->part_idx[j] = g->idx[i];
+        }
+        for (size_t k = 0; k < k_n; k++) {
+                uint32_t from = g->from[k], cnt = g->from[k + 1] - from;
+                zr_error perr = {0};
+                int r;
+
+                if (cnt == 0)
+                        continue;
+                r = zr_store_locate(zr_dataset_store(g->sources[k]), g->part_idx + from, cnt,
+                                    g->part_locs + from, &perr);
+                if (r < 0)
+                        return zr_error_set(err, perr.code ? perr.code : -r, "source %zu: %s", k,
+                                            perr.message);
+        }
+        for (size_t j = 0; j < n; j++)
+                g->locs[g->order[j]] = g->part_locs[j];
+        return 0;
+}
+
 int zr_gather_locate(zr_gather *g, zr_error *err) {
-        const zr_schema *s = zr_dataset_schema(g->ds);
+        const zr_schema *s = gather_schema(g);
         size_t n = g->n ? g->n : 1;
         uint64_t used = 0;
         int r;
@@ -39,7 +105,10 @@ int zr_gather_locate(zr_gather *g, zr_error *err) {
         if (!g->locs)
                 return zr_error_errno(err, ENOMEM, "gathering %zu records", g->n);
         g->dsts = (void **)(g->locs + n);
-        r = zr_store_locate(zr_dataset_store(g->ds), g->idx, g->n, g->locs, err);
+        if (g->sources)
+                r = locate_sources(g, err);
+        else
+                r = zr_store_locate(zr_dataset_store(g->ds), g->idx, g->n, g->locs, err);
         if (r < 0)
                 return r;
         if (s->kind == ZR_SCHEMA_DENSE) {
@@ -52,13 +121,16 @@ int zr_gather_locate(zr_gather *g, zr_error *err) {
                 g->bytes = (uint64_t)g->n * item;
                 return 0;
         }
-        /* loaderx 1.5.7's layouts: no header, the shape is the dataset's to give */
-        uint64_t hdr = s->layout == ZR_LAYOUT_ZRECORD ? zr_ragged_header_bytes(s->ndim) : 0;
         for (size_t i = 0; i < g->n; i++) {
+                zr_dataset *ds = record_ds(g, i);
+                /* loaderx 1.5.7's layouts: no header, the shape is the dataset's to
+                 * give (a mixture's sources may differ in layout) */
+                uint64_t hdr = zr_dataset_schema(ds)->layout == ZR_LAYOUT_ZRECORD
+                                       ? zr_ragged_header_bytes(s->ndim) : 0;
                 if (hdr == 0) {
                         uint64_t dims[ZR_SCHEMA_NDIM_MAX];
                         uint32_t nd;
-                        r = zr_dataset_record_shape(g->ds, g->idx[i], g->locs[i].logic_length,
+                        r = zr_dataset_record_shape(ds, g->idx[i], g->locs[i].logic_length,
                                                     &nd, dims, err);
                         if (r < 0)
                                 return r;
@@ -73,17 +145,29 @@ int zr_gather_locate(zr_gather *g, zr_error *err) {
         return 0;
 }
 
+/* The records of one dataset in a gather: all of a one-dataset gather's, or
+ * one source's. */
+typedef struct gather_part {
+        zr_dataset *ds;
+        const uint64_t *idx;
+        const zr_loc *locs;
+        void *const *dsts;
+        size_t n;
+} gather_part;
+
 typedef struct copy_job {
         zr_rcache *cache;
         const zr_rcache_key *keys;
         zr_rcache_entry **hits;
+        const uint8_t *repeat;
         void *const *dsts;
         const zr_loc *locs;
         size_t n;
         _Atomic uint64_t evictions;
 } copy_job;
 
-/* Shard: copies cache hits into place, inserts decoded misses into the cache. */
+/* Shard: copies cache hits into place, inserts decoded misses into the cache
+ * (a record repeated within the batch once). */
 static void copy_shard(void *arg, size_t shard, size_t nshards) {
         copy_job *j = arg;
         size_t lo = j->n * shard / nshards, hi = j->n * (shard + 1) / nshards;
@@ -93,55 +177,109 @@ static void copy_shard(void *arg, size_t shard, size_t nshards) {
                 if (j->hits[i])
                         memcpy(j->dsts[i], zr_rcache_entry_data(j->hits[i]),
                                j->locs[i].logic_length);
-                else
+                else if (!j->repeat[i])
                         ev += zr_rcache_insert(j->cache, &j->keys[i], j->dsts[i],
                                                j->locs[i].logic_length);
         }
         atomic_fetch_add(&j->evictions, ev);
 }
 
-/* Reads through the cache: hits are copied, misses decoded then inserted. */
-static int read_cached(zr_gather *g, zr_rcache *cache, zr_pool *pool, zr_error *err) {
-        size_t n = g->n, nm = 0, nhits;
-        uint64_t id = zr_dataset_id(g->ds), gen = zr_dataset_generation(g->ds);
+typedef struct miss {
+        uint64_t idx;
+        size_t pos;
+} miss;
+
+static int cmp_miss(const void *a, const void *b) {
+        const miss *x = a, *y = b;
+        if (x->idx != y->idx)
+                return x->idx < y->idx ? -1 : 1;
+        return x->pos < y->pos ? -1 : x->pos > y->pos;
+}
+
+/* Marks the misses whose record an earlier miss of the part reads too:
+ * repeat[i] = 1 and first[i] = that earlier position. Returns how many. */
+static size_t find_repeats(const gather_part *p, zr_rcache_entry *const *hits, miss *m,
+                           uint8_t *repeat, size_t *first) {
+        size_t nm = 0, k = 0;
+
+        for (size_t i = 0; i < p->n; i++) {
+                repeat[i] = 0;
+                if (!hits[i])
+                        m[nm++] = (miss){ p->idx[i], i };
+        }
+        if (nm > 1)
+                qsort(m, nm, sizeof(*m), cmp_miss);
+        for (size_t i = 1, lead = 0; i < nm; i++) {
+                if (m[i].idx != m[lead].idx) {
+                        lead = i;
+                        continue;
+                }
+                repeat[m[i].pos] = 1;
+                first[m[i].pos] = m[lead].pos;
+                k++;
+        }
+        return k;
+}
+
+/* Reads through the cache: hits are copied, misses decoded then inserted. A
+ * record drawn twice in one batch is decoded once and copied (a hit: the
+ * cache's first use of it is this batch). */
+static int read_cached(zr_gather *g, const gather_part *p, zr_rcache *cache, zr_pool *pool,
+                       zr_error *err) {
+        size_t n = p->n, nm = 0, nhits, nrep;
+        uint64_t id = zr_dataset_id(p->ds), gen = zr_dataset_generation(p->ds);
         zr_rcache_key *keys;
         zr_loc *mlocs;
         zr_rcache_entry **hits;
         void **mdsts;
+        miss *ms;
+        size_t *first;
+        uint8_t *repeat;
         int r;
 
-        /* one table: keys, the misses' locations, hits, the misses' places */
-        keys = malloc(n * (sizeof(*keys) + sizeof(*mlocs) + sizeof(*hits) + sizeof(*mdsts)));
+        /* one table: keys, the misses' locations, hits, the misses' places,
+         * the misses by record, the first of each repeat, the repeats */
+        keys = malloc(n * (sizeof(*keys) + sizeof(*mlocs) + sizeof(*hits) + sizeof(*mdsts) +
+                           sizeof(*ms) + sizeof(*first) + sizeof(*repeat)));
         if (!keys)
                 return zr_error_errno(err, ENOMEM, "gathering a batch of %zu", n);
         mlocs = (zr_loc *)(keys + n);
         hits = (zr_rcache_entry **)(mlocs + n);
         mdsts = (void **)(hits + n);
+        ms = (miss *)(mdsts + n);
+        first = (size_t *)(ms + n);
+        repeat = (uint8_t *)(first + n);
         for (size_t i = 0; i < n; i++)
-                keys[i] = (zr_rcache_key){ id, gen, g->idx[i] };
+                keys[i] = (zr_rcache_key){ id, gen, p->idx[i] };
         nhits = zr_rcache_lookup(cache, keys, n, hits);
         /* this batch is the planned use: what is inserted below is kept or
          * not by its next use after this one */
         if (g->plan_owner)
                 zr_rcache_unplan(cache, g->plan_owner, keys, n);
         for (size_t i = 0; i < n; i++) {
-                if (hits[i] && zr_rcache_entry_len(hits[i]) != g->locs[i].logic_length) {
+                if (hits[i] && zr_rcache_entry_len(hits[i]) != p->locs[i].logic_length) {
                         /* cannot happen for an immutable key; decode instead */
                         zr_rcache_unpin(cache, hits[i]);
                         hits[i] = NULL;
                         nhits--;
                 }
-                if (!hits[i]) {
-                        mlocs[nm] = g->locs[i];
-                        mdsts[nm++] = g->dsts[i];
+        }
+        nrep = find_repeats(p, hits, ms, repeat, first);
+        for (size_t i = 0; i < n; i++) {
+                if (!hits[i] && !repeat[i]) {
+                        mlocs[nm] = p->locs[i];
+                        mdsts[nm++] = p->dsts[i];
                 }
         }
-        g->hits += nhits;
+        g->hits += nhits + nrep;
         g->misses += nm;
-        r = zr_store_gather_locs(zr_dataset_store(g->ds), mlocs, nm, mdsts, err);
+        r = zr_store_gather_locs(zr_dataset_store(p->ds), mlocs, nm, mdsts, err);
         if (r >= 0) {
-                copy_job j = { .cache = cache, .keys = keys, .hits = hits, .dsts = g->dsts,
-                               .locs = g->locs, .n = n };
+                copy_job j = { .cache = cache, .keys = keys, .hits = hits, .repeat = repeat,
+                               .dsts = p->dsts, .locs = p->locs, .n = n };
+                for (size_t i = 0; i < n && nrep > 0; i++)
+                        if (repeat[i])
+                                memcpy(p->dsts[i], p->dsts[first[i]], p->locs[i].logic_length);
                 zr_pool_parallel(pool, zr_pool_shards(pool, (n + COPY_SHARD_MIN - 1) /
                                                                     COPY_SHARD_MIN),
                                  copy_shard, &j);
@@ -153,31 +291,42 @@ static int read_cached(zr_gather *g, zr_rcache *cache, zr_pool *pool, zr_error *
         return r;
 }
 
-/* The shapes, payload offsets and lengths of a batch of loaderx 1.5.7's layouts,
- * whose records are bare payloads (checked against their shapes by locate). */
-static int shapes_headerless(zr_gather *g, uint64_t base, zr_error *err) {
-        bool any = zr_dataset_schema(g->ds)->ndim == ZR_SCHEMA_NDIM_ANY;
-        uint64_t w = 0;
+/* Reads one dataset's records: through the cache when it is compressed. */
+static int read_part(zr_gather *g, const gather_part *p, zr_rcache *cache, zr_pool *pool,
+                     zr_error *err) {
+        if (p->n == 0)
+                return 0;
+        if (cache && zr_dataset_schema(p->ds)->codec != ZR_CODEC_RAW)
+                return read_cached(g, p, cache, pool, err);
+        return zr_store_gather_locs(zr_dataset_store(p->ds), p->locs, p->n, p->dsts, err);
+}
 
-        for (size_t i = 0; i < g->n; i++) {
-                uint32_t nd;
-                int r = zr_dataset_record_shape(g->ds, g->idx[i], g->locs[i].logic_length, &nd,
-                                                g->shapes + w + any, err);
-                if (r < 0)
-                        return r;
-                if (any)
-                        g->shapes[w++] = nd;
-                w += nd;
-                g->offsets[i] += base;
-                g->lengths[i] = g->locs[i].logic_length;
+/* Reads every record: one part, or one per source (each named in errors). */
+static int read_parts(zr_gather *g, zr_rcache *cache, zr_pool *pool, zr_error *err) {
+        if (!g->sources) {
+                gather_part p = { g->ds, g->idx, g->locs, g->dsts, g->n };
+
+                return read_part(g, &p, cache, pool, err);
         }
-        g->shape_words = w;
+        for (size_t j = 0; j < g->n; j++)
+                g->part_dsts[j] = g->dsts[g->order[j]];
+        for (uint32_t k = 0; k < g->nsources; k++) {
+                uint32_t from = g->from[k];
+                gather_part p = { g->sources[k], g->part_idx + from, g->part_locs + from,
+                                  g->part_dsts + from, g->from[k + 1] - from };
+                zr_error perr = {0};
+                int r = read_part(g, &p, cache, pool, &perr);
+
+                if (r < 0)
+                        return zr_error_set(err, perr.code ? perr.code : -r, "source %u: %s", k,
+                                            perr.message);
+        }
         return 0;
 }
 
 int zr_gather_read(zr_gather *g, uint8_t *dst, uint64_t base, zr_rcache *cache, zr_pool *pool,
                    zr_error *err) {
-        const zr_schema *s = zr_dataset_schema(g->ds);
+        const zr_schema *s = gather_schema(g);
         bool ragged = s->kind == ZR_SCHEMA_RAGGED;
         uint64_t item = zr_schema_item_bytes(s), w = 0;
         int r;
@@ -192,18 +341,28 @@ int zr_gather_read(zr_gather *g, uint8_t *dst, uint64_t base, zr_rcache *cache, 
                 if (i + 1 < g->n && g->offsets[i + 1] > end)
                         memset(dst + end, 0, g->offsets[i + 1] - end);
         }
-        if (cache && s->codec != ZR_CODEC_RAW && g->n > 0)
-                r = read_cached(g, cache, pool, err);
-        else
-                r = zr_store_gather_locs(zr_dataset_store(g->ds), g->locs, g->n,
-                                         (void *const *)g->dsts, err);
+        r = read_parts(g, cache, pool, err);
         if (r < 0 || !ragged)
                 return r < 0 ? r : 0;
-        if (s->layout != ZR_LAYOUT_ZRECORD)
-                return shapes_headerless(g, base, err);
         for (size_t i = 0; i < g->n; i++) {
+                zr_dataset *ds = record_ds(g, i);
                 zr_error perr = {0};
                 uint32_t nd = s->ndim;
+                if (zr_dataset_schema(ds)->layout != ZR_LAYOUT_ZRECORD) {
+                        /* loaderx 1.5.7's layouts: a bare payload, its shape the
+                         * dataset's (checked against its size by locate) */
+                        bool any = s->ndim == ZR_SCHEMA_NDIM_ANY;
+                        r = zr_dataset_record_shape(ds, g->idx[i], g->locs[i].logic_length, &nd,
+                                                    g->shapes + w + any, err);
+                        if (r < 0)
+                                return r;
+                        if (any)
+                                g->shapes[w++] = nd;
+                        w += nd;
+                        g->offsets[i] += base;
+                        g->lengths[i] = g->locs[i].logic_length;
+                        continue;
+                }
                 if (nd != ZR_SCHEMA_NDIM_ANY)
                         r = zr_ragged_parse(s, g->dsts[i], g->locs[i].logic_length, g->idx[i],
                                             g->shapes + w, &perr);
@@ -225,6 +384,11 @@ int zr_gather_read(zr_gather *g, uint8_t *dst, uint64_t base, zr_rcache *cache, 
 
 void zr_gather_release(zr_gather *g) {
         free(g->locs);
+        free(g->part_locs);
         g->locs = NULL;
         g->dsts = NULL;
+        g->part_locs = NULL;
+        g->part_idx = NULL;
+        g->part_dsts = NULL;
+        g->order = g->from = NULL;
 }

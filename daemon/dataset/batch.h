@@ -25,10 +25,19 @@
  *                       cache when one is given (cache.h); raw records never
  *                       do: a raw read is already one copy.
  *
- * The caller holds the dataset's lock shared across both steps (dataset.h)
- * and gives the arrays a ragged batch returns. Per batch a gather allocates
- * one table for the locations and, through a cache, one for the split of hits
- * and misses; nothing per record.
+ * A batch may also draw its records from several datasets of one layout (a
+ * mixture's sources, sampler/mixture.h): record i is then record idx[i] of
+ * dataset sources[source[i]]. The datasets must agree on the schema's kind,
+ * dtype, item shape and ndim (the caller checks it); their codecs and ragged
+ * layouts may differ, and each record is read as its own dataset reads
+ * (through the cache when compressed, keyed by its own dataset; its shape from
+ * its header or, in loaderx 1.5.7's layouts, from its dataset).
+ *
+ * The caller holds the lock of every dataset of the gather shared across both
+ * steps (dataset.h) and gives the arrays a ragged batch returns. Per batch a
+ * gather allocates one table for the locations (a mixture's too, its records
+ * grouped by source) and, through a cache, one for the split of hits and
+ * misses per dataset; nothing per record.
  *
  * Errors: negative codes with *err filled (err may be NULL): ZR_E_RANGE for an
  * index >= the length, ZR_E_CORRUPT for a dense record that is not one item,
@@ -48,9 +57,14 @@
 
 typedef struct zr_gather {
         /* set by the caller before zr_gather_locate() */
-        zr_dataset *ds;
+        zr_dataset *ds;         /* every record's dataset, unless `sources` is set */
         const uint64_t *idx;    /* n record indices, any order, repeats allowed */
         size_t n;
+        /* a batch of several datasets (NULL: ds alone): record i is idx[i] of
+         * sources[source[i]], source[i] < nsources; ds is ignored */
+        zr_dataset *const *sources;
+        const uint8_t *source;
+        uint32_t nsources;
         /* ragged only, the caller's arrays of n entries (shapes: room for
          * zr_ragged_shape_words_max(schema, n) words, ragged.h). After locate,
          * offsets[i] is record i's place from the start of the destination (its
@@ -68,15 +82,23 @@ typedef struct zr_gather {
 
         /* set by zr_gather_locate() */
         uint64_t bytes;         /* the destination bytes the batch spans */
-        zr_loc *locs;           /* n: each record's place in the store */
+        zr_loc *locs;           /* n: each record's place in its store */
         void **dsts;            /* n: where each record goes, set by the read */
+        /* several datasets: the records grouped by source, record order[j] for
+         * j in [from[k], from[k + 1]) being source k's, with their indices and
+         * places in that order (part_locs, part_dsts) */
+        uint32_t *order, *from;
+        uint64_t *part_idx;
+        zr_loc *part_locs;
+        void **part_dsts;
 
         /* added to by zr_gather_read() when it reads through a cache */
         uint64_t hits, misses, evictions;
 } zr_gather;
 
 /* Locates records g->idx[0..n) and lays them out (see the top). Returns 0, or
- * a negative code; either way release the gather with zr_gather_release(). */
+ * a negative code (a mixture's messages name the source: "source 2: ..."),
+ * either way release the gather with zr_gather_release(). */
 int zr_gather_locate(zr_gather *g, zr_error *err);
 
 /* Reads the located records into dst, which must hold g->bytes. `base` is

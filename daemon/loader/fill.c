@@ -3,14 +3,17 @@
  *
  * At open it reads each stream's length and generation, sizes each stream's
  * region (a dense batch exactly; a ragged one as asked, or twice the batch of
- * records of the mean size sampled from the table, loader.h) and lays the
- * regions out in a slot. A fill gathers every stream of one step into its
- * region with the dataset layer's batch gather (dataset/batch.h), through the
- * engine's decoded-record cache, and fills the slot's metadata.
+ * records of the mean size sampled from the table, loader.h; a mixture's, the
+ * most its sources' streams ask) and lays the regions out in a slot. A fill
+ * takes the step's records (sources.c) and gathers every stream of one step
+ * into its region with the dataset layer's batch gather (dataset/batch.h; a
+ * mixture's stream from every source at once), through the engine's
+ * decoded-record cache, and fills the slot's metadata.
  *
  * It assumes the scheduler has claimed the slot for this fill alone. A fill
- * takes each stream's lock shared, one at a time, and only tries: a lock that
- * a mutation holds parks the fill (res->busy) instead of holding a worker.
+ * takes each stream's lock shared (a mixture's stream: each distinct dataset of
+ * its sources' at once), and only tries: a lock that a mutation holds parks the
+ * fill (res->busy) instead of holding a worker.
  * It checks the stream's generation before and after: a batch gathered across
  * a change is never announced.
  */
@@ -37,8 +40,9 @@ static uint64_t align_up(uint64_t v, uint64_t a) {
 }
 
 /* Default capacity of a ragged stream: see loader.h. */
-static int ragged_default_capacity(lstream *st, uint64_t n, uint64_t B, zr_error *err) {
-        uint64_t k = n < LOADER_CAPACITY_SAMPLE ? n : LOADER_CAPACITY_SAMPLE, sum = 0, cap;
+static int ragged_default_capacity(lstream *st, uint64_t B, zr_error *err) {
+        uint64_t n = st->open_len, k = n < LOADER_CAPACITY_SAMPLE ? n : LOADER_CAPACITY_SAMPLE;
+        uint64_t sum = 0, cap;
         uint64_t idx[LOADER_CAPACITY_SAMPLE];
         zr_loc locs[LOADER_CAPACITY_SAMPLE];
         int r;
@@ -50,6 +54,8 @@ static int ragged_default_capacity(lstream *st, uint64_t n, uint64_t B, zr_error
                 return r;
         for (uint64_t i = 0; i < k; i++)
                 sum += locs[i].logic_length;
+        if (k == 0) /* an empty source of a mixture: its records never come */
+                k = 1;
         /* 2 × B × mean, plus the alignment padding of B records */
         unsigned __int128 c = (unsigned __int128)LOADER_CAPACITY_FACTOR * B * sum / k +
                               (unsigned __int128)B * ZR_RECORD_ALIGN;
@@ -72,6 +78,11 @@ static int layout(zr_loader *l, const zr_loader_params *p, zr_error *err) {
                 if (__builtin_add_overflow(off, st->capacity, &off))
                         return zr_error_set(err, EOVERFLOW, "the slot size overflows");
         }
+        /* a mixture: every source's stream i shares stream i's region */
+        for (size_t j = l->nstreams; j < l->nall; j++) {
+                l->streams[j].offset = l->streams[j % l->nstreams].offset;
+                l->streams[j].capacity = l->streams[j % l->nstreams].capacity;
+        }
         l->slot_bytes = align_up(off ? off : 1, ZR_SHM_ALIGN);
         if (l->slot_bytes < off || (uint64_t)l->nslots > UINT64_MAX / l->slot_bytes ||
             l->slot_bytes * l->nslots > SIZE_MAX / 2)
@@ -90,47 +101,69 @@ static int layout(zr_loader *l, const zr_loader_params *p, zr_error *err) {
         return 0;
 }
 
-/* Each stream's schema, generation and length (under its lock); they must
- * all have one length, the one the client expects if it says. */
+/* "stream 1 (label)", or a mixture's "source 2 stream 1 (label)" (a stream of
+ * every source, its slot region: k = UINT32_MAX), for messages. */
+static void stream_name(const zr_loader *l, uint32_t k, size_t i, const char *name, char *buf,
+                        size_t size) {
+        int at = l->nsources && k != UINT32_MAX ? snprintf(buf, size, "source %" PRIu32 " ", k) : 0;
+
+        if (name)
+                snprintf(buf + at, size - (size_t)at, "stream %zu (%s)", i, name);
+        else
+                snprintf(buf + at, size - (size_t)at, "stream %zu", i);
+}
+
+/* Each stream's schema, generation and length (under its lock); the streams
+ * of a source must all have one length, a plain loader's the one the client
+ * expects if it says (a mixture's sources are checked by sources.c). */
 static int streams_open(zr_loader *l, const zr_loader_stream *streams,
                         const zr_loader_params *p, zr_error *err) {
         uint64_t len0 = 0;
 
-        for (size_t i = 0; i < l->nstreams; i++) {
-                lstream *st = &l->streams[i];
-                st->s = streams[i];
-                if (streams[i].name)
-                        snprintf(st->name, sizeof(st->name), "stream %zu (%s)", i,
-                                 streams[i].name);
-                else
-                        snprintf(st->name, sizeof(st->name), "stream %zu", i);
-                st->schema = zr_dataset_schema(st->s.ds);
-                st->ragged = st->schema->kind == ZR_SCHEMA_RAGGED;
-                st->item_bytes = zr_schema_item_bytes(st->schema);
-                zr_dataset_lock(st->s.ds, false);
-                st->open_gen = zr_dataset_generation(st->s.ds);
-                uint64_t len = zr_dataset_length(st->s.ds);
-                zr_dataset_unlock(st->s.ds);
-                if (i == 0)
-                        len0 = len;
-                if (len != len0) {
+        for (uint32_t k = 0; k < loader_sources(l); k++) {
+                const zr_loader_stream *in = streams + (size_t)k * l->nstreams;
+
+                for (size_t i = 0; i < l->nstreams; i++) {
+                        lstream *st = loader_stream(l, k, i);
+                        st->s = in[i];
+                        if (in[i].name) { /* the caller's string lives as long as the call */
+                                snprintf(st->label, sizeof(st->label), "%s", in[i].name);
+                                st->s.name = st->label;
+                        }
+                        stream_name(l, k, i, in[i].name, st->name, sizeof(st->name));
+                        st->schema = zr_dataset_schema(st->s.ds);
+                        st->ragged = st->schema->kind == ZR_SCHEMA_RAGGED;
+                        st->item_bytes = zr_schema_item_bytes(st->schema);
+                        zr_dataset_lock(st->s.ds, false);
+                        st->open_gen = zr_dataset_generation(st->s.ds);
+                        st->open_len = zr_dataset_length(st->s.ds);
+                        zr_dataset_unlock(st->s.ds);
+                        if (i == 0)
+                                len0 = st->open_len;
+                        if (st->open_len == len0)
+                                continue;
                         char msg[ZR_ERROR_MESSAGE_MAX];
                         size_t at = 0;
                         msg[0] = 0;
-                        for (size_t k = 0; k < l->nstreams && at < sizeof(msg); k++) {
+                        for (size_t m = 0; m < l->nstreams && at < sizeof(msg); m++) {
                                 char nm[64];
-                                if (streams[k].name)
-                                        snprintf(nm, sizeof(nm), "%s", streams[k].name);
+                                if (in[m].name)
+                                        snprintf(nm, sizeof(nm), "%s", in[m].name);
                                 else
-                                        snprintf(nm, sizeof(nm), "stream %zu", k);
+                                        snprintf(nm, sizeof(nm), "stream %zu", m);
                                 at += (size_t)snprintf(msg + at, sizeof(msg) - at,
-                                                       "%s%s: %" PRIu64, k ? ", " : "", nm,
-                                                       zr_dataset_length(streams[k].ds));
+                                                       "%s%s: %" PRIu64, m ? ", " : "", nm,
+                                                       zr_dataset_length(in[m].ds));
                         }
+                        if (l->nsources)
+                                return zr_error_set(err, ZR_E_MISALIGNED, "the streams of source %"
+                                                    PRIu32 " differ in length (%s)", k, msg);
                         return zr_error_set(err, ZR_E_MISALIGNED, "the streams differ in length "
                                             "(%s)", msg);
                 }
         }
+        if (l->nsources)
+                return 0;
         l->length = len0;
         if (p->has_length && p->length != len0)
                 return zr_error_set(err, ZR_E_STALE, "the streams hold %" PRIu64 " records, the "
@@ -139,10 +172,10 @@ static int streams_open(zr_loader *l, const zr_loader_stream *streams,
 }
 
 /* Each stream's region: a dense batch exactly, a ragged one what was asked
- * or the default (loader.h). */
+ * or the default (loader.h); a mixture's, the most any source's stream asks. */
 static int capacities(zr_loader *l, const zr_loader_params *p, zr_error *err) {
-        for (size_t i = 0; i < l->nstreams; i++) {
-                lstream *st = &l->streams[i];
+        for (size_t j = 0; j < l->nall; j++) {
+                lstream *st = &l->streams[j];
                 int r = 0;
                 if (!st->ragged) {
                         if (__builtin_mul_overflow(p->batch_size, st->item_bytes, &st->capacity))
@@ -159,11 +192,13 @@ static int capacities(zr_loader *l, const zr_loader_params *p, zr_error *err) {
                                 r = zr_error_set(err, ZR_E_STALE, "%s changed while the loader "
                                                  "opened", st->name);
                         else
-                                r = ragged_default_capacity(st, l->length, p->batch_size, err);
+                                r = ragged_default_capacity(st, p->batch_size, err);
                         zr_dataset_unlock(st->s.ds);
                         if (r < 0)
                                 return r;
                 }
+                if (j >= l->nstreams && st->capacity > l->streams[j % l->nstreams].capacity)
+                        l->streams[j % l->nstreams].capacity = st->capacity;
         }
         return 0;
 }
@@ -174,16 +209,25 @@ int zr_fill_setup(zr_loader *l, const zr_loader_stream *streams, const zr_loader
 
         if (r < 0)
                 return r;
+        if (l->nsources) {
+                /* a mixture: its own sampler (sources.c); a source may be shorter
+                 * than a batch, it repeats */
+                r = zr_sources_setup(l, p, err);
+                if (r < 0)
+                        return r;
+        }
         l->sp = (zr_sampler_params){ .mode = p->mode, .n = l->length,
                                      .batch_size = p->batch_size, .seed = p->seed,
                                      .step = p->start_step, .rank = p->rank,
                                      .world_size = p->world_size };
-        r = zr_sampler_check(&l->sp, err);
-        if (r < 0)
-                return r;
-        if (p->batch_size > l->length)
-                return zr_error_set(err, ZR_E_SAMPLER, "batch_size %" PRIu64 " is larger than "
-                                    "the length %" PRIu64, p->batch_size, l->length);
+        if (!l->nsources) {
+                r = zr_sampler_check(&l->sp, err);
+                if (r < 0)
+                        return r;
+                if (p->batch_size > l->length)
+                        return zr_error_set(err, ZR_E_SAMPLER, "batch_size %" PRIu64 " is larger "
+                                            "than the length %" PRIu64, p->batch_size, l->length);
+        }
         r = capacities(l, p, err);
         if (r < 0)
                 return r;
@@ -195,38 +239,64 @@ static void fill_fail(fill_result *res, int r, const zr_error *err) {
         snprintf(res->msg, sizeof(res->msg), "%s", err->message[0] ? err->message : "failed");
 }
 
-/* Gathers stream `si` of the batch idx[0..B) into its region of `base` (the
- * slot), filling the slot's metadata. Takes the stream's lock shared. */
-static int gather_stream(zr_loader *l, size_t si, const uint64_t *idx, uint8_t *base,
+/* Unlocks the datasets of held[0..n). */
+static void unlock_all(zr_dataset **held, size_t n) {
+        while (n > 0)
+                zr_dataset_unlock(held[--n]);
+}
+
+/* Gathers stream `si` of the batch rec (of every source of a mixture) into its
+ * region of `base` (the slot), filling the slot's metadata. Takes each distinct
+ * dataset's lock shared. */
+static int gather_stream(zr_loader *l, size_t si, const step_records *rec, uint8_t *base,
                          uint64_t slot_off, uint64_t plan_owner, zr_loader_stream_batch *sb,
                          fill_result *res, zr_error *err) {
-        lstream *st = &l->streams[si];
-        zr_gather g = { .ds = st->s.ds, .idx = idx, .n = l->sp.batch_size,
+        lstream *st = loader_stream(l, 0, si);
+        zr_dataset *dss[ZR_MIXTURE_MAX_SOURCES], *held[ZR_MIXTURE_MAX_SOURCES];
+        zr_gather g = { .ds = st->s.ds, .idx = rec->idx, .n = l->sp.batch_size,
                         .offsets = (uint64_t *)sb->offsets, /* the slot's own arrays */
                         .lengths = (uint64_t *)sb->lengths, .shapes = (uint64_t *)sb->shapes,
                         .plan_owner = plan_owner };
+        uint32_t nsrc = loader_sources(l);
         zr_error gerr = {0};
-        int r, locked = 0;
+        size_t nheld = 0;
+        int r = 0;
 
-        if (zr_dataset_generation(st->s.ds) == st->open_gen) {
-                if (zr_dataset_trylock_shared(st->s.ds) < 0) {
-                        /* a mutation holds it: do not block a worker for its
-                         * duration (the work is parked, see complete()) */
-                        return -EBUSY;
+        for (uint32_t k = 0; k < nsrc; k++) {
+                lstream *sk = loader_stream(l, k, si);
+                size_t h;
+
+                dss[k] = sk->s.ds;
+                for (h = 0; h < nheld && held[h] != sk->s.ds; h++)
+                        ;
+                if (h == nheld && zr_dataset_generation(sk->s.ds) == sk->open_gen) {
+                        if (zr_dataset_trylock_shared(sk->s.ds) < 0) {
+                                /* a mutation holds it: do not block a worker for its
+                                 * duration (the work is parked, see complete()) */
+                                unlock_all(held, nheld);
+                                return -EBUSY;
+                        }
+                        held[nheld++] = sk->s.ds;
                 }
-                locked = 1;
+                if (zr_dataset_generation(sk->s.ds) != sk->open_gen) {
+                        r = zr_error_set(err, ZR_E_STALE, "%s changed under the loader (appended "
+                                         "to, deleted from or compacted)", sk->name);
+                        goto out;
+                }
         }
-        if (zr_dataset_generation(st->s.ds) != st->open_gen) {
-                r = zr_error_set(err, ZR_E_STALE, "%s changed under the loader (appended to, "
-                                 "deleted from or compacted)", st->name);
-                goto out;
+        if (l->mix) {
+                g.sources = dss;
+                g.source = rec->src;
+                g.nsources = nsrc;
         }
         r = zr_gather_locate(&g, &gerr);
         if (r == 0 && g.bytes > st->capacity) {
+                char name[96];
+                stream_name(l, UINT32_MAX, si, st->s.name, name, sizeof(name));
                 res->needed = g.bytes;
                 r = zr_error_set(err, ZR_E_BUFFER, "%s: the batch needs %" PRIu64 " bytes, the "
                                  "stream's capacity is %" PRIu64 "; reopen with a larger capacity",
-                                 st->name, g.bytes, st->capacity);
+                                 name, g.bytes, st->capacity);
                 goto out;
         }
         if (r == 0)
@@ -236,21 +306,26 @@ static int gather_stream(zr_loader *l, size_t si, const uint64_t *idx, uint8_t *
         res->misses += g.misses;
         res->evictions += g.evictions;
         if (r < 0) {
-                r = zr_error_set(err, gerr.code ? gerr.code : -r, "%s: %s", st->name, gerr.message);
+                char name[96];
+                stream_name(l, UINT32_MAX, si, st->s.name, name, sizeof(name));
+                r = zr_error_set(err, gerr.code ? gerr.code : -r, "%s: %s", name, gerr.message);
                 goto out;
         }
-        if (zr_dataset_generation(st->s.ds) != st->open_gen) {
-                r = zr_error_set(err, ZR_E_STALE, "%s changed under the loader during a gather",
-                                 st->name);
-                goto out;
+        for (uint32_t k = 0; k < nsrc; k++) {
+                lstream *sk = loader_stream(l, k, si);
+
+                if (zr_dataset_generation(sk->s.ds) != sk->open_gen) {
+                        r = zr_error_set(err, ZR_E_STALE, "%s changed under the loader during a "
+                                         "gather", sk->name);
+                        goto out;
+                }
         }
         sb->offset = slot_off + st->offset;
         sb->bytes = g.bytes;
         sb->shape_words = g.shape_words;
         res->bytes += g.bytes;
 out:
-        if (locked)
-                zr_dataset_unlock(st->s.ds);
+        unlock_all(held, nheld);
         zr_gather_release(&g);
         return r;
 }
@@ -260,7 +335,7 @@ void zr_fill(zr_loader *l, const work *w, fill_result *res) {
         slot *sl = w->sl;
         uint64_t slot_off = (uint64_t)sl->index * sl->r->slot_bytes;
         uint8_t *base = (uint8_t *)sl->r->shm.data + slot_off;
-        zr_sampler_params sp = l->sp;
+        step_records rec;
         zr_error err = {0};
         int r;
 
@@ -272,12 +347,22 @@ void zr_fill(zr_loader *l, const work *w, fill_result *res) {
                           &err);
                 return;
         }
+        if (zr_step_records_init(l, &rec) < 0) {
+                fill_fail(res, zr_error_errno(&err, ENOMEM, "the records of step %" PRIu64,
+                                              w->step), &err);
+                return;
+        }
         zr_ring_populate(l->e, sl);
-        sp.step = w->step;
-        r = zr_sampler_indices(&sp, sl->indices, &err);
+        r = zr_step_records_get(l, w->step, &rec, 0, &err);
+        if (r >= 0) {
+                memcpy(sl->indices, rec.idx, l->sp.batch_size * sizeof(*sl->indices));
+                if (sl->sources)
+                        memcpy(sl->sources, rec.src, l->sp.batch_size);
+        }
         for (size_t i = 0; r >= 0 && i < l->nstreams; i++)
-                r = gather_stream(l, i, sl->indices, base, slot_off, w->plan_owner, &sl->sb[i],
-                                  res, &err);
+                r = gather_stream(l, i, &rec, base, slot_off, w->plan_owner, &sl->sb[i], res,
+                                  &err);
+        zr_step_records_free(&rec);
         if (r == -EBUSY)
                 res->busy = 1;
         else if (r < 0)

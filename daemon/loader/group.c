@@ -18,16 +18,22 @@
 
 #include "loader/loader-private.h"
 
-/* Same batches for every step, in the same slot layout. */
-static int same_key(const zr_loader *a, const zr_loader *b) {
-        if (a->nstreams != b->nstreams || a->sp.mode != b->sp.mode || a->sp.seed != b->sp.seed ||
-            a->sp.batch_size != b->sp.batch_size || a->sp.rank != b->sp.rank ||
-            a->sp.world_size != b->sp.world_size || a->sp.n != b->sp.n ||
+/* Same batches for every step, in the same slot layout (a mixture's: the same
+ * sources, samplers and weights too). */
+int zr_loader_same_key(const zr_loader *a, const zr_loader *b, int generations) {
+        if (a->nstreams != b->nstreams || a->nsources != b->nsources || a->sp.mode != b->sp.mode ||
+            a->sp.seed != b->sp.seed || a->sp.batch_size != b->sp.batch_size ||
+            a->sp.rank != b->sp.rank || a->sp.world_size != b->sp.world_size || a->sp.n != b->sp.n ||
             a->slot_bytes != b->slot_bytes)
                 return 0;
-        for (size_t i = 0; i < a->nstreams; i++)
+        for (uint32_t k = 0; k < a->nsources; k++)
+                if (a->mix->sources[k].mode != b->mix->sources[k].mode ||
+                    a->mix->sources[k].n != b->mix->sources[k].n ||
+                    a->mix->sources[k].weight != b->mix->sources[k].weight)
+                        return 0;
+        for (size_t i = 0; i < a->nall; i++)
                 if (zr_dataset_id(a->streams[i].s.ds) != zr_dataset_id(b->streams[i].s.ds) ||
-                    a->streams[i].open_gen != b->streams[i].open_gen ||
+                    (generations && a->streams[i].open_gen != b->streams[i].open_gen) ||
                     a->streams[i].offset != b->streams[i].offset ||
                     a->streams[i].capacity != b->streams[i].capacity)
                         return 0;
@@ -129,7 +135,7 @@ int zr_group_join(zr_loader_engine *e, zr_loader *l, group *fresh) {
         int notify = 0;
 
         for (g = e->groups; g; g = g->next)
-                if (g->members && same_key(g->members, l))
+                if (g->members && zr_loader_same_key(g->members, l, 1))
                         break;
         if (!g) {
                 g = fresh;

@@ -38,18 +38,23 @@
 #include "dataset/cache.h"
 #include "io/ioq.h"
 #include "loader/loader.h"
+#include "sampler/mixture.h"
 #include "util/shm.h"
 
-/* A stream of a loader, as fill.c sets it up at open. */
+/* A stream of a loader (of one source of a mixture), as fill.c sets it up at
+ * open. */
 typedef struct lstream {
-        zr_loader_stream s;
+        zr_loader_stream s;   /* s.name points to `label` (or is NULL) */
+        char label[48];       /* the stream's name as given, cut */
         char name[64];        /* for messages */
         const zr_schema *schema;
         int ragged;
         uint64_t item_bytes;  /* dense */
         uint64_t open_gen;    /* the dataset's generation at open */
-        uint64_t offset;      /* region offset inside a slot */
-        uint64_t capacity;    /* region bytes */
+        uint64_t open_len;    /* its length then */
+        uint64_t offset;      /* region offset inside a slot (its stream's, for a
+                               * mixture: the same in every source) */
+        uint64_t capacity;    /* region bytes (likewise) */
 } lstream;
 
 typedef struct ring ring;
@@ -130,6 +135,7 @@ struct slot {
         unsigned refs;        /* claims that name it */
         int populated;        /* its pages are faulted in (only its filler reads this) */
         uint64_t *indices;    /* batch_size */
+        uint8_t *sources;     /* a mixture: batch_size, each record's source; else NULL */
         zr_loader_stream_batch *sb; /* nstreams */
         parked_work park;     /* its fill, while parked */
 };
@@ -174,9 +180,14 @@ typedef struct group {
 struct zr_loader {
         zr_loader_engine *e;
         void *userdata;
-        size_t nstreams;
+        size_t nstreams;      /* streams of a batch: regions of a slot */
+        uint32_t nsources;    /* a mixture's sources, or 0 */
+        size_t nall;          /* streams: nstreams, or nsources × nstreams,
+                               * source-major (sources.c) */
         lstream *streams;
-        zr_sampler_params sp; /* step is set per gather */
+        zr_sampler_params sp; /* step is set per gather (a mixture's: unused but
+                               * for batch_size, rank, world_size and seed) */
+        zr_mixture *mix;      /* a mixture's sampler, or NULL */
         uint64_t start;       /* start step */
         uint64_t length;
         uint32_t nslots;
@@ -356,6 +367,49 @@ void zr_ring_populate(zr_loader_engine *e, slot *sl);
 void zr_spare_make(zr_loader_engine *e, size_t bytes);
 /* Releases a list of spares, outside the engine mutex. */
 void zr_spares_release(spare *list);
+
+/* ---- sources.c: which records a step reads ---------------------------------- */
+
+/* The records of one step, grouped by source (a plain loader: one source). */
+typedef struct step_records {
+        uint64_t *idx;        /* batch_size, in batch order */
+        uint8_t *src;         /* a mixture: each record's source; else NULL */
+        uint64_t *by_source;  /* the indices grouped by source, each source's in
+                               * batch order (a plain loader: idx itself) */
+        uint32_t *from;       /* source k's are by_source[from[k] .. from[k + 1]) */
+        void *mem;
+} step_records;
+
+/* The lstream of stream i of source k. */
+static inline lstream *loader_stream(const zr_loader *l, uint32_t k, size_t i) {
+        return &l->streams[(size_t)k * l->nstreams + i];
+}
+
+/* Sources of l's streams: 1 for a plain loader. */
+static inline uint32_t loader_sources(const zr_loader *l) {
+        return l->nsources ? l->nsources : 1;
+}
+
+/* A mixture (l->nsources > 0), once fill.c opened every stream: checks that
+ * stream i of every source has the schema of source 0's (ZR_E_SCHEMA naming the
+ * stream, the sources and the difference; codecs may differ), the lengths the
+ * client expects (ZR_E_STALE), and makes l->mix from the sources' lengths (the
+ * sampler's refusals, ZR_E_SAMPLER, at p->start_step too). */
+int zr_sources_setup(zr_loader *l, const zr_loader_params *p, zr_error *err);
+/* Frees l->mix. */
+void zr_sources_free(zr_loader *l);
+/* The step after a loader's last one (a mixture's last_step + 1, the
+ * sampler's 2^64), as an offset from l->start; 0 with *ret_unbounded set when
+ * it is 2^64 - start past a start of 0 (no offset holds it). */
+uint64_t zr_sources_end(const zr_loader *l, int *ret_unbounded);
+/* Allocates r's arrays for l's batches (-ENOMEM). */
+int zr_step_records_init(const zr_loader *l, step_records *r);
+void zr_step_records_free(step_records *r);
+/* The records of `step` into r (a mixture: each record's source too; the
+ * sampler's errors, ZR_E_SAMPLER). With `by_source`, also r->by_source and
+ * r->from. */
+int zr_step_records_get(const zr_loader *l, uint64_t step, step_records *r, int by_source,
+                        zr_error *err);
 
 /* ---- fill.c ------------------------------------------------------------------ */
 

@@ -20,6 +20,7 @@
 #include "loader/loader-private.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,7 +106,7 @@ static int claims_slot(const zr_loader *l, const slot *sl) {
 
 /* 1 and a message if a stream changed since open. */
 static int stale(const zr_loader *l, char *msg, size_t size) {
-        for (size_t i = 0; i < l->nstreams; i++) {
+        for (size_t i = 0; i < l->nall; i++) {
                 if (zr_dataset_generation(l->streams[i].s.ds) != l->streams[i].open_gen) {
                         snprintf(msg, size, "%s changed under the loader (appended to, deleted "
                                  "from or compacted)", l->streams[i].name);
@@ -607,6 +608,7 @@ static void loader_destroy(zr_loader *l) {
         free(l->claims);
         free(l->known);
         free(l->streams);
+        zr_sources_free(l);
         free(l);
 }
 
@@ -614,11 +616,16 @@ int zr_loader_new(zr_loader_engine *e, const zr_loader_stream *streams, size_t n
                   const zr_loader_params *p, void *userdata, zr_loader **ret, zr_error *err) {
         zr_loader *l = NULL;
         group *fresh = NULL;
-        int r, notify;
+        uint32_t nsrc = p->nsources ? p->nsources : 1;
+        int r, notify, unbounded;
 
-        if (nstreams < 1 || nstreams > ZR_STREAMS_MAX)
-                return zr_error_set(err, ZR_E_PROTO, "a loader has 1 to %d streams, not %zu",
-                                    ZR_STREAMS_MAX, nstreams);
+        if (p->nsources > ZR_MIXTURE_MAX_SOURCES)
+                return zr_error_set(err, ZR_E_PROTO, "a mixture has 1 to %d sources, not %" PRIu32,
+                                    ZR_MIXTURE_MAX_SOURCES, p->nsources);
+        if (nstreams % nsrc != 0 || nstreams / nsrc < 1 || nstreams / nsrc > ZR_STREAMS_MAX)
+                return zr_error_set(err, ZR_E_PROTO, "a loader has 1 to %d streams%s, not %zu%s",
+                                    ZR_STREAMS_MAX, p->nsources ? " per source" : "", nstreams,
+                                    p->nsources ? " for all its sources" : "");
         if (p->prefetch < 1 || p->prefetch > ZR_PREFETCH_MAX)
                 return zr_error_set(err, ZR_E_LIMIT, "prefetch is %u, allowed 1 to %d",
                                     p->prefetch, ZR_PREFETCH_MAX);
@@ -632,7 +639,9 @@ int zr_loader_new(zr_loader_engine *e, const zr_loader_stream *streams, size_t n
         }
         l->e = e;
         l->userdata = userdata;
-        l->nstreams = nstreams;
+        l->nstreams = nstreams / nsrc;
+        l->nsources = p->nsources;
+        l->nall = nstreams;
         l->nslots = p->prefetch;
         l->start = p->start_step;
 
@@ -654,13 +663,18 @@ int zr_loader_new(zr_loader_engine *e, const zr_loader_stream *streams, size_t n
                 goto fail;
         }
 
-        /* the domain: the batch of step 2^64 - 1 is the last */
-        if (l->start > 0) {
-                l->end_k = UINT64_MAX - l->start + 1;
+        /* the domain: the batch of step 2^64 - 1 is the last (a mixture's, the
+         * last whose positions stay below 2^64 - 1) */
+        l->end_k = zr_sources_end(l, &unbounded);
+        if (!unbounded) {
                 l->end_reachable = 1;
                 l->end_code = ZR_E_SAMPLER;
-                snprintf(l->end_msg, sizeof(l->end_msg), "the sampler's domain is used up "
-                         "(step 2^64 - 1 was the last)");
+                if (l->mix)
+                        snprintf(l->end_msg, sizeof(l->end_msg), "the mixture's domain is used up "
+                                 "(step %" PRIu64 " was the last)", l->mix->last_step);
+                else
+                        snprintf(l->end_msg, sizeof(l->end_msg), "the sampler's domain is used up "
+                                 "(step 2^64 - 1 was the last)");
         }
 
         pthread_mutex_lock(&e->mutex);
@@ -762,6 +776,14 @@ const void *zr_loader_ring_data(const zr_loader *l) {
         return l->own->shm.data;
 }
 
+uint32_t zr_loader_nsources(const zr_loader *l) {
+        return l->nsources;
+}
+
+uint64_t zr_loader_source_length(const zr_loader *l, uint32_t k) {
+        return l->mix && k < l->nsources ? l->mix->sources[k].n : 0;
+}
+
 size_t zr_loader_nstreams(const zr_loader *l) {
         return l->nstreams;
 }
@@ -830,7 +852,8 @@ int zr_loader_poll(zr_loader *l, zr_loader_event *ret) {
                                           .slot = cl->sl->index,
                                           .batch_size = l->sp.batch_size,
                                           .nstreams = l->nstreams, .streams = cl->sl->sb,
-                                          .indices = cl->sl->indices };
+                                          .indices = cl->sl->indices,
+                                          .sources = cl->sl->sources };
                 l->ann_k++;
                 l->c.batches++;
                 e->t.batches++;

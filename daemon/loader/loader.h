@@ -2,10 +2,12 @@
  * work shared between identical loaders, a decoded-record cache, fair worker
  * time. PROTOCOL.md section 10 is the contract this layer fills.
  *
- * It is four files, one concept each (loader-private.h says what they share):
+ * It is six files, one concept each (loader-private.h says what they share):
  * loader.c (the scheduler, and the functions below), group.c (groups of
  * identical loaders and their pool of slots), ring.c (rings, pre-faulting,
- * spare rings) and fill.c (the streams' slot layout and the fill of a slot).
+ * spare rings), fill.c (the streams' slot layout and the fill of a slot),
+ * sources.c (which records a step reads: the sampler's, or a mixture's from
+ * its sources) and prefetch.c (reading ahead).
  *
  * Objects
  *
@@ -57,7 +59,8 @@
  * Shared work (what is shared and what is not)
  *
  *   Loaders with the same key (streams' dataset ids and generations, sampler,
- *   seed, batch_size, rank, world_size, slot layout) form a group, and the rings
+ *   seed, batch_size, rank, world_size, slot layout; a mixture's sources with
+ *   their samplers and weights) form a group, and the rings
  *   of the members are one pool of slots. The batch of a step is gathered once,
  *   into any free slot of the pool, and every member that reaches that step
  *   takes the same slot: nothing is copied per member ("gathers" counts the
@@ -250,11 +253,22 @@ typedef struct zr_loader_stream {
          * of alignment per record, rounded up to ZR_STREAM_ALIGN. Ignored for
          * dense streams (exactly batch_size × record bytes). */
         uint64_t capacity;
-        /* for messages ("stream 1 (label)"); may be NULL */
+        /* for messages ("stream 1 (label)"); may be NULL; copied (its first 47
+         * bytes) */
         const char *name;
 } zr_loader_stream;
 
+/* A source of a mixture (proto/SAMPLERS.md, "Mixtures"): a set of index-aligned
+ * streams drawn with its own sampler, a weight of every batch. */
+typedef struct zr_loader_source {
+        enum zr_sampler_mode mode;
+        uint32_t weight;      /* >= 1 */
+        int has_length;       /* 1: `length` is the source's length the client expects */
+        uint64_t length;
+} zr_loader_source;
+
 typedef struct zr_loader_params {
+        /* the sampler; a mixture's sources have their own (`sources`) */
         enum zr_sampler_mode mode;
         uint64_t batch_size;  /* >= 1, <= the streams' length */
         uint64_t seed;
@@ -265,20 +279,31 @@ typedef struct zr_loader_params {
         int has_length;       /* 1: `length` is the length the client expects */
         uint64_t length;      /* if has_length and the streams differ: ZR_E_STALE */
         uint64_t ring_bytes_max; /* 0: no limit; else a larger ring is ZR_E_LIMIT */
+        /* a mixture of nsources sources (1..ZR_MIXTURE_MAX_SOURCES), or 0: the
+         * streams are one index-aligned set. A mixture's streams are source-major:
+         * with S = nstreams / nsources streams per source, streams[k × S + i] is
+         * stream i of source k, and stream i's region in a slot holds records of
+         * every source's stream i. */
+        uint32_t nsources;
+        const zr_loader_source *sources;
 } zr_loader_params;
 
-/* Opens a loader over streams[0..nstreams) (1..ZR_STREAMS_MAX; copied) with
- * params *p, and starts filling its slots. `userdata` is the daemon's (see
- * zr_loader_userdata()).
+/* Opens a loader over streams[0..nstreams) (1..ZR_STREAMS_MAX per source;
+ * copied) with params *p, and starts filling its slots. `userdata` is the
+ * daemon's (see zr_loader_userdata()).
  *
- * Checks, in order: nstreams (ZR_E_PROTO), prefetch (ZR_E_LIMIT), equal stream
- * lengths (ZR_E_MISALIGNED, naming every stream and its length), the expected
- * length (ZR_E_STALE), the sampler parameters with n = the length
- * (ZR_E_SAMPLER: batch_size 0 or larger than the length, rank >= world_size,
- * world_size 0, ...), the ring size (ZR_E_LIMIT over ring_bytes_max, EOVERFLOW
- * if it does not fit in memory), then creates the ring (-errno of memfd or mmap).
- * The lengths and generations are read under each stream's lock. Returns 0 and
- * sets *ret (release with zr_loader_free()).
+ * Checks, in order: nstreams (ZR_E_PROTO; a mixture's: a multiple of its
+ * sources), prefetch (ZR_E_LIMIT), equal stream lengths (within each source of
+ * a mixture: ZR_E_MISALIGNED, naming every stream and its length), the
+ * expected length (ZR_E_STALE), a mixture's sources alike (ZR_E_SCHEMA: stream
+ * i of every source of one kind, dtype and item shape or ndim, the message
+ * naming the stream, the sources and the difference; codecs may differ), the
+ * sampler parameters with n = the length (ZR_E_SAMPLER: batch_size 0 or larger
+ * than the length, rank >= world_size, world_size 0, ...; a mixture's as
+ * mixture.h checks them, at start_step), the ring size (ZR_E_LIMIT over
+ * ring_bytes_max, EOVERFLOW if it does not fit in memory), then creates the
+ * ring (-errno of memfd or mmap). The lengths and generations are read under
+ * each stream's lock. Returns 0 and sets *ret (release with zr_loader_free()).
  *
  * Example:
  *     zr_loader_stream s = { .ds = ds };
@@ -311,13 +336,25 @@ uint64_t zr_loader_slot_bytes(const zr_loader *l);
 const void *zr_loader_ring_data(const zr_loader *l);
 
 /* Stream i's region inside every slot: its offset (a multiple of
- * ZR_STREAM_ALIGN) and capacity in bytes. i < nstreams. */
+ * ZR_STREAM_ALIGN) and capacity in bytes. i < zr_loader_nstreams(): the
+ * streams of a batch (of each source, for a mixture). */
 size_t zr_loader_nstreams(const zr_loader *l);
 uint64_t zr_loader_stream_offset(const zr_loader *l, size_t i);
 uint64_t zr_loader_stream_capacity(const zr_loader *l, size_t i);
 
-/* The length the sampler uses (the streams' common length at open). */
+/* The length the sampler uses (the streams' common length at open; a
+ * mixture's: the sum of its sources', capped at 2^64 - 1). */
 uint64_t zr_loader_length(const zr_loader *l);
+
+/* A mixture's sources (0 for a plain loader) and source k's length. */
+uint32_t zr_loader_nsources(const zr_loader *l);
+uint64_t zr_loader_source_length(const zr_loader *l, uint32_t k);
+
+/* 1 if a and b would announce the same batch for every step in the same slot
+ * layout (the key of a group, "Shared work" above), comparing the streams'
+ * generations too only if `generations`. Any thread that holds neither
+ * loader's engine mutex (it reads what is fixed at open). */
+int zr_loader_same_key(const zr_loader *a, const zr_loader *b, int generations);
 
 enum zr_loader_event_kind {
         ZR_LOADER_EVENT_BATCH = 1,
@@ -364,6 +401,8 @@ typedef struct zr_loader_event {
         size_t nstreams;
         const zr_loader_stream_batch *streams; /* nstreams, in open order */
         const uint64_t *indices;               /* batch_size record indices */
+        const uint8_t *sources;                /* a mixture: each record's source
+                                                * (batch_size); NULL otherwise */
         /* END: a positive code (ZR_E_STALE, ZR_E_BUFFER, ZR_E_SAMPLER,
          * ZR_E_DECODE, ZR_E_CORRUPT, EIO, ENOMEM, or the code given to
          * zr_loader_stop()), and one line for a person, valid until the loader is

@@ -24,6 +24,8 @@
  *
  * A warm step costs little: up to PF_SAMPLE of its records are asked whether
  * they are resident (cachestat, store.h), and if all are, nothing is read.
+ * A mixture's step is its sources' records, each source's read (and planned)
+ * in its own streams (sources.c).
  *
  * It assumes what loader.c assumes; the ranges name a store's descriptors,
  * valid while its dataset is open and no exclusive mutation runs, so reads
@@ -92,11 +94,13 @@ static uint64_t lead_step(const group *g) {
         return s;
 }
 
+/* Streams of a batch whose records are compressed (a mixture's: on average
+ * over its sources, rounded up). */
 static int compressed_streams(const zr_loader *l) {
-        int k = 0;
-        for (size_t i = 0; i < l->nstreams; i++)
+        size_t k = 0;
+        for (size_t i = 0; i < l->nall; i++)
                 k += l->streams[i].schema->codec != ZR_CODEC_RAW;
-        return k;
+        return (int)((k + loader_sources(l) - 1) / loader_sources(l));
 }
 
 /* Records of the cache's budget, as this loader's records go. */
@@ -106,7 +110,7 @@ static uint64_t cache_records(zr_loader_engine *e, const zr_loader *l) {
         int k = 0;
 
         zr_rcache_stats_get(e->cache, &cs);
-        for (size_t i = 0; i < l->nstreams; i++) {
+        for (size_t i = 0; i < l->nall; i++) {
                 const lstream *st = &l->streams[i];
                 if (st->schema->codec == ZR_CODEC_RAW)
                         continue;
@@ -322,7 +326,7 @@ static void pf_done(void *arg, uint64_t id, int result, uint64_t bytes) {
  * Returns 0, or -EBUSY with none held (a mutation holds or waits for one). */
 static int lock_streams(const zr_loader *l, zr_dataset **held, size_t *nheld) {
         *nheld = 0;
-        for (size_t i = 0; i < l->nstreams; i++) {
+        for (size_t i = 0; i < l->nall; i++) {
                 zr_dataset *ds = l->streams[i].s.ds;
                 size_t k;
                 for (k = 0; k < *nheld && held[k] != ds; k++)
@@ -422,49 +426,52 @@ void zr_pf_job_run(zr_loader_engine *e, pf_job *j) {
         zr_loader *l = j->l;
         pf_state *p = &l->g->pf;
         size_t n = l->sp.batch_size, nr = 0, nheld = 0;
-        zr_dataset *held[ZR_STREAMS_MAX];
-        zr_sampler_params sp = l->sp;
-        uint64_t *idx = NULL;
+        zr_dataset **held = NULL;
+        step_records rec = {0};
         zr_rcache_key *keys = NULL;
         uint8_t *flags = NULL;
         zr_loc *locs = NULL;
         zr_io_range *r = NULL;
 
-        idx = malloc(n * sizeof(*idx));
         keys = malloc(n * sizeof(*keys));
         flags = malloc(n);
-        if (!idx || !keys || !flags)
+        if (!keys || !flags || zr_step_records_init(l, &rec) < 0)
                 goto out;
-        sp.step = j->u->step;
-        if (zr_sampler_indices(&sp, idx, NULL) < 0)
+        /* the step's records, each source's together (a plain loader: one) */
+        if (zr_step_records_get(l, j->u->step, &rec, 1, NULL) < 0)
                 goto out; /* the fill says what is wrong */
         if (j->do_plan) {
-                for (size_t i = 0; i < l->nstreams; i++) {
+                for (size_t i = 0; i < l->nall; i++) {
                         const lstream *st = &l->streams[i];
-                        if (st->schema->codec == ZR_CODEC_RAW ||
+                        uint32_t k = (uint32_t)(i / l->nstreams), m = rec.from[k + 1] - rec.from[k];
+                        const uint64_t *idx = rec.by_source + rec.from[k];
+                        if (m == 0 || st->schema->codec == ZR_CODEC_RAW ||
                             zr_dataset_generation(st->s.ds) != st->open_gen)
                                 continue;
-                        for (size_t k = 0; k < n; k++)
-                                keys[k] = (zr_rcache_key){ zr_dataset_id(st->s.ds), st->open_gen,
-                                                           idx[k] };
-                        zr_rcache_plan(e->cache, p->owner, keys, n, j->eta_ns);
+                        for (size_t x = 0; x < m; x++)
+                                keys[x] = (zr_rcache_key){ zr_dataset_id(st->s.ds), st->open_gen,
+                                                           idx[x] };
+                        zr_rcache_plan(e->cache, p->owner, keys, m, j->eta_ns);
                 }
         }
         if (!j->do_io)
                 goto out;
         locs = malloc(n * sizeof(*locs));
         r = malloc(n * l->nstreams * sizeof(*r));
-        if (!locs || !r)
+        held = malloc(l->nall * sizeof(*held));
+        if (!locs || !r || !held)
                 goto out;
         if (lock_streams(l, held, &nheld) < 0) {
                 j->busy = 1;
                 goto out;
         }
-        for (size_t i = 0; i < l->nstreams; i++) {
+        for (size_t i = 0; i < l->nall; i++) {
                 const lstream *st = &l->streams[i];
-                if (zr_dataset_generation(st->s.ds) != st->open_gen)
+                uint32_t k = (uint32_t)(i / l->nstreams), m = rec.from[k + 1] - rec.from[k];
+                if (m == 0 || zr_dataset_generation(st->s.ds) != st->open_gen)
                         continue;
-                nr += stream_ranges(e, st, idx, n, keys, flags, locs, r + nr, j);
+                nr += stream_ranges(e, st, rec.by_source + rec.from[k], m, keys, flags, locs,
+                                    r + nr, j);
         }
         nr = reserve(e, p, r, nr, &j->bytes);
         if (nr > 0) {
@@ -479,11 +486,12 @@ void zr_pf_job_run(zr_loader_engine *e, pf_job *j) {
         while (nheld > 0)
                 zr_dataset_unlock(held[--nheld]);
 out:
+        free(held);
         free(r);
         free(locs);
         free(flags);
         free(keys);
-        free(idx);
+        zr_step_records_free(&rec);
 }
 
 static uint64_t ewma(uint64_t avg, uint64_t v) {
@@ -610,7 +618,7 @@ static int group_reads(const group *g, const zr_dataset *ds) {
         const zr_loader *m = g->members;
         if (!m || !g->pf.units)
                 return 0;
-        for (size_t i = 0; i < m->nstreams; i++)
+        for (size_t i = 0; i < m->nall; i++)
                 if (m->streams[i].s.ds == ds)
                         return 1;
         return 0;

@@ -133,9 +133,11 @@ void zr_rings_release(ring *list) {
 }
 
 /* Makes l's ring: nslots slots of slot_bytes, each with its batch metadata
- * (indices; ragged offsets, lengths, shapes), in one block. */
+ * (indices; a mixture's sources; ragged offsets, lengths, shapes), in one
+ * block. */
 int zr_ring_new(zr_loader *l, zr_error *err) {
         uint64_t B = l->sp.batch_size, per_slot = B, meta_words;
+        uint64_t src_words = l->mix ? (B + 7) / 8 : 0; /* a mixture's sources, bytes */
         uint64_t *m;
         ring *r;
         int res;
@@ -143,6 +145,7 @@ int zr_ring_new(zr_loader *l, zr_error *err) {
         for (size_t i = 0; i < l->nstreams; i++)
                 if (l->streams[i].ragged)
                         per_slot += 2 * B + zr_ragged_shape_words_max(l->streams[i].schema, B);
+        per_slot += src_words;
         if (per_slot > (SIZE_MAX / 16) / l->nslots)
                 return zr_error_set(err, EOVERFLOW, "batch metadata does not fit in memory");
         meta_words = per_slot * l->nslots;
@@ -171,6 +174,10 @@ int zr_ring_new(zr_loader *l, zr_error *err) {
                 }
                 sl->indices = m;
                 m += B;
+                if (src_words) {
+                        sl->sources = (uint8_t *)m;
+                        m += src_words;
+                }
                 for (size_t i = 0; i < l->nstreams; i++) {
                         lstream *st = &l->streams[i];
                         if (!st->ragged)

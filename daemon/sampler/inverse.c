@@ -147,9 +147,12 @@ static int inverse_cyclic(const zr_sampler_params *p, uint64_t record, uint64_t 
                         q = zr_feistel_unpermute(&f, record);
                 }
                 if (q < kept) {
-                        uint64_t step = cycle * per_cycle + q / global;
+                        uint64_t step;
 
-                        if (step >= start && step < stop)
+                        /* the last cycle may run past step 2^64 - 1: those steps are
+                         * past stop, never wrapped round to early ones */
+                        if (!__builtin_add_overflow(cycle * per_cycle, q / global, &step) &&
+                            step >= start && step < stop)
                                 r = inverse_emit(o, step, q % global);
                 }
                 if (!r && (cycle - first + 1) % INVERSE_TICK_CYCLES == 0)
@@ -334,10 +337,11 @@ int zr_mixture_steps_of(const zr_mixture *m, uint32_t source, uint64_t record, u
 
         switch (m->sources[source].mode) {
         case ZR_SAMPLER_SEQUENTIAL: {
-                uint64_t at = c_lo % n, since = 0;
-                uint64_t c = c_lo + (record >= at ? record - at : record + (n - at));
+                uint64_t at = c_lo % n, since = 0, c;
 
-                for (; c >= c_lo && c < c_hi && !r; c += n) { /* c >= c_lo: stops at a wrap */
+                int wrapped = __builtin_add_overflow(c_lo, record >= at ? record - at : record + (n - at), &c);
+
+                for (; !wrapped && c < c_hi && !r; wrapped = __builtin_add_overflow(c, n, &c)) {
                         r = inverse_mix_draw(&x, c, o);
                         if (!r && ++since == INVERSE_TICK_CYCLES) {
                                 since = 0;
@@ -384,20 +388,21 @@ int zr_mixture_steps_of(const zr_mixture *m, uint32_t source, uint64_t record, u
                 uint64_t seed = m->source_seed[source];
 
                 for (uint64_t cycle = first; !r; cycle++) {
-                        uint64_t c;
+                        uint64_t q, c;
 
                         if (m->sources[source].mode == ZR_SAMPLER_CYCLIC_LX157) {
                                 zr_lxperm p;
 
                                 zr_lxperm_init(&p, n, seed, cycle);
-                                c = cycle * n + zr_lxperm_unpermute(&p, record);
+                                q = zr_lxperm_unpermute(&p, record);
                         } else {
                                 zr_feistel f;
 
                                 zr_feistel_init(&f, n, zr_rng_key(seed, ZR_RNG_DOMAIN_CYCLIC, cycle));
-                                c = cycle * n + zr_feistel_unpermute(&f, record);
+                                q = zr_feistel_unpermute(&f, record);
                         }
-                        if (c >= c_lo && c < c_hi)
+                        /* a draw past 2^64 - 1 is past c_hi, not a wrapped early one */
+                        if (!__builtin_add_overflow(cycle * n, q, &c) && c >= c_lo && c < c_hi)
                                 r = inverse_mix_draw(&x, c, o);
                         if (!r && (cycle - first + 1) % INVERSE_TICK_CYCLES == 0)
                                 r = inverse_progress(ops, cycle - first + 1, last - first + 1);
@@ -414,4 +419,65 @@ int zr_mixture_steps_of(const zr_mixture *m, uint32_t source, uint64_t record, u
         free(o->step_hits);
         free(o);
         return r;
+}
+
+/* --------------------------------------------------------------- pieces */
+
+uint64_t zr_sampler_steps_of_cut(const zr_sampler_params *p, uint64_t start, uint64_t stop,
+                                 uint64_t max_scan, uint64_t max_cycles) {
+        uint64_t global = p->batch_size * p->world_size, steps, end;
+
+        switch (p->mode) {
+        case ZR_SAMPLER_SEQUENTIAL:
+                return stop;
+        case ZR_SAMPLER_IID:
+                steps = max_scan / global;
+                break;
+        default: {
+                /* whole cycles from the one that holds start */
+                uint64_t per_cycle = p->n / global, first = start / per_cycle;
+
+                if (__builtin_add_overflow(first, max_cycles ? max_cycles : 1, &end) ||
+                    __builtin_mul_overflow(end, per_cycle, &end))
+                        return stop;
+                return end < stop ? end : stop;
+        }
+        }
+        if (steps == 0)
+                steps = 1;
+        return stop - start <= steps ? stop : start + steps;
+}
+
+uint64_t zr_mixture_steps_of_cut(const zr_mixture *m, uint32_t source, uint64_t start,
+                                 uint64_t stop, uint64_t max_scan, uint64_t max_cycles) {
+        const zr_mixture_source *s = &m->sources[source];
+        uint64_t budget, c0, lo, hi;
+
+        if (stop > m->last_step + 1)
+                stop = m->last_step + 1;
+        if (start >= stop)
+                return stop;
+        if (s->mode == ZR_SAMPLER_SEQUENTIAL)
+                return stop;
+        if (s->mode == ZR_SAMPLER_IID)
+                budget = max_scan;
+        else if (__builtin_mul_overflow(max_cycles, s->n, &budget))
+                budget = UINT64_MAX;
+        c0 = zr_mixture_draws_before(m, source, start);
+        if (zr_mixture_draws_before(m, source, stop) - c0 <= budget)
+                return stop;
+        /* the last step s in [start + 1, stop) with D_k(s) - c0 <= budget */
+        lo = start + 1;
+        hi = stop;
+        if (zr_mixture_draws_before(m, source, lo) - c0 > budget)
+                return lo;
+        while (hi - lo > 1) {
+                uint64_t mid = lo + (hi - lo) / 2;
+
+                if (zr_mixture_draws_before(m, source, mid) - c0 <= budget)
+                        lo = mid;
+                else
+                        hi = mid;
+        }
+        return lo;
 }

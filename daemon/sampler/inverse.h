@@ -72,4 +72,19 @@ int zr_sampler_steps_of(const zr_sampler_params *p, uint64_t record, uint64_t st
 int zr_mixture_steps_of(const zr_mixture *m, uint32_t source, uint64_t record, uint64_t start,
                         uint64_t stop, const zr_steps_of_ops *ops, zr_error *err);
 
+/* Where to cut a walk of steps [start, stop) so that it costs at most
+ * `max_scan` positions (iid) or `max_cycles` cycles (the cyclics), to answer a
+ * long range in pieces: returns the end of the first piece, in (start, stop]
+ * (at least one step, whatever it costs; stop itself when the walk is within
+ * the budget, and always for sequential, whose cost is its hits). A caller walks
+ * [start, cut), then [cut, ...) until stop. start < stop. */
+uint64_t zr_sampler_steps_of_cut(const zr_sampler_params *p, uint64_t start, uint64_t stop,
+                                 uint64_t max_scan, uint64_t max_cycles);
+
+/* The same for source `source` of mixture m, in its draws: at most `max_scan`
+ * draws of an iid source, `max_cycles` cycles of a cyclic one (stop is first
+ * cut to m->last_step + 1). O(log(stop - start) × depth). start < stop. */
+uint64_t zr_mixture_steps_of_cut(const zr_mixture *m, uint32_t source, uint64_t start,
+                                 uint64_t stop, uint64_t max_scan, uint64_t max_cycles);
+
 #endif

@@ -21,6 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "dataset/fingerprint.h"
 #include "loader/loader.h"
 #include "server/log.h"
 #include "server/request.h"
@@ -33,13 +34,15 @@ struct zr_lhandle {
         zr_loader *loader;
         zr_session *session;
         uint32_t id;
-        uint32_t nstreams;
-        zr_entry *entries[ZR_STREAMS_MAX]; /* one reference each */
+        uint32_t nstreams;                 /* streams of a batch (of each source) */
+        uint32_t nentries;
+        zr_entry **entries;                /* every source's streams, one reference each */
         uint64_t ring_bytes;
         uint64_t batch_size, seed;
         uint32_t rank, world_size;
         enum zr_sampler_mode mode;
         bool indices;                      /* BATCH carries the indices */
+        bool provenance;                   /* BATCH carries a mixture's sources */
         bool ended;
 };
 
@@ -48,8 +51,9 @@ void zr_lhandle_free(zr_lhandle *lh) {
                 return;
         /* Waits for this loader's work in flight: a gather or a copy, bounded. */
         zr_loader_free(lh->loader);
-        for (uint32_t i = 0; i < lh->nstreams; i++)
+        for (uint32_t i = 0; i < lh->nentries; i++)
                 zr_entry_unref(lh->entries[i]);
+        free(lh->entries);
         free(lh);
 }
 
@@ -136,6 +140,8 @@ static void send_event(zr_lhandle *lh, const zr_loader_event *ev) {
                 zr_wire_end(&w);
                 if (lh->indices && ev->indices)
                         zr_wire_put_u64s(&w, "indices", ev->indices, ev->batch_size);
+                if (lh->provenance && ev->sources)
+                        zr_wire_put_bin(&w, "source", ev->sources, ev->batch_size);
         } else {
                 const char *name = zr_error_code_name(ev->code);
                 lh->ended = true;
@@ -187,24 +193,11 @@ void zr_server_dataset_mutated(zr_server *s, zr_entry *e) {
 
 /* ---- LOADER_OPEN, LOADER_CLOSE ------------------------------------------ */
 
-/* Whether the engine groups a and b: its key (loader.h, "Shared work"), seen
- * from outside it. The streams' generations are not compared: a loader of an
- * older generation ends at its next gather, and counting it as a member only
- * refuses more. */
+/* Whether the engine groups a and b: its key (loader.h, "Shared work"). The
+ * streams' generations are not compared: a loader of an older generation ends
+ * at its next gather, and counting it as a member only refuses more. */
 static bool same_group(const zr_lhandle *a, const zr_lhandle *b) {
-        if (a->nstreams != b->nstreams || a->mode != b->mode || a->seed != b->seed ||
-            a->batch_size != b->batch_size || a->rank != b->rank ||
-            a->world_size != b->world_size ||
-            zr_loader_length(a->loader) != zr_loader_length(b->loader) ||
-            zr_loader_slot_bytes(a->loader) != zr_loader_slot_bytes(b->loader))
-                return false;
-        for (uint32_t i = 0; i < a->nstreams; i++)
-                if (a->entries[i]->ds != b->entries[i]->ds ||
-                    zr_loader_stream_offset(a->loader, i) != zr_loader_stream_offset(b->loader, i) ||
-                    zr_loader_stream_capacity(a->loader, i) !=
-                            zr_loader_stream_capacity(b->loader, i))
-                        return false;
-        return true;
+        return zr_loader_same_key(a->loader, b->loader, 0);
 }
 
 /* The uid of another user whose loader shares a group with lh, or -1. */
@@ -238,23 +231,142 @@ static int get_opt_u32(zr_request *rq, const char *field, uint32_t min, uint32_t
         return 0;
 }
 
+/* The streams of one source (or of a plain loader), items[0..n), into
+ * streams[0..n) and lh's references; `what` names them in messages
+ * ("streams", "sources[2].streams"). Stream names are copied into names. */
+static int take_streams(zr_request *rq, zr_lhandle *lh, const msgpack_object *items, uint32_t n,
+                        const char *what, zr_loader_stream *streams, char (*names)[48]) {
+        zr_wire_error werr = {0};
+
+        if (n < 1 || n > ZR_STREAMS_MAX)
+                return zr_request_fail(rq, ZR_E_PROTO, "field '%s': %u streams, 1..%d", what, n,
+                                       ZR_STREAMS_MAX);
+        for (uint32_t i = 0; i < n; i++) {
+                uint32_t hid;
+                uint64_t cap = 0;
+                if (zr_wire_get_u32(&items[i], "handle", &hid, &werr) < 0)
+                        return zr_request_fail(rq, ZR_E_PROTO, "%s[%u]: %s", what, i, werr.message);
+                for (uint32_t j = 0; j < i; j++) {
+                        uint32_t other;
+                        zr_wire_get_u32(&items[j], "handle", &other, NULL);
+                        if (other == hid)
+                                return zr_request_fail(rq, ZR_E_PROTO, "%s: handle %u appears "
+                                                       "twice", what, hid);
+                }
+                zr_handle *h = zr_request_handle(rq, "streams", hid,
+                                                 ZR_HANDLE_BIT(ZR_HANDLE_DATASET));
+                if (!h)
+                        return -ZR_E_NO_HANDLE;
+                if (zr_wire_find(&items[i], "capacity") &&
+                    zr_wire_get_u64(&items[i], "capacity", &cap, &werr) < 0)
+                        return zr_request_fail(rq, ZR_E_PROTO, "%s[%u]: %s", what, i, werr.message);
+                names[i][0] = 0;
+                if (zr_wire_find(&items[i], "name")) {
+                        /* for messages only: its first 47 bytes */
+                        const char *nm;
+                        size_t len;
+                        if (zr_wire_get_str(&items[i], "name", &nm, &len, &werr) < 0)
+                                return zr_request_fail(rq, ZR_E_PROTO, "%s[%u]: %s", what, i,
+                                                       werr.message);
+                        if (memchr(nm, 0, len))
+                                return zr_request_fail(rq, ZR_E_PROTO, "%s[%u]: field 'name' "
+                                                       "holds a NUL byte", what, i);
+                        len = len < sizeof(names[i]) - 1 ? len : sizeof(names[i]) - 1;
+                        memcpy(names[i], nm, len);
+                        names[i][len] = 0;
+                }
+                lh->entries[lh->nentries++] = zr_entry_ref(h->entry);
+                streams[i] = (zr_loader_stream){ .ds = h->entry->ds, .capacity = cap,
+                                                 .name = names[i][0] ? names[i] : NULL };
+        }
+        return 0;
+}
+
+/* A mixture's sources (`sources`, feature "mixture") into p->sources and the
+ * streams, source-major. Returns the streams per source, or a negative code. */
+static int take_sources(zr_request *rq, zr_lhandle *lh, const msgpack_object *items, uint32_t n,
+                        zr_loader_params *p, zr_loader_source *src, zr_loader_stream *streams,
+                        char (*names)[48]) {
+        zr_wire_error werr = {0};
+        uint32_t per = 0;
+
+        if (!zr_request_has_feature(rq, ZR_FEATURE_MIXTURE))
+                return zr_request_fail(rq, ZR_E_UNKNOWN, "field 'sources': the \"mixture\" feature "
+                                       "is not in force on this connection");
+        if (n < 1 || n > ZR_SOURCES_MAX)
+                return zr_request_fail(rq, ZR_E_PROTO, "field 'sources': %u sources, 1..%d", n,
+                                       ZR_SOURCES_MAX);
+        for (uint32_t k = 0; k < n; k++) {
+                const msgpack_object *st;
+                uint32_t ns;
+                char what[40], sampler[32];
+                int r;
+
+                src[k] = (zr_loader_source){ .mode = p->mode };
+                snprintf(what, sizeof(what), "sources[%u].streams", k);
+                if (zr_wire_get_array(&items[k], "streams", &st, &ns, &werr) < 0 ||
+                    zr_wire_get_u32(&items[k], "weight", &src[k].weight, &werr) < 0)
+                        return zr_request_fail(rq, ZR_E_PROTO, "sources[%u]: %s", k, werr.message);
+                if (k > 0 && ns != per)
+                        return zr_request_fail(rq, ZR_E_MISALIGNED, "source %u has %u streams, "
+                                               "source 0 %u: every source holds the same streams",
+                                               k, ns, per);
+                per = ns;
+                r = take_streams(rq, lh, st, ns, what, streams + (size_t)k * ns,
+                                 names + (size_t)k * ns);
+                if (r < 0)
+                        return r;
+                if (zr_wire_find(&items[k], "sampler")) {
+                        if (zr_wire_get_str_copy(&items[k], "sampler", sampler, sizeof(sampler),
+                                                 &werr) < 0)
+                                return zr_request_fail(rq, ZR_E_PROTO, "sources[%u]: %s", k,
+                                                       werr.message);
+                        if (zr_sampler_mode_from_name(sampler, &src[k].mode) < 0)
+                                return zr_request_fail(rq, ZR_E_SAMPLER, "source %u: unknown sampler "
+                                                       "'%s' (sequential, iid, cyclic, cyclic-lx157)",
+                                                       k, sampler);
+                }
+                if (zr_wire_find(&items[k], "length")) {
+                        if (zr_wire_get_u64(&items[k], "length", &src[k].length, &werr) < 0)
+                                return zr_request_fail(rq, ZR_E_PROTO, "sources[%u]: %s", k,
+                                                       werr.message);
+                        src[k].has_length = 1;
+                }
+        }
+        p->nsources = n;
+        p->sources = src;
+        return (int)per;
+}
+
 int zr_handle_loader_open(zr_request *rq) {
         zr_server *srv = zr_request_server(rq);
         zr_wire_error werr = {0};
-        const msgpack_object *items;
-        uint32_t n;
+        const msgpack_object *items = NULL, *srcs = NULL;
+        uint32_t n = 0, nsrc = 0, total;
         char sampler[32];
         zr_loader_params p = {.world_size = 1, .prefetch = PREFETCH_DEFAULT};
-        zr_loader_stream streams[ZR_STREAMS_MAX];
+        zr_loader_source src[ZR_SOURCES_MAX];
+        zr_loader_stream *streams = NULL;
+        char (*names)[48] = NULL;
         zr_lhandle *lh = NULL;
-        bool indices = false;
+        bool indices = false, provenance = false, has_fingerprint = false;
+        uint64_t fingerprint, expected = 0;
         int r;
 
-        if (zr_wire_get_array(rq->root, "streams", &items, &n, &werr) < 0 ||
-            zr_wire_get_str_copy(rq->root, "sampler", sampler, sizeof(sampler), &werr) < 0 ||
+        if (zr_wire_get_str_copy(rq->root, "sampler", sampler, sizeof(sampler), &werr) < 0 ||
             zr_wire_get_u64(rq->root, "batch_size", &p.batch_size, &werr) < 0 ||
             zr_wire_get_u64(rq->root, "seed", &p.seed, &werr) < 0 ||
             zr_wire_get_u64(rq->root, "start_step", &p.start_step, &werr) < 0)
+                return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
+        /* one source of streams, or a mixture of sources */
+        if (!zr_wire_find(rq->root, "streams") == !zr_wire_find(rq->root, "sources"))
+                return zr_request_fail(rq, ZR_E_PROTO, "give either 'streams' or 'sources' (a "
+                                       "mixture), not %s", zr_wire_find(rq->root, "streams") ?
+                                       "both" : "neither");
+        if ((zr_wire_find(rq->root, "streams") &&
+             zr_wire_get_array(rq->root, "streams", &items, &n, &werr) < 0) ||
+            (zr_wire_find(rq->root, "sources") &&
+             zr_wire_get_array(rq->root, "sources", &srcs, &nsrc, &werr) < 0))
                 return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
         if (zr_sampler_mode_from_name(sampler, &p.mode) < 0)
                 return zr_request_fail(rq, ZR_E_SAMPLER, "unknown sampler '%s' (sequential, iid, "
@@ -268,47 +380,44 @@ int zr_handle_loader_open(zr_request *rq) {
                         return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
                 p.has_length = 1;
         }
-        if (zr_wire_find(rq->root, "indices") &&
-            zr_wire_get_bool(rq->root, "indices", &indices, &werr) < 0)
+        if (zr_wire_find(rq->root, "fingerprint")) {
+                if (zr_wire_get_u64(rq->root, "fingerprint", &expected, &werr) < 0)
+                        return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
+                has_fingerprint = true;
+        }
+        if ((zr_wire_find(rq->root, "indices") &&
+             zr_wire_get_bool(rq->root, "indices", &indices, &werr) < 0) ||
+            (zr_wire_find(rq->root, "provenance") &&
+             zr_wire_get_bool(rq->root, "provenance", &provenance, &werr) < 0))
                 return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
-        if (n < 1 || n > ZR_STREAMS_MAX)
+        if (items && (n < 1 || n > ZR_STREAMS_MAX))
                 return zr_request_fail(rq, ZR_E_PROTO, "field 'streams': %u streams, 1..%d",
                                        n, ZR_STREAMS_MAX);
+        if (srcs && nsrc > ZR_SOURCES_MAX)
+                return zr_request_fail(rq, ZR_E_PROTO, "field 'sources': %u sources, 1..%d", nsrc,
+                                       ZR_SOURCES_MAX);
         if ((r = zr_request_loader_room(rq)) < 0)
                 return r;
+        /* room for every source's streams (each source holds at most streams_max) */
+        total = srcs ? nsrc * ZR_STREAMS_MAX : n;
         lh = calloc(1, sizeof(*lh));
-        if (!lh)
-                return zr_request_fail(rq, ENOMEM, "no memory for a loader");
-        for (uint32_t i = 0; i < n; i++) {
-                uint32_t hid;
-                if (zr_wire_get_u32(&items[i], "handle", &hid, &werr) < 0) {
-                        r = zr_request_fail(rq, ZR_E_PROTO, "streams[%u]: %s", i, werr.message);
+        streams = calloc(total ? total : 1, sizeof(*streams));
+        names = calloc(total ? total : 1, sizeof(*names));
+        if (lh)
+                lh->entries = calloc(total ? total : 1, sizeof(*lh->entries));
+        if (!lh || !streams || !names || !lh->entries) {
+                r = zr_request_fail(rq, ENOMEM, "no memory for a loader");
+                goto fail;
+        }
+        if (srcs) {
+                r = take_sources(rq, lh, srcs, nsrc, &p, src, streams, names);
+                if (r < 0)
                         goto fail;
-                }
-                for (uint32_t j = 0; j < i; j++) {
-                        uint32_t other;
-                        zr_wire_get_u32(&items[j], "handle", &other, NULL);
-                        if (other == hid) {
-                                r = zr_request_fail(rq, ZR_E_PROTO, "streams: handle %u appears "
-                                                    "twice", hid);
-                                goto fail;
-                        }
-                }
-                zr_handle *h = zr_request_handle(rq, "streams", hid,
-                                                 ZR_HANDLE_BIT(ZR_HANDLE_DATASET));
-                if (!h) {
-                        r = -ZR_E_NO_HANDLE;
+                n = (uint32_t)r * nsrc;
+        } else {
+                r = take_streams(rq, lh, items, n, "streams", streams, names);
+                if (r < 0)
                         goto fail;
-                }
-                uint64_t cap = 0;
-                if (zr_wire_find(&items[i], "capacity") &&
-                    zr_wire_get_u64(&items[i], "capacity", &cap, &werr) < 0) {
-                        r = zr_request_fail(rq, ZR_E_PROTO, "streams[%u]: %s", i, werr.message);
-                        goto fail;
-                }
-                lh->entries[i] = zr_entry_ref(h->entry);
-                lh->nstreams = i + 1;
-                streams[i] = (zr_loader_stream){ .ds = h->entry->ds, .capacity = cap };
         }
         p.ring_bytes_max = zr_request_shm_left(rq);
         if (p.ring_bytes_max == 0) {
@@ -316,12 +425,14 @@ int zr_handle_loader_open(zr_request *rq) {
                 goto fail;
         }
         lh->session = zr_request_session(rq);
+        lh->nstreams = srcs ? n / nsrc : n;
         lh->batch_size = p.batch_size;
         lh->seed = p.seed;
         lh->rank = p.rank;
         lh->world_size = p.world_size;
         lh->mode = p.mode;
         lh->indices = indices;
+        lh->provenance = provenance;
         r = zr_loader_new(srv->loaders, streams, n, &p, lh, &lh->loader, &rq->err);
         if (r < 0)
                 goto fail;
@@ -335,6 +446,28 @@ int zr_handle_loader_open(zr_request *rq) {
                                             "another seed, or a daemon of your own", other);
                         goto fail;
                 }
+        }
+        /* the streams' fingerprint (dataset/fingerprint.h), once the length was
+         * checked: a daemon that serves other records than the one the client's
+         * fingerprint came from refuses */
+        fingerprint = zr_fingerprint_streams_begin(n);
+        for (uint32_t i = 0; i < n; i++) {
+                uint64_t fp;
+                zr_dataset_lock(streams[i].ds, false);
+                r = zr_dataset_fingerprint(streams[i].ds, &fp, &rq->err);
+                zr_dataset_unlock(streams[i].ds);
+                if (r < 0)
+                        goto fail;
+                fingerprint = zr_fingerprint_streams_add(fingerprint, fp);
+        }
+        if (has_fingerprint && expected != fingerprint) {
+                r = zr_request_fail(rq, ZR_E_STALE, "the streams' fingerprint is %016llx here, "
+                                    "the client expects %016llx: this daemon serves other "
+                                    "records than the one that fingerprint came from (a store "
+                                    "copied at another time, changed since, or written apart)",
+                                    (unsigned long long)fingerprint,
+                                    (unsigned long long)expected);
+                goto fail;
         }
         lh->ring_bytes = zr_loader_ring_bytes(lh->loader);
         r = zr_request_shm_reserve(rq, lh->ring_bytes);
@@ -355,6 +488,8 @@ int zr_handle_loader_open(zr_request *rq) {
                 goto fail;
         }
         lh->id = (uint32_t)id;
+        free(streams);
+        free(names);
         zr_loader *l = lh->loader;
         zr_wire_writer w;
         zr_reply_begin(rq, &w);
@@ -372,11 +507,23 @@ int zr_handle_loader_open(zr_request *rq) {
                 zr_wire_end(&w);
         }
         zr_wire_end(&w);
-        zr_log(LOG_DEBUG, "pid %d opened loader %d: %s, batch %llu, %u streams, step %llu",
-               (int)zr_request_pid(rq), id, sampler, (unsigned long long)p.batch_size, n,
-               (unsigned long long)p.start_step);
+        if (zr_loader_nsources(l) > 0) {
+                zr_wire_begin_array(&w, "sources");
+                for (uint32_t k = 0; k < zr_loader_nsources(l); k++) {
+                        zr_wire_begin_map(&w, NULL);
+                        zr_wire_put_u64(&w, "length", zr_loader_source_length(l, k));
+                        zr_wire_end(&w);
+                }
+                zr_wire_end(&w);
+        }
+        zr_wire_put_u64(&w, "fingerprint", fingerprint);
+        zr_log(LOG_DEBUG, "pid %d opened loader %d: %s, batch %llu, %u streams, %u sources, step "
+               "%llu", (int)zr_request_pid(rq), id, sampler, (unsigned long long)p.batch_size,
+               lh->nstreams, nsrc, (unsigned long long)p.start_step);
         return zr_reply_send(rq, &w, &fd, 1);
 fail:
+        free(streams);
+        free(names);
         zr_lhandle_free(lh);
         return r;
 }

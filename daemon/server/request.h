@@ -206,6 +206,7 @@ int zr_handle_install_dict(zr_request *rq);
 int zr_handle_convert(zr_request *rq);
 int zr_handle_loader_open(zr_request *rq);
 int zr_handle_loader_close(zr_request *rq);
+int zr_handle_steps_of(zr_request *rq);
 /* RELEASE, a notification (the session calls it once HELLO and the loader
  * feature are in force): applied at once, faults only. `bad` is the message of
  * a body that did not validate, or NULL. */

@@ -144,8 +144,12 @@ fail:
         return r;
 }
 
+/* Exclusive for a writable open, shared for a read-only one: readers of one
+ * store (several nodes' daemons over a shared file system, where flock() is a
+ * byte-range lock every node sees, and one that needs write access to be
+ * exclusive) share it, and exclude every writer. */
 static int store_lock(zr_store *s, zr_error *err) {
-        if (flock(s->meta_fd, LOCK_EX | LOCK_NB) < 0) {
+        if (flock(s->meta_fd, (s->read_only ? LOCK_SH : LOCK_EX) | LOCK_NB) < 0) {
                 if (errno == EWOULDBLOCK)
                         return zr_error_set(err, ZR_E_LOCKED,
                                             ZR_META_NAME ": the store is open elsewhere");

@@ -36,7 +36,7 @@ from ._errors import ZrecordConnectionError
 __all__ = ["Connection", "default", "socket_candidates"]
 
 CLIENT_NAME = "loaderx 0.1.0"
-WANTED_FEATURES = ["loader", "msset", "dict", "verify", "convert"]
+WANTED_FEATURES = ["loader", "msset", "dict", "verify", "convert", "mixture", "steps_of"]
 # Events queued for the loader they name, in arrival order (PROTOCOL.md section 10).
 LOADER_EVENTS = ("batch", "ring", "ring_close", "loader_end")
 
@@ -63,6 +63,26 @@ def _default_candidates():
     paths.append((SYSTEM_SOCKET, TRUST_SYSTEM))
     paths.append((f"/tmp/zrecord-{os.getuid()}/zrecordd.sock", TRUST_USER))
     return paths
+
+
+# Requests that change nothing in the daemon: sent twice, they answer as once.
+IDEMPOTENT = frozenset({"hello", "status", "dataset_open", "msset_open", "info", "buffer_open",
+                        "read", "stats", "verify"})
+
+
+class ConnectionLost(ZrecordConnectionError):
+    """The connection broke under a request (a daemon that restarted or exited).
+    ``sent`` is False when the request never left this process (its send failed),
+    so the daemon cannot have acted on it."""
+
+    def __init__(self, message, sent, code=None):
+        super().__init__(message, code=code)
+        self.sent = sent
+
+    def may_retry(self, kind):
+        """Whether ``kind`` may be sent again on a fresh connection: once, when the
+        daemon cannot have acted on it, or when acting twice is acting once."""
+        return not self.sent or kind in IDEMPOTENT
 
 
 class SocketRefused(ZrecordConnectionError):
@@ -377,7 +397,8 @@ class Connection:
                 with self._cv:
                     self._pending.remove(rid)
                 self._broken = str(e)
-                raise ZrecordConnectionError(f"sending {kind} to zrecordd failed: {e}") from None
+                raise ConnectionLost(f"sending {kind} to zrecordd failed: {e}", sent=False,
+                                     code=e.errno) from None
         reply, rfds = self._wait(lambda: self._replies.pop(rid, None))
         if reply.get("kind") == "error":
             for fd in rfds:
@@ -454,8 +475,8 @@ class Connection:
                     if got is not None:
                         return got
                     if self._broken is not None:
-                        raise ZrecordConnectionError(
-                            f"the connection to zrecordd broke: {self._broken}")
+                        raise ConnectionLost(
+                            f"the connection to zrecordd broke: {self._broken}", sent=True)
                     if not self._reading:
                         self._reading = True
                         break

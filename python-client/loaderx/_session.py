@@ -22,10 +22,12 @@ import numpy as np
 from . import _shm, _store, _wire
 from ._errors import ZrecordError, ZrecordRuntimeError
 
-__all__ = ["INDEX_KEY", "Layout", "LoaderSession", "proto_error"]
+__all__ = ["INDEX_KEY", "SOURCE_KEY", "Layout", "LoaderSession", "proto_error"]
 
 # The batch key of the records' indices (a loader opened with indices).
 INDEX_KEY = "__index__"
+# The batch key of a mixture's records' sources (a loader opened with provenance).
+SOURCE_KEY = "__source__"
 
 
 def proto_error(text):
@@ -38,6 +40,8 @@ class Layout(NamedTuple):
     kinds: tuple        # per stream: (dtype, item_shape or None if ragged, ndim)
     batch_size: int
     with_indices: bool
+    sources: int = 0    # a mixture's number of sources (0: one set of streams)
+    with_sources: bool = False  # the batch carries each record's source
 
 
 class LoaderSession:
@@ -60,7 +64,9 @@ class LoaderSession:
         self.pending = collections.deque()  # (ring, slot) freed by the collector, to RELEASE
         self.closed = False
         self.length = None                # the reply's fields (open())
+        self.fingerprint = None           # the streams' (None from a daemon without it)
         self.regions = []                 # per stream: (offset, capacity) in a slot
+        self.source_lengths = []          # a mixture's: per source
 
     @classmethod
     def open(cls, conn, fields, layout):
@@ -86,6 +92,12 @@ class LoaderSession:
                 int(r["slot_bytes"]), layout, int(fields["start_step"]))
         s.regions = [(int(st["offset"]), int(st["capacity"])) for st in r["streams"]]
         s.length = int(r["length"])
+        s.fingerprint = int(r["fingerprint"]) if "fingerprint" in r else None
+        s.source_lengths = [int(src["length"]) for src in r.get("sources", ())]
+        if layout is not None and len(s.source_lengths) != layout.sources:
+            s.close()
+            raise proto_error(f"a LOADER_OPEN reply of {len(s.source_lengths)} sources for a "
+                              f"mixture of {layout.sources}")
         return s
 
     # ---------------------------------------------------------- closing
@@ -216,6 +228,14 @@ class LoaderSession:
                 raise proto_error(f"BATCH of step {step}: stream {name!r} lies past the "
                                   f"end of ring {rid}")
             spans.append((lo, hi))
+        sources = None
+        if lay.with_sources:
+            src = msg.get("source")
+            if not isinstance(src, bytes) or len(src) != lay.batch_size or \
+                    (src and max(src) >= lay.sources):
+                raise proto_error(f"BATCH of step {step}: its records' sources are missing or "
+                                  f"name no source of {lay.sources}")
+            sources = np.frombuffer(src, dtype=np.uint8).copy()
         self.next_step += 1
         self.held.add(key)
         owner = _SlotOwner(self, key)
@@ -238,6 +258,8 @@ class LoaderSession:
                 batch[name] = recs
         if lay.with_indices:
             batch[INDEX_KEY] = _wire.from_u64s(msg.get("indices")).copy()
+        if lay.with_sources:
+            batch[SOURCE_KEY] = sources
         return batch
 
 

@@ -216,18 +216,32 @@ class Handle:
         if self.closed:
             raise ZrecordValueError(f"the dataset {self.path!r} is closed")
         c = self.conn
-        if not c.usable:
-            # a forked child, or the daemon went away: open again on a fresh connection
+        if not c.usable or c.peer_closed():
+            # a forked child, or the daemon went away (a restart; a connection it
+            # closed while idle): open again on a fresh connection
             self.conn = _conn.default() if c.pid != os.getpid() else _conn.reconnect()
             self._open(self.writable)
         return self.handle
 
+    def retry_lost(self, kind, fn):
+        """``fn()``, which sends ``kind`` requests on this handle; once more, on a
+        fresh connection, when the connection was lost under it (the daemon closed
+        it between h()'s look and the send) and the retry cannot act twice
+        (``ConnectionLost.may_retry``)."""
+        try:
+            return fn()
+        except _conn.ConnectionLost as e:
+            if not e.may_retry(kind):
+                raise
+        return fn()
+
     def request(self, kind, fields=None, fds=(), context=None):
-        h = self.h()
-        f = {"handle": h}
-        if fields:
-            f.update(fields)
-        return self.conn.request(kind, f, fds=fds, context=context or self.path)
+        def send():
+            f = {"handle": self.h()}
+            if fields:
+                f.update(fields)
+            return self.conn.request(kind, f, fds=fds, context=context or self.path)
+        return self.retry_lost(kind, send)
 
     def info(self):
         r = self.request("info")
@@ -489,6 +503,10 @@ def check_out(out, shape, dtype):
 def read_dense(handle, idx, dtype, item_shape, out=None):
     """Records idx as a (len(idx), *item_shape) array: one the daemon wrote (one
     pass), or a new one (or ``out``) copied out of the shared buffer."""
+    return handle.retry_lost("read", lambda: _read_dense(handle, idx, dtype, item_shape, out))
+
+
+def _read_dense(handle, idx, dtype, item_shape, out):
     dt = np.dtype(dtype)
     rec = dt.itemsize * int(np.prod(item_shape, dtype=np.int64))
     shape = (len(idx),) + tuple(item_shape)
@@ -581,6 +599,10 @@ def _read_ragged_one_pass(handle, idx, dt, ndim):
 def read_ragged(handle, idx, dtype, ndim):
     """Records idx as a list of arrays of their own shapes; ndim 0: a store whose
     records each have their own ndim."""
+    return handle.retry_lost("read", lambda: _read_ragged(handle, idx, dtype, ndim))
+
+
+def _read_ragged(handle, idx, dtype, ndim):
     dt = np.dtype(dtype)
     conn = handle.conn
     per = _ragged_per_read(conn, ndim)

@@ -26,20 +26,24 @@ open loader (its rings, the slots it holds, batches as views) is a
 """
 
 import collections
+import collections.abc
 import concurrent.futures
+import decimal
+import fractions
 import gc
+import math
 import os
 import threading
 
 import numpy as np
 
-from . import _conn, _errors, _store
+from . import _conn, _errors, _store, _wire
 from ._errors import (StaleError, ZrecordConnectionError, ZrecordRuntimeError, ZrecordTypeError,
                       ZrecordValueError)
-from ._session import INDEX_KEY, Layout, LoaderSession
+from ._session import INDEX_KEY, SOURCE_KEY, Layout, LoaderSession
 from .dataset import DenseDataset, MSDataset, RaggedDataset, _Dataset
 
-__all__ = ["DataLoader", "INDEX_KEY", "SAMPLERS", "MODES"]
+__all__ = ["DataLoader", "INDEX_KEY", "SOURCE_KEY", "SAMPLERS", "MODES"]
 
 SAMPLERS = ("sequential", "iid", "cyclic", "cyclic-lx157")
 #: loaderx 1.5.7's ``mode`` numbers (``Sampler.Mode``) as zrecord's samplers: its
@@ -47,6 +51,87 @@ SAMPLERS = ("sequential", "iid", "cyclic", "cyclic-lx157")
 #: seeks in O(1)).
 MODES = {0: "sequential", 1: "iid", 2: "cyclic-lx157"}
 _STATE_VERSION = 1
+
+
+# A mixture's sources at most (PROTOCOL.md, LOADER_OPEN `sources`), and its
+# weights: integers up to 2^32 - 1 on the wire.
+SOURCES_MAX = 256
+_WEIGHT_MAX = 2 ** 32 - 1
+
+
+def _sampler_name(value, what):
+    """A sampler given by name or by loaderx 1.5.7's mode number."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value in MODES:
+        return MODES[int(value)]
+    if value not in SAMPLERS:
+        raise ZrecordValueError(
+            f"{what}: unknown sampler {value!r}: expected one of {', '.join(SAMPLERS)} or a "
+            "mode 0, 1, 2", name="ZR_E_SAMPLER")
+    return value
+
+
+def _weights(values):
+    """Integer weights in exactly the ratio of `values`: integers as they are, floats
+    as written in decimal (0.7, 0.2, 0.1 -> 7, 2, 1), fractions and decimals exactly;
+    divided by their greatest common divisor."""
+    fracs = []
+    for i, w in enumerate(values):
+        try:
+            if isinstance(w, bool) or not isinstance(
+                    w, (int, float, np.integer, np.floating, fractions.Fraction, decimal.Decimal)):
+                raise TypeError
+            f = fractions.Fraction(str(w)) if isinstance(w, (float, np.floating)) \
+                else fractions.Fraction(w)
+        except (TypeError, ValueError, OverflowError, decimal.InvalidOperation):
+            raise ZrecordTypeError(f"source {i}: the weight must be a positive number, got "
+                                   f"{w!r}") from None
+        if f <= 0:
+            raise ZrecordValueError(f"source {i}: the weight must be positive, got {w!r}",
+                                    name="ZR_E_SAMPLER")
+        fracs.append(f)
+    den = 1
+    for f in fracs:
+        den = den * f.denominator // math.gcd(den, f.denominator)
+    ints = [int(f * den) for f in fracs]
+    g = 0
+    for v in ints:
+        g = math.gcd(g, v)
+    ints = [v // g for v in ints]
+    if max(ints) > _WEIGHT_MAX:
+        raise ZrecordValueError(
+            f"the weights {list(values)!r} need integers above 2^32 - 1 to keep their ratio "
+            "exactly; round them (the daemon takes integer weights)", name="ZR_E_SAMPLER")
+    return ints
+
+
+def _stream_dict(streams, what):
+    """{name: dataset} of a mapping or an MSDataset (a Zrecord's dataset inside)."""
+    from .zrecord import Zrecord
+    if isinstance(streams, MSDataset):
+        streams = streams.streams
+    try:
+        streams = dict(streams)
+    except (TypeError, ValueError):
+        raise ZrecordTypeError(f"{what}: expected a mapping {{name: dataset}} or an MSDataset, "
+                               f"not {type(streams).__name__}") from None
+    if not streams:
+        raise ZrecordValueError(f"{what}: need at least one stream")
+    streams = {k: (v._ds if isinstance(v, Zrecord) else v) for k, v in streams.items()}
+    for name, ds in streams.items():
+        if not isinstance(ds, _Dataset):
+            raise ZrecordTypeError(
+                f"{what}: stream {name!r}: expected a DenseDataset or RaggedDataset, got "
+                f"{type(ds).__name__}")
+    return streams
+
+
+def _is_mixture(streams):
+    """A list or tuple of (streams, weight[, sampler]) sources, each a mapping or an
+    MSDataset: a mixture. (A plain loader's streams may be a list of (name, dataset)
+    pairs, which dict() takes.)"""
+    return isinstance(streams, (list, tuple)) and len(streams) > 0 and all(
+        isinstance(s, (list, tuple)) and len(s) in (2, 3) and
+        isinstance(s[0], (collections.abc.Mapping, MSDataset)) for s in streams)
 
 
 def _pick(what, lx_name, lx_value, name, value, default):
@@ -57,6 +142,13 @@ def _pick(what, lx_name, lx_value, name, value, default):
             f"DataLoader: {lx_name}={lx_value!r} and {name}={value!r} disagree; give one "
             f"(they are the same {what})")
     return value if value is not None else (lx_value if lx_value is not None else default)
+
+
+def _check_fingerprint(fp):
+    if fp is not None and (isinstance(fp, bool) or not isinstance(fp, (int, np.integer))
+                           or not 0 <= fp < 2**64):
+        raise ZrecordValueError(f"fingerprint must be an int of 64 bits (a loader's "
+                                f"fingerprint), got {fp!r}")
 
 
 class DataLoader:
@@ -81,13 +173,31 @@ class DataLoader:
     ``capacity``: ``{name: bytes}`` per-slot room for ragged streams (the daemon
     picks a default; a batch that does not fit reopens with twice the room).
     ``with_indices``: add the batch's record indices as ``batch['__index__']``.
+    ``fingerprint``: the streams' fingerprint this loader expects (an int, another
+    loader's :attr:`fingerprint`, e.g. rank 0's on another node): a daemon whose
+    stores hold other records refuses the open (:class:`StaleError`). Without it the
+    loader takes the fingerprint of its first open, and a reopen (after a daemon
+    restart) over other records is refused the same way.
     Where loaderx 1.5.7's keyword and zrecord's both name a parameter, either may
     be given, or both if they agree.
+
+    **Mixtures.** ``streams`` may instead be a list of weighted sources, each
+    ``(streams, weight)`` or ``(streams, weight, sampler)``: every source is a set of
+    index-aligned streams (a mapping or an MSDataset) with the same names, dtypes
+    and shapes as the others. Each batch draws ``weight / sum(weights)`` of its
+    records from each source, exactly (a deterministic apportionment, not on
+    average), each source through its own sampler (``sampler`` / ``mode`` where it
+    names none), so a small source repeats and a large one needs no full pass.
+    Weights may be integers or decimals (``0.7, 0.2, 0.1``, taken as written). With
+    ``with_sources=True`` the batch holds each record's source number (its place in
+    the list) as ``batch['__source__']``; ``__index__`` is then each record's index
+    in its source. See :meth:`steps_of` for which steps read a record.
     """
 
     def __init__(self, streams, num_workers=4, batch_size=256, prefetch_size=None, mode=None,
                  seed=42, transform=None, *, sampler=None, prefetch=None, start_step=0, rank=0,
-                 world_size=1, capacity=None, with_indices=False):
+                 world_size=1, capacity=None, with_indices=False, with_sources=False,
+                 fingerprint=None):
         if mode is not None and (isinstance(mode, bool) or mode not in MODES):
             raise ZrecordValueError(
                 f"unknown mode {mode!r}: expected 0 (sequential), 1 (iid) or 2 (cyclic)",
@@ -98,22 +208,44 @@ class DataLoader:
                 "give one (they name the same sampler)", name="ZR_E_SAMPLER")
         sampler = sampler or MODES[2 if mode is None else mode]
         prefetch = _pick("prefetch depth", "prefetch_size", prefetch_size, "prefetch", prefetch, 4)
-        if isinstance(streams, MSDataset):
-            streams = streams.streams
-        try:
-            streams = dict(streams)
-        except (TypeError, ValueError):
-            raise ZrecordTypeError("DataLoader takes a mapping {name: dataset} or an MSDataset, "
-                                   f"not {type(streams).__name__}") from None
-        if not streams:
-            raise ZrecordValueError("need at least one stream")
-        from .zrecord import Zrecord
-        streams = {k: (v._ds if isinstance(v, Zrecord) else v) for k, v in streams.items()}
-        for name, ds in streams.items():
-            if not isinstance(ds, _Dataset):
+        self.sources = None                 # a mixture's: [{name: dataset}] per source
+        self.weights = None                 # its integer weights
+        self.source_samplers = None         # each source's sampler
+        self.source_lengths = None          # each source's length, once open
+        if _is_mixture(streams):
+            if len(streams) > SOURCES_MAX:
+                raise ZrecordValueError(f"a mixture of {len(streams)} sources: at most "
+                                        f"{SOURCES_MAX}")
+            self.sources = [_stream_dict(src[0], f"source {k}") for k, src in enumerate(streams)]
+            names = list(self.sources[0])
+            for k, src in enumerate(self.sources):
+                if set(src) != set(names):
+                    raise ZrecordValueError(
+                        f"source {k} has the streams {sorted(src)}, source 0 {sorted(names)}: "
+                        "every source of a mixture holds the same streams",
+                        name="ZR_E_MISALIGNED")
+            self.sources = [{n: src[n] for n in names} for src in self.sources]
+            self.weights = _weights([src[1] for src in streams])
+            self.source_samplers = [
+                None if len(src) < 3 or src[2] is None else _sampler_name(src[2], f"source {k}")
+                for k, src in enumerate(streams)]
+            streams = self.sources[0]
+        else:
+            if isinstance(streams, (list, tuple)) and streams and all(
+                    isinstance(src, (list, tuple)) and len(src) in (2, 3) and
+                    not isinstance(src[0], str) for src in streams):
                 raise ZrecordTypeError(
-                    f"stream {name!r}: expected a DenseDataset or RaggedDataset, got "
-                    f"{type(ds).__name__}")
+                    "DataLoader: a mixture is a list of (streams, weight[, sampler]) sources, "
+                    "each streams a mapping {name: dataset} or an MSDataset")
+            try:
+                streams = _stream_dict(streams, "DataLoader")
+            except ZrecordTypeError:
+                raise ZrecordTypeError("DataLoader takes a mapping {name: dataset}, an MSDataset "
+                                       "or a list of weighted sources, not "
+                                       f"{type(streams).__name__}") from None
+        if with_sources and self.sources is None:
+            raise ZrecordValueError("with_sources=True is a mixture's: this loader has one set "
+                                    "of streams")
         if sampler not in SAMPLERS:
             raise ZrecordValueError(
                 f"unknown sampler {sampler!r}: expected one of {', '.join(SAMPLERS)}",
@@ -132,6 +264,7 @@ class DataLoader:
                 name="ZR_E_SAMPLER")
         if prefetch < 1:
             raise ZrecordValueError("prefetch must be >= 1")
+        _check_fingerprint(fingerprint)
         self.streams = dict(streams)
         self.names = list(streams)
         self.batch_size = int(batch_size)
@@ -146,7 +279,9 @@ class DataLoader:
             raise ZrecordTypeError(f"num_workers must be an integer >= 0, got {num_workers!r}")
         self.num_workers = int(num_workers) if transform is not None else 0
         self.with_indices = bool(with_indices)
+        self.with_sources = bool(with_sources)
         self._capacity = {k: int(v) for k, v in (capacity or {}).items()}
+        self._fingerprint = None if fingerprint is None else int(fingerprint)
         self._session = None
         self._pool = None
         self._futures = collections.deque()
@@ -163,37 +298,77 @@ class DataLoader:
         return True
 
     # ------------------------------------------------------------ open/close
-    def _open(self, step, length):
-        conn = _conn.default()
+    def _specs(self, streams, conn):
+        """LOADER_OPEN's stream maps of one source, reopening its datasets on `conn`
+        where they were opened on another connection; returns (specs, conn)."""
         specs = []
-        kinds = []
         for name in self.names:
-            ds = self.streams[name]
+            ds = streams[name]
             h = ds._h.h()
             if ds._h.conn is not conn:     # opened on another connection: reopen here
                 ds._h = _store.Handle(ds.path)
                 h = ds._h.h()
                 conn = ds._h.conn
-            spec = {"handle": h}
+            spec = {"handle": h, "name": name}
             if isinstance(ds, RaggedDataset) and name in self._capacity:
                 spec["capacity"] = self._capacity[name]
             specs.append(spec)
+        return specs, conn
+
+    def _open(self, step, length):
+        """Opens the loader at `step`; `length` (a mixture's: a list per source) is
+        the length a resume expects, or None."""
+        conn = _conn.default()
+        kinds = []
+        for name in self.names:
+            ds = self.streams[name]
             kinds.append((ds.dtype, ds.item_shape if isinstance(ds, DenseDataset) else None,
                           getattr(ds, "_ndim", None)))
+        if self.sources is None:
+            specs, conn = self._specs(self.streams, conn)
+            fields = {"streams": specs}
+        else:
+            sources = []
+            for k, src in enumerate(self.sources):
+                specs, conn = self._specs(src, conn)
+                source = {"streams": specs, "weight": self.weights[k]}
+                if self.source_samplers[k] is not None:
+                    source["sampler"] = self.source_samplers[k]
+                if length is not None:
+                    source["length"] = int(length[k])
+                sources.append(source)
+            fields = {"sources": sources}
         if not conn.has_feature("loader"):
             raise ZrecordRuntimeError(
                 f"this zrecordd ({conn.daemon}) does not serve loaders (no \"loader\" feature "
                 "in its HELLO reply); update the daemon")
-        fields = {"streams": specs, "sampler": self.sampler, "batch_size": self.batch_size,
-                  "seed": self.seed, "start_step": int(step), "rank": self.rank,
-                  "world_size": self.world_size, "prefetch": self.prefetch}
-        if length is not None:
+        if self.sources is not None and not conn.has_feature("mixture"):
+            raise ZrecordRuntimeError(
+                f"this zrecordd ({conn.daemon}) does not serve mixtures (no \"mixture\" "
+                "feature in its HELLO reply); update the daemon")
+        fields.update({"sampler": self.sampler, "batch_size": self.batch_size,
+                       "seed": self.seed, "start_step": int(step), "rank": self.rank,
+                       "world_size": self.world_size, "prefetch": self.prefetch})
+        if length is not None and self.sources is None:
             fields["length"] = int(length)
         if self.with_indices:
             fields["indices"] = True
-        layout = Layout(tuple(self.names), tuple(kinds), self.batch_size, self.with_indices)
+        if self.with_sources:
+            fields["provenance"] = True
+        if self._fingerprint is not None:
+            fields["fingerprint"] = self._fingerprint
+        layout = Layout(tuple(self.names), tuple(kinds), self.batch_size, self.with_indices,
+                        len(self.sources or ()), self.with_sources)
         self._session = LoaderSession.open(conn, fields, layout)
         self.length = self._session.length
+        if self._fingerprint is None:
+            self._fingerprint = self._session.fingerprint
+        if self.sources is not None:
+            self.source_lengths = list(self._session.source_lengths)
+
+    def _expected_length(self):
+        """What a reopen expects: the length, or a mixture's lengths per source."""
+        return self.length if self.sources is None else self.source_lengths
 
     def _close_session(self):
         session, self._session = self._session, None
@@ -241,39 +416,162 @@ class DataLoader:
         """The step of the next batch this loader returns."""
         return self._step
 
+    @property
+    def fingerprint(self):
+        """The streams' fingerprint (an int; PROTOCOL.md section 10): equal on every
+        node whose daemon serves the same records; None from a daemon without it."""
+        return self._fingerprint
+
     def state_dict(self):
-        """What resumes this loader exactly (a small dict of ints and strings)."""
-        return {"version": _STATE_VERSION, "step": self._step, "sampler": self.sampler,
-                "seed": self.seed, "batch_size": self.batch_size, "rank": self.rank,
-                "world_size": self.world_size, "length": self.length,
-                "streams": list(self.names)}
+        """What resumes this loader exactly (a small dict of ints and strings; a
+        mixture's also its sources' weights, samplers and lengths)."""
+        state = {"version": _STATE_VERSION, "step": self._step, "sampler": self.sampler,
+                 "seed": self.seed, "batch_size": self.batch_size, "rank": self.rank,
+                 "world_size": self.world_size, "length": self.length,
+                 "fingerprint": self._fingerprint, "streams": list(self.names)}
+        if self.sources is not None:
+            state["sources"] = [{"weight": w, "sampler": s, "length": n} for w, s, n in
+                                zip(self.weights, self.source_samplers, self.source_lengths)]
+        return state
 
     def load_state_dict(self, state, allow_length_change=False):
         """Continues from a state_dict(): the next batch is that of state['step'].
 
-        Refuses (StaleError) when the stores' length differs from the state's,
-        since the batches would differ; ``allow_length_change=True`` resumes anyway.
+        The state may come from another rank, and from a run of another world size
+        with the same global batch (``batch_size × world_size``): the steps' global
+        batches do not depend on how they are sharded, so a run resumed on another
+        number of nodes goes on with the same sequence. Refuses (StaleError) when the
+        stores' length or fingerprint differs from the state's, since the batches
+        would differ; ``allow_length_change=True`` resumes anyway.
         """
-        for k in ("sampler", "seed", "batch_size", "rank", "world_size"):
+        for k in ("sampler", "seed"):
             if k in state and state[k] != getattr(self, k):
                 raise ZrecordValueError(
                     f"load_state_dict: the state has {k}={state[k]!r}, this loader "
                     f"{k}={getattr(self, k)!r}; build the DataLoader with the same parameters")
+        if "batch_size" in state:
+            theirs = int(state["batch_size"]) * int(state.get("world_size", 1))
+            mine = self.batch_size * self.world_size
+            if theirs != mine:
+                raise ZrecordValueError(
+                    f"load_state_dict: the state's global batch is {theirs} (batch_size "
+                    f"{state['batch_size']} x world_size {state.get('world_size', 1)}), this "
+                    f"loader's {mine} ({self.batch_size} x {self.world_size}); keep "
+                    "batch_size x world_size to resume the same sequence")
+        mine = [(w, s) for w, s in zip(self.weights or (), self.source_samplers or ())]
+        theirs = [(src.get("weight"), src.get("sampler")) for src in state.get("sources", ())]
+        if ("sources" in state or self.sources is not None) and mine != theirs:
+            raise ZrecordValueError(
+                f"load_state_dict: the state's sources (weight, sampler) are {theirs}, this "
+                f"loader's {mine}; build the DataLoader with the same sources")
         with self._lock:
             if self._closed:
                 raise ZrecordValueError("load_state_dict on a closed DataLoader")
             self._close_session()
-            length = None if allow_length_change else state.get("length")
+            if allow_length_change:
+                length = None
+            elif self.sources is not None:
+                length = [src.get("length") for src in state["sources"]]
+                length = None if None in length else length
+            else:
+                length = state.get("length")
+            fingerprint = None if allow_length_change else state.get("fingerprint")
+            _check_fingerprint(fingerprint)
             step = int(state["step"])
+            pinned, self._fingerprint = self._fingerprint, fingerprint
             try:
                 self._open(step, length)
             except StaleError as e:
+                self._fingerprint = pinned
+                what = (f"other records than the state's (fingerprint {fingerprint:016x})"
+                        if "fingerprint" in e.message else
+                        f"{state.get('length')} records, and the stores now hold a different "
+                        "number")
                 raise StaleError(
-                    f"cannot resume at step {step}: the state was saved with {state.get('length')} "
-                    f"records and the stores now hold a different number ({e.message}); the "
-                    "batches would differ from the interrupted run's. Pass "
-                    "allow_length_change=True to resume anyway", code=e.zr_code, name=e.name) from None
+                    f"cannot resume at step {step}: the state was saved over {what} "
+                    f"({e.message}); the batches would differ from the interrupted run's. "
+                    "Pass allow_length_change=True to resume anyway", code=e.zr_code,
+                    name=e.name) from None
             self._step = step
+
+    # ------------------------------------------------------------ provenance
+    def _source_of(self, stream):
+        """The source a steps_of() record belongs to (a mixture's), from `stream`."""
+        if self.sources is None:
+            if stream is not None and stream not in self.names and \
+                    not any(stream is ds for ds in self.streams.values()):
+                raise ZrecordValueError(f"steps_of: {stream!r} is no stream of this loader "
+                                        f"({', '.join(map(repr, self.names))})")
+            return None
+        if stream is None:
+            if len(self.sources) == 1:
+                return 0
+            raise ZrecordValueError(
+                "steps_of: a record of a mixture is a record of one source: give stream= its "
+                f"number (0..{len(self.sources) - 1}) or one of its datasets")
+        if isinstance(stream, (int, np.integer)) and not isinstance(stream, bool):
+            if not 0 <= stream < len(self.sources):
+                raise ZrecordValueError(f"steps_of: source {stream} of a mixture of "
+                                        f"{len(self.sources)}")
+            return int(stream)
+        for k, src in enumerate(self.sources):
+            if any(stream is ds for ds in src.values()):
+                return k
+        raise ZrecordValueError(f"steps_of: {stream!r} is no source's dataset of this mixture")
+
+    def steps_of(self, record, stream=None, start=0, stop=None, *, progress=None):
+        """Which steps of this run read record ``record``, on which rank and where:
+        a list of ``(step, rank, position)`` tuples, ascending, for every step of
+        ``[start, stop)`` (``stop`` defaults to :attr:`step`, the steps this loader
+        has returned so far counting from 0), every rank of ``world_size`` (the
+        record is at ``position`` in that rank's batch). A mixture's record is a
+        record of one source: ``stream`` is its number or one of its datasets.
+
+        The daemon answers (it is the one implementation of the samplers): a
+        cyclic sampler is run backwards in O(1) per cycle and sequential by
+        arithmetic, but iid has no inverse, so its range is scanned, every
+        position of every step. The daemon answers in pieces of bounded work;
+        ``progress(done, total)`` (steps), if given, is called after each.
+        """
+        if isinstance(record, bool) or not isinstance(record, (int, np.integer)) or record < 0:
+            raise ZrecordTypeError(f"steps_of: the record must be an index >= 0, got {record!r}")
+        source = self._source_of(stream)
+        start = int(start)
+        stop = self._step if stop is None else int(stop)
+        session = self._session
+        if session is None or session.pid != os.getpid() or session.conn.closed:
+            raise ZrecordValueError("steps_of needs an open DataLoader (its lengths and its "
+                                    "connection)")
+        conn = session.conn
+        if not conn.has_feature("steps_of"):
+            raise ZrecordRuntimeError(
+                f"this zrecordd ({conn.daemon}) cannot say which steps saw a record (no "
+                "\"steps_of\" feature in its HELLO reply); update the daemon")
+        q = {"sampler": self.sampler, "batch_size": self.batch_size, "seed": self.seed,
+             "world_size": self.world_size, "record": int(record), "stop": stop}
+        if source is None:
+            q["n"] = self.length
+        else:
+            q["sources"] = [dict({"n": n, "weight": w}, **({"sampler": smp} if smp else {}))
+                            for n, w, smp in zip(self.source_lengths, self.weights,
+                                                 self.source_samplers)]
+            q["source"] = source
+        out = []
+        at = start
+        while at < stop:
+            r = conn.request("steps_of", dict(q, start=at), context="steps_of")
+            nxt = int(r["next"])
+            hits = _wire.from_u64s(r["hits"])
+            if len(hits) % 3 or not at < nxt <= stop:
+                raise ZrecordRuntimeError(
+                    f"zrecordd broke the protocol: a STEPS_OF reply of {len(hits)} values and "
+                    f"next {nxt} after asking for steps [{at}, {stop})", name="ZR_E_PROTO")
+            cols = hits.reshape(-1, 3).T
+            out.extend(zip(cols[0].tolist(), cols[1].tolist(), cols[2].tolist()))
+            at = nxt
+            if progress is not None:
+                progress(at - start, stop - start)
+        return out
 
     # ------------------------------------------------------------ batches
     def __iter__(self):
@@ -348,7 +646,7 @@ class DataLoader:
             # a drain announced by LOADER_END: the connection closes next
             conn.mark_broken("the daemon is shutting down")
         _conn.reconnect()
-        self._open(session.next_step, self.length)
+        self._open(session.next_step, self._expected_length())
         return self._fetch()
 
     def _loader_end(self, msg):
@@ -362,7 +660,7 @@ class DataLoader:
                 if item_shape is None:
                     self._capacity[name] = max(self._capacity.get(name, 0), cap) * 2
             self._close_session()
-            self._open(step, self.length)
+            self._open(step, self._expected_length())
             return self._fetch()
         if _errors.is_code(msg, "ZR_E_STALE"):
             raise StaleError(

@@ -31,6 +31,11 @@ void fill_record(float *rec, uint64_t id) {
 
 zrc_dataset *make_dense(zrc_conn *c, const char *name, zrc_codec codec, uint64_t n,
                         const void *dict, size_t dict_size) {
+        return make_dense_ids(c, name, codec, n, 0, dict, dict_size);
+}
+
+zrc_dataset *make_dense_ids(zrc_conn *c, const char *name, zrc_codec codec, uint64_t n,
+                            uint64_t first_id, const void *dict, size_t dict_size) {
         uint64_t shape[] = { 4, 5 }, first = 99;
         zrc_dataset *d = NULL;
         zrc_schema s;
@@ -42,7 +47,7 @@ zrc_dataset *make_dense(zrc_conn *c, const char *name, zrc_codec codec, uint64_t
         ck_assert_uint_eq(zrc_dataset_length(d), 0);
         ck_assert(zrc_dataset_writable(d));
         for (uint64_t i = 0; i < n; i++)
-                fill_record(data + i * 20, i);
+                fill_record(data + i * 20, first_id + i);
         ck_assert_msg(zrc_dataset_append_dense(d, data, n, &first) == 0, "append: %s",
                       zrc_last_error(c)->message);
         ck_assert_uint_eq(first, 0);

@@ -1,7 +1,8 @@
 /* libzrc-kit.h: what the files of the libzrc suite share (test-libzrc.c:
  * connections, datasets, sets, status, many clients, descriptors;
  * libzrc-loaders.c: loaders, resume, staleness and rings shared by a group;
- * libzrc-layouts.c: ragged layouts and CONVERT).
+ * libzrc-layouts.c: ragged layouts and CONVERT;
+ * libzrc-mixture.c: loaders over mixtures, which steps saw a record).
  * One daemon serves the whole suite; every test makes its own stores under
  * its directory.
  */
@@ -29,6 +30,9 @@ void fill_record(float *rec, uint64_t id);
 /* A dense <f4 (4, 5) store `name` of n records 0..n-1, open and writable. */
 zrc_dataset *make_dense(zrc_conn *c, const char *name, zrc_codec codec, uint64_t n,
                         const void *dict, size_t dict_size);
+/* The same with record i of id first_id + i. */
+zrc_dataset *make_dense_ids(zrc_conn *c, const char *name, zrc_codec codec, uint64_t n,
+                            uint64_t first_id, const void *dict, size_t dict_size);
 /* Reads idx[0..n) and checks the records are ids[0..n) (idx when NULL). */
 void check_dense(zrc_dataset *d, const uint64_t *idx, size_t n, const uint64_t *ids);
 /* Marks in `set` (4096 entries) the descriptors open now; returns how many. */
@@ -44,10 +48,12 @@ int fds_open(bool *set);
                 }                                                                       \
         } while (0)
 
-/* The suite's loader cases (libzrc-loaders.c). */
+/* The suite's loader cases (libzrc-loaders.c), and its mixtures and which
+ * steps saw a record (libzrc-mixture.c). */
 void libzrc_add_loaders(TCase *tc);
 /* Its ragged layouts: any ndim, loaderx 1.5.7's, byte stores, CONVERT
  * (libzrc-layouts.c). */
 void libzrc_add_layouts(TCase *tc);
+void libzrc_add_mixtures(TCase *tc);
 
 #endif

@@ -617,6 +617,147 @@ END_TEST
                 free(e_);                                                       \
         } while (0)
 
+/* The lines of `zrecord batch` (text) as (source, index) per position. */
+static size_t batch_lines(const char *out, uint32_t *src, uint64_t *idx, size_t max) {
+        size_t n = 0;
+
+        for (const char *l = strchr(out, '\n'); l && *++l && n < max; l = strchr(l, '\n')) {
+                unsigned long long j, a, b;
+                if (sscanf(l, "%llu: %llu:%llu", &j, &a, &b) == 3) {
+                        ck_assert_uint_eq(j, n);
+                        src[n] = (uint32_t)a;
+                        idx[n++] = b;
+                } else if (sscanf(l, "%llu: %llu", &j, &a) == 2) {
+                        ck_assert_uint_eq(j, n);
+                        src[n] = 0;
+                        idx[n++] = a;
+                }
+        }
+        return n;
+}
+
+/* `where` lists a step exactly when `batch` of that step holds the record:
+ * for a cyclic run of two ranks and a mixture of two sources (one of its own
+ * iid sampler), over every record; --values prints the records; --json parses;
+ * refusals exit 1 with the daemon's error. */
+START_TEST(test_where_batch) {
+        enum { N = 30, M = 7, STEPS = 12 };
+        int32_t a[N], b[M];
+        int64_t c[M] = { 0 };
+        static char want[N + M][4096];
+        char step[16], rank[16], rec[32], line[96];
+        uint32_t src[8];
+        uint64_t idx[8];
+        char *out = NULL, *err = NULL;
+        char sa[PATH_MAX + 8], sb[PATH_MAX + 8], s1a[PATH_MAX + 8], s1c[PATH_MAX + 8];
+
+        for (int i = 0; i < N; i++)
+                a[i] = i * 10;
+        for (int i = 0; i < M; i++)
+                b[i] = i * 1000 + 7;
+        write_npy(path("wa.npy"), 1, "{'descr': '<i4', 'fortran_order': False, 'shape': (30,), }", a,
+                  sizeof(a));
+        write_npy(path("wb.npy"), 1, "{'descr': '<i4', 'fortran_order': False, 'shape': (7,), }", b,
+                  sizeof(b));
+        write_npy(path("wc.npy"), 1, "{'descr': '<i8', 'fortran_order': False, 'shape': (7,), }", c,
+                  sizeof(c));
+        ck_assert_int_eq(run(NULL, NULL, "import", path("wa.npy"), path("wa"), NULL), 0);
+        ck_assert_int_eq(run(NULL, NULL, "import", path("wb.npy"), path("wb"), NULL), 0);
+        ck_assert_int_eq(run(NULL, NULL, "import", path("wc.npy"), path("wc"), NULL), 0);
+        snprintf(sa, sizeof(sa), "3=%s", path("wa"));
+        snprintf(sb, sizeof(sb), "1,iid=%s", path("wb"));
+        snprintf(s1a, sizeof(s1a), "1=%s", path("wa"));
+        snprintf(s1c, sizeof(s1c), "1=%s", path("wc"));
+
+        /* a cyclic run of 2 ranks of 4: every step's batches, then `where` of every record */
+        memset(want, 0, sizeof(want));
+        for (int s = 0; s < STEPS; s++)
+                for (int r = 0; r < 2; r++) {
+                        snprintf(step, sizeof(step), "%d", s);
+                        snprintf(rank, sizeof(rank), "%d", r);
+                        ck_assert_int_eq(run(&out, NULL, "batch", path("wa"), "--step", step, "--rank",
+                                             rank, "--world-size", "2", "--sampler", "cyclic", "--seed",
+                                             "5", "--batch", "4", NULL), 0);
+                        ck_assert_uint_eq(batch_lines(out, src, idx, 8), 4);
+                        for (int j = 0; j < 4; j++) {
+                                ck_assert_uint_lt(idx[j], N);
+                                snprintf(line, sizeof(line), "step %d rank %d position %d\n", s, r, j);
+                                strcat(want[idx[j]], line);
+                        }
+                        free(out);
+                }
+        for (int i = 0; i < N; i++) {
+                snprintf(rec, sizeof(rec), "%d", i);
+                ck_assert_int_eq(run(&out, NULL, "where", path("wa"), rec, "--world-size", "2",
+                                     "--sampler", "cyclic", "--seed", "5", "--batch", "4", "--range",
+                                     "0:12", NULL), 0);
+                if (!want[i][0])
+                        CONTAINS(out, "is in no batch of steps 0 to 11");
+                else
+                        ck_assert_str_eq(out, want[i]);
+                free(out);
+        }
+        /* a mixture: source 0 (wa, weight 3, cyclic), source 1 (wb, weight 1, iid) */
+        memset(want, 0, sizeof(want));
+        for (int s = 0; s < STEPS; s++) {
+                snprintf(step, sizeof(step), "%d", s);
+                ck_assert_int_eq(run(&out, NULL, "batch", "--source", sa, "--source", sb,
+                                     "--step", step, "--sampler", "cyclic", "--seed", "9", "--batch",
+                                     "5", NULL), 0);
+                ck_assert_uint_eq(batch_lines(out, src, idx, 8), 5);
+                for (int j = 0; j < 5; j++) {
+                        ck_assert_uint_lt(src[j], 2);
+                        ck_assert_uint_lt(idx[j], src[j] ? M : N);
+                        snprintf(line, sizeof(line), "step %d rank 0 position %d\n", s, j);
+                        strcat(want[src[j] * N + idx[j]], line);
+                }
+                free(out);
+        }
+        for (int k = 0; k < 2; k++)
+                for (int i = 0; i < (k ? M : N); i++) {
+                        snprintf(rec, sizeof(rec), "%d:%d", k, i);
+                        ck_assert_int_eq(run(&out, NULL, "where", "--source", sa, "--source",
+                                             sb, rec, "--sampler", "cyclic", "--seed", "9",
+                                             "--batch", "5", "--range", "0:12", NULL), 0);
+                        if (!want[k * N + i][0])
+                                CONTAINS(out, "is in no batch");
+                        else
+                                ck_assert_str_eq(out, want[k * N + i]);
+                        free(out);
+                }
+        /* --values: each record's value; --json parses */
+        ck_assert_int_eq(run(&out, NULL, "batch", "--source", sa, "--source", sb, "--step",
+                             "3", "--sampler", "cyclic", "--seed", "9", "--batch", "5", "--values",
+                             NULL), 0);
+        ck_assert_uint_eq(batch_lines(out, src, idx, 8), 5);
+        for (int j = 0; j < 5; j++) {
+                snprintf(line, sizeof(line), "\n  wa: %d\n", src[j] ? b[idx[j]] : a[idx[j]]);
+                CONTAINS(out, line);
+        }
+        free(out);
+        ck_assert_int_eq(run(&out, NULL, "--json", "batch", "--source", sa, "--source", sb,
+                             "--step", "3", "--sampler", "cyclic", "--seed", "9", "--batch", "5",
+                             "--values", NULL), 0);
+        check_json(out);
+        CONTAINS(out, "\"source\": ");
+        free(out);
+        ck_assert_int_eq(run(&out, NULL, "--json", "where", path("wa"), "3", "--sampler", "iid",
+                             "--seed", "1", "--batch", "4", NULL), 0);
+        check_json(out);
+        ck_assert_int_eq(json_uint(out, "stop"), 8); /* the first pass: ceil(30 / 4) steps */
+        free(out);
+        /* refusals */
+        EXPECT_ERROR("ZR_E_SAMPLER", false, "where", path("wa"), "30", "--sampler", "cyclic",
+                     "--seed", "1", "--batch", "4");
+        ck_assert_int_eq(run(&out, &err, "batch", "--source", s1a, "--source", s1c, "--step", "0",
+                             "--sampler", "cyclic", "--seed", "1", "--batch", "4", NULL), 1);
+        CONTAINS(err, "ZR_E_SCHEMA");
+        CONTAINS(err, "source 1 has dtype '<i8', source 0 '<i4'");
+        free(out);
+        free(err);
+}
+END_TEST
+
 START_TEST(test_errors) {
         int8_t data[4] = { 1, 2, 3, 4 };
 
@@ -667,6 +808,6 @@ int main(void) {
         TL_TCASE(s, "zrecord", 120, test_usage, test_no_daemon, test_status,
                  test_import_cat_round_trip, test_import_progress, test_compact,
                  test_import_codecs, test_import_numpy, test_ragged_cat, test_set_info,
-                 test_errors, test_convert);
+                 test_where_batch, test_errors, test_convert);
         return tl_run_suite_with_daemon(s, &daemon_, NULL);
 }

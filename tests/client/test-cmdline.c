@@ -1,5 +1,6 @@
 /* test-cmdline.c: the zrecord tool's command line: commands, global options in
- * any position, per-command options, usage errors and their messages. */
+ * any position, per-command options (a mixture's sources too), usage errors
+ * and their messages. */
 #include <check.h>
 #include <errno.h>
 #include <stdlib.h>
@@ -193,6 +194,92 @@ START_TEST(test_convert) {
 }
 END_TEST
 
+/* where and batch: the run's options, a mixture's sources, SOURCE:RECORD. */
+START_TEST(test_where_batch) {
+        struct cmdline_source src;
+        cmdline cl;
+
+        ck_assert_int_eq(PARSE(&cl, "where", "/d", "17", "--sampler", "cyclic", "--seed", "7",
+                               "--batch=64", "--world-size", "4", "--range", "10:20"), 0);
+        ck_assert_int_eq(cl.cmd, CMD_WHERE);
+        ck_assert_str_eq(cl.path, "/d");
+        ck_assert_uint_eq(cl.record, 17);
+        ck_assert_str_eq(cl.sampler, "cyclic");
+        ck_assert_uint_eq(cl.seed, 7);
+        ck_assert_uint_eq(cl.batch, 64);
+        ck_assert_uint_eq(cl.world_size, 4);
+        ck_assert(cl.has_range);
+        ck_assert_uint_eq(cl.range_start, 10);
+        ck_assert_uint_eq(cl.range_end, 20);
+        ck_assert_uint_eq(cl.n_sources, 0);
+        cmdline_done(&cl);
+
+        /* a mixture: sources in order, the record as SOURCE:INDEX */
+        ck_assert_int_eq(PARSE(&cl, "where", "--source", "7=/web", "--source=3,iid=/a=b", "1:5",
+                               "--sampler", "iid", "--seed", "1", "--batch", "8"), 0);
+        ck_assert_ptr_null(cl.path);
+        ck_assert_uint_eq(cl.n_sources, 2);
+        ck_assert_uint_eq(cl.sources[0].weight, 7);
+        ck_assert_ptr_null(cl.sources[0].sampler);
+        ck_assert_str_eq(cl.sources[0].path, "/web");
+        ck_assert_uint_eq(cl.sources[1].weight, 3);
+        ck_assert_str_eq(cl.sources[1].sampler, "iid");
+        ck_assert_str_eq(cl.sources[1].path, "/a=b"); /* everything after the first '=' */
+        ck_assert_uint_eq(cl.record_source, 1);
+        ck_assert_uint_eq(cl.record, 5);
+        ck_assert_uint_eq(cl.world_size, 1);
+        cmdline_done(&cl);
+
+        ck_assert_int_eq(PARSE(&cl, "batch", "/d", "--step", "1000000", "--sampler", "sequential",
+                               "--seed", "0", "--batch", "3", "--world-size", "2", "--rank", "1",
+                               "--values", "--json"), 0);
+        ck_assert_int_eq(cl.cmd, CMD_BATCH);
+        ck_assert_uint_eq(cl.step, 1000000);
+        ck_assert_uint_eq(cl.rank, 1);
+        ck_assert(cl.values);
+        cmdline_done(&cl);
+        ck_assert_int_eq(PARSE(&cl, "batch", "--source", "1=/a", "--source", "2=/b", "--step", "3",
+                               "--sampler", "cyclic", "--seed", "0", "--batch", "3"), 0);
+        ck_assert_uint_eq(cl.n_sources, 2);
+        cmdline_done(&cl);
+
+        /* refusals */
+        const char *const bad[][12] = {
+                { "where", "/d", "1", "--seed", "1", "--batch", "2" },         /* no sampler */
+                { "where", "/d", "1", "--sampler", "iid", "--seed", "1" },      /* no batch */
+                { "where", "/d", "1:2", "--sampler", "iid", "--seed", "1", "--batch", "2" },
+                { "where", "--source", "1=/a", "2", "--sampler", "iid", "--seed", "1", "--batch", "2" },
+                { "where", "--source", "1=/a", "1:2", "--sampler", "iid", "--seed", "1", "--batch", "2" },
+                { "where", "/d", "1", "--sampler", "shuffle", "--seed", "1", "--batch", "2" },
+                { "where", "/d", "1", "--sampler", "iid", "--seed", "1", "--batch", "0" },
+                { "where", "/d", "1", "--sampler", "iid", "--seed", "1", "--batch", "2", "--step", "3" },
+                { "batch", "/d", "--sampler", "iid", "--seed", "1", "--batch", "2" }, /* no step */
+                { "batch", "/d", "--step", "1", "--sampler", "iid", "--seed", "1", "--batch", "2",
+                  "--rank", "1" },                                              /* rank >= world */
+                { "batch", "--source", "0=/a", "--step", "1", "--sampler", "iid", "--seed", "1",
+                  "--batch", "2" },                                             /* weight 0 */
+                { "cat", "/d", "--sampler", "iid" },
+        };
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+                char *argv[14] = { "zrecord" };
+                int argc = 1;
+                for (int j = 0; j < 12 && bad[i][j]; j++)
+                        argv[argc++] = (char *)bad[i][j];
+                ck_assert_msg(cmdline_parse(argc, argv, &cl) == -EINVAL, "case %zu parsed", i);
+                ck_assert(cl.error[0]);
+                cmdline_done(&cl);
+        }
+        ck_assert_int_eq(cmdline_parse_source("5=x", &src), 0);
+        ck_assert_int_eq(cmdline_parse_source("5,cyclic-lx157=x", &src), 0);
+        ck_assert_str_eq(src.sampler, "cyclic-lx157");
+        ck_assert_int_eq(cmdline_parse_source("x", &src), -EINVAL);
+        ck_assert_int_eq(cmdline_parse_source("5=", &src), -EINVAL);
+        ck_assert_int_eq(cmdline_parse_source("=x", &src), -EINVAL);
+        ck_assert_int_eq(cmdline_parse_source("4294967296=x", &src), -EINVAL);
+        ck_assert_int_eq(cmdline_parse_source("5,bogus=x", &src), -EINVAL);
+}
+END_TEST
+
 START_TEST(test_help) {
         cmdline cl;
 
@@ -228,6 +315,6 @@ END_TEST
 int main(void) {
         Suite *s = suite_create("cmdline");
         TL_TCASE(s, "parse", 0, test_commands, test_import, test_cat, test_ranges,
-                 test_usage_errors, test_help, test_convert);
+                 test_usage_errors, test_where_batch, test_help, test_convert);
         return tl_run_suite(s);
 }

@@ -734,6 +734,7 @@ int main(void) {
                              test_delete_compact_verify, test_errors, test_sets);
         libzrc_add_loaders(tc);
         libzrc_add_layouts(tc);
+        libzrc_add_mixtures(tc);
         tcase_add_test(tc, test_status);
         tcase_add_test(tc, test_many_clients);
         tcase_add_test(tc, test_descriptors);

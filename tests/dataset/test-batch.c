@@ -1,7 +1,9 @@
 /* test-batch.c: the batch gather (dataset/batch.h): the layout locate() makes
  * before any byte is read, ragged records at multiples of 8 with their padding
  * zeroed and `base` added to their offsets, reads through the decoded-record
- * cache (hits, misses, evictions; raw datasets bypass it), and refusals. */
+ * cache (hits, misses, evictions; raw datasets bypass it; a record drawn twice
+ * in a batch decoded once), batches of several datasets (a mixture's
+ * sources), and refusals. */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,8 +40,9 @@ static zr_dataset *make_dense(scratch *sc, const char *name, uint64_t item, enum
         return ds;
 }
 
-/* A ragged "|u1" ndim-1 dataset: record i has 1 + i % 11 bytes of payload. */
-static zr_dataset *make_ragged(scratch *sc, const char *name, enum zr_codec codec) {
+/* A ragged "|u1" ndim-1 dataset: record i has 1 + i % 11 bytes of payload,
+ * from seed 100 + i (1000 + i with `other`). */
+static zr_dataset *make_ragged_seeded(scratch *sc, const char *name, enum zr_codec codec, int other) {
         uint64_t lens[N], total = 0, at = 0;
         uint8_t *data;
         zr_dataset *ds;
@@ -53,7 +56,7 @@ static zr_dataset *make_ragged(scratch *sc, const char *name, enum zr_codec code
         for (uint64_t i = 0; i < N; i++) {
                 uint64_t dim = 1 + i % 11;
                 zr_ragged_header_write(data + at, &dim, 1);
-                gen_bytes(data + at + 16, dim, 100 + i);
+                gen_bytes(data + at + 16, dim, (other ? 1000 : 100) + i);
                 at += lens[i];
         }
         ck_assert_int_eq(zr_schema_init_ragged(&s, "|u1", 1, codec, &err), 0);
@@ -65,6 +68,10 @@ static zr_dataset *make_ragged(scratch *sc, const char *name, enum zr_codec code
         close(fd);
         free(data);
         return ds;
+}
+
+static zr_dataset *make_ragged(scratch *sc, const char *name, enum zr_codec codec) {
+        return make_ragged_seeded(sc, name, codec, 0);
 }
 
 /* Ragged: the layout is known before the read, records start at multiples of
@@ -114,6 +121,34 @@ START_TEST(test_ragged_layout) {
 }
 END_TEST
 
+/* A scratch directory, a pool of 2 threads and a 1 MiB decoded-record cache. */
+static void cache_rig(scratch *sc, zr_pool **pool, zr_rcache **cache) {
+        scratch_new(sc);
+        ck_assert_int_eq(zr_pool_new(2, pool), 0);
+        ck_assert_int_eq(zr_rcache_new(1 << 20, cache), 0);
+}
+
+/* Gathers records idx[0..n) of dense dataset ds (items of `item` bytes)
+ * through the cache into dst, checks every record's bytes, and returns the
+ * gather's counts in *g (released). */
+static void read_dense_checked(zr_dataset *ds, const uint64_t *idx, size_t n, uint64_t item,
+                               zr_rcache *cache, zr_pool *pool, uint8_t *dst, zr_gather *g) {
+        uint8_t want[256];
+        zr_error err = {0};
+
+        ck_assert_uint_le(item, sizeof(want));
+        *g = (zr_gather){ .ds = ds, .idx = idx, .n = n };
+        memset(dst, 0, n * item);
+        ck_assert_int_eq(zr_gather_locate(g, &err), 0);
+        ck_assert_uint_eq(g->bytes, n * item);
+        ck_assert_msg(zr_gather_read(g, dst, 0, cache, pool, &err) == 0, "%s", err.message);
+        for (size_t i = 0; i < n; i++) {
+                gen_bytes(want, item, idx[i]);
+                ck_assert_int_eq(memcmp(dst + i * item, want, item), 0);
+        }
+        zr_gather_release(g);
+}
+
 /* Through a cache: a compressed dataset's records miss once, then hit; a
  * budget too small evicts; a raw dataset never looks; the bytes are always
  * the records'. */
@@ -126,28 +161,17 @@ START_TEST(test_cache) {
         zr_error err = {0};
         scratch sc;
 
-        scratch_new(&sc);
-        ck_assert_int_eq(zr_pool_new(2, &pool), 0);
-        ck_assert_int_eq(zr_rcache_new(1 << 20, &cache), 0);
+        cache_rig(&sc, &pool, &cache);
         zr_dataset *zs = make_dense(&sc, "z", ITEM, ZR_CODEC_ZSTD);
         zr_dataset *raw = make_dense(&sc, "r", ITEM, ZR_CODEC_RAW);
         for (uint64_t i = 0; i < N; i++)
                 idx[i] = (i * 7) % N;
         for (int pass = 0; pass < 3; pass++) {
-                zr_gather g = { .ds = zs, .idx = idx, .n = N };
-                memset(dst, 0, sizeof(dst));
-                ck_assert_int_eq(zr_gather_locate(&g, &err), 0);
-                ck_assert_uint_eq(g.bytes, N * ITEM);
-                ck_assert_msg(zr_gather_read(&g, dst, 0, cache, pool, &err) == 0, "%s",
-                              err.message);
-                for (uint64_t i = 0; i < N; i++) {
-                        gen_bytes(want, ITEM, idx[i]);
-                        ck_assert_int_eq(memcmp(dst + i * ITEM, want, ITEM), 0);
-                }
+                zr_gather g;
+                read_dense_checked(zs, idx, N, ITEM, cache, pool, dst, &g);
                 ck_assert_uint_eq(g.hits, pass ? N : 0);
                 ck_assert_uint_eq(g.misses, pass ? 0 : N);
                 ck_assert_uint_eq(g.evictions, 0);
-                zr_gather_release(&g);
         }
         /* room for about 10 records: a pass over 40 evicts */
         zr_rcache_set_budget(cache, 10 * (ITEM + ZR_RCACHE_ENTRY_OVERHEAD));
@@ -170,6 +194,37 @@ START_TEST(test_cache) {
         zr_gather_release(&g);
         zr_dataset_close(zs, NULL);
         zr_dataset_close(raw, NULL);
+        zr_rcache_free(cache);
+        zr_pool_free(pool);
+        scratch_free(&sc);
+}
+END_TEST
+
+/* A record drawn more than once in a batch is decoded once and copied: each
+ * later draw is a hit, the cache holds it once, and every place gets its
+ * bytes; a draw of a record the cache already holds stays a plain hit. */
+START_TEST(test_cache_repeats) {
+        enum { ITEM = 64, B = 12 };
+        const uint64_t idx[B] = { 3, 5, 3, 9, 3, 5, 11, 2, 9, 2, 2, 7 };
+        uint8_t dst[B * ITEM];
+        zr_rcache_stats cs;
+        zr_rcache *cache;
+        zr_pool *pool;
+        scratch sc;
+
+        cache_rig(&sc, &pool, &cache);
+        zr_dataset *zs = make_dense(&sc, "z", ITEM, ZR_CODEC_ZSTD);
+        for (int pass = 0; pass < 2; pass++) {
+                zr_gather g;
+                read_dense_checked(zs, idx, B, ITEM, cache, pool, dst, &g);
+                /* 6 distinct records (2, 3, 5, 7, 9, 11): the first pass
+                 * decodes each once, the second hits every draw */
+                ck_assert_uint_eq(g.misses, pass ? 0 : 6);
+                ck_assert_uint_eq(g.hits, pass ? B : B - 6);
+                zr_rcache_stats_get(cache, &cs);
+                ck_assert_uint_eq(cs.entries, 6);
+        }
+        zr_dataset_close(zs, NULL);
         zr_rcache_free(cache);
         zr_pool_free(pool);
         scratch_free(&sc);
@@ -199,4 +254,66 @@ START_TEST(test_range) {
 }
 END_TEST
 
-TL_SUITE_MAIN("batch", test_ragged_layout, test_cache, test_range)
+/* A batch of several datasets (a mixture's sources), one raw and one zstd:
+ * each record comes from its own source in batch order, laid out as one
+ * dataset's would be; only the compressed source's records go through the
+ * cache; a source's bad index is refused naming the source. */
+START_TEST(test_sources) {
+        enum { B = 24 };
+        uint64_t idx[B], offs[B], lens[B], shapes[B], expect = 0;
+        uint8_t src[B];
+        zr_rcache *cache;
+        zr_pool *pool;
+        zr_error err = {0};
+        scratch sc;
+
+        cache_rig(&sc, &pool, &cache);
+        zr_dataset *ds[2] = { make_ragged_seeded(&sc, "a", ZR_CODEC_RAW, 0),
+                              make_ragged_seeded(&sc, "b", ZR_CODEC_ZSTD, 1) };
+        for (int i = 0; i < B; i++) {
+                src[i] = (uint8_t)((i * 5 + i / 3) % 2);
+                idx[i] = (uint64_t)(i * 13 + 5) % N;
+        }
+        for (int pass = 0; pass < 2; pass++) {
+                uint64_t zstd_records = 0;
+                zr_gather g = { .sources = ds, .source = src, .nsources = 2, .idx = idx, .n = B,
+                                .offsets = offs, .lengths = lens, .shapes = shapes };
+
+                ck_assert_msg(zr_gather_locate(&g, &err) == 0, "%s", err.message);
+                expect = 0;
+                for (int k = 0; k < B; k++) {
+                        expect = (expect + 7) / 8 * 8;
+                        ck_assert_uint_eq(offs[k], expect);
+                        expect += 16 + 1 + idx[k] % 11;
+                        zstd_records += src[k];
+                }
+                ck_assert_uint_eq(g.bytes, expect);
+                uint8_t *dst = malloc(g.bytes);
+                ck_assert_msg(zr_gather_read(&g, dst, 0, cache, pool, &err) == 0, "%s", err.message);
+                for (int k = 0; k < B; k++) {
+                        uint8_t want[16];
+                        ck_assert_uint_eq(shapes[k], 1 + idx[k] % 11);
+                        gen_bytes(want, lens[k], (src[k] ? 1000 : 100) + idx[k]);
+                        ck_assert_int_eq(memcmp(dst + offs[k], want, lens[k]), 0);
+                }
+                ck_assert_uint_eq(g.hits + g.misses, zstd_records);
+                ck_assert_uint_eq(g.hits, pass ? zstd_records : 0);
+                zr_gather_release(&g);
+                free(dst);
+        }
+        idx[7] = N; /* past the end of its source */
+        zr_gather g = { .sources = ds, .source = src, .nsources = 2, .idx = idx, .n = B,
+                        .offsets = offs, .lengths = lens, .shapes = shapes };
+        ck_assert_int_eq(zr_gather_locate(&g, &err), -ZR_E_RANGE);
+        ck_assert_msg(strncmp(err.message, src[7] ? "source 1: " : "source 0: ", 10) == 0, "%s",
+                      err.message);
+        zr_gather_release(&g);
+        zr_dataset_close(ds[0], NULL);
+        zr_dataset_close(ds[1], NULL);
+        zr_rcache_free(cache);
+        zr_pool_free(pool);
+        scratch_free(&sc);
+}
+END_TEST
+
+TL_SUITE_MAIN("batch", test_ragged_layout, test_cache, test_cache_repeats, test_range, test_sources)

@@ -7,6 +7,7 @@
 #define ZR_TESTS_LOADER_HELPERS_H
 
 #include <check.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <stdint.h>
@@ -136,6 +137,27 @@ static inline zr_dataset *make_ragged(scratch *s, const char *name, uint64_t n,
         free(data);
         free(lens);
         return ds;
+}
+
+/* Drops every chunk file of dataset directory `name` from the page cache. */
+static inline void evict(scratch *s, const char *name) {
+        char path[512];
+        snprintf(path, sizeof(path), "%s/%s", s->path, name);
+        DIR *d = opendir(path);
+        struct dirent *de;
+        ck_assert_ptr_nonnull(d);
+        while ((de = readdir(d))) {
+                if (!strstr(de->d_name, ".chunk"))
+                        continue;
+                char p[800];
+                snprintf(p, sizeof(p), "%s/%s", path, de->d_name);
+                int fd = open(p, O_RDONLY | O_CLOEXEC);
+                ck_assert_int_ge(fd, 0);
+                ck_assert_int_eq(fdatasync(fd), 0);
+                ck_assert_int_eq(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+                close(fd);
+        }
+        closedir(d);
 }
 
 /* What the daemon's registry would hold for one open dataset. */

@@ -29,27 +29,6 @@
 #define BATCH 64
 #define STEPS 40
 
-/* Drops every chunk file of dataset directory `name` from the page cache. */
-static void evict(scratch *s, const char *name) {
-        char path[512];
-        snprintf(path, sizeof(path), "%s/%s", s->path, name);
-        DIR *d = opendir(path);
-        struct dirent *de;
-        ck_assert_ptr_nonnull(d);
-        while ((de = readdir(d))) {
-                if (!strstr(de->d_name, ".chunk"))
-                        continue;
-                char p[800];
-                snprintf(p, sizeof(p), "%s/%s", path, de->d_name);
-                int fd = open(p, O_RDONLY | O_CLOEXEC);
-                ck_assert_int_ge(fd, 0);
-                ck_assert_int_eq(fdatasync(fd), 0);
-                ck_assert_int_eq(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
-                close(fd);
-        }
-        closedir(d);
-}
-
 /* The I/O queue's fault hook: holds the first read in flight until released,
  * or fails the reads it is told to. */
 typedef struct gate {

@@ -1,7 +1,8 @@
 /* test-inverse.c: which steps saw a record. For random (mode,
  * seed, n, B, W, steps, record), plain and mixed, the answer holds a (step, rank,
  * position) exactly when that step's batch holds the record there, in ascending
- * order; far steps are checked against the batches they name; refusals, a
+ * order; far steps are checked against the batches they name; a range walked
+ * in the pieces of a budget gives what one walk gives; refusals, a
  * callback's stop and progress reports. Random cases come from a fixed generator. */
 #include <check.h>
 #include <errno.h>
@@ -212,6 +213,136 @@ START_TEST(test_far_cyclic) {
 }
 END_TEST
 
+/* Ranges that end at the last steps, where a cycle (of the sampler or of a
+ * mixture's source) runs past step or draw 2^64 - 1: the positions past it are
+ * not hits at early steps. Every hit names a batch that holds the record there,
+ * hits ascend, and each cycle gives at most one. */
+START_TEST(test_last_cycles) {
+        zr_steps_of_ops ops = { .on_hits = test_on_hits, .userdata = &test_got };
+        /* 3 * 2^62 records, one a step: cycles 0 and 1, the second cut at 2^64 */
+        zr_sampler_params p = { .mode = ZR_SAMPLER_CYCLIC, .n = UINT64_C(3) << 62, .batch_size = 1, .seed = 1,
+                                .world_size = 1 };
+        uint64_t idx[1];
+        uint32_t from[1];
+
+        for (int m = 0; m < 2; m++) {
+                p.mode = m ? ZR_SAMPLER_CYCLIC_LX157 : ZR_SAMPLER_CYCLIC;
+                for (uint64_t record = 0; record < 16; record++) {
+                        test_reset(&test_got);
+                        ck_assert_int_eq(zr_sampler_steps_of(&p, record, 0, UINT64_MAX, &ops, NULL), 0);
+                        ck_assert_uint_ge(test_got.count, 1);
+                        ck_assert_uint_le(test_got.count, 2);
+                        for (size_t i = 0; i < test_got.count; i++) {
+                                p.step = test_got.h[i].step;
+                                ck_assert_int_eq(zr_sampler_indices(&p, idx, NULL), 0);
+                                TEST_EQ(idx[0], record);
+                                if (i)
+                                        ck_assert_uint_gt(p.step, test_got.h[i - 1].step);
+                        }
+                }
+        }
+        /* a mixture of one source of 3 * 2^62 (each mode but iid), one draw a step:
+         * its second cycle runs past draw 2^64 - 1 */
+        for (int m = 0; m < 3; m++) {
+                static const enum zr_sampler_mode modes[3] = { ZR_SAMPLER_CYCLIC, ZR_SAMPLER_CYCLIC_LX157,
+                                                               ZR_SAMPLER_SEQUENTIAL };
+                zr_mixture_source one = { modes[m], UINT64_C(3) << 62, 1 };
+
+                ck_assert_int_eq(zr_mixture_init(&test_m, &one, 1, 1, 1, 9, NULL), 0);
+                for (uint64_t record = 0; record < 16; record++) {
+                        test_reset(&test_got);
+                        ck_assert_int_eq(zr_mixture_steps_of(&test_m, 0, record, 0, UINT64_MAX, &ops, NULL), 0);
+                        ck_assert_uint_ge(test_got.count, 1);
+                        ck_assert_uint_le(test_got.count, 2);
+                        for (size_t i = 0; i < test_got.count; i++) {
+                                ck_assert_int_eq(zr_mixture_batch(&test_m, test_got.h[i].step, test_got.h[i].rank,
+                                                                  from, idx, NULL), 0);
+                                TEST_EQ(from[0], 0);
+                                TEST_EQ(idx[0], record);
+                                if (i)
+                                        ck_assert_uint_gt(test_got.h[i].step, test_got.h[i - 1].step);
+                        }
+                }
+        }
+}
+END_TEST
+
+/* A range walked in pieces (the cuts of a small budget) gives exactly the
+ * hits of one walk; each piece is within its budget unless it is one step,
+ * and the pieces move forward to stop. */
+START_TEST(test_pieces) {
+        zr_steps_of_ops ops = { .on_hits = test_on_hits, .userdata = &test_got };
+        zr_steps_of_ops whole = { .on_hits = test_on_hits, .userdata = &test_want };
+        zr_mixture_source s[4];
+
+        for (unsigned c = 0; c < 600; c++) {
+                uint64_t max_scan = 1 + test_rand(200), max_cycles = 1 + test_rand(3);
+                uint64_t start = test_rand(c % 5 ? 50 : UINT64_C(1) << 50), stop = start + 1 + test_rand(80);
+                char what[128];
+
+                if (c % 2 == 0) {
+                        zr_sampler_params p = { .mode = (enum zr_sampler_mode)test_rand(_ZR_SAMPLER_MODE_MAX),
+                                                .seed = test_rand(UINT64_MAX), .batch_size = 1 + test_rand(9),
+                                                .world_size = 1 + (uint32_t)test_rand(3) };
+                        uint64_t g = p.batch_size * p.world_size, record;
+
+                        p.n = g + test_rand(60);
+                        record = test_rand(p.n);
+                        test_reset(&test_want);
+                        ck_assert_int_eq(zr_sampler_steps_of(&p, record, start, stop, &whole, NULL), 0);
+                        test_reset(&test_got);
+                        for (uint64_t at = start; at < stop;) {
+                                uint64_t cut = zr_sampler_steps_of_cut(&p, at, stop, max_scan, max_cycles);
+
+                                ck_assert_uint_gt(cut, at);
+                                ck_assert_uint_le(cut, stop);
+                                if (p.mode == ZR_SAMPLER_IID && cut - at > 1)
+                                        ck_assert_uint_le((cut - at) * g, max_scan);
+                                if ((p.mode == ZR_SAMPLER_CYCLIC || p.mode == ZR_SAMPLER_CYCLIC_LX157) &&
+                                    cut < stop)
+                                        TEST_EQ((cut - 1) / (p.n / g) - at / (p.n / g) + 1, max_cycles);
+                                ck_assert_int_eq(zr_sampler_steps_of(&p, record, at, cut, &ops, NULL), 0);
+                                at = cut;
+                        }
+                        snprintf(what, sizeof(what), "pieces %u %s", c, zr_sampler_mode_name(p.mode));
+                } else {
+                        uint32_t k = 1 + (uint32_t)test_rand(4), source = (uint32_t)test_rand(k);
+                        uint64_t b = 1 + test_rand(8), record;
+
+                        for (uint32_t i = 0; i < k; i++)
+                                s[i] = (zr_mixture_source){ .mode = (enum zr_sampler_mode)test_rand(_ZR_SAMPLER_MODE_MAX),
+                                                            .n = 1 + test_rand(30),
+                                                            .weight = (uint32_t)(1 + test_rand(9)) };
+                        ck_assert_int_eq(zr_mixture_init(&test_m, s, k, b, 1 + (uint32_t)test_rand(2),
+                                                         test_rand(UINT64_MAX), NULL), 0);
+                        record = test_rand(s[source].n);
+                        test_reset(&test_want);
+                        ck_assert_int_eq(zr_mixture_steps_of(&test_m, source, record, start, stop, &whole, NULL), 0);
+                        test_reset(&test_got);
+                        for (uint64_t at = start; at < stop;) {
+                                uint64_t cut = zr_mixture_steps_of_cut(&test_m, source, at, stop, max_scan,
+                                                                       max_cycles);
+                                uint64_t draws = zr_mixture_draws_before(&test_m, source, cut) -
+                                                 zr_mixture_draws_before(&test_m, source, at);
+
+                                ck_assert_uint_gt(cut, at);
+                                ck_assert_uint_le(cut, stop);
+                                if (s[source].mode == ZR_SAMPLER_IID && cut - at > 1)
+                                        ck_assert_uint_le(draws, max_scan);
+                                if (s[source].mode != ZR_SAMPLER_IID && s[source].mode != ZR_SAMPLER_SEQUENTIAL &&
+                                    cut - at > 1)
+                                        ck_assert_uint_le(draws, max_cycles * s[source].n);
+                                ck_assert_int_eq(zr_mixture_steps_of(&test_m, source, record, at, cut, &ops, NULL), 0);
+                                at = cut;
+                        }
+                        snprintf(what, sizeof(what), "pieces %u mixture source %s", c,
+                                 zr_sampler_mode_name(s[source].mode));
+                }
+                test_same(&test_got, &test_want, what);
+        }
+}
+END_TEST
+
 START_TEST(test_refusals_and_stops) {
         zr_steps_of_ops ops = { .on_hits = test_on_hits, .on_progress = test_on_progress, .userdata = &test_got };
         zr_sampler_params p = { .mode = ZR_SAMPLER_IID, .n = 10, .batch_size = 100, .seed = 1, .world_size = 2 };
@@ -278,6 +409,7 @@ END_TEST
 int main(void) {
         Suite *s = suite_create("inverse");
         TL_TCASE(s, "core", 0, test_plain_property,
-                 test_mixture_property, test_far_cyclic, test_refusals_and_stops);
+                 test_mixture_property, test_far_cyclic, test_last_cycles, test_pieces,
+                 test_refusals_and_stops);
         return tl_run_suite(s);
 }

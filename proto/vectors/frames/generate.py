@@ -98,6 +98,23 @@ ok('req-loader_open.bin', {'kind': 'loader_open', 'id': 22,
                            'length': 60000, 'indices': True})
 ok('req-release.bin', {'kind': 'release', 'loader': 4, 'ring': 9, 'slot': 0})
 ok('req-loader_close.bin', {'kind': 'loader_close', 'id': 23, 'loader': 4})
+ok('req-loader_open-mixture.bin', {'kind': 'loader_open', 'id': 24,
+                                   'sources': [{'streams': [{'handle': 1, 'name': 'img'},
+                                                            {'handle': 2, 'name': 'label'}],
+                                                'weight': 7},
+                                               {'streams': [{'handle': 5, 'name': 'img'},
+                                                            {'handle': 6, 'name': 'label'}],
+                                                'weight': 3, 'sampler': 'iid', 'length': 1000}],
+                                   'sampler': 'cyclic', 'batch_size': 256, 'seed': 7,
+                                   'start_step': 0, 'provenance': True})
+ok('req-steps_of.bin', {'kind': 'steps_of', 'id': 25, 'sampler': 'cyclic', 'n': 60000,
+                        'batch_size': 256, 'seed': 7, 'world_size': 4, 'record': 12345,
+                        'start': 0, 'stop': 10**6})
+ok('req-steps_of-mixture.bin', {'kind': 'steps_of', 'id': 26, 'sampler': 'cyclic',
+                                'sources': [{'n': 60000, 'weight': 7},
+                                            {'n': 1000, 'weight': 3, 'sampler': 'iid'}],
+                                'source': 1, 'batch_size': 256, 'seed': 7, 'record': 999,
+                                'start': 100, 'stop': 200, 'max_hits': 1000})
 
 # ---- replies -------------------------------------------------------------
 ok('ok-hello.bin', {'kind': 'ok', 'id': 1, 'version': 1, 'features': ['loader', 'msset'],
@@ -148,6 +165,13 @@ ok('ok-loader_open.bin', {'kind': 'ok', 'id': 22, 'loader': 4, 'ring': 9, 'slots
                           'streams': [{'offset': 0, 'capacity': 8192},
                                       {'offset': 8192, 'capacity': 65536}]}, 'loader_open')
 ok('ok-loader_close.bin', {'kind': 'ok', 'id': 23}, 'loader_close')
+ok('ok-loader_open-mixture.bin', {'kind': 'ok', 'id': 24, 'loader': 5, 'ring': 11, 'slots': 4,
+                                  'slot_bytes': 65536, 'ring_bytes': 262144, 'length': 61000,
+                                  'streams': [{'offset': 0, 'capacity': 49152},
+                                              {'offset': 49152, 'capacity': 2048}],
+                                  'sources': [{'length': 60000}, {'length': 1000}]}, 'loader_open')
+ok('ok-steps_of.bin', {'kind': 'ok', 'id': 25, 'hits': u64s(3, 1, 17, 240, 3, 200),
+                       'next': 10**6}, 'steps_of')
 ok('error-range.bin', {'kind': 'error', 'id': 8, 'code': 1007, 'name': 'ZR_E_RANGE',
                        'message': 'index 12 is out of range (length 10)', 'index': 12})
 ok('error-buffer.bin', {'kind': 'error', 'id': 8, 'code': 1016, 'name': 'ZR_E_BUFFER',
@@ -162,6 +186,10 @@ ok('event-batch-ragged.bin', {'kind': 'batch', 'loader': 4, 'ring': 10, 'slot': 
                                            'offsets': u64s(8208, 8240),
                                            'lengths': u64s(12, 4), 'shapes': u64s(3, 1)}],
                               'indices': u64s(17, 4)})
+ok('event-batch-mixture.bin', {'kind': 'batch', 'loader': 5, 'ring': 11, 'slot': 2, 'step': 9,
+                               'streams': [{'offset': 131072, 'bytes': 12},
+                                           {'offset': 180224, 'bytes': 24}],
+                               'indices': u64s(41, 7, 998), 'source': bytes([0, 1, 1])})
 ok('event-ring.bin', {'kind': 'ring', 'loader': 4, 'ring': 10, 'slots': 4, 'slot_bytes': 73728,
                       'ring_bytes': 294912})
 ok('event-ring_close.bin', {'kind': 'ring_close', 'loader': 4, 'ring': 10})
@@ -265,6 +293,18 @@ bad('loader-seed-float.bin', frame(pack({'kind': 'loader_open', 'id': 1,
                                          'streams': [{'handle': 1}], 'sampler': 'iid',
                                          'batch_size': 2, 'seed': 1.0, 'start_step': 0})),
     'ZR_E_PROTO')
+bad('loader-sources-weight-negative.bin',
+    frame(pack({'kind': 'loader_open', 'id': 1, 'sources': [{'streams': [{'handle': 1}],
+                                                             'weight': -1}],
+                'sampler': 'iid', 'batch_size': 2, 'seed': 0, 'start_step': 0})), 'ZR_E_PROTO')
+bad('loader-source-no-streams.bin',
+    frame(pack({'kind': 'loader_open', 'id': 1, 'sources': [{'weight': 1}],
+                'sampler': 'iid', 'batch_size': 2, 'seed': 0, 'start_step': 0})), 'ZR_E_PROTO')
+bad('steps_of-no-record.bin', frame(pack({'kind': 'steps_of', 'id': 1, 'sampler': 'cyclic',
+                                          'n': 10, 'batch_size': 2, 'seed': 0, 'start': 0,
+                                          'stop': 5})), 'ZR_E_PROTO')
+bad('ok-steps_of-hits-odd.bin', frame(pack({'kind': 'ok', 'id': 25, 'hits': b'\x00' * 12,
+                                            'next': 5})), 'ZR_E_PROTO', 'steps_of')
 bad('batch-no-streams.bin', frame(pack({'kind': 'batch', 'loader': 1, 'ring': 1, 'slot': 0,
                                           'step': 0})),
     'ZR_E_PROTO')

@@ -1,0 +1,232 @@
+/* req-where.c: STEPS_OF, which steps of a sampler or a mixture saw a record
+ * (PROTOCOL.md; proto/SAMPLERS.md, "Which steps saw a record"), on top of the
+ * samplers run backwards (sampler/inverse.h): the daemon is the one
+ * implementation of the samplers, so it answers for its clients too.
+ *
+ * A pure computation: it names no handle and reads no store. Its walk runs on
+ * the pool, as a job of the client's uid, cut so that one request scans at
+ * most STEPS_OF_SCAN positions (iid) or walks STEPS_OF_CYCLES cycles (the
+ * cyclics); its reply holds at most max_hits hits, a step's hits always whole.
+ * The reply's `next` says where it stopped, and the client asks again from
+ * there, reporting its progress between requests.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sampler/inverse.h"
+#include "server/request.h"
+
+/* One request's walk: about 70 ms of iid scan (4 ns a position) or of cyclic
+ * cycles (40 ns each, 250 for a mixture's source) on one core here. */
+#define STEPS_OF_SCAN (UINT64_C(1) << 24)
+#define STEPS_OF_CYCLES (UINT64_C(1) << 19)
+/* Hits of one reply at most (24 bytes each), and no more than a frame holds. */
+#define STEPS_OF_HITS_MAX 32768
+
+typedef struct steps_state {
+        bool mixture;
+        zr_sampler_params p;
+        zr_mixture m;
+        uint32_t source;
+        uint64_t record, start, stop, next;
+        size_t max_hits;
+        uint64_t *hits;          /* (step, rank, position) per hit */
+        size_t nhits, cap;
+        size_t step_first;       /* the first hit of the latest step */
+        bool over;               /* one step holds more than max_hits hits */
+} steps_state;
+
+static void steps_state_free(void *p) {
+        steps_state *st = p;
+        free(st->hits);
+        free(st);
+}
+
+/* Keeps hits up to max_hits, a step's whole; stops (1) at the first hit that
+ * does not fit, with `next` the first step whose hits are not all kept. */
+static int steps_on_hits(void *userdata, const zr_sampler_hit *h, size_t count) {
+        steps_state *st = userdata;
+
+        for (size_t i = 0; i < count; i++) {
+                bool new_step = st->nhits == 0 || st->hits[3 * (st->nhits - 1)] != h[i].step;
+
+                if (st->nhits == st->max_hits) {
+                        if (!new_step) {
+                                /* drop the step's hits kept so far: it goes whole next time */
+                                st->over = st->step_first == 0;
+                                st->nhits = st->step_first;
+                        }
+                        st->next = h[i].step;
+                        return 1;
+                }
+                if (new_step)
+                        st->step_first = st->nhits;
+                if (st->nhits == st->cap) {
+                        size_t cap = st->cap ? 2 * st->cap : 256;
+                        uint64_t *p;
+                        if (cap > st->max_hits)
+                                cap = st->max_hits;
+                        p = realloc(st->hits, cap * 3 * sizeof(*p));
+                        if (!p)
+                                return -ENOMEM;
+                        st->hits = p;
+                        st->cap = cap;
+                }
+                st->hits[3 * st->nhits] = h[i].step;
+                st->hits[3 * st->nhits + 1] = h[i].rank;
+                st->hits[3 * st->nhits + 2] = h[i].position;
+                st->nhits++;
+        }
+        return 0;
+}
+
+static void steps_run(zr_job *job) {
+        zr_request *rq = (zr_request *)job;
+        steps_state *st = rq->state;
+        /* the cut bounds the scan: no limit of its own */
+        zr_steps_of_ops ops = { .on_hits = steps_on_hits, .userdata = st, .scan_limit = UINT64_MAX };
+        uint64_t stop = st->stop, cut;
+        int r;
+
+        /* a mixture has no step past its last: the range ends there */
+        if (st->mixture && stop > st->m.last_step + 1)
+                stop = st->m.last_step + 1;
+        if (st->start >= stop) {
+                st->next = st->stop;
+                rq->result = 0;
+                return;
+        }
+        cut = st->mixture ? zr_mixture_steps_of_cut(&st->m, st->source, st->start, stop,
+                                                   STEPS_OF_SCAN, STEPS_OF_CYCLES)
+                          : zr_sampler_steps_of_cut(&st->p, st->start, stop, STEPS_OF_SCAN,
+                                                    STEPS_OF_CYCLES);
+        /* the whole range searched: say so, whatever part of it has steps */
+        st->next = cut == stop ? st->stop : cut;
+        if (st->mixture)
+                r = zr_mixture_steps_of(&st->m, st->source, st->record, st->start, cut, &ops, &rq->err);
+        else
+                r = zr_sampler_steps_of(&st->p, st->record, st->start, cut, &ops, &rq->err);
+        if (r == -ENOMEM)
+                r = zr_error_errno(&rq->err, ENOMEM, "no memory for the hits");
+        else if (r == 1 && st->over)
+                r = zr_error_set(&rq->err, ZR_E_LIMIT, "step %" PRIu64 " alone holds more than %zu "
+                                 "hits of record %" PRIu64 ": ask for more (max_hits)", st->next,
+                                 st->max_hits, st->record);
+        else if (r == 1)
+                r = 0;
+        rq->result = r;
+}
+
+static void steps_reply(zr_request *rq, zr_wire_writer *w) {
+        steps_state *st = rq->state;
+        zr_wire_put_u64s(w, "hits", st->hits, 3 * st->nhits);
+        zr_wire_put_u64(w, "next", st->next);
+}
+
+/* A sampler's name into *mode (ZR_E_SAMPLER naming `what` otherwise). */
+static int take_mode(zr_request *rq, const msgpack_object *map, const char *what,
+                     enum zr_sampler_mode *mode) {
+        zr_wire_error werr = {0};
+        char name[32];
+
+        if (zr_wire_get_str_copy(map, "sampler", name, sizeof(name), &werr) < 0)
+                return zr_request_fail(rq, ZR_E_PROTO, "%s%s", what, werr.message);
+        if (zr_sampler_mode_from_name(name, mode) < 0)
+                return zr_request_fail(rq, ZR_E_SAMPLER, "%sunknown sampler '%s' (sequential, iid, "
+                                       "cyclic, cyclic-lx157)", what, name);
+        return 0;
+}
+
+/* A mixture's `sources` into st->m. */
+static int take_mixture(zr_request *rq, steps_state *st, uint64_t batch, uint32_t world) {
+        zr_mixture_source src[ZR_SOURCES_MAX];
+        zr_wire_error werr = {0};
+        const msgpack_object *items;
+        uint32_t n;
+        int r;
+
+        if (zr_wire_get_array(rq->root, "sources", &items, &n, &werr) < 0)
+                return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
+        if (n < 1 || n > ZR_SOURCES_MAX)
+                return zr_request_fail(rq, ZR_E_PROTO, "field 'sources': %u sources, 1..%d", n,
+                                       ZR_SOURCES_MAX);
+        for (uint32_t k = 0; k < n; k++) {
+                char what[24];
+
+                src[k].mode = st->p.mode;
+                snprintf(what, sizeof(what), "sources[%u]: ", k);
+                if (zr_wire_get_u64(&items[k], "n", &src[k].n, &werr) < 0 ||
+                    zr_wire_get_u32(&items[k], "weight", &src[k].weight, &werr) < 0)
+                        return zr_request_fail(rq, ZR_E_PROTO, "%s%s", what, werr.message);
+                if (zr_wire_find(&items[k], "sampler") &&
+                    (r = take_mode(rq, &items[k], what, &src[k].mode)) < 0)
+                        return r;
+        }
+        r = zr_mixture_init(&st->m, src, n, batch, world, st->p.seed, &rq->err);
+        if (r < 0)
+                return r;
+        if (st->source >= n)
+                return zr_request_fail(rq, ZR_E_SAMPLER, "source %" PRIu32 " of a mixture of %" PRIu32,
+                                       st->source, n);
+        if (st->record >= src[st->source].n)
+                return zr_request_fail(rq, ZR_E_SAMPLER, "source %" PRIu32 ": record %" PRIu64
+                                       " >= n = %" PRIu64 ": no such record", st->source, st->record,
+                                       src[st->source].n);
+        return 0;
+}
+
+int zr_handle_steps_of(zr_request *rq) {
+        zr_wire_error werr = {0};
+        uint64_t batch, max_hits = 0, frame_hits;
+        uint32_t world = 1;
+        steps_state *st;
+        int r;
+
+        st = zr_request_state(rq, sizeof(*st), steps_state_free);
+        if (!st)
+                return -ENOMEM;
+        if (zr_wire_get_u64(rq->root, "batch_size", &batch, &werr) < 0 ||
+            zr_wire_get_u64(rq->root, "seed", &st->p.seed, &werr) < 0 ||
+            zr_wire_get_u64(rq->root, "record", &st->record, &werr) < 0 ||
+            zr_wire_get_u64(rq->root, "start", &st->start, &werr) < 0 ||
+            zr_wire_get_u64(rq->root, "stop", &st->stop, &werr) < 0 ||
+            (zr_wire_find(rq->root, "world_size") &&
+             zr_wire_get_u32(rq->root, "world_size", &world, &werr) < 0) ||
+            (zr_wire_find(rq->root, "source") &&
+             zr_wire_get_u32(rq->root, "source", &st->source, &werr) < 0) ||
+            (zr_wire_find(rq->root, "max_hits") &&
+             zr_wire_get_u64(rq->root, "max_hits", &max_hits, &werr) < 0))
+                return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
+        if ((r = take_mode(rq, rq->root, "", &st->p.mode)) < 0)
+                return r;
+        /* at most what a reply frame holds, with room for its other fields */
+        frame_hits = (zr_request_frame_max(rq) - 1024) / 24;
+        if (frame_hits > STEPS_OF_HITS_MAX)
+                frame_hits = STEPS_OF_HITS_MAX;
+        if (zr_wire_find(rq->root, "max_hits") && max_hits == 0)
+                return zr_request_fail(rq, ZR_E_PROTO, "field 'max_hits': 0, at least 1");
+        st->max_hits = (size_t)(max_hits == 0 || max_hits > frame_hits ? frame_hits : max_hits);
+        st->mixture = zr_wire_find(rq->root, "sources") != NULL;
+        if (st->mixture == (zr_wire_find(rq->root, "n") != NULL))
+                return zr_request_fail(rq, ZR_E_PROTO, "give either 'n' or 'sources' (a mixture), "
+                                       "not %s", st->mixture ? "both" : "neither");
+        if (st->mixture) {
+                if ((r = take_mixture(rq, st, batch, world)) < 0)
+                        return r;
+        } else {
+                if (zr_wire_find(rq->root, "source"))
+                        return zr_request_fail(rq, ZR_E_PROTO, "field 'source' is a mixture's");
+                if (zr_wire_get_u64(rq->root, "n", &st->p.n, &werr) < 0)
+                        return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
+                st->p.batch_size = batch;
+                st->p.world_size = world;
+                if ((r = zr_sampler_check(&st->p, &rq->err)) < 0)
+                        return r;
+                if (st->record >= st->p.n)
+                        return zr_request_fail(rq, ZR_E_SAMPLER, "record %" PRIu64 " >= n = %" PRIu64
+                                               ": no such record", st->record, st->p.n);
+        }
+        return zr_request_submit_reply(rq, steps_run, steps_reply);
+}
