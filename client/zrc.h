@@ -723,11 +723,12 @@ typedef struct zrc_status {
         zrc_prefetch_status prefetch;
         /* the memory the daemon may use (0: unknown or an older daemon), and
          * its budgets: cache, ring-spare, prefetch, shared memory of all uids
-         * and of one */
+         * and of one, and the free read buffers a client keeps (read-pool; 0
+         * from an older daemon) */
         uint64_t memory;
         char memory_source[256];
         zrc_budget budget_cache, budget_ring_spare, budget_prefetch, budget_shm_total,
-                budget_shm_uid;
+                budget_shm_uid, budget_read_pool;
         size_t n_loaders;
         zrc_loader_status *per_loader; /* n_loaders entries, owned by the zrc_status */
 } zrc_status;

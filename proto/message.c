@@ -52,7 +52,7 @@ static const field limits_fields[] = {
         REQ("frame_max", T_UINT), REQ("handles_max", T_UINT), REQ("shm_bytes_max", T_UINT),
         REQ("loaders_max", T_UINT), REQ("pipeline_max", T_UINT),
         REQ("fds_per_frame_max", T_UINT), REQ("streams_max", T_UINT),
-        REQ("prefetch_max", T_UINT), END,
+        REQ("prefetch_max", T_UINT), OPT("read_pool_max", T_UINT), END,
 };
 
 static const field append_stream_fields[] = {
@@ -116,7 +116,7 @@ static const field budgets_fields[] = {
         REQ("memory", T_UINT), REQ("memory_source", T_STR),
         REQ_SUB("cache", T_MAP, budget_fields), REQ_SUB("ring_spare", T_MAP, budget_fields),
         REQ_SUB("prefetch", T_MAP, budget_fields), REQ_SUB("shm_total", T_MAP, budget_fields),
-        REQ_SUB("shm_uid", T_MAP, budget_fields), END,
+        REQ_SUB("shm_uid", T_MAP, budget_fields), OPT_SUB("read_pool", T_MAP, budget_fields), END,
 };
 
 static const field loader_stat_fields[] = {

@@ -91,6 +91,16 @@ static int locate_sources(zr_gather *g, zr_error *err) {
         return 0;
 }
 
+/* ZR_E_CORRUPT for the first record that is not one item of a dense schema. */
+static int check_items(const zr_gather *g, uint64_t item, zr_error *err) {
+        for (size_t i = 0; i < g->n; i++)
+                if (g->locs[i].logic_length != item)
+                        return zr_error_set(err, ZR_E_CORRUPT, "record %" PRIu64 " is %u bytes, "
+                                            "an item is %" PRIu64, g->idx[i],
+                                            g->locs[i].logic_length, item);
+        return 0;
+}
+
 int zr_gather_locate(zr_gather *g, zr_error *err) {
         const zr_schema *s = gather_schema(g);
         size_t n = g->n ? g->n : 1;
@@ -105,6 +115,11 @@ int zr_gather_locate(zr_gather *g, zr_error *err) {
         if (!g->locs)
                 return zr_error_errno(err, ENOMEM, "gathering %zu records", g->n);
         g->dsts = (void **)(g->locs + n);
+        if (s->kind == ZR_SCHEMA_DENSE && !g->sources) {
+                /* the layout needs no table entry: the read locates (dense_read) */
+                g->bytes = (uint64_t)g->n * zr_schema_item_bytes(s);
+                return zr_store_check_range(zr_dataset_store(g->ds), g->idx, g->n, err);
+        }
         if (g->sources)
                 r = locate_sources(g, err);
         else
@@ -112,14 +127,8 @@ int zr_gather_locate(zr_gather *g, zr_error *err) {
         if (r < 0)
                 return r;
         if (s->kind == ZR_SCHEMA_DENSE) {
-                uint64_t item = zr_schema_item_bytes(s);
-                for (size_t i = 0; i < g->n; i++)
-                        if (g->locs[i].logic_length != item)
-                                return zr_error_set(err, ZR_E_CORRUPT, "record %" PRIu64 " is %u "
-                                                    "bytes, an item is %" PRIu64, g->idx[i],
-                                                    g->locs[i].logic_length, item);
-                g->bytes = (uint64_t)g->n * item;
-                return 0;
+                g->bytes = (uint64_t)g->n * zr_schema_item_bytes(s);
+                return check_items(g, zr_schema_item_bytes(s), err);
         }
         for (size_t i = 0; i < g->n; i++) {
                 zr_dataset *ds = record_ds(g, i);
@@ -324,12 +333,35 @@ static int read_parts(zr_gather *g, zr_rcache *cache, zr_pool *pool, zr_error *e
         return 0;
 }
 
+/* A dense batch of one dataset, whose locate only checked the range: straight
+ * from the store in one pass per shard (locate, check, read), or, through the
+ * cache, located now. */
+static int dense_read(zr_gather *g, uint8_t *dst, zr_rcache *cache, zr_pool *pool,
+                      zr_error *err) {
+        const zr_schema *s = zr_dataset_schema(g->ds);
+        uint64_t item = zr_schema_item_bytes(s);
+        zr_store *st = zr_dataset_store(g->ds);
+        int r;
+
+        if (!cache || s->codec == ZR_CODEC_RAW || g->n == 0)
+                return zr_store_gather_dense(st, g->idx, g->n, item, dst, g->locs, err);
+        r = zr_store_locate(st, g->idx, g->n, g->locs, err);
+        if (r == 0)
+                r = check_items(g, item, err);
+        for (size_t i = 0; r == 0 && i < g->n; i++)
+                g->dsts[i] = dst + i * item;
+        return r < 0 ? r : read_parts(g, cache, pool, err);
+}
+
 int zr_gather_read(zr_gather *g, uint8_t *dst, uint64_t base, zr_rcache *cache, zr_pool *pool,
                    zr_error *err) {
         const zr_schema *s = gather_schema(g);
         bool ragged = s->kind == ZR_SCHEMA_RAGGED;
         uint64_t item = zr_schema_item_bytes(s), w = 0;
         int r;
+
+        if (!ragged && !g->sources)
+                return dense_read(g, dst, cache, pool, err);
 
         for (size_t i = 0; i < g->n; i++) {
                 if (!ragged) {

@@ -70,7 +70,7 @@
 #define DEFAULT_MAX_BYTES_UID (64 * MiB)
 
 enum { KEY_SOCKET = 1000, KEY_SOCKET_MODE, KEY_SOCKET_GROUP, KEY_THREADS, KEY_LOG_LEVEL,
-       KEY_IDLE_EXIT, KEY_SYNC_INTERVAL, KEY_CACHE, KEY_RING_SPARE, KEY_MAX_FRAME,
+       KEY_IDLE_EXIT, KEY_SYNC_INTERVAL, KEY_CACHE, KEY_RING_SPARE, KEY_READ_POOL, KEY_MAX_FRAME,
        KEY_MAX_HANDLES, KEY_MAX_LOADERS, KEY_MAX_SHM, KEY_MAX_CLIENTS, KEY_CONFIG, KEY_HELP,
        KEY_VERSION,
        /* per-uid limits and timeouts */
@@ -100,6 +100,9 @@ static const struct setting {
          "spare rings for resumed runs (auto: 12% of the memory, at most 512M; 0 = none)"},
         {"prefetch", KEY_PREFETCH, "BYTES",
          "bytes read ahead of the loaders (auto: 12% of the memory, at most 1G; 0 = none)"},
+        {"read-pool", KEY_READ_POOL, "BYTES",
+         "free read buffers a client keeps for one-pass reads (auto: 1% of the memory, at "
+         "most 256M; 0 = none)"},
         {"io-backend", KEY_IO_BACKEND, "NAME", "reads ahead through auto, uring or threads (auto)"},
         {"io-depth", KEY_IO_DEPTH, "N", "reads in flight at once (128; 1..4096)"},
         {"max-frame", KEY_MAX_FRAME, "BYTES", "largest frame a client may send (1M; 64K..64M)"},
@@ -136,6 +139,7 @@ void zr_config_defaults(zr_config *c) {
         c->cache_bytes = ZR_CONFIG_AUTO;
         c->ring_spare_bytes = ZR_CONFIG_AUTO;
         c->prefetch_bytes = ZR_CONFIG_AUTO;
+        c->read_pool_bytes = ZR_CONFIG_AUTO;
         c->io_backend = ZR_IOQ_AUTO;
         c->io_depth = DEFAULT_IO_DEPTH;
         c->max_frame_bytes = DEFAULT_MAX_FRAME;
@@ -243,6 +247,7 @@ static int apply(zr_config *c, int key, const char *v, const char *where, zr_err
         case KEY_CACHE: r = parse_size_auto(v, &c->cache_bytes); break;
         case KEY_RING_SPARE: r = parse_size_auto(v, &c->ring_spare_bytes); break;
         case KEY_PREFETCH: r = parse_size_auto(v, &c->prefetch_bytes); break;
+        case KEY_READ_POOL: r = parse_size_auto(v, &c->read_pool_bytes); break;
         case KEY_IO_BACKEND: r = zr_ioq_backend_parse(v, &c->io_backend); break;
         case KEY_IO_DEPTH:
                 r = parse_u32(v, &c->io_depth);

@@ -747,7 +747,8 @@ static void put_prefetch(zr_wire_writer *w, zr_server *s, const zr_loader_engine
 static void put_budgets(zr_wire_writer *w, const zr_budgets *b) {
         const struct { const char *name; const zr_budget *b; } all[] = {
                 { "cache", &b->cache }, { "ring_spare", &b->ring_spare },
-                { "prefetch", &b->prefetch }, { "shm_total", &b->shm_total },
+                { "prefetch", &b->prefetch }, { "read_pool", &b->read_pool },
+                { "shm_total", &b->shm_total },
                 { "shm_uid", &b->shm_uid },
         };
         zr_wire_begin_map(w, "budgets");

@@ -686,6 +686,7 @@ int zr_handle_hello(zr_request *rq) {
         zr_wire_put_u64(&w, "fds_per_frame_max", ZR_FDS_PER_FRAME_MAX);
         zr_wire_put_u64(&w, "streams_max", ZR_STREAMS_MAX);
         zr_wire_put_u64(&w, "prefetch_max", ZR_PREFETCH_MAX);
+        zr_wire_put_u64(&w, "read_pool_max", c->srv->budgets.read_pool.bytes);
         zr_wire_end(&w);
         /* The reply goes out at the frame limit of the first exchange. */
         return zr_reply_send(rq, &w, NULL, 0);

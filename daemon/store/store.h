@@ -187,6 +187,19 @@ int zr_store_locate(zr_store *s, const uint64_t *idx, size_t n, zr_loc *ret_locs
 int zr_store_gather_locs(zr_store *s, const zr_loc *locs, size_t n, void *const *dsts,
                          zr_error *err);
 
+/* ZR_E_RANGE, naming the first, if an index of idx[0..n) is >= the length. */
+int zr_store_check_range(zr_store *s, const uint64_t *idx, size_t n, zr_error *err);
+
+/* Gathers records idx[0..n), each `item` bytes (a dense dataset's), into dst
+ * (n × item bytes), record i at i × item, in one pass: each of the pool's
+ * contiguous shards locates, checks and reads its own records, so the table
+ * lookups run in parallel and overlap the copies. `scratch` holds n entries.
+ * ZR_E_RANGE for an index >= length (dst untouched), ZR_E_CORRUPT for a record
+ * that is not `item` bytes or an entry zr_store_locate() would refuse, and the
+ * errors of zr_store_gather_locs(); on failure dst's bytes are unspecified. */
+int zr_store_gather_dense(zr_store *s, const uint64_t *idx, size_t n, uint64_t item, void *dst,
+                          zr_loc *scratch, zr_error *err);
+
 /* Gathers records idx[0..n) (any order, repeats allowed) packed back to back
  * into dst (dst_size bytes). ret_lens (may be NULL) receives each record's
  * length. ZR_E_BUFFER if the records do not fit and ZR_E_RANGE for an index >=

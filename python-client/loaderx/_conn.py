@@ -376,10 +376,11 @@ class Connection:
             self._send_lock.release()
         return True
 
-    def request(self, kind, fields=None, fds=(), context=None):
+    def request(self, kind, fields=None, fds=(), context=None, during=None):
         """Sends a request and waits for its reply: the ok fields, or raises.
 
-        Descriptors that came with the reply are in ``reply['_fds']``.
+        Descriptors that came with the reply are in ``reply['_fds']``. ``during``,
+        if given, is called once the request is sent, while the daemon works.
         """
         self._check()
         msg = {"kind": kind, "id": 0}
@@ -399,6 +400,8 @@ class Connection:
                 self._broken = str(e)
                 raise ConnectionLost(f"sending {kind} to zrecordd failed: {e}", sent=False,
                                      code=e.errno) from None
+        if during is not None:
+            during()
         reply, rfds = self._wait(lambda: self._replies.pop(rid, None))
         if reply.get("kind") == "error":
             for fd in rfds:

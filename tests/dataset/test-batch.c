@@ -18,8 +18,11 @@
 
 static const zr_store_options test_opts = { .chunk_log2 = TEST_CHUNK_LOG2 };
 
-/* A dense "|u1" dataset of N records of `item` bytes: record i from seed i. */
-static zr_dataset *make_dense(scratch *sc, const char *name, uint64_t item, enum zr_codec codec) {
+/* A dense "|u1" dataset of N records of `item` bytes: record i from seed i;
+ * its store gathers on `pool` (may be NULL). */
+static zr_dataset *make_dense_on(scratch *sc, const char *name, uint64_t item, enum zr_codec codec,
+                                 zr_pool *pool) {
+        zr_store_options opts = test_opts;
         uint64_t shape[2] = { N, item };
         uint8_t *data = malloc(N * item);
         zr_dataset *ds;
@@ -29,8 +32,9 @@ static zr_dataset *make_dense(scratch *sc, const char *name, uint64_t item, enum
 
         for (uint64_t i = 0; i < N; i++)
                 gen_bytes(data + i * item, item, i);
+        opts.pool = pool;
         ck_assert_int_eq(zr_schema_init_dense(&s, "|u1", &item, 1, codec, &err), 0);
-        ck_assert_msg(zr_dataset_create(fd, &s, NULL, 0, &test_opts, &ds, &err) == 0, "%s",
+        ck_assert_msg(zr_dataset_create(fd, &s, NULL, 0, &opts, &ds, &err) == 0, "%s",
                       err.message);
         zr_batch b = { .dtype = "|u1", .data = data, .data_len = N * item, .shape = shape,
                        .ndim = 2 };
@@ -38,6 +42,10 @@ static zr_dataset *make_dense(scratch *sc, const char *name, uint64_t item, enum
         close(fd);
         free(data);
         return ds;
+}
+
+static zr_dataset *make_dense(scratch *sc, const char *name, uint64_t item, enum zr_codec codec) {
+        return make_dense_on(sc, name, item, codec, NULL);
 }
 
 /* A ragged "|u1" ndim-1 dataset: record i has 1 + i % 11 bytes of payload,
@@ -200,6 +208,45 @@ START_TEST(test_cache) {
 }
 END_TEST
 
+/* Dense batches are located, checked and read shard by shard on the store's
+ * pool, raw and compressed, without a cache: every record lands at i × item,
+ * repeats and runs of consecutive indices included. */
+START_TEST(test_dense_shards) {
+        enum { ITEM = 4096 + 8, B = 500 };
+        static uint8_t dst[B * ITEM];
+        uint8_t want[ITEM];
+        uint64_t idx[B];
+        zr_pool *pool;
+        zr_error err = {0};
+        scratch sc;
+
+        scratch_new(&sc);
+        ck_assert_int_eq(zr_pool_new(3, &pool), 0);
+        for (size_t i = 0; i < B; i++) /* runs of 3 consecutive records, then jumps */
+                idx[i] = i % 4 == 3 ? (i * 13) % N : (i / 4 * 3 + i % 4) % N;
+        for (int c = 0; c < 2; c++) {
+                zr_dataset *ds = make_dense_on(&sc, c ? "z" : "r", ITEM,
+                                               c ? ZR_CODEC_ZSTD : ZR_CODEC_RAW, pool);
+                zr_gather g = { .ds = ds, .idx = idx, .n = B };
+                memset(dst, 0xA5, sizeof(dst));
+                ck_assert_int_eq(zr_gather_locate(&g, &err), 0);
+                ck_assert_uint_eq(g.bytes, (uint64_t)B * ITEM);
+                ck_assert_msg(zr_gather_read(&g, dst, 0, NULL, NULL, &err) == 0, "%s",
+                              err.message);
+                for (size_t i = 0; i < B; i++) {
+                        gen_bytes(want, ITEM, idx[i]);
+                        ck_assert_msg(memcmp(dst + i * ITEM, want, ITEM) == 0,
+                                      "codec %d: record %zu (index %llu) is wrong", c, i,
+                                      (unsigned long long)idx[i]);
+                }
+                zr_gather_release(&g);
+                zr_dataset_close(ds, NULL);
+        }
+        zr_pool_free(pool);
+        scratch_free(&sc);
+}
+END_TEST
+
 /* A record drawn more than once in a batch is decoded once and copied: each
  * later draw is a hit, the cache holds it once, and every place gets its
  * bytes; a draw of a record the cache already holds stays a plain hit. */
@@ -316,4 +363,5 @@ START_TEST(test_sources) {
 }
 END_TEST
 
-TL_SUITE_MAIN("batch", test_ragged_layout, test_cache, test_cache_repeats, test_range, test_sources)
+TL_SUITE_MAIN("batch", test_ragged_layout, test_cache, test_cache_repeats, test_dense_shards,
+              test_range, test_sources)

@@ -124,6 +124,21 @@ START_TEST(test_ring_spare) {
         ck_assert_uint_eq(c.ring_spare_bytes, 300u << 20);
         unlink(path);
 
+        /* read-pool: auto by default, a size, 0, "auto" again, and a bad value */
+        zr_config_defaults(&c);
+        ck_assert_uint_eq(c.read_pool_bytes, ZR_CONFIG_AUTO);
+        char *rp1[] = {"zrecordd", "--read-pool=64M", NULL};
+        ck_assert_int_eq(zr_config_parse_args(&c, 2, rp1, &err), 0);
+        ck_assert_uint_eq(c.read_pool_bytes, 64u << 20);
+        char *rp2[] = {"zrecordd", "--read-pool=0", NULL};
+        ck_assert_int_eq(zr_config_parse_args(&c, 2, rp2, &err), 0);
+        ck_assert_uint_eq(c.read_pool_bytes, 0);
+        char *rp3[] = {"zrecordd", "--read-pool=auto", NULL};
+        ck_assert_int_eq(zr_config_parse_args(&c, 2, rp3, &err), 0);
+        ck_assert_uint_eq(c.read_pool_bytes, ZR_CONFIG_AUTO);
+        char *rp4[] = {"zrecordd", "--read-pool=lots", NULL};
+        ck_assert_int_lt(zr_config_parse_args(&c, 2, rp4, &err), 0);
+
         /* bad values name the place and leave the setting alone */
         const char *bad[] = {"lots", "-1", "12X", "", "1G2", "99999999999T", "0x"};
         for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
