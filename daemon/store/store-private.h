@@ -36,8 +36,6 @@ int zr_phys_cmp(const void *a, const void *b);
 struct zr_store {
         int dirfd;
         int meta_fd;
-        int lock_fd;   /* holds the flock when meta_fd does not (-1): the read-only
-                        * meta.zr of a store made writable since */
         enum zr_codec codec;
         unsigned chunk_log2;
         uint64_t chunk_cap;

@@ -99,8 +99,6 @@ static zr_store *store_free(zr_store *s) {
         zr_coder_free(s->zc);
         if (s->meta_fd >= 0)
                 close(s->meta_fd);
-        if (s->lock_fd >= 0)
-                close(s->lock_fd);
         if (s->dirfd >= 0)
                 close(s->dirfd);
         pthread_mutex_destroy(&s->append_lock);
@@ -116,7 +114,6 @@ static int store_alloc(int dirfd, enum zr_codec codec, unsigned chunk_log2,
         if (!s)
                 return zr_error_set(err, ENOMEM, "store: out of memory");
         s->meta_fd = -1;
-        s->lock_fd = -1;
         pthread_mutex_init(&s->append_lock, NULL);
         s->dirfd = fcntl(dirfd, F_DUPFD_CLOEXEC, 3);
         if (s->dirfd < 0) {
@@ -674,9 +671,25 @@ int zr_store_make_writable(zr_store *s, int dirfd, zr_error *err) {
                 zr_files_reopen_abort(s->chunks, chunk_fds);
                 goto fail;
         }
+        /* A writer's lock: exclusive, on the writable description (where flock
+         * is a byte-range lock, an exclusive one needs write access). The
+         * read-only open holds a shared one on the old description, which
+         * would conflict: it goes first, and comes back if the exclusive one
+         * cannot be had (another process shares the store). */
+        (void)flock(s->meta_fd, LOCK_UN);
+        if (flock(mfd, LOCK_EX | LOCK_NB) < 0) {
+                r = errno == EWOULDBLOCK
+                            ? zr_error_set(err, ZR_E_LOCKED, ZR_META_NAME ": the store is open "
+                                           "elsewhere, it cannot be made writable")
+                            : zr_error_errno(err, errno, ZR_META_NAME ": flock");
+                (void)flock(s->meta_fd, LOCK_SH | LOCK_NB);
+                zr_files_reopen_abort(s->chunks, chunk_fds);
+                zr_files_reopen_abort(s->locs, loc_fds);
+                goto fail;
+        }
         zr_files_reopen_commit(s->chunks, newdir, chunk_fds);
         zr_files_reopen_commit(s->locs, newdir, loc_fds);
-        s->lock_fd = s->meta_fd; /* its description holds the lock: kept */
+        close(s->meta_fd);
         s->meta_fd = mfd;
         close(s->dirfd);
         s->dirfd = newdir;

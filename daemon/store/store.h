@@ -131,8 +131,10 @@ int zr_store_close(zr_store *s, zr_error *err);
  * through dirfd (zr_resolve_open()) and must be the very files the store has
  * open (EACCES otherwise); then the store works through dirfd (duplicated)
  * from now on. On failure nothing changes (EACCES, EROFS, ... as the opens
- * fail). The lock stays on the description that holds it. Returns 0 at once
- * for a writable store, ZR_E_READONLY for one that failed. Exclusive. */
+ * fail). The shared lock of the read-only open becomes an exclusive one
+ * (ZR_E_LOCKED, nothing changed, if another process shares the store).
+ * Returns 0 at once for a writable store, ZR_E_READONLY for one that failed.
+ * Exclusive. */
 int zr_store_make_writable(zr_store *s, int dirfd, zr_error *err);
 
 /* 1 if the store is read-only (opened so, and not made writable since). */

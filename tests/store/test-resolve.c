@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -202,9 +203,20 @@ START_TEST(test_make_writable) {
         ck_assert_int_eq(zr_store_make_writable(s, d.fd, NULL), -EROFS);
         ck_assert_int_eq(zr_store_make_writable(s, other.fd, NULL), -EACCES);
         ck_assert_int_eq(zr_store_read_only(s), 1);
+        /* another reader shares the store: no writer while it does */
+        int reader = openat(rw, "meta.zr", O_RDONLY | O_CLOEXEC);
+        ck_assert_int_ge(reader, 0);
+        ck_assert_int_eq(flock(reader, LOCK_SH | LOCK_NB), 0);
+        ck_assert_int_eq(zr_store_make_writable(s, rw, NULL), -ZR_E_LOCKED);
+        ck_assert_int_eq(zr_store_read_only(s), 1);
+        ck_assert_int_eq(flock(reader, LOCK_UN), 0);
         zr_error_clear(&err);
         ck_assert_msg(zr_store_make_writable(s, rw, &err) == 0, "%s", err.message);
         ck_assert_int_eq(zr_store_read_only(s), 0);
+        /* and now it holds the writer's lock: no other reader */
+        ck_assert_int_eq(flock(reader, LOCK_SH | LOCK_NB), -1);
+        ck_assert_int_eq(errno, EWOULDBLOCK);
+        close(reader);
         uint64_t first = 0;
         ck_assert_int_eq(zr_store_append(s, rec, &more, 1, &first, NULL), 0);
         ck_assert_uint_eq(first, NREC);
