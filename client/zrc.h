@@ -622,7 +622,9 @@ typedef struct zrc_set zrc_set;
 
 /* Opens the multi-stream set in directory `path`: every immediate child
  * directory holding a meta.zr is a stream, opened in name order (flags: 0 or
- * ZRC_OPEN_WRITABLE). Returns 0 and sets *ret (owned by the caller:
+ * ZRC_OPEN_WRITABLE); each stream's directory and meta.zr are opened with the
+ * caller's rights and passed as proofs, so a stream whose directory the caller
+ * cannot read fails with its errno (-EACCES). Returns 0 and sets *ret (owned by the caller:
  * zrc_set_close()), or -ENOENT (no child store), -E2BIG (more than 32),
  * -ZR_E_MISALIGNED (the streams differ in length: the message names them),
  * an error of zrc_dataset_open() naming the stream, -ZR_E_UNKNOWN (no "msset").

@@ -567,7 +567,8 @@ int zr_msg_request_fds(zr_msg_kind kind, const msgpack_object *root, unsigned *r
                 *ret = 2;
                 return 0;
         case ZR_MSG_MSSET_OPEN:
-                /* the root and one meta.zr per stream, in "streams" order */
+                /* the root, then each stream's directory and meta.zr, in "streams"
+                 * order */
                 r = zr_wire_get_array(root, "streams", &items, &n, err);
                 if (r < 0)
                         return r;
@@ -575,7 +576,7 @@ int zr_msg_request_fds(zr_msg_kind kind, const msgpack_object *root, unsigned *r
                         return zr_wire_error_set(err, ZR_E_PROTO,
                                                  "field 'streams': %u streams (at most %d)", n,
                                                  ZR_STREAMS_MAX);
-                *ret = 1 + n;
+                *ret = 1 + 2 * n;
                 return 0;
         case ZR_MSG_CONVERT:
                 /* the source's directory and meta.zr (read access), the new directory */

@@ -59,12 +59,13 @@
  * unfinished parks its bytes and up to 64 descriptors. */
 #define DEFAULT_FRAME_TIMEOUT_SEC 30u
 /* Descriptors in flight (passed, not yet taken by a request: an incomplete
- * frame's, queued requests'): four full frames' worth per client (a store
- * opens with two, a multi-stream set with two per stream); a uid's clients
- * together sixteen. Root and the daemon's own uid are held only to half the
- * daemon's descriptor limit, which bounds every uid together. */
-#define DEFAULT_MAX_FDS (4u * ZR_FDS_PER_FRAME_MAX)
-#define DEFAULT_MAX_FDS_UID (16u * ZR_FDS_PER_FRAME_MAX)
+ * frame's, queued requests'): about four full frames' worth per client (a
+ * store opens with two, a multi-stream set with two per stream and its root);
+ * a uid's clients together about sixteen. Root and the daemon's own uid are
+ * held only to half the daemon's descriptor limit, which bounds every uid
+ * together. */
+#define DEFAULT_MAX_FDS 256u
+#define DEFAULT_MAX_FDS_UID 1024u
 /* Request bytes read and not yet executed, for all of a uid's clients: a
  * client pauses at 4 MiB of its own (session.c), so sixteen clients' worth. */
 #define DEFAULT_MAX_BYTES_UID (64 * MiB)
@@ -122,7 +123,7 @@ static const struct setting {
         {"idle-timeout", KEY_IDLE_TIMEOUT, "SEC",
          "close one with no handle and no request (600; 0 = never)"},
         {"frame-timeout", KEY_FRAME_TIMEOUT, "SEC", "close one whose frame stays unfinished (30)"},
-        {"max-fds", KEY_MAX_FDS, "N", "descriptors in flight per client (256; at least 64)"},
+        {"max-fds", KEY_MAX_FDS, "N", "descriptors in flight per client (256; at least 65)"},
         {"max-fds-per-uid", KEY_MAX_FDS_UID, "N", "descriptors in flight per uid (1024)"},
         {"max-bytes-per-uid", KEY_MAX_BYTES_UID, "BYTES", "request bytes in flight per uid (64M)"},
         {"max-shm-per-uid", KEY_MAX_SHM_UID, "BYTES",

@@ -551,14 +551,18 @@ int zr_request_submit_reply(zr_request *rq, zr_job_fn run, zr_reply_fn reply) {
         return zr_request_submit(rq, run, reply_done);
 }
 
-void zr_request_chain_reply(zr_request *rq, zr_job_fn run, zr_reply_fn reply) {
+void zr_request_chain(zr_request *rq, zr_job_fn run, zr_job_fn done) {
         /* the session reference of the job that ends passes to this one */
-        rq->reply = reply;
         rq->job.run = run;
         rq->job.done = request_job_done;
-        rq->done = reply_done;
+        rq->done = done;
         rq->mutation.n = rq->mutation.nlocked = 0;
         zr_work_submit_to(rq->session->srv->work, &rq->session->user->jobs, &rq->job);
+}
+
+void zr_request_chain_reply(zr_request *rq, zr_job_fn run, zr_reply_fn reply) {
+        rq->reply = reply;
+        zr_request_chain(rq, run, reply_done);
 }
 
 static int entry_id_cmp(const void *a, const void *b) {

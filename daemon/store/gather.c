@@ -8,6 +8,7 @@
  * shards, one codec context each. It never writes.
  */
 #include "store/store-private.h"
+#include "util/mapguard.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -95,11 +96,17 @@ static const uint8_t *entry_at(const zr_store *s, file_view *v, uint64_t idx) {
                        (idx & (ZR_LOC_SEGMENT_ENTRIES - 1)) * ZR_LOC_SIZE, ZR_LOC_SIZE);
 }
 
+/* A mapped file cut short under a read (mapguard.h): the read fails. */
+static int truncated(zr_error *err, const char *what) {
+        return zr_error_set(err, ZR_E_CORRUPT, "%s: a store file was cut short under the read "
+                            "(SIGBUS through its mapping, caught)", what);
+}
+
 /* Reads entries idx[lo..hi) into locs and checks each: from the mapping, one
  * load per entry with the entry LOCATE_PREFETCH_AHEAD later asked for first;
  * else one pread per run of consecutive indices inside a segment. */
-int zr_store_locate_range(zr_store *s, const uint64_t *idx, size_t lo, size_t hi,
-                          zr_loc *locs, uint64_t tail, zr_error *err) {
+static int locate_range(zr_store *s, const uint64_t *idx, size_t lo, size_t hi,
+                        zr_loc *locs, uint64_t tail, zr_error *err) {
         file_view v = FILE_VIEW_NONE, ahead = FILE_VIEW_NONE;
         const uint8_t *p;
         size_t k = lo;
@@ -156,6 +163,30 @@ typedef struct locate_job {
         uint64_t tail;
         shard_status *st;
 } locate_job;
+
+typedef struct locate_args {
+        zr_store *s;
+        const uint64_t *idx;
+        size_t lo, hi;
+        zr_loc *locs;
+        uint64_t tail;
+        zr_error *err;
+} locate_args;
+
+static int locate_guarded(void *arg) {
+        locate_args *a = arg;
+        return locate_range(a->s, a->idx, a->lo, a->hi, a->locs, a->tail, a->err);
+}
+
+/* locate_range(), guarded where it may read a mapping. */
+int zr_store_locate_range(zr_store *s, const uint64_t *idx, size_t lo, size_t hi,
+                          zr_loc *locs, uint64_t tail, zr_error *err) {
+        if (!s->map)
+                return locate_range(s, idx, lo, hi, locs, tail, err);
+        locate_args a = { s, idx, lo, hi, locs, tail, err };
+        int r = zr_mapguard_run(locate_guarded, &a);
+        return r == -EFAULT ? truncated(err, "table") : r;
+}
 
 static void locate_shard(void *arg, size_t shard, size_t nshards) {
         locate_job *j = arg;
@@ -370,6 +401,22 @@ static int locate_dense(gather_job *j, size_t lo, size_t hi, zr_error *err) {
         return 0;
 }
 
+typedef struct gather_args {
+        gather_job *j;
+        size_t lo, hi;
+        zr_coder_ctx *x;
+        zr_error *err;
+} gather_args;
+
+/* A shard's reads, timed if the gather is: the pass that touches its pages
+ * reads the mappings too, so it runs under the same guard. */
+static int gather_guarded(void *arg) {
+        gather_args *a = arg;
+        if (a->j->times)
+                return gather_range_timed(a->j, a->lo, a->hi, a->x, a->err);
+        return gather_range(a->j, a->lo, a->hi, a->x, NULL, a->err);
+}
+
 static void gather_shard(void *arg, size_t shard, size_t nshards) {
         gather_job *j = arg;
         zr_coder_ctx *x = NULL;
@@ -396,10 +443,13 @@ static void gather_shard(void *arg, size_t shard, size_t nshards) {
         } else if (!j->dsts) {
                 local.base = j->base + j->shard_off[shard];
         }
-        if (j->times)
-                j->st[shard].r = gather_range_timed(&local, lo, hi, x, &j->st[shard].err);
-        else
-                j->st[shard].r = gather_range(&local, lo, hi, x, NULL, &j->st[shard].err);
+        gather_args ga = { &local, lo, hi, x, &j->st[shard].err };
+        if (j->s->map) {
+                int r = zr_mapguard_run(gather_guarded, &ga);
+                j->st[shard].r = r == -EFAULT ? truncated(&j->st[shard].err, "gather") : r;
+        } else {
+                j->st[shard].r = gather_guarded(&ga);
+        }
 out:
         zr_coder_ctx_put(j->s->zc, x);
 }

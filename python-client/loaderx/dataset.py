@@ -563,20 +563,19 @@ class MSDataset:
                 self._open_loose(names)
                 return
             writable = all(os.access(os.path.join(self.root, n, "meta.zr"), os.W_OK) for n in names)
-            metas = []
+            # the proofs: each stream's directory and meta.zr, opened here with
+            # the caller's rights (PROTOCOL.md, MSSET_OPEN)
+            proofs = []
             try:
                 for n in names:
-                    sub = os.open(n, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW,
-                                  dir_fd=dirfd)
-                    try:
-                        fd, _ = _store.open_meta(sub, os.path.join(self.root, n), writable)
-                    finally:
-                        os.close(sub)
-                    metas.append(fd)
+                    proofs.append(os.open(n, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+                                          | os.O_NOFOLLOW, dir_fd=dirfd))
+                    fd, _ = _store.open_meta(proofs[-1], os.path.join(self.root, n), writable)
+                    proofs.append(fd)
                 r = self._conn.request("msset_open", {"writable": writable, "streams": names},
-                                       fds=[dirfd] + metas, context=f"opening {self.root}")
+                                       fds=[dirfd] + proofs, context=f"opening {self.root}")
             finally:
-                for fd in metas:
+                for fd in proofs:
                     os.close(fd)
         finally:
             os.close(dirfd)

@@ -212,7 +212,7 @@ START_TEST(test_per_uid_limits) {
         ck_assert_uint_eq(c.max_jobs_per_uid, 0); /* auto: the worker threads but one */
 
         char *path = write_tmp("max-clients-per-uid = 8\nhello-timeout = 0\nidle-timeout = 60\n"
-                               "frame-timeout = 5\nmax-fds = 64\nmax-fds-per-uid = 512\n"
+                               "frame-timeout = 5\nmax-fds = 65\nmax-fds-per-uid = 512\n"
                                "max-bytes-per-uid = 16M\nmax-shm-per-uid = 2G\n"
                                "max-shm-total = 6G\nmax-jobs-per-uid = 3\n");
         ck_assert_int_eq(zr_config_load_file(&c, path, &err), 0);
@@ -221,7 +221,7 @@ START_TEST(test_per_uid_limits) {
         ck_assert_uint_eq(c.hello_timeout_sec, 0);
         ck_assert_uint_eq(c.idle_timeout_sec, 60);
         ck_assert_uint_eq(c.frame_timeout_sec, 5);
-        ck_assert_uint_eq(c.max_fds, 64);
+        ck_assert_uint_eq(c.max_fds, 65); /* the least: one frame's descriptors */
         ck_assert_uint_eq(c.max_fds_per_uid, 512);
         ck_assert_uint_eq(c.max_bytes_per_uid, 16u << 20);
         ck_assert_uint_eq(c.max_shm_per_uid, 2ull << 30);
@@ -229,7 +229,7 @@ START_TEST(test_per_uid_limits) {
         ck_assert_uint_eq(c.max_jobs_per_uid, 3);
 
         /* a limit that would let no client in, or not one frame's descriptors */
-        const char *bad[] = {"max-clients-per-uid = 0", "max-fds = 63", "max-fds-per-uid = 10",
+        const char *bad[] = {"max-clients-per-uid = 0", "max-fds = 64", "max-fds-per-uid = 10",
                              "max-bytes-per-uid = 0", "idle-timeout = soon",
                              "max-shm-total = much"};
         for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
