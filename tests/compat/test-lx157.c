@@ -699,12 +699,8 @@ END_TEST
 
 int main(void) {
         Suite *s = suite_create("lx157");
-        TCase *tc = tcase_create("core");
-        tcase_add_test(tc, test_dense_fixtures);
-        tcase_add_test(tc, test_ragged_fixtures);
-        tcase_add_test(tc, test_deleted_and_bytes_fixtures);
-        tcase_add_test(tc, test_zrecord_stores_for_loaderx);
-        tcase_add_test(tc, test_convert_both_ways);
-        suite_add_tcase(s, tc);
+        TL_TCASE(s, "core", 0, test_dense_fixtures, test_ragged_fixtures,
+                 test_deleted_and_bytes_fixtures, test_zrecord_stores_for_loaderx,
+                 test_convert_both_ways);
         return tl_run_suite(s);
 }

@@ -466,13 +466,8 @@ END_TEST
 
 int main(void) {
         Suite *s = suite_create("lxschema");
-        TCase *tc = tcase_create("core");
-        tcase_add_test(tc, test_decode_encode_exact);
-        tcase_add_test(tc, test_decode_refusals);
-        tcase_add_test(tc, test_decode_mutations);
-        tcase_add_test(tc, test_shapes_model);
-        tcase_add_test(tc, test_ragged_headerless);
-        tcase_add_test(tc, test_lxragged_recovery);
-        suite_add_tcase(s, tc);
+        TL_TCASE(s, "core", 0, test_decode_encode_exact, test_decode_refusals,
+                 test_decode_mutations, test_shapes_model, test_ragged_headerless,
+                 test_lxragged_recovery);
         return tl_run_suite(s);
 }

@@ -98,16 +98,11 @@ START_TEST(test_hint_reads_whole_range) {
 }
 END_TEST
 
-static Suite *hint_suite(void) {
-        Suite *s = suite_create("hint");
-        TCase *tc = tcase_create("hint");
-        tcase_add_test(tc, test_hint_reads_whole_range);
-        suite_add_tcase(s, tc);
-        return s;
-}
-
 int main(void) {
         long p = sysconf(_SC_PAGESIZE);
+        Suite *s = suite_create("hint");
+
         page = p > 0 ? (uint64_t)p : 4096;
-        return tl_run_suite(hint_suite());
+        TL_TCASE(s, "hint", 0, test_hint_reads_whole_range);
+        return tl_run_suite(s);
 }

@@ -933,32 +933,16 @@ START_TEST(test_auto_falls_back) {
 }
 END_TEST
 
-static Suite *ioq_suite(void) {
-        Suite *s = suite_create("ioq");
-        TCase *tc = tcase_create("backends");
-        tcase_set_timeout(tc, 120);
-        /* _i: 0 = threads, 1 = io_uring */
-        tcase_add_loop_test(tc, test_reads_and_counts, 0, 2);
-        tcase_add_loop_test(tc, test_merge_and_split, 0, 2);
-        tcase_add_loop_test(tc, test_fifo_across_submitters, 0, 2);
-        tcase_add_loop_test(tc, test_cancel_queued, 0, 2);
-        tcase_add_loop_test(tc, test_cancel_in_flight, 0, 2);
-        tcase_add_loop_test(tc, test_free_waits_for_in_flight, 0, 2);
-        tcase_add_loop_test(tc, test_injected_error_fails_its_batch_only, 0, 2);
-        tcase_add_loop_test(tc, test_fail_nth_read, 0, 2);
-        tcase_add_loop_test(tc, test_truncated_under_queued_read, 0, 2);
-        tcase_add_loop_test(tc, test_closed_descriptor, 0, 2);
-        tcase_add_loop_test(tc, test_bad_arguments, 0, 2);
-        tcase_add_loop_test(tc, test_stress_many_submitters, 0, 2);
-        tcase_add_loop_test(tc, test_descriptors_cloexec, 0, 2);
-        suite_add_tcase(s, tc);
-        tc = tcase_create("selection");
-        tcase_add_test(tc, test_backend_names);
-        tcase_add_test(tc, test_auto_falls_back);
-        suite_add_tcase(s, tc);
-        return s;
-}
-
 int main(void) {
-        return tl_run_suite(ioq_suite());
+        Suite *s = suite_create("ioq");
+        TCase *tc = tl_tcase_add(s, "backends", 120, (const TTest *)NULL);
+
+        /* _i: 0 = threads, 1 = io_uring */
+        TL_LOOP_TESTS(tc, 0, 2, test_reads_and_counts, test_merge_and_split,
+                      test_fifo_across_submitters, test_cancel_queued, test_cancel_in_flight,
+                      test_free_waits_for_in_flight, test_injected_error_fails_its_batch_only,
+                      test_fail_nth_read, test_truncated_under_queued_read, test_closed_descriptor,
+                      test_bad_arguments, test_stress_many_submitters, test_descriptors_cloexec);
+        TL_TCASE(s, "selection", 0, test_backend_names, test_auto_falls_back);
+        return tl_run_suite(s);
 }

@@ -476,22 +476,14 @@ START_TEST(test_verify_and_compact_cold) {
 }
 END_TEST
 
-static Suite *residency_suite(void) {
-        Suite *s = suite_create("residency");
-        TCase *tc = tcase_create("store");
-        tcase_set_timeout(tc, 120);
-        tcase_add_test(tc, test_ranges_cover_pages);
-        tcase_add_test(tc, test_ranges_stop_at_file_end);
-        tcase_add_loop_test(tc, test_resident_after_prefetch, 0, 2);
-        tcase_add_test(tc, test_without_mapping);
-        tcase_add_test(tc, test_walk_hints_only_its_records);
-        tcase_add_test(tc, test_verify_and_compact_cold);
-        suite_add_tcase(s, tc);
-        return s;
-}
-
 int main(void) {
         long p = sysconf(_SC_PAGESIZE);
+        Suite *s = suite_create("residency");
+        TCase *tc = TL_TCASE(s, "store", 120, test_ranges_cover_pages,
+                             test_ranges_stop_at_file_end, test_without_mapping,
+                             test_walk_hints_only_its_records, test_verify_and_compact_cold);
+
         page = p > 0 ? (uint64_t)p : 4096;
-        return tl_run_suite(residency_suite());
+        TL_LOOP_TESTS(tc, 0, 2, test_resident_after_prefetch);
+        return tl_run_suite(s);
 }

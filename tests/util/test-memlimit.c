@@ -176,16 +176,11 @@ END_TEST
 
 int main(void) {
         Suite *s = suite_create("memlimit");
-        TCase *tc = tcase_create("core");
+        TCase *tc = TL_TCASE(s, "core", 0, test_v1_nested_parent_wins, test_v2_max_and_high,
+                             test_namespace_mount_root, test_no_cgroup_is_memtotal,
+                             test_escaped_mount_point_and_garbage, test_missing_meminfo,
+                             test_budget, test_this_machine);
+
         tcase_add_checked_fixture(tc, setup, teardown);
-        tcase_add_test(tc, test_v1_nested_parent_wins);
-        tcase_add_test(tc, test_v2_max_and_high);
-        tcase_add_test(tc, test_namespace_mount_root);
-        tcase_add_test(tc, test_no_cgroup_is_memtotal);
-        tcase_add_test(tc, test_escaped_mount_point_and_garbage);
-        tcase_add_test(tc, test_missing_meminfo);
-        tcase_add_test(tc, test_budget);
-        tcase_add_test(tc, test_this_machine);
-        suite_add_tcase(s, tc);
         return tl_run_suite(s);
 }
