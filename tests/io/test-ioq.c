@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "check-run.h"
+#include "files.h"
 #include "io/ioq.h"
 
 #define KiB ((uint64_t)1 << 10)
@@ -37,21 +38,8 @@
 /* A temporary file of `size` bytes of a pattern; returns its descriptor (the
  * name is unlinked at once). */
 static int temp_file(uint64_t size) {
-        const char *base = getenv("TMPDIR");
-        char path[256];
-        snprintf(path, sizeof(path), "%s/zr-test-ioq-XXXXXX", base ? base : "/tmp");
-        int fd = mkostemp(path, O_CLOEXEC);
-        ck_assert_int_ge(fd, 0);
-        unlink(path);
-        uint8_t *buf = malloc(MiB);
-        ck_assert_ptr_nonnull(buf);
-        for (uint64_t i = 0; i < MiB; i++)
-                buf[i] = (uint8_t)(i * 31 + 7);
-        for (uint64_t off = 0; off < size; off += MiB) {
-                uint64_t n = size - off < MiB ? size - off : MiB;
-                ck_assert_int_eq(pwrite(fd, buf, n, (off_t)off), (ssize_t)n);
-        }
-        free(buf);
+        int fd = tl_temp_file(size);
+        ck_assert_msg(fd >= 0, "temporary file: %s", strerror(-fd));
         return fd;
 }
 
@@ -210,17 +198,29 @@ static zr_ioq *make_queue(int i, zr_ioq_options o) {
         return q;
 }
 
+/* A test's queue: make_queue() with d's log started on it; with a hook h, h
+ * is started and every read of the queue goes through it. NULL where
+ * io_uring cannot run, and the test returns. */
+static zr_ioq *start(int i, zr_ioq_options o, hook *h, done_log *d) {
+        if (h) {
+                hook_init(h);
+                o.fault = hook_fn;
+                o.fault_arg = h;
+        }
+        zr_ioq *q = make_queue(i, o);
+        if (q)
+                log_init(d, q);
+        return q;
+}
+
 /* ---- tests -------------------------------------------------------------- */
 
 START_TEST(test_reads_and_counts) {
-        int fd = temp_file(4 * MiB);
-        zr_ioq *q = make_queue(_i, (zr_ioq_options){0});
-        if (!q) {
-                close(fd);
-                return;
-        }
         done_log d;
-        log_init(&d, q);
+        zr_ioq *q = start(_i, (zr_ioq_options){0}, NULL, &d);
+        if (!q)
+                return;
+        int fd = temp_file(4 * MiB);
         zr_io_range r[] = { { fd, 3 * MiB, 64 * KiB }, { fd, 0, 4 * KiB }, { fd, MiB, 256 * KiB } };
         uint64_t id = 0;
         ck_assert_int_eq(zr_ioq_submit(q, r, 3, done_fn, &d, &id), 0);
@@ -259,20 +259,14 @@ START_TEST(test_reads_and_counts) {
 END_TEST
 
 START_TEST(test_merge_and_split) {
-        int a = temp_file(2 * MiB), b = temp_file(64 * KiB);
         hook h;
-        hook_init(&h);
-        /* depth 1: reads are issued one at a time, in the batch's order */
-        zr_ioq *q = make_queue(_i, (zr_ioq_options){ .max_inflight = 1, .threads = 1,
-                                                     .max_read = 64 * KiB, .fault = hook_fn,
-                                                     .fault_arg = &h });
-        if (!q) {
-                close(a);
-                close(b);
-                return;
-        }
         done_log d;
-        log_init(&d, q);
+        /* depth 1: reads are issued one at a time, in the batch's order */
+        zr_ioq *q = start(_i, (zr_ioq_options){ .max_inflight = 1, .threads = 1,
+                                                .max_read = 64 * KiB }, &h, &d);
+        if (!q)
+                return;
+        int a = temp_file(2 * MiB), b = temp_file(64 * KiB);
         zr_io_range r[] = {
                 { a, MiB, 200 * KiB },     /* split: 64 + 64 + 64 + 8 KiB */
                 { b, 0, 4 * KiB },
@@ -333,18 +327,13 @@ static void *submit_thread(void *arg) {
 }
 
 START_TEST(test_fifo_across_submitters) {
-        int fd = temp_file(8 * MiB);
         hook h;
-        hook_init(&h);
-        hook_hold(&h, fd, 0, 1);
-        zr_ioq *q = make_queue(_i, (zr_ioq_options){ .max_inflight = 1, .threads = 1,
-                                                     .fault = hook_fn, .fault_arg = &h });
-        if (!q) {
-                close(fd);
-                return;
-        }
         done_log d;
-        log_init(&d, q);
+        zr_ioq *q = start(_i, (zr_ioq_options){ .max_inflight = 1, .threads = 1 }, &h, &d);
+        if (!q)
+                return;
+        int fd = temp_file(8 * MiB);
+        hook_hold(&h, fd, 0, 1);
         /* A's first read is held in flight while B and C queue up, each from
          * its own thread, B first */
         zr_io_range a[] = { { fd, 2 * MiB, 4 * KiB }, { fd, 0, 4 * KiB }, { fd, MiB, 4 * KiB } };
@@ -384,18 +373,13 @@ START_TEST(test_fifo_across_submitters) {
 END_TEST
 
 START_TEST(test_cancel_queued) {
-        int fd = temp_file(4 * MiB);
         hook h;
-        hook_init(&h);
-        hook_hold(&h, fd, 0, 1);
-        zr_ioq *q = make_queue(_i, (zr_ioq_options){ .max_inflight = 1, .threads = 1,
-                                                     .fault = hook_fn, .fault_arg = &h });
-        if (!q) {
-                close(fd);
-                return;
-        }
         done_log d;
-        log_init(&d, q);
+        zr_ioq *q = start(_i, (zr_ioq_options){ .max_inflight = 1, .threads = 1 }, &h, &d);
+        if (!q)
+                return;
+        int fd = temp_file(4 * MiB);
+        hook_hold(&h, fd, 0, 1);
         zr_io_range a = { fd, 0, 4 * KiB };
         zr_io_range b[] = { { fd, MiB, 4 * KiB }, { fd, 2 * MiB, 4 * KiB } };
         uint64_t ida, idb;
@@ -428,17 +412,12 @@ START_TEST(test_cancel_queued) {
 END_TEST
 
 START_TEST(test_cancel_in_flight) {
-        int fd = temp_file(8 * MiB);
         hook h;
-        hook_init(&h);
-        zr_ioq *q = make_queue(_i, (zr_ioq_options){ .max_inflight = 2, .threads = 2,
-                                                     .fault = hook_fn, .fault_arg = &h });
-        if (!q) {
-                close(fd);
-                return;
-        }
         done_log d;
-        log_init(&d, q);
+        zr_ioq *q = start(_i, (zr_ioq_options){ .max_inflight = 2, .threads = 2 }, &h, &d);
+        if (!q)
+                return;
+        int fd = temp_file(8 * MiB);
         zr_io_range r[6];
         for (int i = 0; i < 6; i++)
                 r[i] = (zr_io_range){ fd, (uint64_t)i * MiB, 4 * KiB };
@@ -489,18 +468,13 @@ static void *release_when_told(void *arg) {
 }
 
 START_TEST(test_free_waits_for_in_flight) {
-        int fd = temp_file(4 * MiB);
         hook h;
-        hook_init(&h);
-        hook_hold(&h, fd, 0, 1);
-        zr_ioq *q = make_queue(_i, (zr_ioq_options){ .max_inflight = 1, .threads = 1,
-                                                     .fault = hook_fn, .fault_arg = &h });
-        if (!q) {
-                close(fd);
-                return;
-        }
         done_log d;
-        log_init(&d, q);
+        zr_ioq *q = start(_i, (zr_ioq_options){ .max_inflight = 1, .threads = 1 }, &h, &d);
+        if (!q)
+                return;
+        int fd = temp_file(4 * MiB);
+        hook_hold(&h, fd, 0, 1);
         zr_io_range a[] = { { fd, 0, 4 * KiB }, { fd, MiB, 4 * KiB } };
         zr_io_range b = { fd, 2 * MiB, 4 * KiB };
         uint64_t ida, idb;
@@ -529,22 +503,17 @@ START_TEST(test_free_waits_for_in_flight) {
 END_TEST
 
 START_TEST(test_injected_error_fails_its_batch_only) {
-        int fd = temp_file(8 * MiB);
         hook h;
-        hook_init(&h);
+        done_log d;
+        zr_ioq *q = start(_i, (zr_ioq_options){ .max_inflight = 4, .threads = 4,
+                                                .max_read = 64 * KiB }, &h, &d);
+        if (!q)
+                return;
+        int fd = temp_file(8 * MiB);
         h.fail_fd = fd;
         h.fail_lo = 2 * MiB;
         h.fail_hi = 4 * MiB;
         h.fail_err = EIO;
-        zr_ioq *q = make_queue(_i, (zr_ioq_options){ .max_inflight = 4, .threads = 4,
-                                                     .max_read = 64 * KiB, .fault = hook_fn,
-                                                     .fault_arg = &h });
-        if (!q) {
-                close(fd);
-                return;
-        }
-        done_log d;
-        log_init(&d, q);
         /* A in [0, 2M), B in [2M, 4M) (fails), C in [4M, 6M); 8 reads each */
         uint64_t id[3];
         for (int b = 0; b < 3; b++) {
@@ -576,15 +545,12 @@ START_TEST(test_injected_error_fails_its_batch_only) {
 END_TEST
 
 START_TEST(test_fail_nth_read) {
-        int fd = temp_file(8 * MiB);
-        zr_ioq *q = make_queue(_i, (zr_ioq_options){ .max_inflight = 1, .threads = 1,
-                                                     .fail_nth = 3, .fail_errno = ENOSPC });
-        if (!q) {
-                close(fd);
-                return;
-        }
         done_log d;
-        log_init(&d, q);
+        zr_ioq *q = start(_i, (zr_ioq_options){ .max_inflight = 1, .threads = 1, .fail_nth = 3,
+                                                .fail_errno = ENOSPC }, NULL, &d);
+        if (!q)
+                return;
+        int fd = temp_file(8 * MiB);
         zr_io_range r[5];
         for (int i = 0; i < 5; i++)
                 r[i] = (zr_io_range){ fd, (uint64_t)i * MiB, 4 * KiB };
@@ -608,19 +574,13 @@ START_TEST(test_fail_nth_read) {
 END_TEST
 
 START_TEST(test_truncated_under_queued_read) {
-        int held = temp_file(64 * KiB), fd = temp_file(MiB);
         hook h;
-        hook_init(&h);
-        hook_hold(&h, held, 0, 1);
-        zr_ioq *q = make_queue(_i, (zr_ioq_options){ .max_inflight = 1, .threads = 1,
-                                                     .fault = hook_fn, .fault_arg = &h });
-        if (!q) {
-                close(held);
-                close(fd);
-                return;
-        }
         done_log d;
-        log_init(&d, q);
+        zr_ioq *q = start(_i, (zr_ioq_options){ .max_inflight = 1, .threads = 1 }, &h, &d);
+        if (!q)
+                return;
+        int held = temp_file(64 * KiB), fd = temp_file(MiB);
+        hook_hold(&h, held, 0, 1);
         zr_io_range first = { held, 0, 4 * KiB };
         zr_io_range gone = { fd, 512 * KiB, 512 * KiB }; /* wholly past the new end */
         zr_io_range cut = { fd, 128 * KiB, 256 * KiB };  /* half past it */
@@ -648,11 +608,10 @@ START_TEST(test_truncated_under_queued_read) {
 END_TEST
 
 START_TEST(test_closed_descriptor) {
-        zr_ioq *q = make_queue(_i, (zr_ioq_options){0});
+        done_log d;
+        zr_ioq *q = start(_i, (zr_ioq_options){0}, NULL, &d);
         if (!q)
                 return;
-        done_log d;
-        log_init(&d, q);
         int fd = temp_file(64 * KiB), good = temp_file(64 * KiB);
         ck_assert_int_eq(close(fd), 0);
         zr_io_range closed = { fd, 0, 4 * KiB };
@@ -687,11 +646,10 @@ START_TEST(test_bad_arguments) {
         ck_assert_int_eq(zr_ioq_new(&(zr_ioq_options){ .backend = (enum zr_ioq_backend)7 }, &q,
                                     NULL), -EINVAL);
         ck_assert_ptr_null(q);
-        q = make_queue(_i, (zr_ioq_options){0});
+        done_log d;
+        q = start(_i, (zr_ioq_options){0}, NULL, &d);
         if (!q)
                 return;
-        done_log d;
-        log_init(&d, q);
         zr_io_range r = { 0, (uint64_t)INT64_MAX, 2 };
         ck_assert_int_eq(zr_ioq_submit(q, &r, 1, NULL, &d, NULL), -EINVAL);
         ck_assert_int_eq(zr_ioq_submit(q, &r, 1, done_fn, &d, NULL), -EINVAL);
@@ -746,15 +704,12 @@ static void *stress_thread(void *arg) {
 }
 
 START_TEST(test_stress_many_submitters) {
-        int fd = temp_file(9 * MiB);
-        zr_ioq *q = make_queue(_i, (zr_ioq_options){ .max_inflight = 16, .threads = 8,
-                                                     .max_read = 64 * KiB });
-        if (!q) {
-                close(fd);
-                return;
-        }
         done_log d;
-        log_init(&d, q);
+        zr_ioq *q = start(_i, (zr_ioq_options){ .max_inflight = 16, .threads = 8,
+                                                .max_read = 64 * KiB }, NULL, &d);
+        if (!q)
+                return;
+        int fd = temp_file(9 * MiB);
         stress_arg a[STRESS_THREADS];
         pthread_t t[STRESS_THREADS];
         for (int i = 0; i < STRESS_THREADS; i++) {

@@ -9,7 +9,6 @@
 #include <check.h>
 #include <dirent.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,34 +22,21 @@
 #include "loader/loader.h"
 #include "util/pool.h"
 #include "check-run.h"
+#include "files.h"
 #include "zr-proto.h"
 
 /* Small chunk files: no 4 GiB sparse files in tests. */
 #define TEST_CHUNK_LOG2 22
 
-typedef struct scratch {
-        char path[256];
-        int fd;
-} scratch;
+/* A scratch directory (files.h) whose making cannot fail the test quietly. */
+typedef tl_scratch scratch;
 
 static inline void scratch_new(scratch *s) {
-        const char *tmp = getenv("TMPDIR");
-        snprintf(s->path, sizeof(s->path), "%s/zr-loader-XXXXXX", tmp ? tmp : "/tmp");
-        ck_assert_ptr_nonnull(mkdtemp(s->path));
-        s->fd = open(s->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        ck_assert_int_ge(s->fd, 0);
-}
-
-static inline int scratch_rm_one(const char *p, const struct stat *st, int flag, struct FTW *f) {
-        (void)st;
-        (void)flag;
-        (void)f;
-        return remove(p);
+        ck_assert_int_eq(tl_scratch_new(s, "loader"), 0);
 }
 
 static inline void scratch_free(scratch *s) {
-        close(s->fd);
-        nftw(s->path, scratch_rm_one, 16, FTW_DEPTH | FTW_PHYS);
+        tl_scratch_free(s);
 }
 
 static inline uint64_t mix64(uint64_t z) {
