@@ -39,6 +39,7 @@
 #include "../dataset/helpers.h"
 #include "lxdata.h"
 #include "lxwrite.h"
+#include "records.h"
 
 static const char *const codecs[3] = { "raw", "zstd", "zstd_dict" };
 
@@ -103,22 +104,8 @@ static uint64_t *lx_ids(uint64_t n, uint64_t append, const uint64_t *del, size_t
         ck_assert_ptr_nonnull(ids);
         for (uint64_t i = 0; i < n + append; i++)
                 ids[i] = i;
-        *count = del ? lx_swap_last(ids, n + append, del, ndel) : n + append;
+        *count = del ? tl_swap_last(ids, n + append, del, ndel) : n + append;
         return ids;
-}
-
-/* The distinct entries of a (zrecord's store refuses repeats; loaderx's tolerates). */
-static size_t lx_distinct(const uint64_t *a, size_t n, uint64_t *out) {
-        size_t k = 0;
-
-        for (size_t i = 0; i < n; i++) {
-                int dup = 0;
-                for (size_t j = 0; j < k; j++)
-                        dup |= out[j] == a[i];
-                if (!dup)
-                        out[k++] = a[i];
-        }
-        return k;
 }
 
 static void dense_expect(zr_dataset *ds, const uint64_t *ids, uint64_t count) {
@@ -179,7 +166,7 @@ START_TEST(test_dense_fixtures) {
                 free(ids);
 
                 dense_append(ds, LX_DENSE_N, LX_APPEND_DENSE);
-                ck_assert_int_eq(zr_dataset_delete(ds, del, lx_distinct(lx_delete, LX_NDELETE, del),
+                ck_assert_int_eq(zr_dataset_delete(ds, del, tl_distinct(lx_delete, LX_NDELETE, del),
                                                    &err), 0);
                 ck_assert_int_eq(zr_dataset_compact(ds, NULL, &err), 0);
                 ids = lx_ids(LX_DENSE_N, LX_APPEND_DENSE, lx_delete, LX_NDELETE, &count);

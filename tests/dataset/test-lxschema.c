@@ -16,6 +16,7 @@
 #include "dataset/ragged.h"
 #include "dataset/shapes.h"
 #include "helpers.h"
+#include "records.h"
 
 /* loaderx 1.5.7's file for shapes (2, 4), (5,), (3, 3, 3), as msgpack-python packs
  * it, and the same with a caller's key after the shapes. */
@@ -253,28 +254,12 @@ START_TEST(test_shapes_model) {
                                 model[n++] = next;
                         }
                 } else {
-                        uint64_t del[4], d[4];
-                        size_t k = 0;
+                        uint64_t del[4];
                         for (int i = 0; i < 4; i++)
                                 del[i] = gen_next(&st) % n;
                         del[3] = del[0]; /* a repeat */
                         ck_assert_int_eq(zr_shapes_delete(t, del, 4, NULL), 0);
-                        for (int i = 0; i < 4; i++) {
-                                int dup = 0;
-                                for (size_t j = 0; j < k; j++)
-                                        dup |= d[j] == del[i];
-                                if (!dup)
-                                        d[k++] = del[i];
-                        }
-                        for (size_t i = 0; i < k; i++)
-                                for (size_t j = i + 1; j < k; j++)
-                                        if (d[j] > d[i]) {
-                                                uint64_t x = d[i];
-                                                d[i] = d[j];
-                                                d[j] = x;
-                                        }
-                        for (size_t i = 0; i < k; i++)
-                                model[d[i]] = model[--n];
+                        n = tl_swap_last(model, n, del, 4);
                 }
                 ck_assert_uint_eq(zr_shapes_count(t), n);
                 for (uint64_t i = 0; i < n; i++) {
@@ -318,23 +303,6 @@ START_TEST(test_ragged_headerless) {
         ck_assert_int_eq(zr_ragged_parse_any(rec, 40, 4, 0, &ndim, dims, NULL), -ZR_E_SCHEMA);
 }
 END_TEST
-
-/* ids after a swap-last delete of del[0..n) (distinct), as the store does it. */
-static uint64_t lx_model_delete(uint64_t *ids, uint64_t count, const uint64_t *del, size_t n) {
-        uint64_t d[8];
-
-        memcpy(d, del, n * sizeof(uint64_t));
-        for (size_t i = 0; i < n; i++)
-                for (size_t j = i + 1; j < n; j++)
-                        if (d[j] > d[i]) {
-                                uint64_t x = d[i];
-                                d[i] = d[j];
-                                d[j] = x;
-                        }
-        for (size_t i = 0; i < n; i++)
-                ids[d[i]] = ids[--count];
-        return count;
-}
 
 /* A small store in loaderx's layout: records of id i are one byte-sized int8 per
  * element, value i, shape (i % 3 + 1,) or (1, 2). */
@@ -424,7 +392,7 @@ START_TEST(test_lxragged_recovery) {
         ck_assert_int_eq(zr_lxfile_write(fd, &s, NULL), 0);
         ck_assert_int_eq(zr_lxragged_open(fd, &ro, &d, &err), -ZR_E_CORRUPT);
         ck_assert_int_eq(zr_lxragged_open(fd, &o, &d, &err), 0);
-        n = lx_model_delete(ids, 10, (uint64_t[]){ 2, 5 }, 2);
+        n = tl_swap_last(ids, 10, (uint64_t[]){ 2, 5 }, 2);
         lxr_expect(d, ids, n);
         zr_lxragged_close(d, NULL);
         zr_lxschema_done(&s);
@@ -441,12 +409,12 @@ START_TEST(test_lxragged_recovery) {
         s.npending = 2;
         ck_assert_int_eq(zr_lxfile_write(fd, &s, NULL), 0);
         ck_assert_int_eq(zr_lxragged_open(fd, &o, &d, &err), 0);
-        n = lx_model_delete(ids, n, (uint64_t[]){ 0 }, 1);
+        n = tl_swap_last(ids, n, (uint64_t[]){ 0 }, 1);
         lxr_expect(d, ids, n);
 
         /* delete with repeats, through the API */
         ck_assert_int_eq(zr_lxragged_delete(d, (uint64_t[]){ 1, 1, 6 }, 3, NULL), 0);
-        n = lx_model_delete(ids, n, (uint64_t[]){ 1, 6 }, 2);
+        n = tl_swap_last(ids, n, (uint64_t[]){ 1, 6 }, 2);
         lxr_expect(d, ids, n);
         zr_lxragged_close(d, NULL);
 
