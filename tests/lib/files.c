@@ -5,6 +5,8 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -26,6 +28,28 @@ void tl_scratch_free(tl_scratch *s) {
                 close(s->fd);
         s->fd = -1;
         tl_rmtree(s->path);
+}
+
+int tl_put_file(int dfd, const char *rel, const char *text) {
+        char path[512];
+        size_t len = strlen(text);
+        int fd, r = 0;
+
+        if (snprintf(path, sizeof(path), "%s", rel) >= (int)sizeof(path))
+                return -ENAMETOOLONG;
+        for (char *p = strchr(path, '/'); p; p = strchr(p + 1, '/')) {
+                *p = 0;
+                if (mkdirat(dfd, path, 0755) < 0 && errno != EEXIST)
+                        return -errno;
+                *p = '/';
+        }
+        fd = openat(dfd, path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (fd < 0)
+                return -errno;
+        if (write(fd, text, len) != (ssize_t)len)
+                r = errno ? -errno : -EIO;
+        close(fd);
+        return r;
 }
 
 int tl_temp_file(uint64_t size) {

@@ -19,6 +19,11 @@ int tl_scratch_new(tl_scratch *s, const char *tag);
 /* Closes s and removes its tree (best effort). */
 void tl_scratch_free(tl_scratch *s);
 
+/* Writes `text` to the file `rel` below the directory dfd (a scratch
+ * directory laid out as a fake root, say), making the directories on the way
+ * and replacing the file. 0, or -errno. */
+int tl_put_file(int dfd, const char *rel, const char *text);
+
 /* An unlinked temporary file in $TMPDIR (/tmp without it) holding `size`
  * bytes of a pattern (byte j of every MiB is j x 31 + 7): its descriptor
  * (CLOEXEC), or -errno. The data is written, not synced. */

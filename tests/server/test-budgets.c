@@ -11,40 +11,26 @@
 #include <unistd.h>
 
 #include "check-run.h"
+#include "files.h"
 #include "server/budgets.h"
 #include "server/config.h"
 
 #define MiB ((uint64_t)1 << 20)
 #define GiB ((uint64_t)1 << 30)
 
-static char root[256];
+static tl_scratch fake; /* a fake root: /proc and /sys/fs/cgroup */
+static const char *const root = fake.path;
 
 static void put(const char *rel, const char *text) {
-        char path[512];
-        snprintf(path, sizeof(path), "%s/%s", root, rel);
-        for (char *p = path + strlen(root) + 1; *p; p++) {
-                if (*p != '/')
-                        continue;
-                *p = 0;
-                if (mkdir(path, 0755) < 0)
-                        ck_assert_int_eq(errno, EEXIST);
-                *p = '/';
-        }
-        FILE *f = fopen(path, "w");
-        ck_assert_ptr_nonnull(f);
-        fputs(text, f);
-        fclose(f);
+        ck_assert_int_eq(tl_put_file(fake.fd, rel, text), 0);
 }
 
 static void setup(void) {
-        snprintf(root, sizeof(root), "/tmp/zr-budgets-XXXXXX");
-        ck_assert_ptr_nonnull(mkdtemp(root));
+        ck_assert_int_eq(tl_scratch_new(&fake, "budgets"), 0);
 }
 
 static void teardown(void) {
-        char cmd[300];
-        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
-        ck_assert_int_eq(system(cmd), 0);
+        tl_scratch_free(&fake);
 }
 
 static void machine(const char *meminfo_kb) {
