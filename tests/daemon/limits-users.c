@@ -106,10 +106,7 @@ static int try_buffer(int fd, uint64_t bytes, char *msg, size_t size) {
                 ck_assert_ptr_ne(p, MAP_FAILED);
                 munmap(p, bytes);
         } else if (msg) {
-                const char *s = "";
-                size_t len = 0;
-                zr_wire_get_str(m.root, "message", &s, &len, NULL);
-                snprintf(msg, size, "%.*s", (int)len, s);
+                td_message(&m, msg, size);
         }
         td_msg_free(&m);
         return code;

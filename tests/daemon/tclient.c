@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdio.h>
 #include <sys/stat.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -122,6 +123,32 @@ int td_code(const td_msg *m) {
         int code = tl_code(m);
 
         ck_assert_msg(code >= 0, "kind %s", m->kind);
+        return code;
+}
+
+void td_message(const td_msg *m, char *msg, size_t size) {
+        const char *s = "";
+        size_t len = 0;
+
+        zr_wire_get_str(m->root, "message", &s, &len, NULL);
+        snprintf(msg, size, "%.*s", (int)len, s);
+}
+
+int td_closed_with(int fd, char *msg, size_t size) {
+        int code = 0;
+
+        for (;;) {
+                td_msg m;
+                int r = td_recv(fd, &m);
+                if (r == -EPIPE)
+                        break;
+                ck_assert_msg(r == 0, "expected frames and EOF, got %s", strerror(-r));
+                code = td_code(&m);
+                if (msg)
+                        td_message(&m, msg, size);
+                td_msg_free(&m);
+        }
+        close(fd);
         return code;
 }
 
