@@ -77,6 +77,16 @@ int rc_prepare(int dfd, enum zr_codec c, zr_pool *pool, bool with_dict, bool rec
  * after tl_fail() naming `when`. */
 int rc_check_sound(zr_store *s, const rc_ids *got, const char *when);
 
+/* Which table a reopened store may hold: the one before the interrupted
+ * operation, the one after it, or either. */
+enum rc_expect { RC_BEFORE, RC_AFTER, RC_EITHER };
+
+/* The checks of a reopened store s: its records read bit-exact as the table
+ * `before` or `after` (as ex allows; never another), then rc_check_sound().
+ * Closes s. 0, or -1 after tl_fail() naming `when`. */
+int rc_check_recovered(zr_store *s, const rc_ids *before, const rc_ids *after,
+                       enum rc_expect ex, const char *when);
+
 /* A new directory named prefix-XXXXXX under tl_tmpdir(true) (malloc()ed), the
  * directory descriptor of a path, a copy of a store's files: each exits 2
  * (tl_die) when it cannot. */
