@@ -794,18 +794,17 @@ START_TEST(test_descriptors_cloexec) {
 END_TEST
 
 START_TEST(test_backend_names) {
+        static const enum zr_ioq_backend all[] = { ZR_IOQ_AUTO, ZR_IOQ_URING, ZR_IOQ_THREADS };
+        static const char *const names[] = { "auto", "uring", "threads" };
         enum zr_ioq_backend b;
-        ck_assert_int_eq(zr_ioq_backend_parse("auto", &b), 0);
-        ck_assert_int_eq(b, ZR_IOQ_AUTO);
-        ck_assert_int_eq(zr_ioq_backend_parse("uring", &b), 0);
-        ck_assert_int_eq(b, ZR_IOQ_URING);
-        ck_assert_int_eq(zr_ioq_backend_parse("threads", &b), 0);
-        ck_assert_int_eq(b, ZR_IOQ_THREADS);
+
+        for (size_t i = 0; i < 3; i++) {
+                ck_assert_int_eq(zr_ioq_backend_parse(names[i], &b), 0);
+                ck_assert_int_eq(b, all[i]);
+                ck_assert_str_eq(zr_ioq_backend_name(all[i]), names[i]);
+        }
         ck_assert_int_eq(zr_ioq_backend_parse("io_uring", &b), -EINVAL);
         ck_assert_int_eq(zr_ioq_backend_parse(NULL, &b), -EINVAL);
-        ck_assert_str_eq(zr_ioq_backend_name(ZR_IOQ_THREADS), "threads");
-        ck_assert_str_eq(zr_ioq_backend_name(ZR_IOQ_URING), "uring");
-        ck_assert_str_eq(zr_ioq_backend_name(ZR_IOQ_AUTO), "auto");
 }
 END_TEST
 

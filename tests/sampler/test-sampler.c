@@ -28,23 +28,27 @@ static zr_sampler_params test_params(enum zr_sampler_mode mode, uint64_t n, uint
 }
 
 START_TEST(test_mode_names) {
+        /* in turn: a refused name leaves the mode of the name before it */
+        static const struct {
+                const char *name;
+                int result;
+                enum zr_sampler_mode mode;
+        } names[] = {
+                { "cyclic", 0, ZR_SAMPLER_CYCLIC },
+                { "sequential", 0, ZR_SAMPLER_SEQUENTIAL },
+                { "iid", 0, ZR_SAMPLER_IID },
+                { "IID", -ZR_E_SAMPLER, ZR_SAMPLER_IID },
+                { "random", -ZR_E_SAMPLER, ZR_SAMPLER_IID },
+                { NULL, -ZR_E_SAMPLER, ZR_SAMPLER_IID },
+                { "cyclic-lx157", 0, ZR_SAMPLER_CYCLIC_LX157 },
+                { "cyclic-lx", -ZR_E_SAMPLER, ZR_SAMPLER_CYCLIC_LX157 },
+        };
         enum zr_sampler_mode m = ZR_SAMPLER_IID;
 
-        ck_assert_int_eq(zr_sampler_mode_from_name("cyclic", &m), 0);
-        ck_assert_int_eq(m, ZR_SAMPLER_CYCLIC);
-        ck_assert_int_eq(zr_sampler_mode_from_name("sequential", &m), 0);
-        ck_assert_int_eq(m, ZR_SAMPLER_SEQUENTIAL);
-        ck_assert_int_eq(zr_sampler_mode_from_name("iid", &m), 0);
-        ck_assert_int_eq(m, ZR_SAMPLER_IID);
-        ck_assert_int_eq(zr_sampler_mode_from_name("IID", &m), -ZR_E_SAMPLER);
-        ck_assert_int_eq(zr_sampler_mode_from_name("random", &m), -ZR_E_SAMPLER);
-        ck_assert_int_eq(zr_sampler_mode_from_name(NULL, &m), -ZR_E_SAMPLER);
-        ck_assert_int_eq(m, ZR_SAMPLER_IID);
-        ck_assert_int_eq(zr_sampler_mode_from_name("cyclic-lx157", &m), 0);
-        ck_assert_int_eq(m, ZR_SAMPLER_CYCLIC_LX157);
-        ck_assert_int_eq(zr_sampler_mode_from_name("cyclic-lx", &m), -ZR_E_SAMPLER);
-        ck_assert_int_eq(m, ZR_SAMPLER_CYCLIC_LX157);
-        m = ZR_SAMPLER_IID;
+        for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+                ck_assert_int_eq(zr_sampler_mode_from_name(names[i].name, &m), names[i].result);
+                ck_assert_int_eq(m, names[i].mode);
+        }
         ck_assert_str_eq(zr_sampler_mode_name(ZR_SAMPLER_CYCLIC), "cyclic");
         ck_assert_str_eq(zr_sampler_mode_name(ZR_SAMPLER_CYCLIC_LX157), "cyclic-lx157");
         ck_assert_ptr_null(zr_sampler_mode_name(_ZR_SAMPLER_MODE_MAX));
