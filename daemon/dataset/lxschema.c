@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dataset/mpwalk.h"
 #include "store/store.h"
 
 /* A cursor over the file's bytes. */
@@ -139,70 +140,14 @@ static int mp_uint(mp *m, uint64_t *ret, const char *what, zr_error *err) {
         return 0;
 }
 
-/* Skips one object of any type, iteratively (pending objects never exceed the
- * bytes left, so the count cannot overflow). */
+/* Skips one object of any type (mpwalk.h). */
 static int mp_skip(mp *m, zr_error *err) {
-        uint64_t pending = 1;
+        size_t at = (size_t)(m->p - m->start);
+        int r = zr_mp_skip(m->start, (size_t)(m->end - m->start), &at, err);
 
-        while (pending > 0) {
-                uint64_t count = 0, skip = 0, n;
-                unsigned hdr = 1, lenbytes = 0;
-                uint8_t b;
-
-                if (mp_left(m) < 1)
-                        return mp_truncated(m, err);
-                b = *m->p;
-                pending--;
-                if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) {
-                } else if (b <= 0x8f) {
-                        count = 2 * (uint64_t)(b & 0x0f);
-                } else if (b <= 0x9f) {
-                        count = b & 0x0f;
-                } else if (b <= 0xbf) {
-                        skip = b & 0x1f;
-                } else {
-                        switch (b) {
-                        case 0xc4: case 0xd9: case 0xc7: lenbytes = 1; break;
-                        case 0xc5: case 0xda: case 0xc8: case 0xdc: case 0xde: lenbytes = 2; break;
-                        case 0xc6: case 0xdb: case 0xc9: case 0xdd: case 0xdf: lenbytes = 4; break;
-                        case 0xca: case 0xce: case 0xd2: skip = 4; break;
-                        case 0xcb: case 0xcf: case 0xd3: skip = 8; break;
-                        case 0xcc: case 0xd0: skip = 1; break;
-                        case 0xcd: case 0xd1: skip = 2; break;
-                        case 0xd4: skip = 2; break;
-                        case 0xd5: skip = 3; break;
-                        case 0xd6: skip = 5; break;
-                        case 0xd7: skip = 9; break;
-                        case 0xd8: skip = 17; break;
-                        default:
-                                return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: byte 0x%02x at "
-                                                    "%zu is not a msgpack type", b,
-                                                    (size_t)(m->p - m->start));
-                        }
-                        if (lenbytes) {
-                                if (mp_left(m) < 1 + lenbytes)
-                                        return mp_truncated(m, err);
-                                n = mp_be(m, lenbytes);
-                                hdr += lenbytes;
-                                if (b == 0xdc || b == 0xdd)
-                                        count = n;
-                                else if (b == 0xde || b == 0xdf)
-                                        count = 2 * n;
-                                else
-                                        skip = n + (b >= 0xc7 && b <= 0xc9); /* ext: its type byte */
-                        }
-                }
-                if (mp_left(m) < hdr || mp_left(m) - hdr < skip)
-                        return mp_truncated(m, err);
-                m->p += hdr + skip;
-                if (count > mp_left(m) || pending + count > mp_left(m))
-                        return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: a container at byte "
-                                            "%zu declares %llu elements, more than the %zu bytes "
-                                            "left", (size_t)(m->p - m->start) - hdr,
-                                            (unsigned long long)count, mp_left(m));
-                pending += count;
-        }
-        return 0;
+        if (r == 0)
+                m->p = m->start + at;
+        return r;
 }
 
 static int str_is(const char *s, uint32_t len, const char *lit) {
