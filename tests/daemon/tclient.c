@@ -252,16 +252,7 @@ int td_append(int fd, uint32_t h, const char *dtype, const uint64_t *shape, unsi
 void td_begin_loader_open(zr_wire_writer *w, uint64_t id, uint32_t h, const char *sampler,
                           uint64_t batch, uint64_t seed, uint64_t start, uint64_t prefetch) {
         tl_begin(w, "loader_open", id);
-        zr_wire_begin_array(w, "streams");
-        zr_wire_begin_map(w, NULL);
-        zr_wire_put_u64(w, "handle", h);
-        zr_wire_end(w);
-        zr_wire_end(w);
-        zr_wire_put_str(w, "sampler", sampler);
-        zr_wire_put_u64(w, "batch_size", batch);
-        zr_wire_put_u64(w, "seed", seed);
-        zr_wire_put_u64(w, "start_step", start);
-        zr_wire_put_u64(w, "prefetch", prefetch);
+        tl_put_loader_open(w, h, sampler, batch, seed, start, prefetch);
 }
 
 void td_release(int fd, uint64_t loader, uint64_t ring, uint64_t slot) {
