@@ -55,13 +55,7 @@ typedef struct pending {
 static _Atomic int current_op = OP_IDLE;
 
 static void model_push(model *m, uint64_t id) {
-        if (m->n == m->cap) {
-                m->cap = m->cap ? m->cap * 2 : 1024;
-                m->ids = realloc(m->ids, m->cap * sizeof(*m->ids));
-                if (!m->ids)
-                        abort();
-        }
-        m->ids[m->n++] = id;
+        tl_push_u64(&m->ids, &m->n, &m->cap, id);
 }
 
 /* Swap-last, as the store does it: each hole, in descending order, takes the
