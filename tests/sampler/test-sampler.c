@@ -66,24 +66,31 @@ static void test_refused(zr_sampler_params p, const char *needle) {
 }
 
 START_TEST(test_errors) {
+        /* one field of good parameters (n 100, batch 10) made bad, in turn */
+        static const struct {
+                uint64_t n, batch_size;
+                uint32_t rank, world_size;
+                const char *needle;
+        } bad[] = {
+                { 0, 10, 0, 1, "n = 0" },
+                { 100, 0, 0, 1, "batch_size = 0" },
+                { 100, 10, 0, 0, "world_size = 0" },
+                { 100, 10, 4, 4, "rank 4 >= world_size 4" },
+                { 100, UINT64_MAX / 2, 0, 4, "overflows" },
+        };
+
         for (int m = 0; m < _ZR_SAMPLER_MODE_MAX; m++) {
                 zr_sampler_params p = test_params((enum zr_sampler_mode)m, 100, 10);
 
-                p.n = 0;
-                test_refused(p, "n = 0");
-                p.n = 100;
-                p.batch_size = 0;
-                test_refused(p, "batch_size = 0");
-                p.batch_size = 10;
-                p.world_size = 0;
-                test_refused(p, "world_size = 0");
+                for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+                        p.n = bad[i].n;
+                        p.batch_size = bad[i].batch_size;
+                        p.rank = bad[i].rank;
+                        p.world_size = bad[i].world_size;
+                        test_refused(p, bad[i].needle);
+                }
+                p = test_params((enum zr_sampler_mode)m, 100, 10);
                 p.world_size = 4;
-                p.rank = 4;
-                test_refused(p, "rank 4 >= world_size 4");
-                p.rank = 0;
-                p.batch_size = UINT64_MAX / 2;
-                test_refused(p, "overflows");
-                p.batch_size = 10;
                 ck_assert_int_eq(zr_sampler_check(&p, NULL), 0);
         }
         /* cyclic needs a whole global batch inside the index space; the others do not */
