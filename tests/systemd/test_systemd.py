@@ -137,15 +137,25 @@ def serving(tmp_path, *args, journal=False):
         err.close()
 
 
-def test_sighup_reloads_and_says_what_changed(tmp_path):
+def reload_with(tmp_path, before, after):
+    """zrecordd started on a config file holding `before`, which then holds
+    `after` and is reloaded with SIGHUP; the daemon must still answer HELLO.
+    Returns the notify datagrams up to the READY=1 that ends the reload; the
+    daemon's stderr is in tmp_path/stderr."""
     conf = tmp_path / "zrecordd.conf"
-    conf.write_text("log-level = info\nmax-clients = 10\n")
+    conf.write_text(before)
     with serving(tmp_path, f"--config={conf}") as (proc, sock, n):
-        conf.write_text("log-level = debug\nmax-clients = 20\ncache = 64M\n")
+        conf.write_text(after)
         proc.send_signal(signal.SIGHUP)
-        seen = n.until("READY=1")                # RELOADING=1 ... READY=1
-        assert any("RELOADING=1" in m for m in seen)
+        seen = n.until("READY=1")
         assert hello(sock)["kind"] == "ok"      # still serving
+    return seen
+
+
+def test_sighup_reloads_and_says_what_changed(tmp_path):
+    seen = reload_with(tmp_path, "log-level = info\nmax-clients = 10\n",
+                       "log-level = debug\nmax-clients = 20\ncache = 64M\n")
+    assert any("RELOADING=1" in m for m in seen)   # RELOADING=1 ... READY=1
     log = (tmp_path / "stderr").read_text()
     assert "log-level info -> debug" in log
     assert "max_clients 10 -> 20" in log or "max-clients 10 -> 20" in log
@@ -153,13 +163,7 @@ def test_sighup_reloads_and_says_what_changed(tmp_path):
 
 
 def test_bad_reload_keeps_settings(tmp_path):
-    conf = tmp_path / "zrecordd.conf"
-    conf.write_text("log-level = info\n")
-    with serving(tmp_path, f"--config={conf}") as (proc, sock, n):
-        conf.write_text("no-such-setting = 1\n")
-        proc.send_signal(signal.SIGHUP)
-        n.until("READY=1")
-        assert hello(sock)["kind"] == "ok"
+    reload_with(tmp_path, "log-level = info\n", "no-such-setting = 1\n")
     assert "keeping the settings in force" in (tmp_path / "stderr").read_text()
 
 
