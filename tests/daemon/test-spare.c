@@ -275,16 +275,24 @@ START_TEST(test_spare_ring_reused) {
 }
 END_TEST
 
+/* Starts the daemon with args, which must leave it no spare budget, and
+ * makes a store on a new connection (*ret_fd); returns its handle. */
+static uint32_t start_without_spares(const char *const *args, int *ret_fd) {
+        uint64_t budget;
+
+        td_start(&D, args);
+        *ret_fd = td_connect_hello(&D);
+        spare_status(*ret_fd, &budget, NULL);
+        ck_assert_uint_eq(budget, 0);
+        return make_store(*ret_fd, "s");
+}
+
 /* --ring-spare=0: no spare is ever made (the decision is taken at the close,
  * so STATUS right after the LOADER_CLOSE reply tells). */
 START_TEST(test_spare_off) {
         const char *args[] = {"--ring-spare=0", NULL};
-        td_start(&D, args);
-        int fd = td_connect_hello(&D);
-        uint32_t h = make_store(fd, "s");
-        uint64_t budget;
-        spare_status(fd, &budget, NULL);
-        ck_assert_uint_eq(budget, 0);
+        int fd;
+        uint32_t h = start_without_spares(args, &fd);
         for (int i = 0; i < 2; i++) {
                 open_first_close(fd, h);
                 ck_assert_uint_eq(spare_bytes(fd), 0);
@@ -328,12 +336,9 @@ START_TEST(test_spare_reload) {
         snprintf(cfgarg, sizeof(cfgarg), "--config=%s", cfg);
         write_config(cfg, "ring-spare = 0\n");
         const char *args[] = {cfgarg, NULL};
-        td_start(&D, args);
-        int fd = td_connect_hello(&D);
-        uint32_t h = make_store(fd, "s");
+        int fd;
+        uint32_t h = start_without_spares(args, &fd);
         uint64_t budget;
-        spare_status(fd, &budget, NULL);
-        ck_assert_uint_eq(budget, 0);
         open_first_close(fd, h);
         ck_assert_uint_eq(spare_bytes(fd), 0);
 
