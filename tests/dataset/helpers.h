@@ -46,6 +46,32 @@ static inline int gather_ragged(zr_dataset *ds, const uint64_t *idx, size_t n, v
         return r;
 }
 
+/* A schema decoder under test: 0 (whatever it decoded released) or a
+ * negative code with err set. */
+typedef int (*schema_decoder)(const void *data, size_t len, zr_error *err);
+
+/* Every truncation of the valid encoding data[0..len) is refused with
+ * -ZR_E_SCHEMA and never read past, and so is the encoding with a byte after
+ * it, saying so. */
+static inline void expect_cuts_refused(const void *data, size_t len, schema_decoder decode) {
+        char *copy = malloc(len + 1);
+        zr_error err = {0};
+
+        ck_assert_ptr_nonnull(copy);
+        ck_assert_int_eq(decode(data, len, NULL), 0);
+        for (size_t cut = 0; cut < len; cut++) {
+                void *exact = malloc(cut ? cut : 1); /* ASan sees a read past it */
+                memcpy(exact, data, cut);
+                ck_assert_int_eq(decode(exact, cut, NULL), -ZR_E_SCHEMA);
+                free(exact);
+        }
+        memcpy(copy, data, len);
+        copy[len] = (char)0xc0;
+        ck_assert_int_eq(decode(copy, len + 1, &err), -ZR_E_SCHEMA);
+        ck_assert_msg(strstr(err.message, "after its map"), "%s", err.message);
+        free(copy);
+}
+
 /* A scratch directory (files.h) whose making cannot fail the test quietly. */
 typedef tl_scratch scratch;
 
