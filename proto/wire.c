@@ -765,6 +765,47 @@ void zr_wire_put_uint_array(zr_wire_writer *w, const char *key, const uint64_t *
         zr_wire_end(w);
 }
 
+void zr_wire_put_object(zr_wire_writer *w, const char *key, const msgpack_object *o) {
+        char k[ZR_WIRE_KEY_MAX + 1];
+
+        if (w->error < 0)
+                return;
+        switch (o->type) {
+        case MSGPACK_OBJECT_MAP:
+                zr_wire_begin_map(w, key);
+                for (uint32_t i = 0; i < o->via.map.size && w->error == 0; i++) {
+                        const msgpack_object *ko = &o->via.map.ptr[i].key;
+
+                        if (ko->type != MSGPACK_OBJECT_STR || ko->via.str.size == 0 ||
+                            ko->via.str.size > ZR_WIRE_KEY_MAX ||
+                            memchr(ko->via.str.ptr, 0, ko->via.str.size)) {
+                                writer_fail(w, -EINVAL);
+                                return;
+                        }
+                        memcpy(k, ko->via.str.ptr, ko->via.str.size);
+                        k[ko->via.str.size] = 0;
+                        zr_wire_put_object(w, k, &o->via.map.ptr[i].val);
+                }
+                zr_wire_end(w);
+                return;
+        case MSGPACK_OBJECT_ARRAY:
+                zr_wire_begin_array(w, key);
+                for (uint32_t i = 0; i < o->via.array.size && w->error == 0; i++)
+                        zr_wire_put_object(w, NULL, &o->via.array.ptr[i]);
+                zr_wire_end(w);
+                return;
+        case MSGPACK_OBJECT_POSITIVE_INTEGER: zr_wire_put_u64(w, key, o->via.u64); return;
+        case MSGPACK_OBJECT_NEGATIVE_INTEGER: zr_wire_put_i64(w, key, o->via.i64); return;
+        case MSGPACK_OBJECT_BOOLEAN: zr_wire_put_bool(w, key, o->via.boolean); return;
+        case MSGPACK_OBJECT_NIL: zr_wire_put_nil(w, key); return;
+        case MSGPACK_OBJECT_FLOAT64: zr_wire_put_f64(w, key, o->via.f64); return;
+        case MSGPACK_OBJECT_STR: zr_wire_put_strn(w, key, o->via.str.ptr, o->via.str.size); return;
+        case MSGPACK_OBJECT_BIN: zr_wire_put_bin(w, key, o->via.bin.ptr, o->via.bin.size); return;
+        default:
+                writer_fail(w, -EINVAL); /* float32 and ext */
+        }
+}
+
 int zr_wire_writer_finish(zr_wire_writer *w, uint32_t frame_max, const uint8_t **ret_frame,
                           size_t *ret_size, zr_wire_error *err) {
         size_t body;

@@ -406,6 +406,21 @@ START_TEST(test_writer_errors) {
         zr_wire_end(&w);
         ck_assert_int_eq(zr_wire_writer_finish(&w, ZR_FRAME_MAX_DEFAULT, &frame, &size, NULL),
                          -EINVAL);
+        /* a float32 and an ext, which the writer has no put for, re-encoded */
+        static const uint8_t f32[] = { 0x81, 0xa1, 'f', 0xca, 0x3f, 0x80, 0, 0 };
+        static const uint8_t ext[] = { 0x81, 0xa1, 'e', 0xd4, 0x01, 0x02 };
+        const uint8_t *const odd[] = { f32, ext };
+        const size_t odd_len[] = { sizeof(f32), sizeof(ext) };
+        for (int i = 0; i < 2; i++) {
+                zr_wire_body *b = NULL;
+
+                ck_assert_int_eq(zr_wire_body_decode(odd[i], odd_len[i], NULL, &b, NULL), 0);
+                zr_wire_writer_reset(&w);
+                zr_wire_put_object(&w, NULL, zr_wire_body_root(b));
+                ck_assert_int_eq(zr_wire_writer_finish(&w, ZR_FRAME_MAX_DEFAULT, &frame, &size,
+                                                       NULL), -EINVAL);
+                zr_wire_body_free(b);
+        }
         /* an unclosed container */
         zr_wire_writer_reset(&w);
         zr_wire_writer_begin_message(&w, "ok", true, 1);
