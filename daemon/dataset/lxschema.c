@@ -60,27 +60,45 @@ static const char *mp_type_name(uint8_t b) {
         return "another msgpack type";
 }
 
-/* A container header: fixed (lo..lo+15 → count in the low nibble) or 16/32-bit. */
-static int mp_container(mp *m, uint8_t fix, uint8_t b16, uint8_t b32, unsigned per, uint32_t *ret,
-                        const char *what, zr_error *err) {
+/* The header at m->p of a string or a container, its count of bytes or
+ * elements into *ret_n and its own size into *ret_hdr: a fixed form (type byte
+ * fix | n, n <= mask) or one of `nsized` forms from type byte `sized`, whose
+ * length fields take first_bytes, twice that, ... Anything else is refused as
+ * `what` being not `expected`. */
+static int mp_head(const mp *m, uint8_t fix, uint8_t mask, uint8_t sized, unsigned nsized,
+                   unsigned first_bytes, uint64_t *ret_n, unsigned *ret_hdr, const char *what,
+                   const char *expected, zr_error *err) {
         uint8_t b;
-        unsigned hdr = 1;
-        uint64_t n;
 
         if (mp_left(m) < 1)
                 return mp_truncated(m, err);
         b = *m->p;
-        if ((b & 0xf0) == fix) {
-                n = b & 0x0f;
-        } else if (b == b16 || b == b32) {
-                hdr += b == b16 ? 2 : 4;
-                if (mp_left(m) < hdr)
-                        return mp_truncated(m, err);
-                n = mp_be(m, hdr - 1);
-        } else {
-                return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: %s is %s, expected %s", what,
-                                    mp_type_name(b), fix == 0x80 ? "a map" : "an array");
+        if ((b & (uint8_t)~mask) == fix) {
+                *ret_n = b & mask;
+                *ret_hdr = 1;
+                return 0;
         }
+        if (b < sized || b >= sized + nsized)
+                return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: %s is %s, expected %s", what,
+                                    mp_type_name(b), expected);
+        *ret_hdr = 1 + (first_bytes << (b - sized));
+        if (mp_left(m) < *ret_hdr)
+                return mp_truncated(m, err);
+        *ret_n = mp_be(m, *ret_hdr - 1);
+        return 0;
+}
+
+/* A container header: fixed (fix..fix+15 → count in the low nibble) or the
+ * 16- and 32-bit forms from type byte b16. */
+static int mp_container(mp *m, uint8_t fix, uint8_t b16, unsigned per, uint32_t *ret,
+                        const char *what, zr_error *err) {
+        unsigned hdr;
+        uint64_t n;
+        int r = mp_head(m, fix, 0x0f, b16, 2, 2, &n, &hdr, what,
+                        fix == 0x80 ? "a map" : "an array", err);
+
+        if (r < 0)
+                return r;
         m->p += hdr;
         if (n * per > mp_left(m))
                 return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: %s declares %llu elements, "
@@ -91,24 +109,12 @@ static int mp_container(mp *m, uint8_t fix, uint8_t b16, uint8_t b32, unsigned p
 }
 
 static int mp_str(mp *m, const char **ret, uint32_t *ret_len, const char *what, zr_error *err) {
-        uint8_t b;
-        unsigned hdr = 1;
+        unsigned hdr;
         uint64_t n;
+        int r = mp_head(m, 0xa0, 0x1f, 0xd9, 3, 1, &n, &hdr, what, "a string", err);
 
-        if (mp_left(m) < 1)
-                return mp_truncated(m, err);
-        b = *m->p;
-        if (b >= 0xa0 && b <= 0xbf) {
-                n = b & 0x1f;
-        } else if (b >= 0xd9 && b <= 0xdb) {
-                hdr += b == 0xd9 ? 1 : b == 0xda ? 2 : 4;
-                if (mp_left(m) < hdr)
-                        return mp_truncated(m, err);
-                n = mp_be(m, hdr - 1);
-        } else {
-                return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: %s is %s, expected a string",
-                                    what, mp_type_name(b));
-        }
+        if (r < 0)
+                return r;
         if (mp_left(m) - hdr < n)
                 return mp_truncated(m, err);
         *ret = (const char *)m->p + hdr;
@@ -185,14 +191,14 @@ static int decode_shapes(mp *m, zr_lxschema *s, zr_error *err) {
         uint32_t n;
         int r;
 
-        r = mp_container(m, 0x90, 0xdc, 0xdd, 1, &n, "\"shapes\"", err);
+        r = mp_container(m, 0x90, 0xdc, 1, &n, "\"shapes\"", err);
         for (uint32_t i = 0; r >= 0 && i < n; i++) {
                 uint64_t dims[ZR_SCHEMA_NDIM_MAX], bytes = s->dtype.itemsize;
                 uint32_t ndim;
                 char what[48];
 
                 snprintf(what, sizeof(what), "\"shapes\"[%u]", i);
-                r = mp_container(m, 0x90, 0xdc, 0xdd, 1, &ndim, what, err);
+                r = mp_container(m, 0x90, 0xdc, 1, &ndim, what, err);
                 if (r < 0)
                         break;
                 if (ndim < 1 || ndim > ZR_SCHEMA_NDIM_MAX) {
@@ -234,7 +240,7 @@ static const char *const key_names[K_COUNT] = { "format", "version", "kind", "dt
 /* The pending delete: an array of at least one uint. */
 static int decode_pending(mp *m, zr_lxschema *s, zr_error *err) {
         uint32_t n;
-        int r = mp_container(m, 0x90, 0xdc, 0xdd, 1, &n, "\"" ZR_LXSCHEMA_PENDING_KEY "\"", err);
+        int r = mp_container(m, 0x90, 0xdc, 1, &n, "\"" ZR_LXSCHEMA_PENDING_KEY "\"", err);
 
         if (r < 0)
                 return r;
@@ -329,7 +335,7 @@ int zr_lxschema_decode(const void *data, size_t len, zr_lxschema *ret, zr_error 
         r = zr_shapes_new(&s.shapes, err);
         if (r < 0)
                 return r;
-        r = mp_container(&m, 0x80, 0xde, 0xdf, 2, &n, "schema.msgpack", err);
+        r = mp_container(&m, 0x80, 0xde, 2, &n, "schema.msgpack", err);
         for (uint32_t i = 0; r >= 0 && i < n; i++)
                 r = decode_entry(&m, &s, seen, &shapes_at, err);
         if (r >= 0 && m.p != m.end)
@@ -358,7 +364,7 @@ int zr_lxschema_sniff(const void *data, size_t len) {
 
         if (len == 0)
                 return 0;
-        if (mp_container(&m, 0x80, 0xde, 0xdf, 2, &n, "", NULL) < 0) {
+        if (mp_container(&m, 0x80, 0xde, 2, &n, "", NULL) < 0) {
                 /* a map whose declared size passes what was read (a prefix of the
                  * file): look at the entries that are there */
                 uint8_t b = *(const uint8_t *)data;
