@@ -113,6 +113,28 @@ static void fixture_make(fixture *f, enum zr_codec codec, unsigned chunk_log2,
         f->locs = locate_all(f->s, n);
 }
 
+/* fixture_make() of n records, record i of len_of(i) bytes; the lengths in
+ * *ret_lens (malloc()ed, may be NULL). */
+static void fixture_of(fixture *f, enum zr_codec codec, unsigned chunk_log2, size_t n,
+                       uint64_t (*len_of)(uint64_t i), enum reopen how, uint64_t **ret_lens) {
+        uint64_t *lens = malloc(n * sizeof(*lens));
+
+        ck_assert_ptr_nonnull(lens);
+        for (size_t i = 0; i < n; i++)
+                lens[i] = len_of(i);
+        fixture_make(f, codec, chunk_log2, lens, n, how);
+        if (ret_lens)
+                *ret_lens = lens;
+        else
+                free(lens);
+}
+
+/* Record i is page i. */
+static uint64_t one_page(uint64_t i) {
+        (void)i;
+        return page;
+}
+
 static void fixture_free(fixture *f) {
         free(f->locs);
         ck_assert_int_eq(zr_store_close(f->s, NULL), 0);
@@ -248,11 +270,8 @@ END_TEST
 START_TEST(test_resident_after_prefetch) {
         enum { N = 512 };
         enum zr_ioq_backend backend = _i == 0 ? ZR_IOQ_THREADS : ZR_IOQ_URING;
-        uint64_t lens[N];
-        for (size_t i = 0; i < N; i++)
-                lens[i] = page; /* record i is page i */
         fixture f;
-        fixture_make(&f, ZR_CODEC_RAW, 24, lens, N, REOPENED);
+        fixture_of(&f, ZR_CODEC_RAW, 24, N, one_page, REOPENED, NULL);
         zr_store *s = f.s;
         zr_loc *locs = f.locs;
         uint8_t res[N];
@@ -300,14 +319,15 @@ out:
 }
 END_TEST
 
+/* Records of 3000 bytes and a little more, record 5 empty. */
+static uint64_t one_empty(uint64_t i) {
+        return i == 5 ? 0 : 3000 + i;
+}
+
 START_TEST(test_without_mapping) {
         enum { N = 64 };
-        uint64_t lens[N];
-        for (size_t i = 0; i < N; i++)
-                lens[i] = 3000 + i;
-        lens[5] = 0;
         fixture f;
-        fixture_make(&f, ZR_CODEC_RAW, 20, lens, N, REOPENED_NO_MMAP); /* pread only */
+        fixture_of(&f, ZR_CODEC_RAW, 20, N, one_empty, REOPENED_NO_MMAP, NULL); /* pread only */
         zr_store *s = f.s;
         zr_loc *locs = f.locs;
         zr_io_range r[N];
@@ -338,11 +358,8 @@ END_TEST
 
 START_TEST(test_walk_hints_only_its_records) {
         enum { N = 1024 };
-        uint64_t lens[N];
-        for (size_t i = 0; i < N; i++)
-                lens[i] = page;
         fixture f;
-        fixture_make(&f, ZR_CODEC_RAW, 24, lens, N, REOPENED);
+        fixture_of(&f, ZR_CODEC_RAW, 24, N, one_page, REOPENED, NULL);
         zr_store *s = f.s;
         zr_loc *locs = f.locs;
         zr_io_range whole;
@@ -374,14 +391,17 @@ out:
 }
 END_TEST
 
+/* Records of 1 to 20000 bytes, spread. */
+static uint64_t spread(uint64_t i) {
+        return 1 + (i * 7919) % 20000;
+}
+
 START_TEST(test_verify_and_compact_cold) {
         enum { N = 3000 };
-        uint64_t lens[N];
-        for (size_t i = 0; i < N; i++)
-                lens[i] = 1 + (i * 7919) % 20000;
+        uint64_t *lens;
         /* zstd: verify decodes every frame; 1 MiB chunks: compaction crosses them */
         fixture f;
-        fixture_make(&f, ZR_CODEC_ZSTD, 20, lens, N, REOPENED);
+        fixture_of(&f, ZR_CODEC_ZSTD, 20, N, spread, REOPENED, &lens);
         zr_store *s = f.s;
         (void)drop_cache(s, f.locs, N);
         zr_verify_report rep;
@@ -429,6 +449,7 @@ START_TEST(test_verify_and_compact_cold) {
         }
         free(buf);
         free(want);
+        free(lens);
         fixture_free(&f);
 }
 END_TEST
