@@ -213,6 +213,19 @@ static zr_ioq *start(int i, zr_ioq_options o, hook *h, done_log *d) {
         return q;
 }
 
+/* start() of a depth-1 queue, and a new file of `size` bytes (*ret_fd) whose
+ * first read (at offset 0) the hook holds: one read in flight while the test
+ * queues others behind it. */
+static zr_ioq *start_holding(int i, uint64_t size, hook *h, done_log *d, int *ret_fd) {
+        zr_ioq *q = start(i, (zr_ioq_options){ .max_inflight = 1, .threads = 1 }, h, d);
+
+        if (q) {
+                *ret_fd = temp_file(size);
+                hook_hold(h, *ret_fd, 0, 1);
+        }
+        return q;
+}
+
 /* ---- tests -------------------------------------------------------------- */
 
 START_TEST(test_reads_and_counts) {
@@ -329,11 +342,10 @@ static void *submit_thread(void *arg) {
 START_TEST(test_fifo_across_submitters) {
         hook h;
         done_log d;
-        zr_ioq *q = start(_i, (zr_ioq_options){ .max_inflight = 1, .threads = 1 }, &h, &d);
+        int fd;
+        zr_ioq *q = start_holding(_i, 8 * MiB, &h, &d, &fd);
         if (!q)
                 return;
-        int fd = temp_file(8 * MiB);
-        hook_hold(&h, fd, 0, 1);
         /* A's first read is held in flight while B and C queue up, each from
          * its own thread, B first */
         zr_io_range a[] = { { fd, 2 * MiB, 4 * KiB }, { fd, 0, 4 * KiB }, { fd, MiB, 4 * KiB } };
@@ -375,11 +387,10 @@ END_TEST
 START_TEST(test_cancel_queued) {
         hook h;
         done_log d;
-        zr_ioq *q = start(_i, (zr_ioq_options){ .max_inflight = 1, .threads = 1 }, &h, &d);
+        int fd;
+        zr_ioq *q = start_holding(_i, 4 * MiB, &h, &d, &fd);
         if (!q)
                 return;
-        int fd = temp_file(4 * MiB);
-        hook_hold(&h, fd, 0, 1);
         zr_io_range a = { fd, 0, 4 * KiB };
         zr_io_range b[] = { { fd, MiB, 4 * KiB }, { fd, 2 * MiB, 4 * KiB } };
         uint64_t ida, idb;
@@ -470,11 +481,10 @@ static void *release_when_told(void *arg) {
 START_TEST(test_free_waits_for_in_flight) {
         hook h;
         done_log d;
-        zr_ioq *q = start(_i, (zr_ioq_options){ .max_inflight = 1, .threads = 1 }, &h, &d);
+        int fd;
+        zr_ioq *q = start_holding(_i, 4 * MiB, &h, &d, &fd);
         if (!q)
                 return;
-        int fd = temp_file(4 * MiB);
-        hook_hold(&h, fd, 0, 1);
         zr_io_range a[] = { { fd, 0, 4 * KiB }, { fd, MiB, 4 * KiB } };
         zr_io_range b = { fd, 2 * MiB, 4 * KiB };
         uint64_t ida, idb;
