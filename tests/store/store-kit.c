@@ -23,6 +23,12 @@ void tdir_remove(tdir *d) {
         tl_rmtree(d->path);
 }
 
+void store_done(tdir *d, zr_store *s, zr_pool *pool) {
+        ck_assert_int_eq(zr_store_close(s, NULL), 0);
+        tdir_remove(d);
+        zr_pool_free(pool);
+}
+
 int tdir_has(const tdir *d, const char *name) {
         return faccessat(d->fd, name, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
 }
