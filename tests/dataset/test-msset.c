@@ -115,6 +115,14 @@ static zr_msset *open_set(scratch *sc) {
         return ms;
 }
 
+/* A new set of `records` records per stream in a new scratch directory sc,
+ * opened. */
+static zr_msset *new_set(scratch *sc, uint64_t records) {
+        scratch_new(sc);
+        create_streams(sc, records);
+        return open_set(sc);
+}
+
 START_TEST(test_open_aligned) {
         scratch sc;
         scratch_new(&sc);
@@ -176,9 +184,7 @@ END_TEST
 
 START_TEST(test_aligned_append_delete) {
         scratch sc;
-        scratch_new(&sc);
-        create_streams(&sc, 5);
-        zr_msset *ms = open_set(&sc);
+        zr_msset *ms = new_set(&sc, 5);
         batch_data *d = calloc(1, sizeof(*d));
         make_batch(d, 5, 7);
         /* given in another order than the set's */
@@ -213,9 +219,7 @@ END_TEST
 
 START_TEST(test_append_refused) {
         scratch sc;
-        scratch_new(&sc);
-        create_streams(&sc, 3);
-        zr_msset *ms = open_set(&sc);
+        zr_msset *ms = new_set(&sc, 3);
         batch_data *d = calloc(1, sizeof(*d));
         const uint64_t want[3] = { 0, 1, 2 };
         zr_error err = {0};
