@@ -225,6 +225,19 @@ static inline void next_batch(rig *g, zr_loader *l, zr_loader_event *ev) {
                       ev->message ? ev->message : "");
 }
 
+/* Takes k batches of l and releases each at once; l's counters after them into
+ * *ret (may be NULL). */
+static inline void take_batches(rig *g, zr_loader *l, int k, zr_loader_counters *ret) {
+        zr_loader_event ev;
+
+        for (int i = 0; i < k; i++) {
+                next_batch(g, l, &ev);
+                zr_loader_release(l, ev.ring, ev.slot, NULL);
+        }
+        if (ret)
+                zr_loader_counters_get(l, ret);
+}
+
 /* The expected bytes of a dense stream's batch at `step`, gathered directly. */
 static inline void expect_dense(zr_dataset *ds, const zr_sampler_params *base, uint64_t step,
                                 uint8_t *dst, uint64_t item) {

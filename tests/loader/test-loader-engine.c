@@ -17,17 +17,12 @@ START_TEST(test_cache_accounting) {
         zr_loader_params p = { .mode = ZR_SAMPLER_SEQUENTIAL, .batch_size = 30,
                                .world_size = 1, .prefetch = 2 };
         zr_loader_stream st;
-        zr_loader_event ev;
 
         fixture_new(&f, ZR_CODEC_ZSTD, 1 << 20);
         st = reg_stream(&f.dense, "d");
         /* two passes over the 300 records (10 steps each) */
         l = open_loader(&f, &st, 1, &p);
-        for (int k = 0; k < 20; k++) {
-                next_batch(&f.g, l, &ev);
-                zr_loader_release(l, ev.ring, ev.slot, NULL);
-        }
-        zr_loader_counters_get(l, &c);
+        take_batches(&f.g, l, 20, &c);
         zr_loader_free(l);
         fprintf(stderr, "cache fits: hits %" PRIu64 " misses %" PRIu64 " evictions %" PRIu64 "\n",
                 c.hits, c.misses, c.evictions);
@@ -45,11 +40,7 @@ START_TEST(test_cache_accounting) {
         /* a budget of ~100 records: a cyclic pass over 300 evicts */
         zr_loader_engine_set_cache_bytes(f.g.e, 100 * (ITEM + 96));
         l = open_loader(&f, &st, 1, &p);
-        for (int k = 0; k < 20; k++) {
-                next_batch(&f.g, l, &ev);
-                zr_loader_release(l, ev.ring, ev.slot, NULL);
-        }
-        zr_loader_counters_get(l, &c);
+        take_batches(&f.g, l, 20, &c);
         zr_loader_free(l);
         zr_loader_engine_counters_get(f.g.e, &t);
         fprintf(stderr, "cache small: hits %" PRIu64 " misses %" PRIu64 " evictions %" PRIu64
@@ -67,11 +58,7 @@ START_TEST(test_cache_accounting) {
         fixture_new(&f, ZR_CODEC_RAW, 1 << 20);
         st = reg_stream(&f.dense, "d");
         l = open_loader(&f, &st, 1, &p);
-        for (int k = 0; k < 12; k++) {
-                next_batch(&f.g, l, &ev);
-                zr_loader_release(l, ev.ring, ev.slot, NULL);
-        }
-        zr_loader_counters_get(l, &c);
+        take_batches(&f.g, l, 12, &c);
         ck_assert_uint_eq(c.hits + c.misses, 0);
         ck_assert_uint_ge(c.bytes, 12 * 30 * ITEM);
         zr_loader_free(l);
