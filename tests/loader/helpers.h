@@ -225,6 +225,14 @@ static inline void next_batch(rig *g, zr_loader *l, zr_loader_event *ev) {
                       ev->message ? ev->message : "");
 }
 
+/* The parameters of a one-rank loader: its sampler, batch size, seed and
+ * prefetch (the rest zero). */
+static inline zr_loader_params loader_params(enum zr_sampler_mode mode, uint64_t batch,
+                                             uint64_t seed, uint32_t prefetch) {
+        return (zr_loader_params){ .mode = mode, .batch_size = batch, .seed = seed,
+                                   .world_size = 1, .prefetch = prefetch };
+}
+
 /* Takes k batches of l and releases each at once; l's counters after them into
  * *ret (may be NULL). */
 static inline void take_batches(rig *g, zr_loader *l, int k, zr_loader_counters *ret) {

@@ -14,8 +14,7 @@ START_TEST(test_cache_accounting) {
         zr_loader *l;
         zr_loader_counters c;
         zr_loader_engine_counters t;
-        zr_loader_params p = { .mode = ZR_SAMPLER_SEQUENTIAL, .batch_size = 30,
-                               .world_size = 1, .prefetch = 2 };
+        zr_loader_params p = loader_params(ZR_SAMPLER_SEQUENTIAL, 30, 0, 2);
         zr_loader_stream st;
 
         fixture_new(&f, ZR_CODEC_ZSTD, 1 << 20);
@@ -72,8 +71,7 @@ START_TEST(test_stale) {
         enum { PF = 3 };
         fixture f;
         zr_loader *l;
-        zr_loader_params p = { .mode = ZR_SAMPLER_SEQUENTIAL, .batch_size = 50,
-                               .world_size = 1, .prefetch = PF };
+        zr_loader_params p = loader_params(ZR_SAMPLER_SEQUENTIAL, 50, 0, PF);
         zr_sampler_params sp = { .mode = ZR_SAMPLER_SEQUENTIAL, .n = N_DENSE, .batch_size = 50,
                                  .world_size = 1 };
         uint8_t *want[20];
@@ -133,8 +131,7 @@ START_TEST(test_locked_dataset) {
         enum { PF = 4 };
         fixture f;
         zr_loader *x, *y;
-        zr_loader_params p = { .mode = ZR_SAMPLER_IID, .batch_size = 8, .seed = 3,
-                               .world_size = 1, .prefetch = PF };
+        zr_loader_params p = loader_params(ZR_SAMPLER_IID, 8, 3, PF);
         zr_sampler_params sp = { .mode = ZR_SAMPLER_IID, .n = N_DENSE, .batch_size = 8,
                                  .seed = 3, .world_size = 1 };
         zr_loader_stream sx, sy;
@@ -191,8 +188,7 @@ END_TEST
 START_TEST(test_free_parked) {
         fixture f;
         zr_loader *x, *x2;
-        zr_loader_params p = { .mode = ZR_SAMPLER_IID, .batch_size = 8, .seed = 3,
-                               .world_size = 1, .prefetch = 2 };
+        zr_loader_params p = loader_params(ZR_SAMPLER_IID, 8, 3, 2);
         zr_loader_stream sx;
         zr_loader_event ev, held[2];
 
@@ -238,8 +234,7 @@ START_TEST(test_fairness) {
         reg big, small;
         zr_loader *slow, *fast;
         zr_loader_counters cs, cf;
-        zr_loader_params ps = { .mode = ZR_SAMPLER_IID, .batch_size = 16, .seed = 1,
-                                .world_size = 1, .prefetch = SLOW_SLOTS };
+        zr_loader_params ps = loader_params(ZR_SAMPLER_IID, 16, 1, SLOW_SLOTS);
         zr_loader_params pf = ps;
         zr_loader_stream sts, stf;
         zr_loader_event ev;
@@ -290,8 +285,7 @@ START_TEST(test_free_in_flight) {
         scratch sc;
         rig g;
         reg big;
-        zr_loader_params p = { .mode = ZR_SAMPLER_IID, .batch_size = 32, .seed = 1,
-                               .world_size = 1, .prefetch = 4 };
+        zr_loader_params p = loader_params(ZR_SAMPLER_IID, 32, 1, 4);
         zr_loader_stream st;
         zr_loader_event ev;
         zr_error err = {0};
