@@ -37,6 +37,14 @@ void rc_ids_delete(rc_ids *m, const uint64_t *idx, size_t n) {
         m->n = tl_swap_last(m->v, m->n, idx, n);
 }
 
+void rc_ids_after(const rc_ids *before, enum rc_change change, rc_ids *ret) {
+        *ret = *before;
+        if (change == RC_APPENDS)
+                rc_ids_append(ret, 1000, RC_APPEND_N);
+        else if (change == RC_DELETES)
+                rc_ids_delete(ret, rc_delete_idx, RC_DELETE_N);
+}
+
 bool rc_ids_eq(const rc_ids *a, const rc_ids *b) {
         return a->n == b->n && memcmp(a->v, b->v, a->n * sizeof(a->v[0])) == 0;
 }

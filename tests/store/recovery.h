@@ -51,6 +51,13 @@ int rc_cmp_desc(const void *a, const void *b);
 void rc_ids_delete(rc_ids *m, const uint64_t *idx, size_t n);
 bool rc_ids_eq(const rc_ids *a, const rc_ids *b);
 
+/* What an operation does to a table: appends records 1000.. (RC_APPEND_N of
+ * them), deletes rc_delete_idx, or changes nothing (compaction, a sync, a
+ * dictionary). */
+enum rc_change { RC_UNCHANGED, RC_APPENDS, RC_DELETES };
+/* *ret: the table `before` after the change. */
+void rc_ids_after(const rc_ids *before, enum rc_change change, rc_ids *ret);
+
 /* Appends records first..first+n-1 (n <= 64). */
 int rc_append(zr_store *s, uint64_t first, size_t n, zr_error *err);
 /* Reads every record, checks each is bit-exact for its id and fills *ret;

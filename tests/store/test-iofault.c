@@ -264,11 +264,10 @@ static int prepare(enum op o, enum zr_codec c, prepared *p) {
                 r = -1;
         }
         close(dfd);
-        p->after = p->before;
-        if (o == OP_APPEND_FIRST || o == OP_APPEND)
-                rc_ids_append(&p->after, 1000, RC_APPEND_N);
-        else if (o == OP_RECOVER || o == OP_DELETE)
-                rc_ids_delete(&p->after, rc_delete_idx, RC_DELETE_N);
+        rc_ids_after(&p->before, o == OP_APPEND_FIRST || o == OP_APPEND ? RC_APPENDS
+                                 : o == OP_RECOVER || o == OP_DELETE  ? RC_DELETES
+                                                                      : RC_UNCHANGED,
+                     &p->after);
         if (o == OP_SYNC || o == OP_CLOSE) {
                 /* the append before the operation is acknowledged: in both states */
                 rc_ids_append(&p->before, 1000, RC_APPEND_N);

@@ -124,11 +124,10 @@ static int prepare(enum scenario sc, enum zr_codec c, prepared *p) {
                 return -1;
         }
         close(dfd);
-        p->after = p->before;
-        if (sc == SC_APPEND_FIRST || sc == SC_APPEND)
-                rc_ids_append(&p->after, 1000, RC_APPEND_N);
-        else if (sc == SC_DELETE || sc == SC_RECOVER)
-                rc_ids_delete(&p->after, rc_delete_idx, RC_DELETE_N);
+        rc_ids_after(&p->before, sc == SC_APPEND_FIRST || sc == SC_APPEND ? RC_APPENDS
+                                 : sc == SC_DELETE || sc == SC_RECOVER    ? RC_DELETES
+                                                                          : RC_UNCHANGED,
+                     &p->after);
         return 0;
 }
 
