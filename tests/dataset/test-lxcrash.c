@@ -164,8 +164,7 @@ static void writer_main(int ackfd, int dfd, void *arg) {
                         fprintf(stderr, "writer: %s %zu: %s\n", tl_op_names[o.kind], i, err.message);
                         _exit(2);
                 }
-                tl_model_apply(&m, &o);
-                tl_ack(ackfd);
+                tl_ack_op(ackfd, &m, &o);
         }
         zr_dataset_close(ds, NULL);
         _exit(0);
@@ -173,9 +172,7 @@ static void writer_main(int ackfd, int dfd, void *arg) {
 
 /* --- the checks ------------------------------------------------------------- */
 
-typedef struct counts {
-        size_t trials, kills[TL_OP_KINDS], finished, records, in_flight_applied;
-} counts;
+typedef tl_crash_counts counts;
 
 /* Every record of ds through the batch gather: its shape and values must be those
  * of the id in its first value. Returns the index -> id table (malloc()ed). */
@@ -238,10 +235,7 @@ static void trial_run(size_t trial, uint64_t seed, counts *c) {
         int rr = tl_crash_run(&t, "zr-lxcrash", target, &rng, writer_main, &wa, program_op,
                               wa.seed, why, sizeof(why));
         ck_assert_msg(rr == 0, "trial %zu: %s", trial, rr == -1 ? why : strerror(-rr));
-        if (t.killed)
-                c->kills[t.inflight.kind]++;
-        else
-                c->finished++;
+        tl_crash_count(&t, c);
         snprintf(when, sizeof(when), "trial %zu (codec %d, %zu acked, killed in %s)", trial,
                  (int)wa.codec, t.acked, tl_op_names[t.inflight.kind]);
 

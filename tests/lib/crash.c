@@ -58,6 +58,18 @@ void tl_ack(int fd) {
                 _exit(3);
 }
 
+void tl_ack_op(int fd, tl_model *m, const tl_op *o) {
+        tl_model_apply(m, o);
+        tl_ack(fd);
+}
+
+void tl_crash_count(const tl_crash *t, tl_crash_counts *c) {
+        if (t->killed)
+                c->kills[t->inflight.kind]++;
+        else
+                c->finished++;
+}
+
 int tl_crash_run(tl_crash *t, const char *tag, size_t target, uint64_t *rng,
                  void (*writer)(int ackfd, int dfd, void *arg), void *arg, tl_program program,
                  uint64_t seed, char *why, size_t size) {

@@ -57,6 +57,9 @@ void tl_model_replay(tl_program program, uint64_t seed, size_t ops, tl_model *m,
 /* The writer's acknowledgement of one completed operation: a byte on fd (it
  * exits 3 if it cannot write it). */
 void tl_ack(int fd);
+/* The writer's step after operation o succeeded: o applied to its table m (from
+ * which the program draws the next), then acknowledged on fd. */
+void tl_ack_op(int fd, tl_model *m, const tl_op *o);
 
 /* One trial. */
 typedef struct tl_crash {
@@ -81,5 +84,17 @@ int tl_crash_run(tl_crash *t, const char *tag, size_t target, uint64_t *rng,
                  uint64_t seed, char *why, size_t size);
 /* Frees the tables, closes the directory and removes it. */
 void tl_crash_done(tl_crash *t);
+
+/* What a test's trials found, for its summary line. */
+typedef struct tl_crash_counts {
+        size_t trials;
+        size_t kills[TL_OP_KINDS]; /* by the operation in flight */
+        size_t finished;           /* the writer finished before the kill */
+        size_t in_flight_applied;  /* the store held the table after the operation */
+        size_t records;            /* records checked */
+} tl_crash_counts;
+
+/* Counts trial t's kill (or finish) in c. */
+void tl_crash_count(const tl_crash *t, tl_crash_counts *c);
 
 #endif

@@ -157,8 +157,7 @@ static void writer_main(int ackfd, int dirfd, void *arg) {
                                 err.message);
                         _exit(11 + (int)o.kind);
                 }
-                tl_model_apply(&m, &o);
-                tl_ack(ackfd);
+                tl_ack_op(ackfd, &m, &o);
         }
         zr_store_close(s, NULL);
         _exit(0);
@@ -166,9 +165,7 @@ static void writer_main(int ackfd, int dirfd, void *arg) {
 
 /* --- the checks ------------------------------------------------------------ */
 
-typedef struct counts {
-        size_t trials, kills[TL_OP_KINDS], finished, records, in_flight_applied;
-} counts;
+typedef tl_crash_counts counts;
 
 /* Reads every record of s; checks each is bit-exact for its id; returns the
  * index -> id table in *ret_ids (malloc()ed) and its length. */
@@ -237,10 +234,7 @@ static void crash_trial(size_t trial, uint64_t seed, const void *dict, size_t di
         int dfd = t.dfd;
         size_t acked = t.acked;
         tl_model *before = &t.before, *after = &t.after;
-        if (t.killed)
-                c->kills[t.inflight.kind]++;
-        else
-                c->finished++;
+        tl_crash_count(&t, c);
 
         zr_pool *pool = NULL;
         ck_assert_int_eq(zr_pool_new(2, &pool), 0);
