@@ -119,6 +119,19 @@ START_TEST(test_events_between) {
 }
 END_TEST
 
+/* A STATUS answered by a fake daemon playing `script` fails with -code, the
+ * message holding `needle` (unless NULL); the connection is returned for
+ * more checks (then fake_done() it). */
+static zrc_conn *status_refused(fake *f, void (*script)(int fd), int code, const char *needle) {
+        zrc_conn *c = fake_connect(f, script, 1);
+
+        ck_assert_int_eq(status_code(c), -code);
+        if (needle)
+                ck_assert_msg(strstr(zrc_last_error(c)->message, needle), "%s",
+                              zrc_last_error(c)->message);
+        return c;
+}
+
 static void script_wrong_id(int fd) {
         reply_status(fd, read_request(fd) + 1, NULL, 0);
         read_request(fd);
@@ -126,10 +139,8 @@ static void script_wrong_id(int fd) {
 
 START_TEST(test_wrong_id) {
         fake f;
-        zrc_conn *c = fake_connect(&f, script_wrong_id, 1);
+        zrc_conn *c = status_refused(&f, script_wrong_id, ZR_E_PROTO, "does not answer");
 
-        ck_assert_int_eq(status_code(c), -ZR_E_PROTO);
-        ck_assert(strstr(zrc_last_error(c)->message, "does not answer"));
         /* broken for good: the next call fails at once with the same reason */
         ck_assert_int_eq(status_code(c), -ZR_E_PROTO);
         ck_assert(strstr(zrc_last_error(c)->message, "does not answer"));
@@ -200,10 +211,8 @@ static void script_bad_body(int fd) {
 
 START_TEST(test_bad_body) {
         fake f;
-        zrc_conn *c = fake_connect(&f, script_bad_body, 1);
-        ck_assert_int_eq(status_code(c), -ZR_E_PROTO);
-        ck_assert(strstr(zrc_last_error(c)->message, "malformed"));
-        fake_done(&f, c);
+
+        fake_done(&f, status_refused(&f, script_bad_body, ZR_E_PROTO, "malformed"));
 }
 END_TEST
 
@@ -217,9 +226,8 @@ static void script_huge_frame(int fd) {
 
 START_TEST(test_huge_frame) {
         fake f;
-        zrc_conn *c = fake_connect(&f, script_huge_frame, 1);
-        ck_assert_int_eq(status_code(c), -ZR_E_LIMIT);
-        fake_done(&f, c);
+
+        fake_done(&f, status_refused(&f, script_huge_frame, ZR_E_LIMIT, NULL));
 }
 END_TEST
 
@@ -238,10 +246,9 @@ static void script_fault_hangup(int fd) {
 
 START_TEST(test_fault_hangup) {
         fake f;
-        zrc_conn *c = fake_connect(&f, script_fault_hangup, 1);
-        ck_assert_int_eq(status_code(c), -ZR_E_SHUTDOWN);
+        zrc_conn *c = status_refused(&f, script_fault_hangup, ZR_E_SHUTDOWN, "shutting down");
+
         ck_assert_str_eq(zrc_last_error(c)->name, "ZR_E_SHUTDOWN");
-        ck_assert(strstr(zrc_last_error(c)->message, "shutting down"));
         fake_done(&f, c);
 }
 END_TEST
