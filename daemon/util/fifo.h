@@ -1,5 +1,5 @@
 /* fifo.h: a singly linked first-in first-out queue threaded through its
- * elements, as the daemon's work queues and output queues are.
+ * elements, as the daemon's work queues, output queues and users are.
  *
  * The queue is a head and a tail pointer, both NULL when it is empty (so a
  * zeroed pair is an empty queue); every element has a next pointer, whose
@@ -30,6 +30,19 @@
                 (head) = (elem);                                                \
                 if (!(tail))                                                    \
                         (tail) = (elem);                                        \
+        } while (0)
+
+/* Takes elem out from anywhere; prev is the element before it (NULL: elem is
+ * the first). */
+#define ZR_FIFO_REMOVE(head, tail, prev, elem, next)                            \
+        do {                                                                    \
+                if (prev)                                                       \
+                        (prev)->next = (elem)->next;                            \
+                else                                                            \
+                        (head) = (elem)->next;                                  \
+                if ((tail) == (elem))                                           \
+                        (tail) = (prev);                                        \
+                (elem)->next = NULL;                                            \
         } while (0)
 
 /* Takes elem, which must be the first element, off the queue. */
