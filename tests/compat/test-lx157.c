@@ -78,6 +78,15 @@ static void lx_check(scratch *s, const char *name, const char *kind, const char 
                       "loaderx 1.5.7 did not read %s as %s %s", name, kind, spec);
 }
 
+/* The ids once loaderx's check has appended to the store (it adds LX_APPEND
+ * records from LX_APPEND_FIRST on): written at ids[count..], where lx_ids()
+ * left room; returns the new count. */
+static uint64_t lx_appended(uint64_t *ids, uint64_t count) {
+        for (uint64_t i = 0; i < LX_APPEND; i++)
+                ids[count + i] = LX_APPEND_FIRST + i;
+        return count + LX_APPEND;
+}
+
 static void lx_fixtures(scratch *s) {
         scratch_new(s);
         if (lx_python()) {
@@ -182,9 +191,7 @@ START_TEST(test_dense_fixtures) {
                 if (lx_python()) {
                         lx_check(&s, name, "dense", "zr-dense:3000");
                         ck_assert_int_eq(zr_dataset_open(fd, NULL, &ds, &err), 0);
-                        for (uint64_t i = 0; i < LX_APPEND; i++)
-                                ids[count + i] = LX_APPEND_FIRST + i;
-                        dense_expect(ds, ids, count + LX_APPEND);
+                        dense_expect(ds, ids, lx_appended(ids, count));
                         zr_dataset_close(ds, NULL);
                 }
                 free(ids);
@@ -335,9 +342,7 @@ START_TEST(test_ragged_fixtures) {
                 if (lx_python()) {
                         lx_check(&s, name, "ragged", "zr-ragged:1500");
                         ck_assert_int_eq(zr_lxragged_open(fd, NULL, &d, &err), 0);
-                        for (uint64_t i = 0; i < LX_APPEND; i++)
-                                ids[count + i] = LX_APPEND_FIRST + i;
-                        ragged_expect(d, ids, count + LX_APPEND);
+                        ragged_expect(d, ids, lx_appended(ids, count));
                         zr_lxragged_close(d, NULL);
                 }
                 free(ids);
@@ -459,10 +464,8 @@ START_TEST(test_zrecord_stores_for_loaderx) {
                 if (lx_python()) {
                         lx_check(&s, name, "dense", "plain:500");
                         ids = lx_ids(500, 0, NULL, 0, &count);
-                        for (uint64_t i = 0; i < LX_APPEND; i++)
-                                ids[count + i] = LX_APPEND_FIRST + i;
                         ck_assert_int_eq(zr_dataset_open(fd, NULL, &ds, &err), 0);
-                        dense_expect(ds, ids, count + LX_APPEND);
+                        dense_expect(ds, ids, lx_appended(ids, count));
                         zr_dataset_close(ds, NULL);
                         free(ids);
                 }
@@ -478,10 +481,7 @@ START_TEST(test_zrecord_stores_for_loaderx) {
                         lx_check(&s, name, "ragged", "plain:300");
                 ck_assert_int_eq(zr_lxragged_open(fd, NULL, &d, &err), 0);
                 ids = lx_ids(300, 0, NULL, 0, &count);
-                if (lx_python())
-                        for (uint64_t i = 0; i < LX_APPEND; i++)
-                                ids[count++] = LX_APPEND_FIRST + i;
-                ragged_expect(d, ids, count);
+                ragged_expect(d, ids, lx_python() ? lx_appended(ids, count) : count);
                 zr_lxragged_close(d, NULL);
                 free(ids);
                 close(fd);
