@@ -684,10 +684,6 @@ START_TEST(test_convert_both_ways) {
 }
 END_TEST
 
-int main(void) {
-        Suite *s = suite_create("lx157");
-        TL_TCASE(s, "core", 0, test_dense_fixtures, test_ragged_fixtures,
-                 test_deleted_and_bytes_fixtures, test_zrecord_stores_for_loaderx,
-                 test_convert_both_ways);
-        return tl_run_suite(s);
-}
+TL_SUITE_MAIN("lx157", test_dense_fixtures, test_ragged_fixtures,
+              test_deleted_and_bytes_fixtures, test_zrecord_stores_for_loaderx,
+              test_convert_both_ways)

@@ -427,10 +427,5 @@ START_TEST(test_lxragged_recovery) {
 }
 END_TEST
 
-int main(void) {
-        Suite *s = suite_create("lxschema");
-        TL_TCASE(s, "core", 0, test_decode_encode_exact, test_decode_refusals,
-                 test_decode_mutations, test_shapes_model, test_ragged_headerless,
-                 test_lxragged_recovery);
-        return tl_run_suite(s);
-}
+TL_SUITE_MAIN("lxschema", test_decode_encode_exact, test_decode_refusals, test_decode_mutations,
+              test_shapes_model, test_ragged_headerless, test_lxragged_recovery)
