@@ -9,6 +9,7 @@
 #include <check.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -223,6 +224,24 @@ static inline void next_batch(rig *g, zr_loader *l, zr_loader_event *ev) {
         next_event(g, l, ev);
         ck_assert_msg(ev->kind == ZR_LOADER_EVENT_BATCH, "END %d: %s", ev->code,
                       ev->message ? ev->message : "");
+}
+
+/* Takes l's events until its END (left in *ev): every batch before it must be
+ * the next step from `first` on; it goes to check(ev, arg) when check is not
+ * NULL, and is released if `release`. Returns the step the END came at. */
+static inline uint64_t batches_until_end(rig *g, zr_loader *l, uint64_t first, bool release,
+                                         void (*check)(const zr_loader_event *ev, void *arg),
+                                         void *arg, zr_loader_event *ev) {
+        for (uint64_t s = first;; s++) {
+                next_event(g, l, ev);
+                if (ev->kind == ZR_LOADER_EVENT_END)
+                        return s;
+                ck_assert_uint_eq(ev->step, s);
+                if (check)
+                        check(ev, arg);
+                if (release)
+                        zr_loader_release(l, ev->ring, ev->slot, NULL);
+        }
 }
 
 /* The parameters of a one-rank loader: its sampler, batch size, seed and

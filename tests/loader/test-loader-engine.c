@@ -67,6 +67,14 @@ END_TEST
 
 /* A mutation between batches: batches gathered before it are announced intact,
  * then END with ZR_E_STALE; nothing gathered after it is announced. */
+/* The batch's stream 0 is the wanted batch of its step (arg: uint8_t *want[]). */
+static void same_as_wanted(const zr_loader_event *ev, void *arg) {
+        uint8_t **want = arg;
+
+        ck_assert_int_eq(memcmp((const uint8_t *)ev->ring_data + ev->streams[0].offset,
+                                want[ev->step], 50 * ITEM), 0);
+}
+
 START_TEST(test_stale) {
         enum { PF = 3 };
         fixture f;
@@ -95,15 +103,7 @@ START_TEST(test_stale) {
         zr_dataset_mutated(f.dense.ds);
         zr_dataset_unlock(f.dense.ds);
         zr_loader_release(l, ev.ring, ev.slot, NULL);
-        for (s = 1;; s++) {
-                next_event(&f.g, l, &ev);
-                if (ev.kind == ZR_LOADER_EVENT_END)
-                        break;
-                ck_assert_uint_eq(ev.step, s);
-                ck_assert_int_eq(memcmp((const uint8_t *)ev.ring_data +
-                                                ev.streams[0].offset, want[s], 50 * ITEM), 0);
-                zr_loader_release(l, ev.ring, ev.slot, NULL);
-        }
+        s = batches_until_end(&f.g, l, 1, true, same_as_wanted, want, &ev);
         ck_assert_int_eq(ev.code, ZR_E_STALE);
         ck_assert_uint_eq(ev.step, s);
         ck_assert_uint_le(s, PF + 1); /* at most the prefetched batches came */

@@ -413,12 +413,7 @@ START_TEST(test_stop) {
         next_batch(&f.g, l, &ev);
         zr_loader_stop(l, ZR_E_SHUTDOWN, "the daemon is shutting down");
         zr_loader_release(l, ev.ring, ev.slot, NULL);
-        for (s = 1;; s++) {
-                next_event(&f.g, l, &ev);
-                if (ev.kind == ZR_LOADER_EVENT_END)
-                        break;
-                ck_assert_uint_eq(ev.step, s);
-        }
+        s = batches_until_end(&f.g, l, 1, false, NULL, NULL, &ev);
         ck_assert_int_eq(ev.code, ZR_E_SHUTDOWN);
         ck_assert_uint_eq(ev.step, s);
         ck_assert_uint_le(s, 3);
