@@ -85,6 +85,7 @@ def main():
     out = {"machine": machine, "quick": args.quick}
     targets = []
     targets19 = []
+    targets15 = []
     try:
         from suite import limits, sampler, store, loader, multi, resume, beyond
         needs_limits = any(l in layers for l in ("limits", "store", "loader", "multi"))
@@ -98,6 +99,7 @@ def main():
         if "store" in layers:
             out["store"] = store.run(ctx)
             targets += store.targets(out["store"][0], ctx.limits)
+            targets15 = store.targets15(out["store"], ctx.limits)
             C.write_json("store", {"machine": machine, "store": out["store"]})
         if "loader" in layers:
             out["loader"] = loader.run(ctx)
@@ -119,7 +121,8 @@ def main():
     finally:
         daemon.stop()
         C.drop_path(ctx.tmp)
-    for issue, ts, key in ((9, targets, "targets"), (19, targets19, "targets19")):
+    for issue, ts, key in ((9, targets, "targets"), (15, targets15, "targets15"),
+                           (19, targets19, "targets19")):
         if not ts:
             continue
         rows = [{"target": t, "got": f"{v:.2f}x", "need": f"{need:g}x",

@@ -83,6 +83,7 @@ struct zrc_loader {
         uint32_t handle;
         uint32_t slots;
         uint64_t slot_bytes, ring_bytes, length, batch_size;
+        uint64_t fingerprint;
         size_t n_streams;
         loader_stream *streams;
         loader_ring *rings;          /* n_rings: [0] its own, then those of RING events */
@@ -104,6 +105,10 @@ uint32_t zrc_loader_slots(const zrc_loader *l) {
 
 uint64_t zrc_loader_length(const zrc_loader *l) {
         return l->length;
+}
+
+uint64_t zrc_loader_fingerprint(const zrc_loader *l) {
+        return l->fingerprint;
 }
 
 uint64_t zrc_loader_step(const zrc_loader *l) {
@@ -229,6 +234,8 @@ static int open_take(zrc_loader *l, const conn_reply *reply, zrc_dataset *const 
         l->slot_bytes = conn_get_u64(reply->root, "slot_bytes");
         l->ring_bytes = conn_get_u64(reply->root, "ring_bytes");
         l->length = conn_get_u64(reply->root, "length");
+        if (zr_wire_find(reply->root, "fingerprint"))
+                l->fingerprint = conn_get_u64(reply->root, "fingerprint");
         (void)zr_wire_get_array(reply->root, "streams", &rs, &n, NULL);
         if (slots == 0 || slots > UINT32_MAX || l->slot_bytes == 0 ||
             l->ring_bytes / slots != l->slot_bytes || l->ring_bytes % slots != 0 ||
@@ -362,6 +369,8 @@ static int loader_open(zrc_conn *c, zrc_dataset *const *streams, size_t n_stream
                 zr_wire_put_u64(w, "length", opts->length);
         if (opts->indices)
                 zr_wire_put_bool(w, "indices", true);
+        if (opts->check_fingerprint)
+                zr_wire_put_u64(w, "fingerprint", opts->fingerprint);
         r = conn_call(c, ZR_MSG_LOADER_OPEN, NULL, 0, &reply);
         if (r < 0) {
                 free(l->streams);

@@ -2,8 +2,10 @@
  *
  * The library lists the root's children itself, takes every child directory
  * that holds a meta.zr as a stream (in name order, so the order is the same for
- * every client), opens each meta.zr with the caller's rights and passes the root
- * and the proofs in one MSSET_OPEN. The daemon checks that the streams are
+ * every client), opens each stream's directory and meta.zr with the caller's
+ * rights and passes the root and these proofs in one MSSET_OPEN (PROTOCOL.md:
+ * the root, then each stream's directory and meta.zr, as DATASET_OPEN takes
+ * them). The daemon checks that the streams are
  * exactly its children and that their lengths agree. Each stream gets a dataset
  * handle of its own, kept here as a zrc_dataset owned by the set; an APPEND or
  * DELETE on the set handle moves every stream together.
@@ -112,7 +114,7 @@ void set_free(zrc_set *set, bool tell) {
 int zrc_set_open(zrc_conn *c, const char *path, unsigned flags, zrc_set **ret) {
         bool writable = flags & ZRC_OPEN_WRITABLE;
         conn_reply reply = CONN_REPLY_NULL;
-        int fds[1 + ZR_STREAMS_MAX];
+        int fds[1 + 2 * ZR_STREAMS_MAX];
         size_t n_fds = 0;
         const msgpack_object *streams;
         uint32_t n_streams = 0;
@@ -139,10 +141,18 @@ int zrc_set_open(zrc_conn *c, const char *path, unsigned flags, zrc_set **ret) {
         if (r < 0)
                 goto fail;
         for (size_t i = 0; i < set->n_streams; i++) {
-                char meta[ZR_STREAM_NAME_MAX + 16];
+                char display[4096];
 
-                snprintf(meta, sizeof(meta), "%s/meta.zr", set->names[i]);
-                r = dataset_open_meta(c, fds[0], path, meta, writable, &fds[n_fds]);
+                snprintf(display, sizeof(display), "%s/%s", path, set->names[i]);
+                fds[n_fds] = openat(fds[0], set->names[i],
+                                    O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                if (fds[n_fds] < 0) {
+                        r = conn_fail(c, errno, "%s: %s", display, strerror(errno));
+                        goto fail;
+                }
+                n_fds++;
+                r = dataset_open_meta(c, fds[n_fds - 1], display, "meta.zr", writable,
+                                      &fds[n_fds]);
                 if (r < 0)
                         goto fail;
                 n_fds++;

@@ -70,7 +70,7 @@ static void get_budgets(const msgpack_object *root, zrc_status *st) {
         const struct { const char *key; zrc_budget *to; } all[] = {
                 { "cache", &st->budget_cache }, { "ring_spare", &st->budget_ring_spare },
                 { "prefetch", &st->budget_prefetch }, { "shm_total", &st->budget_shm_total },
-                { "shm_uid", &st->budget_shm_uid },
+                { "shm_uid", &st->budget_shm_uid }, { "read_pool", &st->budget_read_pool },
         };
         if (zr_wire_get_map(root, "budgets", &b, NULL) < 0)
                 return;

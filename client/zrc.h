@@ -622,7 +622,9 @@ typedef struct zrc_set zrc_set;
 
 /* Opens the multi-stream set in directory `path`: every immediate child
  * directory holding a meta.zr is a stream, opened in name order (flags: 0 or
- * ZRC_OPEN_WRITABLE). Returns 0 and sets *ret (owned by the caller:
+ * ZRC_OPEN_WRITABLE); each stream's directory and meta.zr are opened with the
+ * caller's rights and passed as proofs, so a stream whose directory the caller
+ * cannot read fails with its errno (-EACCES). Returns 0 and sets *ret (owned by the caller:
  * zrc_set_close()), or -ENOENT (no child store), -E2BIG (more than 32),
  * -ZR_E_MISALIGNED (the streams differ in length: the message names them),
  * an error of zrc_dataset_open() naming the stream, -ZR_E_UNKNOWN (no "msset").
@@ -721,11 +723,12 @@ typedef struct zrc_status {
         zrc_prefetch_status prefetch;
         /* the memory the daemon may use (0: unknown or an older daemon), and
          * its budgets: cache, ring-spare, prefetch, shared memory of all uids
-         * and of one */
+         * and of one, and the free read buffers a client keeps (read-pool; 0
+         * from an older daemon) */
         uint64_t memory;
         char memory_source[256];
         zrc_budget budget_cache, budget_ring_spare, budget_prefetch, budget_shm_total,
-                budget_shm_uid;
+                budget_shm_uid, budget_read_pool;
         size_t n_loaders;
         zrc_loader_status *per_loader; /* n_loaders entries, owned by the zrc_status */
 } zrc_status;
@@ -781,6 +784,9 @@ typedef struct zrc_loader_options {
         const uint64_t *capacities; /* per stream, ragged streams only: bytes reserved
                                      * per slot; NULL or 0: the daemon's choice */
         bool provenance;       /* a mixture: report each batch's records' sources */
+        bool check_fingerprint; /* refuse (-ZR_E_STALE) if the streams' fingerprint is */
+        uint64_t fingerprint;   /*   not this: another node's daemon serves other records
+                                 *   (zrc_loader_fingerprint(), PROTOCOL.md section 10) */
 } zrc_loader_options;
 
 /* One source of a mixture (zrc_loader_open_mixture()): a set of index-aligned
@@ -839,7 +845,8 @@ typedef struct zrc_loader_batch {
  *   -ZR_E_SAMPLER: unknown sampler, batch_size 0 or over the length,
  *                  rank >= world_size, a start_step that would overflow;
  *   -ZR_E_MISALIGNED: the streams differ in length (the message names them);
- *   -ZR_E_STALE: check_length was set and the length differs;
+ *   -ZR_E_STALE: check_length was set and the length differs, or
+ *                check_fingerprint and the fingerprint;
  *   -ZR_E_LIMIT: prefetch over the daemon's maximum, the ring over the shared
  *                memory budget, too many loaders or handles;
  *   -ZR_E_UNKNOWN: the daemon has no "loader" feature; -EINVAL.
@@ -940,6 +947,12 @@ uint64_t zrc_loader_length(const zrc_loader *l);
  */
 size_t zrc_loader_sources(const zrc_loader *l);
 uint64_t zrc_loader_source_length(const zrc_loader *l, size_t k);
+/* The streams' fingerprint at open (PROTOCOL.md section 10): equal on two
+ * daemons that serve the same records. 0 from a daemon that sends none.
+ *
+ *     o.check_fingerprint = true; o.fingerprint = fingerprint_of_node_0;
+ */
+uint64_t zrc_loader_fingerprint(const zrc_loader *l);
 
 /* The step the next zrc_loader_next() returns; after the loader ended and all
  * its batches were returned, the first step that will not come (where to

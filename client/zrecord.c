@@ -87,6 +87,7 @@ static const struct {
         { "prefetch", offsetof(zrc_status, budget_prefetch) },
         { "shm_total", offsetof(zrc_status, budget_shm_total) },
         { "shm_uid", offsetof(zrc_status, budget_shm_uid) },
+        { "read_pool", offsetof(zrc_status, budget_read_pool) },
 };
 
 static const zrc_budget *budget_at(const zrc_status *st, size_t i) {

@@ -52,7 +52,7 @@ static const field limits_fields[] = {
         REQ("frame_max", T_UINT), REQ("handles_max", T_UINT), REQ("shm_bytes_max", T_UINT),
         REQ("loaders_max", T_UINT), REQ("pipeline_max", T_UINT),
         REQ("fds_per_frame_max", T_UINT), REQ("streams_max", T_UINT),
-        REQ("prefetch_max", T_UINT), END,
+        REQ("prefetch_max", T_UINT), OPT("read_pool_max", T_UINT), END,
 };
 
 static const field append_stream_fields[] = {
@@ -116,7 +116,7 @@ static const field budgets_fields[] = {
         REQ("memory", T_UINT), REQ("memory_source", T_STR),
         REQ_SUB("cache", T_MAP, budget_fields), REQ_SUB("ring_spare", T_MAP, budget_fields),
         REQ_SUB("prefetch", T_MAP, budget_fields), REQ_SUB("shm_total", T_MAP, budget_fields),
-        REQ_SUB("shm_uid", T_MAP, budget_fields), END,
+        REQ_SUB("shm_uid", T_MAP, budget_fields), OPT_SUB("read_pool", T_MAP, budget_fields), END,
 };
 
 static const field loader_stat_fields[] = {
@@ -182,7 +182,9 @@ static const field loader_open_req[] = {
         REQ("batch_size", T_UINT), REQ("seed", T_UINT), REQ("start_step", T_UINT),
         OPT("rank", T_UINT), OPT("world_size", T_UINT), OPT("prefetch", T_UINT),
         OPT("length", T_UINT), OPT("indices", T_BOOL),
-        OPT_SUB("sources", T_MAPS, loader_source_fields), OPT("provenance", T_BOOL), END,
+        OPT_SUB("sources", T_MAPS, loader_source_fields), OPT("provenance", T_BOOL),
+        OPT("fingerprint", T_UINT),
+        END,
 };
 static const field release_req[] = {
         REQ("loader", T_U32), REQ("ring", T_U32), REQ("slot", T_U32), END,
@@ -252,7 +254,9 @@ static const field loader_open_ok[] = {
         REQ("loader", T_U32), REQ("ring", T_U32), REQ("slots", T_UINT),
         REQ("slot_bytes", T_UINT), REQ("ring_bytes", T_UINT), REQ("length", T_UINT),
         REQ_SUB("streams", T_MAPS, ring_stream_fields),
-        OPT_SUB("sources", T_MAPS, loader_source_ok_fields), END,
+        OPT_SUB("sources", T_MAPS, loader_source_ok_fields),
+        OPT("fingerprint", T_UINT),
+        END,
 };
 static const field steps_of_ok[] = { REQ("hits", T_U64S), REQ("next", T_UINT), END };
 
@@ -536,7 +540,8 @@ int zr_msg_request_fds(zr_msg_kind kind, const msgpack_object *root, unsigned *r
                 *ret = 2;
                 return 0;
         case ZR_MSG_MSSET_OPEN:
-                /* the root and one meta.zr per stream, in "streams" order */
+                /* the root, then each stream's directory and meta.zr, in "streams"
+                 * order */
                 r = zr_wire_get_array(root, "streams", &items, &n, err);
                 if (r < 0)
                         return r;
@@ -544,7 +549,7 @@ int zr_msg_request_fds(zr_msg_kind kind, const msgpack_object *root, unsigned *r
                         return zr_wire_error_set(err, ZR_E_PROTO,
                                                  "field 'streams': %u streams (at most %d)", n,
                                                  ZR_STREAMS_MAX);
-                *ret = 1 + n;
+                *ret = 1 + 2 * n;
                 return 0;
         case ZR_MSG_CONVERT:
                 /* the source's directory and meta.zr (read access), the new directory */

@@ -54,13 +54,13 @@
 
 /* ---- descriptors ------------------------------------------------------- */
 
-/* Most descriptors attached to one frame. The largest need is MSSET_OPEN for
- * writing (the root plus one meta.zr per stream: 1 + ZR_STREAMS_MAX); it stays
- * well under the kernel's SCM_MAX_FD (253), and sizes the receiver's control
- * buffer (CMSG_SPACE(64 * sizeof(int)) = 272 bytes). */
-#define ZR_FDS_PER_FRAME_MAX 64
 /* Most streams in a multi-stream set or a loader. */
 #define ZR_STREAMS_MAX 32
+/* Most descriptors attached to one frame. The largest need is MSSET_OPEN (the
+ * root, then each stream's directory and meta.zr: 1 + 2 * ZR_STREAMS_MAX = 65);
+ * it stays well under the kernel's SCM_MAX_FD (253), and sizes the receiver's
+ * control buffer (CMSG_SPACE(65 * sizeof(int)) = 280 bytes). */
+#define ZR_FDS_PER_FRAME_MAX (1 + 2 * ZR_STREAMS_MAX)
 /* Most sources of a mixture (LOADER_OPEN `sources`, STEPS_OF; proto/SAMPLERS.md,
  * "Mixtures"): each is a set of streams, so a loader of S streams per source
  * holds S per source of them. */

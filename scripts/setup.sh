@@ -12,6 +12,7 @@ APT_PACKAGES=(
   clang-14 libclang-rt-14-dev            # libFuzzer targets
   systemd                                # systemd-analyze, systemd-socket-activate (unit tests)
   python3-numpy python3-msgpack          # the system python, which tests/security's users run
+  python3-venv git                       # scripts/wheel.sh: fresh venvs, the sdist (meson dist)
 )
 PIP_PACKAGES=(numpy msgpack pytest)
 

@@ -70,6 +70,9 @@ failed=$((failed + ${py_failed:-0}))
 if [ "$pyrc" -ne 0 ] && [ "${py_failed:-0}" -eq 0 ]; then failed=$((failed + 1)); fi
 rm -f "$pylog"
 
+echo "== the loaderx wheel: sdist, wheel, auditwheel, a fresh venv, the examples there (PyPI)"
+run_script "scripts/wheel.sh" bash scripts/wheel.sh
+
 echo "== loaderx 1.5.7: its own test suite against python-client, interop with it (PyPI)"
 run_script "scripts/loaderx157-suite.sh" bash scripts/loaderx157-suite.sh build
 

@@ -10,6 +10,7 @@ just before it; a zrecord contender starts its own daemon inside the cgroup
   4 KiB zstd, cache    the tiles in a zstd store; the daemon's decoded-record
                        cache is an eighth of the cgroup, far below the decoded data
   4 KiB iid x4         four loader processes, different seeds, one cgroup
+  4 KiB sequential     cold start: a first pass in order over the tiles
 
 Contenders (each skipped with a line when missing): zrecord DataLoader; numpy
 fancy index on np.load(mmap_mode='r'), as is and after madvise(MADV_RANDOM);
@@ -215,8 +216,13 @@ def probe(ctx, runner, path, bs, seconds):
 
 
 # ------------------------------------------------------------------ contenders
-def contenders(ctx, p, codec, quick, nproc):
+def contenders(ctx, p, codec, quick, nproc, sampler="iid"):
     out = [(f"zrecord {codec}", {"kind": "zrecord", "store": p[f"zr_{codec}"], "with_indices": True})]
+    if sampler == "sequential":
+        # a first pass in order: numpy's slices of the mapping, read-around
+        # and all (the kernel's read-ahead is what a sequential reader wants)
+        out.append(("npy mmap", {"kind": "npy", "npy": p["npy"]}))
+        return out
     if codec == "raw":
         if nproc == 1 and not quick:      # default read-around: minutes per batch in 64 MiB
             out.append(("npy mmap", {"kind": "npy", "npy": p["npy"]}))
@@ -247,8 +253,9 @@ def contenders(ctx, p, codec, quick, nproc):
 
 def run_contender(ctx, runner, name, params, wl, timing, tmp):
     kind = params["kind"]
+    timing = dict(timing, max_steps=wl.get("max_steps", timing["max_steps"]))
     pr = dict(params, batch=wl["batch"], heavy=False, nproc=wl["nproc"], seeds=wl["seeds"],
-              seed=wl["seeds"][0], **timing)
+              seed=wl["seeds"][0], sampler=wl.get("sampler", "iid"), **timing)
     pr["steps"] = timing["skip"] + timing["max_steps"]        # torch / streaming sample counts
     pr["warm_max"] = timing["warm"]
     if kind == "zrecord":
@@ -354,6 +361,12 @@ def run(ctx):
                  "seeds": [11, 12, 13, 14][:nmulti]},
                 {"name": "4 KiB zstd, small cache", "codec": "zstd", "batch": b4k, "nproc": 1,
                  "seeds": [1], "cache": limit // 8},
+                # cold start: a first pass in order, well short of the data's
+                # end (every batch it times is read from the device)
+                {"name": "4 KiB sequential, cold", "codec": "raw", "batch": b4k, "nproc": 1,
+                 "seeds": [1], "sampler": "sequential",
+                 "max_steps": max(2, min(5 * timing["max_steps"],
+                                         tiles["n"] // b4k // 2 - timing["warm"] - timing["skip"]))},
             ]),
             (images, ("zr_raw", "arrayrecord", "mds", "lx15_raw"), [
                 {"name": "256 KiB iid", "codec": "raw", "batch": 8 if q else 256, "nproc": 1,
@@ -377,7 +390,8 @@ def run(ctx):
             best = P.best_random(pr["random"])
             for wl in workloads:
                 wl = dict(wl, n=data["n"], record_bytes=rec)
-                for name, params in contenders(ctx, p, wl["codec"], q, wl["nproc"]):
+                for name, params in contenders(ctx, p, wl["codec"], q, wl["nproc"],
+                                               wl.get("sampler", "iid")):
                     t1 = time.monotonic()
                     res, info = run_contender(ctx, runner, name, params, wl, timing, tmp)
                     wall = time.monotonic() - t1
@@ -399,8 +413,25 @@ def run(ctx):
                                 "read": info.get("read"), "read_src": info.get("read_src"),
                                 "read_every": info.get("read_every"),
                                 "runs": [x["bps"] for x in res["loaders"]],
-                                "steps": [x["steps"] for x in res["loaders"]]})
-                    if best:
+                                "steps": [x["steps"] for x in res["loaders"]],
+                                "load": os.getloadavg()[0]})
+                    # CPU: the loader processes' own (threads included) and the
+                    # daemon's, from "go" to the end, per batch delivered then
+                    cpu = [x.get("cpu_s") for x in res["loaders"]]
+                    if all(c is not None for c in cpu):
+                        row["client_cpu_s"] = sum(cpu)
+                        row["daemon_cpu_s"] = res.get("daemon_cpu_s")
+                        row["cpu_ms_batch"] = 1000 * (sum(cpu) + (res.get("daemon_cpu_s") or 0)) / \
+                            res["delivered"]
+                    for k in ("status0", "status1"):
+                        if res.get(k):
+                            row[k] = {x: res[k].get(x) for x in ("gathers", "prefetch", "cache")}
+                    if wl.get("sampler") == "sequential":
+                        seq = max((r["mib_s"] for r in pr["sequential"] if r.get("mib_s")),
+                                  default=None)
+                        if seq:
+                            row["of_probe"] = row["mib_s"] / seq
+                    elif best:
                         row["of_probe"] = bps * B / best["reads_s"]
                     if info.get("read") is not None and delivered:
                         row["amp"] = info["read"] / delivered
@@ -447,11 +478,15 @@ def report(ctx, limit, data_bytes, rows, probes, caches, runner, left, timing):
     C.table(f"beyond memory: {limit // MiB} MiB cgroup, {data_bytes / MiB:.0f} MiB of data per record "
             f"size, caches dropped before each contender; timed: up to {timing['max_steps']} batches "
             f"or {timing['max_s']:g} s after {timing['warm']} warm-up and {timing['skip']} skipped; "
-            "of probe = records/s over the best random-read probe's reads/s at that record size; "
-            f"read amp = bytes read from the device / bytes delivered ({src}); peak = the cgroup's",
+            "of probe = records/s over the best random-read probe's reads/s at that record size "
+            "(sequential: MiB/s over the best sequential probe's); "
+            f"read amp = bytes read from the device / bytes delivered ({src}); peak = the cgroup's; "
+            "CPU ms/batch = the loader processes' and the daemon's CPU time over the batches "
+            "delivered after go; load = the 1-minute load average at the contender's end",
             [("workload", "workload"), ("contender", "contender"), ("procs", "procs"),
              ("bps", "batches/s"), ("mib_s", "MiB/s"), ("of_probe", "of probe"), ("amp", "read amp"),
-             ("amp_from", "amp from"), ("peak_mib", "peak MiB"), ("wall_s", "run s"), ("note", "note")],
+             ("amp_from", "amp from"), ("peak_mib", "peak MiB"), ("cpu_ms_batch", "CPU ms/batch"),
+             ("load", "load"), ("wall_s", "run s"), ("note", "note")],
             rows)
     if caches:
         C.table("beyond memory, decoded-record cache hit ratio over the timed window's gathers "
@@ -506,6 +541,10 @@ def targets(res):
         if zr and zr.get("of_probe") is not None:
             out.append((f"{wl[len('4 KiB iid x'):]} processes, different seeds: zrecord >= 0.8x "
                         "the device limit in aggregate", zr["of_probe"], 0.8))
+    zr = rows.get(("4 KiB sequential, cold", "zrecord raw"))
+    if zr and zr.get("of_probe") is not None:
+        out.append(("cold start, a first pass in order: zrecord >= 0.8x the best sequential "
+                    "probe (MiB/s)", zr["of_probe"], 0.8))
     for c in res.get("caches", []):
         if c.get("zrecord") is not None and c.get("opt"):
             out.append((f"{c['workload']}: decoded-cache hit ratio >= 0.9x the offline optimum's "

@@ -48,9 +48,20 @@ def warm(p):
     return it, owner
 
 
+def proc_cpu(pid):
+    """CPU seconds (user + system) process `pid` has used, or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def timed(it, p):
     """The timed window, from "go" (now)."""
     t_go = time.monotonic()
+    cpu0 = time.process_time()
     skip, lo, hi, max_s = p["skip"], p["min_steps"], p["max_steps"], p["max_s"]
     stamps, checks = [], []
     step = p["warm"]                # batch k of a loader opened at step 0 is step k
@@ -72,7 +83,7 @@ def timed(it, p):
     n = len(stamps) - skip
     return {"seed": p["seed"], "start": t0, "end": t1, "steps": n, "delivered": len(stamps),
             "bps": n / (t1 - t0) if t1 > t0 else float("nan"), "index_crc": checks,
-            "pid": os.getpid()}
+            "pid": os.getpid(), "cpu_s": time.process_time() - cpu0, "window_s": t1 - t_go}
 
 
 def wait_go():
@@ -103,7 +114,8 @@ def status():
         st = conn.request("status")
     finally:
         conn.close()
-    keep = ("gathers", "batches", "hits", "misses", "bytes", "evictions", "cache")
+    keep = ("gathers", "batches", "hits", "misses", "bytes", "evictions", "cache", "prefetch",
+            "budgets")
     out = {k: st.get(k) for k in keep}
     out["per_loader"] = [{k: pl.get(k) for k in ("pid", "loader", "step", "batches", "gathers",
                                                    "hits", "misses")}
@@ -144,6 +156,7 @@ def main(p):
             if c.stdout.readline().strip() != "ready":
                 raise SystemExit("a loader process failed before its first batches")
         wait_go()
+        dcpu0 = proc_cpu(daemon.pid) if daemon else None
         st0 = status() if daemon else None
         for c in children:
             c.stdin.write("go\n")
@@ -155,7 +168,9 @@ def main(p):
                 raise SystemExit("a loader process died during its timed batches")
             res.append(json.loads(line))
         st1 = status() if daemon else None
+        dcpu1 = proc_cpu(daemon.pid) if daemon else None
         out = {"loaders": res, "status0": st0, "status1": st1,
+               "daemon_cpu_s": dcpu1 - dcpu0 if dcpu0 is not None and dcpu1 is not None else None,
                "agg_bps": sum(r["steps"] for r in res) / (max(r["end"] for r in res) -
                                                           min(r["start"] for r in res)),
                "delivered": sum(r["delivered"] for r in res)}

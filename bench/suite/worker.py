@@ -151,10 +151,17 @@ def make_iter(p):
         if p.get("madvise") == "random":
             arr._mmap.madvise(mmap.MADV_RANDOM)
         rng = np.random.default_rng(seed)
+        sequential = p.get("sampler") == "sequential"
 
         def batches():
+            step = 0
             while True:
-                x = arr[rng.integers(0, len(arr), B)]
+                if sequential:     # a first pass in order: the batch's slice, copied
+                    lo = (step * B) % (len(arr) - B + 1)
+                    x = np.array(arr[lo:lo + B])
+                else:
+                    x = arr[rng.integers(0, len(arr), B)]
+                step += 1
                 yield augment(x) if heavy else x
         return batches(), None
     if kind == "loaderx15":

@@ -91,6 +91,16 @@ static int locate_sources(zr_gather *g, zr_error *err) {
         return 0;
 }
 
+/* ZR_E_CORRUPT for the first record that is not one item of a dense schema. */
+static int check_items(const zr_gather *g, uint64_t item, zr_error *err) {
+        for (size_t i = 0; i < g->n; i++)
+                if (g->locs[i].logic_length != item)
+                        return zr_error_set(err, ZR_E_CORRUPT, "record %" PRIu64 " is %u bytes, "
+                                            "an item is %" PRIu64, g->idx[i],
+                                            g->locs[i].logic_length, item);
+        return 0;
+}
+
 int zr_gather_locate(zr_gather *g, zr_error *err) {
         const zr_schema *s = gather_schema(g);
         size_t n = g->n ? g->n : 1;
@@ -105,6 +115,11 @@ int zr_gather_locate(zr_gather *g, zr_error *err) {
         if (!g->locs)
                 return zr_error_errno(err, ENOMEM, "gathering %zu records", g->n);
         g->dsts = (void **)(g->locs + n);
+        if (s->kind == ZR_SCHEMA_DENSE && !g->sources) {
+                /* the layout needs no table entry: the read locates (dense_read) */
+                g->bytes = (uint64_t)g->n * zr_schema_item_bytes(s);
+                return zr_store_check_range(zr_dataset_store(g->ds), g->idx, g->n, err);
+        }
         if (g->sources)
                 r = locate_sources(g, err);
         else
@@ -112,14 +127,8 @@ int zr_gather_locate(zr_gather *g, zr_error *err) {
         if (r < 0)
                 return r;
         if (s->kind == ZR_SCHEMA_DENSE) {
-                uint64_t item = zr_schema_item_bytes(s);
-                for (size_t i = 0; i < g->n; i++)
-                        if (g->locs[i].logic_length != item)
-                                return zr_error_set(err, ZR_E_CORRUPT, "record %" PRIu64 " is %u "
-                                                    "bytes, an item is %" PRIu64, g->idx[i],
-                                                    g->locs[i].logic_length, item);
-                g->bytes = (uint64_t)g->n * item;
-                return 0;
+                g->bytes = (uint64_t)g->n * zr_schema_item_bytes(s);
+                return check_items(g, zr_schema_item_bytes(s), err);
         }
         for (size_t i = 0; i < g->n; i++) {
                 zr_dataset *ds = record_ds(g, i);
@@ -159,13 +168,15 @@ typedef struct copy_job {
         zr_rcache *cache;
         const zr_rcache_key *keys;
         zr_rcache_entry **hits;
+        const uint8_t *repeat;
         void *const *dsts;
         const zr_loc *locs;
         size_t n;
         _Atomic uint64_t evictions;
 } copy_job;
 
-/* Shard: copies cache hits into place, inserts decoded misses into the cache. */
+/* Shard: copies cache hits into place, inserts decoded misses into the cache
+ * (a record repeated within the batch once). */
 static void copy_shard(void *arg, size_t shard, size_t nshards) {
         copy_job *j = arg;
         size_t lo = j->n * shard / nshards, hi = j->n * (shard + 1) / nshards;
@@ -175,31 +186,78 @@ static void copy_shard(void *arg, size_t shard, size_t nshards) {
                 if (j->hits[i])
                         memcpy(j->dsts[i], zr_rcache_entry_data(j->hits[i]),
                                j->locs[i].logic_length);
-                else
+                else if (!j->repeat[i])
                         ev += zr_rcache_insert(j->cache, &j->keys[i], j->dsts[i],
                                                j->locs[i].logic_length);
         }
         atomic_fetch_add(&j->evictions, ev);
 }
 
-/* Reads through the cache: hits are copied, misses decoded then inserted. */
+typedef struct miss {
+        uint64_t idx;
+        size_t pos;
+} miss;
+
+static int cmp_miss(const void *a, const void *b) {
+        const miss *x = a, *y = b;
+        if (x->idx != y->idx)
+                return x->idx < y->idx ? -1 : 1;
+        return x->pos < y->pos ? -1 : x->pos > y->pos;
+}
+
+/* Marks the misses whose record an earlier miss of the part reads too:
+ * repeat[i] = 1 and first[i] = that earlier position. Returns how many. */
+static size_t find_repeats(const gather_part *p, zr_rcache_entry *const *hits, miss *m,
+                           uint8_t *repeat, size_t *first) {
+        size_t nm = 0, k = 0;
+
+        for (size_t i = 0; i < p->n; i++) {
+                repeat[i] = 0;
+                if (!hits[i])
+                        m[nm++] = (miss){ p->idx[i], i };
+        }
+        if (nm > 1)
+                qsort(m, nm, sizeof(*m), cmp_miss);
+        for (size_t i = 1, lead = 0; i < nm; i++) {
+                if (m[i].idx != m[lead].idx) {
+                        lead = i;
+                        continue;
+                }
+                repeat[m[i].pos] = 1;
+                first[m[i].pos] = m[lead].pos;
+                k++;
+        }
+        return k;
+}
+
+/* Reads through the cache: hits are copied, misses decoded then inserted. A
+ * record drawn twice in one batch is decoded once and copied (a hit: the
+ * cache's first use of it is this batch). */
 static int read_cached(zr_gather *g, const gather_part *p, zr_rcache *cache, zr_pool *pool,
                        zr_error *err) {
-        size_t n = p->n, nm = 0, nhits;
+        size_t n = p->n, nm = 0, nhits, nrep;
         uint64_t id = zr_dataset_id(p->ds), gen = zr_dataset_generation(p->ds);
         zr_rcache_key *keys;
         zr_loc *mlocs;
         zr_rcache_entry **hits;
         void **mdsts;
+        miss *ms;
+        size_t *first;
+        uint8_t *repeat;
         int r;
 
-        /* one table: keys, the misses' locations, hits, the misses' places */
-        keys = malloc(n * (sizeof(*keys) + sizeof(*mlocs) + sizeof(*hits) + sizeof(*mdsts)));
+        /* one table: keys, the misses' locations, hits, the misses' places,
+         * the misses by record, the first of each repeat, the repeats */
+        keys = malloc(n * (sizeof(*keys) + sizeof(*mlocs) + sizeof(*hits) + sizeof(*mdsts) +
+                           sizeof(*ms) + sizeof(*first) + sizeof(*repeat)));
         if (!keys)
                 return zr_error_errno(err, ENOMEM, "gathering a batch of %zu", n);
         mlocs = (zr_loc *)(keys + n);
         hits = (zr_rcache_entry **)(mlocs + n);
         mdsts = (void **)(hits + n);
+        ms = (miss *)(mdsts + n);
+        first = (size_t *)(ms + n);
+        repeat = (uint8_t *)(first + n);
         for (size_t i = 0; i < n; i++)
                 keys[i] = (zr_rcache_key){ id, gen, p->idx[i] };
         nhits = zr_rcache_lookup(cache, keys, n, hits);
@@ -214,17 +272,23 @@ static int read_cached(zr_gather *g, const gather_part *p, zr_rcache *cache, zr_
                         hits[i] = NULL;
                         nhits--;
                 }
-                if (!hits[i]) {
+        }
+        nrep = find_repeats(p, hits, ms, repeat, first);
+        for (size_t i = 0; i < n; i++) {
+                if (!hits[i] && !repeat[i]) {
                         mlocs[nm] = p->locs[i];
                         mdsts[nm++] = p->dsts[i];
                 }
         }
-        g->hits += nhits;
+        g->hits += nhits + nrep;
         g->misses += nm;
         r = zr_store_gather_locs(zr_dataset_store(p->ds), mlocs, nm, mdsts, err);
         if (r >= 0) {
-                copy_job j = { .cache = cache, .keys = keys, .hits = hits, .dsts = p->dsts,
-                               .locs = p->locs, .n = n };
+                copy_job j = { .cache = cache, .keys = keys, .hits = hits, .repeat = repeat,
+                               .dsts = p->dsts, .locs = p->locs, .n = n };
+                for (size_t i = 0; i < n && nrep > 0; i++)
+                        if (repeat[i])
+                                memcpy(p->dsts[i], p->dsts[first[i]], p->locs[i].logic_length);
                 zr_pool_parallel(pool, zr_pool_shards(pool, (n + COPY_SHARD_MIN - 1) /
                                                                     COPY_SHARD_MIN),
                                  copy_shard, &j);
@@ -269,12 +333,35 @@ static int read_parts(zr_gather *g, zr_rcache *cache, zr_pool *pool, zr_error *e
         return 0;
 }
 
+/* A dense batch of one dataset, whose locate only checked the range: straight
+ * from the store in one pass per shard (locate, check, read), or, through the
+ * cache, located now. */
+static int dense_read(zr_gather *g, uint8_t *dst, zr_rcache *cache, zr_pool *pool,
+                      zr_error *err) {
+        const zr_schema *s = zr_dataset_schema(g->ds);
+        uint64_t item = zr_schema_item_bytes(s);
+        zr_store *st = zr_dataset_store(g->ds);
+        int r;
+
+        if (!cache || s->codec == ZR_CODEC_RAW || g->n == 0)
+                return zr_store_gather_dense(st, g->idx, g->n, item, dst, g->locs, err);
+        r = zr_store_locate(st, g->idx, g->n, g->locs, err);
+        if (r == 0)
+                r = check_items(g, item, err);
+        for (size_t i = 0; r == 0 && i < g->n; i++)
+                g->dsts[i] = dst + i * item;
+        return r < 0 ? r : read_parts(g, cache, pool, err);
+}
+
 int zr_gather_read(zr_gather *g, uint8_t *dst, uint64_t base, zr_rcache *cache, zr_pool *pool,
                    zr_error *err) {
         const zr_schema *s = gather_schema(g);
         bool ragged = s->kind == ZR_SCHEMA_RAGGED;
         uint64_t item = zr_schema_item_bytes(s), w = 0;
         int r;
+
+        if (!ragged && !g->sources)
+                return dense_read(g, dst, cache, pool, err);
 
         for (size_t i = 0; i < g->n; i++) {
                 if (!ragged) {

@@ -25,6 +25,11 @@
  *                       cache when one is given (cache.h); raw records never
  *                       do: a raw read is already one copy.
  *
+ * A dense batch of one dataset needs no table entry for its layout: locate
+ * only checks the indices' range, and read locates, checks and reads in one
+ * pass per shard of the store's pool (zr_store_gather_dense(); through a cache,
+ * it locates first), so its ZR_E_CORRUPT comes from read.
+ *
  * A batch may also draw its records from several datasets of one layout (a
  * mixture's sources, sampler/mixture.h): record i is then record idx[i] of
  * dataset sources[source[i]]. The datasets must agree on the schema's kind,

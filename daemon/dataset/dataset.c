@@ -22,6 +22,8 @@
 #include "dataset/lxragged.h"
 #include "dataset/lxschema.h"
 #include "dataset/ragged.h"
+#include "store/newfile.h"
+#include "store/resolve.h"
 
 #define SCHEMA_TMP_FILE ZR_SCHEMA_FILE ".tmp"
 #define STORE_META_FILE "meta.zr"
@@ -97,10 +99,9 @@ static int schema_write(int dirfd, const zr_schema *schema, zr_error *err) {
         r = zr_schema_encode(schema, &buf, &len, err);
         if (r < 0)
                 return r;
-        fd = openat(dirfd, SCHEMA_TMP_FILE, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW,
-                    0644);
+        fd = zr_newfile_create(dirfd, SCHEMA_TMP_FILE, O_WRONLY, err);
         if (fd < 0) {
-                r = zr_error_errno(err, errno, "creating " SCHEMA_TMP_FILE);
+                r = fd;
                 goto out;
         }
         r = write_all(fd, buf, len);
@@ -146,11 +147,12 @@ static int schema_read(int dirfd, zr_schema *ret, zr_error *err) {
         size_t len = 0;
         int fd, r;
 
-        fd = openat(dirfd, ZR_SCHEMA_FILE, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        zr_error e = {0};
+        fd = zr_resolve_open(dirfd, ZR_SCHEMA_FILE, O_RDONLY, 0, &e);
         if (fd < 0) {
-                if (errno == ENOENT)
+                if (fd == -ENOENT)
                         return SCHEMA_NONE;
-                return zr_error_errno(err, errno, "opening " ZR_SCHEMA_FILE);
+                return zr_error_set(err, -fd, "%s", e.message);
         }
         buf = malloc(size);
         if (!buf) {
@@ -291,6 +293,12 @@ int zr_dataset_close(zr_dataset *ds, zr_error *err) {
         r = ds->lx ? zr_lxragged_close(ds->lx, err) : zr_store_close(ds->store, err);
         dataset_free(ds);
         return r;
+}
+
+int zr_dataset_make_writable(zr_dataset *ds, int dirfd, zr_error *err) {
+        if (ds->lx)
+                return zr_lxragged_make_writable(ds->lx, dirfd, err);
+        return zr_store_make_writable(ds->store, dirfd, err);
 }
 
 const zr_schema *zr_dataset_schema(const zr_dataset *ds) {

@@ -103,6 +103,11 @@ int zr_dataset_open(int dirfd, const zr_store_options *opts, zr_dataset **ret,
  * the sync's error; the dataset is freed either way. */
 int zr_dataset_close(zr_dataset *ds, zr_error *err);
 
+/* Makes a dataset opened read-only writable through dirfd, another descriptor
+ * of its directory (zr_store_make_writable(); a loaderx 1.5.7 ragged store's
+ * schema.msgpack is then written through dirfd too). Exclusive. */
+int zr_dataset_make_writable(zr_dataset *ds, int dirfd, zr_error *err);
+
 /* The schema; valid while the dataset is open. */
 const zr_schema *zr_dataset_schema(const zr_dataset *ds);
 

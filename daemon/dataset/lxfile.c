@@ -1,6 +1,8 @@
 /* lxfile.c: schema.msgpack of a loaderx 1.5.7 ragged store, read whole and
  * replaced atomically (lxfile.h). */
 #include "dataset/lxfile.h"
+#include "store/newfile.h"
+#include "store/resolve.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -17,12 +19,13 @@ int zr_lxfile_read(int dirfd, zr_lxschema *ret, zr_error *err) {
         size_t len = 0;
         int fd, r;
 
-        fd = openat(dirfd, ZR_SCHEMA_FILE, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        zr_error e = {0};
+        fd = zr_resolve_open(dirfd, ZR_SCHEMA_FILE, O_RDONLY, 0, &e);
         if (fd < 0) {
-                if (errno == ENOENT)
+                if (fd == -ENOENT)
                         return zr_error_set(err, ZR_E_SCHEMA, "no " ZR_SCHEMA_FILE " beside the "
                                             "store: a plain store, not a dataset");
-                return zr_error_errno(err, errno, "opening " ZR_SCHEMA_FILE);
+                return zr_error_set(err, -fd, "%s", e.message);
         }
         if (fstat(fd, &st) < 0) {
                 r = zr_error_errno(err, errno, "stat of " ZR_SCHEMA_FILE);
@@ -78,9 +81,9 @@ int zr_lxfile_write(int dirfd, const zr_lxschema *s, zr_error *err) {
         r = zr_lxschema_encode(s, &buf, &len, err);
         if (r < 0)
                 return r;
-        fd = openat(dirfd, LXFILE_TMP, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+        fd = zr_newfile_create(dirfd, LXFILE_TMP, O_WRONLY, err);
         if (fd < 0) {
-                r = zr_error_errno(err, errno, "creating " LXFILE_TMP);
+                r = fd;
                 goto out;
         }
         r = write_all(fd, buf, len);

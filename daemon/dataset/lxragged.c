@@ -61,6 +61,23 @@ int zr_lxragged_close(zr_lxragged *d, zr_error *err) {
         return r;
 }
 
+int zr_lxragged_make_writable(zr_lxragged *d, int dirfd, zr_error *err) {
+        if (!d->read_only)
+                return zr_store_make_writable(d->store, dirfd, err);
+        int nd = fcntl(dirfd, F_DUPFD_CLOEXEC, 3);
+        if (nd < 0)
+                return zr_error_errno(err, errno, "dataset directory: dup");
+        int r = zr_store_make_writable(d->store, dirfd, err);
+        if (r < 0) {
+                close(nd);
+                return r;
+        }
+        close(d->dirfd);
+        d->dirfd = nd;
+        d->read_only = 0;
+        return 0;
+}
+
 static int lx_alloc(int dirfd, const zr_store_options *opts, zr_lxragged **ret, zr_error *err) {
         zr_lxragged *d = calloc(1, sizeof(*d));
 

@@ -57,6 +57,10 @@ int zr_lxragged_open(int dirfd, const zr_store_options *opts, zr_lxragged **ret,
 /* Closes the store (syncing it) and frees everything. NULL allowed. */
 int zr_lxragged_close(zr_lxragged *d, zr_error *err);
 
+/* zr_store_make_writable() of the store through dirfd, which then also becomes
+ * the directory schema.msgpack is written through. Exclusive. */
+int zr_lxragged_make_writable(zr_lxragged *d, int dirfd, zr_error *err);
+
 zr_store *zr_lxragged_store(zr_lxragged *d);
 const zr_lxschema *zr_lxragged_schema(const zr_lxragged *d);
 uint64_t zr_lxragged_length(const zr_lxragged *d);

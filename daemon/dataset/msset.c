@@ -16,6 +16,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "store/resolve.h"
+
 typedef struct stream {
         char *name;
         zr_dataset *ds;
@@ -194,9 +196,9 @@ int zr_msset_open(int dirfd, const zr_store_options *opts, zr_msset **ret, zr_er
         qsort(names, n, sizeof(char *), name_cmp);
         for (size_t i = 0; i < n; i++) {
                 zr_error serr = {0};
-                int cfd = openat(dirfd, names[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+                int cfd = zr_resolve_open(dirfd, names[i], O_RDONLY | O_DIRECTORY, 0, &serr);
                 if (cfd < 0) {
-                        r = zr_error_errno(err, errno, "stream %s", names[i]);
+                        r = zr_error_set(err, -cfd, "stream %s: %s", names[i], serr.message);
                 } else {
                         r = zr_dataset_open(cfd, opts, &datasets[i], &serr);
                         close(cfd);

@@ -5,7 +5,8 @@
  * eventfd: wake() writes the eventfd from any thread, the poll completes and
  * the dispatcher's wait returns. Buffered reads of regular files complete
  * asynchronously on file systems that support it (ext4, xfs, btrfs), else in
- * the kernel's io-wq workers: the dispatcher never blocks on a read. A short
+ * the kernel's io-wq workers: the dispatcher never blocks on a read. Large
+ * reads go to the io-wq workers from the start (URING_ASYNC_MIN). A short
  * read is resubmitted for the rest; a read that returns 0 before its range
  * ends fails with -ENODATA (the file ends there). Latency is measured from
  * submission to the moment the dispatcher reaps the completion.
@@ -28,6 +29,17 @@
 #include <stdlib.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
+
+/* Reads of at least this many bytes go straight to the kernel's io-wq
+ * workers (IOSQE_ASYNC) instead of being tried inline first. A buffered read
+ * that misses the page cache does its page-cache work (allocating, charging
+ * the memory cgroup, reclaiming to make room) inline, in the dispatcher's
+ * io_uring_enter(): one thread for every read of the daemon. For 256 KiB
+ * records in a 512 MiB cgroup that one thread was the bound (2.5-2.7 batches
+ * of 64 MiB a second; 4.7 with large reads async, 2-core VM at load 25, docs/
+ * IO.md); for 4 KiB reads the workers' hand-offs cost more CPU than they save
+ * (11 ms of daemon CPU per batch of 1024 inline, 20 async). */
+#define URING_ASYNC_MIN (64u << 10)
 
 /* user_data of the eventfd poll; reads carry their (aligned) pointer. */
 #define URING_WAKE_TAG ((uint64_t)1)
@@ -61,6 +73,8 @@ static void uring_prep_read(uring_be *be, ioq_read *r) {
         struct io_uring_sqe *sqe = uring_sqe(be);
         io_uring_prep_read(sqe, r->range.fd, be->env.sink, (unsigned)want,
                            r->range.offset + r->got);
+        if (want >= URING_ASYNC_MIN)
+                io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
         io_uring_sqe_set_data(sqe, r);
 }
 

@@ -9,6 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "store/resolve.h"
+
 #define META_FILE "meta.zr"
 
 int zr_access_dir(zr_request *rq, int fd, const char *what) {
@@ -38,12 +40,13 @@ int zr_access_proof(zr_request *rq, int dirfd, int proof, bool write, const char
         if (fl & O_PATH)
                 return zr_request_fail(rq, ZR_E_BAD_FD, "%s: the meta.zr descriptor is O_PATH, "
                                        "which proves nothing", what);
-        if (fstatat(dirfd, META_FILE, &ms, AT_SYMLINK_NOFOLLOW) < 0) {
-                if (errno == ENOENT)
-                        return zr_request_fail(rq, ZR_E_NOT_STORE, "%s holds no " META_FILE
-                                               ": not a store", what);
-                return zr_request_fail(rq, errno, "%s: " META_FILE ": %s", what, strerror(errno));
-        }
+        zr_error e = {0};
+        int r = zr_resolve_stat(dirfd, META_FILE, 0, &ms, &e);
+        if (r == -ENOENT)
+                return zr_request_fail(rq, ZR_E_NOT_STORE, "%s holds no " META_FILE
+                                       ": not a store", what);
+        if (r < 0)
+                return zr_request_fail(rq, -r, "%s: %s", what, e.message);
         if (fstat(proof, &ps) < 0)
                 return zr_request_fail(rq, ZR_E_BAD_FD, "%s: fstat of the meta.zr descriptor: %s",
                                        what, strerror(errno));
@@ -53,6 +56,24 @@ int zr_access_proof(zr_request *rq, int dirfd, int proof, bool write, const char
         if (write && (fl & O_ACCMODE) != O_RDWR)
                 return zr_request_fail(rq, EACCES, "%s: write access needs " META_FILE
                                        " opened O_RDWR", what);
+        return 0;
+}
+
+int zr_access_member(zr_request *rq, int rootfd, const char *name, int dirfd,
+                     const char *what) {
+        struct stat cs, ds;
+        zr_error e = {0};
+        int r = zr_access_dir(rq, dirfd, what);
+        if (r < 0)
+                return r;
+        r = zr_resolve_stat(rootfd, name, O_DIRECTORY, &cs, &e);
+        if (r < 0)
+                return zr_request_fail(rq, -r, "%s: %s", what, e.message);
+        if (fstat(dirfd, &ds) < 0)
+                return zr_request_fail(rq, errno, "%s: fstat: %s", what, strerror(errno));
+        if (cs.st_dev != ds.st_dev || cs.st_ino != ds.st_ino)
+                return zr_request_fail(rq, EACCES, "%s: the directory passed is not the set's "
+                                       "'%s'", what, name);
         return 0;
 }
 

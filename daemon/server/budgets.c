@@ -14,6 +14,8 @@
 #define RING_SPARE_CAP (512 * MiB)
 #define PREFETCH_PCT 12
 #define PREFETCH_CAP (1 * GiB)
+#define READ_POOL_PCT 1
+#define READ_POOL_CAP (256 * MiB)
 #define SHM_TOTAL_PCT 50
 #define SHM_UID_PCT 25
 
@@ -54,6 +56,7 @@ int zr_budgets_resolve(const zr_config *cfg, const char *root, zr_budgets *ret,
         resolve(&ret->cache, cfg->cache_bytes, m, CACHE_PCT, CACHE_CAP);
         resolve(&ret->ring_spare, cfg->ring_spare_bytes, m, RING_SPARE_PCT, RING_SPARE_CAP);
         resolve(&ret->prefetch, cfg->prefetch_bytes, m, PREFETCH_PCT, PREFETCH_CAP);
+        resolve(&ret->read_pool, cfg->read_pool_bytes, m, READ_POOL_PCT, READ_POOL_CAP);
         /* 0 is "auto" for the shared-memory limits (config.h) */
         resolve(&ret->shm_total, cfg->max_shm_total ? cfg->max_shm_total : ZR_CONFIG_AUTO, m,
                 SHM_TOTAL_PCT, UINT64_MAX);

@@ -1,9 +1,11 @@
 /* budgets.h: the daemon's memory budgets in force, and where each came from.
  *
- * Five budgets bound the memory the daemon holds for speed or for its
+ * Six budgets bound the memory the daemon holds for speed or for its
  * clients: the decoded-record cache (`cache`), spare rings (`ring-spare`),
- * bytes read ahead of the loaders (`prefetch`), and shared memory for all uids
- * and for one (`max-shm-total`, `max-shm-per-uid`). A budget set in the
+ * bytes read ahead of the loaders (`prefetch`), the free one-pass read buffers
+ * each client keeps for reuse (`read-pool`: told to clients in HELLO, kept by
+ * them, and inside their shared memory), and shared memory for all uids and
+ * for one (`max-shm-total`, `max-shm-per-uid`). A budget set in the
  * configuration is taken as it is; one left "auto" (the default) is a share of
  * what the daemon may really use: the smallest memory limit of its cgroup and
  * of every ancestor, else the machine's memory (util/memlimit.h), so that a
@@ -14,6 +16,7 @@
  *   cache       12%, at most 1 GiB (what a few batches of images decode to)
  *   ring-spare  12%, at most 512 MiB (one ring of 4 x 256 x 256 KiB)
  *   prefetch    12%, at most 1 GiB (64 steps of 4 KiB x 1024, 16 of 64 MiB)
+ *   read-pool   1%, at most 256 MiB per client (four 64 MiB results)
  *   shm total   50% (rings and read buffers are resident and unswappable)
  *   shm per uid 25%
  *
@@ -38,7 +41,7 @@ typedef struct zr_budget {
 } zr_budget;
 
 typedef struct zr_budgets {
-        zr_budget cache, ring_spare, prefetch, shm_total, shm_uid;
+        zr_budget cache, ring_spare, prefetch, read_pool, shm_total, shm_uid;
         uint64_t memory;                       /* what the daemon may use; 0 if unknown */
         char memory_source[ZR_MEMLIMIT_SOURCE_MAX];
 } zr_budgets;

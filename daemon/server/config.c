@@ -58,18 +58,19 @@
  * unfinished parks its bytes and up to 64 descriptors. */
 #define DEFAULT_FRAME_TIMEOUT_SEC 30u
 /* Descriptors in flight (passed, not yet taken by a request: an incomplete
- * frame's, queued requests'): four full frames' worth per client (a store
- * opens with two, a multi-stream set with two per stream); a uid's clients
- * together sixteen. Root and the daemon's own uid are held only to half the
- * daemon's descriptor limit, which bounds every uid together. */
-#define DEFAULT_MAX_FDS (4u * ZR_FDS_PER_FRAME_MAX)
-#define DEFAULT_MAX_FDS_UID (16u * ZR_FDS_PER_FRAME_MAX)
+ * frame's, queued requests'): about four full frames' worth per client (a
+ * store opens with two, a multi-stream set with two per stream and its root);
+ * a uid's clients together about sixteen. Root and the daemon's own uid are
+ * held only to half the daemon's descriptor limit, which bounds every uid
+ * together. */
+#define DEFAULT_MAX_FDS 256u
+#define DEFAULT_MAX_FDS_UID 1024u
 /* Request bytes read and not yet executed, for all of a uid's clients: a
  * client pauses at 4 MiB of its own (session.c), so sixteen clients' worth. */
 #define DEFAULT_MAX_BYTES_UID (64 * MiB)
 
 enum { KEY_SOCKET = 1000, KEY_SOCKET_MODE, KEY_SOCKET_GROUP, KEY_THREADS, KEY_LOG_LEVEL,
-       KEY_IDLE_EXIT, KEY_SYNC_INTERVAL, KEY_CACHE, KEY_RING_SPARE, KEY_MAX_FRAME,
+       KEY_IDLE_EXIT, KEY_SYNC_INTERVAL, KEY_CACHE, KEY_RING_SPARE, KEY_READ_POOL, KEY_MAX_FRAME,
        KEY_MAX_HANDLES, KEY_MAX_LOADERS, KEY_MAX_SHM, KEY_MAX_CLIENTS, KEY_CONFIG, KEY_HELP,
        KEY_VERSION,
        /* per-uid limits and timeouts */
@@ -99,6 +100,9 @@ static const struct setting {
          "spare rings for resumed runs (auto: 12% of the memory, at most 512M; 0 = none)"},
         {"prefetch", KEY_PREFETCH, "BYTES",
          "bytes read ahead of the loaders (auto: 12% of the memory, at most 1G; 0 = none)"},
+        {"read-pool", KEY_READ_POOL, "BYTES",
+         "free read buffers a client keeps for one-pass reads (auto: 1% of the memory, at "
+         "most 256M; 0 = none)"},
         {"io-backend", KEY_IO_BACKEND, "NAME", "reads ahead through auto, uring or threads (auto)"},
         {"io-depth", KEY_IO_DEPTH, "N", "reads in flight at once (128; 1..4096)"},
         {"max-frame", KEY_MAX_FRAME, "BYTES", "largest frame a client may send (1M; 64K..64M)"},
@@ -112,7 +116,7 @@ static const struct setting {
         {"idle-timeout", KEY_IDLE_TIMEOUT, "SEC",
          "close one with no handle and no request (600; 0 = never)"},
         {"frame-timeout", KEY_FRAME_TIMEOUT, "SEC", "close one whose frame stays unfinished (30)"},
-        {"max-fds", KEY_MAX_FDS, "N", "descriptors in flight per client (256; at least 64)"},
+        {"max-fds", KEY_MAX_FDS, "N", "descriptors in flight per client (256; at least 65)"},
         {"max-fds-per-uid", KEY_MAX_FDS_UID, "N", "descriptors in flight per uid (1024)"},
         {"max-bytes-per-uid", KEY_MAX_BYTES_UID, "BYTES", "request bytes in flight per uid (64M)"},
         {"max-shm-per-uid", KEY_MAX_SHM_UID, "BYTES",
@@ -135,6 +139,7 @@ void zr_config_defaults(zr_config *c) {
         c->cache_bytes = ZR_CONFIG_AUTO;
         c->ring_spare_bytes = ZR_CONFIG_AUTO;
         c->prefetch_bytes = ZR_CONFIG_AUTO;
+        c->read_pool_bytes = ZR_CONFIG_AUTO;
         c->io_backend = ZR_IOQ_AUTO;
         c->io_depth = DEFAULT_IO_DEPTH;
         c->max_frame_bytes = DEFAULT_MAX_FRAME;
@@ -242,6 +247,7 @@ static int apply(zr_config *c, int key, const char *v, const char *where, zr_err
         case KEY_CACHE: r = parse_size_auto(v, &c->cache_bytes); break;
         case KEY_RING_SPARE: r = parse_size_auto(v, &c->ring_spare_bytes); break;
         case KEY_PREFETCH: r = parse_size_auto(v, &c->prefetch_bytes); break;
+        case KEY_READ_POOL: r = parse_size_auto(v, &c->read_pool_bytes); break;
         case KEY_IO_BACKEND: r = zr_ioq_backend_parse(v, &c->io_backend); break;
         case KEY_IO_DEPTH:
                 r = parse_u32(v, &c->io_depth);

@@ -29,6 +29,7 @@ typedef struct zr_config {
         uint64_t cache_bytes;      /* decoded-record cache budget, or ZR_CONFIG_AUTO */
         uint64_t ring_spare_bytes; /* spare pre-faulted rings kept for a resumed run, or auto */
         uint64_t prefetch_bytes;   /* bytes read ahead of the loaders, or auto */
+        uint64_t read_pool_bytes;  /* free one-pass read buffers a client keeps, or auto */
         enum zr_ioq_backend io_backend; /* how reads ahead are issued (start only) */
         uint32_t io_depth;         /* reads in flight at once (start only) */
         /* per-client limits */

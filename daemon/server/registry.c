@@ -8,23 +8,11 @@
  * reopens it at once finds it; only the cheap close of a synced store runs on
  * the loop.
  * It does not check access: the caller has proven it (PROTOCOL.md section 6).
- *
- * Mappings or pread: a read through a mapping of a file that another process
- * truncated is a SIGBUS that would kill the daemon and every client with it; with
- * pread it is a short read, which the store reports as ZR_E_CORRUPT to the one
- * request that met it. Mapped reads are much faster (a copy from the page cache
- * without a system call per record: 2x at 256 KiB records, 3x at 4 KiB, measured
- * with tests/daemon/bench-daemon), so a store reads through mappings exactly when
- * no client can do more harm that way than it could already: when every file of
- * the store belongs to the daemon's own user and nobody else may write it. Whoever
- * can truncate such a file can also kill the daemon outright (the per-user and the
- * private daemon of a client are the usual case). A store whose files another user
- * or a group may write reads with pread (the system daemon serving shared stores).
- * Files the daemon creates later are its own, with its umask.
+ * Whether a file is read through a mapping or with pread is the store's
+ * decision, file by file (store/chunks.h).
  */
 #include "server/registry.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -33,6 +21,10 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "store/resolve.h"
+
+#define META_FILE "meta.zr"
 
 /* A store that jobs open (registry.h, zr_registry_open_job()), under the mutex. */
 typedef struct opening {
@@ -154,6 +146,8 @@ static int insert(zr_registry *reg, zr_dataset *ds, const struct stat *st, zr_en
         e->dev = st->st_dev;
         e->ino = st->st_ino;
         e->ds = ds;
+        zr_store_meta_id(zr_dataset_store(ds), &e->meta_dev, &e->meta_ino);
+        zr_entry_update(e);
         e->refs = 1;
         e->reg = reg;
         e->next = reg->head;
@@ -164,31 +158,14 @@ static int insert(zr_registry *reg, zr_dataset *ds, const struct stat *st, zr_en
         return 0;
 }
 
-/* 1 if every entry of the store directory is a file (or directory) that belongs
- * to the daemon's user and that neither its group nor others may write; 0 if any
- * is not, or the directory cannot be read (then pread is the safe choice). */
-static int store_files_private(int dirfd) {
-        int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (fd < 0)
-                return 0;
-        DIR *d = fdopendir(fd);
-        if (!d) {
-                close(fd);
-                return 0;
-        }
-        uid_t me = geteuid();
-        int private = 1;
-        struct dirent *de;
-        while (private && (de = readdir(d))) {
-                if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-                        continue;
-                struct stat st;
-                if (fstatat(dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
-                    st.st_uid != me || (st.st_mode & (S_IWGRP | S_IWOTH)))
-                        private = 0;
-        }
-        closedir(d);
-        return private;
+/* 0 if dirfd resolves meta.zr to the file e holds. */
+static int same_meta(const zr_entry *e, int dirfd, zr_error *err) {
+        struct stat st;
+        int r = zr_resolve_stat(dirfd, META_FILE, 0, &st, err);
+        if (r == 0 && (st.st_dev != e->meta_dev || st.st_ino != e->meta_ino))
+                r = zr_error_set(err, ZR_E_LOCKED, "the daemon has this store open with another "
+                                 META_FILE " than the directory holds now (replaced since)");
+        return r;
 }
 
 static zr_entry *find(zr_registry *reg, dev_t dev, ino_t ino) {
@@ -207,11 +184,14 @@ zr_entry *zr_registry_lookup(zr_registry *reg, int dirfd, struct stat *ret_st, z
         }
         if (ret_st)
                 *ret_st = st;
-        return zr_entry_ref(find(reg, st.st_dev, st.st_ino));
+        zr_entry *e = find(reg, st.st_dev, st.st_ino);
+        if (e && same_meta(e, dirfd, err) < 0)
+                return NULL;
+        return zr_entry_ref(e);
 }
 
 int zr_registry_open_dataset(zr_pool *pool, int dirfd, zr_dataset **ret, zr_error *err) {
-        zr_store_options opts = {.pool = pool, .no_mmap = !store_files_private(dirfd)};
+        zr_store_options opts = {.pool = pool};
         int r = zr_dataset_open(dirfd, &opts, ret, err);
 
         if (r == -EACCES || r == -EROFS || r == -EPERM) {
@@ -269,8 +249,15 @@ int zr_registry_adopt(zr_registry *reg, zr_dataset *ds, const struct stat *st, z
         int r = 0;
 
         if (e) {
+                dev_t dev;
+                ino_t ino;
+                zr_store_meta_id(zr_dataset_store(ds), &dev, &ino);
                 zr_dataset_close(ds, NULL);
-                *ret = zr_entry_ref(e);
+                if (dev != e->meta_dev || ino != e->meta_ino)
+                        r = zr_error_set(err, ZR_E_LOCKED, "the daemon has this store open with "
+                                         "another " META_FILE " (replaced since)");
+                else
+                        *ret = zr_entry_ref(e);
         } else {
                 r = insert(reg, ds, st, ret, err);
         }
@@ -305,8 +292,7 @@ int zr_registry_open(zr_registry *reg, int dirfd, zr_entry **ret, zr_error *err)
 int zr_registry_create_dataset(zr_pool *pool, int dirfd, const zr_schema *schema,
                                const void *dict, size_t dict_len, zr_dataset **ret,
                                zr_error *err) {
-        /* The files are the daemon's own, made with its umask: see the top. */
-        zr_store_options opts = {.pool = pool, .no_mmap = !store_files_private(dirfd)};
+        zr_store_options opts = {.pool = pool};
         return zr_dataset_create(dirfd, schema, dict, dict_len, &opts, ret, err);
 }
 
@@ -319,6 +305,14 @@ int zr_registry_insert(zr_registry *reg, zr_dataset *ds, dev_t dev, ino_t ino, z
                         return zr_error_set(err, ZR_E_EXISTS, "the store is already open");
                 }
         return insert(reg, ds, &st, ret, err);
+}
+
+int zr_entry_make_writable(zr_entry *e, int dirfd, zr_error *err) {
+        return zr_dataset_make_writable(e->ds, dirfd, err);
+}
+
+void zr_entry_update(zr_entry *e) {
+        e->read_only = zr_store_read_only(zr_dataset_store(e->ds)) != 0;
 }
 
 zr_pool *zr_registry_pool(const zr_registry *reg) {

@@ -5,6 +5,21 @@
  * lock and generation (dataset.h). An entry lives while any handle, set or job
  * holds a reference; the last unref syncs and closes the store.
  *
+ * Sharing is only among openers that resolve the same files. The instance's
+ * files were opened through the first opener's directory descriptor, beneath
+ * it and on its mount (store/resolve.h); a later opener shares it only if its
+ * own directory resolves meta.zr to the very file the instance holds
+ * (ZR_E_LOCKED if meta.zr was replaced since). The later opener's directory
+ * is not used for anything else, so what it has mounted over the store's
+ * names in its own namespace changes nothing.
+ *
+ * A store the daemon could not open for writing through the first opener's
+ * directory (a read-only mount, or files the daemon may not write) is shared
+ * read-only (`read_only`). That must not pin it read-only for everybody: a
+ * later opener with write access (an O_RDWR meta.zr) whose directory the
+ * daemon can write through makes the instance writable for all
+ * (zr_entry_make_writable(), a job under the dataset's exclusive lock).
+ *
  * Threads: the table (lookup, insert, ref, unref) belongs to the loop thread.
  * A job on a worker uses an entry it holds a reference on: its dataset, under
  * the dataset's lock.
@@ -36,8 +51,12 @@ typedef struct zr_entry {
         /* stable for the entry's life */
         dev_t dev;
         ino_t ino;
+        dev_t meta_dev;               /* the meta.zr the instance holds */
+        ino_t meta_ino;
         zr_dataset *ds;               /* its id is the entry's (logs, lock order) */
         /* loop thread only */
+        bool read_only;               /* opened read-only: not writable through the
+                                       * directory it was opened with */
         unsigned refs;
         uint64_t synced_generation;   /* the generation a closing sync covered */
         bool syncing;                 /* a closing sync is on the pool */
@@ -56,16 +75,27 @@ void zr_registry_set_work(zr_registry *reg, zr_work *work);
 zr_registry *zr_registry_free(zr_registry *reg);
 
 /* The open entry of the store in directory `dirfd` (fstat), with a new
- * reference, or opens it (zr_dataset_open) and inserts it. Returns 0 and sets
- * *ret, or a negative code with *err set. */
+ * reference, if dirfd resolves meta.zr to the file it holds (ZR_E_LOCKED if
+ * not), or opens it (zr_dataset_open; read-only, and `read_only` set, if it
+ * cannot be opened for writing through dirfd) and inserts it. Returns 0 and
+ * sets *ret, or a negative code with *err set. */
 int zr_registry_open(zr_registry *reg, int dirfd, zr_entry **ret, zr_error *err);
+
+/* Makes e's store writable through dirfd, a directory of the store whose
+ * opener proved write access (zr_dataset_make_writable()). In a job, with the
+ * dataset's exclusive lock held; back on the loop, zr_entry_update() notes
+ * the outcome in e->read_only. */
+int zr_entry_make_writable(zr_entry *e, int dirfd, zr_error *err);
+void zr_entry_update(zr_entry *e);
 
 /* The same in steps, so that the open itself runs on a worker: opening a store
  * of loaderx 1.5.7's ragged layout decodes its whole shape list (megabytes for
  * millions of records), which must not hold the loop.
  *   zr_registry_lookup()  (loop) the entry of the store in `dirfd`, with a new
  *                         reference, or NULL; *ret_st (may be NULL) its identity.
- *                         NULL with *err set if dirfd cannot be fstat()ed.
+ *                         NULL with *err set if dirfd cannot be fstat()ed, or
+ *                         if the entry holds another meta.zr than dirfd
+ *                         resolves (ZR_E_LOCKED: replaced since).
  *   zr_registry_open_job()  (a worker) opens the dataset in `dirfd` (identity
  *                         *st) as zr_registry_open() would. When another job
  *                         of this daemon holds the store's lock (two clients
@@ -76,7 +106,8 @@ int zr_registry_open(zr_registry *reg, int dirfd, zr_entry **ret, zr_error *err)
  *                         ZR_E_LOCKED at once. On success the job must hand the
  *                         dataset to exactly one of:
  *   zr_registry_adopt()   (loop) inserts it with one reference; if the same store
- *                         was opened meanwhile, closes it and returns that entry;
+ *                         was opened meanwhile, closes it and returns that entry
+ *                         (ZR_E_LOCKED if that one holds another meta.zr);
  *   zr_registry_abandon() (loop) closes it (the client went away).
  * The registry keeps, under a mutex of its own, which stores jobs are opening
  * and which an entry holds; a waiting job holds its worker only while another

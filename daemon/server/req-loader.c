@@ -21,6 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "dataset/fingerprint.h"
 #include "loader/loader.h"
 #include "server/log.h"
 #include "server/request.h"
@@ -348,7 +349,8 @@ int zr_handle_loader_open(zr_request *rq) {
         zr_loader_stream *streams = NULL;
         char (*names)[48] = NULL;
         zr_lhandle *lh = NULL;
-        bool indices = false, provenance = false;
+        bool indices = false, provenance = false, has_fingerprint = false;
+        uint64_t fingerprint, expected = 0;
         int r;
 
         if (zr_wire_get_str_copy(rq->root, "sampler", sampler, sizeof(sampler), &werr) < 0 ||
@@ -377,6 +379,11 @@ int zr_handle_loader_open(zr_request *rq) {
                 if (zr_wire_get_u64(rq->root, "length", &p.length, &werr) < 0)
                         return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
                 p.has_length = 1;
+        }
+        if (zr_wire_find(rq->root, "fingerprint")) {
+                if (zr_wire_get_u64(rq->root, "fingerprint", &expected, &werr) < 0)
+                        return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
+                has_fingerprint = true;
         }
         if ((zr_wire_find(rq->root, "indices") &&
              zr_wire_get_bool(rq->root, "indices", &indices, &werr) < 0) ||
@@ -440,6 +447,28 @@ int zr_handle_loader_open(zr_request *rq) {
                         goto fail;
                 }
         }
+        /* the streams' fingerprint (dataset/fingerprint.h), once the length was
+         * checked: a daemon that serves other records than the one the client's
+         * fingerprint came from refuses */
+        fingerprint = zr_fingerprint_streams_begin(n);
+        for (uint32_t i = 0; i < n; i++) {
+                uint64_t fp;
+                zr_dataset_lock(streams[i].ds, false);
+                r = zr_dataset_fingerprint(streams[i].ds, &fp, &rq->err);
+                zr_dataset_unlock(streams[i].ds);
+                if (r < 0)
+                        goto fail;
+                fingerprint = zr_fingerprint_streams_add(fingerprint, fp);
+        }
+        if (has_fingerprint && expected != fingerprint) {
+                r = zr_request_fail(rq, ZR_E_STALE, "the streams' fingerprint is %016llx here, "
+                                    "the client expects %016llx: this daemon serves other "
+                                    "records than the one that fingerprint came from (a store "
+                                    "copied at another time, changed since, or written apart)",
+                                    (unsigned long long)fingerprint,
+                                    (unsigned long long)expected);
+                goto fail;
+        }
         lh->ring_bytes = zr_loader_ring_bytes(lh->loader);
         r = zr_request_shm_reserve(rq, lh->ring_bytes);
         if (r < 0)
@@ -487,6 +516,7 @@ int zr_handle_loader_open(zr_request *rq) {
                 }
                 zr_wire_end(&w);
         }
+        zr_wire_put_u64(&w, "fingerprint", fingerprint);
         zr_log(LOG_DEBUG, "pid %d opened loader %d: %s, batch %llu, %u streams, %u sources, step "
                "%llu", (int)zr_request_pid(rq), id, sampler, (unsigned long long)p.batch_size,
                lh->nstreams, nsrc, (unsigned long long)p.start_step);

@@ -158,9 +158,11 @@ int zr_request_submit(zr_request *rq, zr_job_fn run, zr_job_fn done);
 int zr_request_submit_reply(zr_request *rq, zr_job_fn run, zr_reply_fn reply);
 
 /* From a job's done(), instead of completing: submits the request's next job,
- * with the usual done() of zr_request_submit_reply(). The request keeps its
- * place (the session's next request still waits). */
+ * with the usual done() of zr_request_submit_reply() (_chain_reply) or a done()
+ * of its own (_chain). The request keeps its place (the session's next
+ * request still waits). */
 void zr_request_chain_reply(zr_request *rq, zr_job_fn run, zr_reply_fn reply);
+void zr_request_chain(zr_request *rq, zr_job_fn run, zr_job_fn done);
 
 /* A mutation of the datasets of entries[0..n) (1 <= n <= ZR_STREAMS_MAX; an
  * entry may repeat), in a job's run(). Begin takes their locks in the daemon's

@@ -316,11 +316,13 @@ static void resolve_budgets(zr_server *s, zr_budgets *ret) {
 
 static void log_budgets(const zr_budgets *b) {
         zr_log(LOG_INFO, "memory: %llu MiB usable (%s); cache %llu MiB, ring-spare %llu MiB, "
-               "prefetch %llu MiB, shared memory %llu MiB for all users, %llu MiB per uid",
+               "prefetch %llu MiB, read pool %llu MiB per client, shared memory %llu MiB for all "
+               "users, %llu MiB per uid",
                (unsigned long long)(b->memory >> 20), b->memory_source[0] ? b->memory_source :
                "unknown", (unsigned long long)(b->cache.bytes >> 20),
                (unsigned long long)(b->ring_spare.bytes >> 20),
                (unsigned long long)(b->prefetch.bytes >> 20),
+               (unsigned long long)(b->read_pool.bytes >> 20),
                (unsigned long long)(b->shm_total.bytes >> 20),
                (unsigned long long)(b->shm_uid.bytes >> 20));
 }
@@ -334,6 +336,7 @@ static unsigned apply_budgets(zr_server *s, const zr_budgets *n) {
         /* a lowered budget releases spares at once; a raised one fills as loaders close */
         BUDGET(ring_spare, zr_loader_engine_set_spare_bytes(s->loaders, n->ring_spare.bytes))
         BUDGET(prefetch, zr_loader_engine_set_io(s->loaders, s->ioq, n->prefetch.bytes))
+        BUDGET(read_pool, (void)0) /* HELLO tells each new connection */
         BUDGET(shm_total, (void)0)
         BUDGET(shm_uid, (void)0)
 #undef BUDGET
@@ -495,10 +498,11 @@ static void reload(zr_server *s) {
         CHANGED(max_shm_per_uid, "%llu", unsigned long long)
         CHANGED(max_shm_total, "%llu", unsigned long long)
         CHANGED(max_jobs_per_uid, "%u", unsigned)
-        /* cache, ring-spare and prefetch: their budgets in force below */
+        /* cache, ring-spare, prefetch and read-pool: their budgets in force below */
         o->cache_bytes = n.cache_bytes;
         o->ring_spare_bytes = n.ring_spare_bytes;
         o->prefetch_bytes = n.prefetch_bytes;
+        o->read_pool_bytes = n.read_pool_bytes;
         CHANGED(idle_exit_sec, "%llu", unsigned long long)
 #undef CHANGED
         /* auto budgets follow a changed cgroup limit */

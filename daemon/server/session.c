@@ -551,14 +551,18 @@ int zr_request_submit_reply(zr_request *rq, zr_job_fn run, zr_reply_fn reply) {
         return zr_request_submit(rq, run, reply_done);
 }
 
-void zr_request_chain_reply(zr_request *rq, zr_job_fn run, zr_reply_fn reply) {
+void zr_request_chain(zr_request *rq, zr_job_fn run, zr_job_fn done) {
         /* the session reference of the job that ends passes to this one */
-        rq->reply = reply;
         rq->job.run = run;
         rq->job.done = request_job_done;
-        rq->done = reply_done;
+        rq->done = done;
         rq->mutation.n = rq->mutation.nlocked = 0;
         zr_work_submit_to(rq->session->srv->work, &rq->session->user->jobs, &rq->job);
+}
+
+void zr_request_chain_reply(zr_request *rq, zr_job_fn run, zr_reply_fn reply) {
+        rq->reply = reply;
+        zr_request_chain(rq, run, reply_done);
 }
 
 static int entry_id_cmp(const void *a, const void *b) {
@@ -682,6 +686,7 @@ int zr_handle_hello(zr_request *rq) {
         zr_wire_put_u64(&w, "fds_per_frame_max", ZR_FDS_PER_FRAME_MAX);
         zr_wire_put_u64(&w, "streams_max", ZR_STREAMS_MAX);
         zr_wire_put_u64(&w, "prefetch_max", ZR_PREFETCH_MAX);
+        zr_wire_put_u64(&w, "read_pool_max", c->srv->budgets.read_pool.bytes);
         zr_wire_end(&w);
         /* The reply goes out at the frame limit of the first exchange. */
         return zr_reply_send(rq, &w, NULL, 0);

@@ -5,16 +5,20 @@
  * larger copy is published and the old one is kept until the table is freed, so
  * a reader that loaded the old pointer still reads valid memory. An entry's
  * mapping is set before its descriptor is published (release), so a reader that
- * sees the descriptor sees the mapping. Files are opened relative to the store's
- * directory, O_CLOEXEC|O_NOFOLLOW. Mappings are PROT_READ|MAP_SHARED and cover
- * only bytes the file holds, so a read inside one never faults past the end of
- * the file. A table of randomly read files (the chunks) gets POSIX_FADV_RANDOM
+ * sees the descriptor sees the mapping. Files are opened beneath the store's
+ * directory, on its mount, never through a link (resolve.h), and created anew
+ * (newfile.h). Only files of the daemon's own that nobody else may write are
+ * mapped; mappings are PROT_READ|MAP_SHARED and cover only bytes the file held
+ * at open, so a read inside one faults only if the file was truncated since
+ * (which the readers guard against: util/mapguard.h). A table of randomly read files (the chunks) gets POSIX_FADV_RANDOM
  * on its descriptors and MADV_RANDOM on its mappings: a 4 KiB record read at
  * random must not pull in the kernel's read-around window (up to
  * read_ahead_kb, 8 MiB on some machines) and evict what the next read needs.
  * It does not decide which files a store needs; the store does.
  */
 #include "store/chunks.h"
+#include "store/newfile.h"
+#include "store/resolve.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -133,6 +137,12 @@ uint32_t zr_files_count(const zr_files *t) {
         return t->count;
 }
 
+/* Whether a file may be mapped: only one of the daemon's own that nobody else
+ * may write, so nobody else can truncate it under the mapping (chunks.h). */
+static int mappable(const struct stat *st) {
+        return st->st_uid == geteuid() && !(st->st_mode & (S_IWGRP | S_IWOTH));
+}
+
 int zr_files_open(zr_files *t, uint32_t id, int create, uint64_t min_size,
                   int *ret_created, zr_error *err) {
         files_array *a = atomic_load(&t->array);
@@ -148,16 +158,18 @@ int zr_files_open(zr_files *t, uint32_t id, int create, uint64_t min_size,
                 return 0;
         snprintf(name, sizeof(name), "%" PRIu32 "%s", id, t->suffix);
 
-        int flags = (t->read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NOFOLLOW;
-        fd = openat(t->dirfd, name, flags);
-        if (fd < 0 && errno == ENOENT && create && !t->read_only) {
-                fd = openat(t->dirfd, name, flags | O_CREAT | O_EXCL, 0644);
+        int flags = t->read_only ? O_RDONLY : O_RDWR;
+        zr_error oerr = {0};
+        if (create && !t->read_only) {
+                fd = zr_newfile_create(t->dirfd, name, flags, &oerr);
                 created = fd >= 0;
+        } else {
+                fd = zr_resolve_open(t->dirfd, name, flags, 0, &oerr);
         }
         if (fd < 0) {
-                if (errno == ENOENT)
+                if (fd == -ENOENT)
                         return zr_error_set(err, ZR_E_CORRUPT, "%s: missing", name);
-                return zr_error_errno(err, errno, "%s: open", name);
+                return zr_error_set(err, -fd, "%s", oerr.message);
         }
         if (fstat(fd, &st) < 0) {
                 r = zr_error_errno(err, errno, "%s: stat", name);
@@ -186,7 +198,7 @@ int zr_files_open(zr_files *t, uint32_t id, int create, uint64_t min_size,
         if (t->flags & ZR_FILES_RANDOM)
                 /* best effort, as is MADV_RANDOM below: only speed depends on it */
                 (void)posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
-        if ((t->flags & ZR_FILES_MAP) && map_len > 0) {
+        if ((t->flags & ZR_FILES_MAP) && map_len > 0 && mappable(&st)) {
                 /* best effort: without a mapping, reads fall back to pread */
                 void *m = mmap(NULL, map_len, PROT_READ, MAP_SHARED, fd, 0);
                 if (m != MAP_FAILED) {
@@ -232,6 +244,60 @@ fail:
         if (created)
                 unlinkat(t->dirfd, name, 0);
         return r;
+}
+
+int zr_files_reopen_prepare(zr_files *t, int dirfd, int **ret_fds, zr_error *err) {
+        files_array *a = atomic_load(&t->array);
+        int *fds = malloc(a->cap * sizeof(*fds)), r = 0;
+        char name[32];
+
+        if (!fds)
+                return zr_error_set(err, ENOMEM, "%s files: out of memory", t->suffix);
+        for (uint32_t i = 0; i < a->cap; i++)
+                fds[i] = -1;
+        for (uint32_t i = 0; i < a->cap && r == 0; i++) {
+                int old = atomic_load(&a->e[i].fd);
+                struct stat os, ns;
+                if (old < 0)
+                        continue;
+                snprintf(name, sizeof(name), "%" PRIu32 "%s", i, t->suffix);
+                fds[i] = zr_resolve_open(dirfd, name, O_RDWR, 0, err);
+                if (fds[i] < 0) {
+                        r = fds[i];
+                        fds[i] = -1;
+                } else if (fstat(old, &os) < 0 || fstat(fds[i], &ns) < 0) {
+                        r = zr_error_errno(err, errno, "%s: stat", name);
+                } else if (os.st_dev != ns.st_dev || os.st_ino != ns.st_ino) {
+                        r = zr_error_set(err, EACCES, "%s: not the file the store has open",
+                                         name);
+                } else if (t->flags & ZR_FILES_RANDOM) {
+                        (void)posix_fadvise(fds[i], 0, 0, POSIX_FADV_RANDOM);
+                }
+        }
+        if (r < 0) {
+                zr_files_reopen_abort(t, fds);
+                return r;
+        }
+        *ret_fds = fds;
+        return 0;
+}
+
+void zr_files_reopen_commit(zr_files *t, int dirfd, int *fds) {
+        files_array *a = atomic_load(&t->array);
+        for (uint32_t i = 0; i < a->cap; i++)
+                if (fds[i] >= 0)
+                        close(atomic_exchange(&a->e[i].fd, fds[i]));
+        free(fds);
+        t->dirfd = dirfd;
+        t->read_only = 0;
+}
+
+void zr_files_reopen_abort(zr_files *t, int *fds) {
+        files_array *a = atomic_load(&t->array);
+        for (uint32_t i = 0; fds && i < a->cap; i++)
+                if (fds[i] >= 0)
+                        close(fds[i]);
+        free(fds);
 }
 
 int zr_files_sync(zr_files *t, zr_error *err) {

@@ -15,7 +15,14 @@
 typedef struct zr_files zr_files;
 
 /* Flags of zr_files_new(). */
-#define ZR_FILES_MAP 1    /* map each file read-only, up to its size at open */
+#define ZR_FILES_MAP 1    /* map each file read-only, up to its size at open,
+                           * if it is the daemon's own (owned by its effective
+                           * uid) and neither its group nor others may write it
+                           * (no S_IWGRP, S_IWOTH; an ACL's named entries show
+                           * in the group bits): a file somebody else may
+                           * truncate is read with pread (a short read is an
+                           * error, not a SIGBUS). A mapped read is guarded all
+                           * the same (util/mapguard.h) */
 #define ZR_FILES_RANDOM 2 /* read at random: POSIX_FADV_RANDOM on each descriptor
                            * and MADV_RANDOM on each mapping, so a read or a
                            * fault brings in only the pages it asks for (no
@@ -43,16 +50,31 @@ const uint8_t *zr_files_map(const zr_files *t, uint32_t id, uint64_t *ret_len);
  * not open. Appends may have grown it since. Lock-free. */
 uint64_t zr_files_size(const zr_files *t, uint32_t id);
 
-/* Opens file `id`. With `create`, a missing file is created sparse (and
- * *ret_created set to 1, else 0; ret_created may be NULL); a short file is
- * extended. Without, a missing file is ZR_E_CORRUPT, as is one shorter than
- * `min_size` bytes. Opening an open file is a no-op. Returns 0 or a negative
- * code with the file named in *err. */
+/* Opens file `id`. With `create` (a file past the store's frontier, which
+ * holds nothing of the store's), the file is created anew and sparse
+ * (zr_newfile_create(): whatever had its name is removed first) and
+ * *ret_created set to 1 (else 0; ret_created may be NULL). Without, a missing
+ * file is ZR_E_CORRUPT, as is one shorter than `min_size` bytes. Opening an
+ * open file is a no-op. Returns 0 or a negative code with the file named in
+ * *err. */
 int zr_files_open(zr_files *t, uint32_t id, int create, uint64_t min_size,
                   int *ret_created, zr_error *err);
 
 /* Number of ids below the first that was never opened (ids 0..n-1 are open). */
 uint32_t zr_files_count(const zr_files *t);
+
+/* Making a read-only table writable through another descriptor of its
+ * directory (zr_store_make_writable()), in two steps so that several tables
+ * change together or not at all. _prepare() opens every open file again
+ * O_RDWR through dirfd and checks it is the same file (st_dev, st_ino; EACCES
+ * if not): 0 and *ret_fds (malloc()ed, one per id below the table's capacity,
+ * -1 where none is open), or a negative code with nothing kept. _commit()
+ * replaces the descriptors with them (the mappings stay) and the table's
+ * directory with dirfd (borrowed), and makes it writable; _abort() closes
+ * them. Both free ret_fds. Exclusive. */
+int zr_files_reopen_prepare(zr_files *t, int dirfd, int **ret_fds, zr_error *err);
+void zr_files_reopen_commit(zr_files *t, int dirfd, int *fds);
+void zr_files_reopen_abort(zr_files *t, int *fds);
 
 /* fdatasync()s every open file. Returns 0 or the first error (-errno). */
 int zr_files_sync(zr_files *t, zr_error *err);

@@ -17,6 +17,8 @@
 #include "store/chunks.h"
 #include "store/format.h"
 #include "store/killpoint.h"
+#include "store/newfile.h"
+#include "store/resolve.h"
 
 #define JOURNAL_HEAD 32 /* magic, version, old_len, new_len, count */
 #define JOURNAL_ENTRY 24 /* index u64 + one RecordLoc */
@@ -53,10 +55,9 @@ int zr_journal_write(int dirfd, const zr_journal *j, zr_error *err) {
         }
         zr_le64_put(buf + size - JOURNAL_TAIL, zr_journal_checksum(buf, size - JOURNAL_TAIL));
 
-        fd = openat(dirfd, ZR_JOURNAL_NAME,
-                    O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+        fd = zr_newfile_create(dirfd, ZR_JOURNAL_NAME, O_RDWR, err);
         if (fd < 0) {
-                r = zr_error_errno(err, errno, ZR_JOURNAL_NAME ": create");
+                r = fd;
                 goto out;
         }
         ZR_KILLPOINT(ZR_KP_JOURNAL_CREATED);
@@ -83,11 +84,12 @@ int zr_journal_read(int dirfd, zr_journal *ret, zr_error *err) {
         uint8_t *buf = NULL;
         int fd, r = 0;
 
-        fd = openat(dirfd, ZR_JOURNAL_NAME, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        zr_error oerr = {0};
+        fd = zr_resolve_open(dirfd, ZR_JOURNAL_NAME, O_RDONLY, 0, &oerr);
         if (fd < 0) {
-                if (errno == ENOENT)
+                if (fd == -ENOENT)
                         return 0;
-                return zr_error_errno(err, errno, ZR_JOURNAL_NAME ": open");
+                return zr_error_set(err, -fd, "%s", oerr.message);
         }
         if (fstat(fd, &st) < 0) {
                 r = zr_error_errno(err, errno, ZR_JOURNAL_NAME ": stat");

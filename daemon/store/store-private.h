@@ -84,6 +84,12 @@ typedef struct gather_job {
         uint64_t *shard_off; /* packed: offset of each shard's first record */
         uint64_t tail;
         shard_status *st;
+        /* dense (zr_store_gather_dense): each shard locates its own records
+         * idx[lo..hi) into locs (scratch), checks that each is `item` bytes,
+         * then reads them; the entries are checked once, as they are located */
+        const uint64_t *idx;
+        zr_loc *scratch;
+        uint64_t item;
 } gather_job;
 
 /* The first failing shard's error, forwarded to err (0 if none failed). */

@@ -7,6 +7,8 @@
  */
 #include "store/store-private.h"
 #include "store/killpoint.h"
+#include "store/newfile.h"
+#include "store/resolve.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -139,8 +141,12 @@ fail:
         return r;
 }
 
+/* Exclusive for a writable open, shared for a read-only one: readers of one
+ * store (several nodes' daemons over a shared file system, where flock() is a
+ * byte-range lock every node sees, and one that needs write access to be
+ * exclusive) share it, and exclude every writer. */
 static int store_lock(zr_store *s, zr_error *err) {
-        if (flock(s->meta_fd, LOCK_EX | LOCK_NB) < 0) {
+        if (flock(s->meta_fd, (s->read_only ? LOCK_SH : LOCK_EX) | LOCK_NB) < 0) {
                 if (errno == EWOULDBLOCK)
                         return zr_error_set(err, ZR_E_LOCKED,
                                             ZR_META_NAME ": the store is open elsewhere");
@@ -154,9 +160,9 @@ static int store_write_dict(zr_store *s, const void *dict, size_t len, zr_error 
         static const char tmp[] = ZR_DICT_NAME ".tmp";
         int fd, r;
 
-        fd = openat(s->dirfd, tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+        fd = zr_newfile_create(s->dirfd, tmp, O_RDWR, err);
         if (fd < 0)
-                return zr_error_errno(err, errno, "%s: create", tmp);
+                return fd;
         r = zr_pwrite_all(fd, dict, len, 0);
         if (r < 0)
                 r = zr_error_errno(err, -r, "%s: write", tmp);
@@ -186,19 +192,34 @@ static int store_write_dict(zr_store *s, const void *dict, size_t len, zr_error 
  * between the two leaves a meta.zr without a magic. Returns the descriptor
  * (*ret_tmp 1 while it is still unnamed) or a negative code. */
 static int store_meta_excl(zr_store *s, zr_error *err) {
-        int fd = openat(s->dirfd, ZR_META_NAME, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
-                        0644);
-        if (fd >= 0)
-                return fd;
-        if (errno == EEXIST)
+        zr_error e = {0};
+        int fd = zr_resolve_open(s->dirfd, ZR_META_NAME, O_RDWR | O_CREAT | O_EXCL,
+                                 (mode_t)zr_newfile_mode(s->dirfd), &e);
+        if (fd == -EEXIST)
                 return zr_error_set(err, ZR_E_EXISTS, ZR_META_NAME ": a store already exists here");
-        return zr_error_errno(err, errno, ZR_META_NAME ": create");
+        if (fd < 0)
+                return zr_error_set(err, -fd, "%s", e.message);
+        int r = zr_newfile_own(fd, s->dirfd, err);
+        if (r < 0) {
+                close(fd);
+                unlinkat(s->dirfd, ZR_META_NAME, 0);
+                return r;
+        }
+        return fd;
 }
 
 static int store_meta_new(zr_store *s, int *ret_tmp, zr_error *err) {
-        int fd = openat(s->dirfd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0644);
+        int fd = openat(s->dirfd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC,
+                        (mode_t)zr_newfile_mode(s->dirfd));
         *ret_tmp = fd >= 0;
-        return fd >= 0 ? fd : store_meta_excl(s, err);
+        if (fd < 0)
+                return store_meta_excl(s, err);
+        int r = zr_newfile_own(fd, s->dirfd, err); /* before it has a name */
+        if (r < 0) {
+                close(fd);
+                return r;
+        }
+        return fd;
 }
 
 /* Names the unnamed meta.zr: 1 if linked, 0 if it cannot be (no /proc), or a
@@ -325,10 +346,11 @@ static int store_load_dict(zr_store *s, uint64_t length, zr_error *err) {
         void *buf = NULL;
         int fd, r;
 
-        fd = openat(s->dirfd, ZR_DICT_NAME, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        zr_error oerr = {0};
+        fd = zr_resolve_open(s->dirfd, ZR_DICT_NAME, O_RDONLY, 0, &oerr);
         if (fd < 0) {
-                if (errno != ENOENT)
-                        return zr_error_errno(err, errno, ZR_DICT_NAME ": open");
+                if (fd != -ENOENT)
+                        return zr_error_set(err, -fd, "%s", oerr.message);
                 if ((s->flags & ZR_HEADER_FLAG_DICT) || length > 0)
                         return zr_error_set(err, ZR_E_NO_DICT,
                                             ZR_DICT_NAME ": missing; the zstd_dict store holds "
@@ -515,14 +537,15 @@ int zr_store_open(int dirfd, const zr_store_options *opts, zr_store **ret, zr_er
         r = store_alloc(dirfd, ZR_CODEC_RAW, ZR_CHUNK_LOG2_DEFAULT, opts, &s, err);
         if (r < 0)
                 return r;
-        s->meta_fd = openat(s->dirfd, ZR_META_NAME,
-                            (s->read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC | O_NOFOLLOW);
+        zr_error e = {0};
+        s->meta_fd = zr_resolve_open(s->dirfd, ZR_META_NAME, s->read_only ? O_RDONLY : O_RDWR,
+                                     0, &e);
         if (s->meta_fd < 0) {
-                if (errno == ENOENT)
+                if (s->meta_fd == -ENOENT)
                         r = zr_error_set(err, ZR_E_NOT_STORE,
                                          "not a store: the directory holds no " ZR_META_NAME);
                 else
-                        r = zr_error_errno(err, errno, ZR_META_NAME ": open");
+                        r = zr_error_set(err, -s->meta_fd, "%s", e.message);
                 goto fail;
         }
         r = store_lock(s, err);
@@ -616,6 +639,78 @@ int zr_store_has_dict(const zr_store *s) {
 
 int zr_store_failed(const zr_store *s) {
         return atomic_load(&s->failed);
+}
+
+int zr_store_make_writable(zr_store *s, int dirfd, zr_error *err) {
+        struct stat os, ns;
+        int *chunk_fds = NULL, *loc_fds = NULL, newdir, mfd = -1, r;
+
+        if (!s->read_only)
+                return zr_store_check_writable(s, err);
+        newdir = fcntl(dirfd, F_DUPFD_CLOEXEC, 3);
+        if (newdir < 0)
+                return zr_error_errno(err, errno, "store directory: dup");
+        mfd = zr_resolve_open(newdir, ZR_META_NAME, O_RDWR, 0, err);
+        if (mfd < 0) {
+                r = mfd;
+                goto fail;
+        }
+        if (fstat(s->meta_fd, &os) < 0 || fstat(mfd, &ns) < 0) {
+                r = zr_error_errno(err, errno, ZR_META_NAME ": stat");
+                goto fail;
+        }
+        if (os.st_dev != ns.st_dev || os.st_ino != ns.st_ino) {
+                r = zr_error_set(err, EACCES, ZR_META_NAME ": not the file the store has open");
+                goto fail;
+        }
+        r = zr_files_reopen_prepare(s->chunks, newdir, &chunk_fds, err);
+        if (r < 0)
+                goto fail;
+        r = zr_files_reopen_prepare(s->locs, newdir, &loc_fds, err);
+        if (r < 0) {
+                zr_files_reopen_abort(s->chunks, chunk_fds);
+                goto fail;
+        }
+        /* A writer's lock: exclusive, on the writable description (where flock
+         * is a byte-range lock, an exclusive one needs write access). The
+         * read-only open holds a shared one on the old description, which
+         * would conflict: it goes first, and comes back if the exclusive one
+         * cannot be had (another process shares the store). */
+        (void)flock(s->meta_fd, LOCK_UN);
+        if (flock(mfd, LOCK_EX | LOCK_NB) < 0) {
+                r = errno == EWOULDBLOCK
+                            ? zr_error_set(err, ZR_E_LOCKED, ZR_META_NAME ": the store is open "
+                                           "elsewhere, it cannot be made writable")
+                            : zr_error_errno(err, errno, ZR_META_NAME ": flock");
+                (void)flock(s->meta_fd, LOCK_SH | LOCK_NB);
+                zr_files_reopen_abort(s->chunks, chunk_fds);
+                zr_files_reopen_abort(s->locs, loc_fds);
+                goto fail;
+        }
+        zr_files_reopen_commit(s->chunks, newdir, chunk_fds);
+        zr_files_reopen_commit(s->locs, newdir, loc_fds);
+        close(s->meta_fd);
+        s->meta_fd = mfd;
+        close(s->dirfd);
+        s->dirfd = newdir;
+        s->read_only = 0;
+        return 0;
+fail:
+        if (mfd >= 0)
+                close(mfd);
+        close(newdir);
+        return r;
+}
+
+void zr_store_meta_id(const zr_store *s, dev_t *ret_dev, ino_t *ret_ino) {
+        struct stat st = {0};
+        (void)fstat(s->meta_fd, &st);
+        *ret_dev = st.st_dev;
+        *ret_ino = st.st_ino;
+}
+
+int zr_store_read_only(const zr_store *s) {
+        return s->read_only;
 }
 
 int zr_store_install_dict(zr_store *s, const void *dict, size_t dict_len, zr_error *err) {

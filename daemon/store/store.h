@@ -16,11 +16,17 @@
  * zr_store_compact(), zr_store_install_dict() and zr_store_close() need exclusive
  * access: the caller guarantees no other call on the store is in flight.
  *
- * Reads go through read-only mappings of the chunk and .loc files (pread when a
- * mapping cannot be made, or with no_mmap), always bounded by the files' sizes
- * at open and the write frontier. Another process truncating the files of an
- * open store (which the lock forbids to any cooperating program) could still
- * fault a mapping.
+ * Files: every file is opened beneath the store's directory, on its mount,
+ * never through a link (resolve.h), and every file the store creates is new
+ * (newfile.h: whatever had its name is removed first).
+ *
+ * Reads go through read-only mappings of the chunk and .loc files that are the
+ * daemon's own and that nobody else may write (chunks.h), with pread otherwise
+ * (or with no_mmap), always bounded by the files' sizes at open and the write
+ * frontier. A mapped file truncated under an open store anyway (by the
+ * daemon's own user) fails the read that meets it with ZR_E_CORRUPT instead
+ * of a SIGBUS (util/mapguard.h); with pread it is a short read, the same
+ * error.
  *
  * Durability: a write is ordered data, then table entries, then the length in
  * meta.zr. A process killed at any instant leaves a store that opens with a prefix
@@ -39,6 +45,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "io/range.h"
 #include "util/error.h"
@@ -76,8 +83,10 @@ typedef struct zr_store_options {
         /* Read with pread() instead of through read-only mappings of the chunk
          * and .loc files. Mappings make a gather of small records cost no system
          * call per record (the table and data are read as memory); pread is the
-         * fallback whenever a mapping cannot be made. Either way every read is
-         * bounded by the file's size at open and by the write frontier. */
+         * fallback whenever a mapping cannot be made, and for every file that is
+         * not the process's own or that others may write (chunks.h). Either way
+         * every read is bounded by the file's size at open and by the write
+         * frontier. */
         int no_mmap;
 } zr_store_options;
 
@@ -114,6 +123,25 @@ int zr_store_open(int dirfd, const zr_store_options *opts, zr_store **ret, zr_er
  * (its unsynced writes may be lost); the store is freed either way. A read-only
  * store returns 0. */
 int zr_store_close(zr_store *s, zr_error *err);
+
+/* Makes a store opened read-only (opts->read_only) writable through dirfd,
+ * another descriptor of its directory: the first may have been on a read-only
+ * mount, or given by someone through whose directory the store could not be
+ * written. meta.zr and every open chunk and .loc file are opened O_RDWR again
+ * through dirfd (zr_resolve_open()) and must be the very files the store has
+ * open (EACCES otherwise); then the store works through dirfd (duplicated)
+ * from now on. On failure nothing changes (EACCES, EROFS, ... as the opens
+ * fail). The shared lock of the read-only open becomes an exclusive one
+ * (ZR_E_LOCKED, nothing changed, if another process shares the store).
+ * Returns 0 at once for a writable store, ZR_E_READONLY for one that failed.
+ * Exclusive. */
+int zr_store_make_writable(zr_store *s, int dirfd, zr_error *err);
+
+/* 1 if the store is read-only (opened so, and not made writable since). */
+int zr_store_read_only(const zr_store *s);
+
+/* The (st_dev, st_ino) of the meta.zr the store has open. */
+void zr_store_meta_id(const zr_store *s, dev_t *ret_dev, ino_t *ret_ino);
 
 /* Number of records. Lock-free; an append in flight is not counted until committed. */
 uint64_t zr_store_length(const zr_store *s);
@@ -160,6 +188,19 @@ int zr_store_locate(zr_store *s, const uint64_t *idx, size_t n, zr_loc *ret_locs
  * failure the contents of the dsts are unspecified. n == 0 returns 0. */
 int zr_store_gather_locs(zr_store *s, const zr_loc *locs, size_t n, void *const *dsts,
                          zr_error *err);
+
+/* ZR_E_RANGE, naming the first, if an index of idx[0..n) is >= the length. */
+int zr_store_check_range(zr_store *s, const uint64_t *idx, size_t n, zr_error *err);
+
+/* Gathers records idx[0..n), each `item` bytes (a dense dataset's), into dst
+ * (n × item bytes), record i at i × item, in one pass: each of the pool's
+ * contiguous shards locates, checks and reads its own records, so the table
+ * lookups run in parallel and overlap the copies. `scratch` holds n entries.
+ * ZR_E_RANGE for an index >= length (dst untouched), ZR_E_CORRUPT for a record
+ * that is not `item` bytes or an entry zr_store_locate() would refuse, and the
+ * errors of zr_store_gather_locs(); on failure dst's bytes are unspecified. */
+int zr_store_gather_dense(zr_store *s, const uint64_t *idx, size_t n, uint64_t item, void *dst,
+                          zr_loc *scratch, zr_error *err);
 
 /* Gathers records idx[0..n) (any order, repeats allowed) packed back to back
  * into dst (dst_size bytes). ret_lens (may be NULL) receives each record's

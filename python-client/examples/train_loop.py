@@ -12,6 +12,7 @@ for the model when installed and ``--torch`` is given.
 """
 
 import argparse
+import contextlib
 import os
 import shutil
 import sys
@@ -27,34 +28,57 @@ from loaderx.dataset import DenseDataset     # noqa: E402
 from loaderx.utils import from_numpy         # noqa: E402
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--records", type=int, default=16384)
-    ap.add_argument("--features", type=int, default=256)
-    ap.add_argument("--batch-size", type=int, default=256)
-    ap.add_argument("--steps", type=int, default=600)
-    ap.add_argument("--lr", type=float, default=0.05)
-    ap.add_argument("--torch", action="store_true", help="train the model with torch (CPU)")
+def arguments(description, **defaults):
+    """The examples' command line (examples/jax_train.py shares it)."""
+    d = dict(records=16384, features=256, batch_size=256, steps=600, lr=0.05)
+    d.update(defaults)
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--records", type=int, default=d["records"])
+    ap.add_argument("--features", type=int, default=d["features"])
+    ap.add_argument("--batch-size", type=int, default=d["batch_size"])
+    ap.add_argument("--steps", type=int, default=d["steps"])
+    ap.add_argument("--lr", type=float, default=d["lr"])
     ap.add_argument("--dir", default=None, help="where to write the dataset (default: a temp dir)")
+    return ap
+
+
+def make_dataset(args, work):
+    """A synthetic regression set (features x, targets y) written with from_numpy
+    under work/train; returns the true weights and the DataLoader's streams."""
+    rng = np.random.default_rng(0)
+    w_true = rng.standard_normal(args.features).astype(np.float32)
+    x = rng.standard_normal((args.records, args.features), dtype=np.float32)
+    y = (x @ w_true + 0.01 * rng.standard_normal(args.records)).astype(np.float32)
+
+    t0 = time.perf_counter()
+    from_numpy(os.path.join(work, "train", "x"), x)
+    from_numpy(os.path.join(work, "train", "y"), y)
+    t_write = time.perf_counter() - t0
+    mib = (x.nbytes + y.nbytes) / 2**20
+    print(f"dataset: {args.records} records x {args.features} float32 features "
+          f"({mib:.1f} MiB) written in {t_write:.2f} s")
+    return w_true, {"x": DenseDataset(os.path.join(work, "train", "x")),
+                    "y": DenseDataset(os.path.join(work, "train", "y"))}
+
+
+@contextlib.contextmanager
+def work_dir(args, prefix):
+    """--dir, or a temporary directory removed at the end."""
+    work = args.dir or tempfile.mkdtemp(prefix=prefix)
+    try:
+        yield work
+    finally:
+        if args.dir is None:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def main():
+    ap = arguments(__doc__.split("\n")[0])
+    ap.add_argument("--torch", action="store_true", help="train the model with torch (CPU)")
     args = ap.parse_args()
 
-    work = args.dir or tempfile.mkdtemp(prefix="loaderx-example-")
-    try:
-        rng = np.random.default_rng(0)
-        w_true = rng.standard_normal(args.features).astype(np.float32)
-        x = rng.standard_normal((args.records, args.features), dtype=np.float32)
-        y = (x @ w_true + 0.01 * rng.standard_normal(args.records)).astype(np.float32)
-
-        t0 = time.perf_counter()
-        from_numpy(os.path.join(work, "train", "x"), x)
-        from_numpy(os.path.join(work, "train", "y"), y)
-        t_write = time.perf_counter() - t0
-        mib = (x.nbytes + y.nbytes) / 2**20
-        print(f"dataset: {args.records} records x {args.features} float32 features "
-              f"({mib:.1f} MiB) written in {t_write:.2f} s")
-
-        streams = {"x": DenseDataset(os.path.join(work, "train", "x")),
-                   "y": DenseDataset(os.path.join(work, "train", "y"))}
+    with work_dir(args, "loaderx-example-") as work:
+        w_true, streams = make_dataset(args, work)
 
         if args.torch:
             import torch
@@ -117,9 +141,6 @@ def main():
         if not args.torch:
             err = float(np.abs(w - w_true).max())
             print(f"max |w - w_true| = {err:.4f}")
-    finally:
-        if args.dir is None:
-            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -65,6 +65,26 @@ def _default_candidates():
     return paths
 
 
+# Requests that change nothing in the daemon: sent twice, they answer as once.
+IDEMPOTENT = frozenset({"hello", "status", "dataset_open", "msset_open", "info", "buffer_open",
+                        "read", "stats", "verify"})
+
+
+class ConnectionLost(ZrecordConnectionError):
+    """The connection broke under a request (a daemon that restarted or exited).
+    ``sent`` is False when the request never left this process (its send failed),
+    so the daemon cannot have acted on it."""
+
+    def __init__(self, message, sent, code=None):
+        super().__init__(message, code=code)
+        self.sent = sent
+
+    def may_retry(self, kind):
+        """Whether ``kind`` may be sent again on a fresh connection: once, when the
+        daemon cannot have acted on it, or when acting twice is acting once."""
+        return not self.sent or kind in IDEMPOTENT
+
+
 class SocketRefused(ZrecordConnectionError):
     """A socket refused by the checks above; nothing was sent to it."""
 
@@ -356,10 +376,11 @@ class Connection:
             self._send_lock.release()
         return True
 
-    def request(self, kind, fields=None, fds=(), context=None):
+    def request(self, kind, fields=None, fds=(), context=None, during=None):
         """Sends a request and waits for its reply: the ok fields, or raises.
 
-        Descriptors that came with the reply are in ``reply['_fds']``.
+        Descriptors that came with the reply are in ``reply['_fds']``. ``during``,
+        if given, is called once the request is sent, while the daemon works.
         """
         self._check()
         msg = {"kind": kind, "id": 0}
@@ -377,7 +398,10 @@ class Connection:
                 with self._cv:
                     self._pending.remove(rid)
                 self._broken = str(e)
-                raise ZrecordConnectionError(f"sending {kind} to zrecordd failed: {e}") from None
+                raise ConnectionLost(f"sending {kind} to zrecordd failed: {e}", sent=False,
+                                     code=e.errno) from None
+        if during is not None:
+            during()
         reply, rfds = self._wait(lambda: self._replies.pop(rid, None))
         if reply.get("kind") == "error":
             for fd in rfds:
@@ -454,8 +478,8 @@ class Connection:
                     if got is not None:
                         return got
                     if self._broken is not None:
-                        raise ZrecordConnectionError(
-                            f"the connection to zrecordd broke: {self._broken}")
+                        raise ConnectionLost(
+                            f"the connection to zrecordd broke: {self._broken}", sent=True)
                     if not self._reading:
                         self._reading = True
                         break

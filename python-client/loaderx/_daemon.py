@@ -10,11 +10,18 @@ runs detached with ``--idle-exit`` and exits by itself once no client has been
 connected for that long. Startup is serialized by a lock file, so processes that
 start at once share one daemon. Readiness comes from the notify protocol: the client
 binds a datagram socket, passes it as ``NOTIFY_SOCKET`` and waits for ``READY=1``.
+That socket is ``notify`` beside the daemon's ``zrecordd.sock`` (the lock holder's
+alone), so whenever the daemon's socket path fits a Unix socket address (at most
+``SUN_PATH_MAX`` bytes) so does it; a longer socket path is refused with an error
+that names it and the limit.
 
-The binary is ``$ZRECORDD`` if set, else ``zrecordd`` on ``PATH``, else a meson build
-tree's ``daemon/zrecordd`` next to this package's source checkout.
+The binary is ``$ZRECORDD`` if set, else the one installed inside this package
+(``loaderx/_bin/zrecordd``, from a wheel or ``pip install ./python-client``), else
+``zrecordd`` on ``PATH``, else a meson build tree's ``daemon/zrecordd`` next to this
+package's source checkout.
 """
 
+import errno
 import fcntl
 import os
 import select
@@ -22,7 +29,6 @@ import shutil
 import socket
 import stat
 import subprocess
-import tempfile
 import time
 
 from . import _conn
@@ -30,6 +36,9 @@ from ._errors import ZrecordConnectionError
 
 IDLE_EXIT_DEFAULT = 60
 READY_TIMEOUT = 15.0
+# sun_path of struct sockaddr_un holds 108 bytes: zrecordd and libzrc take paths of
+# at most 107 and a terminating NUL.
+SUN_PATH_MAX = 107
 
 
 def private_dir():
@@ -62,29 +71,43 @@ def _secure_dir(path):
             "remove it (or have its owner remove it) or set ZRECORD_SOCKET")
 
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+BUNDLED_DIR = os.path.join(HERE, "_bin")     # python-client/meson.build installs there
+
+
+def bundled(name):
+    """``loaderx/_bin/<name>`` of an installed wheel, or None."""
+    p = os.path.join(BUNDLED_DIR, name)
+    return p if os.access(p, os.X_OK) else None
+
+
+def in_build_tree(relpath):
+    """The newest ``<repo>/build*/<relpath>`` of a source checkout (not a sanitizer
+    build), or None: this file is <repo>/python-client/loaderx/_daemon.py."""
+    repo = os.path.dirname(os.path.dirname(HERE))
+    if not os.path.isfile(os.path.join(repo, "meson.build")):
+        return None
+    found = []
+    for name in sorted(os.listdir(repo)):
+        cand = os.path.join(repo, name, relpath)
+        if name.startswith("build") and "asan" not in name and os.access(cand, os.X_OK):
+            found.append((os.path.getmtime(cand), cand))
+    return max(found)[1] if found else None
+
+
 def find_binary():
     env = os.environ.get("ZRECORDD")
     if env:
         if not os.access(env, os.X_OK):
             raise ZrecordConnectionError(f"$ZRECORDD={env} is not an executable file")
         return env
-    p = shutil.which("zrecordd")
+    p = bundled("zrecordd") or shutil.which("zrecordd") or in_build_tree("daemon/zrecordd")
     if p:
         return p
-    # A source checkout: <repo>/python-client/loaderx/_daemon.py, builds in <repo>/build*/
-    here = os.path.dirname(os.path.abspath(__file__))
-    repo = os.path.dirname(os.path.dirname(here))
-    if os.path.isfile(os.path.join(repo, "meson.build")):
-        found = []
-        for name in sorted(os.listdir(repo)):
-            cand = os.path.join(repo, name, "daemon", "zrecordd")
-            if name.startswith("build") and "asan" not in name and os.access(cand, os.X_OK):
-                found.append((os.path.getmtime(cand), cand))
-        if found:
-            return max(found)[1]
     raise ZrecordConnectionError(
-        "no zrecordd answers and none can be started: set $ZRECORDD to the daemon "
-        "binary, put zrecordd on PATH, or point $ZRECORD_SOCKET at a running daemon")
+        "no zrecordd answers and none can be started: this loaderx carries no daemon "
+        "(installed without one); set $ZRECORDD to the daemon binary, put zrecordd on "
+        "PATH, or point $ZRECORD_SOCKET at a running daemon")
 
 
 def _try_connect(path):
@@ -109,8 +132,15 @@ def _alive(pid):
 def ensure_private_daemon():
     """Starts the private daemon unless one answers; returns its socket path."""
     d = private_dir()
-    _secure_dir(d)
     sock_path = os.path.join(d, "zrecordd.sock")
+    n = len(os.fsencode(sock_path))
+    if n > SUN_PATH_MAX:
+        raise ZrecordConnectionError(
+            f"cannot start a private zrecordd: its socket path {sock_path} is {n} bytes, "
+            f"and a Unix socket path holds at most {SUN_PATH_MAX}; set XDG_RUNTIME_DIR to "
+            "a shorter directory, or ZRECORD_SOCKET to a running daemon's socket",
+            code=errno.ENAMETOOLONG)
+    _secure_dir(d)
     lock_fd = os.open(os.path.join(d, "start.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(lock_fd, fcntl.LOCK_EX)
@@ -118,8 +148,12 @@ def ensure_private_daemon():
             return sock_path
         binary = find_binary()
         idle = os.environ.get("ZRECORD_IDLE_EXIT", str(IDLE_EXIT_DEFAULT))
-        ndir = tempfile.mkdtemp(prefix="zrecord-notify-", dir=d)
-        npath = os.path.join(ndir, "notify")
+        # Shorter than sock_path, and ours alone: the directory is ours, the lock held.
+        npath = os.path.join(d, "notify")
+        try:
+            os.unlink(npath)        # left by a client killed while it waited
+        except FileNotFoundError:
+            pass
         ns = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
         try:
             ns.bind(npath)
@@ -170,7 +204,10 @@ def ensure_private_daemon():
                     + (f"; its log ({log_path}) says: {tail}" if tail else ""))
         finally:
             ns.close()
-            shutil.rmtree(ndir, ignore_errors=True)
+            try:
+                os.unlink(npath)
+            except OSError:
+                pass
         return sock_path
     finally:
         os.close(lock_fd)

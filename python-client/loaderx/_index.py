@@ -27,12 +27,33 @@ def _is_int(x):
     return isinstance(x, (numbers.Integral, np.integer)) and not isinstance(x, (bool, np.bool_))
 
 
+class _Length:
+    """The dataset's length, asked for once and only when a selector needs it."""
+    __slots__ = ("get", "n")
+
+    def __init__(self, get):
+        self.get, self.n = get, None
+
+    def __call__(self):
+        if self.n is None:
+            self.n = int(self.get())
+        return self.n
+
+
 def normalize(key, n):
-    """(indices as a ``<u8`` array, True if key was a single scalar)."""
+    """(indices as a ``<u8`` array, True if key was a single scalar). ``n`` is the
+    length, or a function that returns it: then it is called only for what needs
+    it (negative indices, slices, masks), and indices that need no length are
+    passed on unchecked: the daemon checks them (ZR_E_RANGE, an IndexError)."""
+    if callable(n) and not isinstance(n, _Length):
+        n = _Length(n)
     if isinstance(key, np.ndarray) and key.ndim == 0 and key.dtype.kind in "iu":
         key = key.item()            # a 0-d integer array is a scalar, as in numpy
     if _is_int(key):
-        return np.array([_scalar(operator.index(key), n)], dtype="<u8"), True
+        i = operator.index(key)
+        if isinstance(n, _Length) and i >= 0:
+            return np.array([i], dtype="<u8"), True
+        return np.array([_scalar(i, _len(n))], dtype="<u8"), True
     if isinstance(key, tuple):
         parts = [normalize(k, n)[0] for k in key]
         if not parts:
@@ -41,9 +62,13 @@ def normalize(key, n):
     return _normalize_multi(key, n), False
 
 
+def _len(n):
+    return n() if isinstance(n, _Length) else n
+
+
 def _normalize_multi(key, n):
     if isinstance(key, slice):
-        return np.arange(*key.indices(n), dtype=np.int64).astype("<u8")
+        return np.arange(*key.indices(_len(n)), dtype=np.int64).astype("<u8")
     if isinstance(key, (bool, np.bool_)):
         raise ZrecordTypeError(
             "a single boolean is not a record selector: use an integer, a slice, "
@@ -60,6 +85,7 @@ def _normalize_multi(key, n):
     except (ValueError, TypeError) as e:
         raise ZrecordTypeError(f"cannot use {type(key).__name__} as record indices: {e}") from None
     if a.dtype == np.bool_:
+        n = _len(n)
         if a.ndim != 1 or a.shape[0] != n:
             raise ZrecordIndexError(
                 f"a boolean mask must be 1-D with one element per record: the dataset "
@@ -73,6 +99,9 @@ def _normalize_multi(key, n):
     if a.ndim != 1:
         raise ZrecordIndexError(
             f"an index array must be 1-D, got shape {a.shape}")
+    if isinstance(n, _Length) and a.ndim == 1 and (a.dtype.kind == "u" or not (a < 0).any()):
+        return a.astype("<u8", copy=False)      # no length needed: the daemon checks
+    n = _len(n)
     if a.dtype.kind == "u":
         bad = a >= n
         if bad.any():

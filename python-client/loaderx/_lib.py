@@ -3,9 +3,9 @@
 loaderx 1.5.7 bundles native libraries (``lib/libzrecord.so``, ``libsampler.so``)
 and ``_lib.path(stem)`` finds them. This client has none: zrecordd serves the
 stores and computes the samplers. ``path(stem)`` therefore names the daemon this
-process would start when none answers (``$ZRECORDD``, ``zrecordd`` on ``PATH``, or
-a meson build), or raises ``ImportError`` as 1.5.7 does when its library is
-missing. Nothing here loads a library or starts a process.
+process would start when none answers (``$ZRECORDD``, the one inside the package,
+``zrecordd`` on ``PATH``, or a meson build), or raises ``ImportError`` as 1.5.7 does
+when its library is missing. Nothing here loads a library or starts a process.
 """
 
 from pathlib import Path

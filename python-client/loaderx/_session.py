@@ -64,6 +64,7 @@ class LoaderSession:
         self.pending = collections.deque()  # (ring, slot) freed by the collector, to RELEASE
         self.closed = False
         self.length = None                # the reply's fields (open())
+        self.fingerprint = None           # the streams' (None from a daemon without it)
         self.regions = []                 # per stream: (offset, capacity) in a slot
         self.source_lengths = []          # a mixture's: per source
 
@@ -91,6 +92,7 @@ class LoaderSession:
                 int(r["slot_bytes"]), layout, int(fields["start_step"]))
         s.regions = [(int(st["offset"]), int(st["capacity"])) for st in r["streams"]]
         s.length = int(r["length"])
+        s.fingerprint = int(r["fingerprint"]) if "fingerprint" in r else None
         s.source_lengths = [int(src["length"]) for src in r.get("sources", ())]
         if layout is not None and len(s.source_lengths) != layout.sources:
             s.close()

@@ -7,9 +7,10 @@ store again on the child's own connection.
 
 A read of at least ``_results.ONE_PASS_MIN`` bytes lands once, written by the
 daemon, in a buffer of the connection's pool that the returned array maps
-privately (``_results``). Smaller reads, and reads the pool cannot serve, copy
-the records out of the connection's shared read buffer into a new array (or the
-caller's ``out``). Large copies (``PARALLEL_MIN_BYTES`` and up) are split in slabs over a
+privately (``_results``); ``out=`` such a result (whole pages of it) is written in
+place, in one pass. Smaller reads, reads the pool cannot serve, and ``out=`` of
+other memory copy the records out of the connection's shared read buffer into a
+new array (or the caller's ``out``). Large copies (``PARALLEL_MIN_BYTES`` and up) are split in slabs over a
 small pool of threads (numpy releases the GIL while it copies), so the first
 touch of the new array's pages and the copy run on every core; smaller ones
 stay on the calling thread.
@@ -216,18 +217,32 @@ class Handle:
         if self.closed:
             raise ZrecordValueError(f"the dataset {self.path!r} is closed")
         c = self.conn
-        if not c.usable:
-            # a forked child, or the daemon went away: open again on a fresh connection
+        if not c.usable or c.peer_closed():
+            # a forked child, or the daemon went away (a restart; a connection it
+            # closed while idle): open again on a fresh connection
             self.conn = _conn.default() if c.pid != os.getpid() else _conn.reconnect()
             self._open(self.writable)
         return self.handle
 
+    def retry_lost(self, kind, fn):
+        """``fn()``, which sends ``kind`` requests on this handle; once more, on a
+        fresh connection, when the connection was lost under it (the daemon closed
+        it between h()'s look and the send) and the retry cannot act twice
+        (``ConnectionLost.may_retry``)."""
+        try:
+            return fn()
+        except _conn.ConnectionLost as e:
+            if not e.may_retry(kind):
+                raise
+        return fn()
+
     def request(self, kind, fields=None, fds=(), context=None):
-        h = self.h()
-        f = {"handle": h}
-        if fields:
-            f.update(fields)
-        return self.conn.request(kind, f, fds=fds, context=context or self.path)
+        def send():
+            f = {"handle": self.h()}
+            if fields:
+                f.update(fields)
+            return self.conn.request(kind, f, fds=fds, context=context or self.path)
+        return self.retry_lost(kind, send)
 
     def info(self):
         r = self.request("info")
@@ -455,10 +470,13 @@ def _read_dense_one_pass(handle, idx, rec):
         buf = _results.pool(conn).take(nbytes)
         if buf is None:
             return None
+        settle = buf.settle                 # while the daemon gathers the first piece
         try:
             for s, piece in _index_pieces(idx, per):
                 conn.request("read", {"handle": h, "buffer": buf.handle, "offset": s * rec,
-                                      "indices": _wire.u64s(piece)}, context=handle.path)
+                                      "indices": _wire.u64s(piece)}, context=handle.path,
+                             during=settle)
+                settle = None
         except BaseException:
             buf.pool.give_back(buf)
             raise
@@ -467,6 +485,27 @@ def _read_dense_one_pass(handle, idx, rec):
     except OSError:
         buf.pool.give_back(buf)
         return None
+
+
+def _read_dense_in_place(handle, idx, rec, out):
+    """out= a one-pass result (or whole pages of one): the daemon writes the
+    records straight into its buffer, one pass. False when out is other memory."""
+    h = handle.h()
+    conn = handle.conn
+    with conn.buffer_lock:
+        where = _results.result_region(out, conn)
+        if where is None:
+            return False
+        buf, at = where
+        # the pages the user wrote show the buffer again (while the daemon gathers)
+        clean = lambda: buf.clean(at, at + out.nbytes)  # noqa: E731
+        per = max(8, (conn.frame_max - 256) // 8 // 8 * 8)
+        for s, piece in _index_pieces(idx, per):
+            conn.request("read", {"handle": h, "buffer": buf.handle, "offset": at + s * rec,
+                                  "indices": _wire.u64s(piece)}, context=handle.path,
+                         during=clean)
+            clean = None
+    return True
 
 
 def check_out(out, shape, dtype):
@@ -489,11 +528,17 @@ def check_out(out, shape, dtype):
 def read_dense(handle, idx, dtype, item_shape, out=None):
     """Records idx as a (len(idx), *item_shape) array: one the daemon wrote (one
     pass), or a new one (or ``out``) copied out of the shared buffer."""
+    return handle.retry_lost("read", lambda: _read_dense(handle, idx, dtype, item_shape, out))
+
+
+def _read_dense(handle, idx, dtype, item_shape, out):
     dt = np.dtype(dtype)
     rec = dt.itemsize * int(np.prod(item_shape, dtype=np.int64))
     shape = (len(idx),) + tuple(item_shape)
     if out is not None:
         check_out(out, shape, dt)
+        if len(idx) and rec and _read_dense_in_place(handle, idx, rec, out):
+            return out
     elif rec * len(idx) >= _results.ONE_PASS_MIN:
         a = _read_dense_one_pass(handle, idx, rec)
         if a is not None:
@@ -552,7 +597,8 @@ def _read_ragged_one_pass(handle, idx, dt, ndim):
                 return None
             try:
                 r = conn.request("read", {"handle": h, "buffer": buf.handle, "offset": 0,
-                                          "indices": _wire.u64s(idx)}, context=handle.path)
+                                          "indices": _wire.u64s(idx)}, context=handle.path,
+                                 during=buf.settle)
                 break
             except ZrecordError as e:
                 buf.pool.give_back(buf)
@@ -581,6 +627,10 @@ def _read_ragged_one_pass(handle, idx, dt, ndim):
 def read_ragged(handle, idx, dtype, ndim):
     """Records idx as a list of arrays of their own shapes; ndim 0: a store whose
     records each have their own ndim."""
+    return handle.retry_lost("read", lambda: _read_ragged(handle, idx, dtype, ndim))
+
+
+def _read_ragged(handle, idx, dtype, ndim):
     dt = np.dtype(dtype)
     conn = handle.conn
     per = _ragged_per_read(conn, ndim)

@@ -14,7 +14,7 @@ import numpy as np
 
 FRAME_MAX_DEFAULT = 1 << 20
 HELLO_FRAME_MAX = 64 << 10
-FDS_PER_FRAME_MAX = 64
+FDS_PER_FRAME_MAX = 65   # ZR_FDS_PER_FRAME_MAX: MSSET_OPEN's root, directory and meta.zr
 _HDR = struct.Struct("<I")
 _ANC = socket.CMSG_SPACE(FDS_PER_FRAME_MAX * array.array("i").itemsize)
 _RECV_CHUNK = 256 << 10

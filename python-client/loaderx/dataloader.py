@@ -144,6 +144,13 @@ def _pick(what, lx_name, lx_value, name, value, default):
     return value if value is not None else (lx_value if lx_value is not None else default)
 
 
+def _check_fingerprint(fp):
+    if fp is not None and (isinstance(fp, bool) or not isinstance(fp, (int, np.integer))
+                           or not 0 <= fp < 2**64):
+        raise ZrecordValueError(f"fingerprint must be an int of 64 bits (a loader's "
+                                f"fingerprint), got {fp!r}")
+
+
 class DataLoader:
     """An endless iterator of batches over index-aligned streams.
 
@@ -166,6 +173,11 @@ class DataLoader:
     ``capacity``: ``{name: bytes}`` per-slot room for ragged streams (the daemon
     picks a default; a batch that does not fit reopens with twice the room).
     ``with_indices``: add the batch's record indices as ``batch['__index__']``.
+    ``fingerprint``: the streams' fingerprint this loader expects (an int, another
+    loader's :attr:`fingerprint`, e.g. rank 0's on another node): a daemon whose
+    stores hold other records refuses the open (:class:`StaleError`). Without it the
+    loader takes the fingerprint of its first open, and a reopen (after a daemon
+    restart) over other records is refused the same way.
     Where loaderx 1.5.7's keyword and zrecord's both name a parameter, either may
     be given, or both if they agree.
 
@@ -184,7 +196,8 @@ class DataLoader:
 
     def __init__(self, streams, num_workers=4, batch_size=256, prefetch_size=None, mode=None,
                  seed=42, transform=None, *, sampler=None, prefetch=None, start_step=0, rank=0,
-                 world_size=1, capacity=None, with_indices=False, with_sources=False):
+                 world_size=1, capacity=None, with_indices=False, with_sources=False,
+                 fingerprint=None):
         if mode is not None and (isinstance(mode, bool) or mode not in MODES):
             raise ZrecordValueError(
                 f"unknown mode {mode!r}: expected 0 (sequential), 1 (iid) or 2 (cyclic)",
@@ -251,6 +264,7 @@ class DataLoader:
                 name="ZR_E_SAMPLER")
         if prefetch < 1:
             raise ZrecordValueError("prefetch must be >= 1")
+        _check_fingerprint(fingerprint)
         self.streams = dict(streams)
         self.names = list(streams)
         self.batch_size = int(batch_size)
@@ -267,6 +281,7 @@ class DataLoader:
         self.with_indices = bool(with_indices)
         self.with_sources = bool(with_sources)
         self._capacity = {k: int(v) for k, v in (capacity or {}).items()}
+        self._fingerprint = None if fingerprint is None else int(fingerprint)
         self._session = None
         self._pool = None
         self._futures = collections.deque()
@@ -340,10 +355,14 @@ class DataLoader:
             fields["indices"] = True
         if self.with_sources:
             fields["provenance"] = True
+        if self._fingerprint is not None:
+            fields["fingerprint"] = self._fingerprint
         layout = Layout(tuple(self.names), tuple(kinds), self.batch_size, self.with_indices,
                         len(self.sources or ()), self.with_sources)
         self._session = LoaderSession.open(conn, fields, layout)
         self.length = self._session.length
+        if self._fingerprint is None:
+            self._fingerprint = self._session.fingerprint
         if self.sources is not None:
             self.source_lengths = list(self._session.source_lengths)
 
@@ -397,13 +416,19 @@ class DataLoader:
         """The step of the next batch this loader returns."""
         return self._step
 
+    @property
+    def fingerprint(self):
+        """The streams' fingerprint (an int; PROTOCOL.md section 10): equal on every
+        node whose daemon serves the same records; None from a daemon without it."""
+        return self._fingerprint
+
     def state_dict(self):
         """What resumes this loader exactly (a small dict of ints and strings; a
         mixture's also its sources' weights, samplers and lengths)."""
         state = {"version": _STATE_VERSION, "step": self._step, "sampler": self.sampler,
                  "seed": self.seed, "batch_size": self.batch_size, "rank": self.rank,
                  "world_size": self.world_size, "length": self.length,
-                 "streams": list(self.names)}
+                 "fingerprint": self._fingerprint, "streams": list(self.names)}
         if self.sources is not None:
             state["sources"] = [{"weight": w, "sampler": s, "length": n} for w, s, n in
                                 zip(self.weights, self.source_samplers, self.source_lengths)]
@@ -412,14 +437,27 @@ class DataLoader:
     def load_state_dict(self, state, allow_length_change=False):
         """Continues from a state_dict(): the next batch is that of state['step'].
 
-        Refuses (StaleError) when the stores' length differs from the state's,
-        since the batches would differ; ``allow_length_change=True`` resumes anyway.
+        The state may come from another rank, and from a run of another world size
+        with the same global batch (``batch_size × world_size``): the steps' global
+        batches do not depend on how they are sharded, so a run resumed on another
+        number of nodes goes on with the same sequence. Refuses (StaleError) when the
+        stores' length or fingerprint differs from the state's, since the batches
+        would differ; ``allow_length_change=True`` resumes anyway.
         """
-        for k in ("sampler", "seed", "batch_size", "rank", "world_size"):
+        for k in ("sampler", "seed"):
             if k in state and state[k] != getattr(self, k):
                 raise ZrecordValueError(
                     f"load_state_dict: the state has {k}={state[k]!r}, this loader "
                     f"{k}={getattr(self, k)!r}; build the DataLoader with the same parameters")
+        if "batch_size" in state:
+            theirs = int(state["batch_size"]) * int(state.get("world_size", 1))
+            mine = self.batch_size * self.world_size
+            if theirs != mine:
+                raise ZrecordValueError(
+                    f"load_state_dict: the state's global batch is {theirs} (batch_size "
+                    f"{state['batch_size']} x world_size {state.get('world_size', 1)}), this "
+                    f"loader's {mine} ({self.batch_size} x {self.world_size}); keep "
+                    "batch_size x world_size to resume the same sequence")
         mine = [(w, s) for w, s in zip(self.weights or (), self.source_samplers or ())]
         theirs = [(src.get("weight"), src.get("sampler")) for src in state.get("sources", ())]
         if ("sources" in state or self.sources is not None) and mine != theirs:
@@ -437,15 +475,23 @@ class DataLoader:
                 length = None if None in length else length
             else:
                 length = state.get("length")
+            fingerprint = None if allow_length_change else state.get("fingerprint")
+            _check_fingerprint(fingerprint)
             step = int(state["step"])
+            pinned, self._fingerprint = self._fingerprint, fingerprint
             try:
                 self._open(step, length)
             except StaleError as e:
+                self._fingerprint = pinned
+                what = (f"other records than the state's (fingerprint {fingerprint:016x})"
+                        if "fingerprint" in e.message else
+                        f"{state.get('length')} records, and the stores now hold a different "
+                        "number")
                 raise StaleError(
-                    f"cannot resume at step {step}: the state was saved with {state.get('length')} "
-                    f"records and the stores now hold a different number ({e.message}); the "
-                    "batches would differ from the interrupted run's. Pass "
-                    "allow_length_change=True to resume anyway", code=e.zr_code, name=e.name) from None
+                    f"cannot resume at step {step}: the state was saved over {what} "
+                    f"({e.message}); the batches would differ from the interrupted run's. "
+                    "Pass allow_length_change=True to resume anyway", code=e.zr_code,
+                    name=e.name) from None
             self._step = step
 
     # ------------------------------------------------------------ provenance

@@ -221,7 +221,7 @@ class _Dataset:
         self.close()
 
     def __getitem__(self, key):
-        idx, scalar = _index.normalize(key, len(self))
+        idx, scalar = _index.normalize(key, self.__len__)
         out = self._read(idx)
         return out[0] if scalar else out
 
@@ -229,9 +229,10 @@ class _Dataset:
         """``ds[key]``; with ``out``, into that array (dense only): it must be
         writable, C-contiguous and of the result's dtype and shape (``item_shape``
         for a single index), and is returned. Without ``out`` a large result is
-        written once, by the daemon, into memory the returned array owns; ``out``
-        costs one copy into the caller's memory."""
-        idx, scalar = _index.normalize(key, len(self))
+        written once, by the daemon, into memory the returned array owns. ``out``
+        that is such a result (or whole pages of one) is written in place, in one
+        pass; other memory costs one copy."""
+        idx, scalar = _index.normalize(key, self.__len__)
         if out is None:
             r = self._read(idx)
             return r[0] if scalar else r
@@ -245,7 +246,7 @@ class _Dataset:
     def __getitems__(self, idxs):
         """The records idxs as a batch (torch's batched fetch; loaderx 1.5.7): dense, a
         ``(len(idxs), *item_shape)`` array; ragged, a list of arrays."""
-        idx, _ = _index.normalize(idxs, len(self))
+        idx, _ = _index.normalize(idxs, self.__len__)
         return self._read(idx)
 
     def lengths(self, idxs):
@@ -562,20 +563,19 @@ class MSDataset:
                 self._open_loose(names)
                 return
             writable = all(os.access(os.path.join(self.root, n, "meta.zr"), os.W_OK) for n in names)
-            metas = []
+            # the proofs: each stream's directory and meta.zr, opened here with
+            # the caller's rights (PROTOCOL.md, MSSET_OPEN)
+            proofs = []
             try:
                 for n in names:
-                    sub = os.open(n, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW,
-                                  dir_fd=dirfd)
-                    try:
-                        fd, _ = _store.open_meta(sub, os.path.join(self.root, n), writable)
-                    finally:
-                        os.close(sub)
-                    metas.append(fd)
+                    proofs.append(os.open(n, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+                                          | os.O_NOFOLLOW, dir_fd=dirfd))
+                    fd, _ = _store.open_meta(proofs[-1], os.path.join(self.root, n), writable)
+                    proofs.append(fd)
                 r = self._conn.request("msset_open", {"writable": writable, "streams": names},
-                                       fds=[dirfd] + metas, context=f"opening {self.root}")
+                                       fds=[dirfd] + proofs, context=f"opening {self.root}")
             finally:
-                for fd in metas:
+                for fd in proofs:
                     os.close(fd)
         finally:
             os.close(dirfd)

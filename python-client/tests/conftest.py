@@ -126,11 +126,30 @@ def own_daemon(tmp_path, monkeypatch):
         return sock
 
     yield start
+    restore_connection(saved)
+    for proc in started:
+        assert stop_daemon(proc) == 0
+
+
+def restore_connection(saved):
+    """Closes this process's default connection and puts ``saved`` back (the end
+    of a test that talked to daemons of its own)."""
+    from loaderx import _conn
     if _conn._default is not None:
         _conn._default.close()
     _conn._default = saved
-    for proc in started:
-        assert stop_daemon(proc) == 0
+
+
+def run_example(workdir, name, *args, timeout=300):
+    """Runs python-client/examples/<name> with args and --dir under workdir;
+    returns its output once it succeeded and printed its batches/s, and the
+    max |w - w_true| of its last line."""
+    path = os.path.join(PKG, "examples", name)
+    r = subprocess.run([sys.executable, path, *args, "--dir", str(workdir / "ex")],
+                       capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, r.stderr
+    assert "batches/s" in r.stdout, r.stdout
+    return r.stdout, float(r.stdout.strip().split("=")[-1])
 
 
 @pytest.fixture(autouse=True)

@@ -16,7 +16,7 @@ from loaderx.dataloader import DataLoader
 from loaderx.dataset import DenseDataset
 from loaderx.utils import from_numpy
 
-from conftest import (PKG, binary_for_auto_start, has_loader, in_forked_child,
+from conftest import (PKG, binary_for_auto_start, has_loader, in_forked_child, run_example,
                       skip_if_a_default_daemon_answers)
 
 DATA = np.arange(64 * 4, dtype=np.int32).reshape(64, 4)
@@ -168,15 +168,9 @@ def test_auto_started_daemon(tmp_path):
 
 
 def test_example_train_loop(workdir, loader_feature):
-    import os as _os
-    from conftest import PKG as _PKG
-    path = _os.path.join(_PKG, "examples", "train_loop.py")
-    r = subprocess.run([sys.executable, path, "--records", "2048", "--features", "32",
-                        "--steps", "60", "--dir", str(workdir / "ex")],
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    assert "batches/s" in r.stdout and "resumed at step 30" in r.stdout
-    err = float(r.stdout.strip().split("=")[-1])
+    out, err = run_example(workdir, "train_loop.py", "--records", "2048", "--features", "32",
+                           "--steps", "60", timeout=120)
+    assert "resumed at step 30" in out
     assert err < 0.05
 
 

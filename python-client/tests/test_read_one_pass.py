@@ -5,6 +5,7 @@ buffer only when the last array over it is gone (and never one a forked child
 still maps); ``out=`` checks what it is given; a client that dies holding
 results leaves the daemon's descriptors and shared memory where they were."""
 
+import contextlib
 import os
 import signal
 import socket
@@ -91,6 +92,22 @@ def test_hundred_results_survive_reuse(store, monkeypatch):
         assert np.array_equal(a, want), f"result {k} changed under its owner"
 
 
+def test_reused_buffer_drops_what_the_user_wrote(store, monkeypatch):
+    ds, src = store
+    opens = buffer_opens(monkeypatch)
+    a = ds[batch_indices(0)]
+    a[::7] = 0xEE                             # private copies of some pages, not all
+    a[-1, -1] = 0xEE                          # and the last byte
+    del a
+    b = ds[batch_indices(1)]                  # the same buffer, the same mapping
+    assert len(opens) == 1, "the freed buffer was not reused"
+    assert np.array_equal(b, src[batch_indices(1)])
+    b[:] = 0x11                               # every page written
+    del b
+    c = ds[batch_indices(2)]
+    assert len(opens) == 1 and np.array_equal(c, src[batch_indices(2)])
+
+
 def test_views_keep_the_buffer(store, monkeypatch):
     ds, src = store
     idx = batch_indices(1)
@@ -110,6 +127,26 @@ def test_pool_budget_closes_what_it_does_not_keep(store, monkeypatch):
     p = _results.pool(_conn.default())
     p._drain()
     assert p.free_bytes == 0
+
+
+def test_pool_budget_from_the_daemon(own_daemon, workdir, monkeypatch):
+    own_daemon("--read-pool=0")
+    monkeypatch.delenv("LOADERX_READ_POOL", raising=False)
+    conn = _conn.default()
+    st = conn.request("status")
+    assert conn.limits["read_pool_max"] == 0 == st["budgets"]["read_pool"]["bytes"]
+    assert st["budgets"]["read_pool"]["source"] == "setting"
+    src = np.arange(N * REC, dtype=np.uint8).reshape(N, REC)
+    ds = DenseDataset("d", dtype=np.uint8, item_shape=(REC,), codec="raw")
+    ds.append(src)
+    opens = buffer_opens(monkeypatch)
+    for k in range(3):
+        assert np.array_equal(ds[np.arange(k, k + B)], src[k:k + B])
+    assert len(opens) == 3                    # the daemon's budget of 0: nothing kept
+    monkeypatch.setenv("LOADERX_READ_POOL", str(64 << 20))
+    for k in range(3):
+        ds[np.arange(k, k + B)]
+    assert len(opens) == 3                    # the client's own setting wins: reused
 
 
 def test_ragged_one_pass(monkeypatch):
@@ -161,22 +198,69 @@ def test_out_checks_and_reads(store):
         r.read([0], out=np.empty(3, np.uint8))
 
 
-def test_forked_child_keeps_its_results(store):
+def reads_into(monkeypatch):
+    """The buffer handle each READ on the default connection names."""
+    conn = _conn.default()
+    named = []
+    real = conn.request
+
+    def spy(kind, fields=None, *a, **kw):
+        if kind == "read":
+            named.append(fields["buffer"])
+        return real(kind, fields, *a, **kw)
+
+    monkeypatch.setattr(conn, "request", spy)
+    return named
+
+
+def test_out_a_result_is_written_in_place(store, monkeypatch):
     ds, src = store
-    idx = batch_indices(3)
-    held = ds[idx]
+    out = ds[batch_indices(0)]
+    out[3:9] = 0xEE                           # the user's writes: dropped by the read
+    view = out[10:20]                         # a view sees the new records too
+    buf = out.base.base._buf if out.base.base is not None else None
+    opens = buffer_opens(monkeypatch)
+    named = reads_into(monkeypatch)
+    for k in range(1, 4):
+        assert ds.read(batch_indices(k), out=out) is out
+        assert np.array_equal(out, src[batch_indices(k)])
+        assert np.array_equal(view, src[batch_indices(k)][10:20])
+    assert opens == [] and len(named) == 3, "out= should READ into the result's own buffer"
+    if buf is not None:
+        assert set(named) == {buf.handle}
+    del out, view
+    assert np.array_equal(ds[batch_indices(5)], src[batch_indices(5)])   # the buffer is clean
+
+
+def test_out_part_of_a_result(monkeypatch):
+    src = np.random.default_rng(4).integers(0, 256, size=(300, 4096), dtype=np.uint8)
+    ds = DenseDataset("p", dtype=np.uint8, item_shape=(4096,), codec="raw")
+    ds.append(src)
+    big = ds[np.arange(200)]                  # page-sized records
+    whole = big.reshape(-1)
+    named = reads_into(monkeypatch)
+    # whole pages of the result: in place; a region that starts inside a page: copied
+    assert np.array_equal(ds.read([7, 8], out=big[1:3]), src[[7, 8]])
+    odd = whole[100:100 + 2 * 4096].reshape(2, 4096)
+    before = whole[:100].copy()
+    assert np.array_equal(ds.read([9, 10], out=odd), src[[9, 10]])
+    assert np.array_equal(whole[:100], before), "bytes outside out changed"
+    assert np.array_equal(big[3:], src[3:200])
+    assert len(named) == 2 and named[0] != named[1], "only the page-aligned out is in place"
+
+
+@contextlib.contextmanager
+def child_checks_later(check):
+    """Forks a child that runs check() once the body of the with block is done
+    (the parent has read again meanwhile); fails if check() failed there."""
     r, w = os.pipe()
-
-    def child():
-        os.close(w)
-        os.read(r, 1)                         # the parent has reused the buffers
-        assert np.array_equal(held, src[idx]), "the child's result changed"
-
     pid = os.fork()
     if pid == 0:
         code = 0
         try:
-            child()
+            os.close(w)
+            os.read(r, 1)
+            check()
         except BaseException:
             import traceback
             traceback.print_exc()
@@ -184,14 +268,40 @@ def test_forked_child_keeps_its_results(store):
         os._exit(code)
     os.close(r)
     try:
-        del held
-        for k in range(10):
-            assert np.array_equal(ds[batch_indices(50 + k)], src[batch_indices(50 + k)])
+        yield
     finally:
         os.write(w, b"x")
         os.close(w)
         _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+    assert os.waitstatus_to_exitcode(status) == 0, "the child's check failed"
+
+
+def test_out_a_result_a_child_maps_is_copied_into(store, monkeypatch):
+    ds, src = store
+    out = ds[batch_indices(0)]
+
+    def child():
+        assert np.array_equal(out, src[batch_indices(0)]), "the child's array changed"
+
+    with child_checks_later(child):
+        named = reads_into(monkeypatch)
+        ds.read(batch_indices(1), out=out)
+        assert np.array_equal(out, src[batch_indices(1)])
+        assert named and named[0] != out.base.base._buf.handle
+
+
+def test_forked_child_keeps_its_results(store):
+    ds, src = store
+    idx = batch_indices(3)
+    held = ds[idx]
+
+    def child():
+        assert np.array_equal(held, src[idx]), "the child's result changed"
+
+    with child_checks_later(child):
+        del held                              # the parent reuses the buffers
+        for k in range(10):
+            assert np.array_equal(ds[batch_indices(50 + k)], src[batch_indices(50 + k)])
 
 
 def test_copy_path_when_the_daemon_refuses(own_daemon, workdir):

@@ -1,5 +1,5 @@
 /* libzrc-loaders.c: the libzrc suite's loaders: dense batches, resume and
- * slots, a ragged set going stale, and two connections' identical loaders
+ * slots, the streams' fingerprint, a ragged set going stale, and two connections' identical loaders
  * sharing their rings, one closing or vanishing while holding batches
  * (libzrc-kit.h). */
 #include <check.h>
@@ -126,6 +126,69 @@ START_TEST(test_loader_resume_and_slots) {
         o.length = 49;
         ck_assert_int_eq(zrc_loader_open(c, &d, 1, &o, &h), -ZR_E_STALE);
         zrc_dataset_close(d);
+        zrc_disconnect(c);
+}
+END_TEST
+
+/* The fingerprint of a loader's streams at `o`, from a loader opened and closed. */
+static uint64_t fingerprint_of(zrc_conn *c, zrc_dataset *d, const zrc_loader_options *o) {
+        zrc_loader *l = NULL;
+        ck_assert_msg(zrc_loader_open(c, &d, 1, o, &l) == 0, "open: %s",
+                      zrc_last_error(c)->message);
+        uint64_t fp = zrc_loader_fingerprint(l);
+        zrc_loader_close(l);
+        return fp;
+}
+
+START_TEST(test_loader_fingerprint) {
+        zrc_conn *c = conn();
+        zrc_dataset *a, *same, *other;
+        zrc_loader *l = NULL;
+        zrc_loader_options o = { .sampler = "iid", .batch_size = 4, .seed = 3 };
+        float rec[20];
+        uint64_t fp;
+
+        NEED_LOADER(c);
+        /* two stores written alike (copies) have one fingerprint; it does not
+         * depend on the sampler */
+        a = make_dense(c, "fp-a", ZRC_CODEC_ZSTD, 40, NULL, 0);
+        same = make_dense(c, "fp-same", ZRC_CODEC_ZSTD, 40, NULL, 0);
+        fp = fingerprint_of(c, a, &o);
+        ck_assert_uint_ne(fp, 0);
+        ck_assert_uint_eq(fingerprint_of(c, same, &o), fp);
+        o.sampler = "cyclic";
+        ck_assert_uint_eq(fingerprint_of(c, a, &o), fp);
+        /* a store of the same length and schema written from other records */
+        other = make_dense(c, "fp-other", ZRC_CODEC_ZSTD, 39, NULL, 0);
+        for (int i = 0; i < 20; i++)
+                rec[i] = (float)(i * 7 + 1000);
+        ck_assert_int_eq(zrc_dataset_append_dense(other, rec, 1, NULL), 0);
+        ck_assert_uint_eq(zrc_dataset_length(other), 40);
+        ck_assert_uint_ne(fingerprint_of(c, other, &o), fp);
+        /* raw stores whose tables are alike (one size per record), one record
+         * apart: its stored bytes tell them apart */
+        zrc_dataset *raw = make_dense(c, "fp-raw", ZRC_CODEC_RAW, 40, NULL, 0);
+        zrc_dataset *raw2 = make_dense(c, "fp-raw2", ZRC_CODEC_RAW, 39, NULL, 0);
+        ck_assert_int_eq(zrc_dataset_append_dense(raw2, rec, 1, NULL), 0);
+        ck_assert_uint_ne(fingerprint_of(c, raw, &o), fingerprint_of(c, raw2, &o));
+        zrc_dataset_close(raw);
+        zrc_dataset_close(raw2);
+        /* the fingerprint expected: accepted where it holds, refused elsewhere */
+        o.check_fingerprint = true;
+        o.fingerprint = fp;
+        ck_assert_int_eq(zrc_loader_open(c, &same, 1, &o, &l), 0);
+        zrc_loader_close(l);
+        ck_assert_int_eq(zrc_loader_open(c, &other, 1, &o, &l), -ZR_E_STALE);
+        ck_assert_msg(strstr(zrc_last_error(c)->message, "fingerprint"), "%s",
+                      zrc_last_error(c)->message);
+        /* an append changes it */
+        ck_assert_int_eq(zrc_dataset_append_dense(same, rec, 1, NULL), 0);
+        ck_assert_int_eq(zrc_loader_open(c, &same, 1, &o, &l), -ZR_E_STALE);
+        o.check_fingerprint = false;
+        ck_assert_uint_ne(fingerprint_of(c, same, &o), fp);
+        zrc_dataset_close(a);
+        zrc_dataset_close(same);
+        zrc_dataset_close(other);
         zrc_disconnect(c);
 }
 END_TEST
@@ -485,6 +548,7 @@ END_TEST
 void libzrc_add_loaders(TCase *tc) {
         tcase_add_test(tc, test_loader_dense);
         tcase_add_test(tc, test_loader_resume_and_slots);
+        tcase_add_test(tc, test_loader_fingerprint);
         tcase_add_test(tc, test_loader_ragged_set_stale);
         tcase_add_test(tc, test_loader_shared);
         tcase_add_test(tc, test_loader_shared_disconnect);

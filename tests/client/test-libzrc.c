@@ -613,6 +613,8 @@ START_TEST(test_status) {
         ck_assert_str_ne(st->budget_cache.source, "");
         ck_assert_str_ne(st->budget_shm_uid.source, "");
         ck_assert_uint_eq(st->budget_prefetch.bytes, st->prefetch.budget);
+        ck_assert_uint_gt(st->budget_read_pool.bytes, 0);
+        ck_assert_str_ne(st->budget_read_pool.source, "");
         ck_assert(strcmp(st->prefetch.backend, "uring") == 0 ||
                   strcmp(st->prefetch.backend, "threads") == 0);
         ck_assert_uint_gt(st->prefetch.queue_depth, 0);

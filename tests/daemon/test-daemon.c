@@ -306,15 +306,32 @@ END_TEST
 
 /* ---- multi-stream sets ----------------------------------------------------------- */
 
-static int open_set(int fd, const char *root, const char *const *names, int n, bool writable,
-                    td_msg *m) {
-        int fds[8];
+/* How open_set_as() passes a stream's proofs (PROTOCOL.md, MSSET_OPEN). */
+enum member_how {
+        MEMBER_DIR,       /* its directory and meta.zr, as the protocol says */
+        MEMBER_PATH,      /* its directory opened O_PATH, which proves nothing */
+        MEMBER_OTHER,     /* another directory the client may read, with its meta.zr */
+        MEMBER_META_ONLY, /* the old request: the root and a meta.zr per stream */
+};
+
+static int open_set_as(int fd, const char *root, const char *const *names, int n,
+                       bool writable, enum member_how how, td_msg *m) {
+        int fds[1 + 2 * 8];
+        unsigned nfds = 1;
         char p[500];
         fds[0] = td_open_dir(path_in(root));
         for (int i = 0; i < n; i++) {
-                snprintf(p, sizeof(p), "%s/%s/meta.zr", path_in(root), names[i]);
-                fds[1 + i] = open(p, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
-                ck_assert_int_ge(fds[1 + i], 0);
+                snprintf(p, sizeof(p), "%s/%s", path_in(root), names[i]);
+                if (how == MEMBER_OTHER && i == n - 1)
+                        snprintf(p, sizeof(p), "%s", path_in("other"));
+                if (how != MEMBER_META_ONLY) {
+                        fds[nfds] = open(p, (how == MEMBER_PATH ? O_PATH : O_RDONLY) |
+                                                    O_DIRECTORY | O_CLOEXEC);
+                        ck_assert_int_ge(fds[nfds++], 0);
+                }
+                strcat(p, "/meta.zr");
+                fds[nfds] = open(p, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
+                ck_assert_int_ge(fds[nfds++], 0);
         }
         zr_wire_writer w;
         td_begin(&w, "msset_open", next_id++);
@@ -323,10 +340,15 @@ static int open_set(int fd, const char *root, const char *const *names, int n, b
         for (int i = 0; i < n; i++)
                 zr_wire_put_str(&w, NULL, names[i]);
         zr_wire_end(&w);
-        int code = td_call(fd, &w, fds, (unsigned)n + 1, m);
-        for (int i = 0; i <= n; i++)
+        int code = td_call(fd, &w, fds, nfds, m);
+        for (unsigned i = 0; i < nfds; i++)
                 close(fds[i]);
         return code;
+}
+
+static int open_set(int fd, const char *root, const char *const *names, int n, bool writable,
+                    td_msg *m) {
+        return open_set_as(fd, root, names, n, writable, MEMBER_DIR, m);
 }
 
 START_TEST(test_msset) {
@@ -344,6 +366,16 @@ START_TEST(test_msset) {
         const char *one[] = {"a"};
         ck_assert_int_eq(open_set(fd, "set", one, 1, false, &m), EINVAL);
         td_msg_free(&m);
+        /* every stream's directory is the client's proof, as for DATASET_OPEN */
+        ck_assert_int_eq(open_set_as(fd, "set", names, 2, false, MEMBER_PATH, &m), ZR_E_BAD_FD);
+        td_msg_free(&m);
+        ck_assert_int_eq(open_set_as(fd, "set", names, 2, false, MEMBER_META_ONLY, &m),
+                         ZR_E_BAD_FD);
+        td_msg_free(&m);
+        uint32_t other = create_dense(fd, "other", "raw");
+        ck_assert_int_eq(open_set_as(fd, "set", names, 2, false, MEMBER_OTHER, &m), EACCES);
+        td_msg_free(&m);
+        ck_assert_int_eq(simple_code(fd, "close", "handle", other), 0);
         ck_assert_int_eq(open_set(fd, "set", names, 2, true, &m), 0);
         ck_assert_int_eq(zr_msg_check(m.root, ZR_MSG_MSSET_OPEN, NULL, NULL), 0);
         uint32_t set = (uint32_t)td_u64(&m, "set");

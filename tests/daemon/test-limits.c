@@ -144,8 +144,9 @@ START_TEST(test_emfile_does_not_spin) {
 }
 END_TEST
 
-/* Sends the prefix of a frame of 1000 bytes and 10 of them, with 64 copies of
- * a descriptor: a frame that will never be finished. */
+/* Sends the prefix of a frame of 1000 bytes and 10 of them, with as many
+ * copies of a descriptor as a frame may carry: a frame that will never be
+ * finished. */
 static void park_descriptors(int fd) {
         int fds[ZR_FDS_PER_FRAME_MAX], null = open("/dev/null", O_RDONLY | O_CLOEXEC);
         uint8_t part[14] = {0xe8, 0x03, 0, 0, 0x82};
@@ -156,14 +157,16 @@ static void park_descriptors(int fd) {
         close(null);
 }
 
-/* The audit's attack: incomplete frames that each park 64 descriptors, from
- * many connections of one uid. */
+/* The audit's attack: incomplete frames that each park a frame's descriptors
+ * (64 then, ZR_FDS_PER_FRAME_MAX now), from many connections of one uid. */
 START_TEST(test_parked_descriptors_per_uid) {
         enum { CONNS = 6, LIMIT = 2 * ZR_FDS_PER_FRAME_MAX };
         int a[CONNS];
         if (!lk_can_switch_uid())
                 return;
-        lk_start_shared((const char *const[]){"--max-fds-per-uid=128", NULL});
+        char limit[64];
+        snprintf(limit, sizeof(limit), "--max-fds-per-uid=%d", LIMIT);
+        lk_start_shared((const char *const[]){limit, NULL});
         int root = td_connect_hello(&LD);
         int base = td_fd_count(&LD);
         for (int i = 0; i < CONNS; i++) {

@@ -1,8 +1,9 @@
 /* test-batch.c: the batch gather (dataset/batch.h): the layout locate() makes
  * before any byte is read, ragged records at multiples of 8 with their padding
  * zeroed and `base` added to their offsets, reads through the decoded-record
- * cache (hits, misses, evictions; raw datasets bypass it), batches of several
- * datasets (a mixture's sources), and refusals. */
+ * cache (hits, misses, evictions; raw datasets bypass it; a record drawn twice
+ * in a batch decoded once), batches of several datasets (a mixture's
+ * sources), and refusals. */
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,8 +18,11 @@
 
 static const zr_store_options test_opts = { .chunk_log2 = TEST_CHUNK_LOG2 };
 
-/* A dense "|u1" dataset of N records of `item` bytes: record i from seed i. */
-static zr_dataset *make_dense(scratch *sc, const char *name, uint64_t item, enum zr_codec codec) {
+/* A dense "|u1" dataset of N records of `item` bytes: record i from seed i;
+ * its store gathers on `pool` (may be NULL). */
+static zr_dataset *make_dense_on(scratch *sc, const char *name, uint64_t item, enum zr_codec codec,
+                                 zr_pool *pool) {
+        zr_store_options opts = test_opts;
         uint64_t shape[2] = { N, item };
         uint8_t *data = malloc(N * item);
         zr_dataset *ds;
@@ -28,8 +32,9 @@ static zr_dataset *make_dense(scratch *sc, const char *name, uint64_t item, enum
 
         for (uint64_t i = 0; i < N; i++)
                 gen_bytes(data + i * item, item, i);
+        opts.pool = pool;
         ck_assert_int_eq(zr_schema_init_dense(&s, "|u1", &item, 1, codec, &err), 0);
-        ck_assert_msg(zr_dataset_create(fd, &s, NULL, 0, &test_opts, &ds, &err) == 0, "%s",
+        ck_assert_msg(zr_dataset_create(fd, &s, NULL, 0, &opts, &ds, &err) == 0, "%s",
                       err.message);
         zr_batch b = { .dtype = "|u1", .data = data, .data_len = N * item, .shape = shape,
                        .ndim = 2 };
@@ -37,6 +42,10 @@ static zr_dataset *make_dense(scratch *sc, const char *name, uint64_t item, enum
         close(fd);
         free(data);
         return ds;
+}
+
+static zr_dataset *make_dense(scratch *sc, const char *name, uint64_t item, enum zr_codec codec) {
+        return make_dense_on(sc, name, item, codec, NULL);
 }
 
 /* A ragged "|u1" ndim-1 dataset: record i has 1 + i % 11 bytes of payload,
@@ -120,6 +129,34 @@ START_TEST(test_ragged_layout) {
 }
 END_TEST
 
+/* A scratch directory, a pool of 2 threads and a 1 MiB decoded-record cache. */
+static void cache_rig(scratch *sc, zr_pool **pool, zr_rcache **cache) {
+        scratch_new(sc);
+        ck_assert_int_eq(zr_pool_new(2, pool), 0);
+        ck_assert_int_eq(zr_rcache_new(1 << 20, cache), 0);
+}
+
+/* Gathers records idx[0..n) of dense dataset ds (items of `item` bytes)
+ * through the cache into dst, checks every record's bytes, and returns the
+ * gather's counts in *g (released). */
+static void read_dense_checked(zr_dataset *ds, const uint64_t *idx, size_t n, uint64_t item,
+                               zr_rcache *cache, zr_pool *pool, uint8_t *dst, zr_gather *g) {
+        uint8_t want[256];
+        zr_error err = {0};
+
+        ck_assert_uint_le(item, sizeof(want));
+        *g = (zr_gather){ .ds = ds, .idx = idx, .n = n };
+        memset(dst, 0, n * item);
+        ck_assert_int_eq(zr_gather_locate(g, &err), 0);
+        ck_assert_uint_eq(g->bytes, n * item);
+        ck_assert_msg(zr_gather_read(g, dst, 0, cache, pool, &err) == 0, "%s", err.message);
+        for (size_t i = 0; i < n; i++) {
+                gen_bytes(want, item, idx[i]);
+                ck_assert_int_eq(memcmp(dst + i * item, want, item), 0);
+        }
+        zr_gather_release(g);
+}
+
 /* Through a cache: a compressed dataset's records miss once, then hit; a
  * budget too small evicts; a raw dataset never looks; the bytes are always
  * the records'. */
@@ -132,28 +169,17 @@ START_TEST(test_cache) {
         zr_error err = {0};
         scratch sc;
 
-        scratch_new(&sc);
-        ck_assert_int_eq(zr_pool_new(2, &pool), 0);
-        ck_assert_int_eq(zr_rcache_new(1 << 20, &cache), 0);
+        cache_rig(&sc, &pool, &cache);
         zr_dataset *zs = make_dense(&sc, "z", ITEM, ZR_CODEC_ZSTD);
         zr_dataset *raw = make_dense(&sc, "r", ITEM, ZR_CODEC_RAW);
         for (uint64_t i = 0; i < N; i++)
                 idx[i] = (i * 7) % N;
         for (int pass = 0; pass < 3; pass++) {
-                zr_gather g = { .ds = zs, .idx = idx, .n = N };
-                memset(dst, 0, sizeof(dst));
-                ck_assert_int_eq(zr_gather_locate(&g, &err), 0);
-                ck_assert_uint_eq(g.bytes, N * ITEM);
-                ck_assert_msg(zr_gather_read(&g, dst, 0, cache, pool, &err) == 0, "%s",
-                              err.message);
-                for (uint64_t i = 0; i < N; i++) {
-                        gen_bytes(want, ITEM, idx[i]);
-                        ck_assert_int_eq(memcmp(dst + i * ITEM, want, ITEM), 0);
-                }
+                zr_gather g;
+                read_dense_checked(zs, idx, N, ITEM, cache, pool, dst, &g);
                 ck_assert_uint_eq(g.hits, pass ? N : 0);
                 ck_assert_uint_eq(g.misses, pass ? 0 : N);
                 ck_assert_uint_eq(g.evictions, 0);
-                zr_gather_release(&g);
         }
         /* room for about 10 records: a pass over 40 evicts */
         zr_rcache_set_budget(cache, 10 * (ITEM + ZR_RCACHE_ENTRY_OVERHEAD));
@@ -176,6 +202,76 @@ START_TEST(test_cache) {
         zr_gather_release(&g);
         zr_dataset_close(zs, NULL);
         zr_dataset_close(raw, NULL);
+        zr_rcache_free(cache);
+        zr_pool_free(pool);
+        scratch_free(&sc);
+}
+END_TEST
+
+/* Dense batches are located, checked and read shard by shard on the store's
+ * pool, raw and compressed, without a cache: every record lands at i × item,
+ * repeats and runs of consecutive indices included. */
+START_TEST(test_dense_shards) {
+        enum { ITEM = 4096 + 8, B = 500 };
+        static uint8_t dst[B * ITEM];
+        uint8_t want[ITEM];
+        uint64_t idx[B];
+        zr_pool *pool;
+        zr_error err = {0};
+        scratch sc;
+
+        scratch_new(&sc);
+        ck_assert_int_eq(zr_pool_new(3, &pool), 0);
+        for (size_t i = 0; i < B; i++) /* runs of 3 consecutive records, then jumps */
+                idx[i] = i % 4 == 3 ? (i * 13) % N : (i / 4 * 3 + i % 4) % N;
+        for (int c = 0; c < 2; c++) {
+                zr_dataset *ds = make_dense_on(&sc, c ? "z" : "r", ITEM,
+                                               c ? ZR_CODEC_ZSTD : ZR_CODEC_RAW, pool);
+                zr_gather g = { .ds = ds, .idx = idx, .n = B };
+                memset(dst, 0xA5, sizeof(dst));
+                ck_assert_int_eq(zr_gather_locate(&g, &err), 0);
+                ck_assert_uint_eq(g.bytes, (uint64_t)B * ITEM);
+                ck_assert_msg(zr_gather_read(&g, dst, 0, NULL, NULL, &err) == 0, "%s",
+                              err.message);
+                for (size_t i = 0; i < B; i++) {
+                        gen_bytes(want, ITEM, idx[i]);
+                        ck_assert_msg(memcmp(dst + i * ITEM, want, ITEM) == 0,
+                                      "codec %d: record %zu (index %llu) is wrong", c, i,
+                                      (unsigned long long)idx[i]);
+                }
+                zr_gather_release(&g);
+                zr_dataset_close(ds, NULL);
+        }
+        zr_pool_free(pool);
+        scratch_free(&sc);
+}
+END_TEST
+
+/* A record drawn more than once in a batch is decoded once and copied: each
+ * later draw is a hit, the cache holds it once, and every place gets its
+ * bytes; a draw of a record the cache already holds stays a plain hit. */
+START_TEST(test_cache_repeats) {
+        enum { ITEM = 64, B = 12 };
+        const uint64_t idx[B] = { 3, 5, 3, 9, 3, 5, 11, 2, 9, 2, 2, 7 };
+        uint8_t dst[B * ITEM];
+        zr_rcache_stats cs;
+        zr_rcache *cache;
+        zr_pool *pool;
+        scratch sc;
+
+        cache_rig(&sc, &pool, &cache);
+        zr_dataset *zs = make_dense(&sc, "z", ITEM, ZR_CODEC_ZSTD);
+        for (int pass = 0; pass < 2; pass++) {
+                zr_gather g;
+                read_dense_checked(zs, idx, B, ITEM, cache, pool, dst, &g);
+                /* 6 distinct records (2, 3, 5, 7, 9, 11): the first pass
+                 * decodes each once, the second hits every draw */
+                ck_assert_uint_eq(g.misses, pass ? 0 : 6);
+                ck_assert_uint_eq(g.hits, pass ? B : B - 6);
+                zr_rcache_stats_get(cache, &cs);
+                ck_assert_uint_eq(cs.entries, 6);
+        }
+        zr_dataset_close(zs, NULL);
         zr_rcache_free(cache);
         zr_pool_free(pool);
         scratch_free(&sc);
@@ -218,9 +314,7 @@ START_TEST(test_sources) {
         zr_error err = {0};
         scratch sc;
 
-        scratch_new(&sc);
-        ck_assert_int_eq(zr_pool_new(2, &pool), 0);
-        ck_assert_int_eq(zr_rcache_new(1 << 20, &cache), 0);
+        cache_rig(&sc, &pool, &cache);
         zr_dataset *ds[2] = { make_ragged_seeded(&sc, "a", ZR_CODEC_RAW, 0),
                               make_ragged_seeded(&sc, "b", ZR_CODEC_ZSTD, 1) };
         for (int i = 0; i < B; i++) {
@@ -269,4 +363,5 @@ START_TEST(test_sources) {
 }
 END_TEST
 
-TL_SUITE_MAIN("batch", test_ragged_layout, test_cache, test_range, test_sources)
+TL_SUITE_MAIN("batch", test_ragged_layout, test_cache, test_cache_repeats, test_dense_shards,
+              test_range, test_sources)

@@ -4,10 +4,12 @@
  * headerless records, and lxragged's recovery of an append or delete cut between
  * the store and the schema. */
 #include <check.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <msgpack.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 
 #include "check-run.h"
 #include "dataset/lxfile.h"
@@ -17,6 +19,7 @@
 #include "dataset/shapes.h"
 #include "helpers.h"
 #include "records.h"
+#include "util.h"
 
 /* loaderx 1.5.7's file for shapes (2, 4), (5,), (3, 3, 3), as msgpack-python packs
  * it, and the same with a caller's key after the shapes. */
@@ -427,5 +430,52 @@ START_TEST(test_lxragged_recovery) {
 }
 END_TEST
 
+/* Opened read-only through a read-only bind mount of its directory, then made
+ * writable through a writable descriptor of it: appends write the store and
+ * schema.msgpack through the writable one (a mount namespace of the test's
+ * own; skipped with a line without). */
+START_TEST(test_lxragged_made_writable) {
+        zr_store_options o = { .chunk_log2 = 16 }, ro = { .read_only = 1 };
+        uint64_t ids[16];
+        zr_lxragged *d;
+        zr_error err = {0};
+        scratch sc;
+        char path[300];
+
+        scratch_new(&sc);
+        int fd = scratch_child(&sc, "r");
+        ck_assert_int_eq(zr_lxragged_create(fd, "|i1", ZR_CODEC_ZSTD, NULL, 0, &o, &d, &err), 0);
+        lxr_append(d, 0, 10);
+        zr_lxragged_close(d, NULL);
+        for (uint64_t i = 0; i < 16; i++)
+                ids[i] = i;
+        if (tl_private_mounts() < 0) {
+                fprintf(stderr, "skipped: no mount namespace here\n");
+                goto out;
+        }
+        snprintf(path, sizeof(path), "%s/r", sc.path);
+        ck_assert_int_eq(mount(path, path, NULL, MS_BIND, NULL), 0);
+        ck_assert_int_eq(mount(NULL, path, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY, NULL), 0);
+        int rofd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        ck_assert_int_ge(rofd, 0);
+        ck_assert_int_eq(zr_lxragged_open(rofd, &ro, &d, &err), 0);
+        ck_assert_int_eq(zr_lxragged_make_writable(d, rofd, NULL), -EROFS);
+        zr_error_clear(&err);
+        ck_assert_msg(zr_lxragged_make_writable(d, fd, &err) == 0, "%s", err.message);
+        lxr_append(d, 10, 3);
+        lxr_expect(d, ids, 13);
+        zr_lxragged_close(d, NULL);
+        close(rofd);
+        ck_assert_int_eq(umount2(path, MNT_DETACH), 0); /* or the scratch stays */
+        ck_assert_int_eq(zr_lxragged_open(fd, &o, &d, NULL), 0);
+        lxr_expect(d, ids, 13);
+        zr_lxragged_close(d, NULL);
+out:
+        close(fd);
+        scratch_free(&sc);
+}
+END_TEST
+
 TL_SUITE_MAIN("lxschema", test_decode_encode_exact, test_decode_refusals, test_decode_mutations,
-              test_shapes_model, test_ragged_headerless, test_lxragged_recovery)
+              test_shapes_model, test_ragged_headerless, test_lxragged_recovery,
+              test_lxragged_made_writable)

@@ -281,15 +281,17 @@ void case_wrong_fds(void) {
                             0, &n, &ok);
                 close(sealed);
         }
-        /* 65 descriptors on one frame: more than the control buffer holds */
+        /* one descriptor more than a frame may carry: more than the control
+         * buffer holds */
         {
-                int many[65];
-                for (int i = 0; i < 65; i++)
+                enum { TOO_MANY = ZR_FDS_PER_FRAME_MAX + 1 };
+                int many[TOO_MANY];
+                for (int i = 0; i < TOO_MANY; i++)
                         many[i] = pipefd[0];
                 zr_wire_writer w;
                 tl_msg m;
                 tl_begin(&w, "status", 200);
-                tl_send(fd, &w, many, 65);
+                tl_send(fd, &w, many, TOO_MANY);
                 zr_wire_writer_destroy(&w);
                 int rr = tl_recv(fd, &m, TL_TIMEOUT_MS);
                 int code = rr == 0 ? tl_code(&m) : rr;
@@ -299,7 +301,7 @@ void case_wrong_fds(void) {
                 n++;
                 ok += code == ZR_E_BAD_FD && eof == -EPIPE;
                 CHECK(code == ZR_E_BAD_FD && eof == -EPIPE,
-                      "wrong-fds: 65 descriptors: %d, then %d", code, eof);
+                      "wrong-fds: %d descriptors: %d, then %d", TOO_MANY, code, eof);
         }
         close(fd);
         /* strikes: a connection that keeps sending descriptors where none belong */

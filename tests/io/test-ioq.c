@@ -627,18 +627,26 @@ START_TEST(test_closed_descriptor) {
         zr_io_range closed = { fd, 0, 4 * KiB };
         zr_io_range none = { -1, 0, 4 * KiB };
         zr_io_range fine = { good, 0, 4 * KiB };
-        uint64_t id1, id2, id3;
+        /* large reads (io_uring hands them to its workers at once) fail and
+         * succeed the same way */
+        zr_io_range closed_large = { fd, 0, 64 * KiB }, fine_large = { good, 0, 64 * KiB };
+        uint64_t id1, id2, id3, id4, id5;
         ck_assert_int_eq(zr_ioq_submit(q, &closed, 1, done_fn, &d, &id1), 0);
         ck_assert_int_eq(zr_ioq_submit(q, &none, 1, done_fn, &d, &id2), 0);
         ck_assert_int_eq(zr_ioq_submit(q, &fine, 1, done_fn, &d, &id3), 0);
-        log_wait(&d, 3);
+        ck_assert_int_eq(zr_ioq_submit(q, &closed_large, 1, done_fn, &d, &id4), 0);
+        ck_assert_int_eq(zr_ioq_submit(q, &fine_large, 1, done_fn, &d, &id5), 0);
+        log_wait(&d, 5);
         ck_assert_int_eq(d.result[id1], -EBADF);
         ck_assert_int_eq(d.result[id2], -EBADF);
         ck_assert_int_eq(d.result[id3], 0);
+        ck_assert_int_eq(d.result[id4], -EBADF);
+        ck_assert_int_eq(d.result[id5], 0);
+        ck_assert_uint_eq(d.bytes[id5], 64 * KiB);
         zr_ioq_stats st;
         zr_ioq_get_stats(q, &st);
-        ck_assert_uint_eq(st.errors, 2);
-        ck_assert_uint_eq(st.failed, 2);
+        ck_assert_uint_eq(st.errors, 3);
+        ck_assert_uint_eq(st.failed, 3);
         zr_ioq_free(q);
         close(good);
 }

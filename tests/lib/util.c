@@ -9,12 +9,14 @@
 #include <linux/audit.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -232,8 +234,10 @@ void tl_die(const char *what) {
 #define F_SEAL_FUTURE_WRITE 0x0010
 #endif
 
-int tl_deny_future_write_seal(void) {
-        struct sock_filter f[] = {
+/* Installs a filter whose instructions after the architecture check are
+ * body[0..n): on another architecture every call is allowed. */
+static int install_filter(const struct sock_filter *body, size_t n) {
+        struct sock_filter f[32] = {
                 BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
 #if defined(__x86_64__)
                 BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
@@ -243,6 +247,22 @@ int tl_deny_future_write_seal(void) {
                 BPF_JUMP(BPF_JMP | BPF_JA, 0, 0, 0),
 #endif
                 BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        };
+        const size_t head = 3;
+
+        if (n > sizeof(f) / sizeof(f[0]) - head)
+                return -E2BIG;
+        memcpy(f + head, body, n * sizeof(*body));
+        struct sock_fprog prog = { .len = (unsigned short)(head + n), .filter = f };
+        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+                return -errno;
+        if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) < 0)
+                return -errno;
+        return 0;
+}
+
+int tl_deny_future_write_seal(void) {
+        struct sock_filter f[] = {
                 BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
                 BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_fcntl, 1, 0),
                 BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
@@ -255,11 +275,49 @@ int tl_deny_future_write_seal(void) {
                 BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EINVAL & SECCOMP_RET_DATA)),
                 BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
         };
-        struct sock_fprog prog = { .len = sizeof(f) / sizeof(f[0]), .filter = f };
+        return install_filter(f, sizeof(f) / sizeof(f[0]));
+}
 
-        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+int tl_deny_syscall(long nr, int err) {
+        struct sock_filter f[] = {
+                BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+                BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)nr, 0, 1),
+                BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ((uint32_t)err & SECCOMP_RET_DATA)),
+                BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        };
+        return install_filter(f, sizeof(f) / sizeof(f[0]));
+}
+
+static int write_file(const char *path, const char *text) {
+        int fd = open(path, O_WRONLY | O_CLOEXEC), r = 0;
+        if (fd < 0)
                 return -errno;
-        if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) < 0)
+        if (write(fd, text, strlen(text)) != (ssize_t)strlen(text))
+                r = -errno;
+        close(fd);
+        return r;
+}
+
+int tl_private_mounts(void) {
+        if (geteuid() != 0) {
+                char map[64];
+                uid_t uid = geteuid();
+                gid_t gid = getegid();
+                if (unshare(CLONE_NEWUSER | CLONE_NEWNS) < 0)
+                        return -errno;
+                int r = write_file("/proc/self/setgroups", "deny");
+                snprintf(map, sizeof(map), "0 %u 1", (unsigned)uid);
+                if (r == 0)
+                        r = write_file("/proc/self/uid_map", map);
+                snprintf(map, sizeof(map), "0 %u 1", (unsigned)gid);
+                if (r == 0)
+                        r = write_file("/proc/self/gid_map", map);
+                if (r < 0)
+                        return r;
+        } else if (unshare(CLONE_NEWNS) < 0) {
+                return -errno;
+        }
+        if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
                 return -errno;
         return 0;
 }

@@ -67,6 +67,18 @@ int tl_exec_capture(char *const *argv, char **ret_out, char **ret_err);
  * test). 0, or -errno when seccomp is not available (skip then). */
 int tl_deny_future_write_seal(void);
 
+/* Makes this process see system call `nr` fail with `err` (ENOSYS: a kernel
+ * without it; EPERM: a seccomp filter such as systemd's refusing it). For
+ * ever: call it in a process of its own. 0, or -errno without seccomp. */
+int tl_deny_syscall(long nr, int err);
+
+/* Moves this process into a mount namespace of its own whose mounts propagate
+ * nowhere (and, when not root, into a user namespace mapping only its own uid
+ * and gid, as `unshare -Urm` does), so that it may bind-mount at will. For
+ * ever: call it in a process of its own. 0, or -errno when namespaces are not
+ * available (skip then). */
+int tl_private_mounts(void);
+
 /* Failures of a plain test program: tl_fail() prints "FAIL: " and the message
  * to stderr and counts it in tl_failures; tl_die() prints "FATAL: what:
  * strerror(errno)" and exits 2 (the test could not go on). */

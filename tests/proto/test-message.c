@@ -205,7 +205,7 @@ START_TEST(test_descriptor_counts) {
         ck_assert_uint_eq(fds_of(fill_create_dict, "dataset_create"), 2);
         ck_assert_uint_eq(fds_of(fill_nothing, "dataset_open"), 2);
         ck_assert_uint_eq(fds_of(fill_writable, "dataset_open"), 2);
-        ck_assert_uint_eq(fds_of(fill_three_streams, "msset_open"), 4);
+        ck_assert_uint_eq(fds_of(fill_three_streams, "msset_open"), 7);
         ck_assert_uint_eq(fds_of(fill_append, "append"), 1);
         ck_assert_uint_eq(fds_of(fill_train_handle, "train_dict"), 0);
         ck_assert_uint_eq(fds_of(fill_train_memfd, "train_dict"), 1);

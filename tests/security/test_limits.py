@@ -9,9 +9,10 @@ with simulated uids are in tests/daemon/limits-*.c.
   --max-clients.
 - Shared memory (finding 6): twelve connections of the attacker under
   --max-shm=64M get only the 256 MiB of --max-shm-per-uid between them.
-- Descriptors (finding 4): unfinished frames that each park 64 descriptors, on
-  six connections of the attacker, make the daemon hold no more than
-  --max-fds-per-uid of them; the victim is served meanwhile.
+- Descriptors (finding 4): unfinished frames that each park a frame's worth of
+  descriptors (65, ZR_FDS_PER_FRAME_MAX), on six connections of the attacker,
+  make the daemon hold no more than --max-fds-per-uid of them; the victim is
+  served meanwhile.
 - STATUS: the attacker sees its own account only, not the victim's; the service
   user sees both.
 
@@ -26,10 +27,12 @@ import os
 from .conftest import read_line
 
 MIB = 1 << 20
+FRAME_FDS = 65   # ZR_FDS_PER_FRAME_MAX: the most descriptors one frame carries
 
 # Holds connections as the attacker until the test closes its stdin: connects
 # (HELLO each) until refused, or N times; ACTION=buffer opens a 64 MiB buffer on
-# each, ACTION=park then sends each an unfinished frame with 64 descriptors.
+# each, ACTION=park then sends each an unfinished frame with FRAME_FDS
+# descriptors.
 # Reports before it waits.
 HOLD = """
     import array, json, os, socket, sys
@@ -50,10 +53,12 @@ HOLD = """
     if os.environ.get("ACTION") == "park":  # once every connection said HELLO
         null = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
         for r in held:
-            # the prefix of a 1000-byte frame and 10 of its bytes, 64 descriptors
+            # the prefix of a 1000-byte frame and 10 of its bytes, a frame's
+            # descriptors
             part = (1000).to_bytes(4, "little") + b"\\x82" + bytes(9)
+            n = int(r.hello["limits"]["fds_per_frame_max"])
             r.sock.sendmsg([part], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
-                                     array.array("i", [null] * 64))])
+                                     array.array("i", [null] * n))])
         os.close(null)
     emit({"held": len(held), "error": error, "granted": granted})
     sys.stdin.readline()
@@ -124,7 +129,7 @@ def fd_count(pid):
 
 
 def test_parked_descriptors_bounded_per_uid(users, service, start_as, run_as):
-    svc = service(max_fds_per_uid=128)
+    svc = service(max_fds_per_uid=2 * FRAME_FDS)
     base = fd_count(svc.pid)
     p, got = hold(start_as, users, svc, N=6, ACTION="park")
     assert got["held"] == 6, got
@@ -132,11 +137,11 @@ def test_parked_descriptors_bounded_per_uid(users, service, start_as, run_as):
     # attacker's account holds it (a bound on the tries)
     for _ in range(1000):
         acct = account(root_status(svc), users.attacker.uid)
-        if acct and acct["fds"] >= 128:
+        if acct and acct["fds"] >= 2 * FRAME_FDS:
             break
-    assert acct["fds"] == 128, acct
+    assert acct["fds"] == 2 * FRAME_FDS, acct
     n = fd_count(svc.pid)
-    assert n <= base + 6 + 128 + 1, f"the daemon holds {n - base} descriptors more"
+    assert n <= base + 6 + 2 * FRAME_FDS + 1, f"the daemon holds {n - base} descriptors more"
     r = run_as(users.victim, VICTIM_SERVED, env=svc.env())
     assert r.rc == 0, r
     release(p)

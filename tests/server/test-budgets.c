@@ -56,6 +56,8 @@ START_TEST(test_auto_in_a_small_cgroup) {
         ck_assert_uint_eq(b.cache.bytes, 61 * MiB);
         ck_assert_uint_eq(b.ring_spare.bytes, 61 * MiB);
         ck_assert_uint_eq(b.prefetch.bytes, 61 * MiB);
+        ck_assert_uint_eq(b.read_pool.bytes, 5 * MiB); /* 1% */
+        ck_assert_ptr_nonnull(strstr(b.read_pool.source, "at most 256 MiB"));
         ck_assert_uint_eq(b.shm_total.bytes, 255 * MiB); /* (512 MiB / 100) x 50 */
         ck_assert_uint_eq(b.shm_uid.bytes, 127 * MiB);
         /* everything together leaves room in the cgroup */
@@ -80,6 +82,7 @@ START_TEST(test_auto_capped_and_settings) {
         ck_assert_uint_eq(b.cache.bytes, 1 * GiB);
         ck_assert_uint_eq(b.ring_spare.bytes, 512 * MiB);
         ck_assert_uint_eq(b.prefetch.bytes, 1 * GiB);
+        ck_assert_uint_eq(b.read_pool.bytes, 245 * MiB); /* 1% of 24 GiB, under the cap */
         ck_assert_str_eq(b.memory_source, "MemTotal");
         /* a setting is taken as it is, whatever the machine */
         c.cache_bytes = 3 * GiB;

@@ -124,6 +124,21 @@ START_TEST(test_ring_spare) {
         ck_assert_uint_eq(c.ring_spare_bytes, 300u << 20);
         unlink(path);
 
+        /* read-pool: auto by default, a size, 0, "auto" again, and a bad value */
+        zr_config_defaults(&c);
+        ck_assert_uint_eq(c.read_pool_bytes, ZR_CONFIG_AUTO);
+        char *rp1[] = {"zrecordd", "--read-pool=64M", NULL};
+        ck_assert_int_eq(zr_config_parse_args(&c, 2, rp1, &err), 0);
+        ck_assert_uint_eq(c.read_pool_bytes, 64u << 20);
+        char *rp2[] = {"zrecordd", "--read-pool=0", NULL};
+        ck_assert_int_eq(zr_config_parse_args(&c, 2, rp2, &err), 0);
+        ck_assert_uint_eq(c.read_pool_bytes, 0);
+        char *rp3[] = {"zrecordd", "--read-pool=auto", NULL};
+        ck_assert_int_eq(zr_config_parse_args(&c, 2, rp3, &err), 0);
+        ck_assert_uint_eq(c.read_pool_bytes, ZR_CONFIG_AUTO);
+        char *rp4[] = {"zrecordd", "--read-pool=lots", NULL};
+        ck_assert_int_lt(zr_config_parse_args(&c, 2, rp4, &err), 0);
+
         /* bad values name the place and leave the setting alone */
         const char *bad[] = {"lots", "-1", "12X", "", "1G2", "99999999999T", "0x"};
         for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -197,7 +212,7 @@ START_TEST(test_per_uid_limits) {
         ck_assert_uint_eq(c.max_jobs_per_uid, 0); /* auto: the worker threads but one */
 
         char *path = write_tmp("max-clients-per-uid = 8\nhello-timeout = 0\nidle-timeout = 60\n"
-                               "frame-timeout = 5\nmax-fds = 64\nmax-fds-per-uid = 512\n"
+                               "frame-timeout = 5\nmax-fds = 65\nmax-fds-per-uid = 512\n"
                                "max-bytes-per-uid = 16M\nmax-shm-per-uid = 2G\n"
                                "max-shm-total = 6G\nmax-jobs-per-uid = 3\n");
         ck_assert_int_eq(zr_config_load_file(&c, path, &err), 0);
@@ -206,7 +221,7 @@ START_TEST(test_per_uid_limits) {
         ck_assert_uint_eq(c.hello_timeout_sec, 0);
         ck_assert_uint_eq(c.idle_timeout_sec, 60);
         ck_assert_uint_eq(c.frame_timeout_sec, 5);
-        ck_assert_uint_eq(c.max_fds, 64);
+        ck_assert_uint_eq(c.max_fds, 65); /* the least: one frame's descriptors */
         ck_assert_uint_eq(c.max_fds_per_uid, 512);
         ck_assert_uint_eq(c.max_bytes_per_uid, 16u << 20);
         ck_assert_uint_eq(c.max_shm_per_uid, 2ull << 30);
@@ -214,7 +229,7 @@ START_TEST(test_per_uid_limits) {
         ck_assert_uint_eq(c.max_jobs_per_uid, 3);
 
         /* a limit that would let no client in, or not one frame's descriptors */
-        const char *bad[] = {"max-clients-per-uid = 0", "max-fds = 63", "max-fds-per-uid = 10",
+        const char *bad[] = {"max-clients-per-uid = 0", "max-fds = 64", "max-fds-per-uid = 10",
                              "max-bytes-per-uid = 0", "idle-timeout = soon",
                              "max-shm-total = much"};
         for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {

@@ -171,6 +171,23 @@ START_TEST(test_lock_and_exists) {
         ck_assert_ptr_nonnull(strstr(err.message, "meta.zr"));
         zr_store_options ro = { .read_only = 1 };
         ck_assert_int_eq(zr_store_open(d.fd, &ro, &s2, NULL), -ZR_E_LOCKED);
+        /* read-only opens share the store (a shared lock), and keep writers out */
+        {
+                tdir d2;
+                zr_store *w, *r1 = NULL, *r2 = NULL, *w2 = NULL;
+                tdir_make(&d2);
+                w = create_store(&d2, ZR_CODEC_RAW, 0, NULL);
+                zr_store_close(w, NULL);
+                ck_assert_int_eq(zr_store_open(d2.fd, &ro, &r1, NULL), 0);
+                ck_assert_int_eq(zr_store_open(d2.fd, &ro, &r2, NULL), 0);
+                ck_assert_int_eq(zr_store_open(d2.fd, NULL, &w2, NULL), -ZR_E_LOCKED);
+                zr_store_close(r1, NULL);
+                ck_assert_int_eq(zr_store_open(d2.fd, NULL, &w2, NULL), -ZR_E_LOCKED);
+                zr_store_close(r2, NULL);
+                ck_assert_int_eq(zr_store_open(d2.fd, NULL, &w2, NULL), 0);
+                zr_store_close(w2, NULL);
+                tdir_remove(&d2);
+        }
         /* and from another process */
         pid_t pid = fork();
         ck_assert_int_ge(pid, 0);
