@@ -12,22 +12,18 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/audit.h>
-#include <linux/filter.h>
-#include <linux/seccomp.h>
 #include <pthread.h>
 #include <stdatomic.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "check-run.h"
 #include "files.h"
+#include "util.h"
 #include "io/ioq.h"
 
 #define KiB ((uint64_t)1 << 10)
@@ -829,30 +825,6 @@ END_TEST
 /* AUTO takes io_uring where it works, and falls back to threads where it does
  * not: here a seccomp filter makes io_uring_setup fail with EPERM, as a
  * container's default profile does. Forced io_uring then fails with that. */
-static int deny_io_uring(void) {
-        struct sock_filter f[] = {
-                BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
-#if defined(__x86_64__)
-                BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
-#elif defined(__aarch64__)
-                BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_AARCH64, 1, 0),
-#else
-                BPF_JUMP(BPF_JMP | BPF_JA, 0, 0, 0),
-#endif
-                BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-                BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-                BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
-                BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
-                BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-        };
-        struct sock_fprog prog = { .len = sizeof(f) / sizeof(f[0]), .filter = f };
-        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
-                return -errno;
-        if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) < 0)
-                return -errno;
-        return 0;
-}
-
 START_TEST(test_auto_falls_back) {
         zr_ioq *q = NULL;
         zr_error err = {0};
@@ -868,7 +840,7 @@ START_TEST(test_auto_falls_back) {
         ck_assert_int_ge(pid, 0);
         if (pid == 0) {
                 /* exit codes: 0 ok, 2 no seccomp, else the failed step */
-                if (deny_io_uring() < 0)
+                if (tl_deny_syscall(__NR_io_uring_setup, EPERM) < 0)
                         _exit(2);
                 zr_ioq *c = NULL;
                 if (zr_ioq_new(NULL, &c, NULL) < 0)
