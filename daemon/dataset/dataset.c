@@ -22,10 +22,9 @@
 #include "dataset/lxragged.h"
 #include "dataset/lxschema.h"
 #include "dataset/ragged.h"
-#include "store/newfile.h"
+#include "dataset/schemafile.h"
 #include "store/resolve.h"
 
-#define SCHEMA_TMP_FILE ZR_SCHEMA_FILE ".tmp"
 #define STORE_META_FILE "meta.zr"
 
 struct zr_dataset {
@@ -62,70 +61,14 @@ static void dataset_free(zr_dataset *ds) {
         free(ds);
 }
 
-static int write_all(int fd, const void *buf, size_t len) {
-        const char *p = buf;
-
-        while (len > 0) {
-                ssize_t w = write(fd, p, len);
-                if (w < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        return -errno;
-                }
-                p += w;
-                len -= (size_t)w;
-        }
-        return 0;
-}
-
-static int fsync_dir(int dirfd) {
-        int fd, r = 0;
-
-        fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (fd < 0)
-                return -errno;
-        if (fsync(fd) < 0)
-                r = -errno;
-        close(fd);
-        return r;
-}
-
-/* Writes schema.msgpack atomically: temp file, fsync, rename, directory fsync. */
+/* Writes schema.msgpack atomically (schemafile.h). */
 static int schema_write(int dirfd, const zr_schema *schema, zr_error *err) {
         void *buf = NULL;
         size_t len = 0;
-        int fd = -1, r;
+        int r = zr_schema_encode(schema, &buf, &len, err);
 
-        r = zr_schema_encode(schema, &buf, &len, err);
-        if (r < 0)
-                return r;
-        fd = zr_newfile_create(dirfd, SCHEMA_TMP_FILE, O_WRONLY, err);
-        if (fd < 0) {
-                r = fd;
-                goto out;
-        }
-        r = write_all(fd, buf, len);
-        if (r < 0) {
-                r = zr_error_errno(err, -r, "writing " SCHEMA_TMP_FILE);
-                goto fail;
-        }
-        if (fsync(fd) < 0) {
-                r = zr_error_errno(err, errno, "fsync " SCHEMA_TMP_FILE);
-                goto fail;
-        }
-        if (renameat(dirfd, SCHEMA_TMP_FILE, dirfd, ZR_SCHEMA_FILE) < 0) {
-                r = zr_error_errno(err, errno, "renaming " SCHEMA_TMP_FILE " to " ZR_SCHEMA_FILE);
-                goto fail;
-        }
-        r = fsync_dir(dirfd);
-        if (r < 0)
-                r = zr_error_errno(err, -r, "fsync of the dataset directory");
-        goto out;
-fail:
-        unlinkat(dirfd, SCHEMA_TMP_FILE, 0);
-out:
-        if (fd >= 0)
-                close(fd);
+        if (r == 0)
+                r = zr_schema_file_replace(dirfd, buf, len, err);
         free(buf);
         return r;
 }

@@ -1,7 +1,7 @@
 /* lxfile.c: schema.msgpack of a loaderx 1.5.7 ragged store, read whole and
  * replaced atomically (lxfile.h). */
 #include "dataset/lxfile.h"
-#include "store/newfile.h"
+#include "dataset/schemafile.h"
 #include "store/resolve.h"
 
 #include <errno.h>
@@ -10,8 +10,6 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#define LXFILE_TMP ZR_SCHEMA_FILE ".tmp"
 
 int zr_lxfile_read(int dirfd, zr_lxschema *ret, zr_error *err) {
         struct stat st;
@@ -60,58 +58,13 @@ out:
         return r;
 }
 
-static int write_all(int fd, const uint8_t *p, size_t len) {
-        while (len > 0) {
-                ssize_t w = write(fd, p, len);
-                if (w < 0 && errno == EINTR)
-                        continue;
-                if (w < 0)
-                        return -errno;
-                p += w;
-                len -= (size_t)w;
-        }
-        return 0;
-}
-
 int zr_lxfile_write(int dirfd, const zr_lxschema *s, zr_error *err) {
         void *buf = NULL;
         size_t len = 0;
-        int fd = -1, r;
+        int r = zr_lxschema_encode(s, &buf, &len, err);
 
-        r = zr_lxschema_encode(s, &buf, &len, err);
-        if (r < 0)
-                return r;
-        fd = zr_newfile_create(dirfd, LXFILE_TMP, O_WRONLY, err);
-        if (fd < 0) {
-                r = fd;
-                goto out;
-        }
-        r = write_all(fd, buf, len);
-        if (r < 0) {
-                r = zr_error_errno(err, -r, "writing " LXFILE_TMP);
-                goto fail;
-        }
-        if (fsync(fd) < 0) {
-                r = zr_error_errno(err, errno, "fsync of " LXFILE_TMP);
-                goto fail;
-        }
-        if (renameat(dirfd, LXFILE_TMP, dirfd, ZR_SCHEMA_FILE) < 0) {
-                r = zr_error_errno(err, errno, "renaming " LXFILE_TMP " to " ZR_SCHEMA_FILE);
-                goto fail;
-        }
-        {
-                int dfd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-                if (dfd < 0 || fsync(dfd) < 0)
-                        r = zr_error_errno(err, errno, "fsync of the dataset directory");
-                if (dfd >= 0)
-                        close(dfd);
-        }
-        goto out;
-fail:
-        unlinkat(dirfd, LXFILE_TMP, 0);
-out:
-        if (fd >= 0)
-                close(fd);
+        if (r == 0)
+                r = zr_schema_file_replace(dirfd, buf, len, err);
         free(buf);
         return r;
 }

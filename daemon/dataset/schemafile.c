@@ -1,0 +1,66 @@
+/* schemafile.c: schema.msgpack replaced atomically (schemafile.h). */
+#include "dataset/schemafile.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include "dataset/schema.h"
+#include "store/newfile.h"
+
+#define SCHEMA_TMP_FILE ZR_SCHEMA_FILE ".tmp"
+
+static int write_all(int fd, const char *p, size_t len) {
+        while (len > 0) {
+                ssize_t w = write(fd, p, len);
+                if (w < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return -errno;
+                }
+                p += w;
+                len -= (size_t)w;
+        }
+        return 0;
+}
+
+static int fsync_dir(int dirfd) {
+        int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC), r = 0;
+
+        if (fd < 0)
+                return -errno;
+        if (fsync(fd) < 0)
+                r = -errno;
+        close(fd);
+        return r;
+}
+
+int zr_schema_file_replace(int dirfd, const void *buf, size_t len, zr_error *err) {
+        int fd = zr_newfile_create(dirfd, SCHEMA_TMP_FILE, O_WRONLY, err), r;
+
+        if (fd < 0)
+                return fd;
+        r = write_all(fd, buf, len);
+        if (r < 0) {
+                r = zr_error_errno(err, -r, "writing " SCHEMA_TMP_FILE);
+                goto fail;
+        }
+        if (fsync(fd) < 0) {
+                r = zr_error_errno(err, errno, "fsync of " SCHEMA_TMP_FILE);
+                goto fail;
+        }
+        if (renameat(dirfd, SCHEMA_TMP_FILE, dirfd, ZR_SCHEMA_FILE) < 0) {
+                r = zr_error_errno(err, errno, "renaming " SCHEMA_TMP_FILE " to " ZR_SCHEMA_FILE);
+                goto fail;
+        }
+        close(fd);
+        r = fsync_dir(dirfd);
+        if (r < 0)
+                return zr_error_errno(err, -r, "fsync of the dataset directory");
+        return 0;
+fail:
+        close(fd);
+        unlinkat(dirfd, SCHEMA_TMP_FILE, 0);
+        return r;
+}
