@@ -84,43 +84,20 @@ enum schema_found {
  * unless it is absent or loaderx 1.5.7's ragged schema, which has no size bound
  * and is read whole by lxfile.h. Returns a schema_found or a negative code. */
 static int schema_read(int dirfd, zr_schema *ret, zr_error *err) {
-        /* One byte past the limit, so that an oversized file is seen as one. */
-        const size_t size = ZR_SCHEMA_FILE_MAX + 1;
-        uint8_t *buf = NULL;
+        void *buf = NULL;
         size_t len = 0;
-        int fd, r;
+        /* one byte past the limit, so that an oversized file is seen as one */
+        int r = zr_schema_file_read(dirfd, ZR_SCHEMA_FILE_MAX + 1, &buf, &len, err);
 
-        zr_error e = {0};
-        fd = zr_resolve_open(dirfd, ZR_SCHEMA_FILE, O_RDONLY, 0, &e);
-        if (fd < 0) {
-                if (fd == -ENOENT)
-                        return SCHEMA_NONE;
-                return zr_error_set(err, -fd, "%s", e.message);
-        }
-        buf = malloc(size);
-        if (!buf) {
-                r = zr_error_errno(err, ENOMEM, "reading " ZR_SCHEMA_FILE);
-                goto out;
-        }
-        while (len < size) {
-                ssize_t n = read(fd, buf + len, size - len);
-                if (n < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        r = zr_error_errno(err, errno, "reading " ZR_SCHEMA_FILE);
-                        goto out;
-                }
-                if (n == 0)
-                        break;
-                len += (size_t)n;
-        }
+        if (r == -ENOENT)
+                return SCHEMA_NONE;
+        if (r < 0)
+                return r;
         if (zr_lxschema_sniff(buf, len))
                 r = SCHEMA_LX157;
         else if ((r = zr_schema_decode(buf, len, ret, err)) == 0)
                 r = SCHEMA_OWN;
-out:
         free(buf);
-        close(fd);
         return r;
 }
 

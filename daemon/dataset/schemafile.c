@@ -3,11 +3,15 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "dataset/schema.h"
 #include "store/newfile.h"
+#include "store/resolve.h"
 
 #define SCHEMA_TMP_FILE ZR_SCHEMA_FILE ".tmp"
 
@@ -32,6 +36,52 @@ static int fsync_dir(int dirfd) {
                 return -errno;
         if (fsync(fd) < 0)
                 r = -errno;
+        close(fd);
+        return r;
+}
+
+int zr_schema_file_read(int dirfd, size_t max, void **ret_buf, size_t *ret_len, zr_error *err) {
+        zr_error e = {0};
+        int fd = zr_resolve_open(dirfd, ZR_SCHEMA_FILE, O_RDONLY, 0, &e), r = 0;
+        struct stat st;
+        uint8_t *buf = NULL;
+        size_t len = 0, cap;
+
+        if (fd == -ENOENT)
+                return fd;
+        if (fd < 0)
+                return zr_error_set(err, -fd, "%s", e.message);
+        if (fstat(fd, &st) < 0) {
+                r = zr_error_errno(err, errno, "stat of " ZR_SCHEMA_FILE);
+                goto out;
+        }
+        if (!S_ISREG(st.st_mode)) {
+                r = zr_error_set(err, ZR_E_SCHEMA, ZR_SCHEMA_FILE " is not a regular file");
+                goto out;
+        }
+        cap = (uint64_t)st.st_size < max ? (size_t)st.st_size : max;
+        buf = malloc(cap ? cap : 1);
+        if (!buf) {
+                r = zr_error_errno(err, ENOMEM, "reading " ZR_SCHEMA_FILE);
+                goto out;
+        }
+        while (len < cap) {
+                ssize_t n = read(fd, buf + len, cap - len);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0) {
+                        r = zr_error_errno(err, errno, "reading " ZR_SCHEMA_FILE);
+                        goto out;
+                }
+                if (n == 0)
+                        break; /* shrank under us: decode what there is (and likely refuse) */
+                len += (size_t)n;
+        }
+        *ret_buf = buf;
+        *ret_len = len;
+        buf = NULL;
+out:
+        free(buf);
         close(fd);
         return r;
 }
