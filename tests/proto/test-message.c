@@ -300,10 +300,6 @@ START_TEST(test_write_error) {
 }
 END_TEST
 
-int main(void) {
-        Suite *s = suite_create("message");
-        TL_TCASE(s, "core", 0, test_kind_names, test_header_unknown_kind_keeps_id,
-                 test_nested_error_says_where, test_ok_checked_against_request,
-                 test_descriptor_counts, test_ids_by_class, test_write_error);
-        return tl_run_suite(s);
-}
+TL_SUITE_MAIN("message", test_kind_names, test_header_unknown_kind_keeps_id,
+              test_nested_error_says_where, test_ok_checked_against_request, test_descriptor_counts,
+              test_ids_by_class, test_write_error)
