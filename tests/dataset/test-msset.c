@@ -115,6 +115,14 @@ static zr_msset *open_set(scratch *sc) {
         return ms;
 }
 
+/* The end of a test's set: closed, its batch data freed, its directory
+ * removed. */
+static void set_done(zr_msset *ms, batch_data *d, scratch *sc) {
+        zr_msset_close(ms, NULL);
+        free(d);
+        scratch_free(sc);
+}
+
 /* A new set of `records` records per stream in a new scratch directory sc,
  * opened. */
 static zr_msset *new_set(scratch *sc, uint64_t records) {
@@ -211,9 +219,7 @@ START_TEST(test_aligned_append_delete) {
 
         ms = open_set(&sc);
         assert_aligned(ms, after, 9);
-        zr_msset_close(ms, NULL);
-        free(d);
-        scratch_free(&sc);
+        set_done(ms, d, &sc);
 }
 END_TEST
 
@@ -325,9 +331,7 @@ START_TEST(test_failed_append_rolls_back) {
         /* and the set still takes a good append */
         ck_assert_int_eq(zr_msset_append(ms, names, d->b, 3, NULL, NULL), 0);
         assert_aligned(ms, (uint64_t[]){ 0, 1, 2, 3, 4, 5, 6, 7, 8 }, 9);
-        zr_msset_close(ms, NULL);
-        free(d);
-        scratch_free(&sc);
+        set_done(ms, d, &sc);
 }
 END_TEST
 
