@@ -11,27 +11,12 @@
 #include <unistd.h>
 
 #include "check-run.h"
-#include "files.h"
+#include "../util/fakeroot.h"
 #include "server/budgets.h"
 #include "server/config.h"
 
 #define MiB ((uint64_t)1 << 20)
 #define GiB ((uint64_t)1 << 30)
-
-static tl_scratch fake; /* a fake root: /proc and /sys/fs/cgroup */
-static const char *const root = fake.path;
-
-static void put(const char *rel, const char *text) {
-        ck_assert_int_eq(tl_put_file(fake.fd, rel, text), 0);
-}
-
-static void setup(void) {
-        ck_assert_int_eq(tl_scratch_new(&fake, "budgets"), 0);
-}
-
-static void teardown(void) {
-        tl_scratch_free(&fake);
-}
 
 static void machine(const char *meminfo_kb) {
         char text[200];
@@ -144,7 +129,7 @@ int main(void) {
         Suite *s = suite_create("budgets");
         TCase *tc = TL_TCASE(s, "budgets", 0, test_auto_in_a_small_cgroup,
                              test_auto_capped_and_settings, test_memory_unknown);
-        tcase_add_checked_fixture(tc, setup, teardown);
+        tcase_add_checked_fixture(tc, fake_root_new, fake_root_free);
         TL_TCASE(s, "settings", 0, test_settings_parse);
         return tl_run_suite(s);
 }

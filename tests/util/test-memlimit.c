@@ -11,27 +11,17 @@
 #include <unistd.h>
 
 #include "check-run.h"
-#include "files.h"
+#include "fakeroot.h"
 #include "util/memlimit.h"
 
 #define GiB ((uint64_t)1 << 30)
 #define MiB ((uint64_t)1 << 20)
 
-static tl_scratch fake; /* a fake root: /proc and /sys/fs/cgroup */
-static const char *const root = fake.path;
-
-static void put(const char *rel, const char *text) {
-        ck_assert_int_eq(tl_put_file(fake.fd, rel, text), 0);
-}
-
+/* A root with a machine's /proc/meminfo. */
 static void setup(void) {
-        ck_assert_int_eq(tl_scratch_new(&fake, "memlimit"), 0);
+        fake_root_new();
         put("proc/meminfo", "MemTotal:       24576000 kB\nMemFree:         1000000 kB\n"
                             "MemAvailable:   20000000 kB\nBuffers:            1234 kB\n");
-}
-
-static void teardown(void) {
-        tl_scratch_free(&fake);
 }
 
 static zr_memlimit read_ok(void) {
@@ -164,6 +154,6 @@ int main(void) {
                              test_escaped_mount_point_and_garbage, test_missing_meminfo,
                              test_budget, test_this_machine);
 
-        tcase_add_checked_fixture(tc, setup, teardown);
+        tcase_add_checked_fixture(tc, setup, fake_root_free);
         return tl_run_suite(s);
 }
