@@ -22,24 +22,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "sampler/inverse.h"
 #include "sampler/mixture.h"
 #include "sampler/sampler.h"
+#include "workload.h"
 
 #define BENCH_N_DEFAULT    UINT64_C(1000000) /* the seed's sampler table: a 1M index space */
 #define BENCH_REPS_DEFAULT 301               /* odd, for a true median; ~0.1 s in all */
 #define BENCH_WARMUP       20                /* calls before timing: page in the buffer, pick the clone */
 
 static const uint64_t bench_batches[] = { 1024, 8192, 65536 };
-
-static uint64_t bench_now_ns(void) {
-        struct timespec ts;
-
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t)ts.tv_sec * UINT64_C(1000000000) + (uint64_t)ts.tv_nsec;
-}
 
 static int bench_cmp_u64(const void *a, const void *b) {
         uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -52,13 +45,13 @@ static uint64_t bench_one(zr_sampler_params p, unsigned reps, uint64_t *idx, uin
         uint64_t sink = 0;
 
         for (unsigned i = 0; i < BENCH_WARMUP + reps; i++) {
-                uint64_t t0 = bench_now_ns();
+                uint64_t t0 = workload_now_ns();
 
                 p.step = i;
                 if (zr_sampler_indices(&p, idx, NULL) < 0)
                         return 0;
                 if (i >= BENCH_WARMUP)
-                        times[i - BENCH_WARMUP] = bench_now_ns() - t0;
+                        times[i - BENCH_WARMUP] = workload_now_ns() - t0;
                 sink += idx[i % p.batch_size];
         }
         qsort(times, reps, sizeof(*times), bench_cmp_u64);
@@ -71,12 +64,12 @@ static uint64_t bench_mix(const zr_mixture *m, unsigned reps, uint32_t *src, uin
         uint64_t sink = 0;
 
         for (unsigned i = 0; i < BENCH_WARMUP + reps; i++) {
-                uint64_t t0 = bench_now_ns();
+                uint64_t t0 = workload_now_ns();
 
                 if (zr_mixture_batch(m, i, 0, src, idx, NULL) < 0)
                         return 0;
                 if (i >= BENCH_WARMUP)
-                        times[i - BENCH_WARMUP] = bench_now_ns() - t0;
+                        times[i - BENCH_WARMUP] = workload_now_ns() - t0;
                 sink += idx[i % m->batch_size] + src[i % m->batch_size];
         }
         qsort(times, reps, sizeof(*times), bench_cmp_u64);
@@ -136,23 +129,23 @@ static int bench_mixtures(int json, unsigned reps, uint64_t cycles, uint64_t *id
         }
 
         /* cyclic over `cycles` cycles: m = 976 steps per cycle at n = 1M, batch 1024 */
-        t0 = bench_now_ns();
+        t0 = workload_now_ns();
         if (zr_sampler_steps_of(&p, 123456, 0, cycles * (p.n / p.batch_size), &ops, NULL) != 0)
                 goto done;
-        ns_cyc = bench_now_ns() - t0;
+        ns_cyc = workload_now_ns() - t0;
         /* a mixture's cyclic source of 1M records, 70 % of 1024: 716.8 draws a step */
         if (zr_mixture_init(&m3, three, 3, 1024, 1, 0x5eed, NULL) < 0)
                 goto done;
-        t0 = bench_now_ns();
+        t0 = workload_now_ns();
         if (zr_mixture_steps_of(&m3, 0, 123456, 0, cycles * 1000000 * 10 / 7168 + 1, &ops, NULL) != 0)
                 goto done;
-        ns_mix = bench_now_ns() - t0;
+        ns_mix = workload_now_ns() - t0;
         /* the iid scan: 2^24 positions */
         p.mode = ZR_SAMPLER_IID;
-        t0 = bench_now_ns();
+        t0 = workload_now_ns();
         if (zr_sampler_steps_of(&p, 123456, 0, iid_positions / p.batch_size, &ops, NULL) != 0)
                 goto done;
-        ns_iid = bench_now_ns() - t0;
+        ns_iid = workload_now_ns() - t0;
         if (json)
                 printf("], \"inverse\": {\"cycles\": %" PRIu64 ", \"cyclic_ns\": %" PRIu64 ", \"mixture_ns\": %"
                        PRIu64 ", \"iid_positions\": %" PRIu64 ", \"iid_ns\": %" PRIu64 ", \"hits\": %" PRIu64

@@ -155,6 +155,24 @@ static uint64_t dir_blocks(int dfd) {
         return total;
 }
 
+/* The two append rows of a compressed store: the compression rate it is held to
+ * (`limit`, in memory, a row of its own named limit_label), then the store's
+ * append rate `gibs` against it, with the logical bytes appended and the disk
+ * blocks of its directory dfd. */
+static void add_compressed_append(bench *b, const char *workload, const char *limit_label,
+                                  double limit, const char *label, double gibs,
+                                  uint64_t logic_bytes, int dfd) {
+        result *r = add_result(b, "append", workload, limit_label);
+
+        r->median = r->best = limit;
+        r = add_result(b, "append", workload, label);
+        r->median = r->best = gibs;
+        snprintf(r->limit, sizeof(r->limit), "%s", limit_label);
+        r->fraction = gibs / limit;
+        r->logic_bytes = logic_bytes;
+        r->disk_bytes = dir_blocks(dfd);
+}
+
 /* --- one workload ------------------------------------------------------------ */
 
 typedef struct work {
@@ -526,17 +544,11 @@ static void run_workload(bench *b, const char *name, size_t side, size_t nrec, s
 
         /* zstd: against the in-memory compression rate of the same records */
         double zlimit = compress_limit(&w, NULL);
-        r = add_result(b, "append", name, "zstd-3 compress, all threads");
-        r->median = r->best = zlimit;
         int zstd_dfd = -1, dict_dfd = -1;
         double gibs;
         zr_store *zs = append_store(&w, "zstd", ZR_CODEC_ZSTD, NULL, 0, 0, &zstd_dfd, &gibs);
-        r = add_result(b, "append", name, "zrecord zstd");
-        r->median = r->best = gibs;
-        snprintf(r->limit, sizeof(r->limit), "zstd-3 compress, all threads");
-        r->fraction = gibs / zlimit;
-        r->logic_bytes = (uint64_t)nrec * w.rec;
-        r->disk_bytes = dir_blocks(zstd_dfd);
+        add_compressed_append(b, name, "zstd-3 compress, all threads", zlimit, "zrecord zstd", gibs,
+                              (uint64_t)nrec * w.rec, zstd_dfd);
 
         zr_store *ds = NULL;
         void *dict_buf = NULL;
@@ -552,16 +564,10 @@ static void run_workload(bench *b, const char *name, size_t side, size_t nrec, s
                         die("ZSTD_createCDict failed");
                 double dlimit = compress_limit(&w, cdict);
                 ZSTD_freeCDict(cdict);
-                r = add_result(b, "append", name, "zstd-19+dict compress, all threads");
-                r->median = r->best = dlimit;
                 ds = append_store(&w, "dict", ZR_CODEC_ZSTD_DICT, dict_buf, dict_len, 0, &dict_dfd,
                                   &gibs);
-                r = add_result(b, "append", name, "zrecord zstd_dict");
-                r->median = r->best = gibs;
-                snprintf(r->limit, sizeof(r->limit), "zstd-19+dict compress, all threads");
-                r->fraction = gibs / dlimit;
-                r->logic_bytes = (uint64_t)nrec * w.rec;
-                r->disk_bytes = dir_blocks(dict_dfd);
+                add_compressed_append(b, name, "zstd-19+dict compress, all threads", dlimit,
+                                      "zrecord zstd_dict", gibs, (uint64_t)nrec * w.rec, dict_dfd);
                 ddict = ZSTD_createDDict(dict_buf, dict_len);
                 if (!ddict)
                         die("ZSTD_createDDict failed");

@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "list.h"
 #include "zrc-private.h"
 
 /* ---- opening ----------------------------------------------------------- */
@@ -71,10 +72,7 @@ int dataset_new(zrc_conn *c, uint32_t handle, const msgpack_object *map, bool wr
                 free(d);
                 return r;
         }
-        d->next = c->datasets;
-        if (c->datasets)
-                c->datasets->prev = d;
-        c->datasets = d;
+        ZRC_LIST_PUSH(c->datasets, d);
         *ret = d;
         return 0;
 }
@@ -85,12 +83,7 @@ void dataset_free(zrc_dataset *d, bool tell) {
         dataset_buffer_drop(d, tell);
         if (tell)
                 (void)conn_close_handle(c, d->handle);
-        if (d->prev)
-                d->prev->next = d->next;
-        else
-                c->datasets = d->next;
-        if (d->next)
-                d->next->prev = d->prev;
+        ZRC_LIST_UNLINK(c->datasets, d);
         free(d->payloads);
         free(d->lengths);
         free(d->shapes);

@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "list.h"
 #include "zrc-private.h"
 
 static int name_cmp(const void *a, const void *b) {
@@ -104,12 +105,7 @@ void set_free(zrc_set *set, bool tell) {
         }
         if (tell && set->handle)
                 (void)conn_close_handle(c, set->handle);
-        if (set->prev)
-                set->prev->next = set->next;
-        else if (c->sets == set)
-                c->sets = set->next;
-        if (set->next)
-                set->next->prev = set->prev;
+        ZRC_LIST_UNLINK(c->sets, set);
         free(set->streams);
         free(set->names);
         free(set);
@@ -198,10 +194,7 @@ int zrc_set_open(zrc_conn *c, const char *path, unsigned flags, zrc_set **ret) {
         conn_reply_done(&reply);
         for (size_t i = 0; i < n_fds; i++)
                 close(fds[i]);
-        set->next = c->sets;
-        if (c->sets)
-                c->sets->prev = set;
-        c->sets = set;
+        ZRC_LIST_PUSH(c->sets, set);
         *ret = set;
         return 0;
 

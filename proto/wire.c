@@ -411,6 +411,30 @@ static int get_typed(const msgpack_object *map, const char *key, msgpack_object_
         return 0;
 }
 
+/* get_typed()'s object, or NULL; the code in *ret_r either way. */
+static const msgpack_object *typed(const msgpack_object *map, const char *key,
+                                   msgpack_object_type type, const char *what, int *ret_r,
+                                   zr_wire_error *err) {
+        const msgpack_object *o = NULL;
+
+        *ret_r = get_typed(map, key, type, what, &o, err);
+        return o;
+}
+
+/* A str or a bin field's bytes (two types that msgpack-c lays out alike). */
+static int get_bytes(const msgpack_object *map, const char *key, msgpack_object_type type,
+                     const char *what, const char **ret_ptr, size_t *ret_len,
+                     zr_wire_error *err) {
+        int r;
+        const msgpack_object *o = typed(map, key, type, what, &r, err);
+
+        if (o) {
+                *ret_ptr = type == MSGPACK_OBJECT_STR ? o->via.str.ptr : o->via.bin.ptr;
+                *ret_len = type == MSGPACK_OBJECT_STR ? o->via.str.size : o->via.bin.size;
+        }
+        return r;
+}
+
 int zr_wire_get_uint(const msgpack_object *map, const char *key, uint64_t max,
                      uint64_t *ret, zr_wire_error *err) {
         const msgpack_object *o = zr_wire_find(map, key);
@@ -476,25 +500,17 @@ int zr_wire_get_i64(const msgpack_object *map, const char *key, int64_t *ret,
 
 int zr_wire_get_bool(const msgpack_object *map, const char *key, bool *ret,
                      zr_wire_error *err) {
-        const msgpack_object *o = NULL;
-        int r = get_typed(map, key, MSGPACK_OBJECT_BOOLEAN, "bool", &o, err);
+        int r;
+        const msgpack_object *o = typed(map, key, MSGPACK_OBJECT_BOOLEAN, "bool", &r, err);
 
-        if (r < 0)
-                return r;
-        *ret = o->via.boolean;
-        return 0;
+        if (o)
+                *ret = o->via.boolean;
+        return r;
 }
 
 int zr_wire_get_str(const msgpack_object *map, const char *key, const char **ret_ptr,
                     size_t *ret_len, zr_wire_error *err) {
-        const msgpack_object *o = NULL;
-        int r = get_typed(map, key, MSGPACK_OBJECT_STR, "str", &o, err);
-
-        if (r < 0)
-                return r;
-        *ret_ptr = o->via.str.ptr;
-        *ret_len = o->via.str.size;
-        return 0;
+        return get_bytes(map, key, MSGPACK_OBJECT_STR, "str", ret_ptr, ret_len, err);
 }
 
 int zr_wire_get_str_copy(const msgpack_object *map, const char *key, char *buf,
@@ -519,39 +535,38 @@ int zr_wire_get_str_copy(const msgpack_object *map, const char *key, char *buf,
 
 int zr_wire_get_bin(const msgpack_object *map, const char *key, const void **ret_ptr,
                     size_t *ret_len, zr_wire_error *err) {
-        const msgpack_object *o = NULL;
-        int r = get_typed(map, key, MSGPACK_OBJECT_BIN, "bin", &o, err);
+        const char *p = NULL;
+        int r = get_bytes(map, key, MSGPACK_OBJECT_BIN, "bin", &p, ret_len, err);
 
-        if (r < 0)
-                return r;
-        *ret_ptr = o->via.bin.ptr;
-        *ret_len = o->via.bin.size;
-        return 0;
+        if (r == 0)
+                *ret_ptr = p;
+        return r;
 }
 
 int zr_wire_get_u64s(const msgpack_object *map, const char *key, const uint8_t **ret_ptr,
                      size_t *ret_count, zr_wire_error *err) {
-        const msgpack_object *o = NULL;
-        int r = get_typed(map, key, MSGPACK_OBJECT_BIN, "bin of little-endian u64", &o, err);
+        int r;
+        const msgpack_object *o = typed(map, key, MSGPACK_OBJECT_BIN, "bin of little-endian u64",
+                                        &r, err);
 
-        if (r < 0)
-                return r;
-        if (o->via.bin.size % 8 != 0)
+        if (o && o->via.bin.size % 8 != 0)
                 return zr_wire_error_set(err, ZR_E_PROTO,
                                          "field '%s': bin of %u bytes is not a whole number of u64",
                                          key, o->via.bin.size);
-        *ret_ptr = (const uint8_t *)o->via.bin.ptr;
-        *ret_count = o->via.bin.size / 8;
-        return 0;
+        if (o) {
+                *ret_ptr = (const uint8_t *)o->via.bin.ptr;
+                *ret_count = o->via.bin.size / 8;
+        }
+        return r;
 }
 
 int zr_wire_get_array(const msgpack_object *map, const char *key,
                       const msgpack_object **ret_items, uint32_t *ret_count,
                       zr_wire_error *err) {
-        const msgpack_object *o = NULL;
-        int r = get_typed(map, key, MSGPACK_OBJECT_ARRAY, "array", &o, err);
+        int r;
+        const msgpack_object *o = typed(map, key, MSGPACK_OBJECT_ARRAY, "array", &r, err);
 
-        if (r < 0)
+        if (!o)
                 return r;
         *ret_items = o->via.array.ptr;
         *ret_count = o->via.array.size;
@@ -703,15 +718,26 @@ void zr_wire_put_f64(zr_wire_writer *w, const char *key, double v) {
                 writer_check(w, msgpack_pack_double(&w->pk, v));
 }
 
-void zr_wire_put_strn(zr_wire_writer *w, const char *key, const char *s, size_t len) {
+/* A str or a bin of len bytes at p (their headers have the same forms). */
+static void put_bytes(zr_wire_writer *w, const char *key, bool is_str, const void *p,
+                      size_t len) {
         if (len > UINT32_MAX) {
                 writer_fail(w, -EINVAL);
                 return;
         }
-        if (writer_key(w, key)) {
+        if (!writer_key(w, key))
+                return;
+        if (is_str) {
                 writer_check(w, msgpack_pack_str(&w->pk, len));
-                writer_check(w, msgpack_pack_str_body(&w->pk, s, len));
+                writer_check(w, msgpack_pack_str_body(&w->pk, p, len));
+        } else {
+                writer_check(w, msgpack_pack_bin(&w->pk, len));
+                writer_check(w, msgpack_pack_bin_body(&w->pk, p, len));
         }
+}
+
+void zr_wire_put_strn(zr_wire_writer *w, const char *key, const char *s, size_t len) {
+        put_bytes(w, key, true, s, len);
 }
 
 void zr_wire_put_str(zr_wire_writer *w, const char *key, const char *s) {
@@ -722,14 +748,7 @@ void zr_wire_put_str(zr_wire_writer *w, const char *key, const char *s) {
 }
 
 void zr_wire_put_bin(zr_wire_writer *w, const char *key, const void *p, size_t len) {
-        if (len > UINT32_MAX) {
-                writer_fail(w, -EINVAL);
-                return;
-        }
-        if (writer_key(w, key)) {
-                writer_check(w, msgpack_pack_bin(&w->pk, len));
-                writer_check(w, msgpack_pack_bin_body(&w->pk, p, len));
-        }
+        put_bytes(w, key, false, p, len);
 }
 
 void zr_wire_put_u64s(zr_wire_writer *w, const char *key, const uint64_t *v, size_t n) {
@@ -763,6 +782,47 @@ void zr_wire_put_uint_array(zr_wire_writer *w, const char *key, const uint64_t *
         for (size_t i = 0; i < n; i++)
                 zr_wire_put_u64(w, NULL, v[i]);
         zr_wire_end(w);
+}
+
+void zr_wire_put_object(zr_wire_writer *w, const char *key, const msgpack_object *o) {
+        char k[ZR_WIRE_KEY_MAX + 1];
+
+        if (w->error < 0)
+                return;
+        switch (o->type) {
+        case MSGPACK_OBJECT_MAP:
+                zr_wire_begin_map(w, key);
+                for (uint32_t i = 0; i < o->via.map.size && w->error == 0; i++) {
+                        const msgpack_object *ko = &o->via.map.ptr[i].key;
+
+                        if (ko->type != MSGPACK_OBJECT_STR || ko->via.str.size == 0 ||
+                            ko->via.str.size > ZR_WIRE_KEY_MAX ||
+                            memchr(ko->via.str.ptr, 0, ko->via.str.size)) {
+                                writer_fail(w, -EINVAL);
+                                return;
+                        }
+                        memcpy(k, ko->via.str.ptr, ko->via.str.size);
+                        k[ko->via.str.size] = 0;
+                        zr_wire_put_object(w, k, &o->via.map.ptr[i].val);
+                }
+                zr_wire_end(w);
+                return;
+        case MSGPACK_OBJECT_ARRAY:
+                zr_wire_begin_array(w, key);
+                for (uint32_t i = 0; i < o->via.array.size && w->error == 0; i++)
+                        zr_wire_put_object(w, NULL, &o->via.array.ptr[i]);
+                zr_wire_end(w);
+                return;
+        case MSGPACK_OBJECT_POSITIVE_INTEGER: zr_wire_put_u64(w, key, o->via.u64); return;
+        case MSGPACK_OBJECT_NEGATIVE_INTEGER: zr_wire_put_i64(w, key, o->via.i64); return;
+        case MSGPACK_OBJECT_BOOLEAN: zr_wire_put_bool(w, key, o->via.boolean); return;
+        case MSGPACK_OBJECT_NIL: zr_wire_put_nil(w, key); return;
+        case MSGPACK_OBJECT_FLOAT64: zr_wire_put_f64(w, key, o->via.f64); return;
+        case MSGPACK_OBJECT_STR: zr_wire_put_strn(w, key, o->via.str.ptr, o->via.str.size); return;
+        case MSGPACK_OBJECT_BIN: zr_wire_put_bin(w, key, o->via.bin.ptr, o->via.bin.size); return;
+        default:
+                writer_fail(w, -EINVAL); /* float32 and ext */
+        }
 }
 
 int zr_wire_writer_finish(zr_wire_writer *w, uint32_t frame_max, const uint8_t **ret_frame,

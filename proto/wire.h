@@ -209,6 +209,11 @@ void zr_wire_put_bin(zr_wire_writer *w, const char *key, const void *p, size_t l
 void zr_wire_put_u64s(zr_wire_writer *w, const char *key, const uint64_t *v, size_t n);
 /* An array of n uints. */
 void zr_wire_put_uint_array(zr_wire_writer *w, const char *key, const uint64_t *v, size_t n);
+/* A decoded object o, containers and all, as the writer writes it (a body
+ * re-encoded: the tests and fuzz targets check that it decodes to o again).
+ * A float32 or an ext, which the writer has no put for, or a map key that is
+ * not a string of 1..ZR_WIRE_KEY_MAX bytes without NUL, is a sticky -EINVAL. */
+void zr_wire_put_object(zr_wire_writer *w, const char *key, const msgpack_object *o);
 
 /* Closes the body map, which must be the only container still open (or be
  * closed already), and fills

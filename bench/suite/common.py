@@ -121,6 +121,16 @@ def skip(what, mod):
         say(f"  skipped {what}: {mod} is not installed ({why_missing(mod)})")
 
 
+def add_if(out, present, what, mod, make):
+    """out += make() (a list of contenders) when `present`; else says `what` is
+    skipped because `mod` is not installed. The one shape of an optional
+    contender."""
+    if present:
+        out += make()
+    else:
+        skip(what, mod)
+
+
 def ensure_torchvision_stub():
     """mosaicml-streaming imports torchvision at import time (for its vision
     datasets, unused here). Where torchvision does not import (no CPU wheel for

@@ -97,19 +97,14 @@ def prepare(ctx, n, side, tmp, formats=FORMATS):
 def contenders(p):
     out = [("zrecord raw", {"kind": "zrecord", "store": p["zr_raw"]}),
            ("zrecord zstd", {"kind": "zrecord", "store": p["zr_zstd"]})]
-    if C.have("torch"):
-        out.append(("torch DataLoader", {"kind": "torch", "npy": p["npy"]}))
-    else:
-        C.skip("torch DataLoader", "torch")
-    if "arrayrecord" in p:
-        out.append(("grain (ArrayRecord)", {"kind": "grain", "arrayrecord": p["arrayrecord"],
-                                            "n": p["n"], "shape": p["shape"]}))
-    else:
-        C.skip("grain over ArrayRecord", "grain" if not C.have("grain") else "array_record")
-    if "mds" in p:
-        out.append(("streaming (MDS)", {"kind": "streaming", "mds": p["mds"]}))
-    else:
-        C.skip("MosaicML Streaming", "streaming")
+    C.add_if(out, C.have("torch"), "torch DataLoader", "torch",
+             lambda: [("torch DataLoader", {"kind": "torch", "npy": p["npy"]})])
+    C.add_if(out, "arrayrecord" in p, "grain over ArrayRecord",
+             "grain" if not C.have("grain") else "array_record",
+             lambda: [("grain (ArrayRecord)", {"kind": "grain", "arrayrecord": p["arrayrecord"],
+                                               "n": p["n"], "shape": p["shape"]})])
+    C.add_if(out, "mds" in p, "MosaicML Streaming", "streaming",
+             lambda: [("streaming (MDS)", {"kind": "streaming", "mds": p["mds"]})])
     if "lx15_raw" in p:
         out += [("loaderx 1.5 raw", {"kind": "loaderx15", "store": p["lx15_raw"]}),
                 ("loaderx 1.5 zstd", {"kind": "loaderx15", "store": p["lx15_zstd"]})]

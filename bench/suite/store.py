@@ -312,22 +312,10 @@ def contenders(ctx, dict_too):
     if dict_too:
         out.append(Zrecord("zstd_dict"))
     out.append(Npy())
-    if C.have("h5py"):
-        out += [H5(False), H5(True)]
-    else:
-        C.skip("h5py contiguous and gzip", "h5py")
-    if C.have("lmdb"):
-        out.append(Lmdb())
-    else:
-        C.skip("LMDB", "lmdb")
-    if C.have("blosc2"):
-        out.append(Blosc2())
-    else:
-        C.skip("blosc2", "blosc2")
-    if C.have("array_record"):
-        out.append(ArrayRecord())
-    else:
-        C.skip("ArrayRecord", "array_record")
+    C.add_if(out, C.have("h5py"), "h5py contiguous and gzip", "h5py", lambda: [H5(False), H5(True)])
+    C.add_if(out, C.have("lmdb"), "LMDB", "lmdb", lambda: [Lmdb()])
+    C.add_if(out, C.have("blosc2"), "blosc2", "blosc2", lambda: [Blosc2()])
+    C.add_if(out, C.have("array_record"), "ArrayRecord", "array_record", lambda: [ArrayRecord()])
     lx, why = C.loaderx15_python()
     if lx:
         out += [Loaderx15(lx[0], "raw"), Loaderx15(lx[0], "zstd")]

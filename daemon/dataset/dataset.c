@@ -22,10 +22,9 @@
 #include "dataset/lxragged.h"
 #include "dataset/lxschema.h"
 #include "dataset/ragged.h"
-#include "store/newfile.h"
+#include "dataset/schemafile.h"
 #include "store/resolve.h"
 
-#define SCHEMA_TMP_FILE ZR_SCHEMA_FILE ".tmp"
 #define STORE_META_FILE "meta.zr"
 
 struct zr_dataset {
@@ -62,70 +61,14 @@ static void dataset_free(zr_dataset *ds) {
         free(ds);
 }
 
-static int write_all(int fd, const void *buf, size_t len) {
-        const char *p = buf;
-
-        while (len > 0) {
-                ssize_t w = write(fd, p, len);
-                if (w < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        return -errno;
-                }
-                p += w;
-                len -= (size_t)w;
-        }
-        return 0;
-}
-
-static int fsync_dir(int dirfd) {
-        int fd, r = 0;
-
-        fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (fd < 0)
-                return -errno;
-        if (fsync(fd) < 0)
-                r = -errno;
-        close(fd);
-        return r;
-}
-
-/* Writes schema.msgpack atomically: temp file, fsync, rename, directory fsync. */
+/* Writes schema.msgpack atomically (schemafile.h). */
 static int schema_write(int dirfd, const zr_schema *schema, zr_error *err) {
         void *buf = NULL;
         size_t len = 0;
-        int fd = -1, r;
+        int r = zr_schema_encode(schema, &buf, &len, err);
 
-        r = zr_schema_encode(schema, &buf, &len, err);
-        if (r < 0)
-                return r;
-        fd = zr_newfile_create(dirfd, SCHEMA_TMP_FILE, O_WRONLY, err);
-        if (fd < 0) {
-                r = fd;
-                goto out;
-        }
-        r = write_all(fd, buf, len);
-        if (r < 0) {
-                r = zr_error_errno(err, -r, "writing " SCHEMA_TMP_FILE);
-                goto fail;
-        }
-        if (fsync(fd) < 0) {
-                r = zr_error_errno(err, errno, "fsync " SCHEMA_TMP_FILE);
-                goto fail;
-        }
-        if (renameat(dirfd, SCHEMA_TMP_FILE, dirfd, ZR_SCHEMA_FILE) < 0) {
-                r = zr_error_errno(err, errno, "renaming " SCHEMA_TMP_FILE " to " ZR_SCHEMA_FILE);
-                goto fail;
-        }
-        r = fsync_dir(dirfd);
-        if (r < 0)
-                r = zr_error_errno(err, -r, "fsync of the dataset directory");
-        goto out;
-fail:
-        unlinkat(dirfd, SCHEMA_TMP_FILE, 0);
-out:
-        if (fd >= 0)
-                close(fd);
+        if (r == 0)
+                r = zr_schema_file_replace(dirfd, buf, len, err);
         free(buf);
         return r;
 }
@@ -141,43 +84,20 @@ enum schema_found {
  * unless it is absent or loaderx 1.5.7's ragged schema, which has no size bound
  * and is read whole by lxfile.h. Returns a schema_found or a negative code. */
 static int schema_read(int dirfd, zr_schema *ret, zr_error *err) {
-        /* One byte past the limit, so that an oversized file is seen as one. */
-        const size_t size = ZR_SCHEMA_FILE_MAX + 1;
-        uint8_t *buf = NULL;
+        void *buf = NULL;
         size_t len = 0;
-        int fd, r;
+        /* one byte past the limit, so that an oversized file is seen as one */
+        int r = zr_schema_file_read(dirfd, ZR_SCHEMA_FILE_MAX + 1, &buf, &len, err);
 
-        zr_error e = {0};
-        fd = zr_resolve_open(dirfd, ZR_SCHEMA_FILE, O_RDONLY, 0, &e);
-        if (fd < 0) {
-                if (fd == -ENOENT)
-                        return SCHEMA_NONE;
-                return zr_error_set(err, -fd, "%s", e.message);
-        }
-        buf = malloc(size);
-        if (!buf) {
-                r = zr_error_errno(err, ENOMEM, "reading " ZR_SCHEMA_FILE);
-                goto out;
-        }
-        while (len < size) {
-                ssize_t n = read(fd, buf + len, size - len);
-                if (n < 0) {
-                        if (errno == EINTR)
-                                continue;
-                        r = zr_error_errno(err, errno, "reading " ZR_SCHEMA_FILE);
-                        goto out;
-                }
-                if (n == 0)
-                        break;
-                len += (size_t)n;
-        }
+        if (r == -ENOENT)
+                return SCHEMA_NONE;
+        if (r < 0)
+                return r;
         if (zr_lxschema_sniff(buf, len))
                 r = SCHEMA_LX157;
         else if ((r = zr_schema_decode(buf, len, ret, err)) == 0)
                 r = SCHEMA_OWN;
-out:
         free(buf);
-        close(fd);
         return r;
 }
 

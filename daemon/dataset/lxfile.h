@@ -1,8 +1,8 @@
 /* lxfile.h: reading and writing a loaderx 1.5.7 ragged schema.msgpack.
  *
  * The file holds a list per record, so it is read whole, at whatever size it has
- * up to ZR_LXSCHEMA_FILE_MAX, and written atomically: a temporary file, fsync,
- * rename over schema.msgpack, fsync of the directory. loaderx 1.5.7 itself
+ * up to ZR_LXSCHEMA_FILE_MAX, and written atomically (schemafile.h: a temporary
+ * file, fsync, rename over schema.msgpack, fsync of the directory). loaderx 1.5.7 itself
  * truncates and rewrites the file in place; a reader here therefore never sees a
  * half-written file of its own making. Both take a directory descriptor, never a
  * path.

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dataset/mpwalk.h"
 #include "store/store.h"
 
 /* A cursor over the file's bytes. */
@@ -59,27 +60,45 @@ static const char *mp_type_name(uint8_t b) {
         return "another msgpack type";
 }
 
-/* A container header: fixed (lo..lo+15 → count in the low nibble) or 16/32-bit. */
-static int mp_container(mp *m, uint8_t fix, uint8_t b16, uint8_t b32, unsigned per, uint32_t *ret,
-                        const char *what, zr_error *err) {
+/* The header at m->p of a string or a container, its count of bytes or
+ * elements into *ret_n and its own size into *ret_hdr: a fixed form (type byte
+ * fix | n, n <= mask) or one of `nsized` forms from type byte `sized`, whose
+ * length fields take first_bytes, twice that, ... Anything else is refused as
+ * `what` being not `expected`. */
+static int mp_head(const mp *m, uint8_t fix, uint8_t mask, uint8_t sized, unsigned nsized,
+                   unsigned first_bytes, uint64_t *ret_n, unsigned *ret_hdr, const char *what,
+                   const char *expected, zr_error *err) {
         uint8_t b;
-        unsigned hdr = 1;
-        uint64_t n;
 
         if (mp_left(m) < 1)
                 return mp_truncated(m, err);
         b = *m->p;
-        if ((b & 0xf0) == fix) {
-                n = b & 0x0f;
-        } else if (b == b16 || b == b32) {
-                hdr += b == b16 ? 2 : 4;
-                if (mp_left(m) < hdr)
-                        return mp_truncated(m, err);
-                n = mp_be(m, hdr - 1);
-        } else {
-                return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: %s is %s, expected %s", what,
-                                    mp_type_name(b), fix == 0x80 ? "a map" : "an array");
+        if ((b & (uint8_t)~mask) == fix) {
+                *ret_n = b & mask;
+                *ret_hdr = 1;
+                return 0;
         }
+        if (b < sized || b >= sized + nsized)
+                return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: %s is %s, expected %s", what,
+                                    mp_type_name(b), expected);
+        *ret_hdr = 1 + (first_bytes << (b - sized));
+        if (mp_left(m) < *ret_hdr)
+                return mp_truncated(m, err);
+        *ret_n = mp_be(m, *ret_hdr - 1);
+        return 0;
+}
+
+/* A container header: fixed (fix..fix+15 → count in the low nibble) or the
+ * 16- and 32-bit forms from type byte b16. */
+static int mp_container(mp *m, uint8_t fix, uint8_t b16, unsigned per, uint32_t *ret,
+                        const char *what, zr_error *err) {
+        unsigned hdr;
+        uint64_t n;
+        int r = mp_head(m, fix, 0x0f, b16, 2, 2, &n, &hdr, what,
+                        fix == 0x80 ? "a map" : "an array", err);
+
+        if (r < 0)
+                return r;
         m->p += hdr;
         if (n * per > mp_left(m))
                 return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: %s declares %llu elements, "
@@ -90,24 +109,12 @@ static int mp_container(mp *m, uint8_t fix, uint8_t b16, uint8_t b32, unsigned p
 }
 
 static int mp_str(mp *m, const char **ret, uint32_t *ret_len, const char *what, zr_error *err) {
-        uint8_t b;
-        unsigned hdr = 1;
+        unsigned hdr;
         uint64_t n;
+        int r = mp_head(m, 0xa0, 0x1f, 0xd9, 3, 1, &n, &hdr, what, "a string", err);
 
-        if (mp_left(m) < 1)
-                return mp_truncated(m, err);
-        b = *m->p;
-        if (b >= 0xa0 && b <= 0xbf) {
-                n = b & 0x1f;
-        } else if (b >= 0xd9 && b <= 0xdb) {
-                hdr += b == 0xd9 ? 1 : b == 0xda ? 2 : 4;
-                if (mp_left(m) < hdr)
-                        return mp_truncated(m, err);
-                n = mp_be(m, hdr - 1);
-        } else {
-                return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: %s is %s, expected a string",
-                                    what, mp_type_name(b));
-        }
+        if (r < 0)
+                return r;
         if (mp_left(m) - hdr < n)
                 return mp_truncated(m, err);
         *ret = (const char *)m->p + hdr;
@@ -139,70 +146,14 @@ static int mp_uint(mp *m, uint64_t *ret, const char *what, zr_error *err) {
         return 0;
 }
 
-/* Skips one object of any type, iteratively (pending objects never exceed the
- * bytes left, so the count cannot overflow). */
+/* Skips one object of any type (mpwalk.h). */
 static int mp_skip(mp *m, zr_error *err) {
-        uint64_t pending = 1;
+        size_t at = (size_t)(m->p - m->start);
+        int r = zr_mp_skip(m->start, (size_t)(m->end - m->start), &at, err);
 
-        while (pending > 0) {
-                uint64_t count = 0, skip = 0, n;
-                unsigned hdr = 1, lenbytes = 0;
-                uint8_t b;
-
-                if (mp_left(m) < 1)
-                        return mp_truncated(m, err);
-                b = *m->p;
-                pending--;
-                if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) {
-                } else if (b <= 0x8f) {
-                        count = 2 * (uint64_t)(b & 0x0f);
-                } else if (b <= 0x9f) {
-                        count = b & 0x0f;
-                } else if (b <= 0xbf) {
-                        skip = b & 0x1f;
-                } else {
-                        switch (b) {
-                        case 0xc4: case 0xd9: case 0xc7: lenbytes = 1; break;
-                        case 0xc5: case 0xda: case 0xc8: case 0xdc: case 0xde: lenbytes = 2; break;
-                        case 0xc6: case 0xdb: case 0xc9: case 0xdd: case 0xdf: lenbytes = 4; break;
-                        case 0xca: case 0xce: case 0xd2: skip = 4; break;
-                        case 0xcb: case 0xcf: case 0xd3: skip = 8; break;
-                        case 0xcc: case 0xd0: skip = 1; break;
-                        case 0xcd: case 0xd1: skip = 2; break;
-                        case 0xd4: skip = 2; break;
-                        case 0xd5: skip = 3; break;
-                        case 0xd6: skip = 5; break;
-                        case 0xd7: skip = 9; break;
-                        case 0xd8: skip = 17; break;
-                        default:
-                                return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: byte 0x%02x at "
-                                                    "%zu is not a msgpack type", b,
-                                                    (size_t)(m->p - m->start));
-                        }
-                        if (lenbytes) {
-                                if (mp_left(m) < 1 + lenbytes)
-                                        return mp_truncated(m, err);
-                                n = mp_be(m, lenbytes);
-                                hdr += lenbytes;
-                                if (b == 0xdc || b == 0xdd)
-                                        count = n;
-                                else if (b == 0xde || b == 0xdf)
-                                        count = 2 * n;
-                                else
-                                        skip = n + (b >= 0xc7 && b <= 0xc9); /* ext: its type byte */
-                        }
-                }
-                if (mp_left(m) < hdr || mp_left(m) - hdr < skip)
-                        return mp_truncated(m, err);
-                m->p += hdr + skip;
-                if (count > mp_left(m) || pending + count > mp_left(m))
-                        return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: a container at byte "
-                                            "%zu declares %llu elements, more than the %zu bytes "
-                                            "left", (size_t)(m->p - m->start) - hdr,
-                                            (unsigned long long)count, mp_left(m));
-                pending += count;
-        }
-        return 0;
+        if (r == 0)
+                m->p = m->start + at;
+        return r;
 }
 
 static int str_is(const char *s, uint32_t len, const char *lit) {
@@ -240,14 +191,14 @@ static int decode_shapes(mp *m, zr_lxschema *s, zr_error *err) {
         uint32_t n;
         int r;
 
-        r = mp_container(m, 0x90, 0xdc, 0xdd, 1, &n, "\"shapes\"", err);
+        r = mp_container(m, 0x90, 0xdc, 1, &n, "\"shapes\"", err);
         for (uint32_t i = 0; r >= 0 && i < n; i++) {
                 uint64_t dims[ZR_SCHEMA_NDIM_MAX], bytes = s->dtype.itemsize;
                 uint32_t ndim;
                 char what[48];
 
                 snprintf(what, sizeof(what), "\"shapes\"[%u]", i);
-                r = mp_container(m, 0x90, 0xdc, 0xdd, 1, &ndim, what, err);
+                r = mp_container(m, 0x90, 0xdc, 1, &ndim, what, err);
                 if (r < 0)
                         break;
                 if (ndim < 1 || ndim > ZR_SCHEMA_NDIM_MAX) {
@@ -289,7 +240,7 @@ static const char *const key_names[K_COUNT] = { "format", "version", "kind", "dt
 /* The pending delete: an array of at least one uint. */
 static int decode_pending(mp *m, zr_lxschema *s, zr_error *err) {
         uint32_t n;
-        int r = mp_container(m, 0x90, 0xdc, 0xdd, 1, &n, "\"" ZR_LXSCHEMA_PENDING_KEY "\"", err);
+        int r = mp_container(m, 0x90, 0xdc, 1, &n, "\"" ZR_LXSCHEMA_PENDING_KEY "\"", err);
 
         if (r < 0)
                 return r;
@@ -384,7 +335,7 @@ int zr_lxschema_decode(const void *data, size_t len, zr_lxschema *ret, zr_error 
         r = zr_shapes_new(&s.shapes, err);
         if (r < 0)
                 return r;
-        r = mp_container(&m, 0x80, 0xde, 0xdf, 2, &n, "schema.msgpack", err);
+        r = mp_container(&m, 0x80, 0xde, 2, &n, "schema.msgpack", err);
         for (uint32_t i = 0; r >= 0 && i < n; i++)
                 r = decode_entry(&m, &s, seen, &shapes_at, err);
         if (r >= 0 && m.p != m.end)
@@ -413,7 +364,7 @@ int zr_lxschema_sniff(const void *data, size_t len) {
 
         if (len == 0)
                 return 0;
-        if (mp_container(&m, 0x80, 0xde, 0xdf, 2, &n, "", NULL) < 0) {
+        if (mp_container(&m, 0x80, 0xde, 2, &n, "", NULL) < 0) {
                 /* a map whose declared size passes what was read (a prefix of the
                  * file): look at the entries that are there */
                 uint8_t b = *(const uint8_t *)data;

@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dataset/mpwalk.h"
+
 static const char *const codec_names[] = {
         [ZR_CODEC_RAW] = "raw",
         [ZR_CODEC_ZSTD] = "zstd",
@@ -212,101 +214,15 @@ out:
 }
 
 /* Reads a big-endian unsigned of `n` bytes at p. */
-static uint64_t be_read(const uint8_t *p, unsigned n) {
-        uint64_t v = 0;
-        for (unsigned i = 0; i < n; i++)
-                v = (v << 8) | p[i];
-        return v;
-}
-
 /* Walks every object header of one msgpack object at data[0..len). Returns 0 if
  * the buffer is exactly one well-formed object whose containers never declare
- * more elements than bytes remain; -ZR_E_SCHEMA otherwise. Iterative: `pending`
- * counts objects still to read, and stays below the bytes left, so it cannot
- * overflow and the walk is O(len). */
+ * more elements than bytes remain; -ZR_E_SCHEMA otherwise (mpwalk.h). */
 static int msgpack_scan(const uint8_t *data, size_t len, zr_error *err) {
         size_t at = 0;
-        uint64_t pending = 1;
+        int r = zr_mp_skip(data, len, &at, err);
 
-        while (pending > 0) {
-                uint64_t count = 0; /* elements a container declares */
-                uint64_t skip = 0;  /* payload bytes after the header */
-                unsigned hdr = 1;   /* header bytes including the type byte */
-                uint8_t b;
-
-                if (at >= len)
-                        return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack is truncated "
-                                            "(at byte %zu of %zu)", at, len);
-                b = data[at];
-                pending--;
-
-                if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) {
-                        /* fixint, nil, bool */
-                } else if (b >= 0x80 && b <= 0x8f) {
-                        count = 2 * (uint64_t)(b & 0x0f);
-                } else if (b >= 0x90 && b <= 0x9f) {
-                        count = b & 0x0f;
-                } else if (b >= 0xa0 && b <= 0xbf) {
-                        skip = b & 0x1f;
-                } else {
-                        unsigned lenbytes = 0; /* bytes of a length field after b */
-                        int kind = 0;          /* 's' sized payload, 'a' array, 'm' map, 'x' ext */
-
-                        switch (b) {
-                        case 0xc4: case 0xd9: lenbytes = 1; kind = 's'; break;
-                        case 0xc5: case 0xda: lenbytes = 2; kind = 's'; break;
-                        case 0xc6: case 0xdb: lenbytes = 4; kind = 's'; break;
-                        case 0xc7: lenbytes = 1; kind = 'x'; break;
-                        case 0xc8: lenbytes = 2; kind = 'x'; break;
-                        case 0xc9: lenbytes = 4; kind = 'x'; break;
-                        case 0xca: skip = 4; break;
-                        case 0xcb: skip = 8; break;
-                        case 0xcc: case 0xd0: skip = 1; break;
-                        case 0xcd: case 0xd1: skip = 2; break;
-                        case 0xce: case 0xd2: skip = 4; break;
-                        case 0xcf: case 0xd3: skip = 8; break;
-                        case 0xd4: skip = 2; break;
-                        case 0xd5: skip = 3; break;
-                        case 0xd6: skip = 5; break;
-                        case 0xd7: skip = 9; break;
-                        case 0xd8: skip = 17; break;
-                        case 0xdc: lenbytes = 2; kind = 'a'; break;
-                        case 0xdd: lenbytes = 4; kind = 'a'; break;
-                        case 0xde: lenbytes = 2; kind = 'm'; break;
-                        case 0xdf: lenbytes = 4; kind = 'm'; break;
-                        default:
-                                return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: byte "
-                                                    "0x%02x at %zu is not a msgpack type", b, at);
-                        }
-                        if (lenbytes) {
-                                uint64_t n;
-                                if (len - at - 1 < lenbytes)
-                                        return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack is "
-                                                            "truncated (at byte %zu of %zu)", at, len);
-                                n = be_read(data + at + 1, lenbytes);
-                                hdr += lenbytes;
-                                if (kind == 's')
-                                        skip = n;
-                                else if (kind == 'x')
-                                        skip = n + 1; /* the ext type byte */
-                                else if (kind == 'a')
-                                        count = n;
-                                else
-                                        count = 2 * n;
-                        }
-                }
-                if (len - at < hdr || len - at - hdr < skip)
-                        return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack is truncated "
-                                            "(an object at byte %zu runs past the end, %zu)", at, len);
-                at += hdr + skip;
-                /* Every element takes at least one byte. */
-                if (count > len - at || pending + count > len - at)
-                        return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: a container at "
-                                            "byte %zu declares %llu elements, more than the %zu "
-                                            "bytes left", at - hdr, (unsigned long long)count,
-                                            len - at);
-                pending += count;
-        }
+        if (r < 0)
+                return r;
         if (at != len)
                 return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack has %zu bytes after its "
                                     "map", len - at);

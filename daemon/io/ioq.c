@@ -53,18 +53,14 @@ struct zr_ioq {
         zr_latency lat;
 
         /* set at creation, then read-only */
+        zr_ioq_options opts;    /* as resolved: max_read, the fault hook, fail_nth */
         unsigned depth;
-        uint64_t max_read;
         const ioq_backend_ops *ops;
         void *be;
         ioq_env env;
         uint8_t *sink;
         pthread_t thread;
         int thread_started;
-        zr_ioq_fault_fn *fault;
-        void *fault_arg;
-        uint64_t fail_nth;
-        int fail_errno;
         _Atomic uint64_t issued; /* reads issued, for fail_nth */
 };
 
@@ -101,10 +97,10 @@ int ioq_thread_start(pthread_t *t, size_t stack, void *(*fn)(void *), void *arg)
 static int ioq_begin(void *qv, const ioq_read *r) {
         zr_ioq *q = qv;
         uint64_t nth = atomic_fetch_add_explicit(&q->issued, 1, memory_order_relaxed) + 1;
-        if (q->fail_nth > 0 && nth == q->fail_nth)
-                return -(q->fail_errno > 0 ? q->fail_errno : EIO);
-        if (q->fault) {
-                int e = q->fault(q->fault_arg, &r->range);
+        if (q->opts.fail_nth > 0 && nth == q->opts.fail_nth)
+                return -(q->opts.fail_errno > 0 ? q->opts.fail_errno : EIO);
+        if (q->opts.fault) {
+                int e = q->opts.fault(q->opts.fault_arg, &r->range);
                 if (e < 0)
                         return e;
         }
@@ -256,11 +252,7 @@ int zr_ioq_new(const zr_ioq_options *opts, zr_ioq **ret, zr_error *err) {
                 return zr_error_set(err, ENOMEM, "ioq: out of memory");
         pthread_mutex_init(&q->lock, NULL);
         zr_latency_init(&q->lat);
-        q->max_read = o.max_read;
-        q->fault = o.fault;
-        q->fault_arg = o.fault_arg;
-        q->fail_nth = o.fail_nth;
-        q->fail_errno = o.fail_errno;
+        q->opts = o;
         atomic_init(&q->issued, 0);
         void *sink = mmap(NULL, o.max_read, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
                           -1, 0);
@@ -318,7 +310,7 @@ zr_ioq *zr_ioq_free(zr_ioq *q) {
         if (q->be)
                 q->ops->free(q->be);
         if (q->sink)
-                munmap(q->sink, q->max_read);
+                munmap(q->sink, q->opts.max_read);
         pthread_mutex_destroy(&q->lock);
         free(q);
         return NULL;
@@ -346,7 +338,7 @@ int zr_ioq_submit(zr_ioq *q, const zr_io_range *ranges, size_t n, zr_ioq_done_fn
         if (n > 0)
                 memcpy(m, ranges, n * sizeof(*m));
         nm = zr_io_ranges_merge(m, n);
-        uint64_t pieces = zr_io_ranges_pieces(m, nm, q->max_read);
+        uint64_t pieces = zr_io_ranges_pieces(m, nm, q->opts.max_read);
         if (pieces > SIZE_MAX / sizeof(ioq_read)) {
                 r = -ENOMEM;
                 goto fail;
@@ -357,12 +349,12 @@ int zr_ioq_submit(zr_ioq *q, const zr_io_range *ranges, size_t n, zr_ioq_done_fn
                 goto fail;
         }
         for (size_t i = 0; i < nm; i++)
-                for (uint64_t off = 0; off < m[i].length; off += q->max_read) {
+                for (uint64_t off = 0; off < m[i].length; off += q->opts.max_read) {
                         ioq_read *rd = &b->reads[b->nreads++];
                         rd->range.fd = m[i].fd;
                         rd->range.offset = m[i].offset + off;
-                        rd->range.length = m[i].length - off < q->max_read ? m[i].length - off
-                                                                            : q->max_read;
+                        uint64_t left = m[i].length - off;
+                        rd->range.length = left < q->opts.max_read ? left : q->opts.max_read;
                         rd->batch = b;
                 }
         free(m);

@@ -130,77 +130,106 @@ uint64_t zr_feistel_unpermute(const zr_feistel *f, uint64_t y) {
 
 #define FEISTEL_PAD(c) (((c) + 15) & ~(size_t)15) /* 16 lanes: a 64-byte vector of uint32 */
 
-ZR_SAMPLER_KERNEL
-static void feistel_first32(uint32_t *x, size_t lanes, uint32_t q0, size_t len, unsigned a,
-                            unsigned b, const uint32_t *k) {
-        for (size_t j = 0; j < lanes; j++)
-                x[j] = feistel_encrypt32(j < len ? q0 + (uint32_t)j : 0, a, b, k);
-}
-
-/* As feistel_first32(), from positions in any order: x[j] = E(q[j]). */
-ZR_SAMPLER_KERNEL
-static void feistel_gather32(uint32_t *x, size_t lanes, const uint64_t *q, size_t len, unsigned a,
-                             unsigned b, const uint32_t *k) {
-        for (size_t j = 0; j < lanes; j++)
-                x[j] = feistel_encrypt32(j < len ? (uint32_t)q[j] : 0, a, b, k);
-}
-
-/* Up to FEISTEL_BLEND_PASSES passes over v[]: every lane still > last is
- * encrypted again (a blend, no branch per lane). Returns nonzero if a lane is
- * still > last after them. */
-ZR_SAMPLER_KERNEL
-static uint32_t feistel_walk32(uint32_t *v, size_t lanes, uint32_t last, unsigned a, unsigned b,
-                               const uint32_t *k) {
-        uint32_t pending = 0;
-
-        for (unsigned pass = 0; pass < FEISTEL_BLEND_PASSES; pass++) {
-                pending = 0;
-                for (size_t j = 0; j < lanes; j++) {
-                        uint32_t y = feistel_encrypt32(v[j], a, b, k);
-
-                        v[j] = v[j] > last ? y : v[j];
-                        pending |= v[j] > last;
-                }
-                if (!pending)
-                        break;
+/*
+ * The lane kernels, written once for W-bit lanes (uintW_t) and made for W = 32
+ * and W = 64 below:
+ *
+ * feistel_firstW: x[j] = E(q0 + j) for j < len, E(0) for the padding lanes.
+ * feistel_gatherW: as feistel_firstW, from positions in any order: x[j] = E(q[j]).
+ * feistel_walkW: up to FEISTEL_BLEND_PASSES passes over v[]: every lane still >
+ *     last is encrypted again (a blend, no branch per lane). Returns nonzero if
+ *     a lane is still > last after them.
+ * feistel_stragglersW: the positions j < lanes with x[j] > last, in order, into
+ *     pos[] (room for lanes + 16); returns how many. Branch-free: about 5% of
+ *     lanes qualify at n = 10^6, too few for a branch per lane to be predicted.
+ * feistel_settleW: writes every walked lane back to x[] (one still walking is
+ *     overwritten later) and keeps those still > last at the front of v[] and
+ *     pos[]; returns how many are kept.
+ * feistel_finishW: walks the c stragglers at pos[] of x[] until every lane of
+ *     x[] is <= last: the blend passes, then settling between them.
+ */
+#define FEISTEL_LANE_KERNELS(W)                                                                  \
+        ZR_SAMPLER_KERNEL                                                                        \
+        static void feistel_first##W(uint##W##_t *x, size_t lanes, uint##W##_t q0, size_t len,  \
+                                     unsigned a, unsigned b, const uint32_t *k) {               \
+                for (size_t j = 0; j < lanes; j++)                                               \
+                        x[j] = feistel_encrypt##W(j < len ? q0 + (uint##W##_t)j : 0, a, b, k);  \
+        }                                                                                        \
+                                                                                                 \
+        ZR_SAMPLER_KERNEL                                                                        \
+        static void feistel_gather##W(uint##W##_t *x, size_t lanes, const uint64_t *q,          \
+                                      size_t len, unsigned a, unsigned b, const uint32_t *k) {  \
+                for (size_t j = 0; j < lanes; j++)                                               \
+                        x[j] = feistel_encrypt##W(j < len ? (uint##W##_t)q[j] : 0, a, b, k);    \
+        }                                                                                        \
+                                                                                                 \
+        ZR_SAMPLER_KERNEL                                                                        \
+        static uint##W##_t feistel_walk##W(uint##W##_t *v, size_t lanes, uint##W##_t last,     \
+                                           unsigned a, unsigned b, const uint32_t *k) {         \
+                uint##W##_t pending = 0;                                                         \
+                                                                                                 \
+                for (unsigned pass = 0; pass < FEISTEL_BLEND_PASSES; pass++) {                   \
+                        pending = 0;                                                             \
+                        for (size_t j = 0; j < lanes; j++) {                                     \
+                                uint##W##_t y = feistel_encrypt##W(v[j], a, b, k);               \
+                                                                                                 \
+                                v[j] = v[j] > last ? y : v[j];                                   \
+                                pending |= v[j] > last;                                          \
+                        }                                                                        \
+                        if (!pending)                                                            \
+                                break;                                                           \
+                }                                                                                \
+                return pending;                                                                  \
+        }                                                                                        \
+                                                                                                 \
+        static size_t feistel_stragglers##W(const uint##W##_t *x, size_t lanes,                 \
+                                            uint##W##_t last, uint32_t *pos) {                  \
+                size_t c = 0;                                                                    \
+                                                                                                 \
+                for (size_t j = 0; j < lanes; j++) {                                             \
+                        pos[c] = (uint32_t)j;                                                    \
+                        c += x[j] > last;                                                        \
+                }                                                                                \
+                return c;                                                                        \
+        }                                                                                        \
+                                                                                                 \
+        static size_t feistel_settle##W(uint##W##_t *x, uint##W##_t *v, uint32_t *pos, size_t c, \
+                                        uint##W##_t last) {                                      \
+                size_t keep = 0;                                                                 \
+                                                                                                 \
+                for (size_t i = 0; i < c; i++) {                                                 \
+                        uint##W##_t y = v[i];                                                    \
+                        uint32_t p = pos[i];                                                     \
+                                                                                                 \
+                        x[p] = y;                                                                \
+                        v[keep] = y;                                                             \
+                        pos[keep] = p;                                                           \
+                        keep += y > last;                                                        \
+                }                                                                                \
+                return keep;                                                                     \
+        }                                                                                        \
+                                                                                                 \
+        static void feistel_finish##W(uint##W##_t *x, uint##W##_t *v, uint32_t *pos, size_t c,  \
+                                      uint##W##_t last, unsigned a, unsigned b,                  \
+                                      const uint32_t *k) {                                       \
+                for (size_t i = 0; i < FEISTEL_PAD(c); i++)                                      \
+                        v[i] = i < c ? x[pos[i]] : 0;                                            \
+                while (c > 0 && feistel_walk##W(v, FEISTEL_PAD(c), last, a, b, k)) {             \
+                        c = feistel_settle##W(x, v, pos, c, last);                               \
+                        for (size_t i = c; i < FEISTEL_PAD(c); i++)                              \
+                                v[i] = 0;                                                        \
+                }                                                                                \
+                for (size_t i = 0; i < c; i++)                                                   \
+                        x[pos[i]] = v[i];                                                        \
         }
-        return pending;
-}
+
+FEISTEL_LANE_KERNELS(32)
+FEISTEL_LANE_KERNELS(64)
 
 ZR_SAMPLER_KERNEL
 static void feistel_widen32(uint64_t *ret_idx, const uint32_t *x, size_t len) {
         for (size_t j = 0; j < len; j++)
                 ret_idx[j] = x[j];
-}
-
-/* The positions j < lanes with x[j] > last, in order, into pos[] (room for
- * lanes + 16); returns how many. Branch-free: about 5% of lanes qualify at
- * n = 10^6, too few for a branch per lane to be predicted. */
-static size_t feistel_stragglers32(const uint32_t *x, size_t lanes, uint32_t last, uint32_t *pos) {
-        size_t c = 0;
-
-        for (size_t j = 0; j < lanes; j++) {
-                pos[c] = (uint32_t)j;
-                c += x[j] > last;
-        }
-        return c;
-}
-
-/* Writes every walked lane back to x[] (one still walking is overwritten later)
- * and keeps those still > last at the front of v[] and pos[]; returns how many.
- * Returns how many are kept. */
-static size_t feistel_settle32(uint32_t *x, uint32_t *v, uint32_t *pos, size_t c, uint32_t last) {
-        size_t keep = 0;
-
-        for (size_t i = 0; i < c; i++) {
-                uint32_t y = v[i], p = pos[i];
-
-                x[p] = y;
-                v[keep] = y;
-                pos[keep] = p;
-                keep += y > last;
-        }
-        return keep;
 }
 
 #if defined(__GNUC__) && defined(__x86_64__) && !defined(ZR_SAMPLER_GENERIC_ONLY)
@@ -245,74 +274,8 @@ static void feistel_chunk32(const zr_feistel *f, uint32_t q0, const uint64_t *q,
         else
 #endif
                 c = feistel_stragglers32(x, lanes, last, pos);
-        for (size_t i = 0; i < FEISTEL_PAD(c); i++)
-                v[i] = i < c ? x[pos[i]] : 0;
-        while (c > 0 && feistel_walk32(v, FEISTEL_PAD(c), last, a, b, f->keys)) {
-                c = feistel_settle32(x, v, pos, c, last);
-                for (size_t i = c; i < FEISTEL_PAD(c); i++)
-                        v[i] = 0;
-        }
-        for (size_t i = 0; i < c; i++)
-                x[pos[i]] = v[i];
+        feistel_finish32(x, v, pos, c, last, a, b, f->keys);
         feistel_widen32(ret_idx, x, len);
-}
-
-ZR_SAMPLER_KERNEL
-static void feistel_first64(uint64_t *x, size_t lanes, uint64_t q0, size_t len, unsigned a,
-                            unsigned b, const uint32_t *k) {
-        for (size_t j = 0; j < lanes; j++)
-                x[j] = feistel_encrypt64(j < len ? q0 + j : 0, a, b, k);
-}
-
-ZR_SAMPLER_KERNEL
-static void feistel_gather64(uint64_t *x, size_t lanes, const uint64_t *q, size_t len, unsigned a,
-                             unsigned b, const uint32_t *k) {
-        for (size_t j = 0; j < lanes; j++)
-                x[j] = feistel_encrypt64(j < len ? q[j] : 0, a, b, k);
-}
-
-ZR_SAMPLER_KERNEL
-static uint64_t feistel_walk64(uint64_t *v, size_t lanes, uint64_t last, unsigned a, unsigned b,
-                               const uint32_t *k) {
-        uint64_t pending = 0;
-
-        for (unsigned pass = 0; pass < FEISTEL_BLEND_PASSES; pass++) {
-                pending = 0;
-                for (size_t j = 0; j < lanes; j++) {
-                        uint64_t y = feistel_encrypt64(v[j], a, b, k);
-
-                        v[j] = v[j] > last ? y : v[j];
-                        pending |= v[j] > last;
-                }
-                if (!pending)
-                        break;
-        }
-        return pending;
-}
-
-static size_t feistel_stragglers64(const uint64_t *x, size_t lanes, uint64_t last, uint32_t *pos) {
-        size_t c = 0;
-
-        for (size_t j = 0; j < lanes; j++) {
-                pos[c] = (uint32_t)j;
-                c += x[j] > last;
-        }
-        return c;
-}
-
-static size_t feistel_settle64(uint64_t *x, uint64_t *v, uint32_t *pos, size_t c, uint64_t last) {
-        size_t keep = 0;
-
-        for (size_t i = 0; i < c; i++) {
-                uint64_t y = v[i];
-                uint32_t p = pos[i];
-
-                x[p] = y;
-                v[keep] = y;
-                pos[keep] = p;
-                keep += y > last;
-        }
-        return keep;
 }
 
 /* One chunk for w > 32: ret_idx[j] = permute(q0 + j) for j < len, or permute(q[j])
@@ -329,15 +292,7 @@ static void feistel_chunk64(const zr_feistel *f, uint64_t q0, const uint64_t *q,
         else
                 feistel_first64(x, lanes, q0, len, a, b, f->keys);
         c = feistel_stragglers64(x, lanes, f->n - 1, pos);
-        for (size_t i = 0; i < FEISTEL_PAD(c); i++)
-                v[i] = i < c ? x[pos[i]] : 0;
-        while (c > 0 && feistel_walk64(v, FEISTEL_PAD(c), f->n - 1, a, b, f->keys)) {
-                c = feistel_settle64(x, v, pos, c, f->n - 1);
-                for (size_t i = c; i < FEISTEL_PAD(c); i++)
-                        v[i] = 0;
-        }
-        for (size_t i = 0; i < c; i++)
-                x[pos[i]] = v[i];
+        feistel_finish64(x, v, pos, c, f->n - 1, a, b, f->keys);
         memcpy(ret_idx, x, len * sizeof(*x));
 }
 

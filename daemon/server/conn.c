@@ -17,6 +17,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "util/fifo.h"
+
 #define FRAME_PREFIX 4
 #define INPUT_INITIAL (64 * 1024) /* most frames are tiny; grows to the frame limit */
 
@@ -302,9 +304,7 @@ static void flush(zr_conn *c) {
                 c->out_bytes -= (uint64_t)n;
                 if (f->off < f->len)
                         continue;
-                c->out_head = f->next;
-                if (!c->out_head)
-                        c->out_tail = NULL;
+                ZR_FIFO_SHIFT(c->out_head, c->out_tail, f, next);
                 free(f);
         }
         event_del(c->ev_write);
@@ -405,7 +405,6 @@ int zr_conn_send(zr_conn *c, const void *body, size_t len, const int *fds, size_
                 r = -ENOMEM;
                 goto fail;
         }
-        f->next = NULL;
         f->len = FRAME_PREFIX + len;
         f->off = 0;
         f->nfds = nfds;
@@ -417,11 +416,7 @@ int zr_conn_send(zr_conn *c, const void *body, size_t len, const int *fds, size_
         f->data[3] = (uint8_t)(len >> 24);
         if (len)
                 memcpy(f->data + FRAME_PREFIX, body, len);
-        if (c->out_tail)
-                c->out_tail->next = f;
-        else
-                c->out_head = f;
-        c->out_tail = f;
+        ZR_FIFO_PUSH(c->out_head, c->out_tail, f, next);
         c->out_bytes += f->len;
         if (c->out_bytes > c->limits.max_output) {
                 conn_schedule_close(c, ZR_CONN_OUTPUT_FULL, 0);

@@ -9,6 +9,8 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "util/fifo.h"
+
 struct zr_users {
         zr_user *head, *tail;
         uid_t self;
@@ -79,11 +81,7 @@ int zr_users_get(zr_users *r, uid_t uid, zr_user **ret) {
         u->trusted = zr_users_trusted(r, uid);
         u->refs = 1;
         zr_work_queue_init(&u->jobs, jobs_max(r, u));
-        if (r->tail)
-                r->tail->next = u;
-        else
-                r->head = u;
-        r->tail = u;
+        ZR_FIFO_PUSH(r->head, r->tail, u, next);
         *ret = u;
         return 0;
 }
@@ -97,12 +95,7 @@ zr_user *zr_user_unref(zr_user *u) {
         zr_user *prev = NULL;
         for (zr_user *p = r->head; p && p != u; p = p->next)
                 prev = p;
-        if (prev)
-                prev->next = u->next;
-        else
-                r->head = u->next;
-        if (r->tail == u)
-                r->tail = prev;
+        ZR_FIFO_REMOVE(r->head, r->tail, prev, u, next);
         free(u);
         return NULL;
 }

@@ -20,6 +20,8 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "util/fifo.h"
+
 struct zr_work {
         zr_pool *pool;
         int efd;
@@ -55,27 +57,15 @@ static void job_trampoline(void *arg) {
         (void)!write(w->efd, &one, sizeof(one));
 }
 
-static void rr_push(zr_work *w, zr_work_queue *q) {
+/* Puts q in the round-robin (at its tail, or first), unless it is there. */
+static void rr_push(zr_work *w, zr_work_queue *q, bool front) {
         if (q->in_rr)
                 return;
         q->in_rr = true;
-        q->rr_next = NULL;
-        if (w->rr_tail)
-                w->rr_tail->rr_next = q;
+        if (front)
+                ZR_FIFO_PUSH_FRONT(w->rr_head, w->rr_tail, q, rr_next);
         else
-                w->rr_head = q;
-        w->rr_tail = q;
-        w->rr_len++;
-}
-
-static void rr_push_front(zr_work *w, zr_work_queue *q) {
-        if (q->in_rr)
-                return;
-        q->in_rr = true;
-        q->rr_next = w->rr_head;
-        w->rr_head = q;
-        if (!w->rr_tail)
-                w->rr_tail = q;
+                ZR_FIFO_PUSH(w->rr_head, w->rr_tail, q, rr_next);
         w->rr_len++;
 }
 
@@ -83,31 +73,17 @@ static zr_work_queue *rr_pop(zr_work *w) {
         zr_work_queue *q = w->rr_head;
         if (!q)
                 return NULL;
-        w->rr_head = q->rr_next;
-        if (!w->rr_head)
-                w->rr_tail = NULL;
+        ZR_FIFO_SHIFT(w->rr_head, w->rr_tail, q, rr_next);
         q->in_rr = false;
-        q->rr_next = NULL;
         w->rr_len--;
         return q;
 }
 
 static zr_job *queue_pop(zr_work_queue *q) {
         zr_job *job = q->head;
-        q->head = job->next;
-        if (!q->head)
-                q->tail = NULL;
-        job->next = NULL;
+        ZR_FIFO_SHIFT(q->head, q->tail, job, next);
         q->queued--;
         return job;
-}
-
-static void queue_push_front(zr_work_queue *q, zr_job *job) {
-        job->next = q->head;
-        q->head = job;
-        if (!q->tail)
-                q->tail = job;
-        q->queued++;
 }
 
 /* Hands out jobs, one per queue per turn, while the pool has slots. A turn
@@ -119,7 +95,7 @@ static void dispatch(zr_work *w) {
         while (w->inflight < w->slots && w->rr_head && passed < w->rr_len) {
                 zr_work_queue *q = rr_pop(w);
                 if (q->max_running && q->running >= q->max_running) {
-                        rr_push(w, q);
+                        rr_push(w, q, false);
                         passed++;
                         continue;
                 }
@@ -131,13 +107,14 @@ static void dispatch(zr_work *w) {
                          * the same job first, after the next completion */
                         q->running--;
                         w->inflight--;
-                        queue_push_front(q, job);
-                        rr_push_front(w, q);
+                        ZR_FIFO_PUSH_FRONT(q->head, q->tail, job, next);
+                        q->queued++;
+                        rr_push(w, q, true);
                         return;
                 }
                 passed = 0;
                 if (q->queued)
-                        rr_push(w, q);
+                        rr_push(w, q, false);
         }
 }
 
@@ -226,15 +203,10 @@ void zr_work_submit_to(zr_work *w, zr_work_queue *q, zr_job *job) {
                 q = &w->own;
         job->work = w;
         job->queue = q;
-        job->next = NULL;
-        if (q->tail)
-                q->tail->next = job;
-        else
-                q->head = job;
-        q->tail = job;
+        ZR_FIFO_PUSH(q->head, q->tail, job, next);
         q->queued++;
         w->pending++;
-        rr_push(w, q);
+        rr_push(w, q, false);
         dispatch(w);
 }
 

@@ -73,6 +73,22 @@ void check_dense(zrc_dataset *d, const uint64_t *idx, size_t n, const uint64_t *
         }
 }
 
+void kit_fail(kit_failures *f, zrc_conn *c) {
+        f->count++;
+        if (c)
+                snprintf(f->message, sizeof(f->message), "%s", zrc_last_error(c)->message);
+}
+
+zrc_conn *kit_thread_connect(kit_failures *f) {
+        zrc_conn *c = NULL;
+
+        if (zrc_connect(daemon_.socket, &c, NULL) < 0) {
+                kit_fail(f, NULL);
+                return NULL;
+        }
+        return c;
+}
+
 int fds_open(bool *set) {
         DIR *dir = opendir("/proc/self/fd");
         struct dirent *de;

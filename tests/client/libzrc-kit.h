@@ -38,6 +38,23 @@ void check_dense(zrc_dataset *d, const uint64_t *idx, size_t n, const uint64_t *
 /* Marks in `set` (4096 entries) the descriptors open now; returns how many. */
 int fds_open(bool *set);
 
+/* What a client thread of a test reports to it: how often it failed, and the
+ * library's message of the last failure. */
+typedef struct kit_failures {
+        int count;
+        char message[ZRC_ERROR_MESSAGE_MAX];
+} kit_failures;
+
+/* Counts a failure of c, keeping its message (c NULL: no connection, no
+ * message). */
+void kit_fail(kit_failures *f, zrc_conn *c);
+/* A thread's connection to the suite's daemon, or NULL (a failure counted). */
+zrc_conn *kit_thread_connect(kit_failures *f);
+/* The test's check of thread i's failures. */
+#define KIT_NO_FAILURES(what, i, f)                                                   \
+        ck_assert_msg((f).count == 0, "%s %d: %d failures: %s", (what), (i), (f).count, \
+                      (f).message)
+
 /* Skips a loader test (passing) on a daemon without the feature. */
 #define NEED_LOADER(c)                                                                  \
         do {                                                                            \

@@ -239,25 +239,21 @@ typedef struct opener {
         pthread_barrier_t *go;
         char path[512];
         uint64_t length[ROUNDS];
-        int failures;
-        char message[ZRC_ERROR_MESSAGE_MAX];
+        kit_failures failed;
 } opener;
 
 static void *opener_run(void *arg) {
         opener *o = arg;
-        zrc_conn *c = NULL;
+        zrc_conn *c = kit_thread_connect(&o->failed);
 
-        if (zrc_connect(daemon_.socket, &c, NULL) < 0) {
-                o->failures++;
+        if (!c)
                 return NULL;
-        }
         for (int round = 0; round < ROUNDS; round++) {
                 zrc_dataset *d = NULL;
 
                 pthread_barrier_wait(o->go);
                 if (zrc_dataset_open(c, o->path, 0, &d) < 0) {
-                        o->failures++;
-                        snprintf(o->message, sizeof(o->message), "%s", zrc_last_error(c)->message);
+                        kit_fail(&o->failed, c);
                 } else {
                         o->length[round] = zrc_dataset_length(d);
                 }
@@ -291,8 +287,7 @@ START_TEST(test_concurrent_first_open) {
         }
         for (int i = 0; i < OPENERS; i++) {
                 pthread_join(t[i], NULL);
-                ck_assert_msg(o[i].failures == 0, "opener %d: %d failures: %s", i, o[i].failures,
-                              o[i].message);
+                KIT_NO_FAILURES("opener", i, o[i].failed);
                 for (int r = 0; r < ROUNDS; r++)
                         ck_assert_uint_eq(o[i].length[r], 40);
         }

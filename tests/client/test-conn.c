@@ -119,6 +119,19 @@ START_TEST(test_events_between) {
 }
 END_TEST
 
+/* A STATUS answered by a fake daemon playing `script` fails with -code, the
+ * message holding `needle` (unless NULL); the connection is returned for
+ * more checks (then fake_done() it). */
+static zrc_conn *status_refused(fake *f, void (*script)(int fd), int code, const char *needle) {
+        zrc_conn *c = fake_connect(f, script, 1);
+
+        ck_assert_int_eq(status_code(c), -code);
+        if (needle)
+                ck_assert_msg(strstr(zrc_last_error(c)->message, needle), "%s",
+                              zrc_last_error(c)->message);
+        return c;
+}
+
 static void script_wrong_id(int fd) {
         reply_status(fd, read_request(fd) + 1, NULL, 0);
         read_request(fd);
@@ -126,10 +139,8 @@ static void script_wrong_id(int fd) {
 
 START_TEST(test_wrong_id) {
         fake f;
-        zrc_conn *c = fake_connect(&f, script_wrong_id, 1);
+        zrc_conn *c = status_refused(&f, script_wrong_id, ZR_E_PROTO, "does not answer");
 
-        ck_assert_int_eq(status_code(c), -ZR_E_PROTO);
-        ck_assert(strstr(zrc_last_error(c)->message, "does not answer"));
         /* broken for good: the next call fails at once with the same reason */
         ck_assert_int_eq(status_code(c), -ZR_E_PROTO);
         ck_assert(strstr(zrc_last_error(c)->message, "does not answer"));
@@ -137,52 +148,55 @@ START_TEST(test_wrong_id) {
 }
 END_TEST
 
-static void script_unexpected_fd(int fd) {
-        uint64_t id = read_request(fd);
-        int p[2];
-
-        ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
-        reply_status(fd, id, p, 2);
-        close(p[0]);
-        close(p[1]);
-        read_request(fd);
-}
-
-START_TEST(test_unexpected_fds) {
-        fake f;
-        int before;
-        zrc_conn *c = fake_connect(&f, script_unexpected_fd, 1);
-        before = count_fds();
-        ck_assert_int_eq(status_code(c), -ZR_E_BAD_FD);
-        fake_done(&f, c);
-        /* both descriptors closed: counted once the fake has closed its own
-         * (the client's socket, the fake's and its listening one are gone) */
-        ck_assert_int_eq(count_fds(), before - 3);
-}
-END_TEST
-
-static void script_ctrunc(int fd) {
+/* Answers the first request (a STATUS) with n descriptors, the two ends of a
+ * pipe in turn, then waits for the next request. */
+static void reply_with_fds(int fd, int n) {
         uint64_t id = read_request(fd);
         int fds[80], p[2];
 
+        ck_assert_int_le(n, 80);
         ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
-        for (int i = 0; i < 80; i++)
+        for (int i = 0; i < n; i++)
                 fds[i] = p[i % 2];
-        reply_status(fd, id, fds, 80); /* more than a frame may carry */
+        reply_status(fd, id, fds, (size_t)n);
         close(p[0]);
         close(p[1]);
         read_request(fd);
 }
 
-START_TEST(test_ctrunc) {
+static void script_unexpected_fd(int fd) {
+        reply_with_fds(fd, 2);
+}
+
+static void script_ctrunc(int fd) {
+        reply_with_fds(fd, 80); /* more than a frame may carry */
+}
+
+/* A STATUS answered by `script` with descriptors the call does not take:
+ * -ZR_E_BAD_FD (its message holding `needle`, unless NULL), and every
+ * descriptor closed: counted once the fake has closed its own (the client's
+ * socket, the fake's and its listening one are gone). */
+static void expect_fds_refused(void (*script)(int fd), const char *needle) {
         fake f;
         int before;
-        zrc_conn *c = fake_connect(&f, script_ctrunc, 1);
+        zrc_conn *c = fake_connect(&f, script, 1);
+
         before = count_fds();
         ck_assert_int_eq(status_code(c), -ZR_E_BAD_FD);
-        ck_assert(strstr(zrc_last_error(c)->message, "MSG_CTRUNC"));
+        if (needle)
+                ck_assert_msg(strstr(zrc_last_error(c)->message, needle), "%s",
+                              zrc_last_error(c)->message);
         fake_done(&f, c);
-        ck_assert_int_eq(count_fds(), before - 3); /* as in test_unexpected_fds */
+        ck_assert_int_eq(count_fds(), before - 3);
+}
+
+START_TEST(test_unexpected_fds) {
+        expect_fds_refused(script_unexpected_fd, NULL);
+}
+END_TEST
+
+START_TEST(test_ctrunc) {
+        expect_fds_refused(script_ctrunc, "MSG_CTRUNC");
 }
 END_TEST
 
@@ -197,10 +211,8 @@ static void script_bad_body(int fd) {
 
 START_TEST(test_bad_body) {
         fake f;
-        zrc_conn *c = fake_connect(&f, script_bad_body, 1);
-        ck_assert_int_eq(status_code(c), -ZR_E_PROTO);
-        ck_assert(strstr(zrc_last_error(c)->message, "malformed"));
-        fake_done(&f, c);
+
+        fake_done(&f, status_refused(&f, script_bad_body, ZR_E_PROTO, "malformed"));
 }
 END_TEST
 
@@ -214,9 +226,8 @@ static void script_huge_frame(int fd) {
 
 START_TEST(test_huge_frame) {
         fake f;
-        zrc_conn *c = fake_connect(&f, script_huge_frame, 1);
-        ck_assert_int_eq(status_code(c), -ZR_E_LIMIT);
-        fake_done(&f, c);
+
+        fake_done(&f, status_refused(&f, script_huge_frame, ZR_E_LIMIT, NULL));
 }
 END_TEST
 
@@ -235,10 +246,9 @@ static void script_fault_hangup(int fd) {
 
 START_TEST(test_fault_hangup) {
         fake f;
-        zrc_conn *c = fake_connect(&f, script_fault_hangup, 1);
-        ck_assert_int_eq(status_code(c), -ZR_E_SHUTDOWN);
+        zrc_conn *c = status_refused(&f, script_fault_hangup, ZR_E_SHUTDOWN, "shutting down");
+
         ck_assert_str_eq(zrc_last_error(c)->name, "ZR_E_SHUTDOWN");
-        ck_assert(strstr(zrc_last_error(c)->message, "shutting down"));
         fake_done(&f, c);
 }
 END_TEST

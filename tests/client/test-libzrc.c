@@ -626,40 +626,27 @@ END_TEST
 
 typedef struct worker {
         int id;
-        int failures;
-        char message[ZRC_ERROR_MESSAGE_MAX];
+        kit_failures failed;
 } worker;
 
 static void *worker_run(void *arg) {
         worker *w = arg;
-        zrc_conn *c = NULL;
+        zrc_conn *c = kit_thread_connect(&w->failed);
         zrc_dataset *shared = NULL, *own = NULL;
-        char name[64];
+        char name[64], p[PATH_MAX];
         zrc_schema s;
         zrc_batch b;
 
-        if (zrc_connect(daemon_.socket, &c, NULL) < 0) {
-                w->failures++;
+        if (!c)
                 return NULL;
-        }
         snprintf(name, sizeof(name), "many-%d", w->id);
+        tl_daemon_path(&daemon_, name, p);
         if (zrc_dataset_open(c, path("many-shared"), 0, &shared) < 0 ||
-            zrc_schema_dense(&s, "<i8", NULL, 0, ZRC_CODEC_ZSTD) < 0) {
-                w->failures++;
-                snprintf(w->message, sizeof(w->message), "%s", zrc_last_error(c)->message);
+            zrc_schema_dense(&s, "<i8", NULL, 0, ZRC_CODEC_ZSTD) < 0 ||
+            zrc_dataset_create(c, p, &s, NULL, 0, &own) < 0) {
+                kit_fail(&w->failed, c);
                 zrc_disconnect(c);
                 return NULL;
-        }
-        {
-                char p[PATH_MAX];
-
-                tl_daemon_path(&daemon_, name, p);
-                if (zrc_dataset_create(c, p, &s, NULL, 0, &own) < 0) {
-                        w->failures++;
-                        snprintf(w->message, sizeof(w->message), "%s", zrc_last_error(c)->message);
-                        zrc_disconnect(c);
-                        return NULL;
-                }
         }
         for (int round = 0; round < 20; round++) {
                 uint64_t idx[16];
@@ -670,18 +657,17 @@ static void *worker_run(void *arg) {
                         idx[j] = (uint64_t)((w->id * 31 + round * 7 + j) % 100);
                 if (zrc_dataset_read(shared, idx, 16, &b) < 0 ||
                     zrc_dataset_append_dense(own, &v, 1, NULL) < 0) {
-                        w->failures++;
-                        snprintf(w->message, sizeof(w->message), "%s", zrc_last_error(c)->message);
+                        kit_fail(&w->failed, c);
                         break;
                 }
                 for (int j = 0; j < 16; j++) {
                         fill_record(want, idx[j]);
                         if (memcmp((const uint8_t *)b.data + j * 80, want, 80) != 0)
-                                w->failures++;
+                                w->failed.count++;
                 }
         }
         if (zrc_dataset_length(own) != 20)
-                w->failures++;
+                w->failed.count++;
         zrc_disconnect(c); /* frees both datasets */
         return NULL;
 }
@@ -699,8 +685,7 @@ START_TEST(test_many_clients) {
         }
         for (int i = 0; i < N; i++) {
                 pthread_join(t[i], NULL);
-                ck_assert_msg(w[i].failures == 0, "worker %d: %d failures: %s", i, w[i].failures,
-                              w[i].message);
+                KIT_NO_FAILURES("worker", i, w[i].failed);
         }
         zrc_dataset_close(d);
         zrc_disconnect(c);

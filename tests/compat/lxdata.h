@@ -46,29 +46,4 @@ static inline uint64_t lx_bytes_len(uint64_t id) {
         return 100 + (id * 13) % 400;
 }
 
-/* ids after a swap-last delete of del[0..n) (distinct, descending), in place;
- * returns the new count. */
-static inline uint64_t lx_swap_last(uint64_t *ids, uint64_t count, const uint64_t *del, size_t n) {
-        uint64_t d[16];
-        size_t k = 0;
-
-        for (size_t i = 0; i < n; i++) {
-                int dup = 0;
-                for (size_t j = 0; j < k; j++)
-                        dup |= d[j] == del[i];
-                if (!dup)
-                        d[k++] = del[i];
-        }
-        for (size_t i = 0; i < k; i++) /* descending */
-                for (size_t j = i + 1; j < k; j++)
-                        if (d[j] > d[i]) {
-                                uint64_t t = d[i];
-                                d[i] = d[j];
-                                d[j] = t;
-                        }
-        for (size_t i = 0; i < k; i++)
-                ids[d[i]] = ids[--count];
-        return count;
-}
-
 #endif

@@ -1,5 +1,6 @@
 /* lxwrite.c: loaderx 1.5.7's fixture stores, written from the layout (lxwrite.h). */
 #include "lxwrite.h"
+#include "records.h"
 
 #include <check.h>
 #include <fcntl.h>
@@ -186,8 +187,8 @@ static void lxw_store(int dirfd, const char *name, enum lxw_kind kind, unsigned 
                 uint64_t pos[LX_DENSE_N];
                 for (uint64_t i = 0; i < n; i++)
                         pos[i] = i;
-                count = lx_swap_last(pos, n, del, ndel);
-                lx_swap_last(ids, n, del, ndel);
+                count = tl_swap_last(pos, n, del, ndel);
+                tl_swap_last(ids, n, del, ndel);
                 for (uint64_t i = 0; i < count; i++)
                         if (pos[i] != i)
                                 memcpy(loc[i], loc[pos[i]], 16);

@@ -39,6 +39,7 @@
 #include "../dataset/helpers.h"
 #include "lxdata.h"
 #include "lxwrite.h"
+#include "records.h"
 
 static const char *const codecs[3] = { "raw", "zstd", "zstd_dict" };
 
@@ -77,6 +78,15 @@ static void lx_check(scratch *s, const char *name, const char *kind, const char 
                       "loaderx 1.5.7 did not read %s as %s %s", name, kind, spec);
 }
 
+/* The ids once loaderx's check has appended to the store (it adds LX_APPEND
+ * records from LX_APPEND_FIRST on): written at ids[count..], where lx_ids()
+ * left room; returns the new count. */
+static uint64_t lx_appended(uint64_t *ids, uint64_t count) {
+        for (uint64_t i = 0; i < LX_APPEND; i++)
+                ids[count + i] = LX_APPEND_FIRST + i;
+        return count + LX_APPEND;
+}
+
 static void lx_fixtures(scratch *s) {
         scratch_new(s);
         if (lx_python()) {
@@ -103,22 +113,8 @@ static uint64_t *lx_ids(uint64_t n, uint64_t append, const uint64_t *del, size_t
         ck_assert_ptr_nonnull(ids);
         for (uint64_t i = 0; i < n + append; i++)
                 ids[i] = i;
-        *count = del ? lx_swap_last(ids, n + append, del, ndel) : n + append;
+        *count = del ? tl_swap_last(ids, n + append, del, ndel) : n + append;
         return ids;
-}
-
-/* The distinct entries of a (zrecord's store refuses repeats; loaderx's tolerates). */
-static size_t lx_distinct(const uint64_t *a, size_t n, uint64_t *out) {
-        size_t k = 0;
-
-        for (size_t i = 0; i < n; i++) {
-                int dup = 0;
-                for (size_t j = 0; j < k; j++)
-                        dup |= out[j] == a[i];
-                if (!dup)
-                        out[k++] = a[i];
-        }
-        return k;
 }
 
 static void dense_expect(zr_dataset *ds, const uint64_t *ids, uint64_t count) {
@@ -179,7 +175,7 @@ START_TEST(test_dense_fixtures) {
                 free(ids);
 
                 dense_append(ds, LX_DENSE_N, LX_APPEND_DENSE);
-                ck_assert_int_eq(zr_dataset_delete(ds, del, lx_distinct(lx_delete, LX_NDELETE, del),
+                ck_assert_int_eq(zr_dataset_delete(ds, del, tl_distinct(lx_delete, LX_NDELETE, del),
                                                    &err), 0);
                 ck_assert_int_eq(zr_dataset_compact(ds, NULL, &err), 0);
                 ids = lx_ids(LX_DENSE_N, LX_APPEND_DENSE, lx_delete, LX_NDELETE, &count);
@@ -195,9 +191,7 @@ START_TEST(test_dense_fixtures) {
                 if (lx_python()) {
                         lx_check(&s, name, "dense", "zr-dense:3000");
                         ck_assert_int_eq(zr_dataset_open(fd, NULL, &ds, &err), 0);
-                        for (uint64_t i = 0; i < LX_APPEND; i++)
-                                ids[count + i] = LX_APPEND_FIRST + i;
-                        dense_expect(ds, ids, count + LX_APPEND);
+                        dense_expect(ds, ids, lx_appended(ids, count));
                         zr_dataset_close(ds, NULL);
                 }
                 free(ids);
@@ -348,9 +342,7 @@ START_TEST(test_ragged_fixtures) {
                 if (lx_python()) {
                         lx_check(&s, name, "ragged", "zr-ragged:1500");
                         ck_assert_int_eq(zr_lxragged_open(fd, NULL, &d, &err), 0);
-                        for (uint64_t i = 0; i < LX_APPEND; i++)
-                                ids[count + i] = LX_APPEND_FIRST + i;
-                        ragged_expect(d, ids, count + LX_APPEND);
+                        ragged_expect(d, ids, lx_appended(ids, count));
                         zr_lxragged_close(d, NULL);
                 }
                 free(ids);
@@ -472,10 +464,8 @@ START_TEST(test_zrecord_stores_for_loaderx) {
                 if (lx_python()) {
                         lx_check(&s, name, "dense", "plain:500");
                         ids = lx_ids(500, 0, NULL, 0, &count);
-                        for (uint64_t i = 0; i < LX_APPEND; i++)
-                                ids[count + i] = LX_APPEND_FIRST + i;
                         ck_assert_int_eq(zr_dataset_open(fd, NULL, &ds, &err), 0);
-                        dense_expect(ds, ids, count + LX_APPEND);
+                        dense_expect(ds, ids, lx_appended(ids, count));
                         zr_dataset_close(ds, NULL);
                         free(ids);
                 }
@@ -491,10 +481,7 @@ START_TEST(test_zrecord_stores_for_loaderx) {
                         lx_check(&s, name, "ragged", "plain:300");
                 ck_assert_int_eq(zr_lxragged_open(fd, NULL, &d, &err), 0);
                 ids = lx_ids(300, 0, NULL, 0, &count);
-                if (lx_python())
-                        for (uint64_t i = 0; i < LX_APPEND; i++)
-                                ids[count++] = LX_APPEND_FIRST + i;
-                ragged_expect(d, ids, count);
+                ragged_expect(d, ids, lx_python() ? lx_appended(ids, count) : count);
                 zr_lxragged_close(d, NULL);
                 free(ids);
                 close(fd);
@@ -628,14 +615,14 @@ START_TEST(test_convert_both_ways) {
                 ck_assert_uint_le(g.bytes, sizeof(buf));
                 ck_assert_int_eq(zr_gather_read(&g, buf, 0, NULL, NULL, &err), 0);
                 zr_gather_release(&g);
+                /* record 1: ndim 2, (2, 2); record 0: ndim 1, (2,) */
+                static const uint64_t want_shape[5] = { 2, 2, 2, 1, 2 }, want_len[2] = { 4, 2 };
+
                 ck_assert_uint_eq(g.shape_words, 5);
-                ck_assert_uint_eq(shape[0], 2);
-                ck_assert_uint_eq(shape[1], 2);
-                ck_assert_uint_eq(shape[2], 2);
-                ck_assert_uint_eq(shape[3], 1);
-                ck_assert_uint_eq(shape[4], 2);
-                ck_assert_uint_eq(len[0], 4);
-                ck_assert_uint_eq(len[1], 2);
+                for (int k = 0; k < 5; k++)
+                        ck_assert_uint_eq(shape[k], want_shape[k]);
+                for (int k = 0; k < 2; k++)
+                        ck_assert_uint_eq(len[k], want_len[k]);
                 ck_assert_int_eq(memcmp(buf + off[0], "cdef", 4), 0);
                 ck_assert_int_eq(memcmp(buf + off[1], "ab", 2), 0);
         }
@@ -697,14 +684,6 @@ START_TEST(test_convert_both_ways) {
 }
 END_TEST
 
-int main(void) {
-        Suite *s = suite_create("lx157");
-        TCase *tc = tcase_create("core");
-        tcase_add_test(tc, test_dense_fixtures);
-        tcase_add_test(tc, test_ragged_fixtures);
-        tcase_add_test(tc, test_deleted_and_bytes_fixtures);
-        tcase_add_test(tc, test_zrecord_stores_for_loaderx);
-        tcase_add_test(tc, test_convert_both_ways);
-        suite_add_tcase(s, tc);
-        return tl_run_suite(s);
-}
+TL_SUITE_MAIN("lx157", test_dense_fixtures, test_ragged_fixtures,
+              test_deleted_and_bytes_fixtures, test_zrecord_stores_for_loaderx,
+              test_convert_both_ways)

@@ -271,19 +271,24 @@ START_TEST(run_bench) {
 }
 END_TEST
 
+/* The numeric options and where they go. */
+static const struct {
+        const char *name;
+        uint64_t *value;
+} numeric[] = {
+        { "--records", &opt.records }, { "--batch", &opt.batch }, { "--prefetch", &opt.prefetch },
+        { "--batches", &opt.batches }, { "--rounds", &opt.rounds },
+};
+
 int main(int argc, char **argv) {
         for (int i = 1; i < argc; i++) {
                 int more = i + 1 < argc;
-                if (!strcmp(argv[i], "--records") && more)
-                        opt.records = strtoull(argv[++i], NULL, 0);
-                else if (!strcmp(argv[i], "--batch") && more)
-                        opt.batch = strtoull(argv[++i], NULL, 0);
-                else if (!strcmp(argv[i], "--prefetch") && more)
-                        opt.prefetch = strtoull(argv[++i], NULL, 0);
-                else if (!strcmp(argv[i], "--batches") && more)
-                        opt.batches = strtoull(argv[++i], NULL, 0);
-                else if (!strcmp(argv[i], "--rounds") && more)
-                        opt.rounds = strtoull(argv[++i], NULL, 0);
+                size_t k = 0;
+
+                while (k < sizeof(numeric) / sizeof(numeric[0]) && strcmp(argv[i], numeric[k].name))
+                        k++;
+                if (k < sizeof(numeric) / sizeof(numeric[0]) && more)
+                        *numeric[k].value = strtoull(argv[++i], NULL, 0);
                 else if (!strcmp(argv[i], "--spare") && more)
                         opt.spare = argv[++i];
                 else {

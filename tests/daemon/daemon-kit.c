@@ -157,18 +157,7 @@ void second_client_served(void) {
 }
 
 int expect_closed(int fd) {
-        int code = 0;
-        for (;;) {
-                td_msg m;
-                int r = td_recv(fd, &m);
-                if (r == -EPIPE)
-                        break;
-                ck_assert_msg(r == 0, "expected EOF, got %s", strerror(-r));
-                code = td_code(&m);
-                td_msg_free(&m);
-        }
-        close(fd);
-        return code;
+        return td_closed_with(fd, NULL, 0);
 }
 
 void wait_clients(int fd, uint64_t n) {

@@ -55,12 +55,8 @@ int lk_hello(int fd, char *msg, size_t size) {
         if (r < 0)
                 return r;
         int code = td_code(&m);
-        if (msg && code) {
-                const char *s = "";
-                size_t len = 0;
-                zr_wire_get_str(m.root, "message", &s, &len, NULL);
-                snprintf(msg, size, "%.*s", (int)len, s);
-        }
+        if (msg && code)
+                td_message(&m, msg, size);
         td_msg_free(&m);
         return code;
 }

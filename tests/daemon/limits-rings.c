@@ -15,13 +15,6 @@
 #include "limits-kit.h"
 #include "util.h"
 
-static void message_of(const td_msg *m, char *msg, size_t size) {
-        const char *s = "";
-        size_t len = 0;
-        zr_wire_get_str(m->root, "message", &s, &len, NULL);
-        snprintf(msg, size, "%.*s", (int)len, s);
-}
-
 /* uid A's loader, then uid B's: B's code (its message into msg). */
 static int open_two(bool same_seed, char *msg, size_t size, int *ret_a, int *ret_b) {
         td_msg m;
@@ -35,7 +28,7 @@ static int open_two(bool same_seed, char *msg, size_t size, int *ret_a, int *ret
         td_msg_free(&m);
         int code = lk_open_loader(b, lk_open_store(b, "shared"), same_seed ? 5 : 6, &m);
         if (code)
-                message_of(&m, msg, size);
+                td_message(&m, msg, size);
         else
                 ck_assert_uint_eq(m.nfds, 1); /* its ring */
         td_msg_free(&m);

@@ -11,32 +11,12 @@
 
 #include "limits-kit.h"
 
-/* Reads until EOF; the last FAULT's code and message. */
-static int closed_with(int fd, char *msg, size_t size) {
-        int code = 0;
-        for (;;) {
-                td_msg m;
-                int r = td_recv(fd, &m);
-                if (r == -EPIPE)
-                        break;
-                ck_assert_msg(r == 0, "expected a FAULT and EOF, got %s", strerror(-r));
-                code = td_code(&m);
-                const char *s = "";
-                size_t len = 0;
-                zr_wire_get_str(m.root, "message", &s, &len, NULL);
-                snprintf(msg, size, "%.*s", (int)len, s);
-                td_msg_free(&m);
-        }
-        close(fd);
-        return code;
-}
-
 START_TEST(test_hello_timeout) {
         char msg[256] = "";
         lk_start((const char *const[]){"--hello-timeout=1", NULL});
         int silent = td_connect(&LD);
         int talker = td_connect_hello(&LD);
-        ck_assert_int_eq(closed_with(silent, msg, sizeof(msg)), ZR_E_LIMIT);
+        ck_assert_int_eq(td_closed_with(silent, msg, sizeof(msg)), ZR_E_LIMIT);
         ck_assert_msg(strstr(msg, "no hello within 1 s"), "%s", msg);
         lk_wait_clients(talker, 1); /* the one that said HELLO is still served */
         close(talker);
@@ -56,7 +36,7 @@ START_TEST(test_idle_timeout) {
         zr_wire_put_u64(&w, "bytes", 4096);
         ck_assert_int_eq(td_call(busy, &w, NULL, 0, &m), 0);
         td_msg_free(&m);
-        ck_assert_int_eq(closed_with(idle, msg, sizeof(msg)), ZR_E_LIMIT);
+        ck_assert_int_eq(td_closed_with(idle, msg, sizeof(msg)), ZR_E_LIMIT);
         ck_assert_msg(strstr(msg, "idle for 1 s"), "%s", msg);
         /* the same time has passed for busy: it is still served */
         lk_wait_clients(busy, 1);

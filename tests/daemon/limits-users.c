@@ -51,32 +51,32 @@ START_TEST(test_clients_per_uid) {
 }
 END_TEST
 
+/* Connects as uid and says HELLO until the daemon refuses one (closed
+ * here); the accepted ones into fds[0..max), their count returned. */
+static int connect_until_refused(uid_t uid, int *fds, int max) {
+        int n = 0;
+
+        for (;;) {
+                int fd = lk_connect_as(uid);
+                if (lk_hello(fd, NULL, 0) != 0) {
+                        close(fd);
+                        return n;
+                }
+                ck_assert_int_lt(n, max);
+                fds[n++] = fd;
+        }
+}
+
 /* The audit's attack: one uid opens connections until the daemon refuses,
  * and another uid is then locked out. */
 START_TEST(test_one_uid_cannot_lock_out_another) {
         enum { MAX = 40 };
-        int a[MAX], b[MAX], na = 0, nb = 0;
+        int a[MAX], b[MAX], na, nb;
         if (!lk_can_switch_uid())
                 return;
         lk_start_shared((const char *const[]){"--max-clients=40", NULL});
-        for (;;) {
-                int fd = lk_connect_as(LK_UID_A);
-                if (lk_hello(fd, NULL, 0) != 0) {
-                        close(fd);
-                        break;
-                }
-                ck_assert_int_lt(na, MAX);
-                a[na++] = fd;
-        }
-        for (;;) {
-                int fd = lk_connect_as(LK_UID_B);
-                if (lk_hello(fd, NULL, 0) != 0) {
-                        close(fd);
-                        break;
-                }
-                ck_assert_int_lt(nb, MAX);
-                b[nb++] = fd;
-        }
+        na = connect_until_refused(LK_UID_A, a, MAX);
+        nb = connect_until_refused(LK_UID_B, b, MAX);
         printf("clients: uid A got %d of %d connections, then uid B %d\n", na, MAX, nb);
         /* a uid alone holds at most half; the next one still gets a share */
         ck_assert_int_le(na, MAX / 2);
@@ -106,10 +106,7 @@ static int try_buffer(int fd, uint64_t bytes, char *msg, size_t size) {
                 ck_assert_ptr_ne(p, MAP_FAILED);
                 munmap(p, bytes);
         } else if (msg) {
-                const char *s = "";
-                size_t len = 0;
-                zr_wire_get_str(m.root, "message", &s, &len, NULL);
-                snprintf(msg, size, "%.*s", (int)len, s);
+                td_message(&m, msg, size);
         }
         td_msg_free(&m);
         return code;

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdio.h>
 #include <sys/stat.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -125,6 +126,32 @@ int td_code(const td_msg *m) {
         return code;
 }
 
+void td_message(const td_msg *m, char *msg, size_t size) {
+        const char *s = "";
+        size_t len = 0;
+
+        zr_wire_get_str(m->root, "message", &s, &len, NULL);
+        snprintf(msg, size, "%.*s", (int)len, s);
+}
+
+int td_closed_with(int fd, char *msg, size_t size) {
+        int code = 0;
+
+        for (;;) {
+                td_msg m;
+                int r = td_recv(fd, &m);
+                if (r == -EPIPE)
+                        break;
+                ck_assert_msg(r == 0, "expected frames and EOF, got %s", strerror(-r));
+                code = td_code(&m);
+                if (msg)
+                        td_message(&m, msg, size);
+                td_msg_free(&m);
+        }
+        close(fd);
+        return code;
+}
+
 void td_begin(zr_wire_writer *w, const char *kind, uint64_t id) {
         tl_begin(w, kind, id);
 }
@@ -225,16 +252,7 @@ int td_append(int fd, uint32_t h, const char *dtype, const uint64_t *shape, unsi
 void td_begin_loader_open(zr_wire_writer *w, uint64_t id, uint32_t h, const char *sampler,
                           uint64_t batch, uint64_t seed, uint64_t start, uint64_t prefetch) {
         tl_begin(w, "loader_open", id);
-        zr_wire_begin_array(w, "streams");
-        zr_wire_begin_map(w, NULL);
-        zr_wire_put_u64(w, "handle", h);
-        zr_wire_end(w);
-        zr_wire_end(w);
-        zr_wire_put_str(w, "sampler", sampler);
-        zr_wire_put_u64(w, "batch_size", batch);
-        zr_wire_put_u64(w, "seed", seed);
-        zr_wire_put_u64(w, "start_step", start);
-        zr_wire_put_u64(w, "prefetch", prefetch);
+        tl_put_loader_open(w, h, sampler, batch, seed, start, prefetch);
 }
 
 void td_release(int fd, uint64_t loader, uint64_t ring, uint64_t slot) {

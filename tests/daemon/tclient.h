@@ -59,6 +59,13 @@ bool td_has(const td_msg *m, const char *key);
 const uint8_t *td_u64s(const td_msg *m, const char *key, size_t *ret_n);
 /* "ok": 0; "error"/"fault": the code (asserting it is one of those). */
 int td_code(const td_msg *m);
+/* The message's "message" (an error's or a fault's) into msg, `size` bytes
+ * with the NUL; "" without one. */
+void td_message(const td_msg *m, char *msg, size_t size);
+/* Reads fd until the daemon closes it (asserting nothing else goes wrong),
+ * closes it, and returns the last frame's td_code() (0 if none came), its
+ * message in msg (may be NULL). */
+int td_closed_with(int fd, char *msg, size_t size);
 
 /* Starts a request body. */
 void td_begin(zr_wire_writer *w, const char *kind, uint64_t id);

@@ -275,16 +275,24 @@ START_TEST(test_spare_ring_reused) {
 }
 END_TEST
 
+/* Starts the daemon with args, which must leave it no spare budget, and
+ * makes a store on a new connection (*ret_fd); returns its handle. */
+static uint32_t start_without_spares(const char *const *args, int *ret_fd) {
+        uint64_t budget;
+
+        td_start(&D, args);
+        *ret_fd = td_connect_hello(&D);
+        spare_status(*ret_fd, &budget, NULL);
+        ck_assert_uint_eq(budget, 0);
+        return make_store(*ret_fd, "s");
+}
+
 /* --ring-spare=0: no spare is ever made (the decision is taken at the close,
  * so STATUS right after the LOADER_CLOSE reply tells). */
 START_TEST(test_spare_off) {
         const char *args[] = {"--ring-spare=0", NULL};
-        td_start(&D, args);
-        int fd = td_connect_hello(&D);
-        uint32_t h = make_store(fd, "s");
-        uint64_t budget;
-        spare_status(fd, &budget, NULL);
-        ck_assert_uint_eq(budget, 0);
+        int fd;
+        uint32_t h = start_without_spares(args, &fd);
         for (int i = 0; i < 2; i++) {
                 open_first_close(fd, h);
                 ck_assert_uint_eq(spare_bytes(fd), 0);
@@ -300,9 +308,22 @@ static void write_config(const char *path, const char *text) {
         fclose(f);
 }
 
-static void reload(void) {
+/* Writes `text` to the config file cfg and reloads it (SIGHUP, then READY=1
+ * after RELOADING=1); the log must then hold `logged`. */
+static void reload_with(const char *cfg, const char *text, const char *logged) {
+        write_config(cfg, text);
         kill(D.pid, SIGHUP);
-        ck_assert(td_wait_notify(&D, "READY=1")); /* after RELOADING=1 */
+        ck_assert(td_wait_notify(&D, "READY=1"));
+        ck_assert_msg(td_log_contains(&D, logged), "no \"%s\" in the log", logged);
+}
+
+/* STATUS's spare budget and spare bytes must be these. */
+static void expect_spare(int fd, uint64_t budget, uint64_t bytes) {
+        uint64_t got_budget, got_bytes;
+
+        spare_status(fd, &got_budget, &got_bytes);
+        ck_assert_uint_eq(got_budget, budget);
+        ck_assert_uint_eq(got_bytes, bytes);
 }
 
 /* The budget from a config file, changed by SIGHUP: raised (spares from the
@@ -315,49 +336,35 @@ START_TEST(test_spare_reload) {
         snprintf(cfgarg, sizeof(cfgarg), "--config=%s", cfg);
         write_config(cfg, "ring-spare = 0\n");
         const char *args[] = {cfgarg, NULL};
-        td_start(&D, args);
-        int fd = td_connect_hello(&D);
-        uint32_t h = make_store(fd, "s");
-        uint64_t budget, bytes;
-        spare_status(fd, &budget, NULL);
-        ck_assert_uint_eq(budget, 0);
+        int fd;
+        uint32_t h = start_without_spares(args, &fd);
+        uint64_t budget;
         open_first_close(fd, h);
         ck_assert_uint_eq(spare_bytes(fd), 0);
 
         /* raised: nothing is made until a loader closes */
-        write_config(cfg, "ring-spare = 64M\n");
-        reload();
-        ck_assert(td_log_contains(&D, "reload: ring_spare budget 0 -> 67108864 bytes (setting)"));
-        spare_status(fd, &budget, &bytes);
-        ck_assert_uint_eq(budget, 64u << 20);
-        ck_assert_uint_eq(bytes, 0);
+        reload_with(cfg, "ring-spare = 64M\n",
+                    "reload: ring_spare budget 0 -> 67108864 bytes (setting)");
+        expect_spare(fd, 64u << 20, 0);
         open_first_close(fd, h);
         wait_spare(fd, (uint64_t)BATCH * REC);
 
         /* a bad value: the reload is refused, the budget and the spare stay */
-        write_config(cfg, "ring-spare = lots\n");
-        reload();
-        ck_assert(td_log_contains(&D, "bad value 'lots'"));
+        reload_with(cfg, "ring-spare = lots\n", "bad value 'lots'");
         ck_assert(td_log_contains(&D, "keeping the settings in force"));
-        spare_status(fd, &budget, &bytes);
-        ck_assert_uint_eq(budget, 64u << 20);
-        ck_assert_uint_eq(bytes, (uint64_t)BATCH * REC);
+        expect_spare(fd, 64u << 20, (uint64_t)BATCH * REC);
 
         /* lowered under the ring's size: the spare goes at once, and a closed
          * loader of that size leaves none */
-        write_config(cfg, "ring-spare = 2M\n");
-        reload();
-        ck_assert(td_log_contains(&D, "reload: ring_spare budget 67108864 -> 2097152 bytes (setting)"));
-        spare_status(fd, &budget, &bytes);
-        ck_assert_uint_eq(budget, 2u << 20);
-        ck_assert_uint_eq(bytes, 0);
+        reload_with(cfg, "ring-spare = 2M\n",
+                    "reload: ring_spare budget 67108864 -> 2097152 bytes (setting)");
+        expect_spare(fd, 2u << 20, 0);
         open_first_close(fd, h);
         ck_assert_uint_eq(spare_bytes(fd), 0);
 
         /* the key removed: back to the default */
-        write_config(cfg, "# no ring-spare\n");
-        reload();
-        ck_assert(td_log_contains(&D, "reload: ring_spare budget 2097152 -> 536870912 bytes (auto"));
+        reload_with(cfg, "# no ring-spare\n",
+                    "reload: ring_spare budget 2097152 -> 536870912 bytes (auto");
         spare_status(fd, &budget, NULL);
         ck_assert_uint_eq(budget, DEFAULT_BUDGET);
         close(fd);

@@ -96,24 +96,40 @@ static void record_done(zr_job *j) {
 static void nothing(zr_job *j) {
 }
 
-/* One worker; owner A queues 20 jobs, then B 5: B's jobs come in turn with
- * A's, not after all of A's (a FIFO would finish B last). */
-START_TEST(test_owners_take_turns) {
+/* Two owners' queues (at most `cap` jobs running each, 0: no cap) on a work
+ * queue of `threads` workers, dispatched from the test's event base. */
+typedef struct owners {
         zr_pool *pool;
         zr_work *w;
         zr_work_queue qa, qb;
-        ojob jobs[25];
+} owners;
+
+static void owners_start(owners *o, size_t threads, unsigned cap) {
         base = event_base_new();
-        ck_assert_int_eq(zr_pool_new(1, &pool), 0);
-        ck_assert_int_eq(zr_work_new(base, pool, &w), 0);
-        zr_work_set_idle(w, idle, NULL);
-        zr_work_queue_init(&qa, 0);
-        zr_work_queue_init(&qb, 0);
+        ck_assert_int_eq(zr_pool_new(threads, &o->pool), 0);
+        ck_assert_int_eq(zr_work_new(base, o->pool, &o->w), 0);
+        zr_work_set_idle(o->w, idle, NULL);
+        zr_work_queue_init(&o->qa, cap);
+        zr_work_queue_init(&o->qb, cap);
+}
+
+static void owners_stop(owners *o) {
+        o->pool = zr_pool_free(o->pool);
+        o->w = zr_work_free(o->w);
+        event_base_free(base);
+}
+
+/* One worker; owner A queues 20 jobs, then B 5: B's jobs come in turn with
+ * A's, not after all of A's (a FIFO would finish B last). */
+START_TEST(test_owners_take_turns) {
+        owners o;
+        ojob jobs[25];
+        owners_start(&o, 1, 0);
         norder = 0;
         for (int i = 0; i < 25; i++) {
                 jobs[i] = (ojob){.job = {.run = nothing, .done = record_done},
                                  .owner = i < 20 ? 'A' : 'B', .seq = i};
-                zr_work_submit_to(w, i < 20 ? &qa : &qb, &jobs[i].job);
+                zr_work_submit_to(o.w, i < 20 ? &o.qa : &o.qb, &jobs[i].job);
         }
         ck_assert_int_eq(event_base_dispatch(base), 0);
         ck_assert_int_eq(norder, 25);
@@ -125,10 +141,8 @@ START_TEST(test_owners_take_turns) {
                 b_seen += order[i] == 'B';
         }
         ck_assert_msg(a_seen < 10, "completion order %s", order);
-        ck_assert_uint_eq(qa.running + qa.queued + qb.running + qb.queued, 0);
-        pool = zr_pool_free(pool);
-        w = zr_work_free(w);
-        event_base_free(base);
+        ck_assert_uint_eq(o.qa.running + o.qa.queued + o.qb.running + o.qb.queued, 0);
+        owners_stop(&o);
 }
 END_TEST
 
@@ -167,29 +181,20 @@ static void open_gate(zr_job *j) {
  * owner B one short job: B's job gets the other worker while A's first still
  * runs, and no two of A's ever run at once. */
 START_TEST(test_owner_cap_leaves_workers_to_others) {
-        zr_pool *pool;
-        zr_work *w;
-        zr_work_queue qa, qb;
+        owners o;
         ojob a[6], b;
-        base = event_base_new();
-        ck_assert_int_eq(zr_pool_new(2, &pool), 0);
-        ck_assert_int_eq(zr_work_new(base, pool, &w), 0);
-        zr_work_set_idle(w, idle, NULL);
-        zr_work_queue_init(&qa, 1);
-        zr_work_queue_init(&qb, 1);
+        owners_start(&o, 2, 1);
         for (int i = 0; i < 6; i++) {
                 a[i] = (ojob){.job = {.run = long_run, .done = nothing}, .owner = 'A'};
-                zr_work_submit_to(w, &qa, &a[i].job);
+                zr_work_submit_to(o.w, &o.qa, &a[i].job);
         }
-        ck_assert_uint_le(qa.running, 1);
+        ck_assert_uint_le(o.qa.running, 1);
         b = (ojob){.job = {.run = open_gate, .done = nothing}, .owner = 'B'};
-        zr_work_submit_to(w, &qb, &b.job);
+        zr_work_submit_to(o.w, &o.qb, &b.job);
         ck_assert_int_eq(event_base_dispatch(base), 0);
         ck_assert_int_eq(atomic_load(&a_timed_out), 0);
         ck_assert_int_eq(atomic_load(&a_ran_at_once), 1);
-        pool = zr_pool_free(pool);
-        w = zr_work_free(w);
-        event_base_free(base);
+        owners_stop(&o);
 }
 END_TEST
 

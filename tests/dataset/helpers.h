@@ -5,7 +5,6 @@
 
 #include <check.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -15,6 +14,7 @@
 #include <unistd.h>
 
 #include "dataset/batch.h"
+#include "files.h"
 
 /* Small chunk files: tests cross chunk rollovers without 4 GiB sparse files. */
 #define TEST_CHUNK_LOG2 20
@@ -46,17 +46,37 @@ static inline int gather_ragged(zr_dataset *ds, const uint64_t *idx, size_t n, v
         return r;
 }
 
-typedef struct scratch {
-        char path[256];
-        int fd;
-} scratch;
+/* A schema decoder under test: 0 (whatever it decoded released) or a
+ * negative code with err set. */
+typedef int (*schema_decoder)(const void *data, size_t len, zr_error *err);
+
+/* Every truncation of the valid encoding data[0..len) is refused with
+ * -ZR_E_SCHEMA and never read past, and so is the encoding with a byte after
+ * it, saying so. */
+static inline void expect_cuts_refused(const void *data, size_t len, schema_decoder decode) {
+        char *copy = malloc(len + 1);
+        zr_error err = {0};
+
+        ck_assert_ptr_nonnull(copy);
+        ck_assert_int_eq(decode(data, len, NULL), 0);
+        for (size_t cut = 0; cut < len; cut++) {
+                void *exact = malloc(cut ? cut : 1); /* ASan sees a read past it */
+                memcpy(exact, data, cut);
+                ck_assert_int_eq(decode(exact, cut, NULL), -ZR_E_SCHEMA);
+                free(exact);
+        }
+        memcpy(copy, data, len);
+        copy[len] = (char)0xc0;
+        ck_assert_int_eq(decode(copy, len + 1, &err), -ZR_E_SCHEMA);
+        ck_assert_msg(strstr(err.message, "after its map"), "%s", err.message);
+        free(copy);
+}
+
+/* A scratch directory (files.h) whose making cannot fail the test quietly. */
+typedef tl_scratch scratch;
 
 static inline void scratch_new(scratch *s) {
-        const char *tmp = getenv("TMPDIR");
-        snprintf(s->path, sizeof(s->path), "%s/zr-dataset-XXXXXX", tmp ? tmp : "/tmp");
-        ck_assert_ptr_nonnull(mkdtemp(s->path));
-        s->fd = open(s->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        ck_assert_int_ge(s->fd, 0);
+        ck_assert_int_eq(tl_scratch_new(s, "dataset"), 0);
 }
 
 /* A child directory of s, opened; returns its descriptor. */
@@ -67,16 +87,8 @@ static inline int scratch_child(scratch *s, const char *name) {
         return fd;
 }
 
-static inline int scratch_rm_one(const char *p, const struct stat *st, int flag, struct FTW *f) {
-        (void)st;
-        (void)flag;
-        (void)f;
-        return remove(p);
-}
-
 static inline void scratch_free(scratch *s) {
-        close(s->fd);
-        nftw(s->path, scratch_rm_one, 16, FTW_DEPTH | FTW_PHYS);
+        tl_scratch_free(s);
 }
 
 static inline uint64_t gen_next(uint64_t *state) {

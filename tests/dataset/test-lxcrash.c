@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "check-run.h"
+#include "crash.h"
 #include "dataset/batch.h"
 #include "dataset/dataset.h"
 #include "dataset/lxragged.h"
@@ -54,31 +55,23 @@ static uint64_t rec_value(uint64_t id, uint64_t k) {
 
 /* --- the program and its model ---------------------------------------------- */
 
-enum { OP_APPEND, OP_DELETE, OP_COMPACT, OP_KINDS };
-static const char *const op_names[OP_KINDS] = { "append", "delete", "compact" };
+_Static_assert(DELETE_MAX <= TL_OP_DELETE_MAX, "a delete fits an operation");
 
-typedef struct op {
-        int kind;
-        uint64_t n, first_id, idx[DELETE_MAX];
-} op;
-
-typedef struct model {
-        uint64_t *ids, len, next_id;
-} model;
-
-/* Operation i of the program over a store of m->len records (deterministic). */
-static op program_op(uint64_t seed, size_t i, const model *m) {
+/* Operation i of program `seed` over a store of m->len records (a tl_program:
+ * deterministic in seed and i, no generator drawn from). */
+static void program_op(uint64_t seed, size_t i, uint64_t *rng, const tl_model *m, tl_op *ret) {
         uint64_t h = tl_mix64(seed ^ (i * UINT64_C(0x9e3779b97f4a7c15)));
-        op o = { .kind = OP_APPEND };
+        tl_op o = { .kind = TL_OP_APPEND };
 
+        (void)rng;
         if (h % 10 == 9)
-                o.kind = OP_COMPACT;
+                o.kind = TL_OP_COMPACT;
         else if (h % 10 >= 6 && m->len >= 8)
-                o.kind = OP_DELETE;
-        if (o.kind == OP_APPEND) {
+                o.kind = TL_OP_DELETE;
+        if (o.kind == TL_OP_APPEND) {
                 o.n = 1 + (h >> 8) % APPEND_MAX;
                 o.first_id = m->next_id;
-        } else if (o.kind == OP_DELETE) {
+        } else if (o.kind == TL_OP_DELETE) {
                 o.n = 1 + (h >> 8) % DELETE_MAX;
                 for (uint64_t k = 0; k < o.n; k++) { /* distinct, any order */
                         uint64_t x;
@@ -93,52 +86,13 @@ static op program_op(uint64_t seed, size_t i, const model *m) {
                         o.idx[k] = x;
                 }
         }
-        return o;
-}
-
-static int cmp_desc(const void *a, const void *b) {
-        uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-        return (x < y) - (x > y);
-}
-
-static void model_apply(model *m, const op *o) {
-        if (o->kind == OP_APPEND) {
-                m->ids = realloc(m->ids, (m->len + o->n) * sizeof(*m->ids));
-                ck_assert_ptr_nonnull(m->ids);
-                for (uint64_t k = 0; k < o->n; k++)
-                        m->ids[m->len++] = o->first_id + k;
-                m->next_id += o->n;
-        } else if (o->kind == OP_DELETE) {
-                uint64_t d[DELETE_MAX];
-                memcpy(d, o->idx, o->n * sizeof(*d));
-                qsort(d, o->n, sizeof(*d), cmp_desc);
-                for (uint64_t k = 0; k < o->n; k++) /* swap-last, descending */
-                        m->ids[d[k]] = m->ids[--m->len];
-        }
-}
-
-/* The model after `count` operations; *ret_next (may be NULL) the next one. */
-static void model_replay(uint64_t seed, size_t count, model *m, op *ret_next) {
-        *m = (model){ .next_id = 1 };
-        for (size_t i = 0; i < count; i++) {
-                op o = program_op(seed, i, m);
-                model_apply(m, &o);
-        }
-        if (ret_next)
-                *ret_next = program_op(seed, count, m);
+        *ret = o;
 }
 
 /* --- the writer ------------------------------------------------------------- */
 
-static void ack(int fd) {
-        uint8_t b = 1;
-        if (write(fd, &b, 1) != 1)
-                _exit(3);
-}
-
 /* Appends o's records through the dataset, with their shape headers. */
-static int writer_append(zr_dataset *ds, const op *o, zr_error *err) {
+static int writer_append(zr_dataset *ds, const tl_op *o, zr_error *err) {
         uint64_t lens[APPEND_MAX], total = 0, at = 0;
         uint8_t *data;
         int r;
@@ -170,12 +124,21 @@ static int writer_append(zr_dataset *ds, const op *o, zr_error *err) {
         return r;
 }
 
-static void writer_main(int ackfd, int dfd, enum zr_codec codec, uint64_t seed) {
+/* What a trial's writer writes. */
+typedef struct writer_arg {
+        enum zr_codec codec;
+        uint64_t seed;
+} writer_arg;
+
+static void writer_main(int ackfd, int dfd, void *arg) {
         static uint8_t dict[4096];
+        const writer_arg *a = arg;
+        enum zr_codec codec = a->codec;
+        uint64_t seed = a->seed;
         zr_lxragged *lx = NULL;
         zr_dataset *ds = NULL;
         zr_error err = {0};
-        model m;
+        tl_model m;
 
         for (size_t i = 0; i < sizeof(dict); i++)
                 dict[i] = (uint8_t)(i * 131 + 7); /* raw content serves as a dictionary */
@@ -184,24 +147,24 @@ static void writer_main(int ackfd, int dfd, enum zr_codec codec, uint64_t seed) 
                 fprintf(stderr, "writer: creating: %s\n", err.message);
                 _exit(2);
         }
-        ack(ackfd);
-        model_replay(seed, 0, &m, NULL);
+        tl_ack(ackfd);
+        tl_model_init(&m);
         for (size_t i = 0; i < PROGRAM_OPS; i++) {
-                op o = program_op(seed, i, &m);
+                tl_op o;
                 int r = 0;
 
-                if (o.kind == OP_APPEND)
+                program_op(seed, i, NULL, &m, &o);
+                if (o.kind == TL_OP_APPEND)
                         r = writer_append(ds, &o, &err);
-                else if (o.kind == OP_DELETE)
+                else if (o.kind == TL_OP_DELETE)
                         r = zr_dataset_delete(ds, o.idx, o.n, &err);
                 else
                         r = zr_dataset_compact(ds, NULL, &err);
                 if (r < 0) {
-                        fprintf(stderr, "writer: %s %zu: %s\n", op_names[o.kind], i, err.message);
+                        fprintf(stderr, "writer: %s %zu: %s\n", tl_op_names[o.kind], i, err.message);
                         _exit(2);
                 }
-                model_apply(&m, &o);
-                ack(ackfd);
+                tl_ack_op(ackfd, &m, &o);
         }
         zr_dataset_close(ds, NULL);
         _exit(0);
@@ -209,9 +172,7 @@ static void writer_main(int ackfd, int dfd, enum zr_codec codec, uint64_t seed) 
 
 /* --- the checks ------------------------------------------------------------- */
 
-typedef struct counts {
-        size_t trials, kills[OP_KINDS], finished, records, in_flight_applied;
-} counts;
+typedef tl_crash_counts counts;
 
 /* Every record of ds through the batch gather: its shape and values must be those
  * of the id in its first value. Returns the index -> id table (malloc()ed). */
@@ -263,60 +224,32 @@ static uint64_t *read_ids(zr_dataset *ds, const char *when) {
         return ids;
 }
 
-static int ids_equal(const uint64_t *ids, uint64_t n, const model *m) {
-        return n == m->len && (n == 0 || memcmp(ids, m->ids, n * 8) == 0);
-}
-
 static void trial_run(size_t trial, uint64_t seed, counts *c) {
-        enum zr_codec codec = (enum zr_codec)(trial % 3);
-        uint64_t prog = tl_mix64(seed + trial), rng = tl_mix64(prog ^ 0x5a);
-        char dir[512], when[160];
-        int fds[2], dfd, status;
-        size_t target = 1 + tl_rand(&rng) % MAX_ACKS, acks;
-        pid_t pid;
+        writer_arg wa = { .codec = (enum zr_codec)(trial % 3), .seed = tl_mix64(seed + trial) };
+        uint64_t rng = tl_mix64(wa.seed ^ 0x5a);
+        size_t target = 1 + tl_rand(&rng) % MAX_ACKS;
+        char why[128], when[160];
+        tl_crash t;
 
-        snprintf(dir, sizeof(dir), "%s/zr-lxcrash-XXXXXX", tl_tmpdir(true));
-        ck_assert_ptr_nonnull(mkdtemp(dir));
-        dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        ck_assert_int_ge(dfd, 0);
-        ck_assert_int_eq(pipe2(fds, O_CLOEXEC), 0);
-        pid = fork();
-        ck_assert_int_ge(pid, 0);
-        if (pid == 0) {
-                close(fds[0]);
-                writer_main(fds[1], dfd, codec, prog);
-        }
-        close(fds[1]);
         /* killed at a random point of the operation after the target's, or so */
-        acks = tl_kill_after_acks(pid, fds[0], target, &rng, &status);
-        ck_assert_int_ne(status, -1);
-        ck_assert_msg(WIFSIGNALED(status) || WEXITSTATUS(status) == 0,
-                      "trial %zu: the writer failed (exit %d, see its stderr)", trial,
-                      WEXITSTATUS(status));
-        ck_assert_msg(acks >= 1, "trial %zu: the writer never created its store", trial);
-
-        size_t acked = acks - 1;
-        model before, after;
-        op inflight;
-        model_replay(prog, acked, &before, &inflight);
-        model_replay(prog, acked + 1, &after, NULL);
-        if (WIFSIGNALED(status))
-                c->kills[inflight.kind]++;
-        else
-                c->finished++;
+        int rr = tl_crash_run(&t, "zr-lxcrash", target, &rng, writer_main, &wa, program_op,
+                              wa.seed, why, sizeof(why));
+        ck_assert_msg(rr == 0, "trial %zu: %s", trial, rr == -1 ? why : strerror(-rr));
+        tl_crash_count(&t, c);
         snprintf(when, sizeof(when), "trial %zu (codec %d, %zu acked, killed in %s)", trial,
-                 (int)codec, acked, op_names[inflight.kind]);
+                 (int)wa.codec, t.acked, tl_op_names[t.inflight.kind]);
 
+        int dfd = t.dfd;
         zr_dataset *ds = NULL;
         zr_error err = {0};
         int r = zr_dataset_open(dfd, NULL, &ds, &err);
         ck_assert_msg(r == 0, "%s: open: %s", when, err.message);
         ck_assert_int_eq(zr_dataset_schema(ds)->layout, ZR_LAYOUT_LX157);
         uint64_t n = zr_dataset_length(ds), *ids = read_ids(ds, when);
-        int is_before = ids_equal(ids, n, &before), is_after = ids_equal(ids, n, &after);
+        int is_before = tl_model_is(&t.before, ids, n), is_after = tl_model_is(&t.after, ids, n);
         ck_assert_msg(is_before || is_after, "%s: the store holds %" PRIu64 " records; the model "
                       "%" PRIu64 " before the operation in flight and %" PRIu64 " after it, and "
-                      "neither matches index for index", when, n, before.len, after.len);
+                      "neither matches index for index", when, n, t.before.len, t.after.len);
         c->in_flight_applied += !is_before;
         c->records += n;
         zr_verify_report rep = {0};
@@ -332,24 +265,22 @@ static void trial_run(size_t trial, uint64_t seed, counts *c) {
         zr_dataset_close(ds, NULL);
 
         free(ids);
-        free(before.ids);
-        free(after.ids);
-        close(dfd);
-        tl_rmtree(dir);
+        tl_crash_done(&t);
         c->trials++;
 }
 
 START_TEST(test_model) {
-        model m = { .next_id = 1 };
-        op a = { .kind = OP_APPEND, .n = 5, .first_id = 1 }, d = { .kind = OP_DELETE, .n = 2,
-                                                                    .idx = { 1, 3 } };
+        tl_model m;
+        tl_op a = { .kind = TL_OP_APPEND, .n = 5, .first_id = 1 };
+        tl_op d = { .kind = TL_OP_DELETE, .n = 2, .idx = { 1, 3 } };
 
-        model_apply(&m, &a);
-        model_apply(&m, &d); /* delete 3: [1 2 3 5]; then 1 takes the last: [1 5 3] */
+        tl_model_init(&m);
+        tl_model_apply(&m, &a);
+        tl_model_apply(&m, &d); /* delete 3: [1 2 3 5]; then 1 takes the last: [1 5 3] */
         ck_assert_uint_eq(m.len, 3);
         ck_assert_uint_eq(m.ids[1], 5);
         ck_assert_uint_eq(m.ids[2], 3);
-        free(m.ids);
+        tl_model_done(&m);
         for (uint64_t id = 1; id < 100; id++) { /* every ndim comes round */
                 uint64_t dims[3];
                 ck_assert_uint_eq(tl_shaped_dims(id, dims), 1 + id % 3);
@@ -366,10 +297,10 @@ START_TEST(test_crash_trials) {
                 trial_run(t, seed, &c);
         printf("lxcrash: %zu trials (seed %#" PRIx64 "): killed during append %zu, delete %zu, "
                "compact %zu; finished %zu; in-flight operation found applied %zu; %zu records "
-               "checked\n", c.trials, seed, c.kills[OP_APPEND], c.kills[OP_DELETE],
-               c.kills[OP_COMPACT], c.finished, c.in_flight_applied, c.records);
+               "checked\n", c.trials, seed, c.kills[TL_OP_APPEND], c.kills[TL_OP_DELETE],
+               c.kills[TL_OP_COMPACT], c.finished, c.in_flight_applied, c.records);
         ck_assert_uint_eq(c.trials, trials);
-        ck_assert_uint_gt(c.kills[OP_APPEND], 0); /* the point of it */
+        ck_assert_uint_gt(c.kills[TL_OP_APPEND], 0); /* the point of it */
 }
 END_TEST
 

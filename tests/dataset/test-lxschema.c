@@ -18,6 +18,7 @@
 #include "dataset/ragged.h"
 #include "dataset/shapes.h"
 #include "helpers.h"
+#include "records.h"
 #include "util.h"
 
 /* loaderx 1.5.7's file for shapes (2, 4), (5,), (3, 3, 3), as msgpack-python packs
@@ -140,6 +141,15 @@ static void lx_bad(const char *keys, const uint64_t *dims, uint32_t ndim, int co
         msgpack_sbuffer_destroy(&sb);
 }
 
+static int lx_decode(const void *data, size_t len, zr_error *err) {
+        zr_lxschema s;
+        int r = zr_lxschema_decode(data, len, &s, err);
+
+        if (r == 0)
+                zr_lxschema_done(&s);
+        return r;
+}
+
 START_TEST(test_decode_refusals) {
         uint64_t d1[1] = { 7 }, d33[33], big[2] = { 1u << 20, 1u << 20 };
         msgpack_sbuffer sb = lx_pack("fvkdcs", d1, 1);
@@ -149,21 +159,7 @@ START_TEST(test_decode_refusals) {
         ck_assert_str_eq(s.dtype.str, "<i2");
         zr_lxschema_done(&s);
         /* every truncation and a trailing byte */
-        for (size_t cut = 0; cut < sb.size; cut++) {
-                void *copy = malloc(cut ? cut : 1);
-                memcpy(copy, sb.data, cut);
-                ck_assert_int_eq(zr_lxschema_decode(copy, cut, &s, NULL), -ZR_E_SCHEMA);
-                free(copy);
-        }
-        {
-                char *more = malloc(sb.size + 1);
-                zr_error err = {0};
-                memcpy(more, sb.data, sb.size);
-                more[sb.size] = (char)0xc0;
-                ck_assert_int_eq(zr_lxschema_decode(more, sb.size + 1, &s, &err), -ZR_E_SCHEMA);
-                ck_assert_ptr_nonnull(strstr(err.message, "after its map"));
-                free(more);
-        }
+        expect_cuts_refused(sb.data, sb.size, lx_decode);
         msgpack_sbuffer_destroy(&sb);
 
         for (int i = 0; i < 33; i++)
@@ -256,28 +252,12 @@ START_TEST(test_shapes_model) {
                                 model[n++] = next;
                         }
                 } else {
-                        uint64_t del[4], d[4];
-                        size_t k = 0;
+                        uint64_t del[4];
                         for (int i = 0; i < 4; i++)
                                 del[i] = gen_next(&st) % n;
                         del[3] = del[0]; /* a repeat */
                         ck_assert_int_eq(zr_shapes_delete(t, del, 4, NULL), 0);
-                        for (int i = 0; i < 4; i++) {
-                                int dup = 0;
-                                for (size_t j = 0; j < k; j++)
-                                        dup |= d[j] == del[i];
-                                if (!dup)
-                                        d[k++] = del[i];
-                        }
-                        for (size_t i = 0; i < k; i++)
-                                for (size_t j = i + 1; j < k; j++)
-                                        if (d[j] > d[i]) {
-                                                uint64_t x = d[i];
-                                                d[i] = d[j];
-                                                d[j] = x;
-                                        }
-                        for (size_t i = 0; i < k; i++)
-                                model[d[i]] = model[--n];
+                        n = tl_swap_last(model, n, del, 4);
                 }
                 ck_assert_uint_eq(zr_shapes_count(t), n);
                 for (uint64_t i = 0; i < n; i++) {
@@ -321,23 +301,6 @@ START_TEST(test_ragged_headerless) {
         ck_assert_int_eq(zr_ragged_parse_any(rec, 40, 4, 0, &ndim, dims, NULL), -ZR_E_SCHEMA);
 }
 END_TEST
-
-/* ids after a swap-last delete of del[0..n) (distinct), as the store does it. */
-static uint64_t lx_model_delete(uint64_t *ids, uint64_t count, const uint64_t *del, size_t n) {
-        uint64_t d[8];
-
-        memcpy(d, del, n * sizeof(uint64_t));
-        for (size_t i = 0; i < n; i++)
-                for (size_t j = i + 1; j < n; j++)
-                        if (d[j] > d[i]) {
-                                uint64_t x = d[i];
-                                d[i] = d[j];
-                                d[j] = x;
-                        }
-        for (size_t i = 0; i < n; i++)
-                ids[d[i]] = ids[--count];
-        return count;
-}
 
 /* A small store in loaderx's layout: records of id i are one byte-sized int8 per
  * element, value i, shape (i % 3 + 1,) or (1, 2). */
@@ -427,7 +390,7 @@ START_TEST(test_lxragged_recovery) {
         ck_assert_int_eq(zr_lxfile_write(fd, &s, NULL), 0);
         ck_assert_int_eq(zr_lxragged_open(fd, &ro, &d, &err), -ZR_E_CORRUPT);
         ck_assert_int_eq(zr_lxragged_open(fd, &o, &d, &err), 0);
-        n = lx_model_delete(ids, 10, (uint64_t[]){ 2, 5 }, 2);
+        n = tl_swap_last(ids, 10, (uint64_t[]){ 2, 5 }, 2);
         lxr_expect(d, ids, n);
         zr_lxragged_close(d, NULL);
         zr_lxschema_done(&s);
@@ -444,12 +407,12 @@ START_TEST(test_lxragged_recovery) {
         s.npending = 2;
         ck_assert_int_eq(zr_lxfile_write(fd, &s, NULL), 0);
         ck_assert_int_eq(zr_lxragged_open(fd, &o, &d, &err), 0);
-        n = lx_model_delete(ids, n, (uint64_t[]){ 0 }, 1);
+        n = tl_swap_last(ids, n, (uint64_t[]){ 0 }, 1);
         lxr_expect(d, ids, n);
 
         /* delete with repeats, through the API */
         ck_assert_int_eq(zr_lxragged_delete(d, (uint64_t[]){ 1, 1, 6 }, 3, NULL), 0);
-        n = lx_model_delete(ids, n, (uint64_t[]){ 1, 6 }, 2);
+        n = tl_swap_last(ids, n, (uint64_t[]){ 1, 6 }, 2);
         lxr_expect(d, ids, n);
         zr_lxragged_close(d, NULL);
 
@@ -513,16 +476,6 @@ out:
 }
 END_TEST
 
-int main(void) {
-        Suite *s = suite_create("lxschema");
-        TCase *tc = tcase_create("core");
-        tcase_add_test(tc, test_decode_encode_exact);
-        tcase_add_test(tc, test_decode_refusals);
-        tcase_add_test(tc, test_decode_mutations);
-        tcase_add_test(tc, test_shapes_model);
-        tcase_add_test(tc, test_ragged_headerless);
-        tcase_add_test(tc, test_lxragged_recovery);
-        tcase_add_test(tc, test_lxragged_made_writable);
-        suite_add_tcase(s, tc);
-        return tl_run_suite(s);
-}
+TL_SUITE_MAIN("lxschema", test_decode_encode_exact, test_decode_refusals, test_decode_mutations,
+              test_shapes_model, test_ragged_headerless, test_lxragged_recovery,
+              test_lxragged_made_writable)

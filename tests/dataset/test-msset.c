@@ -115,6 +115,22 @@ static zr_msset *open_set(scratch *sc) {
         return ms;
 }
 
+/* The end of a test's set: closed, its batch data freed, its directory
+ * removed. */
+static void set_done(zr_msset *ms, batch_data *d, scratch *sc) {
+        zr_msset_close(ms, NULL);
+        free(d);
+        scratch_free(sc);
+}
+
+/* A new set of `records` records per stream in a new scratch directory sc,
+ * opened. */
+static zr_msset *new_set(scratch *sc, uint64_t records) {
+        scratch_new(sc);
+        create_streams(sc, records);
+        return open_set(sc);
+}
+
 START_TEST(test_open_aligned) {
         scratch sc;
         scratch_new(&sc);
@@ -176,9 +192,7 @@ END_TEST
 
 START_TEST(test_aligned_append_delete) {
         scratch sc;
-        scratch_new(&sc);
-        create_streams(&sc, 5);
-        zr_msset *ms = open_set(&sc);
+        zr_msset *ms = new_set(&sc, 5);
         batch_data *d = calloc(1, sizeof(*d));
         make_batch(d, 5, 7);
         /* given in another order than the set's */
@@ -205,17 +219,13 @@ START_TEST(test_aligned_append_delete) {
 
         ms = open_set(&sc);
         assert_aligned(ms, after, 9);
-        zr_msset_close(ms, NULL);
-        free(d);
-        scratch_free(&sc);
+        set_done(ms, d, &sc);
 }
 END_TEST
 
 START_TEST(test_append_refused) {
         scratch sc;
-        scratch_new(&sc);
-        create_streams(&sc, 3);
-        zr_msset *ms = open_set(&sc);
+        zr_msset *ms = new_set(&sc, 3);
         batch_data *d = calloc(1, sizeof(*d));
         const uint64_t want[3] = { 0, 1, 2 };
         zr_error err = {0};
@@ -321,9 +331,7 @@ START_TEST(test_failed_append_rolls_back) {
         /* and the set still takes a good append */
         ck_assert_int_eq(zr_msset_append(ms, names, d->b, 3, NULL, NULL), 0);
         assert_aligned(ms, (uint64_t[]){ 0, 1, 2, 3, 4, 5, 6, 7, 8 }, 9);
-        zr_msset_close(ms, NULL);
-        free(d);
-        scratch_free(&sc);
+        set_done(ms, d, &sc);
 }
 END_TEST
 

@@ -123,6 +123,18 @@ void case_pipeline(void) {
 /* Pipelined READs whose replies are near frame_max (ragged: 24 bytes of
  * offsets, lengths and shapes per record) from a client that does not read:
  * the daemon must stop reading it and hold a bounded amount of output. */
+/* READ of the records idx[0..RAG_RECORDS) of handle h into buffer bh, request
+ * `id`, as a frame in *ret (the writer's, until it is reset). */
+static void read_frame(zr_wire_writer *w, uint64_t id, int64_t h, uint64_t bh, const uint64_t *idx,
+                       const uint8_t **ret, size_t *ret_size) {
+        zr_wire_writer_reset(w);
+        zr_wire_writer_begin_message(w, "read", true, id);
+        zr_wire_put_u64(w, "handle", (uint64_t)h);
+        zr_wire_put_u64(w, "buffer", bh);
+        zr_wire_put_u64s(w, "indices", idx, RAG_RECORDS);
+        zr_wire_writer_finish(w, ZR_FRAME_MAX_DEFAULT, ret, ret_size, NULL);
+}
+
 void case_big_replies(void) {
         const uint64_t total = 200;
         uint64_t b0 = checker_batches(), shm0 = status_shm();
@@ -149,14 +161,8 @@ void case_big_replies(void) {
         uint64_t sent = 0;
         hd_proc during = {0}, now;
         for (; sent < total;) {
-                if (off == 0) {
-                        zr_wire_writer_reset(&w);
-                        zr_wire_writer_begin_message(&w, "read", true, 1000 + sent);
-                        zr_wire_put_u64(&w, "handle", (uint64_t)h);
-                        zr_wire_put_u64(&w, "buffer", bh);
-                        zr_wire_put_u64s(&w, "indices", idx, RAG_RECORDS);
-                        zr_wire_writer_finish(&w, ZR_FRAME_MAX_DEFAULT, &frame, &size, NULL);
-                }
+                if (off == 0)
+                        read_frame(&w, 1000 + sent, h, bh, idx, &frame, &size);
                 ssize_t k = send(fd, frame + off, size - off, MSG_NOSIGNAL);
                 if (k < 0 && errno == EAGAIN && wait_writable(fd))
                         continue;
@@ -187,12 +193,7 @@ void case_big_replies(void) {
                 sent++;
         }
         for (; sent < total; sent++) {
-                zr_wire_writer_reset(&w);
-                zr_wire_writer_begin_message(&w, "read", true, 1000 + sent);
-                zr_wire_put_u64(&w, "handle", (uint64_t)h);
-                zr_wire_put_u64(&w, "buffer", bh);
-                zr_wire_put_u64s(&w, "indices", idx, RAG_RECORDS);
-                zr_wire_writer_finish(&w, ZR_FRAME_MAX_DEFAULT, &frame, &size, NULL);
+                read_frame(&w, 1000 + sent, h, bh, idx, &frame, &size);
                 if (tl_send_raw(fd, frame, size, NULL, 0) < 0)
                         break;
         }

@@ -152,16 +152,7 @@ static uint64_t vanish_pass(int pass) {
                         zr_wire_put_str(&w, "tier", "small");
                         break;
                 case 7:
-                        zr_wire_begin_array(&w, "streams");
-                        zr_wire_begin_map(&w, NULL);
-                        zr_wire_put_u64(&w, "handle", (uint64_t)h);
-                        zr_wire_end(&w);
-                        zr_wire_end(&w);
-                        zr_wire_put_str(&w, "sampler", "iid");
-                        zr_wire_put_u64(&w, "batch_size", 16);
-                        zr_wire_put_u64(&w, "seed", i);
-                        zr_wire_put_u64(&w, "start_step", 0);
-                        zr_wire_put_u64(&w, "prefetch", 8);
+                        tl_put_loader_open(&w, (uint64_t)h, "iid", 16, i, 0, 8);
                         break;
                 default:
                         zr_wire_put_u64(&w, "handle", (uint64_t)h);

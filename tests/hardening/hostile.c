@@ -182,16 +182,7 @@ int raw_loader_open(int fd, int64_t h, uint32_t prefetch, uint64_t id, int *ret_
         zr_wire_writer w;
         tl_msg m;
         tl_begin(&w, "loader_open", id);
-        zr_wire_begin_array(&w, "streams");
-        zr_wire_begin_map(&w, NULL);
-        zr_wire_put_u64(&w, "handle", (uint64_t)h);
-        zr_wire_end(&w);
-        zr_wire_end(&w);
-        zr_wire_put_str(&w, "sampler", "sequential");
-        zr_wire_put_u64(&w, "batch_size", 32);
-        zr_wire_put_u64(&w, "seed", 0);
-        zr_wire_put_u64(&w, "start_step", 0);
-        zr_wire_put_u64(&w, "prefetch", prefetch);
+        tl_put_loader_open(&w, (uint64_t)h, "sequential", 32, 0, 0, prefetch);
         int r = tl_call(fd, &w, NULL, 0, &m);
         if (r == 0 && m.nfds == 1) {
                 *ret_ring = m.fds[0];

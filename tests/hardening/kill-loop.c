@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "harden.h"
+#include "records.h"
 #include "zrc.h"
 
 #define STORES 3
@@ -54,30 +55,13 @@ typedef struct pending {
 static _Atomic int current_op = OP_IDLE;
 
 static void model_push(model *m, uint64_t id) {
-        if (m->n == m->cap) {
-                m->cap = m->cap ? m->cap * 2 : 1024;
-                m->ids = realloc(m->ids, m->cap * sizeof(*m->ids));
-                if (!m->ids)
-                        abort();
-        }
-        m->ids[m->n++] = id;
-}
-
-static int cmp_desc(const void *a, const void *b) {
-        uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-        return x < y ? 1 : x > y ? -1 : 0;
+        tl_push_u64(&m->ids, &m->n, &m->cap, id);
 }
 
 /* Swap-last, as the store does it: each hole, in descending order, takes the
  * current last record. */
 static void model_delete(model *m, const uint64_t *idx, size_t n) {
-        uint64_t s[DELETE_MAX];
-        memcpy(s, idx, n * sizeof(*s));
-        qsort(s, n, sizeof(*s), cmp_desc);
-        for (size_t k = 0; k < n; k++) {
-                m->ids[s[k]] = m->ids[m->n - 1];
-                m->n--;
-        }
+        m->n = tl_swap_last(m->ids, m->n, idx, n);
 }
 
 typedef struct killer {

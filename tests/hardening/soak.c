@@ -47,15 +47,6 @@ typedef struct client {
 
 static const hd_streams streams = {N_RECORDS, DENSE_BYTES, RAGGED_MIN, RAGGED_MAX};
 
-static void lat_push(client *c, uint64_t usec) {
-        if (c->nlat == c->cap) {
-                c->cap = c->cap ? c->cap * 2 : 4096;
-                c->lat = realloc(c->lat, c->cap * sizeof(*c->lat));
-                if (!c->lat)
-                        abort();
-        }
-        c->lat[c->nlat++] = usec;
-}
 
 static void *client_main(void *arg) {
         client *cl = arg;
@@ -106,7 +97,7 @@ static void *client_main(void *arg) {
                                         cl->errors++;
                                         break;
                                 }
-                                lat_push(cl, t1 - t0);
+                                tl_push_u64(&cl->lat, &cl->nlat, &cl->cap, t1 - t0);
                                 cl->batches++;
                                 cl->out_of_order += b.step != step;
                                 if (hd_batch_hash(&streams, &b) !=

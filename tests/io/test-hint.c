@@ -12,56 +12,25 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "check-run.h"
+#include "files.h"
 #include "io/hint.h"
 
 #define MiB ((uint64_t)1 << 20)
 
 static uint64_t page;
 
-#ifndef __NR_cachestat
-#define __NR_cachestat 451
-#endif
-
-struct zr_cachestat_range {
-        uint64_t off, len;
-};
-struct zr_cachestat {
-        uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted;
-};
-
-/* Pages of [off, off + len) in the page cache (read or being read), or -1
- * without cachestat(). */
-static int64_t cached_pages(int fd, uint64_t off, uint64_t len) {
-        struct zr_cachestat_range r = { off, len };
-        struct zr_cachestat cs;
-        if (syscall(__NR_cachestat, fd, &r, &cs, 0) < 0)
-                return -1;
-        return (int64_t)cs.nr_cache;
-}
-
 START_TEST(test_hint_reads_whole_range) {
         /* a 32 MiB file: larger than a read-ahead window, so a single WILLNEED
          * over it would be cut to that window; the pieces are not */
-        const char *base = getenv("TMPDIR");
-        char path[256];
-        snprintf(path, sizeof(path), "%s/zr-test-hint-XXXXXX", base ? base : "/tmp");
-        int fd = mkostemp(path, O_CLOEXEC);
+        int fd = tl_temp_file(32 * MiB);
         ck_assert_int_ge(fd, 0);
-        unlink(path);
-        uint8_t *buf = malloc(MiB);
-        ck_assert_ptr_nonnull(buf);
-        memset(buf, 0x5a, MiB);
-        for (int i = 0; i < 32; i++)
-                ck_assert_int_eq(pwrite(fd, buf, MiB, (off_t)i * (off_t)MiB), (ssize_t)MiB);
-        free(buf);
         ck_assert_int_eq(fdatasync(fd), 0);
         ck_assert_int_eq(posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM), 0);
         ck_assert_int_eq(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
-        int64_t before = cached_pages(fd, 0, 32 * MiB);
+        int64_t before = tl_cached_pages(fd, 0, 32 * MiB);
         if (before < 0) {
                 fprintf(stderr, "skipped: no cachestat() on this kernel\n");
                 close(fd);
@@ -74,23 +43,23 @@ START_TEST(test_hint_reads_whole_range) {
         }
         /* for the record: what one call over the whole range brings in here */
         ck_assert_int_eq(posix_fadvise(fd, 0, 32 * MiB, POSIX_FADV_WILLNEED), 0);
-        int64_t one = cached_pages(fd, 0, 32 * MiB);
+        int64_t one = tl_cached_pages(fd, 0, 32 * MiB);
         fprintf(stderr, "one WILLNEED of 32 MiB: %lld of %llu pages\n", (long long)one,
                 (unsigned long long)(32 * MiB / page));
         /* pages still being read cannot be dropped: read them all (a read waits
          * for them) before dropping */
-        buf = malloc(MiB);
+        uint8_t *buf = malloc(MiB);
         ck_assert_ptr_nonnull(buf);
         for (int i = 0; i < 32; i++)
                 ck_assert_int_eq(pread(fd, buf, MiB, (off_t)i * (off_t)MiB), (ssize_t)MiB);
         free(buf);
         ck_assert_int_eq(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
-        ck_assert_int_eq(cached_pages(fd, 0, 32 * MiB), 0);
+        ck_assert_int_eq(tl_cached_pages(fd, 0, 32 * MiB), 0);
         /* in pieces, every page is in the page cache (being read) when the call
          * returns */
         zr_io_range r = { fd, 0, 32 * MiB };
         ck_assert_int_eq(zr_io_willneed(&r, 1), 0);
-        ck_assert_int_eq(cached_pages(fd, 0, 32 * MiB), (int64_t)(32 * MiB / page));
+        ck_assert_int_eq(tl_cached_pages(fd, 0, 32 * MiB), (int64_t)(32 * MiB / page));
         /* a hint on a bad descriptor is an error, and changes nothing */
         zr_io_range bad = { -1, 0, page };
         ck_assert_int_eq(zr_io_willneed(&bad, 1), -EBADF);
@@ -98,16 +67,11 @@ START_TEST(test_hint_reads_whole_range) {
 }
 END_TEST
 
-static Suite *hint_suite(void) {
-        Suite *s = suite_create("hint");
-        TCase *tc = tcase_create("hint");
-        tcase_add_test(tc, test_hint_reads_whole_range);
-        suite_add_tcase(s, tc);
-        return s;
-}
-
 int main(void) {
         long p = sysconf(_SC_PAGESIZE);
+        Suite *s = suite_create("hint");
+
         page = p > 0 ? (uint64_t)p : 4096;
-        return tl_run_suite(hint_suite());
+        TL_TCASE(s, "hint", 0, test_hint_reads_whole_range);
+        return tl_run_suite(s);
 }

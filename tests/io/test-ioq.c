@@ -12,21 +12,18 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/audit.h>
-#include <linux/filter.h>
-#include <linux/seccomp.h>
 #include <pthread.h>
 #include <stdatomic.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "check-run.h"
+#include "files.h"
+#include "util.h"
 #include "io/ioq.h"
 
 #define KiB ((uint64_t)1 << 10)
@@ -37,21 +34,8 @@
 /* A temporary file of `size` bytes of a pattern; returns its descriptor (the
  * name is unlinked at once). */
 static int temp_file(uint64_t size) {
-        const char *base = getenv("TMPDIR");
-        char path[256];
-        snprintf(path, sizeof(path), "%s/zr-test-ioq-XXXXXX", base ? base : "/tmp");
-        int fd = mkostemp(path, O_CLOEXEC);
-        ck_assert_int_ge(fd, 0);
-        unlink(path);
-        uint8_t *buf = malloc(MiB);
-        ck_assert_ptr_nonnull(buf);
-        for (uint64_t i = 0; i < MiB; i++)
-                buf[i] = (uint8_t)(i * 31 + 7);
-        for (uint64_t off = 0; off < size; off += MiB) {
-                uint64_t n = size - off < MiB ? size - off : MiB;
-                ck_assert_int_eq(pwrite(fd, buf, n, (off_t)off), (ssize_t)n);
-        }
-        free(buf);
+        int fd = tl_temp_file(size);
+        ck_assert_msg(fd >= 0, "temporary file: %s", strerror(-fd));
         return fd;
 }
 
@@ -210,17 +194,42 @@ static zr_ioq *make_queue(int i, zr_ioq_options o) {
         return q;
 }
 
+/* A test's queue: make_queue() with d's log started on it; with a hook h, h
+ * is started and every read of the queue goes through it. NULL where
+ * io_uring cannot run, and the test returns. */
+static zr_ioq *start(int i, zr_ioq_options o, hook *h, done_log *d) {
+        if (h) {
+                hook_init(h);
+                o.fault = hook_fn;
+                o.fault_arg = h;
+        }
+        zr_ioq *q = make_queue(i, o);
+        if (q)
+                log_init(d, q);
+        return q;
+}
+
+/* start() of a depth-1 queue, and a new file of `size` bytes (*ret_fd) whose
+ * first read (at offset 0) the hook holds: one read in flight while the test
+ * queues others behind it. */
+static zr_ioq *start_holding(int i, uint64_t size, hook *h, done_log *d, int *ret_fd) {
+        zr_ioq *q = start(i, (zr_ioq_options){ .max_inflight = 1, .threads = 1 }, h, d);
+
+        if (q) {
+                *ret_fd = temp_file(size);
+                hook_hold(h, *ret_fd, 0, 1);
+        }
+        return q;
+}
+
 /* ---- tests -------------------------------------------------------------- */
 
 START_TEST(test_reads_and_counts) {
-        int fd = temp_file(4 * MiB);
-        zr_ioq *q = make_queue(_i, (zr_ioq_options){0});
-        if (!q) {
-                close(fd);
-                return;
-        }
         done_log d;
-        log_init(&d, q);
+        zr_ioq *q = start(_i, (zr_ioq_options){0}, NULL, &d);
+        if (!q)
+                return;
+        int fd = temp_file(4 * MiB);
         zr_io_range r[] = { { fd, 3 * MiB, 64 * KiB }, { fd, 0, 4 * KiB }, { fd, MiB, 256 * KiB } };
         uint64_t id = 0;
         ck_assert_int_eq(zr_ioq_submit(q, r, 3, done_fn, &d, &id), 0);
@@ -259,20 +268,14 @@ START_TEST(test_reads_and_counts) {
 END_TEST
 
 START_TEST(test_merge_and_split) {
-        int a = temp_file(2 * MiB), b = temp_file(64 * KiB);
         hook h;
-        hook_init(&h);
-        /* depth 1: reads are issued one at a time, in the batch's order */
-        zr_ioq *q = make_queue(_i, (zr_ioq_options){ .max_inflight = 1, .threads = 1,
-                                                     .max_read = 64 * KiB, .fault = hook_fn,
-                                                     .fault_arg = &h });
-        if (!q) {
-                close(a);
-                close(b);
-                return;
-        }
         done_log d;
-        log_init(&d, q);
+        /* depth 1: reads are issued one at a time, in the batch's order */
+        zr_ioq *q = start(_i, (zr_ioq_options){ .max_inflight = 1, .threads = 1,
+                                                .max_read = 64 * KiB }, &h, &d);
+        if (!q)
+                return;
+        int a = temp_file(2 * MiB), b = temp_file(64 * KiB);
         zr_io_range r[] = {
                 { a, MiB, 200 * KiB },     /* split: 64 + 64 + 64 + 8 KiB */
                 { b, 0, 4 * KiB },
@@ -333,18 +336,12 @@ static void *submit_thread(void *arg) {
 }
 
 START_TEST(test_fifo_across_submitters) {
-        int fd = temp_file(8 * MiB);
         hook h;
-        hook_init(&h);
-        hook_hold(&h, fd, 0, 1);
-        zr_ioq *q = make_queue(_i, (zr_ioq_options){ .max_inflight = 1, .threads = 1,
-                                                     .fault = hook_fn, .fault_arg = &h });
-        if (!q) {
-                close(fd);
-                return;
-        }
         done_log d;
-        log_init(&d, q);
+        int fd;
+        zr_ioq *q = start_holding(_i, 8 * MiB, &h, &d, &fd);
+        if (!q)
+                return;
         /* A's first read is held in flight while B and C queue up, each from
          * its own thread, B first */
         zr_io_range a[] = { { fd, 2 * MiB, 4 * KiB }, { fd, 0, 4 * KiB }, { fd, MiB, 4 * KiB } };
@@ -384,18 +381,12 @@ START_TEST(test_fifo_across_submitters) {
 END_TEST
 
 START_TEST(test_cancel_queued) {
-        int fd = temp_file(4 * MiB);
         hook h;
-        hook_init(&h);
-        hook_hold(&h, fd, 0, 1);
-        zr_ioq *q = make_queue(_i, (zr_ioq_options){ .max_inflight = 1, .threads = 1,
-                                                     .fault = hook_fn, .fault_arg = &h });
-        if (!q) {
-                close(fd);
-                return;
-        }
         done_log d;
-        log_init(&d, q);
+        int fd;
+        zr_ioq *q = start_holding(_i, 4 * MiB, &h, &d, &fd);
+        if (!q)
+                return;
         zr_io_range a = { fd, 0, 4 * KiB };
         zr_io_range b[] = { { fd, MiB, 4 * KiB }, { fd, 2 * MiB, 4 * KiB } };
         uint64_t ida, idb;
@@ -428,17 +419,12 @@ START_TEST(test_cancel_queued) {
 END_TEST
 
 START_TEST(test_cancel_in_flight) {
-        int fd = temp_file(8 * MiB);
         hook h;
-        hook_init(&h);
-        zr_ioq *q = make_queue(_i, (zr_ioq_options){ .max_inflight = 2, .threads = 2,
-                                                     .fault = hook_fn, .fault_arg = &h });
-        if (!q) {
-                close(fd);
-                return;
-        }
         done_log d;
-        log_init(&d, q);
+        zr_ioq *q = start(_i, (zr_ioq_options){ .max_inflight = 2, .threads = 2 }, &h, &d);
+        if (!q)
+                return;
+        int fd = temp_file(8 * MiB);
         zr_io_range r[6];
         for (int i = 0; i < 6; i++)
                 r[i] = (zr_io_range){ fd, (uint64_t)i * MiB, 4 * KiB };
@@ -489,18 +475,12 @@ static void *release_when_told(void *arg) {
 }
 
 START_TEST(test_free_waits_for_in_flight) {
-        int fd = temp_file(4 * MiB);
         hook h;
-        hook_init(&h);
-        hook_hold(&h, fd, 0, 1);
-        zr_ioq *q = make_queue(_i, (zr_ioq_options){ .max_inflight = 1, .threads = 1,
-                                                     .fault = hook_fn, .fault_arg = &h });
-        if (!q) {
-                close(fd);
-                return;
-        }
         done_log d;
-        log_init(&d, q);
+        int fd;
+        zr_ioq *q = start_holding(_i, 4 * MiB, &h, &d, &fd);
+        if (!q)
+                return;
         zr_io_range a[] = { { fd, 0, 4 * KiB }, { fd, MiB, 4 * KiB } };
         zr_io_range b = { fd, 2 * MiB, 4 * KiB };
         uint64_t ida, idb;
@@ -529,22 +509,17 @@ START_TEST(test_free_waits_for_in_flight) {
 END_TEST
 
 START_TEST(test_injected_error_fails_its_batch_only) {
-        int fd = temp_file(8 * MiB);
         hook h;
-        hook_init(&h);
+        done_log d;
+        zr_ioq *q = start(_i, (zr_ioq_options){ .max_inflight = 4, .threads = 4,
+                                                .max_read = 64 * KiB }, &h, &d);
+        if (!q)
+                return;
+        int fd = temp_file(8 * MiB);
         h.fail_fd = fd;
         h.fail_lo = 2 * MiB;
         h.fail_hi = 4 * MiB;
         h.fail_err = EIO;
-        zr_ioq *q = make_queue(_i, (zr_ioq_options){ .max_inflight = 4, .threads = 4,
-                                                     .max_read = 64 * KiB, .fault = hook_fn,
-                                                     .fault_arg = &h });
-        if (!q) {
-                close(fd);
-                return;
-        }
-        done_log d;
-        log_init(&d, q);
         /* A in [0, 2M), B in [2M, 4M) (fails), C in [4M, 6M); 8 reads each */
         uint64_t id[3];
         for (int b = 0; b < 3; b++) {
@@ -576,15 +551,12 @@ START_TEST(test_injected_error_fails_its_batch_only) {
 END_TEST
 
 START_TEST(test_fail_nth_read) {
-        int fd = temp_file(8 * MiB);
-        zr_ioq *q = make_queue(_i, (zr_ioq_options){ .max_inflight = 1, .threads = 1,
-                                                     .fail_nth = 3, .fail_errno = ENOSPC });
-        if (!q) {
-                close(fd);
-                return;
-        }
         done_log d;
-        log_init(&d, q);
+        zr_ioq *q = start(_i, (zr_ioq_options){ .max_inflight = 1, .threads = 1, .fail_nth = 3,
+                                                .fail_errno = ENOSPC }, NULL, &d);
+        if (!q)
+                return;
+        int fd = temp_file(8 * MiB);
         zr_io_range r[5];
         for (int i = 0; i < 5; i++)
                 r[i] = (zr_io_range){ fd, (uint64_t)i * MiB, 4 * KiB };
@@ -608,19 +580,13 @@ START_TEST(test_fail_nth_read) {
 END_TEST
 
 START_TEST(test_truncated_under_queued_read) {
-        int held = temp_file(64 * KiB), fd = temp_file(MiB);
         hook h;
-        hook_init(&h);
-        hook_hold(&h, held, 0, 1);
-        zr_ioq *q = make_queue(_i, (zr_ioq_options){ .max_inflight = 1, .threads = 1,
-                                                     .fault = hook_fn, .fault_arg = &h });
-        if (!q) {
-                close(held);
-                close(fd);
-                return;
-        }
         done_log d;
-        log_init(&d, q);
+        zr_ioq *q = start(_i, (zr_ioq_options){ .max_inflight = 1, .threads = 1 }, &h, &d);
+        if (!q)
+                return;
+        int held = temp_file(64 * KiB), fd = temp_file(MiB);
+        hook_hold(&h, held, 0, 1);
         zr_io_range first = { held, 0, 4 * KiB };
         zr_io_range gone = { fd, 512 * KiB, 512 * KiB }; /* wholly past the new end */
         zr_io_range cut = { fd, 128 * KiB, 256 * KiB };  /* half past it */
@@ -648,11 +614,10 @@ START_TEST(test_truncated_under_queued_read) {
 END_TEST
 
 START_TEST(test_closed_descriptor) {
-        zr_ioq *q = make_queue(_i, (zr_ioq_options){0});
+        done_log d;
+        zr_ioq *q = start(_i, (zr_ioq_options){0}, NULL, &d);
         if (!q)
                 return;
-        done_log d;
-        log_init(&d, q);
         int fd = temp_file(64 * KiB), good = temp_file(64 * KiB);
         ck_assert_int_eq(close(fd), 0);
         zr_io_range closed = { fd, 0, 4 * KiB };
@@ -695,11 +660,10 @@ START_TEST(test_bad_arguments) {
         ck_assert_int_eq(zr_ioq_new(&(zr_ioq_options){ .backend = (enum zr_ioq_backend)7 }, &q,
                                     NULL), -EINVAL);
         ck_assert_ptr_null(q);
-        q = make_queue(_i, (zr_ioq_options){0});
+        done_log d;
+        q = start(_i, (zr_ioq_options){0}, NULL, &d);
         if (!q)
                 return;
-        done_log d;
-        log_init(&d, q);
         zr_io_range r = { 0, (uint64_t)INT64_MAX, 2 };
         ck_assert_int_eq(zr_ioq_submit(q, &r, 1, NULL, &d, NULL), -EINVAL);
         ck_assert_int_eq(zr_ioq_submit(q, &r, 1, done_fn, &d, NULL), -EINVAL);
@@ -754,15 +718,12 @@ static void *stress_thread(void *arg) {
 }
 
 START_TEST(test_stress_many_submitters) {
-        int fd = temp_file(9 * MiB);
-        zr_ioq *q = make_queue(_i, (zr_ioq_options){ .max_inflight = 16, .threads = 8,
-                                                     .max_read = 64 * KiB });
-        if (!q) {
-                close(fd);
-                return;
-        }
         done_log d;
-        log_init(&d, q);
+        zr_ioq *q = start(_i, (zr_ioq_options){ .max_inflight = 16, .threads = 8,
+                                                .max_read = 64 * KiB }, NULL, &d);
+        if (!q)
+                return;
+        int fd = temp_file(9 * MiB);
         stress_arg a[STRESS_THREADS];
         pthread_t t[STRESS_THREADS];
         for (int i = 0; i < STRESS_THREADS; i++) {
@@ -847,48 +808,23 @@ START_TEST(test_descriptors_cloexec) {
 END_TEST
 
 START_TEST(test_backend_names) {
+        static const enum zr_ioq_backend all[] = { ZR_IOQ_AUTO, ZR_IOQ_URING, ZR_IOQ_THREADS };
+        static const char *const names[] = { "auto", "uring", "threads" };
         enum zr_ioq_backend b;
-        ck_assert_int_eq(zr_ioq_backend_parse("auto", &b), 0);
-        ck_assert_int_eq(b, ZR_IOQ_AUTO);
-        ck_assert_int_eq(zr_ioq_backend_parse("uring", &b), 0);
-        ck_assert_int_eq(b, ZR_IOQ_URING);
-        ck_assert_int_eq(zr_ioq_backend_parse("threads", &b), 0);
-        ck_assert_int_eq(b, ZR_IOQ_THREADS);
+
+        for (size_t i = 0; i < 3; i++) {
+                ck_assert_int_eq(zr_ioq_backend_parse(names[i], &b), 0);
+                ck_assert_int_eq(b, all[i]);
+                ck_assert_str_eq(zr_ioq_backend_name(all[i]), names[i]);
+        }
         ck_assert_int_eq(zr_ioq_backend_parse("io_uring", &b), -EINVAL);
         ck_assert_int_eq(zr_ioq_backend_parse(NULL, &b), -EINVAL);
-        ck_assert_str_eq(zr_ioq_backend_name(ZR_IOQ_THREADS), "threads");
-        ck_assert_str_eq(zr_ioq_backend_name(ZR_IOQ_URING), "uring");
-        ck_assert_str_eq(zr_ioq_backend_name(ZR_IOQ_AUTO), "auto");
 }
 END_TEST
 
 /* AUTO takes io_uring where it works, and falls back to threads where it does
  * not: here a seccomp filter makes io_uring_setup fail with EPERM, as a
  * container's default profile does. Forced io_uring then fails with that. */
-static int deny_io_uring(void) {
-        struct sock_filter f[] = {
-                BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
-#if defined(__x86_64__)
-                BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
-#elif defined(__aarch64__)
-                BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_AARCH64, 1, 0),
-#else
-                BPF_JUMP(BPF_JMP | BPF_JA, 0, 0, 0),
-#endif
-                BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-                BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-                BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
-                BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
-                BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-        };
-        struct sock_fprog prog = { .len = sizeof(f) / sizeof(f[0]), .filter = f };
-        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
-                return -errno;
-        if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) < 0)
-                return -errno;
-        return 0;
-}
-
 START_TEST(test_auto_falls_back) {
         zr_ioq *q = NULL;
         zr_error err = {0};
@@ -904,7 +840,7 @@ START_TEST(test_auto_falls_back) {
         ck_assert_int_ge(pid, 0);
         if (pid == 0) {
                 /* exit codes: 0 ok, 2 no seccomp, else the failed step */
-                if (deny_io_uring() < 0)
+                if (tl_deny_syscall(__NR_io_uring_setup, EPERM) < 0)
                         _exit(2);
                 zr_ioq *c = NULL;
                 if (zr_ioq_new(NULL, &c, NULL) < 0)
@@ -941,32 +877,16 @@ START_TEST(test_auto_falls_back) {
 }
 END_TEST
 
-static Suite *ioq_suite(void) {
-        Suite *s = suite_create("ioq");
-        TCase *tc = tcase_create("backends");
-        tcase_set_timeout(tc, 120);
-        /* _i: 0 = threads, 1 = io_uring */
-        tcase_add_loop_test(tc, test_reads_and_counts, 0, 2);
-        tcase_add_loop_test(tc, test_merge_and_split, 0, 2);
-        tcase_add_loop_test(tc, test_fifo_across_submitters, 0, 2);
-        tcase_add_loop_test(tc, test_cancel_queued, 0, 2);
-        tcase_add_loop_test(tc, test_cancel_in_flight, 0, 2);
-        tcase_add_loop_test(tc, test_free_waits_for_in_flight, 0, 2);
-        tcase_add_loop_test(tc, test_injected_error_fails_its_batch_only, 0, 2);
-        tcase_add_loop_test(tc, test_fail_nth_read, 0, 2);
-        tcase_add_loop_test(tc, test_truncated_under_queued_read, 0, 2);
-        tcase_add_loop_test(tc, test_closed_descriptor, 0, 2);
-        tcase_add_loop_test(tc, test_bad_arguments, 0, 2);
-        tcase_add_loop_test(tc, test_stress_many_submitters, 0, 2);
-        tcase_add_loop_test(tc, test_descriptors_cloexec, 0, 2);
-        suite_add_tcase(s, tc);
-        tc = tcase_create("selection");
-        tcase_add_test(tc, test_backend_names);
-        tcase_add_test(tc, test_auto_falls_back);
-        suite_add_tcase(s, tc);
-        return s;
-}
-
 int main(void) {
-        return tl_run_suite(ioq_suite());
+        Suite *s = suite_create("ioq");
+        TCase *tc = tl_tcase_add(s, "backends", 120, (const TTest *)NULL);
+
+        /* _i: 0 = threads, 1 = io_uring */
+        TL_LOOP_TESTS(tc, 0, 2, test_reads_and_counts, test_merge_and_split,
+                      test_fifo_across_submitters, test_cancel_queued, test_cancel_in_flight,
+                      test_free_waits_for_in_flight, test_injected_error_fails_its_batch_only,
+                      test_fail_nth_read, test_truncated_under_queued_read, test_closed_descriptor,
+                      test_bad_arguments, test_stress_many_submitters, test_descriptors_cloexec);
+        TL_TCASE(s, "selection", 0, test_backend_names, test_auto_falls_back);
+        return tl_run_suite(s);
 }

@@ -103,17 +103,5 @@ START_TEST(test_latency_fixed_buckets_never_fade) {
 }
 END_TEST
 
-static Suite *latency_suite(void) {
-        Suite *s = suite_create("latency");
-        TCase *tc = tcase_create("latency");
-        tcase_add_test(tc, test_latency_quantiles);
-        tcase_add_test(tc, test_latency_every_value_lands_near);
-        tcase_add_test(tc, test_latency_follows_change);
-        tcase_add_test(tc, test_latency_fixed_buckets_never_fade);
-        suite_add_tcase(s, tc);
-        return s;
-}
-
-int main(void) {
-        return tl_run_suite(latency_suite());
-}
+TL_SUITE_MAIN("latency", test_latency_quantiles, test_latency_every_value_lands_near,
+              test_latency_follows_change, test_latency_fixed_buckets_never_fade)

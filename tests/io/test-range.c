@@ -95,17 +95,10 @@ START_TEST(test_pieces_and_validity) {
 }
 END_TEST
 
-static Suite *range_suite(void) {
-        Suite *s = suite_create("range");
-        TCase *tc = tcase_create("ranges");
-        tcase_add_test(tc, test_merge_sorts_merges_and_drops_empty);
-        tcase_add_test(tc, test_merge_keeps_descriptors_apart);
-        tcase_add_test(tc, test_merge_matches_model);
-        tcase_add_test(tc, test_pieces_and_validity);
-        suite_add_tcase(s, tc);
-        return s;
-}
-
 int main(void) {
-        return tl_run_suite(range_suite());
+        Suite *s = suite_create("range");
+        TL_TCASE(s, "ranges", 0, test_merge_sorts_merges_and_drops_empty,
+                 test_merge_keeps_descriptors_apart, test_merge_matches_model,
+                 test_pieces_and_validity);
+        return tl_run_suite(s);
 }

@@ -11,7 +11,6 @@
  * a message where it does not; the hint check needs cachestat() (Linux 6.5)
  * and skips without it. */
 #include <check.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -19,10 +18,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "check-run.h"
+#include "files.h"
 #include "io/ioq.h"
 #include "store/readahead.h"
 #include "store/store.h"
@@ -32,39 +31,14 @@
 
 static uint64_t page;
 
-/* ---- a store in a temporary directory ------------------------------------ */
-
-typedef struct tdir {
-        char path[256];
-        int fd;
-} tdir;
-
-static void tdir_make(tdir *d) {
-        const char *base = getenv("TMPDIR");
-        snprintf(d->path, sizeof(d->path), "%s/zr-test-residency-XXXXXX", base ? base : "/tmp");
-        ck_assert_ptr_nonnull(mkdtemp(d->path));
-        d->fd = open(d->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        ck_assert_int_ge(d->fd, 0);
-}
-
-static void tdir_remove(tdir *d) {
-        DIR *dir = opendir(d->path);
-        struct dirent *e;
-        while (dir && (e = readdir(dir)))
-                if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
-                        unlinkat(d->fd, e->d_name, 0);
-        if (dir)
-                closedir(dir);
-        close(d->fd);
-        rmdir(d->path);
-}
+/* ---- a store in a scratch directory ------------------------------------- */
 
 /* Byte j of record i. */
 static uint8_t rec_byte(uint64_t i, uint64_t j) {
         return (uint8_t)(i * 131 + j * 7 + (j >> 9));
 }
 
-static zr_store *store_make(tdir *d, enum zr_codec codec, unsigned chunk_log2,
+static zr_store *store_make(tl_scratch *d, enum zr_codec codec, unsigned chunk_log2,
                             const uint64_t *lens, size_t n) {
         zr_store_options o = { .chunk_log2 = chunk_log2 };
         zr_store *s = NULL;
@@ -85,7 +59,7 @@ static zr_store *store_make(tdir *d, enum zr_codec codec, unsigned chunk_log2,
         return s;
 }
 
-static zr_store *store_reopen(tdir *d, zr_store *s, int no_mmap, int read_only) {
+static zr_store *store_reopen(tl_scratch *d, zr_store *s, int no_mmap, int read_only) {
         zr_error err = {0};
         ck_assert_int_eq(zr_store_close(s, &err), 0);
         zr_store_options o = { .no_mmap = no_mmap, .read_only = read_only };
@@ -118,26 +92,53 @@ static int drop_cache(zr_store *s, const zr_loc *locs, size_t n) {
         return zr_store_resident(s, locs, n, NULL) == 0;
 }
 
-/* ---- cachestat (pages in the page cache, read or being read) ------------- */
+/* A test's store: records of lens[0..n) (rec_byte()) in a scratch directory,
+ * every record located. */
+typedef struct fixture {
+        tl_scratch d;
+        zr_store *s;
+        zr_loc *locs;
+} fixture;
 
-#ifndef __NR_cachestat
-#define __NR_cachestat 451
-#endif
+enum reopen { AS_CREATED, REOPENED, REOPENED_NO_MMAP };
 
-struct zr_cachestat_range {
-        uint64_t off, len;
-};
-struct zr_cachestat {
-        uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted;
-};
+/* Makes f's store; `how` reopens it (fresh descriptors and mappings) before
+ * the records are located. */
+static void fixture_make(fixture *f, enum zr_codec codec, unsigned chunk_log2,
+                         const uint64_t *lens, size_t n, enum reopen how) {
+        ck_assert_int_eq(tl_scratch_new(&f->d, "test-residency"), 0);
+        f->s = store_make(&f->d, codec, chunk_log2, lens, n);
+        if (how != AS_CREATED)
+                f->s = store_reopen(&f->d, f->s, how == REOPENED_NO_MMAP, 0);
+        f->locs = locate_all(f->s, n);
+}
 
-/* Pages of [off, off + len) in the page cache, or -1 without cachestat(). */
-static int64_t cached_pages(int fd, uint64_t off, uint64_t len) {
-        struct zr_cachestat_range r = { off, len };
-        struct zr_cachestat cs;
-        if (syscall(__NR_cachestat, fd, &r, &cs, 0) < 0)
-                return -1;
-        return (int64_t)cs.nr_cache;
+/* fixture_make() of n records, record i of len_of(i) bytes; the lengths in
+ * *ret_lens (malloc()ed, may be NULL). */
+static void fixture_of(fixture *f, enum zr_codec codec, unsigned chunk_log2, size_t n,
+                       uint64_t (*len_of)(uint64_t i), enum reopen how, uint64_t **ret_lens) {
+        uint64_t *lens = malloc(n * sizeof(*lens));
+
+        ck_assert_ptr_nonnull(lens);
+        for (size_t i = 0; i < n; i++)
+                lens[i] = len_of(i);
+        fixture_make(f, codec, chunk_log2, lens, n, how);
+        if (ret_lens)
+                *ret_lens = lens;
+        else
+                free(lens);
+}
+
+/* Record i is page i. */
+static uint64_t one_page(uint64_t i) {
+        (void)i;
+        return page;
+}
+
+static void fixture_free(fixture *f) {
+        free(f->locs);
+        ck_assert_int_eq(zr_store_close(f->s, NULL), 0);
+        tl_scratch_free(&f->d);
 }
 
 /* ---- prefetch through the queue ------------------------------------------ */
@@ -186,13 +187,13 @@ static int prefetch(enum zr_ioq_backend backend, const zr_io_range *r, size_t n,
 /* ---- tests -------------------------------------------------------------- */
 
 START_TEST(test_ranges_cover_pages) {
-        tdir d;
-        tdir_make(&d);
         /* 64 KiB chunks: the last record does not fit in chunk 0 */
         uint64_t lens[] = { 4096, 100, 5000, 0, 8192, 1, 60000 };
         size_t n = sizeof(lens) / sizeof(lens[0]);
-        zr_store *s = store_make(&d, ZR_CODEC_RAW, 16, lens, n);
-        zr_loc *locs = locate_all(s, n);
+        fixture f;
+        fixture_make(&f, ZR_CODEC_RAW, 16, lens, n, AS_CREATED);
+        zr_store *s = f.s;
+        zr_loc *locs = f.locs;
         zr_io_range r[7];
         size_t m = 99;
         zr_error err = {0};
@@ -227,15 +228,13 @@ START_TEST(test_ranges_cover_pages) {
         }
         /* a zero-length record is resident by definition, whatever the cache */
         ck_assert_uint_eq(zr_store_resident(s, &locs[3], 1, NULL), 1);
-        free(locs);
-        ck_assert_int_eq(zr_store_close(s, NULL), 0);
-        tdir_remove(&d);
+        fixture_free(&f);
 }
 END_TEST
 
 START_TEST(test_ranges_stop_at_file_end) {
-        tdir d;
-        tdir_make(&d);
+        tl_scratch d;
+        ck_assert_int_eq(tl_scratch_new(&d, "test-residency"), 0);
         uint64_t lens[] = { 4096, 100 };
         zr_store *s = store_make(&d, ZR_CODEC_RAW, 16, lens, 2);
         ck_assert_int_eq(zr_store_close(s, NULL), 0);
@@ -263,7 +262,7 @@ START_TEST(test_ranges_stop_at_file_end) {
         ck_assert_int_eq(prefetch(ZR_IOQ_THREADS, &rounded, 1, NULL), -ENODATA);
         free(locs);
         ck_assert_int_eq(zr_store_close(s, NULL), 0);
-        tdir_remove(&d);
+        tl_scratch_free(&d);
 }
 END_TEST
 
@@ -271,14 +270,10 @@ END_TEST
 START_TEST(test_resident_after_prefetch) {
         enum { N = 512 };
         enum zr_ioq_backend backend = _i == 0 ? ZR_IOQ_THREADS : ZR_IOQ_URING;
-        tdir d;
-        tdir_make(&d);
-        uint64_t lens[N];
-        for (size_t i = 0; i < N; i++)
-                lens[i] = page; /* record i is page i */
-        zr_store *s = store_make(&d, ZR_CODEC_RAW, 24, lens, N);
-        s = store_reopen(&d, s, 0, 0); /* fresh descriptors and mappings */
-        zr_loc *locs = locate_all(s, N);
+        fixture f;
+        fixture_of(&f, ZR_CODEC_RAW, 24, N, one_page, REOPENED, NULL);
+        zr_store *s = f.s;
+        zr_loc *locs = f.locs;
         uint8_t res[N];
         if (!drop_cache(s, locs, N)) {
                 fprintf(stderr, "skipped: the page cache keeps this file system's pages (tmpfs?)\n");
@@ -320,30 +315,21 @@ START_TEST(test_resident_after_prefetch) {
         ck_assert_uint_eq(res[4], 0);
         ck_assert_uint_eq(res[5], 0);
 out:
-        free(locs);
-        ck_assert_int_eq(zr_store_close(s, NULL), 0);
-        tdir_remove(&d);
+        fixture_free(&f);
 }
 END_TEST
 
-/* Whether this kernel answers cachestat(2) (Linux 6.5): asked of a file here. */
-static int have_cachestat(int fd) {
-        struct { uint64_t off, len; } r = { 0, 4096 };
-        uint64_t cs[5];
-        return syscall(451, fd, &r, cs, 0) == 0;
+/* Records of 3000 bytes and a little more, record 5 empty. */
+static uint64_t one_empty(uint64_t i) {
+        return i == 5 ? 0 : 3000 + i;
 }
 
 START_TEST(test_without_mapping) {
         enum { N = 64 };
-        tdir d;
-        tdir_make(&d);
-        uint64_t lens[N];
-        for (size_t i = 0; i < N; i++)
-                lens[i] = 3000 + i;
-        lens[5] = 0;
-        zr_store *s = store_make(&d, ZR_CODEC_RAW, 20, lens, N);
-        s = store_reopen(&d, s, 1, 0); /* no_mmap: pread only */
-        zr_loc *locs = locate_all(s, N);
+        fixture f;
+        fixture_of(&f, ZR_CODEC_RAW, 20, N, one_empty, REOPENED_NO_MMAP, NULL); /* pread only */
+        zr_store *s = f.s;
+        zr_loc *locs = f.locs;
         zr_io_range r[N];
         size_t m;
         ck_assert_int_eq(zr_store_io_ranges(s, locs, N, r, &m, NULL), 0);
@@ -352,7 +338,7 @@ START_TEST(test_without_mapping) {
         /* the pages are cached: cachestat() tells from the descriptor; without
          * it and without a mapping the store cannot tell (not resident) */
         uint8_t res[N];
-        int cs = have_cachestat(r[0].fd);
+        int cs = tl_cached_pages(r[0].fd, 0, page) >= 0;
         ck_assert_uint_eq(zr_store_resident(s, locs, N, res), cs ? N : 1);
         for (size_t i = 0; i < N; i++)
                 ck_assert_uint_eq(res[i], cs || i == 5);
@@ -366,22 +352,16 @@ START_TEST(test_without_mapping) {
                 for (size_t i = 0; i < N; i++)
                         ck_assert_uint_eq(res[i], i == 5);
         }
-        free(locs);
-        ck_assert_int_eq(zr_store_close(s, NULL), 0);
-        tdir_remove(&d);
+        fixture_free(&f);
 }
 END_TEST
 
 START_TEST(test_walk_hints_only_its_records) {
         enum { N = 1024 };
-        tdir d;
-        tdir_make(&d);
-        uint64_t lens[N];
-        for (size_t i = 0; i < N; i++)
-                lens[i] = page;
-        zr_store *s = store_make(&d, ZR_CODEC_RAW, 24, lens, N);
-        s = store_reopen(&d, s, 0, 0);
-        zr_loc *locs = locate_all(s, N);
+        fixture f;
+        fixture_of(&f, ZR_CODEC_RAW, 24, N, one_page, REOPENED, NULL);
+        zr_store *s = f.s;
+        zr_loc *locs = f.locs;
         zr_io_range whole;
         size_t m;
         ck_assert_int_eq(zr_store_io_ranges(s, locs, 1, &whole, &m, NULL), 0);
@@ -390,7 +370,7 @@ START_TEST(test_walk_hints_only_its_records) {
                 fprintf(stderr, "skipped: the page cache keeps this file system's pages (tmpfs?)\n");
                 goto out;
         }
-        if (cached_pages(fd, 0, N * page) != 0) {
+        if (tl_cached_pages(fd, 0, N * page) != 0) {
                 fprintf(stderr, "skipped: no cachestat() on this kernel\n");
                 goto out;
         }
@@ -402,29 +382,28 @@ START_TEST(test_walk_hints_only_its_records) {
         zr_readahead_add(&ra, &locs[700]);
         zr_readahead_add(&ra, &locs[500]);
         zr_readahead_flush(&ra);
-        ck_assert_int_eq(cached_pages(fd, 0, N * page), 202);
-        ck_assert_int_eq(cached_pages(fd, 100 * page, 200 * page), 200);
-        ck_assert_int_eq(cached_pages(fd, 700 * page, page), 1);
-        ck_assert_int_eq(cached_pages(fd, 500 * page, page), 1);
+        ck_assert_int_eq(tl_cached_pages(fd, 0, N * page), 202);
+        ck_assert_int_eq(tl_cached_pages(fd, 100 * page, 200 * page), 200);
+        ck_assert_int_eq(tl_cached_pages(fd, 700 * page, page), 1);
+        ck_assert_int_eq(tl_cached_pages(fd, 500 * page, page), 1);
 out:
-        free(locs);
-        ck_assert_int_eq(zr_store_close(s, NULL), 0);
-        tdir_remove(&d);
+        fixture_free(&f);
 }
 END_TEST
 
+/* Records of 1 to 20000 bytes, spread. */
+static uint64_t spread(uint64_t i) {
+        return 1 + (i * 7919) % 20000;
+}
+
 START_TEST(test_verify_and_compact_cold) {
         enum { N = 3000 };
-        tdir d;
-        tdir_make(&d);
-        uint64_t lens[N];
-        for (size_t i = 0; i < N; i++)
-                lens[i] = 1 + (i * 7919) % 20000;
+        uint64_t *lens;
         /* zstd: verify decodes every frame; 1 MiB chunks: compaction crosses them */
-        zr_store *s = store_make(&d, ZR_CODEC_ZSTD, 20, lens, N);
-        s = store_reopen(&d, s, 0, 0);
-        zr_loc *locs = locate_all(s, N);
-        (void)drop_cache(s, locs, N);
+        fixture f;
+        fixture_of(&f, ZR_CODEC_ZSTD, 20, N, spread, REOPENED, &lens);
+        zr_store *s = f.s;
+        (void)drop_cache(s, f.locs, N);
         zr_verify_report rep;
         zr_error err = {0};
         ck_assert_msg(zr_store_verify(s, &rep, &err) == 0, "%s", err.message);
@@ -445,16 +424,16 @@ START_TEST(test_verify_and_compact_cold) {
                 model[del[k]] = model[len - 1];
                 len--;
         }
-        free(locs);
-        locs = locate_all(s, len);
-        (void)drop_cache(s, locs, len);
+        free(f.locs);
+        f.locs = locate_all(s, len);
+        (void)drop_cache(s, f.locs, len);
         zr_compact_result cr;
         ck_assert_msg(zr_store_compact(s, 0, &cr, &err) == 0, "%s", err.message);
         ck_assert_int_eq(cr.finished, 1);
         ck_assert_uint_gt(cr.moved, 0);
-        free(locs);
-        locs = locate_all(s, len);
-        (void)drop_cache(s, locs, len);
+        free(f.locs);
+        f.locs = locate_all(s, len);
+        (void)drop_cache(s, f.locs, len);
         ck_assert_msg(zr_store_verify(s, &rep, &err) == 0, "%s", err.message);
         ck_assert_uint_eq(rep.records, len);
         uint8_t *buf = malloc(20000), *want = malloc(20000);
@@ -470,28 +449,19 @@ START_TEST(test_verify_and_compact_cold) {
         }
         free(buf);
         free(want);
-        free(locs);
-        ck_assert_int_eq(zr_store_close(s, NULL), 0);
-        tdir_remove(&d);
+        free(lens);
+        fixture_free(&f);
 }
 END_TEST
 
-static Suite *residency_suite(void) {
-        Suite *s = suite_create("residency");
-        TCase *tc = tcase_create("store");
-        tcase_set_timeout(tc, 120);
-        tcase_add_test(tc, test_ranges_cover_pages);
-        tcase_add_test(tc, test_ranges_stop_at_file_end);
-        tcase_add_loop_test(tc, test_resident_after_prefetch, 0, 2);
-        tcase_add_test(tc, test_without_mapping);
-        tcase_add_test(tc, test_walk_hints_only_its_records);
-        tcase_add_test(tc, test_verify_and_compact_cold);
-        suite_add_tcase(s, tc);
-        return s;
-}
-
 int main(void) {
         long p = sysconf(_SC_PAGESIZE);
+        Suite *s = suite_create("residency");
+        TCase *tc = TL_TCASE(s, "store", 120, test_ranges_cover_pages,
+                             test_ranges_stop_at_file_end, test_without_mapping,
+                             test_walk_hints_only_its_records, test_verify_and_compact_cold);
+
         page = p > 0 ? (uint64_t)p : 4096;
-        return tl_run_suite(residency_suite());
+        TL_LOOP_TESTS(tc, 0, 2, test_resident_after_prefetch);
+        return tl_run_suite(s);
 }

@@ -21,6 +21,15 @@ TCase *tl_tcase_add(Suite *s, const char *name, double timeout, ...) {
         return tc;
 }
 
+void tl_tcase_add_loops(TCase *tc, int start, int end, ...) {
+        va_list ap;
+
+        va_start(ap, end);
+        for (const TTest *t = va_arg(ap, const TTest *); t; t = va_arg(ap, const TTest *))
+                tcase_add_loop_test(tc, t, start, end);
+        va_end(ap);
+}
+
 int tl_run_suite(Suite *s) {
         SRunner *sr = srunner_create(s);
         int failed;

@@ -20,6 +20,12 @@ TCase *tl_tcase_add(Suite *s, const char *name, double timeout, ...);
 #define TL_TCASE(s, name, timeout, ...) \
         tl_tcase_add((s), (name), (timeout), __VA_ARGS__, (const TTest *)NULL)
 
+/* Adds the loop tests named after `end` to an existing case tc, each run for _i in [start, end)
+ * (tcase_add_loop_test), then NULL: TL_LOOP_TESTS adds it. */
+void tl_tcase_add_loops(TCase *tc, int start, int end, ...);
+#define TL_LOOP_TESTS(tc, start, end, ...) \
+        tl_tcase_add_loops((tc), (start), (end), __VA_ARGS__, (const TTest *)NULL)
+
 /* Defines main() running the tests named after the suite's name as one case
  * (check's default timeout), the usual shape of a module's suite:
  *

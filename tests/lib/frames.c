@@ -256,6 +256,20 @@ void tl_begin(zr_wire_writer *w, const char *kind, uint64_t id) {
         zr_wire_writer_begin_message(w, kind, true, id);
 }
 
+void tl_put_loader_open(zr_wire_writer *w, uint64_t h, const char *sampler, uint64_t batch,
+                        uint64_t seed, uint64_t start, uint64_t prefetch) {
+        zr_wire_begin_array(w, "streams");
+        zr_wire_begin_map(w, NULL);
+        zr_wire_put_u64(w, "handle", h);
+        zr_wire_end(w);
+        zr_wire_end(w);
+        zr_wire_put_str(w, "sampler", sampler);
+        zr_wire_put_u64(w, "batch_size", batch);
+        zr_wire_put_u64(w, "seed", seed);
+        zr_wire_put_u64(w, "start_step", start);
+        zr_wire_put_u64(w, "prefetch", prefetch);
+}
+
 int tl_call(int fd, zr_wire_writer *w, const int *fds, unsigned nfds, tl_msg *m) {
         int r = tl_send(fd, w, fds, nfds);
 

@@ -58,6 +58,9 @@ bool tl_is_loader_event(const tl_msg *m);
 
 /* Starts a request body (the writer initialized). */
 void tl_begin(zr_wire_writer *w, const char *kind, uint64_t id);
+/* The fields of a LOADER_OPEN of one stream, handle h, after its header. */
+void tl_put_loader_open(zr_wire_writer *w, uint64_t h, const char *sampler, uint64_t batch,
+                        uint64_t seed, uint64_t start, uint64_t prefetch);
 /* Sends the request (destroying w) and reads its reply into *m, past the
  * events of loaders on the connection (dropped, their descriptors closed);
  * returns tl_code() of the reply, or -errno (then *m holds nothing). */

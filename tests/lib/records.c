@@ -34,6 +34,39 @@ uint64_t tl_record_id(const uint8_t *p, size_t len) {
         return id;
 }
 
+size_t tl_distinct(const uint64_t *a, size_t n, uint64_t *out) {
+        size_t k = 0;
+
+        for (size_t i = 0; i < n; i++) {
+                size_t j = 0;
+                while (j < k && out[j] != a[i])
+                        j++;
+                if (j == k)
+                        out[k++] = a[i];
+        }
+        return k;
+}
+
+static int cmp_desc(const void *a, const void *b) {
+        uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+        return x < y ? 1 : x > y ? -1 : 0;
+}
+
+size_t tl_swap_last(uint64_t *ids, size_t count, const uint64_t *del, size_t n) {
+        uint64_t *d = malloc((n ? n : 1) * sizeof(*d));
+        size_t k;
+
+        if (!d)
+                abort();
+        k = tl_distinct(del, n, d);
+        qsort(d, k, sizeof(*d), cmp_desc);
+        for (size_t i = 0; i < k; i++)
+                ids[d[i]] = ids[--count];
+        free(d);
+        return count;
+}
+
 int tl_record_dict(uint64_t first, size_t n, size_t (*len_of)(uint64_t), size_t max_len,
                    size_t capacity, void **ret, size_t *ret_len) {
         size_t *sizes = malloc(n * sizeof(*sizes)), total = 0, r;

@@ -24,6 +24,16 @@ uint32_t tl_shaped_dims(uint64_t id, uint64_t *dims);
 /* Elements of that shape (the product of its dims). */
 uint64_t tl_shaped_items(uint64_t id);
 
+/* The distinct entries of a[0..n) in their first order, into out (room for
+ * n; may not be a). Returns their count. */
+size_t tl_distinct(const uint64_t *a, size_t n, uint64_t *out);
+
+/* The delete model of every store: ids[0..count) after a swap-last delete of
+ * the positions del[0..n) (each < count; repeats count once), in place: each
+ * hole, in descending order, takes the current last entry. Returns the new
+ * count. */
+size_t tl_swap_last(uint64_t *ids, size_t count, const uint64_t *del, size_t n);
+
 /* Trains a zstd dictionary of at most `capacity` bytes on the n records
  * first, first + 1, ..., of lengths len_of(id), each cut to max_len (0: not
  * cut). 0 with a malloc()ed dictionary, or -1 with the reason on stderr. */

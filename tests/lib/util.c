@@ -53,6 +53,19 @@ double tl_seconds(void) {
         return (double)tl_now_ns() * 1e-9;
 }
 
+void tl_push_u64(uint64_t **v, size_t *n, size_t *cap, uint64_t x) {
+        if (*n == *cap) {
+                size_t c = *cap ? *cap * 2 : 1024;
+                uint64_t *p = realloc(*v, c * sizeof(*p));
+
+                if (!p)
+                        tl_die("realloc");
+                *v = p;
+                *cap = c;
+        }
+        (*v)[(*n)++] = x;
+}
+
 int tl_cmp_double(const void *a, const void *b) {
         double x = *(const double *)a, y = *(const double *)b;
 

@@ -24,6 +24,10 @@ uint64_t tl_env_u64(const char *name, uint64_t def);
 uint64_t tl_now_ns(void);
 double tl_seconds(void);
 
+/* Appends x to the growing array *v of *n values (room for *cap), doubling
+ * it (from 1024) when full; exits 2 (tl_die) when memory runs out. */
+void tl_push_u64(uint64_t **v, size_t *n, size_t *cap, uint64_t x);
+
 /* qsort()'s comparison of doubles, ascending. */
 int tl_cmp_double(const void *a, const void *b);
 

@@ -9,7 +9,7 @@
 #include <check.h>
 #include <dirent.h>
 #include <fcntl.h>
-#include <ftw.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,34 +23,21 @@
 #include "loader/loader.h"
 #include "util/pool.h"
 #include "check-run.h"
+#include "files.h"
 #include "zr-proto.h"
 
 /* Small chunk files: no 4 GiB sparse files in tests. */
 #define TEST_CHUNK_LOG2 22
 
-typedef struct scratch {
-        char path[256];
-        int fd;
-} scratch;
+/* A scratch directory (files.h) whose making cannot fail the test quietly. */
+typedef tl_scratch scratch;
 
 static inline void scratch_new(scratch *s) {
-        const char *tmp = getenv("TMPDIR");
-        snprintf(s->path, sizeof(s->path), "%s/zr-loader-XXXXXX", tmp ? tmp : "/tmp");
-        ck_assert_ptr_nonnull(mkdtemp(s->path));
-        s->fd = open(s->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        ck_assert_int_ge(s->fd, 0);
-}
-
-static inline int scratch_rm_one(const char *p, const struct stat *st, int flag, struct FTW *f) {
-        (void)st;
-        (void)flag;
-        (void)f;
-        return remove(p);
+        ck_assert_int_eq(tl_scratch_new(s, "loader"), 0);
 }
 
 static inline void scratch_free(scratch *s) {
-        close(s->fd);
-        nftw(s->path, scratch_rm_one, 16, FTW_DEPTH | FTW_PHYS);
+        tl_scratch_free(s);
 }
 
 static inline uint64_t mix64(uint64_t z) {
@@ -237,6 +224,45 @@ static inline void next_batch(rig *g, zr_loader *l, zr_loader_event *ev) {
         next_event(g, l, ev);
         ck_assert_msg(ev->kind == ZR_LOADER_EVENT_BATCH, "END %d: %s", ev->code,
                       ev->message ? ev->message : "");
+}
+
+/* Takes l's events until its END (left in *ev): every batch before it must be
+ * the next step from `first` on; it goes to check(ev, arg) when check is not
+ * NULL, and is released if `release`. Returns the step the END came at. */
+static inline uint64_t batches_until_end(rig *g, zr_loader *l, uint64_t first, bool release,
+                                         void (*check)(const zr_loader_event *ev, void *arg),
+                                         void *arg, zr_loader_event *ev) {
+        for (uint64_t s = first;; s++) {
+                next_event(g, l, ev);
+                if (ev->kind == ZR_LOADER_EVENT_END)
+                        return s;
+                ck_assert_uint_eq(ev->step, s);
+                if (check)
+                        check(ev, arg);
+                if (release)
+                        zr_loader_release(l, ev->ring, ev->slot, NULL);
+        }
+}
+
+/* The parameters of a one-rank loader: its sampler, batch size, seed and
+ * prefetch (the rest zero). */
+static inline zr_loader_params loader_params(enum zr_sampler_mode mode, uint64_t batch,
+                                             uint64_t seed, uint32_t prefetch) {
+        return (zr_loader_params){ .mode = mode, .batch_size = batch, .seed = seed,
+                                   .world_size = 1, .prefetch = prefetch };
+}
+
+/* Takes k batches of l and releases each at once; l's counters after them into
+ * *ret (may be NULL). */
+static inline void take_batches(rig *g, zr_loader *l, int k, zr_loader_counters *ret) {
+        zr_loader_event ev;
+
+        for (int i = 0; i < k; i++) {
+                next_batch(g, l, &ev);
+                zr_loader_release(l, ev.ring, ev.slot, NULL);
+        }
+        if (ret)
+                zr_loader_counters_get(l, ret);
 }
 
 /* The expected bytes of a dense stream's batch at `step`, gathered directly. */

@@ -14,20 +14,14 @@ START_TEST(test_cache_accounting) {
         zr_loader *l;
         zr_loader_counters c;
         zr_loader_engine_counters t;
-        zr_loader_params p = { .mode = ZR_SAMPLER_SEQUENTIAL, .batch_size = 30,
-                               .world_size = 1, .prefetch = 2 };
+        zr_loader_params p = loader_params(ZR_SAMPLER_SEQUENTIAL, 30, 0, 2);
         zr_loader_stream st;
-        zr_loader_event ev;
 
         fixture_new(&f, ZR_CODEC_ZSTD, 1 << 20);
         st = reg_stream(&f.dense, "d");
         /* two passes over the 300 records (10 steps each) */
         l = open_loader(&f, &st, 1, &p);
-        for (int k = 0; k < 20; k++) {
-                next_batch(&f.g, l, &ev);
-                zr_loader_release(l, ev.ring, ev.slot, NULL);
-        }
-        zr_loader_counters_get(l, &c);
+        take_batches(&f.g, l, 20, &c);
         zr_loader_free(l);
         fprintf(stderr, "cache fits: hits %" PRIu64 " misses %" PRIu64 " evictions %" PRIu64 "\n",
                 c.hits, c.misses, c.evictions);
@@ -45,11 +39,7 @@ START_TEST(test_cache_accounting) {
         /* a budget of ~100 records: a cyclic pass over 300 evicts */
         zr_loader_engine_set_cache_bytes(f.g.e, 100 * (ITEM + 96));
         l = open_loader(&f, &st, 1, &p);
-        for (int k = 0; k < 20; k++) {
-                next_batch(&f.g, l, &ev);
-                zr_loader_release(l, ev.ring, ev.slot, NULL);
-        }
-        zr_loader_counters_get(l, &c);
+        take_batches(&f.g, l, 20, &c);
         zr_loader_free(l);
         zr_loader_engine_counters_get(f.g.e, &t);
         fprintf(stderr, "cache small: hits %" PRIu64 " misses %" PRIu64 " evictions %" PRIu64
@@ -67,11 +57,7 @@ START_TEST(test_cache_accounting) {
         fixture_new(&f, ZR_CODEC_RAW, 1 << 20);
         st = reg_stream(&f.dense, "d");
         l = open_loader(&f, &st, 1, &p);
-        for (int k = 0; k < 12; k++) {
-                next_batch(&f.g, l, &ev);
-                zr_loader_release(l, ev.ring, ev.slot, NULL);
-        }
-        zr_loader_counters_get(l, &c);
+        take_batches(&f.g, l, 12, &c);
         ck_assert_uint_eq(c.hits + c.misses, 0);
         ck_assert_uint_ge(c.bytes, 12 * 30 * ITEM);
         zr_loader_free(l);
@@ -81,12 +67,19 @@ END_TEST
 
 /* A mutation between batches: batches gathered before it are announced intact,
  * then END with ZR_E_STALE; nothing gathered after it is announced. */
+/* The batch's stream 0 is the wanted batch of its step (arg: uint8_t *want[]). */
+static void same_as_wanted(const zr_loader_event *ev, void *arg) {
+        uint8_t **want = arg;
+
+        ck_assert_int_eq(memcmp((const uint8_t *)ev->ring_data + ev->streams[0].offset,
+                                want[ev->step], 50 * ITEM), 0);
+}
+
 START_TEST(test_stale) {
         enum { PF = 3 };
         fixture f;
         zr_loader *l;
-        zr_loader_params p = { .mode = ZR_SAMPLER_SEQUENTIAL, .batch_size = 50,
-                               .world_size = 1, .prefetch = PF };
+        zr_loader_params p = loader_params(ZR_SAMPLER_SEQUENTIAL, 50, 0, PF);
         zr_sampler_params sp = { .mode = ZR_SAMPLER_SEQUENTIAL, .n = N_DENSE, .batch_size = 50,
                                  .world_size = 1 };
         uint8_t *want[20];
@@ -110,15 +103,7 @@ START_TEST(test_stale) {
         zr_dataset_mutated(f.dense.ds);
         zr_dataset_unlock(f.dense.ds);
         zr_loader_release(l, ev.ring, ev.slot, NULL);
-        for (s = 1;; s++) {
-                next_event(&f.g, l, &ev);
-                if (ev.kind == ZR_LOADER_EVENT_END)
-                        break;
-                ck_assert_uint_eq(ev.step, s);
-                ck_assert_int_eq(memcmp((const uint8_t *)ev.ring_data +
-                                                ev.streams[0].offset, want[s], 50 * ITEM), 0);
-                zr_loader_release(l, ev.ring, ev.slot, NULL);
-        }
+        s = batches_until_end(&f.g, l, 1, true, same_as_wanted, want, &ev);
         ck_assert_int_eq(ev.code, ZR_E_STALE);
         ck_assert_uint_eq(ev.step, s);
         ck_assert_uint_le(s, PF + 1); /* at most the prefetched batches came */
@@ -146,8 +131,7 @@ START_TEST(test_locked_dataset) {
         enum { PF = 4 };
         fixture f;
         zr_loader *x, *y;
-        zr_loader_params p = { .mode = ZR_SAMPLER_IID, .batch_size = 8, .seed = 3,
-                               .world_size = 1, .prefetch = PF };
+        zr_loader_params p = loader_params(ZR_SAMPLER_IID, 8, 3, PF);
         zr_sampler_params sp = { .mode = ZR_SAMPLER_IID, .n = N_DENSE, .batch_size = 8,
                                  .seed = 3, .world_size = 1 };
         zr_loader_stream sx, sy;
@@ -204,8 +188,7 @@ END_TEST
 START_TEST(test_free_parked) {
         fixture f;
         zr_loader *x, *x2;
-        zr_loader_params p = { .mode = ZR_SAMPLER_IID, .batch_size = 8, .seed = 3,
-                               .world_size = 1, .prefetch = 2 };
+        zr_loader_params p = loader_params(ZR_SAMPLER_IID, 8, 3, 2);
         zr_loader_stream sx;
         zr_loader_event ev, held[2];
 
@@ -251,8 +234,7 @@ START_TEST(test_fairness) {
         reg big, small;
         zr_loader *slow, *fast;
         zr_loader_counters cs, cf;
-        zr_loader_params ps = { .mode = ZR_SAMPLER_IID, .batch_size = 16, .seed = 1,
-                                .world_size = 1, .prefetch = SLOW_SLOTS };
+        zr_loader_params ps = loader_params(ZR_SAMPLER_IID, 16, 1, SLOW_SLOTS);
         zr_loader_params pf = ps;
         zr_loader_stream sts, stf;
         zr_loader_event ev;
@@ -303,8 +285,7 @@ START_TEST(test_free_in_flight) {
         scratch sc;
         rig g;
         reg big;
-        zr_loader_params p = { .mode = ZR_SAMPLER_IID, .batch_size = 32, .seed = 1,
-                               .world_size = 1, .prefetch = 4 };
+        zr_loader_params p = loader_params(ZR_SAMPLER_IID, 32, 1, 4);
         zr_loader_stream st;
         zr_loader_event ev;
         zr_error err = {0};

@@ -14,8 +14,7 @@ START_TEST(test_dedup) {
         fixture f;
         zr_loader *l[NL];
         zr_loader_engine_counters t;
-        zr_loader_params p = { .mode = ZR_SAMPLER_CYCLIC, .batch_size = 16, .seed = 11,
-                               .world_size = 1, .prefetch = 4 };
+        zr_loader_params p = loader_params(ZR_SAMPLER_CYCLIC, 16, 11, 4);
         zr_sampler_params sp = { .mode = ZR_SAMPLER_CYCLIC, .n = N_DENSE, .batch_size = 16,
                                  .seed = 11, .world_size = 1 };
         zr_loader_stream st[2];
@@ -54,8 +53,7 @@ END_TEST
 START_TEST(test_group_slow_member) {
         fixture f;
         zr_loader *fast, *slow;
-        zr_loader_params p = { .mode = ZR_SAMPLER_IID, .batch_size = 8, .seed = 4,
-                               .world_size = 1, .prefetch = 2 };
+        zr_loader_params p = loader_params(ZR_SAMPLER_IID, 8, 4, 2);
         zr_sampler_params sp = { .mode = ZR_SAMPLER_IID, .n = N_DENSE, .batch_size = 8,
                                  .seed = 4, .world_size = 1 };
         zr_loader_stream st;
@@ -132,8 +130,7 @@ static void next_told(fixture *f, zr_loader *l, zr_loader_event *ev, uint32_t *t
 START_TEST(test_group_rings) {
         fixture f;
         zr_loader *l[2];
-        zr_loader_params p = { .mode = ZR_SAMPLER_CYCLIC, .batch_size = 8, .seed = 9,
-                               .world_size = 1, .prefetch = 3 };
+        zr_loader_params p = loader_params(ZR_SAMPLER_CYCLIC, 8, 9, 3);
         zr_sampler_params sp = { .mode = ZR_SAMPLER_CYCLIC, .n = N_DENSE, .batch_size = 8,
                                  .seed = 9, .world_size = 1 };
         zr_loader_stream st;
@@ -216,8 +213,7 @@ START_TEST(test_group_memory) {
         enum { NL = 4, K = 60 };
         fixture f;
         zr_loader *l[NL];
-        zr_loader_params p = { .mode = ZR_SAMPLER_IID, .batch_size = 64, .seed = 5,
-                               .world_size = 1, .prefetch = 4 };
+        zr_loader_params p = loader_params(ZR_SAMPLER_IID, 64, 5, 4);
         zr_loader_stream st;
         size_t slots = 0;
 
@@ -253,8 +249,7 @@ START_TEST(test_spare_rings) {
         fixture f;
         zr_loader *l;
         zr_loader_engine_counters t;
-        zr_loader_params p = { .mode = ZR_SAMPLER_CYCLIC, .batch_size = 50, .seed = 8,
-                               .world_size = 1, .prefetch = 3 };
+        zr_loader_params p = loader_params(ZR_SAMPLER_CYCLIC, 50, 8, 3);
         zr_sampler_params sp = { .mode = ZR_SAMPLER_CYCLIC, .n = N_DENSE, .batch_size = 50,
                                  .seed = 8, .world_size = 1 };
         zr_loader_stream st;

@@ -323,12 +323,7 @@ START_TEST(test_source_changed) {
         zr_dataset_mutated(f.ragged[1].ds);
         zr_dataset_unlock(f.ragged[1].ds);
         zr_loader_release(l, ev.ring, ev.slot, NULL);
-        for (s = 1;; s++) {
-                next_event(&f.g, l, &ev);
-                if (ev.kind == ZR_LOADER_EVENT_END)
-                        break;
-                zr_loader_release(l, ev.ring, ev.slot, NULL);
-        }
+        s = batches_until_end(&f.g, l, 1, true, NULL, NULL, &ev);
         ck_assert_int_eq(ev.code, ZR_E_STALE);
         ck_assert_uint_le(s, 3);
         ck_assert_msg(strstr(ev.message, "source 1 stream 1 (r)"), "%s", ev.message);

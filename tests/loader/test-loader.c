@@ -13,8 +13,7 @@ START_TEST(test_open_errors) {
         fixture f;
         zr_loader *l = NULL;
         zr_error err = {0};
-        zr_loader_params p = { .mode = ZR_SAMPLER_IID, .batch_size = 4, .world_size = 1,
-                               .prefetch = 2 };
+        zr_loader_params p = loader_params(ZR_SAMPLER_IID, 4, 0, 2);
         zr_loader_stream st[2];
         reg shorter;
 
@@ -91,8 +90,7 @@ static void run_resume(enum zr_codec codec) {
                                                    reg_stream(&f.ragged, "r"),
                                                    reg_stream(&f.dense2, "e") };
                         size_t ns = multi ? 3 : 1;
-                        zr_loader_params p = { .mode = modes[m], .batch_size = 16, .seed = 99,
-                                               .world_size = 1, .prefetch = 3 };
+                        zr_loader_params p = loader_params(modes[m], 16, 99, 3);
                         zr_sampler_params sp = { .mode = modes[m], .n = N_DENSE,
                                                  .batch_size = 16, .seed = 99, .world_size = 1 };
                         uint8_t *seen[16];
@@ -205,8 +203,7 @@ END_TEST
 START_TEST(test_slots_and_exhaustion) {
         fixture f;
         zr_loader_stream st;
-        zr_loader_params p = { .mode = ZR_SAMPLER_IID, .batch_size = 4, .seed = 1,
-                               .world_size = 1, .prefetch = 3 };
+        zr_loader_params p = loader_params(ZR_SAMPLER_IID, 4, 1, 3);
         zr_loader_event ev;
         zr_loader_counters c;
         zr_error err = {0};
@@ -264,8 +261,7 @@ END_TEST
 START_TEST(test_layout_and_seals) {
         fixture f;
         zr_loader *l;
-        zr_loader_params p = { .mode = ZR_SAMPLER_CYCLIC, .batch_size = 5, .seed = 2,
-                               .world_size = 1, .prefetch = 3 };
+        zr_loader_params p = loader_params(ZR_SAMPLER_CYCLIC, 5, 2, 3);
         zr_loader_stream st[3];
         zr_loader_event ev;
         int seals, fd;
@@ -369,8 +365,7 @@ END_TEST
 START_TEST(test_ragged_capacity) {
         fixture f;
         zr_loader *l;
-        zr_loader_params p = { .mode = ZR_SAMPLER_SEQUENTIAL, .batch_size = 4,
-                               .world_size = 1, .prefetch = 2 };
+        zr_loader_params p = loader_params(ZR_SAMPLER_SEQUENTIAL, 4, 0, 2);
         zr_loader_stream st;
         zr_loader_event ev;
 
@@ -407,8 +402,7 @@ END_TEST
 START_TEST(test_stop) {
         fixture f;
         zr_loader *l;
-        zr_loader_params p = { .mode = ZR_SAMPLER_IID, .batch_size = 4, .world_size = 1,
-                               .prefetch = 3 };
+        zr_loader_params p = loader_params(ZR_SAMPLER_IID, 4, 0, 3);
         zr_loader_stream st;
         zr_loader_event ev;
         uint64_t s = 0;
@@ -419,12 +413,7 @@ START_TEST(test_stop) {
         next_batch(&f.g, l, &ev);
         zr_loader_stop(l, ZR_E_SHUTDOWN, "the daemon is shutting down");
         zr_loader_release(l, ev.ring, ev.slot, NULL);
-        for (s = 1;; s++) {
-                next_event(&f.g, l, &ev);
-                if (ev.kind == ZR_LOADER_EVENT_END)
-                        break;
-                ck_assert_uint_eq(ev.step, s);
-        }
+        s = batches_until_end(&f.g, l, 1, false, NULL, NULL, &ev);
         ck_assert_int_eq(ev.code, ZR_E_SHUTDOWN);
         ck_assert_uint_eq(ev.step, s);
         ck_assert_uint_le(s, 3);

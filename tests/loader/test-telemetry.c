@@ -182,10 +182,6 @@ START_TEST(test_telemetry_random_events_match_a_model) {
 }
 END_TEST
 
-int main(void) {
-        Suite *s = suite_create("telemetry");
-        TL_TCASE(s, "telemetry", 0, test_telemetry_windows_hold_their_seconds,
-                 test_telemetry_young_and_idle, test_telemetry_verdict_rules,
-                 test_telemetry_stage_is_the_largest, test_telemetry_random_events_match_a_model);
-        return tl_run_suite(s);
-}
+TL_SUITE_MAIN("telemetry", test_telemetry_windows_hold_their_seconds,
+              test_telemetry_young_and_idle, test_telemetry_verdict_rules,
+              test_telemetry_stage_is_the_largest, test_telemetry_random_events_match_a_model)

@@ -29,6 +29,12 @@ static const msgpack_object *finish(built *b) {
         return zr_wire_body_root(b->body);
 }
 
+/* Starts b's message: kind, and the id if has_id. */
+static void begin(built *b, const char *kind, bool has_id, uint64_t id) {
+        zr_wire_writer_init(&b->w);
+        zr_wire_writer_begin_message(&b->w, kind, has_id, id);
+}
+
 static void done(built *b) {
         b->body = zr_wire_body_free(b->body);
         zr_wire_writer_destroy(&b->w);
@@ -70,8 +76,7 @@ START_TEST(test_header_unknown_kind_keeps_id) {
         zr_wire_error err = {0};
         const msgpack_object *root;
 
-        zr_wire_writer_init(&b.w);
-        zr_wire_writer_begin_message(&b.w, "frobnicate", true, 77);
+        begin(&b, "frobnicate", true, 77);
         root = finish(&b);
         ck_assert_int_eq(zr_msg_check(root, ZR_MSG_INVALID, &h, &err), -ZR_E_UNKNOWN);
         ck_assert(h.has_id);
@@ -87,8 +92,7 @@ START_TEST(test_nested_error_says_where) {
         zr_wire_error err = {0};
         const msgpack_object *root;
 
-        zr_wire_writer_init(&b.w);
-        zr_wire_writer_begin_message(&b.w, "loader_open", true, 3);
+        begin(&b, "loader_open", true, 3);
         zr_wire_begin_array(&b.w, "streams");
         zr_wire_begin_map(&b.w, NULL);
         zr_wire_put_u64(&b.w, "handle", 1);
@@ -113,8 +117,7 @@ START_TEST(test_ok_checked_against_request) {
         zr_wire_error err = {0};
         const msgpack_object *root;
 
-        zr_wire_writer_init(&b.w);
-        zr_wire_writer_begin_message(&b.w, "ok", true, 9);
+        begin(&b, "ok", true, 9);
         zr_wire_put_u64(&b.w, "length", 4);
         root = finish(&b);
         /* a valid reply to DELETE, not to APPEND, and any "ok" without context */
@@ -137,8 +140,7 @@ static unsigned fds_of(void (*fill)(zr_wire_writer *w), const char *kind) {
         zr_msg_header h;
         unsigned n = 999;
 
-        zr_wire_writer_init(&b.w);
-        zr_wire_writer_begin_message(&b.w, kind, true, 1);
+        begin(&b, kind, true, 1);
         fill(&b.w);
         root = finish(&b);
         ck_assert_msg(zr_msg_check(root, ZR_MSG_INVALID, &h, &err) == 0, "%s: %s", kind,
@@ -227,8 +229,7 @@ END_TEST
  * refused, since a FAULT must have none and an error reply one. */
 static void expect_bad_error_id(const char *kind, bool with_id) {
         built b;
-        zr_wire_writer_init(&b.w);
-        zr_wire_writer_begin_message(&b.w, kind, with_id, with_id ? 5 : 0);
+        begin(&b, kind, with_id, with_id ? 5 : 0);
         zr_wire_put_u64(&b.w, "code", ZR_E_PROTO);
         zr_wire_put_str(&b.w, "message", "x");
         const msgpack_object *root = finish(&b);
@@ -241,8 +242,7 @@ START_TEST(test_ids_by_class) {
         const msgpack_object *root;
 
         /* a release needs no id */
-        zr_wire_writer_init(&b.w);
-        zr_wire_writer_begin_message(&b.w, "release", false, 0);
+        begin(&b, "release", false, 0);
         zr_wire_put_u64(&b.w, "loader", 1);
         zr_wire_put_u64(&b.w, "ring", 3);
         zr_wire_put_u64(&b.w, "slot", 2);
@@ -255,8 +255,7 @@ START_TEST(test_ids_by_class) {
         expect_bad_error_id("error", false);
 
         /* a u32 field over 2^32-1 */
-        zr_wire_writer_init(&b.w);
-        zr_wire_writer_begin_message(&b.w, "stats", true, 1);
+        begin(&b, "stats", true, 1);
         zr_wire_put_u64(&b.w, "handle", UINT64_C(1) << 32);
         root = finish(&b);
         ck_assert_int_eq(zr_msg_check(root, ZR_MSG_INVALID, NULL, NULL), -ZR_E_PROTO);
@@ -301,10 +300,6 @@ START_TEST(test_write_error) {
 }
 END_TEST
 
-int main(void) {
-        Suite *s = suite_create("message");
-        TL_TCASE(s, "core", 0, test_kind_names, test_header_unknown_kind_keeps_id,
-                 test_nested_error_says_where, test_ok_checked_against_request,
-                 test_descriptor_counts, test_ids_by_class, test_write_error);
-        return tl_run_suite(s);
-}
+TL_SUITE_MAIN("message", test_kind_names, test_header_unknown_kind_keeps_id,
+              test_nested_error_says_where, test_ok_checked_against_request, test_descriptor_counts,
+              test_ids_by_class, test_write_error)

@@ -19,25 +19,9 @@
 #include <stdlib.h>
 
 #include "sampler/inverse.h"
+#include "vectors.h"
 
-#define VECTORS_MAX_HITS    200
 #define VECTORS_MAX_SOURCES 4
-
-typedef struct hit_list {
-        zr_sampler_hit hits[VECTORS_MAX_HITS];
-        size_t count;
-} hit_list;
-
-static int vectors_on_hits(void *userdata, const zr_sampler_hit *hits, size_t count) {
-        hit_list *l = userdata;
-
-        for (size_t i = 0; i < count; i++) {
-                if (l->count == VECTORS_MAX_HITS)
-                        return -1; /* a case with too many hits: the table is wrong */
-                l->hits[l->count++] = hits[i];
-        }
-        return 0;
-}
 
 typedef struct plain_case {
         enum zr_sampler_mode mode;
@@ -53,14 +37,6 @@ typedef struct mix_case {
         uint32_t source;
         uint64_t record, start, stop;
 } mix_case;
-
-#define SEQ ZR_SAMPLER_SEQUENTIAL
-#define IID ZR_SAMPLER_IID
-#define CYC ZR_SAMPLER_CYCLIC
-#define LX  ZR_SAMPLER_CYCLIC_LX157
-#define E12 UINT64_C(1000000000000)
-#define P32 (UINT64_C(1) << 32)
-#define P62 (UINT64_C(1) << 62)
 
 static const plain_case plain_cases[] = {
         { SEQ, 10, 3, 0, 2, 7, 0, 20 },
@@ -93,16 +69,16 @@ static const mix_case mix_cases[] = {
         { 6, 12, 1, 2, { { CYC, 1000, 1 }, { SEQ, 1000, 2 } }, 1, 999, UINT64_MAX / 12 - 300, UINT64_MAX },
 };
 
-static void vectors_hits(const hit_list *l) {
+static void print_hits(const vectors_hits *l) {
         printf("\"hits\": [");
         for (size_t i = 0; i < l->count; i++)
-                printf("%s[%" PRIu64 ", %" PRIu32 ", %" PRIu64 "]", i ? ", " : "", l->hits[i].step,
-                       l->hits[i].rank, l->hits[i].position);
+                printf("%s[%" PRIu64 ", %" PRIu32 ", %" PRIu64 "]", i ? ", " : "", l->h[i].step,
+                       l->h[i].rank, l->h[i].position);
         printf("]}\n");
 }
 
 int main(void) {
-        static hit_list l;
+        static vectors_hits l;
         static zr_mixture m;
         zr_steps_of_ops ops = { .on_hits = vectors_on_hits, .userdata = &l };
 
@@ -122,7 +98,7 @@ int main(void) {
                        ", \"stop\": %" PRIu64 ", ",
                        zr_sampler_mode_name(c->mode), c->n, c->batch_size, c->seed, c->world_size, c->record,
                        c->start, c->stop);
-                vectors_hits(&l);
+                print_hits(&l);
         }
         for (size_t i = 0; i < sizeof(mix_cases) / sizeof(*mix_cases); i++) {
                 const mix_case *c = &mix_cases[i];
@@ -135,15 +111,13 @@ int main(void) {
                         return EXIT_FAILURE;
                 }
                 printf("{\"seed\": %" PRIu64 ", \"batch_size\": %" PRIu64 ", \"world_size\": %" PRIu32
-                       ", \"sources\": [",
+                       ", ",
                        c->seed, c->batch_size, c->world_size);
-                for (uint32_t k = 0; k < c->count; k++)
-                        printf("%s{\"mode\": \"%s\", \"n\": %" PRIu64 ", \"weight\": %" PRIu32 "}", k ? ", " : "",
-                               zr_sampler_mode_name(c->sources[k].mode), c->sources[k].n, c->sources[k].weight);
-                printf("], \"source\": %" PRIu32 ", \"record\": %" PRIu64 ", \"start\": %" PRIu64
+                vectors_print_sources(c->sources, c->count);
+                printf(", \"source\": %" PRIu32 ", \"record\": %" PRIu64 ", \"start\": %" PRIu64
                        ", \"stop\": %" PRIu64 ", ",
                        c->source, c->record, c->start, c->stop);
-                vectors_hits(&l);
+                print_hits(&l);
         }
         return fflush(stdout) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

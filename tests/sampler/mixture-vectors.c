@@ -21,6 +21,7 @@
 #include <stdlib.h>
 
 #include "sampler/mixture.h"
+#include "vectors.h"
 
 #define VECTORS_MAX_BATCH   96
 #define VECTORS_MAX_SOURCES 12
@@ -32,13 +33,6 @@ typedef struct mix_case {
         zr_mixture_source sources[VECTORS_MAX_SOURCES];
 } mix_case;
 
-#define SEQ ZR_SAMPLER_SEQUENTIAL
-#define IID ZR_SAMPLER_IID
-#define CYC ZR_SAMPLER_CYCLIC
-#define LX  ZR_SAMPLER_CYCLIC_LX157
-#define E12 UINT64_C(1000000000000)
-#define P32 (UINT64_C(1) << 32)
-#define P62 (UINT64_C(1) << 62)
 #define P63 (UINT64_C(1) << 63)
 #define WMAX UINT32_MAX
 
@@ -105,25 +99,17 @@ int main(void) {
                                 return EXIT_FAILURE;
                         }
                         printf("{\"seed\": %" PRIu64 ", \"step\": %" PRIu64 ", \"batch_size\": %" PRIu64
-                               ", \"rank\": %" PRIu32 ", \"world_size\": %" PRIu32 ", \"sources\": [",
+                               ", \"rank\": %" PRIu32 ", \"world_size\": %" PRIu32 ", ",
                                c->seed, c->step, c->batch_size, r, c->world_size);
-                        for (uint32_t k = 0; k < c->count; k++)
-                                printf("%s{\"mode\": \"%s\", \"n\": %" PRIu64 ", \"weight\": %" PRIu32 "}",
-                                       k ? ", " : "", zr_sampler_mode_name(c->sources[k].mode),
-                                       c->sources[k].n, c->sources[k].weight);
-                        printf("], \"draws_before\": [");
-                        for (uint32_t k = 0; k < c->count; k++)
-                                printf("%s%" PRIu64, k ? ", " : "", before[k]);
-                        printf("], \"counts\": [");
-                        for (uint32_t k = 0; k < c->count; k++)
-                                printf("%s%" PRIu64, k ? ", " : "", count[k]);
-                        printf("], \"source\": [");
+                        vectors_print_sources(c->sources, c->count);
+                        vectors_print_u64s("draws_before", before, c->count);
+                        vectors_print_u64s("counts", count, c->count);
+                        printf(", \"source\": [");
                         for (uint64_t j = 0; j < c->batch_size; j++)
                                 printf("%s%" PRIu32, j ? ", " : "", src[j]);
-                        printf("], \"indices\": [");
-                        for (uint64_t j = 0; j < c->batch_size; j++)
-                                printf("%s%" PRIu64, j ? ", " : "", idx[j]);
-                        printf("]}\n");
+                        printf("]");
+                        vectors_print_u64s("indices", idx, c->batch_size);
+                        printf("}\n");
                 }
         }
         return fflush(stdout) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;

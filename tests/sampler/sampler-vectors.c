@@ -23,6 +23,7 @@
 #include <stdlib.h>
 
 #include "sampler/sampler.h"
+#include "vectors.h"
 
 #define VECTORS_MAX_BATCH 128
 
@@ -31,9 +32,6 @@ typedef struct vector_case {
         uint32_t world_size; /* every rank is written */
 } vector_case;
 
-#define E12 UINT64_C(1000000000000)
-#define P32 (UINT64_C(1) << 32)
-#define P62 (UINT64_C(1) << 62)
 #define P63 (UINT64_C(1) << 63)
 
 static const vector_case vector_cases[] = {
@@ -118,12 +116,11 @@ int main(int argc, char **argv) {
                                 }
                                 printf("{\"mode\": \"%s\", \"n\": %" PRIu64 ", \"batch_size\": %" PRIu64
                                        ", \"seed\": %" PRIu64 ", \"step\": %" PRIu64 ", \"rank\": %" PRIu32
-                                       ", \"world_size\": %" PRIu32 ", \"indices\": [",
+                                       ", \"world_size\": %" PRIu32,
                                        zr_sampler_mode_name(p.mode), p.n, p.batch_size, p.seed, p.step,
                                        p.rank, p.world_size);
-                                for (uint64_t j = 0; j < p.batch_size; j++)
-                                        printf("%s%" PRIu64, j ? ", " : "", idx[j]);
-                                printf("]}\n");
+                                vectors_print_u64s("indices", idx, p.batch_size);
+                                printf("}\n");
                         }
         return fflush(stdout) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

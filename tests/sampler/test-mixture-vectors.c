@@ -4,7 +4,6 @@
  * are run and every field the file gives is compared. The files must also still
  * cover what their tables promise, so a trimmed file fails too. */
 #include <check.h>
-#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,113 +11,10 @@
 
 #include "check-run.h"
 #include "sampler/inverse.h"
+#include "vectors-read.h"
+#include "vectors.h"
 
-#define VECTORS_LINE_MAX 16384
-#define VECTORS_MAX      256 /* batch, sources or hits of a line */
-
-/* The unsigned integer after "key": in line, or abort. A top-level "n" comes
- * before the line's "sources" list, so a source's "n" is never taken for it. */
-static uint64_t vectors_field(const char *line, const char *key) {
-        char pat[64];
-        const char *p, *sources = strstr(line, "\"sources\": ");
-        char *end;
-        unsigned long long v;
-
-        snprintf(pat, sizeof(pat), "\"%s\": ", key);
-        p = strstr(line, pat);
-        ck_assert_msg(p && (!sources || p < sources || strcmp(key, "n") != 0), "no %s in: %.80s", key, line);
-        errno = 0;
-        v = strtoull(p + strlen(pat), &end, 10);
-        ck_assert_msg(errno == 0 && end != p + strlen(pat), "bad %s in: %.80s", key, line);
-        return v;
-}
-
-static int vectors_has(const char *line, const char *key) {
-        char pat[64];
-
-        snprintf(pat, sizeof(pat), "\"%s\": ", key);
-        return strstr(line, pat) != NULL;
-}
-
-/* The integers of the list after "key": [, nested lists flattened; returns how many. */
-static size_t vectors_list(const char *line, const char *key, uint64_t *out, size_t max) {
-        char pat[64];
-        const char *p;
-        size_t count = 0;
-        int depth = 0;
-
-        snprintf(pat, sizeof(pat), "\"%s\": [", key);
-        p = strstr(line, pat);
-        ck_assert_msg(p, "no list %s in: %.80s", key, line);
-        for (p += strlen(pat) - 1; *p; p++) {
-                if (*p == '[') {
-                        depth++;
-                } else if (*p == ']') {
-                        if (--depth == 0)
-                                break;
-                } else if (*p >= '0' && *p <= '9') {
-                        char *end;
-
-                        ck_assert_uint_lt(count, max);
-                        errno = 0;
-                        out[count++] = strtoull(p, &end, 10);
-                        ck_assert(errno == 0);
-                        p = end - 1;
-                }
-        }
-        ck_assert_msg(depth == 0, "unterminated list %s", key);
-        return count;
-}
-
-/* The line's sources: [{"mode": "...", "n": N, "weight": W}, ...]; returns how many. */
-static uint32_t vectors_sources(const char *line, zr_mixture_source *out, uint32_t max) {
-        const char *p = strstr(line, "\"sources\": [");
-        uint32_t count = 0;
-
-        ck_assert_ptr_nonnull(p);
-        while ((p = strchr(p, '{')) && count < max) {
-                const char *close = strchr(p, '}'), *m = strstr(p, "\"mode\": \"");
-                char mode[16] = {0};
-                size_t len;
-
-                ck_assert(close && m && m < close);
-                m += strlen("\"mode\": \"");
-                len = strcspn(m, "\"");
-                ck_assert_uint_lt(len, sizeof(mode));
-                memcpy(mode, m, len);
-                ck_assert_int_eq(zr_sampler_mode_from_name(mode, &out[count].mode), 0);
-                out[count].n = strtoull(strstr(p, "\"n\": ") + strlen("\"n\": "), NULL, 10);
-                out[count].weight = (uint32_t)strtoul(strstr(p, "\"weight\": ") + strlen("\"weight\": "), NULL, 10);
-                count++;
-                p = close;
-                if (close[1] == ']')
-                        break;
-        }
-        return count;
-}
-
-/* Reads $ZR_VECTORS/name line by line into `line`, calling check(line) for each;
- * returns how many lines. */
-static unsigned vectors_each(const char *name, void (*check)(const char *line, unsigned lineno)) {
-        const char *dir = getenv("ZR_VECTORS");
-        char path[4096], *line = malloc(VECTORS_LINE_MAX);
-        unsigned lines = 0;
-        FILE *f;
-
-        ck_assert_ptr_nonnull(dir);
-        ck_assert_ptr_nonnull(line);
-        snprintf(path, sizeof(path), "%s/%s", dir, name);
-        f = fopen(path, "re");
-        ck_assert_msg(f, "cannot open %s", path);
-        while (fgets(line, VECTORS_LINE_MAX, f)) {
-                ck_assert_msg(strchr(line, '\n'), "%s: line %u too long", name, lines + 1);
-                check(line, ++lines);
-        }
-        ck_assert(!ferror(f));
-        fclose(f);
-        free(line);
-        return lines;
-}
+#define VECTORS_MAX 256 /* batch or sources of a line */
 
 static zr_mixture vectors_m;
 
@@ -128,7 +24,7 @@ static struct {
         unsigned tiny, repeating;
 } mix_cover;
 
-static void vectors_check_mixture(const char *line, unsigned lineno) {
+static void vectors_check_mixture(const char *line, unsigned lineno, void *arg) {
         static uint64_t want_src[VECTORS_MAX], want_idx[VECTORS_MAX], idx[VECTORS_MAX];
         static uint32_t src[VECTORS_MAX];
         zr_mixture_source s[VECTORS_MAX];
@@ -139,6 +35,7 @@ static void vectors_check_mixture(const char *line, unsigned lineno) {
         uint32_t k = vectors_sources(line, s, VECTORS_MAX);
         zr_error err = {0};
 
+        (void)arg;
         ck_assert_msg(zr_mixture_init(&vectors_m, s, k, b, w, seed, &err) == 0, "line %u: %s", lineno, err.message);
         ck_assert_msg(zr_mixture_counts(&vectors_m, step, before, count, &err) == 0, "line %u: %s", lineno,
                       err.message);
@@ -178,32 +75,18 @@ static struct {
         unsigned modes[_ZR_SAMPLER_MODE_MAX], mix_modes[_ZR_SAMPLER_MODE_MAX], hits, several, huge_step;
 } inv_cover;
 
-typedef struct vectors_hits {
-        zr_sampler_hit h[VECTORS_MAX];
-        size_t count;
-} vectors_hits;
-
-static int vectors_on_hits(void *userdata, const zr_sampler_hit *hits, size_t count) {
-        vectors_hits *t = userdata;
-
-        for (size_t i = 0; i < count; i++) {
-                ck_assert_uint_lt(t->count, VECTORS_MAX);
-                t->h[t->count++] = hits[i];
-        }
-        return 0;
-}
-
-static void vectors_check_inverse(const char *line, unsigned lineno) {
-        static uint64_t want[3 * VECTORS_MAX];
+static void vectors_check_inverse(const char *line, unsigned lineno, void *arg) {
+        static uint64_t want[3 * VECTORS_MAX_HITS];
         static vectors_hits got;
         zr_steps_of_ops ops = { .on_hits = vectors_on_hits, .userdata = &got };
         uint64_t record = vectors_field(line, "record"), start = vectors_field(line, "start");
         uint64_t stop = vectors_field(line, "stop"), b = vectors_field(line, "batch_size");
         uint64_t seed = vectors_field(line, "seed");
         uint32_t w = (uint32_t)vectors_field(line, "world_size");
-        size_t nwant = vectors_list(line, "hits", want, 3 * VECTORS_MAX);
+        size_t nwant = vectors_list(line, "hits", want, 3 * VECTORS_MAX_HITS);
         zr_error err = {0};
 
+        (void)arg;
         got.count = 0;
         if (vectors_has(line, "sources")) {
                 zr_mixture_source s[VECTORS_MAX];
@@ -214,13 +97,8 @@ static void vectors_check_inverse(const char *line, unsigned lineno) {
                               "line %u: %s", lineno, err.message);
                 inv_cover.mix_modes[s[source].mode]++;
         } else {
-                zr_sampler_params p = { .n = vectors_field(line, "n"), .batch_size = b, .seed = seed,
-                                        .world_size = w };
-                const char *m = strstr(line, "\"mode\": \"") + strlen("\"mode\": \"");
-                char mode[16] = {0};
-
-                memcpy(mode, m, strcspn(m, "\""));
-                ck_assert_int_eq(zr_sampler_mode_from_name(mode, &p.mode), 0);
+                zr_sampler_params p = { .mode = vectors_mode_at(line), .n = vectors_field(line, "n"),
+                                        .batch_size = b, .seed = seed, .world_size = w };
                 ck_assert_msg(zr_sampler_steps_of(&p, record, start, stop, &ops, &err) == 0, "line %u: %s", lineno,
                               err.message);
                 inv_cover.modes[p.mode]++;
@@ -242,7 +120,7 @@ static void vectors_check_inverse(const char *line, unsigned lineno) {
 }
 
 START_TEST(test_mixture_vectors) {
-        unsigned lines = vectors_each("sampler-mixture.jsonl", vectors_check_mixture);
+        unsigned lines = vectors_each("sampler-mixture.jsonl", vectors_check_mixture, NULL);
 
         ck_assert_uint_ge(lines, 30);
         for (int m = 0; m < _ZR_SAMPLER_MODE_MAX; m++)
@@ -254,7 +132,7 @@ START_TEST(test_mixture_vectors) {
 END_TEST
 
 START_TEST(test_inverse_vectors) {
-        unsigned lines = vectors_each("sampler-inverse.jsonl", vectors_check_inverse);
+        unsigned lines = vectors_each("sampler-inverse.jsonl", vectors_check_inverse, NULL);
 
         ck_assert_uint_ge(lines, 25);
         for (int m = 0; m < _ZR_SAMPLER_MODE_MAX; m++) {

@@ -5,33 +5,13 @@
  * what their tables promise (n = 1, n < batch_size, world_size > 1, huge steps, wide
  * seeds, n >= 2^63, every mode), so a trimmed file fails too. */
 #include <check.h>
-#include <errno.h>
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "check-run.h"
 #include "sampler/sampler.h"
+#include "vectors-read.h"
 
-#define VECTORS_LINE_MAX 8192 /* longest line: 128 indices of 20 digits and the params */
 #define VECTORS_BATCH_MAX 128
-
-/* The unsigned integer after "key": in line, or abort. */
-static uint64_t vectors_field(const char *line, const char *key) {
-        char pat[64];
-        const char *p;
-        char *end;
-        unsigned long long v;
-
-        snprintf(pat, sizeof(pat), "\"%s\": ", key);
-        p = strstr(line, pat);
-        ck_assert_msg(p, "no %s in: %.80s", key, line);
-        errno = 0;
-        v = strtoull(p + strlen(pat), &end, 10);
-        ck_assert_msg(errno == 0 && end != p + strlen(pat), "bad %s in: %.80s", key, line);
-        return v;
-}
 
 /* What a file covered. */
 typedef struct vectors_cover {
@@ -39,81 +19,47 @@ typedef struct vectors_cover {
         int n1, n_lt_b, sharded, huge_step, wide_seed, huge_n;
 } vectors_cover;
 
+/* Runs one line through the engine; aborts on a mismatch. */
+static void vectors_check_line(const char *line, unsigned lineno, void *arg) {
+        vectors_cover *c = arg;
+        uint64_t want[VECTORS_BATCH_MAX], got[VECTORS_BATCH_MAX];
+        zr_sampler_params p = {
+                .mode = vectors_mode_at(line),
+                .n = vectors_field(line, "n"),
+                .batch_size = vectors_field(line, "batch_size"),
+                .seed = vectors_field(line, "seed"),
+                .step = vectors_field(line, "step"),
+                .rank = (uint32_t)vectors_field(line, "rank"),
+                .world_size = (uint32_t)vectors_field(line, "world_size"),
+        };
+        size_t count = vectors_list(line, "indices", want, VECTORS_BATCH_MAX);
+        zr_error err = {0};
+
+        ck_assert_uint_eq(count, p.batch_size);
+        ck_assert_msg(zr_sampler_indices(&p, got, &err) == 0, "line %u: %s", lineno, err.message);
+        for (uint64_t j = 0; j < count; j++)
+                if (got[j] != want[j])
+                        ck_abort_msg("line %u (%s n=%lu step=%lu rank=%u): index %lu is %lu, "
+                                     "file says %lu", lineno, zr_sampler_mode_name(p.mode),
+                                     (unsigned long)p.n, (unsigned long)p.step, p.rank,
+                                     (unsigned long)j, (unsigned long)got[j],
+                                     (unsigned long)want[j]);
+
+        c->lines++;
+        c->modes[p.mode]++;
+        c->n1 |= p.n == 1;
+        c->n_lt_b |= p.n < p.batch_size;
+        c->sharded |= p.world_size > 1;
+        c->huge_step |= p.step >= (UINT64_C(1) << 62);
+        c->wide_seed |= p.seed >= (UINT64_C(1) << 32);
+        c->huge_n |= p.n >= (UINT64_C(1) << 63);
+}
+
 /* Runs every line of $ZR_VECTORS/name through the engine; aborts on a mismatch. */
 static vectors_cover vectors_check(const char *name) {
-        const char *dir = getenv("ZR_VECTORS");
-        char path[4096], *line = malloc(VECTORS_LINE_MAX);
-        uint64_t want[VECTORS_BATCH_MAX], got[VECTORS_BATCH_MAX];
         vectors_cover c = {0};
-        FILE *f;
 
-        ck_assert_ptr_nonnull(dir);
-        ck_assert_ptr_nonnull(line);
-        snprintf(path, sizeof(path), "%s/%s", dir, name);
-        f = fopen(path, "re");
-        ck_assert_msg(f, "cannot open %s", path);
-
-        while (fgets(line, VECTORS_LINE_MAX, f)) {
-                zr_sampler_params p = {0};
-                const char *m = strstr(line, "\"mode\": \""), *s;
-                char *end;
-                uint64_t count = 0;
-                zr_error err = {0};
-
-                ck_assert_msg(strchr(line, '\n'), "%s: line %u too long", name, c.lines + 1);
-                ck_assert_ptr_nonnull(m);
-                m += strlen("\"mode\": \"");
-                {
-                        char mode[16] = {0};
-                        size_t len = strcspn(m, "\"");
-
-                        ck_assert_uint_lt(len, sizeof(mode));
-                        memcpy(mode, m, len);
-                        ck_assert_int_eq(zr_sampler_mode_from_name(mode, &p.mode), 0);
-                }
-                p.n = vectors_field(line, "n");
-                p.batch_size = vectors_field(line, "batch_size");
-                p.seed = vectors_field(line, "seed");
-                p.step = vectors_field(line, "step");
-                p.rank = (uint32_t)vectors_field(line, "rank");
-                p.world_size = (uint32_t)vectors_field(line, "world_size");
-
-                s = strstr(line, "\"indices\": [");
-                ck_assert_ptr_nonnull(s);
-                s += strlen("\"indices\": [");
-                while (*s != ']') {
-                        ck_assert_uint_lt(count, VECTORS_BATCH_MAX);
-                        errno = 0;
-                        want[count++] = strtoull(s, &end, 10);
-                        ck_assert_msg(errno == 0 && end != s, "%s: line %u: bad index", name, c.lines + 1);
-                        s = end;
-                        if (*s == ',')
-                                s += 2;
-                }
-                ck_assert_uint_eq(count, p.batch_size);
-
-                ck_assert_msg(zr_sampler_indices(&p, got, &err) == 0, "%s: line %u: %s", name,
-                              c.lines + 1, err.message);
-                for (uint64_t j = 0; j < count; j++)
-                        if (got[j] != want[j])
-                                ck_abort_msg("%s: line %u (%s n=%lu step=%lu rank=%u): index %lu is %lu, "
-                                             "file says %lu", name, c.lines + 1,
-                                             zr_sampler_mode_name(p.mode), (unsigned long)p.n,
-                                             (unsigned long)p.step, p.rank, (unsigned long)j,
-                                             (unsigned long)got[j], (unsigned long)want[j]);
-
-                c.lines++;
-                c.modes[p.mode]++;
-                c.n1 |= p.n == 1;
-                c.n_lt_b |= p.n < p.batch_size;
-                c.sharded |= p.world_size > 1;
-                c.huge_step |= p.step >= (UINT64_C(1) << 62);
-                c.wide_seed |= p.seed >= (UINT64_C(1) << 32);
-                c.huge_n |= p.n >= (UINT64_C(1) << 63);
-        }
-        ck_assert(!ferror(f));
-        fclose(f);
-        free(line);
+        vectors_each(name, vectors_check_line, &c);
         return c;
 }
 

@@ -28,23 +28,27 @@ static zr_sampler_params test_params(enum zr_sampler_mode mode, uint64_t n, uint
 }
 
 START_TEST(test_mode_names) {
+        /* in turn: a refused name leaves the mode of the name before it */
+        static const struct {
+                const char *name;
+                int result;
+                enum zr_sampler_mode mode;
+        } names[] = {
+                { "cyclic", 0, ZR_SAMPLER_CYCLIC },
+                { "sequential", 0, ZR_SAMPLER_SEQUENTIAL },
+                { "iid", 0, ZR_SAMPLER_IID },
+                { "IID", -ZR_E_SAMPLER, ZR_SAMPLER_IID },
+                { "random", -ZR_E_SAMPLER, ZR_SAMPLER_IID },
+                { NULL, -ZR_E_SAMPLER, ZR_SAMPLER_IID },
+                { "cyclic-lx157", 0, ZR_SAMPLER_CYCLIC_LX157 },
+                { "cyclic-lx", -ZR_E_SAMPLER, ZR_SAMPLER_CYCLIC_LX157 },
+        };
         enum zr_sampler_mode m = ZR_SAMPLER_IID;
 
-        ck_assert_int_eq(zr_sampler_mode_from_name("cyclic", &m), 0);
-        ck_assert_int_eq(m, ZR_SAMPLER_CYCLIC);
-        ck_assert_int_eq(zr_sampler_mode_from_name("sequential", &m), 0);
-        ck_assert_int_eq(m, ZR_SAMPLER_SEQUENTIAL);
-        ck_assert_int_eq(zr_sampler_mode_from_name("iid", &m), 0);
-        ck_assert_int_eq(m, ZR_SAMPLER_IID);
-        ck_assert_int_eq(zr_sampler_mode_from_name("IID", &m), -ZR_E_SAMPLER);
-        ck_assert_int_eq(zr_sampler_mode_from_name("random", &m), -ZR_E_SAMPLER);
-        ck_assert_int_eq(zr_sampler_mode_from_name(NULL, &m), -ZR_E_SAMPLER);
-        ck_assert_int_eq(m, ZR_SAMPLER_IID);
-        ck_assert_int_eq(zr_sampler_mode_from_name("cyclic-lx157", &m), 0);
-        ck_assert_int_eq(m, ZR_SAMPLER_CYCLIC_LX157);
-        ck_assert_int_eq(zr_sampler_mode_from_name("cyclic-lx", &m), -ZR_E_SAMPLER);
-        ck_assert_int_eq(m, ZR_SAMPLER_CYCLIC_LX157);
-        m = ZR_SAMPLER_IID;
+        for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+                ck_assert_int_eq(zr_sampler_mode_from_name(names[i].name, &m), names[i].result);
+                ck_assert_int_eq(m, names[i].mode);
+        }
         ck_assert_str_eq(zr_sampler_mode_name(ZR_SAMPLER_CYCLIC), "cyclic");
         ck_assert_str_eq(zr_sampler_mode_name(ZR_SAMPLER_CYCLIC_LX157), "cyclic-lx157");
         ck_assert_ptr_null(zr_sampler_mode_name(_ZR_SAMPLER_MODE_MAX));
@@ -62,24 +66,31 @@ static void test_refused(zr_sampler_params p, const char *needle) {
 }
 
 START_TEST(test_errors) {
+        /* one field of good parameters (n 100, batch 10) made bad, in turn */
+        static const struct {
+                uint64_t n, batch_size;
+                uint32_t rank, world_size;
+                const char *needle;
+        } bad[] = {
+                { 0, 10, 0, 1, "n = 0" },
+                { 100, 0, 0, 1, "batch_size = 0" },
+                { 100, 10, 0, 0, "world_size = 0" },
+                { 100, 10, 4, 4, "rank 4 >= world_size 4" },
+                { 100, UINT64_MAX / 2, 0, 4, "overflows" },
+        };
+
         for (int m = 0; m < _ZR_SAMPLER_MODE_MAX; m++) {
                 zr_sampler_params p = test_params((enum zr_sampler_mode)m, 100, 10);
 
-                p.n = 0;
-                test_refused(p, "n = 0");
-                p.n = 100;
-                p.batch_size = 0;
-                test_refused(p, "batch_size = 0");
-                p.batch_size = 10;
-                p.world_size = 0;
-                test_refused(p, "world_size = 0");
+                for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+                        p.n = bad[i].n;
+                        p.batch_size = bad[i].batch_size;
+                        p.rank = bad[i].rank;
+                        p.world_size = bad[i].world_size;
+                        test_refused(p, bad[i].needle);
+                }
+                p = test_params((enum zr_sampler_mode)m, 100, 10);
                 p.world_size = 4;
-                p.rank = 4;
-                test_refused(p, "rank 4 >= world_size 4");
-                p.rank = 0;
-                p.batch_size = UINT64_MAX / 2;
-                test_refused(p, "overflows");
-                p.batch_size = 10;
                 ck_assert_int_eq(zr_sampler_check(&p, NULL), 0);
         }
         /* cyclic needs a whole global batch inside the index space; the others do not */
@@ -187,27 +198,48 @@ START_TEST(test_iid_rejection_retries) {
 }
 END_TEST
 
+/* The domains of the fill tests: tiny, even and odd bit widths, 2^32 and n
+ * near 2^64. */
+static const uint64_t fill_ns[] = {
+        1, 2, 3, 5, 64, 65, 1000, 1000000, (UINT64_C(1) << 19) + 1, UINT64_C(1) << 32,
+        (UINT64_C(1) << 32) + 3, (UINT64_C(1) << 63) + 7, UINT64_MAX,
+};
+
+/* Several chunks and a partial one where n allows: the fill of the last
+ * fill_count(n) positions of [0, n). */
+static uint64_t fill_count(uint64_t n) {
+        return n < 2500 ? n : 2500;
+}
+
+/* test_idx[0..count) holds a permutation of [0, n) filled from position q0:
+ * each value equals the one-index reference permute(perm, q0 + j), is < n,
+ * and none repeats within 64 places. */
+static void check_fill(uint64_t n, uint64_t q0, uint64_t count,
+                       uint64_t (*permute)(const void *perm, uint64_t q), const void *perm) {
+        for (uint64_t j = 0; j < count; j++) {
+                TEST_EQ(test_idx[j], permute(perm, q0 + j));
+                TEST_LT(test_idx[j], n);
+                for (uint64_t i = j < 64 ? 0 : j - 64; i < j; i++)
+                        TEST_NE(test_idx[i], test_idx[j]);
+        }
+}
+
+static uint64_t feistel_at(const void *perm, uint64_t q) {
+        return zr_feistel_permute(perm, q);
+}
+
+static uint64_t lxperm_at(const void *perm, uint64_t q) {
+        return zr_lxperm_permute(perm, q);
+}
+
 START_TEST(test_cyclic_fill_matches_reference) {
-        static const uint64_t ns[] = {
-                1, 2, 3, 5, 64, 65, 1000, 1000000, (UINT64_C(1) << 19) + 1, UINT64_C(1) << 32,
-                (UINT64_C(1) << 32) + 3,
-                (UINT64_C(1) << 63) + 7, UINT64_MAX,
-        };
-
-        for (size_t a = 0; a < sizeof(ns) / sizeof(*ns); a++) {
+        for (size_t a = 0; a < sizeof(fill_ns) / sizeof(*fill_ns); a++) {
+                uint64_t n = fill_ns[a], count = fill_count(n), q0 = n - count;
                 zr_feistel f;
-                /* several chunks and a partial one where n allows */
-                uint64_t count = ns[a] < 2500 ? ns[a] : 2500;
-                uint64_t q0 = ns[a] - count;
 
-                zr_feistel_init(&f, ns[a], zr_rng_key(a, ZR_RNG_DOMAIN_CYCLIC, 3));
+                zr_feistel_init(&f, n, zr_rng_key(a, ZR_RNG_DOMAIN_CYCLIC, 3));
                 zr_feistel_fill(&f, q0, test_idx, count);
-                for (uint64_t j = 0; j < count; j++) {
-                        TEST_EQ(test_idx[j], zr_feistel_permute(&f, q0 + j));
-                        TEST_LT(test_idx[j], ns[a]);
-                        for (uint64_t i = j < 64 ? 0 : j - 64; i < j; i++)
-                                TEST_NE(test_idx[i], test_idx[j]);
-                }
+                check_fill(n, q0, count, feistel_at, &f);
         }
 }
 END_TEST
@@ -217,10 +249,6 @@ END_TEST
  * 2^19 + 1 walks a domain four times n), 2^32 and n near 2^64. Check values from
  * proto/SAMPLERS.md: n = 10, seed 42, cycle 0. */
 START_TEST(test_lx157_fill_matches_reference) {
-        static const uint64_t ns[] = {
-                1, 2, 3, 5, 64, 65, 1000, 1000000, (UINT64_C(1) << 19) + 1, UINT64_C(1) << 32,
-                (UINT64_C(1) << 32) + 3, (UINT64_C(1) << 63) + 7, UINT64_MAX,
-        };
         static const uint64_t encrypt10[16] = { 14, 9, 10, 3, 0, 7, 12, 5, 6, 1, 2, 11, 8, 15, 4, 13 };
         zr_lxperm x;
 
@@ -232,18 +260,12 @@ START_TEST(test_lx157_fill_matches_reference) {
         ck_assert_uint_eq(zr_lxperm_permute(&x, 0), 4); /* 0 -> 14 -> 4 */
         ck_assert_uint_eq(zr_lxperm_permute(&x, 2), 2); /* 2 -> 10 -> 2 */
 
-        for (size_t a = 0; a < sizeof(ns) / sizeof(*ns); a++) {
-                uint64_t count = ns[a] < 2500 ? ns[a] : 2500;
-                uint64_t q0 = ns[a] - count;
+        for (size_t a = 0; a < sizeof(fill_ns) / sizeof(*fill_ns); a++) {
+                uint64_t n = fill_ns[a], count = fill_count(n), q0 = n - count;
 
-                zr_lxperm_init(&x, ns[a], a * 1000003, 3);
+                zr_lxperm_init(&x, n, a * 1000003, 3);
                 zr_lxperm_fill(&x, q0, test_idx, count);
-                for (uint64_t j = 0; j < count; j++) {
-                        TEST_EQ(test_idx[j], zr_lxperm_permute(&x, q0 + j));
-                        TEST_LT(test_idx[j], ns[a]);
-                        for (uint64_t i = j < 64 ? 0 : j - 64; i < j; i++)
-                                TEST_NE(test_idx[i], test_idx[j]);
-                }
+                check_fill(n, q0, count, lxperm_at, &x);
         }
 }
 END_TEST

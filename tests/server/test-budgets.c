@@ -11,41 +11,12 @@
 #include <unistd.h>
 
 #include "check-run.h"
+#include "../util/fakeroot.h"
 #include "server/budgets.h"
 #include "server/config.h"
 
 #define MiB ((uint64_t)1 << 20)
 #define GiB ((uint64_t)1 << 30)
-
-static char root[256];
-
-static void put(const char *rel, const char *text) {
-        char path[512];
-        snprintf(path, sizeof(path), "%s/%s", root, rel);
-        for (char *p = path + strlen(root) + 1; *p; p++) {
-                if (*p != '/')
-                        continue;
-                *p = 0;
-                if (mkdir(path, 0755) < 0)
-                        ck_assert_int_eq(errno, EEXIST);
-                *p = '/';
-        }
-        FILE *f = fopen(path, "w");
-        ck_assert_ptr_nonnull(f);
-        fputs(text, f);
-        fclose(f);
-}
-
-static void setup(void) {
-        snprintf(root, sizeof(root), "/tmp/zr-budgets-XXXXXX");
-        ck_assert_ptr_nonnull(mkdtemp(root));
-}
-
-static void teardown(void) {
-        char cmd[300];
-        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
-        ck_assert_int_eq(system(cmd), 0);
-}
 
 static void machine(const char *meminfo_kb) {
         char text[200];
@@ -158,7 +129,7 @@ int main(void) {
         Suite *s = suite_create("budgets");
         TCase *tc = TL_TCASE(s, "budgets", 0, test_auto_in_a_small_cgroup,
                              test_auto_capped_and_settings, test_memory_unknown);
-        tcase_add_checked_fixture(tc, setup, teardown);
+        tcase_add_checked_fixture(tc, fake_root_new, fake_root_free);
         TL_TCASE(s, "settings", 0, test_settings_parse);
         return tl_run_suite(s);
 }

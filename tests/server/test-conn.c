@@ -83,6 +83,19 @@ static void teardown(harness *h) {
         close(h->peer);
 }
 
+/* The test's harness: the checked fixture sets it up with a 1 KiB frame and a
+ * 1 MiB output limit (the "conn" case); the tests of the "own-setup" case set
+ * it up as they need. */
+static harness h;
+
+static void default_setup(void) {
+        setup(&h, 1024, 1 << 20);
+}
+
+static void default_teardown(void) {
+        teardown(&h);
+}
+
 /* Runs the loop until cond holds; each pass blocks until some event fires. */
 #define RUN_UNTIL(h, cond) do { while (!(cond)) ck_assert_int_ge(event_base_loop((h)->base, EVLOOP_ONCE), 0); } while (0)
 
@@ -106,8 +119,6 @@ static void send_frame(int fd, const void *body, uint32_t len, const int *fds, s
 }
 
 START_TEST(test_frames_split_and_whole) {
-        harness h;
-        setup(&h, 1024, 1 << 20);
         /* one frame delivered a byte at a time */
         const uint8_t frame[] = {5, 0, 0, 0, 'h', 'e', 'l', 'l', 'o'};
         for (size_t i = 0; i < sizeof(frame); i++) {
@@ -134,13 +145,10 @@ START_TEST(test_frames_split_and_whole) {
         shutdown(h.peer, SHUT_WR);
         RUN_UNTIL(&h, h.closed);
         ck_assert_int_eq(h.reason, ZR_CONN_EOF);
-        teardown(&h);
 }
 END_TEST
 
 START_TEST(test_descriptors_both_ways) {
-        harness h;
-        setup(&h, 1024, 1 << 20);
         int p[2];
         ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
         send_frame(h.peer, "fd", 2, p, 2);
@@ -176,25 +184,19 @@ START_TEST(test_descriptors_both_ways) {
         close(q[1]);
         close(p[0]);
         close(p[1]);
-        teardown(&h);
 }
 END_TEST
 
 START_TEST(test_frame_limit_from_prefix) {
-        harness h;
-        setup(&h, 1024, 1 << 20);
         const uint8_t big[] = {0x01, 0x04, 0, 0}; /* 1025 bytes declared, none sent */
         ck_assert_int_eq(write(h.peer, big, 4), 4);
         RUN_UNTIL(&h, h.closed);
         ck_assert_int_eq(h.reason, ZR_CONN_FRAME_TOO_BIG);
         ck_assert_int_eq(h.frames, 0);
-        teardown(&h);
 }
 END_TEST
 
 START_TEST(test_truncated_control_data) {
-        harness h;
-        setup(&h, 1024, 1 << 20);
         int fds[ZR_CONN_MAX_FDS_PER_READ + 4];
         for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
                 fds[i] = open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -203,12 +205,10 @@ START_TEST(test_truncated_control_data) {
         ck_assert_int_eq(h.reason, ZR_CONN_FD_ERROR);
         for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
                 close(fds[i]);
-        teardown(&h);
 }
 END_TEST
 
 START_TEST(test_output_limit_and_owner_close) {
-        harness h;
         setup(&h, 1024, 64 * 1024);
         static uint8_t chunk[8192];
         int r = 0;
@@ -228,8 +228,6 @@ START_TEST(test_output_limit_and_owner_close) {
 END_TEST
 
 START_TEST(test_paused_reading_keeps_frames) {
-        harness h;
-        setup(&h, 1024, 1 << 20);
         h.pause_after = 1;
         const uint8_t three[] = {1, 0, 0, 0, 'a', 1, 0, 0, 0, 'b', 1, 0, 0, 0, 'c'};
         ck_assert_int_eq(write(h.peer, three, sizeof(three)), (ssize_t)sizeof(three));
@@ -242,7 +240,6 @@ START_TEST(test_paused_reading_keeps_frames) {
         zr_conn_set_reading(h.conn, 1);
         RUN_UNTIL(&h, h.frames == 3);
         ck_assert_int_eq(h.last[0], 'c');
-        teardown(&h);
 }
 END_TEST
 
@@ -250,7 +247,6 @@ END_TEST
  * the frame begun is read to its end, and not one byte or descriptor of the
  * next frame comes in until the owner kicks the conn. */
 START_TEST(test_no_room_reads_only_the_frame_begun) {
-        harness h;
         int fds[2];
         setup_with(&h, 1024, 1 << 20, 0, &gated_ops);
         fds[0] = open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -304,7 +300,6 @@ END_TEST
 /* A frame begun must end within the timeout; complete frames, however many,
  * never trip it. */
 START_TEST(test_frame_timeout) {
-        harness h;
         setup_with(&h, 1024, 1 << 20, 50, &ops);
         for (int i = 0; i < 3; i++) {
                 send_frame(h.peer, "ok", 2, NULL, 0);
@@ -320,7 +315,14 @@ START_TEST(test_frame_timeout) {
 }
 END_TEST
 
-TL_SUITE_MAIN("conn", test_frames_split_and_whole, test_descriptors_both_ways,
-              test_frame_limit_from_prefix, test_truncated_control_data,
-              test_output_limit_and_owner_close, test_paused_reading_keeps_frames,
-              test_no_room_reads_only_the_frame_begun, test_frame_timeout)
+int main(void) {
+        Suite *s = suite_create("conn");
+        TCase *tc = TL_TCASE(s, "conn", 0, test_frames_split_and_whole, test_descriptors_both_ways,
+                             test_frame_limit_from_prefix, test_truncated_control_data,
+                             test_paused_reading_keeps_frames);
+
+        tcase_add_checked_fixture(tc, default_setup, default_teardown);
+        TL_TCASE(s, "own-setup", 0, test_output_limit_and_owner_close,
+                 test_no_room_reads_only_the_frame_begun, test_frame_timeout);
+        return tl_run_suite(s);
+}

@@ -34,12 +34,15 @@ int rc_cmp_desc(const void *a, const void *b) {
 }
 
 void rc_ids_delete(rc_ids *m, const uint64_t *idx, size_t n) {
-        uint64_t s[16];
+        m->n = tl_swap_last(m->v, m->n, idx, n);
+}
 
-        memcpy(s, idx, n * sizeof(*s));
-        qsort(s, n, sizeof(*s), rc_cmp_desc);
-        for (size_t i = 0; i < n; i++)
-                m->v[s[i]] = m->v[--m->n];
+void rc_ids_after(const rc_ids *before, enum rc_change change, rc_ids *ret) {
+        *ret = *before;
+        if (change == RC_APPENDS)
+                rc_ids_append(ret, 1000, RC_APPEND_N);
+        else if (change == RC_DELETES)
+                rc_ids_delete(ret, rc_delete_idx, RC_DELETE_N);
 }
 
 bool rc_ids_eq(const rc_ids *a, const rc_ids *b) {
@@ -177,6 +180,35 @@ int rc_check_sound(zr_store *s, const rc_ids *got, const char *when) {
                 return -1;
         }
         return 0;
+}
+
+int rc_check_recovered(zr_store *s, const rc_ids *before, const rc_ids *after,
+                       enum rc_expect ex, const char *when) {
+        zr_error err = {0};
+        rc_ids got;
+        int r = rc_read_ids(s, &got, when);
+
+        if (r == 0) {
+                bool is_before = rc_ids_eq(&got, before), is_after = rc_ids_eq(&got, after);
+
+                if (!is_before && !is_after) {
+                        tl_fail("%s: %zu records: neither the table before (%zu) nor after "
+                                "(%zu) the operation", when, got.n, before->n, after->n);
+                        r = -1;
+                } else if ((ex == RC_BEFORE && !is_before) || (ex == RC_AFTER && !is_after)) {
+                        tl_fail("%s: %zu records, not the %zu of the table %s the operation",
+                                when, got.n, ex == RC_AFTER ? after->n : before->n,
+                                ex == RC_AFTER ? "after" : "before");
+                        r = -1;
+                }
+        }
+        if (r == 0)
+                r = rc_check_sound(s, &got, when);
+        if (zr_store_close(s, &err) < 0) {
+                tl_fail("%s: close: %s", when, err.message);
+                r = -1;
+        }
+        return r;
 }
 
 char *rc_new_dir(const char *prefix) {

@@ -51,6 +51,13 @@ int rc_cmp_desc(const void *a, const void *b);
 void rc_ids_delete(rc_ids *m, const uint64_t *idx, size_t n);
 bool rc_ids_eq(const rc_ids *a, const rc_ids *b);
 
+/* What an operation does to a table: appends records 1000.. (RC_APPEND_N of
+ * them), deletes rc_delete_idx, or changes nothing (compaction, a sync, a
+ * dictionary). */
+enum rc_change { RC_UNCHANGED, RC_APPENDS, RC_DELETES };
+/* *ret: the table `before` after the change. */
+void rc_ids_after(const rc_ids *before, enum rc_change change, rc_ids *ret);
+
 /* Appends records first..first+n-1 (n <= 64). */
 int rc_append(zr_store *s, uint64_t first, size_t n, zr_error *err);
 /* Reads every record, checks each is bit-exact for its id and fills *ret;
@@ -76,6 +83,16 @@ int rc_prepare(int dfd, enum zr_codec c, zr_pool *pool, bool with_dict, bool rec
  * table and a second one moves nothing; a new append reads back. 0, or -1
  * after tl_fail() naming `when`. */
 int rc_check_sound(zr_store *s, const rc_ids *got, const char *when);
+
+/* Which table a reopened store may hold: the one before the interrupted
+ * operation, the one after it, or either. */
+enum rc_expect { RC_BEFORE, RC_AFTER, RC_EITHER };
+
+/* The checks of a reopened store s: its records read bit-exact as the table
+ * `before` or `after` (as ex allows; never another), then rc_check_sound().
+ * Closes s. 0, or -1 after tl_fail() naming `when`. */
+int rc_check_recovered(zr_store *s, const rc_ids *before, const rc_ids *after,
+                       enum rc_expect ex, const char *when);
 
 /* A new directory named prefix-XXXXXX under tl_tmpdir(true) (malloc()ed), the
  * directory descriptor of a path, a copy of a store's files: each exits 2

@@ -23,6 +23,12 @@ void tdir_remove(tdir *d) {
         tl_rmtree(d->path);
 }
 
+void store_done(tdir *d, zr_store *s, zr_pool *pool) {
+        ck_assert_int_eq(zr_store_close(s, NULL), 0);
+        tdir_remove(d);
+        zr_pool_free(pool);
+}
+
 int tdir_has(const tdir *d, const char *name) {
         return faccessat(d->fd, name, F_OK, AT_SYMLINK_NOFOLLOW) == 0;
 }
@@ -139,20 +145,7 @@ void check_verify(zr_store *s, uint64_t n) {
 
 /* The model: swap-last in descending order. */
 void model_delete(uint64_t *ids, size_t *n, const uint64_t *del, size_t ndel) {
-        uint64_t *sorted = malloc(ndel * sizeof(*sorted));
-        memcpy(sorted, del, ndel * sizeof(*sorted));
-        for (size_t i = 0; i < ndel; i++)
-                for (size_t k = i + 1; k < ndel; k++)
-                        if (sorted[k] > sorted[i]) {
-                                uint64_t t = sorted[i];
-                                sorted[i] = sorted[k];
-                                sorted[k] = t;
-                        }
-        for (size_t i = 0; i < ndel; i++) {
-                ids[sorted[i]] = ids[*n - 1];
-                (*n)--;
-        }
-        free(sorted);
+        *n = tl_swap_last(ids, *n, del, ndel);
 }
 
 zr_store *store_filled(tdir *d, enum zr_codec codec, unsigned chunk_log2, zr_pool *pool,

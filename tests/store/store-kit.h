@@ -22,6 +22,9 @@ typedef struct tdir {
 /* A new temporary directory, and its removal with everything in it. */
 void tdir_make(tdir *d);
 void tdir_remove(tdir *d);
+/* The end of a test's store: s closed (asserting it closes cleanly), d's
+ * directory removed, pool freed (may be NULL). */
+void store_done(tdir *d, zr_store *s, zr_pool *pool);
 /* True if d holds `name` (not following a link). */
 int tdir_has(const tdir *d, const char *name);
 

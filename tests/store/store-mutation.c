@@ -73,9 +73,7 @@ START_TEST(test_delete_semantics) {
         ck_assert_uint_eq(zr_store_length(s), 0);
         s = reopen(&d, s, pool);
         ck_assert_uint_eq(zr_store_length(s), 0);
-        ck_assert_int_eq(zr_store_close(s, NULL), 0);
-        tdir_remove(&d);
-        zr_pool_free(pool);
+        store_done(&d, s, pool);
 }
 END_TEST
 
@@ -138,8 +136,7 @@ START_TEST(test_journal_redo_and_torn) {
         ck_assert(!tdir_has(&d, ZR_JOURNAL_NAME));
         check_all(s, ids, lens, N - 1);
         check_verify(s, N - 1);
-        ck_assert_int_eq(zr_store_close(s, NULL), 0);
-        tdir_remove(&d);
+        store_done(&d, s, NULL);
 }
 END_TEST
 
@@ -167,8 +164,7 @@ START_TEST(test_verify_finds_overlap) {
         ck_assert_uint_eq(rep.bad, 1);
         ck_assert_uint_eq(rep.first_bad, 5);
         ck_assert_int_eq(rep.overlaps_checked, 1);
-        ck_assert_int_eq(zr_store_close(s, NULL), 0);
-        tdir_remove(&d);
+        store_done(&d, s, NULL);
 }
 END_TEST
 
@@ -244,9 +240,7 @@ START_TEST(test_compact_semantics) {
         memcpy(len_of, lens, sizeof(lens));
         append_more(s, more, 2, N, len_of, ids, &n);
         s = reopen_checked(&d, s, pool, ids, len_of, n);
-        ck_assert_int_eq(zr_store_close(s, NULL), 0);
-        tdir_remove(&d);
-        zr_pool_free(pool);
+        store_done(&d, s, pool);
 }
 END_TEST
 
@@ -288,8 +282,7 @@ START_TEST(test_compact_self_overlap) {
         ck_assert_uint_eq(st.chunk_bytes, st.live_bytes);
         check_all(s, ids, lens, n);
         s = reopen_checked(&d, s, NULL, ids, lens, n);
-        ck_assert_int_eq(zr_store_close(s, NULL), 0);
-        tdir_remove(&d);
+        store_done(&d, s, NULL);
 }
 END_TEST
 
@@ -373,9 +366,7 @@ START_TEST(test_gather_during_append) {
                 ck_assert_uint_gt(args[i].checked, 0);
         }
         check_verify(s, BATCHES * B);
-        ck_assert_int_eq(zr_store_close(s, NULL), 0);
-        tdir_remove(&d);
-        zr_pool_free(pool);
+        store_done(&d, s, pool);
 }
 END_TEST
 

@@ -277,19 +277,12 @@ int main(void) {
                 if (template_build((enum zr_codec)c, template_dir[c]) < 0)
                         return EXIT_FAILURE;
         Suite *s = suite_create("corrupt");
-        TCase *tc = tcase_create("core");
-        tcase_set_timeout(tc, 300);
-        tcase_add_loop_test(tc, test_not_a_store, 0, 2);
-        tcase_add_loop_test(tc, test_meta_truncated, 0, 2);
-        tcase_add_loop_test(tc, test_meta_fields, 0, 2);
-        tcase_add_loop_test(tc, test_length_beyond_table, 0, 2);
-        tcase_add_loop_test(tc, test_loc_outside_chunk, 0, 2);
-        tcase_add_loop_test(tc, test_loc_lengths, 0, 2);
-        tcase_add_loop_test(tc, test_loc_misdirected, 0, 2);
-        tcase_add_loop_test(tc, test_loc_truncated, 0, 2);
+        TCase *tc = tl_tcase_add(s, "core", 300, (const TTest *)NULL);
+        TL_LOOP_TESTS(tc, 0, 2, test_not_a_store, test_meta_truncated, test_meta_fields,
+                      test_length_beyond_table, test_loc_outside_chunk, test_loc_lengths,
+                      test_loc_misdirected, test_loc_truncated);
         corrupt_add_file_cases(tc);
         corrupt_add_fuzz_cases(tc);
-        suite_add_tcase(s, tc);
         int failed = tl_run_suite(s);
         for (int c = 0; c <= 2; c++)
                 tl_rmtree(template_dir[c]);

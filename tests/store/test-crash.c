@@ -32,6 +32,7 @@
 #include <zdict.h>
 
 #include "check-run.h"
+#include "crash.h"
 #include "records.h"
 #include "store/store.h"
 #include "util.h"
@@ -62,43 +63,21 @@ static size_t record_len(uint64_t id) {
 
 /* --- the program and its model ------------------------------------------ */
 
-enum op_kind { OP_APPEND, OP_DELETE, OP_COMPACT, OP_KINDS };
-static const char *const op_names[OP_KINDS] = { "append", "delete", "compact" };
+_Static_assert(DELETE_MAX <= TL_OP_DELETE_MAX, "a delete fits an operation");
 
-typedef struct op {
-        enum op_kind kind;
-        size_t n;                 /* records appended or deleted */
-        uint64_t first_id;        /* append: ids first_id .. first_id + n - 1 */
-        uint64_t idx[DELETE_MAX]; /* delete: distinct indices */
-        uint64_t max_moves;       /* compact: 0 = to the end */
-} op;
-
-typedef struct model {
-        uint64_t *ids; /* index -> id */
-        size_t len, cap;
-        uint64_t next_id;
-} model;
-
-static void model_init(model *m) {
-        memset(m, 0, sizeof(*m));
-        m->next_id = 1;
-}
-
-static void model_done(model *m) {
-        free(m->ids);
-        memset(m, 0, sizeof(*m));
-}
-
-/* The next operation of the program, from its generator and the model's state. */
-static void program_next(uint64_t *rng, const model *m, op *o) {
+/* The next operation of the program, from its generator and the table so far
+ * (a tl_program: the number of the operation is not needed). */
+static void program_next(uint64_t seed, size_t nth, uint64_t *rng, const tl_model *m, tl_op *o) {
+        (void)seed;
+        (void)nth;
         uint64_t r = tl_rand(rng) % 100;
         memset(o, 0, sizeof(*o));
         if (m->len < 8 || r < 55) {
-                o->kind = OP_APPEND;
+                o->kind = TL_OP_APPEND;
                 o->n = 1 + tl_rand(rng) % APPEND_MAX;
                 o->first_id = m->next_id;
         } else if (r < 85) {
-                o->kind = OP_DELETE;
+                o->kind = TL_OP_DELETE;
                 o->n = 1 + tl_rand(rng) % DELETE_MAX;
                 for (size_t i = 0; i < o->n; i++) {
                         uint64_t x;
@@ -112,89 +91,51 @@ static void program_next(uint64_t *rng, const model *m, op *o) {
                         o->idx[i] = x;
                 }
         } else {
-                o->kind = OP_COMPACT;
+                o->kind = TL_OP_COMPACT;
                 o->max_moves = tl_rand(rng) % 3 == 0 ? 1 + tl_rand(rng) % 6 : 0;
         }
 }
 
-static int cmp_desc(const void *a, const void *b) {
-        uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-        return (x < y) - (x > y);
-}
-
-/* Applies o to the model as the store's contract says: appends go to the end; a
- * delete fills each hole, in descending index order, with the current last. */
-static void model_apply(model *m, const op *o) {
-        if (o->kind == OP_APPEND) {
-                if (m->len + o->n > m->cap) {
-                        m->cap = (m->len + o->n) * 2;
-                        m->ids = realloc(m->ids, m->cap * sizeof(*m->ids));
-                        ck_assert_ptr_nonnull(m->ids);
-                }
-                for (size_t i = 0; i < o->n; i++)
-                        m->ids[m->len++] = o->first_id + i;
-                m->next_id += o->n;
-        } else if (o->kind == OP_DELETE) {
-                uint64_t idx[DELETE_MAX];
-                memcpy(idx, o->idx, o->n * sizeof(*idx));
-                qsort(idx, o->n, sizeof(*idx), cmp_desc);
-                for (size_t i = 0; i < o->n; i++) {
-                        m->ids[idx[i]] = m->ids[m->len - 1];
-                        m->len--;
-                }
-        }
-}
-
-/* The model after the first `ops` operations of program `seed`; *ret_next (may
- * be NULL) receives operation number `ops`, the one that would run next. */
-static void model_replay(uint64_t seed, size_t ops, model *m, op *ret_next) {
-        uint64_t rng = seed;
-        op o;
-        model_init(m);
-        for (size_t j = 0; j < ops; j++) {
-                program_next(&rng, m, &o);
-                model_apply(m, &o);
-        }
-        if (ret_next)
-                program_next(&rng, m, ret_next);
-}
-
 /* --- the writer child ----------------------------------------------------- */
 
-static void ack(int fd) {
-        uint8_t b = 1;
-        if (write(fd, &b, 1) != 1)
-                _exit(3);
-}
+/* What a trial's writer writes: its store's codec and dictionary, its program,
+ * and whether it reads with pread. */
+typedef struct writer_arg {
+        enum zr_codec codec;
+        const void *dict;
+        size_t dict_len;
+        uint64_t seed;
+        int no_mmap;
+} writer_arg;
 
 /* Runs in the child and never returns: exit 0 after the whole program, 10+ on a
  * failed store call (the parent reports it). */
-static void writer_main(int ackfd, int dirfd, enum zr_codec codec, const void *dict,
-                        size_t dict_len, uint64_t seed, int no_mmap) {
+static void writer_main(int ackfd, int dirfd, void *arg) {
+        const writer_arg *a = arg;
         zr_pool *pool = NULL;
         zr_store *s = NULL;
         zr_error err = {0};
-        zr_store_options opts = { .chunk_log2 = CRASH_CHUNK_LOG2, .no_mmap = no_mmap };
+        zr_store_options opts = { .chunk_log2 = CRASH_CHUNK_LOG2, .no_mmap = a->no_mmap };
         uint8_t *buf = malloc(APPEND_MAX * RECORD_LARGE);
         uint64_t lens[APPEND_MAX];
-        uint64_t rng = seed;
-        model m;
-        op o;
+        uint64_t rng = a->seed;
+        tl_model m;
+        tl_op o;
 
         if (!buf || zr_pool_new(2, &pool) < 0)
                 _exit(4);
         opts.pool = pool;
-        if (zr_store_create(dirfd, codec, dict, dict_len, &opts, &s, &err) < 0) {
+        if (zr_store_create(dirfd, a->codec, a->dict, a->dict_len, &opts, &s, &err) < 0) {
                 fprintf(stderr, "writer: create: %s\n", err.message);
                 _exit(10);
         }
-        ack(ackfd);
-        model_init(&m);
+        tl_ack(ackfd);
+        tl_model_init(&m);
         for (size_t j = 0; j < PROGRAM_OPS; j++) {
                 int r = 0;
-                program_next(&rng, &m, &o);
+                program_next(a->seed, j, &rng, &m, &o);
                 switch (o.kind) {
-                case OP_APPEND: {
+                case TL_OP_APPEND: {
                         size_t off = 0;
                         for (size_t i = 0; i < o.n; i++) {
                                 lens[i] = record_len(o.first_id + i);
@@ -204,7 +145,7 @@ static void writer_main(int ackfd, int dirfd, enum zr_codec codec, const void *d
                         r = zr_store_append(s, buf, lens, o.n, NULL, &err);
                         break;
                 }
-                case OP_DELETE:
+                case TL_OP_DELETE:
                         r = zr_store_delete(s, o.idx, o.n, &err);
                         break;
                 default:
@@ -212,11 +153,11 @@ static void writer_main(int ackfd, int dirfd, enum zr_codec codec, const void *d
                         break;
                 }
                 if (r < 0) {
-                        fprintf(stderr, "writer: op %zu (%s): %s\n", j, op_names[o.kind], err.message);
+                        fprintf(stderr, "writer: op %zu (%s): %s\n", j, tl_op_names[o.kind],
+                                err.message);
                         _exit(11 + (int)o.kind);
                 }
-                model_apply(&m, &o);
-                ack(ackfd);
+                tl_ack_op(ackfd, &m, &o);
         }
         zr_store_close(s, NULL);
         _exit(0);
@@ -224,9 +165,7 @@ static void writer_main(int ackfd, int dirfd, enum zr_codec codec, const void *d
 
 /* --- the checks ------------------------------------------------------------ */
 
-typedef struct counts {
-        size_t trials, kills[OP_KINDS], finished, records, in_flight_applied;
-} counts;
+typedef tl_crash_counts counts;
 
 /* Reads every record of s; checks each is bit-exact for its id; returns the
  * index -> id table in *ret_ids (malloc()ed) and its length. */
@@ -274,56 +213,28 @@ static size_t read_ids(zr_store *s, uint64_t **ret_ids, const char *when) {
         return n;
 }
 
-static int ids_equal(const uint64_t *ids, size_t n, const model *m) {
-        return n == m->len && (n == 0 || memcmp(ids, m->ids, n * sizeof(*ids)) == 0);
-}
-
 /* One trial: write, kill, reopen, check. */
 static void crash_trial(size_t trial, uint64_t seed, const void *dict, size_t dict_len, counts *c) {
-        enum zr_codec codec = (enum zr_codec)(trial % 3);
         /* the writer and the checker each read through mappings or with pread
          * (no_mmap): every combination comes round every 12 trials */
-        int writer_no_mmap = (int)(trial / 3 % 2), reader_no_mmap = (int)(trial / 6 % 2);
-        uint64_t prog_seed = tl_mix64(seed + trial);
-        uint64_t rng = tl_mix64(prog_seed ^ 0x6b);
-        const char *tmp = getenv("TMPDIR");
-        char dir[512];
-        int fds[2], dfd, status;
-        pid_t pid;
-
-        snprintf(dir, sizeof(dir), "%s/zr-crash-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-        ck_assert_ptr_nonnull(mkdtemp(dir));
-        dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        ck_assert_int_ge(dfd, 0);
-        ck_assert_int_eq(pipe2(fds, O_CLOEXEC), 0);
-
-        pid = fork();
-        ck_assert_int_ge(pid, 0);
-        if (pid == 0) {
-                close(fds[0]);
-                writer_main(fds[1], dfd, codec, dict, dict_len, prog_seed, writer_no_mmap);
-        }
-        close(fds[1]);
+        int reader_no_mmap = (int)(trial / 6 % 2);
+        writer_arg wa = { .codec = (enum zr_codec)(trial % 3), .dict = dict, .dict_len = dict_len,
+                          .seed = tl_mix64(seed + trial), .no_mmap = (int)(trial / 3 % 2) };
+        uint64_t rng = tl_mix64(wa.seed ^ 0x6b);
+        enum zr_codec codec = wa.codec;
+        char why[128];
+        tl_crash t;
 
         /* wait for `target` acknowledged operations after the creation, then spin
          * a random fraction of the mean operation time and kill */
         size_t target = 1 + tl_rand(&rng) % MAX_ACKS;
-        size_t acks = tl_kill_after_acks(pid, fds[0], target, &rng, &status);
-        ck_assert_int_ne(status, -1);
-        ck_assert_msg(WIFSIGNALED(status) || WEXITSTATUS(status) == 0,
-                      "trial %zu: writer failed with exit status %d (see its stderr)", trial,
-                      WEXITSTATUS(status));
-        ck_assert_msg(acks >= 1, "trial %zu: the writer never created its store", trial);
-
-        size_t acked = acks - 1;
-        model before, after;
-        op inflight;
-        model_replay(prog_seed, acked, &before, &inflight);
-        model_replay(prog_seed, acked + 1, &after, NULL);
-        if (WIFSIGNALED(status))
-                c->kills[inflight.kind]++;
-        else
-                c->finished++;
+        int rr = tl_crash_run(&t, "zr-crash", target, &rng, writer_main, &wa, program_next,
+                              wa.seed, why, sizeof(why));
+        ck_assert_msg(rr == 0, "trial %zu: %s", trial, rr == -1 ? why : strerror(-rr));
+        int dfd = t.dfd;
+        size_t acked = t.acked;
+        tl_model *before = &t.before, *after = &t.after;
+        tl_crash_count(&t, c);
 
         zr_pool *pool = NULL;
         ck_assert_int_eq(zr_pool_new(2, &pool), 0);
@@ -332,18 +243,18 @@ static void crash_trial(size_t trial, uint64_t seed, const void *dict, size_t di
         zr_error err = {0};
         int r = zr_store_open(dfd, &opts, &s, &err);
         ck_assert_msg(r == 0, "trial %zu (codec %d, %zu acked, killed in %s): open: %s (%s)", trial,
-                      (int)codec, acked, op_names[inflight.kind], err.message, zr_error_code_name(r));
+                      (int)codec, acked, tl_op_names[t.inflight.kind], err.message, zr_error_code_name(r));
 
         char when[128];
         snprintf(when, sizeof(when), "trial %zu (codec %d, %zu acked, killed in %s)", trial,
-                 (int)codec, acked, op_names[inflight.kind]);
+                 (int)codec, acked, tl_op_names[t.inflight.kind]);
         uint64_t *ids = NULL;
         size_t n = read_ids(s, &ids, when);
-        int is_before = ids_equal(ids, n, &before), is_after = ids_equal(ids, n, &after);
+        int is_before = tl_model_is(before, ids, n), is_after = tl_model_is(after, ids, n);
         ck_assert_msg(is_before || is_after,
                       "%s: the store holds %zu records; the model holds %zu before the operation in "
                       "flight and %zu after it, and neither matches index for index",
-                      when, n, before.len, after.len);
+                      when, n, before->len, after->len);
         if (!is_before)
                 c->in_flight_applied++;
         c->records += n;
@@ -369,28 +280,25 @@ static void crash_trial(size_t trial, uint64_t seed, const void *dict, size_t di
 
         free(ids2);
         free(ids);
-        model_done(&after);
-        model_done(&before);
         zr_pool_free(pool);
-        close(dfd);
-        tl_rmtree(dir);
+        tl_crash_done(&t);
         c->trials++;
 }
 
 START_TEST(test_model_swap_last) {
         /* the model the trials check against follows the contract */
-        model m;
-        model_init(&m);
-        op o = { .kind = OP_APPEND, .n = 5, .first_id = 1 };
-        model_apply(&m, &o);
-        op d = { .kind = OP_DELETE, .n = 2, .idx = { 1, 3 } };
-        model_apply(&m, &d);
+        tl_model m;
+        tl_model_init(&m);
+        tl_op o = { .kind = TL_OP_APPEND, .n = 5, .first_id = 1 };
+        tl_model_apply(&m, &o);
+        tl_op d = { .kind = TL_OP_DELETE, .n = 2, .idx = { 1, 3 } };
+        tl_model_apply(&m, &d);
         /* delete 3 first: [1 2 3 5]; then 1 takes the last: [1 5 3] */
         ck_assert_uint_eq(m.len, 3);
         ck_assert_uint_eq(m.ids[0], 1);
         ck_assert_uint_eq(m.ids[1], 5);
         ck_assert_uint_eq(m.ids[2], 3);
-        model_done(&m);
+        tl_model_done(&m);
 
         uint8_t a[100], b2[100];
         tl_record_fill(a, 42, sizeof(a));
@@ -414,7 +322,7 @@ START_TEST(test_crash_trials) {
         printf("crash: %zu trials (seed %#" PRIx64 "): killed during append %zu, delete %zu, "
                "compact %zu; finished before the kill %zu; in-flight operation found applied %zu; "
                "records checked %zu\n",
-               c.trials, seed, c.kills[OP_APPEND], c.kills[OP_DELETE], c.kills[OP_COMPACT],
+               c.trials, seed, c.kills[TL_OP_APPEND], c.kills[TL_OP_DELETE], c.kills[TL_OP_COMPACT],
                c.finished, c.in_flight_applied, c.records);
         fflush(stdout);
         ck_assert_uint_eq(c.trials, trials);

@@ -124,11 +124,10 @@ static int prepare(enum scenario sc, enum zr_codec c, prepared *p) {
                 return -1;
         }
         close(dfd);
-        p->after = p->before;
-        if (sc == SC_APPEND_FIRST || sc == SC_APPEND)
-                rc_ids_append(&p->after, 1000, RC_APPEND_N);
-        else if (sc == SC_DELETE || sc == SC_RECOVER)
-                rc_ids_delete(&p->after, rc_delete_idx, RC_DELETE_N);
+        rc_ids_after(&p->before, sc == SC_APPEND_FIRST || sc == SC_APPEND ? RC_APPENDS
+                                 : sc == SC_DELETE || sc == SC_RECOVER    ? RC_DELETES
+                                                                          : RC_UNCHANGED,
+                     &p->after);
         return 0;
 }
 
@@ -190,12 +189,10 @@ static int child_main(enum scenario sc, enum zr_codec c, const char *dir) {
 
 /* --- the parent: kill, reopen, check --------------------------------------------------- */
 
-enum expect { EXPECT_BEFORE, EXPECT_AFTER, EXPECT_EITHER };
-
 /* What a kill at the hit-th reach of point p during scenario sc must leave. The
  * child closes the store after its operation, so a sync point reached after the
  * operation's own syncs is past its end. */
-static enum expect expected(enum scenario sc, unsigned p, unsigned hit) {
+static enum rc_expect expected(enum scenario sc, unsigned p, unsigned hit) {
         int sync = p == ZR_KP_SYNC_CHUNKS || p == ZR_KP_SYNC_LOCS || p == ZR_KP_SYNC_META;
 
         switch (sc) {
@@ -204,18 +201,18 @@ static enum expect expected(enum scenario sc, unsigned p, unsigned hit) {
                 /* committed once meta.zr holds the new length; an append does not
                  * sync, only the close after it does */
                 return p == ZR_KP_HEADER_AFTER || p == ZR_KP_APPEND_COMMITTED || sync
-                               ? EXPECT_AFTER
-                               : EXPECT_BEFORE;
+                               ? RC_AFTER
+                               : RC_BEFORE;
         case SC_DELETE:
                 /* the sync before the batch, then a complete journal (in the page
                  * cache: the kernel survives) is redone */
                 return p == ZR_KP_DELETE_SYNCED || p == ZR_KP_JOURNAL_CREATED || (sync && hit == 1)
-                               ? EXPECT_BEFORE
-                               : EXPECT_AFTER;
+                               ? RC_BEFORE
+                               : RC_AFTER;
         case SC_RECOVER:
-                return EXPECT_AFTER;
+                return RC_AFTER;
         default:
-                return EXPECT_BEFORE; /* compaction and the dictionary change no record */
+                return RC_BEFORE; /* compaction and the dictionary change no record */
         }
 }
 
@@ -256,12 +253,11 @@ static int run_child(enum scenario sc, enum zr_codec c, const char *dir, unsigne
 static unsigned creates_absent; /* killed creates that left no store */
 
 static void check_recovery(enum scenario sc, enum zr_codec c, const prepared *pp, const char *dir,
-                           enum expect ex, const char *when) {
+                           enum rc_expect ex, const char *when) {
         zr_store_options opts = { .pool = pool, .chunk_log2 = RC_CHUNK_LOG2 };
         zr_store *s = NULL;
         zr_error err = {0};
         int dfd = rc_open_dir(dir);
-        rc_ids got;
 
         int r = zr_store_open(dfd, &opts, &s, &err);
         if (r == -ZR_E_NOT_STORE && sc == SC_CREATE) {
@@ -282,21 +278,7 @@ static void check_recovery(enum scenario sc, enum zr_codec c, const prepared *pp
                 close(dfd);
                 return;
         }
-        if (rc_read_ids(s, &got, when) < 0)
-                goto out;
-        int is_before = rc_ids_eq(&got, &pp->before), is_after = rc_ids_eq(&got, &pp->after);
-        if ((ex == EXPECT_BEFORE && !is_before) || (ex == EXPECT_AFTER && !is_after) ||
-            (!is_before && !is_after)) {
-                tl_fail("%s: %zu records, expected the table %s the operation (%zu records)", when,
-                        got.n, ex == EXPECT_AFTER ? "after" : "before",
-                        ex == EXPECT_AFTER ? pp->after.n : pp->before.n);
-                goto out;
-        }
-        rc_check_sound(s, &got, when);
-out:
-        zr_error_clear(&err);
-        if (zr_store_close(s, &err) < 0)
-                tl_fail("%s: close: %s", when, err.message);
+        rc_check_recovered(s, &pp->before, &pp->after, ex, when);
         close(dfd);
 }
 
@@ -327,7 +309,7 @@ static void run_scenario(enum scenario sc, enum zr_codec c, unsigned max_hits, c
                                 /* once per scenario: the operation run to its end */
                                 snprintf(when, sizeof(when), "%s (codec %d), not killed",
                                          sc_names[sc], (int)c);
-                                check_recovery(sc, c, pp, dir, EXPECT_AFTER, when);
+                                check_recovery(sc, c, pp, dir, RC_AFTER, when);
                                 k->completed++;
                         }
                         tl_rmtree(dir);

@@ -165,6 +165,17 @@ START_TEST(test_maps_only_private_files) {
 }
 END_TEST
 
+/* A filled store of `codec` in d, reopened: its chunk 0 (path in chunk, 400
+ * bytes) is mapped. */
+static zr_store *mapped_store(tdir *d, enum zr_codec codec, char *chunk) {
+        zr_store *s = store_filled(d, codec, 0, NULL, lens, NREC, NULL);
+
+        s = reopen(d, s, NULL);
+        snprintf(chunk, 400, "%s/0.chunk", d->path);
+        ck_assert(mapped(chunk));
+        return s;
+}
+
 /* The store's own mapped files cut short under it: errors, not SIGBUS. */
 START_TEST(test_truncated_under_mapping) {
         tdir d;
@@ -172,11 +183,9 @@ START_TEST(test_truncated_under_mapping) {
         uint8_t buf[8192];
         uint64_t idx = 3, got;
         zr_error err = {0};
-        zr_store *s = store_filled(&d, ZR_CODEC_RAW, 0, NULL, lens, NREC, NULL);
-        s = reopen(&d, s, NULL);
-        snprintf(chunk, sizeof(chunk), "%s/0.chunk", d.path);
+        zr_store *s = mapped_store(&d, ZR_CODEC_RAW, chunk);
         snprintf(loc, sizeof(loc), "%s/0.loc", d.path);
-        ck_assert(mapped(chunk) && mapped(loc));
+        ck_assert(mapped(loc));
         zr_loc at;
         ck_assert_int_eq(zr_store_locate(s, &idx, 1, &at, NULL), 0);
         ck_assert_int_eq(truncate(chunk, 0), 0);
@@ -208,10 +217,7 @@ START_TEST(test_truncated_under_decompression) {
         uint8_t buf[8192];
         uint64_t idx = 1, got;
         zr_error err = {0};
-        zr_store *s = store_filled(&d, ZR_CODEC_ZSTD, 0, NULL, lens, NREC, NULL);
-        s = reopen(&d, s, NULL);
-        snprintf(chunk, sizeof(chunk), "%s/0.chunk", d.path);
-        ck_assert(mapped(chunk));
+        zr_store *s = mapped_store(&d, ZR_CODEC_ZSTD, chunk);
         ck_assert_int_eq(truncate(chunk, 0), 0);
         int r = zr_store_gather(s, &idx, 1, buf, sizeof(buf), &got, &err);
         ck_assert_msg(r == -ZR_E_CORRUPT, "gather: %d %s", r, err.message);

@@ -99,9 +99,7 @@ static void round_trip_sizes(enum zr_codec codec) {
         else
                 ck_assert_uint_eq(st.live_bytes, logic);
         ck_assert_uint_ge(st.chunk_bytes, st.live_bytes);
-        ck_assert_int_eq(zr_store_close(s, NULL), 0);
-        tdir_remove(&d);
-        zr_pool_free(pool);
+        store_done(&d, s, pool);
 }
 
 START_TEST(test_round_trip_raw) {
@@ -156,9 +154,7 @@ static void rollover(enum zr_codec codec) {
         free(locs);
         check_all(s, ids, lens, N);
         s = reopen_checked(&d, s, pool, ids, lens, N);
-        ck_assert_int_eq(zr_store_close(s, NULL), 0);
-        tdir_remove(&d);
-        zr_pool_free(pool);
+        store_done(&d, s, pool);
 }
 
 START_TEST(test_rollover_raw) {
@@ -219,8 +215,7 @@ START_TEST(test_pread_path) {
                 /* and the mapped path reads what the pread path wrote */
                 ck_assert_int_eq(zr_store_open(d.fd, NULL, &s, &err), 0);
                 check_all(s, ids, lens, N);
-                ck_assert_int_eq(zr_store_close(s, NULL), 0);
-                tdir_remove(&d);
+                store_done(&d, s, NULL);
         }
         zr_pool_free(pool);
 }

@@ -10,6 +10,7 @@ Needs: $ZRECORDD (the built daemon) and $ZR_BUILD (its meson build directory).
 Every wait is on a socket or a process, bounded by a timeout; nothing sleeps.
 """
 
+import contextlib
 import os
 import select
 import shutil
@@ -114,19 +115,19 @@ def test_notify_ready_status_watchdog_stopping(tmp_path):
         n.close()
 
 
-def test_sighup_reloads_and_says_what_changed(tmp_path):
-    conf = tmp_path / "zrecordd.conf"
-    conf.write_text("log-level = info\nmax-clients = 10\n")
+@contextlib.contextmanager
+def serving(tmp_path, *args, journal=False):
+    """zrecordd started with its stderr in tmp_path/stderr (under journald's
+    JOURNAL_STREAM if `journal`), yielded as (proc, sock, notify) once READY=1
+    came; at the end SIGTERM, and it must exit 0 (killed if the test failed)."""
     err = open(tmp_path / "stderr", "wb")
+    st = os.fstat(err.fileno())
+    env = {"JOURNAL_STREAM": f"{st.st_dev}:{st.st_ino}"} if journal else None
     n = Notify(tmp_path)
-    proc, sock = start(tmp_path, n, f"--config={conf}", stderr=err)
+    proc, sock = start(tmp_path, n, *args, stderr=err, env=env)
     try:
         n.until("READY=1")
-        conf.write_text("log-level = debug\nmax-clients = 20\ncache = 64M\n")
-        proc.send_signal(signal.SIGHUP)
-        seen = n.until("READY=1")                # RELOADING=1 ... READY=1
-        assert any("RELOADING=1" in m for m in seen)
-        assert hello(sock)["kind"] == "ok"      # still serving
+        yield proc, sock, n
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(WAIT) == 0
     finally:
@@ -134,6 +135,27 @@ def test_sighup_reloads_and_says_what_changed(tmp_path):
             proc.kill()
         n.close()
         err.close()
+
+
+def reload_with(tmp_path, before, after):
+    """zrecordd started on a config file holding `before`, which then holds
+    `after` and is reloaded with SIGHUP; the daemon must still answer HELLO.
+    Returns the notify datagrams up to the READY=1 that ends the reload; the
+    daemon's stderr is in tmp_path/stderr."""
+    conf = tmp_path / "zrecordd.conf"
+    conf.write_text(before)
+    with serving(tmp_path, f"--config={conf}") as (proc, sock, n):
+        conf.write_text(after)
+        proc.send_signal(signal.SIGHUP)
+        seen = n.until("READY=1")
+        assert hello(sock)["kind"] == "ok"      # still serving
+    return seen
+
+
+def test_sighup_reloads_and_says_what_changed(tmp_path):
+    seen = reload_with(tmp_path, "log-level = info\nmax-clients = 10\n",
+                       "log-level = debug\nmax-clients = 20\ncache = 64M\n")
+    assert any("RELOADING=1" in m for m in seen)   # RELOADING=1 ... READY=1
     log = (tmp_path / "stderr").read_text()
     assert "log-level info -> debug" in log
     assert "max_clients 10 -> 20" in log or "max-clients 10 -> 20" in log
@@ -141,45 +163,14 @@ def test_sighup_reloads_and_says_what_changed(tmp_path):
 
 
 def test_bad_reload_keeps_settings(tmp_path):
-    conf = tmp_path / "zrecordd.conf"
-    conf.write_text("log-level = info\n")
-    err = open(tmp_path / "stderr", "wb")
-    n = Notify(tmp_path)
-    proc, sock = start(tmp_path, n, f"--config={conf}", stderr=err)
-    try:
-        n.until("READY=1")
-        conf.write_text("no-such-setting = 1\n")
-        proc.send_signal(signal.SIGHUP)
-        n.until("READY=1")
-        assert hello(sock)["kind"] == "ok"
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(WAIT) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        n.close()
-        err.close()
+    reload_with(tmp_path, "log-level = info\n", "no-such-setting = 1\n")
     assert "keeping the settings in force" in (tmp_path / "stderr").read_text()
 
 
 def test_journal_priorities(tmp_path):
-    errpath = tmp_path / "stderr"
-    err = open(errpath, "wb")
-    st = os.fstat(err.fileno())
-    n = Notify(tmp_path)
-    proc, sock = start(tmp_path, n, "--log-level=debug", stderr=err,
-                       env={"JOURNAL_STREAM": f"{st.st_dev}:{st.st_ino}"})
-    try:
-        n.until("READY=1")
+    with serving(tmp_path, "--log-level=debug", journal=True) as (proc, sock, n):
         hello(sock)
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(WAIT) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        n.close()
-        err.close()
-    lines = [l for l in errpath.read_text().splitlines() if l]
+    lines = [l for l in (tmp_path / "stderr").read_text().splitlines() if l]
     assert lines, "the daemon logged nothing at debug level"
     assert all(l[0] == "<" and l[2] == ">" and l[1] in "01234567" for l in lines), lines[:3]
 

@@ -11,47 +11,32 @@
 #include <unistd.h>
 
 #include "check-run.h"
+#include "fakeroot.h"
 #include "util/memlimit.h"
 
 #define GiB ((uint64_t)1 << 30)
 #define MiB ((uint64_t)1 << 20)
 
-static char root[256];
-
-static void put(const char *rel, const char *text) {
-        char path[512];
-        snprintf(path, sizeof(path), "%s/%s", root, rel);
-        for (char *p = path + strlen(root) + 1; *p; p++) {
-                if (*p != '/')
-                        continue;
-                *p = 0;
-                if (mkdir(path, 0755) < 0)
-                        ck_assert_int_eq(errno, EEXIST);
-                *p = '/';
-        }
-        FILE *f = fopen(path, "w");
-        ck_assert_ptr_nonnull(f);
-        fputs(text, f);
-        fclose(f);
-}
-
+/* A root with a machine's /proc/meminfo. */
 static void setup(void) {
-        snprintf(root, sizeof(root), "/tmp/zr-memlimit-XXXXXX");
-        ck_assert_ptr_nonnull(mkdtemp(root));
+        fake_root_new();
         put("proc/meminfo", "MemTotal:       24576000 kB\nMemFree:         1000000 kB\n"
                             "MemAvailable:   20000000 kB\nBuffers:            1234 kB\n");
-}
-
-static void teardown(void) {
-        char cmd[300];
-        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
-        ck_assert_int_eq(system(cmd), 0);
 }
 
 static zr_memlimit read_ok(void) {
         zr_memlimit ml;
         zr_error err = {0};
         ck_assert_int_eq(zr_memlimit_read(root, &ml, &err), 0);
+        return ml;
+}
+
+/* read_ok(), whose cgroup limit and the source of the limit in force must be
+ * these. */
+static zr_memlimit read_expect(uint64_t cgroup_limit, const char *source) {
+        zr_memlimit ml = read_ok();
+        ck_assert_uint_eq(ml.cgroup_limit, cgroup_limit);
+        ck_assert_str_eq(ml.source, source);
         return ml;
 }
 
@@ -64,14 +49,12 @@ START_TEST(test_v1_nested_parent_wins) {
         put("sys/fs/cgroup/memory/jobs/train/memory.usage_in_bytes", "1048576\n");
         put("sys/fs/cgroup/memory/jobs/memory.limit_in_bytes", "536870912\n");
         put("sys/fs/cgroup/memory/memory.limit_in_bytes", "9223372036854771712\n");
-        zr_memlimit ml = read_ok();
+        zr_memlimit ml = read_expect(512 * MiB, "cgroup v1 memory.limit_in_bytes of /jobs");
         ck_assert_int_eq(ml.cgroup_version, 1);
-        ck_assert_uint_eq(ml.cgroup_limit, 512 * MiB);
         ck_assert_uint_eq(ml.effective, 512 * MiB);
         ck_assert_uint_eq(ml.cgroup_usage, MiB);
         ck_assert_uint_eq(ml.mem_total, 24576000ull * 1024);
         ck_assert_uint_eq(ml.mem_available, 20000000ull * 1024);
-        ck_assert_str_eq(ml.source, "cgroup v1 memory.limit_in_bytes of /jobs");
 }
 END_TEST
 
@@ -84,12 +67,10 @@ START_TEST(test_v2_max_and_high) {
         put("sys/fs/cgroup/system.slice/zrecordd.service/memory.current", "4096\n");
         put("sys/fs/cgroup/system.slice/memory.max", "max\n");
         put("sys/fs/cgroup/system.slice/memory.high", "1073741824\n");
-        zr_memlimit ml = read_ok();
+        zr_memlimit ml = read_expect(GiB, "cgroup v2 memory.high of /system.slice");
         ck_assert_int_eq(ml.cgroup_version, 2);
-        ck_assert_uint_eq(ml.cgroup_limit, GiB);
         ck_assert_uint_eq(ml.effective, GiB);
         ck_assert_uint_eq(ml.cgroup_usage, 4096);
-        ck_assert_str_eq(ml.source, "cgroup v2 memory.high of /system.slice");
 }
 END_TEST
 
@@ -99,27 +80,21 @@ START_TEST(test_namespace_mount_root) {
         put("proc/self/mountinfo",
             "40 1 0:26 /ct /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n");
         put("sys/fs/cgroup/app/memory.max", "268435456\n");
-        zr_memlimit ml = read_ok();
-        ck_assert_uint_eq(ml.cgroup_limit, 256 * MiB);
-        ck_assert_str_eq(ml.source, "cgroup v2 memory.max of /app");
+        read_expect(256 * MiB, "cgroup v2 memory.max of /app");
 }
 END_TEST
 
 START_TEST(test_no_cgroup_is_memtotal) {
-        zr_memlimit ml = read_ok();
+        zr_memlimit ml = read_expect(0, "MemTotal");
         ck_assert_int_eq(ml.cgroup_version, 0);
-        ck_assert_uint_eq(ml.cgroup_limit, 0);
         ck_assert_uint_eq(ml.effective, ml.mem_total);
-        ck_assert_str_eq(ml.source, "MemTotal");
 
         /* a limit above the machine's memory changes nothing */
         put("proc/self/cgroup", "0::/big\n");
         put("proc/self/mountinfo", "30 1 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n");
         put("sys/fs/cgroup/big/memory.max", "99999999999999\n");
-        ml = read_ok();
-        ck_assert_uint_eq(ml.cgroup_limit, 99999999999999ull);
+        ml = read_expect(99999999999999ull, "MemTotal");
         ck_assert_uint_eq(ml.effective, ml.mem_total);
-        ck_assert_str_eq(ml.source, "MemTotal");
 }
 END_TEST
 
@@ -130,9 +105,7 @@ START_TEST(test_escaped_mount_point_and_garbage) {
             "20 1 0:18 / /sys/fs/cg\\040mem rw - cgroup cgroup rw,memory\n");
         put("sys/fs/cg mem/a/memory.limit_in_bytes", "not a number\n");
         put("sys/fs/cg mem/memory.limit_in_bytes", "104857600\n");
-        zr_memlimit ml = read_ok();
-        ck_assert_uint_eq(ml.cgroup_limit, 100 * MiB);
-        ck_assert_str_eq(ml.source, "cgroup v1 memory.limit_in_bytes of /");
+        read_expect(100 * MiB, "cgroup v1 memory.limit_in_bytes of /");
 }
 END_TEST
 
@@ -176,16 +149,11 @@ END_TEST
 
 int main(void) {
         Suite *s = suite_create("memlimit");
-        TCase *tc = tcase_create("core");
-        tcase_add_checked_fixture(tc, setup, teardown);
-        tcase_add_test(tc, test_v1_nested_parent_wins);
-        tcase_add_test(tc, test_v2_max_and_high);
-        tcase_add_test(tc, test_namespace_mount_root);
-        tcase_add_test(tc, test_no_cgroup_is_memtotal);
-        tcase_add_test(tc, test_escaped_mount_point_and_garbage);
-        tcase_add_test(tc, test_missing_meminfo);
-        tcase_add_test(tc, test_budget);
-        tcase_add_test(tc, test_this_machine);
-        suite_add_tcase(s, tc);
+        TCase *tc = TL_TCASE(s, "core", 0, test_v1_nested_parent_wins, test_v2_max_and_high,
+                             test_namespace_mount_root, test_no_cgroup_is_memtotal,
+                             test_escaped_mount_point_and_garbage, test_missing_meminfo,
+                             test_budget, test_this_machine);
+
+        tcase_add_checked_fixture(tc, setup, fake_root_free);
         return tl_run_suite(s);
 }
