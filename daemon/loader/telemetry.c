@@ -104,13 +104,12 @@ void zr_tel_window(const zr_telemetry *t, uint64_t now_ns, enum zr_tel_window w,
         uint64_t end = now_s * NS_PER_S, start = len * NS_PER_S < end ? end - len * NS_PER_S : 0;
 
         memset(ret, 0, sizeof(*ret));
-        if (t->open_ns >= end) {
-                /* younger than its first complete second: the one it is in */
-                add_counts(ret, bucket_of(t->sec, ZR_TEL_SECONDS, now_s), 1, 1);
-                ret->span_ns = now_ns > t->open_ns ? now_ns - t->open_ns : 1;
+        if (start <= t->open_ns) {
+                /* no older than the window: its whole life, to now */
+                zr_tel_totals(t, now_ns, ret);
                 return;
         }
-        ret->span_ns = end - (start > t->open_ns ? start : t->open_ns);
+        ret->span_ns = end - start;
         if (len <= ZR_TEL_SECONDS - 1) {
                 for (uint64_t s = now_s > len ? now_s - len : 0; s < now_s; s++)
                         add_counts(ret, bucket_of(t->sec, ZR_TEL_SECONDS, s), 1, 1);

@@ -93,10 +93,10 @@ typedef struct zr_tel_span {
         uint64_t v[ZR_TEL_N];
 } zr_tel_span;
 
-/* The sums of window w at now_ns: the last 1, 10 or 60 complete seconds, or
- * the complete seconds since the loader opened if fewer (span_ns says which);
- * a loader younger than its first complete second gets the time since it
- * opened. The 60 s window's oldest ten seconds come from a ten-second bucket
+/* The sums of window w at now_ns: the last 1, 10 or 60 complete seconds; for a
+ * loader that opened after the window's start, its whole life to now (the
+ * totals: span_ns says which), so that a young loader's figures are all of its
+ * own, the current second's too. The 60 s window's oldest ten seconds come from a ten-second bucket
  * pro-rated to the part of it inside the window. */
 void zr_tel_window(const zr_telemetry *t, uint64_t now_ns, enum zr_tel_window w,
                    zr_tel_span *ret);

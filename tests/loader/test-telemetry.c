@@ -41,7 +41,9 @@ START_TEST(test_telemetry_windows_hold_their_seconds) {
                         uint64_t first = s + 1 >= lens[w] ? s + 1 - lens[w] : 0, sum = 0;
                         for (uint64_t k = first; k <= s; k++)
                                 sum += k;
-                        ck_assert_uint_eq(sp.span_ns, (s + 1 - first) * S);
+                        /* a window reaching back to the open: the life, to now */
+                        ck_assert_uint_eq(sp.span_ns, s + 1 <= lens[w] ? now - T0
+                                                                       : (s + 1 - first) * S);
                         if (w < ZR_TEL_W60 || (s + 1) % 10 == 0 || s + 1 < 60) {
                                 ck_assert_uint_eq(sp.v[ZR_TEL_BATCHES], s + 1 - first);
                                 ck_assert_uint_eq(sp.v[ZR_TEL_BYTES], sum);
@@ -71,10 +73,15 @@ START_TEST(test_telemetry_young_and_idle) {
         ck_assert_uint_eq(sp.span_ns, S / 4);
         ck_assert_uint_eq(sp.v[ZR_TEL_BATCHES], 3);
         ck_assert_int_eq(zr_tel_verdict(&sp, 1), ZR_VERDICT_CONSUMER_BOUND);
-        /* after its first complete second: span from the open */
+        /* past its first second, younger than the window: its life, to now */
+        zr_tel_add(&t, T0 + S + S / 20, ZR_TEL_BATCHES, 2);
         sp = window(&t, T0 + S + S / 10, ZR_TEL_W10);
-        ck_assert_uint_eq(sp.span_ns, S / 2);
-        ck_assert_uint_eq(sp.v[ZR_TEL_BATCHES], 3);
+        ck_assert_uint_eq(sp.span_ns, S / 2 + S / 10);
+        ck_assert_uint_eq(sp.v[ZR_TEL_BATCHES], 5);
+        /* older than the 1 s window: its last complete second only */
+        sp = window(&t, T0 + 2 * S + S / 10, ZR_TEL_W1);
+        ck_assert_uint_eq(sp.span_ns, S);
+        ck_assert_uint_eq(sp.v[ZR_TEL_BATCHES], 2);
         /* 100 s of silence: the buckets it reuses hold nothing of before */
         sp = window(&t, T0 + 100 * S, ZR_TEL_W10);
         ck_assert_uint_eq(sp.v[ZR_TEL_BATCHES], 0);
@@ -168,12 +175,12 @@ START_TEST(test_telemetry_random_events_match_a_model) {
                 if (tl_rand(&seed) % 97)
                         continue;
                 uint64_t now = at + tl_rand(&seed) % S, end = now / S * S;
-                if (end <= T0)
-                        continue; /* its first second: the young rule, tested above */
                 for (unsigned w = 0; w < 2; w++) {
                         uint64_t len = w ? 10 * S : S, sum = 0;
+                        /* a window reaching back to the open: every event so far */
+                        int young = end <= T0 + len;
                         for (uint64_t i = 0; i < n; i++)
-                                if (when[i] >= end - len && when[i] < end)
+                                if (young || (when[i] >= end - len && when[i] < end))
                                         sum += val[i];
                         ck_assert_uint_eq(window(&t, now, (enum zr_tel_window)w).v[ZR_TEL_WAIT_NS],
                                           sum);
