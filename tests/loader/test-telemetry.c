@@ -1,8 +1,8 @@
 /* test-telemetry.c: a loader's telemetry object (loader/telemetry.h) on a
- * clock the test drives: windows hold what fell in them and nothing else,
- * a young loader's span is its age, buckets reused after a gap start empty,
- * the verdict follows its rules at their thresholds, the stage is the
- * largest. Against a model: sums of the events the test itself made. */
+ * clock the test drives: windows hold what fell in them and nothing else, a
+ * window older than the loader holds its life, buckets reused after a gap
+ * start empty, the verdict follows its rules at their thresholds, the stage
+ * is the largest. Against a model: sums of the events the test itself made. */
 #include <check.h>
 #include <stdint.h>
 #include <stdlib.h>
