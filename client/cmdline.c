@@ -22,6 +22,8 @@ static const char *const cmd_names[_CMD_MAX] = {
         [CMD_COMPACT] = "compact",
         [CMD_IMPORT] = "import",
         [CMD_CAT] = "cat",
+        [CMD_TOP] = "top",
+        [CMD_METRICS] = "metrics",
         [CMD_CONVERT] = "convert",
         [CMD_WHERE] = "where",
         [CMD_BATCH] = "batch",
@@ -59,6 +61,9 @@ static const char *const help_texts[_CMD_MAX] = {
                 "  import FILE.npy PATH   a .npy array into a new dense dataset\n"
                 "  cat PATH [INDEX...|--range A:B] [--hex]\n"
                 "                         print records as numbers (or hex)\n"
+                "  top [-n N] [-d SEC] [--sort KEY]\n"
+                "                         the loaders, live: who waits for data and why\n"
+                "  metrics                the daemon's metrics, Prometheus text format\n"
                 "  convert --to zrecord|loaderx157 SRC DST\n"
                 "                         a ragged dataset into the other layout\n"
                 "  where PATH RECORD --sampler S --seed N --batch B\n"
@@ -113,6 +118,34 @@ static const char *const help_texts[_CMD_MAX] = {
                 "                  trained by the daemon on a sample of the file's records)\n"
                 "  --chunk N       records per append\n"
                 "  --dict-tier T   zstd_dict: the dictionary tier (default balanced)\n"
+                "\n" GLOBAL_OPTIONS_HELP "\n" EXIT_CODES_HELP,
+        [CMD_TOP] =
+                "Usage: zrecord top [-n N] [-d SECONDS] [--sort KEY] [--json]\n"
+                "\n"
+                "Shows the daemon's loaders, one row each, refreshed every 2 s: the client's\n"
+                "pid, user and command, the dataset, the step, batches/s, the share of time\n"
+                "the consumer waits for batches (WAIT%), the verdict (data-bound,\n"
+                "consumer-bound, balanced, idle, unknown), the stage that takes most of the\n"
+                "loader's time (io, decode, copy, contention), the cache hit ratio and MiB/s.\n"
+                "A user sees its own loaders; root and the daemon's user see all.\n"
+                "\n"
+                "  -n N          N frames, then exit; on no terminal, or with -n, plain text\n"
+                "                (default: until q; one frame when not on a terminal)\n"
+                "  -d SECONDS    between frames (default 2)\n"
+                "  --sort KEY    pid, user, command, dataset, step, rate, wait (default),\n"
+                "                verdict, hit, mib\n"
+                "  --json        one JSON object per frame (one frame unless -n)\n"
+                "\n"
+                "Keys: q quit; < > move the sort column; R reverse the order; W wait%,\n"
+                "B batches/s, P pid, M MiB/s, H hit%, S step, U user; w cycles the window of\n"
+                "the rates (1 s, 10 s, 60 s); space refreshes now.\n"
+                "\n" GLOBAL_OPTIONS_HELP "\n" EXIT_CODES_HELP,
+        [CMD_METRICS] =
+                "Usage: zrecord metrics\n"
+                "\n"
+                "Prints the daemon's metrics in the Prometheus text format: daemon-wide\n"
+                "totals and, for each loader the caller may see, its counters, rates,\n"
+                "verdict and histograms, labelled pid, uid, loader and dataset.\n"
                 "\n" GLOBAL_OPTIONS_HELP "\n" EXIT_CODES_HELP,
         [CMD_CAT] =
                 "Usage: zrecord cat PATH [INDEX...|--range A:B] [--hex] [--json]\n"
@@ -214,6 +247,34 @@ int cmdline_parse_u64(const char *s, uint64_t *ret) {
         return 0;
 }
 
+int cmdline_parse_seconds(const char *s, uint64_t *ret_ms) {
+        uint64_t whole = 0, ms = 0, scale = 100;
+        const char *p = s;
+
+        if (!s || *s < '0' || *s > '9')
+                return -EINVAL;
+        for (; *p >= '0' && *p <= '9'; p++) {
+                whole = whole * 10 + (uint64_t)(*p - '0');
+                if (whole > 86400)
+                        return -EINVAL;
+        }
+        if (*p == '.') {
+                for (p++; *p >= '0' && *p <= '9'; p++) {
+                        ms += (uint64_t)(*p - '0') * scale;
+                        scale /= 10;
+                        if (scale == 0 && p[1] >= '0' && p[1] <= '9')
+                                return -EINVAL; /* more than three decimals */
+                }
+        }
+        if (*p)
+                return -EINVAL;
+        ms += whole * 1000;
+        if (ms < 1 || ms > 86400000)
+                return -EINVAL;
+        *ret_ms = ms;
+        return 0;
+}
+
 int cmdline_parse_source(const char *s, struct cmdline_source *ret) {
         const char *eq = s ? strchr(s, '=') : NULL, *comma;
         char buf[32];
@@ -301,7 +362,12 @@ void cmdline_done(cmdline *c) {
 /* The options, each with whether it takes a value. */
 enum opt_id { OPT_HELP, OPT_VERSION, OPT_JSON, OPT_SOCKET, OPT_CODEC, OPT_CHUNK, OPT_DICT_TIER,
               OPT_HEX, OPT_RANGE, OPT_TO, OPT_SAMPLER, OPT_SEED, OPT_BATCH, OPT_WORLD_SIZE,
-              OPT_RANK, OPT_STEP, OPT_VALUES, OPT_SOURCE, _OPT_MAX };
+              OPT_RANK, OPT_STEP, OPT_VALUES, OPT_SOURCE, OPT_ITERATIONS, OPT_DELAY, OPT_SORT,
+              _OPT_MAX };
+
+/* top's sort keys (top.c knows what each sorts by). */
+static const char *const sort_keys[] = { "pid", "user", "command", "dataset", "step", "rate",
+                                         "wait", "verdict", "hit", "mib" };
 
 static const struct {
         const char *name;
@@ -311,6 +377,8 @@ static const struct {
         [OPT_JSON] = { "--json", false },     [OPT_SOCKET] = { "--socket", true },
         [OPT_CODEC] = { "--codec", true },    [OPT_CHUNK] = { "--chunk", true },
         [OPT_DICT_TIER] = { "--dict-tier", true }, [OPT_HEX] = { "--hex", false },
+        [OPT_ITERATIONS] = { "--iterations", true }, [OPT_DELAY] = { "--delay", true },
+        [OPT_SORT] = { "--sort", true },
         [OPT_RANGE] = { "--range", true },    [OPT_TO] = { "--to", true },
         [OPT_SAMPLER] = { "--sampler", true }, [OPT_SEED] = { "--seed", true },
         [OPT_BATCH] = { "--batch", true },    [OPT_WORLD_SIZE] = { "--world-size", true },
@@ -358,6 +426,25 @@ static int apply_opt(cmdline *c, enum opt_id id, const char *v, bool *seen) {
                         return usage(c, "bad range \"%s\" (A:B, A:, :B)", v);
                 c->has_range = true;
                 break;
+        case OPT_ITERATIONS:
+                if (cmdline_parse_u64(v, &c->iterations) < 0 || c->iterations == 0)
+                        return usage(c, "-n needs a positive number of frames, not \"%s\"", v);
+                break;
+        case OPT_DELAY:
+                if (cmdline_parse_seconds(v, &c->delay_ms) < 0)
+                        return usage(c, "-d needs seconds (0.001 to 86400), not \"%s\"", v);
+                break;
+        case OPT_SORT: {
+                size_t k;
+                for (k = 0; k < sizeof(sort_keys) / sizeof(sort_keys[0]); k++)
+                        if (strcmp(v, sort_keys[k]) == 0)
+                                break;
+                if (k == sizeof(sort_keys) / sizeof(sort_keys[0]))
+                        return usage(c, "unknown sort key \"%s\" (pid, user, command, dataset, "
+                                     "step, rate, wait, verdict, hit, mib)", v);
+                c->sort = v;
+                break;
+        }
         case OPT_TO:
                 if (strcmp(v, "zrecord") == 0)
                         c->to = ZRC_LAYOUT_ZRECORD;
@@ -415,6 +502,13 @@ static int apply_opt(cmdline *c, enum opt_id id, const char *v, bool *seen) {
 static int parse_opt(cmdline *c, int argc, char *const *argv, int *i, bool *seen) {
         if (strcmp(argv[*i], "-h") == 0)
                 return apply_opt(c, OPT_HELP, NULL, seen);
+        /* top's short options, as top has them: -n N, -d SECONDS */
+        if (strcmp(argv[*i], "-n") == 0 || strcmp(argv[*i], "-d") == 0) {
+                enum opt_id id = argv[*i][1] == 'n' ? OPT_ITERATIONS : OPT_DELAY;
+                if (*i + 1 >= argc)
+                        return usage(c, "option %s needs a value", argv[*i]);
+                return apply_opt(c, id, argv[++*i], seen);
+        }
         for (int id = 0; id < _OPT_MAX; id++) {
                 const char *v = NULL;
                 int r = match_opt(c, argc, argv, i, options[id].name, options[id].takes_value,
@@ -497,13 +591,17 @@ int cmdline_parse(int argc, char *const *argv, cmdline *ret) {
             (!seen[OPT_SAMPLER] || !seen[OPT_SEED] || !seen[OPT_BATCH]))
                 return usage(ret, "%s needs the loader's --sampler, --seed and --batch",
                              cmd_names[ret->cmd]);
+        if ((seen[OPT_ITERATIONS] || seen[OPT_DELAY] || seen[OPT_SORT]) && ret->cmd != CMD_TOP)
+                return usage(ret, "-n, -d and --sort are options of top");
         if (seen[OPT_DICT_TIER] && ret->codec != ZRC_CODEC_ZSTD_DICT)
                 return usage(ret, "--dict-tier needs --codec zstd_dict");
 
         switch (ret->cmd) {
         case CMD_STATUS:
+        case CMD_TOP:
+        case CMD_METRICS:
                 if (n_pos != 0)
-                        return usage(ret, "status takes no arguments");
+                        return usage(ret, "%s takes no arguments", cmd_names[ret->cmd]);
                 break;
         case CMD_INFO:
         case CMD_STATS:

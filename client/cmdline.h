@@ -36,6 +36,8 @@ typedef enum cmd_kind {
         CMD_CONVERT,
         CMD_WHERE,
         CMD_BATCH,
+        CMD_TOP,
+        CMD_METRICS,
         _CMD_MAX,
 } cmd_kind;
 
@@ -82,6 +84,9 @@ typedef struct cmdline {
                 const char *sampler; /* NULL: --sampler's */
                 const char *path;
         } sources[CMDLINE_SOURCES_MAX];
+        uint64_t iterations;    /* top: -n N frames, then exit (0: until q) */
+        uint64_t delay_ms;      /* top: -d SECONDS between frames (default 2 s) */
+        const char *sort;       /* top: --sort KEY (NULL: wait) */
         char error[256];        /* a usage error's message */
 } cmdline;
 
@@ -110,5 +115,8 @@ int cmdline_parse_u64(const char *s, uint64_t *ret);
  * 1..2^32-1; the path is everything after the first '=', so it may hold any
  * character). Returns 0 or -EINVAL. */
 int cmdline_parse_source(const char *s, struct cmdline_source *ret);
+/* Parses seconds with up to three decimals ("2", "0.5") into ms, at least 1
+ * and at most a day. Returns 0 or -EINVAL. */
+int cmdline_parse_seconds(const char *s, uint64_t *ret_ms);
 
 #endif

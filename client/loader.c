@@ -46,6 +46,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "zrc-private.h"
 
@@ -72,6 +73,8 @@ typedef struct loader_held {
         bool held;
         uint32_t ring;           /* the ring's id */
         uint32_t slot;           /* the slot in that ring */
+        uint64_t wait_ns;        /* zrc_loader_next() waited this long for it */
+        uint64_t taken_ns;       /* and returned it then (CLOCK_MONOTONIC) */
         zrc_loader_batch batch;
         zrc_stream_batch *streams;
         void *arrays;            /* payloads, lengths, shapes, indices of this batch */
@@ -722,8 +725,15 @@ static int event_apply(zrc_loader *l, conn_event *e, zrc_loader_batch *ret) {
         return r;
 }
 
+static uint64_t mono_ns(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 int zrc_loader_next(zrc_loader *l, zrc_loader_batch *ret) {
         zrc_conn *c = l->conn;
+        uint64_t waited = 0;
         int r;
 
         r = conn_check(c, 0, NULL);
@@ -747,6 +757,11 @@ int zrc_loader_next(zrc_loader *l, zrc_loader_batch *ret) {
                                 l->ended = true;
                                 l->end = c->error;
                         }
+                        if (r > 0) {
+                                /* told to the daemon at its release (telemetry) */
+                                l->held[ret->slot].wait_ns = waited;
+                                l->held[ret->slot].taken_ns = mono_ns();
+                        }
                         if (r != 0)
                                 return r < 0 ? r : 0;
                         continue; /* a ring learnt or forgotten */
@@ -756,7 +771,9 @@ int zrc_loader_next(zrc_loader *l, zrc_loader_batch *ret) {
                                          "loader %u: all %u slots are held; release one before "
                                          "asking for the next batch",
                                          l->handle, l->slots);
+                uint64_t t0 = mono_ns();
                 r = conn_wait_event(c);
+                waited += mono_ns() - t0;
                 if (r < 0)
                         return r;
         }
@@ -768,6 +785,7 @@ int zrc_loader_release(zrc_loader *l, uint32_t slot) {
         loader_held *h;
         loader_ring *ring;
         uint32_t ring_id, ring_slot;
+        uint64_t wait_ns, taken_ns;
         int r;
 
         if (slot >= l->slots || !l->held[slot].held)
@@ -776,6 +794,8 @@ int zrc_loader_release(zrc_loader *l, uint32_t slot) {
         h = &l->held[slot];
         ring_id = h->ring;
         ring_slot = h->slot;
+        wait_ns = h->wait_ns;
+        taken_ns = h->taken_ns;
         ring = ring_find(l, ring_id);
         if (ring)
                 ring->n_held--;
@@ -788,5 +808,7 @@ int zrc_loader_release(zrc_loader *l, uint32_t slot) {
         zr_wire_put_u64(w, "loader", l->handle);
         zr_wire_put_u64(w, "ring", ring_id);
         zr_wire_put_u64(w, "slot", ring_slot);
+        zr_wire_put_u64(w, "wait_ns", wait_ns);
+        zr_wire_put_u64(w, "taken_ns", taken_ns);
         return conn_notify(c, ZR_MSG_RELEASE);
 }

@@ -56,6 +56,23 @@ static const u64_field loader_fields[] = {
         FIELD(zrc_loader_status, shared), FIELD(zrc_loader_status, io_waits),
 };
 
+static const u64_field span_fields[] = {
+        FIELD(zrc_tel_span, span_ns), FIELD(zrc_tel_span, batches), FIELD(zrc_tel_span, bytes),
+        FIELD(zrc_tel_span, waits), FIELD(zrc_tel_span, wait_ns), FIELD(zrc_tel_span, readies),
+        FIELD(zrc_tel_span, ready_ns), FIELD(zrc_tel_span, fills), FIELD(zrc_tel_span, fill_ns),
+        FIELD(zrc_tel_span, lookup_ns), FIELD(zrc_tel_span, read_ns),
+        FIELD(zrc_tel_span, decode_ns), FIELD(zrc_tel_span, copy_ns),
+        FIELD(zrc_tel_span, io_wait_ns), FIELD(zrc_tel_span, queue_ns),
+        FIELD(zrc_tel_span, device_bytes), FIELD(zrc_tel_span, hits), FIELD(zrc_tel_span, misses),
+};
+
+static const u64_field telemetry_fields[] = {
+        FIELD(zrc_loader_telemetry, age_ms), FIELD(zrc_loader_telemetry, prefetch_depth),
+        FIELD(zrc_loader_telemetry, wait_p50_ns), FIELD(zrc_loader_telemetry, wait_p99_ns),
+        FIELD(zrc_loader_telemetry, ready_p50_ns), FIELD(zrc_loader_telemetry, ready_p99_ns),
+        FIELD(zrc_loader_telemetry, fill_p50_ns), FIELD(zrc_loader_telemetry, fill_p99_ns),
+};
+
 /* Reads fields[0..n) of `map` into the struct at `dst` (a missing one is 0). */
 static void get_fields(const msgpack_object *map, const u64_field *fields, size_t n, void *dst) {
         for (size_t i = 0; i < n; i++)
@@ -63,6 +80,37 @@ static void get_fields(const msgpack_object *map, const u64_field *fields, size_
 }
 
 #define NFIELDS(a) (sizeof(a) / sizeof((a)[0]))
+
+/* A str field into a buffer (cut to fit; "" if missing). */
+static void get_str(const msgpack_object *map, const char *key, char *dst, size_t size) {
+        const char *s = NULL;
+        size_t len = 0;
+        dst[0] = 0;
+        if (zr_wire_get_str(map, key, &s, &len, NULL) == 0)
+                snprintf(dst, size, "%.*s", (int)(len < size ? len : size - 1), s);
+}
+
+/* A loader's telemetry map (absent from an older daemon). */
+static void get_telemetry(const msgpack_object *l, zrc_loader_telemetry *t) {
+        const struct { const char *key; zrc_tel_span *to; } spans[] = {
+                { "total", &t->total }, { "w1", &t->w1 }, { "w10", &t->w10 },
+                { "w60", &t->w60 }, { "group", &t->group },
+        };
+        const msgpack_object *m, *sp;
+        bool b = false;
+
+        if (zr_wire_get_map(l, "telemetry", &m, NULL) < 0)
+                return;
+        t->present = true;
+        get_fields(m, telemetry_fields, NFIELDS(telemetry_fields), t);
+        get_str(m, "verdict", t->verdict, sizeof(t->verdict));
+        get_str(m, "stage", t->stage, sizeof(t->stage));
+        if (zr_wire_get_bool(m, "reports", &b, NULL) == 0)
+                t->reports = b;
+        for (size_t i = 0; i < NFIELDS(spans); i++)
+                if (zr_wire_get_map(m, spans[i].key, &sp, NULL) == 0)
+                        get_fields(sp, span_fields, NFIELDS(span_fields), spans[i].to);
+}
 
 /* The budgets map: what the daemon may use and each budget with its source. */
 static void get_budgets(const msgpack_object *root, zrc_status *st) {
@@ -131,14 +179,14 @@ int zrc_status_query(zrc_conn *c, zrc_status **ret) {
         for (uint32_t i = 0; i < n; i++) {
                 const msgpack_object *l = &loaders[i];
                 zrc_loader_status *o = &st->per_loader[i];
-                const char *s = NULL;
-                size_t len = 0;
 
                 get_fields(l, loader_fields, NFIELDS(loader_fields), o);
                 o->loader = (uint32_t)conn_get_u64(l, "loader");
-                if (zr_wire_get_str(l, "sampler", &s, &len, NULL) == 0)
-                        snprintf(o->sampler, sizeof(o->sampler), "%.*s",
-                                 (int)(len < sizeof(o->sampler) ? len : sizeof(o->sampler) - 1), s);
+                o->uid = conn_get_u64(l, "uid");
+                get_str(l, "sampler", o->sampler, sizeof(o->sampler));
+                get_str(l, "command", o->command, sizeof(o->command));
+                get_str(l, "dataset", o->dataset, sizeof(o->dataset));
+                get_telemetry(l, &o->telemetry);
         }
         conn_reply_done(&reply);
         *ret = st;
@@ -151,4 +199,38 @@ zrc_status *zrc_status_free(zrc_status *st) {
                 free(st);
         }
         return NULL;
+}
+
+int zrc_metrics_text(zrc_conn *c, char **ret, size_t *len) {
+        conn_reply reply = CONN_REPLY_NULL;
+        const char *text = NULL;
+        size_t n = 0;
+        char *copy;
+        int r;
+
+        if (!ret)
+                return conn_fail(c, EINVAL, "no result pointer");
+        r = conn_check(c, CONN_FEATURE_METRICS, ZR_FEATURE_METRICS);
+        if (r < 0)
+                return r;
+        conn_begin(c, ZR_MSG_METRICS);
+        r = conn_call(c, ZR_MSG_METRICS, NULL, 0, &reply);
+        if (r < 0)
+                return r;
+        if (zr_wire_get_str(reply.root, "text", &text, &n, NULL) < 0) {
+                conn_reply_done(&reply);
+                return conn_fail(c, ZR_E_PROTO, "a METRICS reply without text");
+        }
+        copy = malloc(n + 1);
+        if (!copy) {
+                conn_reply_done(&reply);
+                return conn_fail(c, ENOMEM, "out of memory");
+        }
+        memcpy(copy, text, n);
+        copy[n] = 0;
+        conn_reply_done(&reply);
+        *ret = copy;
+        if (len)
+                *len = n;
+        return 0;
 }

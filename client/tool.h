@@ -47,4 +47,7 @@ int tool_cmd_batch(const cmdline *cl, zrc_conn *c);
 /* import.c: checks the .npy file, then connects and imports it. */
 int tool_cmd_import(const cmdline *cl);
 
+/* top.c: the loaders, live (or -n frames of text or JSON). */
+int tool_cmd_top(const cmdline *cl, zrc_conn *c);
+
 #endif

@@ -33,6 +33,7 @@ enum {
         CONN_FEATURE_CONVERT = 1 << 4,
         CONN_FEATURE_MIXTURE = 1 << 5,
         CONN_FEATURE_STEPS_OF = 1 << 6,
+        CONN_FEATURE_METRICS = 1 << 7,
 };
 
 /* Events kept for the loader API while no one consumes them (BATCH, RING,

@@ -687,6 +687,32 @@ int zrc_set_delete(zrc_set *set, const uint64_t *indices, size_t n, uint64_t *re
  * Daemon status
  * ====================================================================== */
 
+/* A loader's counters over a span of time (STATUS telemetry; docs/TELEMETRY.md
+ * says what each measures). Times in ns. */
+typedef struct zrc_tel_span {
+        uint64_t span_ns;      /* the time the counts cover */
+        uint64_t batches, bytes;        /* announced to the client */
+        uint64_t waits, wait_ns;        /* the consumer's waits, as its client reported them */
+        uint64_t readies, ready_ns;     /* ready batches' waits for the consumer */
+        uint64_t fills, fill_ns;        /* gathers, and their wall time by stage: */
+        uint64_t lookup_ns, read_ns, decode_ns, copy_ns;
+        uint64_t io_wait_ns;   /* waits for reads ahead */
+        uint64_t queue_ns;     /* waits for a worker while other loaders held them all */
+        uint64_t device_bytes, hits, misses;
+} zrc_tel_span;
+
+/* What the daemon measures of a loader (all 0 and "" from an older daemon). */
+typedef struct zrc_loader_telemetry {
+        bool present;          /* the daemon sent it */
+        char verdict[16];      /* "data-bound", "consumer-bound", "balanced", "idle", "unknown" */
+        char stage[16];        /* "io", "decode", "copy", "contention", "none" */
+        bool reports;          /* the client reports its waits */
+        uint64_t age_ms, prefetch_depth;
+        uint64_t wait_p50_ns, wait_p99_ns, ready_p50_ns, ready_p99_ns, fill_p50_ns, fill_p99_ns;
+        zrc_tel_span total, w1, w10, w60; /* since open; the last 1, 10, 60 s */
+        zrc_tel_span group;    /* the last 10 s of its group's gathers (the stage's) */
+} zrc_loader_telemetry;
+
 typedef struct zrc_loader_status {
         uint64_t pid;          /* the loader's client */
         uint32_t loader;       /* its handle on that connection */
@@ -694,6 +720,10 @@ typedef struct zrc_loader_status {
         uint64_t batch_size, streams, step, batches, gathers, hits, misses, bytes, evictions;
         uint64_t shared;       /* batches it took from a slot another loader of its group filled */
         uint64_t io_waits;     /* steps whose gather waited for their reads ahead (0: older daemon) */
+        uint64_t uid;          /* its client's uid */
+        char command[128];     /* its client's command line (or its name), valid UTF-8 */
+        char dataset[256];     /* its stores' directories as the daemon names them */
+        zrc_loader_telemetry telemetry;
 } zrc_loader_status;
 
 /* Reading ahead of the loaders (STATUS `prefetch`; all 0 from an older daemon). */
@@ -745,6 +775,16 @@ int zrc_status_query(zrc_conn *c, zrc_status **ret);
  *     st = zrc_status_free(st);
  */
 zrc_status *zrc_status_free(zrc_status *st);
+
+/* The daemon's metrics in the Prometheus text format (METRICS, feature
+ * "metrics"): the daemon-wide families and those of the loaders the caller
+ * may see (its own; root and the daemon's user: every one). Sets *ret to a
+ * NUL-terminated copy (free() it) and *len to its length (may be NULL).
+ * Returns 0, or -ZR_E_UNKNOWN (a daemon without metrics), -ENOMEM, ...
+ *
+ *     char *text; zrc_metrics_text(c, &text, NULL); fputs(text, stdout); free(text);
+ */
+int zrc_metrics_text(zrc_conn *c, char **ret, size_t *len);
 
 /* ======================================================================
  * Loaders (feature "loader")
@@ -911,7 +951,9 @@ int zrc_loader_next(zrc_loader *l, zrc_loader_batch *ret);
 /* Gives the held batch `slot` back to the daemon (a RELEASE notification of
  * the ring slot it lies in: no reply is awaited). `slot` is the library's
  * handle of the batch (zrc_loader_batch.slot), not a ring slot. Pointers of
- * that batch become invalid. Batches may be released in any order. Returns 0,
+ * that batch become invalid. Batches may be released in any order. The
+ * release tells the daemon how long zrc_loader_next() waited for this batch
+ * and when it returned it (its telemetry: docs/TELEMETRY.md). Returns 0,
  * or -EINVAL if no batch is held under that handle, or a connection failure.
  *
  *     zrc_loader_release(l, b.slot);

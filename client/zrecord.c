@@ -128,6 +128,40 @@ static void print_budgets_text(const zrc_status *st) {
                        budget_at(st, i)->bytes >> 20, budget_at(st, i)->source);
 }
 
+/* A loader's telemetry over the last 10 s (docs/TELEMETRY.md), after its
+ * counters: the figures `top` shows. */
+static void print_telemetry_text(const zrc_loader_status *l) {
+        const zrc_loader_telemetry *t = &l->telemetry;
+        const zrc_tel_span *w = &t->w10;
+        double span = (double)w->span_ns / 1e9;
+        if (!t->present)
+                return;
+        printf("  %s (%s), waits %.1f %% of the last %.0f s, %.1f batches/s; %s; p99 wait %.2f ms, "
+               "p99 gather %.2f ms; dataset %s; command %s\n",
+               t->verdict, t->stage, span > 0 ? 100.0 * (double)w->wait_ns / (double)w->span_ns : 0,
+               span, span > 0 ? (double)w->batches / span : 0,
+               t->reports ? "the client reports its waits" : "the client reports no waits",
+               (double)t->wait_p99_ns / 1e6, (double)t->fill_p99_ns / 1e6, l->dataset, l->command);
+}
+
+static void print_telemetry_json(const zrc_loader_status *l) {
+        const zrc_loader_telemetry *t = &l->telemetry;
+        if (!t->present)
+                return;
+        printf(", \"uid\": %" PRIu64 ", \"command\": ", l->uid);
+        out_json_string(stdout, l->command);
+        printf(", \"dataset\": ");
+        out_json_string(stdout, l->dataset);
+        printf(", \"verdict\": ");
+        out_json_string(stdout, t->verdict);
+        printf(", \"stage\": ");
+        out_json_string(stdout, t->stage);
+        printf(", \"wait_ns_10s\": %" PRIu64 ", \"span_ns_10s\": %" PRIu64
+               ", \"batches_10s\": %" PRIu64 ", \"wait_p99_ns\": %" PRIu64
+               ", \"fill_p99_ns\": %" PRIu64, t->w10.wait_ns, t->w10.span_ns, t->w10.batches,
+               t->wait_p99_ns, t->fill_p99_ns);
+}
+
 static int cmd_status(const cmdline *cl, zrc_conn *c) {
         zrc_status *st;
 
@@ -164,9 +198,11 @@ static int cmd_status(const cmdline *cl, zrc_conn *c) {
                                ", \"gathers\": %" PRIu64 ", \"hits\": %" PRIu64
                                ", \"misses\": %" PRIu64 ", \"bytes\": %" PRIu64
                                ", \"evictions\": %" PRIu64 ", \"shared\": %" PRIu64
-                               ", \"io_waits\": %" PRIu64 "}",
+                               ", \"io_waits\": %" PRIu64,
                                l->batch_size, l->streams, l->step, l->batches, l->gathers, l->hits,
                                l->misses, l->bytes, l->evictions, l->shared, l->io_waits);
+                        print_telemetry_json(l);
+                        printf("}");
                 }
                 printf("]}\n");
         } else {
@@ -201,9 +237,23 @@ static int cmd_status(const cmdline *cl, zrc_conn *c) {
                                l->loader, l->pid, l->sampler, l->batch_size, l->streams, l->step,
                                l->batches, l->gathers, l->hits, l->misses, l->bytes, l->evictions,
                                l->shared, l->io_waits);
+                        print_telemetry_text(l);
                 }
         }
         zrc_status_free(st);
+        return ZRECORD_EXIT_OK;
+}
+
+/* ---- metrics ----------------------------------------------------------- */
+
+static int cmd_metrics(const cmdline *cl, zrc_conn *c) {
+        char *text = NULL;
+        size_t len = 0;
+
+        if (zrc_metrics_text(c, &text, &len) < 0)
+                return tool_fail_conn(c, "metrics");
+        fwrite(text, 1, len, stdout);
+        free(text);
         return ZRECORD_EXIT_OK;
 }
 
@@ -456,6 +506,7 @@ int main(int argc, char **argv) {
                 [CMD_STATUS] = cmd_status,   [CMD_INFO] = cmd_info,
                 [CMD_STATS] = cmd_stats,     [CMD_VERIFY] = cmd_verify,
                 [CMD_COMPACT] = cmd_compact, [CMD_CAT] = tool_cmd_cat,
+                [CMD_TOP] = tool_cmd_top,    [CMD_METRICS] = cmd_metrics,
                 [CMD_CONVERT] = cmd_convert,
                 [CMD_WHERE] = tool_cmd_where, [CMD_BATCH] = tool_cmd_batch,
         };

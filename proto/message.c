@@ -119,12 +119,35 @@ static const field budgets_fields[] = {
         REQ_SUB("shm_uid", T_MAP, budget_fields), OPT_SUB("read_pool", T_MAP, budget_fields), END,
 };
 
+/* STATUS: a loader's counters over a span of time (its telemetry) */
+static const field tel_span_fields[] = {
+        REQ("span_ns", T_UINT), REQ("batches", T_UINT), REQ("bytes", T_UINT),
+        REQ("waits", T_UINT), REQ("wait_ns", T_UINT), REQ("readies", T_UINT),
+        REQ("ready_ns", T_UINT), REQ("fills", T_UINT), REQ("fill_ns", T_UINT),
+        REQ("lookup_ns", T_UINT), REQ("read_ns", T_UINT), REQ("decode_ns", T_UINT),
+        REQ("copy_ns", T_UINT), REQ("io_wait_ns", T_UINT), REQ("queue_ns", T_UINT),
+        REQ("device_bytes", T_UINT), REQ("hits", T_UINT), REQ("misses", T_UINT), END,
+};
+
+/* STATUS: a loader's telemetry */
+static const field telemetry_fields[] = {
+        REQ("age_ms", T_UINT), REQ("verdict", T_STR), REQ("stage", T_STR),
+        REQ("reports", T_BOOL), REQ("prefetch_depth", T_UINT), REQ("wait_p50_ns", T_UINT),
+        REQ("wait_p99_ns", T_UINT), REQ("ready_p50_ns", T_UINT), REQ("ready_p99_ns", T_UINT),
+        REQ("fill_p50_ns", T_UINT), REQ("fill_p99_ns", T_UINT),
+        REQ_SUB("total", T_MAP, tel_span_fields), REQ_SUB("w1", T_MAP, tel_span_fields),
+        REQ_SUB("w10", T_MAP, tel_span_fields), REQ_SUB("w60", T_MAP, tel_span_fields),
+        REQ_SUB("group", T_MAP, tel_span_fields), END,
+};
+
 static const field loader_stat_fields[] = {
         REQ("pid", T_UINT), REQ("loader", T_U32), REQ("sampler", T_STR),
         REQ("batch_size", T_UINT), REQ("streams", T_UINT), REQ("step", T_UINT),
         REQ("batches", T_UINT), REQ("gathers", T_UINT), REQ("hits", T_UINT),
         REQ("misses", T_UINT), REQ("bytes", T_UINT), REQ("evictions", T_UINT),
-        REQ("shared", T_UINT), OPT("io_waits", T_UINT), END,
+        REQ("shared", T_UINT), OPT("io_waits", T_UINT), OPT("uid", T_UINT),
+        OPT("command", T_STR), OPT("dataset", T_STR),
+        OPT_SUB("telemetry", T_MAP, telemetry_fields), END,
 };
 
 /* STATUS: one uid's account (the daemon's users.h) */
@@ -187,8 +210,10 @@ static const field loader_open_req[] = {
         END,
 };
 static const field release_req[] = {
-        REQ("loader", T_U32), REQ("ring", T_U32), REQ("slot", T_U32), END,
+        REQ("loader", T_U32), REQ("ring", T_U32), REQ("slot", T_U32), OPT("wait_ns", T_UINT),
+        OPT("taken_ns", T_UINT), END,
 };
+static const field status_req[] = { OPT("loader", T_U32), END };
 static const field loader_only[] = { REQ("loader", T_U32), END };
 static const field steps_of_req[] = {
         REQ("sampler", T_STR), OPT("n", T_UINT), OPT_SUB("sources", T_MAPS, steps_source_fields),
@@ -250,6 +275,7 @@ static const field status_ok[] = {
         OPT_SUB("users", T_MAPS, user_stat_fields), OPT_SUB("limits", T_MAP, status_limits_fields),
         END,
 };
+static const field metrics_ok[] = { REQ("text", T_STR), END };
 static const field loader_open_ok[] = {
         REQ("loader", T_U32), REQ("ring", T_U32), REQ("slots", T_UINT),
         REQ("slot_bytes", T_UINT), REQ("ring_bytes", T_UINT), REQ("length", T_UINT),
@@ -308,12 +334,13 @@ static const kind_info kinds[_ZR_MSG_MAX] = {
         [ZR_MSG_TRAIN_DICT] = { "train_dict", train_dict_req, train_dict_ok, ZR_FEATURE_DICT, 1 },
         [ZR_MSG_INSTALL_DICT] = { "install_dict", install_dict_req, no_fields, ZR_FEATURE_DICT, 0 },
         [ZR_MSG_CONVERT] = { "convert", convert_req, convert_ok, ZR_FEATURE_CONVERT, 0 },
-        [ZR_MSG_STATUS] = { "status", no_fields, status_ok, NULL, 0 },
+        [ZR_MSG_STATUS] = { "status", status_req, status_ok, NULL, 0 },
         [ZR_MSG_CLOSE] = { "close", handle_only, no_fields, NULL, 0 },
         [ZR_MSG_LOADER_OPEN] = { "loader_open", loader_open_req, loader_open_ok, ZR_FEATURE_LOADER, 1 },
         [ZR_MSG_RELEASE] = { "release", release_req, NULL, ZR_FEATURE_LOADER, 0 },
         [ZR_MSG_LOADER_CLOSE] = { "loader_close", loader_only, no_fields, ZR_FEATURE_LOADER, 0 },
         [ZR_MSG_STEPS_OF] = { "steps_of", steps_of_req, steps_of_ok, ZR_FEATURE_STEPS_OF, 0 },
+        [ZR_MSG_METRICS] = { "metrics", no_fields, metrics_ok, ZR_FEATURE_METRICS, 0 },
         [ZR_MSG_OK] = { "ok", no_fields, NULL, NULL, 0 },
         [ZR_MSG_ERROR] = { "error", error_msg, NULL, NULL, 0 },
         [ZR_MSG_BATCH] = { "batch", batch_event, NULL, NULL, 0 },

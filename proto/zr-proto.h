@@ -135,6 +135,7 @@ typedef enum zr_msg_kind {
         ZR_MSG_RELEASE,         /* "release" (a notification: no id, no reply) */
         ZR_MSG_LOADER_CLOSE,    /* "loader_close" */
         ZR_MSG_STEPS_OF,        /* "steps_of" */
+        ZR_MSG_METRICS,         /* "metrics" */
         /* replies (daemon -> client, one per request, in request order) */
         ZR_MSG_OK,              /* "ok" */
         ZR_MSG_ERROR,           /* "error" */
@@ -148,7 +149,7 @@ typedef enum zr_msg_kind {
 } zr_msg_kind;
 
 #define ZR_MSG_FIRST_REQUEST ZR_MSG_HELLO
-#define ZR_MSG_LAST_REQUEST ZR_MSG_STEPS_OF
+#define ZR_MSG_LAST_REQUEST ZR_MSG_METRICS
 
 /* ---- feature names (HELLO "features") ---------------------------------- */
 
@@ -159,6 +160,7 @@ typedef enum zr_msg_kind {
 #define ZR_FEATURE_CONVERT "convert" /* CONVERT */
 #define ZR_FEATURE_MIXTURE "mixture"   /* LOADER_OPEN `sources`, BATCH `source` */
 #define ZR_FEATURE_STEPS_OF "steps_of" /* STEPS_OF */
+#define ZR_FEATURE_METRICS "metrics" /* METRICS */
 
 /* ---- field names used by the codec itself ------------------------------ */
 

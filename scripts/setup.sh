@@ -13,8 +13,10 @@ APT_PACKAGES=(
   systemd                                # systemd-analyze, systemd-socket-activate (unit tests)
   python3-numpy python3-msgpack          # the system python, which tests/security's users run
   python3-venv git                       # scripts/wheel.sh: fresh venvs, the sdist (meson dist)
+  tmux                                   # `zrecord top` tested under a pseudo-terminal
 )
-PIP_PACKAGES=(numpy msgpack pytest)
+# prometheus_client: its parser reads the daemon's metrics in the tests
+PIP_PACKAGES=(numpy msgpack pytest prometheus_client)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -28,7 +30,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-if ! python3 -c 'import numpy, msgpack, pytest' 2>/dev/null; then
+if ! python3 -c 'import numpy, msgpack, pytest, prometheus_client' 2>/dev/null; then
   echo "setup: pip installing ${PIP_PACKAGES[*]}"
   python3 -m pip install -q "${PIP_PACKAGES[@]}"
 fi

@@ -13,6 +13,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "dataset/ragged.h"
 #include "zr-proto.h"
@@ -23,6 +24,69 @@
 
 static uint64_t align_up(uint64_t v, uint64_t a) {
         return (v + a - 1) / a * a;
+}
+
+/* A timed gather's clock (0 when untimed: no clock is read). */
+static uint64_t clock_ns(const zr_gather *g) {
+        struct timespec ts;
+        if (!g->times)
+                return 0;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Adds the time since t0 to *stage, if the gather is timed. */
+static void add_since(const zr_gather *g, uint64_t *stage, uint64_t t0) {
+        if (g->times)
+                *stage += clock_ns(g) - t0;
+}
+
+/* Adds a store read's wall time (since t0) to the timed gather's stages: in
+ * detail split by the shares the store measured in its shards (st), else all
+ * to decode (a compressed store) or copy (batch.h). */
+static void add_store_time(zr_gather *g, const zr_dataset *ds, uint64_t t0,
+                           const zr_store_times *st) {
+        zr_gather_times *t = g->times;
+        uint64_t wall = clock_ns(g) - t0;
+
+        if (!t->detail) {
+                if (zr_dataset_schema(ds)->codec != ZR_CODEC_RAW)
+                        t->decode_ns += wall;
+                else
+                        t->copy_ns += wall;
+                return;
+        }
+        uint64_t part[4] = { atomic_load(&st->lookup_ns), atomic_load(&st->read_ns),
+                             atomic_load(&st->decode_ns), atomic_load(&st->copy_ns) };
+        uint64_t *to[4] = { &t->lookup_ns, &t->read_ns, &t->decode_ns, &t->copy_ns };
+        unsigned __int128 sum = (unsigned __int128)part[0] + part[1] + part[2] + part[3];
+        uint64_t left = wall;
+        unsigned most = 0;
+        for (unsigned i = 0; i < 4; i++) {
+                uint64_t w = sum ? (uint64_t)(wall * (unsigned __int128)part[i] / sum) : 0;
+                *to[i] += w;
+                left -= w;
+                if (part[i] > part[most])
+                        most = i;
+        }
+        *to[most] += left; /* what the rounding left, to the largest */
+        t->pages += atomic_load(&st->pages);
+        t->device_bytes += atomic_load(&st->device_bytes);
+}
+
+/* The read of records locs[0..n) of ds into dsts, by ds's store, timed if the
+ * gather is (the store's stages measured in detail). */
+static int store_read(zr_gather *g, zr_dataset *ds, const zr_loc *locs, size_t n,
+                      void *const *dsts, zr_error *err) {
+        zr_store_times st = { .sample_io = 1 };
+        int detail = g->times && g->times->detail;
+        uint64_t t0 = clock_ns(g);
+        int r = zr_store_gather_timed(zr_dataset_store(ds), locs, n, dsts, detail ? &st : NULL,
+                                      err);
+
+        if (g->times)
+                add_store_time(g, ds, t0, &st);
+        return r;
 }
 
 /* Record i's dataset: ds, or its source's. */
@@ -101,7 +165,17 @@ static int check_items(const zr_gather *g, uint64_t item, zr_error *err) {
         return 0;
 }
 
+static int locate(zr_gather *g, zr_error *err);
+
 int zr_gather_locate(zr_gather *g, zr_error *err) {
+        uint64_t t0 = clock_ns(g);
+        int r = locate(g, err);
+        if (g->times)
+                add_since(g, &g->times->lookup_ns, t0);
+        return r;
+}
+
+static int locate(zr_gather *g, zr_error *err) {
         const zr_schema *s = gather_schema(g);
         size_t n = g->n ? g->n : 1;
         uint64_t used = 0;
@@ -258,6 +332,7 @@ static int read_cached(zr_gather *g, const gather_part *p, zr_rcache *cache, zr_
         ms = (miss *)(mdsts + n);
         first = (size_t *)(ms + n);
         repeat = (uint8_t *)(first + n);
+        uint64_t t0 = clock_ns(g);
         for (size_t i = 0; i < n; i++)
                 keys[i] = (zr_rcache_key){ id, gen, p->idx[i] };
         nhits = zr_rcache_lookup(cache, keys, n, hits);
@@ -265,6 +340,8 @@ static int read_cached(zr_gather *g, const gather_part *p, zr_rcache *cache, zr_
          * not by its next use after this one */
         if (g->plan_owner)
                 zr_rcache_unplan(cache, g->plan_owner, keys, n);
+        if (g->times)
+                add_since(g, &g->times->lookup_ns, t0);
         for (size_t i = 0; i < n; i++) {
                 if (hits[i] && zr_rcache_entry_len(hits[i]) != p->locs[i].logic_length) {
                         /* cannot happen for an immutable key; decode instead */
@@ -282,16 +359,19 @@ static int read_cached(zr_gather *g, const gather_part *p, zr_rcache *cache, zr_
         }
         g->hits += nhits + nrep;
         g->misses += nm;
-        r = zr_store_gather_locs(zr_dataset_store(p->ds), mlocs, nm, mdsts, err);
+        r = store_read(g, p->ds, mlocs, nm, mdsts, err);
         if (r >= 0) {
                 copy_job j = { .cache = cache, .keys = keys, .hits = hits, .repeat = repeat,
                                .dsts = p->dsts, .locs = p->locs, .n = n };
+                t0 = clock_ns(g);
                 for (size_t i = 0; i < n && nrep > 0; i++)
                         if (repeat[i])
                                 memcpy(p->dsts[i], p->dsts[first[i]], p->locs[i].logic_length);
                 zr_pool_parallel(pool, zr_pool_shards(pool, (n + COPY_SHARD_MIN - 1) /
                                                                     COPY_SHARD_MIN),
                                  copy_shard, &j);
+                if (g->times)
+                        add_since(g, &g->times->copy_ns, t0);
                 g->evictions += atomic_load(&j.evictions);
         }
         for (size_t i = 0; i < n; i++)
@@ -307,7 +387,7 @@ static int read_part(zr_gather *g, const gather_part *p, zr_rcache *cache, zr_po
                 return 0;
         if (cache && zr_dataset_schema(p->ds)->codec != ZR_CODEC_RAW)
                 return read_cached(g, p, cache, pool, err);
-        return zr_store_gather_locs(zr_dataset_store(p->ds), p->locs, p->n, p->dsts, err);
+        return store_read(g, p->ds, p->locs, p->n, p->dsts, err);
 }
 
 /* Reads every record: one part, or one per source (each named in errors). */
@@ -343,11 +423,23 @@ static int dense_read(zr_gather *g, uint8_t *dst, zr_rcache *cache, zr_pool *poo
         zr_store *st = zr_dataset_store(g->ds);
         int r;
 
-        if (!cache || s->codec == ZR_CODEC_RAW || g->n == 0)
-                return zr_store_gather_dense(st, g->idx, g->n, item, dst, g->locs, err);
+        if (!cache || s->codec == ZR_CODEC_RAW || g->n == 0) {
+                /* its lookups are its shards': timed with them, in detail */
+                zr_store_times times = { .sample_io = 1 };
+                int detail = g->times && g->times->detail;
+                uint64_t t0 = clock_ns(g);
+                r = zr_store_gather_dense_timed(st, g->idx, g->n, item, dst, g->locs,
+                                                detail ? &times : NULL, err);
+                if (g->times)
+                        add_store_time(g, g->ds, t0, &times);
+                return r;
+        }
+        uint64_t t0 = clock_ns(g);
         r = zr_store_locate(st, g->idx, g->n, g->locs, err);
         if (r == 0)
                 r = check_items(g, item, err);
+        if (g->times)
+                add_since(g, &g->times->lookup_ns, t0);
         for (size_t i = 0; r == 0 && i < g->n; i++)
                 g->dsts[i] = dst + i * item;
         return r < 0 ? r : read_parts(g, cache, pool, err);
@@ -376,6 +468,7 @@ int zr_gather_read(zr_gather *g, uint8_t *dst, uint64_t base, zr_rcache *cache, 
         r = read_parts(g, cache, pool, err);
         if (r < 0 || !ragged)
                 return r < 0 ? r : 0;
+        uint64_t t0 = clock_ns(g);
         for (size_t i = 0; i < g->n; i++) {
                 zr_dataset *ds = record_ds(g, i);
                 zr_error perr = {0};
@@ -411,6 +504,8 @@ int zr_gather_read(zr_gather *g, uint8_t *dst, uint64_t base, zr_rcache *cache, 
                 g->lengths[i] = g->locs[i].logic_length - zr_ragged_header_bytes(nd);
         }
         g->shape_words = w;
+        if (g->times)
+                add_since(g, &g->times->copy_ns, t0);
         return 0;
 }
 

@@ -60,6 +60,30 @@
 #include "util/error.h"
 #include "util/pool.h"
 
+/* Where a gather's time went, in wall time of the gathering thread: added to
+ * by zr_gather_locate() and zr_gather_read() when the gather has one. The
+ * stages of PROTOCOL.md, STATUS, `telemetry`.
+ *
+ * In detail, the store times its own stages (store.h's zr_store_times: a pass
+ * that faults the records' pages in first, clocks in every shard, the device
+ * bytes of each shard's thread), and the read's wall time is split by the
+ * shards' shares. Else only the caller's clock runs (a few reads a gather),
+ * and the store's whole time counts as decode (compressed) or copy (raw): a
+ * fault on the way is then in that stage, which is why a loader gathers in
+ * detail whenever its reads were slow, and every so often anyway. A dense
+ * batch of one dataset read in one pass (its shards locate their own records)
+ * has its lookups inside that time: apart in detail, else in that stage. */
+typedef struct zr_gather_times {
+        int detail;           /* in: time the store's stages, count device bytes */
+        uint64_t lookup_ns;   /* table entries located; cache lookups */
+        uint64_t read_ns;     /* pages faulted in, preads */
+        uint64_t decode_ns;   /* zstd */
+        uint64_t copy_ns;     /* raw copies, cache hits copied and misses inserted,
+                               * ragged headers parsed */
+        uint64_t pages;       /* detail: record pages touched through mappings */
+        uint64_t device_bytes; /* detail: read from the device */
+} zr_gather_times;
+
 typedef struct zr_gather {
         /* set by the caller before zr_gather_locate() */
         zr_dataset *ds;         /* every record's dataset, unless `sources` is set */
@@ -84,6 +108,8 @@ typedef struct zr_gather {
          * zr_rcache_plan()) this gather consumes: a loader's gather of a step
          * it planned */
         uint64_t plan_owner;
+        /* NULL, or where locate and read add their stages' times (the caller's) */
+        zr_gather_times *times;
 
         /* set by zr_gather_locate() */
         uint64_t bytes;         /* the destination bytes the batch spans */

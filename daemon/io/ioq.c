@@ -421,6 +421,12 @@ void zr_ioq_get_stats(zr_ioq *q, zr_ioq_stats *ret) {
         pthread_mutex_unlock(&q->lock);
 }
 
+void zr_ioq_get_latency(zr_ioq *q, zr_latency *ret) {
+        pthread_mutex_lock(&q->lock);
+        *ret = q->lat;
+        pthread_mutex_unlock(&q->lock);
+}
+
 const char *zr_ioq_backend_name(enum zr_ioq_backend b) {
         switch (b) {
         case ZR_IOQ_URING:

@@ -45,6 +45,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "io/latency.h"
 #include "io/range.h"
 #include "util/error.h"
 
@@ -153,6 +154,10 @@ enum zr_ioq_backend zr_ioq_backend_of(const zr_ioq *q);
 
 /* Fills *ret with the counters and the latency estimate at this instant. */
 void zr_ioq_get_stats(zr_ioq *q, zr_ioq_stats *ret);
+
+/* Copies the per-read latency histogram (its fixed buckets make the
+ * daemon's Prometheus histogram of reads ahead). */
+void zr_ioq_get_latency(zr_ioq *q, zr_latency *ret);
 
 /* "auto", "uring" or "threads". */
 const char *zr_ioq_backend_name(enum zr_ioq_backend b);

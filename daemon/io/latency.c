@@ -3,6 +3,26 @@
 
 #include <string.h>
 
+const uint64_t zr_latency_le_ns[ZR_LATENCY_LE] = {
+        10000, 25000, 50000, 100000, 250000, 500000,                 /* 10 us .. 0.5 ms */
+        1000000, 2500000, 5000000, 10000000, 25000000, 50000000,     /* 1 ms .. 50 ms */
+        100000000, 250000000, 500000000, 1000000000, 2500000000u,    /* 0.1 s .. 2.5 s */
+        5000000000u, 10000000000u,                                   /* 5 s, 10 s */
+};
+
+/* The fixed bucket of ns, or ZR_LATENCY_LE (+Inf). */
+static unsigned le_of(uint64_t ns) {
+        unsigned lo = 0, hi = ZR_LATENCY_LE;
+        while (lo < hi) {
+                unsigned mid = (lo + hi) / 2;
+                if (ns <= zr_latency_le_ns[mid])
+                        hi = mid;
+                else
+                        lo = mid + 1;
+        }
+        return lo;
+}
+
 /* Bucket of value v: 4 * floor(log2 v) + the two bits below the leading one. */
 static unsigned bucket_of(uint64_t v) {
         if (v < 2)
@@ -50,6 +70,17 @@ void zr_latency_add(zr_latency *l, uint64_t ns) {
         }
         l->bucket[bucket_of(ns)]++;
         l->held++;
+        unsigned k = le_of(ns);
+        if (k < ZR_LATENCY_LE)
+                l->le[k]++;
+        l->sum_ns += ns;
+}
+
+uint64_t zr_latency_cumulative(const zr_latency *l, unsigned i) {
+        uint64_t n = 0;
+        for (unsigned k = 0; k <= i && k < ZR_LATENCY_LE; k++)
+                n += l->le[k];
+        return n;
 }
 
 uint64_t zr_latency_quantile(const zr_latency *l, double q) {

@@ -249,14 +249,14 @@ static void unlock_all(zr_dataset **held, size_t n) {
  * region of `base` (the slot), filling the slot's metadata. Takes each distinct
  * dataset's lock shared. */
 static int gather_stream(zr_loader *l, size_t si, const step_records *rec, uint8_t *base,
-                         uint64_t slot_off, uint64_t plan_owner, zr_loader_stream_batch *sb,
-                         fill_result *res, zr_error *err) {
+                         uint64_t slot_off, uint64_t plan_owner, zr_gather_times *times,
+                         zr_loader_stream_batch *sb, fill_result *res, zr_error *err) {
         lstream *st = loader_stream(l, 0, si);
         zr_dataset *dss[ZR_MIXTURE_MAX_SOURCES], *held[ZR_MIXTURE_MAX_SOURCES];
         zr_gather g = { .ds = st->s.ds, .idx = rec->idx, .n = l->sp.batch_size,
                         .offsets = (uint64_t *)sb->offsets, /* the slot's own arrays */
                         .lengths = (uint64_t *)sb->lengths, .shapes = (uint64_t *)sb->shapes,
-                        .plan_owner = plan_owner };
+                        .plan_owner = plan_owner, .times = times };
         uint32_t nsrc = loader_sources(l);
         zr_error gerr = {0};
         size_t nheld = 0;
@@ -324,6 +324,7 @@ static int gather_stream(zr_loader *l, size_t si, const step_records *rec, uint8
         sb->bytes = g.bytes;
         sb->shape_words = g.shape_words;
         res->bytes += g.bytes;
+        res->records += g.n;
 out:
         unlock_all(held, nheld);
         zr_gather_release(&g);
@@ -337,6 +338,7 @@ void zr_fill(zr_loader *l, const work *w, fill_result *res) {
         uint8_t *base = (uint8_t *)sl->r->shm.data + slot_off;
         step_records rec;
         zr_error err = {0};
+        uint64_t t0 = w->timed ? zr_loader_now_ns() : 0;
         int r;
 
         if (w->io_error) {
@@ -359,10 +361,13 @@ void zr_fill(zr_loader *l, const work *w, fill_result *res) {
                 if (sl->sources)
                         memcpy(sl->sources, rec.src, l->sp.batch_size);
         }
+        res->times.detail = w->detail;
         for (size_t i = 0; r >= 0 && i < l->nstreams; i++)
-                r = gather_stream(l, i, &rec, base, slot_off, w->plan_owner, &sl->sb[i], res,
-                                  &err);
+                r = gather_stream(l, i, &rec, base, slot_off, w->plan_owner,
+                                  w->timed ? &res->times : NULL, &sl->sb[i], res, &err);
         zr_step_records_free(&rec);
+        if (w->timed)
+                res->fill_ns = zr_loader_now_ns() - t0;
         if (r == -EBUSY)
                 res->busy = 1;
         else if (r < 0)

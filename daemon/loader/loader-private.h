@@ -35,9 +35,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dataset/batch.h"
 #include "dataset/cache.h"
 #include "io/ioq.h"
 #include "loader/loader.h"
+#include "loader/telemetry.h"
 #include "sampler/mixture.h"
 #include "util/shm.h"
 
@@ -70,6 +72,9 @@ typedef struct work {
         /* from the step's read ahead (prefetch.c), set at the claim: */
         int io_error;         /* positive errno: its reads failed, so fails the fill */
         uint64_t plan_owner;  /* consumes the step's planned cache uses (batch.h) */
+        /* telemetry (telemetry.h), set at the claim: time the fill, and its
+         * stages in detail (batch.h, zr_gather_times) */
+        int timed, detail;
 } work;
 
 /* What a group reads ahead (prefetch.c): one unit per step of a window. */
@@ -115,6 +120,9 @@ typedef struct pf_state {
         uint32_t depth;       /* steps read ahead of the leading fill, now */
         uint32_t horizon;     /* steps planned ahead of it, now */
         uint64_t plan_cap;    /* no plans while the cache holds more (every group's) */
+        /* telemetry: a fill of wait_step has waited for its reads ahead (or for
+         * the job that reads them) since wait_ns; 0: none waits */
+        uint64_t wait_step, wait_ns;
 } pf_state;
 
 /* A gather that found a stream's lock taken exclusive (a mutation in
@@ -160,6 +168,7 @@ typedef struct claim {
         slot *sl;             /* NULL: unused */
         uint64_t step;
         int held;             /* announced: the client's until released */
+        uint64_t ann_ns;      /* when it was announced (telemetry: the ready wait) */
 } claim;
 
 /* A ring made ahead, never passed to anyone, pre-faulted whole. */
@@ -219,6 +228,10 @@ struct zr_loader {
         group *g;
         zr_loader *g_next;
         zr_loader_counters c;
+        /* telemetry (telemetry.h; engine mutex) */
+        zr_telemetry tel;
+        uint64_t enq_ns;      /* queued for a worker with none of its work running, 0 */
+        int detail;           /* its next fill is timed in detail (batch.h) */
 };
 
 struct zr_loader_engine {
@@ -256,6 +269,8 @@ struct zr_loader_engine {
         _Atomic uint64_t pf_peak;
         uint64_t next_owner;
         zr_loader_engine_counters t;
+        _Atomic int telemetry; /* loaders keep telemetry (on unless the engine's
+                                * owner turns it off) */
 };
 
 /* The result of a fill. */
@@ -265,7 +280,12 @@ typedef struct fill_result {
         uint64_t needed;
         char msg[ZR_ERROR_MESSAGE_MAX];
         uint64_t hits, misses, bytes, evictions;
+        uint64_t records;     /* records gathered, every stream's */
+        /* a timed fill (work.timed): its wall time and its stages' */
+        uint64_t fill_ns;
+        zr_gather_times times;
 } fill_result;
+
 
 /* A slot is busy while a claim names it or a fill runs on it. */
 static inline int slot_busy(const slot *sl) {
@@ -423,5 +443,21 @@ int zr_fill_setup(zr_loader *l, const zr_loader_stream *streams, const zr_loader
  * its region and the slot's metadata. On a worker, no lock held; a stream's
  * lock it cannot take at once sets res->busy. */
 void zr_fill(zr_loader *l, const work *w, fill_result *res);
+
+/* ---- measure.c: telemetry (engine mutex held) -------------------------------- */
+
+/* A completed fill: its time, its stages, whether l's next fill is timed in
+ * detail. */
+void zr_measure_fill(zr_loader *l, const fill_result *res);
+/* A completed fill's cache hits and misses. */
+void zr_measure_cache(zr_loader *l, const fill_result *res);
+/* Claim cl's batch announced now: a batch, its bytes, cl->ann_ns. */
+void zr_measure_announce(zr_loader *l, claim *cl);
+/* l taken from the run queue by a worker whose last work, for group prev_g,
+ * took prev_ns: its wait behind other loaders (contention). */
+void zr_measure_queue(zr_loader *l, const group *prev_g, uint64_t prev_ns);
+/* The client's report with its release of claim cl: its wait, when it took
+ * the batch (each checked against the daemon's clock). */
+void zr_measure_take(zr_loader *l, const claim *cl, const zr_loader_take *take);
 
 #endif

@@ -253,6 +253,8 @@ static int claim_next(zr_loader_engine *e, zr_loader *l, work *w, int *notify) {
         w->l = l;
         w->sl = sl;
         w->step = step;
+        w->timed = atomic_load(&e->telemetry);
+        w->detail = w->timed && l->detail;
         zr_sched_run(e, l);
         return 1;
 }
@@ -268,6 +270,8 @@ static int complete(zr_loader_engine *e, const work *w, const fill_result *res) 
         l->c.misses += res->misses;
         e->t.hits += res->hits;
         e->t.misses += res->misses;
+        if (w->timed)
+                zr_measure_cache(l, res);
         if (res->busy) {
                 /* keep the claim (the slot stays filling, members wait for it)
                  * and park the work until resume_parked() */
@@ -278,6 +282,8 @@ static int complete(zr_loader_engine *e, const work *w, const fill_result *res) 
                 return 0;
         }
         l->inflight--;
+        if (w->timed)
+                zr_measure_fill(l, res);
         zr_pf_consumed(e, g, sl->step);
         l->c.bytes += res->bytes;
         l->c.evictions += res->evictions;
@@ -314,6 +320,10 @@ static int complete(zr_loader_engine *e, const work *w, const fill_result *res) 
 
 static void drain_task(void *arg) {
         zr_loader_engine *e = arg;
+        /* the group this worker's last work was for (compared, never used), and
+         * how long it took: telemetry's contention */
+        const group *prev_g = NULL;
+        uint64_t prev_ns = 0;
         zr_loader *l;
 
         pthread_mutex_lock(&e->mutex);
@@ -326,13 +336,19 @@ static void drain_task(void *arg) {
                         l = w.l;
                 } else if ((l = runq_pop(e))) {
                         int notify = 0, r;
+                        zr_measure_queue(l, prev_g, prev_ns);
                         if (zr_pf_job_due(e, l)) {
                                 pf_job j;
+                                uint64_t t0, t1;
                                 zr_pf_job_start(e, l, &j);
                                 zr_sched_run(e, l);
+                                t0 = atomic_load(&e->telemetry) ? zr_loader_now_ns() : 0;
                                 pthread_mutex_unlock(&e->mutex);
                                 zr_pf_job_run(e, &j);
+                                t1 = t0 ? zr_loader_now_ns() : 0;
                                 pthread_mutex_lock(&e->mutex);
+                                prev_g = l->g;
+                                prev_ns = t1 - t0;
                                 zr_pf_job_end(e, &j);
                                 continue;
                         }
@@ -350,6 +366,8 @@ static void drain_task(void *arg) {
                 pthread_mutex_unlock(&e->mutex);
                 zr_fill(l, &w, &res);
                 pthread_mutex_lock(&e->mutex);
+                prev_g = l->g;
+                prev_ns = res.fill_ns;
                 if (complete(e, &w, &res) && e->notify) {
                         pthread_mutex_unlock(&e->mutex);
                         e->notify(e->notify_userdata);
@@ -378,6 +396,7 @@ static void kick(zr_loader_engine *e) {
 void zr_sched_run(zr_loader_engine *e, zr_loader *l) {
         if (l->in_runq || !runnable(l))
                 return;
+        l->enq_ns = atomic_load(&e->telemetry) ? zr_loader_now_ns() : 0;
         l->run_prev = e->run_tail;
         l->run_next = NULL;
         if (e->run_tail)
@@ -462,6 +481,7 @@ int zr_loader_engine_new(zr_pool *pool, uint64_t cache_bytes, zr_loader_notify_f
          * that needs no hand-off; a fill's own shards (zr_pool_parallel) use
          * whatever is idle. More fills at once would only queue. */
         e->drain_max = (unsigned)zr_pool_threads(pool);
+        atomic_init(&e->telemetry, 1);
         r = pthread_create(&e->retry_thread, NULL, retry_main, e);
         if (r != 0) {
                 pthread_cond_destroy(&e->parked_cond);
@@ -642,6 +662,7 @@ int zr_loader_new(zr_loader_engine *e, const zr_loader_stream *streams, size_t n
         l->nstreams = nstreams / nsrc;
         l->nsources = p->nsources;
         l->nall = nstreams;
+        zr_tel_init(&l->tel, zr_loader_now_ns());
         l->nslots = p->prefetch;
         l->start = p->start_step;
 
@@ -847,6 +868,8 @@ int zr_loader_poll(zr_loader *l, zr_loader_event *ret) {
                         goto out;
                 }
                 cl->held = 1;
+                if (atomic_load(&e->telemetry))
+                        zr_measure_announce(l, cl);
                 *ret = (zr_loader_event){ .kind = ZR_LOADER_EVENT_BATCH, .step = cl->step,
                                           .ring = rg->id, .ring_data = rg->shm.data,
                                           .slot = cl->sl->index,
@@ -871,6 +894,11 @@ out:
 }
 
 int zr_loader_release(zr_loader *l, uint32_t ring_id, uint32_t slot_no, zr_error *err) {
+        return zr_loader_release_report(l, ring_id, slot_no, NULL, err);
+}
+
+int zr_loader_release_report(zr_loader *l, uint32_t ring_id, uint32_t slot_no,
+                             const zr_loader_take *take, zr_error *err) {
         zr_loader_engine *e = l->e;
         ring *dead = NULL;
         claim *cl = NULL;
@@ -888,6 +916,8 @@ int zr_loader_release(zr_loader *l, uint32_t ring_id, uint32_t slot_no, zr_error
                                  ring_id, slot_no);
                 goto out;
         }
+        if (take && atomic_load(&e->telemetry))
+                zr_measure_take(l, cl, take);
         if (claim_drop(cl))
                 zr_group_wake(e, l->g);
         zr_sched_run(e, l);

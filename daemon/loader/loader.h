@@ -123,6 +123,7 @@
 
 #include "dataset/dataset.h"
 #include "io/ioq.h"
+#include "loader/telemetry.h"
 #include "sampler/sampler.h"
 #include "util/error.h"
 #include "util/pool.h"
@@ -425,6 +426,25 @@ int zr_loader_poll(zr_loader *l, zr_loader_event *ret);
  * Loop thread. */
 int zr_loader_release(zr_loader *l, uint32_t ring, uint32_t slot, zr_error *err);
 
+/* What the client says of a batch it gives back (RELEASE's wait_ns and
+ * taken_ns, PROTOCOL.md): the consumer's wait for a batch (each returned
+ * batch's wait rides on one release, not necessarily its own), and when, on
+ * CLOCK_MONOTONIC, the consumer took this one. */
+typedef struct zr_loader_take {
+        int has_wait;
+        uint64_t wait_ns;
+        int has_taken;
+        uint64_t taken_ns;
+} zr_loader_take;
+
+/* zr_loader_release() with the client's report (NULL: none) for the loader's
+ * telemetry: a wait is counted (at most the loader's age, all waits
+ * together); a take time makes the batch's ready wait (take minus its
+ * announcement) if it lies between the announcement and now, and is ignored
+ * otherwise (a client in another time namespace, or one that lies). */
+int zr_loader_release_report(zr_loader *l, uint32_t ring, uint32_t slot,
+                             const zr_loader_take *take, zr_error *err);
+
 /* Ends the loader early with `code` (positive, e.g. ZR_E_SHUTDOWN) and
  * `message`: no new step is started; steps already started are announced, then
  * an END with this code. Does nothing if an end is already decided. */
@@ -447,5 +467,16 @@ typedef struct zr_loader_counters {
 
 /* Fills *ret with the loader's counters. */
 void zr_loader_counters_get(zr_loader *l, zr_loader_counters *ret);
+
+/* Fills *ret with the loader's telemetry at now_ns (CLOCK_MONOTONIC):
+ * windows, verdict, stage, histograms (telemetry.h). Any thread. */
+void zr_loader_telemetry_get(zr_loader *l, uint64_t now_ns, zr_loader_telemetry *ret);
+
+/* CLOCK_MONOTONIC in ns: the engine's clock (telemetry's times are on it). */
+uint64_t zr_loader_now_ns(void);
+
+/* Turns telemetry on (the default) or off for every loader: off, no clock is
+ * read per batch and gathers are not timed (for measuring what it costs). */
+void zr_loader_engine_set_telemetry(zr_loader_engine *e, int on);
 
 #endif

@@ -37,7 +37,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "loader/loader-private.h"
 #include "store/store.h"
@@ -63,12 +62,6 @@
  * the cache's budget). */
 #define PF_PLAN_TOTAL_FACTOR 8
 #define PF_PLAN_TOTAL_MIN 65536
-
-static uint64_t now_ns(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static uint64_t max_u64(uint64_t a, uint64_t b) {
         return a > b ? a : b;
@@ -246,7 +239,7 @@ int zr_pf_job_due(zr_loader_engine *e, const zr_loader *l) {
 void zr_pf_job_start(zr_loader_engine *e, zr_loader *l, pf_job *j) {
         group *g = l->g;
         pf_state *p = &g->pf;
-        uint64_t lead = lead_step(g), s, now = now_ns();
+        uint64_t lead = lead_step(g), s, now = zr_loader_now_ns();
         pf_unit *u;
 
         *j = (pf_job){ .l = l };
@@ -525,8 +518,10 @@ void zr_pf_job_end(zr_loader_engine *e, pf_job *j) {
                 u->bytes = j->bytes;
                 if (j->submitted) {
                         u->ioq_id = j->id;
-                        u->submit_ns = now_ns();
+                        u->submit_ns = zr_loader_now_ns();
                         e->t.prefetch_steps++;
+                        if (atomic_load(&e->telemetry))
+                                zr_tel_add(&l->tel, u->submit_ns, ZR_TEL_DEVICE_BYTES, j->bytes);
                 } else {
                         u->io = PF_IO_DONE;
                         p->io_inflight--;
@@ -551,6 +546,15 @@ void zr_pf_job_end(zr_loader_engine *e, pf_job *j) {
         pthread_cond_broadcast(&e->idle);
 }
 
+/* Telemetry: a fill of `step` waits for reads ahead from now on, unless it
+ * already did. */
+static void reads_awaited(zr_loader_engine *e, pf_state *p, uint64_t step) {
+        if ((p->wait_ns && p->wait_step == step) || !atomic_load(&e->telemetry))
+                return;
+        p->wait_step = step;
+        p->wait_ns = zr_loader_now_ns();
+}
+
 int zr_pf_ready(zr_loader_engine *e, const zr_loader *l, uint64_t step, work *w) {
         group *g = l->g;
         pf_state *p = &g->pf;
@@ -563,11 +567,14 @@ int zr_pf_ready(zr_loader_engine *e, const zr_loader *l, uint64_t step, work *w)
         u = unit_of(g, step);
         if (!u) {
                 /* past the window: wait for the job that will read it, if any */
-                if (step >= window_hi(p))
-                        return !(p->job || zr_pf_job_due(e, l));
+                if (step >= window_hi(p) && (p->job || zr_pf_job_due(e, l))) {
+                        reads_awaited(e, p, step);
+                        return 0;
+                }
                 return 1;
         }
         if (u->job || u->io == PF_IO_READING) {
+                reads_awaited(e, p, step);
                 u->waited = 1;
                 return 0;
         }
@@ -579,8 +586,14 @@ int zr_pf_ready(zr_loader_engine *e, const zr_loader *l, uint64_t step, work *w)
 }
 
 void zr_pf_claimed(zr_loader_engine *e, zr_loader *l, uint64_t step) {
+        pf_state *p = &l->g->pf;
         pf_unit *u = unit_of(l->g, step);
 
+        if (p->wait_ns && p->wait_step == step) {
+                uint64_t now = zr_loader_now_ns();
+                zr_tel_add(&l->tel, now, ZR_TEL_IO_WAIT_NS, now - p->wait_ns);
+                p->wait_ns = 0;
+        }
         if (!u)
                 return;
         release(e, &l->g->pf, &u->bytes);
@@ -600,7 +613,7 @@ void zr_pf_consumed(zr_loader_engine *e, group *g, uint64_t step) {
                 return;
         u->consumed = 1;
         release(e, p, &u->bytes);
-        now = now_ns();
+        now = zr_loader_now_ns();
         if (p->last_done_ns)
                 p->period_ns = ewma(p->period_ns, now - p->last_done_ns);
         p->last_done_ns = now;

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "server/log.h"
+#include "server/scrape.h"
 #include "zr-proto.h"
 
 #define MiB (UINT64_C(1) << 20)
@@ -68,6 +69,10 @@
 /* Request bytes read and not yet executed, for all of a uid's clients: a
  * client pauses at 4 MiB of its own (session.c), so sixteen clients' worth. */
 #define DEFAULT_MAX_BYTES_UID (64 * MiB)
+/* A loader data-bound this long gets a warning in the journal: long enough
+ * that a slow start or an epoch boundary does not, short enough to be seen
+ * while the job runs. */
+#define DEFAULT_STALL_WARNING_SEC 60
 
 enum { KEY_SOCKET = 1000, KEY_SOCKET_MODE, KEY_SOCKET_GROUP, KEY_THREADS, KEY_LOG_LEVEL,
        KEY_IDLE_EXIT, KEY_SYNC_INTERVAL, KEY_CACHE, KEY_RING_SPARE, KEY_READ_POOL, KEY_MAX_FRAME,
@@ -78,7 +83,9 @@ enum { KEY_SOCKET = 1000, KEY_SOCKET_MODE, KEY_SOCKET_GROUP, KEY_THREADS, KEY_LO
        KEY_MAX_FDS_UID, KEY_MAX_BYTES_UID, KEY_MAX_SHM_UID, KEY_MAX_SHM_TOTAL,
        KEY_MAX_JOBS_UID,
        /* reading ahead */
-       KEY_PREFETCH, KEY_IO_BACKEND, KEY_IO_DEPTH };
+       KEY_PREFETCH, KEY_IO_BACKEND, KEY_IO_DEPTH,
+       /* telemetry */
+       KEY_STALL_WARNING, KEY_METRICS_LISTEN };
 
 static const struct setting {
         const char *name;
@@ -125,6 +132,10 @@ static const struct setting {
          "shared memory of all uids (0 = half of the daemon's memory)"},
         {"max-jobs-per-uid", KEY_MAX_JOBS_UID, "N",
          "worker jobs of one uid at once (0 = the threads but one)"},
+        {"stall-warning", KEY_STALL_WARNING, "SEC",
+         "warn in the journal when a loader was data-bound this long (60; 0 = never)"},
+        {"metrics-listen", KEY_METRICS_LISTEN, "ADDR",
+         "serve Prometheus metrics on a Unix socket PATH or a loopback HOST:PORT (off)"},
         {"help", KEY_HELP, NULL, "show this help"},
         {"version", KEY_VERSION, NULL, "show the version"},
 };
@@ -154,6 +165,7 @@ void zr_config_defaults(zr_config *c) {
         c->max_fds = DEFAULT_MAX_FDS;
         c->max_fds_per_uid = DEFAULT_MAX_FDS_UID;
         c->max_bytes_per_uid = DEFAULT_MAX_BYTES_UID;
+        c->stall_warning_sec = DEFAULT_STALL_WARNING_SEC;
 }
 
 static int parse_size(const char *s, uint64_t *ret) {
@@ -299,6 +311,16 @@ static int apply(zr_config *c, int key, const char *v, const char *where, zr_err
         case KEY_MAX_SHM_UID: r = parse_size(v, &c->max_shm_per_uid); break;
         case KEY_MAX_SHM_TOTAL: r = parse_size(v, &c->max_shm_total); break;
         case KEY_MAX_JOBS_UID: r = parse_u32(v, &c->max_jobs_per_uid); break;
+        case KEY_STALL_WARNING: r = parse_size(v, &c->stall_warning_sec); break;
+        case KEY_METRICS_LISTEN: {
+                zr_error e = {0};
+                if (strlen(v) >= sizeof(c->metrics_listen))
+                        return zr_error_set(err, EINVAL, "%s: metrics-listen is too long", where);
+                if (v[0] && zr_scrape_check_address(v, &e) < 0)
+                        return zr_error_set(err, EINVAL, "%s: %s", where, e.message);
+                snprintf(c->metrics_listen, sizeof(c->metrics_listen), "%s", v);
+                return 0;
+        }
         default:
                 return zr_error_set(err, EINVAL, "%s: not a setting", where);
         }

@@ -53,6 +53,11 @@ typedef struct zr_config {
         uint64_t max_shm_total;        /* all uids together; 0 = auto (half of it) */
         uint32_t max_jobs_per_uid;     /* worker jobs of one uid running at once; 0 = auto
                                         * (the worker threads but one, at least one) */
+        /* telemetry (docs/TELEMETRY.md) */
+        uint64_t stall_warning_sec;    /* warn in the journal after a loader was
+                                        * data-bound this long; 0 = never */
+        char metrics_listen[ZR_CONFIG_PATH_MAX]; /* "": no metrics endpoint; a Unix
+                                        * socket path, or a loopback HOST:PORT (scrape.h) */
         char config_path[4096];    /* the file read, or "" */
 } zr_config;
 

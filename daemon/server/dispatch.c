@@ -48,6 +48,7 @@ static const handler handlers[] = {
         { ZR_MSG_LOADER_OPEN, zr_handle_loader_open, NULL, 0, false },
         { ZR_MSG_LOADER_CLOSE, zr_handle_loader_close, "loader", LOADER, false },
         { ZR_MSG_STEPS_OF, zr_handle_steps_of, NULL, 0, false },
+        { ZR_MSG_METRICS, zr_handle_metrics, NULL, 0, false },
 };
 
 /* Finds the handle of row h in rq->handle. */

@@ -24,6 +24,7 @@
 #include "dataset/fingerprint.h"
 #include "loader/loader.h"
 #include "server/log.h"
+#include "server/lview.h"
 #include "server/request.h"
 #include "server/session.h"
 
@@ -44,6 +45,7 @@ struct zr_lhandle {
         bool indices;                      /* BATCH carries the indices */
         bool provenance;                   /* BATCH carries a mixture's sources */
         bool ended;
+        zr_ltrack *track;                  /* what telemetry shows of it (lview.h) */
 };
 
 void zr_lhandle_free(zr_lhandle *lh) {
@@ -53,8 +55,33 @@ void zr_lhandle_free(zr_lhandle *lh) {
         zr_loader_free(lh->loader);
         for (uint32_t i = 0; i < lh->nentries; i++)
                 zr_entry_unref(lh->entries[i]);
+        zr_ltrack_free(lh->track);
         free(lh->entries);
         free(lh);
+}
+
+zr_loader *zr_lhandle_loader(const zr_lhandle *lh) {
+        return lh->loader;
+}
+
+uint32_t zr_lhandle_id(const zr_lhandle *lh) {
+        return lh->id;
+}
+
+zr_session *zr_lhandle_session(const zr_lhandle *lh) {
+        return lh->session;
+}
+
+uint32_t zr_lhandle_nentries(const zr_lhandle *lh) {
+        return lh->nentries;
+}
+
+zr_entry *zr_lhandle_entry(const zr_lhandle *lh, uint32_t i) {
+        return i < lh->nentries ? lh->entries[i] : NULL;
+}
+
+zr_ltrack **zr_lhandle_track(zr_lhandle *lh) {
+        return &lh->track;
 }
 
 uint64_t zr_lhandle_ring_bytes(const zr_lhandle *lh) {
@@ -79,6 +106,7 @@ void zr_lhandle_put_status(zr_lhandle *lh, zr_wire_writer *w, pid_t pid) {
         zr_wire_put_u64(w, "evictions", k.evictions);
         zr_wire_put_u64(w, "shared", k.shared);
         zr_wire_put_u64(w, "io_waits", k.io_waits);
+        zr_lview_put_status(lh, w);
         zr_wire_end(w);
 }
 
@@ -559,7 +587,13 @@ void zr_handle_release(zr_request *rq, const char *bad) {
                 zr_request_fault(rq, ZR_E_NO_HANDLE, "release: %s", rq->err.message);
                 return;
         }
-        if (zr_loader_release(h->loader->loader, ring, slot, &err) < 0)
+        /* what the client says of the batch (PROTOCOL.md, RELEASE): telemetry */
+        zr_loader_take take = {0};
+        take.has_wait = zr_wire_find(rq->root, "wait_ns") &&
+                        zr_wire_get_u64(rq->root, "wait_ns", &take.wait_ns, NULL) == 0;
+        take.has_taken = zr_wire_find(rq->root, "taken_ns") &&
+                         zr_wire_get_u64(rq->root, "taken_ns", &take.taken_ns, NULL) == 0;
+        if (zr_loader_release_report(h->loader->loader, ring, slot, &take, &err) < 0)
                 zr_request_fault(rq, err.code ? err.code : ZR_E_PROTO, "release: %s",
                                  err.message);
 }

@@ -773,6 +773,15 @@ int zr_handle_status(zr_request *rq) {
         uid_t caller = zr_request_uid(rq);
         bool all = zr_users_trusted(s->users, caller);
         zr_loader_engine_counters lk = {0};
+        zr_handle *only = NULL;
+        uint32_t id;
+        if (zr_wire_find(rq->root, "loader")) {
+                if (zr_wire_get_u32(rq->root, "loader", &id, NULL) < 0)
+                        return zr_request_fail(rq, ZR_E_PROTO, "status: loader is a u32");
+                only = zr_request_handle(rq, "loader", id, ZR_HANDLE_BIT(ZR_HANDLE_LOADER));
+                if (!only)
+                        return -ZR_E_NO_HANDLE;
+        }
         if (s->loaders)
                 zr_loader_engine_counters_get(s->loaders, &lk);
         zr_wire_writer w;
@@ -798,9 +807,14 @@ int zr_handle_status(zr_request *rq) {
         zr_wire_put_u64(&w, "planned", lk.planned);
         zr_wire_end(&w);
         zr_wire_begin_array(&w, "per_loader");
-        for (zr_session *c = s->sessions; c; c = zr_session_next(c))
-                if (all || zr_session_uid(c) == caller)
-                        zr_session_put_loaders(c, &w);
+        if (only) {
+                /* one loader of this connection: a client asking for its own figures */
+                zr_lhandle_put_status(only->loader, &w, zr_request_pid(rq));
+        } else {
+                for (zr_session *c = s->sessions; c; c = zr_session_next(c))
+                        if (all || zr_session_uid(c) == caller)
+                                zr_session_put_loaders(c, &w);
+        }
         zr_wire_end(&w);
         /* Optional keys: open stores, requests, batches taken from a slot
          * another group member filled, the spare rings' budget (ring-spare)

@@ -207,6 +207,7 @@ int zr_handle_convert(zr_request *rq);
 int zr_handle_loader_open(zr_request *rq);
 int zr_handle_loader_close(zr_request *rq);
 int zr_handle_steps_of(zr_request *rq);
+int zr_handle_metrics(zr_request *rq);
 /* RELEASE, a notification (the session calls it once HELLO and the loader
  * feature are in force): applied at once, faults only. `bad` is the message of
  * a body that did not validate, or NULL. */
@@ -227,6 +228,17 @@ uint64_t zr_lhandle_ring_bytes(const zr_lhandle *lh);
 void zr_lhandle_shutdown(zr_lhandle *lh);
 /* Puts the per_loader map of STATUS for this loader (pid: its client's). */
 void zr_lhandle_put_status(zr_lhandle *lh, zr_wire_writer *w, pid_t pid);
+/* What telemetry shows of a loader handle (lview.h): its loader, its number on
+ * its connection, its session, the registry entries of every source's streams,
+ * and the slot of its telemetry state (freed with the handle). */
+typedef struct zr_loader zr_loader;
+zr_loader *zr_lhandle_loader(const zr_lhandle *lh);
+uint32_t zr_lhandle_id(const zr_lhandle *lh);
+zr_session *zr_lhandle_session(const zr_lhandle *lh);
+uint32_t zr_lhandle_nentries(const zr_lhandle *lh);
+zr_entry *zr_lhandle_entry(const zr_lhandle *lh, uint32_t i);
+typedef struct zr_ltrack zr_ltrack;
+zr_ltrack **zr_lhandle_track(zr_lhandle *lh);
 
 /* The loop's side of the engine's notify() (server.c): collects every
  * loader's events and sends them on its session. */

@@ -29,7 +29,9 @@
 #include "server/log.h"
 #include "server/notify.h"
 #include "server/request.h"
+#include "server/scrape.h"
 #include "server/session.h"
+#include "server/watch.h"
 #include "wire.h"
 
 /* How often STATUS= tells the service manager what the daemon is doing: often
@@ -271,11 +273,14 @@ static void status_cb(evutil_socket_t fd, short what, void *arg) {
         zr_loader_engine_counters_get(s->loaders, &lk);
         double dt = (double)(now - s->status_usec) / 1e6;
         double rate = dt > 0 ? (double)(lk.batches - s->status_batches) / dt : 0;
+        zr_watch_summary ws = {0};
         s->status_usec = now;
         s->status_batches = lk.batches;
-        zr_notifyf("STATUS=%u clients, %llu loaders, %.1f batches/s, %u stores open",
-                   s->nclients, (unsigned long long)s->counters.loaders, rate,
-                   zr_registry_count(s->registry));
+        if (s->watch)
+                zr_watch_get(s->watch, &ws);
+        zr_notifyf("STATUS=%u clients, %llu loaders (%u data-bound), %.1f batches/s, "
+                   "%u stores open", s->nclients, (unsigned long long)s->counters.loaders,
+                   ws.data_bound, rate, zr_registry_count(s->registry));
 }
 
 static void watchdog_cb(evutil_socket_t fd, short what, void *arg) {
@@ -504,6 +509,10 @@ static void reload(zr_server *s) {
         o->prefetch_bytes = n.prefetch_bytes;
         o->read_pool_bytes = n.read_pool_bytes;
         CHANGED(idle_exit_sec, "%llu", unsigned long long)
+        if (o->stall_warning_sec != n.stall_warning_sec) {
+                CHANGED(stall_warning_sec, "%llu", unsigned long long)
+                zr_watch_set_warning(s->watch, o->stall_warning_sec);
+        }
 #undef CHANGED
         /* auto budgets follow a changed cgroup limit */
         zr_budgets nb;
@@ -526,9 +535,10 @@ static void reload(zr_server *s) {
         }
         if (strcmp(o->socket_path, n.socket_path) != 0 || o->threads != n.threads ||
             o->socket_mode != n.socket_mode || o->socket_gid != n.socket_gid ||
-            o->io_backend != n.io_backend || o->io_depth != n.io_depth)
-                zr_log(LOG_WARNING, "reload: socket, threads, io-backend and io-depth change only "
-                       "at restart");
+            o->io_backend != n.io_backend || o->io_depth != n.io_depth ||
+            strcmp(o->metrics_listen, n.metrics_listen) != 0)
+                zr_log(LOG_WARNING, "reload: socket, threads, io-backend, io-depth and "
+                       "metrics-listen change only at restart");
         arm_idle(s);
         zr_log(LOG_NOTICE, "reloaded %s: %u settings changed (limits apply to new connections)",
                o->config_path[0] ? o->config_path : "the settings", changes);
@@ -679,6 +689,16 @@ int zr_server_new(const zr_config *cfg, int argc, char **argv, zr_server **ret, 
                 r = zr_error_set(err, ENOMEM, "creating events");
                 goto fail;
         }
+        r = zr_watch_new(s, cfg->stall_warning_sec, &s->watch);
+        if (r < 0) {
+                r = zr_error_set(err, -r, "starting the loaders' watch");
+                goto fail;
+        }
+        if (cfg->metrics_listen[0]) {
+                r = zr_scrape_new(s, cfg->metrics_listen, &s->scrape, err);
+                if (r < 0)
+                        goto fail;
+        }
         event_add(s->ev_listen, NULL);
         event_add(s->ev_loader, NULL);
         event_add(s->ev_sigterm, NULL);
@@ -758,6 +778,8 @@ zr_server *zr_server_free(zr_server *s) {
                         zr_log(LOG_INFO, "synced and closed %u stores", n);
         }
         s->work = zr_work_free(s->work);
+        s->scrape = zr_scrape_free(s->scrape);
+        s->watch = zr_watch_free(s->watch);
         struct event **evs[] = {&s->ev_listen, &s->ev_sigterm, &s->ev_sigint, &s->ev_sighup,
                                 &s->ev_sync, &s->ev_status, &s->ev_watchdog, &s->ev_idle,
                                 &s->ev_drain, &s->ev_loader, &s->ev_listen_retry, &s->ev_wake};

@@ -93,6 +93,9 @@ typedef struct zr_server {
         bool draining;
         int exit_code;
 
+        struct zr_watch *watch;    /* the loaders' verdicts each second (watch.h) */
+        struct zr_scrape *scrape;  /* the metrics endpoint, if metrics-listen (scrape.h) */
+
         uint64_t start_usec;
         zr_server_counters counters;
         uint64_t status_batches;   /* batches at the last STATUS= */

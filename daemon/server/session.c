@@ -48,7 +48,7 @@ static zr_ratelimit rl_disconnect = ZR_RATELIMIT(10, 20);
 /* The features this daemon has; a session's are a bit set over this list. */
 static const char *const daemon_features[] = {
         ZR_FEATURE_MSSET, ZR_FEATURE_DICT, ZR_FEATURE_VERIFY, ZR_FEATURE_LOADER,
-        ZR_FEATURE_CONVERT, ZR_FEATURE_MIXTURE, ZR_FEATURE_STEPS_OF,
+        ZR_FEATURE_CONVERT, ZR_FEATURE_MIXTURE, ZR_FEATURE_STEPS_OF, ZR_FEATURE_METRICS,
 };
 #define N_FEATURES (sizeof(daemon_features) / sizeof(daemon_features[0]))
 
@@ -964,5 +964,13 @@ uid_t zr_session_uid(const zr_session *c) {
 
 zr_user *zr_session_user(const zr_session *c) {
         return c->user;
+}
+
+pid_t zr_session_pid(const zr_session *c) {
+        return c->pid;
+}
+
+const char *zr_session_client_name(const zr_session *c) {
+        return c->name;
 }
 

@@ -43,6 +43,11 @@ const struct zr_handles *zr_session_handles(const zr_session *c);
 uid_t zr_session_uid(const zr_session *c);
 zr_user *zr_session_user(const zr_session *c);
 
+/* The peer's pid (SO_PEERCRED, 0 if unknown) and the name its HELLO gave
+ * ("" if none; printable ASCII). */
+pid_t zr_session_pid(const zr_session *c);
+const char *zr_session_client_name(const zr_session *c);
+
 /* Drain for shutdown: stop reading, let the executing request finish, answer
  * every queued request with ZR_E_SHUTDOWN, then close after the replies. */
 void zr_session_drain(zr_session *c);

@@ -16,6 +16,8 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Below this many indices a locate runs on the caller: a wake-up (30-70 us)
@@ -23,6 +25,23 @@
  * decoded from a mapping (~20 ns each). */
 #define STORE_LOCATE_PARALLEL_MIN_PREAD 256
 #define STORE_LOCATE_PARALLEL_MIN_MAPPED 65536
+/* A timed gather touches records' pages this far apart: the smallest page. */
+#define STORE_TOUCH_STRIDE 4096
+
+static uint64_t mono_ns(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Blocks (512 bytes) this thread read from devices so far (the kernel's task
+ * I/O accounting: page faults and reads that missed the page cache). */
+static uint64_t thread_inblock(void) {
+        struct rusage ru;
+        if (getrusage(RUSAGE_THREAD, &ru) < 0 || ru.ru_inblock < 0)
+                return 0;
+        return (uint64_t)ru.ru_inblock;
+}
 
 /* Checks one table entry against the chunk capacity and the write frontier. */
 static int store_check_loc(const zr_store *s, const zr_loc *l, uint64_t tail, zr_error *err) {
@@ -217,7 +236,7 @@ int zr_store_locate(zr_store *s, const uint64_t *idx, size_t n, zr_loc *ret_locs
 }
 
 static int gather_one_compressed(zr_store *s, zr_coder_ctx *x, const zr_loc *l, void *dst,
-                                 zr_error *err) {
+                                 uint64_t *pread_ns, zr_error *err) {
         int fd = zr_files_fd(s->chunks, l->chunk_id);
         if (fd < 0)
                 return zr_error_set(err, ZR_E_CORRUPT, "%" PRIu32 ".chunk: not open", l->chunk_id);
@@ -230,7 +249,10 @@ static int gather_one_compressed(zr_store *s, zr_coder_ctx *x, const zr_loc *l, 
                 void *staging = zr_coder_ctx_buffer(x, l->phys_length ? l->phys_length : 1);
                 if (!staging)
                         return zr_error_set(err, ENOMEM, "gather: out of memory");
+                uint64_t t0 = pread_ns ? mono_ns() : 0;
                 int64_t n = zr_pread_all(fd, staging, l->phys_length, l->offset);
+                if (pread_ns)
+                        *pread_ns += mono_ns() - t0;
                 if (n < 0)
                         return zr_error_errno(err, (int)-n, "%" PRIu32 ".chunk: read",
                                               l->chunk_id);
@@ -248,7 +270,10 @@ static int gather_one_compressed(zr_store *s, zr_coder_ctx *x, const zr_loc *l, 
         return 0;
 }
 
-static int gather_range(gather_job *j, size_t lo, size_t hi, zr_coder_ctx *x, zr_error *err) {
+/* Reads records lo..hi into place; with pread_ns, adds the time of its
+ * preads there. */
+static int gather_range(gather_job *j, size_t lo, size_t hi, zr_coder_ctx *x, uint64_t *pread_ns,
+                        zr_error *err) {
         zr_store *s = j->s;
         uint8_t *packed = j->base;
         file_view v = FILE_VIEW_NONE;
@@ -262,7 +287,7 @@ static int gather_range(gather_job *j, size_t lo, size_t hi, zr_coder_ctx *x, zr
                 if (r < 0)
                         return r;
                 if (s->codec != ZR_CODEC_RAW) {
-                        r = gather_one_compressed(s, x, l, dst, err);
+                        r = gather_one_compressed(s, x, l, dst, pread_ns, err);
                         if (r < 0)
                                 return r;
                         packed = dst + l->logic_length;
@@ -295,7 +320,10 @@ static int gather_range(gather_job *j, size_t lo, size_t hi, zr_coder_ctx *x, zr
                         if (fd < 0)
                                 return zr_error_set(err, ZR_E_CORRUPT,
                                                     "%" PRIu32 ".chunk: not open", l->chunk_id);
+                        uint64_t t0 = pread_ns ? mono_ns() : 0;
                         int64_t n = zr_pread_all(fd, dst, bytes, l->offset);
+                        if (pread_ns)
+                                *pread_ns += mono_ns() - t0;
                         if (n < 0)
                                 return zr_error_errno(err, (int)-n, "%" PRIu32 ".chunk: read",
                                                       l->chunk_id);
@@ -309,6 +337,54 @@ static int gather_range(gather_job *j, size_t lo, size_t hi, zr_coder_ctx *x, zr
                 k = e;
         }
         return 0;
+}
+
+/* A timed shard's first pass: one byte of every page of its records that are
+ * read through a mapping, so that their faults happen here and count as
+ * reading (a fault reads exactly its page: the chunks' mappings are
+ * MADV_RANDOM). Returns the pages touched. An entry that fails its check is
+ * skipped: gather_range() reports it. */
+static uint64_t touch_range(const gather_job *j, size_t lo, size_t hi) {
+        zr_store *s = j->s;
+        uint64_t pages = 0;
+
+        for (size_t k = lo; k < hi; k++) {
+                const zr_loc *l = &j->locs[k];
+                uint64_t map_len;
+                const uint8_t *map;
+                if (l->phys_length == 0 || store_check_loc(s, l, j->tail, NULL) < 0)
+                        continue;
+                map = zr_files_map(s->chunks, l->chunk_id, &map_len);
+                if (!map || (uint64_t)l->offset + l->phys_length > map_len)
+                        continue;
+                const volatile uint8_t *p = map + l->offset, *end = p + l->phys_length;
+                (void)*p;
+                pages++;
+                p = (const volatile uint8_t *)(((uintptr_t)p | (STORE_TOUCH_STRIDE - 1)) + 1);
+                for (; p < end; p += STORE_TOUCH_STRIDE, pages++)
+                        (void)*p;
+        }
+        return pages;
+}
+
+/* Times shard lo..hi of a timed gather into j->times, around gather_range(). */
+static int gather_range_timed(gather_job *j, size_t lo, size_t hi, zr_coder_ctx *x,
+                              zr_error *err) {
+        zr_store_times *t = j->times;
+        uint64_t in0 = t->sample_io ? thread_inblock() : 0, pread_ns = 0;
+        uint64_t t0 = mono_ns(), pages = touch_range(j, lo, hi), t1 = mono_ns();
+        int r = gather_range(j, lo, hi, x, &pread_ns, err);
+        uint64_t work = mono_ns() - t1;
+
+        if (pread_ns > work)
+                pread_ns = work;
+        atomic_fetch_add(&t->pages, pages);
+        atomic_fetch_add(&t->read_ns, t1 - t0 + pread_ns);
+        atomic_fetch_add(j->s->codec != ZR_CODEC_RAW ? &t->decode_ns : &t->copy_ns,
+                         work - pread_ns);
+        if (t->sample_io)
+                atomic_fetch_add(&t->device_bytes, (thread_inblock() - in0) * 512);
+        return r;
 }
 
 /* A dense shard's own lookups: entries idx[lo..hi) into the scratch table,
@@ -332,9 +408,13 @@ typedef struct gather_args {
         zr_error *err;
 } gather_args;
 
+/* A shard's reads, timed if the gather is: the pass that touches its pages
+ * reads the mappings too, so it runs under the same guard. */
 static int gather_guarded(void *arg) {
         gather_args *a = arg;
-        return gather_range(a->j, a->lo, a->hi, a->x, a->err);
+        if (a->j->times)
+                return gather_range_timed(a->j, a->lo, a->hi, a->x, a->err);
+        return gather_range(a->j, a->lo, a->hi, a->x, NULL, a->err);
 }
 
 static void gather_shard(void *arg, size_t shard, size_t nshards) {
@@ -353,19 +433,22 @@ static void gather_shard(void *arg, size_t shard, size_t nshards) {
         }
         gather_job local = *j; /* packed: each shard starts at its own offset */
         if (j->idx) {
+                uint64_t t0 = j->times ? mono_ns() : 0;
                 local.base = j->base + lo * j->item;
                 j->st[shard].r = locate_dense(j, lo, hi, &j->st[shard].err);
+                if (j->times)
+                        atomic_fetch_add(&j->times->lookup_ns, mono_ns() - t0);
                 if (j->st[shard].r < 0)
                         goto out;
         } else if (!j->dsts) {
                 local.base = j->base + j->shard_off[shard];
         }
+        gather_args ga = { &local, lo, hi, x, &j->st[shard].err };
         if (j->s->map) {
-                gather_args ga = { &local, lo, hi, x, &j->st[shard].err };
                 int r = zr_mapguard_run(gather_guarded, &ga);
                 j->st[shard].r = r == -EFAULT ? truncated(&j->st[shard].err, "gather") : r;
         } else {
-                j->st[shard].r = gather_range(&local, lo, hi, x, &j->st[shard].err);
+                j->st[shard].r = gather_guarded(&ga);
         }
 out:
         zr_coder_ctx_put(j->s->zc, x);
@@ -406,26 +489,36 @@ out:
         return r;
 }
 
-int zr_store_gather_locs(zr_store *s, const zr_loc *locs, size_t n, void *const *dsts,
-                         zr_error *err) {
+int zr_store_gather_timed(zr_store *s, const zr_loc *locs, size_t n, void *const *dsts,
+                          zr_store_times *t, zr_error *err) {
         if (n == 0)
                 return 0;
-        gather_job j = { .s = s, .locs = locs, .n = n, .dsts = dsts };
+        gather_job j = { .s = s, .locs = locs, .n = n, .dsts = dsts, .times = t };
         return zr_store_gather_run(s, &j, err);
+}
+
+int zr_store_gather_locs(zr_store *s, const zr_loc *locs, size_t n, void *const *dsts,
+                         zr_error *err) {
+        return zr_store_gather_timed(s, locs, n, dsts, NULL, err);
 }
 
 int zr_store_check_range(zr_store *s, const uint64_t *idx, size_t n, zr_error *err) {
         return check_range(idx, n, zr_store_length(s), err);
 }
 
-int zr_store_gather_dense(zr_store *s, const uint64_t *idx, size_t n, uint64_t item, void *dst,
-                          zr_loc *scratch, zr_error *err) {
+int zr_store_gather_dense_timed(zr_store *s, const uint64_t *idx, size_t n, uint64_t item,
+                                void *dst, zr_loc *scratch, zr_store_times *t, zr_error *err) {
         int r = check_range(idx, n, zr_store_length(s), err);
         if (r < 0 || n == 0)
                 return r;
         gather_job j = { .s = s, .locs = scratch, .n = n, .base = dst, .idx = idx,
-                         .scratch = scratch, .item = item };
+                         .scratch = scratch, .item = item, .times = t };
         return zr_store_gather_run(s, &j, err);
+}
+
+int zr_store_gather_dense(zr_store *s, const uint64_t *idx, size_t n, uint64_t item, void *dst,
+                          zr_loc *scratch, zr_error *err) {
+        return zr_store_gather_dense_timed(s, idx, n, item, dst, scratch, NULL, err);
 }
 
 int zr_store_gather(zr_store *s, const uint64_t *idx, size_t n, void *dst,

@@ -90,6 +90,7 @@ typedef struct gather_job {
         const uint64_t *idx;
         zr_loc *scratch;
         uint64_t item;
+        zr_store_times *times; /* NULL: untimed */
 } gather_job;
 
 /* The first failing shard's error, forwarded to err (0 if none failed). */

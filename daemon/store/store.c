@@ -637,6 +637,10 @@ int zr_store_has_dict(const zr_store *s) {
         return zr_coder_dict(s->zc, &len) != NULL;
 }
 
+int zr_store_dir_fd(const zr_store *s) {
+        return s->dirfd;
+}
+
 int zr_store_failed(const zr_store *s) {
         return atomic_load(&s->failed);
 }

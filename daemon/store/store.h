@@ -43,6 +43,7 @@
 #ifndef ZR_STORE_STORE_H
 #define ZR_STORE_STORE_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -151,6 +152,10 @@ enum zr_codec zr_store_codec(const zr_store *s);
 /* 1 if the store has a dictionary loaded, else 0. */
 int zr_store_has_dict(const zr_store *s);
 
+/* The store's own descriptor of its directory (borrowed: valid while the
+ * store is open). For naming the store in telemetry, through /proc. */
+int zr_store_dir_fd(const zr_store *s);
+
 /* Installs `dict` (copied) as the dictionary of an empty ZR_CODEC_ZSTD_DICT store
  * and writes dict.zr durably. Checked in this order: ZR_E_BAD_CODEC for another
  * codec, ZR_E_SCHEMA if the store is not empty, ZR_E_HAS_DICT if one is
@@ -189,6 +194,30 @@ int zr_store_locate(zr_store *s, const uint64_t *idx, size_t n, zr_loc *ret_locs
 int zr_store_gather_locs(zr_store *s, const zr_loc *locs, size_t n, void *const *dsts,
                          zr_error *err);
 
+/* What a timed gather (zr_store_gather_timed(), _dense_timed()) measured, summed
+ * over its shards: they run in parallel, so the sums are worker time, not
+ * wall time (the caller splits its own wall time by them). Shards add to it
+ * with atomics; the caller zeroes it and sets sample_io. Where records are
+ * read through the chunks' mappings, a timed shard first touches one byte of
+ * every page of its records (a fault then reads the page, exactly as the copy
+ * or decode would have: no read-around), so "read" is the faults and "decode"
+ * or "copy" run on resident pages; through pread, each pread is "read". */
+typedef struct zr_store_times {
+        int sample_io;                 /* in: also count device bytes (ru_inblock of the
+                                        * shard's thread: two getrusage calls a shard) */
+        _Atomic uint64_t lookup_ns;    /* a dense one-pass gather's table lookups */
+        _Atomic uint64_t read_ns;      /* faulting pages in, preads */
+        _Atomic uint64_t decode_ns;    /* decompressing (zstd, zstd_dict) */
+        _Atomic uint64_t copy_ns;      /* copying raw records */
+        _Atomic uint64_t pages;        /* pages of records touched through mappings */
+        _Atomic uint64_t device_bytes; /* sample_io: read from the device meanwhile */
+} zr_store_times;
+
+/* zr_store_gather_locs() that also measures its stages into *t (NULL: it
+ * does not, and costs what zr_store_gather_locs() costs). Same errors. */
+int zr_store_gather_timed(zr_store *s, const zr_loc *locs, size_t n, void *const *dsts,
+                          zr_store_times *t, zr_error *err);
+
 /* ZR_E_RANGE, naming the first, if an index of idx[0..n) is >= the length. */
 int zr_store_check_range(zr_store *s, const uint64_t *idx, size_t n, zr_error *err);
 
@@ -201,6 +230,11 @@ int zr_store_check_range(zr_store *s, const uint64_t *idx, size_t n, zr_error *e
  * errors of zr_store_gather_locs(); on failure dst's bytes are unspecified. */
 int zr_store_gather_dense(zr_store *s, const uint64_t *idx, size_t n, uint64_t item, void *dst,
                           zr_loc *scratch, zr_error *err);
+
+/* zr_store_gather_dense() that also measures its stages into *t (NULL: it does
+ * not), its shards' lookups included. Same errors. */
+int zr_store_gather_dense_timed(zr_store *s, const uint64_t *idx, size_t n, uint64_t item,
+                                void *dst, zr_loc *scratch, zr_store_times *t, zr_error *err);
 
 /* Gathers records idx[0..n) (any order, repeats allowed) packed back to back
  * into dst (dst_size bytes). ret_lens (may be NULL) receives each record's

@@ -7,8 +7,9 @@ It writes a synthetic regression set with ``from_numpy`` (features and targets a
 two streams), trains a linear model by minibatch SGD from an endless ``DataLoader``
 (cyclic sampler) on the zrecordd the client finds or starts by itself (the embedded
 default: no daemon needs to be running), checkpoints the loader mid-run and resumes
-from it, and prints the loss and the loader's batches/s. numpy only; torch is used
-for the model when installed and ``--torch`` is given.
+from it, and prints the loss, the loader's batches/s and, at its end, what the daemon
+measured of the loader (``loader.stats()``: is the loop waiting for data, and why).
+numpy only; torch is used for the model when installed and ``--torch`` is given.
 """
 
 import argparse
@@ -133,11 +134,17 @@ def main():
             if loader.step >= args.steps:
                 break
         t_second = time.perf_counter() - t1
+        stats = loader.stats()               # the daemon's telemetry of this loader
         loader.close()
         elapsed = t_first + t_second
         print(f"final loss {loss:.5f} after {args.steps} steps (resumed at step {half})")
         print(f"{args.steps / elapsed:.1f} batches/s "
               f"({args.steps * args.batch_size / elapsed:.0f} samples/s, training included)")
+        print(f"loader: {stats['verdict']} (most of its time: {stats['stage']}); the loop "
+              f"waited for data {100 * stats['wait_fraction']['10s']:.1f} % of the last "
+              f"{stats['window_s']:.0f} s, {stats['batches_per_s']['10s']:.1f} batches/s; "
+              f"wait p99 {1e3 * stats['wait_p99_s']:.2f} ms, "
+              f"gather p99 {1e3 * stats['gather_p99_s']:.2f} ms")
         if not args.torch:
             err = float(np.abs(w - w_true).max())
             print(f"max |w - w_true| = {err:.4f}")

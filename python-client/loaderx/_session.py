@@ -15,6 +15,7 @@ restart, a fork, a resume or a batch that outgrew its region.
 
 import collections
 import os
+import time
 from typing import NamedTuple
 
 import numpy as np
@@ -62,6 +63,11 @@ class LoaderSession:
         self.rings = {ring_id: (mapped, slots)}   # ring id -> (MappedBuffer, slots)
         self.held = set()                 # (ring, slot) announced to us, not yet released
         self.pending = collections.deque()  # (ring, slot) freed by the collector, to RELEASE
+        # telemetry, told to the daemon with RELEASE (PROTOCOL.md): when each held
+        # batch was taken (CLOCK_MONOTONIC), and the consumer's waits, one per
+        # batch returned, each riding on the next RELEASE
+        self.taken = {}                   # (ring, slot) -> ns
+        self.waits = collections.deque()
         self.closed = False
         self.length = None                # the reply's fields (open())
         self.fingerprint = None           # the streams' (None from a daemon without it)
@@ -179,7 +185,15 @@ class LoaderSession:
         key = self.pending.popleft()
         # no longer held once sent: the daemon may announce it again at once
         self.held.discard(key)
-        return {"kind": "release", "loader": self.loader, "ring": key[0], "slot": key[1]}
+        msg = {"kind": "release", "loader": self.loader, "ring": key[0], "slot": key[1]}
+        taken = self.taken.pop(key, None)
+        if taken is not None:
+            msg["taken_ns"] = taken
+        try:
+            msg["wait_ns"] = self.waits.popleft()
+        except IndexError:
+            pass
+        return msg
 
     def flush(self, blocking=True):
         """Sends RELEASE for every freed slot. Non-blocking from finalizers: if the
@@ -238,6 +252,7 @@ class LoaderSession:
             sources = np.frombuffer(src, dtype=np.uint8).copy()
         self.next_step += 1
         self.held.add(key)
+        self.taken[key] = time.monotonic_ns()
         owner = _SlotOwner(self, key)
         base, mm = mapped.address, mapped.mm
         batch = {}

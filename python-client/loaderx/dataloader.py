@@ -34,6 +34,8 @@ import gc
 import math
 import os
 import threading
+import time
+import warnings
 
 import numpy as np
 
@@ -43,7 +45,7 @@ from ._errors import (StaleError, ZrecordConnectionError, ZrecordRuntimeError, Z
 from ._session import INDEX_KEY, SOURCE_KEY, Layout, LoaderSession
 from .dataset import DenseDataset, MSDataset, RaggedDataset, _Dataset
 
-__all__ = ["DataLoader", "INDEX_KEY", "SOURCE_KEY", "SAMPLERS", "MODES"]
+__all__ = ["DataLoader", "INDEX_KEY", "LoaderStallWarning", "SOURCE_KEY", "SAMPLERS", "MODES"]
 
 SAMPLERS = ("sequential", "iid", "cyclic", "cyclic-lx157")
 #: loaderx 1.5.7's ``mode`` numbers (``Sampler.Mode``) as zrecord's samplers: its
@@ -51,6 +53,17 @@ SAMPLERS = ("sequential", "iid", "cyclic", "cyclic-lx157")
 #: seeks in O(1)).
 MODES = {0: "sequential", 1: "iid", 2: "cyclic-lx157"}
 _STATE_VERSION = 1
+# warn_stalls: the share of time the consumer may wait before it is told (the
+# daemon's own data-bound rule), how often this process looks, and how often
+# it may say so.
+_STALL_RATIO = 0.05
+_STALL_CHECK_S = 10.0
+_STALL_WARN_S = 60.0
+
+
+class LoaderStallWarning(UserWarning):
+    """The training loop waits for data: the loader is its bottleneck
+    (``DataLoader(..., warn_stalls=True)``)."""
 
 
 # A mixture's sources at most (PROTOCOL.md, LOADER_OPEN `sources`), and its
@@ -178,8 +191,13 @@ class DataLoader:
     stores hold other records refuses the open (:class:`StaleError`). Without it the
     loader takes the fingerprint of its first open, and a reopen (after a daemon
     restart) over other records is refused the same way.
+    ``warn_stalls``: warn (:class:`LoaderStallWarning`, at most once a minute)
+    when the daemon finds the loop data-bound, naming the stage to blame.
     Where loaderx 1.5.7's keyword and zrecord's both name a parameter, either may
     be given, or both if they agree.
+
+    :meth:`stats` tells whether the loop waits for data and why (the daemon's
+    telemetry: docs/TELEMETRY.md).
 
     **Mixtures.** ``streams`` may instead be a list of weighted sources, each
     ``(streams, weight)`` or ``(streams, weight, sampler)``: every source is a set of
@@ -197,7 +215,7 @@ class DataLoader:
     def __init__(self, streams, num_workers=4, batch_size=256, prefetch_size=None, mode=None,
                  seed=42, transform=None, *, sampler=None, prefetch=None, start_step=0, rank=0,
                  world_size=1, capacity=None, with_indices=False, with_sources=False,
-                 fingerprint=None):
+                 fingerprint=None, warn_stalls=False):
         if mode is not None and (isinstance(mode, bool) or mode not in MODES):
             raise ZrecordValueError(
                 f"unknown mode {mode!r}: expected 0 (sequential), 1 (iid) or 2 (cyclic)",
@@ -289,6 +307,15 @@ class DataLoader:
         self._lock = threading.RLock()
         self.length = None
         self._step = int(start_step)
+        # what this process measures of its own waits (stats()'s "local", warn_stalls)
+        self._opened_ns = time.monotonic_ns()
+        self._blocked_ns = 0      # waiting for the daemon's events, in total
+        self._wait_ns = 0         # of that, within next()
+        self._next_ns = 0         # time in next(), transforms and views included
+        self._returned = 0
+        self.warn_stalls = bool(warn_stalls)
+        self._stall_mark = (self._opened_ns, 0)     # (when, wait_ns then)
+        self._stall_warned_ns = None
         self._open(self._step, None)
 
     def __len__(self):
@@ -628,10 +655,13 @@ class DataLoader:
                     "the daemon cannot deliver the next one (waiting would deadlock). Drop "
                     "references to old batches (copy what you keep: np.array(v)), or create "
                     "the DataLoader with a larger prefetch=")
+        t0 = time.monotonic_ns()
         try:
             return session.conn.wait_event(session.loader)
         except ZrecordConnectionError:
             return None
+        finally:
+            self._blocked_ns += time.monotonic_ns() - t0
 
     def _after_disconnect(self):
         """The daemon went away (a restart): reconnect and reopen at the next step.
@@ -682,6 +712,80 @@ class DataLoader:
         self._open(self._step, None)
 
     def __next__(self):
+        t0, b0 = time.monotonic_ns(), self._blocked_ns
+        b = self._next_batch()
+        self._waited(self._blocked_ns - b0, time.monotonic_ns() - t0)
+        return b
+
+    def _waited(self, blocked, total):
+        """The loop spent `total` ns in next() for the batch just returned, `blocked`
+        of them waiting for the daemon. The wait is told to the daemon with a
+        RELEASE (PROTOCOL.md); both are kept here for stats() and warn_stalls."""
+        self._wait_ns += blocked
+        self._next_ns += total
+        self._returned += 1
+        session = self._session
+        if session is not None:
+            session.waits.append(blocked)
+        if self.warn_stalls:
+            self._check_stall()
+
+    def _check_stall(self):
+        now = time.monotonic_ns()
+        since, waited = self._stall_mark
+        if now - since < _STALL_CHECK_S * 1e9:
+            return
+        self._stall_mark = (now, self._wait_ns)
+        if (self._wait_ns - waited) <= _STALL_RATIO * (now - since):
+            return
+        if self._stall_warned_ns is not None and now - self._stall_warned_ns < _STALL_WARN_S * 1e9:
+            return
+        try:
+            st = self.stats()
+        except _errors.ZrecordError:
+            return
+        if st.get("verdict") != "data-bound":
+            return
+        self._stall_warned_ns = now
+        warnings.warn(LoaderStallWarning(
+            f"the training loop waits for data {100 * st['wait_fraction']['10s']:.0f} % of its "
+            f"time ({st['batches_per_s']['10s']:.1f} batches/s over 10 s); the loader's time "
+            f"goes mostly to {st['stage']} (loader.stats() has the figures; "
+            "docs/TELEMETRY.md says what helps)"), stacklevel=3)
+
+    def stats(self):
+        """Is the loop waiting for data, and why: the daemon's telemetry of this
+        loader (docs/TELEMETRY.md), as a dict.
+
+        ``verdict``: ``'data-bound'`` (the loop waited more than 5 % of the last
+        10 s), ``'consumer-bound'``, ``'balanced'``, ``'idle'`` or ``'unknown'``;
+        ``stage``: where the loader's batch time went (``'io'``, ``'decode'``,
+        ``'copy'``, ``'contention'`` with other loaders, or ``'none'``);
+        ``wait_fraction``, ``batches_per_s``, ``mib_per_s``: over ``'1s'``,
+        ``'10s'`` and ``'60s'``; ``wait_p50_s``/``wait_p99_s`` (the loop's wait
+        per batch), ``ready_p50_s``/``ready_p99_s`` (how long a ready batch
+        waited for the loop), ``gather_p50_s``/``gather_p99_s``; ``stages_s``:
+        seconds of the last 10 s by stage (lookup, read, decode, copy, io_wait,
+        queue); ``waited_s``: the waits the daemon was told of since open;
+        ``cache_hit_ratio`` (None without lookups), ``device_bytes``,
+        ``prefetch_depth``, ``step``, ``batches``; ``local``: what this process
+        measured itself (``wait_s``: blocked on the daemon within ``next()``, as
+        told to the daemon; ``next_s``: all the time in ``next()``, transforms and
+        building the arrays included; ``elapsed_s``; ``batches``).
+        """
+        with self._lock:
+            session = self._session
+            if session is None:
+                raise ZrecordValueError("stats() of a closed DataLoader")
+            r = session.conn.request("status", {"loader": session.loader}, context="stats()")
+        entries = [e for e in r.get("per_loader", ()) if e.get("loader") == session.loader]
+        if not entries or "telemetry" not in entries[0]:
+            raise ZrecordRuntimeError(
+                f"this zrecordd ({session.conn.daemon}) keeps no telemetry of its loaders; "
+                "update the daemon")
+        return _stats_of(entries[0], self)
+
+    def _next_batch(self):
         if self._session is not None and self._session.pid != os.getpid():
             self._reopen_after_fork()
         with self._lock:
@@ -720,3 +824,48 @@ class DataLoader:
                 break
             self._futures.append(self._pool.submit(self.transform, raw))
             session = self._session
+
+
+_WINDOWS = (("1s", "w1"), ("10s", "w10"), ("60s", "w60"))
+_STAGES = ("lookup", "read", "decode", "copy", "io_wait", "queue")
+
+
+def _stats_of(entry, loader):
+    """stats()'s dict from a STATUS per_loader entry with telemetry."""
+    tel = entry["telemetry"]
+
+    def per_s(span, key, scale=1.0):
+        return span[key] * 1e9 / span["span_ns"] / scale if span["span_ns"] else 0.0
+
+    def frac(span):
+        return min(1.0, span["wait_ns"] / span["span_ns"]) if span["span_ns"] else 0.0
+
+    w10, total = tel["w10"], tel["total"]
+    looked = total["hits"] + total["misses"]
+    now = time.monotonic_ns()
+    return {
+        "verdict": tel["verdict"],
+        "stage": tel["stage"],
+        "reports": bool(tel["reports"]),
+        "wait_fraction": {name: frac(tel[key]) for name, key in _WINDOWS},
+        "batches_per_s": {name: per_s(tel[key], "batches") for name, key in _WINDOWS},
+        "mib_per_s": {name: per_s(tel[key], "bytes", 2 ** 20) for name, key in _WINDOWS},
+        "wait_p50_s": tel["wait_p50_ns"] / 1e9,
+        "wait_p99_s": tel["wait_p99_ns"] / 1e9,
+        "ready_p50_s": tel["ready_p50_ns"] / 1e9,
+        "ready_p99_s": tel["ready_p99_ns"] / 1e9,
+        "gather_p50_s": tel["fill_p50_ns"] / 1e9,
+        "gather_p99_s": tel["fill_p99_ns"] / 1e9,
+        "stages_s": {st: tel["group"][st + "_ns"] / 1e9 for st in _STAGES},
+        "window_s": w10["span_ns"] / 1e9,
+        "waited_s": total["wait_ns"] / 1e9,
+        "cache_hit_ratio": total["hits"] / looked if looked else None,
+        "device_bytes": total["device_bytes"],
+        "prefetch_depth": tel["prefetch_depth"],
+        "step": entry["step"],
+        "batches": total["batches"],
+        "local": {"wait_s": loader._wait_ns / 1e9,
+                  "next_s": loader._next_ns / 1e9,
+                  "elapsed_s": (now - loader._opened_ns) / 1e9,
+                  "batches": loader._returned},
+    }

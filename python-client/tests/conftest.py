@@ -36,6 +36,17 @@ def daemon_binary():
         return None
 
 
+def tool_binary():
+    """The zrecord tool of the build: ``$ZR_BUILD/client/zrecord``, else the one
+    beside the daemon's build; None if there is none."""
+    build = os.environ.get("ZR_BUILD")
+    if not build:
+        d = daemon_binary()
+        build = os.path.dirname(os.path.dirname(d)) if d else None
+    path = os.path.join(build, "client", "zrecord") if build else None
+    return path if path and os.access(path, os.X_OK) else None
+
+
 def start_daemon(sock_dir, *args):
     """Starts zrecordd on sock_dir/zrecordd.sock and waits for READY=1."""
     binary = daemon_binary()

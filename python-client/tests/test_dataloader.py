@@ -144,8 +144,11 @@ def test_release_names_ring_and_slot(streams, conn):
     finally:
         del fs.send
     rel = [m for m in sent if m["kind"] == "release"]
-    assert rel and rel[0] == {"kind": "release", "loader": loader._session.loader,
-                              "ring": rid, "slot": slot}
+    # and the loop's wait and the batch's take time, for the daemon's telemetry
+    assert rel and set(rel[0]) == {"kind", "loader", "ring", "slot", "wait_ns", "taken_ns"}
+    assert (rel[0]["kind"], rel[0]["loader"], rel[0]["ring"], rel[0]["slot"]) == (
+        "release", loader._session.loader, rid, slot)
+    assert rel[0]["wait_ns"] >= 0 and rel[0]["taken_ns"] <= time.monotonic_ns()
     loader.close()
     assert not conn.faults
 

@@ -171,6 +171,10 @@ def test_example_train_loop(workdir, loader_feature):
     out, err = run_example(workdir, "train_loop.py", "--records", "2048", "--features", "32",
                            "--steps", "60", timeout=120)
     assert "resumed at step 30" in out
+    # the loader's telemetry, printed at its end (DataLoader.stats())
+    line = [x for x in out.splitlines() if x.startswith("loader: ")]
+    assert len(line) == 1, out
+    assert line[0].split()[1] in ("data-bound", "consumer-bound", "balanced", "idle"), line
     assert err < 0.05
 
 

@@ -18,6 +18,36 @@
 
 /* ---- loaders ------------------------------------------------------------ */
 
+/* This process's loader over `name` after `released` batches were released:
+ * the daemon's telemetry counts each release's wait report (libzrc sends one
+ * with every release), names the client and the dataset, and METRICS has it. */
+static void check_telemetry(zrc_conn *c, const char *name, uint64_t released) {
+        const zrc_loader_status *mine = NULL;
+        zrc_status *st = NULL;
+        char *text = NULL, want[64];
+        size_t n = strlen(name);
+
+        ck_assert_int_eq(zrc_status_query(c, &st), 0);
+        for (size_t i = 0; i < st->n_loaders; i++) {
+                const zrc_loader_status *x = &st->per_loader[i];
+                size_t dl = strlen(x->dataset);
+                if (x->pid == (uint64_t)getpid() && dl > n && !strcmp(x->dataset + dl - n, name))
+                        mine = x;
+        }
+        ck_assert_ptr_nonnull(mine);
+        ck_assert(mine->telemetry.present && mine->telemetry.reports);
+        ck_assert_uint_eq(mine->telemetry.total.waits, released);
+        ck_assert_uint_ge(mine->telemetry.total.batches, released);
+        ck_assert_uint_eq(mine->uid, (uint64_t)getuid());
+        ck_assert_str_ne(mine->command, "");
+        ck_assert_str_ne(mine->telemetry.verdict, "");
+        ck_assert_int_eq(zrc_metrics_text(c, &text, NULL), 0);
+        snprintf(want, sizeof(want), "zrecord_loader_batches_total{pid=\"%d\"", (int)getpid());
+        ck_assert_ptr_nonnull(strstr(text, want));
+        free(text);
+        zrc_status_free(st);
+}
+
 START_TEST(test_loader_dense) {
         zrc_conn *c = conn();
         zrc_dataset *d;
@@ -56,6 +86,7 @@ START_TEST(test_loader_dense) {
         }
         ck_assert_uint_eq(zrc_loader_step(l), 20);
         ck_assert_int_eq(zrc_loader_release(l, b.slot), -EINVAL); /* not held any more */
+        check_telemetry(c, "loader-dense", 20);
         zrc_loader_close(l);
         zrc_dataset_close(d);
         zrc_disconnect(c);

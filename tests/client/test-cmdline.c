@@ -312,9 +312,64 @@ START_TEST(test_help) {
 }
 END_TEST
 
+/* top and metrics: top's options, top's alone; seconds with up to three decimals. */
+START_TEST(test_top) {
+        cmdline cl;
+        uint64_t ms;
+
+        ck_assert_int_eq(PARSE(&cl, "top"), 0);
+        ck_assert_int_eq(cl.cmd, CMD_TOP);
+        ck_assert_uint_eq(cl.iterations, 0);
+        ck_assert_uint_eq(cl.delay_ms, 0);
+        ck_assert_ptr_null(cl.sort);
+        cmdline_done(&cl);
+        ck_assert_int_eq(PARSE(&cl, "top", "-n", "3", "-d", "0.25", "--sort", "rate", "--json"),
+                         0);
+        ck_assert_uint_eq(cl.iterations, 3);
+        ck_assert_uint_eq(cl.delay_ms, 250);
+        ck_assert_str_eq(cl.sort, "rate");
+        ck_assert(cl.json);
+        cmdline_done(&cl);
+        ck_assert_int_eq(PARSE(&cl, "--iterations=1", "top", "--delay=2", "--sort=mib"), 0);
+        ck_assert_uint_eq(cl.delay_ms, 2000);
+        cmdline_done(&cl);
+        ck_assert_int_eq(PARSE(&cl, "metrics"), 0);
+        ck_assert_int_eq(cl.cmd, CMD_METRICS);
+        cmdline_done(&cl);
+
+        ck_assert_int_eq(PARSE(&cl, "top", "-n", "0"), -EINVAL);
+        ck_assert_ptr_nonnull(strstr(cl.error, "-n"));
+        cmdline_done(&cl);
+        ck_assert_int_eq(PARSE(&cl, "top", "-n"), -EINVAL);
+        cmdline_done(&cl);
+        ck_assert_int_eq(PARSE(&cl, "top", "-d", "fast"), -EINVAL);
+        cmdline_done(&cl);
+        ck_assert_int_eq(PARSE(&cl, "top", "--sort", "speed"), -EINVAL);
+        ck_assert_ptr_nonnull(strstr(cl.error, "unknown sort key"));
+        cmdline_done(&cl);
+        ck_assert_int_eq(PARSE(&cl, "status", "-n", "1"), -EINVAL);
+        ck_assert_ptr_nonnull(strstr(cl.error, "options of top"));
+        cmdline_done(&cl);
+        ck_assert_int_eq(PARSE(&cl, "metrics", "extra"), -EINVAL);
+        cmdline_done(&cl);
+
+        ck_assert_int_eq(cmdline_parse_seconds("1.5", &ms), 0);
+        ck_assert_uint_eq(ms, 1500);
+        ck_assert_int_eq(cmdline_parse_seconds("0.001", &ms), 0);
+        ck_assert_uint_eq(ms, 1);
+        ck_assert_int_eq(cmdline_parse_seconds("86400", &ms), 0);
+        ck_assert_uint_eq(ms, 86400000);
+        const char *bad[] = { "0", "0.0004", "0.0001", "86400.001", "100000", "-1", "1e3", "1.5.",
+                              ".5", "" };
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+                ck_assert_msg(cmdline_parse_seconds(bad[i], &ms) == -EINVAL, "%s accepted",
+                              bad[i]);
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("cmdline");
         TL_TCASE(s, "parse", 0, test_commands, test_import, test_cat, test_ranges,
-                 test_usage_errors, test_where_batch, test_help, test_convert);
+                 test_usage_errors, test_where_batch, test_help, test_convert, test_top);
         return tl_run_suite(s);
 }

@@ -13,6 +13,8 @@
 #include "helpers.h"
 #include "zr-proto.h"
 #include "check-run.h"
+#include "store/store.h"
+#include "util.h"
 
 #define N 40
 
@@ -363,5 +365,96 @@ START_TEST(test_sources) {
 }
 END_TEST
 
+/* A timed gather (batch.h, zr_gather_times): the same bytes as an untimed
+ * one; decoding counted for zstd, copying for raw, lookups for both, and the
+ * stages within the wall time around the gather; in detail, from a store whose
+ * pages were dropped from the page cache, the reads (faults) counted apart,
+ * and the device bytes at least the records'. */
+START_TEST(test_timed_stages) {
+        enum { ITEM = 16384 };
+        uint64_t idx[N];
+        uint8_t *dst = malloc(N * ITEM), *plain = malloc(N * ITEM);
+        zr_error err = {0};
+        scratch sc;
+
+        ck_assert(dst && plain);
+        scratch_new(&sc);
+        for (uint64_t i = 0; i < N; i++)
+                idx[i] = (i * 13) % N;
+        for (int codec = ZR_CODEC_RAW; codec <= ZR_CODEC_ZSTD; codec++) {
+                zr_dataset *ds = make_dense(&sc, codec ? "z" : "r", ITEM, (enum zr_codec)codec);
+                for (int cold = 0; cold < 2; cold++) {
+                        zr_gather_times t = { .detail = cold };
+                        zr_gather g = { .ds = ds, .idx = idx, .n = N, .times = &t };
+                        zr_gather u = { .ds = ds, .idx = idx, .n = N };
+                        int dropped = 0;
+                        ck_assert_int_eq(zr_gather_locate(&u, &err), 0);
+                        ck_assert_int_eq(zr_gather_read(&u, plain, 0, NULL, NULL, &err), 0);
+                        zr_gather_release(&u);
+                        if (cold) {
+                                /* synced, its pages are clean; reopened, none is mapped:
+                                 * the page cache may let them go */
+                                zr_io_range r[N];
+                                zr_loc locs[N];
+                                size_t m;
+                                int fd = openat(sc.fd, codec ? "z" : "r",
+                                                O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                                ck_assert_int_eq(zr_dataset_sync(ds, &err), 0);
+                                zr_dataset_close(ds, NULL);
+                                ck_assert_int_eq(zr_dataset_open(fd, &test_opts, &ds, &err), 0);
+                                close(fd);
+                                g.ds = ds;
+                                ck_assert_int_eq(zr_store_locate(zr_dataset_store(ds), idx, N,
+                                                                 locs, &err), 0);
+                                ck_assert_int_eq(zr_store_io_ranges(zr_dataset_store(ds), locs,
+                                                                    N, r, &m, NULL), 0);
+                                for (size_t i = 0; i < m; i++)
+                                        posix_fadvise(r[i].fd, 0, 0, POSIX_FADV_DONTNEED);
+                                dropped = zr_store_resident(zr_dataset_store(ds), locs, N,
+                                                            NULL) == 0;
+                        }
+                        uint64_t t0 = tl_now_ns();
+                        ck_assert_msg(zr_gather_locate(&g, &err) == 0, "%s", err.message);
+                        ck_assert_msg(zr_gather_read(&g, dst, 0, NULL, NULL, &err) == 0, "%s",
+                                      err.message);
+                        uint64_t wall = tl_now_ns() - t0;
+                        zr_gather_release(&g);
+                        ck_assert_int_eq(memcmp(dst, plain, N * ITEM), 0);
+                        ck_assert_uint_gt(t.lookup_ns, 0);
+                        ck_assert_uint_le(t.lookup_ns + t.read_ns + t.decode_ns + t.copy_ns, wall);
+                        /* pages touched and device bytes in detail only */
+                        if (cold)
+                                ck_assert_uint_ge(t.pages, N * (ITEM / 4096));
+                        else
+                                ck_assert_uint_eq(t.pages + t.read_ns, 0);
+                        if (codec) {
+                                ck_assert_uint_gt(t.decode_ns, 0);
+                                ck_assert_uint_eq(t.copy_ns, 0);
+                        } else {
+                                ck_assert_uint_gt(t.copy_ns, 0);
+                                ck_assert_uint_eq(t.decode_ns, 0);
+                        }
+                        if (!cold) {
+                                ck_assert_uint_eq(t.device_bytes, 0);
+                        } else if (!dropped) {
+                                fprintf(stderr, "skipped the cold gather: the page cache keeps "
+                                        "this file system's pages (tmpfs?)\n");
+                        } else {
+                                /* every page came from the device, in the read pass */
+                                uint64_t stored = codec ? 0 : N * ITEM;
+                                ck_assert_uint_ge(t.device_bytes, stored ? stored : 4096);
+                                ck_assert_uint_gt(t.read_ns, 0);
+                                if (!codec)
+                                        ck_assert_uint_gt(t.read_ns, t.copy_ns);
+                        }
+                }
+                zr_dataset_close(ds, NULL);
+        }
+        free(dst);
+        free(plain);
+        scratch_free(&sc);
+}
+END_TEST
+
 TL_SUITE_MAIN("batch", test_ragged_layout, test_cache, test_cache_repeats, test_dense_shards,
-              test_range, test_sources)
+              test_range, test_sources, test_timed_stages)

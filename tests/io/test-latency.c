@@ -6,6 +6,7 @@
 
 #include "check-run.h"
 #include "io/latency.h"
+#include "util.h"
 
 static void assert_near(uint64_t got, uint64_t want) {
         /* a bucket's midpoint is within 12.5 % of any value in it */
@@ -65,5 +66,42 @@ START_TEST(test_latency_follows_change) {
 }
 END_TEST
 
+START_TEST(test_latency_fixed_buckets_never_fade) {
+        zr_latency l;
+        uint64_t seed = 3, count[ZR_LATENCY_LE + 1] = {0}, sum = 0;
+        zr_latency_init(&l);
+        /* bounds ascend; a value on a bound is in that bound's bucket */
+        for (unsigned i = 1; i < ZR_LATENCY_LE; i++)
+                ck_assert_uint_gt(zr_latency_le_ns[i], zr_latency_le_ns[i - 1]);
+        zr_latency_add(&l, zr_latency_le_ns[0]);
+        zr_latency_add(&l, zr_latency_le_ns[0] + 1);
+        ck_assert_uint_eq(zr_latency_cumulative(&l, 0), 1);
+        ck_assert_uint_eq(zr_latency_cumulative(&l, 1), 2);
+        zr_latency_init(&l);
+        /* past several halvings of the quantile histogram, every sample is still
+         * counted in its fixed bucket, against a model of the bounds */
+        for (uint32_t k = 0; k < 3 * ZR_LATENCY_WINDOW; k++) {
+                uint64_t v = tl_rand(&seed) % 20000000000ull;
+                unsigned i;
+                for (i = 0; i < ZR_LATENCY_LE && v > zr_latency_le_ns[i]; i++)
+                        ;
+                count[i]++;
+                sum += v;
+                zr_latency_add(&l, v);
+                if (k % 10007)
+                        continue;
+                for (unsigned b = 0, cum = 0; b < ZR_LATENCY_LE; b++) {
+                        cum += (unsigned)count[b];
+                        ck_assert_uint_eq(zr_latency_cumulative(&l, b), cum);
+                }
+        }
+        ck_assert_uint_le(l.held, ZR_LATENCY_WINDOW);
+        ck_assert_uint_eq(l.samples, 3 * ZR_LATENCY_WINDOW);
+        ck_assert_uint_eq(l.sum_ns, sum);
+        ck_assert_uint_eq(zr_latency_cumulative(&l, ZR_LATENCY_LE - 1) + count[ZR_LATENCY_LE],
+                          l.samples);
+}
+END_TEST
+
 TL_SUITE_MAIN("latency", test_latency_quantiles, test_latency_every_value_lands_near,
-              test_latency_follows_change)
+              test_latency_follows_change, test_latency_fixed_buckets_never_fade)

@@ -19,12 +19,23 @@
  *              slot is pre-faulted before the batch), and with the spare ring a
  *              freed loader of the same size left (zr_loader_engine_set_spare_bytes)
  *
+ *   telemetry  "one" again with the engine's loader telemetry off
+ *              (zr_loader_engine_set_telemetry()), against "one" with it on
+ *              (the default, and every release reporting a wait and a take
+ *              time as a client does), in turns: what the telemetry costs, in
+ *              batches/s and in the process's CPU time per batch (which the
+ *              load of other processes moves less); with --telemetry-only
+ *              (nothing else is run), also the least time of a raw gather
+ *              untimed, timed light and timed in detail, and a clock read's
+ *
  * Each figure is measured in R rounds; in each round every contender runs
  * once, interleaved, so that a change of machine load hits all of them; the
  * report gives each figure's and each ratio's median and its rounds.
  *
  * Usage: loader-bench [--records N] [--batch B] [--batches T] [--rounds R]
- *                     [--threads N] [--dir DIR]
+ *                     [--threads N] [--side S] [--telemetry-only] [--dir DIR]
+ * (--side: records of S x S bytes; 32 makes the 1 KiB records where a fixed
+ * cost per batch weighs most)
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -39,12 +50,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dataset/batch.h"
 #include "dataset/dataset.h"
 #include "loader/loader.h"
 #include "util/pool.h"
 
-#define SIDE 512 /* 512 x 512 uint8 images: 256 KiB records */
-#define REC ((uint64_t)SIDE * SIDE)
+/* side x side uint8 images: 512 (256 KiB records) unless --side says */
+static uint64_t side = 512;
+#define REC (side * side)
 
 static uint64_t now_ns(void) {
         struct timespec ts;
@@ -63,11 +76,11 @@ static uint64_t mix(uint64_t z) {
 static void image(uint8_t *p, uint64_t id) {
         uint64_t h = mix(id), st = h;
         int base = (int)(h % 128), sx = (int)((h >> 8) % 5), sy = (int)((h >> 16) % 5);
-        for (size_t y = 0; y < SIDE; y++)
-                for (size_t x = 0; x < SIDE; x++) {
+        for (size_t y = 0; y < side; y++)
+                for (size_t x = 0; x < side; x++) {
                         if ((x & 7) == 0)
                                 st = mix(st);
-                        p[y * SIDE + x] = (uint8_t)(base + sx * (int)x / 8 + sy * (int)y / 8 +
+                        p[y * side + x] = (uint8_t)(base + sx * (int)x / 8 + sy * (int)y / 8 +
                                                     (int)((st >> (x & 7) * 8) & 7));
                 }
 }
@@ -165,21 +178,84 @@ static uint64_t take(bench *b, zr_loader *l) {
                 fprintf(stderr, "loader-bench: END %d: %s\n", ev.code, ev.message);
                 exit(1);
         }
-        zr_loader_release(l, ev.ring, ev.slot, NULL);
+        /* as a client reports it (loaderx, libzrc): its wait and its take */
+        zr_loader_take tk = { .has_wait = 1, .wait_ns = 0, .has_taken = 1,
+                              .taken_ns = now_ns() };
+        zr_loader_release_report(l, ev.ring, ev.slot, &tk, NULL);
         return ev.step;
 }
 
 /* Aggregate batches/s of n loaders consumed round-robin, after `warm` each. */
-static double run_loaders(bench *b, zr_loader **l, size_t n, uint64_t warm) {
-        uint64_t t0;
+/* The process's CPU time (every thread's), ns. */
+static uint64_t cpu_ns(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+        return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Aggregate batches/s of n loaders consumed round-robin, after `warm` each;
+ * *cpu_per_batch (may be NULL) gets the process's CPU time per batch, us,
+ * which other processes' load changes less than the rate. */
+static double run_loaders_cpu(bench *b, zr_loader **l, size_t n, uint64_t warm,
+                              double *cpu_per_batch) {
+        uint64_t t0, c0;
         for (uint64_t k = 0; k < warm; k++)
                 for (size_t i = 0; i < n; i++)
                         take(b, l[i]);
         t0 = now_ns();
+        c0 = cpu_ns();
         for (uint64_t k = 0; k < b->batches; k++)
                 for (size_t i = 0; i < n; i++)
                         take(b, l[i]);
+        if (cpu_per_batch)
+                *cpu_per_batch = (double)(cpu_ns() - c0) / 1e3 / (double)(b->batches * n);
         return (double)(b->batches * n) / ((double)(now_ns() - t0) / 1e9);
+}
+
+static double run_loaders(bench *b, zr_loader **l, size_t n, uint64_t warm) {
+        return run_loaders_cpu(b, l, n, warm, NULL);
+}
+
+/* What telemetry adds to one gather, the least of many (the minimum is what
+ * other processes' load moves least): a gather of b->batch random records of
+ * r through zr_gather_read(), untimed, timed light and timed in detail
+ * (batch.h), interleaved; ret[3] in ns. And a clock read's cost, ns (the
+ * least over 1000 runs of 1000). */
+static void gather_costs(bench *b, reg *r, uint8_t *buf, uint64_t ret[3], double *clock_ns) {
+        uint64_t seed = 7, *idx = malloc(b->batch * sizeof(uint64_t)), t0;
+        zr_error err = {0};
+
+        /* 30000 gathers, or as many as copy 8 GiB, each way together */
+        uint64_t reps = ((uint64_t)8 << 30) / (b->batch * REC);
+        reps = reps < 30 ? 30 : reps > 30000 ? 30000 : reps;
+        ret[0] = ret[1] = ret[2] = UINT64_MAX;
+        for (uint64_t rep = 0; rep < reps; rep++) {
+                int mode = (int)(rep % 3);
+                zr_gather_times t = { .detail = mode == 2 };
+                for (uint64_t i = 0; i < b->batch; i++) {
+                        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+                        idx[i] = (seed >> 33) % b->records;
+                }
+                zr_gather g = { .ds = r->ds, .idx = idx, .n = b->batch, .times = mode ? &t : NULL };
+                t0 = now_ns();
+                if (zr_gather_locate(&g, &err) < 0 ||
+                    zr_gather_read(&g, buf, 0, NULL, b->pool, &err) < 0)
+                        die("gather", &err);
+                t0 = now_ns() - t0;
+                zr_gather_release(&g);
+                if (t0 < ret[mode])
+                        ret[mode] = t0;
+        }
+        free(idx);
+        *clock_ns = 1e9;
+        for (int k = 0; k < 1000; k++) {
+                t0 = now_ns();
+                for (int i = 0; i < 1000; i++)
+                        (void)now_ns();
+                t0 = now_ns() - t0;
+                if ((double)t0 / 1000 < *clock_ns)
+                        *clock_ns = (double)t0 / 1000;
+        }
 }
 
 static double gather_limit(bench *b, reg *r, uint8_t *buf) {
@@ -246,6 +322,7 @@ int main(int argc, char **argv) {
         bench b = { .batch = 256, .batches = 20, .records = 1024 };
         const char *dir = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
         size_t threads = 0, rounds = 3;
+        int tel_only = 0;
         char path[512];
         int dirfd;
         uint8_t *buf;
@@ -253,7 +330,8 @@ int main(int argc, char **argv) {
         reg *regs[2];
         const char *cn[2] = { "raw", "zstd" };
         fig lim[2] = {0}, one[2] = {0}, one_r[2] = {0}, same[2] = {0}, same_r[2] = {0},
-            seeds[2] = {0}, seeds_r = {0}, lat[4] = {0}, lat_r[4] = {0}, opn[4] = {0};
+            seeds[2] = {0}, seeds_r = {0}, lat[4] = {0}, lat_r[4] = {0}, opn[4] = {0},
+            off[2] = {0}, off_r[2] = {0}, cpu_on[2] = {0}, cpu_off[2] = {0}, cpu_r[2] = {0};
         uint64_t same_g[2] = {0}, same_c[2] = {0}, same_b[2] = {0}, hits = 0, misses = 0;
 
         for (int i = 1; i < argc; i++) {
@@ -268,17 +346,23 @@ int main(int argc, char **argv) {
                         rounds = strtoull(argv[++i], NULL, 0);
                 else if (!strcmp(argv[i], "--threads") && more)
                         threads = strtoull(argv[++i], NULL, 0);
+                else if (!strcmp(argv[i], "--side") && more)
+                        side = strtoull(argv[++i], NULL, 0);
+                else if (!strcmp(argv[i], "--telemetry-only"))
+                        tel_only = 1;
                 else if (!strcmp(argv[i], "--dir") && more)
                         dir = argv[++i];
                 else {
                         fprintf(stderr, "usage: %s [--records N] [--batch B] [--batches T] "
-                                "[--rounds R] [--threads N] [--dir DIR]\n", argv[0]);
+                                "[--rounds R] [--threads N] [--side S] [--telemetry-only] "
+                                "[--dir DIR]\n", argv[0]);
                         return 2;
                 }
         }
-        if (rounds < 1 || rounds > ROUNDS_MAX || b.batch > b.records) {
-                fprintf(stderr, "loader-bench: --rounds 1..%d, --batch <= --records\n",
-                        ROUNDS_MAX);
+        if (rounds < 1 || rounds > ROUNDS_MAX || b.batch > b.records || side < 8 ||
+            side > 4096) {
+                fprintf(stderr, "loader-bench: --rounds 1..%d, --batch <= --records, --side "
+                        "8..4096\n", ROUNDS_MAX);
                 return 2;
         }
         if (zr_pool_new(threads, &b.pool) < 0)
@@ -323,13 +407,26 @@ int main(int argc, char **argv) {
                         zr_loader *l[4];
                         zr_loader_engine_counters t0, t1;
 
-                        /* the limit, then one loader */
+                        /* the limit, then one loader with telemetry and one
+                         * without, in turns (which goes first alternates) */
                         fig_add(&lim[c], gather_limit(&b, regs[c], buf));
                         b.e = plain;
-                        l[0] = open_loader(&b, regs[c], 1, 0, 4, ZR_SAMPLER_IID);
-                        fig_add(&one[c], run_loaders(&b, l, 1, 6));
-                        zr_loader_free(l[0]);
+                        for (int k = 0; k < 2; k++) {
+                                int on = (k + (int)round) % 2 == 0;
+                                double cpu;
+                                zr_loader_engine_set_telemetry(b.e, on);
+                                l[0] = open_loader(&b, regs[c], 1, 0, 4, ZR_SAMPLER_IID);
+                                fig_add(on ? &one[c] : &off[c],
+                                        run_loaders_cpu(&b, l, 1, 6, &cpu));
+                                fig_add(on ? &cpu_on[c] : &cpu_off[c], cpu);
+                                zr_loader_free(l[0]);
+                        }
+                        zr_loader_engine_set_telemetry(b.e, 1);
                         fig_add(&one_r[c], one[c].v[round] / lim[c].v[round]);
+                        fig_add(&off_r[c], one[c].v[round] / off[c].v[round]);
+                        fig_add(&cpu_r[c], cpu_on[c].v[round] / cpu_off[c].v[round]);
+                        if (tel_only)
+                                continue;
 
                         /* 4 identical loaders */
                         for (int i = 0; i < 4; i++)
@@ -389,8 +486,13 @@ int main(int argc, char **argv) {
                                 }
                         }
                 }
-                fig_add(&seeds_r, seeds[1].v[round] / seeds[0].v[round]);
+                if (!tel_only)
+                        fig_add(&seeds_r, seeds[1].v[round] / seeds[0].v[round]);
         }
+        uint64_t g3[3] = {0};
+        double clk = 0;
+        if (tel_only)
+                gather_costs(&b, &b.raw, buf, g3, &clk);
         free(buf);
 
         for (int c = 0; c < 2; c++) {
@@ -399,6 +501,13 @@ int main(int argc, char **argv) {
                 fig_print("limit: in-process gather", &lim[c], "batches/s");
                 fig_print("one loader (prefetch 4)", &one[c], "batches/s");
                 fig_print("  one loader / limit", &one_r[c], "x");
+                fig_print("one loader, telemetry off", &off[c], "batches/s");
+                fig_print("  telemetry on / off, batches/s", &off_r[c], "x");
+                fig_print("CPU per batch, telemetry on", &cpu_on[c], "us");
+                fig_print("CPU per batch, telemetry off", &cpu_off[c], "us");
+                fig_print("  telemetry on / off, CPU per batch", &cpu_r[c], "x");
+                if (tel_only)
+                        continue;
                 fig_print("4 identical loaders, aggregate", &same[c], "batches/s");
                 fig_print("  4 identical / one loader", &same_r[c], "x");
                 printf("  group work: %" PRIu64 " gathers and %" PRIu64 " takes for %" PRIu64
@@ -412,11 +521,21 @@ int main(int argc, char **argv) {
                           "ms");
                 fig_print("  first batch / steady batch time", &lat_r[2 * c + 1], "x");
         }
+        if (tel_only) {
+                printf("-- one raw gather of %" PRIu64 " records, the least of many (a third "
+                       "each, interleaved)\n", b.batch);
+                printf("untimed %.1f us, timed light %.1f us (%+.1f %%), in detail %.1f us "
+                       "(%+.1f %%); a clock read %.1f ns\n", (double)g3[0] / 1e3,
+                       (double)g3[1] / 1e3, 100.0 * ((double)g3[1] / (double)g3[0] - 1),
+                       (double)g3[2] / 1e3, 100.0 * ((double)g3[2] / (double)g3[0] - 1), clk);
+                goto done;
+        }
         printf("-- 4 seeds\n");
         fig_print("zstd (warm cache) / raw", &seeds_r, "x");
         printf("  cache: %" PRIu64 " hits, %" PRIu64 " misses in the timed zstd runs\n", hits,
                misses);
 
+done:
         zr_loader_engine_free(plain);
         zr_loader_engine_free(cached);
         zr_dataset_close(b.raw.ds, NULL);

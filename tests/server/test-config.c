@@ -259,5 +259,54 @@ START_TEST(test_resolve_socket) {
 }
 END_TEST
 
+/* Telemetry: stall-warning's default and values; metrics-listen takes an
+ * absolute path or a loopback HOST:PORT, and refuses anything else with the
+ * place named. */
+START_TEST(test_telemetry_settings) {
+        zr_config c;
+        zr_error err = {0};
+        zr_config_defaults(&c);
+        ck_assert_uint_eq(c.stall_warning_sec, 60);
+        ck_assert_str_eq(c.metrics_listen, "");
+        const char *good[][2] = {
+                { "/run/zrecord/metrics.sock", "/run/zrecord/metrics.sock" },
+                { "127.0.0.1:9464", "127.0.0.1:9464" },
+                { "127.1.2.3:1", "127.1.2.3:1" },
+                { "[::1]:65535", "[::1]:65535" },
+                { "localhost:9464", "localhost:9464" },
+        };
+        for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+                char text[160];
+                snprintf(text, sizeof(text), "stall-warning = 0\nmetrics-listen = %s\n",
+                         good[i][0]);
+                char *path = write_tmp(text);
+                zr_error_clear(&err);
+                ck_assert_msg(zr_config_load_file(&c, path, &err) == 0, "%s: %s", good[i][0],
+                              err.message);
+                unlink(path);
+                ck_assert_str_eq(c.metrics_listen, good[i][1]);
+                ck_assert_uint_eq(c.stall_warning_sec, 0);
+        }
+        const char *bad[] = { "10.0.0.1:9464", "0.0.0.0:9464", "[::]:9464", "[2001:db8::1]:1",
+                              "127.0.0.1", "127.0.0.1:0", "127.0.0.1:65536", "127.0.0.1:-1",
+                              "[::1:9464", "host.example:9464", "relative.sock",
+                              "127.0.0.1:9464x" };
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+                char text[160];
+                snprintf(text, sizeof(text), "\nmetrics-listen = %s\n", bad[i]);
+                char *path = write_tmp(text);
+                zr_error_clear(&err);
+                ck_assert_msg(zr_config_load_file(&c, path, &err) < 0, "%s accepted", bad[i]);
+                ck_assert_msg(strstr(err.message, ":2:") && strstr(err.message, "metrics-listen"),
+                              "%s: %s", bad[i], err.message);
+                unlink(path);
+        }
+        zr_error_clear(&err);
+        char *argv[] = {"zrecordd", "--stall-warning=soon", NULL};
+        ck_assert_int_lt(zr_config_parse_args(&c, 2, argv, &err), 0);
+}
+END_TEST
+
 TL_SUITE_MAIN("config", test_file_then_flags, test_errors_name_the_place, test_ring_spare,
-              test_help_lists_ring_spare, test_per_uid_limits, test_resolve_socket)
+              test_help_lists_ring_spare, test_per_uid_limits, test_resolve_socket,
+              test_telemetry_settings)

@@ -97,6 +97,10 @@ ok('req-loader_open.bin', {'kind': 'loader_open', 'id': 22,
                            'start_step': 10**9, 'rank': 1, 'world_size': 2, 'prefetch': 4,
                            'length': 60000, 'indices': True})
 ok('req-release.bin', {'kind': 'release', 'loader': 4, 'ring': 9, 'slot': 0})
+ok('req-release-telemetry.bin', {'kind': 'release', 'loader': 4, 'ring': 9, 'slot': 1,
+                                 'wait_ns': 1500000, 'taken_ns': 123456789012345})
+ok('req-status-loader.bin', {'kind': 'status', 'id': 24, 'loader': 4})
+ok('req-metrics.bin', {'kind': 'metrics', 'id': 25})
 ok('req-loader_close.bin', {'kind': 'loader_close', 'id': 23, 'loader': 4})
 ok('req-loader_open-mixture.bin', {'kind': 'loader_open', 'id': 24,
                                    'sources': [{'streams': [{'handle': 1, 'name': 'img'},
@@ -159,6 +163,36 @@ ok('ok-status.bin', {'kind': 'ok', 'id': 20, 'daemon': 'zrecordd 0.1.0', 'uptime
                                      'misses': 20, 'bytes': 1 << 30, 'evictions': 3,
                                      'shared': 40}]},
    'status')
+span = {'span_ns': 10 ** 10, 'batches': 800, 'bytes': 800 << 20, 'waits': 800,
+        'wait_ns': 3 * 10 ** 9, 'readies': 790, 'ready_ns': 10 ** 8, 'fills': 800,
+        'fill_ns': 15 * 10 ** 9, 'lookup_ns': 10 ** 8, 'read_ns': 2 * 10 ** 8,
+        'decode_ns': 14 * 10 ** 9, 'copy_ns': 7 * 10 ** 8, 'io_wait_ns': 0, 'queue_ns': 0,
+        'device_bytes': 0, 'hits': 0, 'misses': 204800}
+ok('ok-status-telemetry.bin', {
+    'kind': 'ok', 'id': 24, 'daemon': 'zrecordd 0.1.0', 'uptime_ms': 60000, 'clients': 1,
+    'handles': 2, 'shm_bytes': 1 << 24, 'loaders': 1, 'batches': 4800, 'gathers': 4800,
+    'hits': 0, 'misses': 1228800, 'bytes': 4800 << 20, 'evictions': 0,
+    'cache': {'budget': 0, 'bytes': 0, 'entries': 0},
+    'per_loader': [{'pid': 4242, 'loader': 4, 'sampler': 'cyclic', 'batch_size': 256,
+                    'streams': 1, 'step': 4800, 'batches': 4800, 'gathers': 4800, 'hits': 0,
+                    'misses': 1228800, 'bytes': 4800 << 20, 'evictions': 0, 'shared': 0,
+                    'uid': 1000, 'command': 'python3 train.py', 'dataset': '/data/train/x',
+                    'telemetry': {'age_ms': 60000, 'verdict': 'data-bound', 'stage': 'decode',
+                                  'reports': True, 'prefetch_depth': 2,
+                                  'wait_p50_ns': 3500000, 'wait_p99_ns': 6000000,
+                                  'ready_p50_ns': 20000, 'ready_p99_ns': 90000,
+                                  'fill_p50_ns': 18000000, 'fill_p99_ns': 25000000,
+                                  'total': dict(span, span_ns=6 * 10 ** 10), 'w1': span,
+                                  'w10': span, 'w60': span, 'group': span}}]},
+   'status', note='a loader with telemetry (STATUS with loader)')
+ok('ok-metrics.bin', {'kind': 'ok', 'id': 25,
+                      'text': '# HELP zrecord_loaders Open loaders.\n'
+                              '# TYPE zrecord_loaders gauge\nzrecord_loaders 1\n'}, 'metrics')
+bad('release-wait-negative.bin', frame(pack({'kind': 'release', 'loader': 1, 'ring': 1,
+                                             'slot': 0, 'wait_ns': -1})), 'ZR_E_PROTO',
+    note='wait_ns is a uint')
+bad('status-loader-str.bin', frame(pack({'kind': 'status', 'id': 1, 'loader': 'x'})),
+    'ZR_E_PROTO', note='loader is a u32')
 ok('ok-close.bin', {'kind': 'ok', 'id': 21}, 'close')
 ok('ok-loader_open.bin', {'kind': 'ok', 'id': 22, 'loader': 4, 'ring': 9, 'slots': 4, 'slot_bytes': 73728,
                           'ring_bytes': 294912, 'length': 60000,
