@@ -22,8 +22,9 @@ void teardown(void) {
 }
 
 char *path_in(const char *name) {
-        static char buf[4][400];
-        static int k;
+        /* per thread: the many-clients test opens stores from 32 threads */
+        static _Thread_local char buf[4][400];
+        static _Thread_local int k;
         k = (k + 1) % 4;
         snprintf(buf[k], sizeof(buf[k]), "%s/%s", D.dir, name);
         return buf[k];

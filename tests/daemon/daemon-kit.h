@@ -30,7 +30,7 @@ void teardown(void);
 /* The next request id of the tests' own requests. */
 extern uint64_t next_id;
 
-/* D.dir/name (one of four rotating buffers). */
+/* D.dir/name (one of four rotating buffers of the calling thread). */
 char *path_in(const char *name);
 
 /* A dense "<u4" (ITEM,) store in D.dir/name; a ragged "<u2" 2-d zstd store;
