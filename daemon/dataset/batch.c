@@ -165,16 +165,6 @@ static int check_items(const zr_gather *g, uint64_t item, zr_error *err) {
         return 0;
 }
 
-static int locate(zr_gather *g, zr_error *err);
-
-int zr_gather_locate(zr_gather *g, zr_error *err) {
-        uint64_t t0 = clock_ns(g);
-        int r = locate(g, err);
-        if (g->times)
-                add_since(g, &g->times->lookup_ns, t0);
-        return r;
-}
-
 static int locate(zr_gather *g, zr_error *err) {
         const zr_schema *s = gather_schema(g);
         size_t n = g->n ? g->n : 1;
@@ -226,6 +216,14 @@ static int locate(zr_gather *g, zr_error *err) {
         }
         g->bytes = used;
         return 0;
+}
+
+int zr_gather_locate(zr_gather *g, zr_error *err) {
+        uint64_t t0 = clock_ns(g);
+        int r = locate(g, err);
+        if (g->times)
+                add_since(g, &g->times->lookup_ns, t0);
+        return r;
 }
 
 /* The records of one dataset in a gather: all of a one-dataset gather's, or

@@ -468,8 +468,67 @@ static void msset_state_free(void *p) {
         free(st);
 }
 
-static int msset_reply(zr_request *rq, zr_set *set, bool writable);
-static void msset_upgraded(zr_job *job);
+/* The set's handles (one per stream, then the set's) and the reply; frees set
+ * on failure. */
+static int msset_reply(zr_request *rq, zr_set *set, bool writable) {
+        uint32_t n = set->n;
+        uint64_t len0 = zr_dataset_length(set->entries[0]->ds);
+        int r;
+
+        /* A handle per stream, then the set's. */
+        for (uint32_t i = 0; i < n; i++) {
+                int id = add_dataset_handle(rq, zr_entry_ref(set->entries[i]), writable);
+                if (id < 0) {
+                        r = id;
+                        for (uint32_t j = 0; j < i; j++)
+                                zr_request_close_handle(rq, set->handles[j]);
+                        goto fail;
+                }
+                set->handles[i] = (uint32_t)id;
+        }
+        zr_handle h = {.type = ZR_HANDLE_SET, .writable = writable, .set = set};
+        int sid = zr_request_add_handle(rq, &h);
+        if (sid < 0) {
+                r = sid;
+                for (uint32_t j = 0; j < n; j++)
+                        zr_request_close_handle(rq, set->handles[j]);
+                goto fail;
+        }
+        zr_wire_writer w;
+        zr_reply_begin(rq, &w);
+        zr_wire_put_u64(&w, "set", (uint64_t)sid);
+        zr_wire_put_u64(&w, "length", len0);
+        zr_wire_put_bool(&w, "writable", writable);
+        zr_wire_begin_array(&w, "streams");
+        for (uint32_t i = 0; i < n; i++) {
+                zr_dataset *ds = set->entries[i]->ds;
+                zr_wire_begin_map(&w, NULL);
+                zr_wire_put_str(&w, "name", set->names[i]);
+                zr_wire_put_u64(&w, "handle", set->handles[i]);
+                zr_wire_put_u64(&w, "length", zr_dataset_length(ds));
+                zr_put_schema(&w, "schema", zr_dataset_schema(ds));
+                zr_wire_put_bool(&w, "has_dict", zr_dataset_has_dict(ds));
+                zr_wire_end(&w);
+        }
+        zr_wire_end(&w);
+        return zr_reply_send(rq, &w, NULL, 0);
+fail:
+        zr_set_free(set);
+        return r;
+}
+
+static void msset_upgraded(zr_job *job) {
+        zr_request *rq = (zr_request *)job;
+        msset_state *st = rq->state;
+        int r = 0;
+        upgrade_note(rq);
+        if (!zr_request_orphaned(rq)) {
+                zr_set *set = st->set;
+                st->set = NULL;
+                r = msset_reply(rq, set, true);
+        }
+        zr_request_complete(rq, r);
+}
 
 int zr_handle_msset_open(zr_request *rq) {
         zr_server *srv = zr_request_server(rq);
@@ -594,68 +653,6 @@ int zr_handle_msset_open(zr_request *rq) {
 fail:
         zr_set_free(set);
         return r;
-}
-
-/* The set's handles (one per stream, then the set's) and the reply; frees set
- * on failure. */
-static int msset_reply(zr_request *rq, zr_set *set, bool writable) {
-        uint32_t n = set->n;
-        uint64_t len0 = zr_dataset_length(set->entries[0]->ds);
-        int r;
-
-        /* A handle per stream, then the set's. */
-        for (uint32_t i = 0; i < n; i++) {
-                int id = add_dataset_handle(rq, zr_entry_ref(set->entries[i]), writable);
-                if (id < 0) {
-                        r = id;
-                        for (uint32_t j = 0; j < i; j++)
-                                zr_request_close_handle(rq, set->handles[j]);
-                        goto fail;
-                }
-                set->handles[i] = (uint32_t)id;
-        }
-        zr_handle h = {.type = ZR_HANDLE_SET, .writable = writable, .set = set};
-        int sid = zr_request_add_handle(rq, &h);
-        if (sid < 0) {
-                r = sid;
-                for (uint32_t j = 0; j < n; j++)
-                        zr_request_close_handle(rq, set->handles[j]);
-                goto fail;
-        }
-        zr_wire_writer w;
-        zr_reply_begin(rq, &w);
-        zr_wire_put_u64(&w, "set", (uint64_t)sid);
-        zr_wire_put_u64(&w, "length", len0);
-        zr_wire_put_bool(&w, "writable", writable);
-        zr_wire_begin_array(&w, "streams");
-        for (uint32_t i = 0; i < n; i++) {
-                zr_dataset *ds = set->entries[i]->ds;
-                zr_wire_begin_map(&w, NULL);
-                zr_wire_put_str(&w, "name", set->names[i]);
-                zr_wire_put_u64(&w, "handle", set->handles[i]);
-                zr_wire_put_u64(&w, "length", zr_dataset_length(ds));
-                zr_put_schema(&w, "schema", zr_dataset_schema(ds));
-                zr_wire_put_bool(&w, "has_dict", zr_dataset_has_dict(ds));
-                zr_wire_end(&w);
-        }
-        zr_wire_end(&w);
-        return zr_reply_send(rq, &w, NULL, 0);
-fail:
-        zr_set_free(set);
-        return r;
-}
-
-static void msset_upgraded(zr_job *job) {
-        zr_request *rq = (zr_request *)job;
-        msset_state *st = rq->state;
-        int r = 0;
-        upgrade_note(rq);
-        if (!zr_request_orphaned(rq)) {
-                zr_set *set = st->set;
-                st->set = NULL;
-                r = msset_reply(rq, set, true);
-        }
-        zr_request_complete(rq, r);
 }
 
 /* ---- INFO, CLOSE, STATUS ------------------------------------------------- */
