@@ -296,3 +296,14 @@ def test_meson_install_layout(tmp_path):
     assert f"ExecStart={os.path.join(opts['prefix'], opts['bindir'], 'zrecordd')} " in unit
     import re
     assert not re.search(r"@[a-z]+@", unit), "an unsubstituted variable in the unit"
+    # the installed public headers stand alone, whichever is included first
+    inc = os.path.join(root, opts["includedir"], "zrc")
+    for first in ("zrc.h", "zrc-loader.h"):
+        src = tmp_path / f"use-{first}.c"
+        src.write_text(f'#include <{first}>\n'
+                       "int main(void) { zrc_loader *l = 0; zrc_steps_query q = {0};\n"
+                       "  (void)l; (void)q; return zrc_error_name(-ZR_E_RANGE) == 0; }\n")
+        r = subprocess.run(["cc", "-std=c17", "-Wall", "-Wextra", "-Werror", "-I", inc,
+                            "-c", str(src), "-o", str(tmp_path / "use.o")],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, f"{first}: {r.stderr}"
