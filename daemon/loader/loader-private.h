@@ -119,6 +119,7 @@ typedef struct pf_state {
         _Atomic uint64_t held; /* bytes its units hold against the budget */
         uint32_t depth;       /* steps read ahead of the leading fill, now */
         uint32_t horizon;     /* steps planned ahead of it, now */
+        uint32_t plan_credit; /* steps it may still plan before its next fill */
         uint64_t plan_cap;    /* no plans while the cache holds more (every group's) */
         /* telemetry: a fill of wait_step has waited for its reads ahead (or for
          * the job that reads them) since wait_ns; 0: none waits */

@@ -524,10 +524,52 @@ START_TEST(test_cache_near_min) {
 }
 END_TEST
 
+/* Planning keeps pace with the fills instead of running ahead of them: with
+ * room for 8,000 records the horizon is 250 steps, and planning them all
+ * before the first fill made a new loader's first batch wait 100-200 ms. At
+ * any moment the group has planned at most 4 steps per step it gathered
+ * (prefetch.c's PF_PLAN_PER_FILL), the first batch included. */
+START_TEST(test_planning_paced_by_fills) {
+        enum { N = 20000, R = 64, B = 64, CAP = 8000, PER_FILL = 4 };
+        scratch sc;
+        rig g;
+        reg z;
+        zr_loader_engine_counters t;
+
+        scratch_new(&sc);
+        rig_new(&g, 2, (uint64_t)CAP * (R + ZR_RCACHE_ENTRY_OVERHEAD));
+        reg_init(&z, make_dense(&sc, "z", N, R, ZR_CODEC_ZSTD, g.pool, 7));
+        zr_loader_stream st = reg_stream(&z, "z");
+        zr_loader_params p = { .mode = ZR_SAMPLER_IID, .batch_size = B, .seed = 5,
+                               .world_size = 1, .prefetch = 2 };
+        zr_loader *l = open_on(&g, &st, 1, &p);
+        uint64_t most = 0;
+        for (int s = 0; s < 40; s++) {
+                zr_loader_event ev;
+                next_batch(&g, l, &ev);
+                /* planned first, then gathers: gathers only grow meanwhile */
+                zr_loader_engine_counters_get(g.e, &t);
+                uint64_t planned = t.planned;
+                zr_loader_engine_counters_get(g.e, &t);
+                ck_assert_msg(planned <= (uint64_t)PER_FILL * t.gathers * B,
+                              "step %d: %llu uses planned after %llu gathers", s,
+                              (unsigned long long)planned, (unsigned long long)t.gathers);
+                most = planned > most ? planned : most;
+                zr_loader_release(l, ev.ring, ev.slot, NULL);
+        }
+        ck_assert_msg(most > 0, "nothing was planned");
+        zr_loader_free(l);
+        rig_free(&g);
+        reg_fini(&z);
+        scratch_free(&sc);
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("loader-prefetch");
         TL_TCASE(s, "prefetch", 120, test_bit_exact_threads, test_bit_exact_uring,
                  test_warm_not_read, test_budget_never_exceeded, test_close_cancels,
-                 test_mutation_quiesces, test_read_error_fails_its_batch, test_cache_near_min);
+                 test_mutation_quiesces, test_read_error_fails_its_batch, test_cache_near_min,
+                 test_planning_paced_by_fills);
         return tl_run_suite(s);
 }
