@@ -36,6 +36,7 @@ typedef struct sconn {
         struct event *ev;      /* read until the head ends, then write */
         struct event *timer;
         bool unix_peer;
+        bool lingering;        /* answered: only waiting for the peer's close */
         uid_t uid;
         char in[SCRAPE_HEAD_MAX];
         size_t in_len;
@@ -199,6 +200,7 @@ static void conn_write(evutil_socket_t fd, short what, void *arg) {
                 conn_close(c);
                 return;
         }
+        c->lingering = true;
         event_add(c->ev, NULL);
 }
 
@@ -307,6 +309,21 @@ static void conn_read(evutil_socket_t fd, short what, void *arg) {
 
 /* ---- the listener --------------------------------------------------------------- */
 
+/* Makes room for a new peer at the limit: a peer that has its answer and only
+ * lingers gives its place up (closed now; what it was sent stays readable, a
+ * reset at most discards bytes it sends after asking). Peers still asking or
+ * being answered keep theirs. */
+static bool make_room(zr_scrape *sc) {
+        if (sc->nconns < SCRAPE_CONNS_MAX)
+                return true;
+        for (sconn *c = sc->conns; c; c = c->next)
+                if (c->lingering) {
+                        conn_close(c);
+                        return true;
+                }
+        return false;
+}
+
 static void resume_cb(evutil_socket_t fd, short what, void *arg) {
         zr_scrape *sc = arg;
         event_add(sc->ev_listen, NULL);
@@ -332,7 +349,7 @@ static void accept_cb(evutil_socket_t lfd, short what, void *arg) {
                         }
                         return;
                 }
-                if (sc->nconns >= SCRAPE_CONNS_MAX) {
+                if (!make_room(sc)) {
                         close(fd);
                         continue;
                 }

@@ -163,6 +163,17 @@ def test_endpoint_over_a_unix_socket(own_daemon, tmp_path):
     # a head longer than 4 KiB: refused once it passes the bound, never echoed
     status, _, body = http(path, b"GET /metrics HTTP/1.0\r\nX: " + b"a" * 8192)
     assert status == "HTTP/1.0 400 Bad Request" and b"aaaa" not in body
+    # peers that have their answers and linger (they have not closed) give their
+    # places up to new ones
+    lingering = []
+    for _ in range(8):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(WAIT)
+        s.connect(path)
+        s.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+        with s.makefile("rb") as f:
+            assert f.read().startswith(b"HTTP/1.0 200 OK")   # to the daemon's EOF
+        lingering.append(s)
     # eight peers at once at most: a ninth is closed at once, the eight served
     held = []
     for _ in range(8):
@@ -180,6 +191,8 @@ def test_endpoint_over_a_unix_socket(own_daemon, tmp_path):
         s.sendall(b"\r\n")
     for s in held:
         assert s.recv(64).startswith(b"HTTP/1.0 200 OK")
+        s.close()
+    for s in lingering:
         s.close()
     # a peer that says nothing is closed after the timeout (5 s)
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
