@@ -199,16 +199,67 @@ static int trim(zr_loader *l) {
         return freed;
 }
 
-/* Claims the next step of l. If a slot of a live ring of its group holds that
- * step or is being filled with it, l takes it (no work: returns 0, and sets
- * *notify if l got an event). Else it claims a free slot for a gather into *w
- * and returns 1. Returns 0 with nothing done when l has nothing to claim now
- * or no slot is free (it is requeued when one frees). */
-static int claim_next(zr_loader_engine *e, zr_loader *l, work *w, int *notify) {
+/* Takes l's next step from a slot of its group that holds it or is being
+ * filled with it: no work. Returns 1 if it took it (and sets *notify if l got
+ * an event), 0 if no slot has it or l has no claim to spare, -1 if l ended
+ * instead (a stream changed). */
+static int take_shared(zr_loader_engine *e, zr_loader *l, int *notify) {
         char msg[ZR_ERROR_MESSAGE_MAX];
         uint64_t step;
         slot *sl;
         int k;
+
+        if (l->closing || (l->end_reachable && l->fill_k >= l->end_k))
+                return 0;
+        k = claim_unused(l);
+        if (k < 0)
+                return 0;
+        step = l->start + l->fill_k;
+        sl = zr_group_find(l->g, step);
+        if (!sl)
+                return 0;
+        /* a batch filled before a change is intact, but l would not have
+         * gathered it: end as its own gather would */
+        if (stale(l, msg, sizeof(msg))) {
+                set_end(l, l->fill_k, ZR_E_STALE, 0, msg);
+                *notify |= zr_sched_ready(e, l);
+                return -1;
+        }
+        l->claims[k] = (claim){ .sl = sl, .step = step };
+        sl->refs++;
+        l->fill_k++;
+        l->c.shared++;
+        e->t.shared++;
+        *notify |= zr_sched_ready(e, l);
+        return 1;
+}
+
+/* Every member of l's group but l takes at once what the group's slots hold
+ * for it, rather than at its turn in the run queue: a member that waits
+ * behind other work while its leader claims on falls behind what the slots
+ * keep, and from then on gathers every step again. */
+static void catch_up(zr_loader_engine *e, const zr_loader *l, int *notify) {
+        for (zr_loader *m = l->g->members; m; m = m->g_next) {
+                int took = 0;
+                if (m == l)
+                        continue;
+                while (take_shared(e, m, notify) > 0)
+                        took = 1;
+                if (took)
+                        zr_sched_run(e, m);
+        }
+}
+
+/* Claims the next step of l. If a slot of a live ring of its group holds that
+ * step or is being filled with it, l takes it (no work: returns 0, and sets
+ * *notify if l got an event). Else it claims a free slot for a gather into *w
+ * and returns 1, and the other members at that step take it too. Returns 0
+ * with nothing done when l has nothing to claim now or no slot is free (it is
+ * requeued when one frees). */
+static int claim_next(zr_loader_engine *e, zr_loader *l, work *w, int *notify) {
+        uint64_t step;
+        slot *sl;
+        int k, r;
 
         if (l->closing || (l->end_reachable && l->fill_k >= l->end_k))
                 return 0;
@@ -217,25 +268,13 @@ static int claim_next(zr_loader_engine *e, zr_loader *l, work *w, int *notify) {
         k = claim_unused(l);
         if (k < 0)
                 return 0;
-        step = l->start + l->fill_k;
-        sl = zr_group_find(l->g, step);
-        if (sl) {
-                /* a batch filled before a change is intact, but l would not
-                 * have gathered it: end as its own gather would */
-                if (stale(l, msg, sizeof(msg))) {
-                        set_end(l, l->fill_k, ZR_E_STALE, 0, msg);
-                        *notify |= zr_sched_ready(e, l);
-                        return 0;
-                }
-                l->claims[k] = (claim){ .sl = sl, .step = step };
-                sl->refs++;
-                l->fill_k++;
-                l->c.shared++;
-                e->t.shared++;
-                zr_sched_run(e, l);
-                *notify |= zr_sched_ready(e, l);
+        r = take_shared(e, l, notify);
+        if (r != 0) {
+                if (r > 0)
+                        zr_sched_run(e, l);
                 return 0;
         }
+        step = l->start + l->fill_k;
         /* its reads ahead first: the group is woken when they end */
         if (!zr_pf_ready(e, l, step, w))
                 return 0;
@@ -256,6 +295,7 @@ static int claim_next(zr_loader_engine *e, zr_loader *l, work *w, int *notify) {
         w->timed = atomic_load(&e->telemetry);
         w->detail = w->timed && l->detail;
         zr_sched_run(e, l);
+        catch_up(e, l, notify);
         return 1;
 }
 
@@ -920,8 +960,11 @@ int zr_loader_release_report(zr_loader *l, uint32_t ring_id, uint32_t slot_no,
                 zr_measure_take(l, cl, take);
         if (claim_drop(cl))
                 zr_group_wake(e, l->g);
+        /* the steps its group already holds for it, now (catch_up()) */
+        while (take_shared(e, l, &notify) > 0)
+                ;
         zr_sched_run(e, l);
-        notify = zr_group_reap(e, l->g, &dead);
+        notify |= zr_group_reap(e, l->g, &dead);
         if (e->parked)
                 resume_parked(e);
         else if (e->kick_pending)

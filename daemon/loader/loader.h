@@ -69,6 +69,11 @@
  *   with a claim to spare always finds a free slot: one that runs ahead
  *   gathers for itself, and a slow one stalls nobody. Fills prefer slots whose
  *   pages are resident, so members in step use about one ring's memory.
+ *   A member takes a step its group holds or is filling as soon as it can
+ *   (when it releases a slot, or when another member starts that step's
+ *   gather), never at its turn in the run queue: a member kept waiting there
+ *   would fall behind what the slots keep and gather every step again.
+ *   Members further apart than the slots keep share nothing.
  *
  *   The client of a member maps every ring of its group: zr_loader_poll()
  *   gives a RING event for each ring before the first batch that names it,
