@@ -5,7 +5,8 @@ seeds (a DDP-less sweep / eval beside train: the same batches) and (b) with
 different seeds. zrecord: every process is a client of one fresh zrecordd
 (`DataLoader`, sampler 'iid'); each peer runs its own loader in every process
 (torch DataLoader over the .npy with 2 workers each; PyPI loaderx 1.5 with its
-own threads). All processes warm up (3 batches and 2 s), wait at a barrier,
+own threads). All processes warm up (zrecord 400 batches, so that
+same-seed processes pass the barrier at one step; the peers 3 batches and 2 s), wait at a barrier,
 then each times its steps (zrecord 4x as many, so that its window is not a few
 tens of ms): aggregate batches/s = all steps / (last end - first start).
 Memory: the peak total PSS of every process tree (+ the daemon). Decode work
@@ -89,6 +90,9 @@ def run_config(ctx, params, nproc, same_seed, tmp):
             daemon.stop()
 
 
+ZR_WARM = 400   # zrecord's warm-up, batches per process
+
+
 def run(ctx):
     q = ctx.quick
     # issue 5's size: 256 KiB records, batch 256 (64 MiB)
@@ -117,12 +121,22 @@ def run(ctx):
             # process, too short a window against the barrier's skew; the
             # rate is per step either way
             n_steps = steps if q or params["kind"] != "zrecord" else 4 * steps
-            # warm-up: 3 batches and 2 s, for every contender: a group of
-            # zrecord loaders that drift apart faults in a fresh ring slot
-            # (~50 ms here) each time their window grows, for its first
-            # ~200 steps; torch starts its workers
-            pr = dict(params, batch=B, heavy=False, steps=n_steps, warm=3,
-                      warm_s=0 if q else 2.0, warm_max=3 if q else 400)
+            # warm-up. zrecord: 400 batches, a count and not a time, so that
+            # every process of a configuration passes the barrier at the same
+            # step (a time-based warm-up ends each process at the step its
+            # own rate reached: same-seed loaders then start the timed steps
+            # apart and share no gather); the count covers a group's first
+            # ~200 steps, in which members that drift apart fault in a fresh
+            # ring slot (~50 ms here) each time their window grows. The
+            # peers: 3 batches and 2 s (torch starts its workers); nothing of
+            # theirs depends on the step they start at.
+            if q:
+                warm = dict(warm=3, warm_s=0, warm_max=3)
+            elif params["kind"] == "zrecord":
+                warm = dict(warm=ZR_WARM, warm_s=0, warm_max=ZR_WARM)
+            else:
+                warm = dict(warm=3, warm_s=2.0, warm_max=400)
+            pr = dict(params, batch=B, heavy=False, steps=n_steps, **warm)
             try:
                 r = run_config(ctx, pr, nproc, same, tmp)
             except Exception as e:
@@ -153,7 +167,7 @@ def run(ctx):
             r["of_limit"] = f"{r['gib_s'] / C.limit(lim, 'memcpy_mt'):.2f} of memcpy"
 
     C.table(f"several processes on one box: {n} records of {p['nbytes'] // 1024} KiB, batch {B} "
-            f"({B * p['nbytes'] / C.MiB:.0f} MiB), warm-up 3 batches{'' if q else ' and 2 s'}, then {steps} timed steps "
+            f"({B * p['nbytes'] / C.MiB:.0f} MiB), warm-up {'3 batches' if q else f'{ZR_WARM} batches for zrecord, 3 batches and 2 s for the peers'}, then {steps} timed steps "
             f"per process ({4 * steps if not q else steps} for zrecord) after a barrier; x1 = over the "
             "same contender's single process; gathers and decoded (records decompressed) over the "
             "timed steps, all processes",
