@@ -160,8 +160,9 @@ class _Result:
         self._buf.pool.give_back(self._buf)
 
 
-# /proc/self/pagemap: 8 bytes per virtual page; bit 63 present, bit 61 a page of a
-# file (here: the memfd's own page) rather than a private copy.
+# /proc/self/pagemap: 8 bytes per virtual page; bit 63 present, bit 62 swapped (or
+# being migrated), bit 61 a page of a file (here: the memfd's own page) rather than
+# a private copy.
 _PAGE = mmap.PAGESIZE
 _pagemap = None             # (pid, fd)
 
@@ -189,20 +190,29 @@ def _written_runs(addr, nbytes):
         raw = b""
     if len(raw) != (last - first) * 8:
         return [(first * _PAGE, last * _PAGE)]
-    # each entry's top byte, 1 where present and not the memfd's page: all in C
+    return [(a * _PAGE, b * _PAGE) for a, b in _own_runs(raw, first)]
+
+
+def _own_runs(raw, first):
+    """Runs [a, b) of page numbers, from `first` on, whose pagemap entries in `raw`
+    are private copies: present or swapped out, and not the file's (the memfd's)
+    page."""
+    # each entry's top byte, 1 where it is a private copy: all in C
     own = raw[7::8].translate(_OWN_PAGE)
     runs = []
     i = own.find(1)
     while i >= 0:
         j = own.find(0, i)
         j = len(own) if j < 0 else j
-        runs.append(((first + i) * _PAGE, (first + j) * _PAGE))
+        runs.append((first + i, first + j))
         i = own.find(1, j)
     return runs
 
 
-# pagemap bits 63 (present) and 61 (a file's page), seen in an entry's top byte
-_OWN_PAGE = bytes(1 if b & 0xA0 == 0x80 else 0 for b in range(256))
+# pagemap bits 63 (present), 62 (swapped) and 61 (a file's page), seen in an
+# entry's top byte: a copy the user made is present or swapped, never the file's
+# (a swapped-out copy is as written as a present one)
+_OWN_PAGE = bytes(1 if b & 0xC0 and not b & 0x20 else 0 for b in range(256))
 
 
 class Pool:

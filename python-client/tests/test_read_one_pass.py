@@ -108,6 +108,23 @@ def test_reused_buffer_drops_what_the_user_wrote(store, monkeypatch):
     assert len(opens) == 1 and np.array_equal(c, src[batch_indices(2)])
 
 
+@pytest.mark.no_daemon
+def test_page_map_entries_that_are_the_users():
+    """Which pages a reused buffer must drop, from their page-map entries (bit 63
+    present, 62 swapped or migrating, 61 the file's page): the user's private copies,
+    present or swapped out; never the memfd's own pages, nor pages not mapped."""
+    def entry(present=False, swapped=False, file=False):
+        return struct.pack("<Q", present << 63 | swapped << 62 | file << 61 | 12345)
+    pages = [entry(),                              # 10: never touched
+             entry(present=True, file=True),       # 11: the memfd's page, read
+             entry(present=True),                  # 12: a copy the user wrote
+             entry(swapped=True),                  # 13: such a copy, swapped out
+             entry(present=True),                  # 14: another copy
+             entry(swapped=True, file=True),       # 15: the memfd's page, migrating
+             entry(present=True)]                  # 16: a copy at the end
+    assert _results._own_runs(b"".join(pages), 10) == [(12, 15), (16, 17)]
+
+
 def test_views_keep_the_buffer(store, monkeypatch):
     ds, src = store
     idx = batch_indices(1)
