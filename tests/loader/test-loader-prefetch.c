@@ -473,33 +473,53 @@ static uint64_t sim_lru(const uint64_t *trace, size_t n, size_t batch, size_t ca
         return hits;
 }
 
-START_TEST(test_cache_near_min) {
-        enum { N = 4000, R = 256, B = 64, CAP = 400, STEPS_C = 300 };
+/* An engine whose cache has room for `cap` records of `rec` bytes, a zstd
+ * store "z" of n such records, and one iid loader over it (batch b, seed,
+ * prefetch 2): the cache tests' set-up. */
+typedef struct cache_rig {
         scratch sc;
         rig g;
         reg z;
+        zr_loader *l;
+} cache_rig;
+
+static void cache_rig_new(cache_rig *c, uint64_t n, uint64_t rec, uint64_t b, uint64_t cap,
+                          uint64_t seed) {
+        scratch_new(&c->sc);
+        rig_new(&c->g, 2, cap * (rec + ZR_RCACHE_ENTRY_OVERHEAD));
+        reg_init(&c->z, make_dense(&c->sc, "z", n, rec, ZR_CODEC_ZSTD, c->g.pool, 7));
+        zr_loader_stream st = reg_stream(&c->z, "z");
+        zr_loader_params p = { .mode = ZR_SAMPLER_IID, .batch_size = b, .seed = seed,
+                               .world_size = 1, .prefetch = 2 };
+        c->l = open_on(&c->g, &st, 1, &p);
+}
+
+static void cache_rig_free(cache_rig *c) {
+        zr_loader_free(c->l);
+        rig_free(&c->g);
+        reg_fini(&c->z);
+        scratch_free(&c->sc);
+}
+
+START_TEST(test_cache_near_min) {
+        enum { N = 4000, R = 256, B = 64, CAP = 400, STEPS_C = 300 };
+        cache_rig c;
         zr_loader_engine_counters t;
         uint64_t *trace = malloc((size_t)STEPS_C * B * sizeof(*trace));
         zr_sampler_params sp = { .mode = ZR_SAMPLER_IID, .n = N, .batch_size = B, .seed = 21,
                                  .world_size = 1 };
 
-        scratch_new(&sc);
-        rig_new(&g, 2, (uint64_t)CAP * (R + ZR_RCACHE_ENTRY_OVERHEAD));
-        reg_init(&z, make_dense(&sc, "z", N, R, ZR_CODEC_ZSTD, g.pool, 7));
-        zr_loader_stream st = reg_stream(&z, "z");
-        zr_loader_params p = { .mode = ZR_SAMPLER_IID, .batch_size = B, .seed = 21,
-                               .world_size = 1, .prefetch = 2 };
-        zr_loader *l = open_on(&g, &st, 1, &p);
+        cache_rig_new(&c, N, R, B, CAP, 21);
         for (uint64_t s = 0; s < STEPS_C; s++) {
                 zr_loader_event ev;
-                next_batch(&g, l, &ev);
-                check_dense(l, &ev, 0, &z, R, &sp);
+                next_batch(&c.g, c.l, &ev);
+                check_dense(c.l, &ev, 0, &c.z, R, &sp);
                 memcpy(trace + s * B, ev.indices, B * sizeof(*trace));
-                zr_loader_release(l, ev.ring, ev.slot, NULL);
+                zr_loader_release(c.l, ev.ring, ev.slot, NULL);
         }
         zr_loader_counters lc;
-        zr_loader_counters_get(l, &lc);
-        zr_loader_engine_counters_get(g.e, &t);
+        zr_loader_counters_get(c.l, &lc);
+        zr_loader_engine_counters_get(c.g.e, &t);
         /* the fills ran a few steps past the last batch taken: count only the
          * steps the trace holds, from the loader's own hits of those steps */
         uint64_t mn = sim_min(trace, (size_t)STEPS_C * B, B, CAP, N);
@@ -518,10 +538,7 @@ START_TEST(test_cache_near_min) {
                       "LRU %llu", (unsigned long long)got, (unsigned long long)extra,
                       (unsigned long long)mn, (unsigned long long)lru);
         ck_assert_uint_gt(got, lru);
-        zr_loader_free(l);
-        rig_free(&g);
-        reg_fini(&z);
-        scratch_free(&sc);
+        cache_rig_free(&c);
         free(trace);
 }
 END_TEST
@@ -533,37 +550,26 @@ END_TEST
  * (prefetch.c's PF_PLAN_PER_FILL), the first batch included. */
 START_TEST(test_planning_paced_by_fills) {
         enum { N = 20000, R = 64, B = 64, CAP = 8000, PER_FILL = 4 };
-        scratch sc;
-        rig g;
-        reg z;
+        cache_rig c;
         zr_loader_engine_counters t;
 
-        scratch_new(&sc);
-        rig_new(&g, 2, (uint64_t)CAP * (R + ZR_RCACHE_ENTRY_OVERHEAD));
-        reg_init(&z, make_dense(&sc, "z", N, R, ZR_CODEC_ZSTD, g.pool, 7));
-        zr_loader_stream st = reg_stream(&z, "z");
-        zr_loader_params p = { .mode = ZR_SAMPLER_IID, .batch_size = B, .seed = 5,
-                               .world_size = 1, .prefetch = 2 };
-        zr_loader *l = open_on(&g, &st, 1, &p);
+        cache_rig_new(&c, N, R, B, CAP, 5);
         uint64_t most = 0;
         for (int s = 0; s < 40; s++) {
                 zr_loader_event ev;
-                next_batch(&g, l, &ev);
+                next_batch(&c.g, c.l, &ev);
                 /* planned first, then gathers: gathers only grow meanwhile */
-                zr_loader_engine_counters_get(g.e, &t);
+                zr_loader_engine_counters_get(c.g.e, &t);
                 uint64_t planned = t.planned;
-                zr_loader_engine_counters_get(g.e, &t);
+                zr_loader_engine_counters_get(c.g.e, &t);
                 ck_assert_msg(planned <= (uint64_t)PER_FILL * t.gathers * B,
                               "step %d: %llu uses planned after %llu gathers", s,
                               (unsigned long long)planned, (unsigned long long)t.gathers);
                 most = planned > most ? planned : most;
-                zr_loader_release(l, ev.ring, ev.slot, NULL);
+                zr_loader_release(c.l, ev.ring, ev.slot, NULL);
         }
         ck_assert_msg(most > 0, "nothing was planned");
-        zr_loader_free(l);
-        rig_free(&g);
-        reg_fini(&z);
-        scratch_free(&sc);
+        cache_rig_free(&c);
 }
 END_TEST
 
