@@ -71,9 +71,13 @@ static int pool_run_shard(zr_pool *pool, pool_job *job) {
         return 1;
 }
 
+/* The pool whose worker this thread is, if any (zr_pool_shards()). */
+static _Thread_local const zr_pool *worker_of;
+
 static void *pool_worker(void *userdata) {
         zr_pool *pool = userdata;
 
+        worker_of = pool;
         pthread_mutex_lock(&pool->mutex);
         for (;;) {
                 if (pool->jobs) {
@@ -151,7 +155,8 @@ size_t zr_pool_threads(const zr_pool *pool) {
 }
 
 size_t zr_pool_shards(const zr_pool *pool, size_t nitems) {
-        size_t max = zr_pool_threads(pool) + 1;
+        /* the workers, and the caller unless it is one of them */
+        size_t max = zr_pool_threads(pool) + (pool && worker_of == pool ? 0 : 1);
         if (nitems < 1)
                 return 1;
         return nitems < max ? nitems : max;

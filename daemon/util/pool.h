@@ -38,8 +38,10 @@ size_t zr_pool_threads(const zr_pool *pool);
  * then every shard runs inline, in order. Never fails. */
 void zr_pool_parallel(zr_pool *pool, size_t nshards, zr_pool_shard_fn fn, void *arg);
 
-/* The number of shards that fits `nitems` items on this pool: min(nitems,
- * threads + 1), at least 1. */
+/* The number of shards that fits `nitems` items on this pool: at least 1, at
+ * most nitems, and one per thread that runs them: every worker, plus the
+ * calling thread unless it is itself one of this pool's workers (one shard
+ * more than threads would run after the others on one of them). */
 size_t zr_pool_shards(const zr_pool *pool, size_t nitems);
 
 /* Queues fn(arg) to run on a worker (FIFO; the queue holds 256 tasks). Blocks

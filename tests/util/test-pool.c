@@ -59,12 +59,39 @@ START_TEST(test_null_pool_runs_inline_in_order) {
 }
 END_TEST
 
+typedef struct shards_arg {
+        zr_pool *pool;
+        pthread_mutex_t mu;
+        pthread_cond_t cv;
+        size_t got; /* 0 until the task ran */
+} shards_arg;
+
+static void shards_task(void *arg) {
+        shards_arg *a = arg;
+        size_t n = zr_pool_shards(a->pool, 100);
+        pthread_mutex_lock(&a->mu);
+        a->got = n;
+        pthread_cond_signal(&a->cv);
+        pthread_mutex_unlock(&a->mu);
+}
+
+/* A thread outside the pool shards over every worker and itself; a worker
+ * over the workers, itself one of them: a third shard there ran after the
+ * other two on one of the two threads (a CPU-bound gather at 3/4 speed). */
 START_TEST(test_shards) {
         zr_pool *pool = NULL;
+        shards_arg a = { .mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
         ck_assert_int_eq(zr_pool_new(2, &pool), 0);
         ck_assert_uint_eq(zr_pool_shards(pool, 0), 1);
         ck_assert_uint_eq(zr_pool_shards(pool, 2), 2);
         ck_assert_uint_eq(zr_pool_shards(pool, 100), 3);
+        a.pool = pool;
+        ck_assert_int_eq(zr_pool_submit(pool, shards_task, &a), 0);
+        pthread_mutex_lock(&a.mu);
+        while (a.got == 0)
+                pthread_cond_wait(&a.cv, &a.mu);
+        pthread_mutex_unlock(&a.mu);
+        ck_assert_uint_eq(a.got, 2);
         zr_pool_free(pool);
 }
 END_TEST
