@@ -73,7 +73,9 @@ def test_failed_read_fails_its_batch(own_daemon, workdir, backend):
     # a sequential batch of 128 adjacent records is one merged read, and the
     # steps' jobs submit in order: the third read issued is that of step 2, or
     # of a step next to it (the pread threads may begin reads queued together
-    # in any order)
+    # in any order), or of step 0: seen once under load, most likely when some
+    # of step 0's pages stayed in the page cache and the others were read in
+    # several runs
     own_daemon(f"--io-backend={backend}", env={"ZRECORDD_TEST_IO_FAIL": "3"})
     if status()["prefetch"]["backend"] != backend:
         pytest.skip(f"io-backend={backend} cannot run here")
@@ -88,7 +90,8 @@ def test_failed_read_fails_its_batch(own_daemon, workdir, backend):
             batch = next(loader)["x"]
             np.testing.assert_array_equal(batch, data[step * B:(step + 1) * B])
             good += 1
-    assert 1 <= good <= 3
+    assert 0 <= good <= 3
+    # the batches before it were whole and right (above), and it fails naming its step
     assert f"reading step {good} ahead" in str(e.value) and "[EIO]" in str(e.value)
     loader.close()
     pf = status()["prefetch"]
