@@ -25,7 +25,7 @@
 #include "server/metrics.h"
 
 #define SCRAPE_HEAD_MAX 4096   /* request line and headers */
-#define SCRAPE_CONNS_MAX 8     /* served at once */
+#define SCRAPE_CONNS_MAX 8     /* held at once (make_room()) */
 #define SCRAPE_TIMEOUT_SEC 5   /* to send the request and take the answer */
 #define SCRAPE_PAUSE_SEC 1     /* accepting pauses this long without descriptors */
 

@@ -13,7 +13,8 @@
  * Hostile input: a request head is read into 4 KiB and must end there; a
  * connection has 5 s to send it and take the answer (what it sends after
  * the head is read and dropped until it closes), then it is closed; at
- * most 8 are served at once (more are accepted and closed at once); the
+ * most 8 are held at once: a new one takes the place of one that has its
+ * answer and only lingers, else it is accepted and closed at once; the
  * request is never echoed. Running out of descriptors pauses accepting for a
  * second instead of spinning.
  *
