@@ -13,9 +13,7 @@
  *     opened after it at that step works;
  *   - the decoded-record cache, told the loaders' next records, gets at
  *     least 0.9 of the hits of the offline optimum (MIN, simulated here on
- *     the same trace) and more than LRU (simulated too);
- *   - two identical loaders reading ahead, taken as they come, share each
- *     step's gather.
+ *     the same trace) and more than LRU (simulated too).
  * Waiting is on the engine's eventfd and on condition variables, never a sleep.
  */
 #include <dirent.h>
@@ -573,79 +571,11 @@ START_TEST(test_planning_paced_by_fills) {
 }
 END_TEST
 
-/* Two identical loaders reading ahead, taken as fast as they come (as the
- * daemon's loop takes its clients' batches): the group gathers each step
- * about once. A member took its group's steps at its turn in the pool's run
- * queue; behind the group's reading-ahead jobs and its leader's gathers it
- * fell further behind than the slots keep, and from then on both gathered
- * every step (600 gathers for these 300 steps; two processes in the bench:
- * 188 for 96). */
-START_TEST(test_group_shares_while_reading_ahead) {
-        enum { NM = 2, K = 300, B = 64 };
-        scratch sc;
-        rig g;
-        zr_ioq *q;
-        zr_ioq_options o = {0};
-        reg raw;
-        zr_loader_engine_counters t;
-        zr_loader *m[NM];
-        uint64_t taken[NM] = {0};
-
-        scratch_new(&sc);
-        rig_io(&g, ZR_IOQ_THREADS, 64u << 20, 0, &o, &q);
-        reg_init(&raw, make_dense(&sc, "d", NREC, REC, ZR_CODEC_RAW, g.pool, 1));
-        zr_loader_stream st = reg_stream(&raw, "d");
-        zr_loader_params p = { .mode = ZR_SAMPLER_IID, .batch_size = B, .seed = 3,
-                               .world_size = 1, .prefetch = 4 };
-        for (int i = 0; i < NM; i++)
-                m[i] = open_on(&g, &st, 1, &p);
-        for (;;) {
-                int busy = 0, events = 0;
-                rig_drain(&g);
-                for (int i = 0; i < NM; i++) {
-                        zr_loader_event ev;
-                        if (taken[i] == K)
-                                continue;
-                        busy = 1;
-                        /* one event a member per round: the daemon's loop takes
-                         * its clients' events in the order they come */
-                        if (zr_loader_poll(m[i], &ev) > 0) {
-                                events = 1;
-                                if (ev.kind != ZR_LOADER_EVENT_BATCH)
-                                        continue; /* RING, RING_CLOSE */
-                                ck_assert_uint_eq(ev.step, taken[i]);
-                                zr_loader_release(m[i], ev.ring, ev.slot, NULL);
-                                taken[i]++;
-                        }
-                }
-                if (!busy)
-                        break;
-                if (!events) {
-                        uint64_t v;
-                        ck_assert_int_eq(read(g.efd, &v, 8), 8);
-                }
-        }
-        zr_loader_engine_counters_get(g.e, &t);
-        printf("prefetch group: %d members x %d steps: %llu gathers, %llu shared, "
-               "%llu steps read ahead, %llu warm\n", NM, K, (unsigned long long)t.gathers,
-               (unsigned long long)t.shared, (unsigned long long)t.prefetch_steps,
-               (unsigned long long)t.prefetch_warm);
-        ck_assert_uint_gt(t.prefetch_warm + t.prefetch_steps, K / 2); /* jobs ran */
-        /* each step once, and a few a member ahead may gather again */
-        ck_assert_uint_le(t.gathers, K + K / 10);
-        for (int i = 0; i < NM; i++)
-                zr_loader_free(m[i]);
-        rig_io_free(&g, q);
-        reg_fini(&raw);
-        scratch_free(&sc);
-}
-END_TEST
-
 int main(void) {
         Suite *s = suite_create("loader-prefetch");
         TL_TCASE(s, "prefetch", 120, test_bit_exact_threads, test_bit_exact_uring,
                  test_warm_not_read, test_budget_never_exceeded, test_close_cancels,
                  test_mutation_quiesces, test_read_error_fails_its_batch, test_cache_near_min,
-                 test_planning_paced_by_fills, test_group_shares_while_reading_ahead);
+                 test_planning_paced_by_fills);
         return tl_run_suite(s);
 }
