@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "dataset/ragged.h"
+#include "util/copy.h"
 #include "zr-proto.h"
 
 /* Records per shard of the parallel copy of cache hits and inserts: enough to
@@ -81,8 +82,8 @@ static int store_read(zr_gather *g, zr_dataset *ds, const zr_loc *locs, size_t n
         zr_store_times st = { .sample_io = 1 };
         int detail = g->times && g->times->detail;
         uint64_t t0 = clock_ns(g);
-        int r = zr_store_gather_timed(zr_dataset_store(ds), locs, n, dsts, detail ? &st : NULL,
-                                      err);
+        int r = zr_store_gather_timed(zr_dataset_store(ds), locs, n, dsts, g->stream,
+                                      detail ? &st : NULL, err);
 
         if (g->times)
                 add_store_time(g, ds, t0, &st);
@@ -221,6 +222,7 @@ static int locate(zr_gather *g, zr_error *err) {
 int zr_gather_locate(zr_gather *g, zr_error *err) {
         uint64_t t0 = clock_ns(g);
         int r = locate(g, err);
+        g->stream = zr_copy_streams(g->bytes > g->span ? g->bytes : g->span);
         if (g->times)
                 add_since(g, &g->times->lookup_ns, t0);
         return r;
@@ -244,6 +246,7 @@ typedef struct copy_job {
         void *const *dsts;
         const zr_loc *locs;
         size_t n;
+        bool stream; /* the batch is large: hits are copied with streaming stores */
         _Atomic uint64_t evictions;
 } copy_job;
 
@@ -255,13 +258,18 @@ static void copy_shard(void *arg, size_t shard, size_t nshards) {
         uint64_t ev = 0;
 
         for (size_t i = lo; i < hi; i++) {
-                if (j->hits[i])
+                if (j->hits[i] && j->stream)
+                        zr_copy_stream(j->dsts[i], zr_rcache_entry_data(j->hits[i]),
+                                       j->locs[i].logic_length);
+                else if (j->hits[i])
                         memcpy(j->dsts[i], zr_rcache_entry_data(j->hits[i]),
                                j->locs[i].logic_length);
                 else if (!j->repeat[i])
                         ev += zr_rcache_insert(j->cache, &j->keys[i], j->dsts[i],
                                                j->locs[i].logic_length);
         }
+        if (j->stream)
+                zr_copy_stream_done();
         atomic_fetch_add(&j->evictions, ev);
 }
 
@@ -360,7 +368,7 @@ static int read_cached(zr_gather *g, const gather_part *p, zr_rcache *cache, zr_
         r = store_read(g, p->ds, mlocs, nm, mdsts, err);
         if (r >= 0) {
                 copy_job j = { .cache = cache, .keys = keys, .hits = hits, .repeat = repeat,
-                               .dsts = p->dsts, .locs = p->locs, .n = n };
+                               .dsts = p->dsts, .locs = p->locs, .n = n, .stream = g->stream };
                 t0 = clock_ns(g);
                 for (size_t i = 0; i < n && nrep > 0; i++)
                         if (repeat[i])
@@ -427,7 +435,7 @@ static int dense_read(zr_gather *g, uint8_t *dst, zr_rcache *cache, zr_pool *poo
                 int detail = g->times && g->times->detail;
                 uint64_t t0 = clock_ns(g);
                 r = zr_store_gather_dense_timed(st, g->idx, g->n, item, dst, g->locs,
-                                                detail ? &times : NULL, err);
+                                                g->stream, detail ? &times : NULL, err);
                 if (g->times)
                         add_store_time(g, g->ds, t0, &times);
                 return r;

@@ -52,6 +52,7 @@
 #ifndef ZR_DATASET_BATCH_H
 #define ZR_DATASET_BATCH_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -110,9 +111,14 @@ typedef struct zr_gather {
         uint64_t plan_owner;
         /* NULL, or where locate and read add their stages' times (the caller's) */
         zr_gather_times *times;
+        /* 0, or the bytes of destination memory the caller's gathers cycle
+         * through before one is read back (a loader's ring): with the batch's
+         * own bytes, whether its copies use streaming stores (util/copy.h) */
+        uint64_t span;
 
         /* set by zr_gather_locate() */
         uint64_t bytes;         /* the destination bytes the batch spans */
+        bool stream;            /* zr_copy_streams() of the larger of bytes and span */
         zr_loc *locs;           /* n: each record's place in its store */
         void **dsts;            /* n: where each record goes, set by the read */
         /* several datasets: the records grouped by source, record order[j] for

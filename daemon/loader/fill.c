@@ -256,7 +256,8 @@ static int gather_stream(zr_loader *l, size_t si, const step_records *rec, uint8
         zr_gather g = { .ds = st->s.ds, .idx = rec->idx, .n = l->sp.batch_size,
                         .offsets = (uint64_t *)sb->offsets, /* the slot's own arrays */
                         .lengths = (uint64_t *)sb->lengths, .shapes = (uint64_t *)sb->shapes,
-                        .plan_owner = plan_owner, .times = times };
+                        .plan_owner = plan_owner, .times = times,
+                        .span = (uint64_t)l->nslots * l->slot_bytes };
         uint32_t nsrc = loader_sources(l);
         zr_error gerr = {0};
         size_t nheld = 0;

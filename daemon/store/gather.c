@@ -8,6 +8,7 @@
  * shards, one codec context each. It never writes.
  */
 #include "store/store-private.h"
+#include "util/copy.h"
 #include "util/mapguard.h"
 
 #include <errno.h>
@@ -314,7 +315,10 @@ static int gather_range(gather_job *j, size_t lo, size_t hi, zr_coder_ctx *x, ui
                         /* no prefetch of the next record: on this VM a prefetch of a
                          * page the mapping has not faulted in stalled like a load
                          * (perf: 29% of a 4 KiB READ's daemon time on it) */
-                        memcpy(dst, src, bytes);
+                        if (j->stream)
+                                zr_copy_stream(dst, src, bytes);
+                        else
+                                memcpy(dst, src, bytes);
                 } else if (bytes > 0) {
                         int fd = zr_files_fd(s->chunks, l->chunk_id);
                         if (fd < 0)
@@ -450,6 +454,8 @@ static void gather_shard(void *arg, size_t shard, size_t nshards) {
         } else {
                 j->st[shard].r = gather_guarded(&ga);
         }
+        if (j->stream)
+                zr_copy_stream_done();
 out:
         zr_coder_ctx_put(j->s->zc, x);
 }
@@ -490,16 +496,20 @@ out:
 }
 
 int zr_store_gather_timed(zr_store *s, const zr_loc *locs, size_t n, void *const *dsts,
-                          zr_store_times *t, zr_error *err) {
+                          bool stream, zr_store_times *t, zr_error *err) {
         if (n == 0)
                 return 0;
-        gather_job j = { .s = s, .locs = locs, .n = n, .dsts = dsts, .times = t };
+        gather_job j = { .s = s, .locs = locs, .n = n, .dsts = dsts, .times = t,
+                         .stream = stream };
         return zr_store_gather_run(s, &j, err);
 }
 
 int zr_store_gather_locs(zr_store *s, const zr_loc *locs, size_t n, void *const *dsts,
                          zr_error *err) {
-        return zr_store_gather_timed(s, locs, n, dsts, NULL, err);
+        uint64_t total = 0;
+        for (size_t k = 0; k < n; k++)
+                total += locs[k].logic_length;
+        return zr_store_gather_timed(s, locs, n, dsts, zr_copy_streams(total), NULL, err);
 }
 
 int zr_store_check_range(zr_store *s, const uint64_t *idx, size_t n, zr_error *err) {
@@ -507,18 +517,20 @@ int zr_store_check_range(zr_store *s, const uint64_t *idx, size_t n, zr_error *e
 }
 
 int zr_store_gather_dense_timed(zr_store *s, const uint64_t *idx, size_t n, uint64_t item,
-                                void *dst, zr_loc *scratch, zr_store_times *t, zr_error *err) {
+                                void *dst, zr_loc *scratch, bool stream, zr_store_times *t,
+                                zr_error *err) {
         int r = check_range(idx, n, zr_store_length(s), err);
         if (r < 0 || n == 0)
                 return r;
         gather_job j = { .s = s, .locs = scratch, .n = n, .base = dst, .idx = idx,
-                         .scratch = scratch, .item = item, .times = t };
+                         .scratch = scratch, .item = item, .times = t, .stream = stream };
         return zr_store_gather_run(s, &j, err);
 }
 
 int zr_store_gather_dense(zr_store *s, const uint64_t *idx, size_t n, uint64_t item, void *dst,
                           zr_loc *scratch, zr_error *err) {
-        return zr_store_gather_dense_timed(s, idx, n, item, dst, scratch, NULL, err);
+        return zr_store_gather_dense_timed(s, idx, n, item, dst, scratch,
+                                           zr_copy_streams(n * item), NULL, err);
 }
 
 int zr_store_gather(zr_store *s, const uint64_t *idx, size_t n, void *dst,
@@ -546,7 +558,8 @@ int zr_store_gather(zr_store *s, const uint64_t *idx, size_t n, void *dst,
                                  dst_size);
                 goto out;
         }
-        gather_job j = { .s = s, .locs = locs, .n = n, .base = dst };
+        gather_job j = { .s = s, .locs = locs, .n = n, .base = dst,
+                         .stream = zr_copy_streams(total) };
         r = zr_store_gather_run(s, &j, err);
 out:
         free(locs);

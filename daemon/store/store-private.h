@@ -10,6 +10,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "store/chunks.h"
@@ -91,6 +92,7 @@ typedef struct gather_job {
         zr_loc *scratch;
         uint64_t item;
         zr_store_times *times; /* NULL: untimed */
+        bool stream;           /* copies through streaming stores (util/copy.h) */
 } gather_job;
 
 /* The first failing shard's error, forwarded to err (0 if none failed). */

@@ -44,6 +44,7 @@
 #define ZR_STORE_STORE_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -190,7 +191,9 @@ int zr_store_locate(zr_store *s, const uint64_t *idx, size_t n, zr_loc *ret_locs
  * zr_store_locate() does (ZR_E_CORRUPT), so locs from anywhere are safe.
  * ZR_E_DECODE if a frame does not decode to exactly logic_length bytes (checksum
  * included), ZR_E_NO_DICT for a zstd_dict store without its dictionary. On
- * failure the contents of the dsts are unspecified. n == 0 returns 0. */
+ * failure the contents of the dsts are unspecified. n == 0 returns 0. Raw
+ * records are copied with streaming stores when the batch is large
+ * (zr_copy_streams(), util/copy.h). */
 int zr_store_gather_locs(zr_store *s, const zr_loc *locs, size_t n, void *const *dsts,
                          zr_error *err);
 
@@ -213,10 +216,12 @@ typedef struct zr_store_times {
         _Atomic uint64_t device_bytes; /* sample_io: read from the device meanwhile */
 } zr_store_times;
 
-/* zr_store_gather_locs() that also measures its stages into *t (NULL: it
- * does not, and costs what zr_store_gather_locs() costs). Same errors. */
+/* zr_store_gather_locs() that copies raw records with streaming stores when
+ * `stream` (the caller's choice: zr_copy_streams() of the memory its gathers
+ * cycle through) and measures its stages into *t (NULL: it does not, and costs
+ * what zr_store_gather_locs() costs). Same errors. */
 int zr_store_gather_timed(zr_store *s, const zr_loc *locs, size_t n, void *const *dsts,
-                          zr_store_times *t, zr_error *err);
+                          bool stream, zr_store_times *t, zr_error *err);
 
 /* ZR_E_RANGE, naming the first, if an index of idx[0..n) is >= the length. */
 int zr_store_check_range(zr_store *s, const uint64_t *idx, size_t n, zr_error *err);
@@ -227,14 +232,17 @@ int zr_store_check_range(zr_store *s, const uint64_t *idx, size_t n, zr_error *e
  * lookups run in parallel and overlap the copies. `scratch` holds n entries.
  * ZR_E_RANGE for an index >= length (dst untouched), ZR_E_CORRUPT for a record
  * that is not `item` bytes or an entry zr_store_locate() would refuse, and the
- * errors of zr_store_gather_locs(); on failure dst's bytes are unspecified. */
+ * errors of zr_store_gather_locs(); on failure dst's bytes are unspecified.
+ * Streams as zr_store_gather_locs() does, by n × item. */
 int zr_store_gather_dense(zr_store *s, const uint64_t *idx, size_t n, uint64_t item, void *dst,
                           zr_loc *scratch, zr_error *err);
 
-/* zr_store_gather_dense() that also measures its stages into *t (NULL: it does
- * not), its shards' lookups included. Same errors. */
+/* zr_store_gather_dense() with the caller's `stream` (as for
+ * zr_store_gather_timed()) that also measures its stages into *t (NULL: it
+ * does not), its shards' lookups included. Same errors. */
 int zr_store_gather_dense_timed(zr_store *s, const uint64_t *idx, size_t n, uint64_t item,
-                                void *dst, zr_loc *scratch, zr_store_times *t, zr_error *err);
+                                void *dst, zr_loc *scratch, bool stream, zr_store_times *t,
+                                zr_error *err);
 
 /* Gathers records idx[0..n) (any order, repeats allowed) packed back to back
  * into dst (dst_size bytes). ret_lens (may be NULL) receives each record's

@@ -62,13 +62,29 @@ static void round_trip_sizes(enum zr_codec codec) {
                 if (codec == ZR_CODEC_RAW)
                         ck_assert_uint_eq(locs[i].phys_length, lens[idx[i]]);
                 ck_assert_uint_le((uint64_t)locs[i].offset + locs[i].phys_length, 1 << 24);
-                dsts[i] = malloc(lens[idx[i]] ? lens[idx[i]] : 1);
+                dsts[i] = malloc(lens[idx[i]] + 1);
         }
         ck_assert_msg(zr_store_gather_locs(s, locs, n, dsts, &err) == 0, "%s", err.message);
         for (size_t i = 0; i < n; i++) {
                 uint8_t *want = malloc(lens[idx[i]] ? lens[idx[i]] : 1);
                 tl_record_fill(want, idx[i], lens[idx[i]]);
                 ck_assert(memcmp(dsts[i], want, lens[idx[i]]) == 0);
+                free(want);
+        }
+        /* again through streaming stores, each destination one byte off its
+         * allocation's alignment: every record's bytes, and none past them */
+        void *odd[32];
+        for (size_t i = 0; i < n; i++) {
+                memset(dsts[i], 0xA5, lens[idx[i]] + 1);
+                odd[i] = (uint8_t *)dsts[i] + 1;
+        }
+        ck_assert_msg(zr_store_gather_timed(s, locs, n, odd, true, NULL, &err) == 0, "%s",
+                      err.message);
+        for (size_t i = 0; i < n; i++) {
+                uint8_t *want = malloc(lens[idx[i]] ? lens[idx[i]] : 1);
+                tl_record_fill(want, idx[i], lens[idx[i]]);
+                ck_assert(memcmp(odd[i], want, lens[idx[i]]) == 0);
+                ck_assert_uint_eq(((uint8_t *)dsts[i])[0], 0xA5);
                 free(want);
                 free(dsts[i]);
         }
