@@ -6,6 +6,7 @@
  * assumes one caller at a time. See limits-probe.h.
  */
 #include "limits-probe.h"
+#include "util/copy.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -153,12 +154,19 @@ typedef struct memcpy_job {
         size_t rec;
         const uint64_t *idx;
         size_t n;
+        int stream;
 } memcpy_job;
 
 static void memcpy_shard(void *arg, size_t s, size_t ns) {
         memcpy_job *j = arg;
         size_t b, e;
         shard_range(j->n, s, ns, &b, &e);
+        if (j->stream) {
+                for (size_t i = b; i < e; i++)
+                        zr_copy_stream(j->dst + i * j->rec, j->src + j->idx[i] * j->rec, j->rec);
+                zr_copy_stream_done();
+                return;
+        }
         for (size_t i = b; i < e; i++)
                 memcpy(j->dst + i * j->rec, j->src + j->idx[i] * j->rec, j->rec);
 }
@@ -166,6 +174,12 @@ static void memcpy_shard(void *arg, size_t s, size_t ns) {
 void limits_memcpy_gather(limits_team *team, uint8_t *dst, const uint8_t *src, size_t rec,
                           const uint64_t *idx, size_t n) {
         memcpy_job j = { .dst = dst, .src = src, .rec = rec, .idx = idx, .n = n };
+        limits_team_run(team, memcpy_shard, &j);
+}
+
+void limits_stream_gather(limits_team *team, uint8_t *dst, const uint8_t *src, size_t rec,
+                          const uint64_t *idx, size_t n) {
+        memcpy_job j = { .dst = dst, .src = src, .rec = rec, .idx = idx, .n = n, .stream = 1 };
         limits_team_run(team, memcpy_shard, &j);
 }
 

@@ -43,6 +43,11 @@ void limits_team_run(limits_team *team, limits_shard_fn fn, void *arg);
 void limits_memcpy_gather(limits_team *team, uint8_t *dst, const uint8_t *src, size_t rec,
                           const uint64_t *idx, size_t n);
 
+/* limits_memcpy_gather() through the daemon's streaming copy (util/copy.h),
+ * whatever the batch's size: what a large gather's copies can reach here. */
+void limits_stream_gather(limits_team *team, uint8_t *dst, const uint8_t *src, size_t rec,
+                          const uint64_t *idx, size_t n);
+
 /* Reads record idx[i] (rec bytes at offset off[idx[i]] of descriptor
  * fd[idx[i]]) into dst + i * rec with one pread each, for every i in [0, n), in
  * contiguous shards on the team: what a store that reads its files with pread

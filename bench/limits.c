@@ -1,7 +1,8 @@
 /* limits.c: `limits`, the machine-limit probes on their own.
  *
  * Prints, for the two workloads of the store benchmark, the single- and
- * multi-threaded memcpy gather and zstd decompress gather rates on this machine,
+ * multi-threaded memcpy gather and zstd decompress gather rates on this machine
+ * (and the multi-threaded gather through streaming stores, util/copy.h),
  * with no store involved. store-bench runs the same probes beside the store;
  * this binary is for looking at the machine alone (and for issue-9 comparisons
  * with other contenders). Usage: limits [--quick] [--records N] [--batches N]
@@ -28,14 +29,18 @@ typedef struct probe {
         uint8_t *dst;
         size_t rec, nrec, batch;
         uint64_t *idx;
-        int zstd;
+        int zstd; /* 0 memcpy, 1 zstd, 2 streaming copy */
 } probe;
 
 static int probe_step(void *arg, uint64_t b) {
         probe *p = arg;
         workload_draw(p->idx, p->batch, p->nrec, DRAW_SEED, b);
-        if (p->zstd)
+        if (p->zstd == 1)
                 return limits_zstd_gather(p->team, p->dctx, NULL, p->frames, p->dst, p->idx, p->batch);
+        if (p->zstd == 2) {
+                limits_stream_gather(p->team, p->dst, p->data, p->rec, p->idx, p->batch);
+                return 0;
+        }
         limits_memcpy_gather(p->team, p->dst, p->data, p->rec, p->idx, p->batch);
         return 0;
 }
@@ -66,6 +71,7 @@ static int run_workload(const char *name, size_t side, size_t nrec, size_t batch
         static const struct { const char *label; int zstd; int mt; } probes[] = {
                 { "memcpy gather, 1 thread", 0, 0 },
                 { "memcpy gather, all threads", 0, 1 },
+                { "streaming gather, all threads", 2, 1 },
                 { "zstd decompress, 1 thread", 1, 0 },
                 { "zstd decompress, all threads", 1, 1 },
         };

@@ -5,12 +5,13 @@
  * printed; a tmpfs is flagged). For each workload (256 KiB images, batch 256;
  * 4 KiB tiles, batch 1024) it measures:
  *   - limits: memcpy gather on one thread and on all threads from an in-memory
- *     copy, and a zstd decompress gather on all threads over the store's own
+ *     copy, the same on all threads through streaming stores, and a zstd decompress gather on all threads over the store's own
  *     frames (level 3 with checksums, or the zstd_dict store's frames with its
  *     DDict), contexts reused, into the same pre-faulted destination;
  *   - zrecord gather of the same random batches (fixed-seed uniform draws) for
  *     raw, zstd and zstd_dict, each as GiB/s of decoded bytes and as a fraction
- *     of its limit (raw against memcpy, compressed against decompress);
+ *     of its limit (raw against the copy it makes: memcpy, or streaming stores
+ *     for a batch past zr_copy_stream_min(); compressed against decompress);
  *   - append: raw against a plain write() of the same bytes to a file in the
  *     same directory (both page-cache ingestion: no fsync inside the timing),
  *     the compressed append rates, and the size on disk (st_blocks) per codec.
@@ -36,6 +37,7 @@
 
 #include "limits-probe.h"
 #include "store/store.h"
+#include "util/copy.h"
 #include "util/pool.h"
 #include "workload.h"
 
@@ -188,7 +190,8 @@ typedef struct work {
         const limits_frames *frames;
         const ZSTD_DDict *ddict;
         limits_team *team;
-        int kind; /* 0 memcpy, 1 zstd probe, 2 store gather, 3 store locate, 4 pread probe */
+        int kind; /* 0 memcpy, 1 zstd probe, 2 store gather, 3 store locate, 4 pread probe,
+                   * 5 streaming copy probe */
         const int *pfd;       /* kind 4: descriptor and offset of every record */
         const uint64_t *poff;
         zr_loc *locs; /* kind 3: one batch of table entries */
@@ -203,6 +206,9 @@ static int work_step(void *arg, uint64_t k) {
         switch (w->kind) {
         case 0:
                 limits_memcpy_gather(w->team, w->dst, w->data, w->rec, idx, w->batch);
+                break;
+        case 5:
+                limits_stream_gather(w->team, w->dst, w->data, w->rec, idx, w->batch);
                 break;
         case 1:
                 r = limits_zstd_gather(w->team, w->b->dctx, w->ddict, w->frames, w->dst, idx, w->batch);
@@ -590,7 +596,7 @@ static void run_workload(bench *b, const char *name, size_t side, size_t nrec, s
                 df = frames_of_store(&w, dict_dfd);
                 printf("zstd_dict frames: ratio %.2f\n", (double)nrec * (double)w.rec / (double)df->total);
         }
-        contender cs[10];
+        contender cs[11];
         size_t nc = 0;
         cs[nc++] = (contender){ "memcpy gather, 1 thread", 0, NULL, NULL, NULL, NULL, NULL };
         cs[nc++] = (contender){ "memcpy gather, all threads", 0, b->team, NULL, NULL, NULL, NULL };
@@ -598,7 +604,12 @@ static void run_workload(bench *b, const char *name, size_t side, size_t nrec, s
         cs[nc++] = (contender){ "zstd decompress, all threads", 1, b->team, NULL, zf, NULL, NULL };
         if (ds)
                 cs[nc++] = (contender){ "zstd+dict decompress, all threads", 1, b->team, NULL, df, ddict, NULL };
-        cs[nc++] = (contender){ "zrecord raw", 2, NULL, raw, NULL, NULL, "memcpy gather, all threads" };
+        cs[nc++] = (contender){ "streaming gather, all threads", 5, b->team, NULL, NULL, NULL, NULL };
+        /* raw against the copy it makes: streaming stores for a large batch */
+        cs[nc++] = (contender){ "zrecord raw", 2, NULL, raw, NULL, NULL,
+                                zr_copy_streams((uint64_t)batch * w.rec) ?
+                                        "streaming gather, all threads" :
+                                        "memcpy gather, all threads" };
         cs[nc++] = (contender){ "zrecord raw, pread (no_mmap)", 2, NULL, rawp, NULL, NULL,
                                 "pread gather, all threads" };
         cs[nc++] = (contender){ "zrecord zstd", 2, NULL, zs, NULL, NULL, "zstd decompress, all threads" };

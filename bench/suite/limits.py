@@ -1,7 +1,8 @@
 """Limits: the C probes (bench/limits), run from this invocation.
 
 memcpy gather of the same records from memory on 1 thread and on all threads,
-and zstd (level 3) decompress of the same records' frames on 1 and all threads,
+the same gather on all threads through streaming stores (the daemon's copy of a
+large batch, daemon/util/copy.h), and zstd (level 3) decompress of the same records' frames on 1 and all threads,
 for both workloads (512 x 512 and 64 x 64 uint8 images). Every zrecord figure
 of the other layers is printed as a fraction of these.
 """
@@ -13,7 +14,7 @@ import subprocess
 from . import common as C
 from .common import say
 
-LINE = re.compile(r"^\s+(memcpy gather|zstd decompress), (1 thread|all threads)\s+([\d.]+) GiB/s median\s+([\d.]+) GiB/s best")
+LINE = re.compile(r"^\s+(memcpy gather|streaming gather|zstd decompress), (1 thread|all threads)\s+([\d.]+) GiB/s median\s+([\d.]+) GiB/s best")
 HEAD = re.compile(r"^(.*): (\d+) records of (\d+) B, batch (\d+) .*ratio ([\d.]+)")
 
 
@@ -31,7 +32,7 @@ def run(ctx):
             continue
         m = LINE.match(line)
         if m and cur is not None:
-            key = ("memcpy" if m.group(1).startswith("memcpy") else "zstd") + \
+            key = m.group(1).split()[0].replace("streaming", "stream") + \
                   ("_1t" if m.group(2) == "1 thread" else "_mt")
             cur[key] = float(m.group(3))
             cur[key + "_best"] = float(m.group(4))
@@ -39,7 +40,8 @@ def run(ctx):
     C.table(f"limits (C probes, {os.path.relpath(exe, C.REPO)}; GiB/s of decoded bytes, median and best "
             "batch; zrecord's fractions are of the best)",
             [("workload", "workload"), ("memcpy_1t", "memcpy 1 thr"), ("memcpy_1t_best", "best"),
-             ("memcpy_mt", "memcpy all"), ("memcpy_mt_best", "best"), ("zstd_1t", "zstd-3 dec 1 thr"),
+             ("memcpy_mt", "memcpy all"), ("memcpy_mt_best", "best"), ("stream_mt", "streaming all"),
+             ("stream_mt_best", "best"), ("zstd_1t", "zstd-3 dec 1 thr"),
              ("zstd_1t_best", "best"), ("zstd_mt", "zstd-3 dec all"), ("zstd_mt_best", "best"),
              ("zstd3_ratio", "zstd-3 ratio")],
             rows)

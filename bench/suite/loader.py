@@ -259,6 +259,8 @@ def run(ctx):
                    "zr_over_this": ref_bps / bps if ref_bps else None, "runs": [x["bps"] for x in rs]}
             if name == "zrecord raw" and C.limit(lim, 'memcpy_mt') and mode == "identity":
                 row["of_limit"] = f"{row['gib_s'] / C.limit(lim, 'memcpy_mt'):.2f} of memcpy"
+                if C.limit(lim, "stream_mt"):
+                    row["of_limit"] += f", {row['gib_s'] / C.limit(lim, 'stream_mt'):.2f} of streaming"
             # zrecord zstd: no limit fraction; after the first pass its records
             # come from the daemon's decoded-record cache, not the decompressor
             rows.append(row)

@@ -422,6 +422,8 @@ def report(ctx, w, limits):
             key = "memcpy_mt" if r["contender"] == "zrecord raw" else "zstd_mt"
             if C.limit(lim, key) and r["contender"] != "zrecord zstd_dict":
                 r["of_limit"] = f"{r['gib_s'] / C.limit(lim, key):.2f} of {'memcpy' if key == 'memcpy_mt' else 'zstd'}"
+                if key == "memcpy_mt" and C.limit(lim, "stream_mt"):
+                    r["of_limit"] += f", {r['gib_s'] / C.limit(lim, 'stream_mt'):.2f} of streaming"
     C.table(f"store gather, {w['label']}: {w['records']} records of {w['record_bytes'] // 1024} KiB, "
             f"batch {w['batch']} ({w['batch_mib']:.0f} MiB), median of {w['batches']} batches; "
             "zr/x = zrecord (raw for raw rows, zstd for compressed) over the row",
@@ -432,7 +434,8 @@ def report(ctx, w, limits):
             rows)
     if lim:
         say(f"  limits, same record size (C probes, all threads / 1 thread): memcpy gather "
-            f"{C.limit(lim, 'memcpy_mt'):.2f} / {C.limit(lim, 'memcpy_1t'):.2f} GiB/s, zstd decompress "
+            f"{C.limit(lim, 'memcpy_mt'):.2f} / {C.limit(lim, 'memcpy_1t'):.2f} GiB/s, streaming gather "
+            f"{C.limit(lim, 'stream_mt') or 0:.2f} GiB/s (all threads), zstd decompress "
             f"{C.limit(lim, 'zstd_mt'):.2f} / {C.limit(lim, 'zstd_1t'):.2f} GiB/s (best batch of each probe: "
             "the fractions above are of these)")
     C.bar_plot(f"store-{w['record_bytes'] // 1024}k", f"store gather, {w['label']} (GiB/s, median)",
