@@ -165,6 +165,8 @@ def run(ctx):
         r["gib_s"] = r["agg_bps"] * B * p["nbytes"] / C.GiB
         if r["contender"] == "zrecord raw" and C.limit(lim, 'memcpy_mt'):
             r["of_limit"] = f"{r['gib_s'] / C.limit(lim, 'memcpy_mt'):.2f} of memcpy"
+            if C.limit(lim, "stream_mt"):
+                r["of_limit"] += f", {r['gib_s'] / C.limit(lim, 'stream_mt'):.2f} of streaming"
 
     C.table(f"several processes on one box: {n} records of {p['nbytes'] // 1024} KiB, batch {B} "
             f"({B * p['nbytes'] / C.MiB:.0f} MiB), warm-up {'3 batches' if q else f'{ZR_WARM} batches for zrecord, 3 batches and 2 s for the peers'}, then {steps} timed steps "
