@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -154,21 +155,17 @@ typedef struct memcpy_job {
         size_t rec;
         const uint64_t *idx;
         size_t n;
-        int stream;
+        bool stream;
 } memcpy_job;
 
 static void memcpy_shard(void *arg, size_t s, size_t ns) {
         memcpy_job *j = arg;
         size_t b, e;
         shard_range(j->n, s, ns, &b, &e);
-        if (j->stream) {
-                for (size_t i = b; i < e; i++)
-                        zr_copy_stream(j->dst + i * j->rec, j->src + j->idx[i] * j->rec, j->rec);
-                zr_copy_stream_done();
-                return;
-        }
         for (size_t i = b; i < e; i++)
-                memcpy(j->dst + i * j->rec, j->src + j->idx[i] * j->rec, j->rec);
+                zr_copy(j->dst + i * j->rec, j->src + j->idx[i] * j->rec, j->rec, j->stream);
+        if (j->stream)
+                zr_copy_stream_done();
 }
 
 void limits_memcpy_gather(limits_team *team, uint8_t *dst, const uint8_t *src, size_t rec,
@@ -179,7 +176,7 @@ void limits_memcpy_gather(limits_team *team, uint8_t *dst, const uint8_t *src, s
 
 void limits_stream_gather(limits_team *team, uint8_t *dst, const uint8_t *src, size_t rec,
                           const uint64_t *idx, size_t n) {
-        memcpy_job j = { .dst = dst, .src = src, .rec = rec, .idx = idx, .n = n, .stream = 1 };
+        memcpy_job j = { .dst = dst, .src = src, .rec = rec, .idx = idx, .n = n, .stream = true };
         limits_team_run(team, memcpy_shard, &j);
 }
 

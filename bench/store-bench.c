@@ -5,9 +5,10 @@
  * printed; a tmpfs is flagged). For each workload (256 KiB images, batch 256;
  * 4 KiB tiles, batch 1024) it measures:
  *   - limits: memcpy gather on one thread and on all threads from an in-memory
- *     copy, the same on all threads through streaming stores, and a zstd decompress gather on all threads over the store's own
- *     frames (level 3 with checksums, or the zstd_dict store's frames with its
- *     DDict), contexts reused, into the same pre-faulted destination;
+ *     copy, the same on all threads through streaming stores, and a zstd
+ *     decompress gather on all threads over the store's own frames (level 3
+ *     with checksums, or the zstd_dict store's frames with its DDict),
+ *     contexts reused, into the same pre-faulted destination;
  *   - zrecord gather of the same random batches (fixed-seed uniform draws) for
  *     raw, zstd and zstd_dict, each as GiB/s of decoded bytes and as a fraction
  *     of its limit (raw against the copy it makes: memcpy, or streaming stores

@@ -258,12 +258,9 @@ static void copy_shard(void *arg, size_t shard, size_t nshards) {
         uint64_t ev = 0;
 
         for (size_t i = lo; i < hi; i++) {
-                if (j->hits[i] && j->stream)
-                        zr_copy_stream(j->dsts[i], zr_rcache_entry_data(j->hits[i]),
-                                       j->locs[i].logic_length);
-                else if (j->hits[i])
-                        memcpy(j->dsts[i], zr_rcache_entry_data(j->hits[i]),
-                               j->locs[i].logic_length);
+                if (j->hits[i])
+                        zr_copy(j->dsts[i], zr_rcache_entry_data(j->hits[i]),
+                                j->locs[i].logic_length, j->stream);
                 else if (!j->repeat[i])
                         ev += zr_rcache_insert(j->cache, &j->keys[i], j->dsts[i],
                                                j->locs[i].logic_length);

@@ -315,10 +315,7 @@ static int gather_range(gather_job *j, size_t lo, size_t hi, zr_coder_ctx *x, ui
                         /* no prefetch of the next record: on this VM a prefetch of a
                          * page the mapping has not faulted in stalled like a load
                          * (perf: 29% of a 4 KiB READ's daemon time on it) */
-                        if (j->stream)
-                                zr_copy_stream(dst, src, bytes);
-                        else
-                                memcpy(dst, src, bytes);
+                        zr_copy(dst, src, bytes, j->stream);
                 } else if (bytes > 0) {
                         int fd = zr_files_fd(s->chunks, l->chunk_id);
                         if (fd < 0)

@@ -99,6 +99,13 @@ void zr_copy_stream(void *dst, const void *src, size_t n) {
 #endif
 }
 
+void zr_copy(void *dst, const void *src, size_t n, bool stream) {
+        if (stream)
+                zr_copy_stream(dst, src, n);
+        else
+                memcpy(dst, src, n);
+}
+
 void zr_copy_stream_done(void) {
 #if HAVE_STREAM
         _mm_sfence();

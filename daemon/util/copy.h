@@ -37,4 +37,7 @@ void zr_copy_stream(void *dst, const void *src, size_t n);
 /* Orders this thread's streaming stores before its later stores (sfence). */
 void zr_copy_stream_done(void);
 
+/* zr_copy_stream() when `stream`, else memcpy(): a gather's one copy call. */
+void zr_copy(void *dst, const void *src, size_t n, bool stream);
+
 #endif
