@@ -15,6 +15,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -148,6 +149,31 @@ zr_pool *zr_pool_free(zr_pool *pool) {
         free(pool->threads);
         free(pool);
         return NULL;
+}
+
+int zr_pool_pin(zr_pool *pool) {
+        cpu_set_t allowed;
+        int cpus[CPU_SETSIZE];
+        size_t ncpus = 0;
+
+        if (!pool || pool->nthreads == 0)
+                return 0;
+        if (sched_getaffinity(0, sizeof(allowed), &allowed) < 0)
+                return -errno;
+        for (int c = 0; c < CPU_SETSIZE; c++)
+                if (CPU_ISSET(c, &allowed))
+                        cpus[ncpus++] = c;
+        if (pool->nthreads > ncpus)
+                return 0;
+        for (size_t i = 0; i < pool->nthreads; i++) {
+                cpu_set_t one;
+                CPU_ZERO(&one);
+                CPU_SET(cpus[i], &one);
+                int r = pthread_setaffinity_np(pool->threads[i], sizeof(one), &one);
+                if (r != 0)
+                        return -r;
+        }
+        return (int)pool->nthreads;
 }
 
 size_t zr_pool_threads(const zr_pool *pool) {

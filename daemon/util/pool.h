@@ -30,6 +30,18 @@ int zr_pool_new(size_t nthreads, zr_pool **ret);
  * Returns NULL. */
 zr_pool *zr_pool_free(zr_pool *pool);
 
+/* Pins worker i to the i-th CPU this process may run on (sched_getaffinity(),
+ * so a service's CPUAffinity= or a container's cpuset is kept), when the
+ * workers fit one per CPU; more workers than CPUs are left unpinned. A
+ * parallel call wakes its helpers from a worker that is already running, and
+ * the scheduler may queue them on that worker's CPU while another CPU idles:
+ * the shards of one call then run one after the other, for milliseconds (seen
+ * with Linux 6.18's EEVDF on a 2-CPU KVM guest; bench/README.md). Pinned, the
+ * workers of a call never share a CPU. Returns the number of workers pinned (0
+ * when they do not fit), or -errno of sched_getaffinity() or
+ * pthread_setaffinity_np() (the workers pinned before the failure stay so). */
+int zr_pool_pin(zr_pool *pool);
+
 /* Number of worker threads (not counting callers). pool may be NULL (then 0). */
 size_t zr_pool_threads(const zr_pool *pool);
 

@@ -3,6 +3,7 @@
 #include <check.h>
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -176,5 +177,93 @@ START_TEST(test_submit_bounded_queue) {
 }
 END_TEST
 
+/* What each worker's CPU mask was while it ran one shard: a barrier of every
+ * shard holds each thread (the caller and the workers) on exactly one. */
+typedef struct mask_arg {
+        pthread_barrier_t all;
+        pthread_t caller;
+        pthread_mutex_t m;
+        cpu_set_t masks[16];
+        size_t n;
+} mask_arg;
+
+static void mask_shard(void *arg, size_t shard, size_t nshards) {
+        mask_arg *a = arg;
+        cpu_set_t set;
+        (void)shard;
+        (void)nshards;
+        ck_assert_int_eq(sched_getaffinity(0, sizeof(set), &set), 0);
+        if (!pthread_equal(pthread_self(), a->caller)) {
+                pthread_mutex_lock(&a->m);
+                a->masks[a->n++] = set;
+                pthread_mutex_unlock(&a->m);
+        }
+        pthread_barrier_wait(&a->all);
+}
+
+/* The workers' masks, after zr_pool_pin() returned *pinned. */
+static size_t worker_masks(size_t threads, int *pinned, mask_arg *a) {
+        zr_pool *pool = NULL;
+        ck_assert_int_eq(zr_pool_new(threads, &pool), 0);
+        *pinned = zr_pool_pin(pool);
+        memset(a, 0, sizeof(*a));
+        a->caller = pthread_self();
+        pthread_mutex_init(&a->m, NULL);
+        pthread_barrier_init(&a->all, NULL, (unsigned)threads + 1);
+        zr_pool_parallel(pool, threads + 1, mask_shard, a);
+        pthread_barrier_destroy(&a->all);
+        pthread_mutex_destroy(&a->m);
+        zr_pool_free(pool);
+        return a->n;
+}
+
+START_TEST(test_pin_one_cpu_each) {
+        cpu_set_t allowed;
+        ck_assert_int_eq(sched_getaffinity(0, sizeof(allowed), &allowed), 0);
+        size_t ncpus = (size_t)CPU_COUNT(&allowed);
+        size_t threads = ncpus < 16 ? ncpus : 16;
+        mask_arg a;
+        int pinned;
+
+        ck_assert_uint_eq(worker_masks(threads, &pinned, &a), threads);
+        ck_assert_int_eq(pinned, (int)threads);
+        cpu_set_t seen;
+        CPU_ZERO(&seen);
+        for (size_t i = 0; i < threads; i++) {
+                cpu_set_t both;
+                ck_assert_int_eq(CPU_COUNT(&a.masks[i]), 1);
+                CPU_AND(&both, &a.masks[i], &allowed);
+                ck_assert_int_eq(CPU_COUNT(&both), 1);       /* a CPU of the process's */
+                CPU_AND(&both, &a.masks[i], &seen);
+                ck_assert_int_eq(CPU_COUNT(&both), 0);       /* no other worker's */
+                CPU_OR(&seen, &seen, &a.masks[i]);
+        }
+}
+END_TEST
+
+START_TEST(test_pin_more_workers_than_cpus) {
+        cpu_set_t allowed, one;
+        ck_assert_int_eq(sched_getaffinity(0, sizeof(allowed), &allowed), 0);
+        int cpu = 0;
+        while (!CPU_ISSET(cpu, &allowed))
+                cpu++;
+        CPU_ZERO(&one);
+        CPU_SET(cpu, &one);
+        /* this process may use one CPU, as under CPUAffinity= or a cpuset */
+        ck_assert_int_eq(sched_setaffinity(0, sizeof(one), &one), 0);
+        mask_arg a;
+        int pinned;
+
+        ck_assert_uint_eq(worker_masks(1, &pinned, &a), 1);
+        ck_assert_int_eq(pinned, 1);
+        ck_assert(CPU_EQUAL(&a.masks[0], &one));
+        ck_assert_uint_eq(worker_masks(2, &pinned, &a), 2);
+        ck_assert_int_eq(pinned, 0);                          /* they do not fit: none */
+        ck_assert(CPU_EQUAL(&a.masks[0], &one) && CPU_EQUAL(&a.masks[1], &one));
+        ck_assert_int_eq(sched_setaffinity(0, sizeof(allowed), &allowed), 0);
+}
+END_TEST
+
 TL_SUITE_MAIN("pool", test_parallel_each_shard_once, test_null_pool_runs_inline_in_order,
-              test_shards, test_nested_parallel, test_submit_bounded_queue)
+              test_shards, test_nested_parallel, test_submit_bounded_queue,
+              test_pin_one_cpu_each, test_pin_more_workers_than_cpus)
