@@ -74,7 +74,8 @@
  * while the job runs. */
 #define DEFAULT_STALL_WARNING_SEC 60
 
-enum { KEY_SOCKET = 1000, KEY_SOCKET_MODE, KEY_SOCKET_GROUP, KEY_THREADS, KEY_LOG_LEVEL,
+enum { KEY_SOCKET = 1000, KEY_SOCKET_MODE, KEY_SOCKET_GROUP, KEY_THREADS, KEY_PIN_WORKERS,
+       KEY_LOG_LEVEL,
        KEY_IDLE_EXIT, KEY_SYNC_INTERVAL, KEY_CACHE, KEY_RING_SPARE, KEY_READ_POOL, KEY_MAX_FRAME,
        KEY_MAX_HANDLES, KEY_MAX_LOADERS, KEY_MAX_SHM, KEY_MAX_CLIENTS, KEY_CONFIG, KEY_HELP,
        KEY_VERSION,
@@ -98,6 +99,8 @@ static const struct setting {
         {"socket-mode", KEY_SOCKET_MODE, "OCTAL", "permissions of the socket file (0660)"},
         {"socket-group", KEY_SOCKET_GROUP, "GROUP", "group of the socket file"},
         {"threads", KEY_THREADS, "N", "worker threads (0 = one per CPU)"},
+        {"pin-workers", KEY_PIN_WORKERS, "yes|no",
+         "pin each worker to a CPU of its own when they fit (yes)"},
         {"log-level", KEY_LOG_LEVEL, "LEVEL", "err, warning, notice, info or debug (info)"},
         {"idle-exit", KEY_IDLE_EXIT, "SEC", "exit after SEC seconds without clients (0 = never)"},
         {"sync-interval", KEY_SYNC_INTERVAL, "SEC", "sync open stores every SEC seconds (30)"},
@@ -145,6 +148,7 @@ void zr_config_defaults(zr_config *c) {
         memset(c, 0, sizeof(*c));
         c->socket_mode = DEFAULT_SOCKET_MODE;
         c->socket_gid = (gid_t)-1;
+        c->pin_workers = true;
         c->log_level = LOG_INFO;
         c->sync_interval_sec = DEFAULT_SYNC_SEC;
         c->cache_bytes = ZR_CONFIG_AUTO;
@@ -251,6 +255,15 @@ static int apply(zr_config *c, int key, const char *v, const char *where, zr_err
                 if (r == 0)
                         c->threads = (unsigned)u;
                 break;
+        case KEY_PIN_WORKERS:
+                if (strcmp(v, "yes") == 0)
+                        c->pin_workers = true;
+                else if (strcmp(v, "no") == 0)
+                        c->pin_workers = false;
+                else
+                        return zr_error_set(err, EINVAL, "%s: pin-workers is yes or no, not '%s'",
+                                            where, v);
+                return 0;
         case KEY_LOG_LEVEL:
                 r = zr_log_level_from_name(v, &c->log_level);
                 break;

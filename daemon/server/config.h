@@ -8,6 +8,7 @@
 #ifndef ZR_SERVER_CONFIG_H
 #define ZR_SERVER_CONFIG_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -23,6 +24,7 @@ typedef struct zr_config {
         mode_t socket_mode;        /* 0660: the owner and the socket's group may connect */
         gid_t socket_gid;          /* (gid_t)-1: keep the creating process's group */
         unsigned threads;          /* worker threads; 0 = online CPUs */
+        bool pin_workers;          /* one CPU per worker when they fit (util/pool.h) */
         int log_level;             /* LOG_ERR .. LOG_DEBUG */
         uint64_t idle_exit_sec;    /* exit after this long with no client; 0 = never */
         uint64_t sync_interval_sec; /* sync every store this often; 0 = only on close */

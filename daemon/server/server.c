@@ -622,6 +622,17 @@ int zr_server_new(const zr_config *cfg, int argc, char **argv, zr_server **ret, 
                 r = zr_error_errno(err, -r, "starting %u worker threads", cfg->threads);
                 goto fail;
         }
+        if (cfg->pin_workers) {
+                r = zr_pool_pin(s->pool);
+                if (r < 0)
+                        zr_log(LOG_WARNING, "pinning the worker threads to CPUs: %s; they run "
+                               "unpinned", strerror(-r));
+                else if (r == 0)
+                        zr_log(LOG_INFO, "%zu worker threads, more than the CPUs this process "
+                               "may use: not pinned", zr_pool_threads(s->pool));
+                else
+                        zr_log(LOG_INFO, "%d worker threads, each pinned to a CPU of its own", r);
+        }
         r = zr_work_new(s->base, s->pool, &s->work);
         if (r < 0) {
                 r = zr_error_errno(err, -r, "creating the completion channel");

@@ -307,6 +307,25 @@ START_TEST(test_telemetry_settings) {
 }
 END_TEST
 
+START_TEST(test_pin_workers) {
+        zr_config c;
+        zr_error err = {0};
+        zr_config_defaults(&c);
+        ck_assert(c.pin_workers);                   /* pinned unless told not to */
+        char *path = write_tmp("pin-workers = no\n");
+        ck_assert_int_eq(zr_config_load_file(&c, path, &err), 0);
+        ck_assert(!c.pin_workers);
+        unlink(path);
+        char *argv[] = {"zrecordd", "--pin-workers=yes", NULL};
+        ck_assert_int_eq(zr_config_parse_args(&c, 2, argv, &err), 0);
+        ck_assert(c.pin_workers);
+        char *bad[] = {"zrecordd", "--pin-workers=maybe", NULL};
+        ck_assert_int_lt(zr_config_parse_args(&c, 2, bad, &err), 0);
+        ck_assert_ptr_nonnull(strstr(err.message, "pin-workers is yes or no, not 'maybe'"));
+        ck_assert(c.pin_workers);                   /* a refused value changes nothing */
+}
+END_TEST
+
 TL_SUITE_MAIN("config", test_file_then_flags, test_errors_name_the_place, test_ring_spare,
               test_help_lists_ring_spare, test_per_uid_limits, test_resolve_socket,
-              test_telemetry_settings)
+              test_telemetry_settings, test_pin_workers)
