@@ -374,7 +374,7 @@ class MemSampler:
 class Daemon:
     """A private zrecordd on a socket in `tmp`, ready by the notify protocol."""
 
-    def __init__(self, build, tmp, threads=0, cache=None):
+    def __init__(self, build, tmp, threads=0, cache=None, extra=()):
         self.binary = os.path.join(build, "daemon", "zrecordd")
         self.sock = os.path.join(tmp, "zrecordd.sock")
         npath = os.path.join(tmp, "notify")
@@ -386,6 +386,7 @@ class Daemon:
                 f"--threads={threads}", "--idle-exit=0", "--max-shm=16G"]
         if cache:
             args.append(f"--cache={cache}")
+        args.extend(extra)
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 20
