@@ -268,6 +268,11 @@ struct zr_loader_engine {
         _Atomic uint64_t pf_budget;
         _Atomic uint64_t pf_bytes;
         _Atomic uint64_t pf_peak;
+        /* records whose reads were asked for: counted before the reads are
+         * submitted, so a STATUS never sees a read's bytes without its records
+         * (the queue counts bytes as reads complete, maybe before the job that
+         * submitted them is back under the mutex) */
+        _Atomic uint64_t pf_records;
         uint64_t next_owner;
         zr_loader_engine_counters t;
         _Atomic int telemetry; /* loaders keep telemetry (on unless the engine's

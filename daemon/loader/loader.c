@@ -614,6 +614,10 @@ int zr_loader_engine_next(zr_loader_engine *e, zr_loader **ret) {
         return 1;
 }
 
+uint64_t zr_loader_engine_prefetch_records(zr_loader_engine *e) {
+        return atomic_load(&e->pf_records);
+}
+
 void zr_loader_engine_counters_get(zr_loader_engine *e, zr_loader_engine_counters *ret) {
         zr_rcache_stats cs;
 
@@ -625,6 +629,7 @@ void zr_loader_engine_counters_get(zr_loader_engine *e, zr_loader_engine_counter
         ret->prefetch_budget = atomic_load(&e->pf_budget);
         ret->prefetch_bytes = atomic_load(&e->pf_bytes);
         ret->prefetch_peak = atomic_load(&e->pf_peak);
+        ret->prefetch_records = atomic_load(&e->pf_records);
         pthread_mutex_unlock(&e->mutex);
         ret->cache_budget = cs.budget;
         ret->cache_bytes = cs.bytes;

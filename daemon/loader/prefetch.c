@@ -475,6 +475,7 @@ void zr_pf_job_run(zr_loader_engine *e, pf_job *j) {
                                     r + nr, j);
         }
         nr = reserve(e, p, r, nr, &j->bytes);
+        atomic_fetch_add(&e->pf_records, j->records);
         if (nr > 0) {
                 j->reads = nr;
                 /* under the shared locks: no mutation closes a descriptor
@@ -538,7 +539,6 @@ void zr_pf_job_end(zr_loader_engine *e, pf_job *j) {
                 }
                 e->t.prefetch_reads += j->reads;
                 e->t.prefetch_read_bytes += j->bytes;
-                e->t.prefetch_records += j->records;
                 e->t.prefetch_resident += j->resident;
                 e->t.prefetch_cached += j->cached;
                 p->reads_per_step = ewma(p->reads_per_step, j->reads);

@@ -722,7 +722,9 @@ static void put_prefetch(zr_wire_writer *w, zr_server *s, const zr_loader_engine
         zr_wire_put_u64(w, "steps", k->prefetch_steps);
         zr_wire_put_u64(w, "warm", k->prefetch_warm);
         zr_wire_put_u64(w, "busy", k->prefetch_busy);
-        zr_wire_put_u64(w, "records", k->prefetch_records);
+        /* after the queue's stats: no completed read without its records */
+        zr_wire_put_u64(w, "records", s->loaders ? zr_loader_engine_prefetch_records(s->loaders)
+                                                 : k->prefetch_records);
         zr_wire_put_u64(w, "resident", k->prefetch_resident);
         zr_wire_put_u64(w, "cached", k->prefetch_cached);
         zr_wire_put_u64(w, "read_bytes", q.bytes);
