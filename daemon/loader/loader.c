@@ -614,10 +614,6 @@ int zr_loader_engine_next(zr_loader_engine *e, zr_loader **ret) {
         return 1;
 }
 
-uint64_t zr_loader_engine_prefetch_records(zr_loader_engine *e) {
-        return atomic_load(&e->pf_records);
-}
-
 void zr_loader_engine_counters_get(zr_loader_engine *e, zr_loader_engine_counters *ret) {
         zr_rcache_stats cs;
 

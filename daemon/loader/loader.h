@@ -244,11 +244,6 @@ typedef struct zr_loader_engine_counters {
 /* Fills *ret with the totals since the engine started. */
 void zr_loader_engine_counters_get(zr_loader_engine *e, zr_loader_engine_counters *ret);
 
-/* prefetch_records now. Each job counts its records before it submits their
- * reads, so this read after the I/O queue's stats (zr_ioq_get_stats(): bytes
- * of completed reads) covers every record whose bytes those stats hold. */
-uint64_t zr_loader_engine_prefetch_records(zr_loader_engine *e);
-
 /* ---- a loader -------------------------------------------------------------- */
 
 /* One stream of a loader. */

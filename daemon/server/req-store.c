@@ -709,10 +709,8 @@ static void put_limits(zr_wire_writer *w, zr_server *s) {
 }
 
 /* Reading ahead (PROTOCOL.md, STATUS, `prefetch`). */
-static void put_prefetch(zr_wire_writer *w, zr_server *s, const zr_loader_engine_counters *k) {
-        zr_ioq_stats q = {0};
-        if (s->ioq)
-                zr_ioq_get_stats(s->ioq, &q);
+static void put_prefetch(zr_wire_writer *w, zr_server *s, const zr_loader_engine_counters *k,
+                         const zr_ioq_stats *q) {
         zr_wire_begin_map(w, "prefetch");
         zr_wire_put_str(w, "backend", s->ioq ? zr_ioq_backend_name(zr_ioq_backend_of(s->ioq))
                                              : "none");
@@ -722,23 +720,21 @@ static void put_prefetch(zr_wire_writer *w, zr_server *s, const zr_loader_engine
         zr_wire_put_u64(w, "steps", k->prefetch_steps);
         zr_wire_put_u64(w, "warm", k->prefetch_warm);
         zr_wire_put_u64(w, "busy", k->prefetch_busy);
-        /* after the queue's stats: no completed read without its records */
-        zr_wire_put_u64(w, "records", s->loaders ? zr_loader_engine_prefetch_records(s->loaders)
-                                                 : k->prefetch_records);
+        zr_wire_put_u64(w, "records", k->prefetch_records);
         zr_wire_put_u64(w, "resident", k->prefetch_resident);
         zr_wire_put_u64(w, "cached", k->prefetch_cached);
-        zr_wire_put_u64(w, "read_bytes", q.bytes);
-        zr_wire_put_u64(w, "reads", q.reads);
-        zr_wire_put_u64(w, "merged", q.merged);
-        zr_wire_put_u64(w, "in_flight", q.in_flight);
-        zr_wire_put_u64(w, "queue_depth", q.depth);
+        zr_wire_put_u64(w, "read_bytes", q->bytes);
+        zr_wire_put_u64(w, "reads", q->reads);
+        zr_wire_put_u64(w, "merged", q->merged);
+        zr_wire_put_u64(w, "in_flight", q->in_flight);
+        zr_wire_put_u64(w, "queue_depth", q->depth);
         zr_wire_put_u64(w, "depth", k->prefetch_depth);
         zr_wire_put_u64(w, "waits", k->prefetch_waits);
         zr_wire_put_u64(w, "errors", k->prefetch_errors);
         zr_wire_put_u64(w, "cancelled", k->prefetch_cancelled);
         zr_wire_put_u64(w, "planned_steps", k->planned_steps);
-        zr_wire_put_u64(w, "latency_p50_ns", q.lat_p50_ns);
-        zr_wire_put_u64(w, "latency_p99_ns", q.lat_p99_ns);
+        zr_wire_put_u64(w, "latency_p50_ns", q->lat_p50_ns);
+        zr_wire_put_u64(w, "latency_p99_ns", q->lat_p99_ns);
         zr_wire_end(w);
 }
 
@@ -781,6 +777,12 @@ int zr_handle_status(zr_request *rq) {
                 if (!only)
                         return -ZR_E_NO_HANDLE;
         }
+        /* the queue's stats first: a job counts its records before it submits
+         * their reads, so the counters taken after hold the records of every
+         * read these bytes include */
+        zr_ioq_stats q = {0};
+        if (s->ioq)
+                zr_ioq_get_stats(s->ioq, &q);
         if (s->loaders)
                 zr_loader_engine_counters_get(s->loaders, &lk);
         zr_wire_writer w;
@@ -824,7 +826,7 @@ int zr_handle_status(zr_request *rq) {
         zr_wire_put_u64(&w, "shared", lk.shared);
         zr_wire_put_u64(&w, "spare_budget", s->budgets.ring_spare.bytes);
         zr_wire_put_u64(&w, "spare_bytes", lk.spare_bytes);
-        put_prefetch(&w, s, &lk);
+        put_prefetch(&w, s, &lk, &q);
         put_budgets(&w, &s->budgets);
         zr_wire_put_u64(&w, "uid", caller);
         put_users(&w, s, caller, all);
