@@ -153,22 +153,19 @@ zr_pool *zr_pool_free(zr_pool *pool) {
 
 int zr_pool_pin(zr_pool *pool) {
         cpu_set_t allowed;
-        int cpus[CPU_SETSIZE];
-        size_t ncpus = 0;
 
         if (!pool || pool->nthreads == 0)
                 return 0;
         if (sched_getaffinity(0, sizeof(allowed), &allowed) < 0)
                 return -errno;
-        for (int c = 0; c < CPU_SETSIZE; c++)
-                if (CPU_ISSET(c, &allowed))
-                        cpus[ncpus++] = c;
-        if (pool->nthreads > ncpus)
+        if (pool->nthreads > (size_t)CPU_COUNT(&allowed))
                 return 0;
-        for (size_t i = 0; i < pool->nthreads; i++) {
+        for (size_t i = 0, cpu = 0; i < pool->nthreads; i++, cpu++) {
                 cpu_set_t one;
+                while (!CPU_ISSET(cpu, &allowed))
+                        cpu++;
                 CPU_ZERO(&one);
-                CPU_SET(cpus[i], &one);
+                CPU_SET(cpu, &one);
                 int r = pthread_setaffinity_np(pool->threads[i], sizeof(one), &one);
                 if (r != 0)
                         return -r;
