@@ -3,9 +3,11 @@
  * Lock-free: the length is loaded with acquire, and every committed entry and
  * byte below it stays unchanged while a reader may run (delete and compact are
  * exclusive). Every entry is checked against the chunk capacity and the write
- * frontier before a byte is read. Raw records are copied (or pread) straight
- * into the destination, compressed ones decoded straight into it; contiguous
- * shards, one codec context each. It never writes.
+ * frontier before a byte is read. Raw records are copied straight into the
+ * destination from the chunks' mappings, or pread there (a file not mapped, or
+ * the caller's ZR_GATHER_PREAD for records not resident); compressed ones are
+ * decoded straight into it; contiguous shards, one codec context each. It
+ * never writes.
  */
 #include "store/store-private.h"
 #include "util/copy.h"
@@ -236,13 +238,29 @@ int zr_store_locate(zr_store *s, const uint64_t *idx, size_t n, zr_loc *ret_locs
         return r;
 }
 
+/* A timed shard's preads: their time and their number. */
+typedef struct pread_tally {
+        uint64_t ns, calls;
+} pread_tally;
+
+/* zr_pread_all(), counted into *t when there is one. */
+static int64_t tallied_pread(int fd, void *dst, uint64_t n, uint64_t off, pread_tally *t) {
+        uint64_t t0 = t ? mono_ns() : 0;
+        int64_t r = zr_pread_all(fd, dst, n, off);
+        if (t) {
+                t->ns += mono_ns() - t0;
+                t->calls++;
+        }
+        return r;
+}
+
 static int gather_one_compressed(zr_store *s, zr_coder_ctx *x, const zr_loc *l, void *dst,
-                                 uint64_t *pread_ns, zr_error *err) {
+                                 bool pread, pread_tally *tally, zr_error *err) {
         int fd = zr_files_fd(s->chunks, l->chunk_id);
         if (fd < 0)
                 return zr_error_set(err, ZR_E_CORRUPT, "%" PRIu32 ".chunk: not open", l->chunk_id);
-        uint64_t map_len;
-        const uint8_t *map = zr_files_map(s->chunks, l->chunk_id, &map_len);
+        uint64_t map_len = 0;
+        const uint8_t *map = pread ? NULL : zr_files_map(s->chunks, l->chunk_id, &map_len);
         const void *buf;
         if (map && (uint64_t)l->offset + l->phys_length <= map_len) {
                 buf = map + l->offset; /* decompressed straight from the page cache */
@@ -250,10 +268,7 @@ static int gather_one_compressed(zr_store *s, zr_coder_ctx *x, const zr_loc *l, 
                 void *staging = zr_coder_ctx_buffer(x, l->phys_length ? l->phys_length : 1);
                 if (!staging)
                         return zr_error_set(err, ENOMEM, "gather: out of memory");
-                uint64_t t0 = pread_ns ? mono_ns() : 0;
-                int64_t n = zr_pread_all(fd, staging, l->phys_length, l->offset);
-                if (pread_ns)
-                        *pread_ns += mono_ns() - t0;
+                int64_t n = tallied_pread(fd, staging, l->phys_length, l->offset, tally);
                 if (n < 0)
                         return zr_error_errno(err, (int)-n, "%" PRIu32 ".chunk: read",
                                               l->chunk_id);
@@ -271,9 +286,8 @@ static int gather_one_compressed(zr_store *s, zr_coder_ctx *x, const zr_loc *l, 
         return 0;
 }
 
-/* Reads records lo..hi into place; with pread_ns, adds the time of its
- * preads there. */
-static int gather_range(gather_job *j, size_t lo, size_t hi, zr_coder_ctx *x, uint64_t *pread_ns,
+/* Reads records lo..hi into place; with a tally, counts its preads there. */
+static int gather_range(gather_job *j, size_t lo, size_t hi, zr_coder_ctx *x, pread_tally *tally,
                         zr_error *err) {
         zr_store *s = j->s;
         uint8_t *packed = j->base;
@@ -288,7 +302,7 @@ static int gather_range(gather_job *j, size_t lo, size_t hi, zr_coder_ctx *x, ui
                 if (r < 0)
                         return r;
                 if (s->codec != ZR_CODEC_RAW) {
-                        r = gather_one_compressed(s, x, l, dst, pread_ns, err);
+                        r = gather_one_compressed(s, x, l, dst, j->pread, tally, err);
                         if (r < 0)
                                 return r;
                         packed = dst + l->logic_length;
@@ -309,8 +323,9 @@ static int gather_range(gather_job *j, size_t lo, size_t hi, zr_coder_ctx *x, ui
                         bytes += m->phys_length;
                         e++;
                 }
-                const uint8_t *src = bytes ? view_at(s->chunks, &v, l->chunk_id, l->offset, bytes)
-                                           : NULL;
+                const uint8_t *src = bytes && !j->pread
+                                             ? view_at(s->chunks, &v, l->chunk_id, l->offset, bytes)
+                                             : NULL;
                 if (src) {
                         /* no prefetch of the next record: on this VM a prefetch of a
                          * page the mapping has not faulted in stalled like a load
@@ -321,10 +336,7 @@ static int gather_range(gather_job *j, size_t lo, size_t hi, zr_coder_ctx *x, ui
                         if (fd < 0)
                                 return zr_error_set(err, ZR_E_CORRUPT,
                                                     "%" PRIu32 ".chunk: not open", l->chunk_id);
-                        uint64_t t0 = pread_ns ? mono_ns() : 0;
-                        int64_t n = zr_pread_all(fd, dst, bytes, l->offset);
-                        if (pread_ns)
-                                *pread_ns += mono_ns() - t0;
+                        int64_t n = tallied_pread(fd, dst, bytes, l->offset, tally);
                         if (n < 0)
                                 return zr_error_errno(err, (int)-n, "%" PRIu32 ".chunk: read",
                                                       l->chunk_id);
@@ -349,6 +361,8 @@ static uint64_t touch_range(const gather_job *j, size_t lo, size_t hi) {
         zr_store *s = j->s;
         uint64_t pages = 0;
 
+        if (j->pread)
+                return 0; /* nothing is read through a mapping */
         for (size_t k = lo; k < hi; k++) {
                 const zr_loc *l = &j->locs[k];
                 uint64_t map_len;
@@ -372,17 +386,19 @@ static uint64_t touch_range(const gather_job *j, size_t lo, size_t hi) {
 static int gather_range_timed(gather_job *j, size_t lo, size_t hi, zr_coder_ctx *x,
                               zr_error *err) {
         zr_store_times *t = j->times;
-        uint64_t in0 = t->sample_io ? thread_inblock() : 0, pread_ns = 0;
+        uint64_t in0 = t->sample_io ? thread_inblock() : 0;
         uint64_t t0 = mono_ns(), pages = touch_range(j, lo, hi), t1 = mono_ns();
-        int r = gather_range(j, lo, hi, x, &pread_ns, err);
+        pread_tally tally = {0};
+        int r = gather_range(j, lo, hi, x, &tally, err);
         uint64_t work = mono_ns() - t1;
 
-        if (pread_ns > work)
-                pread_ns = work;
+        if (tally.ns > work)
+                tally.ns = work;
         atomic_fetch_add(&t->pages, pages);
-        atomic_fetch_add(&t->read_ns, t1 - t0 + pread_ns);
+        atomic_fetch_add(&t->preads, tally.calls);
+        atomic_fetch_add(&t->read_ns, t1 - t0 + tally.ns);
         atomic_fetch_add(j->s->codec != ZR_CODEC_RAW ? &t->decode_ns : &t->copy_ns,
-                         work - pread_ns);
+                         work - tally.ns);
         if (t->sample_io)
                 atomic_fetch_add(&t->device_bytes, (thread_inblock() - in0) * 512);
         return r;
@@ -493,11 +509,11 @@ out:
 }
 
 int zr_store_gather_timed(zr_store *s, const zr_loc *locs, size_t n, void *const *dsts,
-                          bool stream, zr_store_times *t, zr_error *err) {
+                          unsigned how, zr_store_times *t, zr_error *err) {
         if (n == 0)
                 return 0;
         gather_job j = { .s = s, .locs = locs, .n = n, .dsts = dsts, .times = t,
-                         .stream = stream };
+                         .stream = how & ZR_GATHER_STREAM, .pread = how & ZR_GATHER_PREAD };
         return zr_store_gather_run(s, &j, err);
 }
 
@@ -506,7 +522,8 @@ int zr_store_gather_locs(zr_store *s, const zr_loc *locs, size_t n, void *const 
         uint64_t total = 0;
         for (size_t k = 0; k < n; k++)
                 total += locs[k].logic_length;
-        return zr_store_gather_timed(s, locs, n, dsts, zr_copy_streams(total), NULL, err);
+        return zr_store_gather_timed(s, locs, n, dsts,
+                                     zr_copy_streams(total) ? ZR_GATHER_STREAM : 0, NULL, err);
 }
 
 int zr_store_check_range(zr_store *s, const uint64_t *idx, size_t n, zr_error *err) {
@@ -514,20 +531,22 @@ int zr_store_check_range(zr_store *s, const uint64_t *idx, size_t n, zr_error *e
 }
 
 int zr_store_gather_dense_timed(zr_store *s, const uint64_t *idx, size_t n, uint64_t item,
-                                void *dst, zr_loc *scratch, bool stream, zr_store_times *t,
+                                void *dst, zr_loc *scratch, unsigned how, zr_store_times *t,
                                 zr_error *err) {
         int r = check_range(idx, n, zr_store_length(s), err);
         if (r < 0 || n == 0)
                 return r;
         gather_job j = { .s = s, .locs = scratch, .n = n, .base = dst, .idx = idx,
-                         .scratch = scratch, .item = item, .times = t, .stream = stream };
+                         .scratch = scratch, .item = item, .times = t,
+                         .stream = how & ZR_GATHER_STREAM, .pread = how & ZR_GATHER_PREAD };
         return zr_store_gather_run(s, &j, err);
 }
 
 int zr_store_gather_dense(zr_store *s, const uint64_t *idx, size_t n, uint64_t item, void *dst,
                           zr_loc *scratch, zr_error *err) {
         return zr_store_gather_dense_timed(s, idx, n, item, dst, scratch,
-                                           zr_copy_streams(n * item), NULL, err);
+                                           zr_copy_streams(n * item) ? ZR_GATHER_STREAM : 0,
+                                           NULL, err);
 }
 
 int zr_store_gather(zr_store *s, const uint64_t *idx, size_t n, void *dst,

@@ -93,6 +93,7 @@ typedef struct gather_job {
         uint64_t item;
         zr_store_times *times; /* NULL: untimed */
         bool stream;           /* copies through streaming stores (util/copy.h) */
+        bool pread;            /* reads with pread(), never through a mapping */
 } gather_job;
 
 /* The first failing shard's error, forwarded to err (0 if none failed). */

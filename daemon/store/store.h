@@ -213,15 +213,28 @@ typedef struct zr_store_times {
         _Atomic uint64_t decode_ns;    /* decompressing (zstd, zstd_dict) */
         _Atomic uint64_t copy_ns;      /* copying raw records */
         _Atomic uint64_t pages;        /* pages of records touched through mappings */
+        _Atomic uint64_t preads;       /* preads of records (of a run of raw ones: one) */
         _Atomic uint64_t device_bytes; /* sample_io: read from the device meanwhile */
 } zr_store_times;
 
-/* zr_store_gather_locs() that copies raw records with streaming stores when
- * `stream` (the caller's choice: zr_copy_streams() of the memory its gathers
- * cycle through) and measures its stages into *t (NULL: it does not, and costs
- * what zr_store_gather_locs() costs). Same errors. */
+/* How a gather reads its records (zr_store_gather_timed(), _dense_timed()),
+ * the caller's choice, any of: */
+enum {
+        /* copy raw records with streaming stores (util/copy.h): zr_copy_streams()
+         * of the memory the caller's gathers cycle through */
+        ZR_GATHER_STREAM = 1u << 0,
+        /* read records with pread(), never through the chunks' mappings: for
+         * records mostly not resident (a loader's step read ahead). The pages
+         * then never enter the daemon's page tables, so reclaiming them later
+         * unmaps nothing (docs/IO.md, "Where the CPU goes") */
+        ZR_GATHER_PREAD = 1u << 1,
+};
+
+/* zr_store_gather_locs() read as `how` says (ZR_GATHER_*) that measures its
+ * stages into *t (NULL: it does not, and costs what zr_store_gather_locs()
+ * costs). Same errors. */
 int zr_store_gather_timed(zr_store *s, const zr_loc *locs, size_t n, void *const *dsts,
-                          bool stream, zr_store_times *t, zr_error *err);
+                          unsigned how, zr_store_times *t, zr_error *err);
 
 /* ZR_E_RANGE, naming the first, if an index of idx[0..n) is >= the length. */
 int zr_store_check_range(zr_store *s, const uint64_t *idx, size_t n, zr_error *err);
@@ -237,11 +250,11 @@ int zr_store_check_range(zr_store *s, const uint64_t *idx, size_t n, zr_error *e
 int zr_store_gather_dense(zr_store *s, const uint64_t *idx, size_t n, uint64_t item, void *dst,
                           zr_loc *scratch, zr_error *err);
 
-/* zr_store_gather_dense() with the caller's `stream` (as for
+/* zr_store_gather_dense() read as `how` says (ZR_GATHER_*, as for
  * zr_store_gather_timed()) that also measures its stages into *t (NULL: it
  * does not), its shards' lookups included. Same errors. */
 int zr_store_gather_dense_timed(zr_store *s, const uint64_t *idx, size_t n, uint64_t item,
-                                void *dst, zr_loc *scratch, bool stream, zr_store_times *t,
+                                void *dst, zr_loc *scratch, unsigned how, zr_store_times *t,
                                 zr_error *err);
 
 /* Gathers records idx[0..n) (any order, repeats allowed) packed back to back

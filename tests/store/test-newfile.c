@@ -196,13 +196,13 @@ START_TEST(test_truncated_under_mapping) {
         zr_store_times t = { .sample_io = 1 };
         void *dst = buf;
         zr_error_clear(&err);
-        r = zr_store_gather_timed(s, &at, 1, &dst, false, &t, &err);
+        r = zr_store_gather_timed(s, &at, 1, &dst, 0, &t, &err);
         ck_assert_msg(r == -ZR_E_CORRUPT, "timed gather of a truncated chunk: %d %s", r,
                       err.message);
         ck_assert_ptr_nonnull(strstr(err.message, "cut short"));
         /* through streaming stores (a large batch's copy) */
         zr_error_clear(&err);
-        r = zr_store_gather_timed(s, &at, 1, &dst, true, NULL, &err);
+        r = zr_store_gather_timed(s, &at, 1, &dst, ZR_GATHER_STREAM, NULL, &err);
         ck_assert_msg(r == -ZR_E_CORRUPT, "streaming gather of a truncated chunk: %d %s", r,
                       err.message);
         ck_assert_ptr_nonnull(strstr(err.message, "cut short"));

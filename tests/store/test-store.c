@@ -5,6 +5,7 @@
  * (store-refusals.c). */
 #include <check.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -78,7 +79,7 @@ static void round_trip_sizes(enum zr_codec codec) {
                 memset(dsts[i], 0xA5, lens[idx[i]] + 1);
                 odd[i] = (uint8_t *)dsts[i] + 1;
         }
-        ck_assert_msg(zr_store_gather_timed(s, locs, n, odd, true, NULL, &err) == 0, "%s",
+        ck_assert_msg(zr_store_gather_timed(s, locs, n, odd, ZR_GATHER_STREAM, NULL, &err) == 0, "%s",
                       err.message);
         for (size_t i = 0; i < n; i++) {
                 uint8_t *want = malloc(lens[idx[i]] ? lens[idx[i]] : 1);
@@ -237,11 +238,97 @@ START_TEST(test_pread_path) {
 }
 END_TEST
 
+/* A gather asked to pread (ZR_GATHER_PREAD, for records not resident) reads
+ * every record's bytes with preads and touches no mapping, where the same
+ * gather from the mappings preads nothing (its timed stages count both). */
+static void check_gathered(void *const *dsts, const uint64_t *idx, const uint64_t *lens, size_t n) {
+        for (size_t i = 0; i < n; i++) {
+                uint8_t *want = malloc(lens[idx[i]] ? lens[idx[i]] : 1);
+                tl_record_fill(want, idx[i], lens[idx[i]]);
+                ck_assert_msg(memcmp(dsts[i], want, lens[idx[i]]) == 0, "record %zu", i);
+                free(want);
+        }
+}
+
+/* Asked to pread, the gather read with at least min_preads preads and touched
+ * no page through a mapping; else at least min_pages pages and no pread. */
+static void check_read_path(unsigned how, zr_store_times *t, uint64_t min_pages,
+                            uint64_t min_preads) {
+        uint64_t pages = atomic_load(&t->pages), preads = atomic_load(&t->preads);
+        if (how & ZR_GATHER_PREAD) {
+                ck_assert_uint_eq(pages, 0);
+                ck_assert_uint_ge(preads, min_preads);
+        } else {
+                ck_assert_uint_ge(pages, min_pages);
+                ck_assert_uint_eq(preads, 0);
+        }
+}
+
+START_TEST(test_pread_asked) {
+        enum { N = 200 };
+        static uint64_t lens[N], idx[N], item_idx[N];
+        static zr_loc locs[N];
+        static void *dsts[N];
+        zr_pool *pool = NULL;
+        zr_error err = {0};
+        tdir d;
+
+        ck_assert_int_eq(zr_pool_new(2, &pool), 0);
+        for (enum zr_codec c = ZR_CODEC_RAW; c <= ZR_CODEC_ZSTD; c++) {
+                tdir_make(&d);
+                zr_store *s = create_store(&d, c, 20, pool);
+                for (size_t i = 0; i < N; i++) {
+                        lens[i] = 1 + (i * 7919) % 20000;
+                        idx[i] = (i * 37) % N; /* every record, out of order */
+                }
+                append_ok(s, lens, N, 0);
+                ck_assert_int_eq(zr_store_locate(s, idx, N, locs, &err), 0);
+                for (size_t i = 0; i < N; i++)
+                        ck_assert_ptr_nonnull(dsts[i] = malloc(lens[idx[i]]));
+                for (unsigned how = 0; how <= ZR_GATHER_PREAD; how += ZR_GATHER_PREAD) {
+                        zr_store_times t = {0};
+                        for (size_t i = 0; i < N; i++)
+                                memset(dsts[i], 0xA5, lens[idx[i]]);
+                        ck_assert_msg(zr_store_gather_timed(s, locs, N, dsts, how, &t, &err) == 0,
+                                      "%s", err.message);
+                        check_gathered(dsts, idx, lens, N);
+                        check_read_path(how, &t, N, N / 2);
+                }
+                for (size_t i = 0; i < N; i++)
+                        free(dsts[i]);
+                store_done(&d, s, NULL);
+        }
+        /* a dense one-pass gather (each shard locates its own records) too */
+        enum { ITEM = 12288 };
+        tdir_make(&d);
+        zr_store *s = create_store(&d, ZR_CODEC_RAW, 22, pool);
+        for (size_t i = 0; i < N; i++) {
+                lens[i] = ITEM;
+                item_idx[i] = (i * 53) % N;
+        }
+        append_ok(s, lens, N, 0);
+        uint8_t *dst = malloc((size_t)N * ITEM);
+        ck_assert_ptr_nonnull(dst);
+        for (unsigned how = 0; how <= ZR_GATHER_PREAD; how += ZR_GATHER_PREAD) {
+                zr_store_times t = {0};
+                memset(dst, 0xA5, (size_t)N * ITEM);
+                ck_assert_msg(zr_store_gather_dense_timed(s, item_idx, N, ITEM, dst, locs, how, &t,
+                                                          &err) == 0, "%s", err.message);
+                for (size_t i = 0; i < N; i++)
+                        dsts[i] = dst + i * ITEM;
+                check_gathered(dsts, item_idx, lens, N);
+                check_read_path(how, &t, (uint64_t)N * ITEM / 4096, N / 2);
+        }
+        free(dst);
+        store_done(&d, s, pool);
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("store");
         TL_TCASE(s, "round-trip", 300, test_round_trip_raw, test_round_trip_zstd,
                  test_round_trip_zstd_dict, test_rollover_raw, test_rollover_zstd, test_no_pool,
-                 test_pread_path);
+                 test_pread_path, test_pread_asked);
         store_add_mutation(s);
         store_add_refusals(s);
         return tl_run_suite(s);
