@@ -75,6 +75,11 @@ static void add_store_time(zr_gather *g, const zr_dataset *ds, uint64_t t0,
         t->device_bytes += atomic_load(&st->device_bytes);
 }
 
+/* How the store reads the batch's records (ZR_GATHER_*). */
+static unsigned gather_how(const zr_gather *g) {
+        return (g->stream ? ZR_GATHER_STREAM : 0) | (g->cold ? ZR_GATHER_PREAD : 0);
+}
+
 /* The read of records locs[0..n) of ds into dsts, by ds's store, timed if the
  * gather is (the store's stages measured in detail). */
 static int store_read(zr_gather *g, zr_dataset *ds, const zr_loc *locs, size_t n,
@@ -82,7 +87,7 @@ static int store_read(zr_gather *g, zr_dataset *ds, const zr_loc *locs, size_t n
         zr_store_times st = { .sample_io = 1 };
         int detail = g->times && g->times->detail;
         uint64_t t0 = clock_ns(g);
-        int r = zr_store_gather_timed(zr_dataset_store(ds), locs, n, dsts, g->stream,
+        int r = zr_store_gather_timed(zr_dataset_store(ds), locs, n, dsts, gather_how(g),
                                       detail ? &st : NULL, err);
 
         if (g->times)
@@ -432,7 +437,7 @@ static int dense_read(zr_gather *g, uint8_t *dst, zr_rcache *cache, zr_pool *poo
                 int detail = g->times && g->times->detail;
                 uint64_t t0 = clock_ns(g);
                 r = zr_store_gather_dense_timed(st, g->idx, g->n, item, dst, g->locs,
-                                                g->stream, detail ? &times : NULL, err);
+                                                gather_how(g), detail ? &times : NULL, err);
                 if (g->times)
                         add_store_time(g, g->ds, t0, &times);
                 return r;

@@ -115,6 +115,10 @@ typedef struct zr_gather {
          * through before one is read back (a loader's ring): with the batch's
          * own bytes, whether its copies use streaming stores (util/copy.h) */
         uint64_t span;
+        /* true when the batch's records are mostly not resident in the page
+         * cache (a loader's step that was read ahead): they are read with
+         * pread(), not through the stores' mappings (ZR_GATHER_PREAD) */
+        bool cold;
 
         /* set by zr_gather_locate() */
         uint64_t bytes;         /* the destination bytes the batch spans */

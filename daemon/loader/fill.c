@@ -249,15 +249,15 @@ static void unlock_all(zr_dataset **held, size_t n) {
  * region of `base` (the slot), filling the slot's metadata. Takes each distinct
  * dataset's lock shared. */
 static int gather_stream(zr_loader *l, size_t si, const step_records *rec, uint8_t *base,
-                         uint64_t slot_off, uint64_t plan_owner, zr_gather_times *times,
+                         uint64_t slot_off, const work *w, zr_gather_times *times,
                          zr_loader_stream_batch *sb, fill_result *res, zr_error *err) {
         lstream *st = loader_stream(l, 0, si);
         zr_dataset *dss[ZR_MIXTURE_MAX_SOURCES], *held[ZR_MIXTURE_MAX_SOURCES];
         zr_gather g = { .ds = st->s.ds, .idx = rec->idx, .n = l->sp.batch_size,
                         .offsets = (uint64_t *)sb->offsets, /* the slot's own arrays */
                         .lengths = (uint64_t *)sb->lengths, .shapes = (uint64_t *)sb->shapes,
-                        .plan_owner = plan_owner, .times = times,
-                        .span = (uint64_t)l->nslots * l->slot_bytes };
+                        .plan_owner = w->plan_owner, .times = times,
+                        .span = (uint64_t)l->nslots * l->slot_bytes, .cold = w->cold };
         uint32_t nsrc = loader_sources(l);
         zr_error gerr = {0};
         size_t nheld = 0;
@@ -364,7 +364,7 @@ void zr_fill(zr_loader *l, const work *w, fill_result *res) {
         }
         res->times.detail = w->detail;
         for (size_t i = 0; r >= 0 && i < l->nstreams; i++)
-                r = gather_stream(l, i, &rec, base, slot_off, w->plan_owner,
+                r = gather_stream(l, i, &rec, base, slot_off, w,
                                   w->timed ? &res->times : NULL, &sl->sb[i], res, &err);
         zr_step_records_free(&rec);
         if (w->timed)

@@ -228,6 +228,7 @@ typedef struct zr_loader_engine_counters {
         uint64_t prefetch_peak;       /* most at once, since start */
         uint64_t prefetch_steps;      /* steps whose reads were submitted */
         uint64_t prefetch_warm;       /* steps found resident: nothing read */
+        uint64_t prefetch_cold;       /* steps found mostly not resident: read with pread */
         uint64_t prefetch_busy;       /* steps not read: a mutation held a lock */
         uint64_t prefetch_reads;      /* reads submitted (merged by the queue later) */
         uint64_t prefetch_read_bytes; /* bytes of them */

@@ -10,7 +10,11 @@
  * streams, plan each record's use in the decoded-record cache (cache.h)
  * `horizon` steps ahead, so the cache evicts by next use. A fill of a step
  * whose reads are in flight waits for them (the group is woken when they
- * end); a failed read fails that step's fill with its error.
+ * end); a failed read fails that step's fill with its error. A step whose
+ * job found most of its records not resident is gathered with pread, not
+ * through the stores' mappings (work.cold): pages the daemon never mapped
+ * are reclaimed without unmapping them, which beyond memory is most of what
+ * a large record's gather cost (docs/IO.md, "Where the CPU goes").
  *
  * Depth adapts: enough steps that the queue stays full (twice its depth in
  * reads), and enough that reads of the device's recent 99th-percentile
@@ -474,6 +478,8 @@ void zr_pf_job_run(zr_loader_engine *e, pf_job *j) {
                 nr += stream_ranges(e, st, rec.by_source + rec.from[k], m, keys, flags, locs,
                                     r + nr, j);
         }
+        /* mostly not resident: its fill reads with pread (fill.c) */
+        j->cold = j->records > 0 && j->records >= j->resident;
         nr = reserve(e, p, r, nr, &j->bytes);
         atomic_fetch_add(&e->pf_records, j->records);
         if (nr > 0) {
@@ -525,6 +531,8 @@ void zr_pf_job_end(zr_loader_engine *e, pf_job *j) {
         l->inflight--;
         if (j->do_io) {
                 u->bytes = j->bytes;
+                u->cold = (uint8_t)j->cold;
+                e->t.prefetch_cold += (uint64_t)j->cold;
                 if (j->submitted) {
                         u->ioq_id = j->id;
                         u->submit_ns = zr_loader_now_ns();
@@ -569,6 +577,7 @@ int zr_pf_ready(zr_loader_engine *e, const zr_loader *l, uint64_t step, work *w)
         pf_unit *u;
 
         w->io_error = 0;
+        w->cold = 0;
         w->plan_owner = 0;
         if (!p->units)
                 return 1;
@@ -588,6 +597,7 @@ int zr_pf_ready(zr_loader_engine *e, const zr_loader *l, uint64_t step, work *w)
         }
         if (u->io == PF_IO_FAILED)
                 w->io_error = u->error;
+        w->cold = u->cold;
         if (u->planned && !u->consumed)
                 w->plan_owner = p->owner;
         return 1;

@@ -719,6 +719,7 @@ static void put_prefetch(zr_wire_writer *w, zr_server *s, const zr_loader_engine
         zr_wire_put_u64(w, "peak", k->prefetch_peak);
         zr_wire_put_u64(w, "steps", k->prefetch_steps);
         zr_wire_put_u64(w, "warm", k->prefetch_warm);
+        zr_wire_put_u64(w, "cold", k->prefetch_cold);
         zr_wire_put_u64(w, "busy", k->prefetch_busy);
         zr_wire_put_u64(w, "records", k->prefetch_records);
         zr_wire_put_u64(w, "resident", k->prefetch_resident);

@@ -3,7 +3,8 @@
  * POSIX_FADV_DONTNEED: no root needed), so the engine must read them.
  *
  *   - batches read ahead are bit-exact to (seed, step), through io_uring and
- *     through the pread threads, raw and zstd, dense and ragged;
+ *     through the pread threads, raw and zstd, dense and ragged, their steps
+ *     found cold (gathered with pread); warm steps are not;
  *   - the budget is never exceeded (one step may go over a budget smaller
  *     than a step: a group with nothing outstanding reads one);
  *   - a loader closed with reads in flight cancels them and waits for them;
@@ -147,6 +148,10 @@ static void bit_exact(enum zr_ioq_backend backend) {
                (unsigned long long)t.prefetch_read_bytes, (unsigned long long)t.prefetch_resident,
                (unsigned long long)t.prefetch_depth, (unsigned long long)lc.io_waits);
         ck_assert_uint_gt(t.prefetch_steps, STEPS / 2);
+        /* the first steps, all evicted, are cold: their fills read with pread
+         * (bit-exact above); later ones find earlier steps' records resident */
+        ck_assert_uint_ge(t.prefetch_cold, 1);
+        ck_assert_uint_le(t.prefetch_cold, t.prefetch_steps);
         ck_assert_uint_gt(t.prefetch_records, STEPS * BATCH / 2);
         ck_assert_uint_ge(t.prefetch_read_bytes, t.prefetch_records * 1024);
         ck_assert_uint_eq(t.prefetch_errors, 0);
@@ -198,6 +203,7 @@ START_TEST(test_warm_not_read) {
         ck_assert_uint_eq(t.prefetch_steps, 0);
         ck_assert_uint_ge(t.prefetch_warm, 20);
         ck_assert_uint_eq(t.prefetch_records, 0);
+        ck_assert_uint_eq(t.prefetch_cold, 0); /* warm steps are copied from the mappings */
         zr_loader_free(l);
         rig_io_free(&g, q);
         reg_fini(&raw);
