@@ -71,7 +71,7 @@ typedef struct work {
         uint64_t step;
         /* from the step's read ahead (prefetch.c), set at the claim: */
         int io_error;         /* positive errno: its reads failed, so fails the fill */
-        int cold;             /* most of its records were not resident: read with pread */
+        int cold;             /* its unit's cold: gathered with pread */
         uint64_t plan_owner;  /* consumes the step's planned cache uses (batch.h) */
         /* telemetry (telemetry.h), set at the claim: time the fill, and its
          * stages in detail (batch.h, zr_gather_times) */
@@ -99,7 +99,7 @@ typedef struct pf_unit {
         uint8_t planned;      /* its compressed records' uses are planned */
         uint8_t consumed;     /* its step's fill completed (or it was given up) */
         uint8_t waited;       /* a fill of its step found it still reading */
-        uint8_t cold;         /* its job found most records not resident */
+        uint8_t cold;         /* its job found most records not resident, and large */
         int error;            /* PF_IO_FAILED: positive errno */
 } pf_unit;
 
@@ -346,7 +346,8 @@ typedef struct pf_job {
         uint64_t bytes, reads, records, resident, cached;
         uint64_t id;          /* its batch, if submitted */
         int submitted, warm, busy;
-        int cold;             /* most records not resident (read ahead or not) */
+        uint64_t missing_bytes; /* of the records not resident */
+        int cold;             /* most records not resident, and large (PF_PREAD_MIN) */
 } pf_job;
 
 /* Sets up a new group's window (-ENOMEM). */

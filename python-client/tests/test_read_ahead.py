@@ -2,11 +2,14 @@
 page cache (fdatasync + POSIX_FADV_DONTNEED, no root needed) read by a
 DataLoader, with io_uring and with pread threads forced (`--io-backend`), gives
 the same batches as the records themselves, and the daemon's STATUS says it
-read them ahead within its budget and gathered the cold steps with pread; a read that fails (the daemon's test switch
+read them ahead within its budget; steps of large records found not resident
+are gathered with pread, so the daemon maps none of their pages; a read that fails (the daemon's test switch
 ZRECORDD_TEST_IO_FAIL) fails its batch with EIO and the next loader works."""
 
 import glob
 import os
+import socket
+import struct
 
 import numpy as np
 import pytest
@@ -40,6 +43,18 @@ def status():
     return _conn.default().request("status")
 
 
+def take_bit_exact(path, data, batch_size, seed, steps=24):
+    """Opens an iid DataLoader over path and checks its first steps' batches
+    against data (each record's first 8 bytes say which it is); returns it."""
+    loader = DataLoader({"x": DenseDataset(path)}, batch_size=batch_size, sampler="iid",
+                        seed=seed, prefetch=2)
+    for _ in range(steps):
+        batch = next(loader)["x"]
+        ids = batch[:, :8].copy().view(np.uint64).ravel()
+        np.testing.assert_array_equal(batch, data[ids])
+    return loader
+
+
 @pytest.mark.no_daemon
 @pytest.mark.parametrize("backend", ["uring", "threads"])
 def test_cold_batches_bit_exact(own_daemon, workdir, backend):
@@ -51,23 +66,50 @@ def test_cold_batches_bit_exact(own_daemon, workdir, backend):
     data = records()
     from_numpy("cold", data, codec="raw")
     drop_from_page_cache("cold")
-    loader = DataLoader({"x": DenseDataset("cold")}, batch_size=B, sampler="iid", seed=3,
-                        prefetch=2)
-    for _ in range(24):
-        batch = next(loader)["x"]
-        ids = batch[:, :8].copy().view(np.uint64).ravel()  # each record says which it is
-        np.testing.assert_array_equal(batch, data[ids])
+    loader = take_bit_exact("cold", data, B, seed=3)
     pf = status()["prefetch"]
     # reads of steps past the last batch may still be in flight: bytes lag records
     assert pf["steps"] > 0 and pf["records"] > 0 and 0 < pf["read_bytes"] <= pf["records"] * 4096
-    # the first steps found nothing resident: gathered with pread (docs/IO.md),
-    # and bit-exact above like the rest
-    assert 1 <= pf["cold"] <= pf["steps"]
+    assert pf["cold"] == 0  # small records: gathered from the mappings
     assert pf["errors"] == 0
     assert pf["peak"] <= max(8 << 20, B * REC)
     assert pf["budget"] == 8 << 20
     loader.close()
     assert status()["prefetch"]["bytes"] == 0
+
+
+def mapped_rss(pid, suffix):
+    """Bytes resident in process pid's mappings of files whose names end with suffix."""
+    total, counting = 0, False
+    with open(f"/proc/{pid}/smaps") as f:
+        for line in f:
+            head = line.split()
+            if "-" in head[0] and len(head) >= 5:       # a mapping's first line
+                counting = len(head) >= 6 and head[-1].endswith(suffix)
+            elif counting and head[0] == "Rss:":
+                total += int(head[1]) * 1024
+    return total
+
+
+@pytest.mark.no_daemon
+def test_cold_large_records_not_mapped(own_daemon, workdir):
+    n, rec, b = 2048, 64 << 10, 16                   # 128 MiB, records of 64 KiB
+    own_daemon("--io-backend=threads", "--prefetch=32M")
+    conn = _conn.default()
+    pid = struct.unpack("3i", conn._fs.sock.getsockopt(socket.SOL_SOCKET,
+                                                          socket.SO_PEERCRED, 12))[0]
+    data = np.empty((n, rec), dtype=np.uint8)
+    data[:] = (np.arange(rec) % 251).astype(np.uint8)
+    data[:, :8] = np.arange(n, dtype=np.uint64)[:, None].view(np.uint8).reshape(n, 8)
+    from_numpy("big", data, codec="raw")
+    drop_from_page_cache("big")
+    loader = take_bit_exact("big", data, b, seed=4)
+    pf = status()["prefetch"]
+    assert pf["cold"] >= 20 and pf["cold"] <= pf["steps"]
+    # 24 steps of 16 records of 64 KiB, 24 MiB, gathered by pread: none of
+    # their pages is in the daemon's page tables (through the mappings: all)
+    assert mapped_rss(pid, ".chunk") < (1 << 20)
+    loader.close()
 
 
 @pytest.mark.no_daemon
