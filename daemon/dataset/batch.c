@@ -233,6 +233,29 @@ int zr_gather_locate(zr_gather *g, zr_error *err) {
         return r;
 }
 
+#define COLD_SAMPLE 16
+
+bool zr_gather_mostly_cold(const zr_gather *g) {
+        uint64_t sample[COLD_SAMPLE];
+        zr_loc locs[COLD_SAMPLE];
+        uint8_t resident[COLD_SAMPLE];
+        size_t k = g->n < COLD_SAMPLE ? g->n : COLD_SAMPLE, missing = 0;
+
+        if (g->sources || k == 0 || g->bytes / g->n < ZR_GATHER_PREAD_MIN)
+                return false;
+        for (size_t i = 0; i < k; i++)
+                sample[i] = g->idx[i * g->n / k];
+        zr_store *s = zr_dataset_store(g->ds);
+        if (zr_store_locate(s, sample, k, locs, NULL) < 0)
+                return false; /* the read says what is wrong */
+        for (size_t i = 0; i < k; i++) /* each record's first page: one asked, not 64 */
+                locs[i].phys_length = locs[i].phys_length ? 1 : 0;
+        zr_store_resident(s, locs, k, resident);
+        for (size_t i = 0; i < k; i++)
+                missing += !resident[i];
+        return 2 * missing > k;
+}
+
 /* The records of one dataset in a gather: all of a one-dataset gather's, or
  * one source's. */
 typedef struct gather_part {

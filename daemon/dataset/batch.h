@@ -142,6 +142,21 @@ typedef struct zr_gather {
  * either way release the gather with zr_gather_release(). */
 int zr_gather_locate(zr_gather *g, zr_error *err);
 
+/* Records of at least this many bytes on average, mostly not resident, are
+ * read with pread, not through the stores' mappings (`cold` above): measured
+ * beyond memory in docs/IO.md ("A cold step of large records"); below it a
+ * pread per record or run copies no faster and has little to unmap. */
+#define ZR_GATHER_PREAD_MIN (64u << 10)
+
+/* After zr_gather_locate(): true if the batch's records average at least
+ * ZR_GATHER_PREAD_MIN bytes and most of a sample of them (up to 16, evenly
+ * spaced) have their first page out of the page cache, so that the caller
+ * sets `cold`. A batch of smaller records, or of several datasets, asks
+ * nothing and is not cold. Costs a table lookup and one system call per
+ * sampled record (about 0.5 us each here: 8 us against the 3 ms of a warm
+ * 64 MiB READ). */
+bool zr_gather_mostly_cold(const zr_gather *g);
+
 /* Reads the located records into dst, which must hold g->bytes. `base` is
  * added to each ragged payload offset it returns (the offset of dst in the
  * caller's mapping, or 0). `cache` (may be NULL) serves and keeps decoded

@@ -347,7 +347,7 @@ typedef struct pf_job {
         uint64_t id;          /* its batch, if submitted */
         int submitted, warm, busy;
         uint64_t missing_bytes; /* of the records not resident */
-        int cold;             /* most records not resident, and large (PF_PREAD_MIN) */
+        int cold;             /* most records not resident, and large (ZR_GATHER_PREAD_MIN) */
 } pf_job;
 
 /* Sets up a new group's window (-ENOMEM). */

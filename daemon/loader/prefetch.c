@@ -11,7 +11,7 @@
  * `horizon` steps ahead, so the cache evicts by next use. A fill of a step
  * whose reads are in flight waits for them (the group is woken when they
  * end); a failed read fails that step's fill with its error. A step whose
- * job found most of its records not resident, and large (PF_PREAD_MIN), is
+ * job found most of its records not resident, and large (ZR_GATHER_PREAD_MIN), is
  * gathered with pread, not through the stores' mappings (work.cold): pages
  * the daemon never mapped are reclaimed without unmapping them, which beyond
  * memory was a large part of a large record's gather (docs/IO.md).
@@ -46,13 +46,6 @@
 #include "store/store.h"
 #include "zr-proto.h"
 
-/* A step mostly not resident whose missing records average this many bytes or
- * more is gathered with pread, not through the mappings (docs/IO.md, "A cold
- * step"). Measured beyond memory, alternating builds: 256 KiB records 1.45x
- * the batches for 0.75x the daemon's CPU; 4 KiB records iid no change, in
- * order 15-25% fewer batches (one pread per contiguous run copies slower
- * than the mapping's streaming copy, and there is little to unmap). */
-#define PF_PREAD_MIN (64u << 10)
 /* Units per group: steps read ahead and planned ahead together, at most. */
 #define PF_WINDOW 512
 /* Steps read ahead of the leading fill: at least two (one being read while
@@ -489,7 +482,7 @@ void zr_pf_job_run(zr_loader_engine *e, pf_job *j) {
         }
         /* mostly not resident, and large: its fill reads with pread (fill.c) */
         j->cold = j->records > 0 && j->records >= j->resident &&
-                  j->missing_bytes / j->records >= PF_PREAD_MIN;
+                  j->missing_bytes / j->records >= ZR_GATHER_PREAD_MIN;
         nr = reserve(e, p, r, nr, &j->bytes);
         atomic_fetch_add(&e->pf_records, j->records);
         if (nr > 0) {

@@ -186,8 +186,12 @@ static int read_gather(zr_request *rq, read_state *st) {
                                             (unsigned long long)st->offset,
                                             (unsigned long long)room);
         }
-        if (r == 0)
+        if (r == 0) {
+                /* not read ahead: large records not resident are read with
+                 * pread, not faulted in through the mappings a page at a time */
+                g.cold = zr_gather_mostly_cold(&g);
                 r = zr_gather_read(&g, base + st->offset, st->offset, NULL, NULL, &rq->err);
+        }
         if (r == 0) {
                 st->bytes = g.bytes;
                 st->shape_words = g.shape_words;

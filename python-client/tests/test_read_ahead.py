@@ -2,8 +2,9 @@
 page cache (fdatasync + POSIX_FADV_DONTNEED, no root needed) read by a
 DataLoader, with io_uring and with pread threads forced (`--io-backend`), gives
 the same batches as the records themselves, and the daemon's STATUS says it
-read them ahead within its budget; steps of large records found not resident
-are gathered with pread, so the daemon maps none of their pages; a read that fails (the daemon's test switch
+read them ahead within its budget; steps of large records found not resident,
+and READs (ds[idx]) of such records, are read with pread, so the daemon maps
+none of their pages; a read that fails (the daemon's test switch
 ZRECORDD_TEST_IO_FAIL) fails its batch with EIO and the next loader works."""
 
 import glob
@@ -91,25 +92,48 @@ def mapped_rss(pid, suffix):
     return total
 
 
-@pytest.mark.no_daemon
-def test_cold_large_records_not_mapped(own_daemon, workdir):
-    n, rec, b = 2048, 64 << 10, 16                   # 128 MiB, records of 64 KiB
-    own_daemon("--io-backend=threads", "--prefetch=32M")
+def cold_big_store(own_daemon, *flags):
+    """A daemon of its own, and a store of 2048 records of 64 KiB (128 MiB),
+    each saying which it is, dropped from the page cache; returns the daemon's
+    pid and the records."""
+    own_daemon(*flags)
     conn = _conn.default()
     pid = struct.unpack("3i", conn._fs.sock.getsockopt(socket.SOL_SOCKET,
                                                           socket.SO_PEERCRED, 12))[0]
+    n, rec = 2048, 64 << 10
     data = np.empty((n, rec), dtype=np.uint8)
     data[:] = (np.arange(rec) % 251).astype(np.uint8)
     data[:, :8] = np.arange(n, dtype=np.uint64)[:, None].view(np.uint8).reshape(n, 8)
     from_numpy("big", data, codec="raw")
     drop_from_page_cache("big")
-    loader = take_bit_exact("big", data, b, seed=4)
+    return pid, data
+
+
+@pytest.mark.no_daemon
+def test_cold_large_records_not_mapped(own_daemon, workdir):
+    pid, data = cold_big_store(own_daemon, "--io-backend=threads", "--prefetch=32M")
+    loader = take_bit_exact("big", data, 16, seed=4)
     pf = status()["prefetch"]
     assert pf["cold"] >= 20 and pf["cold"] <= pf["steps"]
     # 24 steps of 16 records of 64 KiB, 24 MiB, gathered by pread: none of
     # their pages is in the daemon's page tables (through the mappings: all)
     assert mapped_rss(pid, ".chunk") < (1 << 20)
     loader.close()
+
+
+@pytest.mark.no_daemon
+def test_cold_large_read_not_mapped(own_daemon, workdir):
+    # ds[idx] is not read ahead: a READ of large records mostly not resident
+    # is read with pread instead of faulted in through the mappings
+    pid, data = cold_big_store(own_daemon)
+    ds = DenseDataset("big")
+    rng = np.random.default_rng(5)
+    for _ in range(4):
+        idx = rng.choice(len(data), 64, replace=False)
+        np.testing.assert_array_equal(ds[idx], data[idx])
+    # 16 MiB read, none of it through the daemon's mappings (through them: all)
+    assert mapped_rss(pid, ".chunk") < (1 << 20)
+    ds.close()
 
 
 @pytest.mark.no_daemon

@@ -5,6 +5,7 @@
  * in a batch decoded once), batches of several datasets (a mixture's
  * sources), and refusals. */
 #include <check.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -249,6 +250,77 @@ START_TEST(test_dense_shards) {
 }
 END_TEST
 
+/* Syncs *ds (directory `name` of sc), closes and reopens it, so that none of
+ * its pages is mapped, and drops its records' pages from the page cache
+ * (POSIX_FADV_DONTNEED: no root needed); returns whether they are gone (a
+ * page cache that keeps a file system's pages, tmpfs, keeps them). */
+static int reopen_dropped(scratch *sc, const char *name, zr_dataset **ds) {
+        zr_io_range r[N];
+        zr_loc locs[N];
+        uint64_t all[N];
+        zr_error err = {0};
+        size_t m;
+        int fd = openat(sc->fd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(zr_dataset_sync(*ds, &err), 0);
+        zr_dataset_close(*ds, NULL);
+        ck_assert_int_eq(zr_dataset_open(fd, &test_opts, ds, &err), 0);
+        close(fd);
+        for (size_t i = 0; i < N; i++)
+                all[i] = i;
+        zr_store *st = zr_dataset_store(*ds);
+        ck_assert_int_eq(zr_store_locate(st, all, N, locs, &err), 0);
+        ck_assert_int_eq(zr_store_io_ranges(st, locs, N, r, &m, NULL), 0);
+        for (size_t i = 0; i < m; i++)
+                posix_fadvise(r[i].fd, 0, 0, POSIX_FADV_DONTNEED);
+        return zr_store_resident(st, locs, N, NULL) == 0;
+}
+
+/* Whether a READ's batch is cold (read with pread): records of at least
+ * ZR_GATHER_PREAD_MIN bytes mostly out of the page cache, and only those; the
+ * bytes are the same either way. */
+START_TEST(test_mostly_cold) {
+        enum { BIG = ZR_GATHER_PREAD_MIN, SMALL = 4096, B = 24 };
+        static uint8_t dst[B * BIG];
+        uint8_t *want = malloc(BIG);
+        uint64_t idx[B];
+        zr_error err = {0};
+        scratch sc;
+
+        scratch_new(&sc);
+        for (size_t i = 0; i < B; i++)
+                idx[i] = (i * 7) % N;
+        for (int big = 0; big < 2; big++) {
+                uint64_t item = big ? BIG : SMALL;
+                const char *name = big ? "big" : "small";
+                zr_dataset *ds = make_dense(&sc, name, item, ZR_CODEC_RAW);
+                for (int evicted = 0; evicted < 2; evicted++) {
+                        if (evicted && !reopen_dropped(&sc, name, &ds)) {
+                                fprintf(stderr, "skipped the cold batch: the page cache keeps "
+                                        "this file system's pages (tmpfs?)\n");
+                                break;
+                        }
+                        zr_gather g = { .ds = ds, .idx = idx, .n = B };
+                        ck_assert_int_eq(zr_gather_locate(&g, &err), 0);
+                        g.cold = zr_gather_mostly_cold(&g);
+                        ck_assert_msg(g.cold == (big && evicted), "%s records, %s: cold %d", name,
+                                      evicted ? "evicted" : "resident", g.cold);
+                        ck_assert_msg(zr_gather_read(&g, dst, 0, NULL, NULL, &err) == 0, "%s",
+                                      err.message);
+                        for (size_t i = 0; i < B; i++) {
+                                gen_bytes(want, item, idx[i]);
+                                ck_assert(memcmp(dst + i * item, want, item) == 0);
+                        }
+                        zr_gather_release(&g);
+                }
+                zr_dataset_close(ds, NULL);
+        }
+        free(want);
+        scratch_free(&sc);
+}
+END_TEST
+
 /* A record drawn more than once in a batch is decoded once and copied: each
  * later draw is a hit, the cache holds it once, and every place gets its
  * bytes; a draw of a record the cache already holds stays a plain hit. */
@@ -394,24 +466,8 @@ START_TEST(test_timed_stages) {
                         if (cold) {
                                 /* synced, its pages are clean; reopened, none is mapped:
                                  * the page cache may let them go */
-                                zr_io_range r[N];
-                                zr_loc locs[N];
-                                size_t m;
-                                int fd = openat(sc.fd, codec ? "z" : "r",
-                                                O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-                                ck_assert_int_eq(zr_dataset_sync(ds, &err), 0);
-                                zr_dataset_close(ds, NULL);
-                                ck_assert_int_eq(zr_dataset_open(fd, &test_opts, &ds, &err), 0);
-                                close(fd);
+                                dropped = reopen_dropped(&sc, codec ? "z" : "r", &ds);
                                 g.ds = ds;
-                                ck_assert_int_eq(zr_store_locate(zr_dataset_store(ds), idx, N,
-                                                                 locs, &err), 0);
-                                ck_assert_int_eq(zr_store_io_ranges(zr_dataset_store(ds), locs,
-                                                                    N, r, &m, NULL), 0);
-                                for (size_t i = 0; i < m; i++)
-                                        posix_fadvise(r[i].fd, 0, 0, POSIX_FADV_DONTNEED);
-                                dropped = zr_store_resident(zr_dataset_store(ds), locs, N,
-                                                            NULL) == 0;
                         }
                         uint64_t t0 = tl_now_ns();
                         ck_assert_msg(zr_gather_locate(&g, &err) == 0, "%s", err.message);
@@ -457,4 +513,4 @@ START_TEST(test_timed_stages) {
 END_TEST
 
 TL_SUITE_MAIN("batch", test_ragged_layout, test_cache, test_cache_repeats, test_dense_shards,
-              test_range, test_sources, test_timed_stages)
+              test_range, test_sources, test_timed_stages, test_mostly_cold)
