@@ -240,6 +240,7 @@ bool zr_gather_mostly_cold(const zr_gather *g) {
         zr_loc locs[COLD_SAMPLE];
         uint8_t resident[COLD_SAMPLE];
         size_t k = g->n < COLD_SAMPLE ? g->n : COLD_SAMPLE, missing = 0;
+        uint64_t missing_bytes = 0;
 
         if (g->sources || k == 0 || g->bytes / g->n < ZR_GATHER_PREAD_MIN)
                 return false;
@@ -248,12 +249,19 @@ bool zr_gather_mostly_cold(const zr_gather *g) {
         zr_store *s = zr_dataset_store(g->ds);
         if (zr_store_locate(s, sample, k, locs, NULL) < 0)
                 return false; /* the read says what is wrong */
-        for (size_t i = 0; i < k; i++) /* each record's first page: one asked, not 64 */
-                locs[i].phys_length = locs[i].phys_length ? 1 : 0;
-        zr_store_resident(s, locs, k, resident);
-        for (size_t i = 0; i < k; i++)
-                missing += !resident[i];
-        return 2 * missing > k;
+        zr_loc first[COLD_SAMPLE]; /* each record's first page: one asked, not 64 */
+        for (size_t i = 0; i < k; i++) {
+                first[i] = locs[i];
+                first[i].phys_length = locs[i].phys_length ? 1 : 0;
+        }
+        zr_store_resident(s, first, k, resident);
+        for (size_t i = 0; i < k; i++) {
+                if (!resident[i]) {
+                        missing++;
+                        missing_bytes += locs[i].phys_length;
+                }
+        }
+        return zr_gather_cold(missing, k, missing_bytes);
 }
 
 /* The records of one dataset in a gather: all of a one-dataset gather's, or

@@ -380,12 +380,13 @@ static size_t stream_ranges(zr_loader_engine *e, const lstream *st, const uint64
         }
         j->resident += zr_store_resident(s, locs, m, flags);
         k = 0;
-        for (size_t i = 0; i < m; i++)
-                if (!flags[i])
+        for (size_t i = 0; i < m; i++) {
+                if (!flags[i]) {
+                        j->missing_bytes += locs[i].phys_length;
                         locs[k++] = locs[i];
+                }
+        }
         j->records += k;
-        for (size_t i = 0; i < k; i++)
-                j->missing_bytes += locs[i].phys_length;
         if (zr_store_io_ranges(s, locs, k, r, &got, NULL) < 0)
                 return 0;
         return got;
@@ -480,9 +481,8 @@ void zr_pf_job_run(zr_loader_engine *e, pf_job *j) {
                 nr += stream_ranges(e, st, rec.by_source + rec.from[k], m, keys, flags, locs,
                                     r + nr, j);
         }
-        /* mostly not resident, and large: its fill reads with pread (fill.c) */
-        j->cold = j->records > 0 && j->records >= j->resident &&
-                  j->missing_bytes / j->records >= ZR_GATHER_PREAD_MIN;
+        /* its fill reads with pread (fill.c) */
+        j->cold = zr_gather_cold(j->records, j->records + j->resident, j->missing_bytes);
         nr = reserve(e, p, r, nr, &j->bytes);
         atomic_fetch_add(&e->pf_records, j->records);
         if (nr > 0) {

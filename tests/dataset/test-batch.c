@@ -288,6 +288,11 @@ START_TEST(test_mostly_cold) {
         zr_error err = {0};
         scratch sc;
 
+        /* the rule: at least half missing, and those of BIG bytes on average */
+        ck_assert(zr_gather_cold(8, 16, 8ull * BIG));
+        ck_assert(!zr_gather_cold(7, 16, 7ull * BIG));
+        ck_assert(!zr_gather_cold(8, 16, 8ull * BIG - 1));
+        ck_assert(!zr_gather_cold(0, 0, 0));
         scratch_new(&sc);
         for (size_t i = 0; i < B; i++)
                 idx[i] = (i * 7) % N;
