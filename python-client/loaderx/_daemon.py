@@ -18,11 +18,19 @@ that names it and the limit.
 The binary is ``$ZRECORDD`` if set, else the one installed inside this package
 (``loaderx/_bin/zrecordd``, from a wheel or ``pip install ./python-client``), else
 ``zrecordd`` on ``PATH``, else a meson build tree's ``daemon/zrecordd`` next to this
-package's source checkout.
+package's source checkout. Whichever it is, it runs as the user, so it is started
+only if the user or root could have put it there (:func:`check_trusted`): the file
+and every directory above it (symbolic links resolved) belong to the user or root,
+and none is writable by its group or others, except a root's or the user's own
+directory with the sticky bit (``/tmp``), where nobody else may rename or remove
+what is the user's. Otherwise nothing is started and the error names the binary and
+what is wrong with it: in a checkout a group may write, another member could have
+built or planted that binary.
 """
 
 import errno
 import fcntl
+import grp
 import os
 import select
 import shutil
@@ -95,15 +103,80 @@ def in_build_tree(relpath):
     return max(found)[1] if found else None
 
 
+class UntrustedBinary(ZrecordConnectionError):
+    """A program refused by :func:`check_trusted`; nothing was started."""
+
+    def __init__(self, message):
+        super().__init__(message, code=errno.EPERM, name="EPERM")
+
+
+def _owner_text(st):
+    return _conn.uid_text(st.st_uid)
+
+
+def _untrusted(binary, real, what, path, why):
+    via = "" if real == binary else f" (the real path of {binary})"
+    return UntrustedBinary(
+        f"refusing to start {real}{via}: {what} {path} {why}; a program is started only if "
+        "it and every directory above it belong to you or root and nobody else may write "
+        "them, since anyone who can could have put it there: fix the permissions (for "
+        "instance chmod go-w), set $ZRECORDD to a program that qualifies, or point "
+        "$ZRECORD_SOCKET at a running daemon")
+
+
+def check_trusted(binary):
+    """The real path of ``binary`` (symbolic links resolved), to execute instead of
+    ``binary``, if the user or root could have installed it: a regular file, it and
+    every directory above it owned by the user or root, none writable by its group
+    or others, except a directory with the sticky bit (``/tmp``): there nobody may
+    rename or remove an entry that is not theirs, and the entry below it must pass
+    the same checks. Raises :class:`UntrustedBinary` naming the binary, the path at
+    fault and why; ``ZrecordConnectionError`` if it is missing or not executable."""
+    me = os.geteuid()
+    real = os.path.realpath(binary)
+    try:
+        st = os.stat(real)
+    except OSError as e:
+        raise ZrecordConnectionError(f"cannot start {binary}: {e.strerror}",
+                                     code=e.errno) from None
+    if not stat.S_ISREG(st.st_mode) or not os.access(real, os.X_OK):
+        raise ZrecordConnectionError(f"cannot start {binary}: not an executable file",
+                                     code=errno.EACCES)
+    path, what = real, "the file"
+    while True:
+        if st.st_uid not in (me, 0):
+            raise _untrusted(binary, real, what, path,
+                             f"belongs to {_owner_text(st)}, not to you ({_conn.uid_text(me)})"
+                             + (" or root" if me else ""))
+        sticky = stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not sticky:
+            who = "its group" if st.st_mode & stat.S_IWGRP else "others"
+            if st.st_mode & stat.S_IWGRP:
+                try:
+                    who = f"its group {grp.getgrgid(st.st_gid).gr_name} (gid {st.st_gid})"
+                except KeyError:
+                    who = f"its group (gid {st.st_gid})"
+                if st.st_mode & stat.S_IWOTH:
+                    who += " and others"
+            raise _untrusted(binary, real, what, path,
+                             f"(mode {stat.S_IMODE(st.st_mode):04o}, owner {_owner_text(st)}) "
+                             f"is writable by {who}")
+        if path == "/":
+            return real
+        path, what = os.path.dirname(path), "the directory"
+        st = os.lstat(path)     # a real path: no symbolic link is left in it
+
+
 def find_binary():
+    """The daemon binary to start, checked (:func:`check_trusted`): its real path."""
     env = os.environ.get("ZRECORDD")
     if env:
         if not os.access(env, os.X_OK):
             raise ZrecordConnectionError(f"$ZRECORDD={env} is not an executable file")
-        return env
+        return check_trusted(env)
     p = bundled("zrecordd") or shutil.which("zrecordd") or in_build_tree("daemon/zrecordd")
     if p:
-        return p
+        return check_trusted(p)
     raise ZrecordConnectionError(
         "no zrecordd answers and none can be started: this loaderx carries no daemon "
         "(installed without one); set $ZRECORDD to the daemon binary, put zrecordd on "

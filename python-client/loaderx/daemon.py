@@ -7,7 +7,8 @@ starts when none answers (``$ZRECORDD``, else the one inside the package, else
 
 The ``zrecord`` console script runs the zrecord tool inside the package (``zrecord
 status``, ``zrecord info DIR``, ...; ``zrecord --help``), or a source checkout's
-built one.
+built one. Either program runs only if the user or root could have installed it
+(``loaderx._daemon.check_trusted``).
 """
 
 import os
@@ -41,6 +42,10 @@ def zrecord_main(argv=None):
         sys.exit("this loaderx carries no zrecord tool (installed without it); build "
                  "the repository with meson, or install loaderx from a wheel or with "
                  "pip install ./python-client")
+    try:
+        tool = _daemon.check_trusted(tool)      # as the daemon: who could have put it there
+    except ZrecordError as e:
+        sys.exit(e.message)
     _exec(tool, sys.argv[1:] if argv is None else list(argv))
 
 

@@ -114,6 +114,51 @@ def _alive(pid):
 
 
 @pytest.mark.no_daemon
+def test_auto_start_trusts_only_what_the_user_could_install(tmp_path, monkeypatch):
+    """A binary is started only if it and every directory above it are the user's
+    or root's and nobody else may write them (a sticky directory, /tmp, may be
+    writable by all); the error names the binary and the path at fault.
+    tests/security/test_autostart.py tries it as another user."""
+    from loaderx import _daemon
+    base = tmp_path / "t"
+    (base / "bin").mkdir(parents=True)
+    for d in (tmp_path, base, base / "bin"):
+        os.chmod(d, 0o755)
+    exe = base / "bin" / "zrecordd"
+    exe.write_bytes(b"#!/bin/sh\nexit 0\n")
+    os.chmod(exe, 0o755)
+    link = base / "link"
+    os.symlink(exe, link)
+    assert _daemon.check_trusted(str(exe)) == str(exe)
+    assert _daemon.check_trusted(str(link)) == str(exe)      # what runs is checked
+    monkeypatch.setenv("ZRECORDD", str(link))
+    assert _daemon.find_binary() == str(exe)
+
+    def refused(match):
+        with pytest.raises(_daemon.UntrustedBinary, match=match) as e:
+            _daemon.check_trusted(str(link))
+        assert str(exe) in str(e.value) and e.value.code == 1       # EPERM
+        with pytest.raises(_daemon.UntrustedBinary):
+            _daemon.find_binary()
+
+    os.chmod(base, 0o775)
+    refused(f"the directory {base} \\(mode 0775, .*\\) is writable by its group")
+    os.chmod(base, 0o757)
+    refused(f"the directory {base} .* is writable by others")
+    os.chmod(base, 0o1777)      # sticky: nobody else may rename or remove bin/
+    assert _daemon.check_trusted(str(link)) == str(exe)
+    os.chmod(base, 0o755)
+    os.chmod(exe, 0o775)
+    refused(f"the file {exe} .* is writable by its group")
+    os.chmod(exe, 0o755)
+    if os.geteuid() == 0:
+        os.chown(base / "bin", 65534, 65534)
+        refused(f"the directory {base / 'bin'} belongs to uid 65534")
+        os.chown(base / "bin", 0, 0)
+    assert _daemon.check_trusted(str(exe)) == str(exe)
+
+
+@pytest.mark.no_daemon
 def test_auto_started_daemon(tmp_path):
     binary = binary_for_auto_start()
     run = tmp_path / "run"
