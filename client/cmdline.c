@@ -14,6 +14,11 @@
 
 #include "cmdline.h"
 
+/* A PATH that names a store in object storage (s3/url.h checks it in full). */
+static int s3_url_like(const char *p) {
+        return strncmp(p, "s3://", 5) == 0;
+}
+
 static const char *const cmd_names[_CMD_MAX] = {
         [CMD_STATUS] = "status",
         [CMD_INFO] = "info",
@@ -27,6 +32,8 @@ static const char *const cmd_names[_CMD_MAX] = {
         [CMD_CONVERT] = "convert",
         [CMD_WHERE] = "where",
         [CMD_BATCH] = "batch",
+        [CMD_PUSH] = "push",
+        [CMD_PULL] = "pull",
 };
 
 #define EXIT_CODES_HELP                                                          \
@@ -70,6 +77,13 @@ static const char *const help_texts[_CMD_MAX] = {
                 "                         the steps, ranks and positions that read RECORD\n"
                 "  batch PATH --step K --sampler S --seed N --batch B\n"
                 "                         the records of the batch of step K\n"
+                "  push PATH s3://BUCKET/PREFIX\n"
+                "                         upload a store or set (read-only from then on)\n"
+                "  pull s3://BUCKET/PREFIX PATH\n"
+                "                         download a store or set into a local directory\n"
+                "\n"
+                "PATH may also be an s3:// URL for info, verify, cat, where and batch\n"
+                "(docs/REMOTE.md: endpoint, region and credentials as the AWS tools take them).\n"
                 "\n" GLOBAL_OPTIONS_HELP "  --version      show the version\n"
                 "\n" EXIT_CODES_HELP,
         [CMD_STATUS] =
@@ -154,6 +168,31 @@ static const char *const help_texts[_CMD_MAX] = {
                 "(A or B may be left out: \"10:\", \":5\"). Values are printed by the\n"
                 "dataset's dtype, flattened in C order, or as hex bytes with --hex.\n"
                 "\n" GLOBAL_OPTIONS_HELP "\n" EXIT_CODES_HELP,
+        [CMD_PUSH] =
+                "Usage: zrecord push PATH s3://BUCKET/PREFIX [--parallel N] [--json]\n"
+                "\n"
+                "Uploads the store (or multi-stream set) in directory PATH under PREFIX: its\n"
+                "files without their sparse tails, a checksum of every record, and last a\n"
+                "manifest that makes it openable. Objects already there with the same\n"
+                "content are skipped, so a push that was cut off resumes, and a push of a\n"
+                "store that grew uploads what changed. The store must not be written\n"
+                "meanwhile (its lock is shared while it is read). Progress goes to stderr.\n"
+                "Endpoint, region and credentials: AWS_ENDPOINT_URL, AWS_REGION,\n"
+                "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY/AWS_SESSION_TOKEN, AWS_PROFILE and\n"
+                "~/.aws/config|credentials (docs/REMOTE.md).\n"
+                "\n"
+                "  --parallel N  requests in flight (default 16)\n"
+                "\n" EXIT_CODES_HELP,
+        [CMD_PULL] =
+                "Usage: zrecord pull s3://BUCKET/PREFIX PATH [--parallel N] [--json]\n"
+                "\n"
+                "Downloads the store (or multi-stream set) under PREFIX into directory PATH\n"
+                "(made if missing; empty, or a pull of the same push cut off, which\n"
+                "resumes). Every record is checked against its checksum; meta.zr is\n"
+                "written last, so PATH is a store only once it is whole.\n"
+                "\n"
+                "  --parallel N  requests in flight (default 16)\n"
+                "\n" EXIT_CODES_HELP,
         [CMD_CONVERT] =
                 "Usage: zrecord convert --to zrecord|loaderx157 SRC DST [--json]\n"
                 "\n"
@@ -361,7 +400,7 @@ void cmdline_done(cmdline *c) {
 
 /* The options, each with whether it takes a value. */
 enum opt_id { OPT_HELP, OPT_VERSION, OPT_JSON, OPT_SOCKET, OPT_CODEC, OPT_CHUNK, OPT_DICT_TIER,
-              OPT_HEX, OPT_RANGE, OPT_TO, OPT_SAMPLER, OPT_SEED, OPT_BATCH, OPT_WORLD_SIZE,
+              OPT_HEX, OPT_RANGE, OPT_TO, OPT_PARALLEL, OPT_SAMPLER, OPT_SEED, OPT_BATCH, OPT_WORLD_SIZE,
               OPT_RANK, OPT_STEP, OPT_VALUES, OPT_SOURCE, OPT_ITERATIONS, OPT_DELAY, OPT_SORT,
               _OPT_MAX };
 
@@ -380,6 +419,7 @@ static const struct {
         [OPT_ITERATIONS] = { "--iterations", true }, [OPT_DELAY] = { "--delay", true },
         [OPT_SORT] = { "--sort", true },
         [OPT_RANGE] = { "--range", true },    [OPT_TO] = { "--to", true },
+        [OPT_PARALLEL] = { "--parallel", true },
         [OPT_SAMPLER] = { "--sampler", true }, [OPT_SEED] = { "--seed", true },
         [OPT_BATCH] = { "--batch", true },    [OPT_WORLD_SIZE] = { "--world-size", true },
         [OPT_RANK] = { "--rank", true },      [OPT_STEP] = { "--step", true },
@@ -445,6 +485,11 @@ static int apply_opt(cmdline *c, enum opt_id id, const char *v, bool *seen) {
                 c->sort = v;
                 break;
         }
+        case OPT_PARALLEL:
+                if (cmdline_parse_u64(v, &c->parallel) < 0 || c->parallel == 0 ||
+                    c->parallel > 256)
+                        return usage(c, "--parallel needs 1 to 256, not \"%s\"", v);
+                break;
         case OPT_TO:
                 if (strcmp(v, "zrecord") == 0)
                         c->to = ZRC_LAYOUT_ZRECORD;
@@ -578,6 +623,8 @@ int cmdline_parse(int argc, char *const *argv, cmdline *ret) {
                 return usage(ret, "--hex is an option of cat");
         if (ret->has_range && ret->cmd != CMD_CAT && ret->cmd != CMD_WHERE)
                 return usage(ret, "--range is an option of cat and where");
+        if (seen[OPT_PARALLEL] && ret->cmd != CMD_PUSH && ret->cmd != CMD_PULL)
+                return usage(ret, "--parallel is an option of push and pull");
         if (seen[OPT_TO] != (ret->cmd == CMD_CONVERT))
                 return usage(ret, seen[OPT_TO] ? "--to is an option of convert"
                                                : "convert needs --to zrecord|loaderx157");
@@ -622,6 +669,18 @@ int cmdline_parse(int argc, char *const *argv, cmdline *ret) {
                         return usage(ret, "convert takes SRC and DST");
                 ret->path = positional[0];
                 ret->dst = positional[1];
+                break;
+        case CMD_PUSH:
+        case CMD_PULL:
+                if (n_pos != 2)
+                        return usage(ret, ret->cmd == CMD_PUSH ? "push takes a local PATH and "
+                                     "an s3:// URL" : "pull takes an s3:// URL and a local PATH");
+                ret->path = positional[0];
+                ret->dst = positional[1];
+                if (!!s3_url_like(ret->path) == (ret->cmd == CMD_PUSH) ||
+                    !!s3_url_like(ret->dst) != (ret->cmd == CMD_PUSH))
+                        return usage(ret, ret->cmd == CMD_PUSH ? "push LOCAL s3://BUCKET/PREFIX"
+                                                               : "pull s3://BUCKET/PREFIX LOCAL");
                 break;
         case CMD_CAT:
                 if (n_pos != 1)

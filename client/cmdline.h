@@ -38,6 +38,8 @@ typedef enum cmd_kind {
         CMD_BATCH,
         CMD_TOP,
         CMD_METRICS,
+        CMD_PUSH,
+        CMD_PULL,
         _CMD_MAX,
 } cmd_kind;
 
@@ -56,7 +58,7 @@ typedef struct cmdline {
         const char *socket;     /* --socket PATH, or NULL */
         const char *path;       /* the dataset PATH */
         const char *npy;        /* import: FILE.npy */
-        const char *dst;        /* convert: DST */
+        const char *dst;        /* convert: DST; push, pull: where to */
         zrc_layout to;          /* convert: --to zrecord|loaderx157 */
         zrc_codec codec;        /* import: --codec (default raw) */
         uint64_t chunk;         /* import: --chunk N records per append (0: auto) */
@@ -84,6 +86,7 @@ typedef struct cmdline {
                 const char *sampler; /* NULL: --sampler's */
                 const char *path;
         } sources[CMDLINE_SOURCES_MAX];
+        uint64_t parallel;      /* push, pull: --parallel N requests in flight */
         uint64_t iterations;    /* top: -n N frames, then exit (0: until q) */
         uint64_t delay_ms;      /* top: -d SECONDS between frames (default 2 s) */
         const char *sort;       /* top: --sort KEY (NULL: wait) */

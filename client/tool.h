@@ -47,6 +47,10 @@ int tool_cmd_batch(const cmdline *cl, zrc_conn *c);
 /* import.c: checks the .npy file, then connects and imports it. */
 int tool_cmd_import(const cmdline *cl);
 
+/* push.c: a store or set to object storage and back; no daemon needed. */
+int tool_cmd_push(const cmdline *cl);
+int tool_cmd_pull(const cmdline *cl);
+
 /* top.c: the loaders, live (or -n frames of text or JSON). */
 int tool_cmd_top(const cmdline *cl, zrc_conn *c);
 

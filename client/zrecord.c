@@ -536,6 +536,8 @@ int main(int argc, char **argv) {
         }
         if (cl.cmd == CMD_IMPORT) {
                 r = tool_cmd_import(&cl); /* checks its file before it connects */
+        } else if (cl.cmd == CMD_PUSH || cl.cmd == CMD_PULL) {
+                r = cl.cmd == CMD_PUSH ? tool_cmd_push(&cl) : tool_cmd_pull(&cl);
         } else {
                 r = tool_connect(&cl, &c);
                 if (r == 0) {

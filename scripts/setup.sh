@@ -8,6 +8,7 @@ APT_PACKAGES=(
   gcc pkg-config meson ninja-build       # the build
   libzstd-dev libevent-dev libmsgpack-dev  # the engine and the daemon
   liburing-dev                           # daemon/io's io_uring backend (optional at build time)
+  libcurl4-openssl-dev libxxhash-dev     # stores in object storage: S3 requests, checksums
   check                                  # C unit tests
   clang-14 libclang-rt-14-dev            # libFuzzer targets
   systemd                                # systemd-analyze, systemd-socket-activate (unit tests)
