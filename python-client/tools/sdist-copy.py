@@ -1,5 +1,5 @@
 """meson dist script of the loaderx sdist: replaces the links of subprojects/zrecord/
-(to this repository's meson project: meson.build, proto/, daemon/, client/) by copies
+(to this repository's meson project: meson.build, proto/, s3/, daemon/, client/) by copies
 of what they name, as committed (git archive HEAD), so that the sdist builds alone.
 meson dist takes the rest of the sdist from HEAD as well."""
 
