@@ -13,6 +13,7 @@
 #include <inttypes.h>
 #include <linux/openat2.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,6 +121,34 @@ static int strict_open(int dirfd, const char *name, int flags, mode_t mode) {
         return fallback_open(dirfd, name, flags, mode);
 }
 
+/* fd, opened O_NONBLOCK, if it is a regular file (O_NONBLOCK cleared unless
+ * `flags` asked for it); else closes it and refuses. */
+static int regular_only(int fd, const char *name, int flags, zr_error *err) {
+        struct stat st;
+        int fl, r;
+
+        if (fstat(fd, &st) < 0) {
+                r = zr_error_errno(err, errno, "%s: stat", name);
+                close(fd);
+                return r;
+        }
+        if (!S_ISREG(st.st_mode)) {
+                close(fd);
+                return zr_error_set(err, ZR_E_CORRUPT, "%s: not a regular file (%s), refused",
+                                    name, S_ISFIFO(st.st_mode) ? "a FIFO" :
+                                    S_ISSOCK(st.st_mode) ? "a socket" :
+                                    S_ISCHR(st.st_mode) ? "a character device" :
+                                    S_ISBLK(st.st_mode) ? "a block device" : "not a file");
+        }
+        if (!(flags & O_NONBLOCK) && ((fl = fcntl(fd, F_GETFL)) < 0 ||
+                                       fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0)) {
+                r = zr_error_errno(err, errno, "%s: fcntl", name);
+                close(fd);
+                return r;
+        }
+        return fd;
+}
+
 int zr_resolve_stat(int dirfd, const char *name, int flags, struct stat *ret, zr_error *err) {
         int fd = zr_resolve_open(dirfd, name, O_PATH | flags, 0, err), r = 0;
         if (fd < 0)
@@ -137,7 +166,14 @@ int zr_resolve_open(int dirfd, const char *name, int flags, mode_t mode, zr_erro
                                     name ? name : "(null)");
         if ((flags & O_CREAT) && !(flags & O_EXCL))
                 return zr_error_set(err, EINVAL, "%s: created without O_EXCL", name);
-        int fd = strict_open(dirfd, name, flags | O_CLOEXEC, mode);
+        /* A FIFO, a device or a socket planted as a store file must not block
+         * the open (a FIFO's waits for a writer) nor be read: the open never
+         * blocks, and the file must be a regular one. */
+        bool plain = !(flags & (O_PATH | O_DIRECTORY));
+        int fd = strict_open(dirfd, name, flags | O_CLOEXEC | (plain ? O_NONBLOCK | O_NOCTTY : 0),
+                             mode);
+        if (fd >= 0 && plain)
+                return regular_only(fd, name, flags, err);
         if (fd >= 0)
                 return fd;
         switch (-fd) {
@@ -148,6 +184,12 @@ int zr_resolve_open(int dirfd, const char *name, int flags, mode_t mode, zr_erro
                 return zr_error_set(err, EXDEV, "%s: a mount point, refused (something is "
                                     "mounted over it, or it is on another file system than "
                                     "its directory)", name);
+        case ENXIO:
+        case ENODEV:
+                if (plain) /* a socket, or a device without its driver */
+                        return zr_error_set(err, ZR_E_CORRUPT, "%s: not a regular file (a "
+                                            "socket or a device), refused", name);
+                return zr_error_errno(err, -fd, "%s: open", name);
         default:
                 return zr_error_errno(err, -fd, "%s: open", name);
         }

@@ -50,6 +50,11 @@
  *   -EXDEV   something is mounted over the entry (or it is a mount point of
  *            another file system): not the directory's own file;
  *   -EINVAL  `name` is not a single entry, or O_CREAT without O_EXCL;
+ *   -ZR_E_CORRUPT  not a regular file (a FIFO, a socket, a device): without
+ *            O_PATH or O_DIRECTORY the entry is opened O_NONBLOCK | O_NOCTTY,
+ *            so that the open never blocks (a FIFO's would wait for a
+ *            writer), checked to be a regular file before anything reads it,
+ *            and O_NONBLOCK is cleared again (unless `flags` holds it);
  *   -EEXIST, -EACCES, -EROFS, ... as open(2).
  * Example: fd = zr_resolve_open(dirfd, "meta.zr", O_RDONLY, 0, err). */
 int zr_resolve_open(int dirfd, const char *name, int flags, mode_t mode, zr_error *err);

@@ -15,7 +15,10 @@
 #include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "check-run.h"
@@ -237,11 +240,65 @@ out:
 }
 END_TEST
 
+/* A FIFO, a socket or a device planted as a store file: the open never blocks
+ * (a FIFO's open would wait for a writer) and the file is refused before
+ * anything reads it. */
+static void plant(tdir *d, const char *name, char kind) {
+        ck_assert_int_eq(unlinkat(d->fd, name, 0), 0);
+        if (kind == 'p') {
+                ck_assert_int_eq(mkfifoat(d->fd, name, 0644), 0);
+        } else if (kind == 's') {
+                struct sockaddr_un a = { .sun_family = AF_UNIX };
+                int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+                ck_assert_int_ge(fd, 0);
+                char path[sizeof(d->path) + 32];
+                snprintf(path, sizeof(path), "%s/%s", d->path, name);
+                ck_assert_uint_lt(strlen(path), sizeof(a.sun_path));
+                memcpy(a.sun_path, path, strlen(path) + 1);
+                ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+                close(fd);
+        } else {
+                /* /dev/null's numbers */
+                ck_assert_int_eq(mknodat(d->fd, name, S_IFCHR | 0644, makedev(1, 3)), 0);
+        }
+}
+
+START_TEST(test_special_files_refused) {
+        static const char *const names[] = { "meta.zr", "0.chunk", "0.loc", "delete.zr" };
+        const char kinds[] = { 'p', 's', 'c' };
+        for (size_t n = 0; n < sizeof(names) / sizeof(names[0]); n++) {
+                for (size_t k = 0; k < sizeof(kinds); k++) {
+                        tdir d;
+                        zr_error err = {0};
+                        int r;
+                        if (kinds[k] == 'c' && geteuid() != 0)
+                                continue; /* mknod of a device needs root */
+                        filled(&d);
+                        if (strcmp(names[n], "delete.zr") == 0) {
+                                int fd = openat(d.fd, "delete.zr", O_CREAT | O_WRONLY | O_CLOEXEC,
+                                                0644);
+                                ck_assert_int_ge(fd, 0);
+                                close(fd);
+                        }
+                        plant(&d, names[n], kinds[k]);
+                        r = open_err(&d, &err);
+                        ck_assert_msg(r < 0 && strstr(err.message, "not a regular file"),
+                                      "%s planted as %c: %d %s", names[n], kinds[k], r,
+                                      err.message);
+                        zr_error_clear(&err);
+                        r = zr_resolve_open(d.fd, names[n], O_RDONLY, 0, &err);
+                        ck_assert_int_eq(r, -ZR_E_CORRUPT);
+                        tdir_remove(&d);
+                }
+        }
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("resolve");
         TL_TCASE(s, "resolve", 60, test_mount_over_chunk_openat2, test_mount_over_meta_openat2,
                  test_mount_over_chunk_without_openat2, test_mount_over_chunk_openat2_filtered,
                  test_mount_over_chunk_without_statx, test_symlink_refused, test_entries_only,
-                 test_make_writable);
+                 test_make_writable, test_special_files_refused);
         return tl_run_suite(s);
 }
