@@ -4,6 +4,17 @@
  * bodies, pipelining) for a peer that needs one GET; the few rules here bound
  * what a hostile local peer can make the daemon hold, and nothing else of
  * libevent (its _extra library) is needed.
+ *
+ * Peers hold places, at most SCRAPE_CONNS_MAX in all and SCRAPE_PEER_MAX per
+ * peer: a uid on a Unix socket, an address on TCP (every local user shares
+ * 127.0.0.1, and any may connect from another 127.0.0.0/8 address). A head
+ * must arrive within SCRAPE_HEAD_SEC. A new peer is never refused for room:
+ * at its peer's limit it takes the place of that peer's oldest connection,
+ * and with every place taken, of a lingering one, else of the oldest of the
+ * peer holding the most. A scraper's connection is the newest, and it is
+ * read at once (its head is usually there when it is accepted), so a peer
+ * that holds places with heads it never finishes, or reconnects as they time
+ * out, delays no other scraper.
  */
 #include "server/scrape.h"
 
@@ -25,8 +36,11 @@
 #include "server/metrics.h"
 
 #define SCRAPE_HEAD_MAX 4096   /* request line and headers */
-#define SCRAPE_CONNS_MAX 8     /* held at once (make_room()) */
-#define SCRAPE_TIMEOUT_SEC 5   /* to send the request and take the answer */
+#define SCRAPE_CONNS_MAX 32    /* held at once (make_room()) */
+#define SCRAPE_PEER_MAX 4      /* held at once by one uid or address */
+#define SCRAPE_HEAD_SEC 2      /* to send the request's head */
+#define SCRAPE_TIMEOUT_SEC 5   /* then to take the answer */
+#define SCRAPE_ACCEPT_BURST 8  /* accepted per wakeup: reads run between bursts */
 #define SCRAPE_PAUSE_SEC 1     /* accepting pauses this long without descriptors */
 
 typedef struct sconn {
@@ -36,8 +50,11 @@ typedef struct sconn {
         struct event *ev;      /* read until the head ends, then write */
         struct event *timer;
         bool unix_peer;
+        bool answering;        /* its head came: being answered */
         bool lingering;        /* answered: only waiting for the peer's close */
         uid_t uid;
+        uint8_t peer[17];      /* whom it counts against: family and address, or uid */
+        uint64_t seq;          /* order of acceptance */
         char in[SCRAPE_HEAD_MAX];
         size_t in_len;
         char *out;
@@ -54,6 +71,7 @@ struct zr_scrape {
         struct event *ev_listen, *ev_resume;
         sconn *conns;
         unsigned nconns;
+        uint64_t seq;
 };
 
 /* Log lines any local peer can cause (failed accepts). */
@@ -145,7 +163,8 @@ static void conn_close(sconn *c) {
                 event_free(c->ev);
         if (c->timer)
                 event_free(c->timer);
-        close(c->fd);
+        if (c->fd >= 0)
+                close(c->fd);
         free(c->out);
         free(c);
 }
@@ -260,6 +279,9 @@ static void conn_answer(sconn *c) {
                 conn_close(c);
                 return;
         }
+        struct timeval tv = { SCRAPE_TIMEOUT_SEC, 0 };
+        c->answering = true;
+        event_add(c->timer, &tv);
         c->out = out;
         c->out_len = olen;
         event_free(c->ev);
@@ -309,19 +331,77 @@ static void conn_read(evutil_socket_t fd, short what, void *arg) {
 
 /* ---- the listener --------------------------------------------------------------- */
 
-/* Makes room for a new peer at the limit: a peer that has its answer and only
- * lingers gives its place up (closed now; what it was sent stays readable, a
- * reset at most discards bytes it sends after asking). Peers still asking or
- * being answered keep theirs. */
-static bool make_room(zr_scrape *sc) {
+static bool same_peer(const sconn *a, const uint8_t *peer) {
+        return memcmp(a->peer, peer, sizeof(a->peer)) == 0;
+}
+
+/* The oldest connection of `peer`, and how many it holds. */
+static sconn *oldest_of(zr_scrape *sc, const uint8_t *peer, unsigned *ret_n) {
+        sconn *old = NULL;
+        unsigned n = 0;
+        for (sconn *c = sc->conns; c; c = c->next)
+                if (same_peer(c, peer)) {
+                        n++;
+                        if (!old || c->seq < old->seq)
+                                old = c;
+                }
+        *ret_n = n;
+        return old;
+}
+
+/* Makes room for a new connection of `peer` (see the top): its peer's oldest
+ * at its limit; with every place taken, a connection that has its answer and
+ * only lingers (what it was sent stays readable, a reset at most discards
+ * bytes it sends after asking), else the oldest of the peer holding most. */
+static void make_room(zr_scrape *sc, const uint8_t *peer) {
+        sconn *victim, *most = NULL;
+        unsigned n, most_n = 0;
+
+        victim = oldest_of(sc, peer, &n);
+        if (n >= SCRAPE_PEER_MAX) {
+                conn_close(victim);
+                return;
+        }
         if (sc->nconns < SCRAPE_CONNS_MAX)
-                return true;
+                return;
         for (sconn *c = sc->conns; c; c = c->next)
                 if (c->lingering) {
                         conn_close(c);
-                        return true;
+                        return;
                 }
-        return false;
+        for (sconn *c = sc->conns; c; c = c->next) {
+                sconn *o = oldest_of(sc, c->peer, &n);
+                if (n > most_n || (n == most_n && o->seq < most->seq)) {
+                        most = o;
+                        most_n = n;
+                }
+        }
+        conn_close(most);
+}
+
+/* Whom a connection counts against: its uid (Unix), or its address (TCP). */
+static int peer_of(zr_scrape *sc, sconn *c) {
+        memset(c->peer, 0, sizeof(c->peer));
+        if (c->unix_peer) {
+                struct ucred cr;
+                socklen_t len = sizeof(cr);
+                if (getsockopt(c->fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0)
+                        return -1;
+                c->uid = cr.uid;
+                c->peer[0] = AF_UNIX;
+                memcpy(c->peer + 1, &cr.uid, sizeof(cr.uid));
+                return 0;
+        }
+        struct sockaddr_storage ss;
+        socklen_t len = sizeof(ss);
+        if (getpeername(c->fd, (struct sockaddr *)&ss, &len) < 0)
+                return -1;
+        c->peer[0] = (uint8_t)ss.ss_family;
+        if (ss.ss_family == AF_INET)
+                memcpy(c->peer + 1, &((struct sockaddr_in *)&ss)->sin_addr, 4);
+        else if (ss.ss_family == AF_INET6)
+                memcpy(c->peer + 1, &((struct sockaddr_in6 *)&ss)->sin6_addr, 16);
+        return 0;
 }
 
 static void resume_cb(evutil_socket_t fd, short what, void *arg) {
@@ -331,9 +411,9 @@ static void resume_cb(evutil_socket_t fd, short what, void *arg) {
 
 static void accept_cb(evutil_socket_t lfd, short what, void *arg) {
         zr_scrape *sc = arg;
-        struct timeval tv = { SCRAPE_TIMEOUT_SEC, 0 };
+        struct timeval tv = { SCRAPE_HEAD_SEC, 0 };
 
-        for (;;) {
+        for (int burst = 0; burst < SCRAPE_ACCEPT_BURST; burst++) {
                 int fd = accept4(sc->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
                 if (fd < 0) {
                         if (errno == EINTR || errno == ECONNABORTED)
@@ -349,10 +429,6 @@ static void accept_cb(evutil_socket_t lfd, short what, void *arg) {
                         }
                         return;
                 }
-                if (!make_room(sc)) {
-                        close(fd);
-                        continue;
-                }
                 sconn *c = calloc(1, sizeof(*c));
                 if (!c) {
                         close(fd);
@@ -361,16 +437,13 @@ static void accept_cb(evutil_socket_t lfd, short what, void *arg) {
                 c->sc = sc;
                 c->fd = fd;
                 c->unix_peer = sc->is_unix;
-                if (c->unix_peer) {
-                        struct ucred cr;
-                        socklen_t len = sizeof(cr);
-                        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0) {
-                                close(fd);
-                                free(c);
-                                continue;
-                        }
-                        c->uid = cr.uid;
+                if (peer_of(sc, c) < 0) {
+                        close(fd);
+                        free(c);
+                        continue;
                 }
+                make_room(sc, c->peer);
+                c->seq = ++sc->seq;
                 c->ev = event_new(sc->srv->base, fd, EV_READ | EV_PERSIST, conn_read, c);
                 c->timer = event_new(sc->srv->base, -1, 0, conn_timeout, c);
                 c->next = sc->conns;
@@ -384,6 +457,9 @@ static void accept_cb(evutil_socket_t lfd, short what, void *arg) {
                 }
                 event_add(c->ev, NULL);
                 event_add(c->timer, &tv);
+                /* its head is usually there already: answered now, it holds
+                 * no place that a burst of others could take */
+                conn_read(fd, EV_READ, c);
         }
 }
 
