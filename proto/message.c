@@ -116,7 +116,8 @@ static const field budgets_fields[] = {
         REQ("memory", T_UINT), REQ("memory_source", T_STR),
         REQ_SUB("cache", T_MAP, budget_fields), REQ_SUB("ring_spare", T_MAP, budget_fields),
         REQ_SUB("prefetch", T_MAP, budget_fields), REQ_SUB("shm_total", T_MAP, budget_fields),
-        REQ_SUB("shm_uid", T_MAP, budget_fields), OPT_SUB("read_pool", T_MAP, budget_fields), END,
+        REQ_SUB("shm_uid", T_MAP, budget_fields), OPT_SUB("read_pool", T_MAP, budget_fields),
+        OPT_SUB("work_total", T_MAP, budget_fields), OPT_SUB("work_uid", T_MAP, budget_fields), END,
 };
 
 /* STATUS: a loader's counters over a span of time (its telemetry) */
@@ -153,7 +154,8 @@ static const field loader_stat_fields[] = {
 /* STATUS: one uid's account (the daemon's users.h) */
 static const field user_stat_fields[] = {
         REQ("uid", T_UINT), REQ("connections", T_UINT), REQ("bytes", T_UINT), REQ("fds", T_UINT),
-        REQ("shm_bytes", T_UINT), REQ("jobs", T_UINT), REQ("running", T_UINT), END,
+        REQ("shm_bytes", T_UINT), REQ("jobs", T_UINT), REQ("running", T_UINT),
+        OPT("work_bytes", T_UINT), END,
 };
 
 /* STATUS: the limits in force (0: none) */
@@ -163,7 +165,8 @@ static const field status_limits_fields[] = {
         REQ("fds_total_max", T_UINT), REQ("shm_bytes_max", T_UINT), REQ("shm_uid_max", T_UINT),
         REQ("shm_total_max", T_UINT), REQ("jobs_uid_max", T_UINT),
         REQ("hello_timeout_ms", T_UINT), REQ("idle_timeout_ms", T_UINT),
-        REQ("frame_timeout_ms", T_UINT), END,
+        REQ("frame_timeout_ms", T_UINT), OPT("work_uid_max", T_UINT),
+        OPT("work_total_max", T_UINT), END,
 };
 
 /* ---- requests ---------------------------------------------------------- */

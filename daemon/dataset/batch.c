@@ -440,6 +440,8 @@ static int read_parts(zr_gather *g, zr_rcache *cache, zr_pool *pool, zr_error *e
                 g->part_dsts[j] = g->dsts[g->order[j]];
         for (uint32_t k = 0; k < g->nsources; k++) {
                 uint32_t from = g->from[k];
+                if (g->cancel && atomic_load(g->cancel))
+                        return zr_error_set(err, ECANCELED, "cancelled");
                 gather_part p = { g->sources[k], g->part_idx + from, g->part_locs + from,
                                   g->part_dsts + from, g->from[k + 1] - from };
                 zr_error perr = {0};

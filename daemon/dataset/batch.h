@@ -52,6 +52,7 @@
 #ifndef ZR_DATASET_BATCH_H
 #define ZR_DATASET_BATCH_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -119,6 +120,10 @@ typedef struct zr_gather {
          * cache (a loader's step that was read ahead): they are read with
          * pread(), not through the stores' mappings (ZR_GATHER_PREAD) */
         bool cold;
+        /* NULL, or a flag another thread may set: the read then stops between
+         * the parts of a batch of several datasets and fails with ECANCELED
+         * (a loader's gather for a client that left) */
+        const _Atomic int *cancel;
 
         /* set by zr_gather_locate() */
         uint64_t bytes;         /* the destination bytes the batch spans */

@@ -87,12 +87,17 @@ static int conv_batch(zr_store *src, uint64_t at, uint64_t length, conv_buf *b, 
                         return r;
                 if (n > 0 && bytes + loc.logic_length > ZR_CONVERT_BATCH_BYTES)
                         break;
+                if (loc.logic_length > ZR_CONVERT_BATCH_BYTES)
+                        return zr_error_set(err, ZR_E_LIMIT, "record %" PRIu64 " holds %" PRIu32
+                                            " bytes, more than the %" PRIu64 " a conversion "
+                                            "holds at once", i, loc.logic_length,
+                                            ZR_CONVERT_BATCH_BYTES);
                 r = conv_reserve(b, n + 1, 0, err);
                 if (r < 0)
                         return r;
                 b->idx[n++] = i;
                 bytes += loc.logic_length;
-                if (n >= 65536)
+                if (n >= ZR_CONVERT_BATCH_RECORDS)
                         break;
         }
         *ret_n = n;

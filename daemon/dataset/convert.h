@@ -27,6 +27,16 @@
 #include "util/error.h"
 
 #define ZR_CONVERT_BATCH_BYTES ((uint64_t)64 << 20)
+/* Records of a batch at most. */
+#define ZR_CONVERT_BATCH_RECORDS 65536
+/* The most heap a conversion holds at once (its working memory, charged by
+ * the daemon before it starts): the batch's bytes twice (read and rewritten,
+ * with a shape header per record), its per-record arrays, the gather's tables.
+ * A record larger than ZR_CONVERT_BATCH_BYTES alone is refused (ZR_E_LIMIT). */
+#define ZR_CONVERT_WORK_BYTES                                                           \
+        (2 * (ZR_CONVERT_BATCH_BYTES + (uint64_t)8 * (1 + ZR_SCHEMA_NDIM_MAX) *         \
+                                               ZR_CONVERT_BATCH_RECORDS) +              \
+         (uint64_t)ZR_CONVERT_BATCH_RECORDS * (28 + 8 * (1 + ZR_SCHEMA_NDIM_MAX) + 128))
 
 /* Converts src (ragged, in another layout than `to`; the caller holds its lock
  * shared) into a new dataset in dst_dirfd of layout `to`: ZR_LAYOUT_ZRECORD (of

@@ -257,7 +257,8 @@ static int gather_stream(zr_loader *l, size_t si, const step_records *rec, uint8
                         .offsets = (uint64_t *)sb->offsets, /* the slot's own arrays */
                         .lengths = (uint64_t *)sb->lengths, .shapes = (uint64_t *)sb->shapes,
                         .plan_owner = w->plan_owner, .times = times,
-                        .span = (uint64_t)l->nslots * l->slot_bytes, .cold = w->cold };
+                        .span = (uint64_t)l->nslots * l->slot_bytes, .cold = w->cold,
+                        .cancel = &w->sl->cancel };
         uint32_t nsrc = loader_sources(l);
         zr_error gerr = {0};
         size_t nheld = 0;
@@ -363,9 +364,14 @@ void zr_fill(zr_loader *l, const work *w, fill_result *res) {
                         memcpy(sl->sources, rec.src, l->sp.batch_size);
         }
         res->times.detail = w->detail;
-        for (size_t i = 0; r >= 0 && i < l->nstreams; i++)
+        for (size_t i = 0; r >= 0 && i < l->nstreams; i++) {
+                if (atomic_load(&sl->cancel)) {
+                        r = zr_error_set(&err, ECANCELED, "cancelled: the loader closed");
+                        break;
+                }
                 r = gather_stream(l, i, &rec, base, slot_off, w,
                                   w->timed ? &res->times : NULL, &sl->sb[i], res, &err);
+        }
         zr_step_records_free(&rec);
         if (w->timed)
                 res->fill_ns = zr_loader_now_ns() - t0;

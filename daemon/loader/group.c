@@ -61,7 +61,8 @@ slot *zr_group_find(const group *g, uint64_t step) {
                         continue;
                 for (uint32_t i = 0; i < r->nslots; i++) {
                         slot *sl = &r->slots[i];
-                        if (sl->step == step && (sl->has_content || sl->filling))
+                        if (sl->step == step && (sl->has_content || sl->filling) &&
+                            !atomic_load(&sl->cancel))
                                 return sl;
                 }
         }

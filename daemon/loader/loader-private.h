@@ -149,6 +149,11 @@ struct slot {
         uint8_t *sources;     /* a mixture: batch_size, each record's source; else NULL */
         zr_loader_stream_batch *sb; /* nstreams */
         parked_work park;     /* its fill, while parked */
+        /* its fill is for a loader that closed, and no other member waits for
+         * it: the fill stops at its next check (ECANCELED), and no member
+         * takes the slot meanwhile (set under the engine mutex, read by the
+         * filling worker without it) */
+        _Atomic int cancel;
 };
 
 /* One memfd of nslots × slot_bytes, made by a loader at open. It belongs to
@@ -225,6 +230,10 @@ struct zr_loader {
         unsigned inflight;    /* fills and read-ahead jobs claimed on its behalf
                                * and not completed */
         int closing;
+        int orphan;           /* closed while work of it ran: goes when inflight
+                               * reaches 0 (zr_loader_close()) */
+        zr_loader *gone_next; /* in the engine's gone queue */
+        uint64_t work_bytes;  /* its working memory (zr_loader_work_bytes()) */
         int in_runq, in_readyq;
         zr_loader *run_prev, *run_next;
         zr_loader *ready_next;
@@ -251,6 +260,10 @@ struct zr_loader_engine {
         int kick_pending;
         zr_loader *run_head, *run_tail;
         zr_loader *ready_head, *ready_tail;
+        /* loaders closed while their work ran, gone since: the daemon collects
+         * them (zr_loader_engine_gone()) */
+        zr_loader *gone_head, *gone_tail;
+        unsigned norphans;    /* closed, not yet gone */
         parked_work *parked;  /* gathers waiting for a stream's lock */
         parked_work *resume;  /* parked gathers to retry, before new claims */
         group *groups;
@@ -306,6 +319,10 @@ static inline int slot_busy(const slot *sl) {
 void zr_sched_run(zr_loader_engine *e, zr_loader *l);
 /* Queues l for collection if it has an event. Returns 1 if notify is due. */
 int zr_sched_ready(zr_loader_engine *e, zr_loader *l);
+/* Call after l->inflight dropped: a closed loader whose last work ended is
+ * queued as gone. Returns 1 if notify is due. l must not be touched after
+ * the engine mutex is released. */
+int zr_sched_left(zr_loader_engine *e, zr_loader *l);
 
 /* ---- group.c (engine mutex held) -------------------------------------------- */
 

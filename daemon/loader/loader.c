@@ -27,6 +27,7 @@
 #include <time.h>
 
 #include "zr-proto.h"
+#include "dataset/ragged.h"
 
 /* While a gather is parked on a stream's lock (a mutation holds it), the
  * engine's retry thread retries every parked gather this often. A mutation
@@ -170,6 +171,20 @@ int zr_sched_ready(zr_loader_engine *e, zr_loader *l) {
         return 1;
 }
 
+int zr_sched_left(zr_loader_engine *e, zr_loader *l) {
+        if (!l->orphan || l->inflight > 0)
+                return 0;
+        l->orphan = 0;
+        l->gone_next = NULL;
+        if (e->gone_tail)
+                e->gone_tail->gone_next = l;
+        else
+                e->gone_head = l;
+        e->gone_tail = l;
+        pthread_cond_broadcast(&e->idle);
+        return 1;
+}
+
 /* Decides the end at step offset k (the earliest wins). */
 static void set_end(zr_loader *l, uint64_t k, int code, uint64_t needed, const char *msg) {
         if (l->end_decided && l->end_reachable && l->end_k <= k)
@@ -299,6 +314,8 @@ static int claim_next(zr_loader_engine *e, zr_loader *l, work *w, int *notify) {
         return 1;
 }
 
+static void unpark(zr_loader *l, parked_work **list);
+
 /* Engine mutex held: applies a finished fill. Returns 1 if notify is due. */
 static int complete(zr_loader_engine *e, const work *w, const fill_result *res) {
         zr_loader *l = w->l;
@@ -319,6 +336,14 @@ static int complete(zr_loader_engine *e, const work *w, const fill_result *res) 
                 sl->park.next = e->parked;
                 e->parked = &sl->park;
                 pthread_cond_signal(&e->parked_cond);
+                if (l->closing) {
+                        /* closed while it ran: handed over or dropped, as a
+                         * close does with what it finds parked */
+                        atomic_store(&sl->cancel, 0);
+                        unpark(l, &e->parked);
+                        pthread_cond_broadcast(&e->idle);
+                        return zr_sched_left(e, l);
+                }
                 return 0;
         }
         l->inflight--;
@@ -333,6 +358,7 @@ static int complete(zr_loader_engine *e, const work *w, const fill_result *res) 
         l->c.gathers++;
         e->t.gathers++;
         sl->filling = 0;
+        atomic_store(&sl->cancel, 0); /* a cancelled fill fails l alone: it closed */
         if (res->code) {
                 /* every member waiting for this batch ends at its step: the
                  * group's key makes it the same batch, so the same failure */
@@ -355,7 +381,7 @@ static int complete(zr_loader_engine *e, const work *w, const fill_result *res) 
         }
         zr_sched_run(e, l);
         pthread_cond_broadcast(&e->idle);
-        return notify;
+        return notify | zr_sched_left(e, l);
 }
 
 static void drain_task(void *arg) {
@@ -390,6 +416,11 @@ static void drain_task(void *arg) {
                                 prev_g = l->g;
                                 prev_ns = t1 - t0;
                                 zr_pf_job_end(e, &j);
+                                if (zr_sched_left(e, l) && e->notify) {
+                                        pthread_mutex_unlock(&e->mutex);
+                                        e->notify(e->notify_userdata);
+                                        pthread_mutex_lock(&e->mutex);
+                                }
                                 continue;
                         }
                         r = claim_next(e, l, &w, &notify);
@@ -663,6 +694,38 @@ static void unpark(zr_loader *l, parked_work **list) {
         }
 }
 
+/* Bytes of working memory per record of a batch, for each gather or read
+ * ahead of a loader at once: the step's records (sources.c: 21), the batch
+ * gather's tables (dataset/batch.c: at most 36 to locate and 72 to read
+ * through the cache), read ahead's keys, flags and locations (41) and its
+ * ranges (24 per stream), rounded up. */
+#define WORK_RECORD_BYTES 192
+#define WORK_RECORD_STREAM_BYTES 32
+
+/* The working memory of l (heap, beside its ring): every slot's batch
+ * metadata (ring.c), and the tables of the gathers and the read-ahead job
+ * that may run for it at once. Saturates at UINT64_MAX. */
+static uint64_t work_bytes(const zr_loader *l, const zr_loader_engine *e) {
+        unsigned __int128 B = l->sp.batch_size, per_slot = B, total;
+        unsigned at_once = l->nslots < e->drain_max ? l->nslots : e->drain_max;
+
+        if (l->mix)
+                per_slot += (B + 7) / 8;
+        for (size_t i = 0; i < l->nstreams; i++)
+                if (l->streams[i].ragged)
+                        per_slot += 2 * B + zr_ragged_shape_words_max(l->streams[i].schema,
+                                                                      l->sp.batch_size);
+        total = per_slot * 8 * l->nslots +
+                (unsigned __int128)l->nslots * l->nstreams * sizeof(zr_loader_stream_batch) +
+                (unsigned __int128)(at_once + 1) * B *
+                        (WORK_RECORD_BYTES + WORK_RECORD_STREAM_BYTES * l->nstreams);
+        return total > UINT64_MAX ? UINT64_MAX : (uint64_t)total;
+}
+
+uint64_t zr_loader_work_bytes(const zr_loader *l) {
+        return l->work_bytes;
+}
+
 static void loader_destroy(zr_loader *l) {
         if (!l)
                 return;
@@ -710,6 +773,16 @@ int zr_loader_new(zr_loader_engine *e, const zr_loader_stream *streams, size_t n
         r = zr_fill_setup(l, streams, p, err);
         if (r < 0)
                 goto fail;
+        /* its working memory, before any of it is allocated */
+        l->work_bytes = work_bytes(l, e);
+        if (p->work_bytes_max && l->work_bytes > p->work_bytes_max) {
+                r = zr_error_set(err, ZR_E_LIMIT, "the loader's working memory (batch metadata "
+                                 "and the arrays of its gathers: %" PRIu64 " bytes for %u slots "
+                                 "of %" PRIu64 " records) is over the %" PRIu64 " bytes left of "
+                                 "max-work-mem-per-uid", l->work_bytes, l->nslots,
+                                 l->sp.batch_size, p->work_bytes_max);
+                goto fail;
+        }
         l->claims = calloc(l->nslots, sizeof(*l->claims));
         fresh = calloc(1, sizeof(*fresh));
         if (!l->claims || !fresh) {
@@ -762,24 +835,26 @@ fail:
         return r;
 }
 
-zr_loader *zr_loader_free(zr_loader *l) {
-        zr_loader_engine *e;
-        group *g;
-        ring *dead = NULL;
-        uint64_t owner = 0;
-        int notify;
-
-        if (!l)
-                return NULL;
-        e = l->e;
-        pthread_mutex_lock(&e->mutex);
+/* Engine mutex held: stops l; its parked gathers go to another member or are
+ * dropped. */
+static void loader_stop_work(zr_loader_engine *e, zr_loader *l) {
         l->closing = 1;
         runq_remove(e, l);
         readyq_remove(e, l);
         unpark(l, &e->parked);
         unpark(l, &e->resume);
-        while (l->inflight > 0)
-                pthread_cond_wait(&e->idle, &e->mutex);
+}
+
+/* Takes l out of the engine once no work of it runs: its claims, its ring
+ * (retiring), its group; frees it. Takes the engine mutex. */
+static void loader_finish(zr_loader *l) {
+        zr_loader_engine *e = l->e;
+        group *g;
+        ring *dead = NULL;
+        uint64_t owner = 0;
+        int notify;
+
+        pthread_mutex_lock(&e->mutex);
         /* a drain task may have requeued it meanwhile */
         runq_remove(e, l);
         readyq_remove(e, l);
@@ -807,6 +882,81 @@ zr_loader *zr_loader_free(zr_loader *l) {
         zr_rings_release(dead);
         zr_pf_group_drop_plans(e, owner);
         loader_destroy(l);
+}
+
+int zr_loader_close(zr_loader *l) {
+        zr_loader_engine *e;
+
+        if (!l)
+                return 1;
+        e = l->e;
+        pthread_mutex_lock(&e->mutex);
+        loader_stop_work(e, l);
+        if (l->inflight > 0) {
+                /* its fills that no other member waits for stop early */
+                for (uint32_t i = 0; i < l->nslots; i++) {
+                        slot *sl = l->claims[i].sl;
+                        int wanted = 0;
+                        if (!sl || !sl->filling)
+                                continue;
+                        for (zr_loader *m = l->g->members; m && !wanted; m = m->g_next)
+                                wanted = m != l && claims_slot(m, sl);
+                        if (!wanted)
+                                atomic_store(&sl->cancel, 1);
+                }
+                /* the last of its work to end queues it as gone (zr_sched_left()) */
+                l->orphan = 1;
+                e->norphans++;
+                pthread_mutex_unlock(&e->mutex);
+                return 0;
+        }
+        pthread_mutex_unlock(&e->mutex);
+        loader_finish(l);
+        return 1;
+}
+
+int zr_loader_engine_gone(zr_loader_engine *e, void **userdata) {
+        zr_loader *l;
+
+        pthread_mutex_lock(&e->mutex);
+        l = e->gone_head;
+        if (l) {
+                e->gone_head = l->gone_next;
+                if (!e->gone_head)
+                        e->gone_tail = NULL;
+                e->norphans--;
+        }
+        pthread_mutex_unlock(&e->mutex);
+        if (!l)
+                return 0;
+        *userdata = l->userdata;
+        loader_finish(l);
+        return 1;
+}
+
+int zr_loader_engine_wait_gone(zr_loader_engine *e) {
+        unsigned n;
+
+        pthread_mutex_lock(&e->mutex);
+        while (e->norphans > 0 && !e->gone_head)
+                pthread_cond_wait(&e->idle, &e->mutex);
+        n = e->norphans;
+        pthread_mutex_unlock(&e->mutex);
+        return (int)n;
+}
+
+zr_loader *zr_loader_free(zr_loader *l) {
+        zr_loader_engine *e;
+
+        if (!l)
+                return NULL;
+        e = l->e;
+        pthread_mutex_lock(&e->mutex);
+        loader_stop_work(e, l);
+        while (l->inflight > 0)
+                pthread_cond_wait(&e->idle, &e->mutex);
+        pthread_mutex_unlock(&e->mutex);
+        loader_finish(l);
         return NULL;
 }
 

@@ -286,6 +286,10 @@ typedef struct zr_loader_params {
         int has_length;       /* 1: `length` is the length the client expects */
         uint64_t length;      /* if has_length and the streams differ: ZR_E_STALE */
         uint64_t ring_bytes_max; /* 0: no limit; else a larger ring is ZR_E_LIMIT */
+        /* 0: no limit; else a loader whose working memory
+         * (zr_loader_work_bytes()) is larger is ZR_E_LIMIT, before any of it
+         * is allocated */
+        uint64_t work_bytes_max;
         /* a mixture of nsources sources (1..ZR_MIXTURE_MAX_SOURCES), or 0: the
          * streams are one index-aligned set. A mixture's streams are source-major:
          * with S = nstreams / nsources streams per source, streams[k × S + i] is
@@ -320,13 +324,41 @@ typedef struct zr_loader_params {
 int zr_loader_new(zr_loader_engine *e, const zr_loader_stream *streams, size_t nstreams,
                   const zr_loader_params *p, void *userdata, zr_loader **ret, zr_error *err);
 
-/* Stops the loader, waits for the gathers it started (at most one per worker;
- * a parked one that another member waits for is handed to that member), drops
- * its claims and frees it. Its ring is unmapped and closed once no member
+/* Stops the loader without waiting for anything: no new work of it starts, a
+ * parked gather that another member waits for is handed to that member (the
+ * others are dropped), events not collected are dropped. If no work of it
+ * runs, drops its claims and frees it at once and returns 1: its datasets may
+ * be released. Otherwise returns 0: the gathers or the read-ahead job it
+ * started (at most one per worker, each bounded by its batch) run to their
+ * end, then the engine queues it as gone and calls notify();
+ * zr_loader_engine_gone() frees it and gives back its userdata, and only then
+ * may its datasets be released. Its ring is unmapped and closed once no member
  * claims one of its slots (a descriptor the daemon dup()ed and passed stays
- * valid for the client). Events not collected are dropped. NULL allowed.
- * Returns NULL. Loop thread. */
+ * valid for the client). NULL allowed (returns 1). Loop thread; never waits
+ * for a worker. */
+int zr_loader_close(zr_loader *l);
+
+/* Frees a loader that zr_loader_close() left running and that is gone now:
+ * returns 1 and sets *userdata (its userdata at open), or 0 when none is
+ * left. Call it on every notify, beside zr_loader_engine_next(). */
+int zr_loader_engine_gone(zr_loader_engine *e, void **userdata);
+
+/* Waits until a loader that zr_loader_close() left running is gone, if any
+ * is (at exit, before zr_loader_engine_free(); collect it with
+ * zr_loader_engine_gone()). Returns how many are left or gone and not yet
+ * collected: 0 when none. */
+int zr_loader_engine_wait_gone(zr_loader_engine *e);
+
+/* zr_loader_close() that waits for the loader's work to end, then frees it.
+ * For tests and tools that own their datasets; the daemon closes. NULL
+ * allowed. Returns NULL. */
 zr_loader *zr_loader_free(zr_loader *l);
+
+/* The loader's working memory in bytes: what it holds on the heap beside its
+ * ring (each slot's batch metadata) and what its gathers and read-ahead job
+ * may allocate at once (tables of batch_size entries), an upper bound fixed
+ * at open. */
+uint64_t zr_loader_work_bytes(const zr_loader *l);
 
 /* The daemon's userdata given at open. */
 void *zr_loader_userdata(const zr_loader *l);

@@ -18,6 +18,26 @@
 #define READ_POOL_CAP (256 * MiB)
 #define SHM_TOTAL_PCT 50
 #define SHM_UID_PCT 25
+#define WORK_TOTAL_PCT 12
+#define WORK_UID_PCT 6
+/* ... but at least this much (a CONVERT holds about 190 MiB: convert.h), and
+ * never over half the memory */
+#define WORK_TOTAL_FLOOR (512 * MiB)
+#define WORK_UID_FLOOR (256 * MiB)
+
+/* Raises an auto budget to `floor` (at most half of the memory). */
+static void floor_of(zr_budget *b, uint64_t floor, const zr_memlimit *ml) {
+        size_t at;
+
+        if (ml && floor > ml->effective / 2)
+                floor = ml->effective / 2;
+        if (b->bytes >= floor)
+                return;
+        b->bytes = floor;
+        at = strlen(b->source);
+        snprintf(b->source + at, sizeof(b->source) - at, ", at least %llu MiB",
+                 (unsigned long long)(floor / MiB));
+}
 
 static void resolve(zr_budget *b, uint64_t setting, const zr_memlimit *ml, unsigned pct,
                     uint64_t cap) {
@@ -62,5 +82,13 @@ int zr_budgets_resolve(const zr_config *cfg, const char *root, zr_budgets *ret,
                 SHM_TOTAL_PCT, UINT64_MAX);
         resolve(&ret->shm_uid, cfg->max_shm_per_uid ? cfg->max_shm_per_uid : ZR_CONFIG_AUTO, m,
                 SHM_UID_PCT, UINT64_MAX);
+        resolve(&ret->work_total, cfg->max_work_total ? cfg->max_work_total : ZR_CONFIG_AUTO, m,
+                WORK_TOTAL_PCT, UINT64_MAX);
+        resolve(&ret->work_uid, cfg->max_work_per_uid ? cfg->max_work_per_uid : ZR_CONFIG_AUTO,
+                m, WORK_UID_PCT, UINT64_MAX);
+        if (!cfg->max_work_total)
+                floor_of(&ret->work_total, WORK_TOTAL_FLOOR, m);
+        if (!cfg->max_work_per_uid)
+                floor_of(&ret->work_uid, WORK_UID_FLOOR, m);
         return r < 0 ? r : 0;
 }

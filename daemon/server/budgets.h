@@ -1,11 +1,13 @@
 /* budgets.h: the daemon's memory budgets in force, and where each came from.
  *
- * Six budgets bound the memory the daemon holds for speed or for its
+ * Eight budgets bound the memory the daemon holds for speed or for its
  * clients: the decoded-record cache (`cache`), spare rings (`ring-spare`),
  * bytes read ahead of the loaders (`prefetch`), the free one-pass read buffers
  * each client keeps for reuse (`read-pool`: told to clients in HELLO, kept by
  * them, and inside their shared memory), and shared memory for all uids and
- * for one (`max-shm-total`, `max-shm-per-uid`). A budget set in the
+ * for one (`max-shm-total`, `max-shm-per-uid`), and the working memory of
+ * requests and loaders for all uids and for one (`max-work-mem-total`,
+ * `max-work-mem-per-uid`). A budget set in the
  * configuration is taken as it is; one left "auto" (the default) is a share of
  * what the daemon may really use: the smallest memory limit of its cgroup and
  * of every ancestor, else the machine's memory (util/memlimit.h), so that a
@@ -19,6 +21,9 @@
  *   read-pool   1%, at most 256 MiB per client (four 64 MiB results)
  *   shm total   50% (rings and read buffers are resident and unswappable)
  *   shm per uid 25%
+ *   work total  12%, at least 512 MiB (heap sized by clients: batch tables,
+ *               gather tables, conversions' buffers)
+ *   work per uid 6%, at least 256 MiB (a conversion holds 190 MiB)
  *
  * Resolved at start and again on SIGHUP (a cgroup's limit may have changed).
  * Nothing here prints; the server logs what changed.
@@ -41,7 +46,8 @@ typedef struct zr_budget {
 } zr_budget;
 
 typedef struct zr_budgets {
-        zr_budget cache, ring_spare, prefetch, read_pool, shm_total, shm_uid;
+        zr_budget cache, ring_spare, prefetch, read_pool, shm_total, shm_uid, work_total,
+                work_uid;
         uint64_t memory;                       /* what the daemon may use; 0 if unknown */
         char memory_source[ZR_MEMLIMIT_SOURCE_MAX];
 } zr_budgets;

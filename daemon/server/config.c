@@ -82,6 +82,7 @@ enum { KEY_SOCKET = 1000, KEY_SOCKET_MODE, KEY_SOCKET_GROUP, KEY_THREADS, KEY_PI
        /* per-uid limits and timeouts */
        KEY_MAX_CLIENTS_UID, KEY_HELLO_TIMEOUT, KEY_IDLE_TIMEOUT, KEY_FRAME_TIMEOUT, KEY_MAX_FDS,
        KEY_MAX_FDS_UID, KEY_MAX_BYTES_UID, KEY_MAX_SHM_UID, KEY_MAX_SHM_TOTAL,
+       KEY_MAX_WORK_UID, KEY_MAX_WORK_TOTAL,
        KEY_MAX_JOBS_UID,
        /* reading ahead */
        KEY_PREFETCH, KEY_IO_BACKEND, KEY_IO_DEPTH,
@@ -133,6 +134,10 @@ static const struct setting {
          "shared memory per uid (0 = a quarter of the daemon's memory)"},
         {"max-shm-total", KEY_MAX_SHM_TOTAL, "BYTES",
          "shared memory of all uids (0 = half of the daemon's memory)"},
+        {"max-work-mem-per-uid", KEY_MAX_WORK_UID, "BYTES",
+         "working memory of one uid's requests and loaders (0 = 6% of the daemon's memory, at least 256M)"},
+        {"max-work-mem-total", KEY_MAX_WORK_TOTAL, "BYTES",
+         "working memory of all uids (0 = 12%, at least 512M)"},
         {"max-jobs-per-uid", KEY_MAX_JOBS_UID, "N",
          "worker jobs of one uid at once (0 = the threads but one)"},
         {"stall-warning", KEY_STALL_WARNING, "SEC",
@@ -323,6 +328,8 @@ static int apply(zr_config *c, int key, const char *v, const char *where, zr_err
                 break;
         case KEY_MAX_SHM_UID: r = parse_size(v, &c->max_shm_per_uid); break;
         case KEY_MAX_SHM_TOTAL: r = parse_size(v, &c->max_shm_total); break;
+        case KEY_MAX_WORK_UID: r = parse_size(v, &c->max_work_per_uid); break;
+        case KEY_MAX_WORK_TOTAL: r = parse_size(v, &c->max_work_total); break;
         case KEY_MAX_JOBS_UID: r = parse_u32(v, &c->max_jobs_per_uid); break;
         case KEY_STALL_WARNING: r = parse_size(v, &c->stall_warning_sec); break;
         case KEY_METRICS_LISTEN: {

@@ -53,6 +53,9 @@ typedef struct zr_config {
         uint64_t max_shm_per_uid;      /* buffers and rings per uid; 0 = auto (a quarter
                                         * of the memory the daemon may use) */
         uint64_t max_shm_total;        /* all uids together; 0 = auto (half of it) */
+        uint64_t max_work_per_uid;     /* working memory per uid; 0 = auto (6% of the
+                                        * memory the daemon may use) */
+        uint64_t max_work_total;       /* all uids together; 0 = auto (12% of it) */
         uint32_t max_jobs_per_uid;     /* worker jobs of one uid running at once; 0 = auto
                                         * (the worker threads but one, at least one) */
         /* telemetry (docs/TELEMETRY.md) */

@@ -108,6 +108,8 @@ int zr_handle_convert(zr_request *rq) {
             (r = zr_access_dir(rq, rq->fds[2], "the new store directory")) < 0 ||
             (r = zr_access_new_dir(rq, rq->fds[2])) < 0)
                 return r;
+        if ((r = zr_request_work_charge(rq, ZR_CONVERT_WORK_BYTES, "CONVERT")) < 0)
+                return r;
         st->reg = srv->registry;
         st->pool = zr_registry_pool(srv->registry);
         st->entry = zr_registry_lookup(srv->registry, rq->fds[0], &st->src, &rq->err);

@@ -25,6 +25,15 @@ static int get_handle_field(zr_request *rq, const char *field, uint32_t *ret) {
         return 0;
 }
 
+/* Working memory of a READ per record, beside a ragged read's reply arrays:
+ * its index (8), the batch gather's tables (dataset/batch.c: locations and
+ * places, 24; through the cache, 72 more), rounded up. */
+#define READ_WORK_PER_RECORD 128
+/* ... of an APPEND: the record's table entry, its place and size (48) */
+#define APPEND_WORK_PER_RECORD 48
+/* ... of a DELETE: the indices sorted, the tail's entries and indices (64) */
+#define DELETE_WORK_PER_INDEX 64
+
 /* A copy of a u64s field, aligned, owned by the caller (NULL when empty). */
 static int get_indices(zr_request *rq, const msgpack_object *map, const char *field,
                        uint64_t **ret, size_t *ret_n) {
@@ -263,6 +272,21 @@ int zr_handle_read(zr_request *rq) {
         read_state *st = zr_request_state(rq, sizeof(*st), read_state_free);
         if (!st)
                 return -ENOMEM;
+        /* its working memory, charged before any of it is allocated: the
+         * indices, the gather's tables, a ragged read's offsets, lengths and
+         * shapes (their count is bounded by the frame, their size here) */
+        {
+                zr_wire_error ierr = {0};
+                const uint8_t *p;
+                size_t n;
+                if (zr_wire_get_u64s(rq->root, "indices", &p, &n, &ierr) < 0)
+                        return zr_request_fail(rq, ZR_E_PROTO, "%s", ierr.message);
+                uint64_t per = READ_WORK_PER_RECORD;
+                if (schema->kind == ZR_SCHEMA_RAGGED)
+                        per += 8 * (2 + zr_ragged_shape_words_max(schema, 1));
+                if ((r = zr_request_work_charge(rq, (uint64_t)n * per, "a READ")) < 0)
+                        return r;
+        }
         r = get_indices(rq, rq->root, "indices", &st->idx, &st->n);
         if (r < 0)
                 return r;
@@ -523,6 +547,17 @@ int zr_handle_append(zr_request *rq) {
                                 return r;
                 }
         }
+        /* its working memory: each record's table entry and place, the
+         * batch's arrays (a dense count is bounded only by the memfd) */
+        uint64_t records = 0;
+        for (uint32_t i = 0; i < st->n; i++)
+                records = __builtin_add_overflow(records, st->parts[i].count, &records)
+                                  ? UINT64_MAX : records;
+        if ((r = zr_request_work_charge(rq, records > UINT64_MAX / APPEND_WORK_PER_RECORD
+                                                    ? UINT64_MAX
+                                                    : records * APPEND_WORK_PER_RECORD,
+                                        "an APPEND")) < 0)
+                return r;
         uint64_t need = 0;
         for (uint32_t i = 0; i < st->n; i++) {
                 uint64_t end;
@@ -591,6 +626,16 @@ int zr_handle_delete(zr_request *rq) {
         delete_state *st = zr_request_state(rq, sizeof(*st), delete_state_free);
         if (!st)
                 return -ENOMEM;
+        {
+                zr_wire_error ierr = {0};
+                const uint8_t *p;
+                size_t n;
+                if (zr_wire_get_u64s(rq->root, "indices", &p, &n, &ierr) < 0)
+                        return zr_request_fail(rq, ZR_E_PROTO, "%s", ierr.message);
+                if ((r = zr_request_work_charge(rq, (uint64_t)n * DELETE_WORK_PER_INDEX,
+                                                "a DELETE")) < 0)
+                        return r;
+        }
         r = get_indices(rq, rq->root, "indices", &st->idx, &st->count);
         if (r < 0)
                 return r;

@@ -10,7 +10,12 @@
  * (EPERM), before its ring or any other is passed.
  *
  * A loader handle owns its zr_loader and one registry reference per stream, so
- * the datasets it borrows outlive it. The
+ * the datasets it borrows outlive it, and the working memory its loader was
+ * charged (users.h, ZR_USER_WORK), with a reference on its uid's account.
+ * Closing one never waits for a worker: a loader whose gather still runs is
+ * left to the engine (zr_loader_close()), and the handle keeps its datasets
+ * and its charge until the engine says it is gone (zr_server_loader_events()).
+ * The
  * engine's workers wake the loop through an eventfd (server.c); the loop then
  * collects every loader's events and sends them on its session. Everything here
  * runs on the loop thread; it knows nothing of how rings are filled.
@@ -46,18 +51,32 @@ struct zr_lhandle {
         bool provenance;                   /* BATCH carries a mixture's sources */
         bool ended;
         zr_ltrack *track;                  /* what telemetry shows of it (lview.h) */
+        zr_user *user;                     /* charged its working memory; a reference */
+        uint64_t work_bytes;
 };
+
+/* What the handle holds once its loader is gone. */
+static void lhandle_gone(zr_lhandle *lh) {
+        for (uint32_t i = 0; i < lh->nentries; i++)
+                zr_entry_unref(lh->entries[i]);
+        if (lh->user) {
+                zr_user_release(lh->user, ZR_USER_WORK, lh->work_bytes);
+                zr_user_unref(lh->user);
+        }
+        free(lh->entries);
+        free(lh);
+}
 
 void zr_lhandle_free(zr_lhandle *lh) {
         if (!lh)
                 return;
-        /* Waits for this loader's work in flight: a gather or a copy, bounded. */
-        zr_loader_free(lh->loader);
-        for (uint32_t i = 0; i < lh->nentries; i++)
-                zr_entry_unref(lh->entries[i]);
         zr_ltrack_free(lh->track);
-        free(lh->entries);
-        free(lh);
+        lh->track = NULL;
+        lh->session = NULL; /* it may go first: nothing of the loader is sent now */
+        lh->ended = true;
+        /* never waits for a worker: a gather of it still running ends first */
+        if (zr_loader_close(lh->loader))
+                lhandle_gone(lh);
 }
 
 zr_loader *zr_lhandle_loader(const zr_lhandle *lh) {
@@ -206,12 +225,20 @@ void zr_lhandle_shutdown(zr_lhandle *lh) {
 void zr_server_loader_events(zr_server *s) {
         zr_loader *l;
         zr_loader_event ev;
+        void *gone;
         while (zr_loader_engine_next(s->loaders, &l) > 0) {
                 zr_lhandle *lh = zr_loader_userdata(l);
                 while (zr_loader_poll(l, &ev) > 0)
-                        if (!zr_session_gone(lh->session) && !lh->ended)
+                        if (!lh->ended && !zr_session_gone(lh->session))
                                 send_event(lh, &ev);
         }
+        while (zr_loader_engine_gone(s->loaders, &gone) > 0)
+                lhandle_gone(gone);
+}
+
+void zr_server_loaders_wait_gone(zr_server *s) {
+        while (zr_loader_engine_wait_gone(s->loaders) > 0)
+                zr_server_loader_events(s);
 }
 
 void zr_server_dataset_mutated(zr_server *s, zr_entry *e) {
@@ -452,6 +479,16 @@ int zr_handle_loader_open(zr_request *rq) {
                 r = zr_request_fail(rq, ZR_E_LIMIT, "no shared memory budget left for a ring");
                 goto fail;
         }
+        if (zr_users_get(srv->users, zr_request_uid(rq), &lh->user) < 0) {
+                r = zr_request_fail(rq, ENOMEM, "no memory for a loader");
+                goto fail;
+        }
+        p.work_bytes_max = zr_user_room(lh->user, ZR_USER_WORK);
+        if (p.work_bytes_max == 0) {
+                r = zr_request_fail(rq, ZR_E_LIMIT, "no working memory left for a loader "
+                                    "(max-work-mem-per-uid, max-work-mem-total)");
+                goto fail;
+        }
         lh->session = zr_request_session(rq);
         lh->nstreams = srcs ? n / nsrc : n;
         lh->batch_size = p.batch_size;
@@ -464,6 +501,10 @@ int zr_handle_loader_open(zr_request *rq) {
         r = zr_loader_new(srv->loaders, streams, n, &p, lh, &lh->loader, &rq->err);
         if (r < 0)
                 goto fail;
+        r = zr_user_charge(lh->user, ZR_USER_WORK, zr_loader_work_bytes(lh->loader), &rq->err);
+        if (r < 0)
+                goto fail;
+        lh->work_bytes = zr_loader_work_bytes(lh->loader);
         if (!srv->rings_sealed) {
                 long long other = other_uid_in_group(srv, lh, zr_request_uid(rq));
                 if (other >= 0) {

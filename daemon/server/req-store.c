@@ -679,6 +679,7 @@ static void put_users(zr_wire_writer *w, zr_server *s, uid_t caller, bool all) {
                 zr_wire_put_u64(w, "bytes", u->used[ZR_USER_BYTES]);
                 zr_wire_put_u64(w, "fds", u->used[ZR_USER_FDS]);
                 zr_wire_put_u64(w, "shm_bytes", u->used[ZR_USER_SHM]);
+                zr_wire_put_u64(w, "work_bytes", u->used[ZR_USER_WORK]);
                 zr_wire_put_u64(w, "jobs", u->jobs.queued + u->jobs.running);
                 zr_wire_put_u64(w, "running", u->jobs.running);
                 zr_wire_end(w);
@@ -701,6 +702,8 @@ static void put_limits(zr_wire_writer *w, zr_server *s) {
         zr_wire_put_u64(w, "shm_bytes_max", c->max_shm_bytes);
         zr_wire_put_u64(w, "shm_uid_max", l->uid_max[ZR_USER_SHM]);
         zr_wire_put_u64(w, "shm_total_max", l->total_max[ZR_USER_SHM]);
+        zr_wire_put_u64(w, "work_uid_max", l->uid_max[ZR_USER_WORK]);
+        zr_wire_put_u64(w, "work_total_max", l->total_max[ZR_USER_WORK]);
         zr_wire_put_u64(w, "jobs_uid_max", l->jobs_uid_max);
         zr_wire_put_u64(w, "hello_timeout_ms", c->hello_timeout_sec * 1000);
         zr_wire_put_u64(w, "idle_timeout_ms", c->idle_timeout_sec * 1000);
@@ -745,7 +748,8 @@ static void put_budgets(zr_wire_writer *w, const zr_budgets *b) {
                 { "cache", &b->cache }, { "ring_spare", &b->ring_spare },
                 { "prefetch", &b->prefetch }, { "read_pool", &b->read_pool },
                 { "shm_total", &b->shm_total },
-                { "shm_uid", &b->shm_uid },
+                { "shm_uid", &b->shm_uid }, { "work_total", &b->work_total },
+                { "work_uid", &b->work_uid },
         };
         zr_wire_begin_map(w, "budgets");
         zr_wire_put_u64(w, "memory", b->memory);
@@ -937,6 +941,20 @@ static void compact_run(zr_job *job) {
         rq->result = r;
 }
 
+/* COMPACT's working memory: every record's table entry and order (24 bytes
+ * each, the length when it is asked, read without the lock: appends that land
+ * before the job starts are few beside it), and its copy buffer and walk. */
+#define COMPACT_WORK_PER_RECORD 24
+#define COMPACT_WORK_FIXED ((uint64_t)16 << 20)
+
 int zr_handle_compact(zr_request *rq) {
+        uint64_t len = zr_dataset_length(rq->handle->entry->ds);
+        int r = zr_request_work_charge(rq, len > (UINT64_MAX - COMPACT_WORK_FIXED) /
+                                                   COMPACT_WORK_PER_RECORD
+                                           ? UINT64_MAX
+                                           : len * COMPACT_WORK_PER_RECORD + COMPACT_WORK_FIXED,
+                                   "COMPACT");
+        if (r < 0)
+                return r;
         return start_entry_job(rq, compact_run, stats_reply);
 }

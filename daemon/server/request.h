@@ -80,6 +80,7 @@ struct zr_request {
         void *state;              /* its job's state (zr_request_state()) */
         void (*state_free)(void *state);
         int result;               /* its job's outcome, for done() */
+        uint64_t work_bytes;      /* working memory charged (zr_request_work_charge()) */
 };
 
 /* ---- dispatch (the session calls it) -------------------------------------- */
@@ -107,6 +108,12 @@ void zr_request_fault(zr_request *rq, int code, const char *fmt, ...)
 
 /* Takes descriptor i out of the request (the caller owns it). */
 int zr_request_take_fd(zr_request *rq, unsigned i);
+
+/* Charges `bytes` of working memory (heap the request allocates in a size
+ * its client chose) to the uid, before it is allocated; given back when the
+ * request is freed. Returns 0, or fails the request with ZR_E_LIMIT naming
+ * the limit (max-work-mem-per-uid, max-work-mem-total) and what `what` needs. */
+int zr_request_work_charge(zr_request *rq, uint64_t bytes, const char *what);
 
 /* The peer's uid and pid; the frame limit its replies must fit. */
 uid_t zr_request_uid(const zr_request *rq);
@@ -243,6 +250,9 @@ zr_ltrack **zr_lhandle_track(zr_lhandle *lh);
 /* The loop's side of the engine's notify() (server.c): collects every
  * loader's events and sends them on its session. */
 void zr_server_loader_events(zr_server *s);
+/* At exit: waits for the loaders closed while their gathers ran to be gone,
+ * and releases what their handles held. */
+void zr_server_loaders_wait_gone(zr_server *s);
 
 /* A mutation of the dataset of `e` ended (its lock is released): drop its
  * cached records and resume the loader gathers parked on its lock. */

@@ -317,19 +317,23 @@ static void resolve_budgets(zr_server *s, zr_budgets *ret) {
                 ret->shm_uid.bytes = s->cfg.max_shm_bytes;
         s->shm_total_max = ret->shm_total.bytes;
         s->shm_uid_max = ret->shm_uid.bytes;
+        s->work_total_max = ret->work_total.bytes;
+        s->work_uid_max = ret->work_uid.bytes;
 }
 
 static void log_budgets(const zr_budgets *b) {
         zr_log(LOG_INFO, "memory: %llu MiB usable (%s); cache %llu MiB, ring-spare %llu MiB, "
                "prefetch %llu MiB, read pool %llu MiB per client, shared memory %llu MiB for all "
-               "users, %llu MiB per uid",
+               "users, %llu MiB per uid, working memory %llu MiB for all users, %llu MiB per uid",
                (unsigned long long)(b->memory >> 20), b->memory_source[0] ? b->memory_source :
                "unknown", (unsigned long long)(b->cache.bytes >> 20),
                (unsigned long long)(b->ring_spare.bytes >> 20),
                (unsigned long long)(b->prefetch.bytes >> 20),
                (unsigned long long)(b->read_pool.bytes >> 20),
                (unsigned long long)(b->shm_total.bytes >> 20),
-               (unsigned long long)(b->shm_uid.bytes >> 20));
+               (unsigned long long)(b->shm_uid.bytes >> 20),
+               (unsigned long long)(b->work_total.bytes >> 20),
+               (unsigned long long)(b->work_uid.bytes >> 20));
 }
 
 /* Applies budgets that differ from those in force, logging each change. */
@@ -344,6 +348,8 @@ static unsigned apply_budgets(zr_server *s, const zr_budgets *n) {
         BUDGET(read_pool, (void)0) /* HELLO tells each new connection */
         BUDGET(shm_total, (void)0)
         BUDGET(shm_uid, (void)0)
+        BUDGET(work_total, (void)0)
+        BUDGET(work_uid, (void)0)
 #undef BUDGET
         *o = *n;
         return changes;
@@ -386,6 +392,8 @@ void zr_server_user_limits(const zr_server *s, zr_user_limits *l) {
         l->uid_max[ZR_USER_BYTES] = c->max_bytes_per_uid;
         l->uid_max[ZR_USER_SHM] = s->shm_uid_max;
         l->total_max[ZR_USER_SHM] = s->shm_total_max;
+        l->uid_max[ZR_USER_WORK] = s->work_uid_max;
+        l->total_max[ZR_USER_WORK] = s->work_total_max;
         /* Jobs: one uid never holds every worker (a worker is left for the
          * others' jobs), unless there is only one. */
         l->jobs_uid_max = c->max_jobs_per_uid;
@@ -770,8 +778,11 @@ zr_server *zr_server_free(zr_server *s) {
                                 break;
                 }
         }
-        /* Every loader went with its client; the engine waits for its last task.
-         * Then every job finishes on the pool, and completes here. */
+        /* Every loader went with its client, those whose gathers still ran once
+         * those ended; the engine waits for its last task. Then every job
+         * finishes on the pool, and completes here. */
+        if (s->loaders)
+                zr_server_loaders_wait_gone(s);
         s->loaders = zr_loader_engine_free(s->loaders);
         s->ioq = zr_ioq_free(s->ioq); /* its last reads ended with their loaders */
         if (s->registry)

@@ -81,6 +81,7 @@ typedef struct zr_server {
          * ones as the per-uid accounts use them */
         zr_budgets budgets;
         uint64_t shm_uid_max, shm_total_max;
+        uint64_t work_uid_max, work_total_max;
         zr_ioq *ioq;               /* reads ahead of the loaders */
         /* daemon-made memfds get F_SEAL_FUTURE_WRITE (Linux 5.1): else rings
          * are never shared across uids (req-loader.c) */

@@ -110,6 +110,8 @@ static zr_request *request_free(zr_request *rq) {
         if (!rq)
                 return NULL;
         close_fds(rq->fds, rq->nfds);
+        if (rq->work_bytes)
+                zr_user_release(rq->session->user, ZR_USER_WORK, rq->work_bytes);
         if (rq->state_free)
                 rq->state_free(rq->state);
         zr_wire_body_free(rq->body);
@@ -511,6 +513,17 @@ static void request_job_done(zr_job *job) {
         for (uint32_t i = 0; i < rq->mutation.nlocked; i++)
                 zr_server_dataset_mutated(rq->session->srv, rq->mutation.locked[i]);
         rq->done(job);
+}
+
+int zr_request_work_charge(zr_request *rq, uint64_t bytes, const char *what) {
+        zr_error err = {0};
+        int r = zr_user_charge(rq->session->user, ZR_USER_WORK, bytes, &err);
+        if (r < 0)
+                return zr_request_fail(rq, ZR_E_LIMIT, "%s needs %llu bytes of working memory: "
+                                       "%s (max-work-mem-per-uid, max-work-mem-total)", what,
+                                       (unsigned long long)bytes, err.message);
+        rq->work_bytes += bytes;
+        return 0;
 }
 
 void *zr_request_state(zr_request *rq, size_t size, void (*state_free)(void *state)) {

@@ -27,6 +27,7 @@ static const char *const slot_names[ZR_USER_NSLOTS] = {
         [ZR_USER_BYTES] = "bytes of requests in flight",
         [ZR_USER_FDS] = "descriptors in flight",
         [ZR_USER_SHM] = "bytes of shared memory",
+        [ZR_USER_WORK] = "bytes of working memory",
 };
 
 const char *zr_user_slot_name(zr_user_slot slot) {

@@ -11,7 +11,11 @@
  *   ZR_USER_FDS     descriptors it passed that the daemon has not taken or
  *                   closed yet (parked in an incomplete frame or a queued
  *                   request);
- *   ZR_USER_SHM     shared memory made for it: read buffers and rings.
+ *   ZR_USER_SHM     shared memory made for it: read buffers and rings;
+ *   ZR_USER_WORK    working memory of its requests and loaders: heap the
+ *                   daemon allocates in sizes the client chose (a loader's
+ *                   batch tables, a READ's gather tables, STEPS_OF's hits,
+ *                   CONVERT's buffers), charged before it is allocated.
  *
  * and its worker jobs, queued and running, in a queue of its own (work.h)
  * that the pool serves in turn with the other uids', running at most
@@ -56,6 +60,7 @@ typedef enum zr_user_slot {
         ZR_USER_BYTES,
         ZR_USER_FDS,
         ZR_USER_SHM,
+        ZR_USER_WORK,
         ZR_USER_NSLOTS,
 } zr_user_slot;
 

@@ -314,9 +314,82 @@ START_TEST(test_free_in_flight) {
 }
 END_TEST
 
+/* Closing never waits for a worker: a loader closed while its gather runs is
+ * left to the engine, which gives back its userdata once that gather ended;
+ * its dataset stays in use until then (ASan sees a use after it). */
+START_TEST(test_close_in_flight) {
+        scratch sc;
+        rig g;
+        reg big;
+        zr_loader_params p = loader_params(ZR_SAMPLER_IID, 64, 1, 4);
+        zr_loader_stream st;
+        zr_error err = {0};
+        int tag = 0, left = 0, rounds = 0;
+
+        scratch_new(&sc);
+        rig_new(&g, 2, 0);
+        reg_init(&big, make_dense(&sc, "b", 256, 64 << 10, ZR_CODEC_ZSTD, g.pool, 9));
+        st = reg_stream(&big, "b");
+        /* a close right after the first batch finds the next slot's gather
+         * running, as a rule: until three did (a bound on the tries) */
+        for (; rounds < 200 && left < 3; rounds++) {
+                zr_loader *l;
+                zr_loader_event ev;
+                void *gone = NULL;
+                ck_assert_int_eq(zr_loader_new(g.e, &st, 1, &p, &tag, &l, &err), 0);
+                ck_assert_uint_gt(zr_loader_work_bytes(l), 64 * 8);
+                next_batch(&g, l, &ev);
+                if (zr_loader_close(l))
+                        continue;
+                left++;
+                ck_assert_int_eq(zr_loader_engine_wait_gone(g.e), 1);
+                ck_assert_int_eq(zr_loader_engine_gone(g.e, &gone), 1);
+                ck_assert_ptr_eq(gone, &tag);
+                ck_assert_int_eq(zr_loader_engine_gone(g.e, &gone), 0);
+                ck_assert_int_eq(zr_loader_engine_wait_gone(g.e), 0);
+        }
+        printf("close in flight: %d of %d closes left a gather running\n", left, rounds);
+        ck_assert_int_eq(left, 3);
+        rig_free(&g);
+        reg_fini(&big);
+        scratch_free(&sc);
+}
+END_TEST
+
+/* A loader whose working memory is over work_bytes_max is refused before any
+ * of it is allocated, naming the limit. */
+START_TEST(test_work_bytes_max) {
+        scratch sc;
+        rig g;
+        reg r;
+        zr_loader_params p = loader_params(ZR_SAMPLER_CYCLIC, 64, 1, 4);
+        zr_loader_stream st;
+        zr_loader *l = NULL;
+        zr_error err = {0};
+        uint64_t need;
+
+        scratch_new(&sc);
+        rig_new(&g, 2, 0);
+        reg_init(&r, make_dense(&sc, "w", 128, 64, ZR_CODEC_RAW, g.pool, 3));
+        st = reg_stream(&r, "w");
+        ck_assert_int_eq(zr_loader_new(g.e, &st, 1, &p, NULL, &l, &err), 0);
+        need = zr_loader_work_bytes(l);
+        zr_loader_free(l);
+        p.work_bytes_max = need;
+        ck_assert_int_eq(zr_loader_new(g.e, &st, 1, &p, NULL, &l, &err), 0);
+        zr_loader_free(l);
+        p.work_bytes_max = need - 1;
+        ck_assert_int_eq(zr_loader_new(g.e, &st, 1, &p, NULL, &l, &err), -ZR_E_LIMIT);
+        ck_assert_ptr_nonnull(strstr(err.message, "max-work-mem-per-uid"));
+        rig_free(&g);
+        reg_fini(&r);
+        scratch_free(&sc);
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("loader-engine");
         /* 300 s per test: check names a hung test before meson ends the suite */
-        TL_TCASE(s, "loader-engine", 300, test_cache_accounting, test_stale, test_locked_dataset, test_free_parked, test_fairness, test_free_in_flight);
+        TL_TCASE(s, "loader-engine", 300, test_cache_accounting, test_stale, test_locked_dataset, test_free_parked, test_fairness, test_free_in_flight, test_close_in_flight, test_work_bytes_max);
         return tl_run_suite(s);
 }
