@@ -84,6 +84,8 @@ static int inverse_step_add(inverse_out *o, uint64_t step, uint64_t g) {
                 r = inverse_step_flush(o);
         if (r)
                 return r;
+        if (o->ops->step_hits_max && o->nstep >= o->ops->step_hits_max)
+                return -E2BIG;
         if (o->nstep == o->cap) {
                 size_t cap = o->cap ? 2 * o->cap : 16;
                 zr_sampler_hit *h = realloc(o->step_hits, cap * sizeof(*h));

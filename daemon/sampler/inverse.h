@@ -60,6 +60,10 @@ typedef struct zr_steps_of_ops {
         int (*on_progress)(void *userdata, uint64_t done, uint64_t total);
         void *userdata;
         uint64_t scan_limit; /* iid: most positions scanned; 0 for ZR_STEPS_OF_SCAN_LIMIT */
+        /* a mixture: the most hits of one step held to be sorted (0: no bound);
+         * a step with more fails the call with -E2BIG, nothing of that step
+         * handed to on_hits */
+        size_t step_hits_max;
 } zr_steps_of_ops;
 
 /* Every hit of `record` in steps [start, stop) of sampler p (p->step and p->rank are

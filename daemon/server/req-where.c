@@ -9,6 +9,15 @@
  * cyclics); its reply holds at most max_hits hits, a step's hits always whole.
  * The reply's `next` says where it stopped, and the client asks again from
  * there, reporting its progress between requests.
+ *
+ * Every piece is bounded whatever the client asks: a step is the smallest
+ * piece, so a step that alone holds more than one request scans (iid: batch ×
+ * world positions, or a mixture source's draws, above STEPS_OF_SCAN; a cyclic
+ * mixture source's draws above STEPS_OF_CYCLES cycles) is refused up front
+ * with ZR_E_LIMIT, and so is a mixture's step with more hits of the record
+ * than max_hits (they are sorted together: at most max_hits of them are held).
+ * Its memory, the hits kept and a step's hits held, is charged to the uid's
+ * working memory before the walk (users.h).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -82,14 +91,52 @@ static int steps_on_hits(void *userdata, const zr_sampler_hit *h, size_t count) 
         return 0;
 }
 
+/* ZR_E_LIMIT if the piece [start, cut) is one step that alone is more work
+ * than a request does (the cut never splits a step). */
+static int step_over(const steps_state *st, uint64_t cut, zr_error *err) {
+        if (st->mixture) {
+                const zr_mixture_source *s = &st->m.sources[st->source];
+                uint64_t draws, budget;
+
+                if (s->mode == ZR_SAMPLER_SEQUENTIAL || cut != st->start + 1)
+                        return 0;
+                draws = zr_mixture_draws_before(&st->m, st->source, cut) -
+                        zr_mixture_draws_before(&st->m, st->source, st->start);
+                if (s->mode == ZR_SAMPLER_IID)
+                        budget = STEPS_OF_SCAN;
+                else if (__builtin_mul_overflow(STEPS_OF_CYCLES, s->n, &budget))
+                        budget = UINT64_MAX;
+                if (draws <= budget)
+                        return 0;
+                return zr_error_set(err, ZR_E_LIMIT, "step %" PRIu64 " draws %" PRIu64 " records "
+                                    "of source %" PRIu32 ", more than the %" PRIu64 " one "
+                                    "STEPS_OF request walks (a step is not cut): no inverse for "
+                                    "so large a batch", st->start, draws, st->source, budget);
+        }
+        if (st->p.mode == ZR_SAMPLER_IID) {
+                unsigned __int128 global = (unsigned __int128)st->p.batch_size * st->p.world_size;
+
+                if (global > STEPS_OF_SCAN)
+                        return zr_error_set(err, ZR_E_LIMIT, "a step of iid holds %.3g positions "
+                                            "(batch_size × world_size), more than the %" PRIu64
+                                            " one STEPS_OF request scans (a step is not cut): no "
+                                            "inverse for so large a batch", (double)global,
+                                            STEPS_OF_SCAN);
+        }
+        (void)cut;
+        return 0;
+}
+
 static void steps_run(zr_job *job) {
         zr_request *rq = (zr_request *)job;
         steps_state *st = rq->state;
-        /* the cut bounds the scan: no limit of its own */
-        zr_steps_of_ops ops = { .on_hits = steps_on_hits, .userdata = st, .scan_limit = UINT64_MAX };
+        /* the cut bounds the scan; the scan limit only stands behind it */
+        zr_steps_of_ops ops = { .on_hits = steps_on_hits, .userdata = st,
+                                .scan_limit = STEPS_OF_SCAN };
         uint64_t stop = st->stop, cut;
         int r;
 
+        ops.step_hits_max = st->max_hits;
         /* a mixture has no step past its last: the range ends there */
         if (st->mixture && stop > st->m.last_step + 1)
                 stop = st->m.last_step + 1;
@@ -102,6 +149,10 @@ static void steps_run(zr_job *job) {
                                                    STEPS_OF_SCAN, STEPS_OF_CYCLES)
                           : zr_sampler_steps_of_cut(&st->p, st->start, stop, STEPS_OF_SCAN,
                                                     STEPS_OF_CYCLES);
+        if ((r = step_over(st, cut, &rq->err)) < 0) {
+                rq->result = r;
+                return;
+        }
         /* the whole range searched: say so, whatever part of it has steps */
         st->next = cut == stop ? st->stop : cut;
         if (st->mixture)
@@ -110,6 +161,11 @@ static void steps_run(zr_job *job) {
                 r = zr_sampler_steps_of(&st->p, st->record, st->start, cut, &ops, &rq->err);
         if (r == -ENOMEM)
                 r = zr_error_errno(&rq->err, ENOMEM, "no memory for the hits");
+        else if (r == -E2BIG)
+                r = zr_error_set(&rq->err, ZR_E_LIMIT, "a step of source %" PRIu32 " holds more "
+                                 "than %zu hits of record %" PRIu64 ": ask for more (max_hits, "
+                                 "at most %d)", st->source, st->max_hits, st->record,
+                                 STEPS_OF_HITS_MAX);
         else if (r == 1 && st->over)
                 r = zr_error_set(&rq->err, ZR_E_LIMIT, "step %" PRIu64 " alone holds more than %zu "
                                  "hits of record %" PRIu64 ": ask for more (max_hits)", st->next,
@@ -228,5 +284,10 @@ int zr_handle_steps_of(zr_request *rq) {
                         return zr_request_fail(rq, ZR_E_SAMPLER, "record %" PRIu64 " >= n = %" PRIu64
                                                ": no such record", st->record, st->p.n);
         }
+        /* the hits kept, a mixture's step held, the scan's buffers */
+        if ((r = zr_request_work_charge(rq, (uint64_t)st->max_hits * (3 * sizeof(uint64_t) +
+                                                                    sizeof(zr_sampler_hit)) +
+                                                (64 << 10), "STEPS_OF")) < 0)
+                return r;
         return zr_request_submit_reply(rq, steps_run, steps_reply);
 }
