@@ -41,6 +41,14 @@
  * closes them anyway: a client that stopped reading must not hold a shutdown
  * (systemd's default stop timeout is 90 s). */
 #define DRAIN_TIMEOUT_SEC 10
+/* The bound on a stop: from SIGTERM (or SIGINT, or an idle exit) to the
+ * process's end, whatever runs. Every request runs in bounded pieces and a
+ * loader's gather is bounded by its batch, so a stop takes the drain and a
+ * piece; this deadline stands behind that (a conversion of a large store, a
+ * sync of many, a stuck device): past it the daemon exits at once, as a crash
+ * would, which every store survives (docs/FORMAT.md, durability). Below the
+ * units' TimeoutStopSec=60s, so the service manager never has to kill it. */
+#define STOP_DEADLINE_SEC 20
 /* With no descriptor left even to refuse a connection, listening pauses; it
  * resumes when a client leaves, or after this long (a worker or a store may
  * have freed descriptors meanwhile). */
@@ -433,10 +441,28 @@ static void remove_socket(zr_server *s) {
         s->socket_created = false;
 }
 
+/* SIGALRM after STOP_DEADLINE_SEC of a stop: exit now. Async-signal-safe. */
+static void stop_deadline(int sig) {
+        static const char msg[] = "zrecordd: stop deadline passed: exiting without waiting "
+                                  "for the work still running\n";
+        ssize_t n = write(STDERR_FILENO, msg, sizeof(msg) - 1);
+        (void)n;
+        (void)sig;
+        _exit(1);
+}
+
+static void arm_stop_deadline(void) {
+        struct sigaction sa = { .sa_handler = stop_deadline };
+        sigemptyset(&sa.sa_mask);
+        if (sigaction(SIGALRM, &sa, NULL) == 0)
+                alarm(STOP_DEADLINE_SEC);
+}
+
 void zr_server_shutdown(zr_server *s, const char *why) {
         if (s->draining)
                 return;
         s->draining = true;
+        arm_stop_deadline();
         zr_log(LOG_NOTICE, "shutting down (%s): draining %u clients", why, s->nclients);
         zr_notify("STOPPING=1");
         if (s->ev_listen)
