@@ -79,10 +79,24 @@ static void buffer_state_free(void *p) {
         free(st);
 }
 
+/* A buffer's pages are faulted in when it is made, so that a READ into it
+ * takes no faults; beyond this many bytes only the first are, the rest by the
+ * reads that fill them: BUFFER_OPEN's work stays bounded (a 4 GiB buffer took
+ * seconds to fault in), whatever size the client asks for. */
+#define BUFFER_PREFAULT_MAX ((size_t)256 << 20)
+
 static void buffer_run(zr_job *job) {
         zr_request *rq = (zr_request *)job;
         buffer_state *st = rq->state;
-        rq->result = zr_shm_create("zrecord-buffer", st->reserved, &st->buffer->shm, &rq->err);
+        zr_shm *shm = &st->buffer->shm;
+        if (st->reserved <= BUFFER_PREFAULT_MAX) {
+                rq->result = zr_shm_create("zrecord-buffer", st->reserved, shm, &rq->err);
+                return;
+        }
+        rq->result = zr_shm_create_flags("zrecord-buffer", st->reserved, ZR_SHM_LAZY, shm,
+                                         &rq->err);
+        if (rq->result == 0)
+                zr_shm_prefault(shm, BUFFER_PREFAULT_MAX);
 }
 
 static void buffer_done(zr_job *job) {

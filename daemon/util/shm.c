@@ -65,6 +65,19 @@ fail:
         return r;
 }
 
+void zr_shm_prefault(zr_shm *shm, size_t bytes) {
+        volatile uint8_t *p = shm->data;
+        if (bytes > shm->size)
+                bytes = shm->size;
+#ifdef MADV_POPULATE_WRITE
+        if (madvise(shm->data, bytes, MADV_POPULATE_WRITE) == 0)
+                return;
+#endif
+        /* before Linux 5.14: a write per page (the pages are zero) */
+        for (size_t at = 0; at < bytes; at += ZR_SHM_PAGE)
+                p[at] = 0;
+}
+
 int zr_shm_map_sealed(int fd, size_t min_bytes, zr_shm *ret, zr_error *err) {
         zr_shm s = {.fd = fd};
         int r;

@@ -46,6 +46,10 @@ enum zr_shm_flags {
 int zr_shm_create_flags(const char *name, size_t bytes, unsigned flags, zr_shm *ret,
                         zr_error *err);
 
+/* Faults in the first `bytes` (at most its size) of a daemon-made region made
+ * ZR_SHM_LAZY, as zr_shm_create() does for the whole. */
+void zr_shm_prefault(zr_shm *shm, size_t bytes);
+
 /* Maps a client-passed memfd read-only after checking that it is a memfd with
  * F_SEAL_WRITE, F_SEAL_SHRINK and F_SEAL_GROW (ZR_E_BAD_FD otherwise) and holds at
  * least `min_bytes` (ZR_E_BUFFER otherwise). Takes ownership of fd on success

@@ -72,6 +72,27 @@ START_TEST(test_create_lazy) {
 }
 END_TEST
 
+/* A lazy region faulted in up to a bound: those pages resident, the rest not
+ * (a large BUFFER_OPEN's). */
+START_TEST(test_prefault_part) {
+        const size_t pages = 64;
+        unsigned char vec[64];
+        zr_shm s;
+        zr_error err = {0};
+
+        ck_assert_int_eq(zr_shm_create_flags("zr-part", pages * 4096, ZR_SHM_LAZY, &s, &err), 0);
+        zr_shm_prefault(&s, 16 * 4096);
+        ck_assert_int_eq(mincore(s.data, s.size, vec), 0);
+        for (size_t i = 0; i < pages; i++)
+                ck_assert_int_eq(vec[i] & 1, i < 16);
+        zr_shm_prefault(&s, 1000 * 4096); /* past the end: the whole */
+        ck_assert_int_eq(mincore(s.data, s.size, vec), 0);
+        for (size_t i = 0; i < pages; i++)
+                ck_assert_int_eq(vec[i] & 1, 1);
+        zr_shm_release(&s);
+}
+END_TEST
+
 static int client_memfd(size_t bytes, int seals) {
         int fd = memfd_create("client", MFD_CLOEXEC | MFD_ALLOW_SEALING);
         ck_assert_int_ge(fd, 0);
@@ -135,4 +156,4 @@ START_TEST(test_probe_future_write) {
 }
 END_TEST
 
-TL_SUITE_MAIN("shm", test_create_sealed, test_create_lazy, test_map_sealed, test_probe_future_write)
+TL_SUITE_MAIN("shm", test_create_sealed, test_create_lazy, test_prefault_part, test_map_sealed, test_probe_future_write)
