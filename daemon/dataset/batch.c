@@ -148,6 +148,8 @@ static int locate_sources(zr_gather *g, zr_error *err) {
                 zr_error perr = {0};
                 int r;
 
+                if (g->cancel && atomic_load(g->cancel))
+                        return zr_error_set(err, ECANCELED, "cancelled");
                 if (cnt == 0)
                         continue;
                 r = zr_store_locate(zr_dataset_store(g->sources[k]), g->part_idx + from, cnt,

@@ -120,9 +120,9 @@ typedef struct zr_gather {
          * cache (a loader's step that was read ahead): they are read with
          * pread(), not through the stores' mappings (ZR_GATHER_PREAD) */
         bool cold;
-        /* NULL, or a flag another thread may set: the read then stops between
-         * the parts of a batch of several datasets and fails with ECANCELED
-         * (a loader's gather for a client that left) */
+        /* NULL, or a flag another thread may set: locate and read then stop
+         * between the parts of a batch of several datasets and fail with
+         * ECANCELED (a loader's gather for a client that left) */
         const _Atomic int *cancel;
 
         /* set by zr_gather_locate() */
