@@ -333,7 +333,7 @@ out:
         return r;
 }
 
-/* Gathers step w->step into slot w->sl (the slot's metadata too). */
+/* Gathers the engine's step w->step into slot w->sl (the slot's metadata too). */
 void zr_fill(zr_loader *l, const work *w, fill_result *res) {
         slot *sl = w->sl;
         uint64_t slot_off = (uint64_t)sl->index * sl->r->slot_bytes;
@@ -347,13 +347,14 @@ void zr_fill(zr_loader *l, const work *w, fill_result *res) {
                 /* its reads ahead failed: the device would fail the gather too,
                  * through a page fault the daemon must never take */
                 fill_fail(res, zr_error_set(&err, w->io_error, "reading step %" PRIu64
-                                            " ahead: %s", w->step, strerror(w->io_error)),
+                                            " ahead: %s", zr_loader_step(l, w->step),
+                                            strerror(w->io_error)),
                           &err);
                 return;
         }
         if (zr_step_records_init(l, &rec) < 0) {
                 fill_fail(res, zr_error_errno(&err, ENOMEM, "the records of step %" PRIu64,
-                                              w->step), &err);
+                                              zr_loader_step(l, w->step)), &err);
                 return;
         }
         zr_ring_populate(l->e, sl);

@@ -19,12 +19,13 @@
 #include "loader/loader-private.h"
 
 /* Same batches for every step, in the same slot layout (a mixture's: the same
- * sources, samplers and weights too). */
+ * sources, samplers and weights too), and the same steps for the engine's
+ * (stride and phase). */
 int zr_loader_same_key(const zr_loader *a, const zr_loader *b, int generations) {
         if (a->nstreams != b->nstreams || a->nsources != b->nsources || a->sp.mode != b->sp.mode ||
             a->sp.seed != b->sp.seed || a->sp.batch_size != b->sp.batch_size ||
             a->sp.rank != b->sp.rank || a->sp.world_size != b->sp.world_size || a->sp.n != b->sp.n ||
-            a->slot_bytes != b->slot_bytes)
+            a->slot_bytes != b->slot_bytes || a->stride != b->stride || a->phase != b->phase)
                 return 0;
         for (uint32_t k = 0; k < a->nsources; k++)
                 if (a->mix->sources[k].mode != b->mix->sources[k].mode ||

@@ -205,7 +205,14 @@ struct zr_loader {
         zr_sampler_params sp; /* step is set per gather (a mixture's: unused but
                                * for batch_size, rank, world_size and seed) */
         zr_mixture *mix;      /* a mixture's sampler, or NULL */
-        uint64_t start;       /* start step */
+        /* The engine counts its own steps: its step v is the batch of step
+         * phase + v × stride (a stride of 1: v itself), so claims, groups and
+         * reading ahead run over consecutive numbers whatever the stride;
+         * zr_loader_step() maps one to the other at the edges (the sampler,
+         * the events). */
+        uint64_t start;       /* start step, the engine's */
+        uint64_t stride;      /* >= 1 */
+        uint64_t phase;       /* < stride */
         uint64_t length;
         uint32_t nslots;
         uint64_t slot_bytes;
@@ -445,18 +452,24 @@ static inline uint32_t loader_sources(const zr_loader *l) {
 int zr_sources_setup(zr_loader *l, const zr_loader_params *p, zr_error *err);
 /* Frees l->mix. */
 void zr_sources_free(zr_loader *l);
-/* The step after a loader's last one (a mixture's last_step + 1, the
- * sampler's 2^64), as an offset from l->start; 0 with *ret_unbounded set when
- * it is 2^64 - start past a start of 0 (no offset holds it). */
+/* The engine's step after a loader's last one (a mixture's last_step + 1, the
+ * sampler's 2^64, and for a stride k > 1 the first of its steps past them), as
+ * an offset from l->start; 0 with *ret_unbounded set when it is 2^64 - start
+ * past a start of 0 and a stride of 1 (no offset holds it). */
 uint64_t zr_sources_end(const zr_loader *l, int *ret_unbounded);
 /* Allocates r's arrays for l's batches (-ENOMEM). */
 int zr_step_records_init(const zr_loader *l, step_records *r);
 void zr_step_records_free(step_records *r);
-/* The records of `step` into r (a mixture: each record's source too; the
- * sampler's errors, ZR_E_SAMPLER). With `by_source`, also r->by_source and
- * r->from. */
+/* The records of the engine's step `step` (zr_loader_step()) into r (a
+ * mixture: each record's source too; the sampler's errors, ZR_E_SAMPLER).
+ * With `by_source`, also r->by_source and r->from. */
 int zr_step_records_get(const zr_loader *l, uint64_t step, step_records *r, int by_source,
                         zr_error *err);
+
+/* The step (the client's) of the engine's step v of l. */
+static inline uint64_t zr_loader_step(const zr_loader *l, uint64_t v) {
+        return l->phase + v * l->stride;
+}
 
 /* ---- fill.c ------------------------------------------------------------------ */
 

@@ -768,7 +768,9 @@ int zr_loader_new(zr_loader_engine *e, const zr_loader_stream *streams, size_t n
         l->nall = nstreams;
         zr_tel_init(&l->tel, zr_loader_now_ns());
         l->nslots = p->prefetch;
-        l->start = p->start_step;
+        l->stride = p->step_stride > 1 ? p->step_stride : 1;
+        l->phase = p->start_step % l->stride;
+        l->start = p->start_step / l->stride;
 
         r = zr_fill_setup(l, streams, p, err);
         if (r < 0)
@@ -804,7 +806,12 @@ int zr_loader_new(zr_loader_engine *e, const zr_loader_stream *streams, size_t n
         if (!unbounded) {
                 l->end_reachable = 1;
                 l->end_code = ZR_E_SAMPLER;
-                if (l->mix)
+                if (l->stride > 1)
+                        snprintf(l->end_msg, sizeof(l->end_msg), "the %s's domain is used up "
+                                 "(step %" PRIu64 " was the last of stride %" PRIu64 ")",
+                                 l->mix ? "mixture" : "sampler",
+                                 zr_loader_step(l, l->start + l->end_k - 1), l->stride);
+                else if (l->mix)
                         snprintf(l->end_msg, sizeof(l->end_msg), "the mixture's domain is used up "
                                  "(step %" PRIu64 " was the last)", l->mix->last_step);
                 else
@@ -1061,7 +1068,8 @@ int zr_loader_poll(zr_loader *l, zr_loader_event *ret) {
                 cl->held = 1;
                 if (atomic_load(&e->telemetry))
                         zr_measure_announce(l, cl);
-                *ret = (zr_loader_event){ .kind = ZR_LOADER_EVENT_BATCH, .step = cl->step,
+                *ret = (zr_loader_event){ .kind = ZR_LOADER_EVENT_BATCH,
+                                          .step = zr_loader_step(l, cl->step),
                                           .ring = rg->id, .ring_data = rg->shm.data,
                                           .slot = cl->sl->index,
                                           .batch_size = l->sp.batch_size,
@@ -1074,7 +1082,8 @@ int zr_loader_poll(zr_loader *l, zr_loader_event *ret) {
                 r = 1;
         } else if (l->end_reachable && l->ann_k == l->end_k) {
                 *ret = (zr_loader_event){ .kind = ZR_LOADER_EVENT_END,
-                                          .step = l->start + l->end_k, .code = l->end_code,
+                                          .step = zr_loader_step(l, l->start + l->end_k),
+                                          .code = l->end_code,
                                           .message = l->end_msg, .needed = l->end_needed };
                 l->end_delivered = 1;
                 r = 1;
@@ -1145,6 +1154,6 @@ void zr_loader_stop(zr_loader *l, int code, const char *message) {
 void zr_loader_counters_get(zr_loader *l, zr_loader_counters *ret) {
         pthread_mutex_lock(&l->e->mutex);
         *ret = l->c;
-        ret->step = l->start + l->ann_k;
+        ret->step = zr_loader_step(l, l->start + l->ann_k);
         pthread_mutex_unlock(&l->e->mutex);
 }

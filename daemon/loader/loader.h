@@ -280,6 +280,10 @@ typedef struct zr_loader_params {
         uint64_t batch_size;  /* >= 1, <= the streams' length */
         uint64_t seed;
         uint64_t start_step;  /* any u64 */
+        /* 0 or 1: steps start_step, start_step + 1, ...; k > 1: start_step,
+         * start_step + k, start_step + 2k, ... (one of k consumers that take
+         * turns, e.g. worker w of k: start_step + w) */
+        uint64_t step_stride;
         uint32_t rank;        /* < world_size */
         uint32_t world_size;  /* >= 1 (0 is ZR_E_SAMPLER) */
         uint32_t prefetch;    /* slots, 1..ZR_PREFETCH_MAX (ZR_E_LIMIT otherwise) */

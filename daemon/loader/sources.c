@@ -102,13 +102,16 @@ void zr_sources_free(zr_loader *l) {
 
 uint64_t zr_sources_end(const zr_loader *l, int *ret_unbounded) {
         *ret_unbounded = 0;
-        if (l->mix) /* start <= last_step, checked at open */
-                return l->mix->last_step - l->start + 1;
-        if (l->start == 0) {
+        /* the engine's steps: the last is the last of the stride's steps at or
+         * below the last step (start <= it: a mixture's start_step <= its
+         * last_step, checked at open) */
+        if (l->mix)
+                return (l->mix->last_step - l->phase) / l->stride - l->start + 1;
+        if (l->start == 0 && l->stride == 1) {
                 *ret_unbounded = 1;
                 return 0;
         }
-        return UINT64_MAX - l->start + 1;
+        return (UINT64_MAX - l->phase) / l->stride - l->start + 1;
 }
 
 int zr_step_records_init(const zr_loader *l, step_records *r) {
@@ -140,6 +143,7 @@ int zr_step_records_get(const zr_loader *l, uint64_t step, step_records *r, int 
         uint32_t *src32, *at;
         int res;
 
+        step = zr_loader_step(l, step);
         if (!l->mix) {
                 zr_sampler_params sp = l->sp;
 

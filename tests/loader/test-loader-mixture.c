@@ -305,6 +305,45 @@ START_TEST(test_domain_end) {
 }
 END_TEST
 
+/* A mixture with a stride: the batch of each of its steps, and the end on the
+ * stride's last step at or below the mixture's last. */
+START_TEST(test_stride) {
+        mix_fixture f;
+        zr_mixture m;
+        zr_loader *l;
+        zr_loader_event ev;
+        zr_loader_params p;
+
+        mix_fixture_new(&f, 1, 0);
+        mix_reference(&m, B, 1);
+        p = mix_params(2, 0, 1, B);
+        p.step_stride = 3;
+        l = open_mix(&f, f.st, 2 * K, &p);
+        for (uint64_t k = 0; k < 5; k++) {
+                next_batch(&f.g, l, &ev);
+                ck_assert_uint_eq(ev.step, 2 + 3 * k);
+                check_mix_batch(l, &ev, &m, 0);
+                zr_loader_release(l, ev.ring, ev.slot, NULL);
+        }
+        zr_loader_free(l);
+        p.start_step = m.last_step - 4;
+        l = open_mix(&f, f.st, 2 * K, &p);
+        for (uint64_t k = 0; k < 2; k++) {
+                next_batch(&f.g, l, &ev);
+                ck_assert_uint_eq(ev.step, m.last_step - 4 + 3 * k);
+                check_mix_batch(l, &ev, &m, 0);
+                zr_loader_release(l, ev.ring, ev.slot, NULL);
+        }
+        next_event(&f.g, l, &ev);
+        ck_assert_int_eq(ev.kind, ZR_LOADER_EVENT_END);
+        ck_assert_int_eq(ev.code, ZR_E_SAMPLER);
+        ck_assert_uint_eq(ev.step, m.last_step + 2);
+        ck_assert_ptr_nonnull(strstr(ev.message, "was the last of stride 3"));
+        zr_loader_free(l);
+        mix_fixture_free(&f);
+}
+END_TEST
+
 /* A source that changes ends the loader STALE, naming its stream and source. */
 START_TEST(test_source_changed) {
         mix_fixture f;
@@ -499,6 +538,6 @@ END_TEST
 int main(void) {
         Suite *s = suite_create("loader-mixture");
         TL_TCASE(s, "core", 120, test_content_and_resume, test_ranks_slice_one_batch, test_groups,
-                 test_domain_end, test_source_changed, test_read_ahead, test_refusals);
+                 test_domain_end, test_stride, test_source_changed, test_read_ahead, test_refusals);
         return tl_run_suite(s);
 }

@@ -199,6 +199,74 @@ START_TEST(test_far_steps_and_domain_end) {
 }
 END_TEST
 
+/* A stride k: steps start, start + k, ... each the batch of its step, however
+ * loaders of other strides and phases run beside it on the engine; the
+ * domain's end falls on the stride's last step. */
+START_TEST(test_step_stride) {
+        fixture f;
+        zr_loader_stream st;
+        zr_loader_params p = { .mode = ZR_SAMPLER_CYCLIC, .batch_size = 8, .seed = 5,
+                               .start_step = 7, .step_stride = 3, .world_size = 1,
+                               .prefetch = 2 };
+        zr_sampler_params sp = { .mode = ZR_SAMPLER_CYCLIC, .n = N_DENSE, .batch_size = 8,
+                                 .seed = 5, .world_size = 1 };
+        zr_loader_params q[3];
+        zr_loader *l, *m[3];
+        zr_loader_event ev;
+        uint64_t last;
+
+        fixture_new(&f, ZR_CODEC_RAW, 0);
+        st = reg_stream(&f.dense, "d");
+        l = open_loader(&f, &st, 1, &p);
+        for (uint64_t k = 0; k < 6; k++) {
+                next_batch(&f.g, l, &ev);
+                ck_assert_uint_eq(ev.step, 7 + 3 * k);
+                check_dense(l, &ev, 0, &f.dense, ITEM, &sp);
+                zr_loader_release(l, ev.ring, ev.slot, NULL);
+        }
+        zr_loader_free(l);
+
+        /* strides 2 (phases 0 and 1) and 1 over the same parameters: their steps
+         * overlap, none takes another's batch for its own */
+        for (int i = 0; i < 3; i++) {
+                q[i] = p;
+                q[i].start_step = i == 1 ? 1 : 0;
+                q[i].step_stride = i < 2 ? 2 : 1;
+                m[i] = open_loader(&f, &st, 1, &q[i]);
+        }
+        for (uint64_t k = 0; k < 8; k++) {
+                for (int i = 0; i < 3; i++) {
+                        next_batch(&f.g, m[i], &ev);
+                        ck_assert_uint_eq(ev.step, q[i].start_step + q[i].step_stride * k);
+                        check_dense(m[i], &ev, 0, &f.dense, ITEM, &sp);
+                        zr_loader_release(m[i], ev.ring, ev.slot, NULL);
+                }
+        }
+        for (int i = 0; i < 3; i++)
+                zr_loader_free(m[i]);
+
+        /* the end: the last step of stride 5 at or below 2^64 - 1, then END */
+        p.mode = sp.mode = ZR_SAMPLER_IID;
+        p.step_stride = 5;
+        p.start_step = UINT64_MAX - 12;
+        last = p.start_step + 10;
+        l = open_loader(&f, &st, 1, &p);
+        for (uint64_t k = 0; k < 3; k++) {
+                next_batch(&f.g, l, &ev);
+                ck_assert_uint_eq(ev.step, p.start_step + 5 * k);
+                check_dense(l, &ev, 0, &f.dense, ITEM, &sp);
+                zr_loader_release(l, ev.ring, ev.slot, NULL);
+        }
+        ck_assert_uint_eq(ev.step, last);
+        next_event(&f.g, l, &ev);
+        ck_assert_int_eq(ev.kind, ZR_LOADER_EVENT_END);
+        ck_assert_int_eq(ev.code, ZR_E_SAMPLER);
+        ck_assert_ptr_nonnull(strstr(ev.message, "was the last of stride 5"));
+        zr_loader_free(l);
+        fixture_free(&f);
+}
+END_TEST
+
 /* Step order, exactly once, slot reuse, ring exhaustion, bad releases. */
 START_TEST(test_slots_and_exhaustion) {
         fixture f;
@@ -425,6 +493,6 @@ END_TEST
 int main(void) {
         Suite *s = suite_create("loader");
         /* 300 s per test: check names a hung test before meson ends the suite */
-        TL_TCASE(s, "loader", 300, test_open_errors, test_resume_raw, test_resume_zstd, test_far_steps_and_domain_end, test_slots_and_exhaustion, test_layout_and_seals, test_sharding, test_ragged_capacity, test_stop);
+        TL_TCASE(s, "loader", 300, test_open_errors, test_resume_raw, test_resume_zstd, test_far_steps_and_domain_end, test_step_stride, test_slots_and_exhaustion, test_layout_and_seals, test_sharding, test_ragged_capacity, test_stop);
         return tl_run_suite(s);
 }
