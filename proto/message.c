@@ -209,7 +209,7 @@ static const field loader_open_req[] = {
         OPT("rank", T_UINT), OPT("world_size", T_UINT), OPT("prefetch", T_UINT),
         OPT("length", T_UINT), OPT("indices", T_BOOL),
         OPT_SUB("sources", T_MAPS, loader_source_fields), OPT("provenance", T_BOOL),
-        OPT("fingerprint", T_UINT),
+        OPT("fingerprint", T_UINT), OPT("step_stride", T_UINT),
         END,
 };
 static const field release_req[] = {

@@ -161,6 +161,7 @@ typedef enum zr_msg_kind {
 #define ZR_FEATURE_MIXTURE "mixture"   /* LOADER_OPEN `sources`, BATCH `source` */
 #define ZR_FEATURE_STEPS_OF "steps_of" /* STEPS_OF */
 #define ZR_FEATURE_METRICS "metrics" /* METRICS */
+#define ZR_FEATURE_STRIDE "stride"   /* LOADER_OPEN `step_stride` */
 
 /* ---- field names used by the codec itself ------------------------------ */
 

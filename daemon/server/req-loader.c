@@ -406,6 +406,7 @@ int zr_handle_loader_open(zr_request *rq) {
         zr_lhandle *lh = NULL;
         bool indices = false, provenance = false, has_fingerprint = false;
         uint64_t fingerprint, expected = 0;
+        uint32_t stride = 1;
         int r;
 
         if (zr_wire_get_str_copy(rq->root, "sampler", sampler, sizeof(sampler), &werr) < 0 ||
@@ -428,8 +429,13 @@ int zr_handle_loader_open(zr_request *rq) {
                                        "cyclic)", sampler);
         if ((r = get_opt_u32(rq, "rank", 0, UINT32_MAX, ZR_E_SAMPLER, &p.rank)) < 0 ||
             (r = get_opt_u32(rq, "world_size", 0, UINT32_MAX, ZR_E_SAMPLER, &p.world_size)) < 0 ||
-            (r = get_opt_u32(rq, "prefetch", 1, ZR_PREFETCH_MAX, ZR_E_LIMIT, &p.prefetch)) < 0)
+            (r = get_opt_u32(rq, "prefetch", 1, ZR_PREFETCH_MAX, ZR_E_LIMIT, &p.prefetch)) < 0 ||
+            (r = get_opt_u32(rq, "step_stride", 1, UINT32_MAX, ZR_E_SAMPLER, &stride)) < 0)
                 return r;
+        if (zr_wire_find(rq->root, "step_stride") && !zr_request_has_feature(rq, ZR_FEATURE_STRIDE))
+                return zr_request_fail(rq, ZR_E_UNKNOWN, "field 'step_stride': the \"stride\" "
+                                       "feature is not in force on this connection");
+        p.step_stride = stride;
         if (zr_wire_find(rq->root, "length")) {
                 if (zr_wire_get_u64(rq->root, "length", &p.length, &werr) < 0)
                         return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
