@@ -36,7 +36,7 @@ from ._errors import ZrecordConnectionError
 __all__ = ["Connection", "default", "socket_candidates"]
 
 CLIENT_NAME = "loaderx 0.1.0"
-WANTED_FEATURES = ["loader", "msset", "dict", "verify", "convert", "mixture", "steps_of"]
+WANTED_FEATURES = ["loader", "msset", "dict", "verify", "convert", "mixture", "steps_of", "stride"]
 # Events queued for the loader they name, in arrival order (PROTOCOL.md section 10).
 LOADER_EVENTS = ("batch", "ring", "ring_close", "loader_end")
 
@@ -450,6 +450,40 @@ class Connection:
         with self._cv:
             q = self._events.get(loader)
             return q.popleft() if q else None
+
+    @property
+    def reading(self):
+        """True while a thread reads the socket (it hands out what it reads)."""
+        return self._reading
+
+    def fileno(self):
+        """The socket's descriptor, to wait on beside others (then pump())."""
+        return self._fs.sock.fileno()
+
+    def pump(self):
+        """Reads and hands out what the daemon has already sent, without blocking
+        for more: nothing if another thread is reading (it hands out everything it
+        reads). A frame begun is read whole."""
+        if self._broken is not None or self.closed or self.pid != os.getpid():
+            return
+        with self._cv:
+            if self._reading:
+                return
+            self._reading = True
+        poller = select.poll()
+        poller.register(self._fs.sock.fileno(), select.POLLIN)
+        try:
+            while self._fs.has_frame() or poller.poll(0):
+                msg, fds = self._fs.recv()
+                with self._cv:
+                    self._dispatch(msg, fds)
+        except (OSError, _wire.ProtocolError, ValueError) as e:
+            with self._cv:
+                self._broken = str(e) or type(e).__name__
+        finally:
+            with self._cv:
+                self._reading = False
+                self._cv.notify_all()
 
     def drop_events(self, loader):
         """The loader is closed: its queued events go (their descriptors closed),

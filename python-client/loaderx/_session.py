@@ -9,11 +9,17 @@ memory (no copy): a slot goes back to the daemon (RELEASE) when the last view
 into it is garbage, never earlier, and a ring stays mapped while a view of it
 lives, whatever RING_CLOSE or the session's close say.
 
+A session may also keep each ring's descriptor (``keep_fds``), for worker
+processes that map the rings themselves (``_procpool``): then :meth:`take`
+hands out a BATCH as a :class:`Taken`, whose owner holds the slot until it is
+dropped, and :func:`build_batch` makes the views wherever the ring is mapped.
+
 DataLoader (dataloader.py) runs sessions: one per open, reopened after a daemon
 restart, a fork, a resume or a batch that outgrew its region.
 """
 
 import collections
+import itertools
 import os
 import time
 from typing import NamedTuple
@@ -23,7 +29,8 @@ import numpy as np
 from . import _shm, _store, _wire
 from ._errors import ZrecordError, ZrecordRuntimeError
 
-__all__ = ["INDEX_KEY", "SOURCE_KEY", "Layout", "LoaderSession", "proto_error"]
+__all__ = ["INDEX_KEY", "SOURCE_KEY", "Layout", "LoaderSession", "Taken", "build_batch",
+           "proto_error"]
 
 # The batch key of the records' indices (a loader opened with indices).
 INDEX_KEY = "__index__"
@@ -45,13 +52,30 @@ class Layout(NamedTuple):
     with_sources: bool = False  # the batch carries each record's source
 
 
+class Taken(NamedTuple):
+    """A BATCH taken by this side: what makes its views, in any process that maps
+    the ring. The slot is held while `owner` lives."""
+    ring: int
+    slot: int
+    step: int
+    streams: list       # BATCH's per-stream maps
+    spans: list         # per stream: (lo, hi) ring bytes its views cover
+    indices: bytes      # BATCH's `indices` (u64s), or None
+    sources: object     # a mixture's records' sources (uint8 array), or None
+    owner: object       # _SlotOwner
+
+
+_serials = itertools.count(1)
+
+
 class LoaderSession:
     """One LOADER_OPEN: its number, the rings it reads and the (ring, slot)s this
     side holds."""
 
     def __init__(self, conn, loader, ring_id, mapped, slots, slot_bytes, layout=None,
-                 next_step=0):
+                 next_step=0, stride=1):
         self.conn = conn
+        self.serial = next(_serials)      # tells this session's rings from a later one's
         self.pid = os.getpid()
         self.loader = loader
         self.own = ring_id
@@ -60,7 +84,9 @@ class LoaderSession:
         self.slot_bytes = slot_bytes
         self.layout = layout
         self.next_step = next_step        # the step the next BATCH must announce
+        self.stride = stride              # between the steps it announces
         self.rings = {ring_id: (mapped, slots)}   # ring id -> (MappedBuffer, slots)
+        self.ring_fds = {}                # ring id -> its memfd (kept with keep_fds)
         self.held = set()                 # (ring, slot) announced to us, not yet released
         self.pending = collections.deque()  # (ring, slot) freed by the collector, to RELEASE
         # telemetry, told to the daemon with RELEASE (PROTOCOL.md): when each held
@@ -75,18 +101,22 @@ class LoaderSession:
         self.source_lengths = []          # a mixture's: per source
 
     @classmethod
-    def open(cls, conn, fields, layout):
+    def open(cls, conn, fields, layout, keep_fds=False):
         """Sends LOADER_OPEN and maps the ring its reply passes; a failure closes
         the loader again. (A daemon from before shared rings names no ring: BATCH
-        then names none either.)"""
+        then names none either.) With `keep_fds`, each ring's descriptor is kept
+        (ring_fds) until RING_CLOSE or the session's end."""
         r = conn.request("loader_open", fields, context="DataLoader")
         fds = list(r["_fds"])
+        kept = None
         try:
             if len(fds) != 1:
                 raise proto_error(f"a LOADER_OPEN reply with {len(fds)} descriptors")
+            if keep_fds:
+                kept = os.dup(fds[0])
             mapped = _shm.MappedBuffer(fds.pop(), int(r["ring_bytes"]))   # closes the fd
         except BaseException:
-            for fd in fds:
+            for fd in fds + ([kept] if kept is not None else []):
                 os.close(fd)
             try:
                 conn.request("loader_close", {"loader": r["loader"]})
@@ -95,7 +125,11 @@ class LoaderSession:
             conn.drop_events(r["loader"])
             raise
         s = cls(conn, r["loader"], r.get("ring", 0), mapped, int(r["slots"]),
-                int(r["slot_bytes"]), layout, int(fields["start_step"]))
+                int(r["slot_bytes"]), layout, int(fields["start_step"]),
+                int(fields.get("step_stride", 1)))
+        s.keep_fds = keep_fds
+        if kept is not None:
+            s.ring_fds[s.own] = kept
         s.regions = [(int(st["offset"]), int(st["capacity"])) for st in r["streams"]]
         s.length = int(r["length"])
         s.fingerprint = int(r["fingerprint"]) if "fingerprint" in r else None
@@ -107,12 +141,20 @@ class LoaderSession:
         return s
 
     # ---------------------------------------------------------- closing
+    keep_fds = False
+
     def detach(self):
         """Stops releases and forgets the rings, without a word to the daemon (it
         went away, or this is a forked child). Views keep their rings mapped."""
         self.closed = True
         self.rings = {}
         self.mapped = None
+        fds, self.ring_fds = self.ring_fds, {}
+        for fd in fds.values():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
     def close(self):
         """LOADER_CLOSE, waiting for the reply; batches still referenced stay
@@ -156,11 +198,19 @@ class LoaderSession:
                                   f"ring_bytes is {ring_bytes}")
             fd = fds[0]
             fds = ()
-            mapped = _shm.MappedBuffer(fd, ring_bytes)     # closes fd
+            kept = os.dup(fd) if self.keep_fds else None
+            try:
+                mapped = _shm.MappedBuffer(fd, ring_bytes)     # closes fd
+            except BaseException:
+                if kept is not None:
+                    os.close(kept)
+                raise
         finally:
             for fd in fds:
                 os.close(fd)
         self.rings[rid] = (mapped, slots)
+        if kept is not None:
+            self.ring_fds[rid] = kept
 
     def close_ring(self, msg):
         """A RING_CLOSE event: forgets the ring. Arrays that still view it keep the
@@ -170,6 +220,9 @@ class LoaderSession:
             raise proto_error(f"RING_CLOSE of ring {rid}, which is not a ring passed by "
                               f"RING to loader {self.loader}")
         del self.rings[rid]
+        fd = self.ring_fds.pop(rid, None)
+        if fd is not None:
+            os.close(fd)
 
     # ---------------------------------------------------------- releases
     def slot_free(self, key):
@@ -207,8 +260,9 @@ class LoaderSession:
             self.closed = True
 
     # ---------------------------------------------------------- batches
-    def batch(self, msg):
-        """The batch a BATCH event announces: views into the (ring, slot) it names."""
+    def take(self, msg):
+        """Checks a BATCH event and takes the (ring, slot) it names: a Taken, whose
+        owner gives the slot back when it is garbage."""
         lay = self.layout
         rid = msg.get("ring", self.own)
         slot, step = int(msg["slot"]), int(msg["step"])
@@ -250,32 +304,45 @@ class LoaderSession:
                 raise proto_error(f"BATCH of step {step}: its records' sources are missing or "
                                   f"name no source of {lay.sources}")
             sources = np.frombuffer(src, dtype=np.uint8).copy()
-        self.next_step += 1
+        self.next_step += self.stride
         self.held.add(key)
         self.taken[key] = time.monotonic_ns()
-        owner = _SlotOwner(self, key)
-        base, mm = mapped.address, mapped.mm
-        batch = {}
-        for name, st, (dt, item_shape, ndim), (lo, hi) in zip(lay.names, streams, lay.kinds,
-                                                               spans):
-            if item_shape is not None:
-                batch[name] = np.asarray(_View(owner, mm, base + lo,
-                                               (lay.batch_size,) + tuple(item_shape), dt.str))
-            else:
-                offs = _wire.from_u64s(st.get("offsets"))
-                lens = _wire.from_u64s(st.get("lengths"))
-                shapes = _store.shape_list(_wire.from_u64s(st.get("shapes")), len(offs), ndim)
-                region = np.asarray(_View(owner, mm, base + lo, (hi - lo,), "|u1"))
-                recs = []
-                for j in range(len(offs)):
-                    o = int(offs[j]) - lo
-                    recs.append(region[o:o + int(lens[j])].view(dt).reshape(shapes[j]))
-                batch[name] = recs
-        if lay.with_indices:
-            batch[INDEX_KEY] = _wire.from_u64s(msg.get("indices")).copy()
-        if lay.with_sources:
-            batch[SOURCE_KEY] = sources
-        return batch
+        return Taken(rid, slot, step, streams, spans,
+                     msg.get("indices") if lay.with_indices else None, sources,
+                     _SlotOwner(self, key))
+
+    def batch(self, msg):
+        """The batch a BATCH event announces: views into the (ring, slot) it names."""
+        t = self.take(msg)
+        mapped = self.rings[t.ring][0]
+        return build_batch(self.layout, t, mapped.mm, mapped.address, t.owner)
+
+
+def build_batch(lay, t, mm, base, owner):
+    """The batch of Taken `t` as read-only views of a ring mapped at `base`
+    (_shm.View: `mm` keeps the mapping alive after RING_CLOSE or the session's
+    close; `owner` rides in every view's base, so the slot stays held)."""
+    batch = {}
+    for name, st, (dt, item_shape, ndim), (lo, hi) in zip(lay.names, t.streams, lay.kinds,
+                                                           t.spans):
+        if item_shape is not None:
+            batch[name] = np.asarray(_shm.View(owner, mm, base + lo,
+                                           (lay.batch_size,) + tuple(item_shape), dt.str))
+        else:
+            offs = _wire.from_u64s(st.get("offsets"))
+            lens = _wire.from_u64s(st.get("lengths"))
+            shapes = _store.shape_list(_wire.from_u64s(st.get("shapes")), len(offs), ndim)
+            region = np.asarray(_shm.View(owner, mm, base + lo, (hi - lo,), "|u1"))
+            recs = []
+            for j in range(len(offs)):
+                o = int(offs[j]) - lo
+                recs.append(region[o:o + int(lens[j])].view(dt).reshape(shapes[j]))
+            batch[name] = recs
+    if lay.with_indices:
+        batch[INDEX_KEY] = _wire.from_u64s(t.indices).copy()
+    if lay.with_sources:
+        batch[SOURCE_KEY] = t.sources.copy()
+    return batch
 
 
 class _SlotOwner:
@@ -292,17 +359,3 @@ class _SlotOwner:
             self.session.slot_free(self.key)
         except Exception:
             pass
-
-
-class _View:
-    """A numpy array interface over ring memory. Its base keeps the slot owner (the
-    slot stays held) and the mmap (the memory stays mapped after RING_CLOSE or the
-    session's close)."""
-
-    __slots__ = ("owner", "mm", "__array_interface__")
-
-    def __init__(self, owner, mm, address, shape, typestr):
-        self.owner = owner
-        self.mm = mm
-        self.__array_interface__ = {"data": (address, True), "shape": shape,
-                                    "typestr": typestr, "version": 3}

@@ -91,3 +91,19 @@ class MappedBuffer:
         # Views handed out keep the mapping alive; it goes when the last one does.
         self.array = None
         self.mm = None
+
+
+class View:
+    """A numpy array interface over mapped memory (``np.asarray(View(...))``).
+    The array's base is the View, which keeps `owner` (whoever must know when
+    the last array over the memory is gone) and `mm` (the mapping stays mapped
+    while an array lives, whatever happens to its MappedBuffer)."""
+
+    __slots__ = ("owner", "mm", "__array_interface__")
+
+    def __init__(self, owner, mm, address, shape, dtype, readonly=True):
+        dtype = np.dtype(dtype)
+        self.owner = owner
+        self.mm = mm
+        self.__array_interface__ = {"data": (address, readonly), "shape": tuple(shape),
+                                    "typestr": dtype.str, "descr": dtype.descr, "version": 3}

@@ -78,12 +78,7 @@ class FrameSocket:
 
     def _fill(self):
         data, anc, flags, _ = self.sock.recvmsg(_RECV_CHUNK, _ANC, socket.MSG_CMSG_CLOEXEC)
-        fds = []
-        for level, typ, cdata in anc:
-            if level == socket.SOL_SOCKET and typ == socket.SCM_RIGHTS:
-                a = array.array("i")
-                a.frombytes(cdata[:len(cdata) - (len(cdata) % a.itemsize)])
-                fds.extend(a)
+        fds = fds_of(anc)
         if flags & socket.MSG_CTRUNC:
             for fd in fds:
                 _close_quiet(fd)
@@ -95,6 +90,14 @@ class FrameSocket:
         self.rbuf += data
         if fds:
             self.fd_groups.append((self.rbase + len(self.rbuf) - 1, fds))
+
+    def has_frame(self):
+        """True if a whole frame is already read (recv() returns it without a
+        system call)."""
+        if len(self.rbuf) < 4:
+            return False
+        (length,) = _HDR.unpack_from(self.rbuf, 0)
+        return len(self.rbuf) >= 4 + length
 
     def recv(self):
         """One frame: (message dict, [fds])."""
@@ -123,6 +126,17 @@ class FrameSocket:
                         raise ProtocolError("the daemon sent a body that is not a map")
                     return msg, fds
             self._fill()
+
+
+def fds_of(anc):
+    """The descriptors in a recvmsg()'s ancillary data (SCM_RIGHTS)."""
+    fds = []
+    for level, typ, cdata in anc:
+        if level == socket.SOL_SOCKET and typ == socket.SCM_RIGHTS:
+            a = array.array("i")
+            a.frombytes(cdata[:len(cdata) - (len(cdata) % a.itemsize)])
+            fds.extend(a)
+    return fds
 
 
 def _close_quiet(fd):
