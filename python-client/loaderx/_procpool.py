@@ -424,9 +424,10 @@ class ProcessPool:
             self.poll(None)
 
     def reset(self):
-        """Stops the workers at once and forgets every task and result (their
-        slots go back); start() starts the workers again."""
-        self.kill()
+        """Forgets every task and result (their slots go back), stopping the
+        workers at once if they have tasks; start() starts them again."""
+        if self.redo or any(w.tasks for w in self.workers):
+            self.kill()
         for t in self.redo:
             t.taken = None
         self.redo = []
@@ -509,6 +510,10 @@ class ProcessPool:
             except OSError:
                 pass
         self.rings = {}
+        try:
+            self.arena.close()
+        except Exception:
+            pass
 
     def stats(self):
         def median(i):

@@ -39,10 +39,10 @@ import warnings
 
 import numpy as np
 
-from . import _conn, _errors, _store, _wire
+from . import _conn, _errors, _procworker, _store, _wire, _xform
 from ._errors import (StaleError, ZrecordConnectionError, ZrecordRuntimeError, ZrecordTypeError,
                       ZrecordValueError)
-from ._session import INDEX_KEY, SOURCE_KEY, Layout, LoaderSession
+from ._session import INDEX_KEY, SOURCE_KEY, Layout, LoaderSession, build_batch
 from .dataset import DenseDataset, MSDataset, RaggedDataset, _Dataset
 
 __all__ = ["DataLoader", "INDEX_KEY", "LoaderStallWarning", "SOURCE_KEY", "SAMPLERS", "MODES"]
@@ -53,6 +53,7 @@ SAMPLERS = ("sequential", "iid", "cyclic", "cyclic-lx157")
 #: seeks in O(1)).
 MODES = {0: "sequential", 1: "iid", 2: "cyclic-lx157"}
 _STATE_VERSION = 1
+_NOTHING = object()     # _next_event(block=False): no event yet
 # warn_stalls: the share of time the consumer may wait before it is told (the
 # daemon's own data-bound rule), how often this process looks, and how often
 # it may say so.
@@ -179,10 +180,27 @@ class DataLoader:
     ``'cyclic-lx157'`` (loaderx 1.5.7's, the default, as ``mode=2``: a run started
     there resumes here on the same records); ``seed`` (42); ``start_step`` the step
     of the first batch; ``rank`` / ``world_size`` shard each global batch;
-    ``prefetch_size`` or ``prefetch``: ring slots the daemon fills ahead;
-    ``transform`` a function batch -> anything, run on ``num_workers`` background
-    threads so it overlaps the next gather (results still come in step order);
-    ``num_workers=0`` runs it inline in ``next()`` (cheaper for trivial transforms).
+    ``prefetch_size`` or ``prefetch``: ring slots the daemon fills ahead
+    (default 4; with worker processes at least 2 × ``num_workers``: a batch's
+    slot is held until its worker is done with it);
+    ``transform`` a function batch -> anything, run by ``num_workers`` workers so
+    it overlaps the next gathers (results still come in step order);
+    ``num_workers=0`` runs it inline in ``next()`` (cheaper for trivial
+    transforms). ``workers``: ``'process'`` runs it in worker processes, each
+    reading the batch where the daemon gathered it (no copy, no pickle) and
+    writing the arrays it returns once into shared memory the loader owns
+    (within ``arena_bytes``, default an eighth of memory, ``$LOADERX_ARENA``);
+    ``'thread'`` on threads of this process; None (the default) chooses
+    processes when the transform can be pickled (a module-level function, a
+    picklable object) and the interpreter has a GIL, threads otherwise (a lambda,
+    a closure, free-threaded Python); :attr:`workers` and ``stats()`` say which
+    and why. A transform that names a parameter ``rng`` gets a
+    ``numpy.random.Generator`` keyed by (seed, step, rank); one that names
+    ``rngs``, one generator per record, keyed by (seed, step, the record's place
+    in the step's global batch): the same after a resume, on threads or in
+    processes, and (``rngs``) at any world size with the same global batch.
+    ``step_stride``: serve steps ``start_step``, ``start_step + step_stride``, ...
+    (worker w of k consumers that take turns: ``start_step + w``, stride k).
     ``capacity``: ``{name: bytes}`` per-slot room for ragged streams (the daemon
     picks a default; a batch that does not fit reopens with twice the room).
     ``with_indices``: add the batch's record indices as ``batch['__index__']``.
@@ -215,7 +233,14 @@ class DataLoader:
     def __init__(self, streams, num_workers=4, batch_size=256, prefetch_size=None, mode=None,
                  seed=42, transform=None, *, sampler=None, prefetch=None, start_step=0, rank=0,
                  world_size=1, capacity=None, with_indices=False, with_sources=False,
-                 fingerprint=None, warn_stalls=False):
+                 fingerprint=None, warn_stalls=False, workers=None, arena_bytes=None,
+                 step_stride=1):
+        if _procworker.IMPORTING_MAIN:
+            raise ZrecordRuntimeError(
+                "a DataLoader was made while a loaderx worker process imported the training "
+                "script (its transform is defined there): the script is running again. Put "
+                "the code that trains under \"if __name__ == '__main__':\", or define the "
+                "transform in a module the script imports")
         if mode is not None and (isinstance(mode, bool) or mode not in MODES):
             raise ZrecordValueError(
                 f"unknown mode {mode!r}: expected 0 (sequential), 1 (iid) or 2 (cyclic)",
@@ -225,7 +250,8 @@ class DataLoader:
                 f"DataLoader: mode={mode} ({MODES[mode]}) and sampler={sampler!r} disagree; "
                 "give one (they name the same sampler)", name="ZR_E_SAMPLER")
         sampler = sampler or MODES[2 if mode is None else mode]
-        prefetch = _pick("prefetch depth", "prefetch_size", prefetch_size, "prefetch", prefetch, 4)
+        prefetch = _pick("prefetch depth", "prefetch_size", prefetch_size, "prefetch", prefetch,
+                         None)
         self.sources = None                 # a mixture's: [{name: dataset}] per source
         self.weights = None                 # its integer weights
         self.source_samplers = None         # each source's sampler
@@ -269,7 +295,9 @@ class DataLoader:
                 f"unknown sampler {sampler!r}: expected one of {', '.join(SAMPLERS)}",
                 name="ZR_E_SAMPLER")
         for what, v in (("batch_size", batch_size), ("seed", seed), ("start_step", start_step),
-                        ("rank", rank), ("world_size", world_size), ("prefetch", prefetch)):
+                        ("rank", rank), ("world_size", world_size),
+                        ("prefetch", 4 if prefetch is None else prefetch),
+                        ("step_stride", step_stride)):
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
                 raise ZrecordTypeError(f"{what} must be an integer, got {type(v).__name__}")
             if v < 0:
@@ -280,8 +308,10 @@ class DataLoader:
             raise ZrecordValueError(
                 f"rank must be in 0..world_size-1: rank {rank}, world_size {world_size}",
                 name="ZR_E_SAMPLER")
-        if prefetch < 1:
+        if prefetch is not None and prefetch < 1:
             raise ZrecordValueError("prefetch must be >= 1")
+        if not 1 <= step_stride < 2 ** 32:
+            raise ZrecordValueError(f"step_stride must be in 1..2^32 - 1, got {step_stride}")
         _check_fingerprint(fingerprint)
         self.streams = dict(streams)
         self.names = list(streams)
@@ -290,18 +320,32 @@ class DataLoader:
         self.seed = int(seed)
         self.rank = int(rank)
         self.world_size = int(world_size)
-        self.prefetch = int(prefetch)
+        self.step_stride = int(step_stride)
         self.transform = transform
         if isinstance(num_workers, bool) or not isinstance(num_workers, (int, np.integer)) \
                 or num_workers < 0:
             raise ZrecordTypeError(f"num_workers must be an integer >= 0, got {num_workers!r}")
         self.num_workers = int(num_workers) if transform is not None else 0
+        self._choice = _xform.choose(transform, self.num_workers, workers)
+        self._wants = _xform.rng_params(transform) if transform is not None else frozenset()
+        if arena_bytes is not None and (isinstance(arena_bytes, bool) or
+                                        not isinstance(arena_bytes, (int, np.integer)) or
+                                        arena_bytes < 0):
+            raise ZrecordTypeError(f"arena_bytes must be an integer >= 0, got {arena_bytes!r}")
+        self._arena_bytes = arena_bytes
+        if prefetch is None:
+            # with processes, each task holds its slot until its worker is done
+            prefetch = max(4, 2 * self.num_workers) if self._choice.kind == "process" else 4
+        self.prefetch = int(prefetch)
         self.with_indices = bool(with_indices)
         self.with_sources = bool(with_sources)
         self._capacity = {k: int(v) for k, v in (capacity or {}).items()}
         self._fingerprint = None if fingerprint is None else int(fingerprint)
         self._session = None
-        self._pool = None
+        self._pool = None           # transform threads
+        self._procs = None          # transform processes (_procpool)
+        self._end = None            # (step, exception): the loader ended there (processes)
+        self._fetched_step = None   # the step of the batch _fetch() returned last
         self._futures = collections.deque()
         self._closed = False
         self._lock = threading.RLock()
@@ -317,6 +361,8 @@ class DataLoader:
         self._stall_mark = (self._opened_ns, 0)     # (when, wait_ns then)
         self._stall_warned_ns = None
         self._open(self._step, None)
+        if self._choice.kind == "process":
+            self._start_procs()
 
     def __len__(self):
         raise TypeError("Eternal loader has no length.")
@@ -384,9 +430,16 @@ class DataLoader:
             fields["provenance"] = True
         if self._fingerprint is not None:
             fields["fingerprint"] = self._fingerprint
+        if self.step_stride != 1:
+            if not conn.has_feature("stride"):
+                raise ZrecordRuntimeError(
+                    f"this zrecordd ({conn.daemon}) cannot serve every k-th step (no \"stride\" "
+                    "feature in its HELLO reply); update the daemon")
+            fields["step_stride"] = self.step_stride
         layout = Layout(tuple(self.names), tuple(kinds), self.batch_size, self.with_indices,
                         len(self.sources or ()), self.with_sources)
-        self._session = LoaderSession.open(conn, fields, layout)
+        self._session = LoaderSession.open(conn, fields, layout,
+                                           keep_fds=self._choice.kind == "process")
         self.length = self._session.length
         if self._fingerprint is None:
             self._fingerprint = self._session.fingerprint
@@ -401,18 +454,38 @@ class DataLoader:
         session, self._session = self._session, None
         if session is None:
             return
+        if self._procs is not None and not self._procs.closed:
+            # no worker may read the session's slots after it: stop them (they
+            # start again on the next batch)
+            self._procs.reset()
+        self._end = None
         session.detach()
         for f in self._futures:
             f.cancel()
         self._futures.clear()
         session.close()
 
+    def _start_procs(self):
+        from . import _arena, _procpool
+        budget = _arena.default_budget() if self._arena_bytes is None else self._arena_bytes
+        self._procs = _procpool.ProcessPool(self._choice, self.num_workers, self._session.layout,
+                                            self.seed, self.rank, budget)
+
+    @property
+    def workers(self):
+        """Where the transform runs: ``'process'``, ``'thread'`` or ``'inline'``
+        (``stats()['workers']`` says why)."""
+        return self._choice.kind
+
     def close(self):
-        """Closes the loader; batches still referenced stay readable."""
+        """Closes the loader and stops its workers; batches still referenced stay
+        readable."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
+            if self._procs is not None:
+                self._procs.close()
             self._close_session()
             if self._pool is not None:
                 self._pool.shutdown(wait=True, cancel_futures=True)
@@ -429,6 +502,8 @@ class DataLoader:
         # blocking (a finalizer may run inside this thread's own request).
         try:
             session = self._session
+            if self._procs is not None:
+                self._procs.abandon()
             if not self._closed and session is not None and session.pid == os.getpid():
                 self._closed = True
                 session.abandon()
@@ -604,8 +679,11 @@ class DataLoader:
     def __iter__(self):
         return self
 
-    def _fetch(self):
-        """The next raw batch from the ring (blocks until the daemon announces it)."""
+    def _fetch(self, raw=False, block=True):
+        """The next batch from the ring, as views (raw: as the session's Taken),
+        waiting until the daemon announces it; with block=False, None when it
+        has not yet. A raw fetch that finds the loader's end keeps it for its
+        step (self._end) and returns None."""
         session = self._session
         if session is None:
             raise ZrecordValueError(
@@ -616,9 +694,11 @@ class DataLoader:
             self._reopen_after_fork()
             session = self._session
         while True:
-            ev = self._next_event(session)
+            ev = self._next_event(session, block)
+            if ev is _NOTHING:
+                return None
             if ev is None:
-                return self._after_disconnect()
+                return self._after_disconnect(raw, block)
             msg, fds = ev
             kind = msg.get("kind")
             if kind == "ring":
@@ -630,19 +710,37 @@ class DataLoader:
                 session.close_ring(msg)
             elif kind == "loader_end":
                 if _errors.is_code(msg, "ZR_E_SHUTDOWN"):
-                    return self._after_disconnect()
-                return self._loader_end(msg)
+                    return self._after_disconnect(raw, block)
+                if not raw:
+                    return self._loader_end(msg, raw, block)
+                try:
+                    return self._loader_end(msg, raw, block)
+                except _errors.ZrecordError as e:
+                    self._end = (int(msg.get("step", session.next_step)), e)
+                    return None
             elif kind == "batch":
-                return session.batch(msg)
+                t = session.take(msg)
+                self._fetched_step = t.step
+                if raw:
+                    return t
+                mapped = session.rings[t.ring][0]
+                return build_batch(session.layout, t, mapped.mm, mapped.address, t.owner)
 
-    def _next_event(self, session):
-        """The loader's next event, waiting for it; None if the connection is gone."""
+    def _next_event(self, session, block=True):
+        """The loader's next event, waiting for it (block=False: _NOTHING if none
+        has come); None if the connection is gone."""
         session.flush()
         ev = session.conn.poll_event(session.loader)
         if ev is not None:
             return ev
         if session.closed or session.conn.broken is not None:
             return None
+        if not block:
+            session.conn.pump()
+            ev = session.conn.poll_event(session.loader)
+            if ev is not None:
+                return ev
+            return None if session.conn.broken is not None else _NOTHING
         if len(session.held) >= session.slots:
             gc.collect()
             session.flush()
@@ -663,10 +761,11 @@ class DataLoader:
         finally:
             self._blocked_ns += time.monotonic_ns() - t0
 
-    def _after_disconnect(self):
+    def _after_disconnect(self, raw=False, block=True):
         """The daemon went away (a restart): reconnect and reopen at the next step.
         Batches are a pure function of the step, so the run goes on exactly; a store
-        whose length changed meanwhile is refused (StaleError)."""
+        whose length changed meanwhile is refused (StaleError). (Worker processes
+        still reading the old rings keep them mapped: nobody writes them again.)"""
         session, self._session = self._session, None
         session.detach()
         conn = session.conn
@@ -677,9 +776,9 @@ class DataLoader:
             conn.mark_broken("the daemon is shutting down")
         _conn.reconnect()
         self._open(session.next_step, self._expected_length())
-        return self._fetch()
+        return self._fetch(raw, block)
 
-    def _loader_end(self, msg):
+    def _loader_end(self, msg, raw=False, block=True):
         session = self._session
         step = int(msg.get("step", session.next_step))
         text = msg.get("message", "")
@@ -689,9 +788,13 @@ class DataLoader:
                                                           session.layout.kinds):
                 if item_shape is None:
                     self._capacity[name] = max(self._capacity.get(name, 0), cap) * 2
-            self._close_session()
+            if self._procs is not None:
+                self._procs.drain()    # the steps before it, still read by workers
+            session, self._session = self._session, None
+            session.detach()
+            session.close()
             self._open(step, self._expected_length())
-            return self._fetch()
+            return self._fetch(raw, block)
         if _errors.is_code(msg, "ZR_E_STALE"):
             raise StaleError(
                 f"a store of this DataLoader was appended to, deleted from or compacted; the "
@@ -701,11 +804,16 @@ class DataLoader:
         raise _errors.from_reply(msg, context=f"the DataLoader stopped at step {step}")
 
     def _reopen_after_fork(self):
-        # The parent's ring, pool threads and pipeline are not this process's: open
-        # a loader of our own on the child's connection, at the step not yet returned.
+        # The parent's ring, pool threads, worker processes and pipeline are not
+        # this process's: open a loader of our own on the child's connection, at
+        # the step not yet returned (the workers start again on first use).
         session, self._session = self._session, None
         if session is not None:
             session.detach()
+        if self._procs is not None:
+            self._procs.abandon()
+            self._procs = None
+        self._end = None
         self._futures = collections.deque()
         self._pool = None
         self._lock = threading.RLock()
@@ -771,7 +879,16 @@ class DataLoader:
         ``prefetch_depth``, ``step``, ``batches``; ``local``: what this process
         measured itself (``wait_s``: blocked on the daemon within ``next()``, as
         told to the daemon; ``next_s``: all the time in ``next()``, transforms and
-        building the arrays included; ``elapsed_s``; ``batches``).
+        building the arrays included; ``elapsed_s``; ``batches``); ``workers``:
+        where the transform runs and why (``kind``: ``'process'``, ``'thread'`` or
+        ``'inline'``; ``why``; ``count``), and with processes their ``pids``,
+        ``restarts``, per batch the hop between processes (``hop_s``: handing the
+        batch over and the result back, the one write of its arrays apart), that
+        write (``write_s``) and the transform (``transform_s``), the bytes pickled
+        into messages (``pickled_bytes``) and the ``arena``: its ``budget``,
+        ``bytes`` and ``peak_bytes`` of buffers, ``buffers`` (``free``, ``live``),
+        ``results`` written there, ``over_budget`` results that found no room and
+        came pickled, ``written_bytes``.
         """
         with self._lock:
             session = self._session
@@ -785,28 +902,44 @@ class DataLoader:
                 "update the daemon")
         return _stats_of(entries[0], self)
 
+    def _workers_stats(self):
+        out = {"kind": self._choice.kind, "why": self._choice.why,
+               "count": 0 if self._choice.kind == "inline" else self.num_workers}
+        if self._procs is not None:
+            out.update(self._procs.stats())
+        return out
+
     def _next_batch(self):
         if self._session is not None and self._session.pid != os.getpid():
             self._reopen_after_fork()
         with self._lock:
             if self._closed:
                 raise StopIteration
-            if self.transform is None or self.num_workers == 0:
+            if self._choice.kind == "process":
+                return self._next_processed()
+            if self._choice.kind == "inline":
                 b = self._fetch()
+                step = self._fetched_step
+                self._step += self.step_stride
                 if self.transform is not None:      # num_workers=0: inline
-                    b = self.transform(b)
-                self._step += 1
+                    b = self._call(b, step)
                 return b
             if self._pool is None:
                 self._pool = concurrent.futures.ThreadPoolExecutor(
                     self.num_workers, thread_name_prefix="loaderx-transform")
             if not self._futures:
-                self._futures.append(self._pool.submit(self.transform, self._fetch()))
+                b = self._fetch()
+                self._futures.append(self._pool.submit(self._call, b, self._fetched_step))
             fut = self._futures.popleft()
             self._fill()
-            out = fut.result()
-            self._step += 1
-            return out
+            try:
+                return fut.result()
+            finally:
+                self._step += self.step_stride
+
+    def _call(self, batch, step):
+        return _xform.call(self.transform, self._wants, batch, self.seed, step, self.rank,
+                           self.batch_size)
 
     def _fill(self):
         """Starts transforms of the next batches while slots are free."""
@@ -822,9 +955,120 @@ class DataLoader:
                 f.set_exception(e)
                 self._futures.append(f)
                 break
-            self._futures.append(self._pool.submit(self.transform, raw))
+            self._futures.append(self._pool.submit(self._call, raw, self._fetched_step))
             session = self._session
 
+    # ------------------------------------------------------------ processes
+    def _next_processed(self):
+        """The next batch with the transform in worker processes (_procpool)."""
+        procs = self._procs
+        if procs is None or procs.closed:
+            self._start_procs()
+            procs = self._procs
+        try:
+            procs.start()               # workers stopped by a Ctrl-C come back
+            while True:
+                r = procs.take(self._step)
+                if r is not None:
+                    break
+                if procs.broken is not None:
+                    raise procs.broken
+                if self._end is not None and self._end[0] <= self._step:
+                    raise self._end[1]
+                self._feed(block=False)
+                r = procs.take(self._step)
+                if r is not None:
+                    break
+                if procs.inflight() == 0:
+                    if self._end is not None:
+                        raise self._end[1]
+                    if procs.broken is None:
+                        self._feed(block=True)       # nothing in flight: wait for the daemon
+                    continue
+                session = self._session
+                also = [session.conn.fileno()] if (
+                    session is not None and procs.room() and self._end is None and
+                    len(session.held) < session.slots and session.conn.usable and
+                    not session.conn.reading) else []
+                t0 = time.monotonic_ns()
+                procs.poll(None, also)
+                self._blocked_ns += time.monotonic_ns() - t0
+        except BaseException as e:
+            if not isinstance(e, Exception):    # Ctrl-C (KeyboardInterrupt), SystemExit
+                procs.kill()
+            raise
+        self._step += self.step_stride
+        if r[0] == "ok":
+            return r[1]
+        if r[0] == "error":
+            raise r[1]
+        return self._unshippable(r[1], r[2])
+
+    def _feed(self, block):
+        """Sends the workers the steps they can take now: those of dead workers,
+        then batches the daemon has announced (block: waits for one)."""
+        procs = self._procs
+        procs.resend()
+        while procs.room() and self._end is None:
+            session = self._session
+            if (session.next_step - self._step) // self.step_stride >= procs.window:
+                return
+            session.flush()
+            if len(session.held) >= session.slots:
+                return              # every slot is in a task: one ends first
+            t = self._fetch(raw=True, block=block)
+            if t is None:
+                return
+            procs.note_rings(self._session)
+            procs.submit(t, self._session.serial)
+            block = False
+
+    def _unshippable(self, why, task):
+        """A result that must not leave its worker (a tensor on a device): an
+        error with workers='process'; else the loader moves to threads, and the
+        steps in flight are run again here (their slots are still held)."""
+        procs = self._procs
+        text = (f"the transform's output holds {why}, which must stay in the process that "
+                "made it (a copy to a device belongs in the training process, or in "
+                "workers='thread')")
+        if self._choice.why == "workers='process'":
+            task.taken = None
+            raise ZrecordValueError(f"workers='process' at step {task.step}: {text}")
+        procs.drain()
+        done = {task.step: ("run", task)}
+        done.update(procs.results)
+        procs.results = {}
+        maps = {}
+        for r in done.values():
+            if r[0] != "ok" and r[0] != "error":
+                t = task if r[0] == "run" else r[2]
+                if t.key not in maps:
+                    maps[t.key] = procs.ring_view(t.key)
+        procs.close()
+        self._procs = None
+        self._choice = _xform.Choice("thread", text + ": moved to threads")
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            self.num_workers, thread_name_prefix="loaderx-transform")
+        first = None
+        for step in sorted(done):
+            r = done[step]
+            if r[0] in ("run", "unshippable"):
+                t = task if r[0] == "run" else r[2]
+                mapped = maps[t.key]
+                b = build_batch(self._session.layout, t.taken, mapped.mm, mapped.address,
+                                t.taken.owner)
+                f = self._pool.submit(self._call, b, step)
+            else:
+                f = concurrent.futures.Future()
+                if r[0] == "ok":
+                    f.set_result(r[1])
+                else:
+                    f.set_exception(r[1])
+            if first is None:
+                first = f
+            else:
+                self._futures.append(f)
+        return first.result()
 
 _WINDOWS = (("1s", "w1"), ("10s", "w10"), ("60s", "w60"))
 _STAGES = ("lookup", "read", "decode", "copy", "io_wait", "queue")
@@ -864,6 +1108,7 @@ def _stats_of(entry, loader):
         "prefetch_depth": tel["prefetch_depth"],
         "step": entry["step"],
         "batches": total["batches"],
+        "workers": loader._workers_stats(),
         "local": {"wait_s": loader._wait_ns / 1e9,
                   "next_s": loader._next_ns / 1e9,
                   "elapsed_s": (now - loader._opened_ns) / 1e9,
