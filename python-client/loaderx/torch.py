@@ -8,14 +8,31 @@ Importable only when torch is installed::
     dl = torch.utils.data.DataLoader(ds, batch_size=None)   # batches come whole
     for step, batch in enumerate(dl):                      # {name: tensor}
         ...
-        checkpoint = {'model': model.state_dict(), 'data': ds.state_dict()}
+        checkpoint = {'model': model.state_dict(), 'data': ds.state_dict(batch)}
 
     ds.load_state_dict(checkpoint['data'])                  # the next batch is the next step
 
-The daemon is the worker pool, so the adapter runs in the training process
-(``num_workers=0``, the default of torch's DataLoader); ``state_dict()`` then counts
-exactly the batches the training loop has received. Worker processes would each
-gather ahead of the loop and make the count meaningless, so they are refused.
+**torch's worker processes.** With ``torch.utils.data.DataLoader(ds,
+batch_size=None, num_workers=k)``, worker w of k reads steps ``start + w``,
+``start + w + k``, ... (a loader with a step stride of k, its own connection to
+the daemon), and torch takes one batch from each worker in turn: the loop gets
+every step once, in order, as with ``num_workers=0``. Prefer it when the
+transform should run beside torch's own machinery (``pin_memory``, a
+``worker_init_fn``, code written for torch's workers); otherwise give the
+transform to the DataLoader (``transform=``, worker processes of its own that
+read the ring in place and hand results back without pickling the arrays),
+which copies less: torch moves every batch through shared memory it makes per
+batch.
+
+**State.** A batch that is a dict comes as a ``Batch`` (a dict) whose ``step``
+is its step. ``ds.state_dict(batch)`` is the state after ``batch``: exact
+whatever the workers. Without a batch it counts the batches this process took
+from ``ds`` itself, which is exact with ``num_workers=0``; with torch's workers
+the training process sees no batch pass through ``ds`` (torch calls nothing of
+the dataset there per batch, and gets batches out of order before it hands
+them over in order), so ``state_dict()`` without a batch refuses once batches
+came from workers. torchdata's ``StatefulDataLoader`` keeps each worker's own
+``state_dict()`` and restores each worker exactly.
 
 Tensors are copies by default (``copy=True``): a batch's ring memory is mapped
 read-only, and torch tensors do not honour numpy's read-only flag, so an in-place
@@ -23,6 +40,8 @@ operation on a zero-copy tensor would fault. ``copy=False`` gives zero-copy tens
 that must not be written to (a device copy, ``.to('cuda')``, is fine).
 """
 
+import os
+import uuid
 import warnings
 
 import numpy as np
@@ -34,9 +53,13 @@ except ImportError as _e:  # pragma: no cover - depends on the environment
     raise ImportError(f"loaderx.torch needs torch ({_e}); install it (pip install torch) "
                       "or use loaderx.dataloader.DataLoader directly") from _e
 
+from ._errors import ZrecordValueError
 from .dataloader import DataLoader
 
-__all__ = ["LoaderDataset"]
+__all__ = ["Batch", "LoaderDataset"]
+
+# datasets of this process whose batches came from torch's worker processes
+_from_workers = set()
 
 
 def _to_tensor(v, copy):
@@ -51,13 +74,75 @@ def _to_tensor(v, copy):
     return v
 
 
+def _arrived(items, step, token, pid):
+    """A Batch unpickled (or copied): one made in another process came from a
+    torch worker."""
+    if pid != os.getpid():
+        _from_workers.add(token)
+    return Batch(items, step, token)
+
+
+class Batch(dict):
+    """A batch of a LoaderDataset: a dict that knows its ``step``."""
+
+    def __init__(self, items=(), step=None, token=None):
+        super().__init__(items)
+        self.step = step
+        self._token = token
+
+    def __reduce__(self):
+        return _arrived, (dict(self), self.step, self._token, os.getpid())
+
+
+class _Iter:
+    """The batches of one __iter__: an iterator, not a generator, so that a
+    transform's exception in a torch worker does not end the worker's share of
+    the steps (torch hands the exception over and asks for the next batch)."""
+
+    def __init__(self, ds, loader):
+        self.ds = ds
+        self.loader = loader
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        loader = self.loader
+        if loader is None:
+            raise StopIteration
+        try:
+            batch = next(loader)
+        finally:
+            step = loader.step - loader.step_stride
+            self.ds._step = loader.step
+        if self.ds.to_tensors and isinstance(batch, dict):
+            batch = {k: _to_tensor(v, self.ds.copy) for k, v in batch.items()}
+        if isinstance(batch, dict):
+            batch = Batch(batch, step, self.ds._token)
+        return batch
+
+    def close(self):
+        loader, self.loader = self.loader, None
+        if loader is not None:
+            loader.close()
+            if self.ds._loader is loader:
+                self.ds._loader = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
 class LoaderDataset(IterableDataset):
     """Endless batches ``{name: tensor}`` (ragged streams: lists of tensors).
 
     Takes the DataLoader's arguments (``streams``, ``batch_size``, ``sampler``,
     ``seed``, ``start_step``, ``rank``, ``world_size``, ``prefetch``, ...);
     ``transform`` runs on the numpy batch before the conversion to tensors
-    (``to_tensors=False`` skips the conversion).
+    (``to_tensors=False`` skips the conversion). In a torch worker process the
+    transform runs on threads of that worker.
     """
 
     def __init__(self, streams, copy=True, to_tensors=True, **loader_kwargs):
@@ -66,44 +151,69 @@ class LoaderDataset(IterableDataset):
         self.copy = copy
         self.to_tensors = to_tensors
         self.kwargs = dict(loader_kwargs)
+        if "step_stride" in self.kwargs:
+            raise ZrecordValueError("LoaderDataset sets the step stride itself (torch's "
+                                    "num_workers)")
         self._step = int(self.kwargs.pop("start_step", 0))
         self._length = None
         self._loader = None
+        self._worker = None         # (worker, workers): a state restored in a torch worker
+        self._token = uuid.uuid4().hex
 
     def __iter__(self):
-        if get_worker_info() is not None:
-            raise RuntimeError(
-                "loaderx.torch.LoaderDataset runs in the training process: use "
-                "torch.utils.data.DataLoader(ds, batch_size=None, num_workers=0); zrecordd "
-                "already gathers in parallel, ahead of the loop")
+        info = get_worker_info()
+        start, stride = self._step, 1
+        if info is not None:
+            stride = info.num_workers
+            if self._worker == (info.id, info.num_workers):
+                start = self._step          # this worker's own next step (its state)
+            else:
+                start = self._step + info.id
+            self._worker = (info.id, info.num_workers)
         if self._loader is not None:
             self._loader.close()
-        loader = DataLoader(self.streams, start_step=self._step, **self.kwargs)
+        loader = DataLoader(self.streams, start_step=start, step_stride=stride, **self.kwargs)
         if self._length is not None:
-            loader.load_state_dict({"step": self._step, "length": self._length})
+            loader.load_state_dict({"step": start, "length": self._length})
         self._length = loader.length
         self._loader = loader
-        try:
-            while True:
-                batch = next(loader)
-                if self.to_tensors:
-                    batch = {k: _to_tensor(v, self.copy) for k, v in batch.items()} \
-                        if isinstance(batch, dict) else batch
-                self._step = loader.step
-                yield batch
-        finally:
-            loader.close()
-            if self._loader is loader:
-                self._loader = None
+        return _Iter(self, loader)
 
     @property
     def step(self):
-        """The step of the next batch."""
+        """The step of the next batch this process takes from the dataset."""
         return self._step
 
-    def state_dict(self):
-        return {"step": self._step, "length": self._length}
+    def state_dict(self, batch=None):
+        """What resumes the run: the state after `batch` (a batch of this
+        dataset, from any worker), or after the last batch this process took
+        from the dataset itself. In a torch worker: that worker's own state
+        (torchdata's StatefulDataLoader keeps it)."""
+        if batch is not None:
+            step = getattr(batch, "step", None)
+            if step is None:
+                raise ZrecordValueError(
+                    "state_dict(batch): not a batch of a LoaderDataset (a dict whose .step "
+                    "is its step); pass the batch the loop got from the DataLoader")
+            return {"step": int(step) + 1, "length": self._length}
+        info = get_worker_info()
+        if info is None and self._token in _from_workers:
+            raise ZrecordValueError(
+                "LoaderDataset.state_dict(): the batches came from torch's worker processes, "
+                "so this process cannot tell how many the loop took; pass the last batch "
+                "the loop got, ds.state_dict(batch), or use torchdata's StatefulDataLoader")
+        state = {"step": self._step, "length": self._length}
+        if info is not None and self._worker is not None:
+            state["worker"], state["workers"] = self._worker
+        return state
 
     def load_state_dict(self, state, allow_length_change=False):
         self._step = int(state["step"])
         self._length = None if allow_length_change else state.get("length")
+        info = get_worker_info()
+        if "worker" in state and info is not None:
+            if (state["worker"], state["workers"]) != (info.id, info.num_workers):
+                raise ZrecordValueError(
+                    f"the state of worker {state['worker']} of {state['workers']} given to "
+                    f"worker {info.id} of {info.num_workers}: resume with as many workers")
+            self._worker = (info.id, info.num_workers)

@@ -39,6 +39,7 @@ def test_adapter_batches_and_resume(streams):
     torch.testing.assert_close(first[0]["x"][:, 0], first[0]["y"].float() * 5)
     assert ds.step == 6
     ckpt = {"data": ds.state_dict()}
+    assert ckpt["data"]["step"] == 6
     more = take(dl, 3)                     # steps 6, 7, 8
 
     ds2 = LoaderDataset(streams, batch_size=16, sampler="cyclic", seed=3)
@@ -51,11 +52,78 @@ def test_adapter_batches_and_resume(streams):
     first[0]["x"].add_(1)
 
 
-def test_adapter_refuses_worker_processes(streams):
-    ds = LoaderDataset(streams, batch_size=8)
-    dl = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=1)
-    with pytest.raises(RuntimeError, match="num_workers=0"):
-        next(iter(dl))
+def test_torch_workers_take_turns_in_step_order(streams):
+    ref = take(torch.utils.data.DataLoader(
+        LoaderDataset(streams, batch_size=8, sampler="iid", seed=4), batch_size=None), 9)
+    ds = LoaderDataset(streams, batch_size=8, sampler="iid", seed=4)
+    dl = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2)
+    got, steps = [], []
+    for b in dl:
+        steps.append(b.step)
+        got.append({k: (v.clone() if isinstance(v, torch.Tensor) else [t.clone() for t in v])
+                    for k, v in b.items()})
+        if len(got) == 5:
+            state = ds.state_dict(b)
+            break
+    assert steps == [0, 1, 2, 3, 4] and state["step"] == 5
+    for a, b in zip(got, ref):
+        torch.testing.assert_close(a["x"], b["x"])
+    # the training process saw no batch pass through ds: state_dict() says so
+    with pytest.raises(ValueError, match="ds.state_dict\\(batch\\)"):
+        ds.state_dict()
+    ds2 = LoaderDataset(streams, batch_size=8, sampler="iid", seed=4)
+    ds2.load_state_dict(state)
+    again = []
+    for b in torch.utils.data.DataLoader(ds2, batch_size=None, num_workers=3):
+        again.append(b)
+        if len(again) == 4:
+            break
+    assert [b.step for b in again] == [5, 6, 7, 8]
+    for a, b in zip(again, ref[5:]):
+        torch.testing.assert_close(a["x"], b["x"])
+        torch.testing.assert_close(a["y"], b["y"])
+
+
+def test_torch_workers_pass_on_a_transform_error_and_go_on(streams):
+    ds = LoaderDataset(streams, batch_size=8, sampler="sequential", transform=_odd_steps_only,
+                       to_tensors=False)
+    it = iter(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2))
+    with pytest.raises(ValueError, match="even step"):
+        next(it)                      # step 0
+    assert int(next(it)["y"][0]) == 8     # step 1
+    with pytest.raises(ValueError, match="even step"):
+        next(it)
+    assert int(next(it)["y"][0]) == 24
+
+
+def _odd_steps_only(b):
+    if int(b["y"][0]) // 8 % 2 == 0:
+        raise ValueError("an even step")
+    return {"y": np.array(b["y"])}
+
+
+def test_stateful_dataloader_restores_each_worker(streams):
+    sdl = pytest.importorskip("torchdata.stateful_dataloader")
+    ds = LoaderDataset(streams, batch_size=8, sampler="cyclic", seed=2)
+    dl = sdl.StatefulDataLoader(ds, batch_size=None, num_workers=2)
+    it = iter(dl)
+    for _ in range(5):
+        next(it)
+    state = dl.state_dict()
+    want = [next(it) for _ in range(4)]
+    assert [b.step for b in want] == [5, 6, 7, 8]
+    del it, dl
+    dl2 = sdl.StatefulDataLoader(LoaderDataset(streams, batch_size=8, sampler="cyclic", seed=2),
+                                 batch_size=None, num_workers=2)
+    dl2.load_state_dict(state)
+    got = []
+    for b in dl2:
+        got.append(b)
+        if len(got) == 4:
+            break
+    assert [b.step for b in got] == [5, 6, 7, 8]
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a["x"], b["x"])
 
 
 def test_seed_to_device_transform(streams):
