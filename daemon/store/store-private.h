@@ -41,6 +41,7 @@ struct zr_store {
         unsigned chunk_log2;
         uint64_t chunk_cap;
         int read_only;
+        int recorded;  /* writer.zr is ours: removed at close (holder.h) */
         int map;       /* read through read-only mappings (else pread) */
         uint8_t flags; /* header byte 23 */
         zr_pool *pool;
@@ -52,6 +53,8 @@ struct zr_store {
         _Atomic uint64_t tail; /* chunk << 32 | offset, offset < chunk_cap */
         int dir_dirty;         /* a file was created or removed since the last sync */
         _Atomic int failed;    /* errno of a failed fsync: read-only for good */
+        _Atomic int stale;     /* changed on disk under a read-only open, or its
+                                * lock lost: served no more (zr_store_stale()) */
 };
 
 typedef struct shard_status {

@@ -6,6 +6,7 @@
  * inspect.c. It does not know about dtypes, shapes or sockets.
  */
 #include "store/store-private.h"
+#include "store/holder.h"
 #include "store/killpoint.h"
 #include "store/newfile.h"
 #include "store/resolve.h"
@@ -94,6 +95,8 @@ int zr_store_sync_locked(zr_store *s, zr_error *err) {
 static zr_store *store_free(zr_store *s) {
         if (!s)
                 return NULL;
+        if (s->recorded)
+                zr_holder_forget(s->dirfd); /* while the lock is still held */
         zr_files_free(s->chunks);
         zr_files_free(s->locs);
         zr_coder_free(s->zc);
@@ -141,16 +144,36 @@ fail:
         return r;
 }
 
+/* ZR_E_LOCKED for a lock on meta.zr that `fd` could not take (`exclusive`:
+ * a writer's), naming who holds it (holder.h) and what to do. */
+static int store_locked(zr_store *s, int fd, bool exclusive, zr_error *err) {
+        char who[ZR_ERROR_MESSAGE_MAX];
+        /* making a read-only store writable, its own shared lock is no news */
+        zr_holder_describe(s->dirfd, fd, exclusive, s->read_only && exclusive, who, sizeof(who));
+        if (exclusive)
+                return zr_error_set(err, ZR_E_LOCKED,
+                                    ZR_META_NAME ": the store is %s: a writer needs it to "
+                                    "itself; close it there (its datasets and loaders) and "
+                                    "write again", who);
+        return zr_error_set(err, ZR_E_LOCKED,
+                            ZR_META_NAME ": the store is %s: it opens again for reading once "
+                            "its writer has closed it", who);
+}
+
 /* Exclusive for a writable open, shared for a read-only one: readers of one
- * store (several nodes' daemons over a shared file system, where flock() is a
- * byte-range lock every node sees, and one that needs write access to be
- * exclusive) share it, and exclude every writer. */
+ * store (several daemons of one machine, or of several over a shared file
+ * system where flock() is a byte-range lock every machine sees, and one that
+ * needs write access to be exclusive) share it, and exclude every writer. A
+ * writer leaves its record (holder.h). */
 static int store_lock(zr_store *s, zr_error *err) {
         if (flock(s->meta_fd, (s->read_only ? LOCK_SH : LOCK_EX) | LOCK_NB) < 0) {
                 if (errno == EWOULDBLOCK)
-                        return zr_error_set(err, ZR_E_LOCKED,
-                                            ZR_META_NAME ": the store is open elsewhere");
+                        return store_locked(s, s->meta_fd, !s->read_only, err);
                 return zr_error_errno(err, errno, ZR_META_NAME ": flock");
+        }
+        if (!s->read_only) {
+                zr_holder_record(s->dirfd);
+                s->recorded = 1;
         }
         return 0;
 }
@@ -645,12 +668,69 @@ int zr_store_failed(const zr_store *s) {
         return atomic_load(&s->failed);
 }
 
+/* Takes the shared lock again after a failed upgrade; if another process took
+ * the store meanwhile, this one is stale (and *err says so, after what it
+ * says already). */
+static void store_relock_shared(zr_store *s, zr_error *err) {
+        if (flock(s->meta_fd, LOCK_SH | LOCK_NB) == 0)
+                return;
+        atomic_store(&s->stale, 1);
+        if (err && strlen(err->message) + 80 < sizeof(err->message))
+                strcat(err->message, "; and another process took it meanwhile: this process "
+                       "serves it no more, open it again");
+}
+
+int zr_store_stale(const zr_store *s) {
+        return atomic_load(&s->stale);
+}
+
+int zr_store_check_unchanged(zr_store *s, zr_error *err) {
+        uint8_t buf[ZR_HEADER_SIZE];
+        struct stat st;
+        zr_header h;
+        zr_error e = {0};
+
+        if (atomic_load(&s->stale))
+                return zr_error_set(err, ZR_E_STALE, ZR_META_NAME ": the store changed on disk "
+                                    "since this process opened it: open it again");
+        if (!s->read_only)
+                return 0;
+        if (fstat(s->meta_fd, &st) < 0)
+                return zr_error_errno(err, errno, ZR_META_NAME ": stat");
+        int64_t n = zr_pread_all(s->meta_fd, buf, sizeof(buf), 0);
+        if (n < 0)
+                return zr_error_errno(err, (int)-n, ZR_META_NAME ": read");
+        uint64_t was = atomic_load(&s->length), tail = atomic_load(&s->tail);
+        bool same = st.st_nlink > 0 && zr_header_decode(buf, (size_t)n, &h, &e) == 0 &&
+                    h.length == was && h.flags == s->flags;
+        if (same) {
+                uint64_t t = tail_make(h.tail_chunk, h.tail_offset);
+                if (h.tail_offset == s->chunk_cap)
+                        t = tail_make((uint64_t)h.tail_chunk + 1, 0);
+                same = t == tail;
+        }
+        if (same)
+                return 0;
+        atomic_store(&s->stale, 1);
+        if (st.st_nlink == 0)
+                return zr_error_set(err, ZR_E_STALE, ZR_META_NAME ": the store was removed or "
+                                    "replaced since this process opened it: open it again");
+        return zr_error_set(err, ZR_E_STALE,
+                            ZR_META_NAME ": the store changed on disk since this process "
+                            "opened it (%" PRIu64 " records then%s%s): a program that does not "
+                            "honour its lock wrote it (loaderx 1.5.7, or a machine whose "
+                            "locks this file system does not share); open it again", was,
+                            e.code ? "; now: " : "", e.code ? e.message : "");
+}
+
 int zr_store_make_writable(zr_store *s, int dirfd, zr_error *err) {
         struct stat os, ns;
         int *chunk_fds = NULL, *loc_fds = NULL, newdir, mfd = -1, r;
 
         if (!s->read_only)
                 return zr_store_check_writable(s, err);
+        if (atomic_load(&s->stale))
+                return zr_store_check_unchanged(s, err);
         newdir = fcntl(dirfd, F_DUPFD_CLOEXEC, 3);
         if (newdir < 0)
                 return zr_error_errno(err, errno, "store directory: dup");
@@ -679,17 +759,31 @@ int zr_store_make_writable(zr_store *s, int dirfd, zr_error *err) {
          * is a byte-range lock, an exclusive one needs write access). The
          * read-only open holds a shared one on the old description, which
          * would conflict: it goes first, and comes back if the exclusive one
-         * cannot be had (another process shares the store). */
+         * cannot be had (another process shares the store). Letting it go
+         * opens a window in which another process could take the store for
+         * writing and keep this one out for good, so other holders this
+         * machine shows are refused first, with ours kept; should the window
+         * be lost all the same (a writer of another machine), the store is
+         * served no more (stale). */
+        if (zr_holder_others(s->meta_fd) > 0) {
+                r = store_locked(s, s->meta_fd, true, err);
+                goto abort;
+        }
         (void)flock(s->meta_fd, LOCK_UN);
         if (flock(mfd, LOCK_EX | LOCK_NB) < 0) {
-                r = errno == EWOULDBLOCK
-                            ? zr_error_set(err, ZR_E_LOCKED, ZR_META_NAME ": the store is open "
-                                           "elsewhere, it cannot be made writable")
-                            : zr_error_errno(err, errno, ZR_META_NAME ": flock");
-                (void)flock(s->meta_fd, LOCK_SH | LOCK_NB);
-                zr_files_reopen_abort(s->chunks, chunk_fds);
-                zr_files_reopen_abort(s->locs, loc_fds);
-                goto fail;
+                r = errno == EWOULDBLOCK ? store_locked(s, mfd, true, err)
+                                         : zr_error_errno(err, errno, ZR_META_NAME ": flock");
+                store_relock_shared(s, err);
+                goto abort;
+        }
+        /* Held shared since it was opened, it cannot have changed, unless a
+         * process that does not honour the lock wrote it meanwhile: writing
+         * on the old length and frontier would destroy that process's work. */
+        r = zr_store_check_unchanged(s, err);
+        if (r < 0) {
+                (void)flock(mfd, LOCK_UN);
+                store_relock_shared(s, err);
+                goto abort;
         }
         zr_files_reopen_commit(s->chunks, newdir, chunk_fds);
         zr_files_reopen_commit(s->locs, newdir, loc_fds);
@@ -698,7 +792,12 @@ int zr_store_make_writable(zr_store *s, int dirfd, zr_error *err) {
         close(s->dirfd);
         s->dirfd = newdir;
         s->read_only = 0;
+        zr_holder_record(s->dirfd);
+        s->recorded = 1;
         return 0;
+abort:
+        zr_files_reopen_abort(s->chunks, chunk_fds);
+        zr_files_reopen_abort(s->locs, loc_fds);
 fail:
         if (mfd >= 0)
                 close(mfd);

@@ -6,8 +6,21 @@
  * specified in format.h and docs/FORMAT.md. It holds N records, each an opaque
  * byte string of 0 to 2^31 bytes, addressed by a dense index space 0..N-1. The store does not know about dtypes, shapes or sockets.
  *
- * Ownership: one process owns a store at a time (an exclusive flock on meta.zr);
- * a second opener gets ZR_E_LOCKED. Inside that process one zr_store is shared.
+ * Ownership: a store opened for writing is its writer's alone; one opened
+ * read-only is shared by every reader. The lock is a flock() on meta.zr, on
+ * the zr_store's own open file description (so two opens in one process are
+ * two holders): exclusive for a writable open (zr_store_create(),
+ * zr_store_open() without read_only, zr_store_make_writable()), shared for a
+ * read-only one. A read-only open never writes a byte of the store, finishes
+ * nothing a crash interrupted and takes no writer's lock, so any number of
+ * processes (daemons of one machine, or of several over a file system whose
+ * locks every machine sees: docs/MULTINODE.md) read one store at once, and a
+ * backend that can only read (a remote store) can offer exactly this mode. An
+ * opener that cannot have its lock gets ZR_E_LOCKED saying who holds the store
+ * (holder.h: the pid from the kernel's lock table, the host from the writer's
+ * record writer.zr) and what to do. The daemon opens every store read-only and
+ * makes it writable at its first write (zr_store_make_writable()). Inside a
+ * process one zr_store is shared.
  *
  * Concurrency: zr_store_gather*(), zr_store_locate(), zr_store_length(),
  * zr_store_stats(), zr_store_verify(), zr_store_read_dict() and zr_store_sync()
@@ -79,8 +92,10 @@ typedef struct zr_store_options {
          * creation; recorded in the header (a reserved byte that is 0 for 4 GiB), so
          * an opener never needs it. Tests use small chunks to cross rollovers. */
         unsigned chunk_log2;
-        /* Open for reading only: every mutation fails with ZR_E_READONLY. The
-         * exclusive lock is taken all the same (one owner per store). */
+        /* Open for reading only: the shared lock (readers share the store, and
+         * keep writers out); nothing of the store is written, not even to
+         * finish a change a crash interrupted (zr_store_open()); every mutation
+         * fails with ZR_E_READONLY. */
         int read_only;
         /* Read with pread() instead of through read-only mappings of the chunk
          * and .loc files. Mappings make a gather of small records cost no system
@@ -113,11 +128,16 @@ typedef struct zr_stats {
 int zr_store_create(int dirfd, enum zr_codec codec, const void *dict, size_t dict_len,
                     const zr_store_options *opts, zr_store **ret, zr_error *err);
 
-/* Opens the existing store in `dirfd`. Redoes or discards an interrupted delete
- * batch, so the store it returns is consistent. Errors: ZR_E_NOT_STORE (no meta.zr),
- * ZR_E_BAD_MAGIC, ZR_E_BAD_VERSION, ZR_E_BAD_CODEC, ZR_E_CORRUPT (truncated header,
- * missing or short files), ZR_E_NO_DICT (zstd_dict store with a dictionary declared
- * but no readable dict.zr), ZR_E_LOCKED. `opts` may be NULL. */
+/* Opens the existing store in `dirfd`. A writable open redoes or discards an
+ * interrupted delete batch (under its exclusive lock, so never while another
+ * writer is alive), so the store it returns is consistent; a read-only open of
+ * a store whose delete journal must be redone fails with ZR_E_READONLY (a
+ * torn or stale journal it ignores): open it writable once. Errors:
+ * ZR_E_NOT_STORE (no meta.zr), ZR_E_BAD_MAGIC, ZR_E_BAD_VERSION,
+ * ZR_E_BAD_CODEC, ZR_E_CORRUPT (truncated header, missing or short files),
+ * ZR_E_NO_DICT (zstd_dict store with a dictionary declared but no readable
+ * dict.zr), ZR_E_LOCKED (another holder: a writer, or for a writable open any
+ * holder; the message names it), ZR_E_READONLY. `opts` may be NULL. */
 int zr_store_open(int dirfd, const zr_store_options *opts, zr_store **ret, zr_error *err);
 
 /* Syncs (as zr_store_sync()), releases the lock and frees the store. NULL allowed.
@@ -134,13 +154,34 @@ int zr_store_close(zr_store *s, zr_error *err);
  * open (EACCES otherwise); then the store works through dirfd (duplicated)
  * from now on. On failure nothing changes (EACCES, EROFS, ... as the opens
  * fail). The shared lock of the read-only open becomes an exclusive one
- * (ZR_E_LOCKED, nothing changed, if another process shares the store).
- * Returns 0 at once for a writable store, ZR_E_READONLY for one that failed.
+ * (ZR_E_LOCKED naming the other holders, nothing changed, if another open
+ * file description shares the store) and the writer's record is left
+ * (holder.h). A store that changed on disk since it was opened is ZR_E_STALE
+ * (zr_store_check_unchanged()), never written on a view that is out of date.
+ * The shared lock is let go for an instant: should another process take the
+ * store in it, the store is stale (the ZR_E_LOCKED message says so). Returns
+ * 0 at once for a writable store, ZR_E_READONLY for one that failed.
  * Exclusive. */
 int zr_store_make_writable(zr_store *s, int dirfd, zr_error *err);
 
 /* 1 if the store is read-only (opened so, and not made writable since). */
 int zr_store_read_only(const zr_store *s);
+
+/* For a read-only store: whether meta.zr still says what the store saw when
+ * it opened (length, frontier, flags) and is still linked. While a reader
+ * holds its shared lock nobody who honours the lock writes the store, so a
+ * change means one who does not wrote it (loaderx 1.5.7, which takes no lock;
+ * a daemon of another machine where the file system's locks stay on each
+ * machine). Returns 0, or ZR_E_STALE once it differs, and from then on
+ * (zr_store_stale()); the -errno of a failed read marks nothing. One fstat and
+ * a 32-byte pread (a network file system may answer from its cache for a few
+ * seconds). 0 at once for a writable store: its header is its own. Lock-free. */
+int zr_store_check_unchanged(zr_store *s, zr_error *err);
+
+/* 1 once the store was found changed on disk (zr_store_check_unchanged()) or
+ * lost its lock (zr_store_make_writable()): its users must stop serving it
+ * (ZR_E_STALE) and open it again. Lock-free. */
+int zr_store_stale(const zr_store *s);
 
 /* The (st_dev, st_ino) of the meta.zr the store has open. */
 void zr_store_meta_id(const zr_store *s, dev_t *ret_dev, ino_t *ret_ino);

@@ -4,6 +4,7 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -165,12 +166,31 @@ START_TEST(test_lock_and_exists) {
 
         tdir_make(&d);
         s = create_store(&d, ZR_CODEC_RAW, 0, NULL);
-        /* a second open in the same process: another open file description */
+        /* a second open in the same process: another open file description;
+         * the refusal names the holder, as /proc/locks shows it */
+        char self[64];
+        snprintf(self, sizeof(self), "written by this process (pid %ld)", (long)getpid());
         ck_assert_int_eq(zr_store_open(d.fd, NULL, &s2, &err), -ZR_E_LOCKED);
         ck_assert_ptr_null(s2);
-        ck_assert_ptr_nonnull(strstr(err.message, "meta.zr"));
+        ck_assert_msg(strstr(err.message, "meta.zr") && strstr(err.message, self) &&
+                      strstr(err.message, "needs it to itself"), "%s", err.message);
         zr_store_options ro = { .read_only = 1 };
-        ck_assert_int_eq(zr_store_open(d.fd, &ro, &s2, NULL), -ZR_E_LOCKED);
+        zr_error_clear(&err);
+        ck_assert_int_eq(zr_store_open(d.fd, &ro, &s2, &err), -ZR_E_LOCKED);
+        ck_assert_msg(strstr(err.message, self) && strstr(err.message, "for reading once"),
+                      "%s", err.message);
+        /* the writer's record, for a refused opener of another machine */
+        ck_assert(tdir_has(&d, "writer.zr"));
+        {
+                char rec[256] = "", want[64];
+                int rfd = openat(d.fd, "writer.zr", O_RDONLY | O_CLOEXEC);
+                ck_assert_int_ge(rfd, 0);
+                ck_assert_int_gt(read(rfd, rec, sizeof(rec) - 1), 0);
+                close(rfd);
+                snprintf(want, sizeof(want), "pid=%ld host=", (long)getpid());
+                ck_assert_msg(strncmp(rec, want, strlen(want)) == 0 && strstr(rec, " since="),
+                              "%s", rec);
+        }
         /* read-only opens share the store (a shared lock), and keep writers out */
         {
                 tdir d2;
@@ -178,9 +198,16 @@ START_TEST(test_lock_and_exists) {
                 tdir_make(&d2);
                 w = create_store(&d2, ZR_CODEC_RAW, 0, NULL);
                 zr_store_close(w, NULL);
+                ck_assert(!tdir_has(&d2, "writer.zr")); /* gone with its writer */
                 ck_assert_int_eq(zr_store_open(d2.fd, &ro, &r1, NULL), 0);
                 ck_assert_int_eq(zr_store_open(d2.fd, &ro, &r2, NULL), 0);
-                ck_assert_int_eq(zr_store_open(d2.fd, NULL, &w2, NULL), -ZR_E_LOCKED);
+                ck_assert(!tdir_has(&d2, "writer.zr")); /* readers leave no record */
+                zr_error_clear(&err);
+                ck_assert_int_eq(zr_store_open(d2.fd, NULL, &w2, &err), -ZR_E_LOCKED);
+                char two[128];
+                snprintf(two, sizeof(two), "read by this process (pid %ld) on this machine; "
+                         "read by this process", (long)getpid());
+                ck_assert_msg(strstr(err.message, two), "%s", err.message);
                 zr_store_close(r1, NULL);
                 ck_assert_int_eq(zr_store_open(d2.fd, NULL, &w2, NULL), -ZR_E_LOCKED);
                 zr_store_close(r2, NULL);
