@@ -141,8 +141,8 @@ static int lx_finish_delete(zr_lxragged *d, zr_error *err) {
                                     " of %" PRIu64 " records in flight, the store has %" PRIu64,
                                     k, before, len);
         if (d->read_only)
-                return zr_error_set(err, ZR_E_CORRUPT, "a delete was interrupted (schema.msgpack "
-                                    "notes it): open the store writable once to finish it");
+                return zr_error_set(err, ZR_E_READONLY, "a delete was interrupted (schema.msgpack "
+                                    "notes it): a writer must finish it");
         if (len == before)
                 r = zr_store_delete(d->store, d->schema.pending + 1, k, err);
         if (r >= 0) {
@@ -169,10 +169,11 @@ static int lx_recover(zr_lxragged *d, zr_error *err) {
         if (shapes == len)
                 return 0;
         if (shapes > len || d->read_only)
-                return zr_error_set(err, ZR_E_CORRUPT, "schema.msgpack has %" PRIu64 " shapes, the "
-                                    "store %" PRIu64 " records%s", shapes, len,
-                                    shapes > len ? "" : ": an append was interrupted; open the "
-                                    "store writable once to undo it");
+                return zr_error_set(err, shapes > len ? ZR_E_CORRUPT : ZR_E_READONLY,
+                                    "schema.msgpack has %" PRIu64 " shapes, the store %" PRIu64
+                                    " records%s", shapes, len,
+                                    shapes > len ? "" : ": an append was interrupted; a writer "
+                                    "must undo it");
         /* records with no shapes: an append whose schema never landed */
         tail = malloc((len - shapes) * sizeof(*tail));
         if (!tail)

@@ -18,9 +18,11 @@
  *   delete ("zrecord.pending_delete": the length before, the indices), then the
  *   store's delete (itself all-or-nothing), then the schema without the note.
  *   Killed anywhere, open (writable) finishes the delete from the note.
- * A read-only open of a store left that way is ZR_E_CORRUPT, saying to open it
- * writable. loaderx 1.5.7 does neither (it writes the store, then the schema in
- * place); a store it left inconsistent is ZR_E_CORRUPT too, never misread.
+ * A read-only open of a store left that way is ZR_E_READONLY, saying that a
+ * writer must finish it (the daemon's registry then opens it writable once:
+ * server/registry.h). loaderx 1.5.7 does neither (it writes the store, then the
+ * schema in place); a store it left with more shapes than records is
+ * ZR_E_CORRUPT, never misread.
  *
  * Concurrency is the store's (store.h): gathers may run beside each other; append,
  * delete, compact and close need exclusive access here, since the shape table
@@ -50,8 +52,9 @@ int zr_lxragged_create(int dirfd, const char *dtype, enum zr_codec codec, const 
 /* Opens the store in dirfd and its schema, recovering an interrupted append or
  * delete (above). ZR_E_SCHEMA if schema.msgpack is not a loaderx 1.5.7 ragged
  * schema or names another codec than the store's; ZR_E_CORRUPT if the shapes do
- * not match the store and cannot be recovered (or the store is opened read-only);
- * the errors of zr_store_open() and zr_lxfile_read(). */
+ * not match the store and cannot be recovered; ZR_E_READONLY for a read-only
+ * open of a store a writer must recover; the errors of zr_store_open() and
+ * zr_lxfile_read(). */
 int zr_lxragged_open(int dirfd, const zr_store_options *opts, zr_lxragged **ret, zr_error *err);
 
 /* Closes the store (syncing it) and frees everything. NULL allowed. */

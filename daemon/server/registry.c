@@ -114,6 +114,9 @@ static void opening_leave(zr_registry *reg, dev_t dev, ino_t ino) {
 static void entry_free(zr_entry *e) {
         zr_dataset_close(e->ds, NULL);
         opening_held(e->reg, e->dev, e->ino, false);
+        if (e->write_dirfd >= 0)
+                close(e->write_dirfd);
+        pthread_mutex_destroy(&e->write_mu);
         free(e);
 }
 
@@ -146,6 +149,8 @@ static int insert(zr_registry *reg, zr_dataset *ds, const struct stat *st, zr_en
         e->dev = st->st_dev;
         e->ino = st->st_ino;
         e->ds = ds;
+        e->write_dirfd = -1;
+        pthread_mutex_init(&e->write_mu, NULL);
         zr_store_meta_id(zr_dataset_store(ds), &e->meta_dev, &e->meta_ino);
         zr_entry_update(e);
         e->refs = 1;
@@ -168,9 +173,11 @@ static int same_meta(const zr_entry *e, int dirfd, zr_error *err) {
         return r;
 }
 
+/* The entry of (dev, ino) that is not stale: one found changed on disk (store.h)
+ * serves only the handles that had it, and a new opener gets a new instance. */
 static zr_entry *find(zr_registry *reg, dev_t dev, ino_t ino) {
         for (zr_entry *e = reg->head; e; e = e->next)
-                if (e->dev == dev && e->ino == ino)
+                if (e->dev == dev && e->ino == ino && !zr_store_stale(zr_dataset_store(e->ds)))
                         return e;
         return NULL;
 }
@@ -185,23 +192,37 @@ zr_entry *zr_registry_lookup(zr_registry *reg, int dirfd, struct stat *ret_st, z
         if (ret_st)
                 *ret_st = st;
         zr_entry *e = find(reg, st.st_dev, st.st_ino);
+        /* a read-only instance is shared only while meta.zr says what it saw */
+        if (e && zr_store_check_unchanged(zr_dataset_store(e->ds), NULL) == -ZR_E_STALE)
+                e = NULL;
         if (e && same_meta(e, dirfd, err) < 0)
                 return NULL;
         return zr_entry_ref(e);
 }
 
 int zr_registry_open_dataset(zr_pool *pool, int dirfd, zr_dataset **ret, zr_error *err) {
-        zr_store_options opts = {.pool = pool};
-        int r = zr_dataset_open(dirfd, &opts, ret, err);
+        zr_store_options opts = {.pool = pool, .read_only = 1};
+        zr_error rerr = {0};
+        zr_dataset *w = NULL;
+        int r = zr_dataset_open(dirfd, &opts, ret, &rerr);
 
-        if (r == -EACCES || r == -EROFS || r == -EPERM) {
-                /* The daemon may read but not write this store: serve it read-only. */
-                zr_error e2 = {0};
-                opts.read_only = 1;
-                if (zr_dataset_open(dirfd, &opts, ret, &e2) == 0)
-                        r = 0;
-        }
-        return r;
+        if (r != -ZR_E_READONLY)
+                return r < 0 ? zr_error_set(err, rerr.code, "%s", rerr.message) : r;
+        /* Left mid-change by a crash: a writable open finishes the change under
+         * the exclusive lock, then the store is opened for reading again. */
+        opts.read_only = 0;
+        zr_error werr = {0};
+        r = zr_dataset_open(dirfd, &opts, &w, &werr);
+        if (r == -ZR_E_LOCKED)
+                return zr_error_set(err, werr.code, "%s", werr.message);
+        if (r < 0)
+                return zr_error_set(err, rerr.code, "%s (finishing it: %s)", rerr.message,
+                                    werr.message);
+        r = zr_dataset_close(w, &werr);
+        if (r < 0)
+                return zr_error_set(err, werr.code, "%s", werr.message);
+        opts.read_only = 1;
+        return zr_dataset_open(dirfd, &opts, ret, err);
 }
 
 int zr_registry_open_job(zr_registry *reg, int dirfd, const struct stat *st, zr_dataset **ret,
@@ -299,16 +320,43 @@ int zr_registry_create_dataset(zr_pool *pool, int dirfd, const zr_schema *schema
 int zr_registry_insert(zr_registry *reg, zr_dataset *ds, dev_t dev, ino_t ino, zr_entry **ret,
                        zr_error *err) {
         struct stat st = {.st_dev = dev, .st_ino = ino};
-        for (zr_entry *e = reg->head; e; e = e->next)
-                if (e->dev == dev && e->ino == ino) {
-                        zr_dataset_close(ds, NULL);
-                        return zr_error_set(err, ZR_E_EXISTS, "the store is already open");
-                }
+        if (find(reg, dev, ino)) {
+                zr_dataset_close(ds, NULL);
+                return zr_error_set(err, ZR_E_EXISTS, "the store is already open");
+        }
         return insert(reg, ds, &st, ret, err);
 }
 
-int zr_entry_make_writable(zr_entry *e, int dirfd, zr_error *err) {
-        return zr_dataset_make_writable(e->ds, dirfd, err);
+void zr_entry_offer_write_dir(zr_entry *e, int dirfd) {
+        if (!e->read_only)
+                return;
+        int fd = fcntl(dirfd, F_DUPFD_CLOEXEC, 3);
+        if (fd < 0)
+                return; /* the first write then fails, saying why */
+        pthread_mutex_lock(&e->write_mu);
+        int old = e->write_dirfd;
+        e->write_dirfd = fd;
+        pthread_mutex_unlock(&e->write_mu);
+        if (old >= 0)
+                close(old);
+}
+
+int zr_entry_make_writable(zr_entry *e, zr_error *err) {
+        zr_store *s = zr_dataset_store(e->ds);
+        int fd = -1, r;
+
+        if (!zr_store_read_only(s))
+                return 0;
+        pthread_mutex_lock(&e->write_mu);
+        if (e->write_dirfd >= 0)
+                fd = fcntl(e->write_dirfd, F_DUPFD_CLOEXEC, 3);
+        pthread_mutex_unlock(&e->write_mu);
+        if (fd < 0)
+                return zr_error_set(err, ZR_E_READONLY, "the store was opened read-only by "
+                                    "every client that has it open");
+        r = zr_dataset_make_writable(e->ds, fd, err);
+        close(fd);
+        return r;
 }
 
 void zr_entry_update(zr_entry *e) {

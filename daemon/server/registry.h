@@ -13,12 +13,27 @@
  * is not used for anything else, so what it has mounted over the store's
  * names in its own namespace changes nothing.
  *
- * A store the daemon could not open for writing through the first opener's
- * directory (a read-only mount, or files the daemon may not write) is shared
- * read-only (`read_only`). That must not pin it read-only for everybody: a
- * later opener with write access (an O_RDWR meta.zr) whose directory the
- * daemon can write through makes the instance writable for all
- * (zr_entry_make_writable(), a job under the dataset's exclusive lock).
+ * Reading never takes a writer's lock: every store is opened read-only, with
+ * the shared lock on its meta.zr (store.h, "Ownership"), so that other
+ * daemons (of this machine, or of others over a shared file system) may read
+ * it at once. An opener with write access (an O_RDWR meta.zr) leaves the
+ * directory it came through with the entry (zr_entry_offer_write_dir(): the
+ * latest such opener's); the first mutation makes the instance writable
+ * through it (zr_entry_make_writable(), in the mutation's job under the
+ * dataset's exclusive lock: zr_mutation_begin()), which takes the exclusive
+ * lock or fails with ZR_E_LOCKED naming who holds the store. From then on the
+ * instance is writable for every handle with write access, until it closes.
+ * A read-only path (a read-only mount, files the daemon may not write) never
+ * pins a store read-only for the others: a later opener with write access
+ * brings a directory the daemon can write through.
+ *
+ * A store left mid-change by a crash (a delete journal to redo, a loaderx
+ * 1.5.7 ragged store with a delete noted or records without shapes) does not
+ * open read-only (ZR_E_READONLY). zr_registry_open_dataset() then opens it
+ * writable, which finishes the change under the exclusive lock (so never while
+ * a writer may be alive: a live writer holds that lock), closes it and opens it
+ * read-only again. Where the daemon may not write it, the open fails with that
+ * ZR_E_READONLY; where another process holds the store, with ZR_E_LOCKED.
  *
  * Threads: the table (lookup, insert, ref, unref) belongs to the loop thread.
  * A job on a worker uses an entry it holds a reference on: its dataset, under
@@ -35,6 +50,7 @@
 #ifndef ZR_SERVER_REGISTRY_H
 #define ZR_SERVER_REGISTRY_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/stat.h>
@@ -55,13 +71,16 @@ typedef struct zr_entry {
         ino_t meta_ino;
         zr_dataset *ds;               /* its id is the entry's (logs, lock order) */
         /* loop thread only */
-        bool read_only;               /* opened read-only: not writable through the
-                                       * directory it was opened with */
+        bool read_only;               /* not made writable yet (zr_entry_update()) */
         unsigned refs;
         uint64_t synced_generation;   /* the generation a closing sync covered */
         bool syncing;                 /* a closing sync is on the pool */
         zr_registry *reg;
         struct zr_entry *next;
+        /* the directory of the latest opener with write access, or -1: set on
+         * the loop, taken by a mutation's job (zr_entry_make_writable()) */
+        pthread_mutex_t write_mu;
+        int write_dirfd;
 } zr_entry;
 
 int zr_registry_new(zr_pool *pool, zr_registry **ret);
@@ -76,16 +95,24 @@ zr_registry *zr_registry_free(zr_registry *reg);
 
 /* The open entry of the store in directory `dirfd` (fstat), with a new
  * reference, if dirfd resolves meta.zr to the file it holds (ZR_E_LOCKED if
- * not), or opens it (zr_dataset_open; read-only, and `read_only` set, if it
- * cannot be opened for writing through dirfd) and inserts it. Returns 0 and
- * sets *ret, or a negative code with *err set. */
+ * not), or opens it read-only (zr_registry_open_dataset()) and inserts it.
+ * Returns 0 and sets *ret, or a negative code with *err set. */
 int zr_registry_open(zr_registry *reg, int dirfd, zr_entry **ret, zr_error *err);
 
-/* Makes e's store writable through dirfd, a directory of the store whose
- * opener proved write access (zr_dataset_make_writable()). In a job, with the
- * dataset's exclusive lock held; back on the loop, zr_entry_update() notes
- * the outcome in e->read_only. */
-int zr_entry_make_writable(zr_entry *e, int dirfd, zr_error *err);
+/* An opener with write access came through dirfd (borrowed; duplicated): the
+ * directory e's store is made writable through at its first mutation, unless
+ * it is writable already. Replaces the one an earlier opener left. Loop
+ * thread. */
+void zr_entry_offer_write_dir(zr_entry *e, int dirfd);
+
+/* Makes e's store writable, if it is not, through the directory an opener
+ * with write access left (zr_dataset_make_writable()): the exclusive lock on
+ * its meta.zr, or ZR_E_LOCKED naming who holds the store; EACCES, EROFS, ...
+ * where the daemon cannot write through that directory; ZR_E_READONLY if no
+ * opener with write access came. In a job, with the dataset's exclusive lock
+ * held; back on the loop, zr_entry_update() notes the outcome in
+ * e->read_only. */
+int zr_entry_make_writable(zr_entry *e, zr_error *err);
 void zr_entry_update(zr_entry *e);
 
 /* The same in steps, so that the open itself runs on a worker: opening a store
@@ -119,8 +146,9 @@ int zr_registry_adopt(zr_registry *reg, zr_dataset *ds, const struct stat *st, z
                       zr_error *err);
 void zr_registry_abandon(zr_registry *reg, zr_dataset *ds, const struct stat *st);
 
-/* Opens the dataset in `dirfd` as zr_registry_open() would, read-only where the
- * daemon may not write; touches no registry state (any thread). */
+/* Opens the dataset in `dirfd` read-only (the shared lock), as
+ * zr_registry_open() would, finishing first a change a crash interrupted
+ * (above); touches no registry state (any thread). */
 int zr_registry_open_dataset(zr_pool *pool, int dirfd, zr_dataset **ret, zr_error *err);
 
 /* Creates a dataset in the empty directory `dirfd` with the registry's pool

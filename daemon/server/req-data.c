@@ -228,7 +228,13 @@ static void read_run(zr_job *job) {
         read_state *st = rq->state;
 
         zr_dataset_lock(st->entry->ds, false);
-        rq->result = read_gather(rq, st);
+        if (zr_store_stale(zr_dataset_store(st->entry->ds)))
+                /* changed on disk under this read-only instance (store.h) */
+                rq->result = zr_request_fail(rq, ZR_E_STALE, "the store changed on disk since "
+                                             "the daemon opened it (a program that does not "
+                                             "honour its lock wrote it): open it again");
+        else
+                rq->result = read_gather(rq, st);
         zr_dataset_unlock(st->entry->ds);
 }
 
@@ -446,15 +452,17 @@ static void append_run(zr_job *job) {
         }
         if (!st->set) {
                 append_part *p = &st->parts[0];
-                zr_mutation_begin(rq, &p->entry, 1, zr_dataset_append_exclusive(p->entry->ds));
-                r = zr_dataset_append(p->entry->ds, &p->batch, &st->first, &rq->err);
+                r = zr_mutation_begin(rq, &p->entry, 1,
+                                      zr_dataset_append_exclusive(p->entry->ds));
+                if (r == 0)
+                        r = zr_dataset_append(p->entry->ds, &p->batch, &st->first, &rq->err);
                 st->length = zr_dataset_length(p->entry->ds);
                 zr_mutation_end(rq, r == 0 && p->count);
                 st->count = p->count;
                 rq->result = r;
                 return;
         }
-        zr_mutation_begin(rq, entries, st->n, true);
+        r = zr_mutation_begin(rq, entries, st->n, true);
         /* Validate every stream before writing any (PROTOCOL.md, APPEND). */
         for (uint32_t i = 0; i < st->n && r == 0; i++) {
                 uint64_t n;
@@ -616,8 +624,9 @@ static void delete_run(zr_job *job) {
         delete_state *st = rq->state;
         uint32_t changed = 0;
         int r;
-        zr_mutation_begin(rq, st->entries, st->n, true);
-        r = check_range(rq, st->idx, st->count, zr_dataset_length(st->entries[0]->ds));
+        r = zr_mutation_begin(rq, st->entries, st->n, true);
+        if (r == 0)
+                r = check_range(rq, st->idx, st->count, zr_dataset_length(st->entries[0]->ds));
         for (uint32_t i = 0; i < st->n && r == 0; i++) {
                 r = zr_dataset_delete(st->entries[i]->ds, st->idx, st->count, &rq->err);
                 /* past the first stream, a failure leaves the set changed */

@@ -145,9 +145,10 @@ static void install_state_free(void *p) {
 static void install_run(zr_job *job) {
         zr_request *rq = (zr_request *)job;
         install_state *st = rq->state;
-        zr_mutation_begin(rq, &st->entry, 1, true);
-        int r = zr_dataset_install_dict(st->entry->ds, st->dict.data, (size_t)st->dict_bytes,
-                                        &rq->err);
+        int r = zr_mutation_begin(rq, &st->entry, 1, true);
+        if (r == 0)
+                r = zr_dataset_install_dict(st->entry->ds, st->dict.data,
+                                            (size_t)st->dict_bytes, &rq->err);
         zr_mutation_end(rq, r == 0);
         rq->result = r;
 }

@@ -480,6 +480,18 @@ int zr_handle_loader_open(zr_request *rq) {
                 if (r < 0)
                         goto fail;
         }
+        /* a store another program changed on disk since the daemon opened it
+         * read-only is never served (store.h, zr_store_check_unchanged()) */
+        for (uint32_t i = 0; i < n; i++) {
+                zr_error err = {0};
+                r = zr_store_check_unchanged(zr_dataset_store(streams[i].ds), &err);
+                if (r < 0) {
+                        zr_request_fail(rq, -r, "stream %u%s%s%s: %s", i,
+                                        names[i][0] ? " '" : "", names[i],
+                                        names[i][0] ? "'" : "", err.message);
+                        goto fail;
+                }
+        }
         p.ring_bytes_max = zr_request_shm_left(rq);
         if (p.ring_bytes_max == 0) {
                 r = zr_request_fail(rq, ZR_E_LIMIT, "no shared memory budget left for a ring");

@@ -6,8 +6,10 @@
  * directory, and its meta.zr opened O_RDONLY (read) or O_RDWR (write), checked
  * by access mode and by (st_dev, st_ino); for a set, each stream's directory
  * and meta.zr, the directory checked to be the root's child of that name. A
- * new store needs an empty directory the peer owns. A shared instance opened
- * read-only is made writable by an opener with write access (registry.h). Creating runs on the pool; opening a store no client has open
+ * new store needs an empty directory the peer owns. Every store is opened
+ * read-only; an opener with write access leaves its directory for the first
+ * write to make the store writable through (registry.h). Creating runs on the
+ * pool; opening a store no client has open
  * too (DATASET_OPEN: a loaderx 1.5.7 schema is a shape list that can be long,
  * registry.h), while MSSET_OPEN opens its streams on the loop thread; STATS and
  * SYNC walk or fsync and run on the pool.
@@ -237,84 +239,30 @@ int zr_handle_dataset_create(zr_request *rq) {
         return zr_request_submit(rq, create_run, create_done);
 }
 
-/* ---- a read-only instance made writable ---------------------------------- */
-
-/* The first member of the state of an open that makes shared read-only
- * instances writable (registry.h): entries[i] through dirfds[i], the
- * directory of an opener with write access (borrowed: the request's). */
-typedef struct upgrade {
-        uint32_t n;
-        zr_entry *entries[ZR_STREAMS_MAX];
-        int dirfds[ZR_STREAMS_MAX];
-} upgrade;
-
-/* On the pool: under the exclusive locks, with reads ahead cancelled (they
- * name the descriptors it replaces). A failure leaves the instance read-only,
- * as it was: the opener's writes then fail with ZR_E_READONLY. */
-static void upgrade_run(zr_job *job) {
-        zr_request *rq = (zr_request *)job;
-        upgrade *u = rq->state;
-        zr_mutation_begin(rq, u->entries, u->n, true);
-        for (uint32_t i = 0; i < u->n; i++)
-                (void)zr_entry_make_writable(u->entries[i], u->dirfds[i], NULL);
-        zr_mutation_end(rq, 0);
-}
-
-static void upgrade_note(zr_request *rq) {
-        upgrade *u = rq->state;
-        for (uint32_t i = 0; i < u->n; i++) {
-                zr_entry_update(u->entries[i]);
-                if (!u->entries[i]->read_only)
-                        zr_log(LOG_INFO, "pid %d made store %llu writable",
-                               (int)zr_request_pid(rq),
-                               (unsigned long long)zr_entry_id(u->entries[i]));
-        }
-}
-
 /* ---- DATASET_OPEN -------------------------------------------------------- */
 
 typedef struct open_state {
-        upgrade up; /* first */
         zr_registry *reg;
         struct stat st;
         bool writable;
         zr_dataset *ds;
-        zr_entry *entry; /* while it is made writable */
 } open_state;
 
 static void open_state_free(void *p) {
         open_state *st = p;
         if (st->ds)
                 zr_registry_abandon(st->reg, st->ds, &st->st);
-        zr_entry_unref(st->entry);
         free(st);
 }
 
-/* The handle and the reply, once e is writable if it can be. */
-static void open_upgraded(zr_job *job) {
-        zr_request *rq = (zr_request *)job;
-        open_state *st = rq->state;
-        int r = 0;
-        upgrade_note(rq);
-        if (!zr_request_orphaned(rq)) {
-                zr_entry *e = st->entry;
-                st->entry = NULL;
-                int id = add_dataset_handle(rq, e, true);
-                r = id < 0 ? id : reply_dataset(rq, (uint32_t)id, e, true);
-        }
-        zr_request_complete(rq, r);
-}
-
-/* Whether a writable open of e must first make the shared instance writable;
- * then st takes e for the job. */
-static bool open_needs_upgrade(zr_request *rq, open_state *st, zr_entry *e) {
-        if (!st->writable || !e->read_only)
-                return false;
-        st->entry = e;
-        st->up.n = 1;
-        st->up.entries[0] = e;
-        st->up.dirfds[0] = rq->fds[0];
-        return true;
+/* The handle of an open of e, and the reply. A writable one leaves its
+ * directory with e, which its first write makes the store writable through
+ * (registry.h). */
+static int open_reply(zr_request *rq, zr_entry *e, bool writable) {
+        if (writable)
+                zr_entry_offer_write_dir(e, rq->fds[0]);
+        int id = add_dataset_handle(rq, e, writable);
+        return id < 0 ? id : reply_dataset(rq, (uint32_t)id, e, writable);
 }
 
 /* On the pool: the store's files and its schema, which can be large (registry.h). */
@@ -342,14 +290,8 @@ static void open_done(zr_job *job) {
                 st->ds = NULL;
                 r = zr_registry_adopt(srv->registry, ds, &st->st, &e, &rq->err);
         }
-        if (r == 0 && e && !zr_request_orphaned(rq) && open_needs_upgrade(rq, st, e)) {
-                zr_request_chain(rq, upgrade_run, open_upgraded);
-                return;
-        }
-        if (r == 0 && e) {
-                int id = add_dataset_handle(rq, e, st->writable);
-                r = id < 0 ? id : reply_dataset(rq, (uint32_t)id, e, st->writable);
-        }
+        if (r == 0 && e)
+                r = open_reply(rq, e, st->writable);
         zr_request_complete(rq, r);
 }
 
@@ -374,14 +316,8 @@ int zr_handle_dataset_open(zr_request *rq) {
         st->reg = srv->registry;
         st->writable = writable;
         e = zr_registry_lookup(srv->registry, rq->fds[0], &st->st, &rq->err);
-        if (e && open_needs_upgrade(rq, st, e))
-                return zr_request_submit(rq, upgrade_run, open_upgraded);
-        if (e) { /* open already: no file to read */
-                int id = add_dataset_handle(rq, e, writable);
-                if (id < 0)
-                        return id;
-                return reply_dataset(rq, (uint32_t)id, e, writable);
-        }
+        if (e) /* open already: no file to read */
+                return open_reply(rq, e, writable);
         if (rq->err.code)
                 return -rq->err.code;
         return zr_request_submit(rq, open_run, open_done);
@@ -457,17 +393,6 @@ static bool in_list(char **names, size_t n, const char *p, size_t len) {
         return false;
 }
 
-typedef struct msset_state {
-        upgrade up;  /* first */
-        zr_set *set; /* while its members are made writable */
-} msset_state;
-
-static void msset_state_free(void *p) {
-        msset_state *st = p;
-        zr_set_free(st->set);
-        free(st);
-}
-
 /* The set's handles (one per stream, then the set's) and the reply; frees set
  * on failure. */
 static int msset_reply(zr_request *rq, zr_set *set, bool writable) {
@@ -515,19 +440,6 @@ static int msset_reply(zr_request *rq, zr_set *set, bool writable) {
 fail:
         zr_set_free(set);
         return r;
-}
-
-static void msset_upgraded(zr_job *job) {
-        zr_request *rq = (zr_request *)job;
-        msset_state *st = rq->state;
-        int r = 0;
-        upgrade_note(rq);
-        if (!zr_request_orphaned(rq)) {
-                zr_set *set = st->set;
-                st->set = NULL;
-                r = msset_reply(rq, set, true);
-        }
-        zr_request_complete(rq, r);
 }
 
 int zr_handle_msset_open(zr_request *rq) {
@@ -589,9 +501,6 @@ int zr_handle_msset_open(zr_request *rq) {
         if (at > 0)
                 return zr_request_fail(rq, EINVAL, "'streams' is not the set's stores:%s", msg);
 
-        msset_state *mst = zr_request_state(rq, sizeof(*mst), msset_state_free);
-        if (!mst)
-                return -ENOMEM;
         set = calloc(1, sizeof(*set));
         if (set) {
                 set->names = calloc(n, sizeof(char *));
@@ -640,15 +549,9 @@ int zr_handle_msset_open(zr_request *rq) {
                 r = zr_request_fail(rq, ZR_E_MISALIGNED, "streams differ in length: %s", buf);
                 goto fail;
         }
+        /* as a dataset's (open_reply()): each stream through its directory */
         for (uint32_t i = 0; writable && i < n; i++)
-                if (set->entries[i]->read_only) {
-                        mst->up.entries[mst->up.n] = set->entries[i];
-                        mst->up.dirfds[mst->up.n++] = rq->fds[1 + 2 * i];
-                }
-        if (mst->up.n > 0) {
-                mst->set = set;
-                return zr_request_submit(rq, upgrade_run, msset_upgraded);
-        }
+                zr_entry_offer_write_dir(set->entries[i], rq->fds[1 + 2 * i]);
         return msset_reply(rq, set, writable);
 fail:
         zr_set_free(set);
@@ -932,8 +835,9 @@ static void compact_run(zr_job *job) {
         zr_request *rq = (zr_request *)job;
         entry_state *st = rq->state;
         zr_compact_result res = {0};
-        zr_mutation_begin(rq, &st->entry, 1, true);
-        int r = zr_dataset_compact(st->entry->ds, &res, &rq->err);
+        int r = zr_mutation_begin(rq, &st->entry, 1, true);
+        if (r == 0)
+                r = zr_dataset_compact(st->entry->ds, &res, &rq->err);
         bool changed = res.moved > 0 || r == 0;
         if (r == 0)
                 r = zr_dataset_stats(st->entry->ds, &st->stats, &rq->err);

@@ -174,9 +174,14 @@ void zr_request_chain(zr_request *rq, zr_job_fn run, zr_job_fn done);
 /* A mutation of the datasets of entries[0..n) (1 <= n <= ZR_STREAMS_MAX; an
  * entry may repeat), in a job's run(). Begin takes their locks in the daemon's
  * lock order (server.h): exclusive, or shared when `exclusive` is false (an
- * APPEND to one dataset: the store orders appends itself). The entries must
- * stay referenced by the request's state until its done(). */
-void zr_mutation_begin(zr_request *rq, zr_entry *const *entries, uint32_t n, bool exclusive);
+ * APPEND to one dataset: the store orders appends itself). A store still open
+ * read-only is made writable first (zr_entry_make_writable(), under the
+ * exclusive locks, which are then kept for this mutation): it returns 0, or a
+ * negative code with rq->err set (ZR_E_LOCKED naming who holds the store,
+ * EACCES, ...) and the mutation must change nothing; either way the locks are
+ * held until zr_mutation_end(). The entries must stay referenced by the
+ * request's state until its done(). */
+int zr_mutation_begin(zr_request *rq, zr_entry *const *entries, uint32_t n, bool exclusive);
 /* Ends it: bumps the generation of the first `nchanged` entries (those that
  * changed, or that a failure may have changed) and releases the locks. Back on
  * the loop, before the job's done() runs, the loaders hear of every dataset of

@@ -236,23 +236,42 @@ static void accept_cb(evutil_socket_t lfd, short what, void *arg) {
 
 typedef struct sync_job {
         zr_job job;
+        zr_server *s;
         zr_entry *entry;
         int r;
+        bool stale;    /* found changed on disk now */
         zr_error err;
 } sync_job;
 
+/* A written store's sync; a read-only one's check that nobody changed it on
+ * disk (store.h, zr_store_check_unchanged()): if somebody did, its loaders end
+ * (ZR_E_STALE: the generation moves) and it is served no more. */
 static void sync_run(zr_job *job) {
         sync_job *j = (sync_job *)job;
+        zr_store *st = zr_dataset_store(j->entry->ds);
         zr_dataset_lock(j->entry->ds, false);
-        j->r = zr_dataset_sync(j->entry->ds, &j->err);
+        if (zr_store_read_only(st) && !zr_store_stale(st)) {
+                j->r = zr_store_check_unchanged(st, &j->err);
+                if (j->r == -ZR_E_STALE) {
+                        j->stale = true;
+                        zr_dataset_mutated(j->entry->ds);
+                }
+        } else {
+                j->r = zr_dataset_sync(j->entry->ds, &j->err);
+        }
         zr_dataset_unlock(j->entry->ds);
 }
 
 static void sync_done(zr_job *job) {
         sync_job *j = (sync_job *)job;
-        if (j->r < 0)
+        if (j->stale) {
+                zr_log(LOG_WARNING, "store %llu: %s", (unsigned long long)zr_entry_id(j->entry),
+                       j->err.message);
+                zr_server_dataset_mutated(j->s, j->entry);
+        } else if (j->r < 0) {
                 zr_log(LOG_ERR, "periodic sync of store %llu: %s",
                        (unsigned long long)zr_entry_id(j->entry), j->err.message);
+        }
         zr_entry_unref(j->entry);
         free(j);
 }
@@ -262,6 +281,7 @@ static void sync_one(zr_entry *e, void *arg) {
         sync_job *j = calloc(1, sizeof(*j));
         if (!j)
                 return;
+        j->s = s;
         j->entry = zr_entry_ref(e);
         j->job.run = sync_run;
         j->job.done = sync_done;

@@ -511,8 +511,15 @@ int zr_reply_empty(zr_request *rq) {
 /* A job's completion on the loop: the loaders hear of its mutation first. */
 static void request_job_done(zr_job *job) {
         zr_request *rq = (zr_request *)job;
-        for (uint32_t i = 0; i < rq->mutation.nlocked; i++)
-                zr_server_dataset_mutated(rq->session->srv, rq->mutation.locked[i]);
+        for (uint32_t i = 0; i < rq->mutation.nlocked; i++) {
+                zr_entry *e = rq->mutation.locked[i];
+                bool was_read_only = e->read_only;
+                zr_entry_update(e);
+                if (was_read_only && !e->read_only)
+                        zr_log(LOG_INFO, "pid %d made store %llu writable",
+                               (int)zr_request_pid(rq), (unsigned long long)zr_entry_id(e));
+                zr_server_dataset_mutated(rq->session->srv, e);
+        }
         rq->done(job);
 }
 
@@ -584,9 +591,18 @@ static int entry_id_cmp(const void *a, const void *b) {
         return x < y ? -1 : x > y;
 }
 
-void zr_mutation_begin(zr_request *rq, zr_entry *const *entries, uint32_t n, bool exclusive) {
+/* Whether a store of the mutation is read-only (under its dataset's lock). */
+static bool mutation_reads_only(zr_request *rq) {
+        for (uint32_t i = 0; i < rq->mutation.nlocked; i++)
+                if (zr_store_read_only(zr_dataset_store(rq->mutation.locked[i]->ds)))
+                        return true;
+        return false;
+}
+
+int zr_mutation_begin(zr_request *rq, zr_entry *const *entries, uint32_t n, bool exclusive) {
         zr_entry *sorted[ZR_STREAMS_MAX];
         uint32_t k = 0;
+        int r = 0;
 
         memcpy(rq->mutation.entries, entries, n * sizeof(*entries));
         memcpy(sorted, entries, n * sizeof(*entries));
@@ -599,12 +615,29 @@ void zr_mutation_begin(zr_request *rq, zr_entry *const *entries, uint32_t n, boo
         rq->mutation.nlocked = k;
         for (uint32_t i = 0; i < k; i++)
                 zr_dataset_lock(rq->mutation.locked[i]->ds, exclusive);
+        /* The first write to a store opened read-only makes it writable, which
+         * replaces its descriptors: under the exclusive locks. */
+        bool upgrade = mutation_reads_only(rq);
+        if (upgrade && !exclusive) {
+                for (uint32_t i = k; i-- > 0;)
+                        zr_dataset_unlock(rq->mutation.locked[i]->ds);
+                exclusive = true;
+                for (uint32_t i = 0; i < k; i++)
+                        zr_dataset_lock(rq->mutation.locked[i]->ds, exclusive);
+        }
         /* reads ahead name the stores' descriptors, which the mutation may
          * close: cancel them and wait for them first */
         if (exclusive && rq->session->srv->loaders)
                 for (uint32_t i = 0; i < k; i++)
                         zr_loader_engine_quiesce(rq->session->srv->loaders,
                                                  rq->mutation.locked[i]->ds);
+        for (uint32_t i = 0; upgrade && i < k && r == 0; i++) {
+                zr_error err = {0};
+                r = zr_entry_make_writable(rq->mutation.locked[i], &err);
+                if (r < 0)
+                        zr_request_fail(rq, -r, "%s", err.message);
+        }
+        return r;
 }
 
 void zr_mutation_end(zr_request *rq, uint32_t nchanged) {
