@@ -8,7 +8,10 @@ per "node", each pointed at its node's daemon (``ZRECORD_SOCKET``) and copy.
 - rank 0's state_dict, resumed by a job of another node count (1 node, 2 ranks),
   goes on with the same sequence;
 - a node whose copy holds other records (the same length and schema) is refused
-  by the fingerprint, and the job fails with a message naming it.
+  by the fingerprint, and the job fails with a message naming it;
+- both nodes' daemons read one store (a shared file system's view: the same
+  files), writable by the user the job runs as, without a change of its
+  permissions, and the job's batches are the single-process ones.
 """
 
 import json
@@ -68,15 +71,19 @@ def free_port():
 
 
 class Node:
-    """A "node": its own daemon (own runtime directory) and its own copy of the stores."""
+    """A "node": its own daemon (own runtime directory) and its own copy of the
+    stores, or (``shared``) the stores themselves, as a shared file system shows
+    every node the same files."""
 
-    def __init__(self, root, name, stores):
+    def __init__(self, root, name, stores, shared=False):
         self.dir = os.path.join(root, name)
         os.makedirs(os.path.join(self.dir, "run"))
-        self.stores = os.path.join(self.dir, "stores")
-        # as a user copies stores to a node: keeping the table's sparse files
-        # sparse (a .loc segment is 4 GiB, nearly all holes; docs/MULTINODE.md)
-        subprocess.run(["cp", "-r", "--sparse=always", stores, self.stores], check=True)
+        if shared:
+            self.stores = stores
+        else:
+            self.stores = os.path.join(self.dir, "stores")
+            # as a user copies stores to a node (docs/MULTINODE.md)
+            subprocess.run(["cp", "-r", "--sparse=always", stores, self.stores], check=True)
         self.proc, self.sock = start_daemon(os.path.join(self.dir, "run"))
 
     def stop(self):
@@ -110,6 +117,14 @@ def torchrun(nodes, nproc, out, *extra, timeout=240):
     return [p.returncode for p in procs], outs
 
 
+def job(nodes, out, *extra):
+    """A job that must succeed on every node: what rank 0 wrote to ``out``."""
+    codes, logs = torchrun(nodes, 2, out, "--steps", str(STEPS), *extra)
+    assert codes == [0] * len(nodes), "\n".join(logs)
+    with open(out) as f:
+        return json.load(f)
+
+
 def reference(stores, start, steps):
     """The single-node sequence: one process, world size 1, the same global batch."""
     loader = DataLoader({"x": DenseDataset(os.path.join(stores, "x")),
@@ -129,8 +144,8 @@ def nodes(tmp_path, monkeypatch):
     saved = _conn._default
     _conn._default = None
 
-    def make(name, stores):
-        node = Node(str(tmp_path), name, stores)
+    def make(name, stores, shared=False):
+        node = Node(str(tmp_path), name, stores, shared)
         started.append(node)
         return node
 
@@ -148,11 +163,7 @@ def test_two_nodes_match_one_and_resume_on_another_count(nodes, tmp_path, monkey
     use_daemon(monkeypatch, a.sock)
     want, fp = reference(a.stores, 0, 2 * STEPS)
 
-    out = str(tmp_path / "two-nodes.json")
-    codes, logs = torchrun([a, b], 2, out, "--steps", str(STEPS))
-    assert codes == [0, 0], "\n".join(logs)
-    with open(out) as f:
-        got = json.load(f)
+    got = job([a, b], str(tmp_path / "two-nodes.json"))
     assert got["world"] == 4 and got["fingerprint"] == fp
     assert got["steps"] == want[:STEPS]          # every global batch, both streams
 
@@ -160,13 +171,32 @@ def test_two_nodes_match_one_and_resume_on_another_count(nodes, tmp_path, monkey
     state = tmp_path / "state.json"
     state.write_text(json.dumps(got["state"]))
     assert got["state"]["step"] == STEPS and got["state"]["world_size"] == 4
-    out1 = str(tmp_path / "one-node.json")
-    codes, logs = torchrun([b], 2, out1, "--steps", str(STEPS), "--resume", str(state))
-    assert codes == [0], "\n".join(logs)
-    with open(out1) as f:
-        got1 = json.load(f)
+    got1 = job([b], str(tmp_path / "one-node.json"), "--resume", str(state))
     assert got1["world"] == 2
     assert got1["steps"] == want[STEPS:]
+
+
+def modes(root):
+    return {os.path.join(d, f): os.stat(os.path.join(d, f)).st_mode
+            for d, _, fs in os.walk(root) for f in fs}
+
+
+@pytest.mark.no_daemon
+def test_two_nodes_read_one_store_their_user_may_write(nodes, tmp_path, monkeypatch):
+    # one store for both nodes' daemons (a shared file system), left as its
+    # owner wrote it: every file writable by the user all four ranks run as
+    src = make_stores(tmp_path, monkeypatch, "src", seed=1)
+    before = modes(src)
+    assert all(m & 0o200 for m in before.values()), before
+    a = nodes("a", src, shared=True)
+    b = nodes("b", src, shared=True)
+    use_daemon(monkeypatch, a.sock)
+    want, fp = reference(a.stores, 0, STEPS)    # node a's daemon reads it too, meanwhile
+
+    got = job([a, b], str(tmp_path / "shared.json"))
+    assert got["world"] == 4 and got["fingerprint"] == fp
+    assert got["steps"] == want
+    assert modes(src) == before                   # no permission changed, no file added
 
 
 @pytest.mark.no_daemon

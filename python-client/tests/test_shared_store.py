@@ -1,0 +1,311 @@
+"""One store, several daemons: reading never takes a writer's lock.
+
+Two zrecordd of one box (each its own runtime directory, as two users' embedded
+daemons or two jobs' are) open one store that their clients could write (its
+owner's, mode as created) at once: datasets, a multi-stream set and loaders,
+whose batches equal a lone daemon's bit for bit. A write (APPEND, through a
+dataset or the set) while the other daemon reads is refused with ZR_E_LOCKED
+naming that daemon's pid, and changes nothing; once the reader is gone the write
+goes through, and then the writer keeps every other daemon out, named in turn.
+A delete a crash left half done (delete.zr) is not finished while another process
+holds the store (a writer may be alive), and is finished, under the writer's
+lock, by the first open once nobody holds it.
+"""
+
+import fcntl
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from loaderx import _conn
+from loaderx.utils import from_numpy
+
+from conftest import HERE, daemon_binary, restore_connection, start_daemon, stop_daemon
+
+N, FEATURES = 64, 6
+CLIENT = os.path.join(HERE, "store_client.py")
+
+
+class Client:
+    """A process of its own on one daemon (store_client.py)."""
+
+    def __init__(self, sock):
+        env = dict(os.environ, ZRECORD_SOCKET=sock)
+        env.pop("ZRECORD_IDLE_EXIT", None)
+        self.proc = subprocess.Popen([sys.executable, CLIENT], env=env, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+
+    def call(self, op, **kw):
+        self.proc.stdin.write(json.dumps(dict(op=op, **kw)) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        assert line, f"the client of {op} exited with {self.proc.wait(timeout=30)}"
+        return json.loads(line)
+
+    def ok(self, op, **kw):
+        r = self.call(op, **kw)
+        assert "ok" in r, (op, r)
+        return r["ok"]
+
+    def end(self):
+        self.proc.stdin.close()
+        assert self.proc.wait(timeout=60) == 0
+
+
+class Daemon:
+    def __init__(self, root, name):
+        self.dir = os.path.join(root, name)
+        os.makedirs(self.dir)
+        self.proc, self.sock = start_daemon(self.dir)
+        self.pid = self.proc.pid
+        self.clients = []
+
+    def client(self):
+        c = Client(self.sock)
+        self.clients.append(c)
+        return c
+
+    def stop(self):
+        for c in self.clients:
+            if c.proc.poll() is None:
+                c.proc.kill()
+                c.proc.wait()
+        assert stop_daemon(self.proc) == 0
+
+
+@pytest.fixture
+def daemons(tmp_path):
+    if not daemon_binary():
+        pytest.skip("no zrecordd binary: set ZRECORDD")
+    started = []
+
+    def start(name):
+        d = Daemon(str(tmp_path), name)
+        started.append(d)
+        return d
+
+    yield start
+    for d in started:
+        d.stop()
+
+
+@pytest.fixture
+def stores(tmp_path, monkeypatch):
+    """A set of two dense streams (x, y), written by a daemon that then exits and
+    lets them go; the files keep the modes they were made with."""
+    saved = _conn._default
+    _conn._default = None
+    run = tmp_path / "writer"
+    run.mkdir()
+    proc, sock = start_daemon(str(run))
+    try:
+        monkeypatch.setenv("ZRECORD_SOCKET", sock)
+        root = str(tmp_path / "set")
+        rng = np.random.default_rng(5)
+        from_numpy(os.path.join(root, "x"), rng.standard_normal((N, FEATURES), dtype=np.float32))
+        from_numpy(os.path.join(root, "y"), rng.standard_normal((N, 1), dtype=np.float32))
+        restore_connection(saved)
+    finally:
+        assert stop_daemon(proc) == 0
+    return root
+
+
+def wait_unwritten(store, timeout=60):
+    """Waits (bounded) until no writer holds the store: a shared flock of our own
+    on its meta.zr, taken blocking, is the event. A written store's last close
+    syncs on the daemon's pool before it lets the store go."""
+    fd = os.open(os.path.join(store, "meta.zr"), os.O_RDONLY | os.O_CLOEXEC)
+
+    def expired(signum, frame):
+        raise TimeoutError(f"{store} is still held for writing after {timeout} s")
+
+    old = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(timeout)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+        os.close(fd)
+
+
+def modes(root):
+    return {os.path.join(d, f): os.stat(os.path.join(d, f)).st_mode
+            for d, _, fs in os.walk(root) for f in fs}
+
+
+@pytest.mark.no_daemon
+def test_two_daemons_read_one_writable_store(daemons, stores):
+    x, y = os.path.join(stores, "x"), os.path.join(stores, "y")
+    before = modes(stores)
+    a, b = daemons("a"), daemons("b")
+    ask = dict(paths={"x": x, "y": y}, batch=8, seed=3, steps=6)
+
+    # a lone daemon's batches
+    lone = a.client()
+    lone.ok("open", path=x)
+    lone.ok("open", path=y)
+    want = lone.ok("loader", **ask)
+    lone.ok("close")
+
+    # both daemons at once: datasets, loaders and the set, each client able to write
+    ca, cb = a.client(), b.client()
+    for c in (ca, cb):
+        assert c.ok("open", path=x) == {"writable": True, "length": N}
+        assert c.ok("open", path=y) == {"writable": True, "length": N}
+    assert ca.ok("loader", **ask) == want
+    assert cb.ok("loader", **ask) == want
+    for c in (ca, cb):
+        assert c.ok("msset", path=stores) == {"names": ["x", "y"], "length": N}
+        assert c.ok("loader", set=stores, batch=8, seed=3, steps=6) == want
+    assert not os.path.exists(os.path.join(x, "writer.zr"))
+
+    # a write while the other daemon reads: refused, naming it, and nothing changes
+    data = cb.ok("read", path=x)
+    for how in ({"path": x}, {"set": stores}):
+        r = ca.call("append", value=7.0, **how)
+        assert r.get("error") == "ZR_E_LOCKED", r
+        assert f"read by pid {b.pid} (zrecordd" in r["message"], r
+        assert "a writer needs it to itself" in r["message"], r
+    assert cb.ok("read", path=x) == data
+    assert ca.ok("loader", **ask) == want
+
+    # the reader goes: the write goes through, and the writer keeps the other out
+    cb.ok("close")
+    assert ca.ok("append", path=x, value=7.0) == N + 1
+    with open(os.path.join(x, "writer.zr")) as f:
+        assert f.read().startswith(f"pid={a.pid} host=")
+    r = cb.call("open", path=x)
+    assert r.get("error") == "ZR_E_LOCKED", r
+    assert f"written by pid {a.pid} (zrecordd" in r["message"], r
+    assert cb.ok("open", path=y)["length"] == N     # the other stream is not written
+    ca.ok("close")
+    wait_unwritten(x)
+    assert not os.path.exists(os.path.join(x, "writer.zr"))
+    assert cb.ok("open", path=x) == {"writable": True, "length": N + 1}
+    assert modes(stores).items() >= before.items()   # no file changed its rights
+
+
+def journal(store, n):
+    """delete.zr of a swap-last delete of record 0 from n records (docs/FORMAT.md),
+    complete but not applied: what a crash after the journal leaves."""
+    with open(os.path.join(store, "0.loc"), "rb") as f:
+        f.seek((n - 1) * 16)
+        last = f.read(16)
+    body = b"ZRDJ" + struct.pack("<IQQQ", 1, n, n - 1, 1) + struct.pack("<Q", 0) + last
+    h = 0xcbf29ce484222325
+    for c in body:
+        h = ((h ^ c) * 0x100000001b3) & (2**64 - 1)
+    return body + struct.pack("<Q", h)
+
+
+@pytest.mark.no_daemon
+def test_a_crashed_delete_waits_for_the_writer_lock(daemons, stores):
+    x = os.path.join(stores, "x")
+    a = daemons("a")
+    c = a.client()
+    c.ok("open", path=x)
+    rows = bytes.fromhex(c.ok("read", path=x))
+    c.ok("close")
+    with open(os.path.join(x, "delete.zr"), "wb") as f:
+        f.write(journal(x, N))
+    with open(os.path.join(x, "meta.zr"), "rb") as f:
+        header = f.read()
+
+    # a process holds the store (a writer may be alive): the journal is left alone
+    holder = os.open(os.path.join(x, "meta.zr"), os.O_RDWR | os.O_CLOEXEC)
+    try:
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        r = c.call("open", path=x)
+        assert r.get("error") == "ZR_E_LOCKED", r
+        assert f"written by pid {os.getpid()} (" in r["message"], r
+        assert os.path.exists(os.path.join(x, "delete.zr"))
+        with open(os.path.join(x, "meta.zr"), "rb") as f:
+            assert f.read() == header
+    finally:
+        os.close(holder)
+
+    # nobody holds it: the first open finishes the delete, then reads
+    assert c.ok("open", path=x) == {"writable": True, "length": N - 1}
+    assert not os.path.exists(os.path.join(x, "delete.zr"))
+    row = FEATURES * 4
+    got = bytes.fromhex(c.ok("read", path=x))
+    assert got == rows[(N - 1) * row:] + rows[row:(N - 1) * row]
+
+
+def set_length(store, n):
+    """meta.zr's length, rewritten in place as a writer that takes no lock would
+    (loaderx 1.5.7's delete ends so)."""
+    with open(os.path.join(store, "meta.zr"), "r+b") as f:
+        f.seek(14)
+        f.write(struct.pack("<Q", n))
+
+
+@pytest.mark.no_daemon
+def test_a_store_changed_under_its_readers_is_stale(daemons, stores):
+    x, y = os.path.join(stores, "x"), os.path.join(stores, "y")
+    a = daemons("a")
+    c = a.client()
+    c.ok("open", path=x)
+    c.ok("open", path=y)
+    first = c.ok("loader", paths={"x": x}, batch=4, seed=1, steps=1)
+
+    # changed on disk by a program that ignores the lock: never served as it was
+    set_length(x, N - 1)
+    r = c.call("loader", paths={"x": x}, batch=4, seed=1, steps=1)
+    assert r.get("error") == "ZR_E_STALE", r
+    assert "changed on disk since this process opened it (64 records then" in r["message"], r
+    r = c.call("read", path=x)
+    assert r.get("error") == "ZR_E_STALE", r
+    r = c.call("append", path=x, value=1.0)       # not written on a view out of date
+    assert r.get("error") == "ZR_E_STALE", r
+    with open(os.path.join(x, "meta.zr"), "rb") as f:
+        assert struct.unpack_from("<Q", f.read(), 14)[0] == N - 1
+    assert c.ok("loader", paths={"y": y}, batch=4, seed=1, steps=1)   # y is unchanged
+
+    # a new opener gets a new instance, with what the disk says now; it writes
+    # once the old instance, whose lock it keeps, is closed
+    c2 = a.client()
+    assert c2.ok("open", path=x) == {"writable": True, "length": N - 1}
+    r = c2.call("append", path=x, value=1.0)
+    assert r.get("error") == "ZR_E_LOCKED", r
+    assert f"read by this process (pid {a.pid})" in r["message"], r
+    c.ok("close")
+    assert c2.ok("append", path=x, value=1.0) == N
+    assert first                                   # the first loader had its batch
+
+
+@pytest.mark.no_daemon
+def test_a_running_loader_ends_when_its_store_changes(tmp_path, stores):
+    if not daemon_binary():
+        pytest.skip("no zrecordd binary: set ZRECORDD")
+    x = os.path.join(stores, "x")
+    run = tmp_path / "timer"
+    run.mkdir()
+    proc, sock = start_daemon(str(run), "--sync-interval=1")
+    saved = _conn._default
+    _conn._default = None
+    try:
+        os.environ["ZRECORD_SOCKET"] = sock
+        from loaderx.dataloader import DataLoader
+        from loaderx.dataset import open_dataset
+        from loaderx._errors import ZrecordError
+        loader = DataLoader({"x": open_dataset(x)}, batch_size=4, sampler="iid", seed=2)
+        next(loader)
+        set_length(x, N - 1)
+        # the daemon's timer finds the change (within a second): the loader ends
+        with pytest.raises(ZrecordError) as e:
+            for _ in range(10_000_000):
+                next(loader)
+        assert e.value.name == "ZR_E_STALE", e.value
+        loader.close()
+    finally:
+        os.environ.pop("ZRECORD_SOCKET", None)
+        restore_connection(saved)
+        assert stop_daemon(proc) == 0
