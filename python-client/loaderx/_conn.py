@@ -9,6 +9,14 @@ event nobody will take (its loader was closed, or the connection is closed) has
 its descriptors closed. It is fork safe: a connection remembers the pid that opened
 it, and in a child process :func:`default` opens a fresh one.
 
+It survives Ctrl-C (_interrupt.py): a ``KeyboardInterrupt`` while a request waits for
+its reply leaves the connection whole (the reply is dropped when it comes); one that
+cuts a frame being sent, or a reply being taken off the socket, breaks it, and the
+next request opens a fresh one. A request that may run long (``abandon=True``:
+CONVERT, TRAIN_DICT) breaks the connection when interrupted, so that nothing this
+process sends next waits behind it (the daemon runs a connection's requests in
+order).
+
 Nothing is sent to a socket before two checks (PROTOCOL.md section 1, "Whom a
 client trusts"): its directory, which must be writable by its owner only and owned
 by the user (per-user paths) or by root or the service user ``zrecord``
@@ -30,7 +38,7 @@ import stat
 import struct
 import threading
 
-from . import _errors, _wire
+from . import _errors, _interrupt, _wire
 from ._errors import ZrecordConnectionError
 
 __all__ = ["Connection", "default", "socket_candidates"]
@@ -222,9 +230,10 @@ class Connection:
         self._fs = _wire.FrameSocket(sock)
         self._send_lock = threading.Lock()
         self._cv = threading.Condition(threading.Lock())
-        self._reading = False
+        self._reading = None                  # the thread that reads the socket now
         self._next_id = 1
         self._pending = collections.deque()   # ids of requests sent, not answered
+        self._kinds = {}                      # id -> kind, of those
         self._replies = {}                    # id -> (msg, fds)
         self._discard = set()                 # ids whose replies nobody waits for
         self.dead_loaders = set()             # loaders closed: their events are dropped
@@ -278,11 +287,11 @@ class Connection:
             return False
         reason = "the daemon closed the connection"
         with self._cv:
-            if self._reading or self._pending:
+            if self._reading is not None or self._pending:
                 self.mark_broken(reason)    # a reader is on it and will see the rest
                 self._cv.notify_all()
                 return True
-            self._reading = True
+            self._reading = threading.get_ident()
         # Nobody else reads it now: take what came before the close (the FAULT).
         try:
             while True:
@@ -291,12 +300,13 @@ class Connection:
                     self._dispatch(msg, fds)
         except (OSError, _wire.ProtocolError, ValueError, EOFError):
             pass
-        with self._cv:
-            self._reading = False
-            if self.faults:
-                reason += f" ({self.faults[-1].get('message')})"
-            self.mark_broken(reason)
-            self._cv.notify_all()
+        finally:
+            with self._cv:
+                self._reading = None
+                if self.faults:
+                    reason += f" ({self.faults[-1].get('message')})"
+                self.mark_broken(reason)
+                self._cv.notify_all()
         return True
 
     def mark_broken(self, reason):
@@ -304,6 +314,16 @@ class Connection:
         call fails at once with ``reason``."""
         if self._broken is None:
             self._broken = reason
+
+    def _break(self, reason):
+        """Marks the connection broken and shuts it down: the daemon sees it close
+        and reclaims what it held (the stream is useless to this side)."""
+        self.mark_broken(reason)
+        if os.getpid() == self.pid:
+            try:
+                self._fs.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def close(self):
         if self.closed:
@@ -376,39 +396,84 @@ class Connection:
             self._send_lock.release()
         return True
 
-    def request(self, kind, fields=None, fds=(), context=None, during=None):
+    def request(self, kind, fields=None, fds=(), context=None, during=None, abandon=False):
         """Sends a request and waits for its reply: the ok fields, or raises.
 
         Descriptors that came with the reply are in ``reply['_fds']``. ``during``,
         if given, is called once the request is sent, while the daemon works.
+        ``abandon``: a request that may run long; interrupted while it waits, the
+        connection is broken (the daemon sees it close) rather than left busy.
         """
         self._check()
         msg = {"kind": kind, "id": 0}
         if fields:
             msg.update(fields)
-        with self._send_lock:
-            rid = self._next_id
-            self._next_id += 1
-            msg["id"] = rid
-            with self._cv:
-                self._pending.append(rid)
-            try:
-                self._fs.send(msg, fds)
-            except OSError as e:
+        rid = None
+        try:
+            with self._send_lock:
+                rid = self._next_id
+                self._next_id += 1
+                msg["id"] = rid
                 with self._cv:
-                    self._pending.remove(rid)
-                self._broken = str(e)
-                raise ConnectionLost(f"sending {kind} to zrecordd failed: {e}", sent=False,
-                                     code=e.errno) from None
-        if during is not None:
-            during()
-        reply, rfds = self._wait(lambda: self._replies.pop(rid, None))
+                    self._pending.append(rid)
+                    self._kinds[rid] = kind
+                _interrupt.enter()
+                try:
+                    self._fs.send(msg, fds)
+                except OSError as e:
+                    with self._cv:
+                        self._forget(rid)
+                    rid = None
+                    self._broken = str(e)
+                    raise ConnectionLost(f"sending {kind} to zrecordd failed: {e}", sent=False,
+                                         code=e.errno) from None
+                except BaseException:
+                    # cut in the middle of a frame (KeyboardInterrupt): the daemon may
+                    # hold part of it
+                    self._break(f"sending {kind} was interrupted: the connection's place in "
+                                "the stream is lost")
+                    raise
+                finally:
+                    _interrupt.leave()
+            if during is not None:
+                during()
+            reply, rfds = self._wait(lambda: self._replies.pop(rid, None))
+        except BaseException:
+            if rid is not None:
+                self._drop_reply(rid, kind, abandon)
+            raise
         if reply.get("kind") == "error":
             for fd in rfds:
                 os.close(fd)
             raise _errors.from_reply(reply, context)
         reply["_fds"] = rfds
         return reply
+
+    def _forget(self, rid):
+        """rid is answered or will never be (the caller holds the lock)."""
+        self._kinds.pop(rid, None)
+        if self._pending and self._pending[0] == rid:
+            self._pending.popleft()
+        elif rid in self._pending:
+            self._pending.remove(rid)
+
+    def _drop_reply(self, rid, kind, abandon):
+        """The caller of request rid stopped waiting (an interrupt): its reply, come
+        or to come, is dropped; an abandoned request breaks the connection."""
+        with self._cv:
+            got = self._replies.pop(rid, None)
+            if got is not None:
+                _close_fds(got[1])
+            elif rid in self._pending:
+                self._discard.add(rid)
+            if abandon and got is None and self._broken is None and rid in self._pending:
+                self._break(f"{kind} was abandoned while the daemon ran it")
+            self._cv.notify_all()
+
+    def in_flight(self):
+        """The kinds of the requests sent and not answered."""
+        with self._cv:
+            return [self._kinds.get(rid) for rid in self._pending]
 
     def request_nowait(self, kind, fields):
         """Sends a request whose reply is dropped, without ever blocking (for
@@ -428,6 +493,7 @@ class Connection:
                 return False
             try:
                 self._pending.append(rid)
+                self._kinds[rid] = kind
                 self._discard.add(rid)
             finally:
                 self._cv.release()
@@ -454,7 +520,7 @@ class Connection:
     @property
     def reading(self):
         """True while a thread reads the socket (it hands out what it reads)."""
-        return self._reading
+        return self._reading is not None
 
     def fileno(self):
         """The socket's descriptor, to wait on beside others (then pump())."""
@@ -467,11 +533,12 @@ class Connection:
         if self._broken is not None or self.closed or self.pid != os.getpid():
             return
         with self._cv:
-            if self._reading:
+            if self._reading is not None:
                 return
-            self._reading = True
+            self._reading = threading.get_ident()
         poller = select.poll()
         poller.register(self._fs.sock.fileno(), select.POLLIN)
+        _interrupt.enter()
         try:
             while self._fs.has_frame() or poller.poll(0):
                 msg, fds = self._fs.recv()
@@ -480,10 +547,15 @@ class Connection:
         except (OSError, _wire.ProtocolError, ValueError) as e:
             with self._cv:
                 self._broken = str(e) or type(e).__name__
+        except BaseException:
+            # KeyboardInterrupt while taking frames off the socket: their place is lost
+            self._break("a read was interrupted: the connection's place in the stream is lost")
+            raise
         finally:
             with self._cv:
-                self._reading = False
+                self._reading = None
                 self._cv.notify_all()
+            _interrupt.leave()
 
     def drop_events(self, loader):
         """The loader is closed: its queued events go (their descriptors closed),
@@ -505,6 +577,7 @@ class Connection:
                 _close_fds(fds)
 
     def _wait(self, take, timeout=None):
+        me = threading.get_ident()
         while True:
             with self._cv:
                 while True:
@@ -514,24 +587,48 @@ class Connection:
                     if self._broken is not None:
                         raise ConnectionLost(
                             f"the connection to zrecordd broke: {self._broken}", sent=True)
-                    if not self._reading:
-                        self._reading = True
+                    # a mark of this very thread is one an interrupt left behind
+                    if self._reading is None or self._reading == me:
+                        self._reading = me
                         break
                     self._cv.wait()
+            # This thread reads for everybody until it has handed a frame over.
+            taking = False
             try:
-                msg, fds = self._fs.recv()
-            except (OSError, _wire.ProtocolError, ValueError) as e:
+                self._fs.wait_readable()        # takes nothing: an interrupt costs nothing
+                _interrupt.enter()
+                try:
+                    taking = True
+                    try:
+                        msg, fds = self._fs.recv()
+                    except (OSError, _wire.ProtocolError, ValueError) as e:
+                        with self._cv:
+                            self._reading = None
+                            taking = False
+                            self._broken = str(e) or type(e).__name__
+                            if self.faults:
+                                self._broken += (" (after a fault from the daemon: "
+                                                 f"{self.faults[-1].get('message')})")
+                            self._cv.notify_all()
+                        continue
+                    with self._cv:
+                        self._dispatch(msg, fds)
+                        self._reading = None
+                        taking = False
+                        self._cv.notify_all()
+                finally:
+                    _interrupt.leave()          # an interrupt held meanwhile raises here
+            except BaseException:
+                # KeyboardInterrupt: give the socket up; if it came while bytes were
+                # being taken off it, where the next frame starts is unknown
                 with self._cv:
-                    self._reading = False
-                    self._broken = str(e) or type(e).__name__
-                    if self.faults:
-                        self._broken += f" (after a fault from the daemon: {self.faults[-1].get('message')})"
+                    if self._reading == me:
+                        self._reading = None
+                    if taking:
+                        self._break("a reply was interrupted while it was being read: the "
+                                    "connection's place in the stream is lost")
                     self._cv.notify_all()
-                continue
-            with self._cv:
-                self._reading = False
-                self._dispatch(msg, fds)
-                self._cv.notify_all()
+                raise
 
     def _dispatch(self, msg, fds):
         while self._sweep:
@@ -539,10 +636,7 @@ class Connection:
         kind = msg.get("kind")
         if kind in ("ok", "error"):
             rid = msg.get("id")
-            if self._pending and self._pending[0] == rid:
-                self._pending.popleft()
-            elif rid in self._pending:
-                self._pending.remove(rid)
+            self._forget(rid)
             if rid in self._discard:
                 self._discard.discard(rid)
                 _close_fds(fds)

@@ -6,6 +6,7 @@ belong to the frame that holds the last byte the recvmsg() returned.
 """
 
 import array
+import select
 import socket
 import struct
 
@@ -51,6 +52,8 @@ class FrameSocket:
 
     def __init__(self, sock):
         self.sock = sock
+        self._poll = select.poll()
+        self._poll.register(sock.fileno(), select.POLLIN)
         self.rbuf = bytearray()
         self.rbase = 0          # absolute stream offset of rbuf[0]
         self.fd_groups = []     # (absolute offset of the last byte, [fds])
@@ -98,6 +101,13 @@ class FrameSocket:
             return False
         (length,) = _HDR.unpack_from(self.rbuf, 0)
         return len(self.rbuf) >= 4 + length
+
+    def wait_readable(self):
+        """Blocks until a frame is buffered or the socket has bytes (or an end)
+        to read. It takes nothing off the socket, so an interrupt here loses
+        nothing (_interrupt.py)."""
+        if not self.has_frame() and self.sock.gettimeout() is None:
+            self._poll.poll()
 
     def recv(self):
         """One frame: (message dict, [fds])."""
