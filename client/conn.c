@@ -872,6 +872,14 @@ fail:
         return r < 0 ? r : -EIO;
 }
 
+void zrc_interrupt(zrc_conn *c) {
+        int saved = errno; /* a signal handler must leave errno as it found it */
+
+        if (c && c->fd >= 0)
+                (void)shutdown(c->fd, SHUT_RDWR);
+        errno = saved;
+}
+
 zrc_conn *zrc_disconnect(zrc_conn *c) {
         if (!c)
                 return NULL;

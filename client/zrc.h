@@ -145,6 +145,20 @@ int zrc_connect(const char *socket_path, zrc_conn **ret, zrc_error *ret_error);
  */
 zrc_conn *zrc_disconnect(zrc_conn *c);
 
+/* Stops the call in progress on c from another context: a signal handler (it
+ * is async-signal-safe) or another thread. It shuts the socket down, so the
+ * call waiting for the daemon returns at once with an error (-ECONNRESET, or
+ * whatever the closed stream gives), and so does every later call on c: the
+ * connection is unusable, and zrc_disconnect(c) is all that is left to do. The
+ * daemon sees the connection close and reclaims what it held; a request it
+ * was running may still finish. Must not run concurrently with
+ * zrc_disconnect(c). NULL is allowed.
+ *
+ *     static zrc_conn *volatile busy;
+ *     static void on_sigint(int sig) { (void)sig; zrc_interrupt(busy); }
+ */
+void zrc_interrupt(zrc_conn *c);
+
 /* The last failure of a call on c (or on a dataset or set of c). The pointer
  * is valid until zrc_disconnect(c); its content until the next call that fails
  * on c. code is 0 if no call has failed yet. c must not be NULL.
