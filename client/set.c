@@ -50,9 +50,8 @@ static int list_streams(zrc_conn *c, int dirfd, const char *path, char ***ret_na
                 struct stat st;
                 char **grown;
 
-                if (de->d_name[0] == '.' &&
-                    (de->d_name[1] == 0 || (de->d_name[1] == '.' && de->d_name[2] == 0)))
-                        continue;
+                if (de->d_name[0] == '.')
+                        continue; /* ., .., and hidden ones: a conversion's .partial */
                 if (strlen(de->d_name) > ZR_STREAM_NAME_MAX)
                         continue;
                 snprintf(meta, sizeof(meta), "%s/meta.zr", de->d_name);
