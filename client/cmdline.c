@@ -126,7 +126,10 @@ static const char *const help_texts[_CMD_MAX] = {
                 "from a .npy file (format 1.0, 2.0 or 3.0, C order, a plain number dtype):\n"
                 "record i is the array's row i, so the item shape is shape[1:]. The data is\n"
                 "streamed in appends of N records (default: about 8 MiB each), with a\n"
-                "progress line on a terminal.\n"
+                "progress line on a terminal. All or nothing: the dataset is built beside\n"
+                "PATH and renamed onto it once complete, so a failure, Ctrl-C or a kill\n"
+                "leaves PATH as it was (a kill leaves a .PATH.partial-* directory beside it,\n"
+                "which the next import or convert into PATH removes).\n"
                 "\n"
                 "  --codec C       raw (default), zstd, or zstd_dict (a dictionary is\n"
                 "                  trained by the daemon on a sample of the file's records)\n"
@@ -206,8 +209,8 @@ static const char *const help_texts[_CMD_MAX] = {
                 "  --to loaderx157  loaderx 1.5.7's layout: the shapes in schema.msgpack,\n"
                 "                   which loaderx 1.5.7 opens (no empty record)\n"
                 "\n"
-                "Prints the records converted. A conversion cut short leaves only an\n"
-                "incomplete DST: remove it and convert again.\n"
+                "Prints the records converted. All or nothing, as import: DST is built\n"
+                "beside it and renamed onto it once complete; Ctrl-C stops at once.\n"
                 "\n" GLOBAL_OPTIONS_HELP "\n" EXIT_CODES_HELP,
         [CMD_WHERE] =
                 "Usage: zrecord where PATH RECORD --sampler S --seed N --batch B\n"

@@ -6,8 +6,9 @@
  * dataset is created (dense: dtype and item shape from the header) and the
  * data streamed into it in appends of --chunk records, each read from the file
  * into one bounded buffer, with a progress line on a terminal. Finally the
- * store is synced. A failure part-way leaves the records appended so far and
- * says how many.
+ * store is synced. All or nothing: the store is built beside PATH and renamed
+ * onto it at the end (staging.h), so a failure, Ctrl-C or a kill leaves PATH as
+ * it was; Ctrl-C stops the request under way at once (interrupt.h).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -18,8 +19,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "interrupt.h"
 #include "npy.h"
 #include "output.h"
+#include "staging.h"
 #include "tool.h"
 
 /* zstd_dict import: the dictionary is trained on at most this many records,
@@ -27,15 +30,13 @@
 #define IMPORT_DICT_SAMPLES 4096
 #define IMPORT_DICT_SAMPLE_BYTES (UINT64_C(64) << 20)
 
-static const char *program = "zrecord";
-
 static int read_at(int fd, void *buf, uint64_t len, uint64_t off) {
         uint8_t *p = buf;
 
         while (len > 0) {
                 ssize_t n = pread(fd, p, len, (off_t)off);
 
-                if (n < 0 && errno == EINTR)
+                if (n < 0 && errno == EINTR && !interrupt_caught())
                         continue;
                 if (n <= 0)
                         return n < 0 ? -errno : -EIO;
@@ -69,8 +70,9 @@ static int import_train(const cmdline *cl, zrc_conn *c, int fd, const npy_header
                 uint64_t rec = h->records / n * i;
 
                 sizes[i] = h->record_bytes;
-                r = read_at(fd, buf + i * h->record_bytes, h->record_bytes,
-                            h->data_offset + rec * h->record_bytes);
+                r = interrupt_caught() ? -EINTR
+                                       : read_at(fd, buf + i * h->record_bytes, h->record_bytes,
+                                                 h->data_offset + rec * h->record_bytes);
                 if (r < 0) {
                         free(sizes);
                         free(buf);
@@ -81,7 +83,8 @@ static int import_train(const cmdline *cl, zrc_conn *c, int fd, const npy_header
         free(sizes);
         free(buf);
         if (r < 0)
-                return tool_fail_conn(c, "import: training a dictionary");
+                return interrupt_caught() ? ZRECORD_EXIT_FAILED
+                                          : tool_fail_conn(c, "import: training a dictionary");
         return 0;
 }
 
@@ -94,7 +97,8 @@ static void progress(uint64_t done, uint64_t total, uint64_t bytes, bool final) 
 
 int tool_cmd_import(const cmdline *cl) {
         uint8_t pre[NPY_PREAMBLE_MAX];
-        char err[256] = "";
+        char err[256] = "", serr[PATH_MAX + 128] = "";
+        tool_staging stage = { .lockfd = -1 };
         uint8_t *hbuf = NULL, *chunk = NULL;
         uint64_t hsize = 0, per, first = 0;
         npy_header h;
@@ -149,15 +153,22 @@ int tool_cmd_import(const cmdline *cl) {
                 goto out;
         }
 
-        /* the file is good: now the daemon */
+        /* the file is good: now the daemon, building beside PATH */
+        interrupt_arm(NULL);
+        if (staging_begin(&stage, cl->path, serr, sizeof(serr)) < 0) {
+                tool_fail_msg("import: %s", serr);
+                goto out;
+        }
         ret = tool_connect(cl, &c);
         if (ret != 0)
                 goto out;
         ret = ZRECORD_EXIT_FAILED;
+        interrupt_connection(c);
         if (cl->codec == ZRC_CODEC_ZSTD_DICT && import_train(cl, c, fd, &h, &dict, &dict_size))
                 goto out;
-        if (zrc_dataset_create(c, cl->path, &schema, dict, dict_size, &d) < 0) {
-                tool_fail_conn(c, "import");
+        if (zrc_dataset_create(c, stage.path, &schema, dict, dict_size, &d) < 0) {
+                if (!interrupt_caught())
+                        tool_fail_conn(c, "import");
                 goto out;
         }
 
@@ -185,19 +196,18 @@ int tool_cmd_import(const cmdline *cl) {
                 };
 
                 r = read_at(fd, chunk, k * h.record_bytes, h.data_offset + done * h.record_bytes);
-                if (r < 0) {
+                if (r < 0 || interrupt_caught()) {
                         if (tty)
                                 fputc('\n', stderr);
-                        tool_fail_msg("import: reading %s: %s", cl->npy, strerror(-r));
+                        if (!interrupt_caught())
+                                tool_fail_msg("import: reading %s: %s", cl->npy, strerror(-r));
                         goto out;
                 }
                 if (zrc_dataset_append(d, &rec, &f) < 0) {
                         if (tty)
                                 fputc('\n', stderr);
-                        tool_fail_conn(c, "import");
-                        fprintf(stderr, "%s: import: %" PRIu64 " of %" PRIu64
-                                " records were imported into %s before the failure\n",
-                                program, done, h.records, cl->path);
+                        if (!interrupt_caught())
+                                tool_fail_conn(c, "import");
                         goto out;
                 }
                 if (done == 0)
@@ -207,7 +217,15 @@ int tool_cmd_import(const cmdline *cl) {
                         progress(done, h.records, done * h.record_bytes, done == h.records);
         }
         if (zrc_dataset_sync(d) < 0) {
-                tool_fail_conn(c, "import: sync");
+                if (!interrupt_caught())
+                        tool_fail_conn(c, "import: sync");
+                goto out;
+        }
+        if (interrupt_caught())
+                goto out;
+        /* the point of no return: the synced store becomes PATH */
+        if (staging_commit(&stage, serr, sizeof(serr)) < 0) {
+                tool_fail_msg("import: %s", serr);
                 goto out;
         }
         if (cl->json) {
@@ -228,7 +246,20 @@ int tool_cmd_import(const cmdline *cl) {
         ret = ZRECORD_EXIT_OK;
 out:
         zrc_dataset_close(d);
+        interrupt_connection(NULL);
         zrc_disconnect(c);
+        if (ret != ZRECORD_EXIT_OK) {
+                if (interrupt_caught()) {
+                        if (tty)
+                                fputc('\n', stderr);
+                        tool_fail_msg("import: interrupted (signal %d)", interrupt_caught());
+                }
+                if (!staging_abort(&stage))
+                        tool_fail_msg("import: %s is left beside %s: the next import or convert "
+                                      "into %s removes it", stage.root, cl->path, cl->path);
+                else if (stage.target[0])
+                        tool_fail_msg("import: nothing was written to %s", cl->path);
+        }
         free(dict);
         free(chunk);
         free(hbuf);

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -19,7 +20,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "interrupt.h"
 #include "output.h"
+#include "staging.h"
 #include "tool.h"
 
 static const char *program = "zrecord";
@@ -438,12 +441,35 @@ static int cmd_compact(const cmdline *cl, zrc_conn *c) {
         return stats_command(cl, c, ZRC_OPEN_WRITABLE, "compact", zrc_dataset_compact);
 }
 
+/* All or nothing: DST is built beside it and renamed onto it (staging.h); Ctrl-C
+ * stops the CONVERT under way at once (interrupt.h). */
 static int cmd_convert(const cmdline *cl, zrc_conn *c) {
+        char err[PATH_MAX + 128];
+        tool_staging stage;
         uint64_t count = 0;
         zrc_schema s;
+        int r;
 
-        if (zrc_convert(c, cl->path, cl->dst, cl->to, &count, &s) < 0)
-                return tool_fail_conn(c, "convert");
+        interrupt_arm(c);
+        if (staging_begin(&stage, cl->dst, err, sizeof(err)) < 0)
+                return tool_fail_msg("convert: %s", err);
+        r = interrupt_caught() ? -EINTR : zrc_convert(c, cl->path, stage.path, cl->to, &count, &s);
+        if (r == 0 && !interrupt_caught() && staging_commit(&stage, err, sizeof(err)) < 0) {
+                tool_fail_msg("convert: %s", err);
+                r = -EIO;
+        } else if (r < 0 && !interrupt_caught()) {
+                tool_fail_conn(c, "convert");
+        }
+        interrupt_connection(NULL);
+        if (r < 0 || interrupt_caught()) {
+                if (interrupt_caught())
+                        tool_fail_msg("convert: interrupted (signal %d)", interrupt_caught());
+                if (!staging_abort(&stage))
+                        return tool_fail_msg("convert: %s is left beside %s: the next import or "
+                                             "convert into %s removes it", stage.root, cl->dst,
+                                             cl->dst);
+                return tool_fail_msg("convert: nothing was written to %s", cl->dst);
+        }
         if (cl->json)
                 printf("{\"records\": %" PRIu64 ", \"to\": \"%s\", \"ndim\": %u}\n", count,
                        cl->to == ZRC_LAYOUT_LX157 ? "loaderx157" : "zrecord", s.ndim);
@@ -548,5 +574,6 @@ int main(int argc, char **argv) {
         if (fflush(stdout) != 0 && r == ZRECORD_EXIT_OK)
                 r = ZRECORD_EXIT_FAILED;
         cmdline_done(&cl);
+        interrupt_exit(); /* ends the process by a signal import or convert caught */
         return r;
 }
