@@ -20,6 +20,7 @@ import errno
 import os
 import queue
 import threading
+import warnings
 
 import numpy as np
 
@@ -119,8 +120,9 @@ def open_meta(dirfd, path, writable):
             name="ZR_E_NOT_STORE") from None
 
 
-def convert(conn, src, dst, to):
-    """CONVERT: the ragged dataset at src into a new one at dst (made if missing)."""
+def convert(conn, src, dst, to, shown=None):
+    """CONVERT: the ragged dataset at src into a new one at dst (made if missing);
+    errors name the destination ``shown`` (default dst)."""
     src, dst = os.path.abspath(src), os.path.abspath(dst)
     dirfd = _open_dir(src)
     try:
@@ -130,7 +132,7 @@ def convert(conn, src, dst, to):
             out = _open_dir(dst)
             try:
                 r = conn.request("convert", {"to": to}, fds=(dirfd, meta, out),
-                                 context=f"converting {src} to {dst}")
+                                 context=f"converting {src} to {shown or dst}", abandon=True)
             finally:
                 os.close(out)
         finally:
@@ -144,12 +146,24 @@ def is_store(path):
     return os.path.isfile(os.path.join(path, "meta.zr"))
 
 
+def _warn_interrupted(path, parent=True):
+    """Warns when an interrupted conversion left records in the store at path (or in
+    the set it is a stream of, with parent): its append.undo is there, and no live
+    process holds it (_conversion.py)."""
+    from ._conversion import check_undo
+    for d in (path, os.path.dirname(path)) if parent else (path,):
+        msg = check_undo(d)
+        if msg:
+            warnings.warn(msg, RuntimeWarning, stacklevel=4)
+
+
 class Handle:
     """A dataset handle on a connection, reopened after a fork."""
 
     def __init__(self, path, conn=None, writable=None, create=None, dict_bytes=None,
-                 reply=None, handle=None):
+                 reply=None, handle=None, warn=True):
         self.path = os.path.abspath(os.fspath(path))
+        self._warn = warn
         self.closed = False
         self.ragged_rate = 0.0         # bytes per record of the last ragged read
         if reply is not None:          # a stream handle from MSSET_OPEN
@@ -182,6 +196,8 @@ class Handle:
             os.close(dirfd)
         self.handle = r["handle"]
         self._take(r)
+        if self._warn:
+            _warn_interrupted(self.path)
 
     def _create(self, schema, dict_bytes):
         try:
@@ -236,12 +252,13 @@ class Handle:
                 raise
         return fn()
 
-    def request(self, kind, fields=None, fds=(), context=None):
+    def request(self, kind, fields=None, fds=(), context=None, abandon=False):
         def send():
             f = {"handle": self.h()}
             if fields:
                 f.update(fields)
-            return self.conn.request(kind, f, fds=fds, context=context or self.path)
+            return self.conn.request(kind, f, fds=fds, context=context or self.path,
+                                     abandon=abandon)
         return self.retry_lost(kind, send)
 
     def info(self):

@@ -581,6 +581,7 @@ class MSDataset:
             os.close(dirfd)
         self._set = r["set"]
         self._writable = bool(r.get("writable", writable))
+        _store._warn_interrupted(self.root, parent=False)
         self._streams = {st["name"]: _from_stream_reply(os.path.join(self.root, st["name"]),
                                                         self._conn, st)
                          for st in r["streams"]}

@@ -5,20 +5,23 @@ chunks (an mmapped array is never materialized). ``from_iterator`` writes a ragg
 store from any iterable of arrays. ``train_dict`` trains a zstd dictionary, sized by
 a tier of :data:`loaderx.dataset.DICT_TIERS`, on an array, an iterable of records or
 a dataset.
+
+Every conversion is all or nothing, Ctrl-C included: each is written inside
+:func:`conversion` (_conversion.py), the helper a new writer builds on as well.
 """
 
 import os
-import shutil
 import sys
 
 import numpy as np
 
 from . import _conn, _shm, _store, _wire
-from ._errors import ZrecordError, ZrecordFileExistsError, ZrecordTypeError, ZrecordValueError
+from ._conversion import conversion
+from ._errors import ZrecordTypeError, ZrecordValueError
 from .dataset import (DAEMON_TIERS, DICT_TIER_DEFAULT, DICT_TIERS, DenseDataset, RaggedDataset,
                       _Dataset)
 
-__all__ = ["from_numpy", "from_iterator", "train_dict", "convert"]
+__all__ = ["from_numpy", "from_iterator", "train_dict", "convert", "conversion"]
 
 CHUNK_BYTES = 32 << 20
 PROGRESS_MIN_BYTES = 64 << 20   # smaller conversions finish too fast to need a bar
@@ -58,46 +61,11 @@ def _tier(tier):
 
 
 def _write_into(path, open_or_create, fill):
-    """Appends to the store at path (open_or_create() opens it, checking its schema,
-    or creates one), fill(ds), then syncs. A failure leaves the path as it was: a
-    store this call created is removed again (from a directory it did not create,
-    only the files it added), and the records it appended to an existing store are
-    deleted again (the last ones: swap-last moves no other record). loaderx 1.5.7
-    keeps what it appended before the failure."""
-    path = os.path.abspath(os.fspath(path))
-    if os.path.lexists(path) and not os.path.isdir(path):
-        raise ZrecordFileExistsError(f"{path!r} exists and is not a store directory")
-    new_dir = not os.path.lexists(path)
-    new_store = new_dir or not _store.is_store(path)
-    before = set() if new_dir or not new_store else set(os.listdir(path))
-    ds = None
-    first = None
-    try:
-        ds = open_or_create(path)
-        first = len(ds)
-        fill(ds)
-        ds._store.sync()
-    except BaseException:
-        if ds is not None:
-            if not new_store and first is not None:
-                try:
-                    n = len(ds)
-                    if n > first:
-                        ds.delete(np.arange(first, n))
-                except ZrecordError:
-                    pass            # the first error is the one to report
-            ds.close()
-            ds = None
-        if new_dir:
-            shutil.rmtree(path, ignore_errors=True)
-        elif new_store:
-            for name in set(os.listdir(path)) - before:
-                p = os.path.join(path, name)
-                shutil.rmtree(p, ignore_errors=True) if os.path.isdir(p) else os.unlink(p)
-        raise
-    finally:
-        if ds is not None:
-            ds.close()
+    """open_or_create(where) opens the store there, checking its schema, or creates
+    one; fill(ds) appends. All or nothing (:func:`conversion`); loaderx 1.5.7 keeps
+    what it appended before a failure."""
+    with conversion(path) as c:
+        fill(c.add(open_or_create(c.path)))
 
 
 def _installed_dict(path):
@@ -141,7 +109,7 @@ def _train_on_pieces(pieces, sizes, tier):
     conn = _conn.default()
     with _shm.SealedMemfd(pieces, "loaderx-train") as m:
         r = conn.request("train_dict", {"tier": tier, "offset": 0, "sizes": _wire.u64s(sizes)},
-                         fds=(m.fd,), context="train_dict")
+                         fds=(m.fd,), context="train_dict", abandon=True)
     return _read_dict_reply(r)
 
 
@@ -202,7 +170,8 @@ def train_dict(source, tier=None, path=None):
     if isinstance(source, _Dataset):
         if len(source) == 0:
             raise ZrecordValueError("cannot train a zstd dictionary on an empty store")
-        r = source._h.request("train_dict", {"tier": daemon_tier}, context="train_dict")
+        r = source._h.request("train_dict", {"tier": daemon_tier}, context="train_dict",
+                              abandon=True)
         d = _read_dict_reply(r)
     elif _is_zrecord(source):
         d = train_dict(source._ds, tier)
@@ -227,9 +196,27 @@ def train_dict(source, tier=None, path=None):
             raise ZrecordValueError("train_dict needs at least one record")
         d = _train_on_pieces(pieces, sizes, daemon_tier)
     if path is not None:
-        with open(path, "wb") as f:
-            f.write(d)
+        _write_file(path, d)
     return d
+
+
+def _write_file(path, data):
+    """path holds data, or what it held before: a temporary file, fsync, rename."""
+    path = os.fspath(path)
+    tmp = os.path.join(os.path.dirname(os.path.abspath(path)),
+                       f".{os.path.basename(path)}.partial-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def _is_zrecord(x):
@@ -351,8 +338,10 @@ def convert(src, dst, to="zrecord"):
     loaderx 1.5.7's (every shape in ``schema.msgpack``), which loaderx 1.5.7
     opens. Same records, order, dtype, codec and dictionary; ``src`` does not
     change. Returns the number of records converted. The daemon does the work
-    (CONVERT); ``zrecord convert`` is the same from the shell."""
-    from . import _conn, _store
+    (CONVERT); ``zrecord convert`` is the same from the shell. All or nothing: until
+    it returns, nothing is at ``dst``."""
     if to not in ("zrecord", "loaderx-1.5.7"):
         raise ValueError(f"to must be 'zrecord' or 'loaderx-1.5.7', not {to!r}")
-    return _store.convert(_conn.default(), os.fspath(src), os.fspath(dst), to)
+    src = os.fspath(src)
+    with conversion(dst) as c:
+        return _store.convert(_conn.default(), src, c.path, to, shown=c.target)

@@ -1,0 +1,107 @@
+"""The conversions test_interrupt.py interrupts, and the records they write.
+
+Run as a program (``python3 interrupt_writer.py SPEC``, SPEC a JSON object) it
+prints ``ready``, then ``append`` before each APPEND it sends (so the test can
+signal it at a chosen point), runs the conversion and prints ``done``. Imported,
+:func:`write` runs the same conversion in the test's process and :func:`records`
+gives what a conversion of a spec writes, generated again from its seed.
+
+A spec: ``writer`` (``numpy``: from_numpy, dense; ``iterator``: from_iterator,
+ragged; ``set``: a multi-stream set of a dense and a ragged stream, through
+:func:`loaderx.utils.conversion` and ``MSDataset.append``; ``convert``:
+loaderx.utils.convert of ``src``), ``path``, ``codec``, ``seed``, ``n``,
+``chunk`` (bytes per append), ``width`` (int32 per dense record, 64), ``dict`` (a file holding a zstd dictionary, for
+``zstd_dict`` streams that need one).
+"""
+
+import json
+import os
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+def dense(seed, n, width=64):
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, 1000, size=(n, width), dtype=np.int32)
+
+
+def ragged(seed, n):
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(1, 200, size=n)
+    return [rng.integers(0, 500, size=(int(k), 2), dtype=np.int16) for k in sizes]
+
+
+def records(spec):
+    """What the conversion of spec writes: an array (dense), a list (ragged), or
+    {name: either} (set)."""
+    w, seed, n = spec["writer"], spec["seed"], spec["n"]
+    if w == "numpy":
+        return dense(seed, n, spec.get("width", 64))
+    if w == "iterator":
+        return ragged(seed, n)
+    if w == "set":
+        return {"x": dense(seed, n)[:, :16], "y": [r[:, 0].copy() for r in ragged(seed + 1, n)]}
+    raise ValueError(w)
+
+
+def _dict(spec):
+    if spec.get("dict"):
+        with open(spec["dict"], "rb") as f:
+            return f.read()
+    return None
+
+
+def write(spec):
+    from loaderx import utils
+    from loaderx.dataset import DenseDataset, MSDataset, RaggedDataset
+    w, codec = spec["writer"], spec.get("codec", "zstd")
+    utils.CHUNK_BYTES = spec.get("chunk", utils.CHUNK_BYTES)
+    if w == "numpy":
+        return utils.from_numpy(spec["path"], records(spec), codec=codec,
+                                dict_bytes=_dict(spec))
+    if w == "iterator":
+        per = max(1, spec.get("chunk", 1 << 20) // 400)
+        utils.RAGGED_CHUNK_RECORDS = per
+        return utils.from_iterator(spec["path"], iter(records(spec)), np.int16, codec=codec,
+                                   dict_bytes=_dict(spec))
+    if w == "set":
+        data = records(spec)
+        d = _dict(spec)
+        with utils.conversion(spec["path"]) as c:
+            if c.new:
+                DenseDataset(os.path.join(c.path, "x"), dtype=np.int32, item_shape=(16,),
+                             codec=codec, dict_bytes=d).close()
+                RaggedDataset(os.path.join(c.path, "y"), dtype=np.int16, ndim=1, codec=codec,
+                              dict_bytes=d).close()
+            ms = c.add(MSDataset(c.path))
+            per = max(1, spec.get("chunk", 1 << 20) // 256)
+            for s in range(0, spec["n"], per):
+                ms.append({"x": data["x"][s:s + per], "y": data["y"][s:s + per]})
+        return spec["n"]
+    if w == "convert":
+        return utils.convert(spec["src"], spec["path"], to=spec.get("to", "loaderx-1.5.7"))
+    raise ValueError(w)
+
+
+def _announce_appends():
+    """Prints ``append`` before each APPEND this process sends."""
+    from loaderx import _conn
+    orig = _conn.Connection.request
+
+    def request(self, kind, *args, **kw):
+        if kind in ("append", "convert"):
+            sys.stdout.write(kind + "\n")
+            sys.stdout.flush()
+        return orig(self, kind, *args, **kw)
+    _conn.Connection.request = request
+
+
+if __name__ == "__main__":
+    spec = json.loads(sys.argv[1])
+    _announce_appends()
+    print("ready", flush=True)
+    write(spec)
+    print("done", flush=True)
