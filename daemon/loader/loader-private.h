@@ -237,6 +237,7 @@ struct zr_loader {
         unsigned inflight;    /* fills and read-ahead jobs claimed on its behalf
                                * and not completed */
         int closing;
+        int paused;           /* opened paused: no work, no event until started */
         int orphan;           /* closed while work of it ran: goes when inflight
                                * reaches 0 (zr_loader_close()) */
         zr_loader *gone_next; /* in the engine's gone queue */

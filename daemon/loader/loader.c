@@ -121,7 +121,7 @@ static int runnable(const zr_loader *l) {
         uint64_t step = l->start + l->fill_k;
         work w;
 
-        if (l->closing || (l->end_reachable && l->fill_k >= l->end_k))
+        if (l->closing || l->paused || (l->end_reachable && l->fill_k >= l->end_k))
                 return 0;
         if (zr_pf_job_due(l->e, l))
                 return 1;
@@ -150,7 +150,7 @@ static claim *announce_claim(zr_loader *l) {
 }
 
 static int has_event(zr_loader *l) {
-        if (l->closing || l->end_delivered)
+        if (l->closing || l->paused || l->end_delivered)
                 return 0;
         if (announce_claim(l) || zr_group_news(l))
                 return 1;
@@ -224,7 +224,7 @@ static int take_shared(zr_loader_engine *e, zr_loader *l, int *notify) {
         slot *sl;
         int k;
 
-        if (l->closing || (l->end_reachable && l->fill_k >= l->end_k))
+        if (l->closing || l->paused || (l->end_reachable && l->fill_k >= l->end_k))
                 return 0;
         k = claim_unused(l);
         if (k < 0)
@@ -276,7 +276,7 @@ static int claim_next(zr_loader_engine *e, zr_loader *l, work *w, int *notify) {
         slot *sl;
         int k, r;
 
-        if (l->closing || (l->end_reachable && l->fill_k >= l->end_k))
+        if (l->closing || l->paused || (l->end_reachable && l->fill_k >= l->end_k))
                 return 0;
         if (l->inflight > 0 && l->c.gathers + l->c.shared == 0)
                 return 0; /* the first fill runs alone (runnable()) */
@@ -701,13 +701,27 @@ static void unpark(zr_loader *l, parked_work **list) {
  * ranges (24 per stream), rounded up. */
 #define WORK_RECORD_BYTES 192
 #define WORK_RECORD_STREAM_BYTES 32
+/* A step's planned uses of its compressed records in the cache (64 bytes a
+ * use, dataset/cache.c): the plans of all groups are capped together
+ * (prefetch.c), and a group plans a whole step past the cap at most. */
+#define WORK_PLAN_BYTES 64
 
 /* The working memory of l (heap, beside its ring): every slot's batch
- * metadata (ring.c), and the tables of the gathers and the read-ahead job
- * that may run for it at once. Saturates at UINT64_MAX. */
+ * metadata (ring.c), the tables of the gathers and the read-ahead job that
+ * may run for it at once, and a step's planned cache uses. Saturates at
+ * UINT64_MAX. */
 static uint64_t work_bytes(const zr_loader *l, const zr_loader_engine *e) {
         unsigned __int128 B = l->sp.batch_size, per_slot = B, total;
         unsigned at_once = l->nslots < e->drain_max ? l->nslots : e->drain_max;
+        size_t compressed = 0;
+
+        /* a record of stream i is one source's: B records of it a step */
+        for (size_t i = 0; i < l->nstreams; i++)
+                for (size_t j = i; j < l->nall; j += l->nstreams)
+                        if (l->streams[j].schema->codec != ZR_CODEC_RAW) {
+                                compressed++;
+                                break;
+                        }
 
         if (l->mix)
                 per_slot += (B + 7) / 8;
@@ -718,7 +732,8 @@ static uint64_t work_bytes(const zr_loader *l, const zr_loader_engine *e) {
         total = per_slot * 8 * l->nslots +
                 (unsigned __int128)l->nslots * l->nstreams * sizeof(zr_loader_stream_batch) +
                 (unsigned __int128)(at_once + 1) * B *
-                        (WORK_RECORD_BYTES + WORK_RECORD_STREAM_BYTES * l->nstreams);
+                        (WORK_RECORD_BYTES + WORK_RECORD_STREAM_BYTES * l->nstreams) +
+                B * WORK_PLAN_BYTES * compressed;
         return total > UINT64_MAX ? UINT64_MAX : (uint64_t)total;
 }
 
@@ -771,6 +786,7 @@ int zr_loader_new(zr_loader_engine *e, const zr_loader_stream *streams, size_t n
         l->stride = p->step_stride > 1 ? p->step_stride : 1;
         l->phase = p->start_step % l->stride;
         l->start = p->start_step / l->stride;
+        l->paused = p->paused;
 
         r = zr_fill_setup(l, streams, p, err);
         if (r < 0)
@@ -889,6 +905,19 @@ static void loader_finish(zr_loader *l) {
         zr_rings_release(dead);
         zr_pf_group_drop_plans(e, owner);
         loader_destroy(l);
+}
+
+void zr_loader_start(zr_loader *l) {
+        zr_loader_engine *e = l->e;
+        int notify;
+
+        pthread_mutex_lock(&e->mutex);
+        l->paused = 0;
+        zr_sched_run(e, l);
+        notify = zr_sched_ready(e, l);
+        pthread_mutex_unlock(&e->mutex);
+        if (notify && e->notify)
+                e->notify(e->notify_userdata);
 }
 
 int zr_loader_close(zr_loader *l) {

@@ -29,7 +29,10 @@
  *
  * Threads
  *
- *   The daemon's loop thread calls every function of this header. Pool workers
+ *   The daemon's loop thread calls every function of this header, but
+ *   zr_loader_new(), which may block on its streams' locks and read them and
+ *   so runs on a worker (opened paused, started with zr_loader_start() on the
+ *   loop, which alone touches the loader meanwhile). Pool workers
  *   run "drain" tasks (at most one per pool thread at once): each takes the loader
  *   at the head of the run queue, claims one (free slot, next step) of it, puts
  *   the loader back at the tail if it still has a free slot (so worker time goes
@@ -294,6 +297,10 @@ typedef struct zr_loader_params {
          * (zr_loader_work_bytes()) is larger is ZR_E_LIMIT, before any of it
          * is allocated */
         uint64_t work_bytes_max;
+        /* 1: the loader joins its group but does nothing, and has no event,
+         * until zr_loader_start() (the daemon opens loaders on a worker and
+         * starts them once the client knows their handle) */
+        int paused;
         /* a mixture of nsources sources (1..ZR_MIXTURE_MAX_SOURCES), or 0: the
          * streams are one index-aligned set. A mixture's streams are source-major:
          * with S = nstreams / nsources streams per source, streams[k × S + i] is
@@ -327,6 +334,10 @@ typedef struct zr_loader_params {
  *     r = zr_loader_new(engine, &s, 1, &p, session, &loader, &err); */
 int zr_loader_new(zr_loader_engine *e, const zr_loader_stream *streams, size_t nstreams,
                   const zr_loader_params *p, void *userdata, zr_loader **ret, zr_error *err);
+
+/* Starts a loader opened paused (zr_loader_params.paused). Any thread that
+ * owns it. */
+void zr_loader_start(zr_loader *l);
 
 /* Stops the loader without waiting for anything: no new work of it starts, a
  * parked gather that another member waits for is handed to that member (the

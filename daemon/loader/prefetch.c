@@ -237,7 +237,7 @@ int zr_pf_job_due(zr_loader_engine *e, const zr_loader *l) {
         const pf_state *p = &g->pf;
         uint64_t lead, s;
 
-        if (!p->units || p->job || l->closing)
+        if (!p->units || p->job || l->closing || l->paused)
                 return 0;
         lead = lead_step(g);
         s = next_io(e, g, lead);

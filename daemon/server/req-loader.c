@@ -15,10 +15,13 @@
  * Closing one never waits for a worker: a loader whose gather still runs is
  * left to the engine (zr_loader_close()), and the handle keeps its datasets
  * and its charge until the engine says it is gone (zr_server_loader_events()).
- * The
- * engine's workers wake the loop through an eventfd (server.c); the loop then
- * collects every loader's events and sends them on its session. Everything here
- * runs on the loop thread; it knows nothing of how rings are filled.
+ * Opening one never waits on the loop either: LOADER_OPEN opens the loader on
+ * a worker (zr_loader_new() takes its streams' locks, blocking, and reads a
+ * ragged stream's sample and the fingerprint), paused, and the loop starts it
+ * once the reply that names it is sent. The engine's workers wake the loop
+ * through an eventfd (server.c); the loop then collects every loader's events
+ * and sends them on its session. Everything else here runs on the loop
+ * thread; it knows nothing of how rings are filled.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -393,190 +396,102 @@ static int take_sources(zr_request *rq, zr_lhandle *lh, const msgpack_object *it
         return (int)per;
 }
 
-int zr_handle_loader_open(zr_request *rq) {
-        zr_server *srv = zr_request_server(rq);
-        zr_wire_error werr = {0};
-        const msgpack_object *items = NULL, *srcs = NULL;
-        uint32_t n = 0, nsrc = 0, total;
-        char sampler[32];
-        zr_loader_params p = {.world_size = 1, .prefetch = PREFETCH_DEFAULT};
+/* LOADER_OPEN's state: what the loop parsed, for the job that opens the
+ * loader (its streams' locks are taken blocking, a ragged stream's records
+ * sampled, the fingerprint read: never on the loop, which a mutation holding a
+ * stream's lock would stall), and what the job found. */
+typedef struct open_state {
+        zr_lhandle *lh;                    /* until the handle takes it */
+        zr_loader_params p;
         zr_loader_source src[ZR_SOURCES_MAX];
-        zr_loader_stream *streams = NULL;
-        char (*names)[48] = NULL;
-        zr_lhandle *lh = NULL;
-        bool indices = false, provenance = false, has_fingerprint = false;
-        uint64_t fingerprint, expected = 0;
-        uint32_t stride = 1;
+        zr_loader_stream *streams;
+        char (*names)[48];
+        uint32_t n, nsrc;
+        char sampler[32];
+        bool has_fingerprint;
+        uint64_t expected, fingerprint;
+} open_state;
+
+static void open_state_free(void *p) {
+        open_state *st = p;
+        zr_lhandle_free(st->lh);
+        free(st->streams);
+        free(st->names);
+        free(st);
+}
+
+/* On a worker: the loader, paused until the loop has its handle (its events
+ * name it), and the streams' fingerprint. */
+static void open_run(zr_job *job) {
+        zr_request *rq = (zr_request *)job;
+        open_state *st = rq->state;
+        zr_server *srv = zr_request_server(rq);
         int r;
 
-        if (zr_wire_get_str_copy(rq->root, "sampler", sampler, sizeof(sampler), &werr) < 0 ||
-            zr_wire_get_u64(rq->root, "batch_size", &p.batch_size, &werr) < 0 ||
-            zr_wire_get_u64(rq->root, "seed", &p.seed, &werr) < 0 ||
-            zr_wire_get_u64(rq->root, "start_step", &p.start_step, &werr) < 0)
-                return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
-        /* one source of streams, or a mixture of sources */
-        if (!zr_wire_find(rq->root, "streams") == !zr_wire_find(rq->root, "sources"))
-                return zr_request_fail(rq, ZR_E_PROTO, "give either 'streams' or 'sources' (a "
-                                       "mixture), not %s", zr_wire_find(rq->root, "streams") ?
-                                       "both" : "neither");
-        if ((zr_wire_find(rq->root, "streams") &&
-             zr_wire_get_array(rq->root, "streams", &items, &n, &werr) < 0) ||
-            (zr_wire_find(rq->root, "sources") &&
-             zr_wire_get_array(rq->root, "sources", &srcs, &nsrc, &werr) < 0))
-                return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
-        if (zr_sampler_mode_from_name(sampler, &p.mode) < 0)
-                return zr_request_fail(rq, ZR_E_SAMPLER, "unknown sampler '%s' (sequential, iid, "
-                                       "cyclic)", sampler);
-        if ((r = get_opt_u32(rq, "rank", 0, UINT32_MAX, ZR_E_SAMPLER, &p.rank)) < 0 ||
-            (r = get_opt_u32(rq, "world_size", 0, UINT32_MAX, ZR_E_SAMPLER, &p.world_size)) < 0 ||
-            (r = get_opt_u32(rq, "prefetch", 1, ZR_PREFETCH_MAX, ZR_E_LIMIT, &p.prefetch)) < 0 ||
-            (r = get_opt_u32(rq, "step_stride", 1, UINT32_MAX, ZR_E_SAMPLER, &stride)) < 0)
-                return r;
-        if (zr_wire_find(rq->root, "step_stride") && !zr_request_has_feature(rq, ZR_FEATURE_STRIDE))
-                return zr_request_fail(rq, ZR_E_UNKNOWN, "field 'step_stride': the \"stride\" "
-                                       "feature is not in force on this connection");
-        p.step_stride = stride;
-        if (zr_wire_find(rq->root, "length")) {
-                if (zr_wire_get_u64(rq->root, "length", &p.length, &werr) < 0)
-                        return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
-                p.has_length = 1;
-        }
-        if (zr_wire_find(rq->root, "fingerprint")) {
-                if (zr_wire_get_u64(rq->root, "fingerprint", &expected, &werr) < 0)
-                        return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
-                has_fingerprint = true;
-        }
-        if ((zr_wire_find(rq->root, "indices") &&
-             zr_wire_get_bool(rq->root, "indices", &indices, &werr) < 0) ||
-            (zr_wire_find(rq->root, "provenance") &&
-             zr_wire_get_bool(rq->root, "provenance", &provenance, &werr) < 0))
-                return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
-        if (items && (n < 1 || n > ZR_STREAMS_MAX))
-                return zr_request_fail(rq, ZR_E_PROTO, "field 'streams': %u streams, 1..%d",
-                                       n, ZR_STREAMS_MAX);
-        if (srcs && nsrc > ZR_SOURCES_MAX)
-                return zr_request_fail(rq, ZR_E_PROTO, "field 'sources': %u sources, 1..%d", nsrc,
-                                       ZR_SOURCES_MAX);
-        if ((r = zr_request_loader_room(rq)) < 0)
-                return r;
-        /* room for every source's streams (each source holds at most streams_max) */
-        total = srcs ? nsrc * ZR_STREAMS_MAX : n;
-        lh = calloc(1, sizeof(*lh));
-        streams = calloc(total ? total : 1, sizeof(*streams));
-        names = calloc(total ? total : 1, sizeof(*names));
-        if (lh)
-                lh->entries = calloc(total ? total : 1, sizeof(*lh->entries));
-        if (!lh || !streams || !names || !lh->entries) {
-                r = zr_request_fail(rq, ENOMEM, "no memory for a loader");
-                goto fail;
-        }
-        if (srcs) {
-                r = take_sources(rq, lh, srcs, nsrc, &p, src, streams, names);
-                if (r < 0)
-                        goto fail;
-                n = (uint32_t)r * nsrc;
-        } else {
-                r = take_streams(rq, lh, items, n, "streams", streams, names);
-                if (r < 0)
-                        goto fail;
-        }
-        /* a store another program changed on disk since the daemon opened it
-         * read-only is never served (store.h, zr_store_check_unchanged()) */
-        for (uint32_t i = 0; i < n; i++) {
-                zr_error err = {0};
-                r = zr_store_check_unchanged(zr_dataset_store(streams[i].ds), &err);
-                if (r < 0) {
-                        zr_request_fail(rq, -r, "stream %u%s%s%s: %s", i,
-                                        names[i][0] ? " '" : "", names[i],
-                                        names[i][0] ? "'" : "", err.message);
-                        goto fail;
-                }
-        }
-        p.ring_bytes_max = zr_request_shm_left(rq);
-        if (p.ring_bytes_max == 0) {
-                r = zr_request_fail(rq, ZR_E_LIMIT, "no shared memory budget left for a ring");
-                goto fail;
-        }
-        if (zr_users_get(srv->users, zr_request_uid(rq), &lh->user) < 0) {
-                r = zr_request_fail(rq, ENOMEM, "no memory for a loader");
-                goto fail;
-        }
-        p.work_bytes_max = zr_user_room(lh->user, ZR_USER_WORK);
-        if (p.work_bytes_max == 0) {
-                r = zr_request_fail(rq, ZR_E_LIMIT, "no working memory left for a loader "
-                                    "(max-work-mem-per-uid, max-work-mem-total)");
-                goto fail;
-        }
-        lh->session = zr_request_session(rq);
-        lh->nstreams = srcs ? n / nsrc : n;
-        lh->batch_size = p.batch_size;
-        lh->seed = p.seed;
-        lh->rank = p.rank;
-        lh->world_size = p.world_size;
-        lh->mode = p.mode;
-        lh->indices = indices;
-        lh->provenance = provenance;
-        r = zr_loader_new(srv->loaders, streams, n, &p, lh, &lh->loader, &rq->err);
-        if (r < 0)
-                goto fail;
-        r = zr_user_charge(lh->user, ZR_USER_WORK, zr_loader_work_bytes(lh->loader), &rq->err);
-        if (r < 0)
-                goto fail;
-        lh->work_bytes = zr_loader_work_bytes(lh->loader);
-        if (!srv->rings_sealed) {
-                long long other = other_uid_in_group(srv, lh, zr_request_uid(rq));
-                if (other >= 0) {
-                        r = zr_request_fail(rq, EPERM, "an identical loader of uid %lld is "
-                                            "open, and this kernel cannot seal shared rings "
-                                            "against writes (no F_SEAL_FUTURE_WRITE): loaders "
-                                            "of different users never share rings here; use "
-                                            "another seed, or a daemon of your own", other);
-                        goto fail;
-                }
-        }
+        st->p.paused = 1;
+        r = zr_loader_new(srv->loaders, st->streams, st->n, &st->p, st->lh, &st->lh->loader,
+                          &rq->err);
         /* the streams' fingerprint (dataset/fingerprint.h), once the length was
          * checked: a daemon that serves other records than the one the client's
          * fingerprint came from refuses */
-        fingerprint = zr_fingerprint_streams_begin(n);
-        for (uint32_t i = 0; i < n; i++) {
+        st->fingerprint = zr_fingerprint_streams_begin(st->n);
+        for (uint32_t i = 0; r == 0 && i < st->n; i++) {
                 uint64_t fp;
-                zr_dataset_lock(streams[i].ds, false);
-                r = zr_dataset_fingerprint(streams[i].ds, &fp, &rq->err);
-                zr_dataset_unlock(streams[i].ds);
-                if (r < 0)
-                        goto fail;
-                fingerprint = zr_fingerprint_streams_add(fingerprint, fp);
+                zr_dataset_lock(st->streams[i].ds, false);
+                r = zr_dataset_fingerprint(st->streams[i].ds, &fp, &rq->err);
+                zr_dataset_unlock(st->streams[i].ds);
+                if (r == 0)
+                        st->fingerprint = zr_fingerprint_streams_add(st->fingerprint, fp);
         }
-        if (has_fingerprint && expected != fingerprint) {
-                r = zr_request_fail(rq, ZR_E_STALE, "the streams' fingerprint is %016llx here, "
-                                    "the client expects %016llx: this daemon serves other "
-                                    "records than the one that fingerprint came from (a store "
-                                    "copied at another time, changed since, or written apart)",
-                                    (unsigned long long)fingerprint,
-                                    (unsigned long long)expected);
-                goto fail;
+        rq->result = r;
+}
+
+/* On the loop: the checks that need the sessions and the accounts, the
+ * handle, the reply; then the loader starts. */
+static int open_finish(zr_request *rq) {
+        zr_server *srv = zr_request_server(rq);
+        open_state *st = rq->state;
+        zr_lhandle *lh = st->lh;
+        int r;
+
+        if (!srv->rings_sealed) {
+                long long other = other_uid_in_group(srv, lh, zr_request_uid(rq));
+                if (other >= 0)
+                        return zr_request_fail(rq, EPERM, "an identical loader of uid %lld is "
+                                               "open, and this kernel cannot seal shared rings "
+                                               "against writes (no F_SEAL_FUTURE_WRITE): loaders "
+                                               "of different users never share rings here; use "
+                                               "another seed, or a daemon of your own", other);
         }
+        if (st->has_fingerprint && st->expected != st->fingerprint)
+                return zr_request_fail(rq, ZR_E_STALE, "the streams' fingerprint is %016llx here, "
+                                       "the client expects %016llx: this daemon serves other "
+                                       "records than the one that fingerprint came from (a store "
+                                       "copied at another time, changed since, or written apart)",
+                                       (unsigned long long)st->fingerprint,
+                                       (unsigned long long)st->expected);
+        r = zr_user_charge(lh->user, ZR_USER_WORK, zr_loader_work_bytes(lh->loader), &rq->err);
+        if (r < 0)
+                return r;
+        lh->work_bytes = zr_loader_work_bytes(lh->loader);
         lh->ring_bytes = zr_loader_ring_bytes(lh->loader);
         r = zr_request_shm_reserve(rq, lh->ring_bytes);
         if (r < 0)
-                goto fail;
+                return r;
         int fd = fcntl(zr_loader_ring_fd(lh->loader), F_DUPFD_CLOEXEC, 3);
         if (fd < 0) {
                 zr_request_shm_release(rq, lh->ring_bytes);
-                r = zr_request_fail(rq, errno, "passing the ring: %s", strerror(errno));
-                goto fail;
+                return zr_request_fail(rq, errno, "passing the ring: %s", strerror(errno));
         }
         zr_handle h = {.type = ZR_HANDLE_LOADER, .loader = lh};
         int id = zr_request_add_handle(rq, &h);
         if (id < 0) {
                 close(fd);
                 zr_request_shm_release(rq, lh->ring_bytes);
-                r = id;
-                goto fail;
+                return id;
         }
+        st->lh = NULL; /* the handle's now */
         lh->id = (uint32_t)id;
-        free(streams);
-        free(names);
         zr_loader *l = lh->loader;
         zr_wire_writer w;
         zr_reply_begin(rq, &w);
@@ -603,16 +518,146 @@ int zr_handle_loader_open(zr_request *rq) {
                 }
                 zr_wire_end(&w);
         }
-        zr_wire_put_u64(&w, "fingerprint", fingerprint);
+        zr_wire_put_u64(&w, "fingerprint", st->fingerprint);
         zr_log(LOG_DEBUG, "pid %d opened loader %d: %s, batch %llu, %u streams, %u sources, step "
-               "%llu", (int)zr_request_pid(rq), id, sampler, (unsigned long long)p.batch_size,
-               lh->nstreams, nsrc, (unsigned long long)p.start_step);
-        return zr_reply_send(rq, &w, &fd, 1);
-fail:
-        free(streams);
-        free(names);
-        zr_lhandle_free(lh);
+               "%llu", (int)zr_request_pid(rq), id, st->sampler,
+               (unsigned long long)st->p.batch_size, lh->nstreams, st->nsrc,
+               (unsigned long long)st->p.start_step);
+        r = zr_reply_send(rq, &w, &fd, 1);
+        /* its RING and BATCH events follow the reply, which names it */
+        zr_loader_start(l);
         return r;
+}
+
+static void open_done(zr_job *job) {
+        zr_request *rq = (zr_request *)job;
+        int r = rq->result;
+
+        if (zr_request_orphaned(rq)) {
+                zr_request_complete(rq, 0); /* the state frees the loader */
+                return;
+        }
+        if (r == 0)
+                r = open_finish(rq);
+        zr_request_complete(rq, r);
+}
+
+int zr_handle_loader_open(zr_request *rq) {
+        zr_server *srv = zr_request_server(rq);
+        zr_wire_error werr = {0};
+        const msgpack_object *items = NULL, *srcs = NULL;
+        uint32_t n = 0, nsrc = 0, total;
+        zr_lhandle *lh;
+        bool indices = false, provenance = false;
+        uint32_t stride = 1;
+        int r;
+
+        open_state *st = zr_request_state(rq, sizeof(*st), open_state_free);
+        if (!st)
+                return -ENOMEM;
+        zr_loader_params *p = &st->p;
+        p->world_size = 1;
+        p->prefetch = PREFETCH_DEFAULT;
+        if (zr_wire_get_str_copy(rq->root, "sampler", st->sampler, sizeof(st->sampler), &werr) < 0 ||
+            zr_wire_get_u64(rq->root, "batch_size", &p->batch_size, &werr) < 0 ||
+            zr_wire_get_u64(rq->root, "seed", &p->seed, &werr) < 0 ||
+            zr_wire_get_u64(rq->root, "start_step", &p->start_step, &werr) < 0)
+                return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
+        /* one source of streams, or a mixture of sources */
+        if (!zr_wire_find(rq->root, "streams") == !zr_wire_find(rq->root, "sources"))
+                return zr_request_fail(rq, ZR_E_PROTO, "give either 'streams' or 'sources' (a "
+                                       "mixture), not %s", zr_wire_find(rq->root, "streams") ?
+                                       "both" : "neither");
+        if ((zr_wire_find(rq->root, "streams") &&
+             zr_wire_get_array(rq->root, "streams", &items, &n, &werr) < 0) ||
+            (zr_wire_find(rq->root, "sources") &&
+             zr_wire_get_array(rq->root, "sources", &srcs, &nsrc, &werr) < 0))
+                return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
+        if (zr_sampler_mode_from_name(st->sampler, &p->mode) < 0)
+                return zr_request_fail(rq, ZR_E_SAMPLER, "unknown sampler '%s' (sequential, iid, "
+                                       "cyclic)", st->sampler);
+        if ((r = get_opt_u32(rq, "rank", 0, UINT32_MAX, ZR_E_SAMPLER, &p->rank)) < 0 ||
+            (r = get_opt_u32(rq, "world_size", 0, UINT32_MAX, ZR_E_SAMPLER, &p->world_size)) < 0 ||
+            (r = get_opt_u32(rq, "prefetch", 1, ZR_PREFETCH_MAX, ZR_E_LIMIT, &p->prefetch)) < 0 ||
+            (r = get_opt_u32(rq, "step_stride", 1, UINT32_MAX, ZR_E_SAMPLER, &stride)) < 0)
+                return r;
+        if (zr_wire_find(rq->root, "step_stride") && !zr_request_has_feature(rq, ZR_FEATURE_STRIDE))
+                return zr_request_fail(rq, ZR_E_UNKNOWN, "field 'step_stride': the \"stride\" "
+                                       "feature is not in force on this connection");
+        p->step_stride = stride;
+        if (zr_wire_find(rq->root, "length")) {
+                if (zr_wire_get_u64(rq->root, "length", &p->length, &werr) < 0)
+                        return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
+                p->has_length = 1;
+        }
+        if (zr_wire_find(rq->root, "fingerprint")) {
+                if (zr_wire_get_u64(rq->root, "fingerprint", &st->expected, &werr) < 0)
+                        return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
+                st->has_fingerprint = true;
+        }
+        if ((zr_wire_find(rq->root, "indices") &&
+             zr_wire_get_bool(rq->root, "indices", &indices, &werr) < 0) ||
+            (zr_wire_find(rq->root, "provenance") &&
+             zr_wire_get_bool(rq->root, "provenance", &provenance, &werr) < 0))
+                return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
+        if (items && (n < 1 || n > ZR_STREAMS_MAX))
+                return zr_request_fail(rq, ZR_E_PROTO, "field 'streams': %u streams, 1..%d",
+                                       n, ZR_STREAMS_MAX);
+        if (srcs && nsrc > ZR_SOURCES_MAX)
+                return zr_request_fail(rq, ZR_E_PROTO, "field 'sources': %u sources, 1..%d", nsrc,
+                                       ZR_SOURCES_MAX);
+        if ((r = zr_request_loader_room(rq)) < 0)
+                return r;
+        /* room for every source's streams (each source holds at most streams_max) */
+        total = srcs ? nsrc * ZR_STREAMS_MAX : n;
+        st->lh = lh = calloc(1, sizeof(*lh));
+        st->streams = calloc(total ? total : 1, sizeof(*st->streams));
+        st->names = calloc(total ? total : 1, sizeof(*st->names));
+        if (lh)
+                lh->entries = calloc(total ? total : 1, sizeof(*lh->entries));
+        if (!lh || !st->streams || !st->names || !lh->entries)
+                return zr_request_fail(rq, ENOMEM, "no memory for a loader");
+        if (srcs) {
+                r = take_sources(rq, lh, srcs, nsrc, p, st->src, st->streams, st->names);
+                if (r < 0)
+                        return r;
+                n = (uint32_t)r * nsrc;
+        } else {
+                r = take_streams(rq, lh, items, n, "streams", st->streams, st->names);
+                if (r < 0)
+                        return r;
+        }
+        st->n = n;
+        st->nsrc = nsrc;
+        /* a store another program changed on disk since the daemon opened it
+         * read-only is never served (store.h, zr_store_check_unchanged()) */
+        for (uint32_t i = 0; i < n; i++) {
+                zr_error err = {0};
+                r = zr_store_check_unchanged(zr_dataset_store(st->streams[i].ds), &err);
+                if (r < 0)
+                        return zr_request_fail(rq, -r, "stream %u%s%s%s: %s", i,
+                                               st->names[i][0] ? " '" : "", st->names[i],
+                                               st->names[i][0] ? "'" : "", err.message);
+        }
+        p->ring_bytes_max = zr_request_shm_left(rq);
+        if (p->ring_bytes_max == 0)
+                return zr_request_fail(rq, ZR_E_LIMIT, "no shared memory budget left for a ring");
+        if (zr_users_get(srv->users, zr_request_uid(rq), &lh->user) < 0)
+                return zr_request_fail(rq, ENOMEM, "no memory for a loader");
+        p->work_bytes_max = zr_user_room(lh->user, ZR_USER_WORK);
+        if (p->work_bytes_max == 0)
+                return zr_request_fail(rq, ZR_E_LIMIT, "no working memory left for a loader "
+                                       "(max-work-mem-per-uid, max-work-mem-total)");
+        lh->session = zr_request_session(rq);
+        lh->nstreams = srcs ? n / nsrc : n;
+        lh->batch_size = p->batch_size;
+        lh->seed = p->seed;
+        lh->rank = p->rank;
+        lh->world_size = p->world_size;
+        lh->mode = p->mode;
+        lh->indices = indices;
+        lh->provenance = provenance;
+        return zr_request_submit(rq, open_run, open_done);
 }
 
 int zr_handle_loader_close(zr_request *rq) {
