@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """run.py: zrecord against its peers and against the machine's limits, in one run.
 
-    python3 bench/run.py [all|limits|sampler|store|loader|multi|resume|beyond-memory ...]
+    python3 bench/run.py [all|limits|sampler|store|loader|multi|resume|beyond-memory|transforms ...]
                          [--quick] [--build DIR] [--no-plots]
 
 Prints a machine block (CPU, cores, memory, kernel, Python, numpy, every
@@ -31,6 +31,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from suite import common as C  # noqa: E402
 
 LAYERS = ["limits", "sampler", "store", "loader", "multi", "resume", "beyond-memory"]
+# tables that run with a layer, also runnable alone: the loader layer's transforms
+PARTS = ["transforms"]
 
 
 def main():
@@ -42,6 +44,9 @@ def main():
     ap.add_argument("--tiles", type=int, default=16384, help="4 KiB records in the store layer (16384)")
     ap.add_argument("--batches", type=int, default=9, help="timed batches per store contender (9)")
     ap.add_argument("--steps", type=int, default=24, help="batches per loader and multi-process run after the warm-up (24; the rate skips the first 8, which may sit in prefetch buffers)")
+    ap.add_argument("--transform-steps", type=int, default=300,
+                    help="batches per run of the loader layer's transforms table after its warm-up "
+                         "(300; the rate skips the first 8)")
     ap.add_argument("--dict-images", action="store_true",
                     help="also zstd_dict on the 256 KiB records (level 19: minutes on 2 cores)")
     ap.add_argument("--memcg", type=int, default=512,
@@ -62,8 +67,8 @@ def main():
     args = ap.parse_args()
     layers = LAYERS if "all" in args.layers else args.layers
     for l in layers:
-        if l not in LAYERS:
-            ap.error(f"unknown layer {l!r}: all, {', '.join(LAYERS)}")
+        if l not in LAYERS + PARTS:
+            ap.error(f"unknown layer {l!r}: all, {', '.join(LAYERS + PARTS)}")
     if args.no_plots:
         C.bar_plot = lambda *a, **k: None
 
@@ -86,9 +91,11 @@ def main():
     targets = []
     targets19 = []
     targets15 = []
+    targets35 = []
     try:
-        from suite import limits, sampler, store, loader, multi, resume, beyond
-        needs_limits = any(l in layers for l in ("limits", "store", "loader", "multi"))
+        from suite import limits, sampler, store, loader, multi, resume, beyond, transforms
+        needs_limits = any(l in layers for l in ("limits", "store", "loader", "multi",
+                                                  "transforms"))
         if needs_limits:
             ctx.limits = limits.run(ctx)
             out["limits"] = {str(k): v for k, v in ctx.limits.items()}
@@ -104,7 +111,17 @@ def main():
         if "loader" in layers:
             out["loader"] = loader.run(ctx)
             targets += loader.targets(out["loader"])
-            C.write_json("loader", {"machine": machine, "loader": out["loader"]})
+            out["loader"]["transforms"] = transforms.run(ctx)
+            targets35 = transforms.targets(out["loader"]["transforms"])
+            C.write_json("loader", {"machine": machine, "loader": out["loader"],
+                                    "targets35": [{"target": t, "got": v, "need": need}
+                                                  for t, v, need in targets35]})
+        if "transforms" in layers and "loader" not in layers:
+            out["transforms"] = transforms.run(ctx)
+            targets35 = transforms.targets(out["transforms"])
+            C.write_json("transforms", {"machine": machine, "transforms": out["transforms"],
+                                        "targets35": [{"target": t, "got": v, "need": need}
+                                                      for t, v, need in targets35]})
         if "multi" in layers:
             out["multi"] = multi.run(ctx)
             targets += multi.targets(out["multi"])
@@ -122,7 +139,7 @@ def main():
         daemon.stop()
         C.drop_path(ctx.tmp)
     for issue, ts, key in ((9, targets, "targets"), (15, targets15, "targets15"),
-                           (19, targets19, "targets19")):
+                           (19, targets19, "targets19"), (35, targets35, "targets35")):
         if not ts:
             continue
         rows = [{"target": t, "got": f"{v:.2f}x", "need": f"{need:g}x",

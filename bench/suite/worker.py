@@ -50,6 +50,88 @@ def augment_dict(batch):
     return {"x": augment(batch["x"])}
 
 
+def py_features(x):
+    """The pure-Python transform: per sample, a 16-bin histogram of every 8th
+    pixel of every 8th row, counted in a Python loop (it holds the GIL, as
+    tokenizing or parsing does); the images pass on as they came. Takes uint8
+    (B, H, W), gives {"x": the images, "hist": int32 (B, 16)}."""
+    x = np.asarray(x)
+    hist = np.empty((x.shape[0], 16), np.int32)
+    for i in range(x.shape[0]):
+        h = [0] * 16
+        for v in x[i, ::8, ::8].tobytes():
+            h[v >> 4] += 1
+        hist[i] = h
+    return {"x": x, "hist": hist}
+
+
+def py_features_dict(batch):
+    return py_features(batch["x"])
+
+
+def copy_out(batch):
+    """The hop's own transform: the batch back as it came (written once into
+    the arena by a worker process)."""
+    return batch["x"]
+
+
+# transforms of the loader layer by name: (zrecord's, on a batch dict; the
+# others', on the (B, H, W) array)
+TRANSFORMS = {"numpy": (augment_dict, augment), "python": (py_features_dict, py_features),
+              "copy": (copy_out, np.asarray)}
+
+
+def cpu_seconds(pids):
+    """User + system CPU seconds of processes (0 for one that is gone)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        except (OSError, IndexError, ValueError):
+            pass
+    return total / tick
+
+
+def descendants():
+    """This process's descendants (worker processes of every loader)."""
+    sys.path.insert(0, BENCH)
+    from suite.common import tree
+    return sorted(tree([os.getpid()]) - {os.getpid()})
+
+
+class NpySource:
+    """Grain's random-access data source over a .npy (np.load mmap_mode='r',
+    opened in each worker): record i is image i."""
+
+    def __init__(self, path):
+        self.path, self.m = path, None
+        self.n = int(np.load(path, mmap_mode="r").shape[0])
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if self.m is None:
+            self.m = np.load(self.path, mmap_mode="r")
+        return np.array(self.m[i])
+
+    def __getstate__(self):
+        return {"path": self.path, "m": None, "n": self.n}
+
+
+class GrainTransform:
+    """A grain MapTransform over a batch, by transform name (picklable)."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def map(self, x):
+        return TRANSFORMS[self.name][1](x)
+
+
 def identity_collate(x):
     return x
 
@@ -127,6 +209,10 @@ class NpyDataset:
     def __getitems__(self, idxs):
         import torch
         x = self._arr()[np.asarray(idxs, np.int64)]
+        if self.heavy in TRANSFORMS:
+            out = TRANSFORMS[self.heavy][1](x)
+            return {k: torch.from_numpy(v) for k, v in out.items()} if isinstance(out, dict) \
+                else torch.from_numpy(out)
         if self.heavy:
             x = augment(x)
         return torch.from_numpy(x)
@@ -138,6 +224,12 @@ def make_iter(p):
         sys.path.insert(0, PYCLIENT)
         from loaderx.dataloader import DataLoader
         from loaderx.dataset import DenseDataset
+        if p.get("transform"):         # the transforms table: workers and k as given
+            k = p["workers_k"]
+            dl = DataLoader({"x": DenseDataset(p["store"])}, batch_size=B, sampler="iid",
+                            seed=seed, transform=TRANSFORMS[p["transform"]][0], num_workers=k,
+                            workers=p.get("workers"), prefetch=max(4, 2 * k))
+            return dl, dl
         dl = DataLoader({"x": DenseDataset(p["store"])}, batch_size=B, sampler=p.get("sampler", "iid"),
                         seed=seed, start_step=p.get("start_step", 0), prefetch=p.get("prefetch", 4),
                         transform=augment_dict if heavy else None, num_workers=2 if heavy else 0,
@@ -174,14 +266,25 @@ def make_iter(p):
     if kind == "torch":
         import torch
         from torch.utils.data import DataLoader, RandomSampler
-        ds = NpyDataset(p["npy"], heavy)
+        ds = NpyDataset(p["npy"], p.get("transform") or heavy)
         g = torch.Generator()
         g.manual_seed(seed)
         total = (p["steps"] + p.get("warm_max", p["warm"]) + 8) * B
         dl = DataLoader(ds, batch_size=B, sampler=RandomSampler(ds, replacement=True, num_samples=total,
                                                                  generator=g),
                         num_workers=p.get("workers", 2), collate_fn=identity_collate,
-                        persistent_workers=True, drop_last=True)
+                        persistent_workers=p.get("workers", 2) > 0, drop_last=True)
+        return iter(dl), dl
+    if kind == "grain_npy":
+        import grain.python as gp
+
+        class Transform(GrainTransform, gp.MapTransform):
+            pass
+        dl = gp.DataLoader(data_source=NpySource(p["npy"]),
+                           sampler=gp.IndexSampler(num_records=p["n"], shard_options=gp.NoSharding(),
+                                                   shuffle=True, num_epochs=None, seed=seed),
+                           operations=[gp.Batch(B, drop_remainder=True), Transform(p["transform"])],
+                           worker_count=p["workers_k"])
         return iter(dl), dl
     if kind == "grain":
         import grain.python as gp
@@ -250,18 +353,27 @@ def loader_run(p):
     steps = p["steps"]
     skip = min(8, steps // 3)
     stamps = []
+    cpu0 = None
     for i in range(steps):
         b = next(it)
         sink += touch(b)
         del b
         stamps.append(time.monotonic())
+        if i == max(skip - 1, 0):      # CPU from the first timed batch on
+            kids = descendants()
+            cpu0 = (cpu_seconds([os.getpid()]), cpu_seconds(kids))
     t0 = stamps[skip - 1] if skip else None
     if t0 is None:
         t0, skip = stamps[0], 1
     t1 = stamps[-1]
     n = steps - skip
+    kids = descendants()
     res = {"start": t0, "end": t1, "steps": n, "bps": n / (t1 - t0) if n else float("nan"),
-           "first_batch_s": first, "sink": sink}
+           "first_batch_s": first, "sink": sink,
+           "main_cpu_s": cpu_seconds([os.getpid()]) - cpu0[0],
+           "workers_cpu_s": cpu_seconds(kids) - cpu0[1], "nworkers": len(kids)}
+    if kind_stats(owner):
+        res["zr_workers"] = owner.stats()["workers"]
     sys.stdout.write(json.dumps(res) + "\n")
     sys.stdout.flush()
     for obj in (it, owner):
@@ -280,6 +392,11 @@ def loader_run(p):
     import gc
     gc.collect()
     sys.exit(0)
+
+
+def kind_stats(owner):
+    """True if `owner` is a loaderx DataLoader with worker statistics."""
+    return type(owner).__name__ == "DataLoader" and hasattr(owner, "_workers_stats")
 
 
 # --------------------------------------------------------------- resume runs

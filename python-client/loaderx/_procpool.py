@@ -156,6 +156,8 @@ class ProcessPool:
         self.write_ns = 0
         self.transform_ns = 0
         self.pickled = 0           # bytes of outputs pickled into messages
+        self.task_bytes = 0        # bytes of the tasks sent (the batches' descriptions)
+        self._waiting = 0          # when poll() began to wait
         self._pid = os.getpid()
         self.start()
 
@@ -259,6 +261,7 @@ class ProcessPool:
         t.worker = w
         w.tasks.append(t)
         t0 = time.monotonic_ns()
+        sent = w.chan.sent_bytes
         try:
             w.chan.send(msg, fds)
         except (OSError, EOFError):
@@ -266,6 +269,7 @@ class ProcessPool:
             return
         t.t_sent = time.monotonic_ns()
         t.t_hop = t.t_sent - t0
+        self.task_bytes += w.chan.sent_bytes - sent
 
     # ------------------------------------------------------------ results
     def take(self, step):
@@ -280,6 +284,7 @@ class ProcessPool:
         ws = [w for w in self.alive()]
         ready = [w for w in ws if w.chan.ready()]
         got = []
+        self._waiting = time.monotonic_ns()   # a result that came before was not waited for
         if not ready:
             try:
                 r, _, _ = select.select([w.chan for w in ws] + list(also), [], [], timeout)
@@ -339,11 +344,13 @@ class ProcessPool:
             self.results[t.step] = ("ok", obj)
             t_recv, t0, t1, t_enc, t2 = msg["times"]
             t_done = time.monotonic_ns()
-            hop = (t0 - t_recv) + (t_enc - t1) + max(0, t_got - t2) + (t_done - t_got)
-            if t.idle:
-                hop += max(0, t_recv - t.t_sent)
-            hop += t.t_hop
-            self.recent.append((hop, t2 - t_enc, t1 - t0))
+            # the hop's parts: sending the task, the worker's wake-up (when it
+            # waited for it), its intake (views of the ring), encoding the
+            # output, the way back with the loader's wake-up, the decoding
+            parts = (t.t_hop, max(0, t_recv - t.t_sent) if t.idle else 0, t0 - t_recv,
+                     t_enc - t1, max(0, t_got - max(t2, self._waiting)), t_done - t_got)
+            hop = sum(parts)
+            self.recent.append((hop, t2 - t_enc, t1 - t0) + parts)
             self.hop_ns += hop
             self.write_ns += t2 - t_enc
             self.transform_ns += t1 - t0
@@ -523,6 +530,9 @@ class ProcessPool:
         return {"count": self.k, "pids": [w.proc.pid for w in self.workers if not w.dead],
                 "started": self.started, "restarts": self.restarts, "batches": self.n,
                 "hop_s": median(0), "write_s": median(1), "transform_s": median(2),
+                "hop_parts_s": {name: median(3 + i) for i, name in enumerate(
+                    ("send", "wake", "intake", "encode", "back", "decode"))},
                 "hop_mean_s": self.hop_ns / n / 1e9, "write_mean_s": self.write_ns / n / 1e9,
                 "transform_mean_s": self.transform_ns / n / 1e9,
-                "pickled_bytes": self.pickled, "arena": self.arena.stats()}
+                "pickled_bytes": self.pickled, "task_bytes": self.task_bytes,
+                "arena": self.arena.stats()}

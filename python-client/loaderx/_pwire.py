@@ -54,6 +54,7 @@ class Channel:
         self.sock = sock
         self.nonblocking = nonblocking
         self.inbox = []            # (obj, fds) read while a send waited
+        self.sent_bytes = 0        # of messages sent (stats())
         sock.setblocking(not nonblocking)
 
     def fileno(self):
@@ -73,6 +74,7 @@ class Channel:
     def send(self, obj, fds=()):
         data = pickle.dumps(obj, protocol=5)
         n = len(data)
+        self.sent_bytes += n
         if n + 1 <= PACKET:
             packets = [b"\0" + data]
         else:
