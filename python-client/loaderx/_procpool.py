@@ -163,7 +163,10 @@ class ProcessPool:
 
     # ------------------------------------------------------------ workers
     def start(self):
-        """Starts every worker slot that has none (all, the first time)."""
+        """Starts every worker slot that has none (all, the first time); none
+        once the pool is broken or closed."""
+        if self.broken is not None or self.closed:
+            return
         if not self.workers:
             self.workers = [_Worker(i) for i in range(self.k)]
         for i, w in enumerate(self.workers):

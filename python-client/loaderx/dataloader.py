@@ -987,9 +987,7 @@ class DataLoader:
                     continue
                 session = self._session
                 also = [session.conn.fileno()] if (
-                    session is not None and procs.room() and self._end is None and
-                    len(session.held) < session.slots and session.conn.usable and
-                    not session.conn.reading) else []
+                    self._can_feed() and session.conn.usable and not session.conn.reading) else []
                 t0 = time.monotonic_ns()
                 procs.poll(None, also)
                 self._blocked_ns += time.monotonic_ns() - t0
@@ -1009,19 +1007,25 @@ class DataLoader:
         then batches the daemon has announced (block: waits for one)."""
         procs = self._procs
         procs.resend()
-        while procs.room() and self._end is None:
-            session = self._session
-            if (session.next_step - self._step) // self.step_stride >= procs.window:
-                return
-            session.flush()
-            if len(session.held) >= session.slots:
-                return              # every slot is in a task: one ends first
+        while self._can_feed():
             t = self._fetch(raw=True, block=block)
             if t is None:
                 return
             procs.note_rings(self._session)
             procs.submit(t, self._session.serial)
             block = False
+
+    def _can_feed(self):
+        """True if a worker can take the next step now: one has room, the steps
+        sent and not yet returned are fewer than the window, a slot is free (each
+        task holds one), and the loader has not ended."""
+        procs, session = self._procs, self._session
+        if session is None or self._end is not None or not procs.room():
+            return False
+        if (session.next_step - self._step) // self.step_stride >= procs.window:
+            return False
+        session.flush()
+        return len(session.held) < session.slots
 
     def _unshippable(self, why, task):
         """A result that must not leave its worker (a tensor on a device): an
