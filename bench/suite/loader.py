@@ -31,6 +31,7 @@ import numpy as np
 
 from . import common as C
 from .common import say
+from .worker import cpu_seconds
 
 
 def shared_prepare(ctx, n, side):
@@ -204,9 +205,13 @@ def run_one(ctx, params, tmp):
                 proc.wait()
                 raise RuntimeError(f"{params['kind']} loader failed before its first batches:\n"
                                    + log_tail(proc))
+            d_cpu0 = cpu_seconds([daemon.pid]) if daemon else 0.0
             proc.stdin.write("go\n")
             proc.stdin.flush()
             res = json.loads(proc.stdout.readline())
+            # the daemon's CPU over the batches after "go" (the timed ones and
+            # the few the rate skips)
+            res["daemon_cpu_s"] = cpu_seconds([daemon.pid]) - d_cpu0 if daemon else 0.0
         finally:
             mem.stop()
             reap(proc)

@@ -117,12 +117,15 @@ def run(ctx):
                                 inproc=params.get("workers") == "thread"))
     C.table(f"loader, transforms on every core (issue 35): {B} images of {side} x {side} uint8 "
             f"({B * side * side / C.MiB:.0f} MiB) a batch, iid, warm; median of {rounds} rounds; "
-            "CPU ms per batch of the training process and of its worker processes; bytes between "
-            "processes per batch; peak PSS of the process tree (+ the daemon for zrecord); load = "
-            "1-minute load average at the start of the k=2 run",
+            "CPU ms per batch (at k=2) of the training process, its worker processes, the daemon, "
+            "and all of them; 2-core ceiling = the k2/k1 two cores allow at these costs (2 x the "
+            "busiest process's CPU at k=1 over a batch's CPU at k=2); bytes between processes per "
+            "batch; peak PSS of the process tree (+ the daemon for zrecord); load = 1-minute load "
+            "average at the start of the k=2 run",
             [("transform", "transform"), ("contender", "contender"), ("bps1", "k=1 b/s"),
-             ("bps2", "k=2 b/s"), ("scale", "k2/k1"), ("main_ms2", "main ms"),
-             ("workers_ms2", "workers ms"), ("xbytes", "bytes between"), ("hop_us", "hop µs"),
+             ("bps2", "k=2 b/s"), ("scale", "k2/k1"), ("ceiling", "2-core ceiling"),
+             ("main_ms2", "main ms"), ("workers_ms2", "workers ms"), ("daemon_ms2", "daemon ms"),
+             ("cpu_ms2", "CPU ms"), ("xbytes", "bytes between"), ("hop_us", "hop µs"),
              ("pss1", "PSS k=1"), ("pss2", "PSS k=2"), ("load2", "load")], rows)
     paper = project(rows)
     C.table(f"the same on paper for k = {', '.join(map(str, PAPER_KS))} (batches/s from the "
@@ -147,6 +150,9 @@ def row(transform, name, rs, out_nbytes, threads, inproc=False):
         r[f"pss{kk}"] = max(x["pss"] for x in runs) / C.MiB
         r[f"main_ms{kk}"] = C.med([x["main_cpu_s"] / x["steps"] * 1e3 for x in runs])
         r[f"workers_ms{kk}"] = C.med([x["workers_cpu_s"] / x["steps"] * 1e3 for x in runs])
+        # the daemon's over every batch after "go": the timed ones and those skipped
+        r[f"daemon_ms{kk}"] = C.med([x.get("daemon_cpu_s", 0) / (x["steps"] + x["skipped"]) * 1e3
+                                     for x in runs])
         r[f"load{kk}"] = max(x["load"] for x in runs)
         zr = [x.get("zr_workers") for x in runs if x.get("zr_workers")]
         if zr and zr[-1].get("kind") == "process":
@@ -164,6 +170,14 @@ def row(transform, name, rs, out_nbytes, threads, inproc=False):
     top = 2 if "bps2" in r and r["bps2"] else 1
     r["main_ms2"] = r.get(f"main_ms{top}")
     r["workers_ms2"] = r.get(f"workers_ms{top}")
+    r["daemon_ms2"] = r.get(f"daemon_ms{top}")
+    r["cpu_ms2"] = sum(r.get(f"{w}_ms{top}") or 0 for w in ("main", "workers", "daemon"))
+    r["cpu_ms1"] = sum(r.get(f"{w}_ms1") or 0 for w in ("main", "workers", "daemon"))
+    # what two cores allow from k=1 to k=2 at these costs: k=1 runs at the pace
+    # of its busiest process; k=2 at most at two cores over the CPU of a batch
+    busiest = max(r.get("main_ms1") or 0, r.get("workers_ms1") or 0)
+    if busiest and r["cpu_ms2"] and r.get("bps2") is not None and not threads:
+        r["ceiling"] = min(2.0, 2 * busiest / r["cpu_ms2"])
     r["load2"] = r.get(f"load{top}")
     r["hop_us"] = r.get(f"hop_us{top}")
     if name.startswith("zrecord processes"):

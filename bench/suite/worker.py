@@ -368,7 +368,8 @@ def loader_run(p):
     t1 = stamps[-1]
     n = steps - skip
     kids = descendants()
-    res = {"start": t0, "end": t1, "steps": n, "bps": n / (t1 - t0) if n else float("nan"),
+    res = {"start": t0, "end": t1, "steps": n, "skipped": skip,
+           "bps": n / (t1 - t0) if n else float("nan"),
            "first_batch_s": first, "sink": sink,
            "main_cpu_s": cpu_seconds([os.getpid()]) - cpu0[0],
            "workers_cpu_s": cpu_seconds(kids) - cpu0[1], "nworkers": len(kids)}
