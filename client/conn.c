@@ -157,6 +157,7 @@ static unsigned feature_bit(const char *name, size_t len) {
                 { ZR_FEATURE_MIXTURE, CONN_FEATURE_MIXTURE },
                 { ZR_FEATURE_STEPS_OF, CONN_FEATURE_STEPS_OF },
                 { ZR_FEATURE_METRICS, CONN_FEATURE_METRICS },
+                { ZR_FEATURE_REMOTE, CONN_FEATURE_REMOTE },
         };
 
         for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
@@ -689,7 +690,8 @@ static int hello(zrc_conn *c) {
         static const char *const wanted[] = { ZR_FEATURE_LOADER, ZR_FEATURE_MSSET,
                                               ZR_FEATURE_DICT, ZR_FEATURE_VERIFY,
                                               ZR_FEATURE_CONVERT, ZR_FEATURE_MIXTURE,
-                                              ZR_FEATURE_STEPS_OF, ZR_FEATURE_METRICS };
+                                              ZR_FEATURE_STEPS_OF, ZR_FEATURE_METRICS,
+                                              ZR_FEATURE_REMOTE };
         conn_reply reply = CONN_REPLY_NULL;
         const msgpack_object *features, *limits;
         uint32_t n = 0;

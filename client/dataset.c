@@ -127,6 +127,17 @@ int zrc_dataset_open(zrc_conn *c, const char *path, unsigned flags, zrc_dataset 
                 return r;
         if (flags & ~(unsigned)ZRC_OPEN_WRITABLE)
                 return conn_fail(c, EINVAL, "unknown open flags 0x%x", flags);
+        if (path && conn_is_remote(path)) {
+                /* a store in object storage: its credentials, no descriptors */
+                if (writable)
+                        return conn_fail(c, ZR_E_READONLY, "%s is in object storage: read-only "
+                                         "(zrecord pull makes a local copy)", path);
+                w = conn_begin(c, ZR_MSG_DATASET_OPEN);
+                r = conn_put_remote(c, w, path);
+                if (r < 0)
+                        return r; /* nothing was sent: the next request resets the writer */
+                return dataset_call(c, ZR_MSG_DATASET_OPEN, NULL, 0, false, ret);
+        }
         r = dataset_open_files(c, path, &fds[0]);
         if (r < 0)
                 return r;

@@ -132,6 +132,38 @@ int zrc_set_open(zrc_conn *c, const char *path, unsigned flags, zrc_set **ret) {
         set->conn = c;
         set->writable = writable;
 
+        if (path && conn_is_remote(path)) {
+                /* a set in object storage: its streams are those its zrecord.set names */
+                if (writable) {
+                        r = conn_fail(c, ZR_E_READONLY, "%s is in object storage: read-only",
+                                      path);
+                        goto fail;
+                }
+                w = conn_begin(c, ZR_MSG_MSSET_OPEN);
+                r = conn_put_remote(c, w, path);
+                if (r == 0)
+                        r = conn_call(c, ZR_MSG_MSSET_OPEN, NULL, 0, &reply);
+                if (r < 0)
+                        goto fail;
+                (void)zr_wire_get_array(reply.root, "streams", &streams, &n_streams, NULL);
+                set->names = calloc(n_streams ? n_streams : 1, sizeof(*set->names));
+                set->streams = calloc(n_streams ? n_streams : 1, sizeof(*set->streams));
+                if (!set->names || !set->streams) {
+                        r = conn_fail(c, ENOMEM, "out of memory for a set");
+                        goto fail_handles;
+                }
+                for (uint32_t i = 0; i < n_streams; i++) {
+                        const char *p;
+                        size_t len;
+                        if (zr_wire_get_str(&streams[i], "name", &p, &len, NULL) < 0 ||
+                            !(set->names[i] = strndup(p, len))) {
+                                r = conn_fail(c, ENOMEM, "out of memory for a set");
+                                goto fail_handles;
+                        }
+                        set->n_streams = i + 1;
+                }
+                goto opened;
+        }
         r = dataset_open_files(c, path, &fds[0]);
         if (r < 0)
                 goto fail;
@@ -171,6 +203,7 @@ int zrc_set_open(zrc_conn *c, const char *path, unsigned flags, zrc_set **ret) {
         r = conn_call(c, ZR_MSG_MSSET_OPEN, fds, n_fds, &reply);
         if (r < 0)
                 goto fail;
+opened:
         (void)zr_wire_get_u32(reply.root, "set", &set->handle, NULL);
         set->length = conn_get_u64(reply.root, "length");
         (void)zr_wire_get_bool(reply.root, "writable", &set->writable, NULL);

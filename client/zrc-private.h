@@ -34,6 +34,7 @@ enum {
         CONN_FEATURE_MIXTURE = 1 << 5,
         CONN_FEATURE_STEPS_OF = 1 << 6,
         CONN_FEATURE_METRICS = 1 << 7,
+        CONN_FEATURE_REMOTE = 1 << 8,
 };
 
 /* Events kept for the loader API while no one consumes them (BATCH, RING,
@@ -256,5 +257,14 @@ void loader_free(zrc_loader *l, bool tell);
 
 /* Sends CLOSE for handle h, ignoring the answer's content. */
 int conn_close_handle(zrc_conn *c, uint32_t h);
+
+/* remote.c: the `remote` map of DATASET_OPEN or MSSET_OPEN for an s3:// path
+ * (docs/REMOTE.md): the URL checked, endpoint, region and credentials resolved
+ * as the AWS tools do (s3/creds.h), put under key "remote" into w. Returns 0,
+ * or a failure recorded on c (EINVAL for a bad URL, ENOENT for an unknown
+ * AWS_PROFILE, ZR_E_UNKNOWN when the daemon lacks the "remote" feature). */
+int conn_put_remote(zrc_conn *c, zr_wire_writer *w, const char *url);
+/* Whether path names a store in object storage ("s3://..."). */
+bool conn_is_remote(const char *path);
 
 #endif

@@ -364,9 +364,18 @@ static int cmd_info(const cmdline *cl, zrc_conn *c) {
 
         if (!tool_is_store_dir(cl->path) && zrc_has_feature(c, "msset"))
                 return info_set(cl, c);
-        r = tool_open_dataset(cl, c, 0, "info", &d);
-        if (r)
-                return r;
+        if (strncmp(cl->path, "s3://", 5) == 0 && zrc_has_feature(c, "msset")) {
+                /* in object storage: a store's manifest, else a set's */
+                if (zrc_dataset_open(c, cl->path, 0, &d) < 0) {
+                        if (zrc_last_error(c)->code != ENOENT)
+                                return tool_fail_conn(c, "info");
+                        return info_set(cl, c);
+                }
+        } else {
+                r = tool_open_dataset(cl, c, 0, "info", &d);
+                if (r)
+                        return r;
+        }
         if (zrc_dataset_info(d, &info) < 0) {
                 zrc_dataset_close(d);
                 return tool_fail_conn(c, "info");

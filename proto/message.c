@@ -109,6 +109,18 @@ static const field prefetch_fields[] = {
         REQ("latency_p50_ns", T_UINT), REQ("latency_p99_ns", T_UINT), END,
 };
 
+/* STATUS: stores in object storage (docs/REMOTE.md) */
+static const field remote_status_fields[] = {
+        REQ("dir", T_STR), REQ("budget", T_UINT), REQ("budget_source", T_STR),
+        REQ("datasets", T_UINT), REQ("cached_bytes", T_UINT), REQ("cached_records", T_UINT),
+        REQ("disk_bytes", T_UINT), REQ("evictions", T_UINT), REQ("bypassed", T_UINT),
+        REQ("hits", T_UINT), REQ("misses", T_UINT), REQ("needed_bytes", T_UINT),
+        REQ("fetched_bytes", T_UINT), REQ("shared", T_UINT), REQ("refetched", T_UINT),
+        REQ("requests", T_UINT), REQ("retries", T_UINT), REQ("failures", T_UINT),
+        REQ("in_flight", T_UINT), REQ("queued", T_UINT), REQ("state", T_STR),
+        OPT("degraded_ms", T_UINT), OPT("last_error", T_STR), END,
+};
+
 /* STATUS: one memory budget */
 static const field budget_fields[] = { REQ("bytes", T_UINT), REQ("source", T_STR), END };
 
@@ -181,8 +193,19 @@ static const field hello_req[] = {
 static const field dataset_create_req[] = {
         REQ_SUB("schema", T_MAP, schema_fields), OPT("dict_bytes", T_UINT), END,
 };
-static const field dataset_open_req[] = { OPT("writable", T_BOOL), END };
-static const field msset_open_req[] = { OPT("writable", T_BOOL), REQ("streams", T_STRS), END };
+/* DATASET_OPEN, MSSET_OPEN: a store in object storage (feature "remote") */
+static const field remote_fields[] = {
+        REQ("url", T_STR), OPT("endpoint", T_STR), OPT("region", T_STR),
+        OPT("addressing", T_STR), OPT("access_key", T_STR), OPT("secret_key", T_STR),
+        OPT("session_token", T_STR), END,
+};
+static const field dataset_open_req[] = {
+        OPT("writable", T_BOOL), OPT_SUB("remote", T_MAP, remote_fields), END,
+};
+static const field msset_open_req[] = {
+        OPT("writable", T_BOOL), OPT("streams", T_STRS), OPT_SUB("remote", T_MAP, remote_fields),
+        END,
+};
 static const field buffer_open_req[] = { REQ("bytes", T_UINT), END };
 static const field read_req[] = {
         REQ("handle", T_U32), REQ("buffer", T_U32), OPT("offset", T_UINT),
@@ -276,7 +299,7 @@ static const field status_ok[] = {
         OPT("spare_bytes", T_UINT), OPT_SUB("prefetch", T_MAP, prefetch_fields),
         OPT_SUB("budgets", T_MAP, budgets_fields), OPT("uid", T_UINT),
         OPT_SUB("users", T_MAPS, user_stat_fields), OPT_SUB("limits", T_MAP, status_limits_fields),
-        END,
+        OPT_SUB("remote", T_MAP, remote_status_fields), END,
 };
 static const field metrics_ok[] = { REQ("text", T_STR), END };
 static const field loader_open_ok[] = {
@@ -566,12 +589,19 @@ int zr_msg_request_fds(zr_msg_kind kind, const msgpack_object *root, unsigned *r
                 *ret = 1 + (zr_wire_find(root, "dict_bytes") ? 1 : 0);
                 return 0;
         case ZR_MSG_DATASET_OPEN:
-                /* the directory and its meta.zr, the proof of access */
-                *ret = 2;
+                /* the directory and its meta.zr, the proof of access; a remote
+                 * store: none (its credentials are the proof) */
+                *ret = zr_wire_find(root, "remote") ? 0 : 2;
                 return 0;
         case ZR_MSG_MSSET_OPEN:
                 /* the root, then each stream's directory and meta.zr, in "streams"
-                 * order */
+                 * order; a remote set: none */
+                if (zr_wire_find(root, "remote")) {
+                        *ret = 0;
+                        return 0;
+                }
+                if (!zr_wire_find(root, "streams"))
+                        return zr_wire_error_set(err, ZR_E_PROTO, "missing field 'streams'");
                 r = zr_wire_get_array(root, "streams", &items, &n, err);
                 if (r < 0)
                         return r;

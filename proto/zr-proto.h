@@ -162,6 +162,7 @@ typedef enum zr_msg_kind {
 #define ZR_FEATURE_STEPS_OF "steps_of" /* STEPS_OF */
 #define ZR_FEATURE_METRICS "metrics" /* METRICS */
 #define ZR_FEATURE_STRIDE "stride"   /* LOADER_OPEN `step_stride` */
+#define ZR_FEATURE_REMOTE "remote"   /* DATASET_OPEN, MSSET_OPEN `remote`: stores in object storage */
 
 /* ---- field names used by the codec itself ------------------------------ */
 

@@ -22,23 +22,6 @@
 #define CONNECT_TIMEOUT_S 10L
 #define TIMEOUT_DEFAULT_S 30L
 
-int s3_error_set(s3_error *err, int code, const char *fmt, ...) {
-        if (err && !err->code) {
-                va_list ap;
-                va_start(ap, fmt);
-                vsnprintf(err->message, sizeof(err->message), fmt, ap);
-                va_end(ap);
-                err->code = code;
-        }
-        return -code;
-}
-
-void s3_wipe(void *p, size_t n) {
-        volatile unsigned char *v = p;
-        while (n--)
-                *v++ = 0;
-}
-
 static pthread_once_t global_once = PTHREAD_ONCE_INIT;
 static int global_rc;
 

@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "dataset/ragged.h"
+#include "dataset/rdataset.h"
 #include "util/copy.h"
 #include "zr-proto.h"
 
@@ -488,8 +489,67 @@ static int dense_read(zr_gather *g, uint8_t *dst, zr_rcache *cache, zr_pool *poo
         return r < 0 ? r : read_parts(g, cache, pool, err);
 }
 
+/* Records of remote datasets are made present (fetched and waited for, rdataset.h)
+ * and pinned before they are read: pins[k] for source k (one for a batch of one
+ * dataset). Their wait counts as reading. */
+static int acquire_remote(zr_gather *g, zr_rpin *pins, zr_error *err) {
+        uint64_t t0 = clock_ns(g);
+        int r = 0;
+
+        if (!g->sources) {
+                /* a dense batch of one dataset was not located (locate()): located here */
+                bool located = gather_schema(g)->kind != ZR_SCHEMA_DENSE;
+                if (zr_dataset_remote(g->ds))
+                        r = zr_rdataset_acquire(g->ds, g->idx, located ? g->locs : NULL, g->n,
+                                                &pins[0], err);
+        } else {
+                for (uint32_t k = 0; r == 0 && k < g->nsources; k++) {
+                        uint32_t from = g->from[k], cnt = g->from[k + 1] - from;
+                        if (cnt && zr_dataset_remote(g->sources[k]))
+                                r = zr_rdataset_acquire(g->sources[k], g->part_idx + from,
+                                                        g->part_locs + from, cnt, &pins[k], err);
+                }
+        }
+        if (g->times)
+                add_since(g, &g->times->read_ns, t0);
+        return r;
+}
+
+static bool any_remote(const zr_gather *g) {
+        if (!g->sources)
+                return zr_dataset_remote(g->ds) != NULL;
+        for (uint32_t k = 0; k < g->nsources; k++)
+                if (zr_dataset_remote(g->sources[k]))
+                        return true;
+        return false;
+}
+
+static int gather_read(zr_gather *g, uint8_t *dst, uint64_t base, zr_rcache *cache,
+                       zr_pool *pool, zr_error *err);
+
 int zr_gather_read(zr_gather *g, uint8_t *dst, uint64_t base, zr_rcache *cache, zr_pool *pool,
                    zr_error *err) {
+        zr_rpin one, *pins = &one;
+        uint32_t np = g->sources ? g->nsources : 1;
+        int r;
+
+        if (!any_remote(g))
+                return gather_read(g, dst, base, cache, pool, err);
+        if (np > 1 && !(pins = calloc(np, sizeof(*pins))))
+                return zr_error_set(err, ENOMEM, "a remote gather");
+        memset(pins, 0, np * sizeof(*pins));
+        r = acquire_remote(g, pins, err);
+        if (r == 0)
+                r = gather_read(g, dst, base, cache, pool, err);
+        for (uint32_t k = 0; k < np; k++)
+                zr_rdataset_release(&pins[k]);
+        if (pins != &one)
+                free(pins);
+        return r;
+}
+
+static int gather_read(zr_gather *g, uint8_t *dst, uint64_t base, zr_rcache *cache,
+                       zr_pool *pool, zr_error *err) {
         const zr_schema *s = gather_schema(g);
         bool ragged = s->kind == ZR_SCHEMA_RAGGED;
         uint64_t item = zr_schema_item_bytes(s), w = 0;

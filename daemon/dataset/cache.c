@@ -63,6 +63,8 @@ struct zr_rcache {
         size_t nheap, heap_cap;
         uint64_t budget, bytes, entries, evictions, bypassed, planned, planned_keys;
         uint64_t nlru;     /* cached with nothing planned */
+        zr_rcache_release *release; /* external: entries hold no bytes */
+        void *release_arg;
 };
 
 static uint64_t key_hash(const zr_rcache_key *k) {
@@ -79,12 +81,25 @@ static int key_eq(const zr_rcache_key *a, const zr_rcache_key *b) {
                a->index == b->index;
 }
 
-static uint64_t record_cost(size_t len) {
-        return (uint64_t)len + ZR_RCACHE_ENTRY_OVERHEAD;
+/* What a record costs against the budget: its bytes and its entry's memory;
+ * an external entry, its bytes (the entry's memory is not what its budget
+ * bounds). */
+static uint64_t cost_of(const zr_rcache *c, size_t len) {
+        return (uint64_t)len + (c->release ? 0 : ZR_RCACHE_ENTRY_OVERHEAD);
 }
 
 static uint64_t next_use(const node *n) {
         return n->uses ? n->uses->eta : ETA_NEVER;
+}
+
+int zr_rcache_new_external(uint64_t budget, zr_rcache_release *release, void *arg,
+                           zr_rcache **ret) {
+        int r = zr_rcache_new(budget, ret);
+        if (r == 0) {
+                (*ret)->release = release;
+                (*ret)->release_arg = arg;
+        }
+        return r;
 }
 
 int zr_rcache_new(uint64_t budget, zr_rcache **ret) {
@@ -118,6 +133,8 @@ zr_rcache *zr_rcache_free(zr_rcache *c) {
         for (size_t b = 0; b < c->nbuckets; b++) {
                 for (node *n = c->buckets[b], *next; n; n = next) {
                         next = n->chain;
+                        if (n->en && c->release)
+                                c->release(c->release_arg, &n->key);
                         uses_free(n->uses);
                         free(n->en);
                         free(n);
@@ -319,10 +336,12 @@ static void node_gc(zr_rcache *c, node *n) {
 static void uncache(zr_rcache *c, node *n) {
         zr_rcache_entry *en = n->en;
 
+        if (c->release)
+                c->release(c->release_arg, &n->key);
         n->en = NULL;
         place(c, n);
         en->linked = 0;
-        c->bytes -= record_cost(en->len);
+        c->bytes -= cost_of(c, en->len);
         c->entries--;
         if (en->pins == 0)
                 free(en);
@@ -435,7 +454,7 @@ uint64_t zr_rcache_insert(zr_rcache *c, const zr_rcache_key *key, const void *da
         pthread_mutex_lock(&c->mutex);
         budget = c->budget;
         pthread_mutex_unlock(&c->mutex);
-        if (record_cost(len) > budget / RCACHE_RECORD_FRACTION)
+        if (cost_of(c, len) > budget / RCACHE_RECORD_FRACTION)
                 return 0;
         /* allocate and copy outside the mutex */
         en = aligned_alloc(64, (sizeof(*en) + len + 63) & ~(size_t)63);
@@ -448,9 +467,9 @@ uint64_t zr_rcache_insert(zr_rcache *c, const zr_rcache_key *key, const void *da
 
         pthread_mutex_lock(&c->mutex);
         n = find(c, key, h);
-        if ((n && n->en) || record_cost(len) > c->budget / RCACHE_RECORD_FRACTION)
+        if ((n && n->en) || cost_of(c, len) > c->budget / RCACHE_RECORD_FRACTION)
                 goto drop;
-        ev = make_room(c, record_cost(len), n ? next_use(n) : ETA_NEVER, 0, &ok);
+        ev = make_room(c, cost_of(c, len), n ? next_use(n) : ETA_NEVER, 0, &ok);
         if (!ok) {
                 c->bypassed++;
                 goto drop;
@@ -460,7 +479,7 @@ uint64_t zr_rcache_insert(zr_rcache *c, const zr_rcache_key *key, const void *da
         if (!n)
                 goto drop;
         n->en = en;
-        c->bytes += record_cost(len);
+        c->bytes += cost_of(c, len);
         c->entries++;
         place(c, n);
         pthread_mutex_unlock(&c->mutex);
@@ -469,6 +488,62 @@ drop:
         pthread_mutex_unlock(&c->mutex);
         free(en);
         return ev;
+}
+
+int zr_rcache_insert_external(zr_rcache *c, const zr_rcache_key *key, uint64_t cost) {
+        uint64_t h = key_hash(key);
+        zr_rcache_entry *en;
+        node *n;
+        int ok, in = 0;
+
+        en = aligned_alloc(64, (sizeof(*en) + 63) & ~(size_t)63);
+        if (!en)
+                return 0;
+        en->pins = 0;
+        en->linked = 1;
+        en->len = (size_t)cost;
+        pthread_mutex_lock(&c->mutex);
+        n = find(c, key, h);
+        if (n && n->en)
+                goto drop;
+        make_room(c, cost_of(c, en->len), n ? next_use(n) : ETA_NEVER, 0, &ok);
+        if (!ok) {
+                c->bypassed++;
+                c->release(c->release_arg, key);
+                goto drop;
+        }
+        if (!n && !(n = node_add(c, key, h))) {
+                c->release(c->release_arg, key);
+                goto drop;
+        }
+        n->en = en;
+        c->bytes += cost_of(c, en->len);
+        c->entries++;
+        place(c, n);
+        in = 1;
+        en = NULL;
+drop:
+        pthread_mutex_unlock(&c->mutex);
+        free(en);
+        return in;
+}
+
+size_t zr_rcache_touch(zr_rcache *c, const zr_rcache_key *keys, size_t n) {
+        size_t k = 0;
+
+        pthread_mutex_lock(&c->mutex);
+        for (size_t i = 0; i < n; i++) {
+                node *nd = c->entries ? find(c, &keys[i], key_hash(&keys[i])) : NULL;
+                if (!nd || !nd->en)
+                        continue;
+                k++;
+                if (nd->in_lru && c->mru != nd) {
+                        lru_unlink(c, nd);
+                        lru_push_front(c, nd);
+                }
+        }
+        pthread_mutex_unlock(&c->mutex);
+        return k;
 }
 
 void zr_rcache_plan(zr_rcache *c, uint64_t owner, const zr_rcache_key *keys, size_t n,

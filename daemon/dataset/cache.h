@@ -25,9 +25,11 @@
  * the planner's estimates (any monotonic clock): they order the uses of
  * different loaders.
  *
- * Thread-safe: one mutex, a leaf; no allocation of record bytes or copy runs
- * under it (a planned use costs one small allocation under it). It does not
- * know about stores, datasets or loaders: the caller decodes and plans.
+ * Thread-safe: one mutex, a leaf (an external cache's release callback runs
+ * under it, and takes the locks rdataset.h names after it); no allocation of
+ * record bytes or copy runs under it (a planned use costs one small
+ * allocation under it). It does not know about stores, datasets or loaders:
+ * the caller decodes and plans.
  */
 #ifndef ZR_DATASET_CACHE_H
 #define ZR_DATASET_CACHE_H
@@ -52,6 +54,25 @@ typedef struct zr_rcache_entry zr_rcache_entry;
 /* Creates a cache with `budget` bytes (0: it caches nothing). Returns 0 and sets
  * *ret, or -ENOMEM. */
 int zr_rcache_new(uint64_t budget, zr_rcache **ret);
+
+/* An external cache: the same policy over records whose bytes live elsewhere
+ * (the disk cache of remote stores, dataset/rdataset.h). Entries hold only
+ * their cost; zr_rcache_insert_external() adds one, and an entry leaving the
+ * cache (evicted, dropped, or at free) calls release(arg, key) with the
+ * cache's mutex held: release must take no lock that is held while calling
+ * into the cache. zr_rcache_lookup() and _insert() are not used on it. */
+typedef void zr_rcache_release(void *arg, const zr_rcache_key *key);
+int zr_rcache_new_external(uint64_t budget, zr_rcache_release *release, void *arg,
+                           zr_rcache **ret);
+
+/* Adds key with `cost` bytes to an external cache, evicting by the rule above;
+ * returns 1 if it is now in, 0 if it was bypassed (release(key) has then been
+ * called: the caller's bytes must go) or already in. */
+int zr_rcache_insert_external(zr_rcache *c, const zr_rcache_key *key, uint64_t cost);
+
+/* Marks keys[0..n) used now (the least-recently-used order of records without
+ * a planned use); returns how many are in. */
+size_t zr_rcache_touch(zr_rcache *c, const zr_rcache_key *keys, size_t n);
 
 /* Frees the cache; no entry may be pinned. NULL allowed. Returns NULL. */
 zr_rcache *zr_rcache_free(zr_rcache *c);

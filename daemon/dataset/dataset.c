@@ -7,6 +7,7 @@
  * zr_store_append(). Reading records is the batch gather's (batch.c).
  */
 #include "dataset/dataset.h"
+#include "dataset/rdataset.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -34,6 +35,7 @@ struct zr_dataset {
         uint64_t id;
         pthread_rwlock_t lock;
         _Atomic uint64_t generation;
+        zr_rdataset *remote;   /* a store in object storage: its mirror (rdataset.h) */
 };
 
 /* The last id given (dataset.h: 1, 2, ... never reused in this process). */
@@ -211,8 +213,17 @@ int zr_dataset_close(zr_dataset *ds, zr_error *err) {
         if (!ds)
                 return 0;
         r = ds->lx ? zr_lxragged_close(ds->lx, err) : zr_store_close(ds->store, err);
+        zr_rdataset_close(ds->remote);
         dataset_free(ds);
         return r;
+}
+
+void zr_dataset_set_remote(zr_dataset *ds, zr_rdataset *rd) {
+        ds->remote = rd;
+}
+
+zr_rdataset *zr_dataset_remote(const zr_dataset *ds) {
+        return ds->remote;
 }
 
 int zr_dataset_make_writable(zr_dataset *ds, int dirfd, zr_error *err) {
@@ -619,9 +630,19 @@ static int verify_shapes(zr_dataset *ds, zr_verify_report *report, uint64_t *bad
 int zr_dataset_verify(zr_dataset *ds, zr_verify_report *ret, uint64_t *bad, size_t bad_max,
                       size_t *ret_nbad, zr_error *err) {
         zr_verify_report report = {0};
-        int r = zr_store_verify(ds->store, &report, err);
+        int r;
 
         *ret_nbad = 0;
+        if (ds->remote) {
+                /* every record fetched through the disk cache; the first bad one named */
+                r = zr_rdataset_verify(ds, &report, err);
+                if (report.bad > 0 && bad_max > 0)
+                        bad[(*ret_nbad)++] = report.first_bad;
+                if (ret)
+                        *ret = report;
+                return r;
+        }
+        r = zr_store_verify(ds->store, &report, err);
         if ((r == -ZR_E_CORRUPT || r == -ZR_E_DECODE) && report.bad > 0)
                 *ret_nbad = list_bad(ds->store, &report, bad, bad_max);
         if (ds->lx && (r == 0 || r == -ZR_E_CORRUPT || r == -ZR_E_DECODE)) {

@@ -109,6 +109,12 @@ int zr_dataset_close(zr_dataset *ds, zr_error *err);
 int zr_dataset_make_writable(zr_dataset *ds, int dirfd, zr_error *err);
 
 /* The schema; valid while the dataset is open. */
+/* A dataset opened from object storage carries its remote state
+ * (rdataset.h: zr_dataset_remote()); the dataset takes it and closes it after
+ * its store. */
+struct zr_rdataset;
+void zr_dataset_set_remote(zr_dataset *ds, struct zr_rdataset *rd);
+
 const zr_schema *zr_dataset_schema(const zr_dataset *ds);
 
 /* The underlying store, borrowed (for raw byte access and stats). */

@@ -1,5 +1,6 @@
 /* fingerprint.c: a dataset's fingerprint. See fingerprint.h for what it covers. */
 #include "dataset/fingerprint.h"
+#include "dataset/rdataset.h"
 
 #include <errno.h>
 #include <string.h>
@@ -81,6 +82,8 @@ static int hash_edges(zr_store *store, const zr_loc *locs, size_t k, uint64_t *h
 }
 
 int zr_dataset_fingerprint(zr_dataset *ds, uint64_t *ret, zr_error *err) {
+        if (zr_dataset_remote(ds) && zr_rdataset_fingerprint(zr_dataset_remote(ds), ret))
+                return 0;
         const zr_schema *s = zr_dataset_schema(ds);
         zr_store *store = zr_dataset_store(ds);
         uint64_t len = zr_dataset_length(ds), idx[ZR_FINGERPRINT_SAMPLES];
@@ -115,7 +118,13 @@ int zr_dataset_fingerprint(zr_dataset *ds, uint64_t *ret, zr_error *err) {
                 h = fnv_u32(h, locs[j].chunk_id);
         }
         if (k) {
-                int r = hash_edges(store, locs, k, &h, err);
+                /* a remote store's records are fetched first (at its open, on a
+                 * worker: the value is kept, rdataset.h) */
+                zr_rpin pin;
+                int r = zr_rdataset_acquire(ds, idx, locs, k, &pin, err);
+                if (r == 0)
+                        r = hash_edges(store, locs, k, &h, err);
+                zr_rdataset_release(&pin);
                 if (r < 0)
                         return r;
         }

@@ -69,6 +69,14 @@
 /* Request bytes read and not yet executed, for all of a uid's clients: a
  * client pauses at 4 MiB of its own (session.c), so sixteen clients' worth. */
 #define DEFAULT_MAX_BYTES_UID (64 * MiB)
+/* Stores in object storage (docs/REMOTE.md): requests in flight enough to
+ * fill a link of 10 ms round trips at a few GB/s of 256 KiB ranges; the
+ * connections libcurl keeps to one endpoint (HTTP/1.1: one request each at a
+ * time, so about half the depth); a request with no byte for 30 s is taken for
+ * lost (SDKs use 20 to 60 s). */
+#define DEFAULT_REMOTE_DEPTH 64u
+#define DEFAULT_REMOTE_CONNECTIONS 32u
+#define DEFAULT_REMOTE_TIMEOUT_SEC 30u
 /* A loader data-bound this long gets a warning in the journal: long enough
  * that a slow start or an epoch boundary does not, short enough to be seen
  * while the job runs. */
@@ -87,7 +95,10 @@ enum { KEY_SOCKET = 1000, KEY_SOCKET_MODE, KEY_SOCKET_GROUP, KEY_THREADS, KEY_PI
        /* reading ahead */
        KEY_PREFETCH, KEY_IO_BACKEND, KEY_IO_DEPTH,
        /* telemetry */
-       KEY_STALL_WARNING, KEY_METRICS_LISTEN };
+       KEY_STALL_WARNING, KEY_METRICS_LISTEN,
+       /* stores in object storage */
+       KEY_REMOTE, KEY_REMOTE_CACHE_DIR, KEY_REMOTE_CACHE, KEY_REMOTE_DEPTH,
+       KEY_REMOTE_CONNECTIONS, KEY_REMOTE_TIMEOUT };
 
 static const struct setting {
         const char *name;
@@ -144,6 +155,16 @@ static const struct setting {
          "warn in the journal when a loader was data-bound this long (60; 0 = never)"},
         {"metrics-listen", KEY_METRICS_LISTEN, "ADDR",
          "serve Prometheus metrics on a Unix socket PATH or a loopback HOST:PORT (off)"},
+        {"remote", KEY_REMOTE, "yes|no", "open stores in object storage, s3:// (yes)"},
+        {"remote-cache-dir", KEY_REMOTE_CACHE_DIR, "PATH",
+         "the disk cache of remote stores ($CACHE_DIRECTORY, $XDG_CACHE_HOME/zrecord)"},
+        {"remote-cache", KEY_REMOTE_CACHE, "BYTES",
+         "bytes of the disk cache (auto: a quarter of its file system's free space at start, "
+         "at most 64G)"},
+        {"remote-depth", KEY_REMOTE_DEPTH, "N", "requests to object storage in flight (64)"},
+        {"remote-connections", KEY_REMOTE_CONNECTIONS, "N", "connections per endpoint (32)"},
+        {"remote-timeout", KEY_REMOTE_TIMEOUT, "SEC",
+         "a request with no byte for SEC seconds is tried again (30)"},
         {"help", KEY_HELP, NULL, "show this help"},
         {"version", KEY_VERSION, NULL, "show the version"},
 };
@@ -162,6 +183,11 @@ void zr_config_defaults(zr_config *c) {
         c->read_pool_bytes = ZR_CONFIG_AUTO;
         c->io_backend = ZR_IOQ_AUTO;
         c->io_depth = DEFAULT_IO_DEPTH;
+        c->remote = true;
+        c->remote_cache_bytes = ZR_CONFIG_AUTO;
+        c->remote_depth = DEFAULT_REMOTE_DEPTH;
+        c->remote_connections = DEFAULT_REMOTE_CONNECTIONS;
+        c->remote_timeout_sec = DEFAULT_REMOTE_TIMEOUT_SEC;
         c->max_frame_bytes = DEFAULT_MAX_FRAME;
         c->max_handles = DEFAULT_MAX_HANDLES;
         c->max_loaders = DEFAULT_MAX_LOADERS;
@@ -332,6 +358,34 @@ static int apply(zr_config *c, int key, const char *v, const char *where, zr_err
         case KEY_MAX_WORK_TOTAL: r = parse_size(v, &c->max_work_total); break;
         case KEY_MAX_JOBS_UID: r = parse_u32(v, &c->max_jobs_per_uid); break;
         case KEY_STALL_WARNING: r = parse_size(v, &c->stall_warning_sec); break;
+        case KEY_REMOTE:
+                if (strcmp(v, "yes") == 0 || strcmp(v, "no") == 0) {
+                        c->remote = strcmp(v, "yes") == 0;
+                        return 0;
+                }
+                return zr_error_set(err, EINVAL, "%s: remote is yes or no, not '%s'", where, v);
+        case KEY_REMOTE_CACHE_DIR:
+                if (v[0] != '/' || strlen(v) >= sizeof(c->remote_cache_dir))
+                        return zr_error_set(err, EINVAL, "%s: remote-cache-dir must be an "
+                                            "absolute path", where);
+                strcpy(c->remote_cache_dir, v);
+                return 0;
+        case KEY_REMOTE_CACHE: r = parse_size_auto(v, &c->remote_cache_bytes); break;
+        case KEY_REMOTE_DEPTH:
+                r = parse_u32(v, &c->remote_depth);
+                if (r == 0 && (c->remote_depth < 1 || c->remote_depth > 4096))
+                        r = -ERANGE;
+                break;
+        case KEY_REMOTE_CONNECTIONS:
+                r = parse_u32(v, &c->remote_connections);
+                if (r == 0 && (c->remote_connections < 1 || c->remote_connections > 1024))
+                        r = -ERANGE;
+                break;
+        case KEY_REMOTE_TIMEOUT:
+                r = parse_u32(v, &c->remote_timeout_sec);
+                if (r == 0 && (c->remote_timeout_sec < 1 || c->remote_timeout_sec > 3600))
+                        r = -ERANGE;
+                break;
         case KEY_METRICS_LISTEN: {
                 zr_error e = {0};
                 if (strlen(v) >= sizeof(c->metrics_listen))
@@ -472,7 +526,29 @@ int zr_config_parse_args(zr_config *c, int argc, char **argv, zr_error *err) {
         return 0;
 }
 
+/* The disk cache's directory, when none was set (config.h). */
+static void resolve_cache_dir(zr_config *c) {
+        const char *env;
+        if (c->remote_cache_dir[0])
+                return;
+        if ((env = getenv("CACHE_DIRECTORY")) && *env == '/') {
+                /* systemd's CacheDirectory=: the first of a colon-separated list */
+                const char *colon = strchr(env, ':');
+                int len = colon ? (int)(colon - env) : (int)strlen(env);
+                snprintf(c->remote_cache_dir, sizeof(c->remote_cache_dir), "%.*s", len, env);
+        } else if ((env = getenv("XDG_CACHE_HOME")) && *env == '/') {
+                snprintf(c->remote_cache_dir, sizeof(c->remote_cache_dir), "%.4000s/zrecord", env);
+        } else if ((env = getenv("HOME")) && *env == '/' && strcmp(env, "/") != 0) {
+                snprintf(c->remote_cache_dir, sizeof(c->remote_cache_dir), "%.4000s/.cache/zrecord",
+                         env);
+        } else {
+                snprintf(c->remote_cache_dir, sizeof(c->remote_cache_dir), "%s",
+                         geteuid() == 0 ? "/var/cache/zrecord" : "");
+        }
+}
+
 int zr_config_resolve(zr_config *c, zr_error *err) {
+        resolve_cache_dir(c);
         if (c->socket_path[0])
                 return 0;
         const char *env = getenv("ZRECORD_SOCKET");

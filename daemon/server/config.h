@@ -63,6 +63,14 @@ typedef struct zr_config {
                                         * data-bound this long; 0 = never */
         char metrics_listen[ZR_CONFIG_PATH_MAX]; /* "": no metrics endpoint; a Unix
                                         * socket path, or a loopback HOST:PORT (scrape.h) */
+        /* stores in object storage (docs/REMOTE.md) */
+        bool remote;                   /* accept remote opens */
+        char remote_cache_dir[4096];   /* "": $CACHE_DIRECTORY, $XDG_CACHE_HOME/zrecord,
+                                        * ~/.cache/zrecord (zr_config_resolve()) */
+        uint64_t remote_cache_bytes;   /* the disk cache's budget, or auto */
+        uint32_t remote_depth;         /* requests in flight (start only) */
+        uint32_t remote_connections;   /* connections per endpoint (start only) */
+        uint32_t remote_timeout_sec;   /* no byte for this long: retried */
         char config_path[4096];    /* the file read, or "" */
 } zr_config;
 
@@ -79,7 +87,10 @@ int zr_config_parse_args(zr_config *c, int argc, char **argv, zr_error *err);
 
 /* Fills in what depends on the environment: the socket path when none was set
  * ($ZRECORD_SOCKET, else /run/zrecord/zrecordd.sock for root, else
- * $XDG_RUNTIME_DIR/zrecord/zrecordd.sock, else /tmp/zrecord-<uid>/zrecordd.sock). */
+ * $XDG_RUNTIME_DIR/zrecord/zrecordd.sock, else /tmp/zrecord-<uid>/zrecordd.sock);
+ * the disk cache's directory when none was set ($CACHE_DIRECTORY, the
+ * service's CacheDirectory=, else $XDG_CACHE_HOME/zrecord, else
+ * $HOME/.cache/zrecord, else /var/cache/zrecord for root). */
 int zr_config_resolve(zr_config *c, zr_error *err);
 
 /* Writes the --help text to stdout. */

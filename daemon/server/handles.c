@@ -6,6 +6,8 @@
  */
 #include "server/handles.h"
 
+#include "dataset/rdataset.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +49,8 @@ static void shm_give_back(zr_handles *t, uint64_t bytes) {
 static void release(zr_handles *t, zr_handle *h) {
         switch (h->type) {
         case ZR_HANDLE_DATASET:
+                if (h->remote_creds)
+                        zr_rdataset_detach(h->entry->ds, h->remote_creds);
                 zr_entry_unref(h->entry);
                 break;
         case ZR_HANDLE_SET:

@@ -52,6 +52,8 @@ typedef struct zr_handle {
         uint32_t id;
         enum zr_handle_type type;
         bool writable;
+        uint64_t remote_creds;      /* DATASET of a remote store: the id of the
+                                     * credentials this client brought (rdataset.h) */
         union {
                 zr_entry *entry;    /* DATASET: one reference */
                 zr_set *set;        /* SET */

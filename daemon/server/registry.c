@@ -227,6 +227,12 @@ int zr_registry_open_dataset(zr_pool *pool, int dirfd, zr_dataset **ret, zr_erro
 
 int zr_registry_open_job(zr_registry *reg, int dirfd, const struct stat *st, zr_dataset **ret,
                          zr_error *err) {
+        return zr_registry_open_job_with(reg, dirfd, st, NULL, NULL, ret, err);
+}
+
+int zr_registry_open_job_with(zr_registry *reg, int dirfd, const struct stat *st,
+                              zr_registry_opener *open, void *arg, zr_dataset **ret,
+                              zr_error *err) {
         for (;;) {
                 bool waited = false, held;
                 opening *o;
@@ -239,7 +245,8 @@ int zr_registry_open_job(zr_registry *reg, int dirfd, const struct stat *st, zr_
                 pthread_mutex_unlock(&reg->mu);
                 if (!o)
                         return zr_error_errno(err, ENOMEM, "opening a store");
-                r = zr_registry_open_dataset(reg->pool, dirfd, ret, err);
+                r = open ? open(arg, reg->pool, dirfd, ret, err)
+                         : zr_registry_open_dataset(reg->pool, dirfd, ret, err);
                 if (r != -ZR_E_LOCKED) {
                         if (r < 0)
                                 opening_leave(reg, st->st_dev, st->st_ino);

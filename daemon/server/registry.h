@@ -142,6 +142,15 @@ void zr_entry_update(zr_entry *e);
 zr_entry *zr_registry_lookup(zr_registry *reg, int dirfd, struct stat *ret_st, zr_error *err);
 int zr_registry_open_job(zr_registry *reg, int dirfd, const struct stat *st, zr_dataset **ret,
                          zr_error *err);
+/* zr_registry_open_job() with another way to open the dataset of dirfd: a
+ * store in object storage opens on its mirror directory (rdataset.h), and
+ * its ZR_E_LOCKED means as a store's does (another job of this daemon opens
+ * it: wait for it). */
+typedef int zr_registry_opener(void *arg, zr_pool *pool, int dirfd, zr_dataset **ret,
+                               zr_error *err);
+int zr_registry_open_job_with(zr_registry *reg, int dirfd, const struct stat *st,
+                              zr_registry_opener *open, void *arg, zr_dataset **ret,
+                              zr_error *err);
 int zr_registry_adopt(zr_registry *reg, zr_dataset *ds, const struct stat *st, zr_entry **ret,
                       zr_error *err);
 void zr_registry_abandon(zr_registry *reg, zr_dataset *ds, const struct stat *st);

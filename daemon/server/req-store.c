@@ -20,8 +20,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "dataset/rdataset.h"
+#include "url.h"
 #include "loader/loader.h"
 #include "server/access.h"
 #include "server/session.h"
@@ -295,6 +298,198 @@ static void open_done(zr_job *job) {
         zr_request_complete(rq, r);
 }
 
+/* ---- DATASET_OPEN of a store in object storage (docs/REMOTE.md) ------------ */
+
+typedef struct ropen_state {
+        zr_remote *ctx;
+        zr_registry *reg;
+        zr_remote_spec spec;
+        char url[S3_PREFIX_MAX + S3_BUCKET_MAX + 8];
+        char endpoint[S3_ENDPOINT_MAX];
+        char region[S3_REGION_MAX];
+        zr_rcheck *check;
+        struct stat st;
+        zr_dataset *ds;
+} ropen_state;
+
+static void ropen_state_free(void *p) {
+        ropen_state *st = p;
+        if (st->ds)
+                zr_registry_abandon(st->reg, st->ds, &st->st);
+        zr_rcheck_free(st->check);
+        s3_wipe(&st->spec.creds, sizeof(st->spec.creds));
+        free(st);
+}
+
+/* A string field of the remote map into buf (NUL-free, shorter than n). */
+static int remote_str(zr_request *rq, const msgpack_object *map, const char *key, char *buf,
+                      size_t n) {
+        zr_wire_error werr = {0};
+        const char *p;
+        size_t len;
+        buf[0] = 0;
+        if (!zr_wire_find(map, key))
+                return 0;
+        if (zr_wire_get_str(map, key, &p, &len, &werr) < 0)
+                return zr_request_fail(rq, ZR_E_PROTO, "remote: %s", werr.message);
+        if (len >= n || memchr(p, 0, len))
+                return zr_request_fail(rq, EINVAL, "remote: %s is longer than %zu bytes or "
+                                       "holds a NUL", key, n - 1);
+        memcpy(buf, p, len);
+        buf[len] = 0;
+        return 0;
+}
+
+/* The remote map of DATASET_OPEN or MSSET_OPEN into st (the credentials are
+ * never logged, and wiped with the state). */
+static int parse_remote(zr_request *rq, ropen_state *st) {
+        zr_server *srv = zr_request_server(rq);
+        zr_wire_error werr = {0};
+        const msgpack_object *map;
+        char addr[16];
+        int r;
+
+        if (!zr_request_has_feature(rq, ZR_FEATURE_REMOTE))
+                return zr_request_fail(rq, ZR_E_UNKNOWN, "remote: the \"remote\" feature is not "
+                                       "in force (HELLO)");
+        if (!srv->remote)
+                return zr_request_fail(rq, EPERM, "%s", srv->remote_error);
+        if (zr_wire_get_map(rq->root, "remote", &map, &werr) < 0)
+                return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
+        st->ctx = srv->remote;
+        st->reg = srv->registry;
+        if ((r = remote_str(rq, map, "url", st->url, sizeof(st->url))) < 0 ||
+            (r = remote_str(rq, map, "endpoint", st->endpoint, sizeof(st->endpoint))) < 0 ||
+            (r = remote_str(rq, map, "region", st->region, sizeof(st->region))) < 0 ||
+            (r = remote_str(rq, map, "addressing", addr, sizeof(addr))) < 0 ||
+            (r = remote_str(rq, map, "access_key", st->spec.creds.access_key,
+                            sizeof(st->spec.creds.access_key))) < 0 ||
+            (r = remote_str(rq, map, "secret_key", st->spec.creds.secret_key,
+                            sizeof(st->spec.creds.secret_key))) < 0 ||
+            (r = remote_str(rq, map, "session_token", st->spec.creds.session_token,
+                            sizeof(st->spec.creds.session_token))) < 0)
+                return r;
+        if (!addr[0] || strcmp(addr, "auto") == 0)
+                st->spec.addressing = S3_ADDR_AUTO;
+        else if (strcmp(addr, "path") == 0)
+                st->spec.addressing = S3_ADDR_PATH;
+        else if (strcmp(addr, "virtual") == 0)
+                st->spec.addressing = S3_ADDR_VIRTUAL;
+        else
+                return zr_request_fail(rq, EINVAL, "remote: addressing is path, virtual or "
+                                       "auto, not '%.16s'", addr);
+        if (st->spec.creds.access_key[0] && !st->spec.creds.secret_key[0])
+                return zr_request_fail(rq, EINVAL, "remote: an access_key without its "
+                                       "secret_key");
+        st->spec.url = st->url;
+        st->spec.endpoint = st->endpoint;
+        st->spec.region = st->region;
+        return 0;
+}
+
+static int add_remote_handle(zr_request *rq, zr_entry *e, const zr_rcheck *c) {
+        int64_t cred = zr_rdataset_attach(e->ds, c, &rq->err);
+        if (cred < 0) {
+                zr_entry_unref(e);
+                return (int)cred;
+        }
+        zr_handle h = {.type = ZR_HANDLE_DATASET, .entry = e, .remote_creds = (uint64_t)cred};
+        int id = zr_request_add_handle(rq, &h);
+        if (id < 0) {
+                zr_rdataset_detach(e->ds, (uint64_t)cred);
+                zr_entry_unref(e);
+        }
+        return id;
+}
+
+static int ropen_opener(void *arg, zr_pool *pool, int dirfd, zr_dataset **ret, zr_error *err) {
+        ropen_state *st = arg;
+        (void)dirfd;
+        return zr_remote_open(st->ctx, st->check, pool, ret, err);
+}
+
+static void ropen_run(zr_job *job) {
+        zr_request *rq = (zr_request *)job;
+        ropen_state *st = rq->state;
+        rq->result = zr_registry_open_job_with(st->reg, zr_rcheck_dirfd(st->check), &st->st,
+                                               ropen_opener, st, &st->ds, &rq->err);
+}
+
+static void ropen_done(zr_job *job) {
+        zr_request *rq = (zr_request *)job;
+        ropen_state *st = rq->state;
+        zr_server *srv = zr_request_server(rq);
+        zr_entry *e = NULL;
+        int r = rq->result;
+
+        if (r == -ZR_E_LOCKED) {
+                e = zr_registry_lookup(srv->registry, zr_rcheck_dirfd(st->check), NULL, NULL);
+                if (e) {
+                        r = 0;
+                        memset(&rq->err, 0, sizeof(rq->err));
+                }
+        }
+        if (r == 0 && !e && !zr_request_orphaned(rq)) {
+                zr_dataset *ds = st->ds;
+                st->ds = NULL;
+                r = zr_registry_adopt(srv->registry, ds, &st->st, &e, &rq->err);
+                if (r == 0)
+                        zr_log(LOG_INFO, "pid %d opened %s as store %llu", (int)zr_request_pid(rq),
+                               st->url, (unsigned long long)zr_entry_id(e));
+        }
+        if (r == 0 && e) {
+                int id = add_remote_handle(rq, e, st->check);
+                r = id < 0 ? id : reply_dataset(rq, (uint32_t)id, e, false);
+        }
+        zr_request_complete(rq, r);
+}
+
+/* On the pool: the manifest and a HEAD of every object, with the client's own
+ * credentials (the credentials rule), for every open. */
+static void rcheck_run(zr_job *job) {
+        zr_request *rq = (zr_request *)job;
+        ropen_state *st = rq->state;
+        rq->result = zr_remote_check(st->ctx, &st->spec, &st->check, &rq->err);
+}
+
+static void rcheck_done(zr_job *job) {
+        zr_request *rq = (zr_request *)job;
+        ropen_state *st = rq->state;
+        zr_server *srv = zr_request_server(rq);
+        int r = rq->result;
+
+        if (r == 0 && !zr_request_orphaned(rq)) {
+                zr_entry *e = zr_registry_lookup(srv->registry, zr_rcheck_dirfd(st->check),
+                                                 &st->st, &rq->err);
+                if (e) { /* open already, for another client: this one was checked */
+                        int id = add_remote_handle(rq, e, st->check);
+                        r = id < 0 ? id : reply_dataset(rq, (uint32_t)id, e, false);
+                } else if (rq->err.code) {
+                        r = -rq->err.code;
+                } else {
+                        zr_request_chain(rq, ropen_run, ropen_done);
+                        return;
+                }
+        }
+        zr_request_complete(rq, r);
+}
+
+static int open_remote(zr_request *rq, bool writable) {
+        ropen_state *st;
+        int r;
+
+        if (writable)
+                return zr_request_fail(rq, ZR_E_READONLY, "a store in object storage is "
+                                       "read-only: pull it (zrecord pull) to write to it");
+        st = zr_request_state(rq, sizeof(*st), ropen_state_free);
+        if (!st)
+                return -ENOMEM;
+        r = parse_remote(rq, st);
+        if (r < 0)
+                return r;
+        return zr_request_submit(rq, rcheck_run, rcheck_done);
+}
+
 int zr_handle_dataset_open(zr_request *rq) {
         zr_server *srv = zr_request_server(rq);
         bool writable;
@@ -304,6 +499,8 @@ int zr_handle_dataset_open(zr_request *rq) {
         r = get_writable(rq, &writable);
         if (r < 0)
                 return r;
+        if (zr_wire_find(rq->root, "remote"))
+                return open_remote(rq, writable);
         r = zr_access_dir(rq, rq->fds[0], "the store directory");
         if (r < 0)
                 return r;
@@ -395,14 +592,20 @@ static bool in_list(char **names, size_t n, const char *p, size_t len) {
 
 /* The set's handles (one per stream, then the set's) and the reply; frees set
  * on failure. */
-static int msset_reply(zr_request *rq, zr_set *set, bool writable) {
+static int add_remote_handle(zr_request *rq, zr_entry *e, const zr_rcheck *c);
+
+/* checks: NULL, or a remote set's streams' checks (each handle then carries its
+ * stream's credentials). */
+static int msset_reply_checked(zr_request *rq, zr_set *set, bool writable,
+                               zr_rcheck *const *checks) {
         uint32_t n = set->n;
         uint64_t len0 = zr_dataset_length(set->entries[0]->ds);
         int r;
 
         /* A handle per stream, then the set's. */
         for (uint32_t i = 0; i < n; i++) {
-                int id = add_dataset_handle(rq, zr_entry_ref(set->entries[i]), writable);
+                int id = checks ? add_remote_handle(rq, zr_entry_ref(set->entries[i]), checks[i])
+                                : add_dataset_handle(rq, zr_entry_ref(set->entries[i]), writable);
                 if (id < 0) {
                         r = id;
                         for (uint32_t j = 0; j < i; j++)
@@ -442,6 +645,216 @@ fail:
         return r;
 }
 
+static int msset_reply(zr_request *rq, zr_set *set, bool writable) {
+        return msset_reply_checked(rq, set, writable, NULL);
+}
+
+/* ---- MSSET_OPEN of a set in object storage ------------------------------------ */
+
+typedef struct rset_state {
+        ropen_state base;              /* the root: ctx, registry, the client's spec */
+        uint32_t n;
+        char *names[ZR_STREAMS_MAX];
+        char urls[ZR_STREAMS_MAX][S3_PREFIX_MAX + S3_BUCKET_MAX + 264];
+        zr_rcheck *checks[ZR_STREAMS_MAX];
+        struct stat st[ZR_STREAMS_MAX];
+        zr_dataset *ds[ZR_STREAMS_MAX];
+        zr_entry *entries[ZR_STREAMS_MAX];
+        int results[ZR_STREAMS_MAX];
+        zr_error errs[ZR_STREAMS_MAX];
+} rset_state;
+
+static void rset_state_free(void *p) {
+        rset_state *st = p;
+        for (uint32_t i = 0; i < st->n; i++) {
+                if (st->ds[i])
+                        zr_registry_abandon(st->base.reg, st->ds[i], &st->st[i]);
+                zr_entry_unref(st->entries[i]);
+                zr_rcheck_free(st->checks[i]);
+                free(st->names[i]);
+        }
+        zr_rcheck_free(st->base.check);
+        s3_wipe(&st->base.spec.creds, sizeof(st->base.spec.creds));
+        free(st);
+}
+
+/* On the pool: the set's streams (its zrecord.set, unless the client named
+ * them), then the credentials rule for each. */
+static void rset_check_run(zr_job *job) {
+        zr_request *rq = (zr_request *)job;
+        rset_state *st = rq->state;
+        int r = 0;
+
+        if (st->n == 0) {
+                char **names = NULL;
+                size_t n = 0;
+                r = zr_remote_get_set(st->base.ctx, &st->base.spec, &names, &n, &rq->err);
+                for (size_t i = 0; r == 0 && i < n; i++)
+                        st->names[st->n++] = names[i];
+                free(names);
+        }
+        for (uint32_t i = 0; r == 0 && i < st->n; i++) {
+                zr_remote_spec spec = st->base.spec;
+                int k = snprintf(st->urls[i], sizeof(st->urls[i]), "%.1090s/%.255s", st->base.url,
+                                 st->names[i]);
+                if (k < 0 || (size_t)k >= sizeof(st->urls[i])) {
+                        r = zr_error_set(&rq->err, ENAMETOOLONG, "the URL of stream %s is too "
+                                         "long", st->names[i]);
+                        break;
+                }
+                spec.url = st->urls[i];
+                r = zr_remote_check(st->base.ctx, &spec, &st->checks[i], &rq->err);
+        }
+        rq->result = r;
+}
+
+static int rset_opener(void *arg, zr_pool *pool, int dirfd, zr_dataset **ret, zr_error *err) {
+        ropen_state *o = arg;
+        (void)dirfd;
+        return zr_remote_open(o->ctx, o->check, pool, ret, err);
+}
+
+/* On the pool: the streams no client had open. */
+static void rset_open_run(zr_job *job) {
+        zr_request *rq = (zr_request *)job;
+        rset_state *st = rq->state;
+        for (uint32_t i = 0; i < st->n; i++) {
+                if (st->entries[i])
+                        continue;
+                ropen_state o = { .ctx = st->base.ctx, .check = st->checks[i] };
+                st->results[i] = zr_registry_open_job_with(st->base.reg,
+                                                           zr_rcheck_dirfd(st->checks[i]),
+                                                           &st->st[i], rset_opener, &o,
+                                                           &st->ds[i], &st->errs[i]);
+        }
+}
+
+/* The set, once every stream has its entry. */
+static int rset_reply(zr_request *rq, rset_state *st) {
+        zr_set *set = calloc(1, sizeof(*set));
+        uint64_t len0 = zr_dataset_length(st->entries[0]->ds);
+
+        for (uint32_t i = 1; i < st->n; i++)
+                if (zr_dataset_length(st->entries[i]->ds) != len0) {
+                        zr_set_free(set);
+                        return zr_request_fail(rq, ZR_E_MISALIGNED, "%s: stream %s has %llu "
+                                               "records, stream %s %llu", st->base.url,
+                                               st->names[0], (unsigned long long)len0,
+                                               st->names[i], (unsigned long long)
+                                               zr_dataset_length(st->entries[i]->ds));
+                }
+        if (set) {
+                set->names = calloc(st->n, sizeof(char *));
+                set->entries = calloc(st->n, sizeof(zr_entry *));
+                set->handles = calloc(st->n, sizeof(uint32_t));
+        }
+        if (!set || !set->names || !set->entries || !set->handles) {
+                zr_set_free(set);
+                return -ENOMEM;
+        }
+        set->n = st->n;
+        for (uint32_t i = 0; i < st->n; i++) {
+                set->names[i] = st->names[i];
+                st->names[i] = NULL;
+                set->entries[i] = st->entries[i];
+                st->entries[i] = NULL;
+        }
+        return msset_reply_checked(rq, set, false, st->checks);
+}
+
+static void rset_open_done(zr_job *job) {
+        zr_request *rq = (zr_request *)job;
+        rset_state *st = rq->state;
+        zr_server *srv = zr_request_server(rq);
+        int r = 0;
+
+        for (uint32_t i = 0; i < st->n && !zr_request_orphaned(rq); i++) {
+                if (st->entries[i])
+                        continue;
+                int ri = st->results[i];
+                if (ri == -ZR_E_LOCKED) {
+                        st->entries[i] = zr_registry_lookup(srv->registry,
+                                                            zr_rcheck_dirfd(st->checks[i]), NULL,
+                                                            NULL);
+                        if (st->entries[i])
+                                continue;
+                }
+                if (ri == 0 && st->ds[i]) {
+                        zr_dataset *ds = st->ds[i];
+                        st->ds[i] = NULL;
+                        ri = zr_registry_adopt(srv->registry, ds, &st->st[i], &st->entries[i],
+                                               &st->errs[i]);
+                }
+                if (ri < 0 && r == 0) {
+                        r = ri;
+                        rq->err = st->errs[i];
+                }
+        }
+        if (r == 0 && !zr_request_orphaned(rq))
+                r = rset_reply(rq, st);
+        zr_request_complete(rq, r);
+}
+
+static void rset_check_done(zr_job *job) {
+        zr_request *rq = (zr_request *)job;
+        rset_state *st = rq->state;
+        zr_server *srv = zr_request_server(rq);
+        int r = rq->result;
+        bool all = true;
+
+        for (uint32_t i = 0; r == 0 && i < st->n && !zr_request_orphaned(rq); i++) {
+                st->entries[i] = zr_registry_lookup(srv->registry, zr_rcheck_dirfd(st->checks[i]),
+                                                    &st->st[i], &rq->err);
+                if (!st->entries[i] && rq->err.code)
+                        r = -rq->err.code;
+                all &= st->entries[i] != NULL;
+        }
+        if (r == 0 && !zr_request_orphaned(rq)) {
+                if (!all) {
+                        zr_request_chain(rq, rset_open_run, rset_open_done);
+                        return;
+                }
+                r = rset_reply(rq, st);
+        }
+        zr_request_complete(rq, r);
+}
+
+static int msset_open_remote(zr_request *rq, bool writable) {
+        zr_wire_error werr = {0};
+        rset_state *st;
+        int r;
+
+        if (writable)
+                return zr_request_fail(rq, ZR_E_READONLY, "a set in object storage is "
+                                       "read-only: pull it (zrecord pull) to write to it");
+        st = zr_request_state(rq, sizeof(*st), rset_state_free);
+        if (!st)
+                return -ENOMEM;
+        r = parse_remote(rq, &st->base);
+        if (r < 0)
+                return r;
+        if (zr_wire_find(rq->root, "streams")) {
+                const msgpack_object *items;
+                uint32_t n;
+                if (zr_wire_get_array(rq->root, "streams", &items, &n, &werr) < 0)
+                        return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
+                if (n < 1 || n > ZR_STREAMS_MAX)
+                        return zr_request_fail(rq, ZR_E_PROTO, "field 'streams': %u names, 1..%d "
+                                               "allowed", n, ZR_STREAMS_MAX);
+                for (uint32_t i = 0; i < n; i++) {
+                        const msgpack_object_str *sv = &items[i].via.str;
+                        if (sv->size == 0 || sv->size > ZR_STREAM_NAME_MAX ||
+                            memchr(sv->ptr, '/', sv->size) || memchr(sv->ptr, 0, sv->size))
+                                return zr_request_fail(rq, EINVAL, "stream %u is not a name", i);
+                        st->names[i] = strndup(sv->ptr, sv->size);
+                        if (!st->names[i])
+                                return -ENOMEM;
+                        st->n = i + 1;
+                }
+        }
+        return zr_request_submit(rq, rset_check_run, rset_check_done);
+}
+
 int zr_handle_msset_open(zr_request *rq) {
         zr_server *srv = zr_request_server(rq);
         zr_wire_error werr = {0};
@@ -456,6 +869,8 @@ int zr_handle_msset_open(zr_request *rq) {
         r = get_writable(rq, &writable);
         if (r < 0)
                 return r;
+        if (zr_wire_find(rq->root, "remote"))
+                return msset_open_remote(rq, writable);
         if (zr_wire_get_array(rq->root, "streams", &items, &n, &werr) < 0)
                 return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
         if (n < 1 || n > ZR_STREAMS_MAX)
@@ -645,6 +1060,47 @@ static void put_prefetch(zr_wire_writer *w, zr_server *s, const zr_loader_engine
         zr_wire_end(w);
 }
 
+/* Stores in object storage: the disk cache, what was fetched for what was
+ * needed, the fetcher's state (docs/REMOTE.md). `last_error` only for callers
+ * that see everything: it may name another user's bucket. */
+static void put_remote(zr_wire_writer *w, zr_server *s, bool all) {
+        zr_remote_stats st;
+        if (!s->remote)
+                return;
+        zr_remote_stats_get(s->remote, &st);
+        zr_wire_begin_map(w, "remote");
+        zr_wire_put_str(w, "dir", st.dir);
+        zr_wire_put_u64(w, "budget", st.budget);
+        zr_wire_put_str(w, "budget_source", s->remote_budget_source);
+        zr_wire_put_u64(w, "datasets", st.datasets);
+        zr_wire_put_u64(w, "cached_bytes", st.cached_bytes);
+        zr_wire_put_u64(w, "cached_records", st.cached_records);
+        zr_wire_put_u64(w, "disk_bytes", st.disk_bytes);
+        zr_wire_put_u64(w, "evictions", st.evictions);
+        zr_wire_put_u64(w, "bypassed", st.bypassed);
+        zr_wire_put_u64(w, "hits", st.hits);
+        zr_wire_put_u64(w, "misses", st.misses);
+        zr_wire_put_u64(w, "needed_bytes", st.needed_bytes);
+        zr_wire_put_u64(w, "fetched_bytes", st.fetched_bytes);
+        zr_wire_put_u64(w, "shared", st.shared);
+        zr_wire_put_u64(w, "refetched", st.refetched);
+        zr_wire_put_u64(w, "requests", st.fetch.requests);
+        zr_wire_put_u64(w, "retries", st.fetch.retries);
+        zr_wire_put_u64(w, "failures", st.fetch.failures);
+        zr_wire_put_u64(w, "in_flight", st.fetch.inflight);
+        zr_wire_put_u64(w, "queued", st.fetch.queued);
+        zr_wire_put_str(w, "state", st.fetch.degraded ? "degraded" : "ok");
+        if (st.fetch.degraded) {
+                struct timespec ts;
+                clock_gettime(CLOCK_MONOTONIC, &ts);
+                uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+                zr_wire_put_u64(w, "degraded_ms", (now - st.fetch.degraded_ns) / 1000000);
+        }
+        if (all && st.fetch.last_error[0])
+                zr_wire_put_str(w, "last_error", st.fetch.last_error);
+        zr_wire_end(w);
+}
+
 /* The memory budgets in force and where each came from (budgets.h). */
 static void put_budgets(zr_wire_writer *w, const zr_budgets *b) {
         const struct { const char *name; const zr_budget *b; } all[] = {
@@ -739,6 +1195,7 @@ int zr_handle_status(zr_request *rq) {
         zr_wire_put_u64(&w, "uid", caller);
         put_users(&w, s, caller, all);
         put_limits(&w, s);
+        put_remote(&w, s, all);
         return zr_reply_send(rq, &w, NULL, 0);
 }
 

@@ -19,11 +19,13 @@
 #include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "loader/loader.h"
 #include "server/budgets.h"
+#include "dataset/rdataset.h"
 #include "util/shm.h"
 #include "server/listener.h"
 #include "server/log.h"
@@ -383,6 +385,74 @@ static unsigned apply_budgets(zr_server *s, const zr_budgets *n) {
         return changes;
 }
 
+/* The disk cache's budget (docs/REMOTE.md): the setting, or auto: a quarter
+ * of the free space of the cache's file system now, at most 64 GiB. */
+#define REMOTE_CACHE_AUTO_SHARE 4
+#define REMOTE_CACHE_AUTO_MAX ((uint64_t)64 << 30)
+static uint64_t remote_budget(const zr_config *c, char *source, size_t n) {
+        struct statvfs sv;
+        if (c->remote_cache_bytes != ZR_CONFIG_AUTO) {
+                snprintf(source, n, "set");
+                return c->remote_cache_bytes;
+        }
+        if (statvfs(c->remote_cache_dir, &sv) < 0) {
+                snprintf(source, n, "auto: the file system unknown, 1 GiB");
+                return (uint64_t)1 << 30;
+        }
+        uint64_t free_bytes = (uint64_t)sv.f_bavail * sv.f_frsize, b = free_bytes /
+                                                                      REMOTE_CACHE_AUTO_SHARE;
+        if (b > REMOTE_CACHE_AUTO_MAX)
+                b = REMOTE_CACHE_AUTO_MAX;
+        snprintf(source, n, "auto: a quarter of %llu MiB free, at most 64 GiB",
+                 (unsigned long long)(free_bytes >> 20));
+        return b;
+}
+
+/* The remote stores' context: its disk cache and fetcher. A daemon that cannot
+ * make them serves local stores all the same, and says why to a remote open. */
+static void make_remote(zr_server *s) {
+        const zr_config *c = &s->cfg;
+        zr_error err = {0};
+
+        if (!c->remote) {
+                snprintf(s->remote_error, sizeof(s->remote_error), "this daemon does not open "
+                         "remote stores (remote = no)");
+                return;
+        }
+        if (!c->remote_cache_dir[0]) {
+                snprintf(s->remote_error, sizeof(s->remote_error), "this daemon has no disk "
+                         "cache for remote stores: set remote-cache-dir");
+                zr_log(LOG_WARNING, "remote stores: %s", s->remote_error);
+                return;
+        }
+        /* the directory first: auto sizes from its file system */
+        char path[4200];
+        snprintf(path, sizeof(path), "%s", c->remote_cache_dir);
+        for (char *p = path + 1; *p; p++)
+                if (*p == '/') {
+                        *p = 0;
+                        (void)mkdir(path, 0700);
+                        *p = '/';
+                }
+        (void)mkdir(path, 0700);
+        s->remote_budget = remote_budget(c, s->remote_budget_source,
+                                         sizeof(s->remote_budget_source));
+        zr_remote_options o = {
+                .cache_dir = c->remote_cache_dir, .budget = s->remote_budget,
+                .fetch = { .depth = c->remote_depth, .connections = c->remote_connections,
+                           .timeout_s = (long)c->remote_timeout_sec },
+        };
+        if (zr_remote_new(&o, &s->remote, &err) < 0) {
+                snprintf(s->remote_error, sizeof(s->remote_error), "remote stores: %s",
+                         err.message);
+                zr_log(LOG_WARNING, "%s", s->remote_error);
+                return;
+        }
+        zr_log(LOG_INFO, "remote stores: disk cache %s, %llu MiB (%s), %u requests deep",
+               c->remote_cache_dir, (unsigned long long)(s->remote_budget >> 20),
+               s->remote_budget_source, c->remote_depth);
+}
+
 /* The queue of reads ahead: io-backend and io-depth; for the daemon's tests,
  * ZRECORDD_TEST_IO_FAIL=N[:ERRNO] fails the N-th read it issues (EIO). */
 static int make_ioq(zr_server *s, zr_error *err) {
@@ -568,6 +638,20 @@ static void reload(zr_server *s) {
                 zr_watch_set_warning(s->watch, o->stall_warning_sec);
         }
 #undef CHANGED
+        o->remote_cache_bytes = n.remote_cache_bytes;
+        if (s->remote) {
+                char src[96];
+                uint64_t b = remote_budget(o, src, sizeof(src));
+                if (b != s->remote_budget) {
+                        zr_log(LOG_NOTICE, "reload: remote-cache budget %llu -> %llu bytes (%s)",
+                               (unsigned long long)s->remote_budget, (unsigned long long)b, src);
+                        s->remote_budget = b;
+                        snprintf(s->remote_budget_source, sizeof(s->remote_budget_source), "%s",
+                                 src);
+                        zr_remote_set_budget(s->remote, b);
+                        changes++;
+                }
+        }
         /* auto budgets follow a changed cgroup limit */
         zr_budgets nb;
         resolve_budgets(s, &nb);
@@ -712,6 +796,7 @@ int zr_server_new(const zr_config *cfg, int argc, char **argv, zr_server **ret, 
                 r = zr_error_errno(err, -r, "creating the registry");
                 goto fail;
         }
+        make_remote(s);
         zr_registry_set_work(s->registry, s->work);
 
         r = zr_listener_from_env(&s->listen_fd, err);
@@ -845,6 +930,8 @@ zr_server *zr_server_free(zr_server *s) {
                 if (n)
                         zr_log(LOG_INFO, "synced and closed %u stores", n);
         }
+        /* after every remote dataset closed (its mirror waits for its requests) */
+        s->remote = zr_remote_free(s->remote);
         s->work = zr_work_free(s->work);
         s->scrape = zr_scrape_free(s->scrape);
         s->watch = zr_watch_free(s->watch);

@@ -83,6 +83,10 @@ typedef struct zr_server {
         uint64_t shm_uid_max, shm_total_max;
         uint64_t work_uid_max, work_total_max;
         zr_ioq *ioq;               /* reads ahead of the loaders */
+        struct zr_remote *remote;  /* stores in object storage, or NULL (rdataset.h) */
+        uint64_t remote_budget;    /* the disk cache's budget in force */
+        char remote_budget_source[96];
+        char remote_error[300];    /* why remote is NULL, for a remote open */
         /* daemon-made memfds get F_SEAL_FUTURE_WRITE (Linux 5.1): else rings
          * are never shared across uids (req-loader.c) */
         bool rings_sealed;

@@ -24,7 +24,7 @@ import warnings
 
 import numpy as np
 
-from . import _conn, _results, _shm, _wire
+from . import _conn, _results, _s3, _shm, _wire
 from ._errors import (ZrecordError, ZrecordFileExistsError, ZrecordFileNotFoundError,
                       ZrecordTypeError, ZrecordValueError)
 
@@ -143,6 +143,8 @@ def convert(conn, src, dst, to, shown=None):
 
 
 def is_store(path):
+    if _s3.is_url(path):
+        return True   # the daemon says what is there
     return os.path.isfile(os.path.join(path, "meta.zr"))
 
 
@@ -162,7 +164,7 @@ class Handle:
 
     def __init__(self, path, conn=None, writable=None, create=None, dict_bytes=None,
                  reply=None, handle=None, warn=True):
-        self.path = os.path.abspath(os.fspath(path))
+        self.path = path if _s3.is_url(path) else os.path.abspath(os.fspath(path))
         self._warn = warn
         self.closed = False
         self.ragged_rate = 0.0         # bytes per record of the last ragged read
@@ -184,6 +186,17 @@ class Handle:
         self.writable = bool(reply.get("writable", False))
 
     def _open(self, writable=None):
+        if _s3.is_url(self.path):
+            # a store in object storage: no descriptors, the credentials instead;
+            # read-only (docs/REMOTE.md)
+            if writable:
+                raise ZrecordValueError(f"{self.path} is in object storage: read-only",
+                                        name="ZR_E_READONLY")
+            r = self.conn.request("dataset_open", {"remote": _s3.remote_field(self.path)},
+                                  context=f"opening {self.path}")
+            self.handle = r["handle"]
+            self._take(r)
+            return
         dirfd = _open_dir(self.path)
         try:
             meta, w = open_meta(dirfd, self.path, writable)

@@ -22,7 +22,7 @@ import pathlib
 import msgpack
 import numpy as np
 
-from . import _index, _shm, _store, _wire
+from . import _index, _s3, _shm, _store, _wire
 from ._errors import (ZrecordError, ZrecordFileNotFoundError, ZrecordKeyError,
                       ZrecordTypeError, ZrecordValueError)
 
@@ -168,7 +168,7 @@ class _Dataset:
                 f"{h.path!r} is a {s.get('kind')!r} store, not {self._kind!r}; open it with "
                 f"{other}, not {type(self).__name__}", name="ZR_E_SCHEMA")
         self._store = _StoreOps(self)
-        self.path = pathlib.Path(h.path)
+        self.path = h.path if _s3.is_url(h.path) else pathlib.Path(h.path)
         self.codec = s.get("codec")
         self._dtype = np.dtype(s["dtype"])
 
@@ -535,6 +535,9 @@ class MSDataset:
 
     def __init__(self, path, names=None):
         from . import _conn
+        if _s3.is_url(path):
+            self._open_remote(path.rstrip("/"), names)
+            return
         self.root = os.path.abspath(os.fspath(path))
         self.path = pathlib.Path(self.root)
         dirfd = _store._open_dir(self.root)
@@ -586,6 +589,23 @@ class MSDataset:
                                                         self._conn, st)
                          for st in r["streams"]}
         self._closed = False
+
+    def _open_remote(self, url, names):
+        """A set in object storage (docs/REMOTE.md): its streams are those its
+        zrecord.set names (or `names`), read-only."""
+        from . import _conn
+        self.root = url
+        self.path = url
+        self._conn = _conn.default()
+        self._closed = False
+        fields = {"remote": _s3.remote_field(url)}
+        if names is not None:
+            fields["streams"] = [os.fspath(n) for n in names]
+        r = self._conn.request("msset_open", fields, context=f"opening {url}")
+        self._set = r["set"]
+        self._writable = False
+        self._streams = {st["name"]: _from_stream_reply(f"{url}/{st['name']}", self._conn, st)
+                         for st in r["streams"]}
 
     def _open_loose(self, names):
         self._set = None
