@@ -499,15 +499,23 @@ static int acquire_remote(zr_gather *g, zr_rpin *pins, zr_error *err) {
         if (!g->sources) {
                 /* a dense batch of one dataset was not located (locate()): located here */
                 bool located = gather_schema(g)->kind != ZR_SCHEMA_DENSE;
-                if (zr_dataset_remote(g->ds))
+                if (zr_dataset_remote(g->ds)) {
                         r = zr_rdataset_acquire(g->ds, g->idx, located ? g->locs : NULL, g->n,
                                                 &pins[0], err);
+                        /* the disk cache's planned uses of a loader's step, consumed */
+                        if (g->plan_owner)
+                                zr_rdataset_unplan(g->ds, g->plan_owner, g->idx, g->n);
+                }
         } else {
                 for (uint32_t k = 0; r == 0 && k < g->nsources; k++) {
                         uint32_t from = g->from[k], cnt = g->from[k + 1] - from;
-                        if (cnt && zr_dataset_remote(g->sources[k]))
-                                r = zr_rdataset_acquire(g->sources[k], g->part_idx + from,
-                                                        g->part_locs + from, cnt, &pins[k], err);
+                        if (!cnt || !zr_dataset_remote(g->sources[k]))
+                                continue;
+                        r = zr_rdataset_acquire(g->sources[k], g->part_idx + from,
+                                                g->part_locs + from, cnt, &pins[k], err);
+                        if (g->plan_owner)
+                                zr_rdataset_unplan(g->sources[k], g->plan_owner,
+                                                   g->part_idx + from, cnt);
                 }
         }
         if (g->times)

@@ -491,7 +491,8 @@ size_t zr_rdataset_missing(zr_dataset *ds, const uint64_t *idx, const zr_loc *lo
 }
 
 int zr_rdataset_fetch(zr_dataset *ds, const uint64_t *idx, const zr_loc *locs, size_t n,
-                      uint64_t prio, zr_mirror_cb *cb, void *arg, uint64_t *ret_bytes) {
+                      uint64_t prio, zr_mirror_cb *cb, void *arg, uint64_t *ret_bytes,
+                      zr_mirror_wait_t **ret_wait) {
         zr_rdataset *rd = zr_dataset_remote(ds);
         zr_mrec *r;
         int rc;
@@ -509,9 +510,29 @@ int zr_rdataset_fetch(zr_dataset *ds, const uint64_t *idx, const zr_loc *locs, s
                         free(miss);
                 }
         }
-        rc = zr_mirror_fetch(rd->mirror, r, n, prio, cb, arg);
+        rc = zr_mirror_fetch(rd->mirror, r, n, prio, cb, arg, ret_wait);
         free(r);
         return rc;
+}
+
+int zr_rdataset_cancel(zr_dataset *ds, zr_mirror_wait_t *w) {
+        zr_rdataset *rd = zr_dataset_remote(ds);
+        return rd ? zr_mirror_cancel(rd->mirror, w) : 0;
+}
+
+uint64_t zr_rdataset_cache_budget(zr_dataset *ds) {
+        zr_rdataset *rd = zr_dataset_remote(ds);
+        zr_rcache_stats cs;
+        if (!rd)
+                return 0;
+        zr_rcache_stats_get(rd->ctx->disk, &cs);
+        return cs.budget;
+}
+
+void zr_rdataset_unplan_owner(zr_dataset *ds, uint64_t owner) {
+        zr_rdataset *rd = zr_dataset_remote(ds);
+        if (rd)
+                zr_rcache_unplan_owner(rd->ctx->disk, owner);
 }
 
 static void plan_keys(zr_rdataset *rd, const uint64_t *idx, size_t n, zr_rcache_key *k) {

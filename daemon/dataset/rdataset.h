@@ -124,7 +124,12 @@ size_t zr_rdataset_missing(zr_dataset *ds, const uint64_t *idx, const zr_loc *lo
  * zr_mirror_fetch(): 1 when none is missing, 0 when cb will be called. Bytes
  * asked for are added to *ret_bytes (may be NULL). */
 int zr_rdataset_fetch(zr_dataset *ds, const uint64_t *idx, const zr_loc *locs, size_t n,
-                      uint64_t prio, zr_mirror_cb *cb, void *arg, uint64_t *ret_bytes);
+                      uint64_t prio, zr_mirror_cb *cb, void *arg, uint64_t *ret_bytes,
+                      zr_mirror_wait_t **ret_wait);
+/* zr_mirror_cancel() of a wait of zr_rdataset_fetch() on ds. */
+int zr_rdataset_cancel(zr_dataset *ds, zr_mirror_wait_t *w);
+/* The disk cache's budget, bytes (what planning ahead of a remote store covers). */
+uint64_t zr_rdataset_cache_budget(zr_dataset *ds);
 
 /* Plans (consumes) one use of each of idx[0..n) by owner at eta in the disk
  * cache's policy (cache.h's zr_rcache_plan(), _unplan()). */
@@ -132,6 +137,8 @@ void zr_rdataset_plan(zr_dataset *ds, uint64_t owner, const uint64_t *idx, size_
                       uint64_t eta);
 void zr_rdataset_unplan(zr_dataset *ds, uint64_t owner, const uint64_t *idx, size_t n);
 void zr_remote_unplan_owner(zr_remote *ctx, uint64_t owner);
+/* The same for the context of remote dataset ds (no-op for a local one). */
+void zr_rdataset_unplan_owner(zr_dataset *ds, uint64_t owner);
 
 /* Reads every record (fetching through the cache in bounded batches) and
  * checks it as zr_store_verify() does. Same report. */

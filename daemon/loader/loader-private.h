@@ -37,6 +37,7 @@
 
 #include "dataset/batch.h"
 #include "dataset/cache.h"
+#include "dataset/rdataset.h"
 #include "io/ioq.h"
 #include "loader/loader.h"
 #include "loader/telemetry.h"
@@ -88,9 +89,28 @@ enum pf_io {
 
 struct group;
 
+/* A unit's fetches of remote records (dataset/rdataset.h): one wait per
+ * remote stream, cancelled when the group goes away before they end. The job
+ * fills ds and w before and after submitting; the callback sets done (under
+ * the engine's mutex), as does a cancel. */
+typedef struct pf_rwait {
+        struct pf_unit *u;
+        zr_dataset *ds;
+        zr_mirror_wait_t *w;
+        uint8_t done;
+} pf_rwait;
+
+typedef struct pf_remote {
+        size_t n;
+        pf_rwait waits[];
+} pf_remote;
+
 typedef struct pf_unit {
         struct group *g;
         uint64_t step;
+        _Atomic uint32_t pending; /* READING: the job, its read batch and its fetches
+                                   * not ended yet; the last to end finishes the unit */
+        pf_remote *remote;    /* its fetches of remote records, or NULL */
         uint64_t ioq_id;      /* its batch in the I/O queue, 0 if none */
         uint64_t bytes;       /* bytes it asked for, held against the budget */
         uint64_t submit_ns;
@@ -121,6 +141,7 @@ typedef struct pf_state {
         _Atomic uint64_t held; /* bytes its units hold against the budget */
         uint32_t depth;       /* steps read ahead of the leading fill, now */
         uint32_t horizon;     /* steps planned ahead of it, now */
+        int remote;           /* it reads stores in object storage (rdataset.h) */
         uint32_t plan_credit; /* steps it may still plan before its next fill */
         uint64_t plan_cap;    /* no plans while the cache holds more (every group's) */
         /* telemetry: a fill of wait_step has waited for its reads ahead (or for
@@ -372,6 +393,7 @@ typedef struct pf_job {
         uint64_t id;          /* its batch, if submitted */
         int submitted, warm, busy;
         uint64_t missing_bytes; /* of the records not resident */
+        uint64_t remote_bytes;  /* of remote records it asked the fetcher for */
         int cold;             /* most records not resident, and large (ZR_GATHER_PREAD_MIN) */
 } pf_job;
 
@@ -381,7 +403,7 @@ int zr_pf_group_init(zr_loader_engine *e, group *g, const zr_loader *l);
  * mutex is released while waiting); frees the window. Its plans are dropped
  * by zr_pf_group_drop_plans() once the mutex is released. */
 void zr_pf_group_fini(zr_loader_engine *e, group *g);
-void zr_pf_group_drop_plans(zr_loader_engine *e, uint64_t owner);
+void zr_pf_group_drop_plans(zr_loader_engine *e, uint64_t owner, const zr_loader *l);
 /* 1 if a job should read or plan ahead for l's group now. */
 int zr_pf_job_due(zr_loader_engine *e, const zr_loader *l);
 /* Claims the next job for l's group into *j (a job must be due). */

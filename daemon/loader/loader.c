@@ -903,7 +903,7 @@ static void loader_finish(zr_loader *l) {
         if (notify && e->notify)
                 e->notify(e->notify_userdata);
         zr_rings_release(dead);
-        zr_pf_group_drop_plans(e, owner);
+        zr_pf_group_drop_plans(e, owner, l);
         loader_destroy(l);
 }
 

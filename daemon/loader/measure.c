@@ -154,8 +154,15 @@ void zr_loader_telemetry_get(zr_loader *l, uint64_t now_ns, zr_loader_telemetry 
                 for (size_t i = 0; i < sizeof(stages) / sizeof(stages[0]); i++)
                         ret->group.v[stages[i]] += one.v[stages[i]];
         }
+        /* a fill that waits for its step's reads now (a server gone away): the
+         * wait so far counts, so that the stage shows it while it lasts */
+        if (l->g && l->g->pf.wait_ns && now_ns > l->g->pf.wait_ns)
+                ret->group.v[ZR_TEL_IO_WAIT_NS] += now_ns - l->g->pf.wait_ns;
         ret->verdict = zr_tel_verdict(&ret->w[ZR_TEL_W10], tel->reports);
         ret->stage = zr_tel_stage(&ret->group);
+        /* a loader of stores in object storage waits for the network, not a device */
+        if (ret->stage == ZR_STAGE_IO && l->g && l->g->pf.remote)
+                ret->stage = ZR_STAGE_REMOTE;
         ret->prefetch_depth = l->g && l->g->pf.units ? l->g->pf.depth : 0;
         ret->wait = tel->wait;
         ret->ready = tel->ready;

@@ -126,6 +126,33 @@ static uint64_t cache_records(zr_loader_engine *e, const zr_loader *l) {
         return cs.budget / (rec / (uint64_t)k + ZR_RCACHE_ENTRY_OVERHEAD);
 }
 
+/* Streams of l read from object storage (a mixture's: any source's). */
+static int remote_streams(const zr_loader *l) {
+        int k = 0;
+        for (size_t i = 0; i < l->nall; i++)
+                k += zr_dataset_remote(l->streams[i].s.ds) != NULL;
+        return k;
+}
+
+/* Records of the disk cache's budget (dataset/rdataset.h), as l's remote
+ * records go; 0 without remote streams. */
+static uint64_t remote_records(const zr_loader *l) {
+        uint64_t budget = 0, rec = 0;
+        int k = 0;
+        for (size_t i = 0; i < l->nall; i++) {
+                const lstream *st = &l->streams[i];
+                if (!zr_dataset_remote(st->s.ds))
+                        continue;
+                budget = zr_rdataset_cache_budget(st->s.ds);
+                rec += st->ragged ? st->capacity / (2 * l->sp.batch_size) : st->item_bytes;
+                k++;
+        }
+        if (!k || !rec)
+                return 0;
+        rec /= (uint64_t)k;
+        return budget / (rec ? rec : 1);
+}
+
 /* Steps planned ahead. MIN keeps the records used soonest, and how far ahead
  * "soonest" reaches depends on the trace: for uniform draws from 4,000 records
  * with room for 400 in batches of 64, planning 13 steps (twice the cache's
@@ -138,9 +165,22 @@ static uint64_t cache_records(zr_loader_engine *e, const zr_loader *l) {
 static void set_horizon(zr_loader_engine *e, const zr_loader *l, pf_state *p) {
         uint64_t per_step = l->sp.batch_size * (uint64_t)compressed_streams(l);
         uint64_t recs = cache_records(e, l), h = p->horizon;
+        uint64_t rper = l->sp.batch_size * (uint64_t)remote_streams(l), rrecs = remote_records(l);
         zr_rcache_stats cs;
 
-        p->plan_cap = PF_PLAN_TOTAL_FACTOR * recs + PF_PLAN_TOTAL_MIN;
+        p->plan_cap = PF_PLAN_TOTAL_FACTOR * (recs > rrecs ? recs : rrecs) + PF_PLAN_TOTAL_MIN;
+        if (rper && rrecs) {
+                /* a remote store's disk cache: MIN over twice its records (above) */
+                uint64_t rh = (PF_PLAN_FACTOR * rrecs + rper - 1) / rper;
+                if (!per_step || !recs) {
+                        if (rh < p->depth)
+                                rh = p->depth;
+                        p->horizon = (uint32_t)(rh < PF_WINDOW - 1 ? rh : PF_WINDOW - 1);
+                        return;
+                }
+                if (h < rh)
+                        h = rh;
+        }
         if (!per_step || !recs) {
                 p->horizon = 0;
                 return;
@@ -168,8 +208,58 @@ int zr_pf_group_init(zr_loader_engine *e, group *g, const zr_loader *l) {
         p->owner = ++e->next_owner;
         p->period_ns = PF_PERIOD_INIT_NS;
         p->depth = PF_DEPTH_MIN;
+        p->remote = remote_streams(l) > 0;
         set_horizon(e, l, p);
         return 0;
+}
+
+/* One of a READING unit's parts ended (its job, its read batch, one of its
+ * fetches): with result < 0 the step fails with it (a cancel does not). The
+ * last part finishes the unit and wakes its group. Mutex held. */
+static void unit_part_done(zr_loader_engine *e, pf_unit *u, int result) {
+        group *g = u->g;
+        if (result < 0 && result != -ECANCELED && !u->error) {
+                u->error = -result;
+                e->t.prefetch_errors++;
+        }
+        if (result == -ECANCELED)
+                e->t.prefetch_cancelled++;
+        if (atomic_fetch_sub(&u->pending, 1) != 1)
+                return;
+        u->io = u->error ? PF_IO_FAILED : PF_IO_DONE;
+        free(u->remote);
+        u->remote = NULL;
+        g->pf.io_inflight--;
+        if (!u->job)
+                zr_group_wake(e, g);
+        pthread_cond_broadcast(&e->idle);
+}
+
+/* The fetcher's callback of a unit's fetch (its thread; no lock held). */
+static void pf_remote_done(void *arg, int rc, const zr_error *err) {
+        pf_rwait *w = arg;
+        pf_unit *u = w->u;
+        zr_loader_engine *e = u->g->pf.e;
+
+        (void)err;
+        pthread_mutex_lock(&e->mutex);
+        w->done = 1;
+        unit_part_done(e, u, rc);
+        pthread_mutex_unlock(&e->mutex);
+}
+
+/* Gives up the unit's fetches that have not ended (a fetch whose callback runs
+ * already ends by itself). Mutex held. */
+static void cancel_fetches(zr_loader_engine *e, pf_unit *u) {
+        pf_remote *r = u->remote;
+        for (size_t i = 0; r && i < r->n; i++) {
+                pf_rwait *w = &r->waits[i];
+                if (w->done || !w->w || !zr_rdataset_cancel(w->ds, w->w))
+                        continue;
+                w->done = 1;
+                unit_part_done(e, u, -ECANCELED);
+                r = u->remote; /* freed when that was the last part */
+        }
 }
 
 void zr_pf_group_fini(zr_loader_engine *e, group *g) {
@@ -183,6 +273,8 @@ void zr_pf_group_fini(zr_loader_engine *e, group *g) {
                 pf_unit *u = &p->units[s % p->cap];
                 if (u->io == PF_IO_READING && u->ioq_id)
                         zr_ioq_cancel(e->ioq, u->ioq_id);
+                if (u->io == PF_IO_READING)
+                        cancel_fetches(e, u);
         }
         while (p->io_inflight > 0)
                 pthread_cond_wait(&e->idle, &e->mutex);
@@ -192,9 +284,12 @@ void zr_pf_group_fini(zr_loader_engine *e, group *g) {
         p->units = NULL;
 }
 
-void zr_pf_group_drop_plans(zr_loader_engine *e, uint64_t owner) {
-        if (owner)
-                zr_rcache_unplan_owner(e->cache, owner);
+void zr_pf_group_drop_plans(zr_loader_engine *e, uint64_t owner, const zr_loader *l) {
+        if (!owner)
+                return;
+        zr_rcache_unplan_owner(e->cache, owner);
+        for (size_t i = 0; i < l->nall; i++) /* remote stores: their disk cache's */
+                zr_rdataset_unplan_owner(l->streams[i].s.ds, owner);
 }
 
 /* Where the next read-ahead and the next plan would go, or UINT64_MAX. */
@@ -221,7 +316,7 @@ static uint64_t next_plan(zr_loader_engine *e, const group *g, uint64_t lead) {
         if (p->horizon == 0 || s >= lead + p->horizon || p->plan_credit == 0)
                 return UINT64_MAX;
         zr_rcache_stats_get(e->cache, &cs);
-        if (cs.budget == 0 || cs.planned > p->plan_cap)
+        if ((cs.budget == 0 && !p->remote) || cs.planned > p->plan_cap)
                 return UINT64_MAX;
         return s;
 }
@@ -279,6 +374,7 @@ void zr_pf_job_start(zr_loader_engine *e, zr_loader *l, pf_job *j) {
         u->job = 1;
         if (j->do_io) {
                 u->io = PF_IO_READING;
+                atomic_store(&u->pending, 1); /* the job's own part */
                 p->io_inflight++;
                 p->io_hi = max_u64(p->io_hi, s + 1);
         }
@@ -305,25 +401,12 @@ void zr_pf_job_start(zr_loader_engine *e, zr_loader *l, pf_job *j) {
 /* The I/O queue's callback (its dispatcher thread). */
 static void pf_done(void *arg, uint64_t id, int result, uint64_t bytes) {
         pf_unit *u = arg;
-        group *g = u->g;
-        zr_loader_engine *e = g->pf.e;
+        zr_loader_engine *e = u->g->pf.e;
 
         (void)id;
         (void)bytes;
         pthread_mutex_lock(&e->mutex);
-        if (result < 0 && result != -ECANCELED) {
-                u->io = PF_IO_FAILED;
-                u->error = -result;
-                e->t.prefetch_errors++;
-        } else {
-                u->io = PF_IO_DONE;
-                if (result == -ECANCELED)
-                        e->t.prefetch_cancelled++;
-        }
-        g->pf.io_inflight--;
-        if (!u->job)
-                zr_group_wake(e, g);
-        pthread_cond_broadcast(&e->idle);
+        unit_part_done(e, u, result);
         pthread_mutex_unlock(&e->mutex);
 }
 
@@ -430,6 +513,94 @@ static void release(zr_loader_engine *e, pf_state *p, uint64_t *bytes) {
         *bytes = 0;
 }
 
+/* The remote streams' records of the step that are neither decoded in the
+ * cache nor in the disk cache are handed to the fetcher, with the step's time
+ * as their priority: one wait per stream, a part of the unit each
+ * (unit_part_done()). Bytes within the budget, as the reads of the queue. */
+static void fetch_remote(zr_loader_engine *e, zr_loader *l, const step_records *rec,
+                         pf_job *j) {
+        pf_state *p = &l->g->pf;
+        size_t n = l->sp.batch_size, nrem = (size_t)remote_streams(l);
+        pf_remote *rm = calloc(1, sizeof(*rm) + nrem * sizeof(rm->waits[0]));
+        uint64_t *idx = malloc(n * sizeof(*idx));
+        zr_loc *locs = malloc(n * sizeof(*locs));
+        zr_rcache_key *keys = malloc(n * sizeof(*keys));
+        uint8_t *flags = malloc(n);
+
+        if (!rm || !idx || !locs || !keys || !flags)
+                goto out;
+        for (size_t i = 0; i < l->nall; i++) {
+                const lstream *st = &l->streams[i];
+                uint32_t k = (uint32_t)(i / l->nstreams), m = rec->from[k + 1] - rec->from[k];
+                const uint64_t *all = rec->by_source + rec->from[k];
+                size_t want = 0;
+                if (m == 0 || !zr_dataset_remote(st->s.ds) ||
+                    zr_dataset_generation(st->s.ds) != st->open_gen)
+                        continue;
+                if (zr_store_locate(zr_dataset_store(st->s.ds), all, m, locs, NULL) < 0)
+                        continue; /* the fill says what is wrong */
+                if (st->schema->codec != ZR_CODEC_RAW) {
+                        for (size_t x = 0; x < m; x++)
+                                keys[x] = (zr_rcache_key){ zr_dataset_id(st->s.ds), st->open_gen,
+                                                           all[x] };
+                        j->cached += zr_rcache_contains(e->cache, keys, m, flags);
+                } else {
+                        memset(flags, 0, m);
+                }
+                for (size_t x = 0; x < m; x++)
+                        if (!flags[x]) {
+                                idx[want] = all[x];
+                                locs[want++] = locs[x];
+                        }
+                size_t miss = zr_rdataset_missing(st->s.ds, idx, locs, want, flags);
+                j->resident += want - miss;
+                if (miss == 0) {
+                        j->warm = 1;
+                        continue;
+                }
+                /* the missing ones, within the budget (a group holding nothing
+                 * always fetches its step) */
+                zr_io_range *rr = malloc(miss * sizeof(*rr));
+                size_t k2 = 0;
+                for (size_t x = 0; rr && x < want; x++)
+                        if (flags[x]) {
+                                rr[k2] = (zr_io_range){ .fd = -1, .offset = locs[x].offset,
+                                                        .length = locs[x].phys_length };
+                                idx[k2] = idx[x];
+                                locs[k2++] = locs[x];
+                        }
+                size_t take = rr ? reserve(e, p, rr, k2, &j->bytes) : 0;
+                free(rr);
+                if (take == 0)
+                        continue;
+                pf_rwait *w = &rm->waits[rm->n++];
+                w->u = j->u;
+                w->ds = st->s.ds;
+                j->records += take;
+                atomic_fetch_add(&j->u->pending, 1);
+                int r = zr_rdataset_fetch(st->s.ds, idx, locs, take, j->eta_ns, pf_remote_done, w,
+                                          &j->remote_bytes, &w->w);
+                if (r != 0) {
+                        /* nothing to fetch after all, or no memory: no callback
+                         * (the job's own part keeps the unit from finishing) */
+                        w->done = 1;
+                        atomic_fetch_sub(&j->u->pending, 1);
+                        continue;
+                }
+                j->submitted = 1;
+        }
+        if (rm->n) {
+                j->u->remote = rm;
+                rm = NULL;
+        }
+out:
+        free(rm);
+        free(flags);
+        free(keys);
+        free(locs);
+        free(idx);
+}
+
 void zr_pf_job_run(zr_loader_engine *e, pf_job *j) {
         zr_loader *l = j->l;
         pf_state *p = &l->g->pf;
@@ -453,8 +624,12 @@ void zr_pf_job_run(zr_loader_engine *e, pf_job *j) {
                         const lstream *st = &l->streams[i];
                         uint32_t k = (uint32_t)(i / l->nstreams), m = rec.from[k + 1] - rec.from[k];
                         const uint64_t *idx = rec.by_source + rec.from[k];
-                        if (m == 0 || st->schema->codec == ZR_CODEC_RAW ||
-                            zr_dataset_generation(st->s.ds) != st->open_gen)
+                        if (m == 0 || zr_dataset_generation(st->s.ds) != st->open_gen)
+                                continue;
+                        /* a remote store's disk cache evicts by the same plans */
+                        if (zr_dataset_remote(st->s.ds))
+                                zr_rdataset_plan(st->s.ds, p->owner, idx, m, j->eta_ns);
+                        if (st->schema->codec == ZR_CODEC_RAW)
                                 continue;
                         for (size_t x = 0; x < m; x++)
                                 keys[x] = (zr_rcache_key){ zr_dataset_id(st->s.ds), st->open_gen,
@@ -476,11 +651,14 @@ void zr_pf_job_run(zr_loader_engine *e, pf_job *j) {
         for (size_t i = 0; i < l->nall; i++) {
                 const lstream *st = &l->streams[i];
                 uint32_t k = (uint32_t)(i / l->nstreams), m = rec.from[k + 1] - rec.from[k];
-                if (m == 0 || zr_dataset_generation(st->s.ds) != st->open_gen)
+                if (m == 0 || zr_dataset_generation(st->s.ds) != st->open_gen ||
+                    zr_dataset_remote(st->s.ds))
                         continue;
                 nr += stream_ranges(e, st, rec.by_source + rec.from[k], m, keys, flags, locs,
                                     r + nr, j);
         }
+        if (p->remote)
+                fetch_remote(e, l, &rec, j);
         /* its fill reads with pread (fill.c) */
         j->cold = zr_gather_cold(j->records, j->records + j->resident, j->missing_bytes);
         nr = reserve(e, p, r, nr, &j->bytes);
@@ -489,10 +667,13 @@ void zr_pf_job_run(zr_loader_engine *e, pf_job *j) {
                 j->reads = nr;
                 /* under the shared locks: no mutation closes a descriptor
                  * before the queue has the batch (it cancels it first) */
-                if (zr_ioq_submit(e->ioq, r, nr, pf_done, j->u, &j->id) == 0)
+                atomic_fetch_add(&j->u->pending, 1); /* the batch's part */
+                if (zr_ioq_submit(e->ioq, r, nr, pf_done, j->u, &j->id) == 0) {
                         j->submitted = 1;
-                else
+                } else {
+                        atomic_fetch_sub(&j->u->pending, 1);
                         release(e, p, &j->bytes);
+                }
         }
         while (nheld > 0)
                 zr_dataset_unlock(held[--nheld]);
@@ -543,11 +724,10 @@ void zr_pf_job_end(zr_loader_engine *e, pf_job *j) {
                         if (atomic_load(&e->telemetry))
                                 zr_tel_add(&l->tel, u->submit_ns, ZR_TEL_DEVICE_BYTES, j->bytes);
                 } else {
-                        u->io = PF_IO_DONE;
-                        p->io_inflight--;
                         e->t.prefetch_warm += j->warm;
                         e->t.prefetch_busy += j->busy;
                 }
+                unit_part_done(e, u, 0); /* the job's own part (its reads may go on) */
                 e->t.prefetch_reads += j->reads;
                 e->t.prefetch_read_bytes += j->bytes;
                 e->t.prefetch_resident += j->resident;

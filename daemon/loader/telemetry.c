@@ -50,6 +50,8 @@ const char *zr_stage_name(enum zr_stage s) {
                 return "decode";
         case ZR_STAGE_COPY:
                 return "copy";
+        case ZR_STAGE_REMOTE:
+                return "remote";
         case ZR_STAGE_CONTENTION:
                 return "contention";
         default:

@@ -118,6 +118,7 @@ enum zr_stage {
         ZR_STAGE_DECODE,
         ZR_STAGE_COPY,
         ZR_STAGE_CONTENTION,
+        ZR_STAGE_REMOTE,     /* io of a loader of stores in object storage: waits for fetches */
 };
 
 /* "data-bound", "io", ... */

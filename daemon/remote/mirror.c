@@ -37,7 +37,7 @@
 #define META_FETCH_PIECE ((uint64_t)16 << 20)
 
 typedef struct mreq mreq;
-typedef struct group group;
+typedef struct zr_mirror_wait group;
 
 /* A record in flight or pinned: one table for both, by kind. */
 typedef struct rnode {
@@ -49,8 +49,8 @@ typedef struct rnode {
         struct rnode *next;
 } rnode;
 
-struct group {
-        unsigned pending;   /* requests it waits for */
+struct zr_mirror_wait {
+        unsigned pending;   /* requests it waits for; 0: being notified */
         int rc;
         zr_error err;
         zr_mirror_cb *cb;
@@ -70,6 +70,7 @@ struct mreq {
         group **waiters;
         size_t nwait, capwait;
         int refetched;
+        mreq *prev, *next;  /* the mirror's requests out */
 };
 
 typedef struct chunkinfo {
@@ -96,6 +97,7 @@ struct zr_mirror {
         rnode *inflight[HASH_BUCKETS];
         rnode *pinned[HASH_BUCKETS];
         unsigned requests_out;
+        mreq *out;          /* the requests out (linked by prev, next) */
         zr_mirror_stats st;
 };
 
@@ -754,6 +756,12 @@ static void req_done(zr_fetch *fq, int rc, const zr_error *err) {
         free(notify);
         pthread_mutex_lock(&m->mu);
         m->requests_out--;
+        if (q->prev)
+                q->prev->next = q->next;
+        else
+                m->out = q->next;
+        if (q->next)
+                q->next->prev = q->prev;
         pthread_cond_broadcast(&m->cv);
         pthread_mutex_unlock(&m->mu);
         req_free(q);
@@ -769,7 +777,7 @@ static int cmp_rec(const void *a, const void *b) {
 }
 
 int zr_mirror_fetch(zr_mirror *m, const zr_mrec *r, size_t n, uint64_t prio, zr_mirror_cb *cb,
-                    void *arg) {
+                    void *arg, zr_mirror_wait_t **ret_wait) {
         zr_mrec *want = NULL;
         mreq **reqs = NULL;
         size_t nw = 0, nreq = 0;
@@ -852,12 +860,18 @@ int zr_mirror_fetch(zr_mirror *m, const zr_mrec *r, size_t n, uint64_t prio, zr_
                         m->st.needed_bytes += want[k].len;
                 }
                 add_waiter(q, g);
+                q->next = m->out;
+                if (m->out)
+                        m->out->prev = q;
+                m->out = q;
                 reqs[nreq++] = q;
                 i = j;
         }
         m->requests_out += (unsigned)nreq;
         m->st.requests += nreq;
         int nothing = g->pending == 0;
+        if (!nothing && ret_wait)
+                *ret_wait = g;
         pthread_mutex_unlock(&m->mu);
         for (size_t i = 0; i < nreq; i++)
                 req_submit(reqs[i]);
@@ -889,9 +903,30 @@ static void wait_cb(void *arg, int rc, const zr_error *err) {
         pthread_mutex_unlock(&m->mu);
 }
 
+int zr_mirror_cancel(zr_mirror *m, zr_mirror_wait_t *g) {
+        int gone = 0;
+        pthread_mutex_lock(&m->mu);
+        if (g->pending > 0) {
+                /* off every request out that it waits for */
+                for (mreq *q = m->out; q && g->pending > 0; q = q->next)
+                        for (size_t i = 0; i < q->nwait; i++) {
+                                if (q->waiters[i] != g)
+                                        continue;
+                                q->waiters[i] = q->waiters[--q->nwait];
+                                g->pending--;
+                                break;
+                        }
+                gone = 1;
+        }
+        pthread_mutex_unlock(&m->mu);
+        if (gone)
+                free(g);
+        return gone;
+}
+
 int zr_mirror_wait(zr_mirror *m, const zr_mrec *r, size_t n, zr_error *err) {
         group w = { .arg = m };
-        int rc = zr_mirror_fetch(m, r, n, 0, wait_cb, &w);
+        int rc = zr_mirror_fetch(m, r, n, 0, wait_cb, &w, NULL);
         if (rc == 1)
                 return 0;
         if (rc < 0)

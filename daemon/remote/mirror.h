@@ -104,13 +104,23 @@ void zr_mirror_sweep(int rootfd, const zr_rsrc *src, const char *keep);
 size_t zr_mirror_missing(zr_mirror *m, const zr_mrec *r, size_t n, uint8_t *ret);
 
 typedef void zr_mirror_cb(void *arg, int rc, const zr_error *err);
+typedef struct zr_mirror_wait zr_mirror_wait_t;
 
 /* Fetches the records of r[0..n) that are missing (repeats allowed) with
  * priority prio (fetch.h). Returns 1 when none is missing (cb is not called),
  * 0 when cb(arg, rc, err) will be called once every one is present or one
- * failed (on the fetcher's thread), or -ENOMEM (cb not called). */
+ * failed (on the fetcher's thread), or -ENOMEM (cb not called). With 0,
+ * *ret_wait (ret_wait may be NULL) names the wait for zr_mirror_cancel(); it
+ * is valid until cb returns. */
 int zr_mirror_fetch(zr_mirror *m, const zr_mrec *r, size_t n, uint64_t prio, zr_mirror_cb *cb,
-                    void *arg);
+                    void *arg, zr_mirror_wait_t **ret_wait);
+
+/* Gives up a wait of zr_mirror_fetch() whose caller went away: returns 1 when
+ * its cb will never be called, 0 when it is being called (or about to be:
+ * the caller must let it run). The requests go on for their other waiters.
+ * The caller must know that cb has not returned yet (cb and the caller
+ * serialize on a lock of their own, held here). */
+int zr_mirror_cancel(zr_mirror *m, zr_mirror_wait_t *w);
 
 /* Fetches what r[0..n) lacks with priority "now" and waits. 0 or the error. */
 int zr_mirror_wait(zr_mirror *m, const zr_mrec *r, size_t n, zr_error *err);

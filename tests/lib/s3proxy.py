@@ -6,7 +6,7 @@ server that is gone (refused connections) and comes back.
 
     p = S3Proxy(upstream_port, latency_s=0.01, rate_bps=200e6).start()
     p.inject("503", 2, match=lambda m, path, h: m == "GET")   # the next 2 GETs
-    p.set_down(True); ...; p.set_down(False)
+    p.set_down(True); p.wait_refused(3); ...; p.set_down(False)
     p.counts["GET"], p.bytes_down, p.ranges                    # what went through
     p.stop()
 
@@ -95,6 +95,8 @@ class S3Proxy:
         self._conns = set()
         self._down = False
         self._stopping = False
+        self.refused = 0
+        self.changed = threading.Condition(self.lock)
 
     # ------------------------------------------------------------ control
     def start(self):
@@ -123,20 +125,19 @@ class S3Proxy:
             self.faults.append([kind, count, match])
 
     def set_down(self, down):
-        """Down: the port refuses connections and open ones are reset. Up: it listens
-        again on the same port."""
+        """Down: every connection, open or new, is reset at once (a server that is
+        gone), and counted in `refused`. Up: served again."""
         with self.lock:
-            if down == self._down:
-                return
             self._down = down
-            lst, conns = self._listener, list(self._conns)
-            self._listener = None if down else self._listener
-        if down:
-            lst.close()
-            for c in conns:
-                self._reset(c)
-        else:
-            self._listen(self.port)
+            conns = list(self._conns) if down else []
+        for c in conns:
+            self._reset(c)
+
+    def wait_refused(self, n, timeout=60.0):
+        """Waits until `n` connections were refused while down (the client tried
+        again that often); returns whether it happened within the bound."""
+        with self.changed:
+            return self.changed.wait_for(lambda: self.refused >= n, timeout)
 
     def stop(self):
         self._stopping = True
@@ -196,6 +197,9 @@ class S3Proxy:
             with self.lock:
                 if self._down or self._stopping:
                     self._reset(c)
+                    if self._down:
+                        self.refused += 1
+                        self.changed.notify_all()
                     continue
                 self._conns.add(c)
             threading.Thread(target=self._serve, args=(c,), daemon=True).start()
