@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """run.py: zrecord against its peers and against the machine's limits, in one run.
 
-    python3 bench/run.py [all|limits|sampler|store|loader|multi|resume|beyond-memory|transforms ...]
+    python3 bench/run.py [all|limits|sampler|store|loader|multi|resume|beyond-memory|remote|transforms ...]
                          [--quick] [--build DIR] [--no-plots]
 
 Prints a machine block (CPU, cores, memory, kernel, Python, numpy, every
@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from suite import common as C  # noqa: E402
 
-LAYERS = ["limits", "sampler", "store", "loader", "multi", "resume", "beyond-memory"]
+LAYERS = ["limits", "sampler", "store", "loader", "multi", "resume", "beyond-memory", "remote"]
 # tables that run with a layer, also runnable alone: the loader layer's transforms
 PARTS = ["transforms"]
 
@@ -92,8 +92,9 @@ def main():
     targets19 = []
     targets15 = []
     targets35 = []
+    targets33 = []
     try:
-        from suite import limits, sampler, store, loader, multi, resume, beyond, transforms
+        from suite import limits, sampler, store, loader, multi, resume, beyond, transforms, remote
         needs_limits = any(l in layers for l in ("limits", "store", "loader", "multi",
                                                   "transforms"))
         if needs_limits:
@@ -135,11 +136,18 @@ def main():
             C.write_json("beyond", {"machine": machine, "beyond": out["beyond"],
                                     "targets": [{"target": t, "got": v, "need": need}
                                                 for t, v, need in targets19]})
+        if "remote" in layers:
+            out["remote"] = remote.run(ctx)
+            targets33 = remote.targets(out["remote"])
+            C.write_json("remote", {"machine": machine, "remote": out["remote"],
+                                    "targets": [{"target": t, "got": v, "need": need}
+                                                for t, v, need in targets33]})
     finally:
         daemon.stop()
         C.drop_path(ctx.tmp)
     for issue, ts, key in ((9, targets, "targets"), (15, targets15, "targets15"),
-                           (19, targets19, "targets19"), (35, targets35, "targets35")):
+                           (19, targets19, "targets19"), (33, targets33, "targets33"),
+                           (35, targets35, "targets35")):
         if not ts:
             continue
         rows = [{"target": t, "got": f"{v:.2f}x", "need": f"{need:g}x",

@@ -470,6 +470,21 @@ int zr_rdataset_acquire(zr_dataset *ds, const uint64_t *idx, const zr_loc *locs,
         return 0;
 }
 
+int zr_rdataset_pin(zr_dataset *ds, const uint64_t *idx, const zr_loc *locs, size_t n,
+                    zr_rpin *pin) {
+        zr_rdataset *rd = zr_dataset_remote(ds);
+        zr_mrec *r = NULL;
+
+        *pin = (zr_rpin){0};
+        if (!rd || n == 0)
+                return 0;
+        if (to_recs(ds, idx, locs, n, &r, NULL) < 0)
+                return -ENOMEM;
+        zr_mirror_pin(rd->mirror, r, n);
+        *pin = (zr_rpin){ rd, r, n };
+        return 0;
+}
+
 void zr_rdataset_release(zr_rpin *pin) {
         if (!pin->rd)
                 return;

@@ -115,6 +115,11 @@ typedef struct zr_rpin {
 int zr_rdataset_acquire(zr_dataset *ds, const uint64_t *idx, const zr_loc *locs, size_t n,
                         zr_rpin *pin, zr_error *err);
 void zr_rdataset_release(zr_rpin *pin);
+/* Pins records (idx, locs)[0..n) of ds into *pin without fetching them: a
+ * step read ahead keeps what arrives for it until its gather ran. Returns 0
+ * or -ENOMEM (nothing pinned). */
+int zr_rdataset_pin(zr_dataset *ds, const uint64_t *idx, const zr_loc *locs, size_t n,
+                    zr_rpin *pin);
 
 /* Which of records (idx, locs)[0..n) are missing (ret[i] = 1; ret may be
  * NULL); how many. */

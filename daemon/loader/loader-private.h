@@ -97,6 +97,9 @@ typedef struct pf_rwait {
         struct pf_unit *u;
         zr_dataset *ds;
         zr_mirror_wait_t *w;
+        zr_rpin pin;          /* what it fetches, kept in the disk cache until the
+                               * step's fill ran (released when the unit is
+                               * consumed or the group goes away) */
         uint8_t done;
 } pf_rwait;
 
@@ -110,7 +113,7 @@ typedef struct pf_unit {
         uint64_t step;
         _Atomic uint32_t pending; /* READING: the job, its read batch and its fetches
                                    * not ended yet; the last to end finishes the unit */
-        pf_remote *remote;    /* its fetches of remote records, or NULL */
+        pf_remote *remote;    /* its fetches of remote records and their pins, or NULL */
         uint64_t ioq_id;      /* its batch in the I/O queue, 0 if none */
         uint64_t bytes;       /* bytes it asked for, held against the budget */
         uint64_t submit_ns;

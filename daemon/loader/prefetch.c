@@ -213,6 +213,8 @@ int zr_pf_group_init(zr_loader_engine *e, group *g, const zr_loader *l) {
         return 0;
 }
 
+static void release_remote(pf_unit *u);
+
 /* One of a READING unit's parts ended (its job, its read batch, one of its
  * fetches): with result < 0 the step fails with it (a cancel does not). The
  * last part finishes the unit and wakes its group. Mutex held. */
@@ -227,8 +229,8 @@ static void unit_part_done(zr_loader_engine *e, pf_unit *u, int result) {
         if (atomic_fetch_sub(&u->pending, 1) != 1)
                 return;
         u->io = u->error ? PF_IO_FAILED : PF_IO_DONE;
-        free(u->remote);
-        u->remote = NULL;
+        if (u->consumed)
+                release_remote(u); /* its fill went ahead without it */
         g->pf.io_inflight--;
         if (!u->job)
                 zr_group_wake(e, g);
@@ -258,8 +260,17 @@ static void cancel_fetches(zr_loader_engine *e, pf_unit *u) {
                         continue;
                 w->done = 1;
                 unit_part_done(e, u, -ECANCELED);
-                r = u->remote; /* freed when that was the last part */
         }
+}
+
+/* Lets the disk cache have back what the unit's fetches kept (its step ran,
+ * or its group went away). Mutex held: the mirrors' mutexes come after it. */
+static void release_remote(pf_unit *u) {
+        pf_remote *r = u->remote;
+        for (size_t i = 0; r && i < r->n; i++)
+                zr_rdataset_release(&r->waits[i].pin);
+        free(r);
+        u->remote = NULL;
 }
 
 void zr_pf_group_fini(zr_loader_engine *e, group *g) {
@@ -278,8 +289,10 @@ void zr_pf_group_fini(zr_loader_engine *e, group *g) {
         }
         while (p->io_inflight > 0)
                 pthread_cond_wait(&e->idle, &e->mutex);
-        for (uint64_t s = p->lo; s < window_hi(p); s++)
+        for (uint64_t s = p->lo; s < window_hi(p); s++) {
                 atomic_fetch_sub(&e->pf_bytes, p->units[s % p->cap].bytes);
+                release_remote(&p->units[s % p->cap]);
+        }
         free(p->units);
         p->units = NULL;
 }
@@ -576,6 +589,9 @@ static void fetch_remote(zr_loader_engine *e, zr_loader *l, const step_records *
                 pf_rwait *w = &rm->waits[rm->n++];
                 w->u = j->u;
                 w->ds = st->s.ds;
+                /* kept until the step's fill ran: what arrives early is not
+                 * evicted before it is read (the budget bounds them) */
+                (void)zr_rdataset_pin(st->s.ds, idx, locs, take, &w->pin);
                 j->records += take;
                 atomic_fetch_add(&j->u->pending, 1);
                 int r = zr_rdataset_fetch(st->s.ds, idx, locs, take, j->eta_ns, pf_remote_done, w,
@@ -817,6 +833,8 @@ void zr_pf_consumed(zr_loader_engine *e, group *g, uint64_t step) {
                 return;
         u->consumed = 1;
         release(e, p, &u->bytes);
+        if (u->io != PF_IO_READING)
+                release_remote(u); /* still fetching (a fill that went without): at its end */
         now = zr_loader_now_ns();
         if (p->last_done_ns)
                 p->period_ns = ewma(p->period_ns, now - p->last_done_ns);
