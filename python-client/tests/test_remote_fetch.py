@@ -126,10 +126,10 @@ def test_damaged_twice_is_an_error(store, s3proxy):
 
 def test_server_gone_stalls_then_resumes(store, s3proxy):
     local, url, a = store
-    ds = DenseDataset(url)
-    loader = DataLoader({"x": ds}, batch_size=50, sampler="sequential", seed=0, prefetch=2)
+    ds = DenseDataset(url)        # the open needs the server; a loader's open does not
     want = DataLoader({"x": DenseDataset(local)}, batch_size=50, sampler="sequential", seed=0)
-    s3proxy.set_down(True)
+    s3proxy.set_down(True)        # before the loader: it reads nothing ahead meanwhile
+    loader = DataLoader({"x": ds}, batch_size=50, sampler="sequential", seed=0, prefetch=2)
     got = {}
     t = threading.Thread(target=lambda: got.update(b=np.array(next(loader)["x"])))
     t.start()
