@@ -318,6 +318,10 @@ int zr_remote_open(zr_remote *ctx, zr_rcheck *c, zr_pool *pool, zr_dataset **ret
         pthread_mutex_unlock(&ctx->mu);
         zr_mirror_each_present(rd->mirror, present_at_open, rd);
         zr_mirror_sweep(ctx->rootfd, rd->src, c->m.id);
+        /* mirrors no daemon has open are what is left of the budget */
+        zr_rcache_stats cs;
+        zr_rcache_stats_get(ctx->disk, &cs);
+        zr_mirror_trim(ctx->rootfd, cs.budget > cs.bytes ? cs.budget - cs.bytes : 0);
         /* the fingerprint now, on this worker: a loader's open asks for it on
          * the daemon's loop, which must not wait for the network */
         rd->src_creds_id = zr_rsrc_creds_add(rd->src, &c->creds);

@@ -627,6 +627,122 @@ void zr_mirror_sweep(int rootfd, const zr_rsrc *src, const char *keep) {
         close(sfd);
 }
 
+/* Bytes on disk of the files of directory fd (st_blocks). */
+static uint64_t dir_bytes(int fd) {
+        int dfd = dup(fd);
+        DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+        struct dirent *de;
+        uint64_t sum = 0;
+        if (!d) {
+                if (dfd >= 0)
+                        close(dfd);
+                return 0;
+        }
+        while ((de = readdir(d))) {
+                struct stat st;
+                if (de->d_name[0] != '.' && fstatat(fd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+                    S_ISREG(st.st_mode))
+                        sum += (uint64_t)st.st_blocks * 512;
+        }
+        closedir(d);
+        return sum;
+}
+
+typedef struct closed_mirror {
+        char store[32], id[40];
+        uint64_t bytes;
+        int64_t when;
+} closed_mirror;
+
+static int older_first(const void *a, const void *b) {
+        const closed_mirror *x = a, *y = b;
+        return x->when < y->when ? -1 : x->when > y->when;
+}
+
+uint64_t zr_mirror_trim(int rootfd, uint64_t limit) {
+        closed_mirror *v = NULL;
+        size_t n = 0, cap = 0;
+        uint64_t total = 0, removed = 0;
+        int rfd = dup(rootfd);
+        DIR *root = rfd >= 0 ? fdopendir(rfd) : NULL;
+        struct dirent *se;
+
+        if (!root) {
+                if (rfd >= 0)
+                        close(rfd);
+                return 0;
+        }
+        while ((se = readdir(root))) {
+                if (se->d_name[0] == '.' || strlen(se->d_name) != 16)
+                        continue;
+                int sfd = openat(rootfd, se->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+                int dfd = sfd >= 0 ? dup(sfd) : -1;
+                DIR *sd = dfd >= 0 ? fdopendir(dfd) : NULL;
+                struct dirent *me;
+                while (sd && (me = readdir(sd))) {
+                        if (me->d_name[0] == '.' || strlen(me->d_name) != 32)
+                                continue;
+                        int mfd = openat(sfd, me->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC |
+                                                                O_NOFOLLOW);
+                        int lfd = mfd >= 0 ? openat(mfd, "lock", O_RDWR | O_CLOEXEC | O_NOFOLLOW)
+                                           : -1;
+                        struct stat st;
+                        /* open (locked) by a daemon: not ours to remove */
+                        if (lfd >= 0 && flock(lfd, LOCK_EX | LOCK_NB) == 0 &&
+                            fstat(mfd, &st) == 0) {
+                                if (n == cap) {
+                                        cap = cap ? 2 * cap : 16;
+                                        closed_mirror *nv = realloc(v, cap * sizeof(*v));
+                                        if (!nv)
+                                                cap = n;
+                                        else
+                                                v = nv;
+                                }
+                                if (n < cap) {
+                                        closed_mirror *c = &v[n++];
+                                        snprintf(c->store, sizeof(c->store), "%s", se->d_name);
+                                        snprintf(c->id, sizeof(c->id), "%s", me->d_name);
+                                        c->bytes = dir_bytes(mfd);
+                                        c->when = (int64_t)st.st_mtim.tv_sec;
+                                        total += c->bytes;
+                                }
+                        }
+                        if (lfd >= 0)
+                                close(lfd);
+                        if (mfd >= 0)
+                                close(mfd);
+                }
+                if (sd)
+                        closedir(sd);
+                else if (dfd >= 0)
+                        close(dfd);
+                if (sfd >= 0)
+                        close(sfd);
+        }
+        closedir(root);
+        if (n > 1)
+                qsort(v, n, sizeof(*v), older_first);
+        for (size_t i = 0; i < n && total > limit; i++) {
+                int sfd = openat(rootfd, v[i].store, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+                if (sfd < 0)
+                        continue;
+                int mfd = openat(sfd, v[i].id, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+                int lfd = mfd >= 0 ? openat(mfd, "lock", O_RDWR | O_CLOEXEC | O_NOFOLLOW) : -1;
+                if (lfd >= 0 && flock(lfd, LOCK_EX | LOCK_NB) == 0) {
+                        remove_tree(sfd, v[i].id); /* still closed: its lock is ours now */
+                        total -= v[i].bytes;
+                        removed += v[i].bytes;
+                }
+                if (lfd >= 0)
+                        close(lfd);
+                if (mfd >= 0)
+                        close(mfd);
+                close(sfd);
+        }
+        free(v);
+        return removed;
+}
+
 /* ---- fetching --------------------------------------------------------------------- */
 
 size_t zr_mirror_missing(zr_mirror *m, const zr_mrec *r, size_t n, uint8_t *ret) {

@@ -100,6 +100,12 @@ zr_mirror *zr_mirror_close(zr_mirror *m);
  * manifest id `keep` that is not locked by a daemon (older pushes). Best effort. */
 void zr_mirror_sweep(int rootfd, const zr_rsrc *src, const char *keep);
 
+/* Removes mirrors no daemon has open (their lock is free) under rootfd, least
+ * recently closed first, until what they hold on disk is at most `limit`
+ * bytes (the disk cache's budget less what the open mirrors hold). Returns
+ * the bytes removed. Best effort: a mirror that cannot be removed is left. */
+uint64_t zr_mirror_trim(int rootfd, uint64_t limit);
+
 /* ret[i] = 1 if r[i] is not present (ret may be NULL); returns how many. */
 size_t zr_mirror_missing(zr_mirror *m, const zr_mrec *r, size_t n, uint8_t *ret);
 

@@ -228,3 +228,34 @@ def test_set_in_object_storage(s3env, tmp_path):
     assert r.returncode == 0 and "set of 2 streams, length 300" in r.stdout, r.stderr
     only = MSDataset(url, names=["y"])
     assert only.names == ["y"]
+
+
+@pytest.mark.no_daemon
+def test_closed_mirrors_leave_within_the_budget(stores, tmp_path, monkeypatch):
+    """A store read whole and closed stays on disk (the next open reads it), until
+    another store's open needs the room: mirrors nobody has open go first."""
+    from loaderx import _conn
+    dense_local, dense_url = stores["dense"]
+    ragged_local, ragged_url = stores["ragged"]
+    saved = _conn._default
+    cache = tmp_path / "cache"
+    d = tmp_path / "d"
+    d.mkdir()
+    # room for about one of the two stores' records
+    proc, sock = start_daemon(str(d), f"--remote-cache-dir={cache}", "--remote-cache=80K")
+    try:
+        _conn._default = None
+        monkeypatch.setenv("ZRECORD_SOCKET", sock)
+        a = DenseDataset(dense_url)
+        a[:]
+        a.close()
+        remote = cache / "remote"
+        mirrors = lambda: sorted(p.name for s in remote.iterdir() for p in s.iterdir())  # noqa
+        assert len(mirrors()) == 1
+        b = RaggedDataset(ragged_url)
+        b[np.arange(len(b))]
+        assert len(mirrors()) == 1      # the closed one made room
+        b.close()
+    finally:
+        restore_connection(saved)
+        assert stop_daemon(proc) == 0
