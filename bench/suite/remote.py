@@ -19,8 +19,9 @@ Figures: batches/s over the timed window after a warm-up (all processes
 together); link use: zrecord's bytes from the server per second over the
 probe's; fetched per needed: bytes the server sent over the bytes of records
 that were missing when needed; cache hits: 1 - records fetched / records read,
-over the whole run from an empty cache, against Belady's MIN on the same trace
-(cachesim.py; the 4 processes' traces interleaved step by step). A peer that
+over the timed window (the cache warmed by the warm-up), against Belady's MIN
+over the same window of the same trace from an empty cache (cachesim.py; the 4
+processes' traces interleaved step by step). A peer that
 does not install is skipped with a line saying so.
 """
 
@@ -194,18 +195,6 @@ def remote_status(sock):
         conn.close()
 
 
-def open_baseline(sock, url, env):
-    """Opens the store once through the daemon (with the workers' endpoint and
-    credentials) and returns STATUS remote after it."""
-    code = ("import os, sys; sys.path.insert(0, os.environ['PYTHONPATH']); "
-            "from loaderx.dataset import DenseDataset; DenseDataset(sys.argv[1]).close()")
-    r = subprocess.run([sys.executable, "-c", code, url], env=env, capture_output=True,
-                       text=True, timeout=300)
-    if r.returncode != 0:
-        raise RuntimeError(f"opening {url}: {r.stderr[-800:]}")
-    return remote_status(sock)
-
-
 def run_zrecord(ctx, srv, proxy, url, record, batch, nrec, nproc, p, tmp):
     budget = nrec * record // 3
     dtmp = os.path.join(tmp, f"zr{record}-{nproc}")
@@ -215,9 +204,6 @@ def run_zrecord(ctx, srv, proxy, url, record, batch, nrec, nproc, p, tmp):
     env = dict(os.environ, **srv.env(endpoint=proxy.endpoint), ZRECORD_SOCKET=d.sock,
                PYTHONPATH=C.PYCLIENT)
     try:
-        # the open first: its fingerprint reads 64 records (rdataset.h), which
-        # are no loader's reads; the counts start after it
-        base = open_baseline(d.sock, url, env)
         procs = [spawn(dict(kind="zrecord", url=url, batch=batch, seed=11 + i, warm=p["warm"],
                             steps=p["steps"], seconds=p["seconds"], pyclient=C.PYCLIENT), env)
                  for i in range(nproc)]
@@ -232,22 +218,22 @@ def run_zrecord(ctx, srv, proxy, url, record, batch, nrec, nproc, p, tmp):
         d.stop()
     fetched = st1["fetched_bytes"] - st0["fetched_bytes"]
     needed = st1["needed_bytes"] - st0["needed_bytes"]
-    # hits over the whole run, from an empty cache: each process read warm + its steps
-    reads = sum((p["warm"] + s) * batch for s in steps)
-    fetched_records = (st1["needed_bytes"] - base["needed_bytes"]) // record
-    trace = []
+    # hits at steady state: records fetched per record read over the timed
+    # window (what was fetched ahead at its start and at its end cancel out),
+    # against MIN's hits over the same window of the same trace, from empty
+    reads = sum(s * batch for s in steps)
+    hits = 1 - (needed // record) / reads if reads else None
     import numpy as np
     per = [cachesim.trace("iid", nrec, batch, 11 + i, 0, p["warm"] + s) for i, s in enumerate(steps)]
-    most = max(len(t) for t in per)
-    for k in range(0, most, batch):   # step by step, round robin
+    trace = []
+    for k in range(0, max(len(t) for t in per), batch):   # step by step, round robin
         for t in per:
             trace.append(t[k:k + batch])
     trace = np.concatenate(trace) if trace else np.empty(0, np.uint64)
-    best = cachesim.opt(trace, budget // record)
-    hits = 1 - fetched_records / reads if reads else None
+    best = cachesim.opt(trace, budget // record, count_from=p["warm"] * batch * nproc)
     return {"batches_s": rate, "window_s": window, "server_Bps": fetched / window,
             "fetched_per_needed": fetched / needed if needed else None,
-            "hit": hits, "hit_min": cachesim.ratio(best.hits, best.accesses),
+            "hit": hits, "hit_min": cachesim.ratio(best.window_hits, best.window_accesses),
             "shared": st1["shared"] - st0["shared"]}
 
 
