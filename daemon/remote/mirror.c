@@ -583,17 +583,28 @@ zr_mirror *zr_mirror_close(zr_mirror *m) {
 
 static void remove_tree(int dirfd, const char *name) {
         int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-        DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-        struct dirent *de;
-        if (!d) {
-                if (fd >= 0)
-                        close(fd);
+        int removed;
+
+        if (fd < 0)
                 return;
-        }
-        while ((de = readdir(d)))
-                if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
-                        (void)unlinkat(fd, de->d_name, 0);
-        closedir(d);
+        /* pass after pass: unlinking while reading a directory may skip entries */
+        do {
+                int dfd = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+                DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+                struct dirent *de;
+                removed = 0;
+                if (!d) {
+                        if (dfd >= 0)
+                                close(dfd);
+                        break;
+                }
+                while ((de = readdir(d)))
+                        if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0 &&
+                            unlinkat(fd, de->d_name, 0) == 0)
+                                removed++;
+                closedir(d);
+        } while (removed > 0);
+        close(fd);
         (void)unlinkat(dirfd, name, AT_REMOVEDIR);
 }
 
@@ -601,7 +612,7 @@ void zr_mirror_sweep(int rootfd, const zr_rsrc *src, const char *keep) {
         char sdir[32];
         store_dir_name(src, sdir, sizeof(sdir));
         int sfd = openat(rootfd, sdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-        int dfd = sfd >= 0 ? dup(sfd) : -1;
+        int dfd = sfd >= 0 ? openat(sfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
         DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
         struct dirent *de;
         if (!d) {
@@ -629,7 +640,8 @@ void zr_mirror_sweep(int rootfd, const zr_rsrc *src, const char *keep) {
 
 /* Bytes on disk of the files of directory fd (st_blocks). */
 static uint64_t dir_bytes(int fd) {
-        int dfd = dup(fd);
+        /* a description of its own: a dup would share (and leave) the offset */
+        int dfd = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
         struct dirent *de;
         uint64_t sum = 0;
@@ -663,7 +675,7 @@ uint64_t zr_mirror_trim(int rootfd, uint64_t limit) {
         closed_mirror *v = NULL;
         size_t n = 0, cap = 0;
         uint64_t total = 0, removed = 0;
-        int rfd = dup(rootfd);
+        int rfd = openat(rootfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         DIR *root = rfd >= 0 ? fdopendir(rfd) : NULL;
         struct dirent *se;
 
@@ -676,7 +688,7 @@ uint64_t zr_mirror_trim(int rootfd, uint64_t limit) {
                 if (se->d_name[0] == '.' || strlen(se->d_name) != 16)
                         continue;
                 int sfd = openat(rootfd, se->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-                int dfd = sfd >= 0 ? dup(sfd) : -1;
+                int dfd = sfd >= 0 ? openat(sfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
                 DIR *sd = dfd >= 0 ? fdopendir(dfd) : NULL;
                 struct dirent *me;
                 while (sd && (me = readdir(sd))) {
