@@ -1126,9 +1126,10 @@ static int pull_store(const s3_target *t, const s3_creds *c, const char *where, 
                 const char *dot = strchr(name, '.');
                 if (&po[i] == meta || strcmp(dot, ".sum") == 0)
                         continue;
-                uint64_t size = strcmp(dot, ".loc") == 0 ? ((uint64_t)1 << SEG_LOG2) * LOC_BYTES
-                                                         : po[i].mo->size;
-                if ((r = write_all(dirfd, name, po[i].buf, po[i].mo->size, size, where)) != 0)
+                /* every file at the size of its bytes in use: a table segment
+                 * grows as records are appended (the store writes past its end) */
+                if ((r = write_all(dirfd, name, po[i].buf, po[i].mo->size, po[i].mo->size,
+                                   where)) != 0)
                         goto out_segs;
         }
         if ((r = write_all(dirfd, META_NAME, meta->buf, meta->mo->size, meta->mo->size, where)) != 0)

@@ -72,7 +72,9 @@ def test_push_pull_round_trip(s3, bucket, tmp_path):
             assert (src / f).read_bytes() == (dst / f).read_bytes()
         assert used_bytes_equal(src, dst, "0.loc", n * 16)
         tail = int.from_bytes((src / "meta.zr").read_bytes()[10:14], "little")
-        assert os.path.getsize(dst / "0.chunk") == tail   # the tail chunk: no sparse tail
+        # no sparse tail: each file the size of its bytes in use
+        assert os.path.getsize(dst / "0.chunk") == tail
+        assert os.path.getsize(dst / "0.loc") == n * 16
         assert used_bytes_equal(src, dst, "0.chunk", tail)
     assert np.array_equal(DenseDataset(str(tmp_path / "pd"))[:], a)
     got = RaggedDataset(str(tmp_path / "pr"))[np.arange(199)]
@@ -108,6 +110,11 @@ def test_push_again_sends_what_changed(s3, bucket, tmp_path):
     assert grown["skipped_bytes"] > 0
     zrecord("pull", url, str(tmp_path / "p"), env=env)
     assert len(DenseDataset(str(tmp_path / "p"))) == 3010
+    # a pulled store is a store: it grows, and reopens grown
+    p = DenseDataset(str(tmp_path / "p"))
+    p.append(np.full((5, 96), 9, np.uint8))
+    p.close()
+    assert len(DenseDataset(str(tmp_path / "p"))) == 3015
 
 
 def test_multipart_and_set(s3, bucket, tmp_path):
