@@ -61,8 +61,15 @@ static const field append_stream_fields[] = {
         OPT("item_shape", T_UINTS), OPT("ndim", T_U32), END,
 };
 
+/* LOADER_OPEN: a packed stream's (feature "pack") */
+static const field loader_pack_fields[] = {
+        REQ("seq_len", T_UINT), OPT("mode", T_STR), OPT("eos_id", T_UINT), OPT("pad_id", T_UINT),
+        OPT("window", T_UINT), END,
+};
+
 static const field loader_stream_fields[] = {
-        REQ("handle", T_U32), OPT("capacity", T_UINT), OPT("name", T_STR), END,
+        REQ("handle", T_U32), OPT("capacity", T_UINT), OPT("name", T_STR),
+        OPT_SUB("pack", T_MAP, loader_pack_fields), END,
 };
 
 /* LOADER_OPEN: a mixture's source */
@@ -85,7 +92,8 @@ static const field msset_stream_fields[] = {
 };
 
 static const field ring_stream_fields[] = {
-        REQ("offset", T_UINT), REQ("capacity", T_UINT), END,
+        REQ("offset", T_UINT), REQ("capacity", T_UINT), OPT("segments", T_UINT),
+        OPT("positions", T_UINT), END,
 };
 
 static const field batch_stream_fields[] = {

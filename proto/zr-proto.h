@@ -163,6 +163,7 @@ typedef enum zr_msg_kind {
 #define ZR_FEATURE_METRICS "metrics" /* METRICS */
 #define ZR_FEATURE_STRIDE "stride"   /* LOADER_OPEN `step_stride` */
 #define ZR_FEATURE_REMOTE "remote"   /* DATASET_OPEN, MSSET_OPEN `remote`: stores in object storage */
+#define ZR_FEATURE_PACK "pack"       /* LOADER_OPEN streams' `pack`: packed token sequences */
 
 /* ---- field names used by the codec itself ------------------------------ */
 

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "dataset/batch.h"
+#include "dataset/fingerprint.h"
 #include "loader/loader-private.h"
 #include "store/store.h"
 #include "zr-proto.h"
@@ -177,7 +178,15 @@ static int capacities(zr_loader *l, const zr_loader_params *p, zr_error *err) {
         for (size_t j = 0; j < l->nall; j++) {
                 lstream *st = &l->streams[j];
                 int r = 0;
-                if (!st->ragged) {
+                if (st->s.pack.mode != ZR_PACK_NONE) {
+                        if (__builtin_mul_overflow(p->batch_size, st->s.pack.seq_len * 8,
+                                                   &st->capacity))
+                                return zr_error_set(err, EOVERFLOW, "%s: a batch overflows",
+                                                    st->name);
+                        st->capacity = zr_pack_region_bytes(p->batch_size, st->s.pack.seq_len,
+                                                            st->schema->dtype.itemsize, NULL,
+                                                            NULL);
+                } else if (!st->ragged) {
                         if (__builtin_mul_overflow(p->batch_size, st->item_bytes, &st->capacity))
                                 return zr_error_set(err, EOVERFLOW, "%s: a batch overflows",
                                                     st->name);
@@ -203,12 +212,55 @@ static int capacities(zr_loader *l, const zr_loader_params *p, zr_error *err) {
         return 0;
 }
 
+/* A packed loader's stream (pack.h): checked, its fingerprint read and its
+ * first cycle's index loaded or built, under its lock taken shared (blocking:
+ * this runs on a worker at open), at the generation seen at open. */
+static int pack_setup(zr_loader *l, const zr_loader_params *p, zr_error *err) {
+        lstream *st = &l->streams[0];
+        zr_tokstore *ts = l->e->tokstore ? l->e->tokstore : l->e->tok_memory;
+        uint64_t fp, need;
+        int r;
+
+        if (l->nsources || l->nstreams != 1)
+                return zr_error_set(err, ZR_E_PROTO, "a packed loader has one stream and no "
+                                    "mixture of sources (this one: %zu streams, %u sources)",
+                                    l->nstreams, l->nsources);
+        r = zr_pack_check(&st->s.pack, st->s.ds, p->mode, st->name, err);
+        if (r < 0)
+                return r;
+        if (p->batch_size > UINT64_MAX / 8 / st->s.pack.seq_len)
+                return zr_error_set(err, EOVERFLOW, "%s: a batch of %" PRIu64 " rows overflows",
+                                    st->name, p->batch_size);
+        /* its indexes, charged before they are made (a fill's tables and
+         * scratch are counted with the loader's, zr_loader_work_bytes()) */
+        need = zr_pack_work_bytes(&st->s.pack, st->open_len);
+        if (p->work_bytes_max && need > p->work_bytes_max)
+                return zr_error_set(err, ZR_E_LIMIT, "%s: the index of %" PRIu64 " documents "
+                                    "needs %" PRIu64 " bytes of working memory, over the %" PRIu64
+                                    " bytes left of max-work-mem-per-uid", st->name,
+                                    st->open_len, need, p->work_bytes_max);
+        zr_dataset_lock(st->s.ds, false);
+        if (zr_dataset_generation(st->s.ds) != st->open_gen)
+                r = zr_error_set(err, ZR_E_STALE, "%s changed while the loader opened", st->name);
+        else
+                r = zr_dataset_fingerprint(st->s.ds, &fp, err);
+        if (r == 0)
+                r = zr_pack_new(&st->s.pack, st->s.ds, st->open_len, fp, &l->sp, p->start_step,
+                                ts, l->e->pool, p->cancel, &st->pack, err);
+        zr_dataset_unlock(st->s.ds);
+        return r;
+}
+
 int zr_fill_setup(zr_loader *l, const zr_loader_stream *streams, const zr_loader_params *p,
                   zr_error *err) {
         int r = streams_open(l, streams, p, err);
+        int packed = streams[0].pack.mode != ZR_PACK_NONE;
 
         if (r < 0)
                 return r;
+        for (size_t i = 1; i < l->nall; i++)
+                if (streams[i].pack.mode != ZR_PACK_NONE)
+                        packed = 1;
         if (l->nsources) {
                 /* a mixture: its own sampler (sources.c); a source may be shorter
                  * than a batch, it repeats */
@@ -220,7 +272,13 @@ int zr_fill_setup(zr_loader *l, const zr_loader_stream *streams, const zr_loader
                                      .batch_size = p->batch_size, .seed = p->seed,
                                      .step = p->start_step, .rank = p->rank,
                                      .world_size = p->world_size };
-        if (!l->nsources) {
+        if (packed) {
+                /* rows, not records: batch_size may pass the length */
+                zr_sampler_params sp = l->sp;
+                sp.batch_size = 1;
+                if ((r = zr_sampler_check(&sp, err)) < 0 || (r = pack_setup(l, p, err)) < 0)
+                        return r;
+        } else if (!l->nsources) {
                 r = zr_sampler_check(&l->sp, err);
                 if (r < 0)
                         return r;
@@ -333,6 +391,44 @@ out:
         return r;
 }
 
+/* Packs stream si's rows of the engine's step into its region (pack.h), under
+ * its lock taken shared (tried), at the generation seen at open. */
+static int pack_stream(zr_loader *l, size_t si, uint8_t *base, uint64_t slot_off, const work *w,
+                       zr_loader_stream_batch *sb, fill_result *res, zr_error *err) {
+        lstream *st = loader_stream(l, 0, si);
+        uint64_t bytes = 0, pieces = 0;
+        int r;
+
+        if (zr_dataset_trylock_shared(st->s.ds) < 0)
+                return -EBUSY;
+        if (zr_dataset_generation(st->s.ds) != st->open_gen) {
+                r = zr_error_set(err, ZR_E_STALE, "%s changed under the loader (appended to, "
+                                 "deleted from or compacted)", st->name);
+        } else {
+                r = zr_pack_fill(st->pack, zr_loader_step(l, w->step), base + st->offset,
+                                 &w->sl->cancel, &bytes, &pieces, err);
+                if (r == 0 && zr_dataset_generation(st->s.ds) != st->open_gen)
+                        r = zr_error_set(err, ZR_E_STALE, "%s changed under the loader during a "
+                                         "fill", st->name);
+        }
+        zr_dataset_unlock(st->s.ds);
+        if (r < 0) {
+                if (err->code && err->code != ZR_E_STALE && err->code != ECANCELED) {
+                        char msg[ZR_ERROR_MESSAGE_MAX];
+                        snprintf(msg, sizeof(msg), "%s", err->message);
+                        err->code = 0;
+                        r = zr_error_set(err, -r, "%s: %.200s", st->name, msg);
+                }
+                return r;
+        }
+        sb->offset = slot_off + st->offset;
+        sb->bytes = bytes;
+        sb->shape_words = 0;
+        res->bytes += bytes;
+        res->records += pieces;
+        return 0;
+}
+
 /* Gathers the engine's step w->step into slot w->sl (the slot's metadata too). */
 void zr_fill(zr_loader *l, const work *w, fill_result *res) {
         slot *sl = w->sl;
@@ -358,8 +454,17 @@ void zr_fill(zr_loader *l, const work *w, fill_result *res) {
                 return;
         }
         zr_ring_populate(l->e, sl);
-        r = zr_step_records_get(l, w->step, &rec, 0, &err);
-        if (r >= 0) {
+        if (l->streams[0].pack) {
+                /* a packed loader's "indices": its rows' global numbers (pack.h) */
+                uint64_t g0 = (zr_loader_step(l, w->step) * l->sp.world_size + l->sp.rank) *
+                              l->sp.batch_size;
+                for (uint64_t j = 0; j < l->sp.batch_size; j++)
+                        sl->indices[j] = g0 + j;
+                r = 0;
+        } else {
+                r = zr_step_records_get(l, w->step, &rec, 0, &err);
+        }
+        if (r >= 0 && !l->streams[0].pack) {
                 memcpy(sl->indices, rec.idx, l->sp.batch_size * sizeof(*sl->indices));
                 if (sl->sources)
                         memcpy(sl->sources, rec.src, l->sp.batch_size);
@@ -370,8 +475,11 @@ void zr_fill(zr_loader *l, const work *w, fill_result *res) {
                         r = zr_error_set(&err, ECANCELED, "cancelled: the loader closed");
                         break;
                 }
-                r = gather_stream(l, i, &rec, base, slot_off, w,
-                                  w->timed ? &res->times : NULL, &sl->sb[i], res, &err);
+                if (loader_stream(l, 0, i)->pack)
+                        r = pack_stream(l, i, base, slot_off, w, &sl->sb[i], res, &err);
+                else
+                        r = gather_stream(l, i, &rec, base, slot_off, w,
+                                          w->timed ? &res->times : NULL, &sl->sb[i], res, &err);
         }
         zr_step_records_free(&rec);
         if (w->timed)

@@ -36,7 +36,8 @@ int zr_loader_same_key(const zr_loader *a, const zr_loader *b, int generations) 
                 if (zr_dataset_id(a->streams[i].s.ds) != zr_dataset_id(b->streams[i].s.ds) ||
                     (generations && a->streams[i].open_gen != b->streams[i].open_gen) ||
                     a->streams[i].offset != b->streams[i].offset ||
-                    a->streams[i].capacity != b->streams[i].capacity)
+                    a->streams[i].capacity != b->streams[i].capacity ||
+                    !zr_pack_same(a->streams[i].pack, b->streams[i].pack))
                         return 0;
         return 1;
 }

@@ -58,6 +58,7 @@ typedef struct lstream {
         uint64_t offset;      /* region offset inside a slot (its stream's, for a
                                * mixture: the same in every source) */
         uint64_t capacity;    /* region bytes (likewise) */
+        zr_pack *pack;        /* a packed stream's (pack.h), or NULL */
 } lstream;
 
 typedef struct ring ring;
@@ -322,6 +323,8 @@ struct zr_loader_engine {
         _Atomic uint64_t pf_records;
         uint64_t next_owner;
         zr_loader_engine_counters t;
+        zr_tokstore *tokstore;   /* borrowed; NULL: packed loaders' indexes in memory */
+        zr_tokstore *tok_memory; /* the engine's own store without a directory */
         _Atomic int telemetry; /* loaders keep telemetry (on unless the engine's
                                 * owner turns it off) */
 };

@@ -538,6 +538,11 @@ int zr_loader_engine_new(zr_pool *pool, uint64_t cache_bytes, zr_loader_notify_f
                 free(e);
                 return zr_error_errno(err, ENOMEM, "loader engine cache");
         }
+        if (zr_tokstore_open(NULL, 0, &e->tok_memory, NULL, 0) < 0) {
+                zr_rcache_free(e->cache);
+                free(e);
+                return zr_error_errno(err, ENOMEM, "loader engine");
+        }
         pthread_condattr_t ca;
         pthread_condattr_init(&ca);
         pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -559,6 +564,7 @@ int zr_loader_engine_new(zr_pool *pool, uint64_t cache_bytes, zr_loader_notify_f
                 pthread_cond_destroy(&e->idle);
                 pthread_mutex_destroy(&e->mutex);
                 zr_rcache_free(e->cache);
+                zr_tokstore_free(e->tok_memory);
                 free(e);
                 return zr_error_errno(err, r, "starting the loader engine's retry thread");
         }
@@ -578,11 +584,16 @@ zr_loader_engine *zr_loader_engine_free(zr_loader_engine *e) {
         pthread_join(e->retry_thread, NULL);
         zr_spares_release(e->spares);
         zr_rcache_free(e->cache);
+        zr_tokstore_free(e->tok_memory);
         pthread_cond_destroy(&e->parked_cond);
         pthread_cond_destroy(&e->idle);
         pthread_mutex_destroy(&e->mutex);
         free(e);
         return NULL;
+}
+
+void zr_loader_engine_set_tokstore(zr_loader_engine *e, zr_tokstore *ts) {
+        e->tokstore = ts;
 }
 
 void zr_loader_engine_set_io(zr_loader_engine *e, zr_ioq *ioq, uint64_t budget) {
@@ -734,6 +745,10 @@ static uint64_t work_bytes(const zr_loader *l, const zr_loader_engine *e) {
                 (unsigned __int128)(at_once + 1) * B *
                         (WORK_RECORD_BYTES + WORK_RECORD_STREAM_BYTES * l->nstreams) +
                 B * WORK_PLAN_BYTES * compressed;
+        /* a packed stream: its indexes and each fill's tables and scratch */
+        for (size_t i = 0; i < l->nstreams; i++)
+                if (l->streams[i].pack)
+                        total += zr_pack_memory(l->streams[i].pack, at_once);
         return total > UINT64_MAX ? UINT64_MAX : (uint64_t)total;
 }
 
@@ -746,6 +761,8 @@ static void loader_destroy(zr_loader *l) {
                 return;
         free(l->claims);
         free(l->known);
+        for (size_t i = 0; l->streams && i < l->nall; i++)
+                zr_pack_free(l->streams[i].pack);
         free(l->streams);
         zr_sources_free(l);
         free(l);

@@ -131,7 +131,9 @@
 
 #include "dataset/dataset.h"
 #include "io/ioq.h"
+#include "loader/pack.h"
 #include "loader/telemetry.h"
+#include "loader/tokindex.h"
 #include "sampler/sampler.h"
 #include "util/error.h"
 #include "util/pool.h"
@@ -166,6 +168,10 @@ void zr_loader_engine_set_cache_bytes(zr_loader_engine *e, uint64_t cache_bytes)
  * waste budget), and resumes parked gathers as zr_loader_engine_resume() does.
  * Entries in use by a gather are freed when it ends. */
 void zr_loader_engine_drop_dataset(zr_loader_engine *e, uint64_t dataset_id);
+
+/* The store of packed loaders' indexes (tokindex.h; borrowed: it must outlive
+ * the engine). Without one, packed loaders build their indexes in memory. */
+void zr_loader_engine_set_tokstore(zr_loader_engine *e, zr_tokstore *ts);
 
 /* Sets the budget of spare rings (0 at creation: none). A fresh ring costs a
  * page fault per 4 KiB page before its first batch (1.7 to 5 us each here: 30
@@ -266,6 +272,11 @@ typedef struct zr_loader_stream {
         /* for messages ("stream 1 (label)"); may be NULL; copied (its first 47
          * bytes) */
         const char *name;
+        /* packed token sequences (pack.h): mode ZR_PACK_NONE for a stream as
+         * it is stored. A packed loader has one stream and one source; its
+         * region holds the (batch_size, seq_len) tokens, segment ids and
+         * positions, and `capacity` is ignored. */
+        zr_pack_params pack;
 } zr_loader_stream;
 
 /* A source of a mixture (proto/SAMPLERS.md, "Mixtures"): a set of index-aligned
@@ -308,6 +319,9 @@ typedef struct zr_loader_params {
          * every source's stream i. */
         uint32_t nsources;
         const zr_loader_source *sources;
+        /* NULL, or a flag another thread sets when the client that opens the
+         * loader goes: a packed stream's index build stops (ECANCELED) */
+        const _Atomic int *cancel;
 } zr_loader_params;
 
 /* Opens a loader over streams[0..nstreams) (1..ZR_STREAMS_MAX per source;

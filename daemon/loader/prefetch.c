@@ -200,6 +200,11 @@ int zr_pf_group_init(zr_loader_engine *e, group *g, const zr_loader *l) {
         uint64_t first = l->start + l->fill_k;
 
         *p = (pf_state){ .e = e };
+        /* a packed stream reads pieces of documents the sampler does not name:
+         * not read ahead (pack.h) */
+        for (size_t i = 0; i < l->nstreams; i++)
+                if (l->streams[i].pack)
+                        return 0;
         p->units = calloc(PF_WINDOW, sizeof(*p->units));
         if (!p->units)
                 return -ENOMEM;

@@ -144,3 +144,31 @@ int zr_sampler_indices(const zr_sampler_params *p, uint64_t *ret_idx, zr_error *
         }
         return 0;
 }
+
+int zr_sampler_cycle_fill(enum zr_sampler_mode mode, uint64_t n, uint64_t seed, uint64_t cycle,
+                          uint64_t q0, uint64_t *ret_idx, size_t count, zr_error *err) {
+        switch (mode) {
+        case ZR_SAMPLER_SEQUENTIAL:
+                sampler_count(ret_idx, q0, count);
+                return 0;
+        case ZR_SAMPLER_CYCLIC: {
+                zr_feistel f;
+
+                zr_feistel_init(&f, n, zr_rng_key(seed, ZR_RNG_DOMAIN_CYCLIC, cycle));
+                zr_feistel_fill(&f, q0, ret_idx, count);
+                return 0;
+        }
+        case ZR_SAMPLER_CYCLIC_LX157: {
+                zr_lxperm x;
+
+                zr_lxperm_init(&x, n, seed, cycle);
+                zr_lxperm_fill(&x, q0, ret_idx, count);
+                return 0;
+        }
+        default:
+                return zr_error_set(err, ZR_E_SAMPLER, "%s draws no cycles (a record may come "
+                                    "twice or never): packed sequences take sequential, cyclic "
+                                    "or cyclic-lx157", zr_sampler_mode_name(mode) ?
+                                    zr_sampler_mode_name(mode) : "this sampler");
+        }
+}

@@ -34,6 +34,7 @@
 #ifndef ZR_SAMPLER_SAMPLER_H
 #define ZR_SAMPLER_SAMPLER_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "util/error.h"
@@ -80,5 +81,16 @@ int zr_sampler_check(const zr_sampler_params *p, zr_error *err);
  *                             .seed = 7, .step = s, .rank = 0, .world_size = 1 };
  *     r = zr_sampler_indices(&p, idx, &err); */
 int zr_sampler_indices(const zr_sampler_params *p, uint64_t *ret_idx, zr_error *err);
+
+/* The document order of a packed loader (proto/SAMPLERS.md, "Packed token
+ * sequences"): the record at positions q0 .. q0 + count - 1 of cycle `cycle` of
+ * the sampler with batch_size 1 and world_size 1 over [0, n), i.e. the cycle's
+ * permutation (sequential: the identity; cyclic: the Feistel bijection keyed by
+ * (seed, cycle); cyclic-lx157: loaderx 1.5.7's). Every record comes once a
+ * cycle. q0 + count <= n, n >= 1. Returns 0, or -ZR_E_SAMPLER for iid (no
+ * cycles: a record may come twice or never) and an unknown mode. Thread-safe,
+ * allocates nothing. */
+int zr_sampler_cycle_fill(enum zr_sampler_mode mode, uint64_t n, uint64_t seed, uint64_t cycle,
+                          uint64_t q0, uint64_t *ret_idx, size_t count, zr_error *err);
 
 #endif

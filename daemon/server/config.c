@@ -81,6 +81,10 @@
  * that a slow start or an epoch boundary does not, short enough to be seen
  * while the job runs. */
 #define DEFAULT_STALL_WARNING_SEC 60
+/* Disk for packed loaders' indexes (loader/tokindex.h): 8 bytes a document a
+ * cycle (best fit about 20 more), so 4 GiB keeps a few hundred cycles of a
+ * million-document corpus, or a few of a 100-million one. */
+#define DEFAULT_TOKEN_INDEX (UINT64_C(4) << 30)
 
 enum { KEY_SOCKET = 1000, KEY_SOCKET_MODE, KEY_SOCKET_GROUP, KEY_THREADS, KEY_PIN_WORKERS,
        KEY_LOG_LEVEL,
@@ -98,7 +102,9 @@ enum { KEY_SOCKET = 1000, KEY_SOCKET_MODE, KEY_SOCKET_GROUP, KEY_THREADS, KEY_PI
        KEY_STALL_WARNING, KEY_METRICS_LISTEN,
        /* stores in object storage */
        KEY_REMOTE, KEY_REMOTE_CACHE_DIR, KEY_REMOTE_CACHE, KEY_REMOTE_DEPTH,
-       KEY_REMOTE_CONNECTIONS, KEY_REMOTE_TIMEOUT };
+       KEY_REMOTE_CONNECTIONS, KEY_REMOTE_TIMEOUT,
+       /* packed loaders' indexes */
+       KEY_TOKEN_INDEX_DIR, KEY_TOKEN_INDEX };
 
 static const struct setting {
         const char *name;
@@ -165,6 +171,10 @@ static const struct setting {
         {"remote-connections", KEY_REMOTE_CONNECTIONS, "N", "connections per endpoint (32)"},
         {"remote-timeout", KEY_REMOTE_TIMEOUT, "SEC",
          "a request with no byte for SEC seconds is tried again (30)"},
+        {"token-index-dir", KEY_TOKEN_INDEX_DIR, "PATH",
+         "packed loaders' indexes (tokens/ in the remote-cache-dir's directory)"},
+        {"token-index", KEY_TOKEN_INDEX, "BYTES",
+         "disk kept for packed loaders' indexes (4G; 0 = built in memory each time)"},
         {"help", KEY_HELP, NULL, "show this help"},
         {"version", KEY_VERSION, NULL, "show the version"},
 };
@@ -181,6 +191,7 @@ void zr_config_defaults(zr_config *c) {
         c->ring_spare_bytes = ZR_CONFIG_AUTO;
         c->prefetch_bytes = ZR_CONFIG_AUTO;
         c->read_pool_bytes = ZR_CONFIG_AUTO;
+        c->token_index_bytes = DEFAULT_TOKEN_INDEX;
         c->io_backend = ZR_IOQ_AUTO;
         c->io_depth = DEFAULT_IO_DEPTH;
         c->remote = true;
@@ -386,6 +397,13 @@ static int apply(zr_config *c, int key, const char *v, const char *where, zr_err
                 if (r == 0 && (c->remote_timeout_sec < 1 || c->remote_timeout_sec > 3600))
                         r = -ERANGE;
                 break;
+        case KEY_TOKEN_INDEX_DIR:
+                if (strlen(v) >= sizeof(c->token_index_dir) || (v[0] && v[0] != '/'))
+                        return zr_error_set(err, EINVAL, "%s: token-index-dir must be an absolute "
+                                            "path", where);
+                snprintf(c->token_index_dir, sizeof(c->token_index_dir), "%s", v);
+                return 0;
+        case KEY_TOKEN_INDEX: r = parse_size(v, &c->token_index_bytes); break;
         case KEY_METRICS_LISTEN: {
                 zr_error e = {0};
                 if (strlen(v) >= sizeof(c->metrics_listen))
@@ -547,8 +565,18 @@ static void resolve_cache_dir(zr_config *c) {
         }
 }
 
+/* The packed loaders' index directory when none was set: tokens/ beside the
+ * remote stores' remote/, in the daemon's one cache directory (config.h). */
+static void resolve_token_index_dir(zr_config *c) {
+        if (c->token_index_dir[0] || !c->remote_cache_dir[0])
+                return;
+        snprintf(c->token_index_dir, sizeof(c->token_index_dir), "%.4000s/tokens",
+                 c->remote_cache_dir);
+}
+
 int zr_config_resolve(zr_config *c, zr_error *err) {
         resolve_cache_dir(c);
+        resolve_token_index_dir(c);
         if (c->socket_path[0])
                 return 0;
         const char *env = getenv("ZRECORD_SOCKET");

@@ -71,6 +71,10 @@ typedef struct zr_config {
         uint32_t remote_depth;         /* requests in flight (start only) */
         uint32_t remote_connections;   /* connections per endpoint (start only) */
         uint32_t remote_timeout_sec;   /* no byte for this long: retried */
+        /* packed loaders' indexes (loader/tokindex.h) */
+        char token_index_dir[4096];    /* "": remote_cache_dir's root + "/tokens"
+                                        * (zr_config_resolve()) */
+        uint64_t token_index_bytes;    /* disk they may keep; 0: none */
         char config_path[4096];    /* the file read, or "" */
 } zr_config;
 

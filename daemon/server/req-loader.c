@@ -289,6 +289,50 @@ static int get_opt_u32(zr_request *rq, const char *field, uint32_t min, uint32_t
         return 0;
 }
 
+/* A stream's `pack` map (feature "pack"; PROTOCOL.md section 10, "Packed
+ * streams") into *ret. */
+static int take_pack(zr_request *rq, const msgpack_object *item, const char *what, uint32_t i,
+                     zr_pack_params *ret) {
+        zr_wire_error werr = {0};
+        const msgpack_object *m;
+        char mode[16] = "concat";
+        uint64_t v;
+
+        if (!zr_request_has_feature(rq, ZR_FEATURE_PACK))
+                return zr_request_fail(rq, ZR_E_UNKNOWN, "%s[%u]: field 'pack': the \"pack\" "
+                                       "feature is not in force on this connection", what, i);
+        if (zr_wire_get_map(item, "pack", &m, &werr) < 0 ||
+            zr_wire_get_u64(m, "seq_len", &ret->seq_len, &werr) < 0 ||
+            (zr_wire_find(m, "mode") && zr_wire_get_str_copy(m, "mode", mode, sizeof(mode),
+                                                             &werr) < 0) ||
+            (zr_wire_find(m, "window") && zr_wire_get_u64(m, "window", &ret->window, &werr) < 0))
+                return zr_request_fail(rq, ZR_E_PROTO, "%s[%u].pack: %s", what, i, werr.message);
+        if (strcmp(mode, "concat") == 0)
+                ret->mode = ZR_PACK_CONCAT;
+        else if (strcmp(mode, "best_fit") == 0)
+                ret->mode = ZR_PACK_BEST_FIT;
+        else
+                return zr_request_fail(rq, ZR_E_PROTO, "%s[%u].pack: mode '%s' is unknown "
+                                       "(concat, best_fit)", what, i, mode);
+        if (ret->mode == ZR_PACK_BEST_FIT && zr_wire_find(m, "window") && ret->window == 0)
+                return zr_request_fail(rq, ZR_E_PROTO, "%s[%u].pack: window 0: a window holds at "
+                                       "least one document", what, i);
+        if (zr_wire_find(m, "eos_id")) {
+                if (zr_wire_get_u64(m, "eos_id", &v, &werr) < 0 || v > INT64_MAX)
+                        return zr_request_fail(rq, ZR_E_PROTO, "%s[%u].pack: eos_id: %s", what, i,
+                                               werr.message[0] ? werr.message : "out of range");
+                ret->has_eos = 1;
+                ret->eos_id = (int64_t)v;
+        }
+        if (zr_wire_find(m, "pad_id")) {
+                if (zr_wire_get_u64(m, "pad_id", &v, &werr) < 0 || v > INT64_MAX)
+                        return zr_request_fail(rq, ZR_E_PROTO, "%s[%u].pack: pad_id: %s", what, i,
+                                               werr.message[0] ? werr.message : "out of range");
+                ret->pad_id = (int64_t)v;
+        }
+        return 0;
+}
+
 /* The streams of one source (or of a plain loader), items[0..n), into
  * streams[0..n) and lh's references; `what` names them in messages
  * ("streams", "sources[2].streams"). Stream names are copied into names. */
@@ -336,6 +380,11 @@ static int take_streams(zr_request *rq, zr_lhandle *lh, const msgpack_object *it
                 lh->entries[lh->nentries++] = zr_entry_ref(h->entry);
                 streams[i] = (zr_loader_stream){ .ds = h->entry->ds, .capacity = cap,
                                                  .name = names[i][0] ? names[i] : NULL };
+                if (zr_wire_find(&items[i], "pack")) {
+                        int r = take_pack(rq, &items[i], what, i, &streams[i].pack);
+                        if (r < 0)
+                                return r;
+                }
         }
         return 0;
 }
@@ -429,6 +478,7 @@ static void open_run(zr_job *job) {
         int r;
 
         st->p.paused = 1;
+        st->p.cancel = &rq->cancelled;
         r = zr_loader_new(srv->loaders, st->streams, st->n, &st->p, st->lh, &st->lh->loader,
                           &rq->err);
         /* the streams' fingerprint (dataset/fingerprint.h), once the length was
@@ -504,8 +554,16 @@ static int open_finish(zr_request *rq) {
         zr_wire_begin_array(&w, "streams");
         for (size_t i = 0; i < zr_loader_nstreams(l); i++) {
                 zr_wire_begin_map(&w, NULL);
+                uint64_t segs, pos;
                 zr_wire_put_u64(&w, "offset", zr_loader_stream_offset(l, i));
                 zr_wire_put_u64(&w, "capacity", zr_loader_stream_capacity(l, i));
+                if (st->streams[i].pack.mode != ZR_PACK_NONE) {
+                        zr_pack_region_bytes(st->p.batch_size, st->streams[i].pack.seq_len,
+                                             zr_dataset_schema(st->streams[i].ds)->dtype.itemsize,
+                                             &segs, &pos);
+                        zr_wire_put_u64(&w, "segments", segs);
+                        zr_wire_put_u64(&w, "positions", pos);
+                }
                 zr_wire_end(&w);
         }
         zr_wire_end(&w);

@@ -27,6 +27,7 @@
 #ifndef ZR_SERVER_REQUEST_H
 #define ZR_SERVER_REQUEST_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -81,6 +82,9 @@ struct zr_request {
         void (*state_free)(void *state);
         int result;               /* its job's outcome, for done() */
         uint64_t work_bytes;      /* working memory charged (zr_request_work_charge()) */
+        /* set on the loop when the client goes while the request runs: a long
+         * job (a packed loader's index build) stops at its next check */
+        _Atomic int cancelled;
 };
 
 /* ---- dispatch (the session calls it) -------------------------------------- */

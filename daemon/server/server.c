@@ -787,6 +787,19 @@ int zr_server_new(const zr_config *cfg, int argc, char **argv, zr_server **ret, 
         if (r < 0)
                 goto fail;
         zr_loader_engine_set_spare_bytes(s->loaders, s->budgets.ring_spare.bytes);
+        {
+                char why[512];
+                r = zr_tokstore_open(cfg->token_index_bytes ? cfg->token_index_dir : NULL,
+                                     cfg->token_index_bytes, &s->tokstore, why, sizeof(why));
+                if (r < 0) {
+                        r = zr_error_errno(err, -r, "the packed loaders' index store");
+                        goto fail;
+                }
+                if (why[0])
+                        zr_log(LOG_WARNING, "token-index-dir %s: packed loaders build their "
+                               "indexes in memory", why);
+                zr_loader_engine_set_tokstore(s->loaders, s->tokstore);
+        }
         r = make_ioq(s, err);
         if (r < 0)
                 goto fail;
@@ -915,6 +928,7 @@ zr_server *zr_server_free(zr_server *s) {
         if (s->loaders)
                 zr_server_loaders_wait_gone(s);
         s->loaders = zr_loader_engine_free(s->loaders);
+        s->tokstore = zr_tokstore_free(s->tokstore);
         s->ioq = zr_ioq_free(s->ioq); /* its last reads ended with their loaders */
         if (s->registry)
                 zr_registry_set_work(s->registry, NULL); /* no new jobs from here */

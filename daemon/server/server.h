@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "io/ioq.h"
+#include "loader/tokindex.h"
 #include "server/budgets.h"
 #include "server/config.h"
 #include "server/registry.h"
@@ -58,6 +59,7 @@ typedef struct zr_server {
         zr_registry *registry;
         zr_loader_engine *loaders;  /* rings, shared gathers, the decoded-record cache */
         int loader_efd;             /* the engine's workers wake the loop here */
+        zr_tokstore *tokstore;      /* packed loaders' indexes on disk (loader/tokindex.h) */
         struct event *ev_loader;
 
         int listen_fd;

@@ -16,6 +16,7 @@
 #include "server/session.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <event2/event.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -49,7 +50,7 @@ static zr_ratelimit rl_disconnect = ZR_RATELIMIT(10, 20);
 static const char *const daemon_features[] = {
         ZR_FEATURE_MSSET, ZR_FEATURE_DICT, ZR_FEATURE_VERIFY, ZR_FEATURE_LOADER,
         ZR_FEATURE_CONVERT, ZR_FEATURE_MIXTURE, ZR_FEATURE_STEPS_OF, ZR_FEATURE_METRICS,
-        ZR_FEATURE_STRIDE, ZR_FEATURE_REMOTE,
+        ZR_FEATURE_STRIDE, ZR_FEATURE_REMOTE, ZR_FEATURE_PACK,
 };
 #define N_FEATURES (sizeof(daemon_features) / sizeof(daemon_features[0]))
 
@@ -842,6 +843,8 @@ static void session_gone(zr_session *c, const char *why) {
                            why, (int)c->pid, (unsigned)c->uid, (unsigned)c->gid,
                            (unsigned long long)c->requests, c->strikes);
         c->gone = true;
+        if (c->running)
+                atomic_store(&c->running->cancelled, 1);
         while (c->q_head) {
                 zr_request *rq = c->q_head;
                 c->q_head = rq->next;

@@ -50,6 +50,21 @@ class Layout(NamedTuple):
     with_indices: bool
     sources: int = 0    # a mixture's number of sources (0: one set of streams)
     with_sources: bool = False  # the batch carries each record's source
+    packed: tuple = ()  # per stream: None, or (seq_len, segments, positions) region offsets
+
+
+# The keys beside a packed stream's tokens (PROTOCOL.md section 10, "Packed streams").
+SEGMENTS_SUFFIX = "_segment_ids"
+POSITIONS_SUFFIX = "_positions"
+
+
+def packed_offsets(batch_size, seq_len, itemsize):
+    """Where a packed stream's segment ids and positions start in its region, and
+    the region's bytes: each array at the next multiple of 64 (PROTOCOL.md)."""
+    def align(v):
+        return (v + 63) // 64 * 64
+    toks, segs = align(batch_size * seq_len * itemsize), align(batch_size * seq_len * 4)
+    return toks, toks + segs, toks + 2 * segs
 
 
 class Taken(NamedTuple):
@@ -131,6 +146,14 @@ class LoaderSession:
         if kept is not None:
             s.ring_fds[s.own] = kept
         s.regions = [(int(st["offset"]), int(st["capacity"])) for st in r["streams"]]
+        for i, pk in enumerate(layout.packed if layout is not None else ()):
+            st = r["streams"][i]
+            if pk is not None and (int(st.get("segments", -1)), int(st.get("positions", -1))) \
+                    != (pk[1], pk[2]):
+                s.close()
+                raise proto_error(f"a LOADER_OPEN reply lays packed stream {i} out at "
+                                  f"{st.get('segments')}/{st.get('positions')}, not "
+                                  f"{pk[1]}/{pk[2]}")
         s.length = int(r["length"])
         s.fingerprint = int(r["fingerprint"]) if "fingerprint" in r else None
         s.source_lengths = [int(src["length"]) for src in r.get("sources", ())]
@@ -283,8 +306,12 @@ class LoaderSession:
                 f"the daemon announced step {step}, expected {self.next_step}")
         streams = msg["streams"]
         spans = []                     # (lo, hi) ring bytes each stream's views cover
-        for name, st, (dt, item_shape, _) in zip(lay.names, streams, lay.kinds):
-            if item_shape is not None:
+        packed = lay.packed or (None,) * len(lay.names)
+        for name, st, (dt, item_shape, _), pk in zip(lay.names, streams, lay.kinds, packed):
+            if pk is not None:
+                lo = int(st["offset"])
+                hi = lo + pk[2] + lay.batch_size * pk[0] * 4
+            elif item_shape is not None:
                 lo = int(st["offset"])
                 hi = lo + lay.batch_size * int(np.prod(item_shape, dtype=np.int64)) * dt.itemsize
             else:
@@ -323,9 +350,17 @@ def build_batch(lay, t, mm, base, owner):
     (_shm.View: `mm` keeps the mapping alive after RING_CLOSE or the session's
     close; `owner` rides in every view's base, so the slot stays held)."""
     batch = {}
-    for name, st, (dt, item_shape, ndim), (lo, hi) in zip(lay.names, t.streams, lay.kinds,
-                                                           t.spans):
-        if item_shape is not None:
+    packed = lay.packed or (None,) * len(lay.names)
+    for name, st, (dt, item_shape, ndim), (lo, hi), pk in zip(lay.names, t.streams, lay.kinds,
+                                                               t.spans, packed):
+        if pk is not None:
+            shape = (lay.batch_size, pk[0])
+            batch[name] = np.asarray(_shm.View(owner, mm, base + lo, shape, dt.str))
+            batch[name + SEGMENTS_SUFFIX] = np.asarray(
+                _shm.View(owner, mm, base + lo + pk[1], shape, "<i4"))
+            batch[name + POSITIONS_SUFFIX] = np.asarray(
+                _shm.View(owner, mm, base + lo + pk[2], shape, "<i4"))
+        elif item_shape is not None:
             batch[name] = np.asarray(_shm.View(owner, mm, base + lo,
                                            (lay.batch_size,) + tuple(item_shape), dt.str))
         else:

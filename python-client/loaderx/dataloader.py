@@ -42,7 +42,8 @@ import numpy as np
 from . import _conn, _errors, _procworker, _store, _wire, _xform
 from ._errors import (StaleError, ZrecordConnectionError, ZrecordRuntimeError, ZrecordTypeError,
                       ZrecordValueError)
-from ._session import INDEX_KEY, SOURCE_KEY, Layout, LoaderSession, build_batch
+from ._session import (INDEX_KEY, SOURCE_KEY, Layout, LoaderSession, build_batch,
+                       packed_offsets)
 from .dataset import DenseDataset, MSDataset, RaggedDataset, _Dataset
 
 __all__ = ["DataLoader", "INDEX_KEY", "LoaderStallWarning", "SOURCE_KEY", "SAMPLERS", "MODES"]
@@ -165,6 +166,57 @@ def _check_fingerprint(fp):
                                 f"fingerprint), got {fp!r}")
 
 
+_PACK_MODES = ("concat", "best_fit")
+
+
+def _pack_spec(pack, mode, eos_id, pad_id, window, streams, sources, sampler):
+    """LOADER_OPEN's `pack` maps by stream name, from DataLoader's keywords, or None."""
+    if pack is None:
+        for what, v in (("eos_id", eos_id), ("pad_id", pad_id), ("pack_window", window)):
+            if v is not None:
+                raise ZrecordValueError(f"{what} is for packed streams: give pack={{name: "
+                                        "seq_len}} too")
+        return None
+    if not isinstance(pack, collections.abc.Mapping) or not pack:
+        raise ZrecordTypeError("pack must be a mapping {stream name: seq_len}, e.g. "
+                               "pack={'tokens': 2048}")
+    if sources is not None:
+        raise ZrecordValueError("pack: a mixture of packed sources is not served yet; pack "
+                                "one source")
+    if mode not in _PACK_MODES:
+        raise ZrecordValueError(f"pack_mode must be one of {', '.join(_PACK_MODES)}, got {mode!r}")
+    if sampler == "iid":
+        raise ZrecordValueError("pack: the iid sampler draws no cycles (a document may come "
+                                "twice or never); use 'sequential', 'cyclic' or 'cyclic-lx157'",
+                                name="ZR_E_SAMPLER")
+    out = {}
+    for name, seq_len in pack.items():
+        if name not in streams:
+            raise ZrecordValueError(f"pack: {name!r} is no stream of this loader "
+                                    f"({', '.join(map(repr, streams))})")
+        ds = streams[name]
+        if not isinstance(ds, RaggedDataset):
+            raise ZrecordValueError(f"pack: stream {name!r} is not a RaggedDataset of documents")
+        if isinstance(seq_len, bool) or not isinstance(seq_len, (int, np.integer)) or seq_len < 1:
+            raise ZrecordValueError(f"pack: seq_len of {name!r} must be an integer >= 1, got "
+                                    f"{seq_len!r}")
+        spec = {"seq_len": int(seq_len), "mode": mode}
+        for key, v in (("eos_id", eos_id), ("pad_id", pad_id), ("window", window)):
+            if v is None:
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
+                raise ZrecordValueError(f"{'pack_window' if key == 'window' else key} must be an "
+                                        f"integer >= 0, got {v!r}")
+            spec[key] = int(v)
+        if mode == "concat" and ("pad_id" in spec or "window" in spec):
+            raise ZrecordValueError("pad_id and pack_window are best_fit's: concat never pads")
+        out[name] = spec
+    if len(streams) != 1:
+        raise ZrecordValueError("pack: a packed loader has one stream (the documents); this "
+                                f"one has {len(streams)}")
+    return out
+
+
 class DataLoader:
     """An endless iterator of batches over index-aligned streams.
 
@@ -234,7 +286,8 @@ class DataLoader:
                  seed=42, transform=None, *, sampler=None, prefetch=None, start_step=0, rank=0,
                  world_size=1, capacity=None, with_indices=False, with_sources=False,
                  fingerprint=None, warn_stalls=False, workers=None, arena_bytes=None,
-                 step_stride=1):
+                 step_stride=1, pack=None, pack_mode="concat", eos_id=None, pad_id=None,
+                 pack_window=None):
         if _procworker.IMPORTING_MAIN:
             raise ZrecordRuntimeError(
                 "a DataLoader was made while a loaderx worker process imported the training "
@@ -313,6 +366,8 @@ class DataLoader:
         if not 1 <= step_stride < 2 ** 32:
             raise ZrecordValueError(f"step_stride must be in 1..2^32 - 1, got {step_stride}")
         _check_fingerprint(fingerprint)
+        self.pack = _pack_spec(pack, pack_mode, eos_id, pad_id, pack_window, streams,
+                               self.sources, sampler)
         self.streams = dict(streams)
         self.names = list(streams)
         self.batch_size = int(batch_size)
@@ -383,6 +438,8 @@ class DataLoader:
                 h = ds._h.h()
                 conn = ds._h.conn
             spec = {"handle": h, "name": name}
+            if self.pack is not None and name in self.pack:
+                spec["pack"] = dict(self.pack[name])
             if isinstance(ds, RaggedDataset) and name in self._capacity:
                 spec["capacity"] = self._capacity[name]
             specs.append(spec)
@@ -415,6 +472,10 @@ class DataLoader:
             raise ZrecordRuntimeError(
                 f"this zrecordd ({conn.daemon}) does not serve loaders (no \"loader\" feature "
                 "in its HELLO reply); update the daemon")
+        if self.pack is not None and not conn.has_feature("pack"):
+            raise ZrecordRuntimeError(
+                f"this zrecordd ({conn.daemon}) does not pack token sequences (no \"pack\" "
+                "feature in its HELLO reply); update the daemon")
         if self.sources is not None and not conn.has_feature("mixture"):
             raise ZrecordRuntimeError(
                 f"this zrecordd ({conn.daemon}) does not serve mixtures (no \"mixture\" "
@@ -436,8 +497,13 @@ class DataLoader:
                     f"this zrecordd ({conn.daemon}) cannot serve every k-th step (no \"stride\" "
                     "feature in its HELLO reply); update the daemon")
             fields["step_stride"] = self.step_stride
+        packed = tuple(
+            None if self.pack is None or name not in self.pack else
+            (self.pack[name]["seq_len"],) + packed_offsets(
+                self.batch_size, self.pack[name]["seq_len"], self.streams[name].dtype.itemsize)[:2]
+            for name in self.names)
         layout = Layout(tuple(self.names), tuple(kinds), self.batch_size, self.with_indices,
-                        len(self.sources or ()), self.with_sources)
+                        len(self.sources or ()), self.with_sources, packed)
         self._session = LoaderSession.open(conn, fields, layout,
                                            keep_fds=self._choice.kind == "process")
         self.length = self._session.length
@@ -637,6 +703,10 @@ class DataLoader:
         """
         if isinstance(record, bool) or not isinstance(record, (int, np.integer)) or record < 0:
             raise ZrecordTypeError(f"steps_of: the record must be an index >= 0, got {record!r}")
+        if self.pack is not None:
+            raise ZrecordValueError(
+                "steps_of: a packed loader's rows hold pieces of documents; which steps read "
+                "a document is not served for packed loaders yet (docs/TOKENS.md)")
         source = self._source_of(stream)
         start = int(start)
         stop = self._step if stop is None else int(stop)

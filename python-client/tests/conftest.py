@@ -60,10 +60,12 @@ def start_daemon(sock_dir, *args):
     ns.bind(npath)
     env = dict(os.environ, NOTIFY_SOCKET=npath)
     log = open(os.path.join(sock_dir, "zrecordd.log"), "ab")
-    # a disk cache of its own for remote stores: never the user's ~/.cache
+    # disk caches of its own (remote stores, packed loaders' indexes): never
+    # the user's ~/.cache
     cache = [f"--remote-cache-dir={os.path.join(sock_dir, 'cache')}"]
     if any(a.startswith("--remote-cache-dir") for a in args):
         cache = []
+    cache.append(f"--token-index-dir={os.path.join(sock_dir, 'tokens')}")
     proc = subprocess.Popen([binary, f"--socket={sock}", "--log-level=warning", "--threads=2",
                              *cache, *args], env=env, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 20

@@ -1,0 +1,603 @@
+/* pack.c: the rows of a packed stream (pack.h): which pieces of which
+ * documents each row holds, from the cycles' indexes (tokindex.h), and their
+ * tokens, segment ids and positions written into a slot's region.
+ *
+ * A fill works through its rows in chunks: under the pack's mutex it plans a
+ * chunk (each piece: the document, its first token and count, its place in
+ * the region), loading or building a cycle's index it lacks; without the
+ * mutex it writes the chunk's segment ids, positions and padding and reads its
+ * pieces from the store. It knows nothing of slots, rings or groups (fill.c
+ * calls it with the region) and assumes the caller holds the dataset's lock.
+ */
+#include "loader/pack.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store/store.h"
+#include "zr-proto.h"
+
+/* Cycles' indexes a pack keeps at once: a row may span the end of one cycle
+ * into the next, and fills of neighbouring steps run at once. */
+#define PACK_HELD 3
+/* Pieces a fill plans and reads at once, at least (a chunk has room for a
+ * whole row more): its tables are 56 bytes a piece. */
+#define PACK_CHUNK_PIECES 16384
+/* best_fit: cycles whose rows a step may count past (the cycle of a row is
+ * found by adding the rows of the cycles before it, each cycle's index built
+ * or read for it): a resume that far is refused rather than bought with
+ * that many builds. */
+#define PACK_BEST_FIT_CYCLES_MAX 65536
+
+typedef struct held_idx {
+        zr_tokidx *ix;
+        uint64_t used;        /* the pack's tick at its last use */
+} held_idx;
+
+struct zr_pack {
+        zr_pack_params p;
+        zr_dataset *ds;
+        zr_store *store;
+        int raw;
+        enum zr_sampler_mode mode;
+        uint64_t n, fp, seed, B, W, rank, item, hdr;
+        zr_tokstore *ts;
+        zr_pool *pool;
+        pthread_mutex_t mu;
+        held_idx held[PACK_HELD];
+        uint64_t tick;
+        uint64_t total, max_len;      /* of a cycle (every cycle: the same documents) */
+        unsigned __int128 cycle_tokens; /* concat: total + n × eos */
+        uint64_t *cum;                /* best_fit: cum[c], rows before cycle c, c < ncum */
+        uint64_t ncum;
+};
+
+/* One piece of a row, or a row's padding (idx UINT64_MAX). */
+typedef struct piece {
+        uint64_t idx;         /* the document's record */
+        uint64_t at;          /* its first token's place in the region (row × L + col) */
+        uint32_t start, count;
+        uint32_t seg;
+} piece;
+
+static uint64_t align64(uint64_t v) {
+        return (v + ZR_STREAM_ALIGN - 1) / ZR_STREAM_ALIGN * ZR_STREAM_ALIGN;
+}
+
+uint64_t zr_pack_region_bytes(uint64_t B, uint64_t L, uint64_t itemsize, uint64_t *ret_segments,
+                              uint64_t *ret_positions) {
+        uint64_t toks = align64(B * L * itemsize), segs = align64(B * L * 4);
+
+        if (ret_segments)
+                *ret_segments = toks;
+        if (ret_positions)
+                *ret_positions = toks + segs;
+        return toks + 2 * segs;
+}
+
+static uint64_t chunk_pieces(uint64_t L) {
+        return 2 * L + 2 > PACK_CHUNK_PIECES ? 2 * L + 2 : PACK_CHUNK_PIECES;
+}
+
+static int fits_dtype(int64_t v, const zr_dtype *dt) {
+        unsigned bits = 8 * dt->itemsize;
+        if (bits >= 64)
+                return dt->kind == 'i' || v >= 0;
+        if (dt->kind == 'u')
+                return v >= 0 && (uint64_t)v < (UINT64_C(1) << bits);
+        return v >= -(INT64_C(1) << (bits - 1)) && v < (INT64_C(1) << (bits - 1));
+}
+
+int zr_pack_check(const zr_pack_params *p, const zr_dataset *ds, enum zr_sampler_mode mode,
+                  const char *name, zr_error *err) {
+        const zr_schema *s = zr_dataset_schema(ds);
+        zr_error serr = {0};
+        uint64_t one;
+
+        if (p->mode != ZR_PACK_CONCAT && p->mode != ZR_PACK_BEST_FIT)
+                return zr_error_set(err, ZR_E_PROTO, "%s: pack mode %d is unknown (concat, "
+                                    "best_fit)", name, (int)p->mode);
+        if (s->kind != ZR_SCHEMA_RAGGED || (s->ndim != 1 && s->ndim != ZR_SCHEMA_NDIM_ANY))
+                return zr_error_set(err, ZR_E_SCHEMA, "%s: only a ragged stream of one dimension "
+                                    "(documents of token ids) can be packed; this one is %s",
+                                    name, s->kind != ZR_SCHEMA_RAGGED ? "dense" :
+                                    "ragged of several dimensions");
+        if ((s->dtype.kind != 'i' && s->dtype.kind != 'u') || s->dtype.order == '>')
+                return zr_error_set(err, ZR_E_SCHEMA, "%s: tokens are integers in this machine's "
+                                    "byte order; the dtype is '%s'", name, s->dtype.str);
+        if (p->seq_len < 1 || p->seq_len > ZR_PACK_SEQ_LEN_MAX)
+                return zr_error_set(err, ZR_E_PROTO, "%s: seq_len %" PRIu64 " is out of range: "
+                                    "1..%u", name, p->seq_len, ZR_PACK_SEQ_LEN_MAX);
+        if (p->mode == ZR_PACK_BEST_FIT && p->window > ZR_PACK_WINDOW_MAX)
+                return zr_error_set(err, ZR_E_PROTO, "%s: window %" PRIu64 " is out of range: "
+                                    "1..%u documents", name, p->window, ZR_PACK_WINDOW_MAX);
+        if (p->has_eos && !fits_dtype(p->eos_id, &s->dtype))
+                return zr_error_set(err, ZR_E_SCHEMA, "%s: eos_id %" PRId64 " does not fit the "
+                                    "dtype '%s'", name, p->eos_id, s->dtype.str);
+        if (!fits_dtype(p->pad_id, &s->dtype))
+                return zr_error_set(err, ZR_E_SCHEMA, "%s: pad_id %" PRId64 " does not fit the "
+                                    "dtype '%s'", name, p->pad_id, s->dtype.str);
+        if (zr_sampler_cycle_fill(mode, 1, 0, 0, 0, &one, 1, &serr) < 0)
+                return zr_error_set(err, ZR_E_SAMPLER, "%s: %s", name, serr.message);
+        return 0;
+}
+
+/* The key of the index of cycle c. */
+static zr_tokidx_key pack_key(const zr_pack *pk, enum zr_tokidx_kind kind, uint64_t c) {
+        zr_tokidx_key k = { .kind = kind, .mode = pk->mode, .fingerprint = pk->fp, .n = pk->n };
+
+        if (pk->mode != ZR_SAMPLER_SEQUENTIAL) { /* sequential: every cycle alike */
+                k.seed = pk->seed;
+                k.cycle = c;
+        }
+        if (kind == ZR_TOKIDX_BEST_FIT) {
+                k.seq_len = pk->p.seq_len;
+                k.window = pk->p.window;
+                k.eos = pk->p.has_eos ? 1 : 0;
+        }
+        return k;
+}
+
+/* One fill's tables. */
+static uint64_t fill_tables(uint64_t L) {
+        /* a piece, its record, two locations and destinations (its tokens, its
+         * record's header), the header read */
+        return chunk_pieces(L) * (sizeof(piece) + sizeof(uint64_t) + 2 * sizeof(zr_loc) +
+                                  2 * sizeof(void *) + 4 * sizeof(uint64_t));
+}
+
+uint64_t zr_pack_work_bytes(const zr_pack_params *p, uint64_t n) {
+        zr_tokidx_key k = { .kind = p->mode == ZR_PACK_BEST_FIT ? ZR_TOKIDX_BEST_FIT
+                                                               : ZR_TOKIDX_CONCAT, .n = n };
+        unsigned __int128 b = (unsigned __int128)(PACK_HELD + 1) * zr_tokidx_bytes(&k) +
+                              fill_tables(p->seq_len) +
+                              (p->mode == ZR_PACK_BEST_FIT ? 8 * (PACK_BEST_FIT_CYCLES_MAX + 1) : 0);
+        return b > UINT64_MAX ? UINT64_MAX : (uint64_t)b;
+}
+
+uint64_t zr_pack_memory(const zr_pack *pk, unsigned fills) {
+        unsigned __int128 b = zr_pack_work_bytes(&pk->p, pk->n) +
+                              (unsigned __int128)fills * (fill_tables(pk->p.seq_len) +
+                                                          (pk->raw ? 0 : pk->hdr + pk->max_len * pk->item + 1));
+        return b > UINT64_MAX ? UINT64_MAX : (uint64_t)b;
+}
+
+/* Mutex held: the index of kind and cycle c, held by the pack (loaded or built). */
+static int cycle_index(zr_pack *pk, enum zr_tokidx_kind kind, uint64_t c, const _Atomic int *cancel,
+                       const zr_tokidx **ret, zr_error *err) {
+        zr_tokidx_key k = pack_key(pk, kind, c);
+        held_idx *lru = &pk->held[0];
+        zr_tokidx *ix;
+        int r;
+
+        pk->tick++;
+        for (int i = 0; i < PACK_HELD; i++) {
+                held_idx *h = &pk->held[i];
+                if (h->ix && memcmp(&h->ix->key, &k, sizeof(k)) == 0) {
+                        h->used = pk->tick;
+                        *ret = h->ix;
+                        return 0;
+                }
+                if (!h->ix || (lru->ix && h->used < lru->used))
+                        lru = h;
+        }
+        r = zr_tokidx_get(pk->ts, &k, pk->ds, pk->pool, cancel, &ix, err);
+        if (r < 0)
+                return r;
+        if (ix->total != pk->total && pk->total != UINT64_MAX) {
+                /* every cycle holds the same documents: a cycle of another total is
+                 * an index of other records (a fingerprint that did not tell) */
+                zr_tokidx_free(ix);
+                return zr_error_set(err, ZR_E_CORRUPT, "the index of cycle %" PRIu64 " counts "
+                                    "other tokens than cycle 0's: the store changed", c);
+        }
+        zr_tokidx_free(lru->ix);
+        lru->ix = ix;
+        lru->used = pk->tick;
+        *ret = ix;
+        return 0;
+}
+
+/* Mutex held, best_fit: the cycle and row in it of global row g. */
+static int best_fit_row(zr_pack *pk, unsigned __int128 g, const _Atomic int *cancel,
+                        uint64_t *ret_c, uint64_t *ret_r, const zr_tokidx **ret_ix, zr_error *err) {
+        const zr_tokidx *ix;
+        int r;
+
+        if (pk->mode == ZR_SAMPLER_SEQUENTIAL) {
+                r = cycle_index(pk, ZR_TOKIDX_BEST_FIT, 0, cancel, &ix, err);
+                if (r < 0)
+                        return r;
+                if (g / ix->rows > UINT64_MAX)
+                        return zr_error_set(err, ZR_E_SAMPLER, "the packed stream's domain is "
+                                            "used up");
+                *ret_c = (uint64_t)(g / ix->rows);
+                *ret_r = (uint64_t)(g % ix->rows);
+                *ret_ix = ix;
+                return 0;
+        }
+        while (pk->cum[pk->ncum - 1] <= g) {
+                uint64_t c = pk->ncum - 1, rows;
+                zr_tokidx_key k = pack_key(pk, ZR_TOKIDX_BEST_FIT, c);
+
+                if (pk->ncum >= PACK_BEST_FIT_CYCLES_MAX)
+                        return zr_error_set(err, ZR_E_SAMPLER, "best_fit: the row of this step "
+                                            "lies past %d cycles of the documents, whose rows "
+                                            "would all be packed to find it",
+                                            PACK_BEST_FIT_CYCLES_MAX);
+                rows = zr_tokidx_peek_rows(pk->ts, &k);
+                if (rows == 0) {
+                        r = cycle_index(pk, ZR_TOKIDX_BEST_FIT, c, cancel, &ix, err);
+                        if (r < 0)
+                                return r;
+                        rows = ix->rows;
+                }
+                pk->cum[pk->ncum] = pk->cum[c] + rows;
+                pk->ncum++;
+        }
+        /* the last cycle whose first row is at or before g */
+        uint64_t lo = 0, hi = pk->ncum - 1;
+        while (hi - lo > 1) {
+                uint64_t mid = lo + (hi - lo) / 2;
+                if (pk->cum[mid] <= g)
+                        lo = mid;
+                else
+                        hi = mid;
+        }
+        r = cycle_index(pk, ZR_TOKIDX_BEST_FIT, lo, cancel, &ix, err);
+        if (r < 0)
+                return r;
+        *ret_c = lo;
+        *ret_r = (uint64_t)(g - pk->cum[lo]);
+        *ret_ix = ix;
+        return 0;
+}
+
+static uint64_t doc_of(const zr_pack *pk, uint64_t c, uint64_t q) {
+        uint64_t idx = q;
+        zr_sampler_cycle_fill(pk->mode, pk->n, pk->seed, c, q, &idx, 1, NULL);
+        return idx;
+}
+
+/* Mutex held: plans row j (global row g) into v[*m..). */
+static int plan_row(zr_pack *pk, uint64_t j, unsigned __int128 g, const _Atomic int *cancel,
+                    piece *v, size_t *m, zr_error *err) {
+        const uint64_t L = pk->p.seq_len, eos = pk->p.has_eos ? 1 : 0;
+        uint64_t col = 0;
+        uint32_t seg = 0;
+        int r;
+
+        if (pk->p.mode == ZR_PACK_BEST_FIT) {
+                const zr_tokidx *ix = NULL;
+                uint64_t c = 0, row = 0;
+                r = best_fit_row(pk, g, cancel, &c, &row, &ix, err);
+                if (r < 0)
+                        return r;
+                for (uint64_t i = ix->row_at[row]; i < ix->row_at[row + 1]; i++) {
+                        const zr_tokpiece *tp = &ix->pieces[i];
+                        if (col + tp->count > L)
+                                return zr_error_set(err, ZR_E_CORRUPT, "the index of cycle %"
+                                                    PRIu64 " overfills row %" PRIu64, c, row);
+                        v[(*m)++] = (piece){ .idx = doc_of(pk, c, tp->q), .at = j * L + col,
+                                             .start = tp->start, .count = tp->count,
+                                             .seg = ++seg };
+                        col += tp->count;
+                }
+                if (col < L)
+                        v[(*m)++] = (piece){ .idx = UINT64_MAX, .at = j * L + col,
+                                             .count = (uint32_t)(L - col) };
+                return 0;
+        }
+        unsigned __int128 t = g * L;
+        while (col < L) {
+                unsigned __int128 c128 = t / pk->cycle_tokens;
+                uint64_t o = (uint64_t)(t % pk->cycle_tokens), c, lo, hi;
+                const zr_tokidx *ix;
+                if (c128 > UINT64_MAX)
+                        return zr_error_set(err, ZR_E_SAMPLER, "the packed stream's domain is "
+                                            "used up");
+                c = (uint64_t)c128;
+                r = cycle_index(pk, ZR_TOKIDX_CONCAT, c, cancel, &ix, err);
+                if (r < 0)
+                        return r;
+                /* the last position whose document starts at or before o */
+                lo = 0;
+                hi = pk->n;
+                while (hi - lo > 1) {
+                        uint64_t mid = lo + (hi - lo) / 2;
+                        if (ix->prefix[mid] + mid * eos <= o)
+                                lo = mid;
+                        else
+                                hi = mid;
+                }
+                for (uint64_t q = lo; q < pk->n && col < L; q++) {
+                        uint64_t begin = ix->prefix[q] + q * eos;
+                        uint64_t len = ix->prefix[q + 1] - ix->prefix[q] + eos;
+                        uint64_t off = o - begin, take = len - off;
+                        if (take > L - col)
+                                take = L - col;
+                        if (take > 0)
+                                v[(*m)++] = (piece){ .idx = doc_of(pk, c, q), .at = j * L + col,
+                                                     .start = (uint32_t)off,
+                                                     .count = (uint32_t)take, .seg = ++seg };
+                        col += take;
+                        o += take;
+                        t += take;
+                }
+        }
+        return 0;
+}
+
+static void put_token(uint8_t *dst, int64_t v, uint64_t item) {
+        memcpy(dst, &v, item); /* little-endian: the low bytes (checked: fits) */
+}
+
+/* Writes the chunk's segment ids, positions, padding and end-of-document
+ * tokens, and reads its pieces. */
+/* Whether the shape header `h` of record idx says one dimension of len tokens
+ * (a store of any ndim per record may hold others: those are no documents). */
+static int header_check(const uint64_t *h, uint64_t idx, uint64_t len, zr_error *err) {
+        if (h[0] != 1 || h[1] != len)
+                return zr_error_set(err, ZR_E_SCHEMA, "record %" PRIu64 " is not a document of "
+                                    "one dimension (its header says ndim %" PRIu64 "%s): a "
+                                    "packed stream's records are token ids, one dimension each",
+                                    idx, h[0], h[0] == 1 ? " and another length" : "");
+        return 0;
+}
+
+static int read_chunk(zr_pack *pk, const piece *v, size_t m, uint8_t *dst, uint64_t *idxs,
+                      zr_loc *locs, void **dsts, uint64_t *hdrs, uint8_t **scratch,
+                      zr_error *err) {
+        const uint64_t B = pk->B, L = pk->p.seq_len, item = pk->item;
+        uint64_t soff, poff;
+        int32_t *seg, *pos;
+        size_t nd = 0, nr = 0, nh = 0;
+        uint64_t *hlen = hdrs + 2 * m; /* each header read's document length, then its record */
+        int r;
+
+        zr_pack_region_bytes(B, L, item, &soff, &poff);
+        seg = (int32_t *)(dst + soff);
+        pos = (int32_t *)(dst + poff);
+        for (size_t i = 0; i < m; i++) {
+                const piece *p = &v[i];
+                int32_t s = (int32_t)p->seg;
+                for (uint32_t k = 0; k < p->count; k++) {
+                        seg[p->at + k] = s;
+                        pos[p->at + k] = s ? (int32_t)k : 0;
+                }
+                if (p->idx == UINT64_MAX) {
+                        for (uint32_t k = 0; k < p->count; k++)
+                                put_token(dst + (p->at + k) * item, pk->p.pad_id, item);
+                        continue;
+                }
+                idxs[nd++] = p->idx;
+        }
+        r = zr_store_locate(pk->store, idxs, nd, locs, err);
+        if (r < 0)
+                return r;
+        nd = 0;
+        for (size_t i = 0; i < m; i++) {
+                const piece *p = &v[i];
+                zr_loc l;
+                uint64_t len, end;
+                if (p->idx == UINT64_MAX)
+                        continue;
+                l = locs[nd++];
+                if (l.logic_length < pk->hdr || (l.logic_length - pk->hdr) % item)
+                        return zr_error_set(err, ZR_E_CORRUPT, "record %" PRIu64 " is no "
+                                            "document of whole tokens", p->idx);
+                len = (l.logic_length - pk->hdr) / item;
+                end = (uint64_t)p->start + p->count;
+                if (end > len + (pk->p.has_eos ? 1 : 0))
+                        return zr_error_set(err, ZR_E_CORRUPT, "record %" PRIu64 " holds %" PRIu64
+                                            " tokens, its index said more: the store changed",
+                                            p->idx, len);
+                if (end > len) {
+                        put_token(dst + (p->at + p->count - 1) * item, pk->p.eos_id, item);
+                        end = len;
+                }
+                if (p->start >= end)
+                        continue;
+                if (pk->raw) {
+                        if (pk->hdr) {
+                                /* its record's header, read beside it and checked */
+                                zr_loc hl = l;
+                                hl.phys_length = hl.logic_length = (uint32_t)pk->hdr;
+                                locs[m + nh] = hl;
+                                dsts[m + nh] = &hdrs[2 * nh];
+                                hlen[2 * nh] = len;
+                                hlen[2 * nh + 1] = p->idx;
+                                nh++;
+                        }
+                        /* the piece's bytes alone, as a record of their own */
+                        l.offset += (uint32_t)(pk->hdr + p->start * item);
+                        l.phys_length = l.logic_length = (uint32_t)((end - p->start) * item);
+                        locs[nr] = l;
+                        dsts[nr++] = dst + p->at * item;
+                        continue;
+                }
+                /* compressed: the whole document, decoded into the scratch */
+                if (!*scratch && !(*scratch = malloc(pk->hdr + pk->max_len * item + 1)))
+                        return zr_error_errno(err, ENOMEM, "a document's scratch");
+                void *d = *scratch;
+                if ((uint64_t)l.logic_length > pk->hdr + pk->max_len * item)
+                        return zr_error_set(err, ZR_E_CORRUPT, "record %" PRIu64 " is longer "
+                                            "than its index said", p->idx);
+                r = zr_store_gather_locs(pk->store, &l, 1, &d, err);
+                if (r < 0)
+                        return r;
+                if (pk->hdr) {
+                        uint64_t h[2];
+                        memcpy(h, *scratch, sizeof(h));
+                        if ((r = header_check(h, p->idx, len, err)) < 0)
+                                return r;
+                }
+                memcpy(dst + p->at * item, *scratch + pk->hdr + p->start * item,
+                       (end - p->start) * item);
+        }
+        /* the pieces, then their headers (placed after them in the tables) */
+        if (nh) {
+                memmove(locs + nr, locs + m, nh * sizeof(*locs));
+                memmove(dsts + nr, dsts + m, nh * sizeof(*dsts));
+        }
+        if (nr + nh && (r = zr_store_gather_locs(pk->store, locs, nr + nh, dsts, err)) < 0)
+                return r;
+        for (size_t i = 0; i < nh; i++)
+                if ((r = header_check(&hdrs[2 * i], hlen[2 * i + 1], hlen[2 * i], err)) < 0)
+                        return r;
+        return 0;
+}
+
+int zr_pack_fill(zr_pack *pk, uint64_t step, uint8_t *dst, const _Atomic int *cancel,
+                 uint64_t *ret_bytes, uint64_t *ret_pieces, zr_error *err) {
+        const uint64_t L = pk->p.seq_len;
+        size_t cap = (size_t)chunk_pieces(L), m;
+        unsigned __int128 g0 = ((unsigned __int128)step * pk->W + pk->rank) * pk->B;
+        piece *v = malloc(cap * sizeof(*v));
+        uint64_t *idxs = malloc(cap * sizeof(*idxs));
+        zr_loc *locs = malloc(2 * cap * sizeof(*locs));
+        void **dsts = malloc(2 * cap * sizeof(*dsts));
+        uint64_t *hdrs = malloc(4 * cap * sizeof(*hdrs));
+        uint8_t *scratch = NULL;
+        uint64_t pieces = 0;
+        int r = 0;
+
+        if (!v || !idxs || !locs || !dsts || !hdrs) {
+                r = zr_error_errno(err, ENOMEM, "a packed fill's tables");
+                goto out;
+        }
+        for (uint64_t j = 0; j < pk->B && r == 0;) {
+                if (cancel && atomic_load(cancel)) {
+                        r = zr_error_set(err, ECANCELED, "cancelled: the loader closed");
+                        break;
+                }
+                m = 0;
+                pthread_mutex_lock(&pk->mu);
+                for (; j < pk->B && m + L + 2 <= cap; j++) {
+                        r = plan_row(pk, j, g0 + j, cancel, v, &m, err);
+                        if (r < 0)
+                                break;
+                }
+                pthread_mutex_unlock(&pk->mu);
+                if (r == 0)
+                        r = read_chunk(pk, v, m, dst, idxs, locs, dsts, hdrs, &scratch, err);
+                pieces += m;
+        }
+out:
+        free(v);
+        free(idxs);
+        free(locs);
+        free(dsts);
+        free(hdrs);
+        free(scratch);
+        *ret_bytes = zr_pack_region_bytes(pk->B, L, pk->item, NULL, NULL);
+        *ret_pieces = pieces;
+        return r;
+}
+
+int zr_pack_new(const zr_pack_params *p, zr_dataset *ds, uint64_t n, uint64_t fp,
+                const zr_sampler_params *sp, uint64_t first_step, zr_tokstore *ts, zr_pool *pool,
+                const _Atomic int *cancel, zr_pack **ret, zr_error *err) {
+        zr_pack *pk = calloc(1, sizeof(*pk));
+        const zr_tokidx *ix;
+        int r;
+
+        if (!pk)
+                return zr_error_errno(err, ENOMEM, "a packed stream");
+        pthread_mutex_init(&pk->mu, NULL);
+        pk->p = *p;
+        if (pk->p.mode == ZR_PACK_BEST_FIT && pk->p.window == 0)
+                pk->p.window = ZR_PACK_WINDOW_DEFAULT;
+        if (pk->p.mode == ZR_PACK_CONCAT)
+                pk->p.window = 0;
+        if (!pk->p.has_eos)
+                pk->p.eos_id = 0;
+        pk->ds = ds;
+        pk->store = zr_dataset_store(ds);
+        pk->raw = zr_dataset_schema(ds)->codec == ZR_CODEC_RAW;
+        pk->mode = sp->mode;
+        pk->n = n;
+        pk->fp = fp;
+        pk->seed = sp->seed;
+        pk->B = sp->batch_size;
+        pk->W = sp->world_size;
+        pk->rank = sp->rank;
+        pk->item = zr_dataset_schema(ds)->dtype.itemsize;
+        pk->hdr = zr_tokidx_header_bytes(ds);
+        pk->ts = ts;
+        pk->pool = pool;
+        pk->total = UINT64_MAX;
+        if (n == 0) {
+                r = zr_error_set(err, ZR_E_SAMPLER, "the store holds no document to pack");
+                goto fail;
+        }
+        /* cycle 0's concat index: the totals every cycle shares */
+        pthread_mutex_lock(&pk->mu);
+        r = cycle_index(pk, ZR_TOKIDX_CONCAT, 0, cancel, &ix, err);
+        if (r == 0) {
+                pk->total = ix->total;
+                pk->max_len = ix->max_len;
+                pk->cycle_tokens = (unsigned __int128)ix->total + (p->has_eos ? n : 0);
+        }
+        pthread_mutex_unlock(&pk->mu);
+        if (r < 0)
+                goto fail;
+        if (pk->cycle_tokens == 0) {
+                r = zr_error_set(err, ZR_E_SAMPLER, "the store's %" PRIu64 " documents hold no "
+                                 "token (and no eos_id was given): nothing to pack", n);
+                goto fail;
+        }
+        if (pk->p.mode == ZR_PACK_BEST_FIT) {
+                pk->cum = calloc(PACK_BEST_FIT_CYCLES_MAX + 1, sizeof(*pk->cum));
+                if (!pk->cum) {
+                        r = zr_error_errno(err, ENOMEM, "a packed stream");
+                        goto fail;
+                }
+                pk->ncum = 1;
+        }
+        /* the first batch's first row: its index is then ready (and a bad
+         * parameter fails the open, not the first fill) */
+        {
+                piece *v = malloc(chunk_pieces(pk->p.seq_len) * sizeof(*v));
+                size_t m = 0;
+                unsigned __int128 g = ((unsigned __int128)first_step * pk->W + pk->rank) * pk->B;
+                if (!v) {
+                        r = zr_error_errno(err, ENOMEM, "a packed stream");
+                        goto fail;
+                }
+                pthread_mutex_lock(&pk->mu);
+                r = plan_row(pk, 0, g, cancel, v, &m, err);
+                pthread_mutex_unlock(&pk->mu);
+                free(v);
+                if (r < 0)
+                        goto fail;
+        }
+        *ret = pk;
+        return 0;
+fail:
+        zr_pack_free(pk);
+        return r;
+}
+
+zr_pack *zr_pack_free(zr_pack *pk) {
+        if (!pk)
+                return NULL;
+        for (int i = 0; i < PACK_HELD; i++)
+                zr_tokidx_free(pk->held[i].ix);
+        free(pk->cum);
+        pthread_mutex_destroy(&pk->mu);
+        free(pk);
+        return NULL;
+}
+
+int zr_pack_same(const zr_pack *a, const zr_pack *b) {
+        if (!a || !b)
+                return a == b;
+        return a->p.mode == b->p.mode && a->p.seq_len == b->p.seq_len &&
+               a->p.has_eos == b->p.has_eos && a->p.eos_id == b->p.eos_id &&
+               a->p.pad_id == b->p.pad_id && a->p.window == b->p.window;
+}

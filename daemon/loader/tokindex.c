@@ -1,0 +1,940 @@
+/* tokindex.c: the index of a packed loader's cycle, built in parallel and kept
+ * on disk (tokindex.h).
+ *
+ * A concat index is two passes over the cycle's positions in shards of the
+ * pool: each shard draws its positions' documents (the sampler's order),
+ * locates them in the store's table and writes each document's tokens, then,
+ * once the shards' sums are known, turns its part into running sums. A
+ * best-fit index packs each window of the order apart (so windows are shards):
+ * one pass counts each window's rows and pieces, the second writes them where
+ * the counts put them. It reads no record, only table entries.
+ *
+ * Files are the daemon's own, in a directory nobody else may write; they are
+ * mapped read-only and still checked as if they were not (tokindex.h).
+ */
+
+#include "loader/tokindex.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dataset/ragged.h"
+#include "store/store.h"
+
+#define TOKIDX_MAGIC "ZRTOKIX"
+#define TOKIDX_VERSION 1
+#define TOKIDX_HEADER 128
+/* Positions a shard handles between two checks of the cancel flag, and the
+ * table lookups it asks the store for at once (its arrays live on its stack:
+ * 4096 × 24 bytes). */
+#define TOKIDX_PIECE 4096
+/* Documents whose lengths are read again from the store when a file is
+ * loaded (tokindex.h: the fingerprint samples only 64). */
+#define TOKIDX_RECHECK 256
+
+struct zr_tokstore {
+        pthread_mutex_t mutex;
+        int dirfd;            /* -1: memory only */
+        uint64_t budget;
+        zr_tokstore_counters c;
+};
+
+/* The file's header, little-endian as the machine (the files never leave it). */
+typedef struct tokidx_header {
+        char magic[8];
+        uint32_t version, header_bytes;
+        zr_tokidx_key key;    /* 64 bytes */
+        uint64_t total, max_len, rows, npieces;
+        uint64_t payload_bytes, checksum;
+} tokidx_header;
+
+_Static_assert(sizeof(zr_tokidx_key) == 64, "the key is 64 bytes on disk");
+_Static_assert(sizeof(tokidx_header) <= TOKIDX_HEADER, "the header fits its 128 bytes");
+
+/* A word-at-a-time hash of the payload (not FNV-1a's byte loop: a 16 MiB index
+ * is checked at each load, within the 50 ms a resume may take). */
+static uint64_t payload_hash(const void *p, size_t bytes) {
+        const uint8_t *b = p;
+        uint64_t h = 0x9e3779b97f4a7c15u ^ bytes, w;
+        size_t i = 0;
+
+        for (; i + 8 <= bytes; i += 8) {
+                memcpy(&w, b + i, 8);
+                h = (h ^ w) * 0xff51afd7ed558ccdu;
+                h ^= h >> 32;
+        }
+        for (; i < bytes; i++)
+                h = (h ^ b[i]) * 0x100000001b3u;
+        return h ^ (h >> 29);
+}
+
+uint64_t zr_tokidx_header_bytes(const zr_dataset *ds) {
+        const zr_schema *s = zr_dataset_schema(ds);
+        return s->layout == ZR_LAYOUT_ZRECORD ? zr_ragged_header_bytes(1) : 0;
+}
+
+uint64_t zr_tokidx_bytes(const zr_tokidx_key *key) {
+        unsigned __int128 b = TOKIDX_HEADER + (unsigned __int128)8 * (key->n + 1);
+
+        if (key->kind == ZR_TOKIDX_BEST_FIT) {
+                /* the concat index it is built from, then at most 2 pieces a
+                 * document plus one a full row of a cut document (the rows: at
+                 * most the pieces), 12 + 8 bytes each, per bound of rows */
+                b += (unsigned __int128)20 * 2 * key->n + TOKIDX_HEADER;
+        }
+        return b > UINT64_MAX ? UINT64_MAX : (uint64_t)b;
+}
+
+/* ---- the store ------------------------------------------------------------- */
+
+/* mkdir -p with 0700, each level under the caller's control. */
+static int make_dirs(const char *dir) {
+        char buf[4096];
+        size_t len = strlen(dir);
+
+        if (len == 0 || len >= sizeof(buf) || dir[0] != '/')
+                return -EINVAL;
+        memcpy(buf, dir, len + 1);
+        for (char *p = buf + 1; *p; p++) {
+                if (*p != '/')
+                        continue;
+                *p = 0;
+                if (mkdir(buf, 0700) < 0 && errno != EEXIST)
+                        return -errno;
+                *p = '/';
+        }
+        if (mkdir(buf, 0700) < 0 && errno != EEXIST)
+                return -errno;
+        return 0;
+}
+
+int zr_tokstore_open(const char *dir, uint64_t budget, zr_tokstore **ret, char *ret_why,
+                     size_t why_size) {
+        zr_tokstore *ts = calloc(1, sizeof(*ts));
+        struct stat st;
+        int r;
+
+        if (!ts)
+                return -ENOMEM;
+        pthread_mutex_init(&ts->mutex, NULL);
+        ts->dirfd = -1;
+        ts->budget = budget;
+        if (ret_why && why_size)
+                ret_why[0] = 0;
+        if (dir && dir[0]) {
+                r = make_dirs(dir);
+                if (r == 0) {
+                        ts->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+                        r = ts->dirfd < 0 ? -errno : 0;
+                }
+                if (r == 0 && fstat(ts->dirfd, &st) == 0 &&
+                    (st.st_uid != geteuid() || (st.st_mode & 022))) {
+                        r = -EPERM;
+                        close(ts->dirfd);
+                        ts->dirfd = -1;
+                }
+                if (r < 0 && ret_why)
+                        snprintf(ret_why, why_size, "%s: %s%s", dir, strerror(-r),
+                                 r == -EPERM ? " (not the daemon's own, or writable by others)" : "");
+        }
+        *ret = ts;
+        return 0;
+}
+
+zr_tokstore *zr_tokstore_free(zr_tokstore *ts) {
+        if (!ts)
+                return NULL;
+        if (ts->dirfd >= 0)
+                close(ts->dirfd);
+        pthread_mutex_destroy(&ts->mutex);
+        free(ts);
+        return NULL;
+}
+
+typedef struct file_age {
+        char name[160];
+        struct timespec mtime;
+        uint64_t bytes;
+} file_age;
+
+static int age_cmp(const void *a, const void *b) {
+        const file_age *x = a, *y = b;
+        if (x->mtime.tv_sec != y->mtime.tv_sec)
+                return x->mtime.tv_sec < y->mtime.tv_sec ? -1 : 1;
+        if (x->mtime.tv_nsec != y->mtime.tv_nsec)
+                return x->mtime.tv_nsec < y->mtime.tv_nsec ? -1 : 1;
+        return strcmp(x->name, y->name);
+}
+
+/* Mutex held: the files over the budget go, least recently used first; counts
+ * what stays. */
+static void evict(zr_tokstore *ts) {
+        file_age *v = NULL;
+        size_t nv = 0, cap = 0;
+        uint64_t total = 0;
+        int fd;
+        DIR *d;
+        struct dirent *de;
+
+        if (ts->dirfd < 0)
+                return;
+        fd = openat(ts->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0 || !(d = fdopendir(fd))) {
+                if (fd >= 0)
+                        close(fd);
+                return;
+        }
+        while ((de = readdir(d))) {
+                struct stat st;
+                size_t len = strlen(de->d_name);
+                if (len < 4 || len >= sizeof(v->name) || strcmp(de->d_name + len - 4, ".zti") != 0)
+                        continue;
+                if (fstatat(ts->dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+                    !S_ISREG(st.st_mode))
+                        continue;
+                if (nv == cap) {
+                        size_t nc = cap ? 2 * cap : 64;
+                        file_age *nvv = realloc(v, nc * sizeof(*v));
+                        if (!nvv)
+                                break;
+                        v = nvv;
+                        cap = nc;
+                }
+                snprintf(v[nv].name, sizeof(v[nv].name), "%s", de->d_name);
+                v[nv].mtime = st.st_mtim;
+                v[nv].bytes = (uint64_t)st.st_blocks * 512;
+                total += v[nv].bytes;
+                nv++;
+        }
+        closedir(d);
+        if (nv)
+                qsort(v, nv, sizeof(*v), age_cmp);
+        for (size_t i = 0; i < nv && total > ts->budget; i++)
+                if (unlinkat(ts->dirfd, v[i].name, 0) == 0) {
+                        total -= v[i].bytes;
+                        ts->c.evicted++;
+                        v[i].bytes = UINT64_MAX;
+                }
+        ts->c.files = 0;
+        for (size_t i = 0; i < nv; i++)
+                ts->c.files += v[i].bytes != UINT64_MAX;
+        ts->c.bytes = total;
+        free(v);
+}
+
+void zr_tokstore_set_budget(zr_tokstore *ts, uint64_t budget) {
+        pthread_mutex_lock(&ts->mutex);
+        ts->budget = budget;
+        evict(ts);
+        pthread_mutex_unlock(&ts->mutex);
+}
+
+void zr_tokstore_counters_get(zr_tokstore *ts, zr_tokstore_counters *ret) {
+        pthread_mutex_lock(&ts->mutex);
+        *ret = ts->c;
+        ret->budget = ts->dirfd >= 0 ? ts->budget : 0;
+        pthread_mutex_unlock(&ts->mutex);
+}
+
+static void file_name(const zr_tokidx_key *k, char *buf, size_t size) {
+        if (k->kind == ZR_TOKIDX_CONCAT)
+                snprintf(buf, size, "c-%016" PRIx64 "-%" PRIu64 "-%u-%016" PRIx64 "-%" PRIu64 ".zti",
+                         k->fingerprint, k->n, k->mode, k->seed, k->cycle);
+        else
+                snprintf(buf, size, "b-%016" PRIx64 "-%" PRIu64 "-%u-%016" PRIx64 "-%" PRIu64
+                         "-%" PRIu64 "-%u-%" PRIu64 ".zti", k->fingerprint, k->n, k->mode, k->seed,
+                         k->cycle, k->seq_len, k->eos, k->window);
+}
+
+/* ---- building --------------------------------------------------------------- */
+
+typedef struct concat_job {
+        zr_dataset *ds;
+        const zr_tokidx_key *key;
+        uint64_t *prefix;       /* n + 1 */
+        uint64_t *sums;         /* per shard */
+        uint64_t *maxes;
+        uint64_t hdr, item;
+        const _Atomic int *cancel;
+        _Atomic int failed;
+        zr_error err;           /* the first failure's (under mu) */
+        pthread_mutex_t mu;
+} concat_job;
+
+static void job_fail(concat_job *j, int code, const char *what) {
+        pthread_mutex_lock(&j->mu);
+        if (!j->err.code)
+                zr_error_set(&j->err, code, "%s", what);
+        pthread_mutex_unlock(&j->mu);
+        atomic_store(&j->failed, 1);
+}
+
+static void shard_range(uint64_t n, size_t shard, size_t nshards, uint64_t *a, uint64_t *b) {
+        *a = (uint64_t)(((unsigned __int128)n * shard) / nshards);
+        *b = (uint64_t)(((unsigned __int128)n * (shard + 1)) / nshards);
+}
+
+/* Pass 1: prefix[q + 1] = tokens of the document at position q. */
+static void concat_lengths(void *arg, size_t shard, size_t nshards) {
+        concat_job *j = arg;
+        uint64_t a, b, sum = 0, mx = 0;
+        uint64_t idx[TOKIDX_PIECE];
+        zr_loc locs[TOKIDX_PIECE];
+        zr_error err = {0};
+
+        shard_range(j->key->n, shard, nshards, &a, &b);
+        for (uint64_t q = a; q < b; q += TOKIDX_PIECE) {
+                size_t m = b - q < TOKIDX_PIECE ? (size_t)(b - q) : TOKIDX_PIECE;
+                if (atomic_load(&j->failed))
+                        return;
+                if (j->cancel && atomic_load(j->cancel)) {
+                        job_fail(j, ECANCELED, "cancelled: the loader closed");
+                        return;
+                }
+                if (zr_sampler_cycle_fill(j->key->mode, j->key->n, j->key->seed, j->key->cycle, q,
+                                          idx, m, &err) < 0 ||
+                    zr_store_locate(zr_dataset_store(j->ds), idx, m, locs, &err) < 0) {
+                        job_fail(j, err.code ? err.code : EIO, err.message);
+                        return;
+                }
+                for (size_t i = 0; i < m; i++) {
+                        uint64_t len = locs[i].logic_length;
+                        if (len < j->hdr || (len - j->hdr) % j->item) {
+                                char msg[160];
+                                snprintf(msg, sizeof(msg), "record %" PRIu64 ": %" PRIu64 " bytes "
+                                         "is not a %" PRIu64 "-byte header and whole items of %"
+                                         PRIu64 " bytes", idx[i], len, j->hdr, j->item);
+                                job_fail(j, ZR_E_CORRUPT, msg);
+                                return;
+                        }
+                        len = (len - j->hdr) / j->item;
+                        j->prefix[q + i + 1] = len;
+                        sum += len;
+                        mx = len > mx ? len : mx;
+                }
+        }
+        j->sums[shard] = sum;
+        j->maxes[shard] = mx;
+}
+
+/* Pass 2: running sums, each shard from the sum of the shards before it. */
+static void concat_scan(void *arg, size_t shard, size_t nshards) {
+        concat_job *j = arg;
+        uint64_t a, b, run = j->sums[shard]; /* the exclusive scan, by the caller */
+
+        shard_range(j->key->n, shard, nshards, &a, &b);
+        for (uint64_t q = a; q < b; q++) {
+                run += j->prefix[q + 1];
+                j->prefix[q + 1] = run;
+        }
+}
+
+static uint64_t now_ns(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* A fresh index of nbytes payload in one allocation (header first). */
+static int idx_alloc(zr_tokidx **ret, const zr_tokidx_key *key, uint64_t payload, zr_error *err) {
+        zr_tokidx *ix = calloc(1, sizeof(*ix));
+        if (!ix || payload > SIZE_MAX - TOKIDX_HEADER ||
+            !(ix->mem = calloc(1, TOKIDX_HEADER + (size_t)payload))) {
+                free(ix);
+                return zr_error_errno(err, ENOMEM, "an index of %" PRIu64 " bytes", payload);
+        }
+        ix->key = *key;
+        ix->mem_bytes = TOKIDX_HEADER + (size_t)payload;
+        *ret = ix;
+        return 0;
+}
+
+static int build_concat(const zr_tokidx_key *key, zr_dataset *ds, zr_pool *pool,
+                        const _Atomic int *cancel, zr_tokidx **ret, zr_error *err) {
+        size_t nshards = zr_pool_shards(pool, key->n / TOKIDX_PIECE + 1);
+        concat_job j = { .ds = ds, .key = key, .cancel = cancel,
+                         .hdr = zr_tokidx_header_bytes(ds),
+                         .item = zr_dataset_schema(ds)->dtype.itemsize };
+        zr_tokidx *ix = NULL;
+        uint64_t run = 0, mx = 0;
+        int r;
+
+        if (key->n > (SIZE_MAX - TOKIDX_HEADER) / 8 - 1)
+                return zr_error_set(err, ZR_E_LIMIT, "%" PRIu64 " documents: too many for an "
+                                    "index in memory", key->n);
+        r = idx_alloc(&ix, key, 8 * (key->n + 1), err);
+        if (r < 0)
+                return r;
+        j.prefix = (uint64_t *)((uint8_t *)ix->mem + TOKIDX_HEADER);
+        j.sums = calloc(nshards, sizeof(*j.sums));
+        j.maxes = calloc(nshards, sizeof(*j.maxes));
+        if (!j.sums || !j.maxes) {
+                r = zr_error_errno(err, ENOMEM, "an index");
+                goto out;
+        }
+        pthread_mutex_init(&j.mu, NULL);
+        zr_pool_parallel(pool, nshards, concat_lengths, &j);
+        pthread_mutex_destroy(&j.mu);
+        if (atomic_load(&j.failed)) {
+                r = zr_error_set(err, j.err.code, "%s", j.err.message);
+                goto out;
+        }
+        for (size_t s = 0; s < nshards; s++) {
+                uint64_t v = j.sums[s];
+                j.sums[s] = run;
+                run += v;
+                mx = j.maxes[s] > mx ? j.maxes[s] : mx;
+        }
+        zr_pool_parallel(pool, nshards, concat_scan, &j);
+        ix->prefix = j.prefix;
+        ix->total = run;
+        ix->max_len = mx;
+        *ret = ix;
+        ix = NULL;
+        r = 0;
+out:
+        free(j.sums);
+        free(j.maxes);
+        zr_tokidx_free(ix);
+        return r;
+}
+
+/* ---- best fit -------------------------------------------------------------------- */
+
+/* A shard's room to pack one window: its items and bins, and, for each free
+ * capacity 0..L, a list of the open bins with it and a bitmap of the
+ * capacities that have one (best fit finds the first set bit at or above an
+ * item's length). */
+typedef struct bf_scratch {
+        uint64_t L;
+        uint32_t *item_q, *item_len, *item_start, *order;
+        uint32_t *bin_free, *bin_next, *bin_prev, *bin_first, *bin_last, *bin_count;
+        uint32_t *item_next;  /* the next item of its bin, in placement order */
+        uint32_t *head;       /* L + 1 */
+        uint64_t *bits;       /* (L + 1 + 63) / 64 */
+} bf_scratch;
+
+#define BF_NONE UINT32_MAX
+
+typedef struct bf_job {
+        const zr_tokidx_key *key;
+        const uint64_t *prefix;  /* the cycle's concat index */
+        uint64_t nwin;
+        uint64_t *win_rows, *win_pieces;  /* pass 1 counts, then their exclusive scans */
+        uint64_t *row_at;        /* pass 2 */
+        zr_tokpiece *pieces;
+        int write;
+        const _Atomic int *cancel;
+        _Atomic int failed;
+} bf_job;
+
+static int bf_scratch_init(bf_scratch *s, uint64_t L, uint64_t K) {
+        size_t words = (size_t)((L + 64) / 64);
+
+        *s = (bf_scratch){ .L = L };
+        s->item_q = malloc(K * sizeof(uint32_t));
+        s->item_len = malloc(K * sizeof(uint32_t));
+        s->item_start = malloc(K * sizeof(uint32_t));
+        s->order = malloc(K * sizeof(uint32_t));
+        s->item_next = malloc(K * sizeof(uint32_t));
+        s->bin_free = malloc(K * sizeof(uint32_t));
+        s->bin_next = malloc(K * sizeof(uint32_t));
+        s->bin_prev = malloc(K * sizeof(uint32_t));
+        s->bin_first = malloc(K * sizeof(uint32_t));
+        s->bin_last = malloc(K * sizeof(uint32_t));
+        s->bin_count = malloc(K * sizeof(uint32_t));
+        s->head = malloc((size_t)(L + 1) * sizeof(uint32_t));
+        s->bits = calloc(words, sizeof(uint64_t));
+        if (!s->item_q || !s->item_len || !s->item_start || !s->order || !s->item_next ||
+            !s->bin_free || !s->bin_next || !s->bin_prev || !s->bin_first || !s->bin_last ||
+            !s->bin_count || !s->head || !s->bits)
+                return -ENOMEM;
+        for (uint64_t c = 0; c <= L; c++)
+                s->head[c] = BF_NONE;
+        return 0;
+}
+
+static void bf_scratch_free(bf_scratch *s) {
+        free(s->item_q);
+        free(s->item_len);
+        free(s->item_start);
+        free(s->order);
+        free(s->item_next);
+        free(s->bin_free);
+        free(s->bin_next);
+        free(s->bin_prev);
+        free(s->bin_first);
+        free(s->bin_last);
+        free(s->bin_count);
+        free(s->head);
+        free(s->bits);
+}
+
+static void bf_unlink(bf_scratch *s, uint32_t b) {
+        uint32_t c = s->bin_free[b];
+        if (s->bin_prev[b] != BF_NONE)
+                s->bin_next[s->bin_prev[b]] = s->bin_next[b];
+        else
+                s->head[c] = s->bin_next[b];
+        if (s->bin_next[b] != BF_NONE)
+                s->bin_prev[s->bin_next[b]] = s->bin_prev[b];
+        if (s->head[c] == BF_NONE)
+                s->bits[c / 64] &= ~(UINT64_C(1) << (c % 64));
+}
+
+static void bf_link(bf_scratch *s, uint32_t b) {
+        uint32_t c = s->bin_free[b];
+        s->bin_prev[b] = BF_NONE;
+        s->bin_next[b] = s->head[c];
+        if (s->head[c] != BF_NONE)
+                s->bin_prev[s->head[c]] = b;
+        s->head[c] = b;
+        s->bits[c / 64] |= UINT64_C(1) << (c % 64);
+}
+
+/* The open bin with the least free capacity >= len, or BF_NONE. */
+static uint32_t bf_find(const bf_scratch *s, uint64_t len) {
+        size_t w = (size_t)(len / 64), words = (size_t)((s->L + 64) / 64);
+        uint64_t m = s->bits[w] & (~UINT64_C(0) << (len % 64));
+
+        for (;;) {
+                if (m)
+                        return s->head[w * 64 + (size_t)__builtin_ctzll(m)];
+                if (++w >= words)
+                        return BF_NONE;
+                m = s->bits[w];
+        }
+}
+
+/* Longest first; equal lengths in the order's order (stable, so the packing is
+ * a function of the order alone). */
+static int bf_cmp(const void *a, const void *b, void *arg) {
+        const uint32_t *len = arg, x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+        if (len[x] != len[y])
+                return len[x] > len[y] ? -1 : 1;
+        return x < y ? -1 : x > y;
+}
+
+/* Packs window w: counts its rows and pieces, and writes them when j->write
+ * (rows from *row, pieces from *piece). */
+static void bf_window(bf_job *j, bf_scratch *s, uint64_t w, uint64_t *ret_rows,
+                      uint64_t *ret_pieces) {
+        const zr_tokidx_key *k = j->key;
+        uint64_t L = k->seq_len, K = k->window, q0 = w * K, q1 = q0 + K;
+        uint64_t rows = 0, pieces = 0, row = 0, piece = 0;
+        uint32_t nitems = 0, nbins = 0;
+
+        if (q1 > k->n)
+                q1 = k->n;
+        if (j->write) {
+                row = j->win_rows[w];
+                piece = j->win_pieces[w];
+        }
+        /* rows of their own: the whole rows of documents longer than L, in order */
+        for (uint64_t q = q0; q < q1; q++) {
+                uint64_t len = j->prefix[q + 1] - j->prefix[q] + k->eos, full = len / L;
+                for (uint64_t f = 0; f < full; f++) {
+                        if (j->write) {
+                                j->row_at[row++] = piece;
+                                j->pieces[piece++] = (zr_tokpiece){ (uint32_t)q,
+                                                                    (uint32_t)(f * L),
+                                                                    (uint32_t)L };
+                        }
+                        rows++;
+                        pieces++;
+                }
+                if (len % L) {
+                        s->item_q[nitems] = (uint32_t)q;
+                        s->item_start[nitems] = (uint32_t)(full * L);
+                        s->item_len[nitems] = (uint32_t)(len % L);
+                        s->order[nitems] = nitems;
+                        nitems++;
+                }
+        }
+        qsort_r(s->order, nitems, sizeof(uint32_t), bf_cmp, s->item_len);
+        for (uint32_t i = 0; i < nitems; i++) {
+                uint32_t it = s->order[i], len = s->item_len[it];
+                uint32_t b = bf_find(s, len);
+                if (b == BF_NONE) {
+                        b = nbins++;
+                        s->bin_free[b] = (uint32_t)L;
+                        s->bin_first[b] = s->bin_last[b] = BF_NONE;
+                        s->bin_count[b] = 0;
+                } else {
+                        bf_unlink(s, b);
+                }
+                s->item_next[it] = BF_NONE;
+                if (s->bin_last[b] == BF_NONE)
+                        s->bin_first[b] = it;
+                else
+                        s->item_next[s->bin_last[b]] = it;
+                s->bin_last[b] = it;
+                s->bin_count[b]++;
+                s->bin_free[b] -= len;
+                bf_link(s, b);
+        }
+        for (uint32_t b = 0; b < nbins; b++) {
+                bf_unlink(s, b); /* leaves the lists and bits empty for the next window */
+                if (j->write) {
+                        j->row_at[row++] = piece;
+                        for (uint32_t it = s->bin_first[b]; it != BF_NONE; it = s->item_next[it])
+                                j->pieces[piece++] = (zr_tokpiece){ s->item_q[it],
+                                                                    s->item_start[it],
+                                                                    s->item_len[it] };
+                }
+                rows++;
+                pieces += s->bin_count[b];
+        }
+        *ret_rows = rows;
+        *ret_pieces = pieces;
+}
+
+static void bf_shard(void *arg, size_t shard, size_t nshards) {
+        bf_job *j = arg;
+        bf_scratch s;
+        uint64_t a, b;
+
+        shard_range(j->nwin, shard, nshards, &a, &b);
+        if (a == b)
+                return;
+        if (bf_scratch_init(&s, j->key->seq_len, j->key->window) < 0) {
+                atomic_store(&j->failed, ENOMEM);
+                bf_scratch_free(&s);
+                return;
+        }
+        for (uint64_t w = a; w < b; w++) {
+                uint64_t rows, pieces;
+                if (atomic_load(&j->failed))
+                        break;
+                if ((w - a) % 64 == 0 && j->cancel && atomic_load(j->cancel)) {
+                        atomic_store(&j->failed, ECANCELED);
+                        break;
+                }
+                bf_window(j, &s, w, &rows, &pieces);
+                if (!j->write) {
+                        j->win_rows[w] = rows;
+                        j->win_pieces[w] = pieces;
+                }
+        }
+        bf_scratch_free(&s);
+}
+
+static int build_best_fit(const zr_tokidx_key *key, const zr_tokidx *cat, zr_pool *pool,
+                          const _Atomic int *cancel, zr_tokidx **ret, zr_error *err) {
+        bf_job j = { .key = key, .prefix = cat->prefix, .cancel = cancel };
+        uint64_t rows = 0, pieces = 0;
+        zr_tokidx *ix = NULL;
+        size_t nshards;
+        int r;
+
+        if (key->n > UINT32_MAX)
+                return zr_error_set(err, ZR_E_LIMIT, "best fit packs at most 2^32 - 1 "
+                                    "documents, the store holds %" PRIu64, key->n);
+        if (cat->max_len + key->eos > UINT32_MAX)
+                return zr_error_set(err, ZR_E_LIMIT, "a document of %" PRIu64 " tokens: best fit "
+                                    "takes at most 2^32 - 2", cat->max_len);
+        j.nwin = (key->n + key->window - 1) / key->window;
+        nshards = zr_pool_shards(pool, j.nwin ? j.nwin : 1);
+        j.win_rows = calloc(j.nwin + 1, sizeof(uint64_t));
+        j.win_pieces = calloc(j.nwin + 1, sizeof(uint64_t));
+        if (!j.win_rows || !j.win_pieces) {
+                r = zr_error_errno(err, ENOMEM, "a best-fit index");
+                goto out;
+        }
+        zr_pool_parallel(pool, nshards, bf_shard, &j);
+        if (atomic_load(&j.failed)) {
+                int code = atomic_load(&j.failed);
+                r = code == ECANCELED ? zr_error_set(err, ECANCELED, "cancelled: the loader closed")
+                                      : zr_error_errno(err, code, "packing by best fit");
+                goto out;
+        }
+        for (uint64_t w = 0; w < j.nwin; w++) {
+                uint64_t a = j.win_rows[w], b = j.win_pieces[w];
+                j.win_rows[w] = rows;
+                j.win_pieces[w] = pieces;
+                rows += a;
+                pieces += b;
+        }
+        r = idx_alloc(&ix, key, 8 * (rows + 1) + sizeof(zr_tokpiece) * pieces, err);
+        if (r < 0)
+                goto out;
+        j.row_at = (uint64_t *)((uint8_t *)ix->mem + TOKIDX_HEADER);
+        j.pieces = (zr_tokpiece *)(j.row_at + rows + 1);
+        j.write = 1;
+        zr_pool_parallel(pool, nshards, bf_shard, &j);
+        if (atomic_load(&j.failed)) {
+                r = zr_error_errno(err, atomic_load(&j.failed), "packing by best fit");
+                goto out;
+        }
+        j.row_at[rows] = pieces;
+        ix->row_at = j.row_at;
+        ix->pieces = j.pieces;
+        ix->rows = rows;
+        ix->npieces = pieces;
+        ix->total = cat->total;
+        ix->max_len = cat->max_len;
+        *ret = ix;
+        ix = NULL;
+        r = 0;
+out:
+        free(j.win_rows);
+        free(j.win_pieces);
+        zr_tokidx_free(ix);
+        return r;
+}
+
+/* ---- files ---------------------------------------------------------------------- */
+
+static uint64_t payload_bytes(const zr_tokidx *ix) {
+        return ix->mem_bytes - TOKIDX_HEADER;
+}
+
+/* Writes ix's file: beside its name, then renamed onto it. Failures only cost
+ * the next loader a build. */
+static void idx_save(zr_tokstore *ts, zr_tokidx *ix) {
+        char name[160], tmp[192];
+        tokidx_header h = {0};
+        uint8_t *mem = ix->mem;
+        size_t left = ix->mem_bytes, at = 0;
+        int fd;
+
+        if (ts->dirfd < 0 || ts->budget < ix->mem_bytes)
+                return;
+        memcpy(h.magic, TOKIDX_MAGIC, 8);
+        h.version = TOKIDX_VERSION;
+        h.header_bytes = TOKIDX_HEADER;
+        h.key = ix->key;
+        h.total = ix->total;
+        h.max_len = ix->max_len;
+        h.rows = ix->rows;
+        h.npieces = ix->npieces;
+        h.payload_bytes = payload_bytes(ix);
+        h.checksum = payload_hash(mem + TOKIDX_HEADER, h.payload_bytes);
+        memcpy(mem, &h, sizeof(h));
+        file_name(&ix->key, name, sizeof(name));
+        snprintf(tmp, sizeof(tmp), ".%s.%d.%lx.tmp", name, (int)getpid(),
+                 (unsigned long)pthread_self());
+        fd = openat(ts->dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd < 0)
+                return;
+        while (left > 0) {
+                ssize_t w = write(fd, mem + at, left);
+                if (w <= 0) {
+                        if (w < 0 && errno == EINTR)
+                                continue;
+                        break;
+                }
+                at += (size_t)w;
+                left -= (size_t)w;
+        }
+        if (left == 0 && fdatasync(fd) == 0 && close(fd) == 0) {
+                fd = -1;
+                pthread_mutex_lock(&ts->mutex);
+                if (renameat(ts->dirfd, tmp, ts->dirfd, name) == 0)
+                        evict(ts);
+                else
+                        unlinkat(ts->dirfd, tmp, 0);
+                pthread_mutex_unlock(&ts->mutex);
+                return;
+        }
+        if (fd >= 0)
+                close(fd);
+        unlinkat(ts->dirfd, tmp, 0);
+}
+
+/* Opens and checks the header of key's file: its fd and header, or -1. */
+static int idx_open_file(zr_tokstore *ts, const zr_tokidx_key *key, tokidx_header *h,
+                         struct stat *st) {
+        char name[160];
+        int fd;
+
+        if (ts->dirfd < 0)
+                return -1;
+        file_name(key, name, sizeof(name));
+        fd = openat(ts->dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        if (fd < 0)
+                return -1;
+        if (fstat(fd, st) < 0 || !S_ISREG(st->st_mode) || st->st_uid != geteuid() ||
+            pread(fd, h, sizeof(*h), 0) != (ssize_t)sizeof(*h) ||
+            memcmp(h->magic, TOKIDX_MAGIC, 8) != 0 || h->version != TOKIDX_VERSION ||
+            h->header_bytes != TOKIDX_HEADER || memcmp(&h->key, key, sizeof(*key)) != 0 ||
+            h->payload_bytes > (uint64_t)st->st_size ||
+            (uint64_t)st->st_size != TOKIDX_HEADER + h->payload_bytes) {
+                close(fd);
+                return -2;
+        }
+        return fd;
+}
+
+static void idx_reject(zr_tokstore *ts, const zr_tokidx_key *key) {
+        char name[160];
+
+        file_name(key, name, sizeof(name));
+        pthread_mutex_lock(&ts->mutex);
+        unlinkat(ts->dirfd, name, 0);
+        ts->c.rejected++;
+        pthread_mutex_unlock(&ts->mutex);
+}
+
+uint64_t zr_tokidx_peek_rows(zr_tokstore *ts, const zr_tokidx_key *key) {
+        tokidx_header h;
+        struct stat st;
+        int fd = idx_open_file(ts, key, &h, &st);
+
+        if (fd < 0)
+                return 0;
+        close(fd);
+        return h.rows;
+}
+
+/* Whether the payload is an index of its kind at all: the sums never fall,
+ * the rows' pieces lie in order inside the pieces and name positions of the
+ * cycle. The lengths of a sample are then read again from the store. */
+static int idx_sane(const zr_tokidx *ix, zr_dataset *ds) {
+        const zr_tokidx_key *k = &ix->key;
+        uint64_t n = k->n;
+
+        if (k->kind == ZR_TOKIDX_CONCAT) {
+                const uint64_t *p = ix->prefix;
+                uint64_t hdr = zr_tokidx_header_bytes(ds), item = zr_dataset_schema(ds)->dtype.itemsize;
+                uint64_t m = n < TOKIDX_RECHECK ? n : TOKIDX_RECHECK;
+                uint64_t q[TOKIDX_RECHECK], idx[TOKIDX_RECHECK];
+                zr_loc locs[TOKIDX_RECHECK];
+
+                if (ix->mem_bytes != TOKIDX_HEADER + 8 * (n + 1) || p[0] != 0 || p[n] != ix->total)
+                        return 0;
+                for (uint64_t i = 0; i < n; i++)
+                        if (p[i + 1] < p[i] || p[i + 1] - p[i] > ix->max_len)
+                                return 0;
+                for (uint64_t i = 0; i < m; i++) {
+                        q[i] = (uint64_t)(((unsigned __int128)i * n) / m);
+                        if (zr_sampler_cycle_fill(k->mode, n, k->seed, k->cycle, q[i], &idx[i], 1,
+                                                  NULL) < 0)
+                                return 0;
+                }
+                if (zr_store_locate(zr_dataset_store(ds), idx, m, locs, NULL) < 0)
+                        return 0;
+                for (uint64_t i = 0; i < m; i++)
+                        if (locs[i].logic_length < hdr ||
+                            (locs[i].logic_length - hdr) / item != p[q[i] + 1] - p[q[i]])
+                                return 0;
+                return 1;
+        }
+        if (ix->mem_bytes != TOKIDX_HEADER + 8 * (ix->rows + 1) + sizeof(zr_tokpiece) * ix->npieces ||
+            ix->row_at[0] != 0 || ix->row_at[ix->rows] != ix->npieces)
+                return 0;
+        for (uint64_t r = 0; r < ix->rows; r++)
+                if (ix->row_at[r + 1] < ix->row_at[r])
+                        return 0;
+        for (uint64_t i = 0; i < ix->npieces; i++) {
+                const zr_tokpiece *pc = &ix->pieces[i];
+                if (pc->q >= n || pc->count == 0 || pc->count > k->seq_len ||
+                    (uint64_t)pc->start + pc->count > ix->max_len + k->eos)
+                        return 0;
+        }
+        return 1;
+}
+
+/* Loads key's file: 1 with *ret, 0 if there is none (or it failed a check:
+ * then it is removed). */
+static int idx_load(zr_tokstore *ts, const zr_tokidx_key *key, zr_dataset *ds, zr_tokidx **ret) {
+        tokidx_header h;
+        struct stat st;
+        zr_tokidx *ix;
+        void *map;
+        int fd = idx_open_file(ts, key, &h, &st);
+
+        if (fd == -2)
+                idx_reject(ts, key);
+        if (fd < 0)
+                return 0;
+        map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+        if (map == MAP_FAILED) {
+                close(fd);
+                return 0;
+        }
+        ix = calloc(1, sizeof(*ix));
+        if (!ix) {
+                munmap(map, (size_t)st.st_size);
+                close(fd);
+                return 0;
+        }
+        *ix = (zr_tokidx){ .key = *key, .total = h.total, .max_len = h.max_len, .rows = h.rows,
+                           .npieces = h.npieces, .mem = map, .mem_bytes = (size_t)st.st_size,
+                           .mapped = 1 };
+        if (key->kind == ZR_TOKIDX_CONCAT) {
+                ix->prefix = (const uint64_t *)((const uint8_t *)map + TOKIDX_HEADER);
+        } else {
+                ix->row_at = (const uint64_t *)((const uint8_t *)map + TOKIDX_HEADER);
+                ix->pieces = (const zr_tokpiece *)(ix->row_at + h.rows + 1);
+        }
+        if (payload_hash((const uint8_t *)map + TOKIDX_HEADER, h.payload_bytes) != h.checksum ||
+            (key->kind == ZR_TOKIDX_BEST_FIT &&
+             (h.rows > h.payload_bytes / 8 || h.npieces > h.payload_bytes / sizeof(zr_tokpiece))) ||
+            !idx_sane(ix, ds)) {
+                close(fd);
+                zr_tokidx_free(ix);
+                idx_reject(ts, key);
+                return 0;
+        }
+        futimens(fd, NULL); /* recently used: evicted last */
+        close(fd);
+        pthread_mutex_lock(&ts->mutex);
+        ts->c.loads++;
+        pthread_mutex_unlock(&ts->mutex);
+        *ret = ix;
+        return 1;
+}
+
+int zr_tokidx_get(zr_tokstore *ts, const zr_tokidx_key *key, zr_dataset *ds, zr_pool *pool,
+                  const _Atomic int *cancel, zr_tokidx **ret, zr_error *err) {
+        zr_tokidx *ix = NULL, *cat = NULL;
+        uint64_t t0;
+        int r;
+
+        if (idx_load(ts, key, ds, ret))
+                return 0;
+        t0 = now_ns();
+        if (key->kind == ZR_TOKIDX_CONCAT) {
+                r = build_concat(key, ds, pool, cancel, &ix, err);
+        } else {
+                zr_tokidx_key ck = *key;
+                ck.kind = ZR_TOKIDX_CONCAT;
+                ck.seq_len = ck.window = 0;
+                ck.eos = 0;
+                r = zr_tokidx_get(ts, &ck, ds, pool, cancel, &cat, err);
+                if (r == 0)
+                        r = build_best_fit(key, cat, pool, cancel, &ix, err);
+                zr_tokidx_free(cat);
+        }
+        if (r < 0)
+                return r;
+        pthread_mutex_lock(&ts->mutex);
+        ts->c.builds++;
+        ts->c.build_ns += now_ns() - t0;
+        pthread_mutex_unlock(&ts->mutex);
+        idx_save(ts, ix);
+        *ret = ix;
+        return 0;
+}
+
+zr_tokidx *zr_tokidx_free(zr_tokidx *ix) {
+        if (!ix)
+                return NULL;
+        if (ix->mapped)
+                munmap(ix->mem, ix->mem_bytes);
+        else
+                free(ix->mem);
+        free(ix);
+        return NULL;
+}

@@ -1,0 +1,247 @@
+"""Packed token sequences (issue 34): the daemon's rows against a reference in
+numpy written from proto/SAMPLERS.md ("Packed token sequences"), resume,
+ranks, the index kept on disk, refusals."""
+
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from loaderx import ZrecordError
+from loaderx.dataloader import DataLoader
+from loaderx.dataset import RaggedDataset
+from loaderx.utils import from_iterator
+
+from conftest import REPO
+
+sys.path.insert(0, os.path.join(REPO, "proto", "vectors"))
+import sampler as S  # noqa: E402  the spec's numpy reference
+
+pytestmark = pytest.mark.usefixtures("loader_feature")
+
+
+def _docs(n, seed=1, hi=40, dtype=np.int32):
+    rng = np.random.default_rng(seed)
+    lens = rng.integers(1, hi, size=n)
+    return [(np.arange(k, dtype=np.int64) + 1000 * i).astype(dtype) for i, k in enumerate(lens)]
+
+
+def _order(mode, n, seed, c):
+    if mode == "sequential":
+        return np.arange(n)
+    f = S.cyclic if mode == "cyclic" else S.cyclic_lx157
+    return np.asarray(f(n, n, seed, c, 0, 1), dtype=np.int64)
+
+
+def _stream(docs, mode, seed, eos):
+    """The endless stream of (token, doc, start-of-doc offset) of the cycles."""
+    c = 0
+    while True:
+        for q in _order(mode, len(docs), seed, c):
+            d = list(docs[q]) + ([eos] if eos is not None else [])
+            for k, t in enumerate(d):
+                yield t, q, k
+        c += 1
+
+
+def ref_concat(docs, mode, seed, L, rows, eos=None):
+    """rows [0, rows): tokens, segment ids, positions."""
+    it = _stream(docs, mode, seed, eos)
+    toks = np.zeros((rows, L), np.int64)
+    segs = np.zeros((rows, L), np.int32)
+    pos = np.zeros((rows, L), np.int32)
+    for r in range(rows):
+        prev, seg, start = None, 0, 0
+        for j in range(L):
+            t, q, k = next(it)
+            if (q, k - 1) != prev:          # a new piece: another document, or a new cycle
+                seg += 1
+                start = j
+            prev = (q, k)
+            toks[r, j], segs[r, j], pos[r, j] = t, seg, j - start
+    return toks, segs, pos
+
+
+def ref_best_fit(docs, mode, seed, L, window, cycles, eos=None, pad=0):
+    """The rows of cycles [0, cycles), as lists of (tokens, segs, pos)."""
+    out = []
+    for c in range(cycles):
+        order = _order(mode, len(docs), seed, c)
+        for w0 in range(0, len(order), window):
+            items, rows = [], []
+            for q in order[w0:w0 + window]:
+                d = list(docs[q]) + ([eos] if eos is not None else [])
+                full = len(d) // L
+                for f in range(full):
+                    rows.append([d[f * L:(f + 1) * L]])
+                if len(d) % L:
+                    items.append(d[full * L:])
+            # longest first, stable; each into the open row with the least room
+            # that holds it, among equals the one placed into last
+            bins = []                  # [free, pieces, last placement]
+            for tick, it_ in enumerate(sorted(items, key=lambda x: -len(x))):
+                best = None
+                for b in bins:
+                    if b[0] >= len(it_) and (best is None or (b[0], -b[2]) < (best[0], -best[2])):
+                        best = b
+                if best is None:
+                    best = [L, [], 0]
+                    bins.append(best)
+                best[0] -= len(it_)
+                best[1].append(it_)
+                best[2] = tick
+            rows += [b[1] for b in bins]
+            for pieces in rows:
+                t = np.full(L, pad, np.int64)
+                s = np.zeros(L, np.int32)
+                p = np.zeros(L, np.int32)
+                j = 0
+                for k, pc in enumerate(pieces):
+                    t[j:j + len(pc)] = pc
+                    s[j:j + len(pc)] = k + 1
+                    p[j:j + len(pc)] = np.arange(len(pc))
+                    j += len(pc)
+                out.append((t, s, p))
+    return out
+
+
+@pytest.fixture(params=["raw", "zstd"])
+def corpus(workdir, request):
+    """Raw records are read piece by piece; compressed ones decoded whole."""
+    docs = _docs(57)
+    from_iterator("docs", docs, np.int32, codec=request.param)
+    return docs
+
+
+def _batches(loader, k):
+    out = []
+    for _ in range(k):
+        b = next(loader)
+        out.append({key: np.array(v) for key, v in b.items()})
+    return out
+
+
+@pytest.mark.parametrize("mode", ["sequential", "cyclic", "cyclic-lx157"])
+def test_concat_is_the_reference(corpus, mode):
+    B, L, steps = 3, 16, 40          # 40 × 3 × 16 tokens: several cycles
+    with DataLoader({"tokens": RaggedDataset("docs")}, batch_size=B, sampler=mode, seed=5,
+                    pack={"tokens": L}, num_workers=0) as dl:
+        got = _batches(dl, steps)
+    toks, segs, pos = ref_concat(corpus, mode, 5, L, B * steps)
+    for s, b in enumerate(got):
+        assert b["tokens"].dtype == np.int32 and b["tokens"].shape == (B, L)
+        np.testing.assert_array_equal(b["tokens"], toks[s * B:(s + 1) * B])
+        np.testing.assert_array_equal(b["tokens_segment_ids"], segs[s * B:(s + 1) * B])
+        np.testing.assert_array_equal(b["tokens_positions"], pos[s * B:(s + 1) * B])
+
+
+def test_concat_with_eos(corpus):
+    B, L = 2, 24
+    with DataLoader({"tokens": RaggedDataset("docs")}, batch_size=B, sampler="cyclic", seed=9,
+                    pack={"tokens": L}, eos_id=7, num_workers=0) as dl:
+        got = _batches(dl, 30)
+    toks, segs, pos = ref_concat(corpus, "cyclic", 9, L, B * 30, eos=7)
+    np.testing.assert_array_equal(np.concatenate([b["tokens"] for b in got]), toks)
+    np.testing.assert_array_equal(np.concatenate([b["tokens_segment_ids"] for b in got]), segs)
+    np.testing.assert_array_equal(np.concatenate([b["tokens_positions"] for b in got]), pos)
+
+
+@pytest.mark.parametrize("mode,window", [("sequential", 1024), ("cyclic", 8),
+                                         ("cyclic-lx157", 5)])
+def test_best_fit_is_the_reference(corpus, mode, window):
+    L = 32
+    ref = ref_best_fit(corpus, mode, 3, L, window, 3, eos=1, pad=99)
+    B = 4
+    steps = len(ref) // B
+    with DataLoader({"tokens": RaggedDataset("docs")}, batch_size=B, sampler=mode, seed=3,
+                    pack={"tokens": L}, pack_mode="best_fit", pack_window=window, eos_id=1,
+                    pad_id=99, num_workers=0) as dl:
+        got = _batches(dl, steps)
+    for s, b in enumerate(got):
+        for j in range(B):
+            t, sg, p = ref[s * B + j]
+            np.testing.assert_array_equal(b["tokens"][j], t, err_msg=f"step {s} row {j}")
+            np.testing.assert_array_equal(b["tokens_segment_ids"][j], sg)
+            np.testing.assert_array_equal(b["tokens_positions"][j], p)
+
+
+@pytest.mark.parametrize("pack_mode", ["concat", "best_fit"])
+def test_resume_ranks_and_world_sizes(corpus, pack_mode):
+    kw = dict(sampler="cyclic", seed=11, pack={"tokens": 8}, pack_mode=pack_mode,
+              num_workers=0)
+    with DataLoader({"tokens": RaggedDataset("docs")}, batch_size=4, **kw) as dl:
+        whole = _batches(dl, 30)
+        state = None
+    # resume at step 17 from a state_dict
+    with DataLoader({"tokens": RaggedDataset("docs")}, batch_size=4, **kw) as dl:
+        _batches(dl, 17)
+        state = dl.state_dict()
+    with DataLoader({"tokens": RaggedDataset("docs")}, batch_size=4, **kw) as dl:
+        dl.load_state_dict(state)
+        for s, b in zip(range(17, 30), _batches(dl, 13)):
+            np.testing.assert_array_equal(b["tokens"], whole[s]["tokens"])
+            np.testing.assert_array_equal(b["tokens_segment_ids"], whole[s]["tokens_segment_ids"])
+    # two ranks of batch 2 split each global batch of 4, disjoint and whole
+    for rank in range(2):
+        with DataLoader({"tokens": RaggedDataset("docs")}, batch_size=2, rank=rank,
+                        world_size=2, **kw) as dl:
+            for s, b in enumerate(_batches(dl, 30)):
+                np.testing.assert_array_equal(b["tokens"],
+                                              whole[s]["tokens"][2 * rank:2 * rank + 2])
+
+
+@pytest.mark.parametrize("pack_mode", ["concat", "best_fit"])
+def test_index_kept_on_disk(own_daemon, tmp_path, pack_mode):
+    """A second open loads the index the first built (the file is not written
+    again); a damaged file is refused, removed and built again, same rows."""
+    index_dir = tmp_path / "idx"
+    own_daemon(f"--token-index-dir={index_dir}")
+    from_iterator("docs", _docs(57), np.int32, codec="raw")
+    kw = dict(sampler="cyclic", seed=21, pack={"tokens": 8}, pack_mode=pack_mode,
+              num_workers=0)
+    with DataLoader({"tokens": RaggedDataset("docs")}, batch_size=2, **kw) as dl:
+        a = _batches(dl, 3)
+    files = sorted(f for f in os.listdir(index_dir) if f.endswith(".zti"))
+    assert files, "no index file was written"
+    assert oct(os.stat(index_dir).st_mode & 0o777) == "0o700"
+    inodes = {f: os.stat(index_dir / f).st_ino for f in files}
+    with DataLoader({"tokens": RaggedDataset("docs")}, batch_size=2, **kw) as dl:
+        b = _batches(dl, 3)
+    assert {f: os.stat(index_dir / f).st_ino for f in files} == inodes, "an index was rebuilt"
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x["tokens"], y["tokens"])
+    whole = {f: (index_dir / f).read_bytes() for f in files}
+    for f in files:
+        with open(index_dir / f, "r+b") as fh:
+            fh.seek(136)
+            v = fh.read(8)
+            fh.seek(136)
+            fh.write(bytes(x ^ 0x5A for x in v))
+    with DataLoader({"tokens": RaggedDataset("docs")}, batch_size=2, **kw) as dl:
+        c = _batches(dl, 3)
+    for x, y in zip(a, c):
+        np.testing.assert_array_equal(x["tokens"], y["tokens"])
+        np.testing.assert_array_equal(x["tokens_positions"], y["tokens_positions"])
+    assert {f: (index_dir / f).read_bytes() for f in files} == whole, \
+        "a damaged index was not built again"
+
+
+def test_refusals(workdir, corpus):
+    from loaderx.utils import from_numpy
+    from_numpy("dense", np.zeros((10, 4), np.int32))
+    from loaderx.dataset import DenseDataset
+    with pytest.raises(ZrecordError, match="not a RaggedDataset"):
+        DataLoader({"x": DenseDataset("dense")}, batch_size=2, pack={"x": 8})
+    with pytest.raises(ZrecordError, match="iid"):
+        DataLoader({"t": RaggedDataset("docs")}, batch_size=2, sampler="iid", pack={"t": 8})
+    from_iterator("floats", [np.zeros(3, np.float32)] * 4, np.float32)
+    with pytest.raises(ZrecordError, match="integers"):
+        DataLoader({"t": RaggedDataset("floats")}, batch_size=2, sampler="cyclic", pack={"t": 8})
+    from_iterator("small", [np.zeros(3, np.int8)] * 4, np.int8)
+    with pytest.raises(ZrecordError, match="eos_id 300 does not fit"):
+        DataLoader({"t": RaggedDataset("small")}, batch_size=2, sampler="cyclic", pack={"t": 8},
+                   eos_id=300)
+    with pytest.raises(ZrecordError, match="pad_id"):
+        DataLoader({"t": RaggedDataset("docs")}, batch_size=2, sampler="cyclic", pack={"t": 8},
+                   pad_id=1)
