@@ -54,4 +54,10 @@ int tool_cmd_pull(const cmdline *cl);
 /* top.c: the loaders, live (or -n frames of text or JSON). */
 int tool_cmd_top(const cmdline *cl, zrc_conn *c);
 
+/* `zrecord import --from FORMAT ...` (import-from.c): whether argv asks for it,
+ * and running it (the process becomes the Python converter; returns only on a
+ * failure to start it, ZRECORD_EXIT_FAILED). */
+int tool_import_from_wanted(int argc, char **argv);
+int tool_import_from(int argc, char **argv);
+
 #endif

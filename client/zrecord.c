@@ -549,6 +549,8 @@ int main(int argc, char **argv) {
         cmdline cl;
         int r;
 
+        if (tool_import_from_wanted(argc, argv))
+                return tool_import_from(argc, argv); /* returns only if it cannot start */
         r = cmdline_parse(argc, argv, &cl);
         if (r < 0) {
                 if (r == -ENOMEM)

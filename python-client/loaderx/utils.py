@@ -21,7 +21,11 @@ from ._errors import ZrecordTypeError, ZrecordValueError
 from .dataset import (DAEMON_TIERS, DICT_TIER_DEFAULT, DICT_TIERS, DenseDataset, RaggedDataset,
                       _Dataset)
 
-__all__ = ["from_numpy", "from_iterator", "train_dict", "convert", "conversion"]
+from ._corpora import (from_arrow, from_hf, from_megatron, from_parquet,  # noqa: E402
+                       from_webdataset, to_megatron)
+
+__all__ = ["from_numpy", "from_iterator", "train_dict", "convert", "conversion", "from_parquet",
+           "from_arrow", "from_hf", "from_webdataset", "from_megatron", "to_megatron"]
 
 CHUNK_BYTES = 32 << 20
 PROGRESS_MIN_BYTES = 64 << 20   # smaller conversions finish too fast to need a bar

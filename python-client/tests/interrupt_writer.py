@@ -12,6 +12,12 @@ ragged; ``set``: a multi-stream set of a dense and a ragged stream, through
 loaderx.utils.convert of ``src``), ``path``, ``codec``, ``seed``, ``n``,
 ``chunk`` (bytes per append), ``width`` (int32 per dense record, 64), ``dict`` (a file holding a zstd dictionary, for
 ``zstd_dict`` streams that need one).
+
+The corpora converters (loaderx.utils, _corpora.py) too: ``parquet``
+(from_parquet), ``arrow`` (from_arrow of a RecordBatchReader), ``megatron``
+(from_megatron), ``webdataset`` (from_webdataset), each of documents made from
+the seed and written as the input beside ``path`` first; ``to_megatron`` (of a
+store at ``src``, into the prefix ``path``).
 """
 
 import json
@@ -34,10 +40,74 @@ def ragged(seed, n):
     return [rng.integers(0, 500, size=(int(k), 2), dtype=np.int16) for k in sizes]
 
 
+CORPORA = ("parquet", "arrow", "megatron", "webdataset")
+
+
+def documents(seed, n):
+    """Token documents: int32, 1 to 300 tokens."""
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(1, 300, size=n)
+    return [rng.integers(0, 50000, size=int(k), dtype=np.int32) for k in sizes]
+
+
+def _write_input(spec):
+    """The input file(s) a corpora converter of spec reads; returns its argument."""
+    w, docs, base = spec["writer"], documents(spec["seed"], spec["n"]), spec["path"] + ".in"
+    if w in ("parquet", "arrow"):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+        t = pa.table({"tokens": pa.array(docs, type=pa.list_(pa.int32()))})
+        if w == "arrow":
+            return t
+        pq.write_table(t, base + ".parquet", row_group_size=max(1, spec["n"] // 8))
+        return base + ".parquet"
+    if w == "megatron":
+        from loaderx import _corpora
+        write_megatron(base, docs)
+        return base
+    if w == "webdataset":
+        import io
+        import tarfile
+        with tarfile.open(base + ".tar", "w") as tf:
+            for i, d in enumerate(docs):
+                data = d.tobytes()
+                m = tarfile.TarInfo(f"s{i:06d}.bin")
+                m.size = len(data)
+                tf.addfile(m, io.BytesIO(data))
+                m = tarfile.TarInfo(f"s{i:06d}.cls")
+                m.size = 1
+                tf.addfile(m, io.BytesIO(b"7"))
+        return base + ".tar"
+    raise ValueError(w)
+
+
+def write_megatron(prefix, docs, dtype_code=4, doc_indices=None):
+    """A Megatron-LM indexed dataset pair written from its format (the test's own
+    writer: the header, version 1, dtype code, counts, lengths, pointers, document
+    indices)."""
+    import struct
+    lens = np.array([len(d) for d in docs], "<i4")
+    item = docs[0].dtype.itemsize
+    ptrs = np.zeros(len(docs), "<i8")
+    ptrs[1:] = np.cumsum(lens[:-1].astype(np.int64) * item)
+    di = np.arange(len(docs) + 1, dtype="<i8") if doc_indices is None else \
+        np.asarray(doc_indices, "<i8")
+    with open(prefix + ".bin", "wb") as f:
+        for d in docs:
+            f.write(d.astype(d.dtype.newbyteorder("<")).tobytes())
+    with open(prefix + ".idx", "wb") as f:
+        f.write(b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, dtype_code, len(docs), len(di)))
+        f.write(lens.tobytes() + ptrs.tobytes() + di.tobytes())
+
+
 def records(spec):
     """What the conversion of spec writes: an array (dense), a list (ragged), or
     {name: either} (set)."""
     w, seed, n = spec["writer"], spec["seed"], spec["n"]
+    if w in ("parquet", "arrow", "megatron"):
+        return documents(seed, n)
+    if w == "webdataset":
+        return [d.view(np.uint8) for d in documents(seed, n)]
     if w == "numpy":
         return dense(seed, n, spec.get("width", 64))
     if w == "iterator":
@@ -83,6 +153,21 @@ def write(spec):
         return spec["n"]
     if w == "convert":
         return utils.convert(spec["src"], spec["path"], to=spec.get("to", "loaderx-1.5.7"))
+    if w in CORPORA:
+        from loaderx import _corpora
+        _corpora.CHUNK_BYTES = spec.get("chunk", _corpora.CHUNK_BYTES)
+        _corpora.ARROW_BATCH_ROWS = max(1, spec["n"] // 8)
+        src = _write_input(spec)
+        if w == "parquet":
+            return utils.from_parquet(spec["path"], src, "tokens", codec=codec)
+        if w == "arrow":
+            import pyarrow as pa
+            reader = pa.RecordBatchReader.from_batches(
+                src.schema, src.to_batches(max_chunksize=max(1, spec["n"] // 8)))
+            return utils.from_arrow(spec["path"], reader, "tokens", codec=codec)
+        if w == "megatron":
+            return utils.from_megatron(spec["path"], src, codec=codec)
+        return utils.from_webdataset(spec["path"], src, "bin", codec=codec)
     raise ValueError(w)
 
 

@@ -35,7 +35,7 @@ from loaderx.utils import from_numpy, train_dict
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROMPT = 30.0   # s from the signal to the exit (main's client: over 10 minutes)
-TRIALS = int(os.environ.get("ZR_SIGINT_TRIALS", "30"))
+TRIALS = int(os.environ.get("ZR_SIGINT_TRIALS", "40"))
 SEED = int(os.environ.get("ZR_SIGINT_SEED", "32"))
 
 
@@ -124,7 +124,7 @@ def read(path, writer):
         if writer == "numpy":
             with DenseDataset(path) as ds:
                 return ds[:]
-        if writer in ("iterator", "convert"):
+        if writer in ("iterator", "convert") + iw.CORPORA:
             with RaggedDataset(path) as ds:
                 return ds[:]
         with MSDataset(path) as ms:
@@ -215,10 +215,20 @@ def test_interrupted_request_leaves_the_connection_usable(workdir):
 # ------------------------------------------------------- the random sweep
 PY_CONFIGS = [(w, codec, existing) for w in ("numpy", "iterator", "set")
               for codec in ("raw", "zstd", "zstd_dict") for existing in (False, True)]
+# the corpora converters make new stores (issue 34), when pyarrow is there for
+# the two that need it
+try:
+    import pyarrow  # noqa: F401
+    _ARROW = ("parquet", "arrow")
+except ImportError:
+    _ARROW = ()
+PY_CONFIGS += [(w, codec, False) for w in _ARROW + ("megatron", "webdataset")
+               for codec in ("raw", "zstd")]
 TOOL_CONFIGS = [("import", codec, False) for codec in ("raw", "zstd", "zstd_dict")] + \
                [("tool-convert", "zstd", False), ("convert", "zstd", False)]
 MODES = ("int", "int", "int2", "kill")
-SIZES = {"numpy": 8192, "iterator": 5000, "set": 4096}
+SIZES = {"numpy": 8192, "iterator": 5000, "set": 4096, "parquet": 4000, "arrow": 4000,
+         "megatron": 4000, "webdataset": 3000}
 CHUNK = 128 << 10
 
 
@@ -242,7 +252,7 @@ def _py_trial(workdir, i, rng, cfg, mode, dict_file, stats):
         before = read(path, writer)
     new = iw.records(spec)
     after = joined(before, new)
-    appends = {"numpy": 8, "iterator": 8, "set": 8}[writer]
+    appends = {"numpy": 8, "iterator": 8, "set": 8}.get(writer, 8)
     p = start(spec)
     sig = signal.SIGKILL if mode == "kill" else signal.SIGINT
     assert line(p) == "ready"

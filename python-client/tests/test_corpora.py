@@ -1,0 +1,171 @@
+"""The corpora users already have (issue 34): Parquet, Arrow, Hugging Face
+datasets, WebDataset tars and Megatron-LM's .bin/.idx, into stores, and a store
+back into Megatron-LM's pair, bit for bit. Interruptions are test_interrupt.py's."""
+
+import io
+import os
+import tarfile
+
+import numpy as np
+import pytest
+
+import interrupt_writer as iw
+from loaderx import ZrecordError
+from loaderx.dataset import DenseDataset, RaggedDataset
+from loaderx.utils import (from_arrow, from_hf, from_megatron, from_parquet, from_webdataset,
+                           from_iterator, to_megatron)
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+
+
+def _same(recs, want):
+    assert len(recs) == len(want)
+    for a, b in zip(recs, want):
+        assert a.dtype == b.dtype and a.shape == b.shape and (a == b).all()
+
+
+def test_parquet_kinds(workdir):
+    docs = iw.documents(1, 500)
+    t = pa.table({
+        "tokens": pa.array(docs, type=pa.list_(pa.int32())),
+        "big": pa.array([d.astype(np.int64) for d in docs], type=pa.large_list(pa.int64())),
+        "emb": pa.array([np.arange(4, dtype=np.float32) + i for i in range(500)],
+                        type=pa.list_(pa.float32(), 4)),
+        "text": pa.array([f"doc {i} é" for i in range(500)]),
+        "blob": pa.array([bytes([i % 256]) * (i % 7 + 1) for i in range(500)], type=pa.binary()),
+        "label": pa.array(np.arange(500, dtype=np.int16)),
+    })
+    pq.write_table(t, "c.parquet", row_group_size=64)
+    assert from_parquet("tok", "c.parquet", "tokens") == 500
+    _same(RaggedDataset("tok")[:], docs)
+    assert from_parquet("big", ["c.parquet"], "big", codec="zstd") == 500
+    _same(RaggedDataset("big")[:], [d.astype(np.int64) for d in docs])
+    assert from_parquet("emb", "c.parquet", "emb") == 500
+    np.testing.assert_array_equal(DenseDataset("emb")[:],
+                                  np.arange(4, dtype=np.float32)[None] + np.arange(500)[:, None])
+    assert from_parquet("text", "c.parquet", "text") == 500
+    assert bytes(RaggedDataset("text")[7]) == "doc 7 é".encode()
+    assert from_parquet("blob", "c.parquet", "blob") == 500
+    assert bytes(RaggedDataset("blob")[9]) == bytes([9]) * 3
+    assert from_parquet("label", "c.parquet", "label") == 500
+    np.testing.assert_array_equal(DenseDataset("label")[:], np.arange(500, dtype=np.int16))
+    # two files in order
+    assert from_parquet("two", ["c.parquet", "c.parquet"], "tokens") == 1000
+    _same(RaggedDataset("two")[:], docs + docs)
+
+
+def test_parquet_refusals(workdir):
+    t = pa.table({"tokens": pa.array([[1, 2], None, [3]], type=pa.list_(pa.int32())),
+                  "e": pa.array([[1], [], [2]], type=pa.list_(pa.int32())),
+                  "m": pa.array([{"a": 1}] * 3)})
+    pq.write_table(t, "bad.parquet")
+    with pytest.raises(ZrecordError, match="row 1 is null"):
+        from_parquet("x", "bad.parquet", "tokens")
+    with pytest.raises(ZrecordError, match="row 1 is empty"):
+        from_parquet("x", "bad.parquet", "e")
+    assert not os.path.exists("x") and os.listdir(".") == ["bad.parquet"]
+    assert from_parquet("x", "bad.parquet", "e", skip_empty=True) == 2
+    _same(RaggedDataset("x")[:], [np.array([1], np.int32), np.array([2], np.int32)])
+    with pytest.raises(ZrecordError, match="no column 'nope'"):
+        from_parquet("y", "bad.parquet", "nope")
+    with pytest.raises(ZrecordError, match="has no store kind"):
+        from_parquet("y", "bad.parquet", "m")
+    with pytest.raises(ZrecordError, match="exists"):
+        from_parquet("x", "bad.parquet", "e", skip_empty=True)
+    assert not os.path.exists("y")
+
+
+def test_arrow_table_and_stream(workdir):
+    docs = iw.documents(2, 300)
+    t = pa.table({"tokens": pa.array(docs, type=pa.list_(pa.uint16()))})
+    want = [d.astype(np.uint16) for d in docs]
+    t = pa.table({"tokens": pa.array(want, type=pa.list_(pa.uint16()))})
+    assert from_arrow("a", t, "tokens") == 300
+    _same(RaggedDataset("a")[:], want)
+    reader = pa.RecordBatchReader.from_batches(t.schema, t.to_batches(max_chunksize=37))
+    assert from_arrow("b", reader, "tokens") == 300
+    _same(RaggedDataset("b")[:], want)
+    # a slice of a table: its arrays start at an offset
+    assert from_arrow("c", t.slice(11, 50), "tokens") == 50
+    _same(RaggedDataset("c")[:], want[11:61])
+
+
+def test_hf_dataset(workdir):
+    datasets = pytest.importorskip("datasets")
+    docs = iw.documents(3, 200)
+    ds = datasets.Dataset.from_dict({"input_ids": [d.tolist() for d in docs]})
+    assert from_hf("h", ds, "input_ids") == 200
+    _same(RaggedDataset("h")[:], [d.astype(np.int64) for d in docs])
+    sub = ds.select(range(10, 30))
+    assert from_hf("s", sub, "input_ids") == 20
+    _same(RaggedDataset("s")[:], [d.astype(np.int64) for d in docs[10:30]])
+
+
+def test_webdataset(workdir):
+    with tarfile.open("shard-0.tar", "w") as tf:
+        for i in range(20):
+            for ext, data in (("txt", f"text {i}".encode()), ("cls", b"%d" % (i % 3))):
+                if ext == "cls" and i == 5:
+                    continue            # a sample without it: skipped
+                m = tarfile.TarInfo(f"dir/s{i:04d}.{ext}")
+                m.size = len(data)
+                tf.addfile(m, io.BytesIO(data))
+    assert from_webdataset("w", "shard-0.tar", "txt") == 20
+    assert [bytes(r) for r in RaggedDataset("w")[:]] == [f"text {i}".encode() for i in range(20)]
+    assert from_webdataset("c", ["shard-0.tar"], ".cls") == 19
+    with pytest.raises(ZrecordError, match="no member with extension 'jpg'"):
+        from_webdataset("j", "shard-0.tar", "jpg")
+    assert not os.path.exists("j")
+
+
+@pytest.mark.parametrize("code,dtype", [(4, np.int32), (8, np.uint16), (5, np.int64)])
+def test_megatron_both_ways_bit_for_bit(workdir, code, dtype):
+    docs = [d.astype(dtype) for d in iw.documents(4, 700)]
+    iw.write_megatron("m", docs, dtype_code=code)
+    assert from_megatron("store", "m") == 700
+    _same(RaggedDataset("store")[:], docs)
+    assert to_megatron("store", "back") == 700
+    for ext in (".bin", ".idx"):
+        assert open("m" + ext, "rb").read() == open("back" + ext, "rb").read(), ext
+    # documents of several sequences: kept, and written back the same
+    iw.write_megatron("g", docs[:10], dtype_code=code, doc_indices=[0, 3, 4, 10])
+    assert from_megatron("gs", "g") == 10
+    to_megatron("gs", "gback")
+    for ext in (".bin", ".idx"):
+        assert open("g" + ext, "rb").read() == open("gback" + ext, "rb").read(), ext
+
+
+def test_megatron_refusals(workdir):
+    docs = iw.documents(5, 10)
+    iw.write_megatron("m", docs)
+    raw = bytearray(open("m.idx", "rb").read())
+    open("bad.idx", "wb").write(b"NOTANIDX" + raw[8:])
+    open("bad.bin", "wb").write(open("m.bin", "rb").read())
+    with pytest.raises(ZrecordError, match="no MMIDIDX header"):
+        from_megatron("x", "bad")
+    open("short.idx", "wb").write(raw[:-8])
+    open("short.bin", "wb").write(b"")
+    with pytest.raises(ZrecordError, match="need"):
+        from_megatron("x", "short")
+    open("cut.idx", "wb").write(raw)
+    open("cut.bin", "wb").write(open("m.bin", "rb").read()[:-4])
+    with pytest.raises(ZrecordError, match="points past the end"):
+        from_megatron("x", "cut")
+    assert not os.path.exists("x")
+    from_iterator("f", [np.zeros(3, np.float16)], np.float16)
+    with pytest.raises(ZrecordError, match="none of Megatron-LM's"):
+        to_megatron("f", "fout")
+    assert not os.path.exists("fout.bin") and not os.path.exists("fout.idx")
+
+
+def test_converted_corpus_packs(workdir):
+    """A Parquet corpus, converted, is a packed loader's stream."""
+    from loaderx.dataloader import DataLoader
+    docs = iw.documents(6, 100)
+    pq.write_table(pa.table({"tokens": pa.array(docs, type=pa.list_(pa.int32()))}), "p.parquet")
+    from_parquet("corpus", "p.parquet", "tokens")
+    with DataLoader({"tokens": RaggedDataset("corpus")}, batch_size=4, sampler="sequential",
+                    pack={"tokens": 64}, num_workers=0) as dl:
+        b = next(dl)
+    np.testing.assert_array_equal(b["tokens"].reshape(-1), np.concatenate(docs)[:256])
