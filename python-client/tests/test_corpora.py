@@ -169,3 +169,39 @@ def test_converted_corpus_packs(workdir):
                     pack={"tokens": 64}, num_workers=0) as dl:
         b = next(dl)
     np.testing.assert_array_equal(b["tokens"].reshape(-1), np.concatenate(docs)[:256])
+
+
+def test_zrecord_import_from(workdir):
+    """`zrecord import --from` runs the same converters; usage errors exit 2,
+    a missing package 1 with what to install."""
+    import subprocess
+    import sys
+    from conftest import PKG, tool_binary
+    tool = tool_binary()
+    if tool is None:
+        pytest.skip("no zrecord tool: set ZR_BUILD")
+    env = dict(os.environ, PYTHONPATH=PKG, ZRECORD_PYTHON=sys.executable)
+    docs = iw.documents(7, 64)
+    iw.write_megatron("m", docs)
+    pq.write_table(pa.table({"t": pa.array(docs, type=pa.list_(pa.int32()))}), "p.parquet")
+    r = subprocess.run([tool, "import", "--from", "megatron", "m", "sm"], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "64", r
+    _same(RaggedDataset("sm")[:], docs)
+    r = subprocess.run([tool, "import", "--from=parquet", "p.parquet", "sp", "--column", "t"],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r
+    _same(RaggedDataset("sp")[:], docs)
+    r = subprocess.run([tool, "import", "--from", "parquet", "p.parquet", "sx"], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "--column" in r.stderr and not os.path.exists("sx"), r
+    r = subprocess.run([tool, "import", "--from", "megatron", "nope", "sx"], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "nope" in r.stderr and not os.path.exists("sx"), r
+    bare = dict(env, PYTHONPATH=str(workdir))       # no loaderx there
+    if subprocess.run([sys.executable, "-c", "import loaderx"], env=bare, cwd="/",
+                      capture_output=True).returncode == 0:
+        return                                      # installed on this machine
+    r = subprocess.run([tool, "import", "--from", "megatron", "m", "sx"], env=bare,
+                       capture_output=True, text=True, timeout=120, cwd="/")
+    assert r.returncode == 1 and "needs the loaderx Python package" in r.stderr, r
