@@ -32,6 +32,11 @@
  * or read for it): a resume that far is refused rather than bought with
  * that many builds. */
 #define PACK_BEST_FIT_CYCLES_MAX 65536
+/* best_fit: cycles whose index one call may build to count their rows (a
+ * million documents: a build takes tenths of a second here), so that an open
+ * or a fill stays a bounded piece of work (SECURITY.md, "Limits"); indexes on
+ * disk only cost their header's read. */
+#define PACK_BEST_FIT_BUILDS_MAX 16
 
 typedef struct held_idx {
         zr_tokidx *ix;
@@ -220,6 +225,7 @@ static int best_fit_row(zr_pack *pk, unsigned __int128 g, const _Atomic int *can
                 *ret_ix = ix;
                 return 0;
         }
+        unsigned builds = 0;
         while (pk->cum[pk->ncum - 1] <= g) {
                 uint64_t c = pk->ncum - 1, rows;
                 zr_tokidx_key k = pack_key(pk, ZR_TOKIDX_BEST_FIT, c);
@@ -230,6 +236,13 @@ static int best_fit_row(zr_pack *pk, unsigned __int128 g, const _Atomic int *can
                                             "would all be packed to find it",
                                             PACK_BEST_FIT_CYCLES_MAX);
                 rows = zr_tokidx_peek_rows(pk->ts, &k);
+                if (rows == 0 && ++builds > PACK_BEST_FIT_BUILDS_MAX)
+                        return zr_error_set(err, ZR_E_LIMIT, "best_fit: the row of this step lies "
+                                            "past cycle %" PRIu64 ", and the rows of more than %d "
+                                            "cycles before it are not indexed yet: open at an "
+                                            "earlier step first (each open indexes %d more), or "
+                                            "pack by concat", c, PACK_BEST_FIT_BUILDS_MAX,
+                                            PACK_BEST_FIT_BUILDS_MAX);
                 if (rows == 0) {
                         r = cycle_index(pk, ZR_TOKIDX_BEST_FIT, c, cancel, &ix, err);
                         if (r < 0)
