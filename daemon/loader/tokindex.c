@@ -44,7 +44,8 @@
 
 struct zr_tokstore {
         pthread_mutex_t mutex;
-        int dirfd;            /* -1: memory only */
+        char *dir;            /* made at the first use (NULL: memory only, or failed) */
+        int dirfd;            /* -1: not open (yet) */
         uint64_t budget;
         zr_tokstore_counters c;
 };
@@ -118,11 +119,29 @@ static int make_dirs(const char *dir) {
         return 0;
 }
 
+/* Opens the directory (made 0700 if missing), once: the daemon's own, or not
+ * used. */
+static int open_dir(const char *dir, int *ret_fd) {
+        struct stat st;
+        int fd, r = make_dirs(dir);
+
+        if (r < 0)
+                return r;
+        fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        if (fstat(fd, &st) < 0 || st.st_uid != geteuid() || (st.st_mode & 022)) {
+                close(fd);
+                return -EPERM;
+        }
+        *ret_fd = fd;
+        return 0;
+}
+
 int zr_tokstore_open(const char *dir, uint64_t budget, zr_tokstore **ret, char *ret_why,
                      size_t why_size) {
         zr_tokstore *ts = calloc(1, sizeof(*ts));
         struct stat st;
-        int r;
 
         if (!ts)
                 return -ENOMEM;
@@ -132,23 +151,34 @@ int zr_tokstore_open(const char *dir, uint64_t budget, zr_tokstore **ret, char *
         if (ret_why && why_size)
                 ret_why[0] = 0;
         if (dir && dir[0]) {
-                r = make_dirs(dir);
-                if (r == 0) {
-                        ts->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-                        r = ts->dirfd < 0 ? -errno : 0;
-                }
-                if (r == 0 && fstat(ts->dirfd, &st) == 0 &&
-                    (st.st_uid != geteuid() || (st.st_mode & 022))) {
+                /* made at the first packed loader, not at every start; one that
+                 * exists is checked now, so the log says at once why not */
+                int r = 0;
+                if (lstat(dir, &st) == 0 && (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() ||
+                                             (st.st_mode & 022)))
                         r = -EPERM;
-                        close(ts->dirfd);
-                        ts->dirfd = -1;
+                if (r == 0 && !(ts->dir = strdup(dir))) {
+                        free(ts);
+                        return -ENOMEM;
                 }
                 if (r < 0 && ret_why)
-                        snprintf(ret_why, why_size, "%s: %s%s", dir, strerror(-r),
-                                 r == -EPERM ? " (not the daemon's own, or writable by others)" : "");
+                        snprintf(ret_why, why_size, "%s: %s (not the daemon's own directory, or "
+                                 "writable by others)", dir, strerror(-r));
         }
         *ret = ts;
         return 0;
+}
+
+/* Mutex held: the directory's descriptor, opened (and made) at the first use;
+ * -1 when there is none or it cannot be used (then never tried again). */
+static int store_dir(zr_tokstore *ts) {
+        if (ts->dirfd < 0 && ts->dir) {
+                if (open_dir(ts->dir, &ts->dirfd) < 0)
+                        ts->dirfd = -1;
+                free(ts->dir);
+                ts->dir = NULL;
+        }
+        return ts->dirfd;
 }
 
 zr_tokstore *zr_tokstore_free(zr_tokstore *ts) {
@@ -156,6 +186,7 @@ zr_tokstore *zr_tokstore_free(zr_tokstore *ts) {
                 return NULL;
         if (ts->dirfd >= 0)
                 close(ts->dirfd);
+        free(ts->dir);
         pthread_mutex_destroy(&ts->mutex);
         free(ts);
         return NULL;
@@ -242,7 +273,7 @@ void zr_tokstore_set_budget(zr_tokstore *ts, uint64_t budget) {
 void zr_tokstore_counters_get(zr_tokstore *ts, zr_tokstore_counters *ret) {
         pthread_mutex_lock(&ts->mutex);
         *ret = ts->c;
-        ret->budget = ts->dirfd >= 0 ? ts->budget : 0;
+        ret->budget = ts->dirfd >= 0 || ts->dir ? ts->budget : 0;
         pthread_mutex_unlock(&ts->mutex);
 }
 
@@ -708,7 +739,10 @@ static void idx_save(zr_tokstore *ts, zr_tokidx *ix) {
         size_t left = ix->mem_bytes, at = 0;
         int fd;
 
-        if (ts->dirfd < 0 || ts->budget < ix->mem_bytes)
+        pthread_mutex_lock(&ts->mutex);
+        fd = store_dir(ts) < 0 || ts->budget < ix->mem_bytes ? -1 : 0;
+        pthread_mutex_unlock(&ts->mutex);
+        if (fd < 0)
                 return;
         memcpy(h.magic, TOKIDX_MAGIC, 8);
         h.version = TOKIDX_VERSION;
@@ -758,7 +792,10 @@ static int idx_open_file(zr_tokstore *ts, const zr_tokidx_key *key, tokidx_heade
         char name[160];
         int fd;
 
-        if (ts->dirfd < 0)
+        pthread_mutex_lock(&ts->mutex);
+        fd = store_dir(ts);
+        pthread_mutex_unlock(&ts->mutex);
+        if (fd < 0)
                 return -1;
         file_name(key, name, sizeof(name));
         fd = openat(ts->dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);

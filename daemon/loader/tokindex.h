@@ -94,12 +94,12 @@ typedef struct zr_tokidx {
 
 typedef struct zr_tokstore zr_tokstore;
 
-/* Opens the store in `dir` (made 0700 when missing, with its parents under a
- * directory of this user), within `budget` bytes (0: no files are kept). dir
- * NULL or "": indexes in memory only. A directory that cannot be made or is not
- * the daemon's own (another owner, group or world writable) also leaves the
- * store in memory: *ret_why then says why (for the log; may be NULL). Returns 0
- * and sets *ret, or -ENOMEM. */
+/* Opens the store in `dir` (made 0700 when missing, with its parents, at the
+ * first index it keeps or looks for, not now), within `budget` bytes (0: no
+ * files are kept). dir NULL or "": indexes in memory only. A directory that is
+ * not the daemon's own (another owner, group or world writable), or cannot be
+ * made, also leaves the store in memory: *ret_why says why when that is known
+ * now (for the log; may be NULL). Returns 0 and sets *ret, or -ENOMEM. */
 int zr_tokstore_open(const char *dir, uint64_t budget, zr_tokstore **ret, char *ret_why,
                      size_t why_size);
 
