@@ -30,7 +30,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from suite import common as C  # noqa: E402
 
-LAYERS = ["limits", "sampler", "store", "loader", "multi", "resume", "beyond-memory", "remote"]
+LAYERS = ["limits", "sampler", "store", "loader", "multi", "resume", "beyond-memory", "remote",
+          "tokens"]
 # tables that run with a layer, also runnable alone: the loader layer's transforms
 PARTS = ["transforms"]
 
@@ -93,10 +94,12 @@ def main():
     targets15 = []
     targets35 = []
     targets33 = []
+    targets34 = []
     try:
         from suite import limits, sampler, store, loader, multi, resume, beyond, transforms, remote
+        from suite import tokens
         needs_limits = any(l in layers for l in ("limits", "store", "loader", "multi",
-                                                  "transforms"))
+                                                  "transforms", "tokens"))
         if needs_limits:
             ctx.limits = limits.run(ctx)
             out["limits"] = {str(k): v for k, v in ctx.limits.items()}
@@ -142,11 +145,18 @@ def main():
             C.write_json("remote", {"machine": machine, "remote": out["remote"],
                                     "targets": [{"target": t, "got": v, "need": need}
                                                 for t, v, need in targets33]})
+        if "tokens" in layers:
+            out["tokens"] = tokens.run(ctx)
+            targets34 = tokens.targets(out["tokens"])
+            C.write_json("tokens", {"machine": machine, "tokens": out["tokens"],
+                                    "targets": [{"target": t, "got": v, "need": need}
+                                                for t, v, need in targets34]})
     finally:
         daemon.stop()
         C.drop_path(ctx.tmp)
     for issue, ts, key in ((9, targets, "targets"), (15, targets15, "targets15"),
                            (19, targets19, "targets19"), (33, targets33, "targets33"),
+                           (34, targets34, "targets34"),
                            (35, targets35, "targets35")):
         if not ts:
             continue

@@ -383,7 +383,8 @@ class Daemon:
         env = dict(os.environ, NOTIFY_SOCKET=npath)
         self.log = os.path.join(tmp, "zrecordd.log")
         args = [self.binary, f"--socket={self.sock}", "--log-level=warning",
-                f"--threads={threads}", "--idle-exit=0", "--max-shm=16G"]
+                f"--threads={threads}", "--idle-exit=0", "--max-shm=16G",
+                f"--token-index-dir={os.path.join(tmp, 'token-index')}"]
         if cache:
             args.append(f"--cache={cache}")
         args.extend(extra)

@@ -1,0 +1,361 @@
+"""Tokens (issue 34): packed token sequences and the corpora converters.
+
+A corpus of 10^6 documents (quick: 10^4) of int32 tokens, lengths drawn from a
+log-normal (median e^5.5 ≈ 245, sigma 1.0) clipped to 1..8192, written as
+Megatron-LM's .bin/.idx and as Parquet (a list<int32> column), then:
+
+  conversion  from_megatron (page cache dropped: against the disk's
+              sequential read of the same .bin, also cold) and from_parquet
+              (warm: against pyarrow reading the column, warm) into raw stores
+  packed      concat batches/s of (8, 2048) and (64, 4096), cyclic sampler,
+              against the machine's memcpy (the limits layer's all-thread
+              gather of 256 KiB records), for the batch's bytes: tokens,
+              segment ids and positions
+  first       the first batch at step 0 with no index (built), at step 0
+              and at step 10^6 with the index on disk (a fresh process each,
+              imports not counted)
+  index       our build of a cycle's index (an open of a fresh seed minus an
+              open whose index is on disk) against Megatron-LM's GPTDataset
+              index for one epoch (its own _build_document_index,
+              helpers.build_sample_idx and _build_shuffle_index, timed
+              directly: GPTDataset itself wants a tokenizer and a config, and
+              those three functions are its whole index build), same lengths
+  padding     best_fit (window 1024) padding over one cycle of the first 50,000
+              documents against Grain's BestFitPackIterDataset on the same
+              pieces (each document cut into whole rows and a rest, as ours)
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from . import common as C
+from .common import say
+
+SEED = 34
+
+
+def _docs(n):
+    rng = np.random.default_rng(SEED)
+    lens = np.clip(np.rint(rng.lognormal(5.5, 1.0, n)), 1, 8192).astype(np.int64)
+    values = rng.integers(0, 50000, int(lens.sum()), dtype=np.int32)
+    off = np.zeros(n + 1, np.int64)
+    np.cumsum(lens, out=off[1:])
+    return lens, values, off
+
+
+def _write_megatron(prefix, lens, values):
+    import struct
+    n = len(lens)
+    ptrs = np.zeros(n, "<i8")
+    ptrs[1:] = np.cumsum(lens[:-1] * 4)
+    values.astype("<i4").tofile(prefix + ".bin")
+    with open(prefix + ".idx", "wb") as f:
+        f.write(b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, 4, n, n + 1))
+        f.write(lens.astype("<i4").tobytes() + ptrs.tobytes() +
+                np.arange(n + 1, dtype="<i8").tobytes())
+
+
+def _drop_caches():
+    try:
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return True
+    except OSError:
+        return False
+
+
+def _seq_read(path):
+    t = time.perf_counter()
+    with open(path, "rb", buffering=0) as f:
+        buf = bytearray(16 << 20)
+        while f.readinto(buf):
+            pass
+    return time.perf_counter() - t
+
+
+CHILD = r"""
+import json, sys, time
+sys.path.insert(0, {pkg!r})
+from loaderx.dataloader import DataLoader
+from loaderx.dataset import RaggedDataset
+import numpy as np
+t = time.perf_counter()
+dl = DataLoader({{"tokens": RaggedDataset({store!r})}}, batch_size={B}, sampler="cyclic",
+                seed={seed}, start_step={step}, pack={{"tokens": {L}}}, num_workers=0)
+b = next(dl)
+first = time.perf_counter() - t
+print(json.dumps({{"first_s": first, "tok0": int(b["tokens"][0, 0])}}))
+dl.close()
+"""
+
+
+def _first(store, B, L, seed, step):
+    code = CHILD.format(pkg=os.path.join(C.REPO, "python-client"), store=store, B=B, L=L, seed=seed, step=step)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=1200, env=dict(os.environ))
+    if r.returncode != 0:
+        raise RuntimeError(r.stderr[-2000:])
+    return json.loads(r.stdout.strip().splitlines()[-1])["first_s"]
+
+
+def _first_here(store, B, L, seed, step):
+    """The first batch in this process, whose connection is up (a resume through
+    load_state_dict() in a running job): the store opened, the loader opened, its
+    first batch."""
+    from loaderx.dataloader import DataLoader
+    from loaderx.dataset import RaggedDataset
+    t = time.perf_counter()
+    ds = RaggedDataset(store)
+    dl = DataLoader({"tokens": ds}, batch_size=B, sampler="cyclic", seed=seed, start_step=step,
+                    pack={"tokens": L}, num_workers=0)
+    next(dl)
+    dt = time.perf_counter() - t
+    dl.close()
+    ds.close()
+    return dt
+
+
+def _packed_rate(store, B, L, steps):
+    from loaderx.dataloader import DataLoader
+    from loaderx.dataset import RaggedDataset
+    with DataLoader({"tokens": RaggedDataset(store)}, batch_size=B, sampler="cyclic", seed=1,
+                    pack={"tokens": L}, num_workers=0, prefetch=8) as dl:
+        for _ in range(8):
+            next(dl)
+        t = time.perf_counter()
+        for _ in range(steps):
+            b = next(dl)
+            del b
+        dt = time.perf_counter() - t
+    return steps / dt, B * L * 12
+
+
+def _megatron_index(lens, L):
+    try:
+        import megatron.core.datasets.gpt_dataset as g
+        from megatron.core.datasets import helpers
+    except Exception as e:  # noqa: BLE001
+        C.skip(f"Megatron-LM's index build ({type(e).__name__}: {e})", "megatron-core")
+        return None
+    sizes = lens.astype(np.int32)
+    best = None
+    for _ in range(3):
+        t = time.perf_counter()
+        rs = np.random.RandomState(SEED)
+        doc = g._build_document_index(np.arange(len(sizes), dtype=np.int32), 1, rs, False)
+        sample = helpers.build_sample_idx(sizes, doc, L, 1, int(sizes.sum()), True, True)
+        g._build_shuffle_index(sample.shape[0] - 1, sample.shape[0] - 1, rs)
+        dt = time.perf_counter() - t
+        best = dt if best is None else min(best, dt)
+    return best
+
+
+def _our_padding(store, n_docs, L, B):
+    from loaderx.dataloader import DataLoader
+    from loaderx.dataset import RaggedDataset
+    """The padding of the rows of one whole cycle (the rows until the cycle's
+    tokens were all seen; the last batch may run into the next cycle's rows)."""
+    total = 0
+    pad = rows = 0
+    with DataLoader({"tokens": RaggedDataset(store)}, batch_size=B, sampler="sequential",
+                    pack={"tokens": L}, pack_mode="best_fit", num_workers=0) as dl:
+        while True:
+            b = next(dl)
+            seg = b["tokens_segment_ids"]
+            used = int(np.count_nonzero(seg))
+            total += used
+            pad += seg.size - used
+            rows += B
+            if total >= _our_padding.tokens:
+                break
+    return pad / (pad + total), rows
+
+
+def _grain_padding(lens, L, bins):
+    try:
+        import grain
+        import grain.experimental as ge
+    except Exception as e:  # noqa: BLE001
+        C.skip(f"Grain's best fit ({type(e).__name__})", "grain")
+        return None
+    pieces = []
+    for k in lens:
+        k = int(k)
+        pieces += [L] * (k // L) + ([k % L] if k % L else [])
+    ds = grain.MapDataset.source([{"tokens": np.ones(p, np.int32)} for p in pieces]).to_iter_dataset()
+    packed = ge.BestFitPackIterDataset(ds, length_struct={"tokens": L}, num_packing_bins=bins,
+                                       shuffle_bins=False)
+    pad = used = 0
+    for ex in packed:
+        seg = ex["tokens_segment_ids"]
+        u = int(np.count_nonzero(seg))
+        used += u
+        pad += seg.size - u
+    return pad / (pad + used)
+
+
+def run(ctx):
+    from loaderx.utils import from_megatron, from_parquet
+    q = ctx.quick
+    n = 10 ** 4 if q else 10 ** 6
+    tmp = os.path.join(ctx.tmp, "tokens")
+    os.makedirs(tmp, exist_ok=True)
+    out = {"documents": n}
+    lens, values, off = _docs(n)
+    out["tokens"] = int(lens.sum())
+    out["mean_len"] = float(lens.mean())
+    say(f"tokens: {n} documents, {out['tokens']} int32 tokens ({out['tokens'] * 4 / 2 ** 30:.2f} "
+        f"GiB), mean {out['mean_len']:.0f}, max {int(lens.max())}")
+    prefix = os.path.join(tmp, "corpus")
+    _write_megatron(prefix, lens, values)
+
+    # -- conversions
+    cold = _drop_caches()
+    disk_s = _seq_read(prefix + ".bin")
+    nbytes = out["tokens"] * 4
+    _drop_caches()
+    store = os.path.join(tmp, "store")
+    t = time.perf_counter()
+    from_megatron(store, prefix)
+    meg_s = time.perf_counter() - t
+    out["conversion"] = {"bytes": nbytes, "cold": cold,
+                         "disk_seq_gib_s": nbytes / disk_s / 2 ** 30,
+                         "from_megatron_gib_s": nbytes / meg_s / 2 ** 30}
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+        pqf = os.path.join(tmp, "corpus.parquet")
+        arr = pa.LargeListArray.from_arrays(pa.array(off), pa.array(values))
+        arr = pa.ListArray.from_arrays(pa.array(off.astype(np.int32)), pa.array(values)) \
+            if off[-1] < 2 ** 31 else arr
+        pq.write_table(pa.table({"tokens": arr}), pqf, row_group_size=65536,
+                       compression="none")
+        del arr
+        best = None
+        for _ in range(3):
+            t = time.perf_counter()
+            for b in pq.ParquetFile(pqf).iter_batches(batch_size=65536, columns=["tokens"]):
+                b.column(0).values.to_numpy()
+            dt = time.perf_counter() - t
+            best = dt if best is None else min(best, dt)
+        t = time.perf_counter()
+        from_parquet(os.path.join(tmp, "pq-store"), pqf, "tokens")
+        fp_s = time.perf_counter() - t
+        C.drop_path(os.path.join(tmp, "pq-store"))
+        out["conversion"].update(pyarrow_gib_s=nbytes / best / 2 ** 30,
+                                 from_parquet_gib_s=nbytes / fp_s / 2 ** 30)
+    except ImportError:
+        C.skip("from_parquet against pyarrow", "pyarrow")
+    cv = out["conversion"]
+    C.table("tokens: conversions (GiB/s of token bytes" + ("" if cold else
+                                                           "; page cache NOT dropped: not root") +
+            ")", [("what", "what"), ("rate", "GiB/s")],
+            [{"what": "disk, sequential read of the .bin (cold)", "rate": cv["disk_seq_gib_s"]},
+             {"what": "from_megatron (cold)", "rate": cv["from_megatron_gib_s"]}] +
+            ([{"what": "pyarrow, the Parquet column (warm)", "rate": cv["pyarrow_gib_s"]},
+              {"what": "from_parquet (warm)", "rate": cv["from_parquet_gib_s"]}]
+             if "pyarrow_gib_s" in cv else []))
+
+    # -- packed batches/s
+    mc = None
+    if ctx.limits:
+        big = max(ctx.limits)
+        mc = ctx.limits[big].get("memcpy_mt_best")
+    rows = []
+    steps = 40 if q else 400
+    for B, L in ((8, 2048), (64, 4096)):
+        rate, bb = _packed_rate(store, B, L, steps)
+        gib = rate * bb / 2 ** 30
+        rows.append({"shape": f"({B}, {L})", "batches_s": rate, "gib_s": gib,
+                     "memcpy": mc, "ratio": gib / mc if mc else None})
+    out["packed"] = rows
+    C.table("tokens: packed concat batches (cyclic; GiB/s of tokens, segment ids and "
+            "positions; memcpy: the limits layer's all-thread gather, best)",
+            [("shape", "(B, L)"), ("batches_s", "batches/s"), ("gib_s", "GiB/s"),
+             ("memcpy", "memcpy GiB/s"), ("ratio", "x memcpy")], rows)
+
+    # -- the first batch; the index
+    step_far = 10 ** 6
+    t0 = _first(store, 8, 2048, 11, 0)          # seed 11: no index yet
+    t1 = _first(store, 8, 2048, 11, 0)          # its index on disk
+    _first(store, 8, 2048, 11, step_far)        # builds the cycle of step 10^6
+    t2 = min(_first(store, 8, 2048, 11, step_far) for _ in range(3))
+    h0 = _first_here(store, 8, 2048, 12, 0)                 # seed 12: built here
+    h1 = min(_first_here(store, 8, 2048, 12, 0) for _ in range(3))
+    _first_here(store, 8, 2048, 12, step_far)
+    h2 = min(_first_here(store, 8, 2048, 12, step_far) for _ in range(3))
+    builds = [_first_here(store, 8, 2048, 100 + k, 0) for k in range(3)]
+    cached = [_first_here(store, 8, 2048, 100 + k, 0) for k in range(3)]
+    ours = max(0.0, min(builds) - min(cached))
+    meg = _megatron_index(lens, 2048)
+    out["first"] = {"step0_build_s": t0, "step0_cached_s": t1, "step1e6_cached_s": t2,
+                    "here_step0_build_s": h0, "here_step0_cached_s": h1,
+                    "here_step1e6_cached_s": h2}
+    out["index"] = {"ours_s": ours, "megatron_s": meg}
+    C.table("tokens: first batch (8, 2048): in a fresh process (connection, HELLO and the "
+            "store's open included), and in this process, connected (best of 3)",
+            [("what", "what"), ("ms", "fresh process ms"), ("here", "connected ms")],
+            [{"what": "step 0, index built", "ms": t0 * 1e3, "here": h0 * 1e3},
+             {"what": "step 0, index on disk", "ms": t1 * 1e3, "here": h1 * 1e3},
+             {"what": f"step {step_far}, index on disk", "ms": t2 * 1e3, "here": h2 * 1e3}])
+    C.table("tokens: a cycle's index", [("what", "who"), ("s", "s")],
+            [{"what": "zrecord (open of a fresh seed minus an open of a cached one)", "s": ours}] +
+            ([{"what": "Megatron-LM GPTDataset index, one epoch", "s": meg}] if meg else []))
+
+    # -- padding: best fit against Grain's
+    m = min(n, 50000)
+    small = os.path.join(tmp, "small")
+    from loaderx.utils import from_megatron as fm
+    _write_megatron(os.path.join(tmp, "small-in"), lens[:m], values[:int(off[m])])
+    fm(small, os.path.join(tmp, "small-in"))
+    L = 2048
+    _our_padding.tokens = int(lens[:m].sum())
+    ours_pad, _ = _our_padding(small, m, L, 64)
+    pad_rows = [{"who": "zrecord best_fit, window 1024 documents", "padding": ours_pad}]
+    for bins in (64, 1024):
+        g = _grain_padding(lens[:m], L, bins)
+        if g is not None:
+            pad_rows.append({"who": f"Grain BestFitPackIterDataset, {bins} bins", "padding": g})
+    out["padding"] = pad_rows
+    C.table(f"tokens: best-fit padding, the first {m} documents, L = {L}",
+            [("who", "who"), ("padding", "padding fraction")], pad_rows)
+    C.drop_path(tmp)
+    return out
+
+
+def targets(t):
+    """(target, got, need) rows: got/need >= 1 is met."""
+    rows = []
+    for r in t.get("packed", []):
+        if r["ratio"] is not None:
+            rows.append((f"packed concat {r['shape']} vs memcpy", r["ratio"], 0.8))
+    pads = t.get("padding", [])
+    g = [r["padding"] for r in pads[1:]]
+    if g:
+        # ours <= Grain's best: the ratio grain/ours >= 1
+        rows.append(("best_fit padding <= Grain's (Grain's best / ours)",
+                     min(g) / max(pads[0]["padding"], 1e-9), 1.0))
+    f = t.get("first", {})
+    if f:
+        rows.append(("first batch after resume at 10^6 <= 50 ms, connected (50 ms / got)",
+                     0.05 / max(f["here_step1e6_cached_s"], 1e-9), 1.0))
+        rows.append(("the same in a fresh process (50 ms / got)",
+                     0.05 / max(f["step1e6_cached_s"], 1e-9), 1.0))
+    ix = t.get("index", {})
+    if ix.get("megatron_s"):
+        rows.append(("index build vs Megatron-LM (theirs / ours)",
+                     ix["megatron_s"] / max(ix["ours_s"], 1e-9), 10.0))
+    cv = t.get("conversion", {})
+    if "from_parquet_gib_s" in cv:
+        rows.append(("from_parquet vs pyarrow's read", cv["from_parquet_gib_s"] /
+                     cv["pyarrow_gib_s"], 0.5))
+    if cv:
+        rows.append(("from_megatron vs the disk's sequential read", cv["from_megatron_gib_s"] /
+                     cv["disk_seq_gib_s"], 1.0))
+    return rows
