@@ -248,6 +248,8 @@ static int pack_setup(zr_loader *l, const zr_loader_params *p, zr_error *err) {
                 r = zr_pack_new(&st->s.pack, st->s.ds, st->open_len, fp, &l->sp, p->start_step,
                                 ts, l->e->pool, p->cancel, &st->pack, err);
         zr_dataset_unlock(st->s.ds);
+        /* its batch is served as a dense one: no per-record metadata */
+        st->ragged = 0;
         return r;
 }
 

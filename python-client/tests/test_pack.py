@@ -245,3 +245,43 @@ def test_refusals(workdir, corpus):
     with pytest.raises(ZrecordError, match="pad_id"):
         DataLoader({"t": RaggedDataset("docs")}, batch_size=2, sampler="cyclic", pack={"t": 8},
                    pad_id=1)
+
+
+def test_not_served_yet_says_so(corpus):
+    """What packed loaders do not serve yet is refused with a message, never
+    answered wrong: steps_of, a mixture of packed sources."""
+    with DataLoader({"tokens": RaggedDataset("docs")}, batch_size=2, sampler="cyclic",
+                    pack={"tokens": 8}, num_workers=0) as dl:
+        next(dl)
+        with pytest.raises(ZrecordError, match="not served for packed loaders yet"):
+            dl.steps_of(3)
+    with pytest.raises(ZrecordError, match="mixture of packed sources"):
+        DataLoader([({"tokens": RaggedDataset("docs")}, 1), ({"tokens": RaggedDataset("docs")}, 1)],
+                   batch_size=2, sampler="cyclic", pack={"tokens": 8})
+
+
+def test_rows_are_the_same_in_every_process(corpus):
+    """Packed rows are a function of the step: two processes, one after the
+    other (the second loading the index the first built), and this one get the
+    same rows."""
+    import subprocess
+    import sys as _sys
+    from conftest import PKG
+    code = f"""
+import sys, numpy as np
+sys.path.insert(0, {PKG!r})
+from loaderx.dataloader import DataLoader
+from loaderx.dataset import RaggedDataset
+with DataLoader({{"tokens": RaggedDataset("docs")}}, batch_size=2, sampler="cyclic", seed=4,
+                pack={{"tokens": 16}}, num_workers=0) as dl:
+    print(np.concatenate([next(dl)["tokens"].reshape(-1).copy() for _ in range(20)]).tobytes().hex())
+"""
+    outs = [subprocess.run([_sys.executable, "-c", code], capture_output=True, text=True,
+                           timeout=120) for _ in range(2)]
+    for r in outs:
+        assert r.returncode == 0, r.stderr
+    assert outs[0].stdout == outs[1].stdout
+    with DataLoader({"tokens": RaggedDataset("docs")}, batch_size=2, sampler="cyclic", seed=4,
+                    pack={"tokens": 16}, num_workers=0) as dl:
+        mine = np.concatenate([next(dl)["tokens"].reshape(-1).copy() for _ in range(20)])
+    assert mine.tobytes().hex() == outs[0].stdout.strip()
