@@ -87,10 +87,18 @@ def _append_flat(ds, values, offsets):
         hdr[:, 1] = lens[s:e]
         sizes = (16 + lens[s:e] * item).astype(np.uint64)
         if item in (1, 2, 4, 8):
-            words = 16 // item
-            where = np.repeat(np.asarray(offsets[s:e], np.int64) - lo, words)
-            buf = np.insert(part.view(np.dtype(f"<u{item}")), where,
-                            hdr.view(np.dtype(f"<u{item}")).reshape(-1))
+            # the output in words of the item: each record's header (16 bytes)
+            # then its values; a mask puts the values in one pass (np.insert
+            # took five times as long here)
+            words, k = 16 // item, e - s
+            wt = np.dtype(f"<u{item}")
+            buf = np.empty(len(part) + words * k, wt)
+            at = (np.asarray(offsets[s:e], np.int64) - lo) + words * np.arange(k)
+            hp = (at[:, None] + np.arange(words)).reshape(-1)
+            mask = np.ones(len(buf), bool)
+            mask[hp] = False
+            buf[mask] = part.view(wt)
+            buf[hp] = hdr.view(wt).reshape(-1)
         else:
             buf = np.concatenate([x for j in range(e - s) for x in (
                 hdr[j].view(np.uint8), part[int(offsets[s + j]) - lo:
