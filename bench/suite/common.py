@@ -404,6 +404,7 @@ class Daemon:
         finally:
             ns.close()
             os.unlink(npath)
+        self._prev_socket = os.environ.get("ZRECORD_SOCKET")
         os.environ["ZRECORD_SOCKET"] = self.sock
         self.pid = self.proc.pid
 
@@ -412,6 +413,12 @@ class Daemon:
         return _conn.default().request("status")
 
     def stop(self):
+        # the layers after this one talk to the daemon that was there before
+        if os.environ.get("ZRECORD_SOCKET") == self.sock:
+            if self._prev_socket is None:
+                os.environ.pop("ZRECORD_SOCKET", None)
+            else:
+                os.environ["ZRECORD_SOCKET"] = self._prev_socket
         self.proc.send_signal(signal.SIGTERM)
         try:
             return self.proc.wait(timeout=30)
