@@ -25,7 +25,9 @@ against the victim (zrsec-victim) on a daemon run as the service user.
 - Case 6: the metrics endpoint: a peer held all 8 places with unfinished heads
   and reconnected as they timed out; every scrape of another user failed. Now
   a peer holds 4 places at most, a new connection is never refused for room,
-  and every scrape of the victim's succeeds during the attack.
+  and every scrape of the victim's succeeds during the attack: on the Unix
+  socket a peer is a uid, on loopback TCP an address (127.0.0.1 against a
+  scraper at 127.0.0.2).
 
 Each failed against the daemon of before this work (run it with ZRECORDD=<old
 binary>, cases 2 to 4 inside a memory cgroup: /work/shared/tools/memcg-run).
@@ -333,18 +335,34 @@ def test_case5_special_files_refused(users, service, secdir, run_as):
 
 # Holds the metrics endpoint's places with unfinished heads until told to stop,
 # reconnecting each one the daemon closes.
+# METRICS is a socket's path, or HOST:PORT with SRC the address to connect from.
+CONNECT = """
+    def connect():
+        where = os.environ["METRICS"]
+        if where.startswith("/"):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect(where)
+            return s
+        host, port = where.rsplit(":", 1)
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.bind((os.environ["SRC"], 0))
+        s.connect((host, int(port)))
+        return s
+    """
+
 HOLD_METRICS = """
     import os, select, socket, sys
     from secframes import emit
     path, held, made = os.environ["METRICS"], [], 0
+    """ + CONNECT + """
     def one():
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s = None
         try:
-            s.connect(path)
+            s = connect()
             s.sendall(b"GET /metrics HTTP/1.0\\r\\n")
         except OSError:  # closed at once: its place went to another
             pass
-        return s
+        return s if s is not None else socket.socket()
     while len(held) < 64:
         held.append(one())
         made += 1
@@ -368,11 +386,12 @@ SCRAPE = """
     import os, socket, time
     from secframes import emit
     ok, bad = 0, []
+    """ + CONNECT + """
     for _ in range(20):
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.settimeout(float(os.environ["BOUND"]))
+        s = None
+        socket.setdefaulttimeout(float(os.environ["BOUND"]))
         try:
-            s.connect(os.environ["METRICS"])
+            s = connect()
             s.sendall(b"GET /metrics HTTP/1.0\\r\\n\\r\\n")
             head = s.recv(64)
             if head.startswith(b"HTTP/1.0 200 OK"):
@@ -382,7 +401,8 @@ SCRAPE = """
         except OSError as e:
             bad.append(repr(e))
         finally:
-            s.close()
+            if s is not None:
+                s.close()
         time.sleep(0.1)
     emit({"ok": ok, "bad": bad[:5]})
     """
@@ -401,3 +421,29 @@ def test_case6_metrics_slots_per_peer(users, service, secdir, run_as, start_as):
     held = json.loads(read_line(holder, 60))
     assert got["ok"] == 20, (got, held)
 
+
+
+def free_tcp_port():
+    """A loopback port the kernel has just handed out and freed again."""
+    import socket
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_case6_metrics_slots_per_tcp_address(users, service, run_as, start_as):
+    # On TCP a peer is its address: one at 127.0.0.1 holding every place it can
+    # must not starve a scraper at 127.0.0.2 (the loopback answers for all of 127/8).
+    where = f"127.0.0.1:{free_tcp_port()}"
+    svc = service(metrics_listen=where)
+    holder = start_as(users.attacker, HOLD_METRICS, env=svc.env(METRICS=where, SRC="127.0.0.1"))
+    assert read_line(holder, 60) == "holding"
+    r = run_as(users.victim, SCRAPE, env=svc.env(METRICS=where, SRC="127.0.0.2",
+                                                 BOUND=str(BOUND)))
+    assert r.rc == 0, r
+    got = r.json()
+    holder.stdin.write("\n")
+    holder.stdin.flush()
+    held = json.loads(read_line(holder, 60))
+    assert got["ok"] == 20, (got, held)
+    assert held["made"] >= 64, held
