@@ -249,12 +249,21 @@ def run_hop(ctx, tmp):
            "copy_ms": copy_ms, "bps": res["bps"], "load": load,
            "written_mib": (w.get("arena", {}).get("written_bytes", 0) / max(1, w.get("batches", 1))
                            / C.MiB)}
+    parts = w.get("hop_parts_s") or {}
+    if parts:
+        # the work of the hop, and the two wake-ups (the worker's when it waited
+        # for the task, the loader's when it waited for the result)
+        row["hop_cpu_us"] = sum((parts.get(k) or 0) for k in ("send", "intake", "encode",
+                                                               "decode")) * 1e6
+        row["hop_wake_us"] = sum((parts.get(k) or 0) for k in ("wake", "back")) * 1e6
+        row["parts_us"] = {k: (v or 0) * 1e6 for k, v in parts.items()}
     if row["hop_us"] and copy_ms:
         row["hop_of_copy"] = row["hop_us"] / 1e3 / copy_ms
     C.table("the worker hop at 64 MiB (zrecord processes; hop = handing a batch to the worker and "
             "its result back, the one write of the output apart; write = that write; one copy = "
             "64 MiB at the limits probe's 1-thread memcpy rate)",
-            [("what", "run"), ("hop_us", "hop µs p50"), ("write_ms", "write ms p50"),
+            [("what", "run"), ("hop_us", "hop µs p50"), ("hop_cpu_us", "of it work µs"),
+             ("hop_wake_us", "wake-ups µs"), ("write_ms", "write ms p50"),
              ("copy_ms", "one copy ms"), ("hop_of_copy", "hop / copy"),
              ("written_mib", "MiB written a batch"), ("bps", "batches/s"), ("load", "load")], [row])
     return row
@@ -286,6 +295,8 @@ def targets(res):
     h = res.get("hop")
     if h and h.get("hop_us"):
         out.append(("worker hop <= 100 us a 64 MiB batch (100 us / hop)", 100 / h["hop_us"], 1.0))
+    if h and h.get("hop_cpu_us"):
+        out.append(("  its work alone, wake-ups apart (100 us / work)", 100 / h["hop_cpu_us"], 1.0))
     for tr in ("numpy", "python"):
         z, t = rows.get((tr, "zrecord processes")), rows.get((tr, "torch DataLoader"))
         for k in KS:

@@ -70,9 +70,10 @@ def py_features_dict(batch):
 
 
 def copy_out(batch):
-    """The hop's own transform: the batch back as it came (written once into
-    the arena by a worker process)."""
-    return batch["x"]
+    """The hop's own transform: a copy of the batch, a new array (written once
+    into the arena by a worker process; the batch itself would come back as a
+    view of the ring, copied 0 times)."""
+    return np.array(batch["x"])
 
 
 # transforms of the loader layer by name: (zrecord's, on a batch dict; the

@@ -6,7 +6,9 @@ read-only (its memfd crossed once to each worker that needs it) and runs the
 transform on views of it: the input is never copied or pickled. The worker
 writes the arrays of the output once into the arena (``_arena``) and reports
 the task done; only then is the Taken dropped, so the slot goes back to the
-daemon after the worker is done with it, never before. Results wait here by
+daemon after the worker is done with it, never before. An output array that is
+a view of the batch itself comes back as that view of the ring (mapped here
+once, ``_ring_map``) and holds the slot, as a batch does, until it is garbage. Results wait here by
 step and the loader takes them in step order, whichever worker finished first.
 
 Each worker has at most :data:`DEPTH` tasks (one running, the next waiting in
@@ -37,8 +39,11 @@ import subprocess
 import sys
 import time
 
-from . import _arena, _pwire, _session
+import numpy as np
+
+from . import _arena, _pwire
 from ._errors import ZrecordRuntimeError
+from ._shm import MappedBuffer, View
 
 __all__ = ["ProcessPool", "WorkerError", "TransformError", "DEPTH", "ATTEMPTS"]
 
@@ -141,6 +146,7 @@ class ProcessPool:
         self.arena = _arena.Arena(budget)
         self.workers = []
         self.rings = {}            # (session serial, ring id) -> (fd, nbytes)
+        self.maps = {}             # ring key -> MappedBuffer, for outputs that view it
         self.live = set()          # ring keys the loader's session still has
         self.results = {}          # step -> ("ok", obj) | ("error", exc) | ("unshippable", why, task)
         self.redo = []             # tasks to send again (a heap by step)
@@ -216,6 +222,7 @@ class ProcessPool:
             used = {t.key for w in self.workers for t in w.tasks} | {t.key for t in self.redo}
             for key in [k for k in self.rings if k not in live and k not in used]:
                 os.close(self.rings.pop(key)[0])
+                self.maps.pop(key, None)
 
     # ------------------------------------------------------------ tasks
     def room(self):
@@ -339,8 +346,14 @@ class ProcessPool:
             if new_fd is not None:
                 w.bufs.add(t.new_id)
             views = self.arena.views(buf, msg["specs"]) if buf is not None else []
-            obj = _pwire.Decoder(msg["data"], views).load()
-            del views
+            refs = []
+            if msg["refs"]:          # views of the batch's own slot: it stays held
+                m = self._ring_map(t.key)
+                refs = [np.asarray(View(t.taken.owner, m.mm, m.address + off, shape, dtype,
+                                        strides=strides))
+                        for off, dtype, shape, strides in msg["refs"]]
+            obj = _pwire.Decoder(msg["data"], views, refs).load()
+            del views, refs
             self.pickled += len(msg["data"])
             if msg["inline"]:
                 self.arena.inline += 1
@@ -445,9 +458,16 @@ class ProcessPool:
 
     def ring_view(self, key):
         """A mapping of ring `key` in this process (a MappedBuffer)."""
-        from ._shm import MappedBuffer
         fd, nbytes = self.rings[key]
         return MappedBuffer(os.dup(fd), nbytes)
+
+    def _ring_map(self, key):
+        """Ring `key` mapped here, once, for outputs that are views of it (arrays
+        over it keep the mapping after the pool lets it go)."""
+        m = self.maps.get(key)
+        if m is None:
+            m = self.maps[key] = self.ring_view(key)
+        return m
 
     # ------------------------------------------------------------ stopping
     def kill(self):
@@ -498,6 +518,7 @@ class ProcessPool:
         for fd, _ in self.rings.values():
             os.close(fd)
         self.rings = {}
+        self.maps = {}
         self.results = {}
         self.arena.close()
 

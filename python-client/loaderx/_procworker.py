@@ -170,8 +170,11 @@ class Worker:
             return
         t1 = time.monotonic_ns()
         del batch, t
+        lo = min(a for a, b in msg["spans"]) if msg["spans"] else 0
+        hi = max(b for a, b in msg["spans"]) if msg["spans"] else 0
         try:
-            data, arrays = _pwire.encode(out, self.small)
+            data, arrays, refs = _pwire.encode(
+                out, self.small, (ring.address + lo, ring.address + hi, ring.address))
             t_enc = time.monotonic_ns()
         except _pwire.Unshippable as e:
             self.chan.send({"t": "unshippable", "step": step, "why": str(e)})
@@ -209,10 +212,12 @@ class Worker:
             else:       # no room in the arena: the arrays travel in the pickle
                 data = pickle.dumps(out, protocol=5)
                 total = 0
+                refs = []
         inline = bool(arrays) and used is None
         del out, arrays
         t2 = time.monotonic_ns()
-        reply = {"t": "done", "step": step, "data": data, "specs": specs, "buf": used,
+        reply = {"t": "done", "step": step, "data": data, "specs": specs, "refs": refs,
+                 "buf": used,
                  "new_size": new_size, "nbytes": total if used is not None else 0,
                  "inline": inline, "times": (t_recv, t0, t1, t_enc, t2)}
         try:

@@ -14,7 +14,11 @@ numpy array of at least :data:`SMALL` bytes (and every CPU torch tensor of a
 numpy dtype), at any depth of any structure, replaced by a reference: the
 arrays are then written once, side by side at 64-byte offsets, into an arena
 buffer (``_arena``), and :class:`Decoder` turns each reference back into an
-array over that memory in the loader's process. Smaller arrays and everything
+array over that memory in the loader's process. An array that is a view of
+the batch the transform was given (the transform passed it on, or a slice of
+it) is not written: it comes back as the same view of the ring in the
+loader's process, read-only as the batch was, and holds the slot until it is
+garbage, as a batch's arrays do without a transform. Smaller arrays and everything
 else travel pickled in the message. An object that must not cross processes
 (a tensor on a device, a JAX or TensorFlow array: a transform that copies to a
 device belongs in the training process) raises :class:`Unshippable`.
@@ -33,7 +37,8 @@ import numpy as np
 
 from ._wire import fds_of
 
-__all__ = ["Channel", "Encoder", "Decoder", "Unshippable", "SMALL", "ALIGN", "layout"]
+__all__ = ["Channel", "Encoder", "Decoder", "Unshippable", "SMALL", "ALIGN", "layout", "encode",
+           "write"]
 
 PACKET = 64 << 10          # payload of one packet (the socket's buffer holds several)
 _FDS_MAX = 4               # descriptors one message may carry
@@ -167,20 +172,37 @@ def _torch():
     return sys.modules.get("torch")
 
 
+try:
+    _byte_bounds = np.lib.array_utils.byte_bounds
+except AttributeError:          # numpy < 2
+    _byte_bounds = np.byte_bounds
+
+
 class Encoder(pickle.Pickler):
     """Pickles an output with its large arrays set aside: `arrays` gets
-    (array, kind) pairs, kind 'np' or 'torch', in reference order."""
+    (array, kind) pairs, kind 'np' or 'torch', to write into the arena; `refs`
+    gets (offset, dtype, shape, strides) of the arrays that are views of the
+    batch's own ring slot (`ring`: (lo, hi, base) addresses of the slot's bytes
+    and of the ring's mapping), which cross as they are, copied 0 times."""
 
-    def __init__(self, f, small=SMALL):
+    def __init__(self, f, small=SMALL, ring=None):
         super().__init__(f, protocol=5)
         self.small = small
+        self.ring = ring
         self.arrays = []
+        self.refs = []
 
     def persistent_id(self, obj):
         t = type(obj)
         if t is np.ndarray or t is np.memmap:
             if obj.dtype.hasobject or obj.nbytes < self.small:
                 return None
+            if self.ring is not None:
+                lo, hi = _byte_bounds(obj)
+                if self.ring[0] <= lo and hi <= self.ring[1]:
+                    self.refs.append((obj.ctypes.data - self.ring[2], obj.dtype, obj.shape,
+                                      obj.strides))
+                    return ("r", len(self.refs) - 1)
             self.arrays.append((obj, "np"))
             return len(self.arrays) - 1
         torch = _torch()
@@ -201,12 +223,13 @@ class Encoder(pickle.Pickler):
         return None
 
 
-def encode(obj, small=SMALL):
-    """(pickle bytes, [(array, kind)]) of a transform's output."""
+def encode(obj, small=SMALL, ring=None):
+    """(pickle bytes, [(array, kind)] for the arena, [ring reference]) of a
+    transform's output (Encoder)."""
     f = io.BytesIO()
-    enc = Encoder(f, small)
+    enc = Encoder(f, small, ring)
     enc.dump(obj)
-    return f.getvalue(), enc.arrays
+    return f.getvalue(), enc.arrays, enc.refs
 
 
 def layout(arrays):
@@ -230,11 +253,14 @@ def write(arrays, offs, mm):
 
 
 class Decoder(pickle.Unpickler):
-    """Unpickles an output; a reference becomes views[reference]."""
+    """Unpickles an output; a reference i becomes views[i], ("r", j) refs[j]."""
 
-    def __init__(self, data, views):
+    def __init__(self, data, views, refs=()):
         super().__init__(io.BytesIO(data))
         self.views = views
+        self.refs = refs
 
     def persistent_load(self, pid):
+        if isinstance(pid, tuple):
+            return self.refs[pid[1]]
         return self.views[pid]

@@ -101,9 +101,11 @@ class View:
 
     __slots__ = ("owner", "mm", "__array_interface__")
 
-    def __init__(self, owner, mm, address, shape, dtype, readonly=True):
+    def __init__(self, owner, mm, address, shape, dtype, readonly=True, strides=None):
         dtype = np.dtype(dtype)
         self.owner = owner
         self.mm = mm
         self.__array_interface__ = {"data": (address, readonly), "shape": tuple(shape),
-                                    "typestr": dtype.str, "descr": dtype.descr, "version": 3}
+                                    "typestr": dtype.str, "descr": dtype.descr,
+                                    "strides": None if strides is None else tuple(strides),
+                                    "version": 3}

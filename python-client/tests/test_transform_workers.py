@@ -143,6 +143,31 @@ def test_output_arrays_live_in_the_arena_written_once(streams):
     loader.close()
 
 
+def test_input_passed_on_comes_back_as_ring_views(streams):
+    from_numpy("big", np.repeat(X, 64, axis=1))         # 4 KiB records of float32
+    st = {"x": DenseDataset("big"), "y": streams["y"]}
+    with DataLoader(st, batch_size=20, sampler="sequential", transform=xforms.identity,
+                    num_workers=2, prefetch=4) as loader:
+        held = []
+        for k in range(3):
+            b = next(loader)        # x: 80 KiB, a view of the ring; y: small, pickled
+            assert xforms.mapping_of(b["x"].ctypes.data).startswith("/memfd:zrecord-ring")
+            assert not b["x"].flags.writeable
+            np.testing.assert_array_equal(b["x"], np.repeat(X[20 * k:20 * k + 20], 64, axis=1))
+            held.append(b)
+        w = loader.stats()["workers"]
+        assert w["arena"]["written_bytes"] == 0    # copied 0 times
+        # each held batch keeps its slot, as without a transform (the fourth
+        # may be in a worker's task)
+        assert len(loader._session.held) >= 3
+        del held, b
+        gc.collect()
+        loader._session.flush()
+        assert len(loader._session.held) <= 1
+        for k in range(3, 9):
+            np.testing.assert_array_equal(next(loader)["x"][:, ::64], X[20 * k:20 * k + 20])
+
+
 def test_arrays_at_any_depth_and_tensors(streams):
     with DataLoader(streams, batch_size=16, sampler="sequential", transform=xforms.nested,
                     num_workers=1) as loader:
