@@ -18,8 +18,8 @@ the buffers and the grants of tasks in flight; free buffers are dropped to make
 room. A result that finds no room travels pickled through the socket instead
 (a copy more; ``stats()`` counts it).
 
-Every method runs on the loader's thread but :meth:`Owner.__del__`, which may
-run on any thread and only appends to a deque.
+Every method runs on the loader's thread but the results' owners
+(``_shm.Owner``), which may run on any thread and only append to a deque.
 """
 
 import collections
@@ -29,7 +29,7 @@ import os
 
 import numpy as np
 
-from ._shm import View
+from ._shm import Owner, View
 
 __all__ = ["Arena", "default_budget", "size_class"]
 
@@ -92,22 +92,6 @@ class Buffer:
         self.array = np.frombuffer(self.mm, np.uint8)
         self.address = self.array.ctypes.data
         self.state = "free"       # "free", "task" (assigned to a task in flight), "live"
-
-
-class Owner:
-    """Owns one result's buffer: when it is garbage, the buffer is free."""
-
-    __slots__ = ("freed", "buf", "__weakref__")
-
-    def __init__(self, freed, buf):
-        self.freed = freed
-        self.buf = buf
-
-    def __del__(self):
-        try:
-            self.freed.append(self.buf)
-        except Exception:
-            pass
 
 
 class Arena:
@@ -223,7 +207,7 @@ class Arena:
     def views(self, b, specs):
         """Arrays over buffer b, one per (offset, dtype, shape, kind) spec; the
         buffer is free again when all of them are garbage."""
-        owner = Owner(self.freed, b)
+        owner = Owner(self.freed.append, b)
         out = []
         for off, dtype, shape, kind in specs:
             dtype = np.dtype(dtype)

@@ -77,7 +77,7 @@ class Taken(NamedTuple):
     spans: list         # per stream: (lo, hi) ring bytes its views cover
     indices: bytes      # BATCH's `indices` (u64s), or None
     sources: object     # a mixture's records' sources (uint8 array), or None
-    owner: object       # _SlotOwner
+    owner: object       # an _shm.Owner: slot_free(key) when it is garbage
 
 
 _serials = itertools.count(1)
@@ -336,7 +336,7 @@ class LoaderSession:
         self.taken[key] = time.monotonic_ns()
         return Taken(rid, slot, step, streams, spans,
                      msg.get("indices") if lay.with_indices else None, sources,
-                     _SlotOwner(self, key))
+                     _shm.Owner(self.slot_free, key))
 
     def batch(self, msg):
         """The batch a BATCH event announces: views into the (ring, slot) it names."""
@@ -378,19 +378,3 @@ def build_batch(lay, t, mm, base, owner):
     if lay.with_sources:
         batch[SOURCE_KEY] = t.sources.copy()
     return batch
-
-
-class _SlotOwner:
-    """Owns one announced (ring, slot): when it is garbage, the slot goes back."""
-
-    __slots__ = ("session", "key", "__weakref__")
-
-    def __init__(self, session, key):
-        self.session = session
-        self.key = key
-
-    def __del__(self):
-        try:
-            self.session.slot_free(self.key)
-        except Exception:
-            pass

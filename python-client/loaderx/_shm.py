@@ -109,3 +109,21 @@ class View:
                                     "typestr": dtype.str, "descr": dtype.descr,
                                     "strides": None if strides is None else tuple(strides),
                                     "version": 3}
+
+
+class Owner:
+    """Calls ``gone(key)`` when it is garbage (any thread, any time; errors are
+    swallowed): the base that views of shared memory keep, so whoever lent the
+    memory (a ring slot, an arena buffer) learns when the last view is gone."""
+
+    __slots__ = ("gone", "key", "__weakref__")
+
+    def __init__(self, gone, key):
+        self.gone = gone
+        self.key = key
+
+    def __del__(self):
+        try:
+            self.gone(self.key)
+        except Exception:
+            pass
