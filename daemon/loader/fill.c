@@ -212,45 +212,71 @@ static int capacities(zr_loader *l, const zr_loader_params *p, zr_error *err) {
         return 0;
 }
 
-/* A packed loader's stream (pack.h): checked, its fingerprint read and its
- * first cycle's index loaded or built, under its lock taken shared (blocking:
- * this runs on a worker at open), at the generation seen at open. */
+/* A packed loader's stream (pack.h) of each source: checked, its fingerprint
+ * read and its first cycle's index loaded or built, under its lock taken
+ * shared (blocking: this runs on a worker at open), at the generation seen at
+ * open. A mixture's sources pack alike, each as a stream of rows of its own
+ * drawn one by one (batch_size 1, world_size 1, the mixture's seed of the
+ * source), so that its draw c is its row c (sampler/mixture.h). */
 static int pack_setup(zr_loader *l, const zr_loader_params *p, zr_error *err) {
-        lstream *st = &l->streams[0];
         zr_tokstore *ts = l->e->tokstore ? l->e->tokstore : l->e->tok_memory;
-        uint64_t fp, need;
+        uint64_t need = 0;
         int r;
 
-        if (l->nsources || l->nstreams != 1)
-                return zr_error_set(err, ZR_E_PROTO, "a packed loader has one stream and no "
-                                    "mixture of sources (this one: %zu streams, %u sources)",
-                                    l->nstreams, l->nsources);
-        r = zr_pack_check(&st->s.pack, st->s.ds, p->mode, st->name, err);
-        if (r < 0)
-                return r;
-        if (p->batch_size > UINT64_MAX / 8 / st->s.pack.seq_len)
-                return zr_error_set(err, EOVERFLOW, "%s: a batch of %" PRIu64 " rows overflows",
-                                    st->name, p->batch_size);
-        /* its indexes, charged before they are made (a fill's tables and
-         * scratch are counted with the loader's, zr_loader_work_bytes()) */
-        need = zr_pack_work_bytes(&st->s.pack, st->open_len);
-        if (p->work_bytes_max && need > p->work_bytes_max)
-                return zr_error_set(err, ZR_E_LIMIT, "%s: the index of %" PRIu64 " documents "
-                                    "needs %" PRIu64 " bytes of working memory, over the %" PRIu64
-                                    " bytes left of max-work-mem-per-uid", st->name,
-                                    st->open_len, need, p->work_bytes_max);
-        zr_dataset_lock(st->s.ds, false);
-        if (zr_dataset_generation(st->s.ds) != st->open_gen)
-                r = zr_error_set(err, ZR_E_STALE, "%s changed while the loader opened", st->name);
-        else
-                r = zr_dataset_fingerprint(st->s.ds, &fp, err);
-        if (r == 0)
-                r = zr_pack_new(&st->s.pack, st->s.ds, st->open_len, fp, &l->sp, p->start_step,
-                                ts, l->e->pool, p->cancel, &st->pack, err);
-        zr_dataset_unlock(st->s.ds);
-        /* its batch is served as a dense one: no per-record metadata */
-        st->ragged = 0;
-        return r;
+        if (l->nstreams != 1)
+                return zr_error_set(err, ZR_E_PROTO, "a packed loader has one stream (a "
+                                    "mixture's: one a source), not %zu", l->nstreams);
+        for (uint32_t k = 0; k < loader_sources(l); k++) {
+                lstream *st = loader_stream(l, k, 0);
+                enum zr_sampler_mode mode = l->mix ? l->mix->sources[k].mode : p->mode;
+                if (st->s.pack.mode == ZR_PACK_NONE ||
+                    !zr_pack_params_same(&st->s.pack, &l->streams[0].s.pack))
+                        return zr_error_set(err, ZR_E_SCHEMA, "%s: a mixture's sources pack "
+                                            "alike (seq_len, mode, eos_id, pad_id, window): "
+                                            "source %" PRIu32 " differs from source 0", st->name, k);
+                r = zr_pack_check(&st->s.pack, st->s.ds, mode, st->name, err);
+                if (r < 0)
+                        return r;
+                if (p->batch_size > UINT64_MAX / 8 / st->s.pack.seq_len)
+                        return zr_error_set(err, EOVERFLOW, "%s: a batch of %" PRIu64 " rows "
+                                            "overflows", st->name, p->batch_size);
+                /* its indexes, charged before they are made (a fill's tables and
+                 * scratch are counted with the loader's, zr_loader_work_bytes()) */
+                need += zr_pack_work_bytes(&st->s.pack, st->open_len);
+                if (p->work_bytes_max && need > p->work_bytes_max)
+                        return zr_error_set(err, ZR_E_LIMIT, "%s: the indexes of %" PRIu64
+                                            " documents need %" PRIu64 " bytes of working "
+                                            "memory, over the %" PRIu64 " bytes left of "
+                                            "max-work-mem-per-uid", st->name, st->open_len, need,
+                                            p->work_bytes_max);
+        }
+        for (uint32_t k = 0; k < loader_sources(l); k++) {
+                lstream *st = loader_stream(l, k, 0);
+                zr_sampler_params sp = l->sp;
+                uint64_t fp, first = p->start_step;
+                if (l->mix) {
+                        sp = (zr_sampler_params){ .mode = l->mix->sources[k].mode,
+                                                  .n = st->open_len, .batch_size = 1,
+                                                  .seed = l->mix->source_seed[k],
+                                                  .world_size = 1 };
+                        first = zr_mixture_draws_before(l->mix, k, p->start_step);
+                }
+                zr_dataset_lock(st->s.ds, false);
+                if (zr_dataset_generation(st->s.ds) != st->open_gen)
+                        r = zr_error_set(err, ZR_E_STALE, "%s changed while the loader opened",
+                                         st->name);
+                else
+                        r = zr_dataset_fingerprint(st->s.ds, &fp, err);
+                if (r == 0)
+                        r = zr_pack_new(&st->s.pack, st->s.ds, st->open_len, fp, &sp, first, ts,
+                                        l->e->pool, p->cancel, &st->pack, err);
+                zr_dataset_unlock(st->s.ds);
+                if (r < 0)
+                        return r;
+                /* its batch is served as a dense one: no per-record metadata */
+                st->ragged = 0;
+        }
+        return 0;
 }
 
 int zr_fill_setup(zr_loader *l, const zr_loader_stream *streams, const zr_loader_params *p,
@@ -394,35 +420,74 @@ out:
 }
 
 /* Packs stream si's rows of the engine's step into its region (pack.h), under
- * its lock taken shared (tried), at the generation seen at open. */
+ * its datasets' locks taken shared (tried), at the generations seen at open. A
+ * mixture's rows come from their sources' packs: the slot's sources and
+ * indices (each row's draw) are set by zr_fill(). */
 static int pack_stream(zr_loader *l, size_t si, uint8_t *base, uint64_t slot_off, const work *w,
                        zr_loader_stream_batch *sb, fill_result *res, zr_error *err) {
         lstream *st = loader_stream(l, 0, si);
-        uint64_t bytes = 0, pieces = 0;
-        int r;
+        zr_dataset *held[ZR_MIXTURE_MAX_SOURCES];
+        uint32_t nsrc = loader_sources(l);
+        uint64_t B = l->sp.batch_size, bytes, pieces = 0;
+        uint64_t *rows = NULL;
+        uint32_t *at = NULL;
+        size_t nheld = 0;
+        int r = 0;
 
-        if (zr_dataset_trylock_shared(st->s.ds) < 0)
-                return -EBUSY;
-        if (zr_dataset_generation(st->s.ds) != st->open_gen) {
-                r = zr_error_set(err, ZR_E_STALE, "%s changed under the loader (appended to, "
-                                 "deleted from or compacted)", st->name);
-        } else {
+        bytes = zr_pack_region_bytes(B, st->s.pack.seq_len, st->schema->dtype.itemsize, NULL, NULL);
+        for (uint32_t k = 0; k < nsrc; k++) {
+                lstream *sk = loader_stream(l, k, si);
+                size_t h;
+                for (h = 0; h < nheld && held[h] != sk->s.ds; h++)
+                        ;
+                if (h == nheld) {
+                        if (zr_dataset_trylock_shared(sk->s.ds) < 0) {
+                                r = -EBUSY;
+                                goto out;
+                        }
+                        held[nheld++] = sk->s.ds;
+                }
+                if (zr_dataset_generation(sk->s.ds) != sk->open_gen) {
+                        r = zr_error_set(err, ZR_E_STALE, "%s changed under the loader (appended "
+                                         "to, deleted from or compacted)", sk->name);
+                        goto out;
+                }
+        }
+        if (!l->mix) {
                 r = zr_pack_fill(st->pack, zr_loader_step(l, w->step), base + st->offset,
                                  &w->sl->cancel, &bytes, &pieces, err);
-                if (r == 0 && zr_dataset_generation(st->s.ds) != st->open_gen)
-                        r = zr_error_set(err, ZR_E_STALE, "%s changed under the loader during a "
-                                         "fill", st->name);
-        }
-        zr_dataset_unlock(st->s.ds);
-        if (r < 0) {
-                if (err->code && err->code != ZR_E_STALE && err->code != ECANCELED) {
-                        char msg[ZR_ERROR_MESSAGE_MAX];
-                        snprintf(msg, sizeof(msg), "%s", err->message);
-                        err->code = 0;
-                        r = zr_error_set(err, -r, "%s: %.200s", st->name, msg);
+        } else {
+                rows = malloc(B * sizeof(*rows));
+                at = malloc(B * sizeof(*at));
+                if (!rows || !at) {
+                        r = zr_error_errno(err, ENOMEM, "a packed mixture's rows");
+                        goto out;
                 }
-                return r;
+                for (uint32_t k = 0; k < nsrc && r == 0; k++) {
+                        size_t n = 0;
+                        for (uint64_t j = 0; j < B; j++)
+                                if (w->sl->sources[j] == k) {
+                                        rows[n] = w->sl->indices[j];
+                                        at[n++] = (uint32_t)j;
+                                }
+                        if (n)
+                                r = zr_pack_fill_rows(loader_stream(l, k, si)->pack, B, n, rows,
+                                                      at, base + st->offset, &w->sl->cancel,
+                                                      &pieces, err);
+                }
         }
+        for (uint32_t k = 0; r == 0 && k < nsrc; k++) {
+                lstream *sk = loader_stream(l, k, si);
+                if (zr_dataset_generation(sk->s.ds) != sk->open_gen)
+                        r = zr_error_set(err, ZR_E_STALE, "%s changed under the loader during a "
+                                         "fill", sk->name);
+        }
+out:
+        unlock_all(held, nheld);
+        free(rows);
+        free(at);
+        if (r < 0)
+                return r;
         sb->offset = slot_off + st->offset;
         sb->bytes = bytes;
         sb->shape_words = 0;
@@ -456,7 +521,15 @@ void zr_fill(zr_loader *l, const work *w, fill_result *res) {
                 return;
         }
         zr_ring_populate(l->e, sl);
-        if (l->streams[0].pack) {
+        if (l->streams[0].pack && l->mix) {
+                /* a packed mixture: each row's source and its draw there, its
+                 * row in its source's packed stream */
+                uint32_t *src32 = rec.from; /* room for max(B, K) + K + 1 */
+                r = zr_mixture_draws(l->mix, zr_loader_step(l, w->step), l->sp.rank, src32,
+                                     sl->indices, &err);
+                for (uint64_t j = 0; r >= 0 && j < l->sp.batch_size; j++)
+                        sl->sources[j] = (uint8_t)src32[j];
+        } else if (l->streams[0].pack) {
                 /* a packed loader's "indices": its rows' global numbers (pack.h) */
                 uint64_t g0 = (zr_loader_step(l, w->step) * l->sp.world_size + l->sp.rank) *
                               l->sp.batch_size;

@@ -746,7 +746,7 @@ static uint64_t work_bytes(const zr_loader *l, const zr_loader_engine *e) {
                         (WORK_RECORD_BYTES + WORK_RECORD_STREAM_BYTES * l->nstreams) +
                 B * WORK_PLAN_BYTES * compressed;
         /* a packed stream: its indexes and each fill's tables and scratch */
-        for (size_t i = 0; i < l->nstreams; i++)
+        for (size_t i = 0; i < l->nall; i++)
                 if (l->streams[i].pack)
                         total += zr_pack_memory(l->streams[i].pack, at_once);
         return total > UINT64_MAX ? UINT64_MAX : (uint64_t)total;

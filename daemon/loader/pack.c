@@ -362,10 +362,10 @@ static int header_check(const uint64_t *h, uint64_t idx, uint64_t len, zr_error 
         return 0;
 }
 
-static int read_chunk(zr_pack *pk, const piece *v, size_t m, uint8_t *dst, uint64_t *idxs,
-                      zr_loc *locs, void **dsts, uint64_t *hdrs, uint8_t **scratch,
-                      zr_error *err) {
-        const uint64_t B = pk->B, L = pk->p.seq_len, item = pk->item;
+static int read_chunk(zr_pack *pk, uint64_t B, const piece *v, size_t m, uint8_t *dst,
+                      uint64_t *idxs, zr_loc *locs, void **dsts, uint64_t *hdrs,
+                      uint8_t **scratch, zr_error *err) {
+        const uint64_t L = pk->p.seq_len, item = pk->item;
         uint64_t soff, poff;
         int32_t *seg, *pos;
         size_t nd = 0, nr = 0, nh = 0;
@@ -465,11 +465,13 @@ static int read_chunk(zr_pack *pk, const piece *v, size_t m, uint8_t *dst, uint6
         return 0;
 }
 
-int zr_pack_fill(zr_pack *pk, uint64_t step, uint8_t *dst, const _Atomic int *cancel,
-                 uint64_t *ret_bytes, uint64_t *ret_pieces, zr_error *err) {
+/* Fills rows of a region of `B` rows: row at[i] (i itself without `at`) with
+ * global row g0 + i (rows[i] with `rows`), for i < n. */
+static int fill_rows(zr_pack *pk, uint64_t B, size_t n, unsigned __int128 g0, const uint64_t *rows,
+                     const uint32_t *at, uint8_t *dst, const _Atomic int *cancel,
+                     uint64_t *ret_pieces, zr_error *err) {
         const uint64_t L = pk->p.seq_len;
         size_t cap = (size_t)chunk_pieces(L), m;
-        unsigned __int128 g0 = ((unsigned __int128)step * pk->W + pk->rank) * pk->B;
         piece *v = malloc(cap * sizeof(*v));
         uint64_t *idxs = malloc(cap * sizeof(*idxs));
         zr_loc *locs = malloc(2 * cap * sizeof(*locs));
@@ -483,21 +485,22 @@ int zr_pack_fill(zr_pack *pk, uint64_t step, uint8_t *dst, const _Atomic int *ca
                 r = zr_error_errno(err, ENOMEM, "a packed fill's tables");
                 goto out;
         }
-        for (uint64_t j = 0; j < pk->B && r == 0;) {
+        for (size_t i = 0; i < n && r == 0;) {
                 if (cancel && atomic_load(cancel)) {
                         r = zr_error_set(err, ECANCELED, "cancelled: the loader closed");
                         break;
                 }
                 m = 0;
                 pthread_mutex_lock(&pk->mu);
-                for (; j < pk->B && m + L + 2 <= cap; j++) {
-                        r = plan_row(pk, j, g0 + j, cancel, v, &m, err);
+                for (; i < n && m + L + 2 <= cap; i++) {
+                        r = plan_row(pk, at ? at[i] : i, rows ? rows[i] : g0 + i, cancel, v, &m,
+                                     err);
                         if (r < 0)
                                 break;
                 }
                 pthread_mutex_unlock(&pk->mu);
                 if (r == 0)
-                        r = read_chunk(pk, v, m, dst, idxs, locs, dsts, hdrs, &scratch, err);
+                        r = read_chunk(pk, B, v, m, dst, idxs, locs, dsts, hdrs, &scratch, err);
                 pieces += m;
         }
 out:
@@ -507,9 +510,31 @@ out:
         free(dsts);
         free(hdrs);
         free(scratch);
-        *ret_bytes = zr_pack_region_bytes(pk->B, L, pk->item, NULL, NULL);
-        *ret_pieces = pieces;
+        *ret_pieces += pieces;
         return r;
+}
+
+int zr_pack_fill(zr_pack *pk, uint64_t step, uint8_t *dst, const _Atomic int *cancel,
+                 uint64_t *ret_bytes, uint64_t *ret_pieces, zr_error *err) {
+        unsigned __int128 g0 = ((unsigned __int128)step * pk->W + pk->rank) * pk->B;
+
+        *ret_pieces = 0;
+        *ret_bytes = zr_pack_region_bytes(pk->B, pk->p.seq_len, pk->item, NULL, NULL);
+        return fill_rows(pk, pk->B, (size_t)pk->B, g0, NULL, NULL, dst, cancel, ret_pieces, err);
+}
+
+int zr_pack_fill_rows(zr_pack *pk, uint64_t B, size_t n, const uint64_t *rows, const uint32_t *at,
+                      uint8_t *dst, const _Atomic int *cancel, uint64_t *ret_pieces,
+                      zr_error *err) {
+        return fill_rows(pk, B, n, 0, rows, at, dst, cancel, ret_pieces, err);
+}
+
+int zr_pack_params_same(const zr_pack_params *a, const zr_pack_params *b) {
+        uint64_t wa = a->mode == ZR_PACK_BEST_FIT && !a->window ? ZR_PACK_WINDOW_DEFAULT : a->window;
+        uint64_t wb = b->mode == ZR_PACK_BEST_FIT && !b->window ? ZR_PACK_WINDOW_DEFAULT : b->window;
+        return a->mode == b->mode && a->seq_len == b->seq_len && a->has_eos == b->has_eos &&
+               (!a->has_eos || a->eos_id == b->eos_id) && a->pad_id == b->pad_id &&
+               (a->mode != ZR_PACK_BEST_FIT || wa == wb);
 }
 
 int zr_pack_new(const zr_pack_params *p, zr_dataset *ds, uint64_t n, uint64_t fp,

@@ -30,6 +30,10 @@
  * stream holds the tokens (B × L of the store's dtype), then at the next
  * multiple of 64 the segment ids (B × L int32), then likewise the positions.
  *
+ * A mixture's sources (sampler/mixture.h) each have a pack of their own, made
+ * with batch_size 1 and world_size 1 so that its global row c is its draw c;
+ * a fill gives each source its rows (zr_pack_fill_rows()).
+ *
  * Reading: a store of raw records is read piece by piece, straight from its
  * table entries into the row (one copy, on the store's pool); a compressed
  * one decodes each document a piece needs into a scratch of its size.
@@ -119,5 +123,16 @@ int zr_pack_same(const zr_pack *a, const zr_pack *b);
  * *ret_bytes: the region's bytes used; *ret_pieces: document pieces read. */
 int zr_pack_fill(zr_pack *pk, uint64_t step, uint8_t *dst, const _Atomic int *cancel,
                  uint64_t *ret_bytes, uint64_t *ret_pieces, zr_error *err);
+
+/* A mixture's source (the pack made with batch_size 1 and world_size 1, so
+ * that its global row c is its draw c, sampler/mixture.h): fills region rows
+ * at[0..n) of a region of B rows with its global rows rows[0..n). Adds the
+ * pieces read to *ret_pieces. As zr_pack_fill() otherwise. */
+int zr_pack_fill_rows(zr_pack *pk, uint64_t B, size_t n, const uint64_t *rows, const uint32_t *at,
+                      uint8_t *dst, const _Atomic int *cancel, uint64_t *ret_pieces,
+                      zr_error *err);
+
+/* 1 if two streams' pack parameters pack alike (a mixture's sources must). */
+int zr_pack_params_same(const zr_pack_params *a, const zr_pack_params *b);
 
 #endif

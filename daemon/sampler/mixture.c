@@ -290,8 +290,10 @@ static inline uint32_t mixture_find(const uint64_t *first, uint32_t top, uint64_
         return k;
 }
 
-int zr_mixture_batch(const zr_mixture *m, uint64_t step, uint32_t rank, uint32_t *ret_source,
-                     uint64_t *ret_idx, zr_error *err) {
+/* The batch's sources and, with `map`, its records; without, each position's
+ * draw number in its source's stream (zr_mixture_draws()). */
+static int mixture_batch(const zr_mixture *m, uint64_t step, uint32_t rank, uint32_t *ret_source,
+                         uint64_t *ret_idx, int map, zr_error *err) {
         uint64_t x0[ZR_MIXTURE_NODES], x1[ZR_MIXTURE_NODES], first[2 * ZR_MIXTURE_MAX_SOURCES];
         uint32_t top = 1;
         zr_feistel layout;
@@ -323,7 +325,11 @@ int zr_mixture_batch(const zr_mixture *m, uint64_t step, uint32_t rank, uint32_t
                         src[i] = (uint16_t)k;
                         draw[i] = x0[k] + (slot[i] - first[k]);
                         ret_source[j0 + i] = k;
+                        if (!map)
+                                ret_idx[j0 + i] = draw[i];
                 }
+                if (!map)
+                        continue;
                 if (m->count <= MIXTURE_PASSES) {
                         /* few sources: one branch-free pass gathers each source's draws */
                         for (uint32_t k = 0; k < m->count; k++) {
@@ -364,4 +370,14 @@ int zr_mixture_batch(const zr_mixture *m, uint64_t step, uint32_t rank, uint32_t
                         ret_idx[j0 + order[i]] = sorted[i];
         }
         return 0;
+}
+
+int zr_mixture_batch(const zr_mixture *m, uint64_t step, uint32_t rank, uint32_t *ret_source,
+                     uint64_t *ret_idx, zr_error *err) {
+        return mixture_batch(m, step, rank, ret_source, ret_idx, 1, err);
+}
+
+int zr_mixture_draws(const zr_mixture *m, uint64_t step, uint32_t rank, uint32_t *ret_source,
+                     uint64_t *ret_draw, zr_error *err) {
+        return mixture_batch(m, step, rank, ret_source, ret_draw, 0, err);
 }

@@ -101,4 +101,11 @@ void zr_mixture_stream(const zr_mixture *m, uint32_t source, uint64_t c0, uint64
 int zr_mixture_batch(const zr_mixture *m, uint64_t step, uint32_t rank, uint32_t *ret_source,
                      uint64_t *ret_idx, zr_error *err);
 
+/* As zr_mixture_batch(), but ret_draw[j] is position j's draw number c in its
+ * source's stream (draw c of source k: D_k(step) <= c < D_k(step + 1)), not
+ * the record it maps to: a packed mixture's sources serve their c-th row
+ * (loader/pack.h). */
+int zr_mixture_draws(const zr_mixture *m, uint64_t step, uint32_t rank, uint32_t *ret_source,
+                     uint64_t *ret_draw, zr_error *err);
+
 #endif

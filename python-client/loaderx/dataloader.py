@@ -180,12 +180,9 @@ def _pack_spec(pack, mode, eos_id, pad_id, window, streams, sources, sampler):
     if not isinstance(pack, collections.abc.Mapping) or not pack:
         raise ZrecordTypeError("pack must be a mapping {stream name: seq_len}, e.g. "
                                "pack={'tokens': 2048}")
-    if sources is not None:
-        raise ZrecordValueError("pack: a mixture of packed sources is not served yet; pack "
-                                "one source")
     if mode not in _PACK_MODES:
         raise ZrecordValueError(f"pack_mode must be one of {', '.join(_PACK_MODES)}, got {mode!r}")
-    if sampler == "iid":
+    if sampler == "iid" and sources is None:
         raise ZrecordValueError("pack: the iid sampler draws no cycles (a document may come "
                                 "twice or never); use 'sequential', 'cyclic' or 'cyclic-lx157'",
                                 name="ZR_E_SAMPLER")
@@ -194,9 +191,10 @@ def _pack_spec(pack, mode, eos_id, pad_id, window, streams, sources, sampler):
         if name not in streams:
             raise ZrecordValueError(f"pack: {name!r} is no stream of this loader "
                                     f"({', '.join(map(repr, streams))})")
-        ds = streams[name]
-        if not isinstance(ds, RaggedDataset):
-            raise ZrecordValueError(f"pack: stream {name!r} is not a RaggedDataset of documents")
+        for src in sources or [streams]:
+            if not isinstance(src[name], RaggedDataset):
+                raise ZrecordValueError(f"pack: stream {name!r} is not a RaggedDataset of "
+                                        "documents")
         if isinstance(seq_len, bool) or not isinstance(seq_len, (int, np.integer)) or seq_len < 1:
             raise ZrecordValueError(f"pack: seq_len of {name!r} must be an integer >= 1, got "
                                     f"{seq_len!r}")
@@ -212,8 +210,8 @@ def _pack_spec(pack, mode, eos_id, pad_id, window, streams, sources, sampler):
             raise ZrecordValueError("pad_id and pack_window are best_fit's: concat never pads")
         out[name] = spec
     if len(streams) != 1:
-        raise ZrecordValueError("pack: a packed loader has one stream (the documents); this "
-                                f"one has {len(streams)}")
+        raise ZrecordValueError("pack: a packed loader has one stream (the documents; a "
+                                f"mixture's: one a source); this one has {len(streams)}")
     return out
 
 
@@ -287,7 +285,7 @@ class DataLoader:
                  world_size=1, capacity=None, with_indices=False, with_sources=False,
                  fingerprint=None, warn_stalls=False, workers=None, arena_bytes=None,
                  step_stride=1, pack=None, pack_mode="concat", eos_id=None, pad_id=None,
-                 pack_window=None):
+                 pack_window=None, weight_by=None):
         if _procworker.IMPORTING_MAIN:
             raise ZrecordRuntimeError(
                 "a DataLoader was made while a loaderx worker process imported the training "
@@ -366,6 +364,17 @@ class DataLoader:
         if not 1 <= step_stride < 2 ** 32:
             raise ZrecordValueError(f"step_stride must be in 1..2^32 - 1, got {step_stride}")
         _check_fingerprint(fingerprint)
+        if weight_by not in (None, "records", "tokens"):
+            raise ZrecordValueError(f"weight_by must be 'records' or 'tokens', not {weight_by!r}")
+        if weight_by == "tokens" and (pack is None or self.sources is None):
+            raise ZrecordValueError("weight_by='tokens' weighs a mixture of packed sources: give "
+                                    "a list of sources and pack={name: seq_len}")
+        if weight_by == "records" and pack is not None and self.sources is not None:
+            raise ZrecordValueError("a mixture of packed sources is weighted by tokens (each "
+                                    "batch's rows, all of seq_len tokens, apportioned by weight): "
+                                    "weight_by='tokens'")
+        self.weight_by = weight_by or ("tokens" if pack is not None and self.sources is not None
+                                       else "records")
         self.pack = _pack_spec(pack, pack_mode, eos_id, pad_id, pack_window, streams,
                                self.sources, sampler)
         self.streams = dict(streams)

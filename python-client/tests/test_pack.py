@@ -249,15 +249,58 @@ def test_refusals(workdir, corpus):
 
 def test_not_served_yet_says_so(corpus):
     """What packed loaders do not serve yet is refused with a message, never
-    answered wrong: steps_of, a mixture of packed sources."""
+    answered wrong: steps_of; a packed mixture weighted by records."""
     with DataLoader({"tokens": RaggedDataset("docs")}, batch_size=2, sampler="cyclic",
                     pack={"tokens": 8}, num_workers=0) as dl:
         next(dl)
         with pytest.raises(ZrecordError, match="not served for packed loaders yet"):
             dl.steps_of(3)
-    with pytest.raises(ZrecordError, match="mixture of packed sources"):
+    with pytest.raises(ZrecordError, match="weighted by tokens"):
         DataLoader([({"tokens": RaggedDataset("docs")}, 1), ({"tokens": RaggedDataset("docs")}, 1)],
-                   batch_size=2, sampler="cyclic", pack={"tokens": 8})
+                   batch_size=2, sampler="cyclic", pack={"tokens": 8}, weight_by="records")
+    with pytest.raises(ZrecordError, match="weighs a mixture of packed sources"):
+        DataLoader({"tokens": RaggedDataset("docs")}, batch_size=2, weight_by="tokens")
+
+
+def test_mixture_by_tokens(workdir):
+    """weight_by='tokens': each batch's rows go to the sources by the record
+    mixture's own apportionment and layout (the same sources, row for row, as an
+    unpacked mixture of the same weights and seed), and each source's rows are
+    its own packed stream in order: row c of source k is the reference's row c
+    of k's documents in k's cycles (its seed the mixture's seed of the source)."""
+    docs = [_docs(40, seed=7), _docs(23, seed=8, hi=90), _docs(61, seed=9, hi=12)]
+    modes = ["cyclic", "sequential", "cyclic-lx157"]
+    for k, d in enumerate(docs):
+        from_iterator(f"d{k}", d, np.int32, codec="raw")
+    weights = (5, 2, 3)
+    B, L, steps, seed = 6, 16, 25, 13
+    srcs = [({"tokens": RaggedDataset(f"d{k}")}, weights[k], modes[k]) for k in range(3)]
+    with DataLoader(srcs, batch_size=B, seed=seed, pack={"tokens": L}, eos_id=1,
+                    with_sources=True, with_indices=True, weight_by="tokens",
+                    num_workers=0) as dl:
+        got = _batches(dl, steps)
+    plain = [({"tokens": RaggedDataset(f"d{k}")}, weights[k], modes[k]) for k in range(3)]
+    with DataLoader(plain, batch_size=B, seed=seed, with_sources=True, num_workers=0) as dl:
+        want_src = [np.array(next(dl)["__source__"]) for _ in range(steps)]
+    rows_needed = [0, 0, 0]
+    for b, ws in zip(got, want_src):
+        np.testing.assert_array_equal(b["__source__"], ws)
+        for k, c in zip(b["__source__"], b["__index__"]):
+            rows_needed[k] = max(rows_needed[k], int(c) + 1)
+    refs = []
+    for k in range(3):
+        ks = int(S.key(seed, S.DOMAIN_SOURCE, k))
+        refs.append(ref_concat(docs[k], modes[k], ks, L, rows_needed[k], eos=1))
+    for s, b in enumerate(got):
+        for j, (k, c) in enumerate(zip(b["__source__"], b["__index__"])):
+            toks, segs, pos = refs[k]
+            np.testing.assert_array_equal(b["tokens"][j], toks[c], err_msg=f"step {s} row {j}")
+            np.testing.assert_array_equal(b["tokens_segment_ids"][j], segs[c])
+            np.testing.assert_array_equal(b["tokens_positions"][j], pos[c])
+    # the share of tokens: every row holds L, so a source's share is its rows'
+    counts = np.bincount(np.concatenate([b["__source__"] for b in got]), minlength=3)
+    share = counts / counts.sum()
+    assert np.all(np.abs(share - np.array(weights) / sum(weights)) < 2 / (B * steps)), share
 
 
 def test_rows_are_the_same_in_every_process(corpus):
