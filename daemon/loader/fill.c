@@ -242,7 +242,8 @@ static int pack_setup(zr_loader *l, const zr_loader_params *p, zr_error *err) {
                                             "overflows", st->name, p->batch_size);
                 /* its indexes, charged before they are made (a fill's tables and
                  * scratch are counted with the loader's, zr_loader_work_bytes()) */
-                need += zr_pack_work_bytes(&st->s.pack, st->open_len);
+                need += zr_pack_work_bytes(&st->s.pack, st->open_len,
+                                           (unsigned)zr_pool_shards(l->e->pool, SIZE_MAX));
                 if (p->work_bytes_max && need > p->work_bytes_max)
                         return zr_error_set(err, ZR_E_LIMIT, "%s: the indexes of %" PRIu64
                                             " documents need %" PRIu64 " bytes of working "

@@ -52,6 +52,7 @@ struct zr_pack {
         uint64_t n, fp, seed, B, W, rank, item, hdr;
         zr_tokstore *ts;
         zr_pool *pool;
+        unsigned shards;              /* a build's shards at once (its scratch each) */
         pthread_mutex_t mu;
         held_idx held[PACK_HELD];
         uint64_t tick;
@@ -155,17 +156,20 @@ static uint64_t fill_tables(uint64_t L) {
                                   2 * sizeof(void *) + 4 * sizeof(uint64_t));
 }
 
-uint64_t zr_pack_work_bytes(const zr_pack_params *p, uint64_t n) {
+uint64_t zr_pack_work_bytes(const zr_pack_params *p, uint64_t n, unsigned shards) {
         zr_tokidx_key k = { .kind = p->mode == ZR_PACK_BEST_FIT ? ZR_TOKIDX_BEST_FIT
-                                                               : ZR_TOKIDX_CONCAT, .n = n };
+                                                               : ZR_TOKIDX_CONCAT, .n = n,
+                            .seq_len = p->seq_len,
+                            .window = p->window ? p->window : ZR_PACK_WINDOW_DEFAULT };
         unsigned __int128 b = (unsigned __int128)(PACK_HELD + 1) * zr_tokidx_bytes(&k) +
                               fill_tables(p->seq_len) +
-                              (p->mode == ZR_PACK_BEST_FIT ? 8 * (PACK_BEST_FIT_CYCLES_MAX + 1) : 0);
+                              (p->mode == ZR_PACK_BEST_FIT ? 8 * (PACK_BEST_FIT_CYCLES_MAX + 1) : 0) +
+                              (unsigned __int128)shards * zr_tokidx_build_bytes(&k);
         return b > UINT64_MAX ? UINT64_MAX : (uint64_t)b;
 }
 
 uint64_t zr_pack_memory(const zr_pack *pk, unsigned fills) {
-        unsigned __int128 b = zr_pack_work_bytes(&pk->p, pk->n) +
+        unsigned __int128 b = zr_pack_work_bytes(&pk->p, pk->n, pk->shards) +
                               (unsigned __int128)fills * (fill_tables(pk->p.seq_len) +
                                                           (pk->raw ? 0 : pk->hdr + pk->max_len * pk->item + 1));
         return b > UINT64_MAX ? UINT64_MAX : (uint64_t)b;
@@ -568,6 +572,7 @@ int zr_pack_new(const zr_pack_params *p, zr_dataset *ds, uint64_t n, uint64_t fp
         pk->hdr = zr_tokidx_header_bytes(ds);
         pk->ts = ts;
         pk->pool = pool;
+        pk->shards = (unsigned)zr_pool_shards(pool, SIZE_MAX);
         pk->total = UINT64_MAX;
         if (n == 0) {
                 r = zr_error_set(err, ZR_E_SAMPLER, "the store holds no document to pack");

@@ -94,9 +94,10 @@ uint64_t zr_pack_region_bytes(uint64_t B, uint64_t L, uint64_t itemsize, uint64_
 int zr_pack_check(const zr_pack_params *p, const zr_dataset *ds, enum zr_sampler_mode mode,
                   const char *name, zr_error *err);
 
-/* Working memory of a pack of n documents (its cycles' indexes and one fill's
- * tables), for the charge before zr_pack_new(). */
-uint64_t zr_pack_work_bytes(const zr_pack_params *p, uint64_t n);
+/* Working memory of a pack of n documents (its cycles' indexes, one fill's
+ * tables, and the scratch of a build's `shards` shards), for the charge before
+ * zr_pack_new(). */
+uint64_t zr_pack_work_bytes(const zr_pack_params *p, uint64_t n, unsigned shards);
 
 /* The working memory of a made pack with `fills` fills at once: its indexes,
  * and each fill's tables and (compressed stores) a document's scratch. */

@@ -96,6 +96,14 @@ uint64_t zr_tokidx_bytes(const zr_tokidx_key *key) {
         return b > UINT64_MAX ? UINT64_MAX : (uint64_t)b;
 }
 
+uint64_t zr_tokidx_build_bytes(const zr_tokidx_key *key) {
+        if (key->kind != ZR_TOKIDX_BEST_FIT)
+                return 0;
+        /* bf_scratch_init(): 11 arrays of u32 a document of the window, and the
+         * lists' heads and bits of every free room */
+        return 11 * 4 * key->window + 4 * (key->seq_len + 1) + (key->seq_len + 64) / 8;
+}
+
 /* ---- the store ------------------------------------------------------------- */
 
 /* mkdir -p with 0700, each level under the caller's control. */

@@ -129,6 +129,11 @@ uint64_t zr_tokidx_bytes(const zr_tokidx_key *key);
 int zr_tokidx_get(zr_tokstore *ts, const zr_tokidx_key *key, zr_dataset *ds, zr_pool *pool,
                   const _Atomic int *cancel, zr_tokidx **ret, zr_error *err);
 
+/* The scratch one shard of a build of `key` allocates (best fit: its window's
+ * items and rows, and a list and a bit per free room 0..seq_len; concat: its
+ * arrays live on its stack). */
+uint64_t zr_tokidx_build_bytes(const zr_tokidx_key *key);
+
 /* The rows of best-fit key's cycle, from the header of its file when the store
  * has it (no payload read), else 0 (then get the index). */
 uint64_t zr_tokidx_peek_rows(zr_tokstore *ts, const zr_tokidx_key *key);
