@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,7 +25,17 @@ typedef struct conv_buf {
         uint8_t *data, *out;
         uint64_t cap;               /* records the arrays hold */
         uint64_t bytes;             /* bytes data and out hold */
+        const _Atomic int *cancel;  /* set: stop at the next batch (may be NULL) */
 } conv_buf;
+
+/* ECANCELED once *b->cancel is set: looked at before each batch, so a
+ * conversion stops within one batch's work of being told to. */
+static int conv_check(const conv_buf *b, zr_error *err) {
+        if (b->cancel && atomic_load(b->cancel))
+                return zr_error_set(err, ECANCELED, "conversion cancelled: its client left or "
+                                    "the daemon is stopping");
+        return 0;
+}
 
 static void conv_free(conv_buf *b) {
         free(b->idx);
@@ -163,9 +174,11 @@ static int to_lx157(zr_dataset *src, int dst_dirfd, const zr_store_options *opts
         if (r >= 0)
                 r = zr_store_create(dst_dirfd, sc->codec, dict, dict_len, opts, &dst, err);
         while (r >= 0 && at < length) {
-                uint64_t n, bytes, packed = 0, w = 0;
+                uint64_t n = 0, bytes, packed = 0, w = 0;
 
-                r = conv_batch(zr_dataset_store(src), at, length, b, &n, &bytes, err);
+                r = conv_check(b, err);
+                if (r >= 0)
+                        r = conv_batch(zr_dataset_store(src), at, length, b, &n, &bytes, err);
                 if (r >= 0)
                         r = conv_gather(src, b, n, err);
                 for (uint64_t i = 0; r >= 0 && i < n; i++) {
@@ -222,10 +235,12 @@ static int to_zrecord(zr_dataset *src, int dst_dirfd, const zr_store_options *op
         if (r >= 0)
                 r = zr_dataset_create(dst_dirfd, &ds, dict, dict_len, opts, &dst, err);
         while (r >= 0 && at < length) {
-                uint64_t n, bytes, o = 0, w = 0;
+                uint64_t n = 0, bytes, o = 0, w = 0;
                 zr_batch batch = { .dtype = sc->dtype.str };
 
-                r = conv_batch(zr_dataset_store(src), at, length, b, &n, &bytes, err);
+                r = conv_check(b, err);
+                if (r >= 0)
+                        r = conv_batch(zr_dataset_store(src), at, length, b, &n, &bytes, err);
                 if (r >= 0)
                         r = conv_gather(src, b, n, err);
                 for (uint64_t i = 0; r >= 0 && i < n; i++) {
@@ -258,9 +273,10 @@ static int to_zrecord(zr_dataset *src, int dst_dirfd, const zr_store_options *op
 }
 
 int zr_convert(zr_dataset *src, int dst_dirfd, enum zr_layout to, const zr_store_options *opts,
-               uint64_t *ret_count, zr_schema *ret_schema, zr_error *err) {
+               const _Atomic int *cancel, uint64_t *ret_count, zr_schema *ret_schema,
+               zr_error *err) {
         const zr_schema *sc = zr_dataset_schema(src);
-        conv_buf b = {0};
+        conv_buf b = {.cancel = cancel};
         int r;
 
         if (sc->kind != ZR_SCHEMA_RAGGED)

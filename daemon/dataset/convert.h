@@ -20,6 +20,7 @@
 #ifndef ZR_DATASET_CONVERT_H
 #define ZR_DATASET_CONVERT_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "dataset/dataset.h"
@@ -46,8 +47,11 @@
  * `to`, or (to loaderx's) an empty record, which loaderx stores none of; the
  * errors of gathering, creating and appending (ZR_E_EXISTS: dst holds a store).
  * Sets *ret_count (may be NULL) to the records converted and *ret_schema (may be
- * NULL) to the destination's schema as zr_dataset_open() will serve it. */
+ * NULL) to the destination's schema as zr_dataset_open() will serve it.
+ * `cancel` (may be NULL) is looked at before each batch: once it is set the
+ * conversion stops with ECANCELED, leaving the destination as a failure does. */
 int zr_convert(zr_dataset *src, int dst_dirfd, enum zr_layout to, const zr_store_options *opts,
-               uint64_t *ret_count, zr_schema *ret_schema, zr_error *err);
+               const _Atomic int *cancel, uint64_t *ret_count, zr_schema *ret_schema,
+               zr_error *err);
 
 #endif

@@ -42,8 +42,8 @@ static void convert_run(zr_job *job) {
         zr_store_options opts = {.pool = st->pool};
 
         zr_dataset_lock(st->entry->ds, false);
-        rq->result = zr_convert(st->entry->ds, rq->fds[2], st->to, &opts, &st->count,
-                                &st->schema, &rq->err);
+        rq->result = zr_convert(st->entry->ds, rq->fds[2], st->to, &opts, &rq->cancelled,
+                                &st->count, &st->schema, &rq->err);
         zr_dataset_unlock(st->entry->ds);
 }
 

@@ -977,6 +977,10 @@ void zr_session_drain(zr_session *c) {
                 return;
         c->draining = true;
         session_update_reading(c);
+        /* a long job that looks (a conversion, a packed loader's index build)
+         * stops at its next check: a stop is bounded by a piece, not a store */
+        if (c->running)
+                atomic_store(&c->running->cancelled, 1);
         for (uint32_t i = 0; i < c->handles.n; i++)
                 if (c->handles.v[i].type == ZR_HANDLE_LOADER)
                         zr_lhandle_shutdown(c->handles.v[i].loader);

@@ -516,16 +516,21 @@ static void conv_expect_lx(zr_lxragged *d, uint64_t n) {
 }
 
 /* zr_convert() of the dataset in src (opened read-only) into dst. */
-static int conv(int src, int dst, enum zr_layout to, const zr_store_options *o, uint64_t *count,
-                zr_error *err) {
+static int conv_cancel(int src, int dst, enum zr_layout to, const zr_store_options *o,
+                       const _Atomic int *cancel, uint64_t *count, zr_error *err) {
         zr_store_options so = { .read_only = 1 };
         zr_dataset *ds;
         int r = zr_dataset_open(src, &so, &ds, err);
 
         if (r == 0)
-                r = zr_convert(ds, dst, to, o, count, NULL, err);
+                r = zr_convert(ds, dst, to, o, cancel, count, NULL, err);
         zr_dataset_close(ds, NULL);
         return r;
+}
+
+static int conv(int src, int dst, enum zr_layout to, const zr_store_options *o, uint64_t *count,
+                zr_error *err) {
+        return conv_cancel(src, dst, to, o, NULL, count, err);
 }
 
 START_TEST(test_convert_both_ways) {
@@ -675,6 +680,23 @@ START_TEST(test_convert_both_ways) {
                 zr_error_clear(&err);
                 ck_assert_int_eq(conv(fd, c, ZR_LAYOUT_LX157, &o, NULL, &err), -ZR_E_SCHEMA);
                 ck_assert_msg(strstr(err.message, "record 0 is empty"), "%s", err.message);
+                close(fd);
+        }
+        /* told to stop (its client left, the daemon stops): ECANCELED before a
+         * batch more; the destination holds a prefix of the records (convert.h),
+         * here none */
+        {
+                _Atomic int cancel = 1;
+
+                fd = scratch_child(&s, "cancelled");
+                zr_error_clear(&err);
+                ck_assert_int_eq(conv_cancel(a, fd, ZR_LAYOUT_ZRECORD, &o, &cancel, &count, &err),
+                                 -ECANCELED);
+                ck_assert_msg(strstr(err.message, "cancelled"), "%s", err.message);
+                zr_error_clear(&err);
+                ck_assert_msg(zr_dataset_open(fd, NULL, &ds, &err) == 0, "%s", err.message);
+                ck_assert_uint_eq(zr_dataset_length(ds), 0);
+                zr_dataset_close(ds, NULL);
                 close(fd);
         }
         close(a);
