@@ -162,13 +162,20 @@ def spawn(params, env):
 
 
 def run_procs(procs, timeout):
-    """Barrier, go, results: (batches/s over the union window, window seconds, steps each)."""
+    """Waits for every worker's "ready" (its warm-up done) within `timeout`
+    seconds; a worker that fails or does not get there ends them all."""
+    import select
+    deadline = time.monotonic() + timeout
     for p in procs:
-        line = p.stdout.readline().strip()
+        left = deadline - time.monotonic()
+        r, _, _ = select.select([p.stdout], [], [], max(0.0, left))
+        line = p.stdout.readline().strip() if r else ""
         if line != "ready":
             for q in procs:
                 q.kill()
-            raise RuntimeError(f"a worker failed: {p.stderr.read()[-1500:]}")
+            if not r:
+                raise RuntimeError(f"a worker did not finish its warm-up in {timeout:.0f} s")
+            raise RuntimeError(f"a worker failed: {line[:200]} {p.stderr.read()[-1500:]}")
     return procs
 
 
@@ -207,7 +214,7 @@ def run_zrecord(ctx, srv, proxy, url, record, batch, nrec, nproc, p, tmp):
         procs = [spawn(dict(kind="zrecord", url=url, batch=batch, seed=11 + i, warm=p["warm"],
                             steps=p["steps"], seconds=p["seconds"], pyclient=C.PYCLIENT), env)
                  for i in range(nproc)]
-        run_procs(procs, 600)
+        run_procs(procs, 300)
         st0 = remote_status(d.sock)
         for q in procs:
             q.stdin.write("go\n")
@@ -243,11 +250,11 @@ def run_peer(kind, url, srv, proxy, record, batch, nrec, nproc, p, tmp, python):
     env = dict(os.environ, **srv.env(endpoint=proxy.endpoint), S3_ENDPOINT_URL=proxy.endpoint,
                AWS_ALLOW_HTTP="true", PYTHONPATH=C.STUBS)
     procs = [spawn(dict(kind=kind, url=url, batch=batch, seed=11 + i, warm=p["warm"],
-                        steps=p["steps"], seconds=p["seconds"], cache_bytes=budget,
+                        steps=p["steps"], seconds=p["seconds"], cache_bytes=budget, record=record,
                         local=os.path.join(tmp, f"{kind}{record}-{nproc}-{i}"),
                         endpoint=proxy.endpoint, python=python), env)
              for i in range(nproc)]
-    run_procs(procs, 900)
+    run_procs(procs, 300)
     proxy.reset_counts()
     for q in procs:
         q.stdin.write("go\n")
@@ -285,10 +292,12 @@ def _run(ctx, srv, s3proxy, tmp, quick):
     proxy = s3proxy.S3Proxy(srv.port, latency_s=LATENCY_S, rate_bps=RATE_BPS).start()
     srv.make_bucket(BUCKET)
     python = peer_python()
-    peers = [] if quick else [k for k, mod in (("streaming", "streaming"),
-                                                ("litdata", "litdata")) if has(python, mod)]
+    # the peers write their own data for minutes: not with --quick, unless
+    # $REMOTE_BENCH_PEERS asks for them
+    with_peers = not quick or bool(os.environ.get("REMOTE_BENCH_PEERS"))
+    peers = [k for k in ("streaming", "litdata") if with_peers and has(python, k)]
     for k in ("streaming", "litdata"):
-        if quick:
+        if not with_peers:
             say(f"  {k}: not run with --quick (its own data takes minutes to write)")
         elif k not in peers:
             say(f"  {k}: not installed for {python} (bench/requirements-peers.txt): skipped")

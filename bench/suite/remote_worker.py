@@ -11,8 +11,9 @@ Contenders:
   zrecord    loaderx DataLoader over DenseDataset("s3://..."), sampler iid;
              the daemon (ZRECORD_SOCKET) fetches ahead into its disk cache
   streaming  MosaicML Streaming StreamingDataset over MDS shards at s3://,
-             its own local cache (cache_limit), shuffled, through torch's
-             DataLoader with 2 workers: whole shards downloaded per process
+             its own local cache (cache_limit), shuffled in blocks of 4
+             shards, through torch's DataLoader in the process (no workers):
+             whole shards downloaded per process
   litdata    litdata.StreamingDataset over its optimized chunks at s3://,
              its own cache (max_cache_size), shuffled, torch DataLoader with 2
              workers
@@ -40,10 +41,16 @@ def zrecord_batches(p):
 def streaming_batches(p):
     import torch
     from streaming import StreamingDataset
+    # its shuffle reads a block of shards at a time: a block of 4 shards (2 MiB
+    # each) fits a cache of a third of the store; its default (262,144 samples)
+    # does not, and it waits for room forever
+    per_shard = max(1, (2 << 20) // p["record"])
     ds = StreamingDataset(remote=p["url"], local=p["local"], shuffle=True, batch_size=p["batch"],
                           shuffle_seed=p["seed"], cache_limit=p["cache_bytes"],
-                          predownload=8 * p["batch"])
-    dl = torch.utils.data.DataLoader(ds, batch_size=p["batch"], num_workers=2,
+                          shuffle_block_size=4 * per_shard, predownload=p["batch"])
+    # no loader workers: with a cache this small, two workers that each hold
+    # shards wait on each other for room
+    dl = torch.utils.data.DataLoader(ds, batch_size=p["batch"], num_workers=0,
                                      collate_fn=lambda rows: rows)
     while True:
         for rows in dl:
@@ -53,6 +60,12 @@ def streaming_batches(p):
 def litdata_batches(p):
     import torch
     import litdata
+    try:
+        # its S3 client (obstore) refuses a plain-http endpoint unless told
+        from litdata.streaming import downloader
+        downloader._OBSTORE_CLIENT_OPTIONS["allow_http"] = "true"
+    except (ImportError, AttributeError, TypeError):
+        pass
     ds = litdata.StreamingDataset(p["url"], shuffle=True, seed=p["seed"],
                                   max_cache_size=p["cache_bytes"], cache_dir=p["local"],
                                   storage_options={"endpoint_url": p["endpoint"]})
