@@ -21,6 +21,7 @@
 
 #include "dataset/cache.h"
 #include "dataset/fingerprint.h"
+#include "remote/cachedir.h"
 #include "url.h"
 
 /* Tries of a request of an open's check: a client waits for its open's answer. */
@@ -253,7 +254,7 @@ int zr_remote_check(zr_remote *ctx, const zr_remote_spec *spec, zr_rcheck **ret,
                 }
                 snprintf(c->obj[i].etag, sizeof(c->obj[i].etag), "%s", q[i].etag);
         }
-        c->dirfd = zr_mirror_mkdir(ctx->rootfd, probe, c->m.id, err);
+        c->dirfd = zr_cachedir_mkdir(ctx->rootfd, probe, c->m.id, err);
         if (c->dirfd < 0) {
                 r = c->dirfd;
                 goto out;
@@ -317,11 +318,11 @@ int zr_remote_open(zr_remote *ctx, zr_rcheck *c, zr_pool *pool, zr_dataset **ret
         ctx->open = rd;
         pthread_mutex_unlock(&ctx->mu);
         zr_mirror_each_present(rd->mirror, present_at_open, rd);
-        zr_mirror_sweep(ctx->rootfd, rd->src, c->m.id);
+        zr_cachedir_sweep(ctx->rootfd, rd->src, c->m.id);
         /* mirrors no daemon has open are what is left of the budget */
         zr_rcache_stats cs;
         zr_rcache_stats_get(ctx->disk, &cs);
-        zr_mirror_trim(ctx->rootfd, cs.budget > cs.bytes ? cs.budget - cs.bytes : 0);
+        zr_cachedir_trim(ctx->rootfd, cs.budget > cs.bytes ? cs.budget - cs.bytes : 0);
         /* the fingerprint now, on this worker: a loader's open asks for it on
          * the daemon's loop, which must not wait for the network */
         rd->src_creds_id = zr_rsrc_creds_add(rd->src, &c->creds);

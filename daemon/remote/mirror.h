@@ -2,7 +2,7 @@
  * "The disk cache").
  *
  * A mirror is a directory of the daemon's disk cache, one per (store, manifest
- * id), laid out as a store: its metadata files fetched whole and checked at
+ * id: cachedir.h), laid out as a store: its metadata files fetched whole and checked at
  * open (meta.zr, schema.msgpack, dict.zr, every .loc and .sum), and its chunk
  * files sparse, filled record by record as records are fetched. daemon/store
  * opens it read-only as any store (zr_mirror_dirfd()); it never reads a byte
@@ -77,11 +77,6 @@ typedef struct zr_mirror_hooks {
 int zr_mirror_open(int rootfd, zr_rsrc *src, const s3_manifest *m, const s3_creds *c,
                    zr_fetcher *f, zr_mirror **ret, zr_error *err);
 
-/* Makes (if needed) and opens the directory of src's mirror of manifest id
- * under rootfd: a descriptor of the caller's, or a negative code. Its
- * identity is the store's (the daemon's registry shares an open store by it). */
-int zr_mirror_mkdir(int rootfd, const zr_rsrc *src, const char *id, zr_error *err);
-
 /* Its directory, for zr_store_open() (borrowed: valid until close). */
 int zr_mirror_dirfd(const zr_mirror *m);
 
@@ -95,16 +90,6 @@ void zr_mirror_each_present(zr_mirror *m, void (*fn)(void *arg, uint64_t idx), v
 /* Waits for its requests in flight, syncs, marks it clean, unlocks and frees.
  * NULL allowed; returns NULL. */
 zr_mirror *zr_mirror_close(zr_mirror *m);
-
-/* Removes every mirror directory of src's store under rootfd but the one of
- * manifest id `keep` that is not locked by a daemon (older pushes). Best effort. */
-void zr_mirror_sweep(int rootfd, const zr_rsrc *src, const char *keep);
-
-/* Removes mirrors no daemon has open (their lock is free) under rootfd, least
- * recently closed first, until what they hold on disk is at most `limit`
- * bytes (the disk cache's budget less what the open mirrors hold). Returns
- * the bytes removed. Best effort: a mirror that cannot be removed is left. */
-uint64_t zr_mirror_trim(int rootfd, uint64_t limit);
 
 /* ret[i] = 1 if r[i] is not present (ret may be NULL); returns how many. */
 size_t zr_mirror_missing(zr_mirror *m, const zr_mrec *r, size_t n, uint8_t *ret);
