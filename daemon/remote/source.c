@@ -37,7 +37,8 @@ zr_rsrc *zr_rsrc_new(const s3_target *t, const zr_robject *obj, size_t n) {
                 free(s);
                 return NULL;
         }
-        memcpy(s->obj, obj, n * sizeof(*obj));
+        if (n)
+                memcpy(s->obj, obj, n * sizeof(*obj)); /* obj may be NULL when n is 0 */
         s->nobj = n;
         s->t = *t;
         s3_describe(t, NULL, s->url, sizeof(s->url));
