@@ -289,44 +289,42 @@ static int get_opt_u32(zr_request *rq, const char *field, uint32_t min, uint32_t
         return 0;
 }
 
-/* A stream's `pack` map (feature "pack"; PROTOCOL.md section 10, "Packed
- * streams") into *ret. */
-static int take_pack(zr_request *rq, const msgpack_object *item, const char *what, uint32_t i,
-                     zr_pack_params *ret) {
+int zr_request_take_pack(zr_request *rq, const msgpack_object *item, const char *what,
+                         zr_pack_params *ret) {
         zr_wire_error werr = {0};
         const msgpack_object *m;
         char mode[16] = "concat";
         uint64_t v;
 
         if (!zr_request_has_feature(rq, ZR_FEATURE_PACK))
-                return zr_request_fail(rq, ZR_E_UNKNOWN, "%s[%u]: field 'pack': the \"pack\" "
-                                       "feature is not in force on this connection", what, i);
+                return zr_request_fail(rq, ZR_E_UNKNOWN, "%s: field 'pack': the \"pack\" "
+                                       "feature is not in force on this connection", what);
         if (zr_wire_get_map(item, "pack", &m, &werr) < 0 ||
             zr_wire_get_u64(m, "seq_len", &ret->seq_len, &werr) < 0 ||
             (zr_wire_find(m, "mode") && zr_wire_get_str_copy(m, "mode", mode, sizeof(mode),
                                                              &werr) < 0) ||
             (zr_wire_find(m, "window") && zr_wire_get_u64(m, "window", &ret->window, &werr) < 0))
-                return zr_request_fail(rq, ZR_E_PROTO, "%s[%u].pack: %s", what, i, werr.message);
+                return zr_request_fail(rq, ZR_E_PROTO, "%s.pack: %s", what, werr.message);
         if (strcmp(mode, "concat") == 0)
                 ret->mode = ZR_PACK_CONCAT;
         else if (strcmp(mode, "best_fit") == 0)
                 ret->mode = ZR_PACK_BEST_FIT;
         else
-                return zr_request_fail(rq, ZR_E_PROTO, "%s[%u].pack: mode '%s' is unknown "
-                                       "(concat, best_fit)", what, i, mode);
+                return zr_request_fail(rq, ZR_E_PROTO, "%s.pack: mode '%s' is unknown "
+                                       "(concat, best_fit)", what, mode);
         if (ret->mode == ZR_PACK_BEST_FIT && zr_wire_find(m, "window") && ret->window == 0)
-                return zr_request_fail(rq, ZR_E_PROTO, "%s[%u].pack: window 0: a window holds at "
-                                       "least one document", what, i);
+                return zr_request_fail(rq, ZR_E_PROTO, "%s.pack: window 0: a window holds at "
+                                       "least one document", what);
         if (zr_wire_find(m, "eos_id")) {
                 if (zr_wire_get_u64(m, "eos_id", &v, &werr) < 0 || v > INT64_MAX)
-                        return zr_request_fail(rq, ZR_E_PROTO, "%s[%u].pack: eos_id: %s", what, i,
+                        return zr_request_fail(rq, ZR_E_PROTO, "%s.pack: eos_id: %s", what,
                                                werr.message[0] ? werr.message : "out of range");
                 ret->has_eos = 1;
                 ret->eos_id = (int64_t)v;
         }
         if (zr_wire_find(m, "pad_id")) {
                 if (zr_wire_get_u64(m, "pad_id", &v, &werr) < 0 || v > INT64_MAX)
-                        return zr_request_fail(rq, ZR_E_PROTO, "%s[%u].pack: pad_id: %s", what, i,
+                        return zr_request_fail(rq, ZR_E_PROTO, "%s.pack: pad_id: %s", what,
                                                werr.message[0] ? werr.message : "out of range");
                 ret->pad_id = (int64_t)v;
         }
@@ -381,7 +379,9 @@ static int take_streams(zr_request *rq, zr_lhandle *lh, const msgpack_object *it
                 streams[i] = (zr_loader_stream){ .ds = h->entry->ds, .capacity = cap,
                                                  .name = names[i][0] ? names[i] : NULL };
                 if (zr_wire_find(&items[i], "pack")) {
-                        int r = take_pack(rq, &items[i], what, i, &streams[i].pack);
+                        char at[48];
+                        snprintf(at, sizeof(at), "%s[%u]", what, i);
+                        int r = zr_request_take_pack(rq, &items[i], at, &streams[i].pack);
                         if (r < 0)
                                 return r;
                 }

@@ -31,6 +31,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "loader/pack.h"
 #include "message.h"
 #include "server/handles.h"
 #include "server/registry.h"
@@ -123,6 +124,13 @@ int zr_request_work_charge(zr_request *rq, uint64_t bytes, const char *what);
 uid_t zr_request_uid(const zr_request *rq);
 pid_t zr_request_pid(const zr_request *rq);
 uint32_t zr_request_frame_max(const zr_request *rq);
+
+/* A `pack` map (feature "pack"; PROTOCOL.md section 10, "Packed streams") of
+ * map `item` into *ret; `what` names the map in messages ("streams[2]").
+ * Returns 0, or fails the request (ZR_E_PROTO, ZR_E_UNKNOWN without the
+ * feature). In req-loader.c. */
+int zr_request_take_pack(zr_request *rq, const msgpack_object *item, const char *what,
+                         zr_pack_params *ret);
 
 /* The handle `id` named by request field `field`, if its type is one of
  * `types` (ZR_HANDLE_BIT()s): else NULL with rq->err set (ZR_E_NO_HANDLE). */
