@@ -253,7 +253,8 @@ static const field steps_of_req[] = {
         REQ("sampler", T_STR), OPT("n", T_UINT), OPT_SUB("sources", T_MAPS, steps_source_fields),
         OPT("source", T_U32), REQ("batch_size", T_UINT), REQ("seed", T_UINT),
         OPT("world_size", T_UINT), REQ("record", T_UINT), REQ("start", T_UINT),
-        REQ("stop", T_UINT), OPT("max_hits", T_UINT), END,
+        REQ("stop", T_UINT), OPT("max_hits", T_UINT), OPT("handle", T_U32),
+        OPT_SUB("pack", T_MAP, loader_pack_fields), END,
 };
 
 /* ---- replies ----------------------------------------------------------- */

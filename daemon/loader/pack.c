@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sampler/inverse.h"
 #include "store/store.h"
 #include "zr-proto.h"
 
@@ -211,6 +212,40 @@ static int cycle_index(zr_pack *pk, enum zr_tokidx_kind kind, uint64_t c, const 
         return 0;
 }
 
+/* Mutex held, best_fit of a cyclic sampler: counts the rows of the first
+ * cycle not counted yet into pk->cum, from its index's header when the store
+ * has it, else from its index (*builds of them, at most
+ * PACK_BEST_FIT_BUILDS_MAX a call). */
+static int cum_extend(zr_pack *pk, unsigned *builds, const _Atomic int *cancel, zr_error *err) {
+        uint64_t c = pk->ncum - 1, rows;
+        zr_tokidx_key k = pack_key(pk, ZR_TOKIDX_BEST_FIT, c);
+        const zr_tokidx *ix;
+        int r;
+
+        if (pk->ncum >= PACK_BEST_FIT_CYCLES_MAX)
+                return zr_error_set(err, ZR_E_SAMPLER, "best_fit: the row of this step "
+                                    "lies past %d cycles of the documents, whose rows "
+                                    "would all be packed to find it",
+                                    PACK_BEST_FIT_CYCLES_MAX);
+        rows = zr_tokidx_peek_rows(pk->ts, &k);
+        if (rows == 0 && ++*builds > PACK_BEST_FIT_BUILDS_MAX)
+                return zr_error_set(err, ZR_E_LIMIT, "best_fit: the row of this step lies "
+                                    "past cycle %" PRIu64 ", and the rows of more than %d "
+                                    "cycles before it are not indexed yet: open at an "
+                                    "earlier step first (each open indexes %d more), or "
+                                    "pack by concat", c, PACK_BEST_FIT_BUILDS_MAX,
+                                    PACK_BEST_FIT_BUILDS_MAX);
+        if (rows == 0) {
+                r = cycle_index(pk, ZR_TOKIDX_BEST_FIT, c, cancel, &ix, err);
+                if (r < 0)
+                        return r;
+                rows = ix->rows;
+        }
+        pk->cum[pk->ncum] = pk->cum[c] + rows;
+        pk->ncum++;
+        return 0;
+}
+
 /* Mutex held, best_fit: the cycle and row in it of global row g. */
 static int best_fit_row(zr_pack *pk, unsigned __int128 g, const _Atomic int *cancel,
                         uint64_t *ret_c, uint64_t *ret_r, const zr_tokidx **ret_ix, zr_error *err) {
@@ -230,32 +265,9 @@ static int best_fit_row(zr_pack *pk, unsigned __int128 g, const _Atomic int *can
                 return 0;
         }
         unsigned builds = 0;
-        while (pk->cum[pk->ncum - 1] <= g) {
-                uint64_t c = pk->ncum - 1, rows;
-                zr_tokidx_key k = pack_key(pk, ZR_TOKIDX_BEST_FIT, c);
-
-                if (pk->ncum >= PACK_BEST_FIT_CYCLES_MAX)
-                        return zr_error_set(err, ZR_E_SAMPLER, "best_fit: the row of this step "
-                                            "lies past %d cycles of the documents, whose rows "
-                                            "would all be packed to find it",
-                                            PACK_BEST_FIT_CYCLES_MAX);
-                rows = zr_tokidx_peek_rows(pk->ts, &k);
-                if (rows == 0 && ++builds > PACK_BEST_FIT_BUILDS_MAX)
-                        return zr_error_set(err, ZR_E_LIMIT, "best_fit: the row of this step lies "
-                                            "past cycle %" PRIu64 ", and the rows of more than %d "
-                                            "cycles before it are not indexed yet: open at an "
-                                            "earlier step first (each open indexes %d more), or "
-                                            "pack by concat", c, PACK_BEST_FIT_BUILDS_MAX,
-                                            PACK_BEST_FIT_BUILDS_MAX);
-                if (rows == 0) {
-                        r = cycle_index(pk, ZR_TOKIDX_BEST_FIT, c, cancel, &ix, err);
-                        if (r < 0)
-                                return r;
-                        rows = ix->rows;
-                }
-                pk->cum[pk->ncum] = pk->cum[c] + rows;
-                pk->ncum++;
-        }
+        while (pk->cum[pk->ncum - 1] <= g)
+                if ((r = cum_extend(pk, &builds, cancel, err)) < 0)
+                        return r;
         /* the last cycle whose first row is at or before g */
         uint64_t lo = 0, hi = pk->ncum - 1;
         while (hi - lo > 1) {
@@ -531,6 +543,208 @@ int zr_pack_fill_rows(zr_pack *pk, uint64_t B, size_t n, const uint64_t *rows, c
                       uint8_t *dst, const _Atomic int *cancel, uint64_t *ret_pieces,
                       zr_error *err) {
         return fill_rows(pk, B, n, 0, rows, at, dst, cancel, ret_pieces, err);
+}
+
+/* ---- which steps hold a document ------------------------------------------ */
+
+/* Hits found, in ascending order, before they go to the caller: those of a
+ * step go once no later hit can fall in it. */
+typedef struct hitbuf {
+        zr_sampler_hit *v;
+        size_t n, cap;
+        const zr_steps_of_ops *ops;
+} hitbuf;
+
+/* Hands the hits of steps below `upto` to the caller, keeps the others. */
+static int hits_flush(hitbuf *b, uint64_t upto) {
+        size_t k = 0;
+        int r = 0;
+
+        while (k < b->n && b->v[k].step < upto)
+                k++;
+        if (k == 0)
+                return 0;
+        r = b->ops->on_hits(b->ops->userdata, b->v, k);
+        memmove(b->v, b->v + k, (b->n - k) * sizeof(*b->v));
+        b->n -= k;
+        return r;
+}
+
+/* Global row g holds a piece of the document. */
+static int hits_add(hitbuf *b, const zr_pack *pk, unsigned __int128 g) {
+        const uint64_t G = pk->B * pk->W;
+        uint64_t step = (uint64_t)(g / G);
+        int r;
+
+        if (b->n == b->cap && b->n) {
+                /* every step before this one is whole: no later row falls in it */
+                if ((r = hits_flush(b, step)) != 0)
+                        return r;
+        }
+        if (b->n == b->cap) {
+                size_t cap = b->cap ? 2 * b->cap : 1024;
+                zr_sampler_hit *v;
+
+                if (b->ops->step_hits_max && b->n >= b->ops->step_hits_max)
+                        return -E2BIG;
+                if (!(v = realloc(b->v, cap * sizeof(*v))))
+                        return -ENOMEM;
+                b->v = v;
+                b->cap = cap;
+        }
+        b->v[b->n++] = (zr_sampler_hit){ .step = step, .position = (uint64_t)(g % pk->B),
+                                         .rank = (uint32_t)(g % G / pk->B) };
+        return 0;
+}
+
+/* Mutex held, best_fit: the index of cycle c and its first global row. */
+static int best_fit_cycle(zr_pack *pk, uint64_t c, const _Atomic int *cancel,
+                          const zr_tokidx **ret_ix, unsigned __int128 *ret_first, zr_error *err) {
+        unsigned builds = 0;
+        int r;
+
+        if (pk->mode != ZR_SAMPLER_SEQUENTIAL) {
+                while (pk->ncum <= c + 1)
+                        if ((r = cum_extend(pk, &builds, cancel, err)) < 0)
+                                return r;
+        }
+        r = cycle_index(pk, ZR_TOKIDX_BEST_FIT, c, cancel, ret_ix, err);
+        if (r < 0)
+                return r;
+        *ret_first = pk->mode == ZR_SAMPLER_SEQUENTIAL ? (unsigned __int128)c * (*ret_ix)->rows
+                                                       : pk->cum[c];
+        return 0;
+}
+
+/* Mutex held: the rows of cycle c that hold a piece of the document at
+ * position q of its order, those in [g0, g1) into b; *ret_end: the cycle's
+ * end, in rows of the stream. */
+static int cycle_hits(zr_pack *pk, uint64_t c, uint64_t q, unsigned __int128 g0,
+                      unsigned __int128 g1, hitbuf *b, const _Atomic int *cancel,
+                      unsigned __int128 *ret_end, zr_error *err) {
+        const uint64_t L = pk->p.seq_len, eos = pk->p.has_eos ? 1 : 0;
+        const zr_tokidx *ix;
+        int r;
+
+        if (pk->p.mode == ZR_PACK_BEST_FIT) {
+                unsigned __int128 first;
+                uint64_t w0 = q / pk->p.window * pk->p.window, lo, hi, a, z;
+
+                if ((r = best_fit_cycle(pk, c, cancel, &ix, &first, err)) < 0)
+                        return r;
+                /* the window's rows: every row's pieces are of one window, and
+                 * the windows' rows come in their order */
+                for (lo = 0, hi = ix->rows; lo < hi;) {
+                        uint64_t mid = lo + (hi - lo) / 2;
+                        if (ix->pieces[ix->row_at[mid]].q < w0)
+                                lo = mid + 1;
+                        else
+                                hi = mid;
+                }
+                a = lo;
+                for (hi = ix->rows; lo < hi;) {
+                        uint64_t mid = lo + (hi - lo) / 2;
+                        if (ix->pieces[ix->row_at[mid]].q - w0 < pk->p.window)
+                                lo = mid + 1;
+                        else
+                                hi = mid;
+                }
+                z = lo;
+                for (uint64_t row = a; row < z; row++)
+                        for (uint64_t i = ix->row_at[row]; i < ix->row_at[row + 1]; i++) {
+                                unsigned __int128 g = first + row;
+                                if (ix->pieces[i].q != q)
+                                        continue;
+                                if (g >= g0 && g < g1 && (r = hits_add(b, pk, g)) != 0)
+                                        return r;
+                                break;
+                        }
+                *ret_end = first + ix->rows;
+                return 0;
+        }
+        r = cycle_index(pk, ZR_TOKIDX_CONCAT, c, cancel, &ix, err);
+        if (r < 0)
+                return r;
+        unsigned __int128 t = (unsigned __int128)c * pk->cycle_tokens + ix->prefix[q] + q * eos;
+        uint64_t len = ix->prefix[q + 1] - ix->prefix[q] + eos;
+        if (len > 0) {
+                unsigned __int128 g = t / L, last = (t + len - 1) / L;
+                if (g < g0)
+                        g = g0;
+                for (; g <= last && g < g1; g++)
+                        if ((r = hits_add(b, pk, g)) != 0)
+                                return r;
+        }
+        /* rows wholly before the cycle's end */
+        *ret_end = (unsigned __int128)(c + 1) * pk->cycle_tokens / L;
+        return 0;
+}
+
+int zr_pack_steps_of(zr_pack *pk, uint64_t record, uint64_t start, uint64_t stop,
+                     uint64_t budget, uint64_t max_cycles, const zr_steps_of_ops *ops,
+                     const _Atomic int *cancel, uint64_t *ret_next, zr_error *err) {
+        const uint64_t G = pk->B * pk->W;
+        const unsigned __int128 g0 = (unsigned __int128)start * G, g1 = (unsigned __int128)stop * G;
+        hitbuf b = { .ops = ops };
+        uint64_t c, cycles = 0, docs = 0;
+        int r = 0;
+
+        if (record >= pk->n)
+                return zr_error_set(err, ZR_E_SAMPLER, "record %" PRIu64 " >= n = %" PRIu64
+                                    ": no such record", record, pk->n);
+        if (start >= stop) {
+                *ret_next = stop;
+                return 0;
+        }
+        /* the cycle of the first row */
+        pthread_mutex_lock(&pk->mu);
+        if (pk->p.mode == ZR_PACK_BEST_FIT) {
+                const zr_tokidx *ix;
+                uint64_t row;
+                r = best_fit_row(pk, g0, cancel, &c, &row, &ix, err);
+        } else {
+                unsigned __int128 c128 = g0 * pk->p.seq_len / pk->cycle_tokens;
+                c = (uint64_t)c128;
+                if (c128 > UINT64_MAX)
+                        r = zr_error_set(err, ZR_E_SAMPLER, "the packed stream's domain is "
+                                         "used up");
+        }
+        pthread_mutex_unlock(&pk->mu);
+        for (; r == 0; c++) {
+                unsigned __int128 end, done;
+                uint64_t q = zr_sampler_cycle_position(pk->mode, pk->n, pk->seed, c, record);
+
+                if (cancel && atomic_load(cancel)) {
+                        r = zr_error_set(err, ECANCELED, "cancelled: the client went");
+                        break;
+                }
+                pthread_mutex_lock(&pk->mu);
+                r = cycle_hits(pk, c, q, g0, g1, &b, cancel, &end, err);
+                pthread_mutex_unlock(&pk->mu);
+                if (r != 0)
+                        break;
+                cycles++;
+                docs += pk->n;
+                /* the steps whose rows all lie before the cycle's end are searched */
+                done = end / G;
+                if (done >= stop) {
+                        *ret_next = stop;
+                        r = hits_flush(&b, stop);
+                        break;
+                }
+                if (done > start && (cycles >= max_cycles || docs >= budget)) {
+                        *ret_next = (uint64_t)done;
+                        r = hits_flush(&b, (uint64_t)done);
+                        break;
+                }
+                if (c == UINT64_MAX) {
+                        r = zr_error_set(err, ZR_E_SAMPLER, "the packed stream's domain is "
+                                         "used up");
+                        break;
+                }
+        }
+        free(b.v);
+        return r;
 }
 
 int zr_pack_params_same(const zr_pack_params *a, const zr_pack_params *b) {

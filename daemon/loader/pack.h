@@ -51,6 +51,7 @@
 
 #include "dataset/dataset.h"
 #include "loader/tokindex.h"
+#include "sampler/inverse.h"
 #include "sampler/sampler.h"
 #include "util/error.h"
 #include "util/pool.h"
@@ -132,6 +133,22 @@ int zr_pack_fill(zr_pack *pk, uint64_t step, uint8_t *dst, const _Atomic int *ca
 int zr_pack_fill_rows(zr_pack *pk, uint64_t B, size_t n, const uint64_t *rows, const uint32_t *at,
                       uint8_t *dst, const _Atomic int *cancel, uint64_t *ret_pieces,
                       zr_error *err);
+
+/* Which steps of [start, stop) of this pack's loader (its batch_size and
+ * world_size; every rank) have a piece of record `record` in a row: hits
+ * (step, rank, position: the row in that rank's batch) to ops->on_hits in
+ * ascending order, a step's whole. Walks the cycles of the documents' order
+ * from the one of start's first row, loading or building each one's index,
+ * until `max_cycles` cycles or `budget` documents' worth of them were walked
+ * and a step is done (a step is never cut), and sets *ret_next to the first
+ * step not searched yet (stop when the range is). Returns 0, the nonzero
+ * value on_hits returned (which stops the walk; *ret_next is then not set),
+ * -E2BIG when a step holds more than ops->step_hits_max hits, or a negative
+ * code (ZR_E_SAMPLER for a record >= n; the index's). The caller holds the
+ * dataset's lock shared. */
+int zr_pack_steps_of(zr_pack *pk, uint64_t record, uint64_t start, uint64_t stop,
+                     uint64_t budget, uint64_t max_cycles, const zr_steps_of_ops *ops,
+                     const _Atomic int *cancel, uint64_t *ret_next, zr_error *err);
 
 /* 1 if two streams' pack parameters pack alike (a mixture's sources must). */
 int zr_pack_params_same(const zr_pack_params *a, const zr_pack_params *b);

@@ -165,6 +165,28 @@ static int inverse_cyclic(const zr_sampler_params *p, uint64_t record, uint64_t 
         return r;
 }
 
+uint64_t zr_sampler_cycle_position(enum zr_sampler_mode mode, uint64_t n, uint64_t seed,
+                                   uint64_t cycle, uint64_t record) {
+        switch (mode) {
+        case ZR_SAMPLER_SEQUENTIAL:
+                return record;
+        case ZR_SAMPLER_CYCLIC: {
+                zr_feistel f;
+
+                zr_feistel_init(&f, n, zr_rng_key(seed, ZR_RNG_DOMAIN_CYCLIC, cycle));
+                return zr_feistel_unpermute(&f, record);
+        }
+        case ZR_SAMPLER_CYCLIC_LX157: {
+                zr_lxperm x;
+
+                zr_lxperm_init(&x, n, seed, cycle);
+                return zr_lxperm_unpermute(&x, record);
+        }
+        default:
+                return UINT64_MAX;
+        }
+}
+
 /* Every position of every step, drawn again. */
 static int inverse_iid(const zr_sampler_params *p, uint64_t record, uint64_t start, uint64_t stop,
                        inverse_out *o, zr_error *err) {

@@ -76,6 +76,12 @@ int zr_sampler_steps_of(const zr_sampler_params *p, uint64_t record, uint64_t st
 int zr_mixture_steps_of(const zr_mixture *m, uint32_t source, uint64_t record, uint64_t start,
                         uint64_t stop, const zr_steps_of_ops *ops, zr_error *err);
 
+/* The position of `record` (< n) in cycle `cycle` of the document order of a
+ * packed loader, zr_sampler_cycle_fill()'s: its inverse. The mode has cycles
+ * (not iid: UINT64_MAX). O(1). */
+uint64_t zr_sampler_cycle_position(enum zr_sampler_mode mode, uint64_t n, uint64_t seed,
+                                   uint64_t cycle, uint64_t record);
+
 /* Where to cut a walk of steps [start, stop) so that it costs at most
  * `max_scan` positions (iid) or `max_cycles` cycles (the cyclics), to answer a
  * long range in pieces: returns the end of the first piece, in (start, stop]

@@ -24,6 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dataset/fingerprint.h"
+#include "loader/pack.h"
 #include "sampler/inverse.h"
 #include "server/request.h"
 
@@ -33,9 +35,16 @@
 #define STEPS_OF_CYCLES (UINT64_C(1) << 19)
 /* Hits of one reply at most (24 bytes each), and no more than a frame holds. */
 #define STEPS_OF_HITS_MAX 32768
+/* A packed loader's request walks at most this many cycles, or cycles of this
+ * many documents (their indexes loaded, or built: about 0.1 s a million
+ * documents here), a step never cut. */
+#define STEPS_OF_PACKED_CYCLES 64
+#define STEPS_OF_DOCS (UINT64_C(1) << 22)
 
 typedef struct steps_state {
         bool mixture;
+        zr_entry *entry;         /* a packed loader's: its dataset */
+        zr_pack_params pack;
         zr_sampler_params p;
         zr_mixture m;
         uint32_t source;
@@ -49,6 +58,7 @@ typedef struct steps_state {
 
 static void steps_state_free(void *p) {
         steps_state *st = p;
+        zr_entry_unref(st->entry);
         free(st->hits);
         free(st);
 }
@@ -127,6 +137,40 @@ static int step_over(const steps_state *st, uint64_t cut, zr_error *err) {
         return 0;
 }
 
+/* A packed loader's walk (loader/pack.h): its pack made anew over the dataset,
+ * with the indexes the loaders keep (loaded, or built and kept). */
+static int packed_walk(zr_request *rq, steps_state *st, const zr_steps_of_ops *ops) {
+        zr_server *srv = zr_request_server(rq);
+        zr_dataset *ds = st->entry->ds;
+        zr_tokstore *own = NULL, *ts = srv->tokstore;
+        zr_pack *pk = NULL;
+        uint64_t fp, n, next = st->stop;
+        int r;
+
+        if (!ts && (r = zr_tokstore_open(NULL, 0, &own, NULL, 0)) < 0)
+                return zr_error_errno(&rq->err, -r, "an index store");
+        zr_dataset_lock(ds, false);
+        n = zr_dataset_length(ds);
+        if (n != st->p.n)
+                r = zr_error_set(&rq->err, ZR_E_SAMPLER, "n = %" PRIu64 ", but the store holds %"
+                                 PRIu64 " documents now: a packed loader's steps are those of "
+                                 "the store it packs", st->p.n, n);
+        else
+                r = zr_dataset_fingerprint(ds, &fp, &rq->err);
+        if (r == 0)
+                r = zr_pack_new(&st->pack, ds, n, fp, &st->p, st->start, ts ? ts : own, srv->pool,
+                                &rq->cancelled, &pk, &rq->err);
+        if (r == 0)
+                r = zr_pack_steps_of(pk, st->record, st->start, st->stop, STEPS_OF_DOCS,
+                                     STEPS_OF_PACKED_CYCLES, ops, &rq->cancelled, &next, &rq->err);
+        zr_pack_free(pk);
+        zr_dataset_unlock(ds);
+        zr_tokstore_free(own);
+        if (r == 0)
+                st->next = next;
+        return r;
+}
+
 static void steps_run(zr_job *job) {
         zr_request *rq = (zr_request *)job;
         steps_state *st = rq->state;
@@ -137,6 +181,10 @@ static void steps_run(zr_job *job) {
         int r;
 
         ops.step_hits_max = st->max_hits;
+        if (st->entry) {
+                r = packed_walk(rq, st, &ops);
+                goto out;
+        }
         /* a mixture has no step past its last: the range ends there */
         if (st->mixture && stop > st->m.last_step + 1)
                 stop = st->m.last_step + 1;
@@ -159,13 +207,14 @@ static void steps_run(zr_job *job) {
                 r = zr_mixture_steps_of(&st->m, st->source, st->record, st->start, cut, &ops, &rq->err);
         else
                 r = zr_sampler_steps_of(&st->p, st->record, st->start, cut, &ops, &rq->err);
+out:
         if (r == -ENOMEM)
                 r = zr_error_errno(&rq->err, ENOMEM, "no memory for the hits");
         else if (r == -E2BIG)
-                r = zr_error_set(&rq->err, ZR_E_LIMIT, "a step of source %" PRIu32 " holds more "
+                r = zr_error_set(&rq->err, ZR_E_LIMIT, "a step %s %" PRIu32 " holds more "
                                  "than %zu hits of record %" PRIu64 ": ask for more (max_hits, "
-                                 "at most %d)", st->source, st->max_hits, st->record,
-                                 STEPS_OF_HITS_MAX);
+                                 "at most %d)", st->entry ? "of rows of stream" : "of source",
+                                 st->source, st->max_hits, st->record, STEPS_OF_HITS_MAX);
         else if (r == 1 && st->over)
                 r = zr_error_set(&rq->err, ZR_E_LIMIT, "step %" PRIu64 " alone holds more than %zu "
                                  "hits of record %" PRIu64 ": ask for more (max_hits)", st->next,
@@ -268,6 +317,56 @@ int zr_handle_steps_of(zr_request *rq) {
         if (st->mixture == (zr_wire_find(rq->root, "n") != NULL))
                 return zr_request_fail(rq, ZR_E_PROTO, "give either 'n' or 'sources' (a mixture), "
                                        "not %s", st->mixture ? "both" : "neither");
+        if ((zr_wire_find(rq->root, "pack") != NULL) != (zr_wire_find(rq->root, "handle") != NULL))
+                return zr_request_fail(rq, ZR_E_PROTO, "a packed loader's steps take both 'pack' "
+                                       "and 'handle' (its dataset)");
+        if (zr_wire_find(rq->root, "pack")) {
+                uint32_t hid;
+                zr_handle *h;
+
+                if (st->mixture)
+                        return zr_request_fail(rq, ZR_E_PROTO, "'pack' with 'sources': the steps "
+                                               "of a mixture of packed sources are not answered "
+                                               "yet");
+                if ((r = zr_request_take_pack(rq, rq->root, "steps_of", &st->pack)) < 0)
+                        return r;
+                if (zr_wire_get_u32(rq->root, "handle", &hid, &werr) < 0)
+                        return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
+                if (!(h = zr_request_handle(rq, "handle", hid, ZR_HANDLE_BIT(ZR_HANDLE_DATASET))))
+                        return -ZR_E_NO_HANDLE;
+                if (zr_wire_get_u64(rq->root, "n", &st->p.n, &werr) < 0)
+                        return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
+                /* rows, not records: a batch may hold more rows than the store
+                 * documents (pack_setup()) */
+                st->p.batch_size = 1;
+                st->p.world_size = 1;
+                if ((r = zr_sampler_check(&st->p, &rq->err)) < 0 ||
+                    (r = zr_pack_check(&st->pack, h->entry->ds, st->p.mode, "steps_of",
+                                       &rq->err)) < 0)
+                        return r;
+                st->p.batch_size = batch;
+                st->p.world_size = world;
+                if (batch == 0 || world == 0 || batch > UINT64_MAX / world ||
+                    batch * world > UINT64_MAX / 8 / st->pack.seq_len)
+                        return zr_request_fail(rq, ZR_E_SAMPLER, "batch_size %" PRIu64 " × "
+                                               "world_size %" PRIu32 " rows of %" PRIu64
+                                               " tokens: out of range", batch, world,
+                                               st->pack.seq_len);
+                if (st->record >= st->p.n)
+                        return zr_request_fail(rq, ZR_E_SAMPLER, "record %" PRIu64 " >= n = %" PRIu64
+                                               ": no such record", st->record, st->p.n);
+                if ((r = zr_request_work_charge(rq, (uint64_t)st->max_hits *
+                                                        (3 * sizeof(uint64_t) +
+                                                         sizeof(zr_sampler_hit)) +
+                                                        zr_pack_work_bytes(&st->pack, st->p.n,
+                                                                           (unsigned)zr_pool_shards(
+                                                                                   zr_request_server(rq)->pool,
+                                                                                   SIZE_MAX)),
+                                                "STEPS_OF")) < 0)
+                        return r;
+                st->entry = zr_entry_ref(h->entry);
+                return zr_request_submit_reply(rq, steps_run, steps_reply);
+        }
         if (st->mixture) {
                 if ((r = take_mixture(rq, st, batch, world)) < 0)
                         return r;

@@ -709,13 +709,18 @@ class DataLoader:
         arithmetic, but iid has no inverse, so its range is scanned, every
         position of every step. The daemon answers in pieces of bounded work;
         ``progress(done, total)`` (steps), if given, is called after each.
+
+        On a packed loader the record is a document of the packed stream, and
+        a hit is a row that holds a piece of it (``position``: the row in that
+        rank's batch); a document that spans rows is a hit in each. The daemon
+        walks its cycles' indexes (loaded from disk, or built and kept).
         """
         if isinstance(record, bool) or not isinstance(record, (int, np.integer)) or record < 0:
             raise ZrecordTypeError(f"steps_of: the record must be an index >= 0, got {record!r}")
-        if self.pack is not None:
+        if self.pack is not None and self.sources is not None:
             raise ZrecordValueError(
-                "steps_of: a packed loader's rows hold pieces of documents; which steps read "
-                "a document is not served for packed loaders yet (docs/TOKENS.md)")
+                "steps_of: which steps read a document of a mixture of packed sources is not "
+                "served yet (docs/TOKENS.md)")
         source = self._source_of(stream)
         start = int(start)
         stop = self._step if stop is None else int(stop)
@@ -730,7 +735,16 @@ class DataLoader:
                 "\"steps_of\" feature in its HELLO reply); update the daemon")
         q = {"sampler": self.sampler, "batch_size": self.batch_size, "seed": self.seed,
              "world_size": self.world_size, "record": int(record), "stop": stop}
-        if source is None:
+        if self.pack is not None:
+            # the rows that hold a piece of the document: the daemon walks its
+            # cycles' indexes, over the dataset of the packed stream
+            name = next(iter(self.pack))
+            ds = self.streams[name]
+            q["n"] = self.length
+            q["pack"] = dict(self.pack[name])
+            q["handle"] = ds._h.h()
+            conn = ds._h.conn
+        elif source is None:
             q["n"] = self.length
         else:
             q["sources"] = [dict({"n": n, "weight": w}, **({"sampler": smp} if smp else {}))

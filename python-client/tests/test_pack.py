@@ -247,14 +247,100 @@ def test_refusals(workdir, corpus):
                    pad_id=1)
 
 
-def test_not_served_yet_says_so(corpus):
-    """What packed loaders do not serve yet is refused with a message, never
-    answered wrong: steps_of; a packed mixture weighted by records."""
+def _docs_of_rows_concat(docs, mode, seed, L, rows, eos=None):
+    """For each row of the concat reference, the set of documents with a piece in it."""
+    it = _stream(docs, mode, seed, eos)
+    return [{next(it)[1] for _ in range(L)} for _ in range(rows)]
+
+
+def _docs_of_rows_best_fit(docs, mode, seed, L, window, cycles, eos=None):
+    """The same for best fit: the reference packs documents whose every token
+    (and end-of-document token) is the document's number."""
+    extra = 1 if eos is not None else 0
+    tagged = [np.full(len(d) + extra, q, np.int64) for q, d in enumerate(docs)]
+    rows = ref_best_fit(tagged, mode, seed, L, window, cycles, pad=-1)
+    return [set(t[s > 0].tolist()) for t, s, _ in rows]
+
+
+def _want_hits(row_docs, q, B, W, start, stop):
+    G = B * W
+    return [(g // G, g % G // B, g % B) for g in range(start * G, stop * G) if q in row_docs[g]]
+
+
+EOS = 999_999   # no document's token (theirs are 1000 × doc + k)
+
+
+@pytest.mark.parametrize("pack_mode,mode", [("concat", "cyclic"), ("concat", "sequential"),
+                                            ("best_fit", "cyclic-lx157"), ("best_fit", "cyclic")])
+def test_steps_of(corpus, pack_mode, mode):
+    """steps_of on a packed loader: the rows (step, rank, position) that hold a
+    piece of a document, against the reference's rows, over several cycles,
+    from a start past step 0, for two world sizes (a document spanning rows is
+    a hit in each, its end-of-document token alone included); and against the
+    rows the loader serves."""
+    L, B, steps, window = 8, 3, 60, 5
+    far = 6000      # past the cycles one request walks: answered in pieces
+    kw = dict(sampler=mode, seed=7, pack={"tokens": L}, pack_mode=pack_mode, eos_id=EOS,
+              num_workers=0)
+    if pack_mode == "concat":
+        row_docs = _docs_of_rows_concat(corpus, mode, 7, L, B * far, eos=EOS)
+    else:
+        kw["pack_window"] = window
+        row_docs = _docs_of_rows_best_fit(corpus, mode, 7, L, window, 160, eos=EOS)
+        assert len(row_docs) >= B * far
+    for W in (1, 2):
+        with DataLoader({"tokens": RaggedDataset("docs")}, batch_size=B, rank=W - 1,
+                        world_size=W, **kw) as dl:
+            next(dl)
+            seen = 0
+            for q in range(len(corpus)):
+                for start, stop in ((0, steps),) + (((11, steps - 3),) if q % 8 == 0 else ()):
+                    got = dl.steps_of(q, start=start, stop=stop)
+                    assert got == _want_hits(row_docs, q, B, W, start, stop), (q, W, start, stop)
+                    seen += len(got)
+            assert seen > len(corpus)
+            if W == 1:
+                ticks = []
+                got = dl.steps_of(9, start=5, stop=far, progress=lambda d, t: ticks.append(d))
+                assert got == _want_hits(row_docs, 9, B, W, 5, far)
+                assert len(ticks) > 1 and ticks[-1] == far - 5, ticks
+    # the loader's own rows: every row whose tokens are the document's is a
+    # hit, and every other hit holds only the document's end-of-document token
+    with DataLoader({"tokens": RaggedDataset("docs")}, batch_size=B, **kw) as dl:
+        batches = _batches(dl, 20)
+        q = 17
+        hits = set(dl.steps_of(q, stop=20))
+    served = set()
+    for s, b in enumerate(batches):
+        for j in range(B):
+            toks, segs = b["tokens"][j], b["tokens_segment_ids"][j]
+            if np.any((toks // 1000 == q) & (toks != EOS) & (segs > 0)):
+                served.add((s, 0, j))
+    assert served and served <= hits
+    for s, _, j in hits - served:
+        toks, segs = batches[s]["tokens"][j], batches[s]["tokens_segment_ids"][j]
+        assert any(np.array_equal(toks[segs == k], [EOS]) for k in range(1, segs.max() + 1))
+
+
+def test_steps_of_refusals(corpus):
+    """Asked in a way the daemon cannot answer: a clear error, not a wrong answer."""
+    docs = [_docs(40, seed=7), _docs(23, seed=8)]
+    for k, d in enumerate(docs):
+        from_iterator(f"m{k}", d, np.int32, codec="raw")
+    with DataLoader([({"tokens": RaggedDataset("m0")}, 1), ({"tokens": RaggedDataset("m1")}, 1)],
+                    batch_size=2, sampler="cyclic", pack={"tokens": 8}, num_workers=0) as dl:
+        next(dl)
+        with pytest.raises(ZrecordError, match="mixture of packed sources is not served yet"):
+            dl.steps_of(3, stream=0)
     with DataLoader({"tokens": RaggedDataset("docs")}, batch_size=2, sampler="cyclic",
                     pack={"tokens": 8}, num_workers=0) as dl:
         next(dl)
-        with pytest.raises(ZrecordError, match="not served for packed loaders yet"):
-            dl.steps_of(3)
+        with pytest.raises(ZrecordError, match="no such record"):
+            dl.steps_of(57, stop=5)
+
+
+def test_packed_mixture_refusals(corpus):
+    """A packed mixture weighted by records, and weight_by without packing."""
     with pytest.raises(ZrecordError, match="weighted by tokens"):
         DataLoader([({"tokens": RaggedDataset("docs")}, 1), ({"tokens": RaggedDataset("docs")}, 1)],
                    batch_size=2, sampler="cyclic", pack={"tokens": 8}, weight_by="records")
