@@ -7,4 +7,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export ZRECORDD="$PWD/build/daemon/zrecordd"
+# the example imports loaderx as installed; here, the checkout's client
+export PYTHONPATH="$PWD/python-client${PYTHONPATH:+:$PYTHONPATH}"
 exec python3 python-client/examples/train_loop.py "$@"

@@ -5,9 +5,11 @@
 # with no ZRECORDD, no ZRECORD_SOCKET, no build tree and a PATH without zrecordd:
 #   - python -m loaderx.daemon --version and the zrecord console script run the
 #     programs inside the package, whose libraries resolve inside the wheel;
-#   - every example of python-client/examples/ runs (copied out of the checkout,
-#     so that they import the installed package), and the private daemon they
-#     started is the one inside the package;
+#   - every example of python-client/examples/ runs where it is in the checkout,
+#     as a user runs it after `pip install`: each imports the installed package
+#     (an example that put the source tree, which has no daemon, first on
+#     sys.path fails here), and the private daemon they started is the one
+#     inside the package;
 #   - ZRECORDD still overrides the bundled daemon;
 #   - a source build on a machine without the -dev packages stops with a message
 #     that names them.
@@ -74,9 +76,8 @@ echo "== a fresh venv with the wheel"
 "$WORK/venv/bin/pip" install -q "$wheel" >>"$WORK/build.log" 2>&1 || { tail -n 40 "$WORK/build.log"; exit 1; }
 V="$WORK/venv"
 SITE=$("$V/bin/python" -c 'import sysconfig; print(sysconfig.get_path("platlib"))')
-mkdir -p "$RUN" "$WORK/work" "$WORK/examples"
+mkdir -p "$RUN" "$WORK/work"
 chmod 700 "$RUN"
-cp python-client/examples/*.py "$WORK/examples/"
 # The user's environment: nothing of the build, nothing that names a daemon.
 user() {
   (cd "$WORK/work" && env -u ZRECORDD -u ZRECORD_SOCKET -u ZR_BUILD -u PYTHONPATH \
@@ -102,7 +103,7 @@ others = [p for p in _conn.socket_candidates()[1:] if _daemon._try_connect(p)]
 if others:
     print("a daemon answers at", others[0], "so the private one is started first")
     _daemon.ensure_private_daemon()'
-for ex in "$WORK"/examples/*.py; do
+for ex in "$REPO"/python-client/examples/*.py; do
   name=$(basename "$ex")
   args=()
   [ "$name" = train_loop.py ] && args=(--records 4096 --features 64 --steps 200)
@@ -111,7 +112,7 @@ for ex in "$WORK"/examples/*.py; do
     continue
   fi
   check "example $name (the embedded default: a private daemon from the wheel)" \
-    user "$V/bin/python" "$ex" "${args[@]}"
+    user PYTHONDONTWRITEBYTECODE=1 "$V/bin/python" "$ex" "${args[@]}"
   tail -n 3 "$WORK/out.txt" | sed 's/^/    /'
 done
 check "the private daemon the examples started is the wheel's" \

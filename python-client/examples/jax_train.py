@@ -12,16 +12,14 @@ is one ``jax.jit`` function of (weights, batch). It prints the loss, the distanc
 the true weights and batches/s.
 """
 
-import os
-import sys
 import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
-from loaderx.dataloader import DataLoader       # noqa: E402
-from train_loop import arguments, make_dataset, work_dir  # noqa: E402  (this directory's)
+# loaderx as the user's Python finds it (see train_loop.py); train_loop is this
+# directory's, which Python puts first on sys.path for a script.
+from loaderx.dataloader import DataLoader
+from train_loop import arguments, make_dataset, work_dir
 
 
 def main():

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """A small training job on loaderx: make a dataset, train a model, print batches/s.
 
-    ZRECORDD=build/daemon/zrecordd python3 python-client/examples/train_loop.py
+    python3 python-client/examples/train_loop.py            # loaderx installed (pip)
+    PYTHONPATH=python-client ZRECORDD=build/daemon/zrecordd \
+        python3 python-client/examples/train_loop.py        # from a source build
 
 It writes a synthetic regression set with ``from_numpy`` (features and targets as
 two streams), trains a linear model by minibatch SGD from an endless ``DataLoader``
@@ -16,17 +18,16 @@ import argparse
 import contextlib
 import os
 import shutil
-import sys
 import tempfile
 import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
-from loaderx.dataloader import DataLoader   # noqa: E402
-from loaderx.dataset import DenseDataset     # noqa: E402
-from loaderx.utils import from_numpy         # noqa: E402
+# loaderx as the user's Python finds it (the installed package, or PYTHONPATH):
+# never the checkout this file sits in, whose tree carries no daemon.
+from loaderx.dataloader import DataLoader
+from loaderx.dataset import DenseDataset
+from loaderx.utils import from_numpy
 
 
 def arguments(description, **defaults):

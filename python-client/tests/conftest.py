@@ -166,8 +166,10 @@ def run_example(workdir, name, *args, timeout=300):
     returns its output once it succeeded and printed its batches/s, and the
     max |w - w_true| of its last line."""
     path = os.path.join(PKG, "examples", name)
+    env = dict(os.environ)   # the examples import loaderx as installed: here, the tree's
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (PKG, env.get("PYTHONPATH")) if p)
     r = subprocess.run([sys.executable, path, *args, "--dir", str(workdir / "ex")],
-                       capture_output=True, text=True, timeout=timeout)
+                       capture_output=True, text=True, timeout=timeout, env=env)
     assert r.returncode == 0, r.stderr
     assert "batches/s" in r.stdout, r.stdout
     return r.stdout, float(r.stdout.strip().split("=")[-1])
