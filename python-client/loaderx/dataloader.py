@@ -39,7 +39,7 @@ import warnings
 
 import numpy as np
 
-from . import _conn, _errors, _procworker, _store, _wire, _xform
+from . import _conn, _errors, _procworker, _ranks, _store, _wire, _xform
 from ._errors import (StaleError, ZrecordConnectionError, ZrecordRuntimeError, ZrecordTypeError,
                       ZrecordValueError)
 from ._session import (INDEX_KEY, SOURCE_KEY, Layout, LoaderSession, build_batch,
@@ -229,7 +229,11 @@ class DataLoader:
     ``'sequential'``, ``'iid'``, ``'cyclic'`` (zrecord's permutation, cheaper) and
     ``'cyclic-lx157'`` (loaderx 1.5.7's, the default, as ``mode=2``: a run started
     there resumes here on the same records); ``seed`` (42); ``start_step`` the step
-    of the first batch; ``rank`` / ``world_size`` shard each global batch;
+    of the first batch; ``rank`` / ``world_size`` shard each global batch
+    (given neither, the loader takes them from the initialised
+    ``torch.distributed`` group, else from ``RANK`` / ``WORLD_SIZE``, else 0 of
+    1; an explicit value that disagrees with the group is an error;
+    ``stats()['ranks']`` says which);
     ``prefetch_size`` or ``prefetch``: ring slots the daemon fills ahead
     (default 4; with worker processes at least 2 × ``num_workers``: a batch's
     slot is held until its worker is done with it);
@@ -281,8 +285,8 @@ class DataLoader:
     """
 
     def __init__(self, streams, num_workers=4, batch_size=256, prefetch_size=None, mode=None,
-                 seed=42, transform=None, *, sampler=None, prefetch=None, start_step=0, rank=0,
-                 world_size=1, capacity=None, with_indices=False, with_sources=False,
+                 seed=42, transform=None, *, sampler=None, prefetch=None, start_step=0, rank=None,
+                 world_size=None, capacity=None, with_indices=False, with_sources=False,
                  fingerprint=None, warn_stalls=False, workers=None, arena_bytes=None,
                  step_stride=1, pack=None, pack_mode="concat", eos_id=None, pad_id=None,
                  pack_window=None, weight_by=None):
@@ -349,12 +353,15 @@ class DataLoader:
                         ("rank", rank), ("world_size", world_size),
                         ("prefetch", 4 if prefetch is None else prefetch),
                         ("step_stride", step_stride)):
+            if v is None and what in ("rank", "world_size"):
+                continue                # from the job (_ranks)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
                 raise ZrecordTypeError(f"{what} must be an integer, got {type(v).__name__}")
             if v < 0:
                 raise ZrecordValueError(f"{what} must be >= 0, got {v}")
         if batch_size < 1:
             raise ZrecordValueError("batch_size must be >= 1", name="ZR_E_SAMPLER")
+        rank, world_size, self._ranks_from = _ranks.resolve(rank, world_size)
         if world_size < 1 or rank >= world_size:
             raise ZrecordValueError(
                 f"rank must be in 0..world_size-1: rank {rank}, world_size {world_size}",
@@ -981,7 +988,9 @@ class DataLoader:
         into messages (``pickled_bytes``) and the ``arena``: its ``budget``,
         ``bytes`` and ``peak_bytes`` of buffers, ``buffers`` (``free``, ``live``),
         ``results`` written there, ``over_budget`` results that found no room and
-        came pickled, ``written_bytes``.
+        came pickled, ``written_bytes``; ``ranks``: this
+        loader's ``rank`` and ``world_size`` and where they came ``from``
+        (``'given'``, ``'torch.distributed'``, ``'environment'`` or ``'default'``).
         """
         with self._lock:
             session = self._session
@@ -1206,6 +1215,8 @@ def _stats_of(entry, loader):
         "step": entry["step"],
         "batches": total["batches"],
         "workers": loader._workers_stats(),
+        "ranks": {"rank": loader.rank, "world_size": loader.world_size,
+                  "from": loader._ranks_from},
         "local": {"wait_s": loader._wait_ns / 1e9,
                   "next_s": loader._next_ns / 1e9,
                   "elapsed_s": (now - loader._opened_ns) / 1e9,
