@@ -166,6 +166,32 @@ def _check_fingerprint(fp):
                                 f"fingerprint), got {fp!r}")
 
 
+def check_resume(state, mine):
+    """Refuses to resume from ``state`` (a state_dict()) a loader whose own
+    state_dict() is ``mine`` when the two differ in sampler, seed, global batch or
+    sources (ZrecordValueError naming the difference): the batches would differ."""
+    for k in ("sampler", "seed"):
+        if k in state and state[k] != mine[k]:
+            raise ZrecordValueError(
+                f"load_state_dict: the state has {k}={state[k]!r}, this loader "
+                f"{k}={mine[k]!r}; build the DataLoader with the same parameters")
+    if "batch_size" in state:
+        theirs = int(state["batch_size"]) * int(state.get("world_size", 1))
+        ours = mine["batch_size"] * mine["world_size"]
+        if theirs != ours:
+            raise ZrecordValueError(
+                f"load_state_dict: the state's global batch is {theirs} (batch_size "
+                f"{state['batch_size']} x world_size {state.get('world_size', 1)}), this "
+                f"loader's {ours} ({mine['batch_size']} x {mine['world_size']}); keep "
+                "batch_size x world_size to resume the same sequence")
+    ours = [(src["weight"], src["sampler"]) for src in mine.get("sources", ())]
+    theirs = [(src.get("weight"), src.get("sampler")) for src in state.get("sources", ())]
+    if ("sources" in state or "sources" in mine) and ours != theirs:
+        raise ZrecordValueError(
+            f"load_state_dict: the state's sources (weight, sampler) are {theirs}, this "
+            f"loader's {ours}; build the DataLoader with the same sources")
+
+
 _PACK_MODES = ("concat", "best_fit")
 
 
@@ -628,26 +654,7 @@ class DataLoader:
         stores' length or fingerprint differs from the state's, since the batches
         would differ; ``allow_length_change=True`` resumes anyway.
         """
-        for k in ("sampler", "seed"):
-            if k in state and state[k] != getattr(self, k):
-                raise ZrecordValueError(
-                    f"load_state_dict: the state has {k}={state[k]!r}, this loader "
-                    f"{k}={getattr(self, k)!r}; build the DataLoader with the same parameters")
-        if "batch_size" in state:
-            theirs = int(state["batch_size"]) * int(state.get("world_size", 1))
-            mine = self.batch_size * self.world_size
-            if theirs != mine:
-                raise ZrecordValueError(
-                    f"load_state_dict: the state's global batch is {theirs} (batch_size "
-                    f"{state['batch_size']} x world_size {state.get('world_size', 1)}), this "
-                    f"loader's {mine} ({self.batch_size} x {self.world_size}); keep "
-                    "batch_size x world_size to resume the same sequence")
-        mine = [(w, s) for w, s in zip(self.weights or (), self.source_samplers or ())]
-        theirs = [(src.get("weight"), src.get("sampler")) for src in state.get("sources", ())]
-        if ("sources" in state or self.sources is not None) and mine != theirs:
-            raise ZrecordValueError(
-                f"load_state_dict: the state's sources (weight, sampler) are {theirs}, this "
-                f"loader's {mine}; build the DataLoader with the same sources")
+        check_resume(state, self.state_dict())
         with self._lock:
             if self._closed:
                 raise ZrecordValueError("load_state_dict on a closed DataLoader")

@@ -32,7 +32,11 @@ the training process sees no batch pass through ``ds`` (torch calls nothing of
 the dataset there per batch, and gets batches out of order before it hands
 them over in order), so ``state_dict()`` without a batch refuses once batches
 came from workers. torchdata's ``StatefulDataLoader`` keeps each worker's own
-``state_dict()`` and restores each worker exactly.
+``state_dict()`` and restores each worker exactly. The state holds what
+``DataLoader.state_dict()`` holds, and ``load_state_dict`` refuses what
+``DataLoader.load_state_dict`` refuses (another seed, sampler, global batch or
+sources; other stores), at once when this process made a loader, else at
+``iter()``.
 
 Tensors are copies by default (``copy=True``): a batch's ring memory is mapped
 read-only, and torch tensors do not honour numpy's read-only flag, so an in-place
@@ -54,7 +58,7 @@ except ImportError as _e:  # pragma: no cover - depends on the environment
                       "or use loaderx.dataloader.DataLoader directly") from _e
 
 from ._errors import ZrecordValueError
-from .dataloader import DataLoader
+from .dataloader import DataLoader, check_resume
 
 __all__ = ["Batch", "LoaderDataset"]
 
@@ -74,24 +78,26 @@ def _to_tensor(v, copy):
     return v
 
 
-def _arrived(items, step, token, pid):
+def _arrived(items, step, token, pid, params=None):
     """A Batch unpickled (or copied): one made in another process came from a
     torch worker."""
     if pid != os.getpid():
         _from_workers.add(token)
-    return Batch(items, step, token)
+    return Batch(items, step, token, params)
 
 
 class Batch(dict):
-    """A batch of a LoaderDataset: a dict that knows its ``step``."""
+    """A batch of a LoaderDataset: a dict that knows its ``step`` (and the rest
+    of its loader's state_dict(), which comes along from a torch worker)."""
 
-    def __init__(self, items=(), step=None, token=None):
+    def __init__(self, items=(), step=None, token=None, params=None):
         super().__init__(items)
         self.step = step
         self._token = token
+        self._params = params
 
     def __reduce__(self):
-        return _arrived, (dict(self), self.step, self._token, os.getpid())
+        return _arrived, (dict(self), self.step, self._token, os.getpid(), self._params)
 
 
 class _Iter:
@@ -118,7 +124,7 @@ class _Iter:
         if self.ds.to_tensors and isinstance(batch, dict):
             batch = {k: _to_tensor(v, self.ds.copy) for k, v in batch.items()}
         if isinstance(batch, dict):
-            batch = Batch(batch, step, self.ds._token)
+            batch = Batch(batch, step, self.ds._token, self.ds._params)
         return batch
 
     def close(self):
@@ -133,6 +139,11 @@ class _Iter:
             self.close()
         except Exception:
             pass
+
+
+def _params_of(state):
+    """A state_dict() without what is the step's or a torch worker's own."""
+    return {k: v for k, v in state.items() if k not in ("step", "worker", "workers")}
 
 
 class LoaderDataset(IterableDataset):
@@ -155,7 +166,13 @@ class LoaderDataset(IterableDataset):
             raise ZrecordValueError("LoaderDataset sets the step stride itself (torch's "
                                     "num_workers)")
         self._step = int(self.kwargs.pop("start_step", 0))
-        self._length = None
+        # what state_dict() keeps beside the step: the DataLoader's state_dict()
+        # (sampler, seed, batch size, ranks, length, fingerprint, ...), of the
+        # loader made last or of the state loaded, which the next loader resumes
+        # from (and so refuses as DataLoader.load_state_dict does)
+        self._params = None
+        self._own = None            # the state_dict() of the loader made last here
+        self._allow_length_change = False
         self._loader = None
         self._worker = None         # (worker, workers): a state restored in a torch worker
         self._token = uuid.uuid4().hex
@@ -173,9 +190,16 @@ class LoaderDataset(IterableDataset):
         if self._loader is not None:
             self._loader.close()
         loader = DataLoader(self.streams, start_step=start, step_stride=stride, **self.kwargs)
-        if self._length is not None:
-            loader.load_state_dict({"step": start, "length": self._length})
-        self._length = loader.length
+        try:
+            if self._params is not None:
+                loader.load_state_dict(dict(self._params, step=start),
+                                       allow_length_change=self._allow_length_change)
+        except BaseException:
+            loader.close()
+            raise
+        self._own = loader.state_dict()
+        self._params = _params_of(self._own)
+        self._allow_length_change = False
         self._loader = loader
         return _Iter(self, loader)
 
@@ -195,21 +219,30 @@ class LoaderDataset(IterableDataset):
                 raise ZrecordValueError(
                     "state_dict(batch): not a batch of a LoaderDataset (a dict whose .step "
                     "is its step); pass the batch the loop got from the DataLoader")
-            return {"step": int(step) + 1, "length": self._length}
+            return dict(getattr(batch, "_params", None) or self._params or {"length": None},
+                        step=int(step) + 1)
         info = get_worker_info()
         if info is None and self._token in _from_workers:
             raise ZrecordValueError(
                 "LoaderDataset.state_dict(): the batches came from torch's worker processes, "
                 "so this process cannot tell how many the loop took; pass the last batch "
                 "the loop got, ds.state_dict(batch), or use torchdata's StatefulDataLoader")
-        state = {"step": self._step, "length": self._length}
+        state = dict(self._params or {"length": None}, step=self._step)
         if info is not None and self._worker is not None:
             state["worker"], state["workers"] = self._worker
         return state
 
     def load_state_dict(self, state, allow_length_change=False):
+        """Resumes from a state_dict(): the next loader starts at its step. A state
+        of another sampler, seed, global batch or sources is refused as
+        DataLoader.load_state_dict refuses it (ZrecordValueError), here when this
+        process made a loader to compare with, else by the next iter(); stores of
+        another length or fingerprint (StaleError) unless ``allow_length_change``."""
+        if self._own is not None:
+            check_resume(state, self._own)
         self._step = int(state["step"])
-        self._length = None if allow_length_change else state.get("length")
+        self._params = _params_of(state)
+        self._allow_length_change = bool(allow_length_change)
         info = get_worker_info()
         if "worker" in state and info is not None:
             if (state["worker"], state["workers"]) != (info.id, info.num_workers):

@@ -143,3 +143,48 @@ def test_seed_to_device_transform(streams):
             if i == 10:
                 break
     loader.close()
+
+
+def test_state_keeps_what_the_dataloader_keeps(streams):
+    """LoaderDataset.state_dict() holds DataLoader.state_dict()'s keys, and
+    load_state_dict refuses another seed, sampler or global batch as the
+    DataLoader does: at once where this process has a loader, else at iter()
+    (issue 38 item 5; before, the state was step and length only and such a
+    resume went on silently with other batches)."""
+    from loaderx import ZrecordError
+    from loaderx.dataloader import DataLoader
+    kw = dict(batch_size=16, sampler="cyclic", seed=3)
+    ds = LoaderDataset(streams, **kw)
+    batch = None
+    for batch in take(torch.utils.data.DataLoader(ds, batch_size=None), 1):
+        pass
+    with DataLoader(streams, **kw) as dl:
+        want = dl.state_dict()
+        next(dl)
+        want_after = dl.state_dict()
+    state = ds.state_dict()
+    assert state.keys() == want.keys(), (state, want)
+    assert state == want_after
+    for other, what in ((dict(kw, seed=4), "seed=3"), (dict(kw, sampler="iid"), "sampler"),
+                        (dict(kw, batch_size=8), "global batch is 16")):
+        fresh = LoaderDataset(streams, **other)
+        fresh.load_state_dict(state)                # no loader here yet: refused by iter()
+        with pytest.raises(ZrecordError, match=what):
+            iter(fresh)
+        taken = LoaderDataset(streams, **other)
+        take(torch.utils.data.DataLoader(taken, batch_size=None), 1)
+        with pytest.raises(ZrecordError, match=what):   # a loader to compare with: at once
+            taken.load_state_dict(state)
+    # the same parameters resume, and a state after a batch from a torch worker
+    # carries the loader's state too
+    same = LoaderDataset(streams, **kw)
+    same.load_state_dict(state)
+    got = take(torch.utils.data.DataLoader(same, batch_size=None), 1)[0]
+    with DataLoader(streams, **kw) as dl:
+        next(dl)
+        torch.testing.assert_close(got["x"], torch.from_numpy(np.array(next(dl)["x"])))
+    wds = LoaderDataset(streams, **kw)
+    for b in torch.utils.data.DataLoader(wds, batch_size=None, num_workers=1):
+        after = wds.state_dict(b)
+        break
+    assert after.keys() == want.keys() and after == want_after, after
