@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "loader/loader.h"
+#include "loader/tokindex.h"
 #include "server/lview.h"
 #include "server/registry.h"
 #include "server/request.h"
@@ -309,6 +310,29 @@ static void put_daemon(FILE *f, zr_server *s, uint64_t now_ns) {
         gauge(f, "zrecord_cache_budget_bytes", "The decoded-record cache's budget.",
               lk.cache_budget);
         gauge(f, "zrecord_stores", "Stores open.", zr_registry_count(s->registry));
+        if (s->tokstore) {
+                zr_tokstore_counters tc;
+
+                zr_tokstore_counters_get(s->tokstore, &tc);
+                counter(f, "zrecord_token_index_builds_total",
+                        "Packed loaders' cycle indexes built (docs/TOKENS.md).", tc.builds);
+                family(f, "zrecord_token_index_build_seconds_total", "counter",
+                       "Wall time of those builds, their writing to disk not counted.");
+                fputs("zrecord_token_index_build_seconds_total ", f);
+                put_seconds(f, tc.build_ns);
+                fputc('\n', f);
+                counter(f, "zrecord_token_index_loads_total", "Indexes loaded from disk.",
+                        tc.loads);
+                counter(f, "zrecord_token_index_rejected_total",
+                        "Index files that failed a check, removed (and built again).",
+                        tc.rejected);
+                counter(f, "zrecord_token_index_evictions_total",
+                        "Index files removed to stay within token-index bytes.", tc.evicted);
+                gauge(f, "zrecord_token_index_files", "Index files on disk.", tc.files);
+                gauge(f, "zrecord_token_index_bytes", "Their bytes.", tc.bytes);
+                gauge(f, "zrecord_token_index_budget_bytes",
+                      "The token-index budget (0: indexes kept in memory only).", tc.budget);
+        }
         if (!s->ioq)
                 return;
         zr_ioq_stats q;

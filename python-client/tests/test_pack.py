@@ -191,6 +191,25 @@ def test_resume_ranks_and_world_sizes(corpus, pack_mode):
                                               whole[s]["tokens"][2 * rank:2 * rank + 2])
 
 
+def _index_metrics():
+    """The daemon's zrecord_token_index_* figures (`zrecord metrics`), by their suffix."""
+    import subprocess
+    from conftest import tool_binary
+    t = tool_binary()
+    if not t:
+        pytest.skip("no zrecord tool: set ZR_BUILD")
+    r = subprocess.run([t, "--socket", os.environ["ZRECORD_SOCKET"], "metrics"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    text = r.stdout
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("zrecord_token_index_"):
+            name, v = line.split()
+            out[name[len("zrecord_token_index_"):]] = float(v)
+    return out
+
+
 @pytest.mark.parametrize("pack_mode", ["concat", "best_fit"])
 def test_index_kept_on_disk(own_daemon, tmp_path, pack_mode):
     """A second open loads the index the first built (the file is not written
@@ -202,6 +221,8 @@ def test_index_kept_on_disk(own_daemon, tmp_path, pack_mode):
               num_workers=0)
     with DataLoader({"tokens": RaggedDataset("docs")}, batch_size=2, **kw) as dl:
         a = _batches(dl, 3)
+    m0 = _index_metrics()
+    assert m0["builds_total"] >= 1 and m0["build_seconds_total"] > 0 and m0["files"] >= 1
     files = sorted(f for f in os.listdir(index_dir) if f.endswith(".zti"))
     assert files, "no index file was written"
     assert oct(os.stat(index_dir).st_mode & 0o777) == "0o700"
@@ -209,6 +230,8 @@ def test_index_kept_on_disk(own_daemon, tmp_path, pack_mode):
     with DataLoader({"tokens": RaggedDataset("docs")}, batch_size=2, **kw) as dl:
         b = _batches(dl, 3)
     assert {f: os.stat(index_dir / f).st_ino for f in files} == inodes, "an index was rebuilt"
+    m1 = _index_metrics()
+    assert m1["builds_total"] == m0["builds_total"] and m1["loads_total"] > m0["loads_total"]
     for x, y in zip(a, b):
         np.testing.assert_array_equal(x["tokens"], y["tokens"])
     whole = {f: (index_dir / f).read_bytes() for f in files}
@@ -225,6 +248,8 @@ def test_index_kept_on_disk(own_daemon, tmp_path, pack_mode):
         np.testing.assert_array_equal(x["tokens_positions"], y["tokens_positions"])
     assert {f: (index_dir / f).read_bytes() for f in files} == whole, \
         "a damaged index was not built again"
+    m2 = _index_metrics()
+    assert m2["rejected_total"] >= 1 and m2["builds_total"] > m1["builds_total"]
 
 
 def test_refusals(workdir, corpus):
