@@ -197,7 +197,7 @@ class Encoder(pickle.Pickler):
         if t is np.ndarray or t is np.memmap:
             if obj.dtype.hasobject or obj.nbytes < self.small:
                 return None
-            if self.ring is not None:
+            if self.ring is not None and obj.base is not None:   # else it owns its memory
                 lo, hi = _byte_bounds(obj)
                 if self.ring[0] <= lo and hi <= self.ring[1]:
                     self.refs.append((obj.ctypes.data - self.ring[2], obj.dtype, obj.shape,
