@@ -24,6 +24,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdint.h>
@@ -143,6 +144,25 @@ static int mappable(const struct stat *st) {
         return st->st_uid == geteuid() && !(st->st_mode & (S_IWGRP | S_IWOTH));
 }
 
+/* The read-only mapping of fd, a file of `size` bytes (*st its fstat), up to
+ * its size or the table's file size, whichever is less, if the table maps and
+ * the file may be mapped; else NULL (reads fall back to pread). */
+static const uint8_t *files_map(const zr_files *t, int fd, const struct stat *st, uint64_t size,
+                                uint64_t *ret_len) {
+        uint64_t len = size < t->file_size ? size : t->file_size;
+        *ret_len = 0;
+        if (!(t->flags & ZR_FILES_MAP) || len == 0 || !mappable(st))
+                return NULL;
+        /* best effort: without a mapping, reads fall back to pread */
+        void *m = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+        if (m == MAP_FAILED)
+                return NULL;
+        if (t->flags & ZR_FILES_RANDOM)
+                (void)madvise(m, len, MADV_RANDOM);
+        *ret_len = len;
+        return m;
+}
+
 int zr_files_open(zr_files *t, uint32_t id, int create, uint64_t min_size,
                   int *ret_created, zr_error *err) {
         files_array *a = atomic_load(&t->array);
@@ -194,19 +214,10 @@ int zr_files_open(zr_files *t, uint32_t id, int create, uint64_t min_size,
         uint64_t size = (uint64_t)st.st_size;
         if (create && !t->read_only && size < t->file_size)
                 size = t->file_size;
-        map_len = size < t->file_size ? size : t->file_size;
         if (t->flags & ZR_FILES_RANDOM)
                 /* best effort, as is MADV_RANDOM below: only speed depends on it */
                 (void)posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
-        if ((t->flags & ZR_FILES_MAP) && map_len > 0 && mappable(&st)) {
-                /* best effort: without a mapping, reads fall back to pread */
-                void *m = mmap(NULL, map_len, PROT_READ, MAP_SHARED, fd, 0);
-                if (m != MAP_FAILED) {
-                        map = m;
-                        if (t->flags & ZR_FILES_RANDOM)
-                                (void)madvise(m, map_len, MADV_RANDOM);
-                }
-        }
+        map = files_map(t, fd, &st, size, &map_len);
 
         if (id >= a->cap) {
                 uint32_t cap = a->cap;
@@ -244,6 +255,37 @@ fail:
         if (created)
                 unlinkat(t->dirfd, name, 0);
         return r;
+}
+
+int zr_files_resize(zr_files *t, uint32_t id, uint64_t size, zr_error *err) {
+        files_array *a = atomic_load(&t->array);
+        int fd = id < a->cap ? atomic_load(&a->e[id].fd) : -1;
+        files_entry *e = fd >= 0 ? &a->e[id] : NULL;
+        struct stat st;
+
+        if (!e || t->read_only)
+                return zr_error_set(err, EBADF, "%" PRIu32 "%s: not open for writing", id,
+                                    t->suffix);
+        if (fstat(fd, &st) < 0)
+                return zr_error_errno(err, errno, "%" PRIu32 "%s: stat", id, t->suffix);
+        if ((uint64_t)st.st_size == size)
+                return 0;
+        bool grow = (uint64_t)st.st_size < size;
+        if (ftruncate(fd, (off_t)size) < 0)
+                return zr_error_errno(err, errno, "%" PRIu32 "%s: %s to %" PRIu64 " bytes", id,
+                                      t->suffix, grow ? "extend" : "truncate", size);
+        /* a grown file holds what its store's header will name: as a file just
+         * created, its size is made durable first */
+        if (grow && fdatasync(fd) < 0)
+                return zr_error_errno(err, errno, "%" PRIu32 "%s: fdatasync", id, t->suffix);
+        if (e->map)
+                munmap((void *)e->map, e->map_len);
+        e->map = NULL;
+        e->map_len = 0;
+        st.st_size = (off_t)size;
+        e->map = files_map(t, fd, &st, size, &e->map_len);
+        e->size = size;
+        return 0;
 }
 
 int zr_files_reopen_prepare(zr_files *t, int dirfd, int **ret_fds, zr_error *err) {

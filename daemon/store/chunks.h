@@ -1,7 +1,9 @@
 /* chunks.h: a table of numbered store files ({id}.chunk or {id}.loc).
  *
  * Every file of a table has the same fixed size (the chunk capacity, or 4 GiB
- * for a .loc segment) and is created sparse with ftruncate. Readers look up a
+ * for a .loc segment) while its store is writable: it is created sparse with
+ * ftruncate, and extended to it (zr_files_resize()) when a store that was
+ * closed with its files cut to their data turns writable. Readers look up a
  * descriptor lock-free with zr_files_fd(); opening, creating and removing files
  * is serialized by the caller (the store's append mutex or exclusive access).
  */
@@ -59,6 +61,15 @@ uint64_t zr_files_size(const zr_files *t, uint32_t id);
  * *err. */
 int zr_files_open(zr_files *t, uint32_t id, int create, uint64_t min_size,
                   int *ret_created, zr_error *err);
+
+/* Sets open file `id` to `size` bytes (ftruncate): a file shorter than the
+ * table's file size extended to it when its store turns writable, its unused
+ * end cut off when it closes (docs/FORMAT.md, "Apparent size"). A file that
+ * grows has its new size made durable (fdatasync) before it returns. Its
+ * mapping is made again for the new size. 0 at once when the size is already
+ * `size`; EBADF for a file not open or a read-only table; -errno of ftruncate,
+ * fdatasync. Exclusive. */
+int zr_files_resize(zr_files *t, uint32_t id, uint64_t size, zr_error *err);
 
 /* Number of ids below the first that was never opened (ids 0..n-1 are open). */
 uint32_t zr_files_count(const zr_files *t);

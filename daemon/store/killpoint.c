@@ -49,6 +49,8 @@ static const char *const killpoint_names[ZR_KP_MAX] = {
         [ZR_KP_DICT_FLAGGED] = "dict-flagged",
         [ZR_KP_CREATE_META_OPEN] = "create-meta-open",
         [ZR_KP_CREATE_META_NAMED] = "create-meta-named",
+        [ZR_KP_FILE_EXTENDED] = "file-extended",
+        [ZR_KP_FILE_TRIMMED] = "file-trimmed",
 };
 
 const char *zr_killpoint_name(unsigned n) {

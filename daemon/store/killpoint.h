@@ -62,6 +62,9 @@ enum zr_killpoint {
         /* create */
         ZR_KP_CREATE_META_OPEN = 50,  /* meta.zr's file made (unnamed if it can be) and locked */
         ZR_KP_CREATE_META_NAMED,      /* meta.zr whole and named, the directory not yet synced */
+        /* apparent size (docs/FORMAT.md) */
+        ZR_KP_FILE_EXTENDED = 55,     /* a file grown to full size for writing, synced (each) */
+        ZR_KP_FILE_TRIMMED,           /* a file cut to its data at close (each) */
         ZR_KP_MAX = 64,               /* every number is below this */
 };
 

@@ -510,6 +510,59 @@ int zr_store_apply_journal(zr_store *s, const zr_journal *j, zr_error *err) {
         return 0;
 }
 
+/* docs/FORMAT.md, "Apparent size": while a store is writable, the files its
+ * appends write are at full size (their size durable), as created, so that a
+ * power loss never leaves a header naming bytes past a file's end and the
+ * mappings cover what is appended; a close cuts them to the data again
+ * (store_trim()). The tail chunk and every .loc segment open (those of the
+ * length: earlier ones are full anyway). A failure turns the store read-only
+ * for good, as a failed fsync does. */
+static int store_extend(zr_store *s, zr_error *err) {
+        uint32_t tc = tail_chunk(atomic_load(&s->tail)), nl = zr_files_count(s->locs);
+        int r = 0;
+
+        if (zr_files_fd(s->chunks, tc) >= 0 && zr_files_size(s->chunks, tc) < s->chunk_cap) {
+                r = zr_files_resize(s->chunks, tc, s->chunk_cap, err);
+                if (r == 0)
+                        ZR_KILLPOINT(ZR_KP_FILE_EXTENDED);
+        }
+        for (uint32_t g = 0; g < nl && r == 0; g++)
+                if (zr_files_size(s->locs, g) < ZR_LOC_SEGMENT_ENTRIES * ZR_LOC_SIZE) {
+                        r = zr_files_resize(s->locs, g, ZR_LOC_SEGMENT_ENTRIES * ZR_LOC_SIZE,
+                                            err);
+                        if (r == 0)
+                                ZR_KILLPOINT(ZR_KP_FILE_EXTENDED);
+                }
+        if (r < 0)
+                atomic_store(&s->failed, -r);
+        return r;
+}
+
+/* A closing store's files cut to its data (docs/FORMAT.md, "Apparent size"):
+ * the tail chunk at the frontier, chunks past it (an append that failed left
+ * them) emptied, the .loc segments at the length. Best effort, after the
+ * closing sync: either size of each file is a valid store, so a crash or a
+ * failure in between costs only the apparent size. Not synced. */
+static void store_trim(zr_store *s) {
+        uint64_t length = atomic_load(&s->length), tail = atomic_load(&s->tail);
+        uint32_t nc = zr_files_count(s->chunks), nl = zr_files_count(s->locs);
+
+        for (uint32_t c = tail_chunk(tail); c < nc; c++) {
+                uint64_t keep = c == tail_chunk(tail) ? tail_offset(tail) : 0;
+                if (zr_files_fd(s->chunks, c) >= 0 && zr_files_size(s->chunks, c) != keep &&
+                    zr_files_resize(s->chunks, c, keep, NULL) == 0)
+                        ZR_KILLPOINT(ZR_KP_FILE_TRIMMED);
+        }
+        for (uint32_t g = 0; g < nl; g++) {
+                uint64_t first = (uint64_t)g << ZR_LOC_SEGMENT_LOG2;
+                uint64_t keep = length > first ? (length - first) * ZR_LOC_SIZE : 0;
+                if (length >= first + ZR_LOC_SEGMENT_ENTRIES || zr_files_size(s->locs, g) == keep)
+                        continue;
+                if (zr_files_resize(s->locs, g, keep, NULL) == 0)
+                        ZR_KILLPOINT(ZR_KP_FILE_TRIMMED);
+        }
+}
+
 static int store_recover(zr_store *s, zr_error *err) {
         zr_journal j = {0};
         uint64_t length = atomic_load(&s->length);
@@ -620,15 +673,21 @@ int zr_store_open(int dirfd, const zr_store_options *opts, zr_store **ret, zr_er
         r = zr_store_open_locs(s, h.length, 0, NULL, err);
         if (r < 0)
                 goto fail;
+        /* A chunk before the tail may be shorter than its capacity: one cut at
+         * the frontier by a close, that loaderx 1.5.7 then appended to and
+         * rolled over (docs/FORMAT.md, "Apparent size"). Its records are
+         * checked against its size as they are read. */
         if (h.tail_chunk > 0 || h.tail_offset > 0 || h.length > 0)
                 for (uint64_t c = 0; c <= tail_chunk(tail); c++) {
                         r = zr_files_open(s->chunks, (uint32_t)c, 0,
-                                          c < tail_chunk(tail) ? s->chunk_cap : tail_offset(tail),
-                                          NULL, err);
+                                          c < tail_chunk(tail) ? 0 : tail_offset(tail), NULL,
+                                          err);
                         if (r < 0)
                                 goto fail;
                 }
         r = store_recover(s, err);
+        if (r >= 0 && !s->read_only)
+                r = store_extend(s, err);
         if (r < 0)
                 goto fail;
         *ret = s;
@@ -643,6 +702,8 @@ int zr_store_close(zr_store *s, zr_error *err) {
         if (!s)
                 return 0;
         r = zr_store_sync_locked(s, err); /* ZR_E_READONLY if the store had failed */
+        if (r == 0 && !s->read_only)
+                store_trim(s);
         store_free(s);
         return r;
 }
@@ -794,7 +855,7 @@ int zr_store_make_writable(zr_store *s, int dirfd, zr_error *err) {
         s->read_only = 0;
         zr_holder_record(s->dirfd);
         s->recorded = 1;
-        return 0;
+        return store_extend(s, err);
 abort:
         zr_files_reopen_abort(s->chunks, chunk_fds);
         zr_files_reopen_abort(s->locs, loc_fds);

@@ -20,7 +20,10 @@ makes it). Skipped without it, failed instead with ZR_LX157_REQUIRED=1.
   this client reads loaderx's appends;
 - a DataLoader's cyclic (mode 2) and sequential (mode 0) batches equal loaderx
   1.5.7's Sampler's at steps 0, 1 and a far step (tests/compat/lx157_batches.py),
-  and so do loaderx.sampler.Sampler's.
+  and so do loaderx.sampler.Sampler's;
+- a store closed here, its files cut to its data (docs/FORMAT.md, "Apparent
+  size"), is read and appended to by loaderx 1.5.7, appended to here and cut
+  again, and read back there bit for bit.
 Record contents are tests/compat/lxdata.py's formulas.
 """
 
@@ -285,3 +288,44 @@ def test_batches_equal_its_sampler(workdir, loader_feature, mode, n, b, seed):
         ours = Sampler(n, b, mode, seed)
         ours.seek(s)
         assert ours.next().tolist() == w
+
+
+def file_sizes(path):
+    return {f: os.stat(os.path.join(path, f)).st_size for f in os.listdir(path)}
+
+
+def lx_digest(path):
+    """sha256 of every record of a dense store, as loaderx 1.5.7 reads them."""
+    code = ("import hashlib, sys, numpy as np\n"
+            "from loaderx.dataset import DenseDataset\n"
+            "with DenseDataset(sys.argv[1]) as ds:\n"
+            "    a = ds[np.arange(len(ds))]\n"
+            "    print(len(ds), hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest())\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "ZRECORD_SOCKET")}
+    r = subprocess.run([lx_python(), "-c", code, path], env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    n, digest = r.stdout.split()
+    return int(n), digest
+
+
+def test_closed_stores_hold_their_data_and_interchange(workdir):
+    """A closed store's files end at their data (docs/FORMAT.md, "Apparent size"):
+    loaderx 1.5.7 reads and appends to such files, and this client to its."""
+    import hashlib
+    path = os.path.join(workdir, "cut")
+    assert from_numpy(path, D.dense_array(range(500)), codec="zstd") == 500
+    sizes = file_sizes(path)
+    header = open(os.path.join(path, "meta.zr"), "rb").read()
+    assert sizes["0.chunk"] == int.from_bytes(header[10:14], "little")   # tail_offset
+    assert sizes["0.loc"] == 500 * 16
+    assert sum(sizes.values()) < 1 << 20, sizes                          # not 8 GiB
+    lx_run("check_loaderx_stores.py", "dense", path, "plain:500")       # + its appends
+    ds = DenseDataset(path)
+    n = len(ds)
+    assert n == 500 + D.LX_APPEND
+    ds.append(D.dense_array(range(900, 910)))
+    got = hashlib.sha256(np.ascontiguousarray(ds[:]).tobytes()).hexdigest()
+    ds.close()
+    assert sum(file_sizes(path).values()) < 1 << 20
+    assert lx_digest(path) == (n + 10, got)                              # the same bytes

@@ -1,6 +1,7 @@
 /* store-kit.h: what the files of the store suite share (test-store.c: round
  * trips; store-mutation.c: delete, journals, compaction, concurrent gathers;
- * store-refusals.c: bad input from the API side). Stores live in temporary
+ * store-refusals.c: bad input from the API side; store-size.c: a closed
+ * store's files cut to its data). Stores live in temporary
  * directories; record `id` of any length is tests/lib's record (records.h);
  * every check is a libcheck assertion.
  */
@@ -65,5 +66,6 @@ zr_store *reopen_checked(tdir *d, zr_store *s, zr_pool *pool, const uint64_t *id
 /* The suite's cases, one function a file. */
 void store_add_mutation(Suite *s);
 void store_add_refusals(Suite *s);
+void store_add_size(Suite *s);
 
 #endif

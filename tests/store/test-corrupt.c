@@ -29,6 +29,7 @@
 
 #include "check-run.h"
 #include "corrupt.h"
+#include "store/format.h"
 #include "util.h"
 
 START_TEST(test_not_a_store) {
@@ -125,17 +126,32 @@ START_TEST(test_length_beyond_table) {
         }
         fixture_done(&f);
 
-        /* a length two past the table's last entry, inside the segment: the
-         * entries read as zeros. A compressed store has no empty frames (a zstd
-         * frame is at least 9 bytes), so a zero entry is damage; a raw store
-         * cannot tell it from an empty record at offset 0, and must only not
-         * crash (it reads two empty records) */
+        /* a length two past the table's last entry: a closed store's segment
+         * ends at its length (docs/FORMAT.md, "Apparent size"), so open
+         * refuses it as too short */
         for (int c = 0; c <= 2; c++) {
                 len = TEST_RECORDS + 2;
                 fixture_make(&f, (enum zr_codec)c);
                 for (int i = 0; i < 8; i++)
                         len8[i] = (uint8_t)(len >> (8 * i));
                 file_pwrite(&f, "meta.zr", len8, 8, 14);
+                expect_open_error(&f, CODES(ZR_E_CORRUPT), "0.loc", "length 2 past a cut table");
+                fixture_done(&f);
+        }
+
+        /* ... and inside a segment at its full size (a store of a writer that
+         * was killed, or of an older build): the entries read as zeros. A
+         * compressed store has no empty frames (a zstd frame is at least 9
+         * bytes), so a zero entry is damage; a raw store cannot tell it from an
+         * empty record at offset 0, and must only not crash (it reads two empty
+         * records) */
+        for (int c = 0; c <= 2; c++) {
+                len = TEST_RECORDS + 2;
+                fixture_make(&f, (enum zr_codec)c);
+                for (int i = 0; i < 8; i++)
+                        len8[i] = (uint8_t)(len >> (8 * i));
+                file_pwrite(&f, "meta.zr", len8, 8, 14);
+                file_truncate(&f, "0.loc", (off_t)ZR_LOC_SEGMENT_ENTRIES * ZR_LOC_SIZE);
                 if (c == ZR_CODEC_RAW) {
                         ck_assert_int_eq(fixture_open(&f, 0, &s, &err), 0);
                         uint8_t buf[16];

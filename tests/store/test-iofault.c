@@ -377,9 +377,10 @@ static void check_after(enum op o, const prepared *p, int dfd, int op_ok, const 
 }
 
 /* 1 if the failing call of this run may be ignored by the operation: the hole
- * punched over a compacted tail is best effort. */
+ * punched over a compacted tail and the files cut to their data at close are
+ * best effort. */
 static int best_effort(enum op o, enum fault_class fc) {
-        return o == OP_COMPACT && fc == FC_ALLOC;
+        return (o == OP_COMPACT || o == OP_CLOSE) && fc == FC_ALLOC;
 }
 
 static void run_case(enum op o, enum zr_codec c, counts *k) {

@@ -200,13 +200,16 @@ static enum rc_expect expected(enum scenario sc, unsigned p, unsigned hit) {
         case SC_APPEND:
                 /* committed once meta.zr holds the new length; an append does not
                  * sync, only the close after it does */
-                return p == ZR_KP_HEADER_AFTER || p == ZR_KP_APPEND_COMMITTED || sync
+                return p == ZR_KP_HEADER_AFTER || p == ZR_KP_APPEND_COMMITTED || sync ||
+                                       p == ZR_KP_FILE_TRIMMED
                                ? RC_AFTER
                                : RC_BEFORE;
         case SC_DELETE:
-                /* the sync before the batch, then a complete journal (in the page
-                 * cache: the kernel survives) is redone */
-                return p == ZR_KP_DELETE_SYNCED || p == ZR_KP_JOURNAL_CREATED || (sync && hit == 1)
+                /* the files extended by the open, the sync before the batch, then
+                 * a complete journal (in the page cache: the kernel survives) is
+                 * redone */
+                return p == ZR_KP_FILE_EXTENDED || p == ZR_KP_DELETE_SYNCED ||
+                                       p == ZR_KP_JOURNAL_CREATED || (sync && hit == 1)
                                ? RC_BEFORE
                                : RC_AFTER;
         case SC_RECOVER:

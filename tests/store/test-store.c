@@ -331,5 +331,6 @@ int main(void) {
                  test_pread_path, test_pread_asked);
         store_add_mutation(s);
         store_add_refusals(s);
+        store_add_size(s);
         return tl_run_suite(s);
 }
