@@ -386,11 +386,25 @@ typedef struct close_job {
         uint64_t generation;
 } close_job;
 
+int zr_entry_sync_for_close(zr_entry *e, zr_error *err) {
+        zr_dataset_lock(e->ds, false);
+        int r = zr_dataset_sync(e->ds, err);
+        zr_dataset_unlock(e->ds);
+        return r;
+}
+
+uint64_t zr_entry_closing_sync(const zr_entry *e) {
+        uint64_t gen = zr_dataset_generation(e->ds);
+        return gen != e->synced_generation && !e->syncing ? gen : 0;
+}
+
+void zr_entry_synced(zr_entry *e, uint64_t generation) {
+        e->synced_generation = generation;
+}
+
 static void close_sync_run(zr_job *job) {
         close_job *j = (close_job *)job;
-        zr_dataset_lock(j->entry->ds, false);
-        zr_dataset_sync(j->entry->ds, NULL); /* a failure shows again at the close */
-        zr_dataset_unlock(j->entry->ds);
+        (void)zr_entry_sync_for_close(j->entry, NULL); /* a failure shows again at the close */
 }
 
 static void close_sync_done(zr_job *job) {

@@ -179,6 +179,19 @@ zr_entry *zr_entry_ref(zr_entry *e);
  * stays findable meanwhile). NULL allowed; returns NULL. */
 zr_entry *zr_entry_unref(zr_entry *e);
 
+/* A close that answers only once the store is let go (CLOSE of the last handle
+ * of a written store: its files cut to their data and its lock released before
+ * the client hears back, so that what it runs next finds the store closed).
+ *   zr_entry_closing_sync()  (loop) the generation a closing sync of e would
+ *                            cover, or 0 if e needs none (not written since
+ *                            the last);
+ *   zr_entry_sync_for_close() (a job, with a reference) that sync;
+ *   zr_entry_synced()        (loop, after it) notes that generation synced, so
+ *                            that dropping the last reference closes at once. */
+uint64_t zr_entry_closing_sync(const zr_entry *e);
+int zr_entry_sync_for_close(zr_entry *e, zr_error *err);
+void zr_entry_synced(zr_entry *e, uint64_t generation);
+
 /* The entry's id: its dataset's (never 0). */
 static inline uint64_t zr_entry_id(const zr_entry *e) {
         return zr_dataset_id(e->ds);

@@ -979,8 +979,78 @@ int zr_handle_info(zr_request *rq) {
         return reply_dataset(rq, 0, rq->handle->entry, rq->handle->writable);
 }
 
+/* CLOSE that lets a written store go answers once it is let go (registry.h):
+ * the handle's stores whose last reference it held are synced on the pool,
+ * then closed (their files cut to their data, their locks released), then the
+ * reply. */
+typedef struct close_state {
+        uint32_t n;
+        zr_entry *entries[ZR_STREAMS_MAX];
+        uint64_t generations[ZR_STREAMS_MAX];
+        bool synced[ZR_STREAMS_MAX];
+} close_state;
+
+static void close_state_free(void *p) {
+        close_state *st = p;
+        for (uint32_t i = 0; i < st->n; i++)
+                zr_entry_unref(st->entries[i]);
+        free(st);
+}
+
+static void close_sync_job(zr_job *job) {
+        zr_request *rq = (zr_request *)job;
+        close_state *st = rq->state;
+        for (uint32_t i = 0; i < st->n; i++) {
+                zr_error err = {0};
+                int r = zr_entry_sync_for_close(st->entries[i], &err);
+                if (r < 0 && rq->result == 0)
+                        rq->result = zr_request_fail(rq, -r, "%s", err.message);
+                st->synced[i] = r == 0;
+        }
+}
+
+static void close_synced(zr_job *job) {
+        zr_request *rq = (zr_request *)job;
+        close_state *st = rq->state;
+        int r = rq->result;
+        for (uint32_t i = 0; i < st->n; i++) {
+                if (st->synced[i])
+                        zr_entry_synced(st->entries[i], st->generations[i]);
+                st->entries[i] = zr_entry_unref(st->entries[i]); /* the last: closed at once */
+        }
+        st->n = 0;
+        if (r == 0 && !zr_request_orphaned(rq))
+                r = zr_reply_empty(rq);
+        zr_request_complete(rq, r);
+}
+
 int zr_handle_close(zr_request *rq) {
-        zr_request_close_handle(rq, rq->handle->id);
+        zr_handle *h = rq->handle;
+        zr_entry *held[ZR_STREAMS_MAX];
+        uint32_t n = 0;
+
+        if (h->type == ZR_HANDLE_DATASET)
+                held[n++] = h->entry;
+        else if (h->type == ZR_HANDLE_SET)
+                for (uint32_t i = 0; i < h->set->n && n < ZR_STREAMS_MAX; i++)
+                        held[n++] = h->set->entries[i];
+        close_state *st = n ? zr_request_state(rq, sizeof(*st), close_state_free) : NULL;
+        if (n && !st)
+                return -ENOMEM;
+        for (uint32_t i = 0; i < n; i++)
+                held[i] = zr_entry_ref(held[i]);
+        zr_request_close_handle(rq, h->id);
+        for (uint32_t i = 0; i < n; i++) {
+                uint64_t gen = zr_entry_closing_sync(held[i]);
+                if (held[i]->refs == 1 && gen) {
+                        st->generations[st->n] = gen;
+                        st->entries[st->n++] = held[i];
+                } else {
+                        zr_entry_unref(held[i]);
+                }
+        }
+        if (st && st->n)
+                return zr_request_submit(rq, close_sync_job, close_synced);
         return zr_reply_empty(rq);
 }
 
