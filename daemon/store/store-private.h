@@ -40,7 +40,8 @@ struct zr_store {
         enum zr_codec codec;
         unsigned chunk_log2;
         uint64_t chunk_cap;
-        int read_only;
+        _Atomic int read_only; /* cleared by zr_store_make_writable(), an exclusive
+                                * call; read lock-free (zr_store_read_only()) */
         int recorded;  /* writer.zr is ours: removed at close (holder.h) */
         int map;       /* read through read-only mappings (else pread) */
         uint8_t flags; /* header byte 23 */
