@@ -1,5 +1,9 @@
 """One store, several daemons: reading never takes a writer's lock.
 
+The report first: a DataLoader in one process and one from a process with another
+XDG_RUNTIME_DIR, each on the private daemon it starts, over one store both could
+write: the same batches, two daemons.
+
 Two zrecordd of one box (each its own runtime directory, as two users' embedded
 daemons or two jobs' are) open one store that their clients could write (its
 owner's, mode as created) at once: datasets, a multi-stream set and loaders,
@@ -15,6 +19,8 @@ lock, by the first open once nobody holds it.
 import fcntl
 import json
 import os
+import select
+import signal
 import struct
 import subprocess
 import sys
@@ -25,18 +31,21 @@ import pytest
 from loaderx import _conn
 from loaderx.utils import from_numpy
 
-from conftest import HERE, daemon_binary, restore_connection, start_daemon, stop_daemon
+from conftest import (HERE, binary_for_auto_start, daemon_binary, restore_connection,
+                      start_daemon, stop_daemon)
 
 N, FEATURES = 64, 6
 CLIENT = os.path.join(HERE, "store_client.py")
 
 
 class Client:
-    """A process of its own on one daemon (store_client.py)."""
+    """A process of its own on one daemon (store_client.py): the one at `sock`, or
+    with `env`, the one its environment finds or starts."""
 
-    def __init__(self, sock):
-        env = dict(os.environ, ZRECORD_SOCKET=sock)
-        env.pop("ZRECORD_IDLE_EXIT", None)
+    def __init__(self, sock=None, env=None):
+        if env is None:
+            env = dict(os.environ, ZRECORD_SOCKET=sock)
+            env.pop("ZRECORD_IDLE_EXIT", None)
         self.proc = subprocess.Popen([sys.executable, CLIENT], env=env, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, text=True)
 
@@ -169,6 +178,57 @@ def test_two_daemons_read_one_writable_store(daemons, stores):
     assert not os.path.exists(os.path.join(x, "writer.zr"))
     assert cb.ok("open", path=x) == {"writable": True, "length": N + 1}
     assert modes(stores).items() >= before.items()   # no file changed its rights
+
+
+@pytest.mark.no_daemon
+def test_two_users_embedded_daemons_read_one_store(tmp_path, stores):
+    """The report: a DataLoader in one process and one over the same store from a
+    process with another XDG_RUNTIME_DIR, each on the private daemon it starts."""
+    binary = binary_for_auto_start()
+    x = os.path.join(stores, "x")
+    runs, clients = [], []
+    try:
+        for name in ("a", "b"):
+            run = tmp_path / f"xdg-{name}"
+            run.mkdir(mode=0o700)
+            runs.append(str(run))
+            env = dict(os.environ, XDG_RUNTIME_DIR=str(run), ZRECORDD=binary,
+                       ZRECORD_IDLE_EXIT="30")
+            env.pop("ZRECORD_SOCKET", None)
+            clients.append(Client(env=env))
+        ask = dict(paths={"x": x}, batch=8, seed=9, steps=4)
+        got = []
+        for c in clients:                       # a holds its loader while b opens
+            assert c.ok("open", path=x)["writable"] is True
+            got.append(c.ok("loader", **ask))
+        assert got[0] == got[1]
+        pids = [int(open(os.path.join(r, "zrecord", "zrecordd.pid")).read()) for r in runs]
+        assert pids[0] != pids[1]               # two daemons, one store
+        for c in clients:
+            c.ok("close")
+            c.end()
+    finally:
+        for c in clients:
+            if c.proc.poll() is None:
+                c.proc.kill()
+                c.proc.wait()
+        for r in runs:
+            stop_private(r)
+
+
+def stop_private(run):
+    """Stops the private daemon that started in runtime directory `run`: SIGTERM,
+    then its pidfd awaited, bounded."""
+    try:
+        pid = int(open(os.path.join(run, "zrecord", "zrecordd.pid")).read())
+        fd = os.pidfd_open(pid)
+    except (OSError, ValueError):
+        return
+    try:
+        os.kill(pid, signal.SIGTERM)
+        select.select([fd], [], [], 20)
+    finally:
+        os.close(fd)
 
 
 def journal(store, n):
