@@ -288,6 +288,12 @@ int zr_files_resize(zr_files *t, uint32_t id, uint64_t size, zr_error *err) {
         return 0;
 }
 
+void zr_files_grown(zr_files *t, uint32_t id, uint64_t end) {
+        files_array *a = atomic_load(&t->array);
+        if (id < a->cap && atomic_load(&a->e[id].fd) >= 0 && a->e[id].size < end)
+                a->e[id].size = end;
+}
+
 int zr_files_reopen_prepare(zr_files *t, int dirfd, int **ret_fds, zr_error *err) {
         files_array *a = atomic_load(&t->array);
         int *fds = malloc(a->cap * sizeof(*fds)), r = 0;

@@ -48,8 +48,9 @@ int zr_files_fd(const zr_files *t, uint32_t id);
  * Valid until the file is removed or the table freed. Lock-free. */
 const uint8_t *zr_files_map(const zr_files *t, uint32_t id, uint64_t *ret_len);
 
-/* The size of file `id` when it was opened (or extended at open), or 0 if it is
- * not open. Appends may have grown it since. Lock-free. */
+/* The size of file `id` when it was opened (or resized since, or grown by the
+ * store's own writes: zr_files_grown()), or 0 if it is not open: no record of
+ * the store lies past it. Lock-free. */
 uint64_t zr_files_size(const zr_files *t, uint32_t id);
 
 /* Opens file `id`. With `create` (a file past the store's frontier, which
@@ -70,6 +71,12 @@ int zr_files_open(zr_files *t, uint32_t id, int create, uint64_t min_size,
  * `size`; EBADF for a file not open or a read-only table; -errno of ftruncate,
  * fdatasync. Exclusive. */
 int zr_files_resize(zr_files *t, uint32_t id, uint64_t size, zr_error *err);
+
+/* File `id` was written up to `end` by its store, past the size it had (a
+ * compaction moving records into a chunk shorter than the capacity): its size
+ * (zr_files_size()) becomes `end`. Its mapping stays as it was (reads past it
+ * pread). Exclusive. */
+void zr_files_grown(zr_files *t, uint32_t id, uint64_t end);
 
 /* Number of ids below the first that was never opened (ids 0..n-1 are open). */
 uint32_t zr_files_count(const zr_files *t);

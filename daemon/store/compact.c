@@ -94,6 +94,7 @@ static int compact_copy(zr_store *s, uint8_t *buf, uint32_t sc, uint64_t so, uin
                 ZR_KILLPOINT(ZR_KP_COMPACT_PIECE);
                 done += piece;
         }
+        zr_files_grown(s->chunks, dc, dof + len); /* a short chunk before the tail */
         return 0;
 }
 

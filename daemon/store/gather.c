@@ -265,6 +265,15 @@ static int gather_one_compressed(zr_store *s, zr_coder_ctx *x, const zr_loc *l, 
         if (map && (uint64_t)l->offset + l->phys_length <= map_len) {
                 buf = map + l->offset; /* decompressed straight from the page cache */
         } else {
+                /* a damaged entry of a chunk shorter than the capacity (its size
+                 * bounds its records) must not make the staging buffer huge */
+                uint64_t size = zr_files_size(s->chunks, l->chunk_id);
+                if ((uint64_t)l->offset + l->phys_length > size)
+                        return zr_error_set(err, ZR_E_CORRUPT,
+                                            "%" PRIu32 ".chunk: the record at offset %" PRIu32
+                                            " (%" PRIu32 " bytes) ends past the file (%" PRIu64
+                                            " bytes)", l->chunk_id, l->offset, l->phys_length,
+                                            size);
                 void *staging = zr_coder_ctx_buffer(x, l->phys_length ? l->phys_length : 1);
                 if (!staging)
                         return zr_error_set(err, ENOMEM, "gather: out of memory");
