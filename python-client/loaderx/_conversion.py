@@ -309,8 +309,13 @@ class Conversion:
         why = None
         if self._stores:
             if conn_ok:
-                for d, _, length in self._stores:
-                    _cut_back(d._h, length)
+                for d, store, length in self._stores:
+                    if d._h.closed:
+                        # closed by the commit an interrupt cut short: its close
+                        # answers once the daemon let the store go, so it opens again
+                        cut_back_store(store, length)
+                    else:
+                        _cut_back(d._h, length)
             else:
                 bad = sorted({k for d, _, _ in self._stores if not _usable(d)
                               for k in d._h.conn.in_flight() if k in MUTATING})
