@@ -39,7 +39,8 @@
  * A job on a worker uses an entry it holds a reference on: its dataset, under
  * the dataset's lock.
  *
- * Locking (lock order: datasets by ascending id, then the store's own locks):
+ * Locking (lock order: datasets by ascending id, then the store's own locks;
+ * an entry's write_mu is a leaf, taken alone or under its dataset's lock):
  *   - shared: gathers (READ, loader gathers), APPEND to one dataset (the store
  *     serialises appends itself), STATS, SYNC, VERIFY, TRAIN_DICT;
  *   - exclusive: DELETE, COMPACT, INSTALL_DICT, an APPEND through a set (every
