@@ -323,6 +323,10 @@ def _tool_trial(workdir, i, rng, cfg, mode, stats, t_est):
     sig = signal.SIGKILL if mode == "kill" else signal.SIGINT
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          env=dict(os.environ, PYTHONPATH=PKG))
+    if kind == "convert":
+        # the Python writer's run starts at "ready": a SIGINT while the
+        # interpreter still imports its site module exits 1, before any conversion
+        assert line(p) == "ready"
     pause(p, float(rng.uniform(0, t_est.get(kind, 0.5))))
     signalled = p.poll() is None
     if signalled:
