@@ -154,6 +154,34 @@ static void put_cell(FILE *f, const char *s, int w, int pad, int keep_end) {
                 fputc(' ', f);
 }
 
+/* The DATASET cell of a loader whose stores are `s` (paths, comma-separated) in
+ * `w` characters, so that every store's name shows: each path keeps its last
+ * components, as many as fit for all, a cut path starting with ".../"; a cell
+ * still too long keeps its end (put_cell). */
+static void dataset_cell(const char *s, int w, char *out, size_t size) {
+        snprintf(out, size, "%s", s);
+        for (int k = 8; (int)strlen(out) > w && k >= 1; k--) {
+                size_t at = 0;
+                out[0] = 0;
+                for (const char *p = s; *p && at < size;) {
+                        const char *end = strchr(p, ',');
+                        const char *q;
+                        int seen = 0;
+
+                        if (!end)
+                                end = p + strlen(p);
+                        for (q = end; q > p; q--) /* the start of the last k components */
+                                if (q[-1] == '/' && ++seen == k)
+                                        break;
+                        if (q == p + 1) /* all of an absolute path */
+                                q = p;
+                        at += (size_t)snprintf(out + at, size - at, "%s%s%.*s", p == s ? "" : ",",
+                                               q > p ? ".../" : "", (int)(end - q), q);
+                        p = *end ? end + 1 : end;
+                }
+        }
+}
+
 /* One line of cells[0..NCOLS) in their columns (the last one, the command,
  * unpadded), cut to `width` (0: no bound); the dataset keeps its end. */
 static void put_columns(FILE *f, const char *const *cells, int width, int pad) {
@@ -175,7 +203,7 @@ static void put_columns(FILE *f, const char *const *cells, int width, int pad) {
 
 static void put_row(FILE *f, const row *r, int width) {
         const zrc_loader_status *l = r->l;
-        char cell[NCOLS][32];
+        char cell[NCOLS][32], dataset[sizeof(l->dataset)];
         const char *cells[NCOLS];
 
         for (int k = 0; k < NCOLS; k++)
@@ -193,7 +221,8 @@ static void put_row(FILE *f, const row *r, int width) {
         else
                 snprintf(cell[COL_HIT], sizeof(cell[0]), "%.1f", 100 * r->hit);
         snprintf(cell[COL_MIB], sizeof(cell[0]), "%.1f", r->mib);
-        cells[COL_DATASET] = l->dataset;
+        dataset_cell(l->dataset, cols[COL_DATASET].width - 1, dataset, sizeof(dataset));
+        cells[COL_DATASET] = dataset;
         cells[COL_COMMAND] = l->command;
         put_columns(f, cells, width, 0);
 }

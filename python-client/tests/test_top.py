@@ -138,3 +138,26 @@ def test_top_live_under_a_terminal(own_daemon, tmp_path):
         tm.run("kill-server", check=False)
         for loader in ls:
             loader.close()
+
+
+def test_top_dataset_names_every_store(own_daemon, workdir):
+    """A loader of two stores deep in a tree: the DATASET cell names both (each
+    path keeps its end), where it kept the end of the joined paths, the last
+    store's alone (issue 38 item 7)."""
+    sock = own_daemon()
+    tool = zrecord()
+    deep = workdir / "a-rather-long" / "project-directory" / "data"
+    deep.mkdir(parents=True)
+    x = np.arange(64, dtype=np.int64)
+    from_numpy(str(deep / "wine_x"), x, codec="raw")
+    from_numpy(str(deep / "wine_y"), x, codec="raw")
+    with DataLoader({"x": DenseDataset(str(deep / "wine_x")),
+                     "y": DenseDataset(str(deep / "wine_y"))}, batch_size=4) as loader:
+        next(loader)
+        r = subprocess.run([tool, "--socket", sock, "top", "-n", "1"], capture_output=True,
+                           text=True, timeout=WAIT)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    start = lines[3].index("DATASET")
+    cell = lines[4][start:start + 28].strip()
+    assert cell == ".../wine_x,.../wine_y", lines
