@@ -142,8 +142,9 @@ static const char *const help_texts[_CMD_MAX] = {
                 "leaves PATH as it was (a kill leaves a .PATH.partial-* directory beside it,\n"
                 "which the next import or convert into PATH removes).\n"
                 "\n"
-                "  --codec C       raw (default), zstd, or zstd_dict (a dictionary is\n"
-                "                  trained by the daemon on a sample of the file's records)\n"
+                "  --codec C       zstd (default, as from_numpy), raw, or zstd_dict (a\n"
+                "                  dictionary is trained by the daemon on a sample of the\n"
+                "                  file's records)\n"
                 "  --chunk N       records per append\n"
                 "  --dict-tier T   zstd_dict: the dictionary tier (default balanced)\n"
                 "\n" GLOBAL_OPTIONS_HELP "\n" EXIT_CODES_HELP,
@@ -584,7 +585,8 @@ int cmdline_parse(int argc, char *const *argv, cmdline *ret) {
         bool opts_done = false, seen[_OPT_MAX] = { false };
         int r;
 
-        *ret = (cmdline){ .codec = ZRC_CODEC_RAW, .dict_tier = "balanced", .world_size = 1 };
+        /* import's codec: zstd, as from_numpy's (a store written either way is the same) */
+        *ret = (cmdline){ .codec = ZRC_CODEC_ZSTD, .dict_tier = "balanced", .world_size = 1 };
 
         for (int i = 1; i < argc; i++) {
                 const char *a = argv[i];

@@ -249,7 +249,8 @@ START_TEST(test_import_cat_round_trip) {
         write_npy(path("a.npy"), 1, "{'descr': '<i2', 'fortran_order': False, 'shape': (50, 3), }",
                   data, sizeof(data));
 
-        ck_assert_int_eq(run(&out, &err, "import", path("a.npy"), path("a"), "--json", NULL), 0);
+        ck_assert_int_eq(run(&out, &err, "import", path("a.npy"), path("a"), "--json", "--codec",
+                             "raw", NULL), 0);
         CONTAINS(out, "\"records\": 50");
         CONTAINS(out, "\"first\": 0");
         CONTAINS(out, "\"item_shape\": [3]");
@@ -270,6 +271,12 @@ START_TEST(test_import_cat_round_trip) {
         CONTAINS(out, "\"codec\": \"raw\"");
         CONTAINS(out, "\"record_bytes\": 6");
         check_json(out);
+        free(out);
+        free(err);
+        /* without --codec: zstd, from_numpy's default */
+        ck_assert_int_eq(run(NULL, NULL, "import", path("a.npy"), path("a-default"), NULL), 0);
+        ck_assert_int_eq(run(&out, &err, "--json", "info", path("a-default"), NULL), 0);
+        CONTAINS(out, "\"codec\": \"zstd\"");
         free(out);
         free(err);
 
@@ -397,7 +404,8 @@ START_TEST(test_compact) {
                 v[i] = i / 4.0;
         write_npy(path("c.npy"), 2, "{'descr': '<f8', 'fortran_order': False, 'shape': (10,), }",
                   v, sizeof(v));
-        ck_assert_int_eq(run(NULL, NULL, "import", path("c.npy"), path("c"), "--chunk", "3", NULL), 0);
+        ck_assert_int_eq(run(NULL, NULL, "import", path("c.npy"), path("c"), "--chunk", "3",
+                             "--codec", "raw", NULL), 0);
         ck_assert_int_eq(zrc_connect(daemon_.socket, &c, NULL), 0);
         ck_assert_int_eq(zrc_dataset_open(c, path("c"), ZRC_OPEN_WRITABLE, &d), 0);
         ck_assert_int_eq(zrc_dataset_delete(d, (uint64_t[]){ 0, 1 }, 2, NULL), 0);

@@ -52,7 +52,7 @@ START_TEST(test_import) {
         ck_assert_int_eq(cl.cmd, CMD_IMPORT);
         ck_assert_str_eq(cl.npy, "a.npy");
         ck_assert_str_eq(cl.path, "/d");
-        ck_assert_int_eq(cl.codec, ZRC_CODEC_RAW);
+        ck_assert_int_eq(cl.codec, ZRC_CODEC_ZSTD); /* as from_numpy's */
         ck_assert_uint_eq(cl.chunk, 0);
         ck_assert_str_eq(cl.dict_tier, "balanced");
         cmdline_done(&cl);
