@@ -119,6 +119,10 @@ def _weights(values):
     return ints
 
 
+class _StreamTypeError(ZrecordTypeError):
+    """A stream of the mapping is no dataset (not the mapping itself)."""
+
+
 def _stream_dict(streams, what):
     """{name: dataset} of a mapping or an MSDataset (a Zrecord's dataset inside)."""
     from .zrecord import Zrecord
@@ -133,8 +137,13 @@ def _stream_dict(streams, what):
         raise ZrecordValueError(f"{what}: need at least one stream")
     streams = {k: (v._ds if isinstance(v, Zrecord) else v) for k, v in streams.items()}
     for name, ds in streams.items():
+        if isinstance(ds, (str, bytes, os.PathLike)):
+            raise _StreamTypeError(
+                f"{what}: stream {name!r} is the path {os.fsdecode(ds)!r}, not a dataset: "
+                f"open it first, {{{name!r}: DenseDataset({os.fsdecode(ds)!r})}} (or "
+                "RaggedDataset for a store of variable-length records)")
         if not isinstance(ds, _Dataset):
-            raise ZrecordTypeError(
+            raise _StreamTypeError(
                 f"{what}: stream {name!r}: expected a DenseDataset or RaggedDataset, got "
                 f"{type(ds).__name__}")
     return streams
@@ -364,6 +373,8 @@ class DataLoader:
                     "each streams a mapping {name: dataset} or an MSDataset")
             try:
                 streams = _stream_dict(streams, "DataLoader")
+            except _StreamTypeError:
+                raise
             except ZrecordTypeError:
                 raise ZrecordTypeError("DataLoader takes a mapping {name: dataset}, an MSDataset "
                                        "or a list of weighted sources, not "
@@ -385,6 +396,8 @@ class DataLoader:
                 raise ZrecordTypeError(f"{what} must be an integer, got {type(v).__name__}")
             if v < 0:
                 raise ZrecordValueError(f"{what} must be >= 0, got {v}")
+            if v >= 2 ** 64:            # the protocol's widest integer (PROTOCOL.md)
+                raise ZrecordValueError(f"{what} must be below 2**64, got {v}")
         if batch_size < 1:
             raise ZrecordValueError("batch_size must be >= 1", name="ZR_E_SAMPLER")
         rank, world_size, self._ranks_from = _ranks.resolve(rank, world_size)

