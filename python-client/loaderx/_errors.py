@@ -130,6 +130,12 @@ class ZrecordRuntimeError(ZrecordError, RuntimeError):
     """A failure that is not the caller's input: I/O errors, limits, corruption."""
 
 
+class ZrecordOSError(ZrecordRuntimeError, OSError):
+    """An operating-system failure the daemon met on the caller's behalf (a full
+    disk ``ENOSPC``, a quota ``EDQUOT``, ``EIO``): an ``OSError`` with its
+    ``errno``, and still a ``RuntimeError`` as every ZrecordError."""
+
+
 class StaleError(ZrecordValueError):
     """A store changed under a loader, or a resume against a store of another length."""
 
@@ -137,7 +143,7 @@ class StaleError(ZrecordValueError):
 _BY_NAME = {c.__name__: c for c in (
     ZrecordError, ZrecordValueError, ZrecordTypeError, ZrecordIndexError, ZrecordKeyError,
     ZrecordFileNotFoundError, ZrecordFileExistsError, ZrecordPermissionError,
-    ZrecordConnectionError, ZrecordRuntimeError, StaleError)}
+    ZrecordConnectionError, ZrecordRuntimeError, ZrecordOSError, StaleError)}
 
 
 def _rebuild(cls_name, message, code, name):
@@ -172,6 +178,10 @@ _CLASS_OF = {
     "EPERM": ZrecordPermissionError,
     "EROFS": ZrecordPermissionError,
     "EINVAL": ZrecordValueError,
+    "ENOSPC": ZrecordOSError,
+    "EDQUOT": ZrecordOSError,
+    "EIO": ZrecordOSError,
+    "EFBIG": ZrecordOSError,
 }
 
 

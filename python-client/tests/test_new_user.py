@@ -52,6 +52,29 @@ def test_a_path_where_a_dataset_belongs(wine):
         DataLoader(3, batch_size=4)
 
 
+def test_full_disk_is_an_oserror(workdir):
+    """A store written on a full file system (a tmpfs of 256 KiB): an OSError whose
+    errno is ENOSPC, still a ZrecordError (a RuntimeError); before, a RuntimeError
+    only."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    small = workdir / "small"
+    small.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(small)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+    try:
+        with pytest.raises(OSError) as e:
+            from_numpy(str(small / "big"), np.ones((64, 8192), dtype=np.float32), codec="raw")
+        assert e.value.errno == errno.ENOSPC, e.value
+        assert isinstance(e.value, ZrecordError) and isinstance(e.value, RuntimeError)
+        assert "ENOSPC" in str(e.value)
+        assert not os.path.exists(small / "big")      # all or nothing
+    finally:
+        subprocess.run(["umount", str(small)], check=True)
+
+
 def test_readme_defaults_match_the_signature():
     """The README's DataLoader signature names the code's parameters with their
     defaults (where the code's is not None: a default chosen at run time), and its
