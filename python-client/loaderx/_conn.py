@@ -28,6 +28,7 @@ and the service user. A refusal is a :class:`ZrecordConnectionError` (``EPERM``)
 naming the path and the owner found.
 """
 
+import atexit
 import collections
 import errno
 import os
@@ -725,3 +726,19 @@ def _after_fork_in_child():
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _close_at_exit():
+    """Closes this process's default connection as it exits (registered first,
+    so it runs after the other exit handlers, which may still talk to the
+    daemon): the daemon sees the close at once, and Python does not warn of an
+    unclosed socket."""
+    c = _default
+    if c is not None and c.pid == os.getpid() and not c.closed:
+        try:
+            c.close()
+        except Exception:
+            pass
+
+
+atexit.register(_close_at_exit)

@@ -75,6 +75,24 @@ def test_full_disk_is_an_oserror(workdir):
         subprocess.run(["umount", str(small)], check=True)
 
 
+def test_no_resource_warning_at_exit(wine, workdir):
+    """A script that leaves its datasets and loader open exits without Python's
+    "ResourceWarning: unclosed socket" (before: the default connection's)."""
+    script = textwrap.dedent("""
+        from loaderx.dataloader import DataLoader
+        from loaderx.dataset import DenseDataset
+        ds = DenseDataset("wine_x")
+        print(ds[3])
+        dl = DataLoader({"x": ds}, batch_size=4)
+        next(dl)
+    """)
+    env = dict(os.environ, PYTHONPATH=PKG)
+    r = subprocess.run([sys.executable, "-X", "dev", "-c", script], capture_output=True,
+                       text=True, timeout=120, cwd=workdir, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "ResourceWarning" not in r.stderr, r.stderr
+
+
 def test_readme_defaults_match_the_signature():
     """The README's DataLoader signature names the code's parameters with their
     defaults (where the code's is not None: a default chosen at run time), and its
