@@ -169,10 +169,19 @@ def _pick(what, lx_name, lx_value, name, value, default):
 
 
 def _check_fingerprint(fp):
+    """The fingerprint `fp` as an int (or None): a loader's :attr:`fingerprint`, an
+    int of 64 bits, or the 16 hexadecimal digits state_dict() keeps (a string, so
+    that JSON readers whose numbers are doubles keep every bit)."""
+    if isinstance(fp, str) and len(fp) == 16:
+        try:
+            return int(fp, 16)
+        except ValueError:
+            pass
     if fp is not None and (isinstance(fp, bool) or not isinstance(fp, (int, np.integer))
                            or not 0 <= fp < 2**64):
         raise ZrecordValueError(f"fingerprint must be an int of 64 bits (a loader's "
-                                f"fingerprint), got {fp!r}")
+                                f"fingerprint) or its 16 hexadecimal digits, got {fp!r}")
+    return None if fp is None else int(fp)
 
 
 def check_resume(state, mine):
@@ -294,7 +303,8 @@ class DataLoader:
     picks a default; a batch that does not fit reopens with twice the room).
     ``with_indices``: add the batch's record indices as ``batch['__index__']``.
     ``fingerprint``: the streams' fingerprint this loader expects (an int, another
-    loader's :attr:`fingerprint`, e.g. rank 0's on another node): a daemon whose
+    loader's :attr:`fingerprint`, e.g. rank 0's on another node, or the string of
+    16 hexadecimal digits a state_dict() keeps): a daemon whose
     stores hold other records refuses the open (:class:`StaleError`). Without it the
     loader takes the fingerprint of its first open, and a reopen (after a daemon
     restart) over other records is refused the same way.
@@ -409,7 +419,7 @@ class DataLoader:
             raise ZrecordValueError("prefetch must be >= 1")
         if not 1 <= step_stride < 2 ** 32:
             raise ZrecordValueError(f"step_stride must be in 1..2^32 - 1, got {step_stride}")
-        _check_fingerprint(fingerprint)
+        fingerprint = _check_fingerprint(fingerprint)
         if weight_by not in (None, "records", "tokens"):
             raise ZrecordValueError(f"weight_by must be 'records' or 'tokens', not {weight_by!r}")
         if weight_by == "tokens" and (pack is None or self.sources is None):
@@ -647,11 +657,14 @@ class DataLoader:
 
     def state_dict(self):
         """What resumes this loader exactly (a small dict of ints and strings; a
-        mixture's also its sources' weights, samplers and lengths)."""
+        mixture's also its sources' weights, samplers and lengths). The
+        fingerprint is its 16 hexadecimal digits, a string, so that the state
+        survives JSON read where numbers are doubles (it is a 64-bit value)."""
         state = {"version": _STATE_VERSION, "step": self._step, "sampler": self.sampler,
                  "seed": self.seed, "batch_size": self.batch_size, "rank": self.rank,
                  "world_size": self.world_size, "length": self.length,
-                 "fingerprint": self._fingerprint, "streams": list(self.names)}
+                 "fingerprint": None if self._fingerprint is None else f"{self._fingerprint:016x}",
+                 "streams": list(self.names)}
         if self.sources is not None:
             state["sources"] = [{"weight": w, "sampler": s, "length": n} for w, s, n in
                                 zip(self.weights, self.source_samplers, self.source_lengths)]
@@ -679,8 +692,8 @@ class DataLoader:
                 length = None if None in length else length
             else:
                 length = state.get("length")
-            fingerprint = None if allow_length_change else state.get("fingerprint")
-            _check_fingerprint(fingerprint)
+            fingerprint = _check_fingerprint(None if allow_length_change else
+                                             state.get("fingerprint"))
             step = int(state["step"])
             pinned, self._fingerprint = self._fingerprint, fingerprint
             try:
