@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "autostart.h"
 #include "interrupt.h"
 #include "output.h"
 #include "staging.h"
@@ -49,8 +50,30 @@ int tool_fail_msg(const char *fmt, ...) {
 
 int tool_connect(const cmdline *cl, zrc_conn **ret) {
         zrc_error e = { 0 };
+        const char *env = getenv("ZRECORD_SOCKET");
         int r = zrc_connect(cl->socket, ret, &e);
 
+        /* None answers at the default paths: start the user's own, as the
+         * Python client does (autostart.c), unless the user named a socket. */
+        if ((r == -ENOENT || r == -ECONNREFUSED || r == -EPERM) && !cl->socket &&
+            !(env && env[0])) {
+                char sock[ZRC_SOCKET_PATH_MAX], why[1024];
+                int s = autostart_private_daemon(sock, sizeof(sock), why, sizeof(why));
+
+                if (s == 0) {
+                        r = zrc_connect(sock, ret, &e);
+                } else {
+                        fprintf(stderr, "%s: %s%s%s\n", program, e.name[0] ? e.name : "error",
+                                e.message[0] ? ": " : "", e.message);
+                        fprintf(stderr, "%s: and no private daemon could be started: %s\n"
+                                "%s: start one yourself with: zrecordd --socket=%s "
+                                "--socket-mode=0600 --idle-exit=60 &  (or python -m loaderx.daemon "
+                                "with the same arguments), or point ZRECORD_SOCKET at a running "
+                                "daemon\n",
+                                program, why, program, sock);
+                        return ZRECORD_EXIT_CONNECT;
+                }
+        }
         if (r < 0) {
                 fprintf(stderr, "%s: %s%s%s\n", program, e.name[0] ? e.name : "error",
                         e.message[0] ? ": " : "", e.message);

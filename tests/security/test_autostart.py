@@ -159,3 +159,69 @@ def test_own_checkout_build_is_started(users, secdir, run_as, default_paths_lock
                 os.kill(pid, 15)
                 assert select.select([pidfd], [], [], 30)[0], "the private daemon did not exit"
                 os.close(pidfd)
+
+
+def stop_private_daemon(user):
+    """Stops the private daemon of user that a test started, if any (its pidfile)."""
+    pidfile = f"/tmp/zrecord-{user.uid}/zrecordd.pid"
+    if not os.path.exists(pidfile):
+        return
+    with open(pidfile) as f:
+        pid = int(f.read())
+    try:
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    os.kill(pid, 15)
+    assert select.select([pidfd], [], [], 30)[0], "the private daemon did not exit"
+    os.close(pidfd)
+
+
+def test_tool_refuses_a_binary_in_a_group_writable_checkout(
+        users, secdir, run_cmd_as, default_paths_lock, no_system_daemon):
+    """The zrecord tool starts the per-user daemon when none answers (issue 38 item
+    6), with the Python client's trust rule: the victim's own build in a checkout
+    its group may write is not run, and the tool says why and how to start one."""
+    from .conftest import tool_binary
+    checkout = make_checkout(secdir, users.victim, users.group, 0o2775)
+    d = add_dirs(checkout, users.victim, 0o755, "build", "daemon")
+    binary = os.path.join(d, "zrecordd")
+    with open(binary, "w") as f:
+        f.write(PLANTED)
+    os.chown(binary, users.victim.uid, users.victim.gid)
+    os.chmod(binary, 0o755)
+    r = run_cmd_as(users.victim, [tool_binary(), "status"], env=dict(ENV, ZRECORDD=binary))
+    assert not os.path.exists(os.path.join(checkout, "ran-as")), r
+    assert r.rc == 3, r
+    assert f"refusing to start {binary}" in r.err, r
+    assert f"the directory {checkout} (mode 2775" in r.err and "writable by its group" in r.err, r
+    assert "start one yourself with: zrecordd --socket=" \
+        f"/tmp/zrecord-{users.victim.uid}/zrecordd.sock" in r.err, r
+
+
+def test_tool_starts_the_private_daemon(users, secdir, run_cmd_as, default_paths_lock,
+                                        no_system_daemon):
+    """No daemon answers: `zrecord status` starts the victim's own (a copy of the
+    daemon in a 0755 directory of the victim's), as the victim, at the private path,
+    and reports it; before, it failed with "cannot connect to zrecordd"."""
+    from .conftest import tool_binary
+    home = secdir.mkdir("own", users.victim, 0o755)
+    binary = os.path.join(home, "zrecordd")
+    shutil.copy(daemon_binary(), binary)
+    os.chown(binary, users.victim.uid, users.victim.gid)
+    os.chmod(binary, 0o755)
+    try:
+        r = run_cmd_as(users.victim, [tool_binary(), "status"],
+                       env=dict(ENV, ZRECORDD=binary, ZRECORD_IDLE_EXIT="30"))
+        assert r.rc == 0, r
+        assert f"at {private_path(users.victim)}" in r.out, r
+        with open(f"/tmp/zrecord-{users.victim.uid}/zrecordd.pid") as f:
+            pid = int(f.read())
+        assert os.readlink(f"/proc/{pid}/exe") == binary
+        assert os.stat(f"/proc/{pid}").st_uid == users.victim.uid
+        # a second run finds it: the same daemon, nothing started again
+        r = run_cmd_as(users.victim, [tool_binary(), "status"],
+                       env=dict(ENV, ZRECORDD="/nonexistent"))
+        assert r.rc == 0 and f"at {private_path(users.victim)}" in r.out, r
+    finally:
+        stop_private_daemon(users.victim)
