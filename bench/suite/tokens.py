@@ -136,10 +136,11 @@ def _first_here(store, B, L, seed, step):
 
 
 def _packed_rate(store, B, L, steps):
-    """Batches/s over the same steps twice: the first pass faults the pages of
-    the documents it reads into the daemon's mappings of the store (a page
-    each, about 1.7 us here); the second reads mapped pages, as every later
-    pass over the corpus does. Returns (first, second, batch bytes)."""
+    """Batches/s over the same steps twice, in two loaders: the first pass is
+    the first read of those documents after the conversion (their pages not
+    yet touched through the daemon's mappings of the store, or no longer in
+    the page cache); the second reads them again, as a later pass over the
+    corpus would. Returns (first, second, batch bytes)."""
     from loaderx.dataloader import DataLoader
     from loaderx.dataset import RaggedDataset
     rates = []
@@ -316,7 +317,7 @@ def run(ctx):
     out["packed"] = rows
     C.table("tokens: packed concat batches (cyclic; GiB/s of tokens, segment ids and "
             "positions; memcpy: the limits layer's all-thread gather, best; first pass: "
-            "the pages faulted into the daemon's mappings; again: the same steps)",
+            "the first read of those documents after the conversion; again: the same steps)",
             [("shape", "(B, L)"), ("first_s", "first pass /s"), ("first_gib", "GiB/s"),
              ("batches_s", "again /s"), ("gib_s", "GiB/s"), ("memcpy", "memcpy GiB/s"),
              ("ratio", "x memcpy")], rows)
@@ -381,7 +382,8 @@ def run(ctx):
             pad_rows.append({"who": f"Grain BestFitPackIterDataset, {bins} bins", "padding": g})
     out["padding"] = pad_rows
     C.table(f"tokens: best-fit padding, the first {m} documents, L = {L}",
-            [("who", "who"), ("padding", "padding fraction")], pad_rows)
+            [("who", "who"), ("pct", "padding %")],
+            [dict(r, pct=100 * r["padding"]) for r in pad_rows])
     C.drop_path(tmp)
     return out
 
