@@ -166,6 +166,16 @@ def test_input_passed_on_comes_back_as_ring_views(streams):
         assert len(loader._session.held) <= 1
         for k in range(3, 9):
             np.testing.assert_array_equal(next(loader)["x"][:, ::64], X[20 * k:20 * k + 20])
+    # a view with other strides (flipped, cropped) comes back the same
+    with DataLoader(st, batch_size=20, sampler="sequential", transform=xforms.flipped,
+                    num_workers=1) as loader:
+        for k in range(2):
+            b = next(loader)
+            assert xforms.mapping_of(b["x"].ctypes.data).startswith("/memfd:zrecord-ring")
+            want = np.repeat(X[20 * k:20 * k + 20], 64, axis=1)[::-1, :0:-1]
+            assert b["x"].strides == want.strides
+            np.testing.assert_array_equal(b["x"], want)
+        assert loader.stats()["workers"]["arena"]["written_bytes"] == 0
 
 
 def test_arrays_at_any_depth_and_tensors(streams):

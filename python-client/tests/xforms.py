@@ -27,6 +27,12 @@ def identity(b):
     return b
 
 
+def flipped(b):
+    """A view of the batch with negative strides and an offset (a flip of both
+    axes, a crop of a column)."""
+    return {"x": b["x"][::-1, :0:-1], "y": b["y"]}
+
+
 def uneven(b):
     """Takes longer for some steps than others, so workers finish out of order."""
     y = np.array(b["y"])
