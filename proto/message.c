@@ -272,8 +272,8 @@ static const field msset_open_ok[] = {
         REQ_SUB("streams", T_MAPS, msset_stream_fields), END,
 };
 static const field info_ok[] = {
-        REQ("length", T_UINT), REQ_SUB("schema", T_MAP, schema_fields),
-        REQ("has_dict", T_BOOL), REQ("writable", T_BOOL), END,
+        REQ("length", T_UINT), OPT_SUB("schema", T_MAP, schema_fields),
+        OPT("has_dict", T_BOOL), REQ("writable", T_BOOL), END,
 };
 static const field buffer_open_ok[] = { REQ("buffer", T_U32), REQ("bytes", T_UINT), END };
 static const field read_ok[] = {

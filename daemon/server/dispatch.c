@@ -31,7 +31,7 @@ static const handler handlers[] = {
         { ZR_MSG_DATASET_CREATE, zr_handle_dataset_create, NULL, 0, false },
         { ZR_MSG_DATASET_OPEN, zr_handle_dataset_open, NULL, 0, false },
         { ZR_MSG_MSSET_OPEN, zr_handle_msset_open, NULL, 0, false },
-        { ZR_MSG_INFO, zr_handle_info, "handle", DATASET, false },
+        { ZR_MSG_INFO, zr_handle_info, "handle", DATASET | SET, false },
         { ZR_MSG_BUFFER_OPEN, zr_handle_buffer_open, NULL, 0, false },
         { ZR_MSG_READ, zr_handle_read, "handle", DATASET, false },
         { ZR_MSG_APPEND, zr_handle_append, "handle", DATASET | SET, true },

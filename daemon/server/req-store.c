@@ -596,10 +596,20 @@ static int add_remote_handle(zr_request *rq, zr_entry *e, const zr_rcheck *c);
 
 /* checks: NULL, or a remote set's streams' checks (each handle then carries its
  * stream's credentials). */
+static int msset_reply_lengths(zr_request *rq, zr_set *set, bool writable,
+                               zr_rcheck *const *checks, const uint64_t *lengths);
+
 static int msset_reply_checked(zr_request *rq, zr_set *set, bool writable,
                                zr_rcheck *const *checks) {
+        return msset_reply_lengths(rq, set, writable, checks, NULL);
+}
+
+/* lengths: NULL, or each stream's length as read under the streams' locks
+ * (the reply's, so that it names one moment of a set being appended to). */
+static int msset_reply_lengths(zr_request *rq, zr_set *set, bool writable,
+                               zr_rcheck *const *checks, const uint64_t *lengths) {
         uint32_t n = set->n;
-        uint64_t len0 = zr_dataset_length(set->entries[0]->ds);
+        uint64_t len0 = lengths ? lengths[0] : zr_dataset_length(set->entries[0]->ds);
         int r;
 
         /* A handle per stream, then the set's. */
@@ -633,7 +643,7 @@ static int msset_reply_checked(zr_request *rq, zr_set *set, bool writable,
                 zr_wire_begin_map(&w, NULL);
                 zr_wire_put_str(&w, "name", set->names[i]);
                 zr_wire_put_u64(&w, "handle", set->handles[i]);
-                zr_wire_put_u64(&w, "length", zr_dataset_length(ds));
+                zr_wire_put_u64(&w, "length", lengths ? lengths[i] : zr_dataset_length(ds));
                 zr_put_schema(&w, "schema", zr_dataset_schema(ds));
                 zr_wire_put_bool(&w, "has_dict", zr_dataset_has_dict(ds));
                 zr_wire_end(&w);
@@ -645,9 +655,6 @@ fail:
         return r;
 }
 
-static int msset_reply(zr_request *rq, zr_set *set, bool writable) {
-        return msset_reply_checked(rq, set, writable, NULL);
-}
 
 /* ---- MSSET_OPEN of a set in object storage ------------------------------------ */
 
@@ -855,6 +862,102 @@ static int msset_open_remote(zr_request *rq, bool writable) {
         return zr_request_submit(rq, rset_check_run, rset_check_done);
 }
 
+/* A local set's streams are compared on the pool, under their locks (shared,
+ * in the lock order), for MSSET_OPEN and for INFO of a set: an APPEND through
+ * a set writes its streams one after the other under their exclusive locks, so
+ * lengths read without them can differ while another client appends, and the
+ * set would be refused as misaligned when it is not. */
+typedef struct mset_state {
+        zr_set *set;                       /* MSSET_OPEN: the set, until its reply */
+        bool writable;
+        uint32_t n;
+        zr_entry *entries[ZR_STREAMS_MAX]; /* a reference each */
+        uint64_t lengths[ZR_STREAMS_MAX];
+} mset_state;
+
+static void mset_state_free(void *p) {
+        mset_state *st = p;
+        for (uint32_t i = 0; i < st->n; i++)
+                zr_entry_unref(st->entries[i]);
+        zr_set_free(st->set);
+        free(st);
+}
+
+static int dataset_id_cmp(const void *a, const void *b) {
+        uint64_t x = zr_dataset_id(*(zr_dataset *const *)a);
+        uint64_t y = zr_dataset_id(*(zr_dataset *const *)b);
+        return x < y ? -1 : x > y;
+}
+
+static void mset_lengths_run(zr_job *job) {
+        zr_request *rq = (zr_request *)job;
+        mset_state *st = rq->state;
+        zr_dataset *locked[ZR_STREAMS_MAX];
+        uint32_t k = 0;
+
+        for (uint32_t i = 0; i < st->n; i++)
+                locked[i] = st->entries[i]->ds;
+        qsort(locked, st->n, sizeof(*locked), dataset_id_cmp);
+        for (uint32_t i = 0; i < st->n; i++) /* once each: never shared twice by one thread */
+                if (i == 0 || locked[i] != locked[k - 1])
+                        locked[k++] = locked[i];
+        for (uint32_t i = 0; i < k; i++)
+                zr_dataset_lock(locked[i], false);
+        for (uint32_t i = 0; i < st->n; i++)
+                st->lengths[i] = zr_dataset_length(st->entries[i]->ds);
+        for (uint32_t i = k; i-- > 0;)
+                zr_dataset_unlock(locked[i]);
+}
+
+/* Submits mset_lengths_run() for set's streams, then done(). */
+static int mset_lengths_submit(zr_request *rq, zr_set *set, bool own, bool writable,
+                               zr_job_fn done) {
+        mset_state *st = zr_request_state(rq, sizeof(*st), mset_state_free);
+        if (!st) {
+                if (own)
+                        zr_set_free(set);
+                return -ENOMEM;
+        }
+        st->set = own ? set : NULL;
+        st->writable = writable;
+        for (uint32_t i = 0; i < set->n; i++)
+                st->entries[st->n++] = zr_entry_ref(set->entries[i]);
+        return zr_request_submit(rq, mset_lengths_run, done);
+}
+
+/* ZR_E_MISALIGNED naming every stream and its length, or 0. */
+static int mset_check_aligned(zr_request *rq, const zr_set *set, const uint64_t *lengths) {
+        bool aligned = true;
+        for (uint32_t i = 1; i < set->n; i++)
+                aligned &= lengths[i] == lengths[0];
+        if (aligned)
+                return 0;
+        char buf[ZR_ERROR_MESSAGE_MAX];
+        size_t k = 0;
+        for (uint32_t i = 0; i < set->n && k < sizeof(buf); i++)
+                k += (size_t)snprintf(buf + k, sizeof(buf) - k, "%s%s=%llu", i ? ", " : "",
+                                      set->names[i], (unsigned long long)lengths[i]);
+        return zr_request_fail(rq, ZR_E_MISALIGNED, "streams differ in length: %s", buf);
+}
+
+static void mset_open_done(zr_job *job) {
+        zr_request *rq = (zr_request *)job;
+        mset_state *st = rq->state;
+        zr_set *set = st->set;
+        int r = 0;
+
+        if (!zr_request_orphaned(rq))
+                r = mset_check_aligned(rq, set, st->lengths);
+        if (r == 0 && !zr_request_orphaned(rq)) {
+                /* as a dataset's (open_reply()): each stream through its directory */
+                for (uint32_t i = 0; st->writable && i < set->n; i++)
+                        zr_entry_offer_write_dir(set->entries[i], rq->fds[1 + 2 * i]);
+                st->set = NULL; /* the reply's now, freed by it on failure */
+                r = msset_reply_lengths(rq, set, st->writable, NULL, st->lengths);
+        }
+        zr_request_complete(rq, r);
+}
+
 int zr_handle_msset_open(zr_request *rq) {
         zr_server *srv = zr_request_server(rq);
         zr_wire_error werr = {0};
@@ -950,24 +1053,7 @@ int zr_handle_msset_open(zr_request *rq) {
                 if (r < 0)
                         goto fail;
         }
-        uint64_t len0 = zr_dataset_length(set->entries[0]->ds);
-        bool aligned = true;
-        for (uint32_t i = 1; i < n; i++)
-                aligned &= zr_dataset_length(set->entries[i]->ds) == len0;
-        if (!aligned) {
-                char buf[ZR_ERROR_MESSAGE_MAX];
-                size_t k = 0;
-                for (uint32_t i = 0; i < n && k < sizeof(buf); i++)
-                        k += (size_t)snprintf(buf + k, sizeof(buf) - k, "%s%s=%llu", i ? ", " : "",
-                                              set->names[i],
-                                              (unsigned long long)zr_dataset_length(set->entries[i]->ds));
-                r = zr_request_fail(rq, ZR_E_MISALIGNED, "streams differ in length: %s", buf);
-                goto fail;
-        }
-        /* as a dataset's (open_reply()): each stream through its directory */
-        for (uint32_t i = 0; writable && i < n; i++)
-                zr_entry_offer_write_dir(set->entries[i], rq->fds[1 + 2 * i]);
-        return msset_reply(rq, set, writable);
+        return mset_lengths_submit(rq, set, true, writable, mset_open_done);
 fail:
         zr_set_free(set);
         return r;
@@ -975,7 +1061,28 @@ fail:
 
 /* ---- INFO, CLOSE, STATUS ------------------------------------------------- */
 
+static void set_info_done(zr_job *job) {
+        zr_request *rq = (zr_request *)job;
+        mset_state *st = rq->state;
+        int r = 0;
+
+        if (!zr_request_orphaned(rq))   /* the session, and so the handle, is there */
+                r = mset_check_aligned(rq, rq->handle->set, st->lengths);
+        if (r == 0 && !zr_request_orphaned(rq)) {
+                zr_wire_writer w;
+                zr_reply_begin(rq, &w);
+                zr_wire_put_u64(&w, "length", st->lengths[0]);
+                zr_wire_put_bool(&w, "writable", rq->handle->writable);
+                r = zr_reply_send(rq, &w, NULL, 0);
+        }
+        zr_request_complete(rq, r);
+}
+
+/* INFO of a set: its common length, read under its streams' locks. */
 int zr_handle_info(zr_request *rq) {
+        if (rq->handle->type == ZR_HANDLE_SET)
+                return mset_lengths_submit(rq, rq->handle->set, false, rq->handle->writable,
+                                           set_info_done);
         return reply_dataset(rq, 0, rq->handle->entry, rq->handle->writable);
 }
 

@@ -679,6 +679,15 @@ class MSDataset:
         return self._streams.keys()
 
     def __len__(self):
+        if self._set is not None:
+            # the daemon reads every stream's length at one moment (INFO of the
+            # set): another client's append through the set is in all or none
+            h = self._set_handle()
+            try:
+                return int(self._conn.request("info", {"handle": h})["length"])
+            except ZrecordError as e:
+                if e.name != "ZR_E_NO_HANDLE":      # a daemon before INFO of a set
+                    raise
         lengths = {n: len(d) for n, d in self._streams.items()}
         vals = set(lengths.values())
         if len(vals) > 1:

@@ -14,6 +14,8 @@ goes through, and then the writer keeps every other daemon out, named in turn.
 A delete a crash left half done (delete.zr) is not finished while another process
 holds the store (a writer may be alive), and is finished, under the writer's
 lock, by the first open once nobody holds it.
+One daemon, two clients: a set opens, and tells its length, while another client
+appends to it through the set (never "streams differ in length").
 """
 
 import fcntl
@@ -348,3 +350,48 @@ def test_a_running_loader_ends_when_its_store_changes(tmp_path, stores):
         os.environ.pop("ZRECORD_SOCKET", None)
         restore_connection(saved)
         assert stop_daemon(proc) == 0
+
+
+APPENDER = """
+import sys
+import numpy as np
+from loaderx.dataset import MSDataset
+ms = MSDataset(sys.argv[1])
+x = np.ones((16, 1 << 16), np.uint8)
+print("go", flush=True)
+for _ in range(int(sys.argv[2])):
+    ms.append({"a": x, "b": x})
+ms.close()
+"""
+
+
+def test_a_set_opens_while_another_client_appends_to_it(tmp_path):
+    # An APPEND through a set writes its streams one after the other; an
+    # MSSET_OPEN meanwhile compares their lengths under their locks, so it
+    # never sees one stream appended to and the other not yet (before: 267 of
+    # 1019 opens refused "streams differ in length", ZR_E_MISALIGNED).
+    from loaderx.dataset import MSDataset
+    root = str(tmp_path / "set")
+    for name in ("a", "b"):
+        from_numpy(os.path.join(root, name), np.zeros((4, 1 << 16), np.uint8))
+    appends = 60
+    p = subprocess.Popen([sys.executable, "-c", APPENDER, root, str(appends)],
+                         stdout=subprocess.PIPE, text=True,
+                         env=dict(os.environ, PYTHONPATH=os.path.dirname(HERE)))
+    try:
+        assert p.stdout.readline() == "go\n"
+        opens, lengths = 0, set()
+        while p.poll() is None or opens == 0:
+            with MSDataset(root) as ms:
+                n = len(ms)
+                assert len(ms["a"]) >= n and len(ms["b"]) >= n
+                lengths.add(n)
+                opens += 1
+        assert p.wait(timeout=120) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    with MSDataset(root) as ms:
+        assert len(ms) == 4 + 16 * appends
+    assert all((n - 4) % 16 == 0 for n in lengths), lengths   # whole appends only
