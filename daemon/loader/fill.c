@@ -114,16 +114,49 @@ static void stream_name(const zr_loader *l, uint32_t k, size_t i, const char *na
                 snprintf(buf + at, size - (size_t)at, "stream %zu", i);
 }
 
-/* Each stream's schema, generation and length (under its lock); the streams
- * of a source must all have one length, a plain loader's the one the client
- * expects if it says (a mixture's sources are checked by sources.c). */
+static int dataset_id_cmp(const void *a, const void *b) {
+        uint64_t x = zr_dataset_id(*(zr_dataset *const *)a);
+        uint64_t y = zr_dataset_id(*(zr_dataset *const *)b);
+        return x < y ? -1 : x > y;
+}
+
+/* Takes the locks of in[0..n)'s datasets shared, once each, in the lock order
+ * (ascending id): an append through a set (another client's) is then in all of
+ * them or in none. Returns how many it took, in locked[] (n <= ZR_STREAMS_MAX). */
+static size_t lock_source(const zr_loader_stream *in, size_t n, zr_dataset **locked) {
+        size_t k = 0;
+
+        for (size_t i = 0; i < n; i++)
+                locked[i] = in[i].ds;
+        qsort(locked, n, sizeof(*locked), dataset_id_cmp);
+        for (size_t i = 0; i < n; i++) /* never shared twice by one thread */
+                if (i == 0 || locked[i] != locked[k - 1])
+                        locked[k++] = locked[i];
+        for (size_t i = 0; i < k; i++)
+                zr_dataset_lock(locked[i], false);
+        return k;
+}
+
+/* Each stream's schema, generation and length (a source's under all its
+ * streams' locks); the streams of a source must all have one length, a plain
+ * loader's the one the client expects if it says (a mixture's sources are
+ * checked by sources.c). */
 static int streams_open(zr_loader *l, const zr_loader_stream *streams,
                         const zr_loader_params *p, zr_error *err) {
         uint64_t len0 = 0;
 
         for (uint32_t k = 0; k < loader_sources(l); k++) {
                 const zr_loader_stream *in = streams + (size_t)k * l->nstreams;
+                zr_dataset *locked[ZR_STREAMS_MAX];
+                size_t nlocked = lock_source(in, l->nstreams, locked);
 
+                for (size_t i = 0; i < l->nstreams; i++) {
+                        lstream *st = loader_stream(l, k, i);
+                        st->open_gen = zr_dataset_generation(in[i].ds);
+                        st->open_len = zr_dataset_length(in[i].ds);
+                }
+                while (nlocked > 0)
+                        zr_dataset_unlock(locked[--nlocked]);
                 for (size_t i = 0; i < l->nstreams; i++) {
                         lstream *st = loader_stream(l, k, i);
                         st->s = in[i];
@@ -135,10 +168,6 @@ static int streams_open(zr_loader *l, const zr_loader_stream *streams,
                         st->schema = zr_dataset_schema(st->s.ds);
                         st->ragged = st->schema->kind == ZR_SCHEMA_RAGGED;
                         st->item_bytes = zr_schema_item_bytes(st->schema);
-                        zr_dataset_lock(st->s.ds, false);
-                        st->open_gen = zr_dataset_generation(st->s.ds);
-                        st->open_len = zr_dataset_length(st->s.ds);
-                        zr_dataset_unlock(st->s.ds);
                         if (i == 0)
                                 len0 = st->open_len;
                         if (st->open_len == len0)
@@ -154,7 +183,7 @@ static int streams_open(zr_loader *l, const zr_loader_stream *streams,
                                         snprintf(nm, sizeof(nm), "stream %zu", m);
                                 at += (size_t)snprintf(msg + at, sizeof(msg) - at,
                                                        "%s%s: %" PRIu64, m ? ", " : "", nm,
-                                                       zr_dataset_length(in[m].ds));
+                                                       loader_stream(l, k, m)->open_len);
                         }
                         if (l->nsources)
                                 return zr_error_set(err, ZR_E_MISALIGNED, "the streams of source %"
