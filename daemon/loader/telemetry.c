@@ -54,6 +54,8 @@ const char *zr_stage_name(enum zr_stage s) {
                 return "remote";
         case ZR_STAGE_CONTENTION:
                 return "contention";
+        case ZR_STAGE_LOOKUP:
+                return "lookup";
         default:
                 return "none";
         }
@@ -87,6 +89,10 @@ void zr_tel_add(zr_telemetry *t, uint64_t now_ns, enum zr_tel_counter c, uint64_
         uint64_t sec = now_ns / NS_PER_S;
         if (c >= ZR_TEL_N)
                 return;
+        if (c == ZR_TEL_WAIT_NS && !t->startup_at_ns) { /* the wait for the first batch */
+                t->startup_ns = v;
+                t->startup_at_ns = now_ns ? now_ns : 1;
+        }
         t->total[c] += v;
         bucket_for(t->sec, ZR_TEL_SECONDS, sec)[c] += v;
         bucket_for(t->dec, ZR_TEL_DECADES, sec / 10)[c] += v;
@@ -112,6 +118,10 @@ void zr_tel_window(const zr_telemetry *t, uint64_t now_ns, enum zr_tel_window w,
                 return;
         }
         ret->span_ns = end - start;
+        if (t->startup_at_ns >= start && t->startup_at_ns < end) {
+                ret->startup_ns = t->startup_ns;
+                ret->startup = 1;
+        }
         if (len <= ZR_TEL_SECONDS - 1) {
                 for (uint64_t s = now_s > len ? now_s - len : 0; s < now_s; s++)
                         add_counts(ret, bucket_of(t->sec, ZR_TEL_SECONDS, s), 1, 1);
@@ -131,6 +141,8 @@ void zr_tel_window(const zr_telemetry *t, uint64_t now_ns, enum zr_tel_window w,
 void zr_tel_totals(const zr_telemetry *t, uint64_t now_ns, zr_tel_span *ret) {
         memcpy(ret->v, t->total, sizeof(ret->v));
         ret->span_ns = now_ns > t->open_ns ? now_ns - t->open_ns : 1;
+        ret->startup_ns = t->startup_ns;
+        ret->startup = t->startup_at_ns != 0;
 }
 
 /* a * 10^6 / b, at most 10^6 */
@@ -151,13 +163,27 @@ static int wait_vs(const zr_tel_span *w, uint64_t threshold_ppm) {
         return lhs < rhs ? -1 : lhs > rhs;
 }
 
-enum zr_verdict zr_tel_verdict(const zr_tel_span *w, int reports) {
-        const uint64_t *v = w->v;
+enum zr_verdict zr_tel_verdict(const zr_tel_span *all, int reports) {
+        /* the start-up set aside: the window past the loop's first wait */
+        zr_tel_span past = *all;
+        const zr_tel_span *w = &past;
+        const uint64_t *v = past.v;
+        uint64_t startup = all->startup_ns;
 
         if (v[ZR_TEL_BATCHES] == 0 && v[ZR_TEL_WAITS] == 0)
                 return ZR_VERDICT_IDLE;
         if (!reports)
                 return ZR_VERDICT_UNKNOWN;
+        if (!all->startup)
+                startup = 0;
+        if (startup > past.v[ZR_TEL_WAIT_NS])
+                startup = past.v[ZR_TEL_WAIT_NS];
+        past.v[ZR_TEL_WAIT_NS] -= startup;
+        past.span_ns = past.span_ns > startup ? past.span_ns - startup : 0;
+        if (all->startup && past.v[ZR_TEL_WAITS] > 0)
+                past.v[ZR_TEL_WAITS]--;
+        if (past.span_ns < ZR_TEL_JUDGE_NS && past.v[ZR_TEL_WAITS] < ZR_TEL_JUDGE_WAITS)
+                return ZR_VERDICT_UNKNOWN; /* not enough to judge yet */
         if (wait_vs(w, ZR_TEL_DATA_BOUND_PPM) > 0)
                 return ZR_VERDICT_DATA_BOUND;
         if (v[ZR_TEL_READIES] > 0 && v[ZR_TEL_BATCHES] > 0) {
@@ -176,15 +202,17 @@ enum zr_verdict zr_tel_verdict(const zr_tel_span *w, int reports) {
 enum zr_stage zr_tel_stage(const zr_tel_span *w) {
         const uint64_t *v = w->v;
         const uint64_t by[] = {
-                [ZR_STAGE_IO] = v[ZR_TEL_LOOKUP_NS] + v[ZR_TEL_READ_NS] + v[ZR_TEL_IO_WAIT_NS],
+                [ZR_STAGE_IO] = v[ZR_TEL_READ_NS] + v[ZR_TEL_IO_WAIT_NS],
                 [ZR_STAGE_DECODE] = v[ZR_TEL_DECODE_NS],
                 [ZR_STAGE_COPY] = v[ZR_TEL_COPY_NS],
                 [ZR_STAGE_CONTENTION] = v[ZR_TEL_QUEUE_NS],
+                [ZR_STAGE_REMOTE] = 0, /* named from io by the caller */
+                [ZR_STAGE_LOOKUP] = v[ZR_TEL_LOOKUP_NS],
         };
         enum zr_stage best = ZR_STAGE_NONE;
         uint64_t most = 0;
 
-        for (unsigned s = ZR_STAGE_IO; s <= ZR_STAGE_CONTENTION; s++)
+        for (unsigned s = ZR_STAGE_IO; s <= ZR_STAGE_LOOKUP; s++)
                 if (by[s] > most) {
                         most = by[s];
                         best = (enum zr_stage)s;

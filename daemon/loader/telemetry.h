@@ -11,7 +11,11 @@
  *
  *   idle            no batch and no wait report in the window;
  *   unknown         the client never reported a wait (a client from before
- *                   telemetry): the daemon cannot see the consumer;
+ *                   telemetry): the daemon cannot see the consumer; or not
+ *                   enough to judge yet: past the loop's wait for its first
+ *                   batch (the start-up, set aside: opening and the first
+ *                   gather are no steady state), fewer than 16 waits reported
+ *                   and less than a second of the window;
  *   data-bound      the consumer waited more than 5 % of the window;
  *   consumer-bound  otherwise, if a ready batch waited for the consumer at
  *                   least half of the consumer's time per batch on average
@@ -20,10 +24,10 @@
  *                   daemon's), if the consumer waited less than 1 %;
  *   balanced        otherwise: the loader just keeps up.
  *
- * and the stage that took most of the time of the window's batches: I/O
- * (table lookups, faults and preads of records, waits for reads ahead),
- * decode, copy, or contention (waiting for a worker while other loaders' work
- * held every one).
+ * and the stage that took most of the time of the window's batches: lookup
+ * (locating records: table entries and cache lookups), I/O (faults and preads
+ * of records, waits for reads ahead), decode, copy, or contention (waiting for
+ * a worker while other loaders' work held every one).
  *
  * Not thread-safe: the loader engine updates and reads it under its mutex.
  * Times are CLOCK_MONOTONIC nanoseconds given by the caller, so the caller
@@ -71,6 +75,8 @@ typedef struct zr_tel_bucket {
 typedef struct zr_telemetry {
         uint64_t open_ns;
         int reports;      /* the client reported a consumer wait at least once */
+        uint64_t startup_ns, startup_at_ns; /* the first wait reported, and when
+                                             * (0: none yet): the start-up */
         uint64_t total[ZR_TEL_N];
         zr_tel_bucket sec[ZR_TEL_SECONDS];
         zr_tel_bucket dec[ZR_TEL_DECADES];
@@ -91,6 +97,8 @@ enum zr_tel_window { ZR_TEL_W1, ZR_TEL_W10, ZR_TEL_W60, ZR_TEL_NWINDOWS };
 typedef struct zr_tel_span {
         uint64_t span_ns;
         uint64_t v[ZR_TEL_N];
+        uint64_t startup_ns; /* the start-up wait counted in v, */
+        int startup;         /* if it is in the span */
 } zr_tel_span;
 
 /* The sums of window w at now_ns: the last 1, 10 or 60 complete seconds; for a
@@ -119,6 +127,7 @@ enum zr_stage {
         ZR_STAGE_COPY,
         ZR_STAGE_CONTENTION,
         ZR_STAGE_REMOTE,     /* io of a loader of stores in object storage: waits for fetches */
+        ZR_STAGE_LOOKUP,     /* locating records: table entries, cache lookups */
 };
 
 /* "data-bound", "io", ... */
@@ -132,6 +141,10 @@ const char *zr_stage_name(enum zr_stage s);
 #define ZR_TEL_SLACK_PPM 500000
 /* Without ready waits: consumer-bound below this share of waiting (ppm). */
 #define ZR_TEL_CONSUMER_BOUND_PPM 10000
+/* No verdict on less of a window than this past the start-up (ns), unless it
+ * holds ZR_TEL_JUDGE_WAITS waits reported past it. */
+#define ZR_TEL_JUDGE_NS 1000000000ull
+#define ZR_TEL_JUDGE_WAITS 16
 
 /* The share of a window the consumer waited, in ppm (at most 10^6). */
 uint64_t zr_tel_wait_ppm(const zr_tel_span *w);

@@ -143,8 +143,8 @@ static void put_loaders(FILE *f, const views *vs) {
                 ZR_VERDICT_IDLE, ZR_VERDICT_UNKNOWN,
         };
         static const enum zr_stage stages[] = {
-                ZR_STAGE_IO, ZR_STAGE_DECODE, ZR_STAGE_COPY, ZR_STAGE_CONTENTION, ZR_STAGE_REMOTE,
-                ZR_STAGE_NONE,
+                ZR_STAGE_LOOKUP, ZR_STAGE_IO, ZR_STAGE_DECODE, ZR_STAGE_COPY, ZR_STAGE_CONTENTION,
+                ZR_STAGE_REMOTE, ZR_STAGE_NONE,
         };
         char extra[64];
 

@@ -141,9 +141,11 @@ def main():
         print(f"final loss {loss:.5f} after {args.steps} steps (resumed at step {half})")
         print(f"{args.steps / elapsed:.1f} batches/s "
               f"({args.steps * args.batch_size / elapsed:.0f} samples/s, training included)")
+        # the verdict is "unknown" for a run too short to judge (under a second past
+        # the wait for the first batch); the window is the last 10 s, or the run's life
         print(f"loader: {stats['verdict']} (most of its time: {stats['stage']}); the loop "
               f"waited for data {100 * stats['wait_fraction']['10s']:.1f} % of the last "
-              f"{stats['window_s']:.0f} s, {stats['batches_per_s']['10s']:.1f} batches/s; "
+              f"{stats['window_s']:.3g} s, {stats['batches_per_s']['10s']:.1f} batches/s; "
               f"wait p99 {1e3 * stats['wait_p99_s']:.2f} ms, "
               f"gather p99 {1e3 * stats['gather_p99_s']:.2f} ms")
         if not args.torch:

@@ -990,7 +990,8 @@ class DataLoader:
         self._stall_warned_ns = now
         warnings.warn(LoaderStallWarning(
             f"the training loop waits for data {100 * st['wait_fraction']['10s']:.0f} % of its "
-            f"time ({st['batches_per_s']['10s']:.1f} batches/s over 10 s); the loader's time "
+            f"time ({st['batches_per_s']['10s']:.1f} batches/s over the last "
+            f"{st['window_s']:.3g} s); the loader's time "
             f"goes mostly to {st['stage']} (loader.stats() has the figures; "
             "docs/TELEMETRY.md says what helps)"), stacklevel=3)
 
@@ -999,9 +1000,11 @@ class DataLoader:
         loader (docs/TELEMETRY.md), as a dict.
 
         ``verdict``: ``'data-bound'`` (the loop waited more than 5 % of the last
-        10 s), ``'consumer-bound'``, ``'balanced'``, ``'idle'`` or ``'unknown'``;
-        ``stage``: where the loader's batch time went (``'io'``, ``'decode'``,
-        ``'copy'``, ``'contention'`` with other loaders, or ``'none'``);
+        10 s), ``'consumer-bound'``, ``'balanced'``, ``'idle'`` or ``'unknown'``
+        (also under a second past the wait for the first batch: too soon to judge);
+        ``stage``: where the loader's batch time went (``'lookup'`` locating
+        records, ``'io'`` reading them, ``'decode'``, ``'copy'``, ``'contention'``
+        with other loaders, ``'remote'``, or ``'none'``);
         ``wait_fraction``, ``batches_per_s``, ``mib_per_s``: over ``'1s'``,
         ``'10s'`` and ``'60s'``; ``wait_p50_s``/``wait_p99_s`` (the loop's wait
         per batch), ``ready_p50_s``/``ready_p99_s`` (how long a ready batch

@@ -69,7 +69,9 @@ def test_top_batch_and_json(own_daemon):
         assert [row["dataset"] for row in rows] == [datasets[1], datasets[0]]  # step, high first
         for row in rows:
             assert row["pid"] == os.getpid() and row["uid"] == os.getuid()
-            assert row["verdict"] in ("data-bound", "consumer-bound", "balanced", "idle")
+            # a loader of a few batches may be too young to judge: unknown
+            assert row["verdict"] in ("data-bound", "consumer-bound", "balanced", "idle",
+                                      "unknown")
             assert 0 <= row["wait_fraction"] <= 1
             assert row["cache_hit_ratio"] is None   # raw stores: no cache lookups
     assert frames[0]["loaders"][0]["step"] >= 7

@@ -72,7 +72,8 @@ START_TEST(test_telemetry_young_and_idle) {
         zr_tel_span sp = window(&t, T0 + S / 2 + S / 4, ZR_TEL_W10);
         ck_assert_uint_eq(sp.span_ns, S / 4);
         ck_assert_uint_eq(sp.v[ZR_TEL_BATCHES], 3);
-        ck_assert_int_eq(zr_tel_verdict(&sp, 1), ZR_VERDICT_CONSUMER_BOUND);
+        /* a quarter of a second: not enough to judge (main called it consumer-bound) */
+        ck_assert_int_eq(zr_tel_verdict(&sp, 1), ZR_VERDICT_UNKNOWN);
         /* past its first second, younger than the window: its life, to now */
         zr_tel_add(&t, T0 + S + S / 20, ZR_TEL_BATCHES, 2);
         sp = window(&t, T0 + S + S / 10, ZR_TEL_W10);
@@ -138,22 +139,80 @@ START_TEST(test_telemetry_verdict_rules) {
 }
 END_TEST
 
+/* Issue 38 item 2: the loop's wait for its first batch (opening, the first
+ * gather) is the start-up, set aside; less than a second past it is no verdict. */
+START_TEST(test_telemetry_startup_set_aside) {
+        zr_telemetry t;
+        zr_tel_span sp;
+
+        zr_tel_init(&t, T0);
+        /* the first batch after 0.4 s: the loop waited all of it */
+        zr_tel_add(&t, T0 + 4 * S / 10, ZR_TEL_BATCHES, 1);
+        zr_tel_add(&t, T0 + 4 * S / 10, ZR_TEL_WAITS, 1);
+        zr_tel_add(&t, T0 + 4 * S / 10, ZR_TEL_WAIT_NS, 4 * S / 10);
+        ck_assert_uint_eq(t.startup_ns, 4 * S / 10);
+        /* then 20 ms a step for the loop, 1 ms of waiting every 10 steps:
+         * 0.5 % of the steady state, 7 % with the start-up counted */
+        uint64_t now = T0 + 4 * S / 10;
+        for (int k = 1; k <= 250; k++) {
+                now += S / 50;
+                zr_tel_add(&t, now, ZR_TEL_BATCHES, 1);
+                zr_tel_add(&t, now, ZR_TEL_WAITS, 1);
+                zr_tel_add(&t, now, ZR_TEL_WAIT_NS, k % 10 ? 0 : S / 1000);
+                if (k == 5) { /* 0.1 s and 5 waits past it: not enough to judge */
+                        sp = window(&t, now, ZR_TEL_W10);
+                        ck_assert_uint_eq(sp.startup_ns, 4 * S / 10);
+                        ck_assert_int_eq(sp.startup, 1);
+                        ck_assert_int_eq(zr_tel_verdict(&sp, 1), ZR_VERDICT_UNKNOWN);
+                }
+                if (k == 16) { /* 16 waits past it: enough */
+                        sp = window(&t, now, ZR_TEL_W10);
+                        ck_assert_int_eq(zr_tel_verdict(&sp, 1), ZR_VERDICT_CONSUMER_BOUND);
+                }
+        }
+        sp = window(&t, now, ZR_TEL_W10); /* 5.4 s: start-up inside the window */
+        ck_assert_uint_gt(zr_tel_wait_ppm(&sp), ZR_TEL_DATA_BOUND_PPM); /* counted: 7.9 % */
+        ck_assert_int_eq(zr_tel_verdict(&sp, 1), ZR_VERDICT_CONSUMER_BOUND); /* main: data-bound */
+        /* a later window without the start-up judges what is in it */
+        for (int k = 0; k < 700; k++) {
+                now += S / 50;
+                zr_tel_add(&t, now, ZR_TEL_BATCHES, 1);
+                zr_tel_add(&t, now, ZR_TEL_WAITS, 1);
+                zr_tel_add(&t, now, ZR_TEL_WAIT_NS, S / 500); /* 10 % */
+        }
+        sp = window(&t, now, ZR_TEL_W10);
+        ck_assert_uint_eq(sp.startup_ns, 0);
+        ck_assert_int_eq(zr_tel_verdict(&sp, 1), ZR_VERDICT_DATA_BOUND);
+        /* a loop stuck on its first batch for over a second is data-bound */
+        zr_tel_init(&t, T0);
+        zr_tel_add(&t, T0 + 3 * S, ZR_TEL_WAITS, 1);
+        zr_tel_add(&t, T0 + 3 * S, ZR_TEL_WAIT_NS, 3 * S);
+        zr_tel_add(&t, T0 + 5 * S, ZR_TEL_WAITS, 1);
+        zr_tel_add(&t, T0 + 5 * S, ZR_TEL_WAIT_NS, 2 * S);
+        sp = window(&t, T0 + 5 * S, ZR_TEL_W10);
+        ck_assert_int_eq(zr_tel_verdict(&sp, 1), ZR_VERDICT_DATA_BOUND);
+}
+END_TEST
+
 START_TEST(test_telemetry_stage_is_the_largest) {
         zr_tel_span sp = { .span_ns = 10 * S };
         ck_assert_int_eq(zr_tel_stage(&sp), ZR_STAGE_NONE);
         sp.v[ZR_TEL_DECODE_NS] = 5;
         sp.v[ZR_TEL_COPY_NS] = 4;
         ck_assert_int_eq(zr_tel_stage(&sp), ZR_STAGE_DECODE);
-        /* I/O is the table lookups, the reads and the waits for reads ahead together */
-        sp.v[ZR_TEL_LOOKUP_NS] = 2;
-        sp.v[ZR_TEL_READ_NS] = 2;
-        sp.v[ZR_TEL_IO_WAIT_NS] = 2;
+        /* lookups are not I/O: a stage of their own (issue 38 item 2) */
+        sp.v[ZR_TEL_LOOKUP_NS] = 6;
+        ck_assert_int_eq(zr_tel_stage(&sp), ZR_STAGE_LOOKUP);
+        /* I/O is the reads and the waits for reads ahead together */
+        sp.v[ZR_TEL_READ_NS] = 4;
+        sp.v[ZR_TEL_IO_WAIT_NS] = 3;
         ck_assert_int_eq(zr_tel_stage(&sp), ZR_STAGE_IO);
-        sp.v[ZR_TEL_QUEUE_NS] = 7;
+        sp.v[ZR_TEL_QUEUE_NS] = 8;
         ck_assert_int_eq(zr_tel_stage(&sp), ZR_STAGE_CONTENTION);
-        sp.v[ZR_TEL_COPY_NS] = 8;
+        sp.v[ZR_TEL_COPY_NS] = 9;
         ck_assert_int_eq(zr_tel_stage(&sp), ZR_STAGE_COPY);
         ck_assert_str_eq(zr_stage_name(ZR_STAGE_IO), "io");
+        ck_assert_str_eq(zr_stage_name(ZR_STAGE_LOOKUP), "lookup");
         for (unsigned c = 0; c < ZR_TEL_N; c++)
                 ck_assert_str_ne(zr_tel_counter_name((enum zr_tel_counter)c), "?");
 }
@@ -191,4 +250,4 @@ END_TEST
 
 TL_SUITE_MAIN("telemetry", test_telemetry_windows_hold_their_seconds,
               test_telemetry_young_and_idle, test_telemetry_verdict_rules,
-              test_telemetry_stage_is_the_largest, test_telemetry_random_events_match_a_model)
+              test_telemetry_startup_set_aside, test_telemetry_stage_is_the_largest, test_telemetry_random_events_match_a_model)
