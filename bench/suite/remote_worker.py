@@ -15,8 +15,8 @@ Contenders:
              shards, through torch's DataLoader in the process (no workers):
              whole shards downloaded per process
   litdata    litdata.StreamingDataset over its optimized chunks at s3://,
-             its own cache (max_cache_size), shuffled, torch DataLoader with 2
-             workers
+             its own cache (max_cache_size), shuffled, through its
+             StreamingDataLoader in the process (no workers)
 """
 
 import json
@@ -69,7 +69,9 @@ def litdata_batches(p):
     ds = litdata.StreamingDataset(p["url"], shuffle=True, seed=p["seed"],
                                   max_cache_size=p["cache_bytes"], cache_dir=p["local"],
                                   storage_options={"endpoint_url": p["endpoint"]})
-    dl = litdata.StreamingDataLoader(ds, batch_size=p["batch"], num_workers=2,
+    # no loader workers: with 2, the workers and the loader all wait at the
+    # warm-up (for 300 s and more) once the cache of a third of the store is full
+    dl = litdata.StreamingDataLoader(ds, batch_size=p["batch"], num_workers=0,
                                      collate_fn=lambda rows: rows)
     del torch
     while True:
