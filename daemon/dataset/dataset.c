@@ -212,8 +212,12 @@ int zr_dataset_close(zr_dataset *ds, zr_error *err) {
 
         if (!ds)
                 return 0;
-        r = ds->lx ? zr_lxragged_close(ds->lx, err) : zr_store_close(ds->store, err);
+        /* a remote dataset's side first: until it is out of the disk cache's
+         * list, an eviction on the fetcher's thread may locate a record in
+         * this store (rdataset.c, disk_release()) */
         zr_rdataset_close(ds->remote);
+        ds->remote = NULL;
+        r = ds->lx ? zr_lxragged_close(ds->lx, err) : zr_store_close(ds->store, err);
         dataset_free(ds);
         return r;
 }
