@@ -34,15 +34,20 @@ _SAMPLE_CAP = 128 << 10     # docs/DATASETS.md: a record contributes at most 128
 
 
 def _progress(total, desc, unit="B"):
-    """A tqdm bar when tqdm is installed and stderr is a terminal; else a no-op."""
+    """On a terminal (stderr), a tqdm bar, or without tqdm a progress line
+    (_progressline); else a no-op."""
     if total is not None and total < PROGRESS_MIN_BYTES and unit == "B":
         return _NoBar()
     try:
         if not sys.stderr.isatty():
             return _NoBar()
-        from tqdm import tqdm
     except Exception:
         return _NoBar()
+    try:
+        from tqdm import tqdm
+    except Exception:
+        from ._progressline import ProgressLine
+        return ProgressLine(total, desc, unit)
     return tqdm(total=total, desc=desc, unit=unit, unit_scale=True, leave=False)
 
 

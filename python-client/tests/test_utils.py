@@ -245,3 +245,44 @@ def test_train_dict_on_many_tiny_records():
     assert 0 < len(d) <= DICT_TIERS["fast"]["size"]
     d2 = train_dict((np.array([k % 13], np.int32) for k in range(400_000)), tier="fast")
     assert len(d2) > 0
+
+
+def test_progress_on_a_terminal_without_tqdm(workdir):
+    """A long write shows progress on a terminal though tqdm is not installed (issue
+    38 item 3): from_iterator of 40,000 records with stderr a pseudo-terminal and
+    tqdm hidden draws a line that counts them, and clears it; before, nothing."""
+    import pty
+    import select
+    import subprocess
+    import sys
+    import textwrap
+    from conftest import PKG
+    script = textwrap.dedent("""
+        import sys
+        sys.modules["tqdm"] = None          # as if tqdm were not installed
+        import numpy as np
+        from loaderx.utils import from_iterator
+        n = from_iterator("many", (np.full(1, k, np.int32) for k in range(40000)), np.int32)
+        print(n)
+    """)
+    master, slave = pty.openpty()
+    env = dict(os.environ, PYTHONPATH=PKG)
+    p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=slave,
+                         cwd=workdir, env=env)
+    os.close(slave)
+    seen = b""
+    while True:
+        r, _, _ = select.select([master], [], [], 120)
+        assert r, f"no end within 120 s: {seen!r}"
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:                     # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        seen += chunk
+    out, _ = p.communicate(timeout=120)
+    os.close(master)
+    assert p.returncode == 0 and out.strip() == b"40000", (out, seen)
+    assert b"many: 32768 rec" in seen and b"rec/s" in seen, seen
+    assert seen.rstrip(b" ").endswith(b"\r"), seen     # the line cleared at the end
