@@ -391,7 +391,6 @@ void zr_rdataset_close(zr_rdataset *rd) {
                         break;
                 }
         pthread_mutex_unlock(&ctx->mu);
-        zr_rcache_drop(ctx->disk, rd->id);
         zr_mirror_stats ms;
         zr_mirror_stats_get(rd->mirror, &ms);
         pthread_mutex_lock(&ctx->mu);
@@ -400,7 +399,11 @@ void zr_rdataset_close(zr_rdataset *rd) {
         ctx->closed.shared += ms.shared;
         ctx->closed.refetched += ms.refetched;
         pthread_mutex_unlock(&ctx->mu);
+        /* the mirror waits for its requests out, whose records enter the
+         * policy as they arrive (arrived()); dropped after it, they hold
+         * none of the budget once the dataset is closed */
         zr_mirror_close(rd->mirror);
+        zr_rcache_drop(ctx->disk, rd->id);
         zr_rsrc_unref(rd->src);
         free(rd);
 }
