@@ -15,6 +15,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -553,6 +554,8 @@ typedef struct hitbuf {
         zr_sampler_hit *v;
         size_t n, cap;
         const zr_steps_of_ops *ops;
+        bool any;
+        unsigned __int128 last;  /* the last row added */
 } hitbuf;
 
 /* Hands the hits of steps below `upto` to the caller, keeps the others. */
@@ -570,11 +573,18 @@ static int hits_flush(hitbuf *b, uint64_t upto) {
         return r;
 }
 
-/* Global row g holds a piece of the document. */
+/* Global row g holds a piece of the document (once: a row across the end of
+ * a cycle may hold the document's last piece of one cycle and its first of the
+ * next, which is one hit). */
 static int hits_add(hitbuf *b, const zr_pack *pk, unsigned __int128 g) {
         const uint64_t G = pk->B * pk->W;
         uint64_t step = (uint64_t)(g / G);
         int r;
+
+        if (b->any && g == b->last)
+                return 0;
+        b->any = true;
+        b->last = g;
 
         if (b->n == b->cap && b->n) {
                 /* every step before this one is whole: no later row falls in it */
