@@ -259,6 +259,28 @@ int zr_sampler_steps_of(const zr_sampler_params *p, uint64_t record, uint64_t st
 
 /* ------------------------------------------------------------------- mixtures */
 
+/* A mixture's output: hits of a step held and sorted, then sent. */
+static inverse_out *mix_out_new(const zr_mixture *m, const zr_steps_of_ops *ops) {
+        inverse_out *o = calloc(1, sizeof(*o));
+
+        if (o) {
+                o->ops = ops;
+                o->batch_size = m->batch_size;
+        }
+        return o;
+}
+
+/* Sends what is held unless the walk failed (r), frees the output. */
+static int mix_out_end(inverse_out *o, int r) {
+        if (!r)
+                r = inverse_step_flush(o);
+        if (!r)
+                r = inverse_flush(o);
+        free(o->step_hits);
+        free(o);
+        return r;
+}
+
 typedef struct inverse_mix {
         const zr_mixture *m;
         uint32_t source;
@@ -353,11 +375,8 @@ int zr_mixture_steps_of(const zr_mixture *m, uint32_t source, uint64_t record, u
         if (c_lo == c_hi)
                 return 0;
         x.stop = stop;
-        o = calloc(1, sizeof(*o));
-        if (!o)
+        if (!(o = mix_out_new(m, ops)))
                 return -ENOMEM;
-        o->ops = ops;
-        o->batch_size = m->batch_size;
 
         switch (m->sources[source].mode) {
         case ZR_SAMPLER_SEQUENTIAL: {
@@ -436,13 +455,38 @@ int zr_mixture_steps_of(const zr_mixture *m, uint32_t source, uint64_t record, u
                 break;
         }
         }
-        if (!r)
-                r = inverse_step_flush(o);
-        if (!r)
-                r = inverse_flush(o);
-        free(o->step_hits);
-        free(o);
-        return r;
+        return mix_out_end(o, r);
+}
+
+int zr_mixture_draws_steps_of(const zr_mixture *m, uint32_t source, const uint64_t *draws,
+                              size_t n, uint64_t start, uint64_t stop,
+                              const zr_steps_of_ops *ops, zr_error *err) {
+        inverse_mix x = { .m = m, .source = source, .lo = start };
+        inverse_out *o;
+        int r = 0;
+
+        if (source >= m->count)
+                return zr_error_set(err, ZR_E_SAMPLER, "source %" PRIu32 " of a mixture of %" PRIu32,
+                                    source, m->count);
+        if (stop > m->last_step + 1)
+                stop = m->last_step + 1;
+        if (start >= stop || n == 0)
+                return 0;
+        x.stop = stop;
+        if (!(o = mix_out_new(m, ops)))
+                return -ENOMEM;
+        for (size_t i = 0; i < n && !r; i++) {
+                if (draws[i] < zr_mixture_draws_before(m, source, start) ||
+                    draws[i] >= zr_mixture_draws_before(m, source, stop) ||
+                    (i && draws[i] <= draws[i - 1])) {
+                        r = zr_error_set(err, ZR_E_SAMPLER, "draw %" PRIu64 " of source %" PRIu32
+                                         " is not in steps [%" PRIu64 ", %" PRIu64 ") or not "
+                                         "ascending", draws[i], source, start, stop);
+                        break;
+                }
+                r = inverse_mix_draw(&x, draws[i], o);
+        }
+        return mix_out_end(o, r);
 }
 
 /* --------------------------------------------------------------- pieces */

@@ -76,6 +76,14 @@ int zr_sampler_steps_of(const zr_sampler_params *p, uint64_t record, uint64_t st
 int zr_mixture_steps_of(const zr_mixture *m, uint32_t source, uint64_t record, uint64_t start,
                         uint64_t stop, const zr_steps_of_ops *ops, zr_error *err);
 
+/* The places of draws[0..n) of source `source` of mixture m (ascending, each
+ * in [D_k(start), D_k(stop))), as zr_mixture_steps_of() reports them: a
+ * packed mixture's rows (a source's draw c is row c of its packed stream)
+ * found by its own walk. */
+int zr_mixture_draws_steps_of(const zr_mixture *m, uint32_t source, const uint64_t *draws,
+                              size_t n, uint64_t start, uint64_t stop,
+                              const zr_steps_of_ops *ops, zr_error *err);
+
 /* The position of `record` (< n) in cycle `cycle` of the document order of a
  * packed loader, zr_sampler_cycle_fill()'s: its inverse. The mode has cycles
  * (not iid: UINT64_MAX). O(1). */

@@ -137,37 +137,141 @@ static int step_over(const steps_state *st, uint64_t cut, zr_error *err) {
         return 0;
 }
 
+/* A packed mixture's source: the rows its own packed stream's walk found
+ * (its draws), at most `cap`; the first that did not fit. */
+typedef struct rows_found {
+        uint64_t *v;
+        size_t n, cap;
+        bool full;
+        uint64_t over;
+} rows_found;
+
+static int rows_collect(void *userdata, const zr_sampler_hit *h, size_t count) {
+        rows_found *rf = userdata;
+
+        for (size_t i = 0; i < count; i++) {
+                if (rf->n == rf->cap) {
+                        rf->full = true;
+                        rf->over = h[i].step;
+                        return 1;
+                }
+                rf->v[rf->n++] = h[i].step; /* batch 1, world 1: its step is its row */
+        }
+        return 0;
+}
+
+/* The last step s in [lo, hi] whose draws of source k all come before `row`
+ * (D_k(s) <= row); lo's if none. */
+static uint64_t step_before_row(const zr_mixture *m, uint32_t k, uint64_t lo, uint64_t hi,
+                                uint64_t row) {
+        while (lo < hi) {
+                uint64_t mid = lo + (hi - lo + 1) / 2;
+                if (zr_mixture_draws_before(m, k, mid) <= row)
+                        lo = mid;
+                else
+                        hi = mid - 1;
+        }
+        return lo;
+}
+
+/* A packed mixture: source k's rows [D_k(start), D_k(stop)) walked as its own
+ * packed stream's steps (batch 1, world 1: a draw is a row), until a step of
+ * the mixture is whole; the rows kept go through the apportionment and the
+ * layout to their places (zr_mixture_draws_steps_of()). */
+static int packed_mixture_walk(zr_request *rq, steps_state *st, zr_pack *pk,
+                               const zr_steps_of_ops *ops) {
+        const uint32_t k = st->source;
+        uint64_t stop = st->stop > st->m.last_step + 1 ? st->m.last_step + 1 : st->stop;
+        uint64_t at = zr_mixture_draws_before(&st->m, k, st->start);
+        uint64_t end = zr_mixture_draws_before(&st->m, k, stop), next = stop, keep, row;
+        rows_found rf = { .cap = st->max_hits };
+        zr_steps_of_ops walk = { .on_hits = rows_collect, .userdata = &rf };
+        int r = 0;
+
+        if (!(rf.v = malloc(rf.cap * sizeof(*rf.v))))
+                return zr_error_errno(&rq->err, ENOMEM, "the rows found");
+        while (at < end) {
+                r = zr_pack_steps_of(pk, st->record, at, end, STEPS_OF_DOCS, STEPS_OF_PACKED_CYCLES,
+                                     &walk, &rq->cancelled, &row, &rq->err);
+                if (r == 1 && rf.full) {
+                        /* more rows than a reply holds: up to the step of the first not kept */
+                        r = 0;
+                        next = step_before_row(&st->m, k, st->start, stop, rf.over);
+                        if (next == st->start)
+                                r = zr_error_set(&rq->err, ZR_E_LIMIT, "step %" PRIu64 " alone "
+                                                 "holds more than %zu hits of record %" PRIu64
+                                                 ": ask for more (max_hits)", st->start,
+                                                 st->max_hits, st->record);
+                        break;
+                }
+                if (r != 0 || row >= end)
+                        break;
+                next = step_before_row(&st->m, k, st->start, stop, row);
+                if (next > st->start)
+                        break;
+                next = stop;
+                at = row;
+        }
+        if (r == 0) {
+                keep = next == stop ? end : zr_mixture_draws_before(&st->m, k, next);
+                while (rf.n && rf.v[rf.n - 1] >= keep)
+                        rf.n--;
+                r = zr_mixture_draws_steps_of(&st->m, k, rf.v, rf.n, st->start, next, ops,
+                                              &rq->err);
+                st->next = next == stop ? st->stop : next;
+        }
+        free(rf.v);
+        return r;
+}
+
 /* A packed loader's walk (loader/pack.h): its pack made anew over the dataset,
- * with the indexes the loaders keep (loaded, or built and kept). */
+ * with the indexes the loaders keep (loaded, or built and kept). A mixture's:
+ * its source's pack, as the loader makes it (batch 1, world 1, the source's
+ * seed). */
 static int packed_walk(zr_request *rq, steps_state *st, const zr_steps_of_ops *ops) {
         zr_server *srv = zr_request_server(rq);
         zr_dataset *ds = st->entry->ds;
         zr_tokstore *own = NULL, *ts = srv->tokstore;
+        zr_sampler_params sp = st->p;
         zr_pack *pk = NULL;
-        uint64_t fp, n, next = st->stop;
+        uint64_t fp, n, want = st->p.n, first = st->start, next = st->stop;
         int r;
 
+        if (st->mixture) {
+                want = st->m.sources[st->source].n;
+                sp = (zr_sampler_params){ .mode = st->m.sources[st->source].mode, .n = want,
+                                          .batch_size = 1, .world_size = 1,
+                                          .seed = st->m.source_seed[st->source] };
+                if (st->start > st->m.last_step) {
+                        st->next = st->stop;
+                        return 0;
+                }
+                first = zr_mixture_draws_before(&st->m, st->source, st->start);
+        }
         if (!ts && (r = zr_tokstore_open(NULL, 0, &own, NULL, 0)) < 0)
                 return zr_error_errno(&rq->err, -r, "an index store");
         zr_dataset_lock(ds, false);
         n = zr_dataset_length(ds);
-        if (n != st->p.n)
+        if (n != want)
                 r = zr_error_set(&rq->err, ZR_E_SAMPLER, "n = %" PRIu64 ", but the store holds %"
                                  PRIu64 " documents now: a packed loader's steps are those of "
-                                 "the store it packs", st->p.n, n);
+                                 "the store it packs", want, n);
         else
                 r = zr_dataset_fingerprint(ds, &fp, &rq->err);
         if (r == 0)
-                r = zr_pack_new(&st->pack, ds, n, fp, &st->p, st->start, ts ? ts : own, srv->pool,
+                r = zr_pack_new(&st->pack, ds, n, fp, &sp, first, ts ? ts : own, srv->pool,
                                 &rq->cancelled, &pk, &rq->err);
-        if (r == 0)
+        if (r == 0 && st->mixture) {
+                r = packed_mixture_walk(rq, st, pk, ops);
+        } else if (r == 0) {
                 r = zr_pack_steps_of(pk, st->record, st->start, st->stop, STEPS_OF_DOCS,
                                      STEPS_OF_PACKED_CYCLES, ops, &rq->cancelled, &next, &rq->err);
+                if (r == 0)
+                        st->next = next;
+        }
         zr_pack_free(pk);
         zr_dataset_unlock(ds);
         zr_tokstore_free(own);
-        if (r == 0)
-                st->next = next;
         return r;
 }
 
@@ -324,16 +428,26 @@ int zr_handle_steps_of(zr_request *rq) {
                 uint32_t hid;
                 zr_handle *h;
 
-                if (st->mixture)
-                        return zr_request_fail(rq, ZR_E_PROTO, "'pack' with 'sources': the steps "
-                                               "of a mixture of packed sources are not answered "
-                                               "yet");
+                uint64_t n;
+                enum zr_sampler_mode mode = st->p.mode;
+
                 if ((r = zr_request_take_pack(rq, rq->root, "steps_of", &st->pack)) < 0)
                         return r;
                 if (zr_wire_get_u32(rq->root, "handle", &hid, &werr) < 0)
                         return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
                 if (!(h = zr_request_handle(rq, "handle", hid, ZR_HANDLE_BIT(ZR_HANDLE_DATASET))))
                         return -ZR_E_NO_HANDLE;
+                if (st->mixture) {
+                        /* rows, not records, a source's draw a row of its own stream */
+                        if ((r = take_mixture(rq, st, batch, world)) < 0)
+                                return r;
+                        mode = st->m.sources[st->source].mode;
+                        n = st->m.sources[st->source].n;
+                        if ((r = zr_pack_check(&st->pack, h->entry->ds, mode, "steps_of",
+                                               &rq->err)) < 0)
+                                return r;
+                        goto charge;
+                }
                 if (zr_wire_get_u64(rq->root, "n", &st->p.n, &werr) < 0)
                         return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
                 /* rows, not records: a batch may hold more rows than the store
@@ -355,10 +469,13 @@ int zr_handle_steps_of(zr_request *rq) {
                 if (st->record >= st->p.n)
                         return zr_request_fail(rq, ZR_E_SAMPLER, "record %" PRIu64 " >= n = %" PRIu64
                                                ": no such record", st->record, st->p.n);
+                n = st->p.n;
+        charge:
+                /* the hits (a mixture's: its rows found, its step's hits), the pack */
                 if ((r = zr_request_work_charge(rq, (uint64_t)st->max_hits *
-                                                        (3 * sizeof(uint64_t) +
-                                                         sizeof(zr_sampler_hit)) +
-                                                        zr_pack_work_bytes(&st->pack, st->p.n,
+                                                        (4 * sizeof(uint64_t) +
+                                                         2 * sizeof(zr_sampler_hit)) +
+                                                        zr_pack_work_bytes(&st->pack, n,
                                                                            (unsigned)zr_pool_shards(
                                                                                    zr_request_server(rq)->pool,
                                                                                    SIZE_MAX)),

@@ -757,10 +757,6 @@ class DataLoader:
         """
         if isinstance(record, bool) or not isinstance(record, (int, np.integer)) or record < 0:
             raise ZrecordTypeError(f"steps_of: the record must be an index >= 0, got {record!r}")
-        if self.pack is not None and self.sources is not None:
-            raise ZrecordValueError(
-                "steps_of: which steps read a document of a mixture of packed sources is not "
-                "served yet (docs/TOKENS.md)")
         source = self._source_of(stream)
         start = int(start)
         stop = self._step if stop is None else int(stop)
@@ -775,22 +771,22 @@ class DataLoader:
                 "\"steps_of\" feature in its HELLO reply); update the daemon")
         q = {"sampler": self.sampler, "batch_size": self.batch_size, "seed": self.seed,
              "world_size": self.world_size, "record": int(record), "stop": stop}
-        if self.pack is not None:
-            # the rows that hold a piece of the document: the daemon walks its
-            # cycles' indexes, over the dataset of the packed stream
-            name = next(iter(self.pack))
-            ds = self.streams[name]
-            q["n"] = self.length
-            q["pack"] = dict(self.pack[name])
-            q["handle"] = ds._h.h()
-            conn = ds._h.conn
-        elif source is None:
+        if source is None:
             q["n"] = self.length
         else:
             q["sources"] = [dict({"n": n, "weight": w}, **({"sampler": smp} if smp else {}))
                             for n, w, smp in zip(self.source_lengths, self.weights,
                                                  self.source_samplers)]
             q["source"] = source
+        if self.pack is not None:
+            # the rows that hold a piece of the document: the daemon walks its
+            # cycles' indexes, over the dataset of the packed stream (a mixture's:
+            # of the record's source)
+            name = next(iter(self.pack))
+            ds = (self.streams if source is None else self.sources[source])[name]
+            q["pack"] = dict(self.pack[name])
+            q["handle"] = ds._h.h()
+            conn = ds._h.conn
         out = []
         at = start
         while at < stop:

@@ -347,16 +347,56 @@ def test_steps_of(corpus, pack_mode, mode):
         assert any(np.array_equal(toks[segs == k], [EOS]) for k in range(1, segs.max() + 1))
 
 
+def test_steps_of_mixture_by_tokens(workdir):
+    """steps_of on a mixture of packed sources: the places (step, rank,
+    position) whose row, row c of source k's own packed stream, holds a piece
+    of document q of source k, against the loader's own __source__ and
+    __index__ and the reference's rows; a long range answered in pieces."""
+    docs = [_docs(40, seed=7), _docs(23, seed=8, hi=90), _docs(61, seed=9, hi=12)]
+    modes = ["cyclic", "sequential", "cyclic-lx157"]
+    for k, d in enumerate(docs):
+        from_iterator(f"d{k}", d, np.int32, codec="raw")
+    weights, B, L, seed, far = (5, 2, 3), 6, 16, 13, 4000
+    srcs = [({"tokens": RaggedDataset(f"d{k}")}, weights[k], modes[k]) for k in range(3)]
+    with DataLoader(srcs, batch_size=B, seed=seed, pack={"tokens": L}, eos_id=EOS,
+                    with_sources=True, with_indices=True, num_workers=0) as dl:
+        where = []
+        for _ in range(far):
+            b = next(dl)
+            where.append((np.array(b["__source__"]), np.array(b["__index__"])))
+        rows = [1 + max(int(c) for src, idx in where for k2, c in zip(src, idx) if k2 == k)
+                for k in range(3)]
+        row_docs = [_docs_of_rows_concat(docs[k], modes[k], int(S.key(seed, S.DOMAIN_SOURCE, k)),
+                                         L, rows[k], eos=EOS) for k in range(3)]
+
+        places = [{} for _ in range(3)]         # source, document: its (step, 0, j)s
+        for s_, (src, idx) in enumerate(where):
+            for j, (k2, c) in enumerate(zip(src.tolist(), idx.tolist())):
+                for q in row_docs[k2][c]:
+                    places[k2].setdefault(q, []).append((s_, 0, j))
+
+        def want(k, q, start, stop):
+            return [p for p in places[k].get(q, []) if start <= p[0] < stop]
+
+        seen = 0
+        for k in range(3):
+            for q in range(len(docs[k])):
+                got = dl.steps_of(q, stream=k, stop=60)
+                assert got == want(k, q, 0, 60), (k, q)
+                seen += len(got)
+        assert seen > 100
+        assert dl.steps_of(5, stream=2, start=17, stop=59) == want(2, 5, 17, 59)
+        for k in (0, 1):                      # every piece's border holds some document
+            for q in range(len(docs[k])):
+                ticks = []
+                got = dl.steps_of(q, stream=k, start=7, stop=far,
+                                  progress=lambda d, t: ticks.append(d))
+                assert got == want(k, q, 7, far), (k, q)
+                assert len(ticks) > 1, ticks
+
+
 def test_steps_of_refusals(corpus):
     """Asked in a way the daemon cannot answer: a clear error, not a wrong answer."""
-    docs = [_docs(40, seed=7), _docs(23, seed=8)]
-    for k, d in enumerate(docs):
-        from_iterator(f"m{k}", d, np.int32, codec="raw")
-    with DataLoader([({"tokens": RaggedDataset("m0")}, 1), ({"tokens": RaggedDataset("m1")}, 1)],
-                    batch_size=2, sampler="cyclic", pack={"tokens": 8}, num_workers=0) as dl:
-        next(dl)
-        with pytest.raises(ZrecordError, match="mixture of packed sources is not served yet"):
-            dl.steps_of(3, stream=0)
     with DataLoader({"tokens": RaggedDataset("docs")}, batch_size=2, sampler="cyclic",
                     pack={"tokens": 8}, num_workers=0) as dl:
         next(dl)
