@@ -272,9 +272,75 @@ static int format_ok(const msgpack_object *format, const msgpack_object *version
         return 0;
 }
 
+/* A non-negative integer of at most max, or ZR_E_SCHEMA naming image.<key>. */
+static int image_uint(const msgpack_object *v, const char *key, uint64_t max, uint64_t *ret,
+                      zr_error *err) {
+        if (v->type != MSGPACK_OBJECT_POSITIVE_INTEGER || v->via.u64 > max)
+                return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: \"image.%s\" is %s, "
+                                    "expected an integer 0..%llu", key,
+                                    v->type == MSGPACK_OBJECT_POSITIVE_INTEGER ? "too large" :
+                                    type_name(v->type), (unsigned long long)max);
+        *ret = v->via.u64;
+        return 0;
+}
+
+/* The "image" map of an image store (schema.h, zr_schema_image). */
+static int image_from_map(const msgpack_object *m, zr_schema_image *ret, zr_error *err) {
+        zr_schema_image im = {0};
+
+        if (m->type != MSGPACK_OBJECT_MAP)
+                return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: \"image\" is %s, "
+                                    "expected a map", type_name(m->type));
+        for (uint32_t i = 0; i < m->via.map.size; i++) {
+                const msgpack_object_kv *kv = &m->via.map.ptr[i];
+                const msgpack_object_str *k = &kv->key.via.str;
+                uint64_t v = 0;
+                int r = 0;
+
+                if (kv->key.type != MSGPACK_OBJECT_STR)
+                        continue;
+                if (key_is(k, "formats")) {
+                        if (kv->val.type != MSGPACK_OBJECT_ARRAY)
+                                return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: "
+                                                    "\"image.formats\" is %s, expected an array",
+                                                    type_name(kv->val.type));
+                        for (uint32_t j = 0; j < kv->val.via.array.size; j++) {
+                                const msgpack_object *f = &kv->val.via.array.ptr[j];
+                                if (f->type == MSGPACK_OBJECT_STR && key_is(&f->via.str, "jpeg"))
+                                        im.formats |= ZR_SCHEMA_IMAGE_JPEG;
+                                else if (f->type == MSGPACK_OBJECT_STR && key_is(&f->via.str, "png"))
+                                        im.formats |= ZR_SCHEMA_IMAGE_PNG;
+                                else
+                                        return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: "
+                                                            "\"image.formats\"[%u] is not "
+                                                            "\"jpeg\" or \"png\"", j);
+                        }
+                } else if (key_is(k, "channels")) {
+                        r = image_uint(&kv->val, "channels", 4, &v, err);
+                        im.channels = v == 1 || v == 3 ? (uint32_t)v : 0;
+                } else if (key_is(k, "height")) {
+                        r = image_uint(&kv->val, "height", UINT32_MAX, &v, err);
+                        im.height = (uint32_t)v;
+                } else if (key_is(k, "width")) {
+                        r = image_uint(&kv->val, "width", UINT32_MAX, &v, err);
+                        im.width = (uint32_t)v;
+                } else if (key_is(k, "max_pixels")) {
+                        r = image_uint(&kv->val, "max_pixels", UINT64_MAX, &im.max_pixels, err);
+                }
+                if (r < 0)
+                        return r;
+        }
+        if (!im.formats)
+                return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: \"image\" names no "
+                                    "format");
+        *ret = im;
+        return 0;
+}
+
 static int schema_from_map(const msgpack_object *root, zr_schema *ret, zr_error *err) {
         const msgpack_object *kind = NULL, *dtype = NULL, *shape = NULL, *ndim = NULL,
-                             *codec = NULL, *format = NULL, *version = NULL, *shapes = NULL;
+                             *codec = NULL, *format = NULL, *version = NULL, *shapes = NULL,
+                             *layout = NULL, *image = NULL;
         zr_schema s = {0};
         int r;
 
@@ -303,6 +369,10 @@ static int schema_from_map(const msgpack_object *root, zr_schema *ret, zr_error 
                         slot = &version;
                 else if (key_is(&kv->key.via.str, "shapes"))
                         slot = &shapes;
+                else if (key_is(&kv->key.via.str, "layout"))
+                        slot = &layout;
+                else if (key_is(&kv->key.via.str, "image"))
+                        slot = &image;
                 else
                         continue;
                 if (*slot)
@@ -385,6 +455,24 @@ static int schema_from_map(const msgpack_object *root, zr_schema *ret, zr_error 
                                             "%llu, it must be 1..%d (0: any per record)",
                                             (unsigned long long)ndim->via.u64, ZR_SCHEMA_NDIM_MAX);
                 s.ndim = (uint32_t)ndim->via.u64;
+        }
+        if (layout) {
+                if (layout->type == MSGPACK_OBJECT_STR && key_is(&layout->via.str, "zrecord"))
+                        s.layout = ZR_LAYOUT_ZRECORD;
+                else if (layout->type == MSGPACK_OBJECT_STR && key_is(&layout->via.str, "bytes"))
+                        s.layout = ZR_LAYOUT_BYTES;
+                else
+                        return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: \"layout\" is "
+                                            "not \"zrecord\" or \"bytes\"");
+                if (s.layout == ZR_LAYOUT_BYTES &&
+                    (s.kind != ZR_SCHEMA_RAGGED || s.ndim != 1 || strcmp(s.dtype.str, "|u1") != 0))
+                        return zr_error_set(err, ZR_E_SCHEMA, "schema.msgpack: layout \"bytes\" "
+                                            "is ragged |u1 of ndim 1");
+        }
+        if (image) {
+                r = image_from_map(image, &s.image, err);
+                if (r < 0)
+                        return r;
         }
         *ret = s;
         return 0;

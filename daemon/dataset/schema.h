@@ -21,6 +21,9 @@
  * would misread these records. Reading, "format" and "version" may be absent;
  * present, they must be loaderx's. A ragged schema of loaderx 1.5.7 ("shapes", no
  * "ndim") is refused here with a message that says so: lxschema.h reads it.
+ * An image store (docs/IMAGES.md) is a byte store with a schema: "layout":
+ * "bytes" (ragged "|u1" of ndim 1, records without a shape header) and an
+ * "image" map of facts (zr_schema_image).
  * Unknown keys are ignored (a later version may add some); a missing, duplicated
  * or wrongly typed known key, an unknown kind, a bad dtype, too many dimensions or
  * a malformed, truncated or oversized file is ZR_E_SCHEMA; an unknown codec name is
@@ -68,6 +71,19 @@ enum zr_layout {
                                 * Zrecord): byte records, each of shape (its length,) */
 };
 
+/* An image store's facts (schema.msgpack's "image" map, docs/IMAGES.md): what
+ * every record holds, as its writer checked each one's header. Zero where not
+ * known or where records differ. A hint to a loader (a size, a memory bound),
+ * never trusted: each record's own header is checked when it is decoded. */
+#define ZR_SCHEMA_IMAGE_JPEG 1u
+#define ZR_SCHEMA_IMAGE_PNG 2u
+typedef struct zr_schema_image {
+        uint32_t formats;       /* ZR_SCHEMA_IMAGE_* bits; 0: not an image store */
+        uint32_t channels;      /* 1 or 3 when every record has that many; 0 */
+        uint32_t height, width; /* every record's size, or 0 */
+        uint64_t max_pixels;    /* the largest record's pixels, or 0 */
+} zr_schema_image;
+
 typedef struct zr_schema {
         enum zr_schema_kind kind;
         zr_dtype dtype;
@@ -77,7 +93,10 @@ typedef struct zr_schema {
         uint32_t ndim;
         uint64_t item_shape[ZR_SCHEMA_NDIM_MAX]; /* dense only: item_shape[0..ndim) */
         enum zr_codec codec;
-        enum zr_layout layout; /* ZR_LAYOUT_ZRECORD from init and decode */
+        enum zr_layout layout; /* ZR_LAYOUT_ZRECORD from init; decode: the
+                                * "layout" key ("bytes" for a byte store with a
+                                * schema, an image store), else ZR_LAYOUT_ZRECORD */
+        zr_schema_image image;  /* "image", or zeros */
 } zr_schema;
 
 /* Fills *ret with a dense schema (item_shape[0..ndim), ndim 0 for scalars;

@@ -53,6 +53,20 @@ void zr_put_schema(zr_wire_writer *w, const char *key, const zr_schema *s) {
         zr_wire_put_str(w, "codec", zr_codec_name(s->codec));
         if (s->layout != ZR_LAYOUT_ZRECORD)
                 zr_wire_put_str(w, "layout", zr_layout_name(s->layout));
+        if (s->image.formats) { /* an image store's facts (docs/IMAGES.md) */
+                zr_wire_begin_map(w, "image");
+                zr_wire_begin_array(w, "formats");
+                if (s->image.formats & ZR_SCHEMA_IMAGE_JPEG)
+                        zr_wire_put_str(w, NULL, "jpeg");
+                if (s->image.formats & ZR_SCHEMA_IMAGE_PNG)
+                        zr_wire_put_str(w, NULL, "png");
+                zr_wire_end(w);
+                zr_wire_put_u64(w, "channels", s->image.channels);
+                zr_wire_put_u64(w, "height", s->image.height);
+                zr_wire_put_u64(w, "width", s->image.width);
+                zr_wire_put_u64(w, "max_pixels", s->image.max_pixels);
+                zr_wire_end(w);
+        }
         zr_wire_end(w);
 }
 
