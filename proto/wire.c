@@ -19,6 +19,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -506,6 +507,39 @@ int zr_wire_get_bool(const msgpack_object *map, const char *key, bool *ret,
         if (o)
                 *ret = o->via.boolean;
         return r;
+}
+
+int zr_wire_number(const msgpack_object *o, const char *what, double *ret, zr_wire_error *err) {
+        double v;
+
+        switch (o->type) {
+        case MSGPACK_OBJECT_FLOAT32:
+        case MSGPACK_OBJECT_FLOAT64:
+                v = o->via.f64;
+                break;
+        case MSGPACK_OBJECT_POSITIVE_INTEGER:
+                v = (double)o->via.u64;
+                break;
+        case MSGPACK_OBJECT_NEGATIVE_INTEGER:
+                v = (double)o->via.i64;
+                break;
+        default:
+                return zr_wire_error_set(err, ZR_E_PROTO, "field '%s': expected a number, got %s",
+                                         what, zr_wire_type_name(o));
+        }
+        if (!isfinite(v))
+                return zr_wire_error_set(err, ZR_E_PROTO, "field '%s': not a finite number", what);
+        *ret = v;
+        return 0;
+}
+
+int zr_wire_get_f64(const msgpack_object *map, const char *key, double *ret, zr_wire_error *err) {
+        const msgpack_object *o = zr_wire_find(map, key);
+
+        if (!o)
+                return zr_wire_error_set(err, ZR_E_PROTO, "field '%s': missing (expected a number)",
+                                         key);
+        return zr_wire_number(o, key, ret, err);
 }
 
 int zr_wire_get_str(const msgpack_object *map, const char *key, const char **ret_ptr,

@@ -124,6 +124,11 @@ int zr_wire_get_i64(const msgpack_object *map, const char *key, int64_t *ret,
                     zr_wire_error *err);
 int zr_wire_get_bool(const msgpack_object *map, const char *key, bool *ret,
                      zr_wire_error *err);
+/* A number (the f64 type): a float64 or float32, or an integer, as a double;
+ * a NaN or an infinity is refused. */
+int zr_wire_get_f64(const msgpack_object *map, const char *key, double *ret, zr_wire_error *err);
+/* The same for an array element (or any object); `what` names it. */
+int zr_wire_number(const msgpack_object *o, const char *what, double *ret, zr_wire_error *err);
 /* A str; *ret_ptr is not NUL-terminated. */
 int zr_wire_get_str(const msgpack_object *map, const char *key, const char **ret_ptr,
                     size_t *ret_len, zr_wire_error *err);

@@ -164,6 +164,7 @@ typedef enum zr_msg_kind {
 #define ZR_FEATURE_STRIDE "stride"   /* LOADER_OPEN `step_stride` */
 #define ZR_FEATURE_REMOTE "remote"   /* DATASET_OPEN, MSSET_OPEN `remote`: stores in object storage */
 #define ZR_FEATURE_PACK "pack"       /* LOADER_OPEN streams' `pack`: packed token sequences */
+#define ZR_FEATURE_IMAGE "image"     /* LOADER_OPEN streams' `image`: decoded images */
 
 /* ---- field names used by the codec itself ------------------------------ */
 

@@ -40,8 +40,8 @@ static uint64_t align_up(uint64_t v, uint64_t a) {
         return (v + a - 1) / a * a;
 }
 
-/* Default capacity of a ragged stream: see loader.h. */
-static int ragged_default_capacity(lstream *st, uint64_t B, zr_error *err) {
+/* Default capacity of a ragged stream (see loader.h) into *ret. */
+static int ragged_default_capacity(lstream *st, uint64_t B, uint64_t *ret, zr_error *err) {
         uint64_t n = st->open_len, k = n < LOADER_CAPACITY_SAMPLE ? n : LOADER_CAPACITY_SAMPLE;
         uint64_t sum = 0, cap;
         uint64_t idx[LOADER_CAPACITY_SAMPLE];
@@ -64,7 +64,7 @@ static int ragged_default_capacity(lstream *st, uint64_t B, zr_error *err) {
                 return zr_error_set(err, EOVERFLOW, "%s: the default capacity overflows",
                                     st->name);
         cap = align_up((uint64_t)c, ZR_STREAM_ALIGN);
-        st->capacity = cap ? cap : ZR_STREAM_ALIGN;
+        *ret = cap ? cap : ZR_STREAM_ALIGN;
         return 0;
 }
 
@@ -167,6 +167,11 @@ static int streams_open(zr_loader *l, const zr_loader_stream *streams,
                         stream_name(l, k, i, in[i].name, st->name, sizeof(st->name));
                         st->schema = zr_dataset_schema(st->s.ds);
                         st->ragged = st->schema->kind == ZR_SCHEMA_RAGGED;
+                        if (in[i].image) { /* its region is dense: imgstream.c */
+                                st->image = 1;
+                                st->img = *in[i].image;
+                                st->ragged = 0;
+                        }
                         st->item_bytes = zr_schema_item_bytes(st->schema);
                         if (i == 0)
                                 len0 = st->open_len;
@@ -206,7 +211,10 @@ static int streams_open(zr_loader *l, const zr_loader_stream *streams,
 static int capacities(zr_loader *l, const zr_loader_params *p, zr_error *err) {
         for (size_t j = 0; j < l->nall; j++) {
                 lstream *st = &l->streams[j];
+                uint64_t *cap = st->image ? &st->in_capacity : &st->capacity;
                 int r = 0;
+                if (st->image && (r = zr_imgstream_setup(l, st, err)) < 0)
+                        return r;
                 if (st->s.pack.mode != ZR_PACK_NONE) {
                         if (__builtin_mul_overflow(p->batch_size, st->s.pack.seq_len * 8,
                                                    &st->capacity))
@@ -215,12 +223,12 @@ static int capacities(zr_loader *l, const zr_loader_params *p, zr_error *err) {
                         st->capacity = zr_pack_region_bytes(p->batch_size, st->s.pack.seq_len,
                                                             st->schema->dtype.itemsize, NULL,
                                                             NULL);
-                } else if (!st->ragged) {
+                } else if (!st->ragged && !st->image) {
                         if (__builtin_mul_overflow(p->batch_size, st->item_bytes, &st->capacity))
                                 return zr_error_set(err, EOVERFLOW, "%s: a batch overflows",
                                                     st->name);
                 } else if (st->s.capacity) {
-                        st->capacity = align_up(st->s.capacity, ZR_STREAM_ALIGN);
+                        *cap = align_up(st->s.capacity, ZR_STREAM_ALIGN);
                 } else {
                         /* the table is read under the lock, and at the length
                          * and generation seen at open (else the loader is stale
@@ -230,13 +238,23 @@ static int capacities(zr_loader *l, const zr_loader_params *p, zr_error *err) {
                                 r = zr_error_set(err, ZR_E_STALE, "%s changed while the loader "
                                                  "opened", st->name);
                         else
-                                r = ragged_default_capacity(st, p->batch_size, err);
+                                r = ragged_default_capacity(st, p->batch_size, cap, err);
                         zr_dataset_unlock(st->s.ds);
                         if (r < 0)
                                 return r;
                 }
-                if (j >= l->nstreams && st->capacity > l->streams[j % l->nstreams].capacity)
-                        l->streams[j % l->nstreams].capacity = st->capacity;
+                if (j >= l->nstreams) {
+                        lstream *s0 = &l->streams[j % l->nstreams];
+                        if (st->image != s0->image ||
+                            (st->image && !zr_image_params_same(&st->img, &s0->img)))
+                                return zr_error_set(err, ZR_E_PROTO, "%s: every source's stream "
+                                                    "%zu decodes its images alike",
+                                                    st->name, j % l->nstreams);
+                        if (st->capacity > s0->capacity)
+                                s0->capacity = st->capacity;
+                        if (st->in_capacity > s0->in_capacity)
+                                s0->in_capacity = st->in_capacity;
+                }
         }
         return 0;
 }
@@ -377,6 +395,7 @@ static int gather_stream(zr_loader *l, size_t si, const step_records *rec, uint8
                         .cancel = &w->sl->cancel };
         uint32_t nsrc = loader_sources(l);
         zr_error gerr = {0};
+        imgbatch ib = {0};
         size_t nheld = 0;
         int r = 0;
 
@@ -407,17 +426,25 @@ static int gather_stream(zr_loader *l, size_t si, const step_records *rec, uint8
                 g.source = rec->src;
                 g.nsources = nsrc;
         }
+        /* an image stream: its encoded records go to a staging buffer of their
+         * own, then decoded into the region (imgstream.c) */
+        uint64_t room = st->image ? st->in_capacity : st->capacity;
+        if (st->image && (r = zr_imgbatch_begin(&ib, st, g.n, &g, err)) < 0)
+                goto out;
         r = zr_gather_locate(&g, &gerr);
-        if (r == 0 && g.bytes > st->capacity) {
+        if (r == 0 && g.bytes > room) {
                 char name[96];
                 stream_name(l, UINT32_MAX, si, st->s.name, name, sizeof(name));
                 res->needed = g.bytes;
                 r = zr_error_set(err, ZR_E_BUFFER, "%s: the batch needs %" PRIu64 " bytes, the "
                                  "stream's capacity is %" PRIu64 "; reopen with a larger capacity",
-                                 name, g.bytes, st->capacity);
+                                 name, g.bytes, room);
                 goto out;
         }
-        if (r == 0)
+        if (r == 0 && st->image)
+                r = zr_imgbatch_read(&ib, l, st, &g, zr_loader_step(l, w->step), base + st->offset,
+                                     &sb->skipped, &gerr);
+        else if (r == 0)
                 r = zr_gather_read(&g, base + st->offset, slot_off + st->offset, l->e->cache,
                                    l->e->pool, &gerr);
         res->hits += g.hits;
@@ -439,13 +466,14 @@ static int gather_stream(zr_loader *l, size_t si, const step_records *rec, uint8
                 }
         }
         sb->offset = slot_off + st->offset;
-        sb->bytes = g.bytes;
+        sb->bytes = st->image ? st->capacity : g.bytes;
         sb->shape_words = g.shape_words;
         res->bytes += g.bytes;
         res->records += g.n;
 out:
         unlock_all(held, nheld);
         zr_gather_release(&g);
+        zr_imgbatch_end(&ib);
         return r;
 }
 

@@ -37,7 +37,11 @@ int zr_loader_same_key(const zr_loader *a, const zr_loader *b, int generations) 
                     (generations && a->streams[i].open_gen != b->streams[i].open_gen) ||
                     a->streams[i].offset != b->streams[i].offset ||
                     a->streams[i].capacity != b->streams[i].capacity ||
-                    !zr_pack_same(a->streams[i].pack, b->streams[i].pack))
+                    !zr_pack_same(a->streams[i].pack, b->streams[i].pack) ||
+                    a->streams[i].image != b->streams[i].image ||
+                    (a->streams[i].image &&
+                     (!zr_image_params_same(&a->streams[i].img, &b->streams[i].img) ||
+                      a->streams[i].s.image_skip != b->streams[i].s.image_skip)))
                         return 0;
         return 1;
 }

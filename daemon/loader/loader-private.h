@@ -59,6 +59,11 @@ typedef struct lstream {
                                * mixture: the same in every source) */
         uint64_t capacity;    /* region bytes (likewise) */
         zr_pack *pack;        /* a packed stream's (pack.h), or NULL */
+        /* an image stream (imgstream.c): its decode, and the bytes a batch's
+         * encoded records may take; `ragged` is 0 (its region is dense) */
+        int image;
+        zr_image_params img;
+        uint64_t in_capacity;
 } lstream;
 
 typedef struct ring ring;
@@ -512,6 +517,34 @@ int zr_fill_setup(zr_loader *l, const zr_loader_stream *streams, const zr_loader
  * its region and the slot's metadata. On a worker, no lock held; a stream's
  * lock it cannot take at once sets res->busy. */
 void zr_fill(zr_loader *l, const work *w, fill_result *res);
+
+/* ---- imgstream.c: image streams (loader.h, zr_loader_stream.image) ------------ */
+
+/* At open, after st->img was copied: checks the stream's dataset (ragged |u1
+ * of ndim 1), takes a native size and the pixel limit from its schema where
+ * the client gave none, checks the decode and sets st->capacity to the
+ * region's bytes (batch_size decoded images). ZR_E_SCHEMA, ZR_E_PROTO. */
+int zr_imgstream_setup(zr_loader *l, lstream *st, zr_error *err);
+/* The working memory of l's image streams: each of at_once + 1 fills' staging
+ * and tables, each decoding thread's scratch (image.h). */
+uint64_t zr_imgstream_work_bytes(const zr_loader *l, unsigned at_once);
+
+/* One fill of an image stream: its encoded records and their tables. */
+typedef struct imgbatch {
+        uint8_t *staging;
+        uint64_t *arrays;
+} imgbatch;
+
+/* Before zr_gather_locate(): the gather's tables for B encoded records. */
+int zr_imgbatch_begin(imgbatch *ib, const lstream *st, uint64_t B, zr_gather *g, zr_error *err);
+/* After zr_gather_locate() (the caller checked g->bytes against
+ * st->in_capacity): reads the records, then decodes each into dst (the
+ * stream's region) for `step` (the client's). *ret_skipped: records served as
+ * zeros (image_skip). Errors name the record. */
+int zr_imgbatch_read(imgbatch *ib, zr_loader *l, const lstream *st, zr_gather *g, uint64_t step,
+                     uint8_t *dst, uint32_t *ret_skipped, zr_error *err);
+/* Frees what the fill took. Idempotent. */
+void zr_imgbatch_end(imgbatch *ib);
 
 /* ---- measure.c: telemetry (engine mutex held) -------------------------------- */
 

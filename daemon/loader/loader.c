@@ -719,7 +719,8 @@ static void unpark(zr_loader *l, parked_work **list) {
 
 /* The working memory of l (heap, beside its ring): every slot's batch
  * metadata (ring.c), the tables of the gathers and the read-ahead job that
- * may run for it at once, and a step's planned cache uses. Saturates at
+ * may run for it at once, a step's planned cache uses, and what its image
+ * streams decode with (imgstream.c). Saturates at
  * UINT64_MAX. */
 static uint64_t work_bytes(const zr_loader *l, const zr_loader_engine *e) {
         unsigned __int128 B = l->sp.batch_size, per_slot = B, total;
@@ -744,7 +745,7 @@ static uint64_t work_bytes(const zr_loader *l, const zr_loader_engine *e) {
                 (unsigned __int128)l->nslots * l->nstreams * sizeof(zr_loader_stream_batch) +
                 (unsigned __int128)(at_once + 1) * B *
                         (WORK_RECORD_BYTES + WORK_RECORD_STREAM_BYTES * l->nstreams) +
-                B * WORK_PLAN_BYTES * compressed;
+                B * WORK_PLAN_BYTES * compressed + zr_imgstream_work_bytes(l, at_once);
         /* a packed stream: its indexes and each fill's tables and scratch */
         for (size_t i = 0; i < l->nall; i++)
                 if (l->streams[i].pack)
@@ -1059,6 +1060,10 @@ uint64_t zr_loader_stream_offset(const zr_loader *l, size_t i) {
 
 uint64_t zr_loader_stream_capacity(const zr_loader *l, size_t i) {
         return i < l->nstreams ? l->streams[i].capacity : 0;
+}
+
+const zr_image_params *zr_loader_stream_image(const zr_loader *l, size_t i) {
+        return i < l->nstreams && l->streams[i].image ? &l->streams[i].img : NULL;
 }
 
 uint64_t zr_loader_length(const zr_loader *l) {

@@ -130,6 +130,7 @@
 #include <stdint.h>
 
 #include "dataset/dataset.h"
+#include "image/image.h"
 #include "io/ioq.h"
 #include "loader/pack.h"
 #include "loader/telemetry.h"
@@ -277,6 +278,15 @@ typedef struct zr_loader_stream {
          * region holds the (batch_size, seq_len) tokens, segment ids and
          * positions, and `capacity` is ignored. */
         zr_pack_params pack;
+        /* NULL, or an image stream's decode (image/image.h; copied): its records
+         * are encoded images (a ragged |u1 dataset of ndim 1), and its region
+         * holds them decoded, one dense (batch_size, out_h, out_w, channels)
+         * uint8 block; `capacity` is then the bytes a batch's encoded records may
+         * take (the ragged default when 0). imgstream.c. */
+        const zr_image_params *image;
+        /* an image stream's: a record that does not decode is zeros, counted
+         * (zr_loader_stream_batch.skipped), instead of failing the loader */
+        int image_skip;
 } zr_loader_stream;
 
 /* A source of a mixture (proto/SAMPLERS.md, "Mixtures"): a set of index-aligned
@@ -409,6 +419,9 @@ const void *zr_loader_ring_data(const zr_loader *l);
 size_t zr_loader_nstreams(const zr_loader *l);
 uint64_t zr_loader_stream_offset(const zr_loader *l, size_t i);
 uint64_t zr_loader_stream_capacity(const zr_loader *l, size_t i);
+/* Stream i's decode if it is an image stream (its size and limit as the
+ * loader settled them at open), else NULL. Valid while l lives. */
+const zr_image_params *zr_loader_stream_image(const zr_loader *l, size_t i);
 
 /* The length the sampler uses (the streams' common length at open; a
  * mixture's: the sum of its sources', capped at 2^64 - 1). */
@@ -447,6 +460,9 @@ typedef struct zr_loader_stream_batch {
         const uint64_t *lengths;
         const uint64_t *shapes;
         uint64_t shape_words;
+        /* an image stream's: records that did not decode, served as zeros
+         * (zr_loader_stream.image_skip) */
+        uint32_t skipped;
 } zr_loader_stream_batch;
 
 typedef struct zr_loader_event {

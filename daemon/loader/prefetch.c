@@ -125,7 +125,8 @@ static uint64_t cache_records(zr_loader_engine *e, const zr_loader *l) {
                 const lstream *st = &l->streams[i];
                 if (st->schema->codec == ZR_CODEC_RAW)
                         continue;
-                rec += st->ragged ? st->capacity / (2 * l->sp.batch_size) : st->item_bytes;
+                rec += st->image ? st->in_capacity / (2 * l->sp.batch_size) :
+                       st->ragged ? st->capacity / (2 * l->sp.batch_size) : st->item_bytes;
                 k++;
         }
         if (!k)

@@ -180,6 +180,8 @@ static void send_event(zr_lhandle *lh, const zr_loader_event *ev) {
                         zr_wire_begin_map(&w, NULL);
                         zr_wire_put_u64(&w, "offset", sb->offset);
                         zr_wire_put_u64(&w, "bytes", sb->bytes);
+                        if (sb->skipped)
+                                zr_wire_put_u64(&w, "skipped", sb->skipped);
                         if (sb->offsets) {
                                 zr_wire_put_u64s(&w, "offsets", sb->offsets, ev->batch_size);
                                 zr_wire_put_u64s(&w, "lengths", sb->lengths, ev->batch_size);
@@ -331,11 +333,96 @@ int zr_request_take_pack(zr_request *rq, const msgpack_object *item, const char 
         return 0;
 }
 
+/* Two numbers lo <= hi of an image map's array field `key` into v. */
+static int image_pair(zr_request *rq, const msgpack_object *m, const char *what, const char *key,
+                      double v[2]) {
+        const msgpack_object *a;
+        uint32_t n;
+        zr_wire_error werr = {0};
+
+        if (!zr_wire_find(m, key))
+                return 0;
+        if (zr_wire_get_array(m, key, &a, &n, &werr) < 0 || n != 2)
+                return zr_request_fail(rq, ZR_E_PROTO, "%s.image: field '%s': %s", what, key,
+                                       werr.message[0] ? werr.message : "expected two numbers");
+        if (zr_wire_number(&a[0], key, &v[0], &werr) < 0 ||
+            zr_wire_number(&a[1], key, &v[1], &werr) < 0)
+                return zr_request_fail(rq, ZR_E_PROTO, "%s.image: %s", what, werr.message);
+        return 0;
+}
+
+/* A stream map's `image` (feature "image", PROTOCOL.md section 10, "Image
+ * streams") into *img and *skip: the engine checks the values against the
+ * stream's store at open (imgstream.c). */
+static int take_image(zr_request *rq, const msgpack_object *item, const char *what,
+                      zr_image_params *img, int *skip) {
+        const msgpack_object *m, *sz;
+        zr_wire_error werr = {0};
+        uint32_t n;
+        bool flip = false;
+        char word[24];
+        int r;
+
+        if (!zr_request_has_feature(rq, ZR_FEATURE_IMAGE))
+                return zr_request_fail(rq, ZR_E_UNKNOWN, "%s: field 'image': the \"image\" "
+                                       "feature is not in force on this connection", what);
+        if (zr_wire_get_map(item, "image", &m, &werr) < 0)
+                return zr_request_fail(rq, ZR_E_PROTO, "%s: %s", what, werr.message);
+        *img = (zr_image_params){ .aug = { .crop = ZR_CROP_NONE, .scale = { 0.08, 1.0 },
+                                           .ratio = { 3.0 / 4.0, 4.0 / 3.0 }, .fraction = 0.875 },
+                                  .native = true, .channels = 3 };
+        *skip = 0;
+        if (zr_wire_find(m, "size")) {
+                if (zr_wire_get_array(m, "size", &sz, &n, &werr) < 0 || n != 2 ||
+                    sz[0].type != MSGPACK_OBJECT_POSITIVE_INTEGER ||
+                    sz[1].type != MSGPACK_OBJECT_POSITIVE_INTEGER ||
+                    sz[0].via.u64 > ZR_IMAGE_OUT_SIDE_MAX || sz[1].via.u64 > ZR_IMAGE_OUT_SIDE_MAX)
+                        return zr_request_fail(rq, ZR_E_PROTO, "%s.image: field 'size': expected "
+                                               "[height, width], each 1..%u", what,
+                                               ZR_IMAGE_OUT_SIDE_MAX);
+                img->aug.out_h = (uint32_t)sz[0].via.u64;
+                img->aug.out_w = (uint32_t)sz[1].via.u64;
+                img->native = false;
+        }
+        if (zr_wire_find(m, "crop")) {
+                if (zr_wire_get_str_copy(m, "crop", word, sizeof(word), &werr) < 0)
+                        return zr_request_fail(rq, ZR_E_PROTO, "%s.image: %s", what, werr.message);
+                if (strcmp(word, "random_resized") == 0)
+                        img->aug.crop = ZR_CROP_RANDOM_RESIZED;
+                else if (strcmp(word, "center") == 0)
+                        img->aug.crop = ZR_CROP_CENTER;
+                else if (strcmp(word, "none") != 0)
+                        return zr_request_fail(rq, ZR_E_PROTO, "%s.image: crop '%s' (random_resized, "
+                                               "center, none)", what, word);
+        }
+        if (zr_wire_find(m, "on_error")) {
+                if (zr_wire_get_str_copy(m, "on_error", word, sizeof(word), &werr) < 0)
+                        return zr_request_fail(rq, ZR_E_PROTO, "%s.image: %s", what, werr.message);
+                if (strcmp(word, "skip") == 0)
+                        *skip = 1;
+                else if (strcmp(word, "raise") != 0)
+                        return zr_request_fail(rq, ZR_E_PROTO, "%s.image: on_error '%s' (raise, "
+                                               "skip)", what, word);
+        }
+        if ((zr_wire_find(m, "flip") && zr_wire_get_bool(m, "flip", &flip, &werr) < 0) ||
+            (zr_wire_find(m, "channels") && zr_wire_get_u32(m, "channels", &img->channels, &werr) < 0) ||
+            (zr_wire_find(m, "max_pixels") &&
+             zr_wire_get_uint(m, "max_pixels", ZR_IMAGE_PIXELS_MAX, &img->max_pixels, &werr) < 0) ||
+            (zr_wire_find(m, "fraction") && zr_wire_get_f64(m, "fraction", &img->aug.fraction, &werr) < 0))
+                return zr_request_fail(rq, ZR_E_PROTO, "%s.image: %s", what, werr.message);
+        img->aug.flip = flip;
+        if ((r = image_pair(rq, m, what, "scale", img->aug.scale)) < 0 ||
+            (r = image_pair(rq, m, what, "ratio", img->aug.ratio)) < 0)
+                return r;
+        return 0;
+}
+
 /* The streams of one source (or of a plain loader), items[0..n), into
  * streams[0..n) and lh's references; `what` names them in messages
  * ("streams", "sources[2].streams"). Stream names are copied into names. */
 static int take_streams(zr_request *rq, zr_lhandle *lh, const msgpack_object *items, uint32_t n,
-                        const char *what, zr_loader_stream *streams, char (*names)[48]) {
+                        const char *what, zr_loader_stream *streams, char (*names)[48],
+                        zr_image_params *imgs) {
         zr_wire_error werr = {0};
 
         if (n < 1 || n > ZR_STREAMS_MAX)
@@ -375,9 +462,20 @@ static int take_streams(zr_request *rq, zr_lhandle *lh, const msgpack_object *it
                         memcpy(names[i], nm, len);
                         names[i][len] = 0;
                 }
+                int skip = 0;
+                if (zr_wire_find(&items[i], "image")) {
+                        char at[56];
+                        snprintf(at, sizeof(at), "%s[%u]", what, i);
+                        int r = take_image(rq, &items[i], at, &imgs[i], &skip);
+                        if (r < 0)
+                                return r;
+                }
                 lh->entries[lh->nentries++] = zr_entry_ref(h->entry);
                 streams[i] = (zr_loader_stream){ .ds = h->entry->ds, .capacity = cap,
-                                                 .name = names[i][0] ? names[i] : NULL };
+                                                 .name = names[i][0] ? names[i] : NULL,
+                                                 .image = zr_wire_find(&items[i], "image") ?
+                                                          &imgs[i] : NULL,
+                                                 .image_skip = skip };
                 if (zr_wire_find(&items[i], "pack")) {
                         char at[48];
                         snprintf(at, sizeof(at), "%s[%u]", what, i);
@@ -393,7 +491,7 @@ static int take_streams(zr_request *rq, zr_lhandle *lh, const msgpack_object *it
  * streams, source-major. Returns the streams per source, or a negative code. */
 static int take_sources(zr_request *rq, zr_lhandle *lh, const msgpack_object *items, uint32_t n,
                         zr_loader_params *p, zr_loader_source *src, zr_loader_stream *streams,
-                        char (*names)[48]) {
+                        char (*names)[48], zr_image_params *imgs) {
         zr_wire_error werr = {0};
         uint32_t per = 0;
 
@@ -420,7 +518,7 @@ static int take_sources(zr_request *rq, zr_lhandle *lh, const msgpack_object *it
                                                k, ns, per);
                 per = ns;
                 r = take_streams(rq, lh, st, ns, what, streams + (size_t)k * ns,
-                                 names + (size_t)k * ns);
+                                 names + (size_t)k * ns, imgs + (size_t)k * ns);
                 if (r < 0)
                         return r;
                 if (zr_wire_find(&items[k], "sampler")) {
@@ -455,6 +553,7 @@ typedef struct open_state {
         zr_loader_source src[ZR_SOURCES_MAX];
         zr_loader_stream *streams;
         char (*names)[48];
+        zr_image_params *imgs;             /* image streams' decodes (streams[i].image) */
         uint32_t n, nsrc;
         char sampler[32];
         bool has_fingerprint;
@@ -466,6 +565,7 @@ static void open_state_free(void *p) {
         zr_lhandle_free(st->lh);
         free(st->streams);
         free(st->names);
+        free(st->imgs);
         free(st);
 }
 
@@ -563,6 +663,11 @@ static int open_finish(zr_request *rq) {
                                              &segs, &pos);
                         zr_wire_put_u64(&w, "segments", segs);
                         zr_wire_put_u64(&w, "positions", pos);
+                }
+                const zr_image_params *img = zr_loader_stream_image(l, i);
+                if (img) { /* an image stream: its batch is (B, H, W, C) uint8 */
+                        uint64_t shape[3] = { img->aug.out_h, img->aug.out_w, img->channels };
+                        zr_wire_put_uint_array(&w, "shape", shape, 3);
                 }
                 zr_wire_end(&w);
         }
@@ -671,17 +776,18 @@ int zr_handle_loader_open(zr_request *rq) {
         st->lh = lh = calloc(1, sizeof(*lh));
         st->streams = calloc(total ? total : 1, sizeof(*st->streams));
         st->names = calloc(total ? total : 1, sizeof(*st->names));
+        st->imgs = calloc(total ? total : 1, sizeof(*st->imgs));
         if (lh)
                 lh->entries = calloc(total ? total : 1, sizeof(*lh->entries));
-        if (!lh || !st->streams || !st->names || !lh->entries)
+        if (!lh || !st->streams || !st->names || !st->imgs || !lh->entries)
                 return zr_request_fail(rq, ENOMEM, "no memory for a loader");
         if (srcs) {
-                r = take_sources(rq, lh, srcs, nsrc, p, st->src, st->streams, st->names);
+                r = take_sources(rq, lh, srcs, nsrc, p, st->src, st->streams, st->names, st->imgs);
                 if (r < 0)
                         return r;
                 n = (uint32_t)r * nsrc;
         } else {
-                r = take_streams(rq, lh, items, n, "streams", st->streams, st->names);
+                r = take_streams(rq, lh, items, n, "streams", st->streams, st->names, st->imgs);
                 if (r < 0)
                         return r;
         }
