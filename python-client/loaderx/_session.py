@@ -113,6 +113,7 @@ class LoaderSession:
         self.length = None                # the reply's fields (open())
         self.fingerprint = None           # the streams' (None from a daemon without it)
         self.regions = []                 # per stream: (offset, capacity) in a slot
+        self.images_skipped = 0           # image records served as zeros (BATCH `skipped`)
         self.source_lengths = []          # a mixture's: per source
 
     @classmethod
@@ -154,6 +155,13 @@ class LoaderSession:
                 raise proto_error(f"a LOADER_OPEN reply lays packed stream {i} out at "
                                   f"{st.get('segments')}/{st.get('positions')}, not "
                                   f"{pk[1]}/{pk[2]}")
+        if layout is not None:
+            # an image stream's batch is (B, H, W, C) uint8: the daemon says which
+            for name, st, (_, item_shape, _) in zip(layout.names, r["streams"], layout.kinds):
+                if "shape" in st and tuple(int(x) for x in st["shape"]) != tuple(item_shape or ()):
+                    s.close()
+                    raise proto_error(f"stream {name!r}: the daemon serves images of shape "
+                                      f"{tuple(st['shape'])}, this side expects {item_shape}")
         s.length = int(r["length"])
         s.fingerprint = int(r["fingerprint"]) if "fingerprint" in r else None
         s.source_lengths = [int(src["length"]) for src in r.get("sources", ())]
@@ -305,6 +313,8 @@ class LoaderSession:
             raise ZrecordRuntimeError(
                 f"the daemon announced step {step}, expected {self.next_step}")
         streams = msg["streams"]
+        for st in streams:             # image records served as zeros (on_error='skip')
+            self.images_skipped += int(st.get("skipped", 0))
         spans = []                     # (lo, hi) ring bytes each stream's views cover
         packed = lay.packed or (None,) * len(lay.names)
         for name, st, (dt, item_shape, _), pk in zip(lay.names, streams, lay.kinds, packed):

@@ -45,6 +45,7 @@ from ._errors import (StaleError, ZrecordConnectionError, ZrecordRuntimeError, Z
 from ._session import (INDEX_KEY, SOURCE_KEY, Layout, LoaderSession, build_batch,
                        packed_offsets)
 from .dataset import DenseDataset, MSDataset, RaggedDataset, _Dataset
+from .images import ImageDataset
 
 __all__ = ["DataLoader", "INDEX_KEY", "LoaderStallWarning", "SOURCE_KEY", "SAMPLERS", "MODES"]
 
@@ -462,6 +463,7 @@ class DataLoader:
         self._capacity = {k: int(v) for k, v in (capacity or {}).items()}
         self._fingerprint = None if fingerprint is None else int(fingerprint)
         self._session = None
+        self._skipped_before = 0    # image records served as zeros by closed sessions
         self._pool = None           # transform threads
         self._procs = None          # transform processes (_procpool)
         self._end = None            # (step, exception): the loader ended there (processes)
@@ -507,6 +509,8 @@ class DataLoader:
                 spec["pack"] = dict(self.pack[name])
             if isinstance(ds, RaggedDataset) and name in self._capacity:
                 spec["capacity"] = self._capacity[name]
+            if isinstance(ds, ImageDataset):
+                spec["image"] = dict(ds._spec)      # decoded by the daemon (docs/IMAGES.md)
             specs.append(spec)
         return specs, conn
 
@@ -517,6 +521,9 @@ class DataLoader:
         kinds = []
         for name in self.names:
             ds = self.streams[name]
+            if isinstance(ds, ImageDataset):      # a dense (B, H, W, C) uint8 block
+                kinds.append((np.dtype(np.uint8), ds.image_shape, None))
+                continue
             kinds.append((ds.dtype, ds.item_shape if isinstance(ds, DenseDataset) else None,
                           getattr(ds, "_ndim", None)))
         if self.sources is None:
@@ -533,6 +540,11 @@ class DataLoader:
                     source["length"] = int(length[k])
                 sources.append(source)
             fields = {"sources": sources}
+        if any(isinstance(ds, ImageDataset) for ds in self.streams.values()) and \
+                not conn.has_feature("image"):
+            raise ZrecordRuntimeError(
+                f"this zrecordd ({conn.daemon}) does not decode images (no \"image\" feature "
+                "in its HELLO reply); update the daemon")
         if not conn.has_feature("loader"):
             raise ZrecordRuntimeError(
                 f"this zrecordd ({conn.daemon}) does not serve loaders (no \"loader\" feature "
@@ -585,6 +597,7 @@ class DataLoader:
         session, self._session = self._session, None
         if session is None:
             return
+        self._skipped_before += session.images_skipped
         if self._procs is not None and not self._procs.closed:
             # no worker may read the session's slots after it: stop them (they
             # start again on the next batch)
@@ -1008,7 +1021,9 @@ class DataLoader:
         seconds of the last 10 s by stage (lookup, read, decode, copy, io_wait,
         queue); ``waited_s``: the waits the daemon was told of since open;
         ``cache_hit_ratio`` (None without lookups), ``device_bytes``,
-        ``prefetch_depth``, ``step``, ``batches``; ``local``: what this process
+        ``prefetch_depth``, ``step``, ``batches``; ``images_skipped``: records of
+        image streams with ``on_error='skip'`` that did not decode and were served
+        as zeros (docs/IMAGES.md); ``local``: what this process
         measured itself (``wait_s``: blocked on the daemon within ``next()``, as
         told to the daemon; ``next_s``: all the time in ``next()``, transforms and
         building the arrays included; ``elapsed_s``; ``batches``); ``workers``:
@@ -1034,7 +1049,9 @@ class DataLoader:
             raise ZrecordRuntimeError(
                 f"this zrecordd ({session.conn.daemon}) keeps no telemetry of its loaders; "
                 "update the daemon")
-        return _stats_of(entries[0], self)
+        out = _stats_of(entries[0], self)
+        out["images_skipped"] = self._skipped_before + session.images_skipped
+        return out
 
     def _workers_stats(self):
         out = {"kind": self._choice.kind, "why": self._choice.why,

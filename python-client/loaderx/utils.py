@@ -2,7 +2,8 @@
 
 ``from_numpy`` writes a dense store, one record per slice along axis 0, in bounded
 chunks (an mmapped array is never materialized). ``from_iterator`` writes a ragged
-store from any iterable of arrays. ``train_dict`` trains a zstd dictionary, sized by
+store from any iterable of arrays. ``from_images`` writes encoded JPEG and PNG
+files into an image store (images.py, docs/IMAGES.md). ``train_dict`` trains a zstd dictionary, sized by
 a tier of :data:`loaderx.dataset.DICT_TIERS`, on an array, an iterable of records or
 a dataset.
 
@@ -18,14 +19,16 @@ import numpy as np
 from . import _conn, _shm, _store, _wire
 from ._conversion import conversion
 from ._errors import ZrecordTypeError, ZrecordValueError
+from .images import from_images
 from .dataset import (DAEMON_TIERS, DICT_TIER_DEFAULT, DICT_TIERS, DenseDataset, RaggedDataset,
                       _Dataset)
 
 from ._corpora import (from_arrow, from_hf, from_megatron, from_parquet,  # noqa: E402
                        from_webdataset, to_megatron)
 
-__all__ = ["from_numpy", "from_iterator", "train_dict", "convert", "conversion", "from_parquet",
-           "from_arrow", "from_hf", "from_webdataset", "from_megatron", "to_megatron"]
+__all__ = ["from_numpy", "from_iterator", "from_images", "train_dict", "convert", "conversion",
+           "from_parquet", "from_arrow", "from_hf", "from_webdataset", "from_megatron",
+           "to_megatron"]
 
 CHUNK_BYTES = 32 << 20
 PROGRESS_MIN_BYTES = 64 << 20   # smaller conversions finish too fast to need a bar

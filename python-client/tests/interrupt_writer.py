@@ -11,7 +11,8 @@ ragged; ``set``: a multi-stream set of a dense and a ragged stream, through
 :func:`loaderx.utils.conversion` and ``MSDataset.append``; ``convert``:
 loaderx.utils.convert of ``src``), ``path``, ``codec``, ``seed``, ``n``,
 ``chunk`` (bytes per append), ``width`` (int32 per dense record, 64), ``dict`` (a file holding a zstd dictionary, for
-``zstd_dict`` streams that need one).
+``zstd_dict`` streams that need one). ``images``: from_images of ``n`` small
+JPEGs and PNGs made from the seed (Pillow), written as bytes.
 
 The corpora converters (loaderx.utils, _corpora.py) too: ``parquet``
 (from_parquet), ``arrow`` (from_arrow of a RecordBatchReader), ``megatron``
@@ -100,6 +101,21 @@ def write_megatron(prefix, docs, dtype_code=4, doc_indices=None):
         f.write(lens.tobytes() + ptrs.tobytes() + di.tobytes())
 
 
+def images(seed, n):
+    """n small encoded images (JPEG and PNG, a few sizes), each as bytes."""
+    import io
+    from PIL import Image
+    rng = np.random.default_rng(seed)
+    out = []
+    for k in range(n):
+        h, w = (24, 32) if k % 3 else (30, 20)
+        a = rng.integers(0, 255, size=(h, w, 3), dtype=np.uint8)
+        b = io.BytesIO()
+        Image.fromarray(a).save(b, "PNG" if k % 4 == 0 else "JPEG")
+        out.append(b.getvalue())
+    return out
+
+
 def records(spec):
     """What the conversion of spec writes: an array (dense), a list (ragged), or
     {name: either} (set)."""
@@ -114,6 +130,8 @@ def records(spec):
         return ragged(seed, n)
     if w == "set":
         return {"x": dense(seed, n)[:, :16], "y": [r[:, 0].copy() for r in ragged(seed + 1, n)]}
+    if w == "images":
+        return [np.frombuffer(b, dtype=np.uint8) for b in images(seed, n)]
     raise ValueError(w)
 
 
@@ -168,6 +186,10 @@ def write(spec):
         if w == "megatron":
             return utils.from_megatron(spec["path"], src, codec=codec)
         return utils.from_webdataset(spec["path"], src, "bin", codec=codec)
+    if w == "images":
+        from loaderx import images as im
+        im._CHUNK_BYTES = spec.get("chunk", im._CHUNK_BYTES)
+        return utils.from_images(spec["path"], images(spec["seed"], spec["n"]), codec=codec)
     raise ValueError(w)
 
 

@@ -124,7 +124,7 @@ def read(path, writer):
         if writer == "numpy":
             with DenseDataset(path) as ds:
                 return ds[:]
-        if writer in ("iterator", "convert") + iw.CORPORA:
+        if writer in ("iterator", "convert", "images") + iw.CORPORA:
             with RaggedDataset(path) as ds:
                 return ds[:]
         with MSDataset(path) as ms:
@@ -224,11 +224,14 @@ except ImportError:
     _ARROW = ()
 PY_CONFIGS += [(w, codec, False) for w in _ARROW + ("megatron", "webdataset")
                for codec in ("raw", "zstd")]
+# from_images (issue 36): new and existing image stores
+PY_CONFIGS += [("images", codec, existing) for codec in ("raw", "zstd")
+               for existing in (False, True)]
 TOOL_CONFIGS = [("import", codec, False) for codec in ("raw", "zstd", "zstd_dict")] + \
                [("tool-convert", "zstd", False), ("convert", "zstd", False)]
 MODES = ("int", "int", "int2", "kill")
 SIZES = {"numpy": 8192, "iterator": 5000, "set": 4096, "parquet": 4000, "arrow": 4000,
-         "megatron": 4000, "webdataset": 3000}
+         "megatron": 4000, "webdataset": 3000, "images": 900}
 CHUNK = 128 << 10
 
 
@@ -356,7 +359,7 @@ def _tool_trial(workdir, i, rng, cfg, mode, stats, t_est):
 
 def test_sigint_at_random_points(workdir, dict_file):
     """Every writer (from_numpy, from_iterator, a multi-stream set through
-    conversion(), utils.convert, `zrecord import` and `zrecord convert`), every
+    conversion(), from_images, utils.convert, `zrecord import` and `zrecord convert`), every
     codec, new stores and existing ones (dense, ragged, sets), signalled at
     seeded random points: SIGINT, SIGINT twice, SIGKILL."""
     if tool_binary() is None:
