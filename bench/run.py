@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from suite import common as C  # noqa: E402
 
 LAYERS = ["limits", "sampler", "store", "loader", "multi", "resume", "beyond-memory", "remote",
-          "tokens"]
+          "tokens", "images"]
 # tables that run with a layer, also runnable alone: the loader layer's transforms
 PARTS = ["transforms"]
 
@@ -61,6 +61,12 @@ def main():
                     help="beyond-memory: ... or after this many timed batches (40)")
     ap.add_argument("--beyond-dir", help="beyond-memory: where its data goes (default: the run's "
                                          "temporary directory under $TMPDIR or /tmp); on a disk")
+    ap.add_argument("--images", type=int, default=20000,
+                    help="images: JPEGs of about 500 x 375 made for the layer (20000)")
+    ap.add_argument("--png-images", type=int, default=4000,
+                    help="images: how many of them also as PNG (4000: about 400 KB each)")
+    ap.add_argument("--image-steps", type=int, default=20,
+                    help="images: timed batches of 256 per contender after 6 warm-up ones (20)")
     ap.add_argument("--no-plots", action="store_true", help="no PNGs")
     ap.add_argument("--out", help="where JSON, tables.md and PNGs go (default bench/results; "
                                   "with --quick a directory under $TMPDIR, so a quick run never "
@@ -95,9 +101,10 @@ def main():
     targets35 = []
     targets33 = []
     targets34 = []
+    targets36 = []
     try:
         from suite import limits, sampler, store, loader, multi, resume, beyond, transforms, remote
-        from suite import tokens
+        from suite import tokens, images
         needs_limits = any(l in layers for l in ("limits", "store", "loader", "multi",
                                                   "transforms", "tokens"))
         if needs_limits:
@@ -151,13 +158,19 @@ def main():
             C.write_json("tokens", {"machine": machine, "tokens": out["tokens"],
                                     "targets": [{"target": t, "got": v, "need": need}
                                                 for t, v, need in targets34]})
+        if "images" in layers:
+            out["images"] = images.run(ctx)
+            targets36 = images.targets(out["images"])
+            C.write_json("images", {"machine": machine, "images": out["images"],
+                                    "targets36": [{"target": t, "got": v, "need": need}
+                                                  for t, v, need in targets36]})
     finally:
         daemon.stop()
         C.drop_path(ctx.tmp)
     for issue, ts, key in ((9, targets, "targets"), (15, targets15, "targets15"),
                            (19, targets19, "targets19"), (33, targets33, "targets33"),
                            (34, targets34, "targets34"),
-                           (35, targets35, "targets35")):
+                           (35, targets35, "targets35"), (36, targets36, "targets36")):
         if not ts:
             continue
         rows = [{"target": t, "got": f"{v:.2f}x", "need": f"{need:g}x",
