@@ -216,3 +216,22 @@ def test_sizes_that_differ_need_a_size(workdir, jpegs):
         ImageDataset(str(workdir / "s"))
     with pytest.raises(ValueError, match="a crop needs a size"):
         ImageDataset(str(workdir / "s"), crop="center")
+
+
+def test_decoders_are_charged_to_the_uids_working_memory(own_daemon, workdir, jpegs):
+    """Each decoding thread's bound (8 bytes a pixel of the loader's limit) is
+    charged as the loader's working memory at open: a loader that allows
+    2^26-pixel images is refused under a 256 MiB budget, one bounded by the
+    store's own largest image is served under it. (The daemon's own uid, which
+    runs this test, is held to the total; tests/security's users to their uid's.)"""
+    own_daemon("--max-work-mem-per-uid=256M", "--max-work-mem-total=256M")
+    from_images(str(workdir / "s"), jpegs[:8])
+    ds = ImageDataset(str(workdir / "s"), size=(16, 16), crop="random_resized",
+                      max_pixels=1 << 26)
+    with pytest.raises(ZrecordError) as e:
+        with DataLoader({"img": ds}, batch_size=8, sampler="sequential") as dl:
+            batches(dl, 1)
+    assert "working memory" in str(e.value) and "ZR_E_LIMIT" in str(e.value)
+    ds = ImageDataset(str(workdir / "s"), size=(16, 16), crop="random_resized")
+    with DataLoader({"img": ds}, batch_size=8, sampler="sequential") as dl:
+        assert batches(dl, 1)[0]["img"].shape == (8, 16, 16, 3)
