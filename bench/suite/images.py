@@ -122,9 +122,10 @@ def dali_python():
 
 def worker(spec, timeout=1800, python=None):
     env = dict(os.environ, PYTHONPATH=C.PYCLIENT)
-    r = subprocess.run([python or sys.executable, os.path.join(HERE, "images_worker.py"),
-                        json.dumps(spec)],
-                       capture_output=True, text=True, timeout=timeout, env=env)
+    # the spec on stdin: its list of files is past the 128 KiB an argument may be
+    r = subprocess.run([python or sys.executable, os.path.join(HERE, "images_worker.py")],
+                       input=json.dumps(spec), capture_output=True, text=True, timeout=timeout,
+                       env=env)
     if r.returncode != 0:
         return {"error": (r.stderr.strip().splitlines() or ["failed"])[-1][:200]}
     return json.loads(r.stdout.strip().splitlines()[-1])

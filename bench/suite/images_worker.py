@@ -1,6 +1,8 @@
 """One contender of the images layer in a process of its own (bench/suite/images.py):
 
-    python3 images_worker.py SPEC       SPEC a JSON object
+    python3 images_worker.py [SPEC]     SPEC a JSON object; without it, on stdin
+                                        (a list of 20,000 paths is past the
+                                        kernel's 128 KiB limit on one argument)
 
 Prints one JSON line: images/s over the timed batches, the CPU seconds this process
 tree and (zrecord) the daemon spent, and the batch shape. Every contender makes
@@ -170,6 +172,6 @@ def run_dali(s):
 
 
 if __name__ == "__main__":
-    spec = json.loads(sys.argv[1])
+    spec = json.loads(sys.argv[1] if len(sys.argv) > 1 else sys.stdin.read())
     fn_ = {"zrecord": run_zrecord, "torch": run_torch, "wds": run_wds, "dali": run_dali}[spec["kind"]]
     print(json.dumps(fn_(spec)), flush=True)
