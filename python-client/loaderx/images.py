@@ -132,22 +132,10 @@ class _Facts:
 def _write_schema(path, codec, facts):
     """schema.msgpack of an image store at path: a temporary file, fsync, rename,
     the directory fsynced."""
-    data = msgpack.packb({"kind": "ragged", "dtype": "|u1", "ndim": 1, "codec": codec,
-                          "layout": "bytes", "image": facts.as_map()})
-    target = os.path.join(path, _store.SCHEMA_FILE)
-    tmp = os.path.join(path, f".{_store.SCHEMA_FILE}.partial-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    from .utils import _write_file     # utils imports this module
+    _write_file(os.path.join(path, _store.SCHEMA_FILE),
+                msgpack.packb({"kind": "ragged", "dtype": "|u1", "ndim": 1, "codec": codec,
+                               "layout": "bytes", "image": facts.as_map()}))
     _conversion._fsync_dir(path)
 
 
