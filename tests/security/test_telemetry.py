@@ -84,8 +84,9 @@ def test_telemetry_shows_a_user_its_own_loaders(users, service, secdir, start_as
                     assert f'{vpid},uid="{users.victim.uid}",loader="{v["loader"]}",' \
                            f'dataset="{v["path"]}"' in t, (name, t[-1500:])
                 assert len(shown) == 1 and shown[0]["dataset"] == v["path"]
+                # "unknown": too little seen yet to judge (docs/TELEMETRY.md)
                 assert shown[0]["telemetry"]["verdict"] in ("consumer-bound", "balanced",
-                                                            "data-bound", "idle")
+                                                            "data-bound", "idle", "unknown")
     finally:
         p.stdin.write("\n")
         p.stdin.flush()
