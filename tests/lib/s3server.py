@@ -109,7 +109,10 @@ class S3Server:
         (master, master_grpc, volume, volume_grpc, filer, filer_grpc, s3, s3_grpc,
          metrics) = free_ports(9)
         self.port = s3
-        args = [weed, "server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+        # its logs and its local sockets in its own directory, not in /tmp
+        args = [weed, f"-logdir={self.workdir}", "server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+                f"-filer.localSocket={self.workdir}/filer.sock",
+                f"-s3.localSocket={self.workdir}/s3.sock",
                 f"-dir={self.workdir}/data", f"-master.port={master}",
                 f"-master.port.grpc={master_grpc}", "-master.telemetry=false",
                 "-master.volumeSizeLimitMB=64", f"-volume.port={volume}",
