@@ -333,7 +333,6 @@ def test_ctrl_c_stops_every_worker_at_once(streams):
             loader = DataLoader({"y": DenseDataset("y")}, batch_size=8, transform=xforms.slow,
                                 num_workers=2, workers="process")
             pids = loader.stats()["workers"]["pids"]
-            os.kill(os.getpid(), signal.SIGALRM) if False else None
             signal.signal(signal.SIGALRM, lambda *a: os.kill(os.getpid(), signal.SIGINT))
             signal.setitimer(signal.ITIMER_REAL, 1.0)
             try:
