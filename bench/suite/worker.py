@@ -219,6 +219,17 @@ class NpyDataset:
         return torch.from_numpy(x)
 
 
+def grain_python():
+    """grain.python, ready to run outside absl's app.run: Grain 0.2.18 reads its
+    absl flags when a DataLoader starts worker processes, and an unparsed flag
+    set raises UnparsedFlagAccessError, so mark them parsed (their defaults)."""
+    import grain.python as gp
+    from absl import flags
+    if not flags.FLAGS.is_parsed():
+        flags.FLAGS.mark_as_parsed()
+    return gp
+
+
 def make_iter(p):
     kind, B, heavy, seed = p["kind"], p["batch"], p["heavy"], p["seed"]
     if kind == "zrecord":
@@ -277,7 +288,7 @@ def make_iter(p):
                         persistent_workers=p.get("workers", 2) > 0, drop_last=True)
         return iter(dl), dl
     if kind == "grain_npy":
-        import grain.python as gp
+        gp = grain_python()
 
         class Transform(GrainTransform, gp.MapTransform):
             pass
@@ -288,7 +299,7 @@ def make_iter(p):
                            worker_count=p["workers_k"])
         return iter(dl), dl
     if kind == "grain":
-        import grain.python as gp
+        gp = grain_python()
 
         class Parse(gp.MapTransform):
             def map(self, rec):
@@ -454,7 +465,7 @@ def resume_run(p):
         touch(b)
         note = f"epoch of {spe} steps: fast-forwards {r} steps ({r * B} indices)"
     elif kind == "grain":
-        import grain.python as gp
+        gp = grain_python()
 
         class RecParse(gp.MapTransform):
             def map(self, rec):
