@@ -75,15 +75,57 @@ slot *zr_group_find(const group *g, uint64_t step) {
         return NULL;
 }
 
-/* A free slot of a live ring to fill: one whose pages are resident before one
- * that never held a batch (members in step then use about one ring's memory,
- * and no fill pays a first touch it could avoid); among resident ones an empty
- * one, else the one with the oldest batch (members behind all still need the
- * newer batches; only the slowest needs the oldest). NULL if none. */
+/* 1 if a live member of g has still to take `step` (it has not claimed it,
+ * and its end is not before it). */
+static int step_needed(const group *g, uint64_t step) {
+        for (const zr_loader *m = g->members; m; m = m->g_next) {
+                if (m->closing || step < m->start + m->fill_k)
+                        continue;
+                if (m->end_reachable && step - m->start >= m->end_k)
+                        continue;
+                return 1;
+        }
+        return 0;
+}
+
+/* Resident slots a group may have to keep batches for members behind: one
+ * member's ring, plus a slot for each other member. Members in step use about
+ * nslots + 1; each step between the slowest and the fastest costs one more
+ * slot, so this keeps a lag of about nmembers - 2 steps past the depth, and a
+ * group's memory within about 1.5 rings at 4 members of depth 4. */
+static size_t resident_cap(const group *g) {
+        uint32_t depth = 0;
+
+        for (const zr_loader *m = g->members; m; m = m->g_next)
+                if (m->nslots > depth)
+                        depth = m->nslots;
+        return depth + (g->nmembers ? g->nmembers - 1 : 0);
+}
+
+/* A free slot of a live ring to fill, NULL if none. In order:
+ *   - a resident slot with no batch, or with one no member will take again
+ *     (the oldest such): members in step then use about one ring's memory,
+ *     and no fill pays a first touch it could avoid;
+ *   - while the group's resident slots are below resident_cap(), a slot never
+ *     filled (its pages are faulted in first), so that a member that fell
+ *     behind finds the steps it needs;
+ *   - a resident slot whose batch a member behind still needs: the newest
+ *     such. The oldest is the very step the slowest member needs next:
+ *     taking it made that member gather its next step, fall further behind
+ *     and lose the next one the same way, gathering every step from then on
+ *     (4 processes: 159 gathers for 96 steps). Losing the newest, it takes
+ *     the older ones at once, catches up, and gathers that one step;
+ *   - a slot never filled (the invariant above: a member below its claims
+ *     finds one). */
 slot *zr_group_pick(const group *g) {
         slot *best = NULL;
-        int best_rank = 0;
+        int best_rank = 0, grow;
+        size_t resident = 0;
 
+        for (ring *r = g->rings; r; r = r->next)
+                for (uint32_t i = 0; i < r->nslots; i++)
+                        resident += r->slots[i].populated;
+        grow = resident < resident_cap(g);
         for (ring *r = g->rings; r; r = r->next) {
                 if (!r->owner)
                         continue;
@@ -92,9 +134,15 @@ slot *zr_group_pick(const group *g) {
                         int rank;
                         if (slot_busy(sl))
                                 continue;
-                        rank = !sl->populated ? 1 : sl->has_content ? 2 : 3;
+                        if (!sl->populated)
+                                rank = grow ? 3 : 1;
+                        else if (!sl->has_content)
+                                rank = 5;
+                        else
+                                rank = step_needed(g, sl->step) ? 2 : 4;
                         if (rank > best_rank ||
-                            (rank == best_rank && rank == 2 && sl->step < best->step)) {
+                            (rank == best_rank && rank == 4 && sl->step < best->step) ||
+                            (rank == best_rank && rank == 2 && sl->step > best->step)) {
                                 best = sl;
                                 best_rank = rank;
                         }
