@@ -20,6 +20,7 @@ restart, a fork, a resume or a batch that outgrew its region.
 
 import collections
 import itertools
+import math
 import os
 import time
 from typing import NamedTuple
@@ -323,7 +324,8 @@ class LoaderSession:
                 hi = lo + pk[2] + lay.batch_size * pk[0] * 4
             elif item_shape is not None:
                 lo = int(st["offset"])
-                hi = lo + lay.batch_size * int(np.prod(item_shape, dtype=np.int64)) * dt.itemsize
+                # math.prod, not np.prod: 0.1 us against 2-5 us, once a stream a batch
+                hi = lo + lay.batch_size * math.prod(int(d) for d in item_shape) * dt.itemsize
             else:
                 offs = _wire.from_u64s(st.get("offsets"))
                 lens = _wire.from_u64s(st.get("lengths"))
