@@ -102,6 +102,7 @@ def main():
     targets33 = []
     targets34 = []
     targets36 = []
+    targets37 = []
     try:
         from suite import limits, sampler, store, loader, multi, resume, beyond, transforms, remote
         from suite import tokens, images
@@ -122,6 +123,7 @@ def main():
         if "loader" in layers:
             out["loader"] = loader.run(ctx)
             targets += loader.targets(out["loader"])
+            targets37 += loader.targets37(out["loader"])
             out["loader"]["transforms"] = transforms.run(ctx)
             targets35 = transforms.targets(out["loader"]["transforms"])
             C.write_json("loader", {"machine": machine, "loader": out["loader"],
@@ -136,6 +138,7 @@ def main():
         if "multi" in layers:
             out["multi"] = multi.run(ctx)
             targets += multi.targets(out["multi"])
+            targets37 += multi.targets37(out["multi"])
             C.write_json("multi", {"machine": machine, "multi": out["multi"]})
         if "resume" in layers:
             out["resume"] = resume.run(ctx)
@@ -170,7 +173,8 @@ def main():
     for issue, ts, key in ((9, targets, "targets"), (15, targets15, "targets15"),
                            (19, targets19, "targets19"), (33, targets33, "targets33"),
                            (34, targets34, "targets34"),
-                           (35, targets35, "targets35"), (36, targets36, "targets36")):
+                           (35, targets35, "targets35"), (36, targets36, "targets36"),
+                           (37, targets37, "targets37")):
         if not ts:
             continue
         rows = [{"target": t, "got": f"{v:.2f}x", "need": f"{need:g}x",

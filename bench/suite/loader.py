@@ -282,7 +282,74 @@ def run(ctx):
                    {"batches/s": [r["bps"] for r in sub], "peak PSS, MiB": [r["pss_mib"] for r in sub]},
                    "")
     C.drop_path(tmp)
-    return {"records": n, "record_bytes": p["nbytes"], "batch": B, "rounds": rounds, "rows": rows}
+    small = run_small(ctx)
+    return {"records": n, "record_bytes": p["nbytes"], "batch": B, "rounds": rounds, "rows": rows,
+            "small": small}
+
+
+SMALL_SHAPE = (32, 32, 3)     # 3 KiB records: the small-batch table's
+SMALL_BATCHES = (32, 512)
+SMALL_NEED = {32: 0.7, 512: 1.5}   # issue 37: numpy memmap's time / zrecord's
+
+
+def run_small(ctx):
+    """The fixed cost of a batch: per-batch time of zrecord's DataLoader (iid,
+    no transform, prefetch 4, the consumer reads one element) over 3 KiB
+    records at batch 32 and 512, against a numpy memmap fancy-index gather of
+    the same records (np.load(mmap_mode='r')[idx], a new array) for the same
+    number of random batches; warm page cache. Rounds alternate numpy and
+    zrecord; medians. The DataLoader runs in this process, a client of the
+    run's daemon."""
+    from loaderx.dataloader import DataLoader
+    from loaderx.dataset import DenseDataset
+    q = ctx.quick
+    n, nb, rounds = (2048, 200, 1) if q else (16384, 3000, 3)
+    tmp = os.path.join(ctx.tmp, "small")
+    os.makedirs(tmp, exist_ok=True)
+    arr = np.random.default_rng(37).integers(0, 256, (n,) + SMALL_SHAPE, dtype=np.uint8)
+    np.save(os.path.join(tmp, "a.npy"), arr)
+    path = os.path.join(tmp, "zr")
+    ds = DenseDataset(path, dtype=arr.dtype, item_shape=SMALL_SHAPE, codec="raw")
+    ds.append(arr)
+    ds._store.sync()
+    ds.close()
+    mm = np.load(os.path.join(tmp, "a.npy"), mmap_mode="r")
+    rows = []
+    for B in SMALL_BATCHES:
+        rng = np.random.default_rng(B)
+        idx = [rng.integers(0, n, B) for _ in range(nb)]
+        for x in idx[: nb // 4]:            # warm: the .npy's pages mapped
+            mm[x]
+        np_us, zr_us = [], []
+        for r in range(rounds):
+            t0 = time.perf_counter_ns()
+            for x in idx:
+                y = mm[x]
+                y[0, 0, 0, 0]
+            np_us.append((time.perf_counter_ns() - t0) / nb / 1e3)
+            dl = DataLoader({"x": DenseDataset(path)}, batch_size=B, sampler="iid", seed=r,
+                            num_workers=0, prefetch_size=4)
+            it = iter(dl)
+            for _ in range(nb // 4):        # warm: the ring's slots faulted in
+                b = next(it)
+            t0 = time.perf_counter_ns()
+            for _ in range(nb):
+                b = next(it)
+                b["x"][0, 0, 0, 0]
+            zr_us.append((time.perf_counter_ns() - t0) / nb / 1e3)
+            del b, it
+            dl.close()
+        z, m = C.med(zr_us), C.med(np_us)
+        rows.append({"batch": B, "zr_us": z, "np_us": m, "ratio": m / z, "need": SMALL_NEED[B],
+                     "load": os.getloadavg()[0], "runs_zr": zr_us, "runs_np": np_us})
+    C.table(f"small batches: {n} records of {arr[0].nbytes // 1024} KiB, iid, {nb} batches a round, "
+            f"median of {rounds} rounds; zrecord DataLoader (no transform, prefetch 4) against a "
+            "numpy memmap gather of as many random records; ratio = numpy's time / zrecord's",
+            [("batch", "batch"), ("zr_us", "zrecord us"), ("np_us", "numpy memmap us"),
+             ("ratio", "ratio"), ("need", "need"), ("load", "load")], rows)
+    C.drop_path(tmp)
+    return {"records": n, "record_bytes": int(arr[0].nbytes), "batches": nb, "rounds": rounds,
+            "rows": rows}
 
 
 def targets(res):
@@ -295,4 +362,19 @@ def targets(res):
             out.append((f"loader (identity) >= {need:g}x {peer}, batches/s", zr["bps"] / o["bps"], need))
             out.append((f"loader (identity) peak PSS below {peer}'s (their PSS / ours)", o["pss_mib"] / zr["pss_mib"], 1.0))
             out.append((f"loader (identity) peak PSS-file below {peer}'s (theirs / ours)", o["anon_mib"] / zr["anon_mib"], 1.0))
+    return out
+
+
+def targets37(res):
+    """Issue 37's targets of the loader layer, as ratios (got / need >= 1 is met)."""
+    rows = {(r["mode"], r["contender"]): r for r in res["rows"]}
+    out = []
+    zr, lx = rows.get(("identity", "zrecord raw")), rows.get(("identity", "loaderx 1.5 raw"))
+    if zr and lx:
+        out.append((f"loader (identity, 64 MiB batches) peak PSS <= PyPI loaderx 1.5 raw's "
+                    f"(theirs / ours: {lx['pss_mib']:.0f} / {zr['pss_mib']:.0f} MiB)",
+                    lx["pss_mib"] / zr["pss_mib"], 1.0))
+    for r in res.get("small", {}).get("rows", []):
+        out.append((f"batch of {r['batch']} x 3 KiB: numpy memmap gather's time / zrecord's "
+                    f"({r['np_us']:.1f} / {r['zr_us']:.1f} us)", r["ratio"], r["need"]))
     return out
