@@ -164,7 +164,7 @@ uint64_t zr_pack_work_bytes(const zr_pack_params *p, uint64_t n, unsigned shards
                             .seq_len = p->seq_len,
                             .window = p->window ? p->window : ZR_PACK_WINDOW_DEFAULT };
         unsigned __int128 b = (unsigned __int128)(PACK_HELD + 1) * zr_tokidx_bytes(&k) +
-                              fill_tables(p->seq_len) +
+                              zr_tokidx_lengths_bytes(n) + fill_tables(p->seq_len) +
                               (p->mode == ZR_PACK_BEST_FIT ? 8 * (PACK_BEST_FIT_CYCLES_MAX + 1) : 0) +
                               (unsigned __int128)shards * zr_tokidx_build_bytes(&k);
         return b > UINT64_MAX ? UINT64_MAX : (uint64_t)b;

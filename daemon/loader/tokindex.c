@@ -2,12 +2,17 @@
  * on disk (tokindex.h).
  *
  * A concat index is two passes over the cycle's positions in shards of the
- * pool: each shard draws its positions' documents (the sampler's order),
- * locates them in the store's table and writes each document's tokens, then,
- * once the shards' sums are known, turns its part into running sums. A
- * best-fit index packs each window of the order apart (so windows are shards):
- * one pass counts each window's rows and pieces, the second writes them where
- * the counts put them. It reads no record, only table entries.
+ * pool: each shard draws its positions' documents (the sampler's order) and
+ * writes each document's tokens, taken from the store's length table, then,
+ * once the shards' sums are known, turns its part into running sums. The
+ * length table is the documents' tokens in the store's order, 4 bytes each,
+ * made once per store (fingerprint and length) by a sequential walk of the
+ * store's table on the pool and kept as a file of the same store of indexes:
+ * a cycle's build gathers from 4 bytes a document in a random order instead of
+ * locating 16-byte table entries there. A best-fit index packs each window of
+ * the order apart (so windows are shards): one pass counts each window's rows
+ * and pieces, the second writes them where the counts put them. No record is
+ * read, only table entries.
  *
  * Files are the daemon's own, in a directory nobody else may write; they are
  * mapped read-only and still checked as if they were not (tokindex.h).
@@ -28,11 +33,16 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <xxhash.h>
+
 #include "dataset/ragged.h"
 #include "store/store.h"
 
 #define TOKIDX_MAGIC "ZRTOKIX"
-#define TOKIDX_VERSION 1
+/* 1: the payload's checksum a word-at-a-time hash; 2: XXH3-64, and the
+ * length tables (kind 3). A file of another version is removed and built
+ * again. */
+#define TOKIDX_VERSION 2
 #define TOKIDX_HEADER 128
 /* Positions a shard handles between two checks of the cancel flag, and the
  * table lookups it asks the store for at once (its arrays live on its stack:
@@ -41,6 +51,8 @@
 /* Documents whose lengths are read again from the store when a file is
  * loaded (tokindex.h: the fingerprint samples only 64). */
 #define TOKIDX_RECHECK 256
+/* The key kind of a store's length table (tokindex.h lists the others). */
+#define TOKIDX_LENGTHS 3
 
 struct zr_tokstore {
         pthread_mutex_t mutex;
@@ -62,21 +74,11 @@ typedef struct tokidx_header {
 _Static_assert(sizeof(zr_tokidx_key) == 64, "the key is 64 bytes on disk");
 _Static_assert(sizeof(tokidx_header) <= TOKIDX_HEADER, "the header fits its 128 bytes");
 
-/* A word-at-a-time hash of the payload (not FNV-1a's byte loop: a 16 MiB index
- * is checked at each load, within the 50 ms a resume may take). */
+/* The payload's checksum: XXH3-64 (a 16 MiB index is checked at each load,
+ * within the 50 ms a resume may take; version 1 hashed a word at a time, in
+ * one dependent chain, at a fifth of the rate). */
 static uint64_t payload_hash(const void *p, size_t bytes) {
-        const uint8_t *b = p;
-        uint64_t h = 0x9e3779b97f4a7c15u ^ bytes, w;
-        size_t i = 0;
-
-        for (; i + 8 <= bytes; i += 8) {
-                memcpy(&w, b + i, 8);
-                h = (h ^ w) * 0xff51afd7ed558ccdu;
-                h ^= h >> 32;
-        }
-        for (; i < bytes; i++)
-                h = (h ^ b[i]) * 0x100000001b3u;
-        return h ^ (h >> 29);
+        return XXH3_64bits(p, bytes);
 }
 
 uint64_t zr_tokidx_header_bytes(const zr_dataset *ds) {
@@ -93,6 +95,11 @@ uint64_t zr_tokidx_bytes(const zr_tokidx_key *key) {
                  * most the pieces), 12 + 8 bytes each, per bound of rows */
                 b += (unsigned __int128)20 * 2 * key->n + TOKIDX_HEADER;
         }
+        return b > UINT64_MAX ? UINT64_MAX : (uint64_t)b;
+}
+
+uint64_t zr_tokidx_lengths_bytes(uint64_t n) {
+        unsigned __int128 b = TOKIDX_HEADER + (unsigned __int128)4 * n;
         return b > UINT64_MAX ? UINT64_MAX : (uint64_t)b;
 }
 
@@ -286,7 +293,9 @@ void zr_tokstore_counters_get(zr_tokstore *ts, zr_tokstore_counters *ret) {
 }
 
 static void file_name(const zr_tokidx_key *k, char *buf, size_t size) {
-        if (k->kind == ZR_TOKIDX_CONCAT)
+        if (k->kind == TOKIDX_LENGTHS)
+                snprintf(buf, size, "l-%016" PRIx64 "-%" PRIu64 ".zti", k->fingerprint, k->n);
+        else if (k->kind == ZR_TOKIDX_CONCAT)
                 snprintf(buf, size, "c-%016" PRIx64 "-%" PRIu64 "-%u-%016" PRIx64 "-%" PRIu64 ".zti",
                          k->fingerprint, k->n, k->mode, k->seed, k->cycle);
         else
@@ -300,7 +309,9 @@ static void file_name(const zr_tokidx_key *k, char *buf, size_t size) {
 typedef struct concat_job {
         zr_dataset *ds;
         const zr_tokidx_key *key;
-        uint64_t *prefix;       /* n + 1 */
+        const uint32_t *lens;   /* concat: the store's length table (n) */
+        uint64_t *prefix;       /* concat: n + 1 */
+        uint32_t *out;          /* the length table being made (n) */
         uint64_t *sums;         /* per shard */
         uint64_t *maxes;
         uint64_t hdr, item;
@@ -323,8 +334,21 @@ static void shard_range(uint64_t n, size_t shard, size_t nshards, uint64_t *a, u
         *b = (uint64_t)(((unsigned __int128)n * (shard + 1)) / nshards);
 }
 
-/* Pass 1: prefix[q + 1] = tokens of the document at position q. */
-static void concat_lengths(void *arg, size_t shard, size_t nshards) {
+static int job_cancelled(concat_job *j) {
+        if (atomic_load(&j->failed))
+                return 1;
+        if (j->cancel && atomic_load(j->cancel)) {
+                job_fail(j, ECANCELED, "cancelled: the loader closed");
+                return 1;
+        }
+        return 0;
+}
+
+/* Pass 1, by pieces of TOKIDX_PIECE positions. A length table (no lens):
+ * out[i] = tokens of record i, the store's table read in order (a record is
+ * below 2^32 bytes, so its tokens fit 4 bytes). A concat index: prefix[q + 1]
+ * = tokens of the document at position q of the cycle, from the table. */
+static void lengths_pass(void *arg, size_t shard, size_t nshards) {
         concat_job *j = arg;
         uint64_t a, b, sum = 0, mx = 0;
         uint64_t idx[TOKIDX_PIECE];
@@ -334,15 +358,27 @@ static void concat_lengths(void *arg, size_t shard, size_t nshards) {
         shard_range(j->key->n, shard, nshards, &a, &b);
         for (uint64_t q = a; q < b; q += TOKIDX_PIECE) {
                 size_t m = b - q < TOKIDX_PIECE ? (size_t)(b - q) : TOKIDX_PIECE;
-                if (atomic_load(&j->failed))
+                if (job_cancelled(j))
                         return;
-                if (j->cancel && atomic_load(j->cancel)) {
-                        job_fail(j, ECANCELED, "cancelled: the loader closed");
-                        return;
+                if (j->lens) {
+                        if (zr_sampler_cycle_fill(j->key->mode, j->key->n, j->key->seed,
+                                                  j->key->cycle, q, idx, m, &err) < 0) {
+                                job_fail(j, err.code ? err.code : EIO, err.message);
+                                return;
+                        }
+                        for (size_t i = 0; i < m; i++) {
+                                uint64_t len = j->lens[idx[i]];
+                                if (i + 16 < m)
+                                        __builtin_prefetch(&j->lens[idx[i + 16]]);
+                                j->prefix[q + i + 1] = len;
+                                sum += len;
+                                mx = len > mx ? len : mx;
+                        }
+                        continue;
                 }
-                if (zr_sampler_cycle_fill(j->key->mode, j->key->n, j->key->seed, j->key->cycle, q,
-                                          idx, m, &err) < 0 ||
-                    zr_store_locate(zr_dataset_store(j->ds), idx, m, locs, &err) < 0) {
+                for (size_t i = 0; i < m; i++)
+                        idx[i] = q + i;
+                if (zr_store_locate(zr_dataset_store(j->ds), idx, m, locs, &err) < 0) {
                         job_fail(j, err.code ? err.code : EIO, err.message);
                         return;
                 }
@@ -357,7 +393,7 @@ static void concat_lengths(void *arg, size_t shard, size_t nshards) {
                                 return;
                         }
                         len = (len - j->hdr) / j->item;
-                        j->prefix[q + i + 1] = len;
+                        j->out[q + i] = (uint32_t)len;
                         sum += len;
                         mx = len > mx ? len : mx;
                 }
@@ -398,10 +434,14 @@ static int idx_alloc(zr_tokidx **ret, const zr_tokidx_key *key, uint64_t payload
         return 0;
 }
 
-static int build_concat(const zr_tokidx_key *key, zr_dataset *ds, zr_pool *pool,
-                        const _Atomic int *cancel, zr_tokidx **ret, zr_error *err) {
+/* The length table of key's store (lens NULL), or the concat index of key's
+ * cycle from the store's length table `lens`. */
+static int build_concat(const zr_tokidx_key *key, const zr_tokidx *lt, zr_dataset *ds,
+                        zr_pool *pool, const _Atomic int *cancel, zr_tokidx **ret, zr_error *err) {
+        const uint32_t *lens = lt ? lt->lens : NULL;
+        uint64_t total = lt ? lt->total : 0, max_len = lt ? lt->max_len : 0;
         size_t nshards = zr_pool_shards(pool, key->n / TOKIDX_PIECE + 1);
-        concat_job j = { .ds = ds, .key = key, .cancel = cancel,
+        concat_job j = { .ds = ds, .key = key, .lens = lens, .cancel = cancel,
                          .hdr = zr_tokidx_header_bytes(ds),
                          .item = zr_dataset_schema(ds)->dtype.itemsize };
         zr_tokidx *ix = NULL;
@@ -411,10 +451,13 @@ static int build_concat(const zr_tokidx_key *key, zr_dataset *ds, zr_pool *pool,
         if (key->n > (SIZE_MAX - TOKIDX_HEADER) / 8 - 1)
                 return zr_error_set(err, ZR_E_LIMIT, "%" PRIu64 " documents: too many for an "
                                     "index in memory", key->n);
-        r = idx_alloc(&ix, key, 8 * (key->n + 1), err);
+        r = idx_alloc(&ix, key, (lens ? 8 : 4) * key->n + (lens ? 8 : 0), err);
         if (r < 0)
                 return r;
-        j.prefix = (uint64_t *)((uint8_t *)ix->mem + TOKIDX_HEADER);
+        if (lens)
+                j.prefix = (uint64_t *)((uint8_t *)ix->mem + TOKIDX_HEADER);
+        else
+                j.out = (uint32_t *)((uint8_t *)ix->mem + TOKIDX_HEADER);
         j.sums = calloc(nshards, sizeof(*j.sums));
         j.maxes = calloc(nshards, sizeof(*j.maxes));
         if (!j.sums || !j.maxes) {
@@ -422,7 +465,7 @@ static int build_concat(const zr_tokidx_key *key, zr_dataset *ds, zr_pool *pool,
                 goto out;
         }
         pthread_mutex_init(&j.mu, NULL);
-        zr_pool_parallel(pool, nshards, concat_lengths, &j);
+        zr_pool_parallel(pool, nshards, lengths_pass, &j);
         pthread_mutex_destroy(&j.mu);
         if (atomic_load(&j.failed)) {
                 r = zr_error_set(err, j.err.code, "%s", j.err.message);
@@ -434,8 +477,19 @@ static int build_concat(const zr_tokidx_key *key, zr_dataset *ds, zr_pool *pool,
                 run += v;
                 mx = j.maxes[s] > mx ? j.maxes[s] : mx;
         }
-        zr_pool_parallel(pool, nshards, concat_scan, &j);
-        ix->prefix = j.prefix;
+        if (lens) {
+                if (run != total || mx != max_len) {
+                        r = zr_error_set(err, ZR_E_CORRUPT, "a cycle of %" PRIu64 " tokens (the "
+                                         "longest %" PRIu64 ") from a length table of %" PRIu64
+                                         " (%" PRIu64 "): the table is damaged", run, mx, total,
+                                         max_len);
+                        goto out;
+                }
+                zr_pool_parallel(pool, nshards, concat_scan, &j);
+                ix->prefix = j.prefix;
+        } else {
+                ix->lens = j.out;
+        }
         ix->total = run;
         ix->max_len = mx;
         *ret = ix;
@@ -779,7 +833,9 @@ static void idx_save(zr_tokstore *ts, zr_tokidx *ix) {
                 at += (size_t)w;
                 left -= (size_t)w;
         }
-        if (left == 0 && fdatasync(fd) == 0 && close(fd) == 0) {
+        /* not synced: a file a crash left short or torn fails its size or
+         * checksum at the next load, and is built again */
+        if (left == 0 && close(fd) == 0) {
                 fd = -1;
                 pthread_mutex_lock(&ts->mutex);
                 if (renameat(ts->dirfd, tmp, ts->dirfd, name) == 0)
@@ -849,6 +905,26 @@ static int idx_sane(const zr_tokidx *ix, zr_dataset *ds) {
         const zr_tokidx_key *k = &ix->key;
         uint64_t n = k->n;
 
+        if (k->kind == TOKIDX_LENGTHS) {
+                uint64_t hdr = zr_tokidx_header_bytes(ds), item = zr_dataset_schema(ds)->dtype.itemsize;
+                uint64_t m = n < TOKIDX_RECHECK ? n : TOKIDX_RECHECK;
+                uint64_t idx[TOKIDX_RECHECK];
+                zr_loc locs[TOKIDX_RECHECK];
+
+                /* the totals are checked by each build from the table (every
+                 * cycle sums all of it), not in a pass of their own here */
+                if (ix->mem_bytes != TOKIDX_HEADER + 4 * n)
+                        return 0;
+                for (uint64_t i = 0; i < m; i++)
+                        idx[i] = (uint64_t)(((unsigned __int128)i * n) / m);
+                if (zr_store_locate(zr_dataset_store(ds), idx, m, locs, NULL) < 0)
+                        return 0;
+                for (uint64_t i = 0; i < m; i++)
+                        if (locs[i].logic_length < hdr ||
+                            (locs[i].logic_length - hdr) / item != ix->lens[idx[i]])
+                                return 0;
+                return 1;
+        }
         if (k->kind == ZR_TOKIDX_CONCAT) {
                 const uint64_t *p = ix->prefix;
                 uint64_t hdr = zr_tokidx_header_bytes(ds), item = zr_dataset_schema(ds)->dtype.itemsize;
@@ -917,7 +993,9 @@ static int idx_load(zr_tokstore *ts, const zr_tokidx_key *key, zr_dataset *ds, z
         *ix = (zr_tokidx){ .key = *key, .total = h.total, .max_len = h.max_len, .rows = h.rows,
                            .npieces = h.npieces, .mem = map, .mem_bytes = (size_t)st.st_size,
                            .mapped = 1 };
-        if (key->kind == ZR_TOKIDX_CONCAT) {
+        if (key->kind == TOKIDX_LENGTHS) {
+                ix->lens = (const uint32_t *)((const uint8_t *)map + TOKIDX_HEADER);
+        } else if (key->kind == ZR_TOKIDX_CONCAT) {
                 ix->prefix = (const uint64_t *)((const uint8_t *)map + TOKIDX_HEADER);
         } else {
                 ix->row_at = (const uint64_t *)((const uint8_t *)map + TOKIDX_HEADER);
@@ -941,36 +1019,54 @@ static int idx_load(zr_tokstore *ts, const zr_tokidx_key *key, zr_dataset *ds, z
         return 1;
 }
 
-int zr_tokidx_get(zr_tokstore *ts, const zr_tokidx_key *key, zr_dataset *ds, zr_pool *pool,
-                  const _Atomic int *cancel, zr_tokidx **ret, zr_error *err) {
-        zr_tokidx *ix = NULL, *cat = NULL;
-        uint64_t t0;
+/* zr_tokidx_get(), and the time spent building (0: loaded), the builds of
+ * what it was built from included (each counted once, by its own call). */
+static int get_index(zr_tokstore *ts, const zr_tokidx_key *key, zr_dataset *ds, zr_pool *pool,
+                     const _Atomic int *cancel, zr_tokidx **ret, uint64_t *ret_ns, zr_error *err) {
+        zr_tokidx *ix = NULL, *from = NULL;
+        zr_tokidx_key fk = *key;
+        uint64_t t0, inner = 0;
         int r;
 
+        *ret_ns = 0;
         if (idx_load(ts, key, ds, ret))
                 return 0;
         t0 = now_ns();
-        if (key->kind == ZR_TOKIDX_CONCAT) {
-                r = build_concat(key, ds, pool, cancel, &ix, err);
+        if (key->kind == TOKIDX_LENGTHS) {
+                r = build_concat(key, NULL, ds, pool, cancel, &ix, err);
         } else {
-                zr_tokidx_key ck = *key;
-                ck.kind = ZR_TOKIDX_CONCAT;
-                ck.seq_len = ck.window = 0;
-                ck.eos = 0;
-                r = zr_tokidx_get(ts, &ck, ds, pool, cancel, &cat, err);
-                if (r == 0)
-                        r = build_best_fit(key, cat, pool, cancel, &ix, err);
-                zr_tokidx_free(cat);
+                /* concat from the store's length table; best fit from the
+                 * cycle's concat index */
+                if (key->kind == ZR_TOKIDX_CONCAT)
+                        fk = (zr_tokidx_key){ .kind = TOKIDX_LENGTHS,
+                                              .fingerprint = key->fingerprint, .n = key->n };
+                else
+                        fk.kind = ZR_TOKIDX_CONCAT;
+                fk.seq_len = fk.window = 0;
+                fk.eos = 0;
+                r = get_index(ts, &fk, ds, pool, cancel, &from, &inner, err);
+                if (r == 0 && key->kind == ZR_TOKIDX_CONCAT)
+                        r = build_concat(key, from, ds, pool, cancel, &ix, err);
+                else if (r == 0)
+                        r = build_best_fit(key, from, pool, cancel, &ix, err);
+                zr_tokidx_free(from);
         }
         if (r < 0)
                 return r;
+        *ret_ns = now_ns() - t0;
         pthread_mutex_lock(&ts->mutex);
         ts->c.builds++;
-        ts->c.build_ns += now_ns() - t0;
+        ts->c.build_ns += *ret_ns - inner;
         pthread_mutex_unlock(&ts->mutex);
         idx_save(ts, ix);
         *ret = ix;
         return 0;
+}
+
+int zr_tokidx_get(zr_tokstore *ts, const zr_tokidx_key *key, zr_dataset *ds, zr_pool *pool,
+                  const _Atomic int *cancel, zr_tokidx **ret, zr_error *err) {
+        uint64_t ns;
+        return get_index(ts, key, ds, pool, cancel, ret, &ns, err);
 }
 
 zr_tokidx *zr_tokidx_free(zr_tokidx *ix) {

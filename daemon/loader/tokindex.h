@@ -16,13 +16,18 @@
  *             bytes a piece; it also depends on seq_len, eos and the window
  *             (pack.h gives the rule).
  *
- * Both keep the cycle's totals (tokens, the longest document, rows).
+ * Both keep the cycle's totals (tokens, the longest document, rows). A
+ * concat index is built from the store's length table: the tokens of each
+ * record in the store's order, 4 bytes a document, made once per store
+ * (fingerprint and length) from its table and kept as a file of its own.
  *
  * The store of indexes (zr_tokstore) is a directory of the daemon's own, 0700,
- * one file per index named by its key: a 128-byte header (magic "ZRTOKIX",
- * version, the key, the totals, a checksum of the payload) and the payload.
+ * one file per index (and per length table) named by its key: a 128-byte
+ * header (magic "ZRTOKIX", version, the key, the totals, a checksum of the
+ * payload) and the payload (docs/TOKENS.md, "The index files").
  * A file is written beside its name and renamed onto it, so a reader sees a
- * whole index or none; on load the header, the size and the checksum are
+ * whole index or none (not synced: a file a crash left torn fails its checks);
+ * on load the header, the size and the checksum are
  * checked, and a sample of the documents' lengths is read again from the store
  * (the key's fingerprint samples 64 records; a store whose other records
  * changed length would otherwise be served a wrong index). A file that fails
@@ -87,6 +92,7 @@ typedef struct zr_tokidx {
         const uint64_t *row_at; /* best_fit: rows + 1, into pieces */
         const zr_tokpiece *pieces;
         /* private */
+        const uint32_t *lens;   /* a store's length table (tokindex.c) */
         void *mem;              /* the header and payload: mapped or malloc'ed */
         size_t mem_bytes;
         int mapped;
@@ -128,6 +134,10 @@ uint64_t zr_tokidx_bytes(const zr_tokidx_key *key);
  * (free with zr_tokidx_free()), or a negative code. */
 int zr_tokidx_get(zr_tokstore *ts, const zr_tokidx_key *key, zr_dataset *ds, zr_pool *pool,
                   const _Atomic int *cancel, zr_tokidx **ret, zr_error *err);
+
+/* The bytes of the length table of a store of n documents (4 a document, and
+ * the file's header), held while a concat index is built from it. */
+uint64_t zr_tokidx_lengths_bytes(uint64_t n);
 
 /* The scratch one shard of a build of `key` allocates (best fit: its window's
  * items and rows, and a list and a bit per free room 0..seq_len; concat: its

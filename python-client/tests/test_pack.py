@@ -252,6 +252,59 @@ def test_index_kept_on_disk(own_daemon, tmp_path, pack_mode):
     assert m2["rejected_total"] >= 1 and m2["builds_total"] > m1["builds_total"]
 
 
+def _v1_checksum(payload):
+    """The payload checksum of index files of version 1 (a word at a time)."""
+    m = (1 << 64) - 1
+    h = 0x9E3779B97F4A7C15 ^ len(payload)
+    n8 = len(payload) // 8 * 8
+    for w in np.frombuffer(payload[:n8], "<u8").tolist():
+        h = ((h ^ w) * 0xFF51AFD7ED558CCD) & m
+        h ^= h >> 32
+    for c in payload[n8:]:
+        h = ((h ^ c) * 0x100000001B3) & m
+    return h ^ (h >> 29)
+
+
+@pytest.mark.parametrize("pack_mode", ["concat", "best_fit"])
+def test_index_of_another_version_is_built_again(own_daemon, tmp_path, pack_mode):
+    """docs/TOKENS.md, "The index files": a file of version 1 (whole and with
+    its own checksum) or of a later version is never read: it is removed and
+    built again, the same rows served."""
+    import struct
+    index_dir = tmp_path / "idx"
+    own_daemon(f"--token-index-dir={index_dir}")
+    from_iterator("docs", _docs(57), np.int32, codec="raw")
+    kw = dict(sampler="cyclic", seed=22, pack={"tokens": 8}, pack_mode=pack_mode,
+              num_workers=0)
+    with DataLoader({"tokens": RaggedDataset("docs")}, batch_size=2, **kw) as dl:
+        a = _batches(dl, 3)
+    files = sorted(f for f in os.listdir(index_dir) if f.endswith(".zti"))
+    kinds = {f[0] for f in files}
+    assert kinds == ({"l", "c"} if pack_mode == "concat" else {"l", "c", "b"}), files
+    whole = {f: (index_dir / f).read_bytes() for f in files}
+    for f, data in whole.items():
+        assert data[:8] == b"ZRTOKIX\0" and struct.unpack_from("<I", data, 8)[0] == 2
+    for version in (1, 3):
+        for f, data in whole.items():
+            old = bytearray(data)
+            struct.pack_into("<I", old, 8, version)
+            struct.pack_into("<Q", old, 120, _v1_checksum(bytes(old[128:])))
+            (index_dir / f).write_bytes(bytes(old))
+        m0 = _index_metrics()
+        with DataLoader({"tokens": RaggedDataset("docs")}, batch_size=2, **kw) as dl:
+            b = _batches(dl, 3)
+        m1 = _index_metrics()
+        for x, y in zip(a, b):
+            for k in x:
+                np.testing.assert_array_equal(x[k], y[k])
+        # the best-fit file is refused first and built from the concat one, refused
+        # in turn, built from the length table, refused too
+        assert m1["rejected_total"] - m0["rejected_total"] == len(files), (version, m0, m1)
+        assert m1["builds_total"] - m0["builds_total"] == len(files)
+        assert {f: (index_dir / f).read_bytes() for f in files} == whole, \
+            f"a file of version {version} was not built again"
+
+
 def test_refusals(workdir, corpus):
     from loaderx.utils import from_numpy
     from_numpy("dense", np.zeros((10, 4), np.int32))
