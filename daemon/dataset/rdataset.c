@@ -22,6 +22,7 @@
 #include "dataset/cache.h"
 #include "dataset/fingerprint.h"
 #include "remote/cachedir.h"
+#include "util/mkdirs.h"
 #include "url.h"
 
 /* Tries of a request of an open's check: a client waits for its open's answer. */
@@ -82,23 +83,6 @@ static void disk_release(void *arg, const zr_rcache_key *key) {
         pthread_mutex_unlock(&ctx->mu);
 }
 
-static int mkdir_p(const char *path) {
-        char buf[4096];
-        if (snprintf(buf, sizeof(buf), "%s", path) >= (int)sizeof(buf))
-                return -ENAMETOOLONG;
-        for (char *p = buf + 1; *p; p++) {
-                if (*p != '/')
-                        continue;
-                *p = 0;
-                if (mkdir(buf, 0700) < 0 && errno != EEXIST)
-                        return -errno;
-                *p = '/';
-        }
-        if (mkdir(buf, 0700) < 0 && errno != EEXIST)
-                return -errno;
-        return 0;
-}
-
 int zr_remote_new(const zr_remote_options *o, zr_remote **ret, zr_error *err) {
         zr_remote *ctx = calloc(1, sizeof(*ctx));
         char path[4096];
@@ -110,7 +94,7 @@ int zr_remote_new(const zr_remote_options *o, zr_remote **ret, zr_error *err) {
         pthread_mutex_init(&ctx->mu, NULL);
         snprintf(ctx->dir, sizeof(ctx->dir), "%s", o->cache_dir);
         snprintf(path, sizeof(path), "%s/remote", o->cache_dir);
-        if ((r = mkdir_p(path)) < 0) {
+        if ((r = zr_mkdirs(path, 0700)) < 0) {
                 r = zr_error_errno(err, -r, "the disk cache %s", path);
                 goto fail;
         }

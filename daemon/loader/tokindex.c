@@ -37,6 +37,7 @@
 
 #include "dataset/ragged.h"
 #include "store/store.h"
+#include "util/mkdirs.h"
 
 #define TOKIDX_MAGIC "ZRTOKIX"
 /* 1: the payload's checksum a word-at-a-time hash; 2: XXH3-64, and the
@@ -113,32 +114,11 @@ uint64_t zr_tokidx_build_bytes(const zr_tokidx_key *key) {
 
 /* ---- the store ------------------------------------------------------------- */
 
-/* mkdir -p with 0700, each level under the caller's control. */
-static int make_dirs(const char *dir) {
-        char buf[4096];
-        size_t len = strlen(dir);
-
-        if (len == 0 || len >= sizeof(buf) || dir[0] != '/')
-                return -EINVAL;
-        memcpy(buf, dir, len + 1);
-        for (char *p = buf + 1; *p; p++) {
-                if (*p != '/')
-                        continue;
-                *p = 0;
-                if (mkdir(buf, 0700) < 0 && errno != EEXIST)
-                        return -errno;
-                *p = '/';
-        }
-        if (mkdir(buf, 0700) < 0 && errno != EEXIST)
-                return -errno;
-        return 0;
-}
-
 /* Opens the directory (made 0700 if missing), once: the daemon's own, or not
  * used. */
 static int open_dir(const char *dir, int *ret_fd) {
         struct stat st;
-        int fd, r = make_dirs(dir);
+        int fd, r = dir[0] == '/' ? zr_mkdirs(dir, 0700) : -EINVAL;
 
         if (r < 0)
                 return r;
