@@ -21,6 +21,11 @@ typedef struct ioq_batch ioq_batch;
 /* One read: a piece of a batch, at most max_read bytes. */
 typedef struct ioq_read {
         zr_io_range range;
+        uint8_t *dst;           /* where its bytes go (zr_ioq_submit_into()), or NULL:
+                                 * the sink */
+        uint64_t need;          /* with dst: the bytes it must read; past them it may
+                                 * end early, at the file's end (a direct read of the
+                                 * block that holds a file's last byte) */
         uint64_t got;           /* bytes read so far (short reads go on) */
         int result;             /* 0 or -errno, set when it finishes */
         uint64_t start_ns;      /* CLOCK_MONOTONIC when issued */
@@ -28,6 +33,24 @@ typedef struct ioq_read {
         ioq_batch *batch;
         struct ioq_read *next;  /* link while the backend or a list holds it */
 } ioq_read;
+
+/* Where read r's next bytes go and how many it may read there at most: its
+ * destination, or the sink (of sink_len bytes). */
+static inline uint8_t *ioq_read_dst(const ioq_read *r, uint8_t *sink, uint64_t sink_len,
+                                    uint64_t *want) {
+        *want = r->range.length - r->got;
+        if (r->dst)
+                return r->dst + r->got;
+        if (*want > sink_len)
+                *want = sink_len;
+        return sink;
+}
+
+/* 1 if read r, which has read r->got bytes, is done: its whole range, or, with
+ * a destination, what it needs (the rest lies past the file's end). */
+static inline int ioq_read_enough(const ioq_read *r) {
+        return r->got >= r->range.length || (r->dst && r->got >= r->need);
+}
 
 /* What the queue gives a backend. */
 typedef struct ioq_env {

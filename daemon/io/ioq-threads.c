@@ -1,8 +1,9 @@
 /* ioq-threads.c: the I/O queue's fallback backend, a pool of pread threads.
  *
  * Where io_uring is missing or forbidden, depth comes from threads: each one
- * takes a read off the work list, preads it into the shared sink (looping
- * over short transfers until the range is read or the file ends), and puts it
+ * takes a read off the work list, preads it into its destination or the
+ * shared sink (looping over short transfers until the range, or what a read
+ * into a destination needs, is read, or the file ends), and puts it
  * on the finished list. The queue never hands over more reads than there are
  * threads, so a read on the work list is picked up at once. All threads read
  * into the one sink: the bytes are discarded, so their concurrent writes there
@@ -47,11 +48,10 @@ static void threads_perform(threads_be *be, ioq_read *r) {
                 r->lat_ns = 0;
                 return;
         }
-        while (r->got < r->range.length) {
-                uint64_t want = r->range.length - r->got;
-                if (want > be->env.sink_len)
-                        want = be->env.sink_len;
-                ssize_t n = pread(r->range.fd, be->env.sink, want, (off_t)(r->range.offset + r->got));
+        while (!ioq_read_enough(r)) {
+                uint64_t want;
+                uint8_t *dst = ioq_read_dst(r, be->env.sink, be->env.sink_len, &want);
+                ssize_t n = pread(r->range.fd, dst, want, (off_t)(r->range.offset + r->got));
                 if (n < 0) {
                         if (errno == EINTR)
                                 continue;
@@ -59,7 +59,7 @@ static void threads_perform(threads_be *be, ioq_read *r) {
                         break;
                 }
                 if (n == 0) {
-                        r->result = -ENODATA; /* the file ends before the range */
+                        r->result = -ENODATA; /* the file ends before what it needs */
                         break;
                 }
                 r->got += (uint64_t)n;

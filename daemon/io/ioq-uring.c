@@ -67,12 +67,10 @@ static struct io_uring_sqe *uring_sqe(uring_be *be) {
 }
 
 static void uring_prep_read(uring_be *be, ioq_read *r) {
-        uint64_t want = r->range.length - r->got;
-        if (want > be->env.sink_len)
-                want = be->env.sink_len;
+        uint64_t want;
+        uint8_t *dst = ioq_read_dst(r, be->env.sink, be->env.sink_len, &want);
         struct io_uring_sqe *sqe = uring_sqe(be);
-        io_uring_prep_read(sqe, r->range.fd, be->env.sink, (unsigned)want,
-                           r->range.offset + r->got);
+        io_uring_prep_read(sqe, r->range.fd, dst, (unsigned)want, r->range.offset + r->got);
         if (want >= URING_ASYNC_MIN)
                 io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
         io_uring_sqe_set_data(sqe, r);
@@ -139,11 +137,12 @@ static void uring_complete(uring_be *be, struct io_uring_cqe *cqe) {
                 return;
         }
         if (res == 0) {
-                uring_finish(be, r, -ENODATA); /* the file ends before the range */
+                /* the file ends before the range (and before what it needs) */
+                uring_finish(be, r, ioq_read_enough(r) ? 0 : -ENODATA);
                 return;
         }
         r->got += (uint64_t)res;
-        if (r->got < r->range.length)
+        if (!ioq_read_enough(r))
                 uring_prep_read(be, r); /* short: read the rest */
         else
                 uring_finish(be, r, 0);

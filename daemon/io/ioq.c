@@ -316,6 +316,55 @@ zr_ioq *zr_ioq_free(zr_ioq *q) {
         return NULL;
 }
 
+/* Queues batch b (its reads made, nreads of them) for `n` ranges submitted, of
+ * which `nonempty` were not empty and `nm` remained after merging. Frees b and
+ * returns -ESHUTDOWN when the queue is stopping. */
+static int ioq_enqueue(zr_ioq *q, ioq_batch *b, zr_ioq_done_fn *done, void *arg, size_t n,
+                       size_t nonempty, size_t nm, uint64_t *ret_id) {
+        b->done = done;
+        b->arg = arg;
+        pthread_mutex_lock(&q->lock);
+        if (q->stopping) {
+                pthread_mutex_unlock(&q->lock);
+                free(b->reads);
+                free(b);
+                return -ESHUTDOWN;
+        }
+        b->id = ++q->next_id;
+        if (q->tail)
+                q->tail->link = b;
+        else
+                q->head = b;
+        q->tail = b;
+        q->st.batches++;
+        q->st.ranges += n;
+        q->st.merged += nonempty - nm;
+        q->st.queued += b->nreads;
+        if (ret_id)
+                *ret_id = b->id;
+        pthread_mutex_unlock(&q->lock);
+        q->ops->wake(q->be);
+        return 0;
+}
+
+/* Appends to b the pieces of at most max_read bytes of range `r`, read into
+ * dst (NULL: the sink) and needing `need` of its bytes (with dst). */
+static void batch_split(zr_ioq *q, ioq_batch *b, const zr_io_range *r, uint8_t *dst,
+                        uint64_t need) {
+        for (uint64_t off = 0; off < r->length; off += q->opts.max_read) {
+                ioq_read *rd = &b->reads[b->nreads++];
+                uint64_t left = r->length - off;
+                rd->range.fd = r->fd;
+                rd->range.offset = r->offset + off;
+                rd->range.length = left < q->opts.max_read ? left : q->opts.max_read;
+                rd->dst = dst ? dst + off : NULL;
+                rd->need = need > off ? need - off : 0;
+                if (rd->need > rd->range.length)
+                        rd->need = rd->range.length;
+                rd->batch = b;
+        }
+}
+
 int zr_ioq_submit(zr_ioq *q, const zr_io_range *ranges, size_t n, zr_ioq_done_fn *done,
                   void *arg, uint64_t *ret_id) {
         zr_io_range *m = NULL;
@@ -349,46 +398,47 @@ int zr_ioq_submit(zr_ioq *q, const zr_io_range *ranges, size_t n, zr_ioq_done_fn
                 goto fail;
         }
         for (size_t i = 0; i < nm; i++)
-                for (uint64_t off = 0; off < m[i].length; off += q->opts.max_read) {
-                        ioq_read *rd = &b->reads[b->nreads++];
-                        rd->range.fd = m[i].fd;
-                        rd->range.offset = m[i].offset + off;
-                        uint64_t left = m[i].length - off;
-                        rd->range.length = left < q->opts.max_read ? left : q->opts.max_read;
-                        rd->batch = b;
-                }
+                batch_split(q, b, &m[i], NULL, 0);
         free(m);
-        m = NULL;
-        b->done = done;
-        b->arg = arg;
-
-        pthread_mutex_lock(&q->lock);
-        if (q->stopping) {
-                pthread_mutex_unlock(&q->lock);
-                r = -ESHUTDOWN;
-                goto fail;
-        }
-        b->id = ++q->next_id;
-        if (q->tail)
-                q->tail->link = b;
-        else
-                q->head = b;
-        q->tail = b;
-        q->st.batches++;
-        q->st.ranges += n;
-        q->st.merged += nonempty - nm;
-        q->st.queued += b->nreads;
-        if (ret_id)
-                *ret_id = b->id;
-        pthread_mutex_unlock(&q->lock);
-        q->ops->wake(q->be);
-        return 0;
+        return ioq_enqueue(q, b, done, arg, n, nonempty, nm, ret_id);
 fail:
         free(m);
         if (b)
                 free(b->reads);
         free(b);
         return r;
+}
+
+int zr_ioq_submit_into(zr_ioq *q, const zr_io_dread *reads, size_t n, zr_ioq_done_fn *done,
+                       void *arg, uint64_t *ret_id) {
+        ioq_batch *b = NULL;
+        uint64_t pieces = 0;
+        size_t nonempty = 0;
+
+        if (!q || !done || (n > 0 && !reads))
+                return -EINVAL;
+        for (size_t i = 0; i < n; i++) {
+                if (!zr_io_ranges_valid(&reads[i].range, 1) ||
+                    (reads[i].range.length > 0 && !reads[i].dst) ||
+                    reads[i].need > reads[i].range.length)
+                        return -EINVAL;
+                nonempty += reads[i].range.length > 0;
+                pieces += zr_io_ranges_pieces(&reads[i].range, 1, q->opts.max_read);
+        }
+        if (pieces > SIZE_MAX / sizeof(ioq_read))
+                return -ENOMEM;
+        b = calloc(1, sizeof(*b));
+        if (b)
+                b->reads = calloc(pieces ? pieces : 1, sizeof(ioq_read));
+        if (!b || !b->reads) {
+                if (b)
+                        free(b->reads);
+                free(b);
+                return -ENOMEM;
+        }
+        for (size_t i = 0; i < n; i++)
+                batch_split(q, b, &reads[i].range, reads[i].dst, reads[i].need);
+        return ioq_enqueue(q, b, done, arg, n, nonempty, nonempty, ret_id);
 }
 
 int zr_ioq_cancel(zr_ioq *q, uint64_t id) {

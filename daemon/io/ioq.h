@@ -142,6 +142,28 @@ zr_ioq *zr_ioq_free(zr_ioq *q);
 int zr_ioq_submit(zr_ioq *q, const zr_io_range *ranges, size_t n, zr_ioq_done_fn *done,
                   void *arg, uint64_t *ret_id);
 
+/* A read into a destination (zr_ioq_submit_into()). */
+typedef struct zr_io_dread {
+        zr_io_range range;
+        void *dst;     /* range.length bytes of room */
+        uint64_t need; /* <= range.length: the read may end at the file's end
+                        * once it has these bytes (a read of whole blocks that
+                        * covers the file's last byte); before them it fails
+                        * with -ENODATA */
+} zr_io_dread;
+
+/* Queues a batch of reads into their destinations: reads[0..n) (copied),
+ * neither sorted nor merged (the caller planned them: io/direct.h), split at
+ * max_read, on the queue's descriptors as given (O_DIRECT ones included: each
+ * piece then starts where its range starts plus a multiple of max_read, so
+ * keep max_read a multiple of the alignment). Otherwise as zr_ioq_submit():
+ * FIFO with every other batch, the same depth, callback, cancel and fault
+ * injection; `bytes` counts what was read, past `need` included. A cancelled
+ * or failed batch leaves its destinations' bytes unspecified. -EINVAL also for
+ * a non-empty read without a destination or a need over its length. */
+int zr_ioq_submit_into(zr_ioq *q, const zr_io_dread *reads, size_t n, zr_ioq_done_fn *done,
+                       void *arg, uint64_t *ret_id);
+
 /* Cancels batch `id`: its reads not yet started are dropped, and its callback
  * runs with -ECANCELED once its reads in flight are done (so after the
  * callback no read of the batch touches its descriptors). Returns 0, or
