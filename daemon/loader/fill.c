@@ -444,9 +444,16 @@ static int gather_stream(zr_loader *l, size_t si, const step_records *rec, uint8
         if (r == 0 && st->image)
                 r = zr_imgbatch_read(&ib, l, st, &g, zr_loader_step(l, w->step), base + st->offset,
                                      &sb->skipped, &gerr);
-        else if (r == 0)
-                r = zr_gather_read(&g, base + st->offset, slot_off + st->offset, l->e->cache,
-                                   l->e->pool, &gerr);
+        else if (r == 0) {
+                /* a cold step: with O_DIRECT into place (fill-direct.c) */
+                int d = w->direct && !l->mix && !st->ragged
+                                ? zr_fill_direct(l, st, &g, base + st->offset,
+                                                 zr_loader_step(l, w->step), times, &gerr)
+                                : 1;
+                r = d <= 0 ? d
+                           : zr_gather_read(&g, base + st->offset, slot_off + st->offset,
+                                            l->e->cache, l->e->pool, &gerr);
+        }
         res->hits += g.hits;
         res->misses += g.misses;
         res->evictions += g.evictions;

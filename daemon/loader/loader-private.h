@@ -64,6 +64,9 @@ typedef struct lstream {
         int image;
         zr_image_params img;
         uint64_t in_capacity;
+        /* direct reads (fill-direct.c): its chunk files opened with O_DIRECT,
+         * at its first direct step; NULL before */
+        _Atomic(struct ldirect *) direct;
 } lstream;
 
 typedef struct ring ring;
@@ -79,6 +82,7 @@ typedef struct work {
         /* from the step's read ahead (prefetch.c), set at the claim: */
         int io_error;         /* positive errno: its reads failed, so fails the fill */
         int cold;             /* its unit's cold: gathered with pread */
+        int direct;           /* its unit's direct: read with O_DIRECT (fill-direct.c) */
         uint64_t plan_owner;  /* consumes the step's planned cache uses (batch.h) */
         /* telemetry (telemetry.h), set at the claim: time the fill, and its
          * stages in detail (batch.h, zr_gather_times) */
@@ -129,6 +133,9 @@ typedef struct pf_unit {
         uint8_t consumed;     /* its step's fill completed (or it was given up) */
         uint8_t waited;       /* a fill of its step found it still reading */
         uint8_t cold;         /* its job found most records not resident, and large */
+        uint8_t direct;       /* its job found most records not resident, and its
+                               * streams take direct reads: nothing read ahead, the
+                               * fill reads with O_DIRECT */
         int error;            /* PF_IO_FAILED: positive errno */
 } pf_unit;
 
@@ -327,6 +334,10 @@ struct zr_loader_engine {
          * submitted them is back under the mutex) */
         _Atomic uint64_t pf_records;
         uint64_t next_owner;
+        /* direct reads (fill-direct.c), counted by the fills without the mutex */
+        _Atomic uint64_t direct_steps, direct_bytes, direct_copied, direct_fallbacks;
+        _Atomic uint64_t direct_errors;
+        _Atomic int direct_off; /* zr_loader_engine_set_direct(e, 0) */
         zr_loader_engine_counters t;
         zr_tokstore *tokstore;   /* borrowed; NULL: packed loaders' indexes in memory */
         zr_tokstore *tok_memory; /* the engine's own store without a directory */
@@ -347,6 +358,24 @@ typedef struct fill_result {
         zr_gather_times times;
 } fill_result;
 
+
+/* ---- fill-direct.c (no mutex) ----------------------------------------------- */
+
+/* 1 if every stream of l can be read with direct reads (raw, dense, local, one
+ * dataset each, a file system that has not refused them) and the engine has a
+ * read queue. */
+int zr_fill_direct_capable(const zr_loader *l);
+/* Reads the records of the located dense gather g of stream st into dst (the
+ * stream's region of the slot) with O_DIRECT, for the client's step `step`.
+ * Returns 0 when they are read, 1 when the caller must gather them itself
+ * (anything unusual, a read refused: counted as a fallback), or a negative
+ * code with *err set when the device failed a read (EIO). Adds its read time
+ * and bytes to *times (may be NULL). The caller holds the stream's dataset
+ * lock shared. */
+int zr_fill_direct(zr_loader *l, lstream *st, const zr_gather *g, uint8_t *dst, uint64_t step,
+                   zr_gather_times *times, zr_error *err);
+/* Closes st's direct descriptors (the loader's end). */
+void zr_fill_direct_free(lstream *st);
 
 /* A slot is busy while a claim names it or a fill runs on it. */
 static inline int slot_busy(const slot *sl) {
@@ -406,6 +435,7 @@ typedef struct pf_job {
         uint64_t missing_bytes; /* of the records not resident */
         uint64_t remote_bytes;  /* of remote records it asked the fetcher for */
         int cold;             /* most records not resident, and large (ZR_GATHER_PREAD_MIN) */
+        int direct;           /* most records not resident, streams direct-capable */
 } pf_job;
 
 /* Sets up a new group's window (-ENOMEM). */

@@ -668,6 +668,11 @@ void zr_loader_engine_counters_get(zr_loader_engine *e, zr_loader_engine_counter
         ret->prefetch_bytes = atomic_load(&e->pf_bytes);
         ret->prefetch_peak = atomic_load(&e->pf_peak);
         ret->prefetch_records = atomic_load(&e->pf_records);
+        ret->direct_steps = atomic_load(&e->direct_steps);
+        ret->direct_bytes = atomic_load(&e->direct_bytes);
+        ret->direct_copied = atomic_load(&e->direct_copied);
+        ret->direct_fallbacks = atomic_load(&e->direct_fallbacks);
+        ret->direct_errors = atomic_load(&e->direct_errors);
         pthread_mutex_unlock(&e->mutex);
         ret->cache_budget = cs.budget;
         ret->cache_bytes = cs.bytes;
@@ -762,8 +767,10 @@ static void loader_destroy(zr_loader *l) {
                 return;
         free(l->claims);
         free(l->known);
-        for (size_t i = 0; l->streams && i < l->nall; i++)
+        for (size_t i = 0; l->streams && i < l->nall; i++) {
                 zr_pack_free(l->streams[i].pack);
+                zr_fill_direct_free(&l->streams[i]);
+        }
         free(l->streams);
         zr_sources_free(l);
         free(l);

@@ -195,6 +195,12 @@ void zr_loader_engine_set_spare_bytes(zr_loader_engine *e, uint64_t bytes);
  * at any time (SIGHUP). */
 void zr_loader_engine_set_io(zr_loader_engine *e, zr_ioq *ioq, uint64_t budget);
 
+/* Whether steps found mostly not resident are read with O_DIRECT straight into
+ * their slots when their streams allow it (on, the default; docs/IO.md,
+ * "Direct reads"), or through the page cache. Any time; applies to the steps
+ * read ahead from then on. */
+void zr_loader_engine_set_direct(zr_loader_engine *e, int on);
+
 /* Cancels the reads ahead of every loader of dataset `ds` and waits for them
  * to end. Call it with ds's exclusive lock held, before a mutation that may
  * close its files (delete, compact, install_dict): the reads name the store's
@@ -239,6 +245,12 @@ typedef struct zr_loader_engine_counters {
         uint64_t prefetch_steps;      /* steps whose reads were submitted */
         uint64_t prefetch_warm;       /* steps found resident: nothing read */
         uint64_t prefetch_cold;       /* steps found mostly not resident: read with pread */
+        uint64_t prefetch_direct;     /* steps found mostly not resident: read with O_DIRECT */
+        uint64_t direct_steps;        /* fills read with O_DIRECT straight into the slot */
+        uint64_t direct_bytes;        /* bytes they read */
+        uint64_t direct_copied;       /* bytes copied from their bounced blocks */
+        uint64_t direct_fallbacks;    /* direct steps gathered through the page cache */
+        uint64_t direct_errors;       /* direct steps failed by the device (EIO) */
         uint64_t prefetch_busy;       /* steps not read: a mutation held a lock */
         uint64_t prefetch_reads;      /* reads submitted (merged by the queue later) */
         uint64_t prefetch_read_bytes; /* bytes of them */

@@ -690,6 +690,13 @@ void zr_pf_job_run(zr_loader_engine *e, pf_job *j) {
                 fetch_remote(e, l, &rec, j);
         /* its fill reads with pread (fill.c) */
         j->cold = zr_gather_cold(j->records, j->records + j->resident, j->missing_bytes);
+        /* or, mostly not resident and its streams direct-capable: with O_DIRECT
+         * straight into the slot (fill-direct.c), so nothing is read ahead
+         * through the page cache and nothing taken from the budget */
+        j->direct = j->records > 0 && 2 * j->records >= j->records + j->resident &&
+                    zr_fill_direct_capable(l);
+        if (j->direct)
+                nr = 0;
         nr = reserve(e, p, r, nr, &j->bytes);
         atomic_fetch_add(&e->pf_records, j->records);
         if (nr > 0) {
@@ -745,7 +752,9 @@ void zr_pf_job_end(zr_loader_engine *e, pf_job *j) {
         if (j->do_io) {
                 u->bytes = j->bytes;
                 u->cold = (uint8_t)j->cold;
-                e->t.prefetch_cold += (uint64_t)j->cold;
+                u->direct = (uint8_t)j->direct;
+                e->t.prefetch_cold += (uint64_t)(j->cold && !j->direct);
+                e->t.prefetch_direct += (uint64_t)j->direct;
                 if (j->submitted) {
                         u->ioq_id = j->id;
                         u->submit_ns = zr_loader_now_ns();
@@ -790,6 +799,7 @@ int zr_pf_ready(zr_loader_engine *e, const zr_loader *l, uint64_t step, work *w)
 
         w->io_error = 0;
         w->cold = 0;
+        w->direct = 0;
         w->plan_owner = 0;
         if (!p->units)
                 return 1;
@@ -810,6 +820,7 @@ int zr_pf_ready(zr_loader_engine *e, const zr_loader *l, uint64_t step, work *w)
         if (u->io == PF_IO_FAILED)
                 w->io_error = u->error;
         w->cold = u->cold;
+        w->direct = u->direct;
         if (u->planned && !u->consumed)
                 w->plan_owner = p->owner;
         return 1;

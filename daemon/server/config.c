@@ -97,7 +97,7 @@ enum { KEY_SOCKET = 1000, KEY_SOCKET_MODE, KEY_SOCKET_GROUP, KEY_THREADS, KEY_PI
        KEY_MAX_WORK_UID, KEY_MAX_WORK_TOTAL,
        KEY_MAX_JOBS_UID,
        /* reading ahead */
-       KEY_PREFETCH, KEY_IO_BACKEND, KEY_IO_DEPTH,
+       KEY_PREFETCH, KEY_IO_BACKEND, KEY_IO_DEPTH, KEY_IO_DIRECT,
        /* telemetry */
        KEY_STALL_WARNING, KEY_METRICS_LISTEN,
        /* stores in object storage */
@@ -133,6 +133,8 @@ static const struct setting {
          "most 256M; 0 = none)"},
         {"io-backend", KEY_IO_BACKEND, "NAME", "reads ahead through auto, uring or threads (auto)"},
         {"io-depth", KEY_IO_DEPTH, "N", "reads in flight at once (128; 1..4096)"},
+        {"io-direct", KEY_IO_DIRECT, "auto|off",
+         "read cold steps with O_DIRECT straight into the rings (auto)"},
         {"max-frame", KEY_MAX_FRAME, "BYTES", "largest frame a client may send (1M; 64K..64M)"},
         {"max-handles", KEY_MAX_HANDLES, "N", "open handles per client (1024)"},
         {"max-loaders", KEY_MAX_LOADERS, "N", "open loaders per client (64)"},
@@ -194,6 +196,7 @@ void zr_config_defaults(zr_config *c) {
         c->token_index_bytes = DEFAULT_TOKEN_INDEX;
         c->io_backend = ZR_IOQ_AUTO;
         c->io_depth = DEFAULT_IO_DEPTH;
+        c->io_direct = true;
         c->remote = true;
         c->remote_cache_bytes = ZR_CONFIG_AUTO;
         c->remote_depth = DEFAULT_REMOTE_DEPTH;
@@ -316,6 +319,15 @@ static int apply(zr_config *c, int key, const char *v, const char *where, zr_err
         case KEY_PREFETCH: r = parse_size_auto(v, &c->prefetch_bytes); break;
         case KEY_READ_POOL: r = parse_size_auto(v, &c->read_pool_bytes); break;
         case KEY_IO_BACKEND: r = zr_ioq_backend_parse(v, &c->io_backend); break;
+        case KEY_IO_DIRECT:
+                if (strcmp(v, "auto") == 0)
+                        c->io_direct = true;
+                else if (strcmp(v, "off") == 0)
+                        c->io_direct = false;
+                else
+                        return zr_error_set(err, EINVAL, "%s: io-direct is auto or off, not '%s'",
+                                            where, v);
+                return 0;
         case KEY_IO_DEPTH:
                 r = parse_u32(v, &c->io_depth);
                 if (r == 0 && (c->io_depth < 1 || c->io_depth > ZR_IOQ_MAX_INFLIGHT))

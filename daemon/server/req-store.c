@@ -1232,6 +1232,12 @@ static void put_prefetch(zr_wire_writer *w, zr_server *s, const zr_loader_engine
         zr_wire_put_u64(w, "steps", k->prefetch_steps);
         zr_wire_put_u64(w, "warm", k->prefetch_warm);
         zr_wire_put_u64(w, "cold", k->prefetch_cold);
+        zr_wire_put_u64(w, "direct", k->prefetch_direct);
+        zr_wire_put_u64(w, "direct_steps", k->direct_steps);
+        zr_wire_put_u64(w, "direct_bytes", k->direct_bytes);
+        zr_wire_put_u64(w, "direct_copied", k->direct_copied);
+        zr_wire_put_u64(w, "direct_fallbacks", k->direct_fallbacks);
+        zr_wire_put_u64(w, "direct_errors", k->direct_errors);
         zr_wire_put_u64(w, "busy", k->prefetch_busy);
         zr_wire_put_u64(w, "records", k->prefetch_records);
         zr_wire_put_u64(w, "resident", k->prefetch_resident);

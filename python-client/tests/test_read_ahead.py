@@ -2,7 +2,10 @@
 page cache (fdatasync + POSIX_FADV_DONTNEED, no root needed) read by a
 DataLoader, with io_uring and with pread threads forced (`--io-backend`), gives
 the same batches as the records themselves, and the daemon's STATUS says it
-read them ahead within its budget; steps of large records found not resident,
+read them ahead within its budget, or (`--io-direct`, the default) read steps
+found not resident with O_DIRECT straight into the ring, mapping nothing and
+reading each aligned record once; with direct reads off, steps of large records
+found not resident,
 and READs (ds[idx]) of such records, are read with pread, so the daemon maps
 none of their pages; a read that fails (the daemon's test switch
 ZRECORDD_TEST_IO_FAIL) fails its batch with EIO and the next loader works."""
@@ -73,7 +76,7 @@ def take_bit_exact(path, data, batch_size, seed, steps=24):
 @pytest.mark.no_daemon
 @pytest.mark.parametrize("backend", ["uring", "threads"])
 def test_cold_batches_bit_exact(own_daemon, workdir, backend):
-    own_daemon(f"--io-backend={backend}", "--prefetch=8M")
+    own_daemon(f"--io-backend={backend}", "--prefetch=8M", "--io-direct=off")
     st = status()
     if st["prefetch"]["backend"] != backend:
         pytest.skip(f"io-backend={backend} cannot run here: the daemon reads ahead with "
@@ -89,6 +92,41 @@ def test_cold_batches_bit_exact(own_daemon, workdir, backend):
     assert pf["errors"] == 0
     assert pf["peak"] <= max(8 << 20, B * REC)
     assert pf["budget"] == 8 << 20
+    loader.close()
+    assert released() == 0
+
+
+def on_tmpfs(path):
+    """True when path lies on a tmpfs (which may refuse O_DIRECT)."""
+    best, fs = "", ""
+    with open("/proc/self/mounts") as f:
+        for line in f:
+            dev, mnt, kind = line.split()[:3]
+            if os.path.realpath(path).startswith(mnt.rstrip("/") + "/") and len(mnt) > len(best):
+                best, fs = mnt, kind
+    return fs == "tmpfs"
+
+
+@pytest.mark.no_daemon
+@pytest.mark.parametrize("backend", ["uring", "threads"])
+def test_cold_batches_direct(own_daemon, workdir, backend):
+    own_daemon(f"--io-backend={backend}", "--prefetch=8M")
+    if status()["prefetch"]["backend"] != backend:
+        pytest.skip(f"io-backend={backend} cannot run here")
+    if on_tmpfs(str(workdir)):
+        pytest.skip("the test directory is on a tmpfs: test-loader-prefetch checks its fallback")
+    data = records()
+    from_numpy("cold", data, codec="raw")
+    drop_from_page_cache("cold")
+    loader = take_bit_exact("cold", data, B, seed=3)
+    pf = status()["prefetch"]
+    # every step found cold is read directly: nothing through the page cache,
+    # each 4 KiB record read once into its place, nothing copied
+    assert pf["direct"] > 0 and pf["direct_steps"] > 0
+    assert pf["direct_fallbacks"] == 0
+    assert pf["direct_copied"] == 0
+    assert pf["direct_bytes"] == pf["direct_steps"] * B * REC
+    assert pf["steps"] == 0 and pf["cold"] == 0
     loader.close()
     assert released() == 0
 
@@ -125,7 +163,8 @@ def cold_big_store(own_daemon, *flags):
 
 @pytest.mark.no_daemon
 def test_cold_large_records_not_mapped(own_daemon, workdir):
-    pid, data = cold_big_store(own_daemon, "--io-backend=threads", "--prefetch=32M")
+    pid, data = cold_big_store(own_daemon, "--io-backend=threads", "--prefetch=32M",
+                               "--io-direct=off")
     loader = take_bit_exact("big", data, 16, seed=4)
     pf = status()["prefetch"]
     assert pf["cold"] >= 20 and pf["cold"] <= pf["steps"]
@@ -159,7 +198,7 @@ def test_failed_read_fails_its_batch(own_daemon, workdir, backend):
     # in any order), or of step 0: seen once under load, most likely when some
     # of step 0's pages stayed in the page cache and the others were read in
     # several runs
-    own_daemon(f"--io-backend={backend}", env={"ZRECORDD_TEST_IO_FAIL": "3"})
+    own_daemon(f"--io-backend={backend}", "--io-direct=off", env={"ZRECORDD_TEST_IO_FAIL": "3"})
     if status()["prefetch"]["backend"] != backend:
         pytest.skip(f"io-backend={backend} cannot run here")
     data = records()
@@ -181,6 +220,36 @@ def test_failed_read_fails_its_batch(own_daemon, workdir, backend):
     assert status()["prefetch"]["errors"] == 1
     # the daemon lives on (own_daemon checks its exit status), and a loader
     # opened at the failed step reads it and the next ones
+    again = DataLoader({"x": DenseDataset("cold")}, batch_size=B, sampler="sequential", seed=5,
+                       start_step=good, prefetch=2)
+    for step in range(good, good + 4):
+        np.testing.assert_array_equal(next(again)["x"], data[step * B:(step + 1) * B])
+    again.close()
+
+
+@pytest.mark.no_daemon
+def test_failed_direct_read_fails_its_batch(own_daemon, workdir):
+    # read directly, a failed read fails its step with EIO, and the daemon
+    # does not read it again through the page cache (its pages would fault)
+    own_daemon("--io-backend=threads", env={"ZRECORDD_TEST_IO_FAIL": "3"})
+    if on_tmpfs(str(workdir)):
+        pytest.skip("the test directory is on a tmpfs: test-loader-prefetch checks its fallback")
+    data = records()
+    from_numpy("cold", data, codec="raw")
+    drop_from_page_cache("cold")
+    loader = DataLoader({"x": DenseDataset("cold")}, batch_size=B, sampler="sequential", seed=5,
+                        prefetch=2)
+    good = 0
+    with pytest.raises(_errors.ZrecordError) as e:
+        for step in range(8):
+            batch = next(loader)["x"]
+            np.testing.assert_array_equal(batch, data[step * B:(step + 1) * B])
+            good += 1
+    assert good <= 3
+    assert f"reading step {good} directly" in str(e.value) and "[EIO]" in str(e.value)
+    loader.close()
+    pf = status()["prefetch"]
+    assert pf["direct_errors"] == 1 and pf["direct_fallbacks"] == 0
     again = DataLoader({"x": DenseDataset("cold")}, batch_size=B, sampler="sequential", seed=5,
                        start_step=good, prefetch=2)
     for step in range(good, good + 4):

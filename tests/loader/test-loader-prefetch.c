@@ -24,6 +24,7 @@
 
 #include "helpers.h"
 #include "dataset/cache.h"
+#include "io/direct.h"
 #include "io/ioq.h"
 
 #define NREC 2048
@@ -93,6 +94,8 @@ static int rig_io(rig *g, enum zr_ioq_backend backend, uint64_t budget, uint64_t
         }
         rig_new(g, 2, cache);
         zr_loader_engine_set_io(g->e, *q, budget);
+        /* the page cache's path; the direct one has its own cases */
+        zr_loader_engine_set_direct(g->e, 0);
         return 1;
 }
 
@@ -239,6 +242,150 @@ START_TEST(test_cold_large_records) {
          * so later steps find some resident) */
         ck_assert_uint_ge(t.prefetch_cold, 1);
         ck_assert_uint_le(t.prefetch_cold, t.prefetch_steps);
+}
+END_TEST
+
+/* 1 if the file system of scratch s takes direct reads. */
+static int takes_direct(scratch *s) {
+        int fd = openat(s->fd, "probe", O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        int dfd = -1, r;
+        zr_direct_align a;
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(unlinkat(s->fd, "probe", 0), 0);
+        r = zr_direct_open(fd, &dfd, &a, NULL);
+        if (r == 0)
+                close(dfd);
+        close(fd);
+        return r == 0;
+}
+
+/* A dense raw store of n records of `item` bytes, dropped from the page cache,
+ * read with direct reads on (through `backend`) in `mode`, each batch checked
+ * against the records; on /dev/shm if `memory`. Returns the engine's counters
+ * and in *direct whether the store's file system takes direct reads; 0 when
+ * the backend cannot run here. */
+static int direct_run(enum zr_ioq_backend backend, enum zr_sampler_mode mode, uint64_t n,
+                      uint64_t item, uint32_t batch, uint64_t steps, int memory, int *direct,
+                      zr_loader_engine_counters *t) {
+        scratch sc;
+        rig g;
+        zr_ioq *q;
+        zr_ioq_options o = {0};
+        reg raw;
+        char *old = getenv("TMPDIR") ? strdup(getenv("TMPDIR")) : NULL;
+
+        if (memory)
+                setenv("TMPDIR", "/dev/shm", 1);
+        scratch_new(&sc);
+        if (old)
+                setenv("TMPDIR", old, 1);
+        else
+                unsetenv("TMPDIR");
+        free(old);
+        if (!rig_io(&g, backend, 64u << 20, 0, &o, &q)) {
+                scratch_free(&sc);
+                return 0;
+        }
+        zr_loader_engine_set_direct(g.e, 1);
+        *direct = takes_direct(&sc);
+        reg_init(&raw, make_dense(&sc, "d", n, item, ZR_CODEC_RAW, g.pool, 7));
+        evict(&sc, "d");
+        zr_loader_stream st = reg_stream(&raw, "d");
+        zr_loader_params p = { .mode = mode, .batch_size = batch, .seed = 3, .world_size = 1,
+                               .prefetch = 3 };
+        zr_sampler_params sp = { .mode = mode, .n = n, .batch_size = batch, .seed = 3,
+                                 .world_size = 1 };
+        zr_loader *l = open_on(&g, &st, 1, &p);
+        for (uint64_t s = 0; s < steps; s++) {
+                zr_loader_event ev;
+                next_batch(&g, l, &ev);
+                ck_assert_uint_eq(ev.step, s);
+                check_dense(l, &ev, 0, &raw, item, &sp);
+                zr_loader_release(l, ev.ring, ev.slot, NULL);
+        }
+        zr_loader_engine_counters_get(g.e, t);
+        printf("direct %s, %llu-byte records%s: %llu steps direct, %llu read so, %llu bytes, "
+               "%llu copied, %llu fallbacks, %llu read ahead\n", zr_ioq_backend_name(backend),
+               (unsigned long long)item, memory ? " on /dev/shm" : "",
+               (unsigned long long)t->prefetch_direct, (unsigned long long)t->direct_steps,
+               (unsigned long long)t->direct_bytes, (unsigned long long)t->direct_copied,
+               (unsigned long long)t->direct_fallbacks, (unsigned long long)t->prefetch_steps);
+        zr_loader_free(l);
+        rig_io_free(&g, q);
+        reg_fini(&raw);
+        scratch_free(&sc);
+        return 1;
+}
+
+/* Cold steps of aligned records read with O_DIRECT straight into the slots,
+ * bit-exact, nothing copied, nothing read through the page cache; on a file
+ * system without direct reads, the page cache's path, bit-exact too. */
+static void direct_aligned(enum zr_ioq_backend backend) {
+        zr_loader_engine_counters t;
+        int direct;
+        if (!direct_run(backend, ZR_SAMPLER_IID, 512, 16 << 10, 16, 12, 0, &direct, &t))
+                return;
+        if (!direct) {
+                printf("direct: the scratch directory refuses O_DIRECT: checked the fallback\n");
+                ck_assert_uint_eq(t.direct_steps, 0);
+                return;
+        }
+        ck_assert_uint_ge(t.prefetch_direct, 1);
+        ck_assert_uint_ge(t.direct_steps, 1);
+        ck_assert_uint_eq(t.direct_fallbacks, 0);
+        ck_assert_uint_eq(t.direct_copied, 0);
+        /* aligned records: exactly their bytes, each read once */
+        ck_assert_uint_eq(t.direct_bytes, t.direct_steps * 16 * (16 << 10));
+        ck_assert_uint_eq(t.prefetch_read_bytes, 0);
+}
+
+START_TEST(test_direct_threads) {
+        direct_aligned(ZR_IOQ_THREADS);
+}
+END_TEST
+
+START_TEST(test_direct_uring) {
+        direct_aligned(ZR_IOQ_URING);
+}
+END_TEST
+
+/* Records not aligned to the blocks (4 KiB + 100 bytes), in order: a step's
+ * neighbours share one read, bytes exact (a step's first record is not
+ * aligned like its place in the slot, so it goes through the bounce buffer:
+ * copied once), the last record of the store, at its tail chunk's end, read
+ * with a short last block. */
+START_TEST(test_direct_unaligned_in_order) {
+        zr_loader_engine_counters t;
+        int direct;
+        const uint64_t item = 4096 + 100, n = 300;
+        if (!direct_run(ZR_IOQ_THREADS, ZR_SAMPLER_SEQUENTIAL, n, item, 25, 12, 0, &direct, &t))
+                return;
+        if (!direct)
+                return;
+        ck_assert_uint_ge(t.direct_steps, 1);
+        ck_assert_uint_eq(t.direct_fallbacks, 0);
+        ck_assert_uint_gt(t.direct_copied, 0);
+        ck_assert_uint_le(t.direct_copied, t.direct_steps * 25 * item);
+        /* a step of 25 neighbours is one run: at most a block more per end */
+        ck_assert_uint_le(t.direct_bytes, t.direct_steps * (25 * item + 2 * 4096));
+}
+END_TEST
+
+/* A store on a file system that refuses direct reads (tmpfs): every batch
+ * exact, through the page cache; none read directly. */
+START_TEST(test_direct_refused_on_tmpfs) {
+        zr_loader_engine_counters t;
+        int direct;
+        if (access("/dev/shm", W_OK) != 0)
+                return;
+        if (!direct_run(ZR_IOQ_THREADS, ZR_SAMPLER_IID, 256, 16 << 10, 16, 8, 1, &direct, &t))
+                return;
+        if (direct) {
+                printf("direct: /dev/shm takes O_DIRECT here\n");
+                return;
+        }
+        ck_assert_uint_eq(t.direct_steps, 0);
+        ck_assert_uint_eq(t.direct_bytes, 0);
 }
 END_TEST
 
@@ -610,6 +757,8 @@ END_TEST
 
 int main(void) {
         Suite *s = suite_create("loader-prefetch");
+        TL_TCASE(s, "direct", 120, test_direct_threads, test_direct_uring,
+                 test_direct_unaligned_in_order, test_direct_refused_on_tmpfs);
         TL_TCASE(s, "prefetch", 120, test_bit_exact_threads, test_bit_exact_uring,
                  test_warm_not_read, test_cold_large_records, test_budget_never_exceeded,
                  test_close_cancels,
