@@ -59,6 +59,13 @@ def main():
                          "(once it has 2 timed batches) (20)")
     ap.add_argument("--beyond-steps", type=int, default=40,
                     help="beyond-memory: ... or after this many timed batches (40)")
+    ap.add_argument("--beyond-only", help="beyond-memory: only the contenders whose names start "
+                                          "with one of these, comma-separated (e.g. 'zrecord')")
+    ap.add_argument("--beyond-workloads", help="beyond-memory: only these workloads, comma-separated "
+                                               "names as in the tables (e.g. '256 KiB iid')")
+    ap.add_argument("--beyond-daemon-args", default="",
+                    help="beyond-memory: extra zrecordd flags, space-separated (e.g. "
+                         "'--io-direct=off' to compare the page cache's path)")
     ap.add_argument("--beyond-dir", help="beyond-memory: where its data goes (default: the run's "
                                          "temporary directory under $TMPDIR or /tmp); on a disk")
     ap.add_argument("--images", type=int, default=20000,
@@ -146,9 +153,13 @@ def main():
         if "beyond-memory" in layers:
             out["beyond"] = beyond.run(ctx)
             targets19 = beyond.targets(out["beyond"])
+            beyond37 = beyond.targets37(out["beyond"])
+            targets37 += beyond37
             C.write_json("beyond", {"machine": machine, "beyond": out["beyond"],
                                     "targets": [{"target": t, "got": v, "need": need}
-                                                for t, v, need in targets19]})
+                                                for t, v, need in targets19],
+                                    "targets37": [{"target": t, "got": v, "need": need}
+                                                  for t, v, need in beyond37]})
         if "remote" in layers:
             out["remote"] = remote.run(ctx)
             targets33 = remote.targets(out["remote"])

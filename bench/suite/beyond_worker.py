@@ -140,7 +140,7 @@ def main(p):
     if p.get("daemon"):
         from . import common as C
         d = p["daemon"]
-        daemon = C.Daemon(d["build"], d["dir"], cache=d.get("cache"))
+        daemon = C.Daemon(d["build"], d["dir"], cache=d.get("cache"), extra=d.get("extra") or ())
     children, objs = [], ()
     try:
         # the first loader runs here, the others in child processes (one

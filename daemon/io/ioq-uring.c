@@ -71,7 +71,9 @@ static void uring_prep_read(uring_be *be, ioq_read *r) {
         uint8_t *dst = ioq_read_dst(r, be->env.sink, be->env.sink_len, &want);
         struct io_uring_sqe *sqe = uring_sqe(be);
         io_uring_prep_read(sqe, r->range.fd, dst, (unsigned)want, r->range.offset + r->got);
-        if (want >= URING_ASYNC_MIN)
+        /* reads into a destination are direct (io/direct.h): no page-cache
+         * work inline, the block layer takes them without blocking */
+        if (want >= URING_ASYNC_MIN && !r->dst)
                 io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
         io_uring_sqe_set_data(sqe, r);
 }

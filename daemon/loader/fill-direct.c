@@ -44,7 +44,7 @@ struct ldirect {
 };
 
 int zr_fill_direct_capable(const zr_loader *l) {
-        if (l->nsources || !l->e->ioq || atomic_load(&l->e->direct_off))
+        if (l->nsources || !l->e->ioq || atomic_load(&l->e->direct_mode) == ZR_DIRECT_OFF)
                 return 0;
         for (size_t i = 0; i < l->nall; i++) {
                 const lstream *st = &l->streams[i];
@@ -107,8 +107,8 @@ out:
         return r;
 }
 
-void zr_loader_engine_set_direct(zr_loader_engine *e, int on) {
-        atomic_store(&e->direct_off, !on);
+void zr_loader_engine_set_direct(zr_loader_engine *e, enum zr_direct_mode mode) {
+        atomic_store(&e->direct_mode, (int)mode);
 }
 
 void zr_fill_direct_free(lstream *st) {

@@ -337,7 +337,7 @@ struct zr_loader_engine {
         /* direct reads (fill-direct.c), counted by the fills without the mutex */
         _Atomic uint64_t direct_steps, direct_bytes, direct_copied, direct_fallbacks;
         _Atomic uint64_t direct_errors;
-        _Atomic int direct_off; /* zr_loader_engine_set_direct(e, 0) */
+        _Atomic int direct_mode; /* enum zr_direct_mode (zr_loader_engine_set_direct()) */
         zr_loader_engine_counters t;
         zr_tokstore *tokstore;   /* borrowed; NULL: packed loaders' indexes in memory */
         zr_tokstore *tok_memory; /* the engine's own store without a directory */

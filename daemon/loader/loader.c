@@ -549,6 +549,7 @@ int zr_loader_engine_new(zr_pool *pool, uint64_t cache_bytes, zr_loader_notify_f
         pthread_cond_init(&e->parked_cond, &ca);
         pthread_condattr_destroy(&ca);
         pthread_mutex_init(&e->mutex, NULL);
+        atomic_init(&e->direct_mode, ZR_DIRECT_AUTO);
         pthread_cond_init(&e->idle, NULL);
         e->pool = pool;
         e->notify = notify;

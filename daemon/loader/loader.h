@@ -195,11 +195,13 @@ void zr_loader_engine_set_spare_bytes(zr_loader_engine *e, uint64_t bytes);
  * at any time (SIGHUP). */
 void zr_loader_engine_set_io(zr_loader_engine *e, zr_ioq *ioq, uint64_t budget);
 
-/* Whether steps found mostly not resident are read with O_DIRECT straight into
- * their slots when their streams allow it (on, the default; docs/IO.md,
- * "Direct reads"), or through the page cache. Any time; applies to the steps
- * read ahead from then on. */
-void zr_loader_engine_set_direct(zr_loader_engine *e, int on);
+/* Which steps are read with O_DIRECT straight into their slots when their
+ * streams allow it (docs/IO.md, "Direct reads"): none (OFF: the page cache),
+ * those found mostly not resident (AUTO, the default), or every one (ALWAYS:
+ * for tests, which need a direct step on a store that stays resident, such as
+ * one on a tmpfs). Any time; applies to the steps read ahead from then on. */
+enum zr_direct_mode { ZR_DIRECT_OFF = 0, ZR_DIRECT_AUTO = 1, ZR_DIRECT_ALWAYS = 2 };
+void zr_loader_engine_set_direct(zr_loader_engine *e, enum zr_direct_mode mode);
 
 /* Cancels the reads ahead of every loader of dataset `ds` and waits for them
  * to end. Call it with ds's exclusive lock held, before a mutation that may

@@ -629,7 +629,8 @@ static void reload(zr_server *s) {
         CHANGED(max_jobs_per_uid, "%u", unsigned)
         if (o->io_direct != n.io_direct) {
                 CHANGED(io_direct, "%d", int)
-                zr_loader_engine_set_direct(s->loaders, o->io_direct);
+                zr_loader_engine_set_direct(s->loaders,
+                                            o->io_direct ? ZR_DIRECT_AUTO : ZR_DIRECT_OFF);
         }
         /* cache, ring-spare, prefetch and read-pool: their budgets in force below */
         o->cache_bytes = n.cache_bytes;
@@ -808,7 +809,7 @@ int zr_server_new(const zr_config *cfg, int argc, char **argv, zr_server **ret, 
         if (r < 0)
                 goto fail;
         zr_loader_engine_set_io(s->loaders, s->ioq, s->budgets.prefetch.bytes);
-        zr_loader_engine_set_direct(s->loaders, s->cfg.io_direct);
+        zr_loader_engine_set_direct(s->loaders, s->cfg.io_direct ? ZR_DIRECT_AUTO : ZR_DIRECT_OFF);
         r = zr_registry_new(s->pool, &s->registry);
         if (r < 0) {
                 r = zr_error_errno(err, -r, "creating the registry");

@@ -95,7 +95,7 @@ static int rig_io(rig *g, enum zr_ioq_backend backend, uint64_t budget, uint64_t
         rig_new(g, 2, cache);
         zr_loader_engine_set_io(g->e, *q, budget);
         /* the page cache's path; the direct one has its own cases */
-        zr_loader_engine_set_direct(g->e, 0);
+        zr_loader_engine_set_direct(g->e, ZR_DIRECT_OFF);
         return 1;
 }
 
@@ -267,6 +267,8 @@ static int takes_direct(scratch *s) {
 static int direct_run(enum zr_ioq_backend backend, enum zr_sampler_mode mode, uint64_t n,
                       uint64_t item, uint32_t batch, uint64_t steps, int memory, int *direct,
                       zr_loader_engine_counters *t) {
+        /* on a tmpfs every page stays resident: ask for every step direct */
+        enum zr_direct_mode dm = memory ? ZR_DIRECT_ALWAYS : ZR_DIRECT_AUTO;
         scratch sc;
         rig g;
         zr_ioq *q;
@@ -286,7 +288,7 @@ static int direct_run(enum zr_ioq_backend backend, enum zr_sampler_mode mode, ui
                 scratch_free(&sc);
                 return 0;
         }
-        zr_loader_engine_set_direct(g.e, 1);
+        zr_loader_engine_set_direct(g.e, dm);
         *direct = takes_direct(&sc);
         reg_init(&raw, make_dense(&sc, "d", n, item, ZR_CODEC_RAW, g.pool, 7));
         evict(&sc, "d");
@@ -371,8 +373,9 @@ START_TEST(test_direct_unaligned_in_order) {
 }
 END_TEST
 
-/* A store on a file system that refuses direct reads (tmpfs): every batch
- * exact, through the page cache; none read directly. */
+/* A store on a file system that refuses direct reads (tmpfs), every step
+ * asked for direct: the first falls back to the page cache, the stream stops
+ * trying, every batch exact; none read directly. */
 START_TEST(test_direct_refused_on_tmpfs) {
         zr_loader_engine_counters t;
         int direct;
@@ -386,6 +389,10 @@ START_TEST(test_direct_refused_on_tmpfs) {
         }
         ck_assert_uint_eq(t.direct_steps, 0);
         ck_assert_uint_eq(t.direct_bytes, 0);
+        ck_assert_uint_ge(t.prefetch_direct, 1);
+        ck_assert_uint_ge(t.direct_fallbacks, 1);
+        /* refused once, not asked again: later steps are not direct */
+        ck_assert_uint_lt(t.prefetch_direct, 8);
 }
 END_TEST
 
