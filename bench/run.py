@@ -61,8 +61,8 @@ def main():
                     help="beyond-memory: ... or after this many timed batches (40)")
     ap.add_argument("--beyond-only", help="beyond-memory: only the contenders whose names start "
                                           "with one of these, comma-separated (e.g. 'zrecord')")
-    ap.add_argument("--beyond-workloads", help="beyond-memory: only these workloads, comma-separated "
-                                               "names as in the tables (e.g. '256 KiB iid')")
+    ap.add_argument("--beyond-workloads", help="beyond-memory: only these workloads, separated by ';', "
+                                               "names as in the tables (e.g. '256 KiB iid;4 KiB sequential, cold')")
     ap.add_argument("--beyond-daemon-args", default="",
                     help="beyond-memory: extra zrecordd flags, space-separated (e.g. "
                          "'--io-direct=off' to compare the page cache's path)")

@@ -374,7 +374,7 @@ def run(ctx):
                  "seeds": [1]},
             ]),
         ]
-        only_wl = (getattr(ctx, "beyond_workloads", None) or "").split(",")
+        only_wl = (getattr(ctx, "beyond_workloads", None) or "").split(";")
         only_zr = (getattr(ctx, "beyond_only", None) or "") == "zrecord"
         for data, formats, workloads in plan:
             if only_wl != [""] and not any(w["name"] in only_wl for w in workloads):
@@ -396,7 +396,7 @@ def run(ctx):
             for wl in workloads:
                 wl = dict(wl, n=data["n"], record_bytes=rec)
                 if getattr(ctx, "beyond_workloads", None) and wl["name"] not in \
-                        ctx.beyond_workloads.split(","):
+                        ctx.beyond_workloads.split(";"):
                     continue
                 for name, params in contenders(ctx, p, wl["codec"], q, wl["nproc"],
                                                wl.get("sampler", "iid")):

@@ -88,8 +88,12 @@ static int direct_fd(struct ldirect *d, int fd, zr_direct_align *align) {
                 goto out;
         zr_direct_align a;
         int dfd;
-        if (zr_direct_open(fd, &dfd, &a, NULL) < 0) {
-                d->refused = 1;
+        int e = zr_direct_open(fd, &dfd, &a, NULL);
+        if (e < 0) {
+                /* out of descriptors: this step through the page cache, the
+                 * next may try again; anything else: the file system's answer */
+                if (e != -EMFILE && e != -ENFILE && e != -ENOMEM)
+                        d->refused = 1;
                 goto out;
         }
         if (d->n > 0 && (a.mem != d->align.mem || a.off != d->align.off)) {
