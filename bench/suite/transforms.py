@@ -254,7 +254,7 @@ def run_hop(ctx, tmp):
         # the work of the hop, and the two wake-ups (the worker's when it waited
         # for the task, the loader's when it waited for the result)
         row["hop_cpu_us"] = sum((parts.get(k) or 0) for k in ("send", "intake", "encode",
-                                                               "decode")) * 1e6
+                                                               "recv", "decode")) * 1e6
         row["hop_wake_us"] = sum((parts.get(k) or 0) for k in ("wake", "back")) * 1e6
         row["parts_us"] = {k: (v or 0) * 1e6 for k, v in parts.items()}
     if row["hop_us"] and copy_ms:

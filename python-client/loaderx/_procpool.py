@@ -290,12 +290,18 @@ class ProcessPool:
     def poll(self, timeout=0.0, also=()):
         """Reads what the workers sent, waiting up to `timeout` seconds (None:
         until something comes) for the first message; returns the descriptors of
-        `also` that became readable."""
-        ws = [w for w in self.alive()]
+        `also` that became readable. At most one message of each worker a call
+        (the callers call again while they wait for more): a message read is
+        one system call, and one worker with nothing else to watch is waited
+        for in its recvmsg(), not in a select() first."""
+        ws = self.alive()
         ready = [w for w in ws if w.chan.ready()]
         got = []
         self._waiting = time.monotonic_ns()   # a result that came before was not waited for
         if not ready:
+            if timeout is None and not also and len(ws) == 1:
+                self._read(ws[0], True)
+                return got
             try:
                 r, _, _ = select.select([w.chan for w in ws] + list(also), [], [], timeout)
             except InterruptedError:
@@ -303,19 +309,21 @@ class ProcessPool:
             got = [x for x in r if not isinstance(x, _pwire.Channel)]
             ready = [w for w in ws if w.chan in r]
         for w in ready:
-            while not w.dead:
-                try:
-                    msg, fds = w.chan.recv()
-                except EOFError:
-                    self._death(w)
-                    break
-                except OSError as e:
-                    self._death(w, why=str(e))
-                    break
-                self._handle(w, msg, fds)
-                if not w.chan.ready() and not select.select([w.chan], [], [], 0)[0]:
-                    break
+            self._read(w, False)
         return got
+
+    def _read(self, w, wait):
+        """Reads and handles one message of worker w (wait: until one comes)."""
+        try:
+            got = w.chan.recv() if wait else w.chan.try_recv()
+        except EOFError:
+            self._death(w)
+            return
+        except OSError as e:
+            self._death(w, why=str(e))
+            return
+        if got is not None:
+            self._handle(w, *got)
 
     def _handle(self, w, msg, fds):
         kind = msg.get("t")
@@ -358,17 +366,22 @@ class ProcessPool:
             if msg["inline"]:
                 self.arena.inline += 1
             self.results[t.step] = ("ok", obj)
-            t_recv, t0, t1, t_enc, t2 = msg["times"]
+            t_recv, t0, t1, _ = msg["times"]
+            t_write, t2 = w.chan.stamps
+            t_arrived = w.chan.arrived
             t_done = time.monotonic_ns()
             # the hop's parts: sending the task, the worker's wake-up (when it
             # waited for it), its intake (views of the ring), encoding the
-            # output, the way back with the loader's wake-up, the decoding
+            # output (with its answer, pickled before the write), the way back
+            # (the loader's wake-up when it waited, and its recvmsg()),
+            # unpickling the answer, making the output's arrays
             parts = (t.t_hop, max(0, t_recv - t.t_sent) if t.idle else 0, t0 - t_recv,
-                     t_enc - t1, max(0, t_got - max(t2, self._waiting)), t_done - t_got)
+                     t_write - t1, max(0, t_arrived - max(t2, self._waiting)),
+                     t_got - t_arrived, t_done - t_got)
             hop = sum(parts)
-            self.recent.append((hop, t2 - t_enc, t1 - t0) + parts)
+            self.recent.append((hop, t2 - t_write, t1 - t0) + parts)
             self.hop_ns += hop
-            self.write_ns += t2 - t_enc
+            self.write_ns += t2 - t_write
             self.transform_ns += t1 - t0
             self.n += 1
         else:
@@ -555,7 +568,7 @@ class ProcessPool:
                 "started": self.started, "restarts": self.restarts, "batches": self.n,
                 "hop_s": median(0), "write_s": median(1), "transform_s": median(2),
                 "hop_parts_s": {name: median(3 + i) for i, name in enumerate(
-                    ("send", "wake", "intake", "encode", "back", "decode"))},
+                    ("send", "wake", "intake", "encode", "back", "recv", "decode"))},
                 "hop_mean_s": self.hop_ns / n / 1e9, "write_mean_s": self.write_ns / n / 1e9,
                 "transform_mean_s": self.transform_ns / n / 1e9,
                 "pickled_bytes": self.pickled, "task_bytes": self.task_bytes,

@@ -190,6 +190,7 @@ class Worker:
         new_fd = None
         new_size = None
         specs = []
+        buf = None
         if arrays:
             bid = msg["buf"]
             buf = self.bufs.get(bid) if bid is not None else None
@@ -208,24 +209,29 @@ class Worker:
                     new_size = size
                     self.bufs[used] = buf
             if used is not None:
-                specs = _pwire.write(arrays, offs, buf.mm)
+                specs = _pwire.specs(arrays, offs)
             else:       # no room in the arena: the arrays travel in the pickle
                 data = pickle.dumps(out, protocol=5)
                 total = 0
                 refs = []
         inline = bool(arrays) and used is None
-        del out, arrays
-        t2 = time.monotonic_ns()
-        reply = {"t": "done", "step": step, "data": data, "specs": specs, "refs": refs,
-                 "buf": used,
-                 "new_size": new_size, "nbytes": total if used is not None else 0,
-                 "inline": inline, "times": (t_recv, t0, t1, t_enc, t2)}
+        # The answer is pickled before the output is written: after a write of
+        # the output's size every cache is cold, and all that follows it is the
+        # send. When the write began and when the message left ride on it as
+        # its stamps.
+        reply = self.chan.prepare({
+            "t": "done", "step": step, "data": data, "specs": specs, "refs": refs, "buf": used,
+            "new_size": new_size, "nbytes": total if used is not None else 0, "inline": inline,
+            "times": (t_recv, t0, t1, t_enc)})
+        t_write = time.monotonic_ns()
+        if used is not None:
+            _pwire.write(arrays, offs, buf.mm)
         try:
-            self.chan.send(reply, [new_fd] if new_fd is not None else ())
+            self.chan.send_prepared(reply, [new_fd] if new_fd is not None else (), (t_write,))
         finally:
             if new_fd is not None:
                 os.close(new_fd)
-
+        del out, arrays     # the output's memory goes back after the answer has left
 
 def main():
     fd, ppid = int(sys.argv[1]), int(sys.argv[2])

@@ -32,16 +32,19 @@ import pickle
 import select
 import socket
 import sys
+import time
 
 import numpy as np
 
 from ._wire import fds_of
 
 __all__ = ["Channel", "Encoder", "Decoder", "Unshippable", "SMALL", "ALIGN", "layout", "encode",
-           "write"]
+           "specs", "write"]
 
 PACKET = 64 << 10          # payload of one packet (the socket's buffer holds several)
 _FDS_MAX = 4               # descriptors one message may carry
+_STAMPS_MAX = 4            # stamps one message may carry
+_HEAD = 2 + 8 * _STAMPS_MAX    # the most a first packet's tag and stamps take
 _ANC = socket.CMSG_SPACE(_FDS_MAX * array.array("i").itemsize)
 # Arrays below this travel pickled: in the arena, a kept label array would keep
 # a whole batch's buffer alive.
@@ -53,20 +56,34 @@ _DEVICE_MODULES = ("jax", "jaxlib", "tensorflow", "cupy", "keras")
 class Channel:
     """One end of a loader-worker socketpair: send(obj, fds) and recv() ->
     (obj, fds); EOFError when the peer is gone. `nonblocking` for the loader's
-    end (see the module's paragraph)."""
+    end (see the module's paragraph): its sends never wait, and try_recv()
+    reads a message only if one is there; recv() waits in the kernel (one
+    system call, no select() first).
+
+    A message may carry stamps (send(..., stamps=(...)), or prepare() then
+    send_prepared()): the sender's CLOCK_MONOTONIC nanoseconds given, then
+    the one when the packet left, which recv() leaves in `stamps` (a tuple,
+    empty for a message without); `arrived` is when this side's system call
+    returned the message's first packet. A message pickled ahead
+    (prepare()) is sent later with nothing but its stamps and the system
+    call: a worker prepares its answer before it writes the output, so what
+    follows that write, on caches the write left cold, is one sendmsg()."""
 
     def __init__(self, sock, nonblocking=False):
         self.sock = sock
         self.nonblocking = nonblocking
-        self.inbox = []            # (obj, fds) read while a send waited
+        self._flags = socket.MSG_DONTWAIT if nonblocking else 0
+        self.inbox = []            # (obj, fds, stamps, arrived) read while a send waited
         self.sent_bytes = 0        # of messages sent (stats())
-        sock.setblocking(not nonblocking)
+        self.stamps = ()           # of the last message received
+        self.arrived = 0           # when the last message's first packet was read
+        sock.setblocking(True)     # per call: MSG_DONTWAIT where this end must not wait
 
     def fileno(self):
         return self.sock.fileno()
 
     def close(self):
-        for _, fds in self.inbox:
+        for _, fds, _, _ in self.inbox:
             for fd in fds:
                 os.close(fd)
         self.inbox = []
@@ -76,25 +93,39 @@ class Channel:
             pass
 
     # ------------------------------------------------------------ sending
-    def send(self, obj, fds=()):
+    def prepare(self, obj):
+        """The packets of `obj`, for send_prepared()."""
         data = pickle.dumps(obj, protocol=5)
         n = len(data)
-        self.sent_bytes += n
-        if n + 1 <= PACKET:
-            packets = [b"\0" + data]
-        else:
-            first = PACKET - 9
-            packets = [b"\1" + n.to_bytes(8, "little") + data[:first]]
-            packets += [data[i:i + PACKET] for i in range(first, n, PACKET)]
-        anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
-        for p in packets:
-            self._send_packet(p, anc)
-            anc = []
+        if n + _HEAD <= PACKET:
+            return n, [data]
+        first = PACKET - _HEAD - 8
+        return n, [n.to_bytes(8, "little") + data[:first]] + \
+            [data[i:i + PACKET] for i in range(first, n, PACKET)]
 
-    def _send_packet(self, p, anc):
+    def send(self, obj, fds=(), stamps=None):
+        self.send_prepared(self.prepare(obj), fds, stamps)
+
+    def send_prepared(self, prepared, fds=(), stamps=None):
+        n, packets = prepared
+        self.sent_bytes += n
+        # the first packet: a tag (bit 0: more packets follow, its length
+        # first; bit 1: stamps follow the tag, a count byte then as many u64)
+        tag = (1 if len(packets) > 1 else 0) | (2 if stamps is not None else 0)
+        anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
+        head = bytes((tag,))
+        if stamps is not None:
+            stamps = tuple(stamps) + (time.monotonic_ns(),)
+            assert len(stamps) <= _STAMPS_MAX
+            head += bytes((len(stamps),)) + b"".join(v.to_bytes(8, "little") for v in stamps)
+        self._send_packet([head, packets[0]], anc)
+        for p in packets[1:]:
+            self._send_packet([p], [])
+
+    def _send_packet(self, parts, anc):
         while True:
             try:
-                self.sock.sendmsg([p], anc)
+                self.sock.sendmsg(parts, anc, self._flags)
                 return
             except BlockingIOError:
                 pass
@@ -102,7 +133,7 @@ class Channel:
                 continue
             r, w, _ = select.select([self.sock], [self.sock], [])
             if r and not w:
-                self.inbox.append(self._recv_one())
+                self.inbox.append(self._recv_one(True) + (self.stamps, self.arrived))
 
     # ------------------------------------------------------------ receiving
     def ready(self):
@@ -110,21 +141,35 @@ class Channel:
         return bool(self.inbox)
 
     def recv(self):
+        """The next message, waiting for it."""
         if self.inbox:
-            return self.inbox.pop(0)
-        return self._recv_one()
+            return self._from_inbox()
+        return self._recv_one(True)
 
-    def _packet(self, first):
+    def try_recv(self):
+        """The next message if one is there, else None (never waits for a
+        first packet)."""
+        if self.inbox:
+            return self._from_inbox()
+        return self._recv_one(False)
+
+    def _from_inbox(self):
+        obj, fds, self.stamps, self.arrived = self.inbox.pop(0)
+        return obj, fds
+
+    def _packet(self, first, wait):
         reset = False
         while True:
             try:
                 if first:
-                    data, anc, flags, _ = self.sock.recvmsg(PACKET + 16, _ANC,
-                                                            socket.MSG_CMSG_CLOEXEC)
+                    data, anc, flags, _ = self.sock.recvmsg(
+                        PACKET + 16, _ANC, socket.MSG_CMSG_CLOEXEC | (0 if wait else self._flags))
                 else:
                     data, anc, flags = self.sock.recv(PACKET + 16), [], 0
                 break
             except BlockingIOError:
+                if not wait:
+                    return None, ()
                 select.select([self.sock], [], [])
             except InterruptedError:
                 continue
@@ -145,16 +190,26 @@ class Channel:
             raise EOFError("the peer closed the channel")
         return data, fds
 
-    def _recv_one(self):
-        data, fds = self._packet(True)
+    def _recv_one(self, wait):
+        data, fds = self._packet(True, wait)
+        if data is None:
+            return None
+        self.arrived = time.monotonic_ns()
         try:
-            if data[0] == 0:
-                payload = data[1:]
+            tag, at = data[0], 1
+            self.stamps = ()
+            if tag & 2:
+                c = data[1]
+                self.stamps = tuple(int.from_bytes(data[2 + 8 * i:10 + 8 * i], "little")
+                                    for i in range(c))
+                at = 2 + 8 * c
+            if not tag & 1:
+                payload = data[at:]
             else:
-                n = int.from_bytes(data[1:9], "little")
-                buf = bytearray(data[9:])
+                n = int.from_bytes(data[at:at + 8], "little")
+                buf = bytearray(data[at + 8:])
                 while len(buf) < n:
-                    more, _ = self._packet(False)
+                    more, _ = self._packet(False, True)
                     buf += more
                 payload = buf
             return pickle.loads(payload), fds
@@ -242,14 +297,19 @@ def layout(arrays):
     return offs, at
 
 
+def specs(arrays, offs):
+    """(offset, dtype, shape, kind) of each array laid out at `offs`: what
+    the loader makes its views of."""
+    return [(off, a.dtype, a.shape, kind) for (a, kind), off in zip(arrays, offs)]
+
+
 def write(arrays, offs, mm):
-    """Copies each array to its offset of the writable mapping `mm`, once."""
-    specs = []
+    """Copies each array to its offset of the writable mapping `mm`, once;
+    returns specs()."""
     for (a, kind), off in zip(arrays, offs):
         dst = np.ndarray(a.shape, a.dtype, buffer=mm, offset=off)
         np.copyto(dst, a, casting="no")
-        specs.append((off, a.dtype, a.shape, kind))
-    return specs
+    return specs(arrays, offs)
 
 
 class Decoder(pickle.Unpickler):

@@ -1030,7 +1030,10 @@ class DataLoader:
         where the transform runs and why (``kind``: ``'process'``, ``'thread'`` or
         ``'inline'``; ``why``; ``count``), and with processes their ``pids``,
         ``restarts``, per batch the hop between processes (``hop_s``: handing the
-        batch over and the result back, the one write of its arrays apart), that
+        batch over and the result back, the one write of its arrays apart; its
+        medians by part in ``hop_parts_s``: ``send``, the worker's ``wake`` when it
+        waited for the task, ``intake``, ``encode``, ``back`` (the loader's wake-up
+        when it waited for the answer), ``recv``, ``decode``), that
         write (``write_s``) and the transform (``transform_s``), the bytes pickled
         into messages (``pickled_bytes``) and the ``arena``: its ``budget``,
         ``bytes`` and ``peak_bytes`` of buffers, ``buffers`` (``free``, ``live``),
