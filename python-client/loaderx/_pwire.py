@@ -39,7 +39,7 @@ import numpy as np
 from ._wire import fds_of
 
 __all__ = ["Channel", "Encoder", "Decoder", "Unshippable", "SMALL", "ALIGN", "layout", "encode",
-           "specs", "write"]
+           "decode", "specs", "write"]
 
 PACKET = 64 << 10          # payload of one packet (the socket's buffer holds several)
 _FDS_MAX = 4               # descriptors one message may carry
@@ -255,8 +255,8 @@ class Encoder(pickle.Pickler):
             if self.ring is not None and obj.base is not None:   # else it owns its memory
                 lo, hi = _byte_bounds(obj)
                 if self.ring[0] <= lo and hi <= self.ring[1]:
-                    self.refs.append((obj.ctypes.data - self.ring[2], obj.dtype, obj.shape,
-                                      obj.strides))
+                    self.refs.append((obj.ctypes.data - self.ring[2], _dtype(obj.dtype),
+                                      obj.shape, obj.strides))
                     return ("r", len(self.refs) - 1)
             self.arrays.append((obj, "np"))
             return len(self.arrays) - 1
@@ -278,13 +278,50 @@ class Encoder(pickle.Pickler):
         return None
 
 
+_NOWHERE = io.BytesIO()     # an Encoder's file when only its persistent_id() runs
+
+
+def _dtype(d):
+    """A dtype as its string where that names it whole (it pickles and
+    unpickles in a fraction of the object's time), else the dtype."""
+    return d.str if d.fields is None and d.subdtype is None and d.metadata is None else d
+
+
 def encode(obj, small=SMALL, ring=None):
-    """(pickle bytes, [(array, kind)] for the arena, [ring reference]) of a
-    transform's output (Encoder)."""
+    """(data, [(array, kind)] for the arena, [ring reference]) of a
+    transform's output (Encoder). `data` is the pickle, or for the outputs
+    transforms return most, an array or a dict of arrays keyed by strings (each
+    set aside), a tuple that describes it without a pickle: ("a", id) or ("d",
+    keys, ids); decode() reads either."""
+    t = type(obj)
+    if t is np.ndarray or (t is dict and obj and all(type(k) is str and type(v) is np.ndarray
+                                                     for k, v in obj.items())):
+        enc = Encoder(_NOWHERE, small, ring)
+        if t is dict:
+            ids = [enc.persistent_id(v) for v in obj.values()]
+            if None not in ids:
+                return ("d", list(obj), ids), enc.arrays, enc.refs
+        else:
+            i = enc.persistent_id(obj)
+            if i is not None:
+                return ("a", i), enc.arrays, enc.refs
     f = io.BytesIO()
     enc = Encoder(f, small, ring)
     enc.dump(obj)
     return f.getvalue(), enc.arrays, enc.refs
+
+
+def decode(data, views, refs=()):
+    """The output encode() described, over `views` (the arena's arrays) and
+    `refs` (the ring's)."""
+    if type(data) is not tuple:
+        return Decoder(data, views, refs).load()
+
+    def one(i):
+        return refs[i[1]] if type(i) is tuple else views[i]
+    if data[0] == "a":
+        return one(data[1])
+    return {k: one(i) for k, i in zip(data[1], data[2])}
 
 
 def layout(arrays):
@@ -300,7 +337,7 @@ def layout(arrays):
 def specs(arrays, offs):
     """(offset, dtype, shape, kind) of each array laid out at `offs`: what
     the loader makes its views of."""
-    return [(off, a.dtype, a.shape, kind) for (a, kind), off in zip(arrays, offs)]
+    return [(off, _dtype(a.dtype), a.shape, kind) for (a, kind), off in zip(arrays, offs)]
 
 
 def write(arrays, offs, mm):

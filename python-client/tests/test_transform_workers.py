@@ -178,6 +178,30 @@ def test_input_passed_on_comes_back_as_ring_views(streams):
         assert loader.stats()["workers"]["arena"]["written_bytes"] == 0
 
 
+def test_an_array_or_a_dict_of_arrays_crosses_without_a_pickle(streams):
+    with DataLoader(streams, batch_size=16, sampler="sequential", transform=xforms.bare,
+                    num_workers=1) as loader:
+        for k in range(3):
+            a = next(loader)
+            np.testing.assert_array_equal(a, xforms.wide(X[16 * k:16 * k + 16]) * 3)
+            assert xforms.mapping_of(a.ctypes.data).startswith("/memfd:loaderx-arena")
+        assert loader.stats()["workers"]["pickled_bytes"] == 0
+    from_numpy("big", np.repeat(X, 64, axis=1))         # 4 KiB records of float32
+    st = {"x": DenseDataset("big"), "y": streams["y"]}
+    with DataLoader(st, batch_size=20, sampler="sequential", transform=xforms.arrays_only,
+                    num_workers=1) as loader:
+        for k in range(3):
+            b = next(loader)
+            x = np.repeat(X[20 * k:20 * k + 20], 64, axis=1)
+            assert list(b) == ["w", "v"]
+            np.testing.assert_array_equal(b["w"], x * 2)
+            assert xforms.mapping_of(b["w"].ctypes.data).startswith("/memfd:loaderx-arena")
+            np.testing.assert_array_equal(b["v"], x[::-1])
+            assert xforms.mapping_of(b["v"].ctypes.data).startswith("/memfd:zrecord-ring")
+            assert b["v"].strides == x[::-1].strides
+        assert loader.stats()["workers"]["pickled_bytes"] == 0
+
+
 def test_arrays_at_any_depth_and_tensors(streams):
     with DataLoader(streams, batch_size=16, sampler="sequential", transform=xforms.nested,
                     num_workers=1) as loader:

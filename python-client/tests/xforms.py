@@ -59,6 +59,17 @@ def big(b):
     return {"x": wide(b["x"]) + 1, "y": np.array(b["y"]), "n": len(b["y"])}
 
 
+def bare(b):
+    """A large array alone: described in the worker's answer, not pickled."""
+    return wide(b["x"]) * 3
+
+
+def arrays_only(b):
+    """A dict of large arrays alone, one new (into the arena), one a view of
+    the batch (back as that view of the ring)."""
+    return {"w": b["x"] * 2, "v": b["x"][::-1]}
+
+
 def nested(b):
     x = wide(b["x"])
     return [x, (x * 2, {"deep": [x * 3]}), "text", {"y": np.array(b["y"])}]
