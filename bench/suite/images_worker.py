@@ -5,7 +5,10 @@
                                         kernel's 128 KiB limit on one argument)
 
 Prints one JSON line: images/s over the timed batches, the CPU seconds this process
-tree and (zrecord) the daemon spent, and the batch shape. Every contender makes
+tree and (zrecord) the daemon spent, the batch shape, each timed batch's wall-clock
+end and, for zrecord, the fraction of the time the daemon's pool slept. Jobs run
+together (SPEC's `window`) take batches until one ends past the window's end
+and count those of a common wall-clock window. Every contender makes
 (B, 224, 224, 3) uint8 batches with RandomResizedCrop (scale (0.08, 1), ratio
 (3/4, 4/3)) and a flip, from the same images.
 """
@@ -78,19 +81,83 @@ def pil_transform(img, rng):
     return np.ascontiguousarray(a)
 
 
-def timed(it, warm, steps, B, pids):
+def threads_of(pid):
+    """Per thread of pid: (ns on a CPU, ns runnable but waiting for one), from
+    /proc/PID/task/TID/schedstat."""
+    out = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                run, wait, _ = f.read().split()
+            out[tid] = (int(run), int(wait))
+        except (OSError, ValueError):
+            pass
+    return out
+
+
+def pool_asleep(before, after, wall_ns, n):
+    """The fraction of `wall_ns` the `n` busiest threads (the daemon's pool:
+    one a core) were asleep, neither on a CPU nor waiting for one: time they
+    had no work. The box's load moves the split between running and waiting,
+    not this."""
+    busy = sorted(((after[t][0] - before[t][0], after[t][1] - before[t][1])
+                   for t in after if t in before), reverse=True)[:n]
+    if not busy or wall_ns <= 0:
+        return None
+    return max(0.0, 1 - sum(r + w for r, w in busy) / (len(busy) * wall_ns))
+
+
+def timed(it, warm, steps, B, pids, daemon=None):
+    """The timed batches: images/s, CPU, and each batch's wall-clock end
+    (time.time(), so that jobs in other processes line up); with `daemon`, how
+    much of the time its pool slept."""
     for _ in range(warm):
         next(it)
     c0 = sum(tree_cpu(p) for p in pids)
+    th0 = threads_of(daemon) if daemon else None
+    w0 = time.time()
     t0 = time.monotonic()
     shape = None
+    stamps = []
     for _ in range(steps):
         b = next(it)
         shape = tuple(b.shape)
+        stamps.append(time.time())
     dt = time.monotonic() - t0
     cpu = sum(tree_cpu(p) for p in pids) - c0
-    return {"images_per_s": steps * B / dt, "seconds": dt, "cpu_s": cpu, "images": steps * B,
-            "shape": shape}
+    r = {"images_per_s": steps * B / dt, "seconds": dt, "cpu_s": cpu, "images": steps * B,
+         "shape": shape, "start": w0, "stamps": stamps}
+    if daemon:
+        r["pool_asleep"] = pool_asleep(th0, threads_of(daemon), int(dt * 1e9), os.cpu_count())
+    return r
+
+
+def windowed(it, window, B):
+    """Batches until one ends past window[1] (wall clock, shared by jobs run
+    together): each batch's end, and the images/s within the window (the
+    parts of the batches at its edges counted by time)."""
+    start = time.time()
+    stamps = []
+    while not stamps or stamps[-1] < window[1]:
+        next(it)
+        stamps.append(time.time())
+    return {"start": start, "stamps": stamps,
+            "images_per_s": in_window([start] + stamps, window) * B / (window[1] - window[0])}
+
+
+def in_window(ends, window):
+    """Batches in `window` of a job whose batches end at `ends` (the first
+    entry its start): a batch across an edge counts for the part inside."""
+    lo, hi = window
+    n = 0.0
+    for a, b in zip(ends, ends[1:]):
+        if b > lo and a < hi:
+            n += (min(b, hi) - max(a, lo)) / (b - a)
+    return n
 
 
 def run_zrecord(s):
@@ -104,7 +171,11 @@ def run_zrecord(s):
     if s.get("start_at"):                 # several jobs: start together
         while time.time() < s["start_at"]:
             time.sleep(0.005)
-    r = timed(it, s["warm"], s["steps"], s["batch"], [os.getpid(), s["daemon_pid"]])
+    if s.get("window"):
+        r = windowed(it, s["window"], s["batch"])
+    else:
+        r = timed(it, s["warm"], s["steps"], s["batch"], [os.getpid(), s["daemon_pid"]],
+                  daemon=s["daemon_pid"])
     dl.close()
     return r
 
