@@ -266,6 +266,9 @@ def run_hop(ctx, tmp):
              ("hop_wake_us", "wake-ups µs"), ("write_ms", "write ms p50"),
              ("copy_ms", "one copy ms"), ("hop_of_copy", "hop / copy"),
              ("written_mib", "MiB written a batch"), ("bps", "batches/s"), ("load", "load")], [row])
+    if parts:
+        say("  the hop's parts, µs p50 each (wake-ups: wake, back; the rest work): " +
+            ", ".join(f"{k} {v * 1e6:,.0f}" for k, v in parts.items() if v is not None))
     return row
 
 
