@@ -68,17 +68,22 @@ def _bar(total, desc, unit):
 
 # ---------------------------------------------------------------- appending
 
-def _append_flat(ds, values, offsets):
+def _append_flat(ds, values, offsets, during=None):
     """Appends the 1-D records values[offsets[i]:offsets[i+1]] to ragged store ds,
     without a Python step per record: the shape headers are woven into the values
-    by one numpy insert, and the bytes go in one sealed memfd per request."""
+    by one masked numpy pass, and the bytes go in one sealed memfd per request.
+    While the daemon writes one request's records, the next request's bytes are
+    woven, and ``during()`` (the caller's next read) runs during the last one."""
     item = values.dtype.itemsize
     n = len(offsets) - 1
     if n <= 0:
+        if during is not None:
+            during()
         return
     lens = np.diff(offsets).astype(np.uint64)
     per = max(1, min(32768, (ds._h.conn.frame_max - 1024) // 8))
-    for s in range(0, n, per):
+
+    def weave(s):
         e = min(n, s + per)
         lo, hi = int(offsets[s]), int(offsets[e])
         part = np.ascontiguousarray(values[lo:hi])
@@ -103,9 +108,21 @@ def _append_flat(ds, values, offsets):
             buf = np.concatenate([x for j in range(e - s) for x in (
                 hdr[j].view(np.uint8), part[int(offsets[s + j]) - lo:
                                             int(offsets[s + j + 1]) - lo].view(np.uint8))])
+        return buf, sizes
+
+    starts = list(range(0, n, per))
+    ready = [weave(0)]
+    for i in range(len(starts)):
+        buf, sizes = ready.pop()
+
+        def work(i=i):
+            if i + 1 < len(starts):
+                ready.append(weave(starts[i + 1]))
+            elif during is not None:
+                during()
         with _shm.SealedMemfd([buf], "loaderx-append") as m:
             ds._h.request("append", {"offset": 0, "dtype": ds._h.schema["dtype"], "ndim": 1,
-                                     "sizes": _wire.u64s(sizes)}, fds=(m.fd,))
+                                     "sizes": _wire.u64s(sizes)}, fds=(m.fd,), during=work)
 
 
 class _Writer:
@@ -159,8 +176,9 @@ class _Writer:
         np.cumsum(lens[keep], out=new[1:])
         return values, (offsets[:-1][keep], new)   # starts in values, new offsets
 
-    def ragged(self, values, offsets, kind="ragged"):
-        """Rows values[offsets[i]:offsets[i+1]] (numpy)."""
+    def ragged(self, values, offsets, kind="ragged", during=None):
+        """Rows values[offsets[i]:offsets[i+1]] (numpy); ``during()`` runs while the
+        daemon writes the last of them."""
         self._open(kind, values.dtype)
         offsets = np.asarray(offsets, np.int64)
         values, off = self._drop_empty(values, offsets)
@@ -171,7 +189,9 @@ class _Writer:
             values, off = values[idx], new
         n = len(off) - 1
         if n:
-            _append_flat(self.ds, values, off)
+            _append_flat(self.ds, values, off, during)
+        elif during is not None:
+            during()
         self.records += n
         self.rows += len(offsets) - 1
 
@@ -183,8 +203,9 @@ class _Writer:
         self.rows += len(array)
 
 
-def _arrow_chunk(pa, w, arr):
-    """Writes one Arrow array (a column's chunk) through writer w."""
+def _arrow_chunk(pa, w, arr, during=None):
+    """Writes one Arrow array (a column's chunk) through writer w; ``during()``
+    runs while the daemon writes its last records (or after them)."""
     t = arr.type
     types = pa.types
     if arr.null_count:
@@ -202,7 +223,7 @@ def _arrow_chunk(pa, w, arr):
         if values.dtype.byteorder == ">":
             values = values.astype(values.dtype.newbyteorder("<"))
         base = offsets[0]
-        w.ragged(values[base:offsets[-1]], offsets - base)
+        w.ragged(values[base:offsets[-1]], offsets - base, during=during)
         return
     if types.is_fixed_size_list(t):
         vt = t.value_type
@@ -220,7 +241,7 @@ def _arrow_chunk(pa, w, arr):
                                 np.dtype(odt).itemsize).astype(np.int64)
         data = np.frombuffer(bufs[2], np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
         base = int(offsets[0])
-        w.ragged(data[base:int(offsets[-1])], offsets - base, kind="bytes")
+        w.ragged(data[base:int(offsets[-1])], offsets - base, kind="bytes", during=during)
         return
     if types.is_integer(t) or types.is_floating(t) or types.is_boolean(t):
         w.dense(arr.to_numpy(zero_copy_only=False))
@@ -239,15 +260,27 @@ def _write_batches(pa, path, batches, column, codec, skip_empty, total_rows, des
                                     name="ZR_E_EXISTS")
         w = _Writer(c, codec, skip_empty, desc)
         bar = _bar(total_rows, os.path.basename(os.fspath(path)), "rows")
+        # the next batch is read while the daemon writes the last records of
+        # this one (a ragged column; other kinds read it after)
+        it = iter(batches)
+        ahead = []
+
+        def read_ahead():
+            if not ahead:
+                ahead.append(next(it, None))
         try:
-            for b in batches:
+            while True:
+                b = ahead.pop() if ahead else next(it, None)
+                if b is None:
+                    break
                 names = b.schema.names
                 if column not in names:
                     raise ZrecordValueError(f"{desc}: no column {column!r} (the columns: "
                                             f"{', '.join(names)})")
                 col = b.column(names.index(column))
-                for arr in (col.chunks if isinstance(col, pa.ChunkedArray) else [col]):
-                    _arrow_chunk(pa, w, arr)
+                arrs = col.chunks if isinstance(col, pa.ChunkedArray) else [col]
+                for k, arr in enumerate(arrs):
+                    _arrow_chunk(pa, w, arr, read_ahead if k == len(arrs) - 1 else None)
                     bar.update(len(arr))
         finally:
             bar.close()
@@ -454,9 +487,9 @@ def from_megatron(dst, prefix, codec="raw"):
         c.add(ds)
         try:
             with open(prefix + ".bin", "rb", buffering=0) as f:
-                s = 0
-                while s < n:
-                    # sequences [s, e): about CHUNK_BYTES, at least one
+                def read(s):
+                    """Sequences [s, e): about CHUNK_BYTES, at least one; (e, values,
+                    offsets)."""
                     lo = int(ptrs[s])
                     e = int(np.searchsorted(ends, lo + CHUNK_BYTES, side="right"))
                     e = max(e, s + 1) if contiguous else min(n, s + max(1, CHUNK_BYTES //
@@ -471,19 +504,27 @@ def from_megatron(dst, prefix, codec="raw"):
                             raise ZrecordValueError(f"{prefix}.bin: short read at {lo}",
                                                     name="ZR_E_CORRUPT")
                         values = buf.view(dt)
-                        off = np.zeros(e - s + 1, np.int64)
-                        np.cumsum(lens64[s:e], out=off[1:])
                     else:
                         parts = []
                         for j in range(s, e):
                             f.seek(int(ptrs[j]))
                             parts.append(np.frombuffer(f.read(int(lens64[j]) * dt.itemsize), dt))
                         values = np.concatenate(parts)
-                        off = np.zeros(e - s + 1, np.int64)
-                        np.cumsum(lens64[s:e], out=off[1:])
-                    _append_flat(ds, values.astype(dt.newbyteorder("<"), copy=False), off)
+                    off = np.zeros(e - s + 1, np.int64)
+                    np.cumsum(lens64[s:e], out=off[1:])
+                    return e, values, off
+
+                # the next chunk is read from the .bin while the daemon writes this one
+                ahead = [read(0)] if n else []
+                while ahead:
+                    e, values, off = ahead.pop()
+
+                    def read_ahead(e=e):
+                        if e < n:
+                            ahead.append(read(e))
+                    _append_flat(ds, values.astype(dt.newbyteorder("<"), copy=False), off,
+                                 read_ahead)
                     bar.update(int(off[-1]) * dt.itemsize)
-                    s = e
         finally:
             bar.close()
     return n

@@ -265,13 +265,13 @@ class Handle:
                 raise
         return fn()
 
-    def request(self, kind, fields=None, fds=(), context=None, abandon=False):
+    def request(self, kind, fields=None, fds=(), context=None, abandon=False, during=None):
         def send():
             f = {"handle": self.h()}
             if fields:
                 f.update(fields)
             return self.conn.request(kind, f, fds=fds, context=context or self.path,
-                                     abandon=abandon)
+                                     abandon=abandon, during=during)
         return self.retry_lost(kind, send)
 
     def info(self):

@@ -143,6 +143,34 @@ def test_megatron_both_ways_bit_for_bit(workdir, code, dtype):
         assert open("g" + ext, "rb").read() == open("gback" + ext, "rb").read(), ext
 
 
+def test_converters_in_pieces(workdir, monkeypatch):
+    """A corpus that takes several reads and several APPENDs: the next read
+    runs while the daemon writes (_corpora._append_flat's ``during``), and
+    every record lands once, in order. 33,000 records are two APPENDs of one
+    chunk; small chunks and batches are many reads of one APPEND each."""
+    from loaderx import _corpora
+    rng = np.random.default_rng(7)
+    docs = [rng.integers(0, 1000, int(k), dtype=np.int32)
+            for k in rng.integers(1, 6, size=33_000)]
+    iw.write_megatron("m", docs, dtype_code=4)
+    offsets = np.zeros(len(docs) + 1, np.int64)
+    np.cumsum([len(d) for d in docs], out=offsets[1:])
+    pq.write_table(pa.table({"t": pa.ListArray.from_arrays(
+        pa.array(offsets.astype(np.int32)), pa.array(np.concatenate(docs)))}), "c.parquet",
+        row_group_size=9_000)
+    for chunk, rows in ((_corpora.CHUNK_BYTES, _corpora.ARROW_BATCH_ROWS), (4096, 3_000)):
+        monkeypatch.setattr(_corpora, "CHUNK_BYTES", chunk)
+        monkeypatch.setattr(_corpora, "ARROW_BATCH_ROWS", rows)
+        for name, convert in (("meg", lambda p: from_megatron(p, "m")),
+                              ("pq", lambda p: from_parquet(p, "c.parquet", "t"))):
+            path = f"{name}-{chunk}"
+            assert convert(path) == len(docs)
+            to_megatron(path, path + "-back")
+            for ext in (".bin", ".idx"):
+                assert open("m" + ext, "rb").read() == open(path + "-back" + ext, "rb").read(), \
+                    (path, ext)
+
+
 def test_megatron_refusals(workdir):
     docs = iw.documents(5, 10)
     iw.write_megatron("m", docs)
