@@ -10,7 +10,9 @@ Megatron-LM's .bin/.idx and as Parquet (a list<int32> column), then:
   packed      concat batches/s of (8, 2048) and (64, 4096), cyclic sampler,
               against the machine's memcpy (the limits layer's all-thread
               gather of 256 KiB records), for the batch's bytes: tokens,
-              segment ids and positions
+              segment ids and positions; a first pass and the same steps
+              again, with the store's share in the page cache before each
+              and the daemon's major faults during it
   first       the first batch at step 0 with no index (built), at step 0
               and at step 10^6 with the index on disk (a fresh process each,
               imports not counted)
@@ -135,26 +137,60 @@ def _first_here(store, B, L, seed, step):
     return dt
 
 
-def _packed_rate(store, B, L, steps):
+def _majflt(pid):
+    """The major page faults of process pid so far (reads from the disk)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[9])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _resident(store):
+    """The fraction of the store's chunk files in the page cache (util-linux's
+    fincore), or None."""
+    import glob
+    import shutil
+    tool = shutil.which("fincore")
+    files = glob.glob(os.path.join(store, "*.chunk"))
+    if not tool or not files:
+        return None
+    r = subprocess.run([tool, "-b", "-n", "-o", "RES,SIZE"] + files, capture_output=True,
+                       text=True, timeout=60)
+    res = size = 0
+    for line in r.stdout.split("\n"):
+        f = line.split()
+        if len(f) == 2:
+            res, size = res + int(f[0]), size + int(f[1])
+    return res / size if size else None
+
+
+def _packed_rate(store, B, L, steps, pid=None):
     """Batches/s over the same steps twice, in two loaders: the first pass is
-    the first read of those documents after the conversion (their pages not
-    yet touched through the daemon's mappings of the store, or no longer in
-    the page cache); the second reads them again, as a later pass over the
-    corpus would. Returns (first, second, batch bytes)."""
+    the first read of those documents after the conversion; the second reads
+    them again, as a later pass over the corpus would. With each pass, the
+    store's fraction in the page cache before it and the daemon's major faults
+    during it: a first pass much slower than the second read its pages from the
+    disk (packed loaders do not read ahead yet, docs/TOKENS.md). Returns
+    (first, second, batch bytes, [(resident, faults)] per pass)."""
     from loaderx.dataloader import DataLoader
     from loaderx.dataset import RaggedDataset
-    rates = []
+    rates, seen = [], []
     for _ in range(2):
         with DataLoader({"tokens": RaggedDataset(store)}, batch_size=B, sampler="cyclic",
                         seed=1, pack={"tokens": L}, num_workers=0, prefetch=8) as dl:
+            res = _resident(store)
             for _ in range(8):
                 next(dl)
+            f0 = _majflt(pid) if pid else None
             t = time.perf_counter()
             for _ in range(steps):
                 b = next(dl)
                 del b
             rates.append(steps / (time.perf_counter() - t))
-    return rates[0], rates[1], B * L * 12
+            f1 = _majflt(pid) if pid else None
+            seen.append((res, None if f0 is None or f1 is None else f1 - f0))
+    return rates[0], rates[1], B * L * 12, seen
 
 
 def _megatron_index(lens, L, epochs=1, repeats=3):
@@ -308,12 +344,16 @@ def run(ctx):
         mc = ctx.limits[big].get("memcpy_mt_best")
     rows = []
     steps = 40 if q else 400
+    pid = getattr(getattr(ctx, "daemon", None), "pid", None)
     for B, L in ((8, 2048), (64, 4096)):
-        first, rate, bb = _packed_rate(store, B, L, steps)
+        first, rate, bb, seen = _packed_rate(store, B, L, steps, pid)
         gib = rate * bb / 2 ** 30
         rows.append({"shape": f"({B}, {L})", "first_s": first,
                      "first_gib": first * bb / 2 ** 30, "batches_s": rate, "gib_s": gib,
-                     "memcpy": mc, "ratio": gib / mc if mc else None})
+                     "memcpy": mc, "ratio": gib / mc if mc else None,
+                     "again_first": rate / first,
+                     "first_resident": seen[0][0], "first_majflt": seen[0][1],
+                     "again_resident": seen[1][0], "again_majflt": seen[1][1]})
     out["packed"] = rows
     C.table("tokens: packed concat batches (cyclic; GiB/s of tokens, segment ids and "
             "positions; memcpy: the limits layer's all-thread gather, best; first pass: "
@@ -321,6 +361,14 @@ def run(ctx):
             [("shape", "(B, L)"), ("first_s", "first pass /s"), ("first_gib", "GiB/s"),
              ("batches_s", "again /s"), ("gib_s", "GiB/s"), ("memcpy", "memcpy GiB/s"),
              ("ratio", "x memcpy")], rows)
+    pct = lambda v: None if v is None else 100 * v  # noqa: E731
+    C.table("tokens: why the first pass is slower (the store's share in the page cache "
+            "before each pass, fincore; the daemon's major page faults, reads from the disk, "
+            "during it)",
+            [("shape", "(B, L)"), ("again_first", "again / first"),
+             ("fr", "first: resident %"), ("first_majflt", "first: major faults"),
+             ("ar", "again: resident %"), ("again_majflt", "again: major faults")],
+            [dict(r, fr=pct(r["first_resident"]), ar=pct(r["again_resident"])) for r in rows])
 
     # -- the first batch; the index
     step_far = 10 ** 6
