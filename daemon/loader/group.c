@@ -112,9 +112,8 @@ static size_t resident_cap(const group *g) {
  *   - a resident slot whose batch a member behind still needs: the newest
  *     such. The oldest is the very step the slowest member needs next:
  *     taking it made that member gather its next step, fall further behind
- *     and lose the next one the same way, gathering every step from then on
- *     (4 processes: 159 gathers for 96 steps). Losing the newest, it takes
- *     the older ones at once, catches up, and gathers that one step;
+ *     and lose the next one the same way (4 processes: 159 gathers for 96
+ *     steps). Losing the newest, it first takes the older ones it finds;
  *   - a slot never filled (the invariant above: a member below its claims
  *     finds one). */
 slot *zr_group_pick(const group *g) {
