@@ -54,6 +54,23 @@ static void teardown(void) {
         memset(&D, 0, sizeof(D));
 }
 
+/* The config file's directory, made and removed in this process around the
+ * whole case (an unchecked fixture): a test that fails exits its forked
+ * process at once, before any checked teardown, so only the parent can be
+ * sure to remove what the test wrote. */
+static char cfg_dir[] = "/tmp/zrd-spare-XXXXXX";
+
+static void cfg_dir_make(void) {
+        if (!mkdtemp(cfg_dir)) {
+                perror("test-spare: mkdtemp");
+                exit(EXIT_FAILURE);
+        }
+}
+
+static void cfg_dir_remove(void) {
+        tl_rmtree(cfg_dir);
+}
+
 /* Creates a raw dense store of NREC records of REC bytes (record i: every byte
  * rec_byte(i)) in D.dir/name, and READs records 0..BATCH-1 once so that the
  * daemon's mapping of them is warm before any fault is counted. Returns its
@@ -330,9 +347,8 @@ static void expect_spare(int fd, uint64_t budget, uint64_t bytes) {
  * next close on), a bad file (kept), lowered under a ring (released at once,
  * and none made for that size), each change logged. */
 START_TEST(test_spare_reload) {
-        char dir[] = "/tmp/zrd-spare-XXXXXX", cfg[400], cfgarg[420];
-        ck_assert_ptr_nonnull(mkdtemp(dir));
-        snprintf(cfg, sizeof(cfg), "%s/zrecordd.conf", dir);
+        char cfg[400], cfgarg[420];
+        snprintf(cfg, sizeof(cfg), "%s/zrecordd.conf", cfg_dir);
         snprintf(cfgarg, sizeof(cfgarg), "--config=%s", cfg);
         write_config(cfg, "ring-spare = 0\n");
         const char *args[] = {cfgarg, NULL};
@@ -368,8 +384,6 @@ START_TEST(test_spare_reload) {
         spare_status(fd, &budget, NULL);
         ck_assert_uint_eq(budget, DEFAULT_BUDGET);
         close(fd);
-        unlink(cfg);
-        rmdir(dir);
 }
 END_TEST
 
@@ -378,5 +392,6 @@ int main(void) {
         TCase *tc = TL_TCASE(s, "spare", 120, test_spare_ring_reused, test_spare_off,
                              test_spare_reload);
         tcase_add_checked_fixture(tc, NULL, teardown);
+        tcase_add_unchecked_fixture(tc, cfg_dir_make, cfg_dir_remove);
         return tl_run_suite(s);
 }
