@@ -56,19 +56,34 @@ run_script "scripts/killpoints.sh" bash scripts/killpoints.sh
 echo "== fuzzers (libFuzzer, bounded executions per target)"
 run_script "scripts/fuzz.sh" bash scripts/fuzz.sh
 
-echo "== Python client, service and security tests (pytest, against the built daemon)"
-pylog=$(mktemp)
-set +e
-ZRECORDD="$PWD/build/daemon/zrecordd" ZR_BUILD="$PWD/build" \
-  python3 -m pytest -q -rs -p no:cacheprovider python-client/tests tests/systemd tests/security 2>&1 | tee "$pylog" | tail -n 25
-pyrc=${PIPESTATUS[0]}
-set -e
-py_passed=$(grep -Eo '[0-9]+ passed' "$pylog" | tail -1 | grep -Eo '[0-9]+' || true)
-py_failed=$(tail -n 3 "$pylog" | { grep -Eo '[0-9]+ (failed|errors?)' || true; } | awk '{s += $1} END {print s + 0}')
-passed=$((passed + ${py_passed:-0}))
-failed=$((failed + ${py_failed:-0}))
-if [ "$pyrc" -ne 0 ] && [ "${py_failed:-0}" -eq 0 ]; then failed=$((failed + 1)); fi
-rm -f "$pylog"
+# pytest in a process of its own per group: `-rfEs` names every failure, error and
+# skip in the summary. JAX starts threads when it is imported, and a process that
+# forks beside them may deadlock, so test_jax.py (which imports jax) runs alone,
+# after the others.
+run_pytest() { # $1 = label, rest = pytest arguments
+  local label=$1; shift
+  local pylog pyrc py_passed py_failed
+  echo "== $label"
+  pylog=$(mktemp)
+  set +e
+  ZRECORDD="$PWD/build/daemon/zrecordd" ZR_BUILD="$PWD/build" \
+    python3 -m pytest -q -rfEs -p no:cacheprovider "$@" 2>&1 | tee "$pylog" | tail -n 25
+  pyrc=${PIPESTATUS[0]}
+  set -e
+  if grep -qE '^(FAILED|ERROR) ' "$pylog"; then  # named even when skips fill the tail
+    echo "-- failed or in error:"; grep -E '^(FAILED|ERROR) ' "$pylog"
+  fi
+  py_passed=$(grep -Eo '[0-9]+ passed' "$pylog" | tail -1 | grep -Eo '[0-9]+' || true)
+  py_failed=$(tail -n 3 "$pylog" | { grep -Eo '[0-9]+ (failed|errors?)' || true; } | awk '{s += $1} END {print s + 0}')
+  passed=$((passed + ${py_passed:-0}))
+  failed=$((failed + ${py_failed:-0}))
+  if [ "$pyrc" -ne 0 ] && [ "${py_failed:-0}" -eq 0 ]; then failed=$((failed + 1)); fi
+  rm -f "$pylog"
+}
+run_pytest "Python client, service and security tests (pytest, against the built daemon)" \
+  --ignore=python-client/tests/test_jax.py python-client/tests tests/systemd tests/security
+run_pytest "JAX (pytest in a process of its own: jax's threads beside no fork of another test)" \
+  python-client/tests/test_jax.py
 
 echo "== the loaderx wheel: sdist, wheel, auditwheel, a fresh venv, the examples there (PyPI)"
 run_script "scripts/wheel.sh" bash scripts/wheel.sh
