@@ -430,9 +430,10 @@ static int append_headerless(zr_dataset *ds, const zr_batch *b, uint64_t n,
                 p += b->lens[i];
         }
         if (ds->lx)
-                r = zr_lxragged_append(ds->lx, data, lens, ndims, dims, n, ret_first, err);
+                r = zr_lxragged_append(ds->lx, data, lens, ndims, dims, n, b->level, ret_first,
+                                       err);
         else
-                r = zr_store_append(ds->store, data, lens, n, ret_first, err);
+                r = zr_store_append_level(ds->store, b->level, data, lens, n, ret_first, err);
 out:
         free(lens);
         free(ndims);
@@ -465,13 +466,14 @@ int zr_dataset_append(zr_dataset *ds, const zr_batch *b, uint64_t *ret_first,
                                               (unsigned long long)n);
                 for (uint64_t i = 0; i < n; i++)
                         lens[i] = item;
-                r = zr_store_append(ds->store, b->data, lens, n, ret_first, err);
+                r = zr_store_append_level(ds->store, b->level, b->data, lens, n, ret_first,
+                                          err);
                 free(lens);
                 return r;
         }
         if (ds->schema.layout != ZR_LAYOUT_ZRECORD)
                 return append_headerless(ds, b, n, ret_first, err);
-        return zr_store_append(ds->store, b->data, b->lens, n, ret_first, err);
+        return zr_store_append_level(ds->store, b->level, b->data, b->lens, n, ret_first, err);
 }
 
 int zr_dataset_gather_dense(zr_dataset *ds, const uint64_t *idx, size_t n, void *dst,

@@ -66,7 +66,8 @@ typedef struct zr_dataset zr_dataset;
  * ragged: `nrecords` records packed back to back in data, record i `lens[i]`
  * bytes, each beginning with its shape header; data_len must be sum(lens).
  * Fields of the other kind are ignored. `dtype` is the numpy dtype string of the
- * data (its byte order included: the dataset never byte-swaps). */
+ * data (its byte order included: the dataset never byte-swaps). `level` is the
+ * compression level of zr_store_append_level() (0: the codec's default). */
 typedef struct zr_batch {
         const char *dtype;
         const void *data;
@@ -75,6 +76,7 @@ typedef struct zr_batch {
         uint32_t ndim;         /* dense */
         const uint64_t *lens;  /* ragged */
         uint64_t nrecords;     /* ragged */
+        int level;
 } zr_batch;
 
 /* Creates a dataset in `dirfd`: writes schema.msgpack atomically (temp file, fsync,

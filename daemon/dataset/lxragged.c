@@ -265,7 +265,7 @@ int zr_lxragged_gather(zr_lxragged *d, const uint64_t *idx, size_t n, void *dst,
 }
 
 int zr_lxragged_append(zr_lxragged *d, const void *data, const uint64_t *lens,
-                       const uint32_t *ndims, const uint64_t *dims, uint64_t n,
+                       const uint32_t *ndims, const uint64_t *dims, uint64_t n, int level,
                        uint64_t *ret_first, zr_error *err) {
         uint64_t first, at = 0;
         int r;
@@ -291,7 +291,7 @@ int zr_lxragged_append(zr_lxragged *d, const void *data, const uint64_t *lens,
                         *ret_first = first;
                 return 0;
         }
-        r = zr_store_append(d->store, data, lens, (size_t)n, &first, err);
+        r = zr_store_append_level(d->store, level, data, lens, (size_t)n, &first, err);
         if (r < 0)
                 return r;
         at = 0;

@@ -86,9 +86,10 @@ int zr_lxragged_gather(zr_lxragged *d, const uint64_t *idx, size_t n, void *dst,
 /* Appends n records: record i is lens[i] bytes of data (back to back), of shape
  * ndims[i] dims, taken in order from dims (record 0's first). Every record must be
  * non-empty (loaderx 1.5.7 stores none empty) and exactly prod(shape) × itemsize
- * bytes: ZR_E_SCHEMA otherwise, nothing written. Sets *ret_first (may be NULL). */
+ * bytes: ZR_E_SCHEMA otherwise, nothing written. Compresses at `level`
+ * (zr_store_append_level()). Sets *ret_first (may be NULL). */
 int zr_lxragged_append(zr_lxragged *d, const void *data, const uint64_t *lens,
-                       const uint32_t *ndims, const uint64_t *dims, uint64_t n,
+                       const uint32_t *ndims, const uint64_t *dims, uint64_t n, int level,
                        uint64_t *ret_first, zr_error *err);
 
 /* Deletes idx[0..n) (any order, repeats allowed, as loaderx 1.5.7) by swap-last,

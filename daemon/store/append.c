@@ -21,6 +21,7 @@ typedef struct append_job {
         const uint8_t *data;
         const uint64_t *lens;
         size_t n;
+        int level;
         uint64_t *shard_off;     /* byte offset of each shard's first record in data */
         const uint8_t **shard_src; /* each shard's stored bytes, back to back */
         zr_coder_ctx **ctxs;
@@ -46,7 +47,7 @@ static void append_compress_shard(void *arg, size_t shard, size_t nshards) {
         const uint8_t *src = j->data + j->shard_off[shard];
         for (size_t k = lo; k < hi; k++) {
                 size_t phys;
-                r = zr_coder_compress(s->zc, j->ctxs[shard], out + pos, bound - pos, src,
+                r = zr_coder_compress(s->zc, j->ctxs[shard], j->level, out + pos, bound - pos, src,
                                       j->lens[k], &phys, &j->st[shard].err);
                 if (r < 0) {
                         j->st[shard].r = r;
@@ -124,7 +125,12 @@ static int store_put_locs(zr_store *s, uint64_t first, const uint8_t *enc, size_
 
 int zr_store_append(zr_store *s, const void *data, const uint64_t *lens, size_t n,
                     uint64_t *ret_first, zr_error *err) {
-        append_job j = { .s = s, .data = data, .lens = lens, .n = n };
+        return zr_store_append_level(s, 0, data, lens, n, ret_first, err);
+}
+
+int zr_store_append_level(zr_store *s, int level, const void *data, const uint64_t *lens,
+                          size_t n, uint64_t *ret_first, zr_error *err) {
+        append_job j = { .s = s, .data = data, .lens = lens, .n = n, .level = level };
         size_t nshards = 0;
         int r;
 
@@ -132,6 +138,11 @@ int zr_store_append(zr_store *s, const void *data, const uint64_t *lens, size_t 
         r = zr_store_check_writable(s, err);
         if (r < 0)
                 goto out;
+        if (level != 0 && (level < ZR_LEVEL_MIN || level > ZR_LEVEL_MAX)) {
+                r = zr_error_set(err, EINVAL, "level %d: a level is %d to %d (zstd's scale)",
+                                 level, ZR_LEVEL_MIN, ZR_LEVEL_MAX);
+                goto out;
+        }
         if (s->codec == ZR_CODEC_ZSTD_DICT && !zr_store_has_dict(s)) {
                 r = zr_error_set(err, ZR_E_NO_DICT,
                                  "zstd_dict store has no dictionary: install one first");
@@ -188,6 +199,9 @@ int zr_store_append(zr_store *s, const void *data, const uint64_t *lens, size_t 
                         }
                 }
         } else {
+                r = zr_coder_prepare(s->zc, level, err);
+                if (r < 0)
+                        goto out;
                 for (size_t i = 0; i < nshards; i++) {
                         j.ctxs[i] = zr_coder_ctx_get(s->zc);
                         if (!j.ctxs[i]) {

@@ -219,6 +219,18 @@ int zr_store_read_dict(zr_store *s, void **ret, size_t *ret_len, zr_error *err);
 int zr_store_append(zr_store *s, const void *data, const uint64_t *lens, size_t n,
                     uint64_t *ret_first, zr_error *err);
 
+/* The compression levels a writer may ask for, in zstd's scale (level 20 and
+ * up need far more memory than a record needs; negative levels are not
+ * offered). */
+#define ZR_LEVEL_MIN 1
+#define ZR_LEVEL_MAX 19
+
+/* As zr_store_append(), compressing at `level` (codec.h: 0 the codec's default,
+ * else ZR_LEVEL_MIN..ZR_LEVEL_MAX; EINVAL outside, nothing written). A raw
+ * store ignores it. */
+int zr_store_append_level(zr_store *s, int level, const void *data, const uint64_t *lens,
+                          size_t n, uint64_t *ret_first, zr_error *err);
+
 /* Reads the table entries of records idx[0..n) into ret_locs[0..n) (decoded
  * from the .loc mapping, or one pread per run of consecutive indices). Lock-free.
  * ZR_E_RANGE for an index >= length (nothing read), ZR_E_CORRUPT for an entry

@@ -291,7 +291,7 @@ static void ragged_append(zr_lxragged *d, uint64_t first_id, uint64_t n) {
                 memcpy(dims + nd, lx_shapes[id % 5].dims, ndims[i] * 8);
                 nd += ndims[i];
         }
-        ck_assert_msg(zr_lxragged_append(d, data, lens, ndims, dims, n, &first, &err) == 0, "%s",
+        ck_assert_msg(zr_lxragged_append(d, data, lens, ndims, dims, n, 0, &first, &err) == 0, "%s",
                       err.message);
         free(data);
         free(lens);
@@ -555,8 +555,8 @@ START_TEST(test_convert_both_ways) {
 
                 conv_record(i, rec, dims);
                 len = dims[0] * 8;
-                ck_assert_int_eq(zr_lxragged_append(d, rec, &len, (uint32_t[]){ 2 }, dims, 1, NULL,
-                                                    &err), 0);
+                ck_assert_int_eq(zr_lxragged_append(d, rec, &len, (uint32_t[]){ 2 }, dims, 1, 0,
+                                                    NULL, &err), 0);
         }
         zr_lxragged_close(d, NULL);
 
@@ -602,7 +602,7 @@ START_TEST(test_convert_both_ways) {
         fd = scratch_child(&s, "mixed");
         ck_assert_int_eq(zr_lxragged_create(fd, "|u1", ZR_CODEC_RAW, NULL, 0, &o, &d, NULL), 0);
         ck_assert_int_eq(zr_lxragged_append(d, "abcdef", (uint64_t[]){ 2, 4 }, (uint32_t[]){ 1, 2 },
-                                            (uint64_t[]){ 2, 2, 2 }, 2, NULL, &err), 0);
+                                            (uint64_t[]){ 2, 2, 2 }, 2, 0, NULL, &err), 0);
         zr_lxragged_close(d, NULL);
         close(c);
         c = scratch_child(&s, "out1");

@@ -324,7 +324,7 @@ static void lxr_append(zr_lxragged *d, uint64_t first, uint64_t n) {
                 memset(data + at, (int)id, lens[i]);
                 at += lens[i];
         }
-        ck_assert_int_eq(zr_lxragged_append(d, data, lens, ndims, dims, n, NULL, NULL), 0);
+        ck_assert_int_eq(zr_lxragged_append(d, data, lens, ndims, dims, n, 0, NULL, NULL), 0);
 }
 
 static void lxr_expect(zr_lxragged *d, const uint64_t *ids, uint64_t n) {
@@ -364,9 +364,9 @@ START_TEST(test_lxragged_recovery) {
         lxr_expect(d, ids, 10);
         /* refusals leave everything as it was */
         ck_assert_int_eq(zr_lxragged_append(d, "\x01\x01", (uint64_t[]){ 2 }, (uint32_t[]){ 1 },
-                                            (uint64_t[]){ 3 }, 1, NULL, &err), -ZR_E_SCHEMA);
+                                            (uint64_t[]){ 3 }, 1, 0, NULL, &err), -ZR_E_SCHEMA);
         ck_assert_int_eq(zr_lxragged_append(d, "", (uint64_t[]){ 0 }, (uint32_t[]){ 1 },
-                                            (uint64_t[]){ 0 }, 1, NULL, NULL), -ZR_E_SCHEMA);
+                                            (uint64_t[]){ 0 }, 1, 0, NULL, NULL), -ZR_E_SCHEMA);
         ck_assert_int_eq(zr_lxragged_delete(d, (uint64_t[]){ 10 }, 1, NULL), -ZR_E_RANGE);
         lxr_expect(d, ids, 10);
 

@@ -4,6 +4,7 @@
  * (store-mutation.c), and refusals of bad input from the API side
  * (store-refusals.c). */
 #include <check.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 #include "records.h"
 #include "store-kit.h"
 #include "store/format.h"
+#include "store/store-private.h"
 
 /* ---- round trips -------------------------------------------------------- */
 
@@ -131,6 +133,71 @@ END_TEST
 
 START_TEST(test_round_trip_zstd_dict) {
         round_trip_sizes(ZR_CODEC_ZSTD_DICT);
+}
+END_TEST
+
+/* Appends at levels 1..19 and the default, in an order that passes the kept
+ * CDicts (ZR_CODER_CDICTS) and comes back to levels freed meanwhile: every
+ * record reads back, at most ZR_CODER_CDICTS are kept, a level outside 1..19
+ * is EINVAL with nothing written, and level 19 stores less than level 1 (the
+ * level is applied, not ignored). */
+static void levels(enum zr_codec codec) {
+        static const int order[] = { 1, 19, 0, 2, 9, 3, 1, 13, 19, 4, 6, 1, 0 };
+        static const uint64_t lens[] = { 3000, 20000, 100, 65536 };
+        enum { NL = sizeof(order) / sizeof(order[0]), NR = sizeof(lens) / sizeof(lens[0]) };
+        uint64_t ids[NL * NR], len_of[NL * NR], phys[20] = {0};
+        zr_pool *pool = NULL;
+        zr_error err = {0};
+        tdir d;
+
+        ck_assert_int_eq(zr_pool_new(2, &pool), 0);
+        tdir_make(&d);
+        zr_store *s = create_store(&d, codec, 24, pool);
+        for (size_t k = 0; k < NL; k++) {
+                uint8_t *data = make_batch(lens, NR, k * NR);
+                zr_stats before, after;
+                uint64_t first = 0;
+                ck_assert_int_eq(zr_store_stats(s, &before, NULL), 0);
+                ck_assert_msg(zr_store_append_level(s, order[k], data, lens, NR, &first, &err) == 0,
+                              "level %d: %s", order[k], err.message);
+                free(data);
+                ck_assert_uint_eq(first, k * NR);
+                ck_assert_int_eq(zr_store_stats(s, &after, NULL), 0);
+                phys[order[k]] = after.live_bytes - before.live_bytes;
+                for (size_t i = 0; i < NR; i++) {
+                        ids[k * NR + i] = k * NR + i;
+                        len_of[k * NR + i] = lens[i];
+                }
+                if (codec == ZR_CODEC_ZSTD_DICT)
+                        ck_assert_uint_le(zr_coder_cdicts(s->zc, NULL), ZR_CODER_CDICTS);
+        }
+        check_all(s, ids, len_of, NL * NR);
+        check_verify(s, NL * NR);
+        ck_assert_msg(phys[19] < phys[1], "level 19: %llu bytes, level 1: %llu",
+                      (unsigned long long)phys[19], (unsigned long long)phys[1]);
+
+        /* out of range: refused, nothing written */
+        static const int bad[] = { -1, 20, 22, ZR_LEVEL_MAX + 1 };
+        for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+                uint8_t *data = make_batch(lens, 1, 0);
+                ck_assert_int_eq(zr_store_append_level(s, bad[k], data, lens, 1, NULL, &err),
+                                 -EINVAL);
+                ck_assert_ptr_nonnull(strstr(err.message, "1 to 19"));
+                free(data);
+                ck_assert_uint_eq(zr_store_length(s), NL * NR);
+        }
+        s = reopen(&d, s, pool);
+        check_all(s, ids, len_of, NL * NR);
+        store_done(&d, s, pool);
+}
+
+START_TEST(test_levels_zstd) {
+        levels(ZR_CODEC_ZSTD);
+}
+END_TEST
+
+START_TEST(test_levels_zstd_dict) {
+        levels(ZR_CODEC_ZSTD_DICT);
 }
 END_TEST
 
@@ -327,7 +394,8 @@ END_TEST
 int main(void) {
         Suite *s = suite_create("store");
         TL_TCASE(s, "round-trip", 300, test_round_trip_raw, test_round_trip_zstd,
-                 test_round_trip_zstd_dict, test_rollover_raw, test_rollover_zstd, test_no_pool,
+                 test_round_trip_zstd_dict, test_levels_zstd, test_levels_zstd_dict,
+                 test_rollover_raw, test_rollover_zstd, test_no_pool,
                  test_pread_path, test_pread_asked);
         store_add_mutation(s);
         store_add_refusals(s);
