@@ -223,7 +223,7 @@ static const field append_req[] = {
         REQ("handle", T_U32), OPT("offset", T_UINT), OPT("count", T_UINT),
         OPT("record_bytes", T_UINT), OPT("sizes", T_U64S), OPT("dtype", T_STR),
         OPT("item_shape", T_UINTS), OPT("ndim", T_U32),
-        OPT_SUB("streams", T_MAPS, append_stream_fields), END,
+        OPT_SUB("streams", T_MAPS, append_stream_fields), OPT("level", T_U32), END,
 };
 static const field delete_req[] = { REQ("handle", T_U32), REQ("indices", T_U64S), END };
 static const field train_dict_req[] = {

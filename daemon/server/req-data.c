@@ -525,6 +525,15 @@ int zr_handle_append(zr_request *rq) {
         if (!st)
                 return -ENOMEM;
         st->data.fd = -1;
+        uint32_t level = 0;
+        if (zr_wire_find(rq->root, "level")) {
+                if (zr_wire_get_u32(rq->root, "level", &level, &werr) < 0)
+                        return zr_request_fail(rq, ZR_E_PROTO, "append: %s", werr.message);
+                if (level < ZR_LEVEL_MIN || level > ZR_LEVEL_MAX)
+                        return zr_request_fail(rq, EINVAL, "append: level %u: a level is %d to "
+                                               "%d (zstd's scale)", level, ZR_LEVEL_MIN,
+                                               ZR_LEVEL_MAX);
+        }
         if (h->type == ZR_HANDLE_DATASET) {
                 st->n = 1;
                 st->parts[0].entry = zr_entry_ref(h->entry);
@@ -569,6 +578,8 @@ int zr_handle_append(zr_request *rq) {
                                 return r;
                 }
         }
+        for (uint32_t i = 0; i < st->n; i++)
+                st->parts[i].batch.level = (int)level;
         /* its working memory: each record's table entry and place, the
          * batch's arrays (a dense count is bounded only by the memfd) */
         uint64_t records = 0;
