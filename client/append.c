@@ -111,6 +111,8 @@ static int append_from_memfd(zrc_dataset *d, int fd, const zrc_records *r, uint6
                 w = conn_begin(c, ZR_MSG_APPEND);
                 zr_wire_put_u64(w, "handle", d->handle);
                 dataset_put_append_fields(d, w, &part, offset);
+                if (r->level)
+                        zr_wire_put_u64(w, "level", r->level);
                 ret = conn_call(c, ZR_MSG_APPEND, &fd, 1, &reply);
                 if (ret < 0)
                         return ret;

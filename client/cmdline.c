@@ -120,7 +120,7 @@ static const char *const help_texts[_CMD_MAX] = {
                 "\n" GLOBAL_OPTIONS_HELP "\n" EXIT_CODES_HELP,
         [CMD_IMPORT] =
                 "Usage: zrecord import FILE.npy PATH [--codec raw|zstd|zstd_dict]\n"
-                "                      [--chunk N] [--dict-tier TIER] [--json]\n"
+                "                      [--level N] [--chunk N] [--dict-tier TIER] [--json]\n"
                 "       zrecord import --from parquet|arrow|webdataset|megatron SRC... PATH\n"
                 "                      [--column NAME] [--key EXT] [--codec raw|zstd]\n"
                 "                      [--skip-empty]\n"
@@ -145,6 +145,9 @@ static const char *const help_texts[_CMD_MAX] = {
                 "  --codec C       zstd (default, as from_numpy), raw, or zstd_dict (a\n"
                 "                  dictionary is trained by the daemon on a sample of the\n"
                 "                  file's records)\n"
+                "  --level N       zstd, zstd_dict: the compression level, 1 to 19 in zstd's\n"
+                "                  scale (default 3 for both: as fast as zstd's default,\n"
+                "                  docs/DATASETS.md \"Levels\"); higher is smaller and slower\n"
                 "  --chunk N       records per append\n"
                 "  --dict-tier T   zstd_dict: the dictionary tier (default balanced)\n"
                 "\n" GLOBAL_OPTIONS_HELP "\n" EXIT_CODES_HELP,
@@ -414,7 +417,7 @@ void cmdline_done(cmdline *c) {
 }
 
 /* The options, each with whether it takes a value. */
-enum opt_id { OPT_HELP, OPT_VERSION, OPT_JSON, OPT_SOCKET, OPT_CODEC, OPT_CHUNK, OPT_DICT_TIER,
+enum opt_id { OPT_HELP, OPT_VERSION, OPT_JSON, OPT_SOCKET, OPT_CODEC, OPT_CHUNK, OPT_DICT_TIER, OPT_LEVEL,
               OPT_HEX, OPT_RANGE, OPT_TO, OPT_PARALLEL, OPT_SAMPLER, OPT_SEED, OPT_BATCH, OPT_WORLD_SIZE,
               OPT_RANK, OPT_STEP, OPT_VALUES, OPT_SOURCE, OPT_ITERATIONS, OPT_DELAY, OPT_SORT,
               _OPT_MAX };
@@ -431,6 +434,7 @@ static const struct {
         [OPT_JSON] = { "--json", false },     [OPT_SOCKET] = { "--socket", true },
         [OPT_CODEC] = { "--codec", true },    [OPT_CHUNK] = { "--chunk", true },
         [OPT_DICT_TIER] = { "--dict-tier", true }, [OPT_HEX] = { "--hex", false },
+        [OPT_LEVEL] = { "--level", true },
         [OPT_ITERATIONS] = { "--iterations", true }, [OPT_DELAY] = { "--delay", true },
         [OPT_SORT] = { "--sort", true },
         [OPT_RANGE] = { "--range", true },    [OPT_TO] = { "--to", true },
@@ -468,6 +472,14 @@ static int apply_opt(cmdline *c, enum opt_id id, const char *v, bool *seen) {
                 if (cmdline_parse_u64(v, &c->chunk) < 0 || c->chunk == 0)
                         return usage(c, "--chunk needs a positive number, not \"%s\"", v);
                 break;
+        case OPT_LEVEL: {
+                uint64_t level;
+                if (cmdline_parse_u64(v, &level) < 0 || level < 1 || level > 19)
+                        return usage(c, "--level needs a level from 1 to 19 (zstd's scale), "
+                                        "not \"%s\"", v);
+                c->level = (uint32_t)level;
+                break;
+        }
         case OPT_DICT_TIER:
                 if (!*v)
                         return usage(c, "--dict-tier needs a name");
@@ -633,8 +645,13 @@ int cmdline_parse(int argc, char *const *argv, cmdline *ret) {
                 return 0; /* nothing else matters */
         if (ret->cmd == CMD_NONE)
                 return usage(ret, "no command given");
-        if ((seen[OPT_CODEC] || seen[OPT_CHUNK] || seen[OPT_DICT_TIER]) && ret->cmd != CMD_IMPORT)
-                return usage(ret, "--codec, --chunk and --dict-tier are options of import");
+        if ((seen[OPT_CODEC] || seen[OPT_CHUNK] || seen[OPT_DICT_TIER] || seen[OPT_LEVEL]) &&
+            ret->cmd != CMD_IMPORT)
+                return usage(ret, "--codec, --level, --chunk and --dict-tier are options of "
+                                  "import");
+        if (seen[OPT_LEVEL] && ret->codec == ZRC_CODEC_RAW)
+                return usage(ret, "--level is for --codec zstd or zstd_dict: raw is not "
+                                  "compressed");
         if (ret->hex && ret->cmd != CMD_CAT)
                 return usage(ret, "--hex is an option of cat");
         if (ret->has_range && ret->cmd != CMD_CAT && ret->cmd != CMD_WHERE)

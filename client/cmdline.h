@@ -63,6 +63,7 @@ typedef struct cmdline {
         zrc_codec codec;        /* import: --codec (default raw) */
         uint64_t chunk;         /* import: --chunk N records per append (0: auto) */
         const char *dict_tier;  /* import: --dict-tier (default "balanced") */
+        uint32_t level;         /* import: --level N, 1..19 (0: the codec's default) */
         bool hex;               /* cat: --hex */
         bool has_range;         /* cat: --range A:B */
         uint64_t range_start;

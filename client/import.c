@@ -193,6 +193,7 @@ int tool_cmd_import(const cmdline *cl) {
                         .ndim = h.ndim - 1,
                         .count = k,
                         .data = chunk,
+                        .level = cl->level,
                 };
 
                 r = read_at(fd, chunk, k * h.record_bytes, h.data_offset + done * h.record_bytes);

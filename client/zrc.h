@@ -459,6 +459,8 @@ typedef struct zrc_records {
         uint64_t count;
         const void *data;
         const uint64_t *sizes;      /* ragged */
+        uint32_t level;             /* the compression level, 1..19 in zstd's scale;
+                                     * 0: the codec's default (a raw store ignores it) */
 } zrc_records;
 
 /* Appends records (one sealed memfd, one APPEND). On success sets *ret_first
@@ -469,7 +471,8 @@ typedef struct zrc_records {
  *                 (the message names what was expected and what came);
  *   -ZR_E_READONLY: the handle has no write access;
  *   -ZR_E_NO_DICT: a zstd_dict dataset without a dictionary;
- *   -ZR_E_TOO_BIG, -ENOSPC, -EIO, -ENOMEM, -EINVAL (inconsistent *r).
+ *   -ZR_E_TOO_BIG, -ENOSPC, -EIO, -ENOMEM, -EINVAL (inconsistent *r, or a
+ *                 level outside 1..19).
  * On an error nothing of that APPEND is written.
  *
  *     zrc_records r = { .count = 100, .data = images };

@@ -738,6 +738,26 @@ def _copy_records(a, offs, lens, shapes, count, dt):
 
 
 # ------------------------------------------------------------------ appending
+LEVEL_MIN, LEVEL_MAX = 1, 19        # compression levels, zstd's scale (PROTOCOL.md, APPEND)
+
+
+def level_fields(level, codec):
+    """The APPEND fields for a compression level: {} for None (the codec's default,
+    docs/DATASETS.md "Levels"), else {"level": level}, checked."""
+    if level is None:
+        return {}
+    if isinstance(level, bool) or not isinstance(level, (int, np.integer)):
+        raise ZrecordTypeError(f"level must be an int from {LEVEL_MIN} to {LEVEL_MAX} "
+                               f"(zstd's scale), got {type(level).__name__}")
+    if not LEVEL_MIN <= level <= LEVEL_MAX:
+        raise ZrecordValueError(f"level {level}: a level is {LEVEL_MIN} to {LEVEL_MAX} "
+                                "(zstd's scale; higher is smaller and slower)")
+    if codec == "raw":
+        raise ZrecordValueError(f"level {level} given for a raw store, which is not "
+                                "compressed: use codec 'zstd' or 'zstd_dict'")
+    return {"level": int(level)}
+
+
 def ragged_header(ndim, shape):
     return np.array((ndim,) + tuple(shape), dtype="<u8")
 

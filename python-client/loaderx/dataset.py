@@ -361,12 +361,16 @@ class DenseDataset(_Dataset):
             raise ZrecordValueError(f"{what} needs at least one record")
         return np.ascontiguousarray(arr)
 
-    def append(self, records):
-        """Appends a batch ``(B, *item_shape)``; returns the index of its first record."""
+    def append(self, records, level=None):
+        """Appends a batch ``(B, *item_shape)``; returns the index of its first record.
+
+        ``level``: the compression level, 1 to 19 in zstd's scale; None: the codec's
+        default (docs/DATASETS.md, "Levels")."""
+        lv = _store.level_fields(level, self._h.schema["codec"])
         arr = self._check_batch(records)
         fields = _store.dense_fields(self._h.schema, arr)
         with _shm.SealedMemfd([arr], "loaderx-append") as m:
-            r = self._h.request("append", dict(fields, offset=0), fds=(m.fd,))
+            r = self._h.request("append", dict(fields, offset=0, **lv), fds=(m.fd,))
         return int(r["first"])
 
 
@@ -481,9 +485,10 @@ class RaggedDataset(_Dataset):
             out.append(np.ascontiguousarray(a))
         return out
 
-    def append(self, records):
+    def append(self, records, level=None):
         """Appends a list of records (arrays, or ``bytes`` into a uint8 store);
-        returns the index of the first."""
+        returns the index of the first. ``level``: as :meth:`DenseDataset.append`."""
+        lv = _store.level_fields(level, self._h.schema["codec"])
         recs = self._check_records(records)
         if not recs:
             raise ZrecordValueError("append needs at least one record")
@@ -495,7 +500,7 @@ class RaggedDataset(_Dataset):
             with _shm.SealedMemfd(pieces, "loaderx-append") as m:
                 r = self._h.request("append", {
                     "offset": 0, "dtype": self._h.schema["dtype"], "ndim": self._ndim,
-                    "sizes": _wire.u64s(sizes)}, fds=(m.fd,))
+                    "sizes": _wire.u64s(sizes), **lv}, fds=(m.fd,))
             if first is None:
                 first = int(r["first"])
         return first
@@ -625,7 +630,7 @@ class MSDataset:
                 f"stream {odd[0]!r} has {lengths[odd[0]]} records, not aligned with the "
                 f"{first} of the first stream ({names[0]!r})", name="ZR_E_MISALIGNED")
 
-    def _append_loose(self, batches):
+    def _append_loose(self, batches, level=None):
         missing = [n for n in self._streams if n not in batches]
         if missing:
             raise ZrecordKeyError(f"append to {self.root!r} needs one batch for every stream: "
@@ -642,7 +647,8 @@ class MSDataset:
                 + ", ".join(f"{n}={c}" for n, c in counts.items()), name="ZR_E_MISALIGNED")
         first = None
         for name, ds in self._streams.items():
-            f = ds.append(checked[name])
+            at = {} if level is None or ds.codec == "raw" else {"level": level}
+            f = ds.append(checked[name], **at)
             first = f if first is None else first
         return first
 
@@ -696,14 +702,17 @@ class MSDataset:
                 name="ZR_E_MISALIGNED")
         return vals.pop()
 
-    def append(self, batches):
+    def append(self, batches, level=None):
         """Appends one batch per stream, all of the same count; returns the first index.
 
         Every batch is checked before anything is written. A batch too large for one
         request (ragged record sizes travel in the request frame) is written in
-        aligned pieces, each all-or-nothing across the streams."""
+        aligned pieces, each all-or-nothing across the streams. ``level``: the
+        compression level of the compressed streams, as :meth:`DenseDataset.append`."""
+        codecs = {d.codec for d in self._streams.values()}
+        _store.level_fields(level, "raw" if codecs == {"raw"} else "zstd")
         if self._set is None:
-            return self._append_loose(batches)
+            return self._append_loose(batches, level)
         h = self._set_handle()
         n_ragged = sum(1 for d in self._streams.values() if isinstance(d, RaggedDataset))
         per = max(1, (self._conn.frame_max - 16384) // (8 * max(1, n_ragged))) if n_ragged else None
@@ -728,12 +737,12 @@ class MSDataset:
                     name="ZR_E_MISALIGNED")
             first = None
             for s in range(0, count, per):
-                f = self._append_one(h, {n: b[s:s + per] for n, b in batches.items()})
+                f = self._append_one(h, {n: b[s:s + per] for n, b in batches.items()}, level)
                 first = f if first is None else first
             return first
-        return self._append_one(h, batches)
+        return self._append_one(h, batches, level)
 
-    def _append_one(self, h, batches):
+    def _append_one(self, h, batches, level=None):
         names = set(batches)
         missing = [n for n in self._streams if n not in names]
         extra = [n for n in batches if n not in self._streams]
@@ -776,8 +785,9 @@ class MSDataset:
                 + ", ".join(f"{n}={c}" for n, c in counts.items()),
                 name="ZR_E_MISALIGNED")
         with _shm.SealedMemfd(pieces, "loaderx-append") as m:
-            r = self._conn.request("append", {"handle": h, "streams": streams}, fds=(m.fd,),
-                                   context=self.root)
+            r = self._conn.request("append", {"handle": h, "streams": streams,
+                                              **({} if level is None else {"level": level})},
+                                   fds=(m.fd,), context=self.root)
         return int(r["first"])
 
     def delete(self, key):

@@ -236,7 +236,7 @@ def _is_zrecord(x):
     return isinstance(x, Zrecord)
 
 
-def from_numpy(path, array, codec="zstd", dict_bytes=None, schema=None):
+def from_numpy(path, array, codec="zstd", dict_bytes=None, schema=None, level=None):
     """Writes ``array`` into a dense store at ``path``, one record per slice along
     axis 0; returns ``len(array)``.
 
@@ -247,10 +247,14 @@ def from_numpy(path, array, codec="zstd", dict_bytes=None, schema=None):
     ``'zstd_dict'``; ``zstd_dict`` without ``dict_bytes`` trains a dictionary on the
     array itself (it is the settled data), tier ``'balanced'``, unless the store
     already has one. ``schema``: extra keys for a new store's schema.msgpack.
+    ``level``: the compression level, 1 to 19 in zstd's scale (higher: smaller,
+    slower); None: the codec's default (docs/DATASETS.md, "Levels").
     """
     if codec not in _store.CODECS:
         raise ZrecordValueError(f"unknown codec {codec!r}, expected one of {sorted(_store.CODECS)}",
                                 name="ZR_E_BAD_CODEC")
+    _store.level_fields(level, codec)
+    at = {} if level is None else {"level": level}
     if not isinstance(array, np.ndarray):
         raise ZrecordTypeError(f"from_numpy expects np.ndarray, got {type(array).__name__}")
     if array.ndim == 0:
@@ -280,7 +284,7 @@ def from_numpy(path, array, codec="zstd", dict_bytes=None, schema=None):
         try:
             for s in range(0, n, per):
                 chunk = np.ascontiguousarray(array[s:s + per])
-                ds.append(chunk)
+                ds.append(chunk, **at)
                 bar.update(chunk.nbytes)
         finally:
             bar.close()
@@ -289,7 +293,8 @@ def from_numpy(path, array, codec="zstd", dict_bytes=None, schema=None):
     return int(array.shape[0])
 
 
-def from_iterator(path, source, dtype, codec="zstd", dict_bytes=None, schema=None):
+def from_iterator(path, source, dtype, codec="zstd", dict_bytes=None, schema=None,
+                  level=None):
     """Writes an iterable of records into a ragged store at ``path``; returns the
     number of records written.
 
@@ -297,11 +302,13 @@ def from_iterator(path, source, dtype, codec="zstd", dict_bytes=None, schema=Non
     differ in ndim too). ``source``: arrays, or ``bytes`` (uint8; a ``bytes`` source
     is one record). An existing store of the same dtype and codec is appended to.
     ``zstd_dict`` needs ``dict_bytes`` (train one with :func:`train_dict` on the
-    settled data): a stream cannot train its own.
+    settled data): a stream cannot train its own. ``level``: as :func:`from_numpy`.
     """
     if codec not in _store.CODECS:
         raise ZrecordValueError(f"unknown codec {codec!r}, expected one of {sorted(_store.CODECS)}",
                                 name="ZR_E_BAD_CODEC")
+    _store.level_fields(level, codec)
+    at = {} if level is None else {"level": level}
     dt = np.dtype(_store.canonical_dtype(dtype))
     if codec == "zstd_dict" and dict_bytes is None:
         raise ZrecordValueError(
@@ -327,12 +334,12 @@ def from_iterator(path, source, dtype, codec="zstd", dict_bytes=None, schema=Non
                 buf.append(r)
                 nbytes += len(r) if isinstance(r, (bytes, bytearray)) else np.asarray(r).nbytes
                 if nbytes >= CHUNK_BYTES or len(buf) >= RAGGED_CHUNK_RECORDS:
-                    ds.append(buf)
+                    ds.append(buf, **at)
                     count += len(buf)
                     bar.update(len(buf))
                     buf, nbytes = [], 0
             if buf:
-                ds.append(buf)
+                ds.append(buf, **at)
                 count += len(buf)
                 bar.update(len(buf))
         finally:

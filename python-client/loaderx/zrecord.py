@@ -44,11 +44,15 @@ def _flat(a, name):
 
 
 class Zrecord:
-    """A store of raw byte records at ``path`` (created if absent, with ``codec``)."""
+    """A store of raw byte records at ``path`` (created if absent, with ``codec``).
 
-    def __init__(self, path, codec="zstd"):
+    ``level``: the compression level of this object's appends, 1 to 19 in zstd's
+    scale; None: the codec's default (docs/DATASETS.md, "Levels")."""
+
+    def __init__(self, path, codec="zstd", level=None):
         if codec not in CODECS:
             raise ValueError(f"unknown codec {codec!r}, expected one of {sorted(CODECS)}")
+        _store.level_fields(level, codec)           # before anything is created
         path = os.fspath(path)
         if _store.is_store(path):
             self._ds = RaggedDataset(path)
@@ -61,6 +65,13 @@ class Zrecord:
             self._ds = RaggedDataset(path, dtype=np.uint8, codec=codec, ndim=1, _layout="bytes")
         self.path = self._ds.path
         self.codec = self._ds.codec
+        if level is not None:
+            try:
+                _store.level_fields(level, self.codec)
+            except BaseException:
+                self._ds.close()
+                raise
+        self.level = level
 
     def __len__(self):
         return len(self._ds)
@@ -95,7 +106,7 @@ class Zrecord:
                 raise ZrecordError(-4)   # loaderx 1.5.7: record_too_large, empty ones too
         if not recs:
             return len(self)
-        return self._ds.append(recs)
+        return self._ds.append(recs, **({} if self.level is None else {"level": self.level}))
 
     def lengths(self, idxs):
         """The size of each record of idxs (a uint32 array)."""

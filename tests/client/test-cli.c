@@ -453,8 +453,18 @@ START_TEST(test_import_codecs) {
         ck_assert_msg(!strstr(out, "\"dict_bytes\": 0"), "no dictionary: %s", out);
         free(out);
         free(err);
-        for (int k = 0; k < 2; k++) {
-                const char *p = path(k ? "u-dict" : "u-zstd");
+        /* --level: the same records at 19 with the dictionary and at 1 without */
+        ck_assert_int_eq(run(&out, &err, "import", path("u.npy"), path("u-dict19"), "--codec",
+                             "zstd_dict", "--dict-tier", "small", "--level", "19", NULL), 0);
+        free(out);
+        free(err);
+        ck_assert_int_eq(run(&out, &err, "import", path("u.npy"), path("u-zstd1"), "--codec",
+                             "zstd", "--level", "1", NULL), 0);
+        free(out);
+        free(err);
+        for (int k = 0; k < 4; k++) {
+                static const char *const names[] = { "u-zstd", "u-dict", "u-dict19", "u-zstd1" };
+                const char *p = path(names[k]);
 
                 ck_assert_int_eq(run(&out, &err, "cat", p, "2999", "--hex", NULL), 0);
                 ck_assert_uint_eq(strlen(out), strlen("2999:") + W * 3 + 1);

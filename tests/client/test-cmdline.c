@@ -55,6 +55,29 @@ START_TEST(test_import) {
         ck_assert_int_eq(cl.codec, ZRC_CODEC_ZSTD); /* as from_numpy's */
         ck_assert_uint_eq(cl.chunk, 0);
         ck_assert_str_eq(cl.dict_tier, "balanced");
+        ck_assert_uint_eq(cl.level, 0); /* the codec's default */
+        cmdline_done(&cl);
+
+        /* --level: 1..19, for a compressed codec, of import only */
+        ck_assert_int_eq(PARSE(&cl, "import", "a.npy", "/d", "--level", "19"), 0);
+        ck_assert_uint_eq(cl.level, 19);
+        cmdline_done(&cl);
+        ck_assert_int_eq(PARSE(&cl, "import", "a.npy", "/d", "--codec=zstd_dict", "--level=1"), 0);
+        ck_assert_uint_eq(cl.level, 1);
+        cmdline_done(&cl);
+        static char *bad_levels[] = { "0", "20", "-3", "3x", "" };
+        for (size_t i = 0; i < sizeof(bad_levels) / sizeof(bad_levels[0]); i++) {
+                ck_assert_int_eq(PARSE(&cl, "import", "a.npy", "/d", "--level", bad_levels[i]),
+                                 -EINVAL);
+                ck_assert_msg(strstr(cl.error, "1 to 19"), "%s", cl.error);
+                cmdline_done(&cl);
+        }
+        ck_assert_int_eq(PARSE(&cl, "import", "a.npy", "/d", "--codec", "raw", "--level", "3"),
+                         -EINVAL);
+        ck_assert(strstr(cl.error, "raw is not compressed"));
+        cmdline_done(&cl);
+        ck_assert_int_eq(PARSE(&cl, "info", "/d", "--level", "3"), -EINVAL);
+        ck_assert(strstr(cl.error, "options of import"));
         cmdline_done(&cl);
 
         ck_assert_int_eq(PARSE(&cl, "import", "--codec", "zstd_dict", "a.npy", "/d", "--chunk=500",
