@@ -11,12 +11,16 @@
  * store (the same-run limit: a memcpy gather) and a plain zstd store (the
  * baseline a dictionary has to beat) come first. All data is deterministic.
  *
- *     dict-tiers [--quick] [--sweep] [--dir DIR]
+ *     dict-tiers [--quick] [--sweep | --levels] [--dir DIR]
  *
  * --quick shrinks the corpus and the stores to finish in seconds (a smoke run);
  * --sweep replaces the three tiers by a ladder of (dictionary, sample budget)
  * sizes, 8 KiB / 1 MiB up to 512 KiB / 48 MiB, the measurement the tiers were
- * picked from;
+ * picked from; --levels writes the default tier's (balanced) store and a plain
+ * zstd store at each compression level of `levels` below, the measurement the
+ * default level was picked from (docs/DATASETS.md, "Levels"); append MiB/cpu-s
+ * is the append's bytes per CPU second of the whole process (the pool's
+ * compression, what other tenants do not inflate);
  * the default takes about a minute or two on 2 cores. Stores live in a scratch
  * directory under DIR (default $TMPDIR or /tmp), removed at the end.
  */
@@ -56,9 +60,14 @@ static const zr_dict_tier_spec sweep[] = {
         { "512K/48M", 512 << 10, 48 << 20 },
 };
 
+/* --levels: the compression levels written at (zstd's scale; 0 is the codec's
+ * default, which is one of these). */
+static const int levels[] = { 1, 2, 3, 4, 6, 9, 19 };
+#define NLEVELS (sizeof(levels) / sizeof(levels[0]))
+
 typedef struct config {
         size_t corpus_bytes, store_bytes, batch_bytes, timed;
-        int sweep;
+        int sweep, by_level;
         const char *dir;
 } config;
 
@@ -102,7 +111,7 @@ static int rm_one(const char *p, const struct stat *st, int flag, struct FTW *f)
 }
 
 typedef struct measured {
-        double ratio, gather_mibs, gather_cpu_mibs, append_s;
+        double ratio, gather_mibs, gather_cpu_mibs, append_s, append_cpu_s;
 } measured;
 
 /* CPU seconds of every thread of the process: a gather's cost that the other
@@ -128,8 +137,9 @@ static int gather_step(void *arg, uint64_t batch) {
 
 /* Builds a store of `codec` (with dict) from the first records of the corpus,
  * measures its ratio and gather throughput, removes it. */
-static int measure_store(const config *c, zr_pool *pool, enum zr_codec codec, const void *dict,
-                         size_t dict_len, const uint8_t *corpus, size_t record, measured *ret) {
+static int measure_store(const config *c, zr_pool *pool, enum zr_codec codec, int level,
+                         const void *dict, size_t dict_len, const uint8_t *corpus, size_t record,
+                         measured *ret) {
         char path[512];
         uint64_t n = c->store_bytes / record, *lens = NULL;
         zr_store_options opts = { .pool = pool };
@@ -162,10 +172,12 @@ static int measure_store(const config *c, zr_pool *pool, enum zr_codec codec, co
         if (r < 0)
                 goto out;
         uint64_t t0 = workload_now_ns();
-        r = zr_store_append(s, corpus, lens, n, NULL, &err);
+        double acpu0 = process_cpu_s();
+        r = zr_store_append_level(s, level, corpus, lens, n, NULL, &err);
         if (r < 0)
                 goto out;
         ret->append_s = (double)(workload_now_ns() - t0) / 1e9;
+        ret->append_cpu_s = process_cpu_s() - acpu0;
         r = zr_store_stats(s, &st, &err);
         if (r < 0)
                 goto out;
@@ -208,17 +220,18 @@ static void row(const config *c, const char *data, size_t record, const char *co
                 snprintf(train, sizeof(train), "%.2f", train_s);
         else
                 snprintf(train, sizeof(train), "-");
-        printf("| %-6s | %4zu KiB | %-14s | %8s | %7s | %6.2fx | %12.0f | %16.0f | %12.1f |\n",
+        printf("| %-6s | %4zu KiB | %-14s | %8s | %7s | %6.2fx | %12.0f | %16.0f | %12.1f | %16.1f |\n",
                data, record / 1024, codec, dict, train, m->ratio, m->gather_mibs,
                m->gather_cpu_mibs,
-               m->append_s > 0 ? (double)c->store_bytes / m->append_s / 1048576.0 : 0.0);
+               m->append_s > 0 ? (double)c->store_bytes / m->append_s / 1048576.0 : 0.0,
+               m->append_cpu_s > 0 ? (double)c->store_bytes / m->append_cpu_s / 1048576.0 : 0.0);
         fflush(stdout);
 }
 
 int main(int argc, char **argv) {
         static const size_t records[3] = { 1024, 16 * 1024, 256 * 1024 };
         static const char *const kinds[2] = { "tiles", "tokens" };
-        config c = { CORPUS_BYTES, STORE_BYTES, BATCH_BYTES, TIMED_BATCHES, 0, NULL };
+        config c = { CORPUS_BYTES, STORE_BYTES, BATCH_BYTES, TIMED_BATCHES, 0, 0, NULL };
         zr_pool *pool = NULL;
         int r;
 
@@ -230,10 +243,13 @@ int main(int argc, char **argv) {
                         c.timed = 3;
                 } else if (strcmp(argv[i], "--sweep") == 0) {
                         c.sweep = 1;
+                } else if (strcmp(argv[i], "--levels") == 0) {
+                        c.by_level = 1;
                 } else if (strcmp(argv[i], "--dir") == 0 && i + 1 < argc) {
                         c.dir = argv[++i];
                 } else {
-                        fprintf(stderr, "usage: dict-tiers [--quick] [--sweep] [--dir DIR]\n");
+                        fprintf(stderr, "usage: dict-tiers [--quick] [--sweep | --levels] "
+                                        "[--dir DIR]\n");
                         return 2;
                 }
         }
@@ -248,8 +264,8 @@ int main(int argc, char **argv) {
                "append MiB/s is compression on the pool\n\n", c.timed == 3 ? " --quick" : "",
                c.corpus_bytes >> 20, c.store_bytes >> 20, c.batch_bytes >> 10,
                zr_pool_threads(pool));
-        printf("| data   | record   | codec / tier   | dict KiB | train s | ratio   | gather MiB/s | gather MiB/cpu-s | append MiB/s |\n");
-        printf("|--------|----------|----------------|----------|---------|---------|--------------|------------------|--------------|\n");
+        printf("| data   | record   | codec / tier   | dict KiB | train s | ratio   | gather MiB/s | gather MiB/cpu-s | append MiB/s | append MiB/cpu-s |\n");
+        printf("|--------|----------|----------------|----------|---------|---------|--------------|------------------|--------------|------------------|\n");
 
         for (int kind = 0; kind < 2; kind++) {
                 for (int rs = 0; rs < 3; rs++) {
@@ -263,14 +279,25 @@ int main(int argc, char **argv) {
                         for (size_t i = 0; i < n; i++)
                                 make_record(kind, corpus + i * record, record, i);
                         /* the same-run limit, then the baseline */
-                        if (measure_store(&c, pool, ZR_CODEC_RAW, NULL, 0, corpus, record, &m) == 0)
+                        if (measure_store(&c, pool, ZR_CODEC_RAW, 0, NULL, 0, corpus, record,
+                                          &m) == 0)
                                 row(&c, kinds[kind], record, "raw (limit)", 0, -1, &m);
-                        if (measure_store(&c, pool, ZR_CODEC_ZSTD, NULL, 0, corpus, record, &m) == 0)
-                                row(&c, kinds[kind], record, "zstd (no dict)", 0, -1, &m);
+                        for (size_t l = 0; l < (c.by_level ? NLEVELS : 1); l++) {
+                                int level = c.by_level ? levels[l] : 0;
+                                char name[32];
+                                if (level)
+                                        snprintf(name, sizeof(name), "zstd -%d", level);
+                                else
+                                        snprintf(name, sizeof(name), "zstd (no dict)");
+                                if (measure_store(&c, pool, ZR_CODEC_ZSTD, level, NULL, 0, corpus,
+                                                  record, &m) == 0)
+                                        row(&c, kinds[kind], record, name, 0, -1, &m);
+                        }
                         size_t nspecs = c.sweep ? sizeof(sweep) / sizeof(sweep[0])
-                                                : ZR_DICT_TIER_COUNT;
+                                        : c.by_level ? 1 : ZR_DICT_TIER_COUNT;
                         for (size_t t = 0; t < nspecs; t++) {
                                 const zr_dict_tier_spec *spec = c.sweep ? &sweep[t]
+                                        : c.by_level ? zr_dict_tier_get(ZR_DICT_TIER_BALANCED)
                                         : zr_dict_tier_get((enum zr_dict_tier)t);
                                 void *dict = NULL;
                                 size_t dict_len = 0;
@@ -285,10 +312,19 @@ int main(int argc, char **argv) {
                                                 err.message);
                                         continue;
                                 }
-                                snprintf(name, sizeof(name), "dict %s", spec->name);
-                                if (measure_store(&c, pool, ZR_CODEC_ZSTD_DICT, dict, dict_len,
-                                                  corpus, record, &m) == 0)
-                                        row(&c, kinds[kind], record, name, dict_len, train_s, &m);
+                                for (size_t l = 0; l < (c.by_level ? NLEVELS : 1); l++) {
+                                        int level = c.by_level ? levels[l] : 0;
+                                        if (level)
+                                                snprintf(name, sizeof(name), "%s -%d", spec->name,
+                                                         level);
+                                        else
+                                                snprintf(name, sizeof(name), "dict %s",
+                                                         spec->name);
+                                        if (measure_store(&c, pool, ZR_CODEC_ZSTD_DICT, level, dict,
+                                                          dict_len, corpus, record, &m) == 0)
+                                                row(&c, kinds[kind], record, name, dict_len,
+                                                    l ? -1 : train_s, &m);
+                                }
                                 free(dict);
                         }
                         free(corpus);

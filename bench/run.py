@@ -49,7 +49,7 @@ def main():
                     help="batches per run of the loader layer's transforms table after its warm-up "
                          "(300; the rate skips the first 8)")
     ap.add_argument("--dict-images", action="store_true",
-                    help="also zstd_dict on the 256 KiB records (level 19: minutes on 2 cores)")
+                    help="also zstd_dict on the 256 KiB records (its training and appends: minutes on 2 cores)")
     ap.add_argument("--memcg", type=int, default=512,
                     help="beyond-memory: the contenders' memory cgroup, MiB (512; --quick: 64)")
     ap.add_argument("--beyond-ratio", type=float, default=3.0,

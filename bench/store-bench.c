@@ -37,6 +37,7 @@
 #include <zdict.h>
 
 #include "limits-probe.h"
+#include "store/codec.h"
 #include "store/store.h"
 #include "util/copy.h"
 #include "util/pool.h"
@@ -48,7 +49,7 @@
 #define APPEND_CHUNK (64u << 20) /* bytes per append call and per write(): one 64 MiB batch */
 #define DICT_SAMPLES 2000        /* records ZDICT trains on (the seed's "a sample") */
 #define DICT_CAPACITY (64u << 10) /* 64 KiB dictionary: ~1/100 of the sample, zstd's rule */
-#define DICT_LEVEL 19            /* the zstd_dict codec's level (seed, "Zrecord") */
+#define DICT_LEVEL ZR_ZSTD_DICT_LEVEL /* the zstd_dict codec's default level (store/codec.h) */
 #define COMPRESS_PROBE_FAST (256u << 20) /* bytes the level-3 compress probe takes */
 #define COMPRESS_PROBE_SLOW (16u << 20)  /* bytes the level-19 probe takes (~25 MB/s) */
 #define REPEATS_MAX 8            /* raw append / write() alternations at most */
@@ -573,7 +574,9 @@ static void run_workload(bench *b, const char *name, size_t side, size_t nrec, s
                 ZSTD_freeCDict(cdict);
                 ds = append_store(&w, "dict", ZR_CODEC_ZSTD_DICT, dict_buf, dict_len, 0, &dict_dfd,
                                   &gibs);
-                add_compressed_append(b, name, "zstd-19+dict compress, all threads", dlimit,
+                char dname[64];
+                snprintf(dname, sizeof(dname), "zstd-%d+dict compress, all threads", DICT_LEVEL);
+                add_compressed_append(b, name, dname, dlimit,
                                       "zrecord zstd_dict", gibs, (uint64_t)nrec * w.rec, dict_dfd);
                 ddict = ZSTD_createDDict(dict_buf, dict_len);
                 if (!ddict)
@@ -751,7 +754,7 @@ static void usage(const char *argv0) {
                 "  --repeats N    raw append / write() repetitions, 1..8 (default 3)\n"
                 "  --threads N    threads for the store pool and the probes (default: CPUs)\n"
                 "  --dir DIR      where the temporary stores go (default $TMPDIR or /tmp)\n"
-                "  --dict-images  also run zstd_dict on the images (level 19: slow)\n"
+                "  --dict-images  also run zstd_dict on the images (the dictionary's training: slow)\n"
                 "  --json FILE    write the results as JSON\n",
                 argv0);
         exit(2);
