@@ -3,8 +3,9 @@
 # the wheel from that sdist, repairs it with auditwheel (libzstd, libevent,
 # msgpack-c, liburing, libjpeg-turbo and libspng go inside), installs it into a fresh venv, and there,
 # with no ZRECORDD, no ZRECORD_SOCKET, no build tree and a PATH without zrecordd:
-#   - python -m loaderx.daemon --version and the zrecord console script run the
-#     programs inside the package, whose libraries resolve inside the wheel;
+#   - the wheel is tagged py3-none-manylinux_*: one wheel for every Python 3;
+#   - python -m loaderx.daemon --version and the zrecord script run the programs
+#     installed with the package, whose libraries resolve inside the wheel;
 #   - every example of python-client/examples/ runs where it is in the checkout,
 #     as a user runs it after `pip install`: each imports the installed package
 #     (an example that put the source tree, which has no daemon, first on
@@ -12,7 +13,11 @@
 #     inside the package;
 #   - ZRECORDD still overrides the bundled daemon;
 #   - a source build on a machine without the -dev packages stops with a message
-#     that names them.
+#     that names them;
+#   - the same wheel in a fresh venv of every other Python 3 found ($PYTHONS, else
+#     python3.9 ... python3.13 on PATH, pyenv's included): imported, and
+#     examples/train_loop.py run there. CI's Debian 12 has only its python3 (3.11),
+#     and PyPI carries no interpreter, so there it checks 3.11 alone.
 # Prints one line per check and ends with "wheel: N passed, M failed".
 # Usage: bash scripts/wheel.sh [WORKDIR]   (default: a temporary directory, removed)
 set -euo pipefail
@@ -87,12 +92,15 @@ version=$(sed -n "s/^ *version : '\(.*\)',/\1/p" meson.build | head -n 1)
 
 check "python -m loaderx.daemon --version prints zrecordd $version" \
   bash -c "out=\$(cd '$WORK/work' && env -u ZRECORDD PATH=/usr/bin:/bin '$V/bin/python' -m loaderx.daemon --version) && echo \"\$out\" && grep -q '$version' <<<\"\$out\""
-check "the zrecord console script runs the bundled tool" \
+check "the wheel is tagged py3-none-manylinux (one wheel for every Python 3)" \
+  bash -c "echo '$(basename "$wheel")' | grep -E -- '-py3-none-manylinux_[0-9]+_[0-9]+_x86_64'"
+BIN="$SITE/loaderx.scripts"   # auditwheel's place for ELF scripts, a shim in bin/
+check "the zrecord script runs the bundled tool" \
   bash -c "'$V/bin/zrecord' --version | grep -q '$version'"
 check "the bundled programs find their libraries inside the wheel" \
-  bash -c "for b in zrecordd zrecord; do ldd '$SITE/loaderx/_bin/'\$b; done >'$WORK/ldd.txt'; cat '$WORK/ldd.txt';
+  bash -c "for b in zrecordd zrecord; do ldd '$BIN/'\$b; done >'$WORK/ldd.txt'; cat '$WORK/ldd.txt';
            ! grep -q 'not found' '$WORK/ldd.txt' &&
-           for l in libzstd libevent libmsgpackc libjpeg libspng; do grep -E \"\$l[^ ]* => $SITE/loaderx/_bin/../../loaderx.libs/\" '$WORK/ldd.txt' >/dev/null || exit 1; done"
+           for l in libzstd libevent libmsgpackc libjpeg libspng; do grep -E \"\$l[^ ]* => $BIN/../loaderx.libs/\" '$WORK/ldd.txt' >/dev/null || exit 1; done"
 installed() { user "$V/bin/python" -c 'import loaderx; print(loaderx.__file__)' | grep "^$SITE/"; }
 check "import loaderx finds the installed package" installed
 # Where a daemon already answers at another default path (a developer's machine),
@@ -116,17 +124,53 @@ for ex in "$REPO"/python-client/examples/*.py; do
   tail -n 3 "$WORK/out.txt" | sed 's/^/    /'
 done
 check "the private daemon the examples started is the wheel's" \
-  bash -c "pid=\$(cat '$RUN/zrecord/zrecordd.pid') && exe=\$(readlink /proc/\$pid/exe) && echo \$exe && [ \"\$exe\" = '$SITE/loaderx/_bin/zrecordd' ]"
+  bash -c "pid=\$(cat '$RUN/zrecord/zrecordd.pid') && exe=\$(readlink /proc/\$pid/exe) && echo \$exe && [ \"\$exe\" = '$BIN/zrecordd' ]"
 stop_private
 # ZRECORDD overrides: a wrapper that leaves a mark, then runs the bundled daemon
 cat >"$WORK/zrecordd-wrapper" <<EOF
 #!/bin/sh
 echo "\$@" >>"$WORK/wrapper-ran"
-exec "$SITE/loaderx/_bin/zrecordd" "\$@"
+exec "$BIN/zrecordd" "\$@"
 EOF
 chmod +x "$WORK/zrecordd-wrapper"
 check "ZRECORDD overrides the bundled daemon" \
   bash -c "cd '$WORK/work' && ZRECORDD='$WORK/zrecordd-wrapper' '$V/bin/python' -m loaderx.daemon --version && grep -q -- --version '$WORK/wrapper-ran'"
+
+echo "== the same wheel on the other Pythons found"
+# Every other Python 3 the package supports that is here: $PYTHONS, else python3.N
+# on PATH, else pyenv's (a pyenv shim answers only for its selected versions).
+own=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+others=()
+if [ -n "${PYTHONS:-}" ]; then
+  read -r -a others <<<"$PYTHONS"
+else
+  for m in 9 10 11 12 13 14; do
+    [ "3.$m" = "$own" ] && continue
+    cand=""
+    if python3.$m -c '' 2>/dev/null; then
+      cand=$(command -v python3.$m)
+    else
+      for c in "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.$m.*/bin/python3.$m; do
+        [ -x "$c" ] && "$c" -c '' 2>/dev/null && cand=$c
+      done
+    fi
+    [ -n "$cand" ] && others+=("$cand")
+  done
+fi
+if [ ${#others[@]} -eq 0 ]; then
+  echo "note: no Python but $own here (CI's Debian 12 has only its python3; PyPI carries no interpreter)"
+fi
+for py in "${others[@]}"; do
+  pv=$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+  OV="$WORK/venv-$pv"
+  check "Python $pv: the wheel installs into a fresh venv" \
+    bash -c "'$py' -m venv '$OV' && '$OV/bin/pip' install -q '$wheel'"
+  check "Python $pv: examples/train_loop.py against the installed package" \
+    user PYTHONDONTWRITEBYTECODE=1 "$OV/bin/python" "$REPO/python-client/examples/train_loop.py" \
+      --records 4096 --features 64 --steps 200
+  tail -n 3 "$WORK/out.txt" | sed 's/^/    /'
+done
+stop_private
 
 echo "== a source build without the -dev packages"
 mkdir -p "$WORK/no-pc"

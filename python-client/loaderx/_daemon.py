@@ -15,8 +15,10 @@ alone), so whenever the daemon's socket path fits a Unix socket address (at most
 ``SUN_PATH_MAX`` bytes) so does it; a longer socket path is refused with an error
 that names it and the limit.
 
-The binary is ``$ZRECORDD`` if set, else the one installed inside this package
-(``loaderx/_bin/zrecordd``, from a wheel or ``pip install ./python-client``), else
+The binary is ``$ZRECORDD`` if set, else the one installed with this package (a
+wheel or ``pip install ./python-client`` installs it as a script: a repaired
+wheel's is in ``site-packages/loaderx.scripts/``, where auditwheel moves ELF
+scripts, one built here in the environment's ``bin/``), else
 ``zrecordd`` on ``PATH``, else a meson build tree's ``daemon/zrecordd`` next to this
 package's source checkout. Whichever it is, it runs as the user, so it is started
 only if the user or root could have put it there (:func:`check_trusted`): the file
@@ -80,13 +82,39 @@ def _secure_dir(path):
 
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-BUNDLED_DIR = os.path.join(HERE, "_bin")     # python-client/meson.build installs there
+# auditwheel moves a wheel's ELF scripts here (site-packages/<dist>.scripts/) and
+# puts a Python shim that runs them in bin/; loaderx/_bin/ is where wheels of before
+# the py3-none tag had them
+BUNDLED_DIRS = (os.path.join(os.path.dirname(HERE), "loaderx.scripts"),
+                os.path.join(HERE, "_bin"))
+
+
+def _installed_script(name):
+    """The script ``name`` the installed loaderx distribution lists (its RECORD), or
+    None: an unrepaired wheel's programs are in the environment's bin/."""
+    try:
+        from importlib import metadata
+        files = metadata.distribution("loaderx").files or ()
+    except Exception:      # not installed (a source checkout), or no metadata
+        return None
+    for f in files:
+        if f.name == name and f.parent.name == "bin":
+            p = os.path.abspath(str(f.locate()))
+            if os.path.isfile(p) and os.access(p, os.X_OK):
+                return p
+    return None
 
 
 def bundled(name):
-    """``loaderx/_bin/<name>`` of an installed wheel, or None."""
-    p = os.path.join(BUNDLED_DIR, name)
-    return p if os.access(p, os.X_OK) else None
+    """The program ``name`` (zrecordd, zrecord) installed with this package, or
+    None."""
+    for d in BUNDLED_DIRS:
+        p = os.path.join(d, name)
+        if os.path.isfile(p) and os.access(p, os.X_OK):
+            return p
+    if os.path.isfile(os.path.join(os.path.dirname(HERE), "meson.build")):
+        return None        # a source checkout: never a loaderx installed elsewhere
+    return _installed_script(name)
 
 
 def in_build_tree(relpath):

@@ -5,9 +5,9 @@ starts when none answers (``$ZRECORDD``, else the one inside the package, else
 ``zrecordd`` on ``PATH``; ``loaderx._daemon.find_binary``). For example
 ``--version``, ``--help``, or ``--socket=PATH`` for a daemon in the foreground.
 
-The ``zrecord`` console script runs the zrecord tool inside the package (``zrecord
-status``, ``zrecord info DIR``, ...; ``zrecord --help``), or a source checkout's
-built one. Either program runs only if the user or root could have installed it
+:func:`zrecord_main` runs the zrecord tool installed with the package (a wheel
+installs it as ``zrecord`` beside ``python``: ``zrecord status``, ``zrecord info
+DIR``, ...; ``zrecord --help``), or a source checkout's built one. Either program runs only if the user or root could have installed it
 (``loaderx._daemon.check_trusted``).
 """
 
@@ -35,7 +35,7 @@ def main(argv=None):
 
 
 def zrecord_main(argv=None):
-    """Runs the zrecord tool with ``argv`` (the console script ``zrecord``)."""
+    """Runs the zrecord tool with ``argv``."""
     # Never "zrecord" on PATH: that may be this very script.
     tool = _daemon.bundled("zrecord") or _daemon.in_build_tree("client/zrecord")
     if tool is None:
