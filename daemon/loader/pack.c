@@ -18,7 +18,10 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
+#include "io/hint.h"
+#include "io/range.h"
 #include "sampler/inverse.h"
 #include "store/store.h"
 #include "zr-proto.h"
@@ -39,6 +42,12 @@
  * or a fill stays a bounded piece of work (SECURITY.md, "Limits"); indexes on
  * disk only cost their header's read. */
 #define PACK_BEST_FIT_BUILDS_MAX 16
+/* Reading ahead: once a fill took major faults (its store's pages were not in
+ * the page cache), each fill hints the pieces of the step this many steps
+ * after its own (the first, those of every step up to it), until this many
+ * fills in a row took none. */
+#define PACK_AHEAD_STEPS 8
+#define PACK_AHEAD_QUIET 64
 
 typedef struct held_idx {
         zr_tokidx *ix;
@@ -62,6 +71,8 @@ struct zr_pack {
         unsigned __int128 cycle_tokens; /* concat: total + n × eos */
         uint64_t *cum;                /* best_fit: cum[c], rows before cycle c, c < ncum */
         uint64_t ncum;
+        int held_only;                /* under mu: plan from held indexes only (hints) */
+        _Atomic int ahead;            /* fills left that read ahead; 0: none */
 };
 
 /* One piece of a row, or a row's padding (idx UINT64_MAX). */
@@ -196,6 +207,8 @@ static int cycle_index(zr_pack *pk, enum zr_tokidx_kind kind, uint64_t c, const 
                 if (!h->ix || (lru->ix && h->used < lru->used))
                         lru = h;
         }
+        if (pk->held_only)
+                return -EAGAIN; /* a hint never loads or builds an index */
         r = zr_tokidx_get(pk->ts, &k, pk->ds, pk->pool, cancel, &ix, err);
         if (r < 0)
                 return r;
@@ -531,13 +544,98 @@ out:
         return r;
 }
 
+/* Asks the kernel to read the pieces of `steps` steps from `step` into the
+ * page cache (WILLNEED), without waiting: rows planned from the indexes the
+ * pack holds (a row whose cycle's index it lacks ends the hints), each piece's
+ * bytes (a compressed store's whole record) as ranges of the chunk files,
+ * merged. Best effort: any failure only ends the hints. Its tables are a
+ * fill's, and it runs after the fill freed its own. */
+static void read_ahead(zr_pack *pk, uint64_t step, uint64_t steps) {
+        const uint64_t L = pk->p.seq_len;
+        size_t cap = (size_t)chunk_pieces(L), m, nd, nr;
+        piece *v = malloc(cap * sizeof(*v));
+        uint64_t *idxs = malloc(cap * sizeof(*idxs));
+        zr_loc *locs = malloc(cap * sizeof(*locs));
+        zr_io_range *rg = malloc(cap * sizeof(*rg));
+        uint64_t rows = steps * pk->B, i = 0;
+        unsigned __int128 g0 = ((unsigned __int128)step * pk->W + pk->rank) * pk->B;
+        zr_error err = {0};
+        int r = 0;
+
+        if (!v || !idxs || !locs || !rg || step > UINT64_MAX - steps)
+                goto out;
+        while (i < rows && r == 0) {
+                m = nd = 0;
+                pthread_mutex_lock(&pk->mu);
+                pk->held_only = 1;
+                for (; i < rows && m + L + 2 <= cap; i++) {
+                        /* rows of the hinted steps: B of each step, from its first */
+                        unsigned __int128 g = g0 + (unsigned __int128)(i / pk->B) * pk->W * pk->B +
+                                              i % pk->B;
+                        if ((r = plan_row(pk, 0, g, NULL, v, &m, &err)) < 0)
+                                break;
+                }
+                pk->held_only = 0;
+                pthread_mutex_unlock(&pk->mu);
+                for (size_t k = 0; k < m; k++)
+                        if (v[k].idx != UINT64_MAX)
+                                idxs[nd++] = v[k].idx;
+                if (nd == 0 || zr_store_locate(pk->store, idxs, nd, locs, NULL) < 0)
+                        break;
+                nd = 0;
+                for (size_t k = 0; k < m; k++) {
+                        zr_loc *l;
+                        if (v[k].idx == UINT64_MAX)
+                                continue;
+                        l = &locs[nd++];
+                        if (pk->raw && l->logic_length >= pk->hdr + ((uint64_t)v[k].start + 1) * pk->item) {
+                                /* the piece's bytes (its end-of-document token has none) */
+                                uint64_t left = l->logic_length - pk->hdr - v[k].start * pk->item;
+                                uint64_t want = (uint64_t)v[k].count * pk->item;
+                                l->offset += (uint32_t)(pk->hdr + v[k].start * pk->item);
+                                l->phys_length = l->logic_length =
+                                        (uint32_t)(want < left ? want : left);
+                        }
+                }
+                if (zr_store_io_ranges(pk->store, locs, nd, rg, &nr, NULL) < 0)
+                        break;
+                nr = zr_io_ranges_merge(rg, nr);
+                (void)zr_io_willneed(rg, nr);
+        }
+out:
+        free(v);
+        free(idxs);
+        free(locs);
+        free(rg);
+}
+
+static long major_faults(void) {
+        struct rusage ru;
+        return getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_majflt : 0;
+}
+
 int zr_pack_fill(zr_pack *pk, uint64_t step, uint8_t *dst, const _Atomic int *cancel,
                  uint64_t *ret_bytes, uint64_t *ret_pieces, zr_error *err) {
         unsigned __int128 g0 = ((unsigned __int128)step * pk->W + pk->rank) * pk->B;
+        long faults = major_faults();
+        int r, was;
 
         *ret_pieces = 0;
         *ret_bytes = zr_pack_region_bytes(pk->B, pk->p.seq_len, pk->item, NULL, NULL);
-        return fill_rows(pk, pk->B, (size_t)pk->B, g0, NULL, NULL, dst, cancel, ret_pieces, err);
+        r = fill_rows(pk, pk->B, (size_t)pk->B, g0, NULL, NULL, dst, cancel, ret_pieces, err);
+        if (r < 0)
+                return r;
+        /* the process's faults: the gather's copies run on other threads too */
+        was = atomic_load(&pk->ahead);
+        if (major_faults() != faults)
+                atomic_store(&pk->ahead, PACK_AHEAD_QUIET);
+        else if (was > 0)
+                atomic_fetch_sub(&pk->ahead, 1);
+        if (was == 0 && atomic_load(&pk->ahead) > 0)
+                read_ahead(pk, step + 1, PACK_AHEAD_STEPS);
+        else if (was > 0)
+                read_ahead(pk, step + PACK_AHEAD_STEPS, 1);
+        return 0;
 }
 
 int zr_pack_fill_rows(zr_pack *pk, uint64_t B, size_t n, const uint64_t *rows, const uint32_t *at,

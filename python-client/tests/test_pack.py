@@ -136,6 +136,31 @@ def test_concat_is_the_reference(corpus, mode):
         np.testing.assert_array_equal(b["tokens_positions"], pos[s * B:(s + 1) * B])
 
 
+def test_concat_from_a_store_out_of_the_page_cache(workdir):
+    """A store whose pages are not in the page cache: the fills take major
+    faults and read the next steps' pieces ahead (docs/TOKENS.md, "Reading
+    ahead"); the rows are the reference's all the same."""
+    import glob
+    docs = _docs(3000, seed=3, hi=900)
+    from_iterator("cold", docs, np.int32, codec="raw")
+    os.sync()
+    for path in glob.glob(os.path.join("cold", "*.chunk")):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+    B, L, steps = 4, 256, 30
+    with DataLoader({"tokens": RaggedDataset("cold")}, batch_size=B, sampler="cyclic", seed=9,
+                    pack={"tokens": L}, num_workers=0) as dl:
+        got = _batches(dl, steps)
+    toks, segs, pos = ref_concat(docs, "cyclic", 9, L, B * steps)
+    for s, b in enumerate(got):
+        np.testing.assert_array_equal(b["tokens"], toks[s * B:(s + 1) * B])
+        np.testing.assert_array_equal(b["tokens_segment_ids"], segs[s * B:(s + 1) * B])
+        np.testing.assert_array_equal(b["tokens_positions"], pos[s * B:(s + 1) * B])
+
+
 def test_concat_with_eos(corpus):
     B, L = 2, 24
     with DataLoader({"tokens": RaggedDataset("docs")}, batch_size=B, sampler="cyclic", seed=9,
