@@ -13,6 +13,7 @@ of range, ...) for the errors that have one there, zrecord's own otherwise;
 """
 
 import errno as _errno
+from typing import Any, Optional
 
 # zr-errors.h: codes from 1000 are zrecord's own, below 1000 Linux errno values.
 CODES = {
@@ -60,6 +61,15 @@ class ZrecordError(RuntimeError):
     is loaderx 1.5.7's code where the error is one of its (:data:`LX157_CODES`),
     else ``zr_code``. ``ZrecordError(-3)``, loaderx 1.5.7's form, makes its error.
     """
+
+    message: str
+    zr_code: Optional[int]
+    name: Optional[str]
+    code: Optional[int]
+    # set on the OSError subclasses (OSError's own attributes), declared here so
+    # that the classes deriving from ZrecordError and an OSError agree on them
+    errno: Any
+    strerror: Any
 
     def __init__(self, message, code=None, name=None, **extra):
         if isinstance(message, int) and code is None and name is None:

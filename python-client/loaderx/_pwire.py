@@ -230,7 +230,7 @@ def _torch():
 try:
     _byte_bounds = np.lib.array_utils.byte_bounds
 except AttributeError:          # numpy < 2
-    _byte_bounds = np.byte_bounds
+    _byte_bounds = np.byte_bounds  # type: ignore[attr-defined]
 
 
 class Encoder(pickle.Pickler):

@@ -35,6 +35,7 @@ import errno
 import mmap
 import os
 import weakref
+from typing import Any
 
 import numpy as np
 
@@ -308,7 +309,7 @@ class Pool:
 # The results alive now. A forked child inherits their mappings (private mappings
 # of the memfds): their buffers must not be written again, or the child's arrays
 # would change, so at a fork each is marked and is closed instead of reused.
-_live = weakref.WeakSet()
+_live: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
 
 def _after_fork_in_parent():

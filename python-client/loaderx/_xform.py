@@ -27,7 +27,7 @@ import pickle
 import sys
 import threading
 import types
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import numpy as np
 
@@ -43,8 +43,8 @@ RNG_RECORD = 0x6C78_7272    # "lxrr"
 class Choice(NamedTuple):
     kind: str               # "process", "thread" or "inline"
     why: str                # the reason, for stats()
-    payload: bytes = None   # the pickled transform (processes)
-    main: tuple = None      # ("path", file) or ("module", name): __main__ a worker imports
+    payload: Optional[bytes] = None   # the pickled transform (processes)
+    main: Optional[tuple] = None      # ("path", file) or ("module", name): __main__ a worker imports
 
 
 def _gil_enabled():

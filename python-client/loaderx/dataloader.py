@@ -36,6 +36,7 @@ import os
 import threading
 import time
 import warnings
+from typing import Any, Callable, Deque, Dict, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
@@ -330,12 +331,19 @@ class DataLoader:
     in its source. See :meth:`steps_of` for which steps read a record.
     """
 
-    def __init__(self, streams, num_workers=4, batch_size=256, prefetch_size=None, mode=None,
-                 seed=42, transform=None, *, sampler=None, prefetch=None, start_step=0, rank=None,
-                 world_size=None, capacity=None, with_indices=False, with_sources=False,
-                 fingerprint=None, warn_stalls=False, workers=None, arena_bytes=None,
-                 step_stride=1, pack=None, pack_mode="concat", eos_id=None, pad_id=None,
-                 pack_window=None, weight_by=None):
+    def __init__(self, streams: Union[Mapping[str, Any], Sequence[Any]], num_workers: int = 4, batch_size: int = 256,
+                 prefetch_size: Optional[int] = None, mode: Optional[int] = None,
+                 seed: int = 42, transform: Optional[Callable[..., Any]] = None, *,
+                 sampler: Union[str, int, None] = None, prefetch: Optional[int] = None,
+                 start_step: int = 0, rank: Optional[int] = None,
+                 world_size: Optional[int] = None,
+                 capacity: Optional[Mapping[str, int]] = None,
+                 with_indices: bool = False, with_sources: bool = False,
+                 fingerprint: Union[int, str, None] = None, warn_stalls: bool = False,
+                 workers: Optional[str] = None, arena_bytes: Optional[int] = None,
+                 step_stride: int = 1, pack: Optional[Mapping[str, int]] = None, pack_mode: str = "concat",
+                 eos_id: Optional[int] = None, pad_id: Optional[int] = None,
+                 pack_window: Optional[int] = None, weight_by: Optional[str] = None) -> None:
         if _procworker.IMPORTING_MAIN:
             raise ZrecordRuntimeError(
                 "a DataLoader was made while a loaderx worker process imported the training "
@@ -468,7 +476,7 @@ class DataLoader:
         self._procs = None          # transform processes (_procpool)
         self._end = None            # (step, exception): the loader ended there (processes)
         self._fetched_step = None   # the step of the batch _fetch() returned last
-        self._futures = collections.deque()
+        self._futures: Deque[Any] = collections.deque()
         self._closed = False
         self._lock = threading.RLock()
         self.length = None
@@ -621,7 +629,7 @@ class DataLoader:
         (``stats()['workers']`` says why)."""
         return self._choice.kind
 
-    def close(self):
+    def close(self) -> None:
         """Closes the loader and stops its workers; batches still referenced stay
         readable."""
         with self._lock:
@@ -668,7 +676,7 @@ class DataLoader:
         node whose daemon serves the same records; None from a daemon without it."""
         return self._fingerprint
 
-    def state_dict(self):
+    def state_dict(self) -> Dict[str, Any]:
         """What resumes this loader exactly (a small dict of ints and strings; a
         mixture's also its sources' weights, samplers and lengths). The
         fingerprint is its 16 hexadecimal digits, a string, so that the state
@@ -680,10 +688,11 @@ class DataLoader:
                  "streams": list(self.names)}
         if self.sources is not None:
             state["sources"] = [{"weight": w, "sampler": s, "length": n} for w, s, n in
-                                zip(self.weights, self.source_samplers, self.source_lengths)]
+                                zip(self.weights, self.source_samplers,  # type: ignore[call-overload]
+                                    self.source_lengths)]       # (all lists with sources)
         return state
 
-    def load_state_dict(self, state, allow_length_change=False):
+    def load_state_dict(self, state: Mapping[str, Any], allow_length_change: bool = False) -> None:
         """Continues from a state_dict(): the next batch is that of state['step'].
 
         The state may come from another rank, and from a run of another world size
@@ -818,7 +827,7 @@ class DataLoader:
         return out
 
     # ------------------------------------------------------------ batches
-    def __iter__(self):
+    def __iter__(self) -> "DataLoader":
         return self
 
     def _fetch(self, raw=False, block=True):
@@ -961,7 +970,7 @@ class DataLoader:
         self._lock = threading.RLock()
         self._open(self._step, None)
 
-    def __next__(self):
+    def __next__(self) -> Any:               # a batch, or what the transform made of it
         t0, b0 = time.monotonic_ns(), self._blocked_ns
         b = self._next_batch()
         self._waited(self._blocked_ns - b0, time.monotonic_ns() - t0)
@@ -1004,7 +1013,7 @@ class DataLoader:
             f"goes mostly to {st['stage']} (loader.stats() has the figures; "
             "docs/TELEMETRY.md says what helps)"), stacklevel=3)
 
-    def stats(self):
+    def stats(self) -> Dict[str, Any]:
         """Is the loop waiting for data, and why: the daemon's telemetry of this
         loader (docs/TELEMETRY.md), as a dict.
 

@@ -18,11 +18,13 @@ schema)`` opens an existing store (checking what it is given) or creates one.
 
 import os
 import pathlib
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence
 
 import msgpack
 import numpy as np
 
 from . import _index, _s3, _shm, _store, _wire
+from ._typing import DTypeLike, Index, Records, StorePath
 from ._errors import (ZrecordError, ZrecordFileNotFoundError, ZrecordKeyError,
                       ZrecordTypeError, ZrecordValueError)
 
@@ -121,7 +123,9 @@ def _add_caller_keys(path, extra):
 
 
 class _Dataset:
-    _kind = None
+    _kind: Optional[str] = None
+    _read: Callable[..., Any]       # the kind's own, DenseDataset's or RaggedDataset's
+    _lengths: Callable[..., np.ndarray]
 
     def __init__(self):
         raise TypeError("use DenseDataset or RaggedDataset")
@@ -189,12 +193,12 @@ class _Dataset:
     def __len__(self):
         return int(self._h.info()["length"])
 
-    def has_dict(self):
+    def has_dict(self) -> bool:
         """Whether the store has a zstd dictionary installed."""
         self._h.info()
         return self._h.has_dict
 
-    def stats(self):
+    def stats(self) -> Dict[str, int]:
         """``{'records', 'live_bytes', 'chunk_bytes', 'reclaimable'}``."""
         r = self._h.request("stats")
         return {k: int(r[k]) for k in ("records", "live_bytes", "chunk_bytes", "reclaimable")}
@@ -225,7 +229,7 @@ class _Dataset:
         out = self._read(idx)
         return out[0] if scalar else out
 
-    def read(self, key, out=None):
+    def read(self, key: Index, out: Optional[np.ndarray] = None) -> Any:
         """``ds[key]``; with ``out``, into that array (dense only): it must be
         writable, C-contiguous and of the result's dtype and shape (``item_shape``
         for a single index), and is returned. Without ``out`` a large result is
@@ -249,7 +253,7 @@ class _Dataset:
         idx, _ = _index.normalize(idxs, self.__len__)
         return self._read(idx)
 
-    def lengths(self, idxs):
+    def lengths(self, idxs: Index) -> np.ndarray:
         """The byte size of each record of idxs (uint32): what a gather writes."""
         idx, _ = _index.normalize(idxs, len(self))
         return self._lengths(idx)
@@ -280,8 +284,10 @@ class DenseDataset(_Dataset):
 
     _kind = "dense"
 
-    def __init__(self, path, dtype=None, item_shape=None, codec=None, schema=None, *,
-                 dict_bytes=None, _handle=None):
+    def __init__(self, path: StorePath, dtype: Optional[DTypeLike] = None,
+                 item_shape: Optional[Sequence[int]] = None, codec: Optional[str] = None,
+                 schema: Optional[Mapping[str, Any]] = None, *,
+                 dict_bytes: Optional[bytes] = None, _handle: Any = None) -> None:
         if codec is not None:
             _store.check_codec(codec)
         if _handle is not None:
@@ -361,7 +367,7 @@ class DenseDataset(_Dataset):
             raise ZrecordValueError(f"{what} needs at least one record")
         return np.ascontiguousarray(arr)
 
-    def append(self, records, level=None):
+    def append(self, records: Records, level: Optional[int] = None) -> int:
         """Appends a batch ``(B, *item_shape)``; returns the index of its first record.
 
         ``level``: the compression level, 1 to 19 in zstd's scale; None: the codec's
@@ -392,8 +398,10 @@ class RaggedDataset(_Dataset):
 
     _kind = "ragged"
 
-    def __init__(self, path, dtype=None, codec=None, schema=None, *, ndim=None,
-                 dict_bytes=None, _handle=None, _layout=None):
+    def __init__(self, path: StorePath, dtype: Optional[DTypeLike] = None, codec: Optional[str] = None,
+                 schema: Optional[Mapping[str, Any]] = None, *, ndim: Optional[int] = None,
+                 dict_bytes: Optional[bytes] = None, _handle: Any = None,
+                 _layout: Optional[str] = None) -> None:
         if codec is not None:
             _store.check_codec(codec)
         if _handle is not None:
@@ -485,7 +493,7 @@ class RaggedDataset(_Dataset):
             out.append(np.ascontiguousarray(a))
         return out
 
-    def append(self, records, level=None):
+    def append(self, records: Records, level: Optional[int] = None) -> int:
         """Appends a list of records (arrays, or ``bytes`` into a uint8 store);
         returns the index of the first. ``level``: as :meth:`DenseDataset.append`."""
         lv = _store.level_fields(level, self._h.schema["codec"])
@@ -503,6 +511,7 @@ class RaggedDataset(_Dataset):
                     "sizes": _wire.u64s(sizes), **lv}, fds=(m.fd,))
             if first is None:
                 first = int(r["first"])
+        assert first is not None        # recs is not empty: the loop ran
         return first
 
 
@@ -538,7 +547,7 @@ class MSDataset:
     checked first, then written to each stream in turn.
     """
 
-    def __init__(self, path, names=None):
+    def __init__(self, path: str, names: Optional[Sequence[str]] = None) -> None:
         from . import _conn
         if _s3.is_url(path):
             self._open_remote(path.rstrip("/"), names)
@@ -702,7 +711,7 @@ class MSDataset:
                 name="ZR_E_MISALIGNED")
         return vals.pop()
 
-    def append(self, batches, level=None):
+    def append(self, batches: Mapping[str, Records], level: Optional[int] = None) -> int:
         """Appends one batch per stream, all of the same count; returns the first index.
 
         Every batch is checked before anything is written. A batch too large for one
@@ -739,6 +748,7 @@ class MSDataset:
             for s in range(0, count, per):
                 f = self._append_one(h, {n: b[s:s + per] for n, b in batches.items()}, level)
                 first = f if first is None else first
+            assert first is not None    # count > per: the loop ran
             return first
         return self._append_one(h, batches, level)
 

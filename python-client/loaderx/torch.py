@@ -47,6 +47,7 @@ that must not be written to (a device copy, ``.to('cuda')``, is fine).
 import os
 import uuid
 import warnings
+from typing import Any
 
 import numpy as np
 
@@ -63,7 +64,7 @@ from .dataloader import DataLoader, check_resume
 __all__ = ["Batch", "LoaderDataset"]
 
 # datasets of this process whose batches came from torch's worker processes
-_from_workers = set()
+_from_workers: set = set()
 
 
 def _to_tensor(v, copy):
@@ -156,7 +157,8 @@ class LoaderDataset(IterableDataset):
     transform runs on threads of that worker.
     """
 
-    def __init__(self, streams, copy=True, to_tensors=True, **loader_kwargs):
+    def __init__(self, streams: Any, copy: bool = True, to_tensors: bool = True,
+                 **loader_kwargs: Any) -> None:
         super().__init__()
         self.streams = streams
         self.copy = copy

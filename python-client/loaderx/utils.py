@@ -13,10 +13,12 @@ Every conversion is all or nothing, Ctrl-C included: each is written inside
 
 import os
 import sys
+from typing import Any, Iterable, Mapping, Optional, Union
 
 import numpy as np
 
 from . import _conn, _shm, _store, _wire
+from ._typing import DTypeLike, StorePath
 from ._conversion import conversion
 from ._errors import ZrecordTypeError, ZrecordValueError
 from .images import from_images
@@ -169,7 +171,8 @@ def _as_record(r):
     return a.reshape(1) if a.ndim == 0 else a
 
 
-def train_dict(source, tier=None, path=None):
+def train_dict(source: Any, tier: Optional[str] = None,
+               path: Optional[StorePath] = None) -> bytes:
     """Trains a zstd dictionary on settled data; returns its bytes (and writes them
     to ``path`` when given).
 
@@ -236,7 +239,9 @@ def _is_zrecord(x):
     return isinstance(x, Zrecord)
 
 
-def from_numpy(path, array, codec="zstd", dict_bytes=None, schema=None, level=None):
+def from_numpy(path: StorePath, array: np.ndarray, codec: str = "zstd",
+               dict_bytes: Optional[bytes] = None, schema: Optional[Mapping[str, Any]] = None,
+               level: Optional[int] = None) -> int:
     """Writes ``array`` into a dense store at ``path``, one record per slice along
     axis 0; returns ``len(array)``.
 
@@ -293,8 +298,10 @@ def from_numpy(path, array, codec="zstd", dict_bytes=None, schema=None, level=No
     return int(array.shape[0])
 
 
-def from_iterator(path, source, dtype, codec="zstd", dict_bytes=None, schema=None,
-                  level=None):
+def from_iterator(path: StorePath, source: Union[Iterable[Any], bytes, bytearray],
+                  dtype: DTypeLike, codec: str = "zstd", dict_bytes: Optional[bytes] = None,
+                  schema: Optional[Mapping[str, Any]] = None,
+                  level: Optional[int] = None) -> int:
     """Writes an iterable of records into a ragged store at ``path``; returns the
     number of records written.
 
@@ -349,7 +356,7 @@ def from_iterator(path, source, dtype, codec="zstd", dict_bytes=None, schema=Non
     return count
 
 
-def convert(src, dst, to="zrecord"):
+def convert(src: StorePath, dst: StorePath, to: str = "zrecord") -> Any:
     """Writes the ragged dataset at ``src`` into a new one at ``dst`` (created if
     missing; an empty directory otherwise) in the other layout: ``to='zrecord'``,
     zrecord's own (each record carries its shape, so appends cost only their

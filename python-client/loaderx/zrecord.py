@@ -16,10 +16,12 @@ small). zrecord's own forms stay: ``append([b'...', ...])`` and ``z[i]`` (bytes)
 """
 
 import os
+from typing import Any, Optional
 
 import numpy as np
 
 from . import _index, _store
+from ._typing import StorePath
 from ._errors import ZrecordError, ZrecordTypeError, ZrecordValueError
 from .dataset import DAEMON_TIERS, RaggedDataset
 
@@ -49,7 +51,7 @@ class Zrecord:
     ``level``: the compression level of this object's appends, 1 to 19 in zstd's
     scale; None: the codec's default (docs/DATASETS.md, "Levels")."""
 
-    def __init__(self, path, codec="zstd", level=None):
+    def __init__(self, path: StorePath, codec: str = "zstd", level: Optional[int] = None) -> None:
         if codec not in CODECS:
             raise ValueError(f"unknown codec {codec!r}, expected one of {sorted(CODECS)}")
         _store.level_fields(level, codec)           # before anything is created
@@ -76,7 +78,7 @@ class Zrecord:
     def __len__(self):
         return len(self._ds)
 
-    def append(self, src, offsets=None):
+    def append(self, src: Any, offsets: Any = None) -> int:
         """Appends records; returns the index of the first.
 
         loaderx 1.5.7's form: ``src`` a C-contiguous array holding the records back to
