@@ -141,6 +141,10 @@ class ProcessPool:
         self.choice = choice
         self.k = k
         self.layout = layout
+        # a worker reads a BATCH's per-stream maps only for ragged streams
+        # (their records' offsets and shapes); dense ones lie by the spans
+        packed = layout.packed or (None,) * len(layout.names)
+        self.ragged = any(pk is None and kind[1] is None for kind, pk in zip(layout.kinds, packed))
         self.seed, self.rank = seed, rank
         self.window = DEPTH * k
         self.arena = _arena.Arena(budget)
@@ -263,7 +267,7 @@ class ProcessPool:
         w.bufs.difference_update(drop_bufs)
         tk = t.taken
         msg = {"t": "task", "step": t.step, "ring": t.key, "slot": tk.slot,
-               "streams": tk.streams, "spans": tk.spans, "indices": tk.indices,
+               "streams": tk.streams if self.ragged else None, "spans": tk.spans, "indices": tk.indices,
                "sources": tk.sources, "buf": None if buf is None else buf.id, "grant": grant,
                "new_id": t.new_id, "fds": names, "drop_rings": drop_rings,
                "drop_bufs": drop_bufs}

@@ -129,6 +129,16 @@ class Worker:
         self.bufs = {}          # id -> _Buf
         self._session = _session
         self._xform = _xform
+        from . import _pwire
+        self._pwire = _pwire
+        # A slot's views, made once: a batch of dense streams alone lies the
+        # same way in its slot at every step, so its arrays are new views of
+        # those (a transform may change an array's shape in place).
+        lay = self.layout
+        packed = lay.packed or (None,) * len(lay.names)
+        self.cacheable = not lay.with_indices and not lay.with_sources and all(
+            pk is not None or kind[1] is not None for kind, pk in zip(lay.kinds, packed))
+        self.views = {}         # (ring key, slot, spans) -> the slot's arrays
 
     def run(self):
         while True:
@@ -142,22 +152,34 @@ class Worker:
                 return
 
     def task(self, msg, fds):
-        from . import _pwire
+        _pwire = self._pwire
         t_recv = time.monotonic_ns()
         for what, fd in zip(msg["fds"], fds):
             if what[0] == "ring":
                 self.rings[what[1]] = _Ring(fd, what[2])
             else:
                 self.bufs[what[1]] = _Buf(fd, what[2])
-        for key in msg["drop_rings"]:
-            self.rings.pop(key, None)
+        if msg["drop_rings"]:
+            for key in msg["drop_rings"]:
+                self.rings.pop(key, None)
+            self.views = {k: v for k, v in self.views.items() if k[0] in self.rings}
         for bid in msg["drop_bufs"]:
             self.bufs.pop(bid, None)
         step = msg["step"]
         ring = self.rings[msg["ring"]]
-        t = self._session.Taken(msg["ring"], msg["slot"], step, msg["streams"], msg["spans"],
-                                msg["indices"], msg["sources"], None)
-        batch = self._session.build_batch(self.layout, t, ring.mm, ring.address, None)
+        key = (msg["ring"], msg["slot"], tuple(msg["spans"]))
+        views = self.views.get(key)
+        if views is not None:
+            batch = {name: a.view() for name, a in views.items()}
+        else:
+            # (no per-stream maps come for dense streams alone: they lie by the spans)
+            streams = msg["streams"] or [{}] * len(self.layout.names)
+            t = self._session.Taken(msg["ring"], msg["slot"], step, streams, msg["spans"],
+                                    msg["indices"], msg["sources"], None)
+            batch = self._session.build_batch(self.layout, t, ring.mm, ring.address, None)
+            del t
+            if self.cacheable:
+                self.views[key] = dict(batch)
         t0 = time.monotonic_ns()
         try:
             out = self._xform.call(self.transform, self.wants, batch, self.seed, step, self.rank,
@@ -169,7 +191,7 @@ class Worker:
                             "what": f"{type(e).__name__}: {e}"})
             return
         t1 = time.monotonic_ns()
-        del batch, t
+        del batch
         lo = min(a for a, b in msg["spans"]) if msg["spans"] else 0
         hi = max(b for a, b in msg["spans"]) if msg["spans"] else 0
         try:
