@@ -330,6 +330,8 @@ class ProcessPool:
             self._handle(w, *got)
 
     def _handle(self, w, msg, fds):
+        if type(msg) is tuple:          # a "done" (_pwire.DONE)
+            msg = dict(zip(_pwire.DONE, msg))
         kind = msg.get("t")
         if kind == "ready":
             w.ready = True

@@ -241,10 +241,9 @@ class Worker:
         # the output's size every cache is cold, and all that follows it is the
         # send. When the write began and when the message left ride on it as
         # its stamps.
-        reply = self.chan.prepare({
-            "t": "done", "step": step, "data": data, "specs": specs, "refs": refs, "buf": used,
-            "new_size": new_size, "nbytes": total if used is not None else 0, "inline": inline,
-            "times": (t_recv, t0, t1, t_enc)})
+        reply = self.chan.prepare(("done", step, data, specs, refs, used, new_size,
+                                   total if used is not None else 0, inline,
+                                   (t_recv, t0, t1, t_enc)))      # _pwire.DONE
         t_write = time.monotonic_ns()
         if used is not None:
             _pwire.write(arrays, offs, buf.mm)
