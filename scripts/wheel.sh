@@ -15,8 +15,9 @@
 #   - a source build on a machine without the -dev packages stops with a message
 #     that names them;
 #   - the same wheel in a fresh venv of every other Python 3 found ($PYTHONS, else
-#     python3.9 ... python3.13 on PATH, pyenv's included): imported, and
-#     examples/train_loop.py run there. CI's Debian 12 has only its python3 (3.11),
+#     python3.9 ... python3.13 on PATH, pyenv's included): imported,
+#     examples/train_loop.py run there, and 7 files of the client's tests (151
+#     tests) on that Python against the wheel's daemon. CI's Debian 12 has only its python3 (3.11),
 #     and PyPI carries no interpreter, so there it checks 3.11 alone.
 # Prints one line per check and ends with "wheel: N passed, M failed".
 # Usage: bash scripts/wheel.sh [WORKDIR]   (default: a temporary directory, removed)
@@ -160,6 +161,8 @@ fi
 if [ ${#others[@]} -eq 0 ]; then
   echo "note: no Python but $own here (CI's Debian 12 has only its python3; PyPI carries no interpreter)"
 fi
+PY_TESTS=$(printf 'python-client/tests/%s ' test_indexing.py test_bad_input.py test_dataloader.py \
+  test_utils.py test_levels.py test_wire.py test_new_user.py)
 for py in "${others[@]}"; do
   pv=$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
   OV="$WORK/venv-$pv"
@@ -169,6 +172,12 @@ for py in "${others[@]}"; do
     user PYTHONDONTWRITEBYTECODE=1 "$OV/bin/python" "$REPO/python-client/examples/train_loop.py" \
       --records 4096 --features 64 --steps 200
   tail -n 3 "$WORK/out.txt" | sed 's/^/    /'
+  # the client's own tests of the API, the checkout's package (conftest puts it
+  # first) on this Python, against the wheel's daemon
+  check "Python $pv: pytest of the indexing, input, loader, writers, levels, wire" \
+    bash -c "'$OV/bin/pip' install -q pytest && cd '$REPO' && ZRECORDD='$BIN/zrecordd' \
+      '$OV/bin/python' -m pytest -q -p no:cacheprovider $PY_TESTS"
+  tail -n 1 "$WORK/out.txt" | sed 's/^/    /'
 done
 stop_private
 
