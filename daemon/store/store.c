@@ -712,6 +712,15 @@ uint64_t zr_store_length(const zr_store *s) {
         return atomic_load_explicit(&s->length, memory_order_acquire);
 }
 
+uint64_t zr_store_data_bytes(const zr_store *s) {
+        uint64_t tail = atomic_load_explicit(&s->tail, memory_order_acquire), sum = tail_offset(tail);
+        for (uint32_t c = 0; c < tail_chunk(tail); c++) {
+                uint64_t size = zr_files_size(s->chunks, c);
+                sum += size < s->chunk_cap ? size : s->chunk_cap;
+        }
+        return sum;
+}
+
 enum zr_codec zr_store_codec(const zr_store *s) {
         return s->codec;
 }

@@ -189,6 +189,13 @@ void zr_store_meta_id(const zr_store *s, dev_t *ret_dev, ino_t *ret_ino);
 /* Number of records. Lock-free; an append in flight is not counted until committed. */
 uint64_t zr_store_length(const zr_store *s);
 
+/* The bytes of record data in the store's chunk files: each chunk before the
+ * write frontier (its size, at most a chunk's capacity) and the tail chunk up
+ * to the frontier; with the bytes of deleted records until a compaction. What
+ * reading every record once brings into the page cache. Lock-free; an append
+ * in flight may or may not be counted. */
+uint64_t zr_store_data_bytes(const zr_store *s);
+
 enum zr_codec zr_store_codec(const zr_store *s);
 
 /* 1 if the store has a dictionary loaded, else 0. */

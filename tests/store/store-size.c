@@ -91,8 +91,10 @@ START_TEST(test_closed_store_is_its_data) {
         ck_assert_uint_ge(tc, 2); /* the records span several chunks */
         expect_closed(&d, n);
 
-        /* read-only: nothing changes, and every record reads */
+        /* read-only: nothing changes, and every record reads; its data is
+         * the chunks before the tail and the tail up to the frontier */
         s = open_as(&d, 1, NULL);
+        ck_assert_uint_eq(zr_store_data_bytes(s), tc * CAP + to);
         check_all(s, ids, len_of, n);
         check_verify(s, n);
         zr_store_close(s, NULL);
@@ -104,7 +106,10 @@ START_TEST(test_closed_store_is_its_data) {
         snprintf(tail, sizeof(tail), "%u.chunk", tc);
         ck_assert_uint_eq(size_of(&d, tail), CAP);
         ck_assert_uint_eq(size_of(&d, "0.loc"), SEGMENT);
+        ck_assert_uint_eq(zr_store_data_bytes(s), tc * CAP + to); /* not the file's size */
         append_more(s, lens, 10, N, len_of, ids, &n);
+        frontier(&d, &tc, &to);
+        ck_assert_uint_eq(zr_store_data_bytes(s), tc * CAP + to);
         check_all(s, ids, len_of, n);
         zr_store_close(s, NULL);
         expect_closed(&d, n);
@@ -177,6 +182,8 @@ START_TEST(test_any_file_sizes_open) {
         for (int round = 0; round < 2; round++) {
                 for (int ro = 0; ro <= 1; ro++) {
                         s = open_as(&d, ro, NULL);
+                        /* chunk 0 counts its own size */
+                        ck_assert_uint_eq(zr_store_data_bytes(s), end0 + (tc - 1) * CAP + to);
                         check_all(s, ids, len_of, N);
                         check_verify(s, N);
                         zr_store_close(s, NULL);
