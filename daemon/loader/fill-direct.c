@@ -1,10 +1,13 @@
 /* fill-direct.c: a cold step's records read with O_DIRECT straight into the
  * slot (docs/IO.md, "Direct reads").
  *
- * Beyond memory a step whose records are mostly not resident will not stay
- * resident either: reading it through the page cache costs a page allocated,
- * charged, copied into the slot and reclaimed for every 4 KiB. When the read
- * ahead of a step finds it so (prefetch.c, work.direct), and its streams are
+ * Beyond memory reading through the page cache costs a page allocated,
+ * charged, copied into the slot and reclaimed for every 4 KiB, for records
+ * that will not stay resident. When the read ahead of a step finds most of its
+ * records not resident (prefetch.c, work.direct), its loader's stores hold
+ * more data than the engine's direct_min (half the daemon's memory: a store
+ * that fits is read through the page cache, where it stays; AUTO, or any size
+ * with ALWAYS: zr_fill_direct_mode()), and its streams are
  * ones a direct read can serve (raw, dense, one dataset, local: a record's
  * stored bytes are its bytes in the slot), the fill reads each record from
  * its chunk file into its place in the slot through the I/O queue, at the
@@ -111,8 +114,49 @@ out:
         return r;
 }
 
+/* The data of l's stores, each dataset once. */
+static uint64_t stores_bytes(const zr_loader *l) {
+        uint64_t sum = 0;
+        for (size_t i = 0; i < l->nall; i++) {
+                size_t k;
+                for (k = 0; k < i && l->streams[k].s.ds != l->streams[i].s.ds; k++)
+                        ;
+                if (k == i)
+                        sum += zr_store_data_bytes(zr_dataset_store(l->streams[i].s.ds));
+        }
+        return sum;
+}
+
+enum zr_direct_mode zr_fill_direct_mode(const zr_loader *l, int *fits) {
+        enum zr_direct_mode m = (enum zr_direct_mode)atomic_load(&l->e->direct_mode);
+        uint64_t min = atomic_load(&l->e->direct_min);
+        *fits = 0;
+        if (m == ZR_DIRECT_OFF || !zr_fill_direct_capable(l))
+                return ZR_DIRECT_OFF;
+        if (m == ZR_DIRECT_AUTO && min > 0 && stores_bytes(l) <= min) {
+                /* a first pass through the page cache leaves it resident */
+                *fits = 1;
+                return ZR_DIRECT_OFF;
+        }
+        return m;
+}
+
 void zr_loader_engine_set_direct(zr_loader_engine *e, enum zr_direct_mode mode) {
         atomic_store(&e->direct_mode, (int)mode);
+}
+
+void zr_loader_engine_set_direct_min(zr_loader_engine *e, uint64_t bytes) {
+        atomic_store(&e->direct_min, bytes);
+}
+
+const char *zr_direct_mode_name(enum zr_direct_mode mode) {
+        switch (mode) {
+        case ZR_DIRECT_OFF: return "off";
+        case ZR_DIRECT_AUTO: return "auto";
+        case ZR_DIRECT_ALWAYS: return "always";
+        case ZR_DIRECT_EVERY: return "every";
+        }
+        return "?";
 }
 
 void zr_fill_direct_free(lstream *st) {

@@ -338,6 +338,7 @@ struct zr_loader_engine {
         _Atomic uint64_t direct_steps, direct_bytes, direct_copied, direct_fallbacks;
         _Atomic uint64_t direct_errors;
         _Atomic int direct_mode; /* enum zr_direct_mode (zr_loader_engine_set_direct()) */
+        _Atomic uint64_t direct_min; /* zr_loader_engine_set_direct_min() */
         zr_loader_engine_counters t;
         zr_tokstore *tokstore;   /* borrowed; NULL: packed loaders' indexes in memory */
         zr_tokstore *tok_memory; /* the engine's own store without a directory */
@@ -365,6 +366,10 @@ typedef struct fill_result {
  * dataset each, a file system that has not refused them) and the engine has a
  * read queue. */
 int zr_fill_direct_capable(const zr_loader *l);
+/* The mode that applies to l's next step read ahead: OFF when its streams are
+ * not direct-capable, or in AUTO when its stores fit (their data, each dataset
+ * once, at most the engine's direct_min; *fits is then set to 1, else 0). */
+enum zr_direct_mode zr_fill_direct_mode(const zr_loader *l, int *fits);
 /* Reads the records of the located dense gather g of stream st into dst (the
  * stream's region of the slot) with O_DIRECT, for the client's step `step`.
  * Returns 0 when they are read, 1 when the caller must gather them itself
@@ -436,6 +441,7 @@ typedef struct pf_job {
         uint64_t remote_bytes;  /* of remote records it asked the fetcher for */
         int cold;             /* most records not resident, and large (ZR_GATHER_PREAD_MIN) */
         int direct;           /* most records not resident, streams direct-capable */
+        int fits;             /* so, but its loader's stores fit (AUTO): not direct */
 } pf_job;
 
 /* Sets up a new group's window (-ENOMEM). */

@@ -550,6 +550,7 @@ int zr_loader_engine_new(zr_pool *pool, uint64_t cache_bytes, zr_loader_notify_f
         pthread_condattr_destroy(&ca);
         pthread_mutex_init(&e->mutex, NULL);
         atomic_init(&e->direct_mode, ZR_DIRECT_AUTO);
+        atomic_init(&e->direct_min, 0);
         pthread_cond_init(&e->idle, NULL);
         e->pool = pool;
         e->notify = notify;
@@ -674,6 +675,8 @@ void zr_loader_engine_counters_get(zr_loader_engine *e, zr_loader_engine_counter
         ret->direct_copied = atomic_load(&e->direct_copied);
         ret->direct_fallbacks = atomic_load(&e->direct_fallbacks);
         ret->direct_errors = atomic_load(&e->direct_errors);
+        ret->direct_mode = (uint64_t)atomic_load(&e->direct_mode);
+        ret->direct_min = atomic_load(&e->direct_min);
         pthread_mutex_unlock(&e->mutex);
         ret->cache_budget = cs.budget;
         ret->cache_bytes = cs.bytes;

@@ -196,12 +196,29 @@ void zr_loader_engine_set_spare_bytes(zr_loader_engine *e, uint64_t bytes);
 void zr_loader_engine_set_io(zr_loader_engine *e, zr_ioq *ioq, uint64_t budget);
 
 /* Which steps are read with O_DIRECT straight into their slots when their
- * streams allow it (docs/IO.md, "Direct reads"): none (OFF: the page cache),
- * those found mostly not resident (AUTO, the default), or every one (ALWAYS:
- * for tests, which need a direct step on a store that stays resident, such as
- * one on a tmpfs). Any time; applies to the steps read ahead from then on. */
-enum zr_direct_mode { ZR_DIRECT_OFF = 0, ZR_DIRECT_AUTO = 1, ZR_DIRECT_ALWAYS = 2 };
+ * streams allow it (docs/IO.md, "Direct reads"): none (OFF: the page cache);
+ * those found mostly not resident of a loader whose stores could not stay
+ * resident anyway: more data than zr_loader_engine_set_direct_min() says
+ * (AUTO, the default); those found mostly not resident whatever the stores'
+ * size (ALWAYS); or every step (EVERY: for tests, which need a direct step on
+ * a store that stays resident, such as one on a tmpfs). Any time; applies to
+ * the steps read ahead from then on. */
+enum zr_direct_mode {
+        ZR_DIRECT_OFF = 0,
+        ZR_DIRECT_AUTO = 1,
+        ZR_DIRECT_ALWAYS = 2,
+        ZR_DIRECT_EVERY = 3,
+};
 void zr_loader_engine_set_direct(zr_loader_engine *e, enum zr_direct_mode mode);
+/* In AUTO, a loader's steps are read directly only while its stores (each
+ * counted once) hold more than `bytes` of data (zr_store_data_bytes()): a
+ * store that fits in the memory the daemon may keep resident is read through
+ * the page cache, where it stays after its first pass. The daemon gives half
+ * of its memory limit; 0 (the engine's default) makes AUTO read every store's
+ * cold steps directly, as ALWAYS does. Any time. */
+void zr_loader_engine_set_direct_min(zr_loader_engine *e, uint64_t bytes);
+/* The name of a mode: "off", "auto", "always" or "every". */
+const char *zr_direct_mode_name(enum zr_direct_mode mode);
 
 /* Cancels the reads ahead of every loader of dataset `ds` and waits for them
  * to end. Call it with ds's exclusive lock held, before a mutation that may
@@ -248,6 +265,10 @@ typedef struct zr_loader_engine_counters {
         uint64_t prefetch_warm;       /* steps found resident: nothing read */
         uint64_t prefetch_cold;       /* steps found mostly not resident: read with pread */
         uint64_t prefetch_direct;     /* steps found mostly not resident: read with O_DIRECT */
+        uint64_t prefetch_fits;       /* such steps of direct-capable streams read through
+                                       * the page cache: their stores fit (AUTO) */
+        uint64_t direct_mode;         /* enum zr_direct_mode in force */
+        uint64_t direct_min;          /* zr_loader_engine_set_direct_min() */
         uint64_t direct_steps;        /* fills read with O_DIRECT straight into the slot */
         uint64_t direct_bytes;        /* bytes they read */
         uint64_t direct_copied;       /* bytes copied from their bounced blocks */

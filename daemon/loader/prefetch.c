@@ -461,7 +461,7 @@ static int lock_streams(const zr_loader *l, zr_dataset **held, size_t *nheld) {
  * in the decoded-record cache nor resident. Appends their ranges to r (room
  * for n more) and counts in j. Returns the number of ranges added. With
  * direct_ok (the loader's streams can be read directly), a step whose sample
- * is not resident at all (or any step, ZR_DIRECT_ALWAYS) counts every record
+ * is not resident at all (or any step, ZR_DIRECT_EVERY) counts every record
  * as missing and adds no range: it will be read directly. */
 static size_t stream_ranges(zr_loader_engine *e, const lstream *st, const uint64_t *idx,
                             size_t n, zr_rcache_key *keys, uint8_t *flags, zr_loc *locs,
@@ -484,7 +484,7 @@ static size_t stream_ranges(zr_loader_engine *e, const lstream *st, const uint64
         if (m == 0)
                 return 0;
         k = m < PF_SAMPLE ? m : PF_SAMPLE;
-        size_t sampled = direct_ok == ZR_DIRECT_ALWAYS ? 0 : zr_store_resident(s, locs, k, NULL);
+        size_t sampled = direct_ok == ZR_DIRECT_EVERY ? 0 : zr_store_resident(s, locs, k, NULL);
         if (sampled == k) {
                 /* the sample is resident: the step is warm */
                 j->resident += m;
@@ -690,7 +690,8 @@ void zr_pf_job_run(zr_loader_engine *e, pf_job *j) {
                 j->busy = 1;
                 goto out;
         }
-        int direct_ok = zr_fill_direct_capable(l) ? atomic_load(&e->direct_mode) : ZR_DIRECT_OFF;
+        int small;
+        int direct_ok = (int)zr_fill_direct_mode(l, &small);
         for (size_t i = 0; i < l->nall; i++) {
                 const lstream *st = &l->streams[i];
                 uint32_t k = (uint32_t)(i / l->nstreams), m = rec.from[k + 1] - rec.from[k];
@@ -708,6 +709,9 @@ void zr_pf_job_run(zr_loader_engine *e, pf_job *j) {
          * straight into the slot (fill-direct.c), so nothing is read ahead
          * through the page cache and nothing taken from the budget */
         j->direct = j->records > 0 && 2 * j->records >= j->records + j->resident && direct_ok;
+        /* or would be, but its stores fit: read through the page cache, where
+         * they stay (docs/IO.md, "Which steps") */
+        j->fits = j->records > 0 && 2 * j->records >= j->records + j->resident && small;
         if (j->direct)
                 nr = 0;
         nr = reserve(e, p, r, nr, &j->bytes);
@@ -768,6 +772,7 @@ void zr_pf_job_end(zr_loader_engine *e, pf_job *j) {
                 u->direct = (uint8_t)j->direct;
                 e->t.prefetch_cold += (uint64_t)(j->cold && !j->direct);
                 e->t.prefetch_direct += (uint64_t)j->direct;
+                e->t.prefetch_fits += (uint64_t)j->fits;
                 if (j->submitted) {
                         u->ioq_id = j->id;
                         u->submit_ns = zr_loader_now_ns();

@@ -12,6 +12,7 @@
 #include <syslog.h>
 #include <unistd.h>
 
+#include "loader/loader.h"
 #include "server/log.h"
 #include "server/scrape.h"
 #include "zr-proto.h"
@@ -133,8 +134,9 @@ static const struct setting {
          "most 256M; 0 = none)"},
         {"io-backend", KEY_IO_BACKEND, "NAME", "reads ahead through auto, uring or threads (auto)"},
         {"io-depth", KEY_IO_DEPTH, "N", "reads in flight at once (128; 1..4096)"},
-        {"io-direct", KEY_IO_DIRECT, "auto|off",
-         "read cold steps with O_DIRECT straight into the rings (auto)"},
+        {"io-direct", KEY_IO_DIRECT, "auto|off|always",
+         "read cold steps with O_DIRECT straight into the rings: auto, of stores larger than "
+         "half the memory; always, of any store (auto)"},
         {"max-frame", KEY_MAX_FRAME, "BYTES", "largest frame a client may send (1M; 64K..64M)"},
         {"max-handles", KEY_MAX_HANDLES, "N", "open handles per client (1024)"},
         {"max-loaders", KEY_MAX_LOADERS, "N", "open loaders per client (64)"},
@@ -196,7 +198,7 @@ void zr_config_defaults(zr_config *c) {
         c->token_index_bytes = DEFAULT_TOKEN_INDEX;
         c->io_backend = ZR_IOQ_AUTO;
         c->io_depth = DEFAULT_IO_DEPTH;
-        c->io_direct = true;
+        c->io_direct = ZR_DIRECT_AUTO;
         c->remote = true;
         c->remote_cache_bytes = ZR_CONFIG_AUTO;
         c->remote_depth = DEFAULT_REMOTE_DEPTH;
@@ -321,12 +323,14 @@ static int apply(zr_config *c, int key, const char *v, const char *where, zr_err
         case KEY_IO_BACKEND: r = zr_ioq_backend_parse(v, &c->io_backend); break;
         case KEY_IO_DIRECT:
                 if (strcmp(v, "auto") == 0)
-                        c->io_direct = true;
+                        c->io_direct = ZR_DIRECT_AUTO;
                 else if (strcmp(v, "off") == 0)
-                        c->io_direct = false;
+                        c->io_direct = ZR_DIRECT_OFF;
+                else if (strcmp(v, "always") == 0)
+                        c->io_direct = ZR_DIRECT_ALWAYS;
                 else
-                        return zr_error_set(err, EINVAL, "%s: io-direct is auto or off, not '%s'",
-                                            where, v);
+                        return zr_error_set(err, EINVAL, "%s: io-direct is auto, off or always, "
+                                            "not '%s'", where, v);
                 return 0;
         case KEY_IO_DEPTH:
                 r = parse_u32(v, &c->io_depth);

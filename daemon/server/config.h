@@ -34,7 +34,8 @@ typedef struct zr_config {
         uint64_t read_pool_bytes;  /* free one-pass read buffers a client keeps, or auto */
         enum zr_ioq_backend io_backend; /* how reads ahead are issued (start only) */
         uint32_t io_depth;         /* reads in flight at once (start only) */
-        bool io_direct;            /* cold steps read with O_DIRECT (docs/IO.md) */
+        int io_direct;             /* enum zr_direct_mode: which cold steps are read with
+                                    * O_DIRECT (auto, off, always: docs/IO.md) */
         /* per-client limits */
         uint32_t max_frame_bytes;  /* largest frame a client may send */
         uint32_t max_handles;      /* open datasets and buffers per client */

@@ -1232,7 +1232,10 @@ static void put_prefetch(zr_wire_writer *w, zr_server *s, const zr_loader_engine
         zr_wire_put_u64(w, "steps", k->prefetch_steps);
         zr_wire_put_u64(w, "warm", k->prefetch_warm);
         zr_wire_put_u64(w, "cold", k->prefetch_cold);
+        zr_wire_put_str(w, "direct_mode", zr_direct_mode_name((enum zr_direct_mode)k->direct_mode));
+        zr_wire_put_u64(w, "direct_min", k->direct_min);
         zr_wire_put_u64(w, "direct", k->prefetch_direct);
+        zr_wire_put_u64(w, "fits", k->prefetch_fits);
         zr_wire_put_u64(w, "direct_steps", k->direct_steps);
         zr_wire_put_u64(w, "direct_bytes", k->direct_bytes);
         zr_wire_put_u64(w, "direct_copied", k->direct_copied);

@@ -366,6 +366,21 @@ static void log_budgets(const zr_budgets *b) {
                (unsigned long long)(b->work_uid.bytes >> 20));
 }
 
+/* Direct reads (docs/IO.md, "Direct reads"): the mode set, and in `auto` the
+ * size of stores read directly: more data than half of the memory the daemon
+ * may use, which a store that fits in the other half could not stay resident
+ * beside. */
+#define DIRECT_MIN_SHARE 2
+static void set_direct(zr_server *s) {
+        uint64_t min = s->budgets.memory / DIRECT_MIN_SHARE;
+        zr_loader_engine_set_direct(s->loaders, (enum zr_direct_mode)s->cfg.io_direct);
+        zr_loader_engine_set_direct_min(s->loaders, min);
+        if (s->cfg.io_direct == ZR_DIRECT_AUTO)
+                zr_log(LOG_INFO, "io-direct auto: cold steps of loaders whose stores hold more "
+                       "than %llu MiB (half the memory) read with O_DIRECT",
+                       (unsigned long long)(min >> 20));
+}
+
 /* Applies budgets that differ from those in force, logging each change. */
 static unsigned apply_budgets(zr_server *s, const zr_budgets *n) {
         zr_budgets *o = &s->budgets;
@@ -628,9 +643,11 @@ static void reload(zr_server *s) {
         CHANGED(max_shm_total, "%llu", unsigned long long)
         CHANGED(max_jobs_per_uid, "%u", unsigned)
         if (o->io_direct != n.io_direct) {
-                CHANGED(io_direct, "%d", int)
-                zr_loader_engine_set_direct(s->loaders,
-                                            o->io_direct ? ZR_DIRECT_AUTO : ZR_DIRECT_OFF);
+                zr_log(LOG_NOTICE, "reload: io-direct %s -> %s",
+                       zr_direct_mode_name((enum zr_direct_mode)o->io_direct),
+                       zr_direct_mode_name((enum zr_direct_mode)n.io_direct));
+                o->io_direct = n.io_direct;
+                changes++;
         }
         /* cache, ring-spare, prefetch and read-pool: their budgets in force below */
         o->cache_bytes = n.cache_bytes;
@@ -661,6 +678,7 @@ static void reload(zr_server *s) {
         zr_budgets nb;
         resolve_budgets(s, &nb);
         changes += apply_budgets(s, &nb);
+        set_direct(s); /* the mode, and the memory it follows */
         zr_user_limits ul;
         zr_server_user_limits(s, &ul);
         zr_users_set_limits(s->users, &ul);
@@ -809,7 +827,7 @@ int zr_server_new(const zr_config *cfg, int argc, char **argv, zr_server **ret, 
         if (r < 0)
                 goto fail;
         zr_loader_engine_set_io(s->loaders, s->ioq, s->budgets.prefetch.bytes);
-        zr_loader_engine_set_direct(s->loaders, s->cfg.io_direct ? ZR_DIRECT_AUTO : ZR_DIRECT_OFF);
+        set_direct(s);
         r = zr_registry_new(s->pool, &s->registry);
         if (r < 0) {
                 r = zr_error_errno(err, -r, "creating the registry");

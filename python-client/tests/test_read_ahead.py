@@ -2,10 +2,12 @@
 page cache (fdatasync + POSIX_FADV_DONTNEED, no root needed) read by a
 DataLoader, with io_uring and with pread threads forced (`--io-backend`), gives
 the same batches as the records themselves, and the daemon's STATUS says it
-read them ahead within its budget, or (`--io-direct`, the default) read steps
-found not resident with O_DIRECT straight into the ring, mapping nothing and
-reading each aligned record once; with direct reads off, steps of large records
-found not resident,
+read them ahead within its budget, or (`--io-direct=always`) read steps found
+not resident with O_DIRECT straight into the ring, mapping nothing and reading
+each aligned record once; with `--io-direct=auto` (the default) a store that
+fits in the daemon's memory is read through the page cache and found resident
+from its second pass on, where read directly it stayed cold; with direct reads
+off, steps of large records found not resident,
 and READs (ds[idx]) of such records, are read with pread, so the daemon maps
 none of their pages; a read that fails (the daemon's test switch
 ZRECORDD_TEST_IO_FAIL) fails its batch with EIO and the next loader works."""
@@ -110,7 +112,8 @@ def on_tmpfs(path):
 @pytest.mark.no_daemon
 @pytest.mark.parametrize("backend", ["uring", "threads"])
 def test_cold_batches_direct(own_daemon, workdir, backend):
-    own_daemon(f"--io-backend={backend}", "--prefetch=8M")
+    # a store this small fits in memory: only `always` reads it directly
+    own_daemon(f"--io-backend={backend}", "--prefetch=8M", "--io-direct=always")
     if status()["prefetch"]["backend"] != backend:
         pytest.skip(f"io-backend={backend} cannot run here")
     if on_tmpfs(str(workdir)):
@@ -126,8 +129,50 @@ def test_cold_batches_direct(own_daemon, workdir, backend):
     assert pf["direct_fallbacks"] == 0
     assert pf["direct_copied"] == 0
     assert pf["direct_bytes"] == pf["direct_steps"] * B * REC
-    assert pf["steps"] == 0 and pf["cold"] == 0
+    assert pf["steps"] == 0 and pf["cold"] == 0 and pf["fits"] == 0
+    assert pf["direct_mode"] == "always"
     loader.close()
+    assert released() == 0
+
+
+@pytest.mark.no_daemon
+@pytest.mark.parametrize("mode", ["auto", "always"])
+def test_cold_store_that_fits_stays_resident(own_daemon, workdir, mode):
+    # a 16 MiB store dropped from the page cache, read for two epochs in
+    # order by a daemon whose memory (the box's or its cgroup's) is far
+    # larger: in `auto` its cold steps go through the page cache (`fits`),
+    # none directly, and the second epoch finds every step resident; in
+    # `always` they are read directly, stay out of the page cache, and the
+    # second epoch reads the device again (what `auto` did before)
+    own_daemon("--io-backend=threads", "--prefetch=8M", f"--io-direct={mode}")
+    if on_tmpfs(str(workdir)):
+        pytest.skip("the test directory is on a tmpfs: test-loader-prefetch checks its fallback")
+    data = records()
+    from_numpy("cold", data, codec="raw")
+    drop_from_page_cache("cold")
+    pf = status()["prefetch"]
+    assert pf["direct_mode"] == mode
+    assert pf["direct_min"] > 4 * N * REC        # half the memory, here far more than 16 MiB
+    epoch = N // B
+    loader = DataLoader({"x": DenseDataset("cold")}, batch_size=B, sampler="sequential", seed=5,
+                        prefetch=2)
+    for step in range(epoch):
+        np.testing.assert_array_equal(next(loader)["x"], data[step * B:(step + 1) * B])
+    first = status()["prefetch"]
+    for step in range(epoch):
+        np.testing.assert_array_equal(next(loader)["x"], data[step * B:(step + 1) * B])
+    second = status()["prefetch"]
+    loader.close()
+    if mode == "auto":
+        assert second["direct"] == 0 and second["direct_steps"] == 0
+        assert first["fits"] >= epoch // 2, first
+        # reads ahead of the second epoch found every step warm: none cold
+        assert second["fits"] == first["fits"], (first, second)
+        assert second["warm"] - first["warm"] >= epoch - 4, (first, second)
+    else:
+        assert second["fits"] == 0
+        # the second epoch read directly again: the first left nothing resident
+        assert second["direct_steps"] - first["direct_steps"] >= epoch - 4, (first, second)
     assert released() == 0
 
 
@@ -230,8 +275,9 @@ def test_failed_read_fails_its_batch(own_daemon, workdir, backend):
 @pytest.mark.no_daemon
 def test_failed_direct_read_fails_its_batch(own_daemon, workdir):
     # read directly, a failed read fails its step with EIO, and the daemon
-    # does not read it again through the page cache (its pages would fault)
-    own_daemon("--io-backend=threads", env={"ZRECORDD_TEST_IO_FAIL": "3"})
+    # does not read it again through the page cache (its pages would fault);
+    # a store this small fits in memory: only `always` reads it directly
+    own_daemon("--io-backend=threads", "--io-direct=always", env={"ZRECORDD_TEST_IO_FAIL": "3"})
     if on_tmpfs(str(workdir)):
         pytest.skip("the test directory is on a tmpfs: test-loader-prefetch checks its fallback")
     data = records()

@@ -261,14 +261,15 @@ static int takes_direct(scratch *s) {
 
 /* A dense raw store of n records of `item` bytes, dropped from the page cache,
  * read with direct reads on (through `backend`) in `mode`, each batch checked
- * against the records; on /dev/shm if `memory`. Returns the engine's counters
- * and in *direct whether the store's file system takes direct reads; 0 when
- * the backend cannot run here. */
-static int direct_run(enum zr_ioq_backend backend, enum zr_sampler_mode mode, uint64_t n,
-                      uint64_t item, uint32_t batch, uint64_t steps, int memory, int *direct,
-                      zr_loader_engine_counters *t) {
-        /* on a tmpfs every page stays resident: ask for every step direct */
-        enum zr_direct_mode dm = memory ? ZR_DIRECT_ALWAYS : ZR_DIRECT_AUTO;
+ * against the records; on /dev/shm if `memory`, in direct mode `dm` with the
+ * engine's direct_min `min` (zr_loader_engine_set_direct_min()). Returns the engine's counters (in
+ * *half, those after the first steps / 2 steps, if not NULL) and in *direct
+ * whether the store's file system takes direct reads; 0 when the backend
+ * cannot run here. */
+static int direct_run_min(enum zr_ioq_backend backend, enum zr_sampler_mode mode, uint64_t n,
+                          uint64_t item, uint32_t batch, uint64_t steps, int memory,
+                          enum zr_direct_mode dm, uint64_t min, int *direct,
+                          zr_loader_engine_counters *half, zr_loader_engine_counters *t) {
         scratch sc;
         rig g;
         zr_ioq *q;
@@ -289,6 +290,7 @@ static int direct_run(enum zr_ioq_backend backend, enum zr_sampler_mode mode, ui
                 return 0;
         }
         zr_loader_engine_set_direct(g.e, dm);
+        zr_loader_engine_set_direct_min(g.e, min);
         *direct = takes_direct(&sc);
         reg_init(&raw, make_dense(&sc, "d", n, item, ZR_CODEC_RAW, g.pool, 7));
         evict(&sc, "d");
@@ -304,6 +306,8 @@ static int direct_run(enum zr_ioq_backend backend, enum zr_sampler_mode mode, ui
                 ck_assert_uint_eq(ev.step, s);
                 check_dense(l, &ev, 0, &raw, item, &sp);
                 zr_loader_release(l, ev.ring, ev.slot, NULL);
+                if (half && s + 1 == steps / 2)
+                        zr_loader_engine_counters_get(g.e, half);
         }
         zr_loader_engine_counters_get(g.e, t);
         printf("direct %s, %llu-byte records%s: %llu steps direct, %llu read so, %llu bytes, "
@@ -317,6 +321,15 @@ static int direct_run(enum zr_ioq_backend backend, enum zr_sampler_mode mode, ui
         reg_fini(&raw);
         scratch_free(&sc);
         return 1;
+}
+
+/* The same, without a size rule (the engine's default direct_min, 0). */
+static int direct_run(enum zr_ioq_backend backend, enum zr_sampler_mode mode, uint64_t n,
+                      uint64_t item, uint32_t batch, uint64_t steps, int memory, int *direct,
+                      zr_loader_engine_counters *t) {
+        /* on a tmpfs every page stays resident: ask for every step direct */
+        return direct_run_min(backend, mode, n, item, batch, steps, memory,
+                              memory ? ZR_DIRECT_EVERY : ZR_DIRECT_AUTO, 0, direct, NULL, t);
 }
 
 /* Cold steps of aligned records read with O_DIRECT straight into the slots,
@@ -340,6 +353,49 @@ static void direct_aligned(enum zr_ioq_backend backend) {
         ck_assert_uint_eq(t.direct_bytes, t.direct_steps * 16 * (16 << 10));
         ck_assert_uint_eq(t.prefetch_read_bytes, 0);
 }
+
+/* AUTO with a size rule (the daemon's: half its memory): a store of more
+ * data than direct_min is read directly as before ... */
+START_TEST(test_direct_store_over_min) {
+        zr_loader_engine_counters t;
+        int direct;
+        /* 512 records of 16 KiB: 8 MiB, over a 4 MiB rule */
+        if (!direct_run_min(ZR_IOQ_THREADS, ZR_SAMPLER_IID, 512, 16 << 10, 16, 12, 0,
+                            ZR_DIRECT_AUTO, 4u << 20, &direct, NULL, &t) || !direct)
+                return;
+        ck_assert_str_eq(zr_direct_mode_name((enum zr_direct_mode)t.direct_mode), "auto");
+        ck_assert_uint_eq(t.direct_min, 4u << 20);
+        ck_assert_uint_ge(t.prefetch_direct, 1);
+        ck_assert_uint_ge(t.direct_steps, 1);
+        ck_assert_uint_eq(t.prefetch_fits, 0);
+}
+END_TEST
+
+/* ... and one that fits is read through the page cache: its cold steps are
+ * counted as `fits`, none is read directly, and its second pass (in order,
+ * two epochs of 32 steps) finds it resident, where read directly it stayed
+ * cold for ever. */
+START_TEST(test_direct_store_fits) {
+        zr_loader_engine_counters h, t;
+        int direct;
+        if (!direct_run_min(ZR_IOQ_THREADS, ZR_SAMPLER_SEQUENTIAL, 512, 16 << 10, 16, 64, 0,
+                            ZR_DIRECT_AUTO, 64u << 20, &direct, &h, &t) || !direct)
+                return;
+        ck_assert_uint_eq(t.prefetch_direct, 0);
+        ck_assert_uint_eq(t.direct_steps, 0);
+        ck_assert_uint_ge(h.prefetch_fits, 1);
+        /* nothing of the second epoch was found cold */
+        ck_assert_uint_eq(t.prefetch_fits, h.prefetch_fits);
+        ck_assert_uint_ge(t.prefetch_warm - h.prefetch_warm, 24);
+        /* the same store with ALWAYS: its cold steps are read directly */
+        if (!direct_run_min(ZR_IOQ_THREADS, ZR_SAMPLER_SEQUENTIAL, 512, 16 << 10, 16, 8, 0,
+                            ZR_DIRECT_ALWAYS, 64u << 20, &direct, NULL, &t))
+                return;
+        ck_assert_uint_ge(t.prefetch_direct, 1);
+        ck_assert_uint_ge(t.direct_steps, 1);
+        ck_assert_uint_eq(t.prefetch_fits, 0);
+}
+END_TEST
 
 START_TEST(test_direct_threads) {
         direct_aligned(ZR_IOQ_THREADS);
@@ -765,7 +821,8 @@ END_TEST
 int main(void) {
         Suite *s = suite_create("loader-prefetch");
         TL_TCASE(s, "direct", 120, test_direct_threads, test_direct_uring,
-                 test_direct_unaligned_in_order, test_direct_refused_on_tmpfs);
+                 test_direct_unaligned_in_order, test_direct_refused_on_tmpfs,
+                 test_direct_store_over_min, test_direct_store_fits);
         TL_TCASE(s, "prefetch", 120, test_bit_exact_threads, test_bit_exact_uring,
                  test_warm_not_read, test_cold_large_records, test_budget_never_exceeded,
                  test_close_cancels,
