@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """run.py: zrecord against its peers and against the machine's limits, in one run.
 
-    python3 bench/run.py [all|limits|sampler|store|loader|multi|resume|beyond-memory|remote|transforms ...]
+    python3 bench/run.py [all|limits|sampler|store|loader|multi|resume|beyond-memory|remote|transforms|hop ...]
                          [--quick] [--build DIR] [--no-plots]
 
 Prints a machine block (CPU, cores, memory, kernel, Python, numpy, every
@@ -32,8 +32,9 @@ from suite import common as C  # noqa: E402
 
 LAYERS = ["limits", "sampler", "store", "loader", "multi", "resume", "beyond-memory", "remote",
           "tokens", "images"]
-# tables that run with a layer, also runnable alone: the loader layer's transforms
-PARTS = ["transforms"]
+# tables that run with a layer, also runnable alone: the loader layer's transforms,
+# and of those the worker hop's table alone (with the limits it is taken against)
+PARTS = ["transforms", "hop"]
 
 
 def main():
@@ -114,7 +115,7 @@ def main():
         from suite import limits, sampler, store, loader, multi, resume, beyond, transforms, remote
         from suite import tokens, images
         needs_limits = any(l in layers for l in ("limits", "store", "loader", "multi",
-                                                  "transforms", "tokens"))
+                                                  "transforms", "hop", "tokens"))
         if needs_limits:
             ctx.limits = limits.run(ctx)
             out["limits"] = {str(k): v for k, v in ctx.limits.items()}
@@ -142,6 +143,12 @@ def main():
             C.write_json("transforms", {"machine": machine, "transforms": out["transforms"],
                                         "targets35": [{"target": t, "got": v, "need": need}
                                                       for t, v, need in targets35]})
+        if "hop" in layers and "loader" not in layers and "transforms" not in layers:
+            out["hop"] = transforms.run_hop(ctx, ctx.tmp)
+            targets35 = transforms.targets({"rows": [], "hop": out["hop"]})
+            C.write_json("hop", {"machine": machine, "hop": out["hop"],
+                                 "targets35": [{"target": t, "got": v, "need": need}
+                                               for t, v, need in targets35]})
         if "multi" in layers:
             out["multi"] = multi.run(ctx)
             targets += multi.targets(out["multi"])

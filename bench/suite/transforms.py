@@ -30,9 +30,11 @@ Then the same figures on paper for k = 8 and 32: each contender's rate is
 bounded by k workers' CPU per batch, by the training process's CPU per batch
 (one core), and for threads by the GIL (Amdahl's law with the serial share
 its k=2 run showed). And the hop at 64 MiB: zrecord processes, k=1, batches of
-256 records of 256 KiB, a transform that returns the batch (in: views of the
-ring; out: written once into the arena), against one memcpy of 64 MiB (the
-limits probe's 1-thread rate).
+256 records of 256 KiB, a transform that returns a copy of the batch (in:
+views of the ring; out: written once into the arena), against one memcpy of 64
+MiB (the limits probe's 1-thread rate) and against its floor, two bare Python
+processes exchanging a struct each way around the same write (suite.hop_floor).
+`run.py hop` runs this table alone (with the limits).
 """
 
 import os
@@ -259,16 +261,39 @@ def run_hop(ctx, tmp):
         row["parts_us"] = {k: (v or 0) * 1e6 for k, v in parts.items()}
     if row["hop_us"] and copy_ms:
         row["hop_of_copy"] = row["hop_us"] / 1e3 / copy_ms
+    rows = [row]
+    # the floor: two bare Python processes, a 48-byte struct each way around
+    # the same 64 MiB write (suite.hop_floor), in this run
+    from . import hop_floor
+    load = os.getloadavg()[0]
+    try:
+        f = hop_floor.measure(8 if q else 40, batch_bytes)
+    except Exception as e:
+        say(f"  the hop's floor: failed: {type(e).__name__}: {e}")
+        f = None
+    if f:
+        floor = {"what": "floor: 2 bare Python processes, a 48 B struct each way",
+                 "hop_us": f["hop"], "hop_cpu_us": f["send"] + f["recv"],
+                 "hop_wake_us": f["wake"] + f["back"], "write_ms": f["write"] / 1e3,
+                 "copy_ms": copy_ms, "load": load,
+                 "parts_us": {k: f[k] for k in ("send", "wake", "back", "recv")}}
+        if copy_ms:
+            floor["hop_of_copy"] = f["hop"] / 1e3 / copy_ms
+        row["floor"] = floor
+        rows.append(floor)
     C.table("the worker hop at 64 MiB (zrecord processes; hop = handing a batch to the worker and "
             "its result back, the one write of the output apart; write = that write; one copy = "
             "64 MiB at the limits probe's 1-thread memcpy rate)",
             [("what", "run"), ("hop_us", "hop µs p50"), ("hop_cpu_us", "of it work µs"),
              ("hop_wake_us", "wake-ups µs"), ("write_ms", "write ms p50"),
              ("copy_ms", "one copy ms"), ("hop_of_copy", "hop / copy"),
-             ("written_mib", "MiB written a batch"), ("bps", "batches/s"), ("load", "load")], [row])
+             ("written_mib", "MiB written a batch"), ("bps", "batches/s"), ("load", "load")], rows)
     if parts:
         say("  the hop's parts, µs p50 each (wake-ups: wake, back; the rest work): " +
             ", ".join(f"{k} {v * 1e6:,.0f}" for k, v in parts.items() if v is not None))
+    if f:
+        say("  the floor's parts, µs p50 each: " +
+            ", ".join(f"{k} {v:,.0f}" for k, v in floor["parts_us"].items()))
     return row
 
 
