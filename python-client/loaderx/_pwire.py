@@ -31,6 +31,7 @@ import os
 import pickle
 import select
 import socket
+import struct
 import sys
 import time
 
@@ -38,13 +39,24 @@ import numpy as np
 
 from ._wire import fds_of
 
-__all__ = ["Channel", "Encoder", "Decoder", "Unshippable", "SMALL", "ALIGN", "DONE", "layout",
-           "encode", "decode", "specs", "write"]
+__all__ = ["Channel", "Encoder", "Decoder", "Unshippable", "SMALL", "ALIGN", "DONE", "TASK",
+           "DONE_FAST", "layout", "encode", "decode", "specs", "write", "form"]
 
 PACKET = 64 << 10          # payload of one packet (the socket's buffer holds several)
-# The fields of a worker's "done", the message of every batch: it travels as a
-# tuple in this order (a tuple pickles and unpickles in less time than a dict).
-DONE = ("t", "step", "data", "specs", "refs", "buf", "new_size", "nbytes", "inline", "times")
+# The fields of a worker's "done" when it is pickled: a tuple in this order (a
+# tuple pickles and unpickles in less time than a dict). `sid`, when not None,
+# names the output's form (its data and specs) for the DONE_FAST answers after.
+DONE = ("t", "step", "data", "specs", "refs", "buf", "new_size", "nbytes", "inline", "times",
+        "sid")
+# The messages of the steady state, fixed structs sent raw (send_raw()): a task
+# whose slot's views the worker made before (TASK: step, the views' template id,
+# the arena buffer assigned or -1, the bytes it may add, the id of a buffer it
+# makes), and its answer when the output has a form sent before (DONE_FAST:
+# step, the form's id, the buffer its arrays are in, the size of a buffer the
+# worker made or 0, the bytes written; when it took the task, began and ended the
+# transform, ended encoding, began the write, and sent the answer).
+TASK = struct.Struct("<qqqqq")
+DONE_FAST = struct.Struct("<qqqqq6Q")
 _FDS_MAX = 4               # descriptors one message may carry
 _STAMPS_MAX = 4            # stamps one message may carry
 _HEAD = 2 + 8 * _STAMPS_MAX    # the most a first packet's tag and stamps take
@@ -70,7 +82,11 @@ class Channel:
     returned the message's first packet. A message pickled ahead
     (prepare()) is sent later with nothing but its stamps and the system
     call: a worker prepares its answer before it writes the output, so what
-    follows that write, on caches the write left cold, is one sendmsg()."""
+    follows that write, on caches the write left cold, is one sendmsg().
+
+    A raw message (send_raw()) is bytes as they are, one packet, not
+    pickled (the fixed structs of the steady state: TASK, DONE_FAST):
+    recv() returns it as bytes."""
 
     def __init__(self, sock, nonblocking=False):
         self.sock = sock
@@ -105,6 +121,12 @@ class Channel:
         first = PACKET - _HEAD - 8
         return n, [n.to_bytes(8, "little") + data[:first]] + \
             [data[i:i + PACKET] for i in range(first, n, PACKET)]
+
+    def send_raw(self, data, fds=()):
+        """Sends bytes `data` (at most a packet) as they are, in one sendmsg()."""
+        self.sent_bytes += len(data)
+        self._send_packet([b"\x04", data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                                               array.array("i", fds))] if fds else [])
 
     def send(self, obj, fds=(), stamps=None):
         self.send_prepared(self.prepare(obj), fds, stamps)
@@ -198,8 +220,12 @@ class Channel:
         if data is None:
             return None
         self.arrived = time.monotonic_ns()
+        tag = data[0]
+        if tag == 4:                   # raw
+            self.stamps = ()
+            return data[1:], fds
         try:
-            tag, at = data[0], 1
+            at = 1
             self.stamps = ()
             if tag & 2:
                 c = data[1]
@@ -314,6 +340,44 @@ def encode(obj, small=SMALL, ring=None):
     enc = Encoder(f, small, ring)
     enc.dump(obj)
     return f.getvalue(), enc.arrays, enc.refs
+
+
+def form(obj, small=SMALL, ring=None):
+    """The form of an output that crosses as arrays alone: (key, arrays) for an
+    array, or a dict of arrays keyed by strings, each of which goes to the arena
+    (set aside, not a view of the batch's slot), where `key` (hashable) tells
+    every output of the same dtypes, shapes and keys apart and `arrays` are
+    its arrays in order; None for any other output. The worker describes a form
+    once, then names it (DONE_FAST)."""
+    t = type(obj)
+    if t is np.ndarray:
+        d = _arena_dtype(obj, small, ring)
+        return None if d is None else ((d, obj.shape), (obj,))
+    if t is not dict or not obj:
+        return None
+    key = []
+    for k, v in obj.items():
+        if type(k) is not str or type(v) is not np.ndarray:
+            return None
+        d = _arena_dtype(v, small, ring)
+        if d is None:
+            return None
+        key.append((k, d, v.shape))
+    return tuple(key), tuple(obj.values())
+
+
+def _arena_dtype(a, small, ring):
+    """The dtype string of array `a` if _aside() writes it into the arena and
+    its dtype is named whole by its string (_dtype()), else None."""
+    d = a.dtype
+    if d.hasobject or a.nbytes < small or d.fields is not None or d.subdtype is not None \
+            or d.metadata is not None:
+        return None
+    if ring is not None and a.base is not None:
+        lo, hi = _byte_bounds(a)
+        if ring[0] <= lo and hi <= ring[1]:
+            return None
+    return d.str
 
 
 def decode(data, views, refs=()):

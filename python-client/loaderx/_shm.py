@@ -102,13 +102,27 @@ class View:
     __slots__ = ("owner", "mm", "__array_interface__")
 
     def __init__(self, owner, mm, address, shape, dtype, readonly=True, strides=None):
-        dtype = np.dtype(dtype)
         self.owner = owner
         self.mm = mm
-        self.__array_interface__ = {"data": (address, readonly), "shape": tuple(shape),
-                                    "typestr": dtype.str, "descr": dtype.descr,
-                                    "strides": None if strides is None else tuple(strides),
-                                    "version": 3}
+        self.__array_interface__ = View.interface(address, shape, dtype, readonly, strides)
+
+    @staticmethod
+    def interface(address, shape, dtype, readonly=True, strides=None):
+        """The array interface of a View (numpy reads it, never changes it: one
+        may serve many Views, over())."""
+        dtype = np.dtype(dtype)
+        return {"data": (address, readonly), "shape": tuple(shape), "typestr": dtype.str,
+                "descr": dtype.descr, "strides": None if strides is None else tuple(strides),
+                "version": 3}
+
+    @classmethod
+    def over(cls, owner, mm, interface):
+        """A View of an interface made before (interface())."""
+        v = cls.__new__(cls)
+        v.owner = owner
+        v.mm = mm
+        v.__array_interface__ = interface
+        return v
 
 
 class Owner:

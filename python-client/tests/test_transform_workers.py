@@ -202,6 +202,35 @@ def test_an_array_or_a_dict_of_arrays_crosses_without_a_pickle(streams):
         assert loader.stats()["workers"]["pickled_bytes"] == 0
 
 
+@pytest.mark.parametrize("k", [1, 2])
+def test_outputs_whose_form_changes_keep_their_arrays(streams, k):
+    """Outputs that change form from step to step (the answers that name a form
+    described before, the arrays made ahead for the answer expected) come back
+    right, and the batches kept stay as they came while later ones reuse the
+    arena's buffers."""
+    def check(b, want):
+        if isinstance(want, dict):
+            assert list(b) == list(want)
+            for key in want:
+                np.testing.assert_array_equal(b[key], want[key])
+        else:
+            np.testing.assert_array_equal(b, want)
+
+    with DataLoader(streams, batch_size=16, sampler="sequential", transform=xforms.shifting,
+                    num_workers=0) as ref:
+        wants = [next(ref) for _ in range(36)]
+    kept = []
+    with DataLoader(streams, batch_size=16, sampler="sequential", transform=xforms.shifting,
+                    num_workers=k, workers="process") as loader:
+        for want in wants:
+            kept = kept[-2:] + [(next(loader), want)]
+            for b, w in kept:
+                check(b, w)
+        assert loader.stats()["workers"]["arena"]["buffers"] <= 2 * k + 4
+    del kept, b
+    gc.collect()
+
+
 def test_arrays_at_any_depth_and_tensors(streams):
     with DataLoader(streams, batch_size=16, sampler="sequential", transform=xforms.nested,
                     num_workers=1) as loader:

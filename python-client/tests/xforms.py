@@ -158,3 +158,19 @@ class Scale:
 
     def __call__(self, b):
         return np.asarray(b["y"]) * self.k
+
+
+def shifting(b):
+    """Outputs whose form changes with the step (batches of 16 in order), each
+    of 128 KiB: an array, a dict of two arrays, an array of another shape, a
+    view of a new array."""
+    x = wide(b["x"])
+    y0 = int(b["y"][0])
+    k = (y0 // 16) % 4
+    if k == 0:
+        return x + y0
+    if k == 1:
+        return {"a": x[:8] * 2, "b": x[8:] + y0}
+    if k == 2:
+        return x.reshape(8, 2048) + 1
+    return (x - y0)[::-1]
