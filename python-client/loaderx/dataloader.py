@@ -1040,7 +1040,8 @@ class DataLoader:
         ``'inline'``; ``why``; ``count``), and with processes their ``pids``,
         ``restarts``, per batch the hop between processes (``hop_s``: handing the
         batch over and the result back, the one write of its arrays apart; its
-        medians by part in ``hop_parts_s``: ``send``, the worker's ``wake`` when it
+        medians by part in ``hop_parts_s``: ``send`` (all of the loader's work for
+        the task: the arena's buffer, the arrays of the answer expected), the worker's ``wake`` when it
         waited for the task, ``intake``, ``encode``, ``back`` (the loader's wake-up
         when it waited for the answer), ``recv``, ``decode``), that
         write (``write_s``) and the transform (``transform_s``), the bytes pickled
