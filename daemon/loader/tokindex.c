@@ -25,6 +25,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,6 +62,14 @@ struct zr_tokstore {
         int dirfd;            /* -1: not open (yet) */
         uint64_t budget;
         zr_tokstore_counters c;
+        /* the files not written yet: built indexes, each with a reference of
+         * its own, written in order by the writer thread (idx_save()); the
+         * head stays in the list while it is written */
+        pthread_cond_t cond;  /* the list changed, or stop */
+        zr_tokidx *pending, **pending_tail;
+        pthread_t writer;
+        int writer_started, stop;
+        int no_tmpfile;       /* O_TMPFILE files could not be linked (the writer's) */
 };
 
 /* The file's header, little-endian as the machine (the files never leave it). */
@@ -141,6 +150,8 @@ int zr_tokstore_open(const char *dir, uint64_t budget, zr_tokstore **ret, char *
         if (!ts)
                 return -ENOMEM;
         pthread_mutex_init(&ts->mutex, NULL);
+        pthread_cond_init(&ts->cond, NULL);
+        ts->pending_tail = &ts->pending;
         ts->dirfd = -1;
         ts->budget = budget;
         if (ret_why && why_size)
@@ -179,6 +190,18 @@ static int store_dir(zr_tokstore *ts) {
 zr_tokstore *zr_tokstore_free(zr_tokstore *ts) {
         if (!ts)
                 return NULL;
+        /* the writer writes what is pending, then ends */
+        pthread_mutex_lock(&ts->mutex);
+        ts->stop = 1;
+        pthread_cond_broadcast(&ts->cond);
+        pthread_mutex_unlock(&ts->mutex);
+        if (ts->writer_started)
+                pthread_join(ts->writer, NULL);
+        for (zr_tokidx *ix = ts->pending, *next; ix; ix = next) {
+                next = ix->save_next;
+                zr_tokidx_free(ix);
+        }
+        pthread_cond_destroy(&ts->cond);
         if (ts->dirfd >= 0)
                 close(ts->dirfd);
         free(ts->dir);
@@ -267,6 +290,9 @@ void zr_tokstore_set_budget(zr_tokstore *ts, uint64_t budget) {
 
 void zr_tokstore_counters_get(zr_tokstore *ts, zr_tokstore_counters *ret) {
         pthread_mutex_lock(&ts->mutex);
+        /* the files of the indexes built so far are counted written */
+        while (ts->pending && ts->writer_started)
+                pthread_cond_wait(&ts->cond, &ts->mutex);
         *ret = ts->c;
         ret->budget = ts->dirfd >= 0 || ts->dir ? ts->budget : 0;
         pthread_mutex_unlock(&ts->mutex);
@@ -410,6 +436,7 @@ static int idx_alloc(zr_tokidx **ret, const zr_tokidx_key *key, uint64_t payload
         }
         ix->key = *key;
         ix->mem_bytes = TOKIDX_HEADER + (size_t)payload;
+        atomic_init(&ix->refs, 1);
         *ret = ix;
         return 0;
 }
@@ -772,20 +799,33 @@ static uint64_t payload_bytes(const zr_tokidx *ix) {
         return ix->mem_bytes - TOKIDX_HEADER;
 }
 
-/* Writes ix's file: beside its name, then renamed onto it. Failures only cost
- * the next loader a build. */
-static void idx_save(zr_tokstore *ts, zr_tokidx *ix) {
+/* Writes ix's file, all of it or nothing: into an unnamed file of the
+ * directory (O_TMPFILE), linked under its name when whole, so that a crash at
+ * any point leaves no file at all; where the file system has no O_TMPFILE,
+ * beside its name and renamed onto it (a crash then may leave the ".tmp"
+ * file, never a torn index under the name). Not synced: a file a crash left
+ * short or torn fails its size or checksum at the next load and is built
+ * again. Failures only cost the next loader a build. */
+static int write_all(int fd, const uint8_t *p, size_t left) {
+        while (left > 0) {
+                ssize_t w = write(fd, p, left);
+                if (w <= 0) {
+                        if (w < 0 && errno == EINTR)
+                                continue;
+                        return -1;
+                }
+                p += w;
+                left -= (size_t)w;
+        }
+        return 0;
+}
+
+static void idx_write(zr_tokstore *ts, zr_tokidx *ix) {
         char name[160], tmp[192];
         tokidx_header h = {0};
         uint8_t *mem = ix->mem;
-        size_t left = ix->mem_bytes, at = 0;
         int fd;
 
-        pthread_mutex_lock(&ts->mutex);
-        fd = store_dir(ts) < 0 || ts->budget < ix->mem_bytes ? -1 : 0;
-        pthread_mutex_unlock(&ts->mutex);
-        if (fd < 0)
-                return;
         memcpy(h.magic, TOKIDX_MAGIC, 8);
         h.version = TOKIDX_VERSION;
         h.header_bytes = TOKIDX_HEADER;
@@ -796,38 +836,119 @@ static void idx_save(zr_tokstore *ts, zr_tokidx *ix) {
         h.npieces = ix->npieces;
         h.payload_bytes = payload_bytes(ix);
         h.checksum = payload_hash(mem + TOKIDX_HEADER, h.payload_bytes);
+        /* the header's bytes, which no reader of the index looks at */
         memcpy(mem, &h, sizeof(h));
         file_name(&ix->key, name, sizeof(name));
+        fd = ts->no_tmpfile ? -1 : openat(ts->dirfd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+        if (fd >= 0) {
+                char proc[64];
+                int r = write_all(fd, mem, ix->mem_bytes), e = 0;
+                snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+                pthread_mutex_lock(&ts->mutex);
+                /* a file under the name is one another daemon wrote since the
+                 * load found none, of the same key: it stays */
+                if (r == 0 && linkat(AT_FDCWD, proc, ts->dirfd, name, AT_SYMLINK_FOLLOW) == 0)
+                        evict(ts);
+                else
+                        e = r == 0 ? errno : 0;
+                pthread_mutex_unlock(&ts->mutex);
+                close(fd);
+                if (e == 0 || e == EEXIST)
+                        return;
+                /* no /proc: named files from now on */
+                ts->no_tmpfile = 1;
+        }
         snprintf(tmp, sizeof(tmp), ".%s.%d.%lx.tmp", name, (int)getpid(),
                  (unsigned long)pthread_self());
         fd = openat(ts->dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (fd < 0)
                 return;
-        while (left > 0) {
-                ssize_t w = write(fd, mem + at, left);
-                if (w <= 0) {
-                        if (w < 0 && errno == EINTR)
-                                continue;
-                        break;
-                }
-                at += (size_t)w;
-                left -= (size_t)w;
+        if (write_all(fd, mem, ix->mem_bytes) < 0) {
+                close(fd);
+                unlinkat(ts->dirfd, tmp, 0);
+                return;
         }
-        /* not synced: a file a crash left short or torn fails its size or
-         * checksum at the next load, and is built again */
-        if (left == 0 && close(fd) == 0) {
-                fd = -1;
+        pthread_mutex_lock(&ts->mutex);
+        if (close(fd) == 0 && renameat(ts->dirfd, tmp, ts->dirfd, name) == 0)
+                evict(ts);
+        else
+                unlinkat(ts->dirfd, tmp, 0);
+        pthread_mutex_unlock(&ts->mutex);
+}
+
+/* The writer thread: writes the pending indexes in order; at stop, what is
+ * still pending, then ends. */
+static void *writer_main(void *arg) {
+        zr_tokstore *ts = arg;
+
+        pthread_mutex_lock(&ts->mutex);
+        for (;;) {
+                zr_tokidx *ix = ts->pending;
+                if (!ix) {
+                        if (ts->stop)
+                                break;
+                        pthread_cond_wait(&ts->cond, &ts->mutex);
+                        continue;
+                }
+                pthread_mutex_unlock(&ts->mutex);
+                idx_write(ts, ix);
                 pthread_mutex_lock(&ts->mutex);
-                if (renameat(ts->dirfd, tmp, ts->dirfd, name) == 0)
-                        evict(ts);
-                else
-                        unlinkat(ts->dirfd, tmp, 0);
+                ts->pending = ix->save_next;
+                if (!ts->pending)
+                        ts->pending_tail = &ts->pending;
+                ix->save_next = NULL;
+                pthread_cond_broadcast(&ts->cond);
+                pthread_mutex_unlock(&ts->mutex);
+                zr_tokidx_free(ix);
+                pthread_mutex_lock(&ts->mutex);
+        }
+        pthread_mutex_unlock(&ts->mutex);
+        return NULL;
+}
+
+/* Hands ix's file to the writer thread (a reference of its own): the caller
+ * goes on with the index while its file is written, off the path of the
+ * request that built it (a LOADER_OPEN's reply, a fill). Until it is written,
+ * idx_load() finds it in the list. Written at once where no thread can be
+ * started. */
+static void idx_save(zr_tokstore *ts, zr_tokidx *ix) {
+        int now = 0;
+
+        pthread_mutex_lock(&ts->mutex);
+        if (store_dir(ts) < 0 || ts->budget < ix->mem_bytes || ts->stop) {
                 pthread_mutex_unlock(&ts->mutex);
                 return;
         }
-        if (fd >= 0)
-                close(fd);
-        unlinkat(ts->dirfd, tmp, 0);
+        if (!ts->writer_started) {
+                sigset_t all, old;
+                sigfillset(&all);
+                /* signals go to the daemon's own threads, not this one */
+                pthread_sigmask(SIG_SETMASK, &all, &old);
+                ts->writer_started = pthread_create(&ts->writer, NULL, writer_main, ts) == 0;
+                pthread_sigmask(SIG_SETMASK, &old, NULL);
+                now = !ts->writer_started;
+        }
+        if (!now) {
+                atomic_fetch_add(&ix->refs, 1);
+                ix->save_next = NULL;
+                *ts->pending_tail = ix;
+                ts->pending_tail = &ix->save_next;
+                pthread_cond_broadcast(&ts->cond);
+        }
+        pthread_mutex_unlock(&ts->mutex);
+        if (now)
+                idx_write(ts, ix);
+}
+
+/* Mutex held: key's index if it waits for its file to be written (a
+ * reference of the caller's own), else NULL. */
+static zr_tokidx *pending_find(zr_tokstore *ts, const zr_tokidx_key *key) {
+        for (zr_tokidx *ix = ts->pending; ix; ix = ix->save_next)
+                if (memcmp(&ix->key, key, sizeof(*key)) == 0) {
+                        atomic_fetch_add(&ix->refs, 1);
+                        return ix;
+                }
+        return NULL;
 }
 
 /* Opens and checks the header of key's file: its fd and header, or -1. */
@@ -870,7 +991,19 @@ static void idx_reject(zr_tokstore *ts, const zr_tokidx_key *key) {
 uint64_t zr_tokidx_peek_rows(zr_tokstore *ts, const zr_tokidx_key *key) {
         tokidx_header h;
         struct stat st;
-        int fd = idx_open_file(ts, key, &h, &st);
+        zr_tokidx *ix;
+        uint64_t rows;
+        int fd;
+
+        pthread_mutex_lock(&ts->mutex);
+        ix = pending_find(ts, key);
+        pthread_mutex_unlock(&ts->mutex);
+        if (ix) {
+                rows = ix->rows;
+                zr_tokidx_free(ix);
+                return rows;
+        }
+        fd = idx_open_file(ts, key, &h, &st);
 
         if (fd < 0)
                 return 0;
@@ -953,7 +1086,19 @@ static int idx_load(zr_tokstore *ts, const zr_tokidx_key *key, zr_dataset *ds, z
         struct stat st;
         zr_tokidx *ix;
         void *map;
-        int fd = idx_open_file(ts, key, &h, &st);
+        int fd;
+
+        /* built here, its file not written yet */
+        pthread_mutex_lock(&ts->mutex);
+        ix = pending_find(ts, key);
+        if (ix)
+                ts->c.loads++;
+        pthread_mutex_unlock(&ts->mutex);
+        if (ix) {
+                *ret = ix;
+                return 1;
+        }
+        fd = idx_open_file(ts, key, &h, &st);
 
         if (fd == -2)
                 idx_reject(ts, key);
@@ -973,6 +1118,7 @@ static int idx_load(zr_tokstore *ts, const zr_tokidx_key *key, zr_dataset *ds, z
         *ix = (zr_tokidx){ .key = *key, .total = h.total, .max_len = h.max_len, .rows = h.rows,
                            .npieces = h.npieces, .mem = map, .mem_bytes = (size_t)st.st_size,
                            .mapped = 1 };
+        atomic_init(&ix->refs, 1);
         if (key->kind == TOKIDX_LENGTHS) {
                 ix->lens = (const uint32_t *)((const uint8_t *)map + TOKIDX_HEADER);
         } else if (key->kind == ZR_TOKIDX_CONCAT) {
@@ -1050,7 +1196,7 @@ int zr_tokidx_get(zr_tokstore *ts, const zr_tokidx_key *key, zr_dataset *ds, zr_
 }
 
 zr_tokidx *zr_tokidx_free(zr_tokidx *ix) {
-        if (!ix)
+        if (!ix || atomic_fetch_sub(&ix->refs, 1) > 1)
                 return NULL;
         if (ix->mapped)
                 munmap(ix->mem, ix->mem_bytes);

@@ -96,6 +96,8 @@ typedef struct zr_tokidx {
         void *mem;              /* the header and payload: mapped or malloc'ed */
         size_t mem_bytes;
         int mapped;
+        _Atomic unsigned refs;  /* the holders: the caller, a pending write */
+        struct zr_tokidx *save_next;
 } zr_tokidx;
 
 typedef struct zr_tokstore zr_tokstore;

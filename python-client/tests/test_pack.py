@@ -277,6 +277,73 @@ def test_index_kept_on_disk(own_daemon, tmp_path, pack_mode):
     assert m2["rejected_total"] >= 1 and m2["builds_total"] > m1["builds_total"]
 
 
+def _daemon_on(index_dir, monkeypatch, sock_dir):
+    """A daemon of this test's own (stopped by the test: SIGTERM or SIGKILL)
+    with the index directory index_dir, this process connected to it."""
+    from loaderx import _conn
+    from conftest import start_daemon
+    os.makedirs(sock_dir, exist_ok=True)
+    proc, sock = start_daemon(str(sock_dir), f"--token-index-dir={index_dir}")
+    if _conn._default is not None:
+        _conn._default.close()
+    _conn._default = None
+    monkeypatch.setenv("ZRECORD_SOCKET", sock)
+    return proc
+
+
+@pytest.mark.parametrize("pack_mode", ["concat", "best_fit"])
+@pytest.mark.parametrize("how", ["stop", "kill"])
+def test_index_written_after_the_reply(own_daemon, tmp_path, monkeypatch, pack_mode, how):
+    """docs/TOKENS.md, "when": an index's file is written after the open that
+    built it answered. A daemon stopped after the first batch has written every
+    file it built, whole (the next daemon loads them, no build); one killed then
+    leaves each file whole or absent, and no partial file under any name (they
+    are written unnamed and linked when whole)."""
+    import signal
+    from loaderx import _conn
+    from conftest import restore_connection, stop_daemon
+    own_daemon()                          # makes the store, on a daemon of its own
+    from_iterator("docs", _docs(3000, hi=400), np.int32, codec="raw")
+    index_dir = tmp_path / "idx"
+    saved = _conn._default
+    kw = dict(sampler="cyclic", seed=23, pack={"tokens": 64}, pack_mode=pack_mode,
+              num_workers=0)
+    procs = []
+    try:
+        procs.append(_daemon_on(index_dir, monkeypatch, tmp_path / "a"))
+        with DataLoader({"tokens": RaggedDataset("docs")}, batch_size=4, **kw) as dl:
+            a = _batches(dl, 2)
+        _conn._default.close()
+        _conn._default = None
+        if how == "stop":
+            assert stop_daemon(procs[0]) == 0
+        else:
+            procs[0].send_signal(signal.SIGKILL)
+            procs[0].wait()
+        procs.pop()
+        names = sorted(os.listdir(index_dir))
+        assert all(f.endswith(".zti") and not f.startswith(".") for f in names), names
+        if how == "stop":
+            kinds = {f[0] for f in names}
+            assert kinds == ({"l", "c"} if pack_mode == "concat" else {"l", "c", "b"}), names
+        whole = {f: (index_dir / f).read_bytes() for f in names}
+        procs.append(_daemon_on(index_dir, monkeypatch, tmp_path / "b"))
+        with DataLoader({"tokens": RaggedDataset("docs")}, batch_size=4, **kw) as dl:
+            b = _batches(dl, 2)
+        m = _index_metrics()
+        for x, y in zip(a, b):
+            for k in x:
+                np.testing.assert_array_equal(x[k], y[k])
+        assert m["rejected_total"] == 0, m
+        assert m["builds_total"] == len({"l", "c", "b"} if pack_mode == "best_fit"
+                                        else {"l", "c"}) - len(names), (names, m)
+        assert {f: (index_dir / f).read_bytes() for f in names} == whole
+    finally:
+        restore_connection(saved)
+        for p in procs:
+            assert stop_daemon(p) == 0
+
+
 def _v1_checksum(payload):
     """The payload checksum of index files of version 1 (a word at a time)."""
     m = (1 << 64) - 1
@@ -303,6 +370,7 @@ def test_index_of_another_version_is_built_again(own_daemon, tmp_path, pack_mode
               num_workers=0)
     with DataLoader({"tokens": RaggedDataset("docs")}, batch_size=2, **kw) as dl:
         a = _batches(dl, 3)
+    _index_metrics()    # counts the files: waits for those still being written
     files = sorted(f for f in os.listdir(index_dir) if f.endswith(".zti"))
     kinds = {f[0] for f in files}
     assert kinds == ({"l", "c"} if pack_mode == "concat" else {"l", "c", "b"}), files
