@@ -14,7 +14,11 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <unistd.h>
+
+/* Runs of at least this many bytes start their writeback when written. */
+#define APPEND_WRITEBACK_MIN ((uint64_t)1 << 20)
 
 typedef struct append_job {
         zr_store *s;
@@ -95,6 +99,14 @@ static void append_write_shard(void *arg, size_t shard, size_t nshards) {
                                                                 first->chunk_id);
                                 return;
                         }
+                        /* a large run's writeback starts now, beside the
+                         * writer's next batch, not all at its SYNC (a
+                         * conversion's commit waited for every byte it had
+                         * written: below the kernel's background threshold
+                         * none had gone); a hint: its failure is the SYNC's */
+                        if (bytes >= APPEND_WRITEBACK_MIN)
+                                (void)sync_file_range(fd, (off_t)first->offset, (off_t)bytes,
+                                                      SYNC_FILE_RANGE_WRITE);
                 }
                 src += bytes;
                 k = e;
