@@ -58,7 +58,7 @@ static const field limits_fields[] = {
 static const field append_stream_fields[] = {
         REQ("name", T_STR), OPT("offset", T_UINT), OPT("count", T_UINT),
         OPT("record_bytes", T_UINT), OPT("sizes", T_U64S), REQ("dtype", T_STR),
-        OPT("item_shape", T_UINTS), OPT("ndim", T_U32), END,
+        OPT("item_shape", T_UINTS), OPT("ndim", T_U32), OPT("lengths", T_U64S), END,
 };
 
 /* LOADER_OPEN: a packed stream's (feature "pack") */
@@ -222,7 +222,7 @@ static const field read_req[] = {
 static const field append_req[] = {
         REQ("handle", T_U32), OPT("offset", T_UINT), OPT("count", T_UINT),
         OPT("record_bytes", T_UINT), OPT("sizes", T_U64S), OPT("dtype", T_STR),
-        OPT("item_shape", T_UINTS), OPT("ndim", T_U32),
+        OPT("item_shape", T_UINTS), OPT("ndim", T_U32), OPT("lengths", T_U64S),
         OPT_SUB("streams", T_MAPS, append_stream_fields), OPT("level", T_U32), END,
 };
 static const field delete_req[] = { REQ("handle", T_U32), REQ("indices", T_U64S), END };

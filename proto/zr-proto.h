@@ -165,6 +165,7 @@ typedef enum zr_msg_kind {
 #define ZR_FEATURE_REMOTE "remote"   /* DATASET_OPEN, MSSET_OPEN `remote`: stores in object storage */
 #define ZR_FEATURE_PACK "pack"       /* LOADER_OPEN streams' `pack`: packed token sequences */
 #define ZR_FEATURE_IMAGE "image"     /* LOADER_OPEN streams' `image`: decoded images */
+#define ZR_FEATURE_APPEND_LENGTHS "append_lengths" /* APPEND `lengths`: headers made by the daemon */
 
 /* ---- field names used by the codec itself ------------------------------ */
 

@@ -10,6 +10,7 @@
  * the client's sealed memfd. Nothing here knows the store format; the dataset
  * layer validates every record against the schema.
  */
+#include <endian.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,7 @@
 #include "dataset/batch.h"
 #include "dataset/ragged.h"
 #include "server/request.h"
+#include "store/store.h"
 
 static int get_handle_field(zr_request *rq, const char *field, uint32_t *ret) {
         zr_wire_error werr = {0};
@@ -343,6 +345,9 @@ typedef struct append_part {
         uint64_t shape[ZR_SCHEMA_NDIM_MAX + 1]; /* dense: (count, *item_shape) */
         uint32_t shape_ndim;
         uint64_t *sizes;             /* ragged */
+        uint64_t *items;             /* `lengths`: each record's items, the memfd its values */
+        uint64_t woven;              /* `lengths`: the records' bytes, headers made here */
+        uint8_t *records;            /* `lengths`: the records, made by append_run() */
         zr_batch batch;
 } append_part;
 
@@ -359,9 +364,73 @@ static void append_state_free(void *p) {
         for (uint32_t i = 0; i < st->n; i++) {
                 zr_entry_unref(st->parts[i].entry);
                 free(st->parts[i].sizes);
+                free(st->parts[i].items);
+                free(st->parts[i].records);
         }
         zr_shm_release(&st->data);
         free(st);
+}
+
+/* A ragged stream's `lengths` (feature "append_lengths"): one-dimensional
+ * records given as their items' counts, the memfd holding their values back
+ * to back; the daemon makes each record's shape header (append_run()). */
+static int parse_lengths(zr_request *rq, const msgpack_object *map, append_part *p,
+                         const char *where) {
+        const zr_schema *schema = zr_dataset_schema(p->entry->ds);
+        uint64_t item = schema->dtype.itemsize, hdr = zr_ragged_header_bytes(1);
+        size_t n;
+
+        if (!zr_request_has_feature(rq, ZR_FEATURE_APPEND_LENGTHS))
+                return zr_request_fail(rq, ZR_E_UNKNOWN, "%s: field 'lengths': the "
+                                       "\"append_lengths\" feature is not in force on this "
+                                       "connection", where);
+        if (zr_wire_find(map, "sizes"))
+                return zr_request_fail(rq, ZR_E_PROTO, "%s: 'sizes' and 'lengths' both given",
+                                       where);
+        if (schema->ndim != 1 && schema->ndim != ZR_SCHEMA_NDIM_ANY)
+                return zr_request_fail(rq, ZR_E_SCHEMA, "%s: 'lengths' gives records of one "
+                                       "dimension, the schema's have %u", where, schema->ndim);
+        if (get_indices(rq, map, "lengths", &p->items, &n) < 0)
+                return -rq->err.code;
+        if (!(p->sizes = malloc((n ? n : 1) * sizeof(uint64_t))))
+                return zr_request_fail(rq, ENOMEM, "no memory for %zu records", n);
+        p->count = n;
+        p->bytes = p->woven = 0;
+        for (size_t i = 0; i < n; i++) {
+                uint64_t b;
+                if (__builtin_mul_overflow(p->items[i], item, &b) || b > ZR_RECORD_MAX)
+                        return zr_request_fail(rq, ZR_E_TOO_BIG, "%s: record %zu: %llu items, "
+                                               "over 2^31 bytes", where, i,
+                                               (unsigned long long)p->items[i]);
+                p->sizes[i] = hdr + b;
+                if (__builtin_add_overflow(p->bytes, b, &p->bytes) ||
+                    __builtin_add_overflow(p->woven, p->sizes[i], &p->woven))
+                        return zr_request_fail(rq, ZR_E_TOO_BIG, "%s: lengths overflow", where);
+        }
+        p->batch.lens = p->sizes;
+        p->batch.nrecords = n;
+        p->batch.data_len = p->woven;
+        return 0;
+}
+
+/* `lengths`: the records of part p, each its shape header (ndim 1, its
+ * items) then its values, from the memfd's values at src. */
+static int weave_records(append_part *p, const uint8_t *src, zr_error *err) {
+        uint8_t *out;
+
+        if (p->woven > SIZE_MAX || !(out = malloc(p->woven ? (size_t)p->woven : 1)))
+                return zr_error_errno(err, ENOMEM, "appending %llu bytes of records",
+                                      (unsigned long long)p->woven);
+        p->records = out;
+        for (uint64_t i = 0; i < p->count; i++) {
+                uint64_t hdr[2] = { htole64(1), htole64(p->items[i]) };
+                uint64_t b = p->sizes[i] - sizeof(hdr);
+                memcpy(out, hdr, sizeof(hdr));
+                memcpy(out + sizeof(hdr), src, b);
+                out += sizeof(hdr) + b;
+                src += b;
+        }
+        return 0;
 }
 
 /* Reads one stream's fields (the request root, or an entry of 'streams'). */
@@ -423,6 +492,8 @@ static int parse_part(zr_request *rq, const msgpack_object *map, append_part *p)
                         return zr_request_fail(rq, ZR_E_SCHEMA, "%s: ndim %u, the schema's is %u",
                                                where, ndim, schema->ndim);
                 size_t n;
+                if (zr_wire_find(map, "lengths"))
+                        return parse_lengths(rq, map, p, where);
                 if (get_indices(rq, map, "sizes", &p->sizes, &n) < 0)
                         return -rq->err.code;
                 p->count = n;
@@ -446,9 +517,17 @@ static void append_run(zr_job *job) {
         int r = 0;
 
         for (uint32_t i = 0; i < st->n; i++) {
-                entries[i] = st->parts[i].entry;
-                st->parts[i].batch.data = st->parts[i].bytes ?
-                        (const uint8_t *)st->data.data + st->parts[i].offset : NULL;
+                append_part *p = &st->parts[i];
+                entries[i] = p->entry;
+                p->batch.data = p->bytes ? (const uint8_t *)st->data.data + p->offset : NULL;
+                if (p->items && r == 0) {
+                        r = weave_records(p, p->batch.data, &rq->err);
+                        p->batch.data = p->records;
+                }
+        }
+        if (r < 0) {
+                rq->result = r;
+                return;
         }
         if (!st->set) {
                 append_part *p = &st->parts[0];
@@ -582,14 +661,20 @@ int zr_handle_append(zr_request *rq) {
                 st->parts[i].batch.level = (int)level;
         /* its working memory: each record's table entry and place, the
          * batch's arrays (a dense count is bounded only by the memfd) */
-        uint64_t records = 0;
-        for (uint32_t i = 0; i < st->n; i++)
+        uint64_t records = 0, woven = 0, work;
+        for (uint32_t i = 0; i < st->n; i++) {
                 records = __builtin_add_overflow(records, st->parts[i].count, &records)
                                   ? UINT64_MAX : records;
-        if ((r = zr_request_work_charge(rq, records > UINT64_MAX / APPEND_WORK_PER_RECORD
-                                                    ? UINT64_MAX
-                                                    : records * APPEND_WORK_PER_RECORD,
-                                        "an APPEND")) < 0)
+                /* `lengths`: the records made from the values, and the items */
+                if (st->parts[i].items &&
+                    __builtin_add_overflow(woven, st->parts[i].woven, &woven))
+                        woven = UINT64_MAX;
+        }
+        work = records > UINT64_MAX / APPEND_WORK_PER_RECORD ? UINT64_MAX
+                                                             : records * APPEND_WORK_PER_RECORD;
+        if (__builtin_add_overflow(work, woven, &work))
+                work = UINT64_MAX;
+        if ((r = zr_request_work_charge(rq, work, "an APPEND")) < 0)
                 return r;
         uint64_t need = 0;
         for (uint32_t i = 0; i < st->n; i++) {

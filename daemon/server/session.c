@@ -51,6 +51,7 @@ static const char *const daemon_features[] = {
         ZR_FEATURE_MSSET, ZR_FEATURE_DICT, ZR_FEATURE_VERIFY, ZR_FEATURE_LOADER,
         ZR_FEATURE_CONVERT, ZR_FEATURE_MIXTURE, ZR_FEATURE_STEPS_OF, ZR_FEATURE_METRICS,
         ZR_FEATURE_STRIDE, ZR_FEATURE_REMOTE, ZR_FEATURE_PACK, ZR_FEATURE_IMAGE,
+        ZR_FEATURE_APPEND_LENGTHS,
 };
 #define N_FEATURES (sizeof(daemon_features) / sizeof(daemon_features[0]))
 

@@ -41,8 +41,8 @@ START_TEST(test_hello) {
         const msgpack_object *feat;
         uint32_t nf;
         ck_assert_int_eq(zr_wire_get_array(m.root, "features", &feat, &nf, NULL), 0);
-        ck_assert_uint_eq(nf, 12); /* msset, dict, verify, loader, convert, mixture, steps_of,
-                                      metrics, stride, remote, pack, image */
+        ck_assert_uint_eq(nf, 13); /* msset, dict, verify, loader, convert, mixture, steps_of,
+                                      metrics, stride, remote, pack, image, append_lengths */
         const msgpack_object *lim;
         ck_assert_int_eq(zr_wire_get_map(m.root, "limits", &lim, NULL), 0);
         uint64_t v;
