@@ -46,7 +46,7 @@ __all__ = ["Connection", "default", "socket_candidates"]
 
 CLIENT_NAME = "loaderx 0.1.0"
 WANTED_FEATURES = ["loader", "msset", "dict", "verify", "convert", "mixture", "steps_of", "stride",
-                   "remote", "pack", "image"]
+                   "remote", "pack", "image", "append_lengths"]
 # Events queued for the loader they name, in arrival order (PROTOCOL.md section 10).
 LOADER_EVENTS = ("batch", "ring", "ring_close", "loader_end")
 

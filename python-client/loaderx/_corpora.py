@@ -20,9 +20,11 @@ pyarrow is imported only when a converter that needs it runs: the package stays
 importable without it.
 """
 
+import errno
 import os
 import signal
 import struct
+import sys
 import tarfile
 
 import numpy as np
@@ -68,6 +70,55 @@ def _bar(total, desc, unit):
 
 # ---------------------------------------------------------------- appending
 
+def _has_lengths(ds):
+    """Whether the daemon makes the shape headers itself (APPEND's ``lengths``,
+    feature "append_lengths"): the records then travel as their values alone."""
+    conn = getattr(ds._h, "conn", None)
+    return conn is not None and conn.has_feature("append_lengths")
+
+
+def _append_pieces(ds, pieces, during=None, after=None):
+    """Appends one-dimensional records to ragged store ds in one APPEND per piece
+    of ``pieces``: ``(fill, lengths)``, where ``fill(fd)`` writes the piece's values
+    back to back into a memfd and ``lengths`` (numpy) holds each record's items;
+    the daemon makes each record's shape header. While the daemon appends one
+    piece, the next is filled, and ``during()`` runs during the last; ``after(i)``
+    when piece i is in."""
+    if not pieces:
+        if during is not None:
+            during()
+        return
+
+    def make(k):
+        fill, _ = pieces[k]
+        return _shm.SealedMemfd((), "loaderx-append", fill=fill)
+
+    ready = [make(0)]
+    try:
+        for i in range(len(pieces)):
+            m = ready.pop()
+
+            def work(i=i):
+                if i + 1 < len(pieces):
+                    ready.append(make(i + 1))
+                elif during is not None:
+                    during()
+            with m:
+                lengths = _wire.u64s(np.asarray(pieces[i][1], np.uint64))
+                ds._h.request("append", {"offset": 0, "dtype": ds._h.schema["dtype"], "ndim": 1,
+                                         "lengths": lengths}, fds=(m.fd,), during=work)
+            if after is not None:
+                after(i)
+    finally:
+        for m in ready:
+            m.close()
+
+
+def _per_request(ds):
+    """Records in one APPEND: as many sizes or lengths as a frame holds."""
+    return max(1, min(32768, (ds._h.conn.frame_max - 1024) // 8))
+
+
 def _append_flat(ds, values, offsets, during=None):
     """Appends the 1-D records values[offsets[i]:offsets[i+1]] to ragged store ds,
     without a Python step per record: the shape headers are woven into the values
@@ -81,7 +132,17 @@ def _append_flat(ds, values, offsets, during=None):
             during()
         return
     lens = np.diff(offsets).astype(np.uint64)
-    per = max(1, min(32768, (ds._h.conn.frame_max - 1024) // 8))
+    per = _per_request(ds)
+    if _has_lengths(ds):
+        # the values as they are, the headers made by the daemon: no pass here
+        # but the copy into the memfd
+        pieces = []
+        for s in range(0, n, per):
+            e = min(n, s + per)
+            part = values[int(offsets[s]):int(offsets[e])]
+            pieces.append((lambda fd, part=part: _shm._write_all(fd, [part]), lens[s:e]))
+        _append_pieces(ds, pieces, during)
+        return
 
     def weave(s):
         e = min(n, s + per)
@@ -445,6 +506,22 @@ def read_megatron_index(path):
     return np.dtype(MEGATRON_DTYPES[code]), lens, ptrs, docs
 
 
+def _copy_range(dst_fd, src_fd, offset, count, what):
+    """Copies bytes [offset, offset + count) of file src_fd to the end of dst_fd
+    (a memfd): by the kernel (sendfile), without a buffer in this process."""
+    end = offset + count
+    while offset < end:
+        try:
+            got = os.sendfile(dst_fd, src_fd, offset, min(end - offset, 1 << 30))
+        except OSError as e:
+            if e.errno not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+                raise
+            got = os.write(dst_fd, os.pread(src_fd, min(end - offset, 8 << 20), offset))
+        if got == 0:
+            raise ZrecordValueError(f"{what}: short read at {offset}", name="ZR_E_CORRUPT")
+        offset += got
+
+
 def from_megatron(dst, prefix, codec="raw"):
     """Writes Megatron-LM's indexed dataset ``prefix.bin`` / ``prefix.idx`` into a
     new ragged store at ``dst``, one record per sequence, in order; returns the
@@ -487,6 +564,24 @@ def from_megatron(dst, prefix, codec="raw"):
         c.add(ds)
         try:
             with open(prefix + ".bin", "rb", buffering=0) as f:
+                if contiguous and _has_lengths(ds) and (sys.byteorder == "little" or
+                                                        dt.itemsize == 1):
+                    # the .bin's bytes straight into each APPEND's memfd (the
+                    # daemon makes the records' headers): no pass over them here
+                    per = _per_request(ds)
+                    pieces, sizes, s = [], [], 0
+                    while s < n:
+                        lo = int(ptrs[s])
+                        e = int(np.searchsorted(ends, lo + CHUNK_BYTES, side="right"))
+                        e = min(max(e, s + 1), s + per)
+                        hi = int(ends[e - 1])
+                        pieces.append((lambda fd, lo=lo, hi=hi: _copy_range(
+                            fd, f.fileno(), lo, hi - lo, prefix + ".bin"), lens64[s:e]))
+                        sizes.append(hi - lo)
+                        s = e
+                    _append_pieces(ds, pieces, after=lambda i: bar.update(sizes[i]))
+                    return n
+
                 def read(s):
                     """Sequences [s, e): about CHUNK_BYTES, at least one; (e, values,
                     offsets)."""

@@ -19,10 +19,16 @@ _IOV_MAX = 1024
 class SealedMemfd:
     """A memfd filled from byte-like pieces and sealed; close() after sending."""
 
-    def __init__(self, pieces, name="loaderx"):
+    def __init__(self, pieces, name="loaderx", fill=None):
+        """``fill(fd)``, when given, writes the memfd's bytes instead of ``pieces``
+        (from a file by ``os.sendfile``, without a buffer in this process)."""
         self.fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         try:
-            self.size = _write_all(self.fd, pieces)
+            if fill is not None:
+                fill(self.fd)
+                self.size = os.fstat(self.fd).st_size
+            else:
+                self.size = _write_all(self.fd, pieces)
             fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, _SEALS)
         except BaseException:
             os.close(self.fd)

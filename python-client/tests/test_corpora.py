@@ -143,12 +143,18 @@ def test_megatron_both_ways_bit_for_bit(workdir, code, dtype):
         assert open("g" + ext, "rb").read() == open("gback" + ext, "rb").read(), ext
 
 
-def test_converters_in_pieces(workdir, monkeypatch):
+@pytest.mark.parametrize("headers", ["daemon", "client"])
+def test_converters_in_pieces(workdir, monkeypatch, headers):
     """A corpus that takes several reads and several APPENDs: the next read
     runs while the daemon writes (_corpora._append_flat's ``during``), and
     every record lands once, in order. 33,000 records are two APPENDs of one
-    chunk; small chunks and batches are many reads of one APPEND each."""
+    chunk; small chunks and batches are many reads of one APPEND each. The
+    records' shape headers made by the daemon (APPEND's ``lengths``; the .bin
+    copied into the memfd by sendfile), or by the client (a daemon without
+    the "append_lengths" feature)."""
     from loaderx import _corpora
+    if headers == "client":
+        monkeypatch.setattr(_corpora, "_has_lengths", lambda ds: False)
     rng = np.random.default_rng(7)
     docs = [rng.integers(0, 1000, int(k), dtype=np.int32)
             for k in rng.integers(1, 6, size=33_000)]
@@ -169,6 +175,44 @@ def test_converters_in_pieces(workdir, monkeypatch):
             for ext in (".bin", ".idx"):
                 assert open("m" + ext, "rb").read() == open(path + "-back" + ext, "rb").read(), \
                     (path, ext)
+
+
+@pytest.mark.parametrize("codec", ["raw", "zstd"])
+def test_append_lengths(workdir, codec):
+    """APPEND's ``lengths`` (proto/PROTOCOL.md): the memfd holds the values
+    alone and the daemon makes each record's header; the same records as with
+    ``sizes``. Refused: both fields, a store of two dimensions, a memfd shorter
+    than the lengths say; nothing appended then."""
+    from loaderx import _shm, _wire
+    ds = RaggedDataset("s", dtype=np.int16, ndim=1, codec=codec)
+    h = ds._ds._h if hasattr(ds, "_ds") else ds._h
+    if not h.conn.has_feature("append_lengths"):
+        pytest.skip("this zrecordd has no \"append_lengths\"")
+    docs = [np.arange(k, dtype=np.int16) * (i + 1) for i, k in enumerate([1, 5, 300, 2, 77])]
+    vals = np.concatenate(docs)
+    lens = _wire.u64s([len(d) for d in docs])
+
+    def append(fields, data=vals):
+        with _shm.SealedMemfd([data]) as m:
+            return h.request("append", dict({"offset": 0, "dtype": "<i2", "ndim": 1}, **fields),
+                             fds=(m.fd,))
+    r = append({"lengths": lens})
+    assert (r["first"], r["count"], r["length"]) == (0, 5, 5)
+    _same(ds[:], docs)
+    with pytest.raises(ZrecordError) as e:
+        append({"lengths": lens, "sizes": _wire.u64s([16 + 2 * len(d) for d in docs])})
+    assert e.value.name == "ZR_E_PROTO"
+    with pytest.raises(ZrecordError) as e:
+        append({"lengths": lens}, vals[:-1])
+    assert e.value.name == "ZR_E_BUFFER"
+    assert len(ds) == 5
+    d2 = RaggedDataset("two", dtype=np.int16, ndim=2, codec=codec)
+    h2 = d2._ds._h if hasattr(d2, "_ds") else d2._h
+    with _shm.SealedMemfd([vals]) as m, pytest.raises(ZrecordError) as e:
+        h2.request("append", {"offset": 0, "dtype": "<i2", "ndim": 2, "lengths": lens},
+                   fds=(m.fd,))
+    assert e.value.name == "ZR_E_SCHEMA"
+    assert len(d2) == 0
 
 
 def test_megatron_refusals(workdir):
