@@ -133,10 +133,11 @@ class Arena:
         self.collect()
         need = self.expected()
         buf = None
-        if need:
-            fit = [b for b in self.bufs.values() if b.state == "free" and b.size >= need]
-            if fit:
-                buf = min(fit, key=lambda b: b.size)
+        if need:            # the smallest free buffer that fits (no list made a task)
+            for b in self.bufs.values():
+                if b.state == "free" and b.size >= need and (buf is None or b.size < buf.size):
+                    buf = b
+            if buf is not None:
                 buf.state = "task"
         want = size_class(need) if need else 0
         if want and self._unreserved() < want:

@@ -278,8 +278,11 @@ class ProcessPool:
 
     def _send(self, t):
         t0 = time.monotonic_ns()
-        w = min((w for w in self.alive() if len(w.tasks) < DEPTH),
-                key=lambda w: (len(w.tasks), w.slot))
+        if self.k == 1:     # room() found it alive with room
+            w = self.workers[0]
+        else:
+            w = min((w for w in self.alive() if len(w.tasks) < DEPTH),
+                    key=lambda w: (len(w.tasks), w.slot))
         buf, grant = self.arena.assign(self.window)
         t.buf, t.grant, t.new_id = buf, grant, self.arena.new_id()
         names, fds = [], []
