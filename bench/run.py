@@ -73,6 +73,10 @@ def main():
                     help="images: JPEGs of about 500 x 375 made for the layer (20000)")
     ap.add_argument("--png-images", type=int, default=4000,
                     help="images: how many of them also as PNG (4000: about 400 KB each)")
+    ap.add_argument("--images-dir",
+                    help="images: keep the layer's images, stores and shards here and reuse "
+                         "them in a later run of the same --images/--png-images (default: made "
+                         "in the run's temporary directory and dropped)")
     ap.add_argument("--image-steps", type=int, default=20,
                     help="images: timed batches of 256 per contender after 6 warm-up ones (20)")
     ap.add_argument("--no-plots", action="store_true", help="no PNGs")

@@ -80,8 +80,23 @@ def _make(args):
 
 
 def prepare(ctx, n, png_n, tmp):
+    """The layer's data in tmp/images, or in --images-dir when given: made once
+    there (a "made.json" of its sizes marks it complete) and reused by later
+    runs of the same sizes."""
     import multiprocessing
-    d = os.path.join(tmp, "images")
+    keep = getattr(ctx, "images_dir", None)
+    d = os.path.abspath(keep) if keep else os.path.join(tmp, "images")
+    mark = os.path.join(d, "made.json")
+    if keep and os.path.exists(mark):
+        with open(mark) as f:
+            made = json.load(f)
+        if made.get("n") == n and made.get("png_n") == png_n:
+            say(f"images: reusing the {n} JPEGs and {png_n} PNGs in {d}")
+            return made["p"]
+        raise RuntimeError(f"{d} holds {made.get('n')} JPEGs and {made.get('png_n')} PNGs, "
+                           f"not {n} and {png_n}: give another --images-dir")
+    if keep and os.path.isdir(d) and os.listdir(d):
+        raise RuntimeError(f"{d} is not empty and was not made by the images layer")
     os.makedirs(os.path.join(d, "jpg"), exist_ok=True)
     os.makedirs(os.path.join(d, "png"), exist_ok=True)
     t0 = time.monotonic()
@@ -114,7 +129,12 @@ def prepare(ctx, n, png_n, tmp):
     from_images(os.path.join(d, "store-png"), pngs)
     say(f"images: the stores written in {time.monotonic() - t0:.0f} s "
         f"({offs[-1] / len(jpgs) / 1e3:.0f} KB a JPEG on average)")
-    return {"dir": d, "jpgs": jpgs, "pngs": pngs, "shards": shards, "jpg_bytes": offs[-1]}
+    p = {"dir": d, "jpgs": jpgs, "pngs": pngs, "shards": shards, "jpg_bytes": offs[-1]}
+    if keep:
+        with open(mark + ".tmp", "w") as f:
+            json.dump({"n": n, "png_n": png_n, "p": p}, f)
+        os.replace(mark + ".tmp", mark)
+    return p
 
 
 def dali_python():
