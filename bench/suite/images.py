@@ -23,7 +23,10 @@ cache, in a process of its own (suite.images_worker):
 
 and the limit: bench/image-probe, JPEG decode alone with libjpeg-turbo's DCT
 scaling (each image at the smallest M/8 that keeps both sides >= 224) on every
-core. Then 4 zrecord jobs at once over the one store, each its own seed,
+core; and bench/image-decode, the daemon's per-record path alone (decode at
+the box's DCT scale, resize, flip: image/image.h) on as many threads, which
+tells the daemon's own cost per image (the gather, the pool, the ring) from
+the decode's. Then 4 zrecord jobs at once over the one store, each its own seed,
 counted over one wall-clock window all four run in (together()).
 
 Columns: images/s, images/s per core (the box's cores: every contender may use
@@ -154,13 +157,24 @@ def worker(spec, timeout=1800, python=None):
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def probe(ctx, p, cores, seconds):
-    exe = os.path.join(ctx.build, "bench", "image-probe")
+def probe(ctx, p, cores, seconds, name="image-probe"):
+    """bench/image-probe (decode alone) or bench/image-decode (the daemon's
+    per-record path alone) over the JPEGs on `cores` threads, with its CPU ms
+    an image (the child's rusage)."""
+    import resource
+    exe = os.path.join(ctx.build, "bench", name)
     if not os.access(exe, os.X_OK):
         return None
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     r = subprocess.run([exe, os.path.join(p["dir"], "all.jpg"), str(cores), "224", str(seconds)],
                        capture_output=True, text=True, timeout=600)
-    return json.loads(r.stdout) if r.returncode == 0 else None
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if r.returncode != 0:
+        return None
+    out = json.loads(r.stdout)
+    cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
+    out["cpu_ms"] = cpu * 1e3 / out["images"] if out.get("images") else None
+    return out
 
 
 def have_dali():
@@ -188,7 +202,12 @@ def run(ctx):
     out["probe"] = pr
     if pr:
         say(f"image-probe: {pr['images_per_s']:.0f} images/s on {cores} cores (decode alone, DCT "
-            "scaling)")
+            f"scaling), {pr['cpu_ms']:.2f} ms of CPU an image")
+    dec = probe(ctx, p, cores, 3 if ctx.quick else 20, name="image-decode")
+    out["decode_alone"] = dec
+    if dec:
+        say(f"image-decode: {dec['images_per_s']:.0f} images/s on {cores} cores (the daemon's "
+            f"decode, crop, resize and flip alone), {dec['cpu_ms']:.2f} ms of CPU an image")
     base = {"batch": BATCH, "seed": 1, "steps": steps, "warm": warm, "pyclient": C.PYCLIENT}
     rows = out["rows"]
 
@@ -207,6 +226,14 @@ def run(ctx):
         rows.append(row)
         return row
 
+    if dec:
+        add("zrecord's per-record path alone (image-decode)", "jpeg",
+            {"images_per_s": dec["images_per_s"], "images": dec["images"],
+             "cpu_s": dec["cpu_ms"] * dec["images"] / 1e3})
+    if pr:
+        add("the probe: decode alone (image-probe)", "jpeg",
+            {"images_per_s": pr["images_per_s"], "images": pr["images"],
+             "cpu_s": pr["cpu_ms"] * pr["images"] / 1e3})
     for fmt, store in (("jpeg", "store-jpg"), ("png", "store-png")):
         add("zrecord", fmt, worker(dict(base, kind="zrecord", store=os.path.join(p["dir"], store),
                                         daemon_pid=ctx.daemon.pid)))
