@@ -9,7 +9,8 @@
  * of the intermediate row (docs/IMAGES.md, "Resizing"). Two separable passes:
  * the rows the vertical filter needs are resized horizontally first.
  *
- * Threads: any; the caller gives the scratch memory.
+ * Threads: any; the caller gives the scratch memory. zr_resample_simd() is
+ * global (an atomic), for tests and benchmarks.
  */
 #ifndef ZR_IMAGE_RESAMPLE_H
 #define ZR_IMAGE_RESAMPLE_H
@@ -44,5 +45,10 @@ size_t zr_resample_scratch_bytes(const zr_resample_src *src, uint32_t out_w, uin
  * read. scratch holds zr_resample_scratch_bytes(). */
 void zr_resample(const zr_resample_src *src, uint8_t *dst, uint32_t out_w, uint32_t out_h,
                  bool flip, void *scratch);
+
+/* Which kernels zr_resample() runs, for tests and benchmarks: mode 0 the
+ * scalar passes, 1 the best this CPU has (the default), -1 leaves it. Both give
+ * the same bytes. Returns whether the AVX2 kernels run. */
+bool zr_resample_simd(int mode);
 
 #endif
