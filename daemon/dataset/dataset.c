@@ -9,6 +9,7 @@
 #include "dataset/dataset.h"
 #include "dataset/rdataset.h"
 
+#include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -474,6 +475,56 @@ int zr_dataset_append(zr_dataset *ds, const zr_batch *b, uint64_t *ret_first,
         if (ds->schema.layout != ZR_LAYOUT_ZRECORD)
                 return append_headerless(ds, b, n, ret_first, err);
         return zr_store_append_level(ds->store, b->level, b->data, b->lens, n, ret_first, err);
+}
+
+bool zr_dataset_takes_values(const zr_dataset *ds) {
+        const zr_schema *s = &ds->schema;
+        return s->kind != ZR_SCHEMA_DENSE && s->layout == ZR_LAYOUT_ZRECORD && !ds->lx &&
+               (s->ndim == 1 || s->ndim == ZR_SCHEMA_NDIM_ANY) &&
+               zr_store_codec(ds->store) == ZR_CODEC_RAW;
+}
+
+int zr_dataset_append_values(zr_dataset *ds, const char *dtype, const void *values,
+                             const uint64_t *items, const uint64_t *sizes, uint64_t n,
+                             uint64_t *ret_first, zr_error *err) {
+        const zr_schema *s = &ds->schema;
+        uint64_t item = s->dtype.itemsize, hdr = zr_ragged_header_bytes(1), *hdrs;
+        zr_dtype dt;
+        int r;
+
+        if (!zr_dataset_takes_values(ds))
+                return zr_error_set(err, ENOTSUP, "records as values: not this store's");
+        if (!dtype)
+                return zr_error_set(err, ZR_E_SCHEMA, "batch has no dtype (expected %s)",
+                                    s->dtype.str);
+        r = zr_dtype_parse(dtype, &dt, err);
+        if (r < 0)
+                return r;
+        if (!zr_dtype_equal(&dt, &s->dtype))
+                return zr_error_set(err, ZR_E_SCHEMA, "dtype: expected %s, got %s",
+                                    s->dtype.str, dt.str);
+        for (uint64_t i = 0; i < n; i++)
+                if (items[i] > ZR_RECORD_MAX / (item ? item : 1) ||
+                    sizes[i] != hdr + items[i] * item)
+                        return zr_error_set(err, ZR_E_SCHEMA, "record %llu: %llu bytes for %llu "
+                                            "items", (unsigned long long)i,
+                                            (unsigned long long)sizes[i],
+                                            (unsigned long long)items[i]);
+        if (n == 0) {
+                if (ret_first)
+                        *ret_first = zr_store_length(ds->store);
+                return 0;
+        }
+        if (n > SIZE_MAX / 16 || !(hdrs = malloc((size_t)n * 16)))
+                return zr_error_errno(err, ENOMEM, "appending %llu records",
+                                      (unsigned long long)n);
+        for (uint64_t i = 0; i < n; i++) {
+                hdrs[2 * i] = htole64(1);
+                hdrs[2 * i + 1] = htole64(items[i]);
+        }
+        r = zr_store_append_split(ds->store, hdrs, hdr, values, sizes, n, ret_first, err);
+        free(hdrs);
+        return r;
 }
 
 int zr_dataset_gather_dense(zr_dataset *ds, const uint64_t *idx, size_t n, void *dst,

@@ -156,6 +156,20 @@ int zr_dataset_check(const zr_dataset *ds, const zr_batch *b, uint64_t *ret_n,
 int zr_dataset_append(zr_dataset *ds, const zr_batch *b, uint64_t *ret_first,
                       zr_error *err);
 
+/* Appends n one-dimensional records given as their values, back to back at
+ * `values`, and their items (`items`), each record i being sizes[i] bytes
+ * with its 16-byte shape header (the caller's sum, checked here): the
+ * headers are written beside the values (zr_store_append_split()), with no
+ * copy that weaves them. Only where zr_dataset_takes_values(): a raw store of
+ * the zrecord layout whose records may be of one dimension (elsewhere the
+ * caller weaves the records and calls zr_dataset_append()). Errors as
+ * zr_dataset_append(). */
+bool zr_dataset_takes_values(const zr_dataset *ds);
+
+int zr_dataset_append_values(zr_dataset *ds, const char *dtype, const void *values,
+                             const uint64_t *items, const uint64_t *sizes, uint64_t n,
+                             uint64_t *ret_first, zr_error *err);
+
 /* Dense: gathers records idx[0..n) into dst as one contiguous (n, *item_shape)
  * block of n × item bytes (dst_size must hold them: ZR_E_BUFFER otherwise),
  * with the batch gather of batch.h, which also gathers ragged records.

@@ -516,6 +516,22 @@ static void append_run(zr_job *job) {
         uint64_t firsts[ZR_STREAMS_MAX];
         int r = 0;
 
+        if (!st->set && st->parts[0].items && zr_dataset_takes_values(st->parts[0].entry->ds)) {
+                /* a raw store takes the headers beside the values: no weave */
+                append_part *p = &st->parts[0];
+                const uint8_t *values = p->bytes ? (const uint8_t *)st->data.data + p->offset
+                                                 : NULL;
+                r = zr_mutation_begin(rq, &p->entry, 1,
+                                      zr_dataset_append_exclusive(p->entry->ds));
+                if (r == 0)
+                        r = zr_dataset_append_values(p->entry->ds, p->dtype, values, p->items,
+                                                     p->sizes, p->count, &st->first, &rq->err);
+                st->length = zr_dataset_length(p->entry->ds);
+                zr_mutation_end(rq, r == 0 && p->count);
+                st->count = p->count;
+                rq->result = r;
+                return;
+        }
         for (uint32_t i = 0; i < st->n; i++) {
                 append_part *p = &st->parts[i];
                 entries[i] = p->entry;
@@ -665,9 +681,13 @@ int zr_handle_append(zr_request *rq) {
         for (uint32_t i = 0; i < st->n; i++) {
                 records = __builtin_add_overflow(records, st->parts[i].count, &records)
                                   ? UINT64_MAX : records;
-                /* `lengths`: the records made from the values, and the items */
+                /* `lengths`: the records made from the values (a raw store
+                 * takes them apart: only their headers) */
                 if (st->parts[i].items &&
-                    __builtin_add_overflow(woven, st->parts[i].woven, &woven))
+                    __builtin_add_overflow(woven, !st->set && zr_dataset_takes_values(
+                                                   st->parts[i].entry->ds)
+                                                   ? 16 * st->parts[i].count
+                                                   : st->parts[i].woven, &woven))
                         woven = UINT64_MAX;
         }
         work = records > UINT64_MAX / APPEND_WORK_PER_RECORD ? UINT64_MAX

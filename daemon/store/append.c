@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 /* Runs of at least this many bytes start their writeback when written. */
@@ -22,6 +23,8 @@
 
 typedef struct append_job {
         zr_store *s;
+        const uint8_t *hdrs;     /* zr_store_append_split(): each record's header */
+        size_t hdr_bytes;
         const uint8_t *data;
         const uint64_t *lens;
         size_t n;
@@ -72,6 +75,51 @@ static void append_compress_shard(void *arg, size_t shard, size_t nshards) {
         j->shard_src[shard] = out;
 }
 
+/* Writes records [k, e) of a split append (headers apart from the payloads
+ * at src) to fd at off: pwritev of up to IOV_MAX pieces at a time, header,
+ * payload, header, ... Returns 0 or -errno. */
+static int pwrite_split(const append_job *j, int fd, size_t k, size_t e, const uint8_t *src,
+                        uint64_t off) {
+        struct iovec iov[1024];
+
+        while (k < e) {
+                int m = 0;
+                uint64_t want = 0;
+                for (; k < e && m + 2 <= 1024; k++) {
+                        uint64_t pay = j->lens[k] - j->hdr_bytes;
+                        iov[m++] = (struct iovec){ (void *)(j->hdrs + k * j->hdr_bytes),
+                                                   j->hdr_bytes };
+                        iov[m++] = (struct iovec){ (void *)src, (size_t)pay };
+                        src += pay;
+                        want += j->lens[k];
+                }
+                struct iovec *v = iov;
+                while (want > 0) {
+                        ssize_t w = pwritev(fd, v, m, (off_t)off);
+                        if (w < 0) {
+                                if (errno == EINTR)
+                                        continue;
+                                return -errno;
+                        }
+                        if (w == 0)
+                                return -EIO;
+                        off += (uint64_t)w;
+                        want -= (uint64_t)w;
+                        /* past what went; the rest of a piece cut short */
+                        while (m > 0 && (size_t)w >= v->iov_len) {
+                                w -= (ssize_t)v->iov_len;
+                                v++;
+                                m--;
+                        }
+                        if (m > 0) {
+                                v->iov_base = (uint8_t *)v->iov_base + w;
+                                v->iov_len -= (size_t)w;
+                        }
+                }
+        }
+        return 0;
+}
+
 static void append_write_shard(void *arg, size_t shard, size_t nshards) {
         append_job *j = arg;
         zr_store *s = j->s;
@@ -90,9 +138,12 @@ static void append_write_shard(void *arg, size_t shard, size_t nshards) {
                         bytes += j->locs[e].phys_length;
                         e++;
                 }
+                uint64_t from_src = bytes - (j->hdrs ? (uint64_t)(e - k) * j->hdr_bytes : 0);
                 if (bytes > 0) {
                         int fd = zr_files_fd(s->chunks, first->chunk_id);
-                        int r = fd < 0 ? -EBADF : zr_pwrite_all(fd, src, bytes, first->offset);
+                        int r = fd < 0 ? -EBADF
+                                : j->hdrs ? pwrite_split(j, fd, k, e, src, first->offset)
+                                          : zr_pwrite_all(fd, src, bytes, first->offset);
                         if (r < 0) {
                                 j->st[shard].r = zr_error_errno(&j->st[shard].err, -r,
                                                                 "%" PRIu32 ".chunk: write",
@@ -108,7 +159,7 @@ static void append_write_shard(void *arg, size_t shard, size_t nshards) {
                                 (void)sync_file_range(fd, (off_t)first->offset, (off_t)bytes,
                                                       SYNC_FILE_RANGE_WRITE);
                 }
-                src += bytes;
+                src += from_src;
                 k = e;
         }
 }
@@ -140,9 +191,11 @@ int zr_store_append(zr_store *s, const void *data, const uint64_t *lens, size_t 
         return zr_store_append_level(s, 0, data, lens, n, ret_first, err);
 }
 
-int zr_store_append_level(zr_store *s, int level, const void *data, const uint64_t *lens,
-                          size_t n, uint64_t *ret_first, zr_error *err) {
-        append_job j = { .s = s, .data = data, .lens = lens, .n = n, .level = level };
+static int append(zr_store *s, int level, const uint8_t *hdrs, size_t hdr_bytes,
+                  const void *data, const uint64_t *lens, size_t n, uint64_t *ret_first,
+                  zr_error *err) {
+        append_job j = { .s = s, .hdrs = hdrs, .hdr_bytes = hdr_bytes, .data = data,
+                         .lens = lens, .n = n, .level = level };
         size_t nshards = 0;
         int r;
 
@@ -176,6 +229,16 @@ int zr_store_append_level(zr_store *s, int level, const void *data, const uint64
                 r = zr_error_set(err, EINVAL, "append: no data");
                 goto out;
         }
+        if (hdrs && s->codec != ZR_CODEC_RAW) {
+                r = zr_error_set(err, EINVAL, "append: headers apart only for a raw store");
+                goto out;
+        }
+        for (size_t k = 0; hdrs && k < n; k++)
+                if (lens[k] < hdr_bytes) {
+                        r = zr_error_set(err, EINVAL, "append: record %zu is shorter than its "
+                                         "header", k);
+                        goto out;
+                }
 
         nshards = zr_pool_shards(s->pool, n);
         j.shard_off = calloc(nshards, sizeof(*j.shard_off));
@@ -312,4 +375,14 @@ out:
         free(j.locs);
         pthread_mutex_unlock(&s->append_lock);
         return r;
+}
+
+int zr_store_append_level(zr_store *s, int level, const void *data, const uint64_t *lens,
+                          size_t n, uint64_t *ret_first, zr_error *err) {
+        return append(s, level, NULL, 0, data, lens, n, ret_first, err);
+}
+
+int zr_store_append_split(zr_store *s, const void *hdrs, size_t hdr_bytes, const void *data,
+                          const uint64_t *lens, size_t n, uint64_t *ret_first, zr_error *err) {
+        return append(s, 0, hdrs, hdr_bytes, data, lens, n, ret_first, err);
 }

@@ -238,6 +238,14 @@ int zr_store_append(zr_store *s, const void *data, const uint64_t *lens, size_t 
 int zr_store_append_level(zr_store *s, int level, const void *data, const uint64_t *lens,
                           size_t n, uint64_t *ret_first, zr_error *err);
 
+/* As zr_store_append() for a raw store, each record's first hdr_bytes apart
+ * from its payload: record i is hdrs[i × hdr_bytes ..][0..hdr_bytes) then its
+ * lens[i] − hdr_bytes payload bytes, the payloads back to back at data. The
+ * records are written as if woven (pwritev), without a copy that weaves them.
+ * EINVAL for a compressed store or a record shorter than its header. */
+int zr_store_append_split(zr_store *s, const void *hdrs, size_t hdr_bytes, const void *data,
+                          const uint64_t *lens, size_t n, uint64_t *ret_first, zr_error *err);
+
 /* Reads the table entries of records idx[0..n) into ret_locs[0..n) (decoded
  * from the .loc mapping, or one pread per run of consecutive indices). Lock-free.
  * ZR_E_RANGE for an index >= length (nothing read), ZR_E_CORRUPT for an entry

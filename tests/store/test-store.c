@@ -121,6 +121,50 @@ static void round_trip_sizes(enum zr_codec codec) {
         store_done(&d, s, pool);
 }
 
+/* zr_store_append_split(): records whose first 16 bytes come apart from the
+ * payloads are stored as if woven, across chunk rollovers (64 KiB chunks)
+ * and pwritev's 1024 pieces; refused for a compressed store. */
+START_TEST(test_append_split) {
+        tdir d;
+        zr_pool *pool = NULL;
+        zr_error err = {0};
+        enum { N = 3000, H = 16 };
+        uint64_t lens[N], ids[N], total = 0, first = 99;
+
+        tdir_make(&d);
+        ck_assert_int_eq(zr_pool_new(2, &pool), 0);
+        zr_store *s = create_store(&d, ZR_CODEC_RAW, 16, pool);
+        for (size_t i = 0; i < N; i++) {
+                lens[i] = H + (i * 7919) % 3000;
+                ids[i] = i;
+                total += lens[i];
+        }
+        uint8_t *woven = make_batch(lens, N, 0);
+        uint8_t *hdrs = malloc(N * H), *vals = malloc(total), *p = woven, *v = vals;
+        for (size_t i = 0; i < N; i++) {
+                memcpy(hdrs + i * H, p, H);
+                memcpy(v, p + H, lens[i] - H);
+                v += lens[i] - H;
+                p += lens[i];
+        }
+        ck_assert_msg(zr_store_append_split(s, hdrs, H, vals, lens, N, &first, &err) == 0, "%s",
+                      err.message);
+        ck_assert_uint_eq(first, 0);
+        check_all(s, ids, lens, N);
+        s = reopen(&d, s, pool);
+        check_all(s, ids, lens, N);
+        store_done(&d, s, NULL);
+        tdir_make(&d);
+        s = create_store(&d, ZR_CODEC_ZSTD, 16, pool);
+        ck_assert_int_eq(zr_store_append_split(s, hdrs, H, vals, lens, N, NULL, &err), -EINVAL);
+        ck_assert_uint_eq(zr_store_length(s), 0);
+        store_done(&d, s, pool);
+        free(woven);
+        free(hdrs);
+        free(vals);
+}
+END_TEST
+
 START_TEST(test_round_trip_raw) {
         round_trip_sizes(ZR_CODEC_RAW);
 }
@@ -396,7 +440,7 @@ int main(void) {
         TL_TCASE(s, "round-trip", 300, test_round_trip_raw, test_round_trip_zstd,
                  test_round_trip_zstd_dict, test_levels_zstd, test_levels_zstd_dict,
                  test_rollover_raw, test_rollover_zstd, test_no_pool,
-                 test_pread_path, test_pread_asked);
+                 test_pread_path, test_pread_asked, test_append_split);
         store_add_mutation(s);
         store_add_refusals(s);
         store_add_size(s);
