@@ -28,6 +28,13 @@
  * decoded from a mapping (~20 ns each). */
 #define STORE_LOCATE_PARALLEL_MIN_PREAD 256
 #define STORE_LOCATE_PARALLEL_MIN_MAPPED 65536
+/* A gather of raw records through the mappings gives each shard at least this
+ * many bytes: a shard handed to a sleeping worker costs its wake-up (5-70 us
+ * on the 2-core bench VM) and the caller's wait for it, while a warm copy of
+ * 256 KiB takes 20-40 us. A 96 KiB batch of 32 records was split in three
+ * and woke both workers for 10 us of copying (bench/README.md, "Small
+ * batches"). Records read with pread, or decoded, shard by record. */
+#define STORE_GATHER_SHARD_MIN_RAW (256u << 10)
 /* A timed gather touches records' pages this far apart: the smallest page. */
 #define STORE_TOUCH_STRIDE 4096
 
@@ -490,6 +497,19 @@ int zr_store_gather_run(zr_store *s, gather_job *j, zr_error *err) {
         int r;
 
         bool packed = !j->dsts && !j->idx;
+
+        if (s->codec == ZR_CODEC_RAW && s->map && !j->pread && nshards > 1) {
+                uint64_t bytes = 0;
+                if (j->idx) {
+                        bytes = j->item * j->n;
+                } else {
+                        for (size_t i = 0; i < j->n; i++)
+                                bytes += j->locs[i].logic_length;
+                }
+                uint64_t most = bytes / STORE_GATHER_SHARD_MIN_RAW;
+                if (most < nshards)
+                        nshards = most > 1 ? (size_t)most : 1;
+        }
 
         j->tail = atomic_load_explicit(&s->tail, memory_order_acquire);
         j->st = calloc(nshards, sizeof(*j->st));
