@@ -304,7 +304,7 @@ static const field status_ok[] = {
         REQ("misses", T_UINT), REQ("bytes", T_UINT), REQ("evictions", T_UINT),
         REQ_SUB("cache", T_MAP, cache_fields),
         REQ_SUB("per_loader", T_MAPS, loader_stat_fields), OPT("shared", T_UINT),
-        OPT("stores", T_UINT), OPT("requests", T_UINT), OPT("spare_budget", T_UINT),
+        OPT("loop_fills", T_UINT), OPT("stores", T_UINT), OPT("requests", T_UINT), OPT("spare_budget", T_UINT),
         OPT("spare_bytes", T_UINT), OPT_SUB("prefetch", T_MAP, prefetch_fields),
         OPT_SUB("budgets", T_MAP, budgets_fields), OPT("uid", T_UINT),
         OPT_SUB("users", T_MAPS, user_stat_fields), OPT_SUB("limits", T_MAP, status_limits_fields),

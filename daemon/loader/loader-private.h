@@ -163,6 +163,11 @@ typedef struct pf_state {
         /* telemetry: a fill of wait_step has waited for its reads ahead (or for
          * the job that reads them) since wait_ns; 0: none waits */
         uint64_t wait_step, wait_ns;
+        /* steps in a row its jobs found resident (nothing to read); from
+         * PF_WARM_RUN on, the group reads ahead only one step in PF_WARM_EVERY
+         * (steps before quiet_until have no job) until a job finds one not */
+        uint32_t warm_run;
+        uint64_t quiet_until;
 } pf_state;
 
 /* A gather that found a stream's lock taken exclusive (a mutation in
@@ -344,6 +349,9 @@ struct zr_loader_engine {
         zr_tokstore *tok_memory; /* the engine's own store without a directory */
         _Atomic int telemetry; /* loaders keep telemetry (on unless the engine's
                                 * owner turns it off) */
+        /* slots of at most this many bytes of a warm group are filled on the
+         * releasing thread (zr_loader_engine_set_inline()); 0: never */
+        uint64_t inline_max;
 };
 
 /* The result of a fill. */
@@ -469,6 +477,10 @@ int zr_pf_ready(zr_loader_engine *e, const zr_loader *l, uint64_t step, work *w)
 void zr_pf_claimed(zr_loader_engine *e, zr_loader *l, uint64_t step);
 /* The fill of `step` completed, or was given up: its unit is consumed. */
 void zr_pf_consumed(zr_loader_engine *e, group *g, uint64_t step);
+/* 1 if l's group's recent steps were all found resident (the read ahead is
+ * sparse, PF_WARM_RUN): a fill of it faults no page in, as far as anyone
+ * knows. */
+int zr_pf_warm(const zr_loader *l);
 /* Cancels the reads of every group that reads dataset `ds` and waits for
  * them (the mutex is released while waiting). */
 void zr_pf_quiesce(zr_loader_engine *e, const zr_dataset *ds);

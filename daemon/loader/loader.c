@@ -315,6 +315,7 @@ static int claim_next(zr_loader_engine *e, zr_loader *l, work *w, int *notify) {
 }
 
 static void unpark(zr_loader *l, parked_work **list);
+static void kick(zr_loader_engine *e);
 
 /* Engine mutex held: applies a finished fill. Returns 1 if notify is due. */
 static int complete(zr_loader_engine *e, const work *w, const fill_result *res) {
@@ -382,6 +383,48 @@ static int complete(zr_loader_engine *e, const work *w, const fill_result *res) 
         zr_sched_run(e, l);
         pthread_cond_broadcast(&e->idle);
         return notify | zr_sched_left(e, l);
+}
+
+/* 1 if l's fills may run on the thread that releases its slots: every stream
+ * raw and dense or ragged records of local stores, read from their mappings
+ * (no image decode, no packing, no cache, no fetch), slots of at most
+ * e->inline_max bytes, and its group's recent steps found resident
+ * (prefetch.c, PF_WARM_RUN), so that the fill is a copy of a few hundred KiB
+ * at most out of the page cache: tens of microseconds. */
+static int inline_capable(const zr_loader_engine *e, const zr_loader *l) {
+        if (!e->inline_max || l->slot_bytes > e->inline_max || l->mix)
+                return 0;
+        for (size_t i = 0; i < l->nall; i++) {
+                const lstream *st = &l->streams[i];
+                if (st->image || st->pack || st->schema->codec != ZR_CODEC_RAW ||
+                    zr_dataset_remote(st->s.ds))
+                        return 0;
+        }
+        return zr_pf_warm(l);
+}
+
+/* Engine mutex held (released while the fill runs): claims l's next step and
+ * fills it on this thread, if l may (inline_capable()). A step that turns out
+ * to need reading (cold, direct, or a failed read ahead) goes to a worker as
+ * a parked gather would. A fill that finds a stream's lock taken parks as any. */
+static void fill_inline(zr_loader_engine *e, zr_loader *l, int *notify) {
+        fill_result res = {0};
+        work w;
+
+        if (!inline_capable(e, l) || !claim_next(e, l, &w, notify))
+                return;
+        if (w.cold || w.direct || w.io_error) {
+                w.sl->park.w = w;
+                w.sl->park.next = e->resume;
+                e->resume = &w.sl->park;
+                kick(e);
+                return;
+        }
+        e->t.inline_fills++;
+        pthread_mutex_unlock(&e->mutex);
+        zr_fill(l, &w, &res);
+        pthread_mutex_lock(&e->mutex);
+        *notify |= complete(e, &w, &res);
 }
 
 static void drain_task(void *arg) {
@@ -495,6 +538,12 @@ static void resume_parked(zr_loader_engine *e) {
 }
 
 /* ---- the engine ------------------------------------------------------------- */
+
+void zr_loader_engine_set_inline(zr_loader_engine *e, uint64_t max_slot_bytes) {
+        pthread_mutex_lock(&e->mutex);
+        e->inline_max = max_slot_bytes;
+        pthread_mutex_unlock(&e->mutex);
+}
 
 /* The retry thread: sleeps until a fill is parked, then retries the parked
  * fills every LOADER_PARK_RETRY_NS until none is left. It takes only the
@@ -1164,7 +1213,7 @@ int zr_loader_release_report(zr_loader *l, uint32_t ring_id, uint32_t slot_no,
         zr_loader_engine *e = l->e;
         ring *dead = NULL;
         claim *cl = NULL;
-        int r = 0, notify = 0;
+        int r = 0, notify = 0, freed;
 
         pthread_mutex_lock(&e->mutex);
         if (l->end_delivered)
@@ -1180,11 +1229,14 @@ int zr_loader_release_report(zr_loader *l, uint32_t ring_id, uint32_t slot_no,
         }
         if (take && atomic_load(&e->telemetry))
                 zr_measure_take(l, cl, take);
-        if (claim_drop(cl))
-                zr_group_wake(e, l->g);
+        freed = claim_drop(cl);
         /* the steps its group already holds for it, now (catch_up()) */
         while (take_shared(e, l, &notify) > 0)
                 ;
+        /* a small warm step filled here, before any worker is woken for it */
+        fill_inline(e, l, &notify);
+        if (freed)
+                zr_group_wake(e, l->g);
         zr_sched_run(e, l);
         notify |= zr_group_reap(e, l->g, &dead);
         if (e->parked)

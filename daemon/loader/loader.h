@@ -220,6 +220,17 @@ void zr_loader_engine_set_direct_min(zr_loader_engine *e, uint64_t bytes);
 /* The name of a mode: "off", "auto", "always" or "every". */
 const char *zr_direct_mode_name(enum zr_direct_mode mode);
 
+/* Slots of at most `max_slot_bytes` (0, the default: none) are filled on the
+ * thread that calls zr_loader_release(), the daemon's loop, rather than on a
+ * worker, when the loader's streams are raw records of local stores (no
+ * decode of any kind) and its group's recent steps were found resident
+ * (reading ahead, PF_WARM_RUN in prefetch.c): a copy of at most that many
+ * bytes from the page cache, tens of microseconds, instead of a worker's
+ * wake-up there and an eventfd write back, each a context switch. One fill
+ * per release at most; a step that turns out to need reading goes to a
+ * worker. Any time. */
+void zr_loader_engine_set_inline(zr_loader_engine *e, uint64_t max_slot_bytes);
+
 /* Cancels the reads ahead of every loader of dataset `ds` and waits for them
  * to end. Call it with ds's exclusive lock held, before a mutation that may
  * close its files (delete, compact, install_dict): the reads name the store's
@@ -285,6 +296,7 @@ typedef struct zr_loader_engine_counters {
         uint64_t prefetch_cancelled;  /* read batches cancelled (close, mutation) */
         uint64_t prefetch_depth;      /* the deepest any group read ahead, in steps */
         uint64_t planned_steps;       /* steps whose cache uses were planned */
+        uint64_t inline_fills;        /* fills run by a release (zr_loader_engine_set_inline()) */
 } zr_loader_engine_counters;
 
 /* Fills *ret with the totals since the engine started. */

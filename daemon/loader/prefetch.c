@@ -80,6 +80,16 @@
  * without). A group starts with no credit, so its first fill goes first. */
 #define PF_PLAN_PER_FILL 4
 #define PF_PLAN_CREDIT_MAX 16
+/* A group whose jobs found PF_WARM_RUN steps in a row resident reads ahead
+ * one step in PF_WARM_EVERY from then on, until a job finds a step that is
+ * not: a job per step costs a worker's wake-up, a residency check and the
+ * hand-offs around it (a small warm batch's largest fixed cost, bench/README.md
+ * "Small batches"), to learn what the last steps said already. The steps
+ * between are gathered without reading ahead: if the data left the page cache
+ * meanwhile, at most PF_WARM_EVERY steps fault their pages in, and the next
+ * job finds it and reads ahead every step again. */
+#define PF_WARM_RUN 8
+#define PF_WARM_EVERY 16
 
 static uint64_t max_u64(uint64_t a, uint64_t b) {
         return a > b ? a : b;
@@ -321,7 +331,9 @@ void zr_pf_group_drop_plans(zr_loader_engine *e, uint64_t owner, const zr_loader
 /* Where the next read-ahead and the next plan would go, or UINT64_MAX. */
 static uint64_t next_io(zr_loader_engine *e, const group *g, uint64_t lead) {
         const pf_state *p = &g->pf;
-        uint64_t s = max_u64(p->io_hi, lead);
+        /* warm (PF_WARM_RUN): the next step read ahead is quiet_until, a
+         * depth ahead of the fills as any, so no fill waits for its job */
+        uint64_t s = max_u64(max_u64(p->io_hi, lead), p->quiet_until);
 
         uint64_t budget = atomic_load(&e->pf_budget);
 
@@ -788,6 +800,16 @@ void zr_pf_job_end(zr_loader_engine *e, pf_job *j) {
                 e->t.prefetch_read_bytes += j->bytes;
                 e->t.prefetch_resident += j->resident;
                 e->t.prefetch_cached += j->cached;
+                /* warm: nothing to read, nothing direct, nothing fetched; a
+                 * group that plans its cache uses reads ahead every step (the
+                 * steps a sparse job skips would go unplanned) */
+                if (!j->busy && j->records == 0 && !p->remote && p->horizon == 0) {
+                        if (++p->warm_run >= PF_WARM_RUN)
+                                p->quiet_until = u->step + PF_WARM_EVERY;
+                } else if (!j->busy) {
+                        p->warm_run = 0;
+                        p->quiet_until = 0;
+                }
                 p->reads_per_step = ewma(p->reads_per_step, j->reads);
                 p->bytes_per_step = ewma(p->bytes_per_step, j->bytes);
                 set_depth(e, p);
@@ -889,6 +911,11 @@ void zr_pf_consumed(zr_loader_engine *e, group *g, uint64_t step) {
         }
         p->io_hi = max_u64(p->io_hi, p->lo);
         p->plan_hi = max_u64(p->plan_hi, p->lo);
+}
+
+int zr_pf_warm(const zr_loader *l) {
+        const pf_state *p = &l->g->pf;
+        return p->units && p->warm_run >= PF_WARM_RUN && !p->io_inflight && !p->job;
 }
 
 static int group_reads(const group *g, const zr_dataset *ds) {

@@ -38,6 +38,9 @@
  * limit at 32 to 128 (bench/README.md, beyond memory); a deeper queue only
  * adds latency. */
 #define DEFAULT_IO_DEPTH 128u
+/* a warm loader's slots of at most this are filled on the loop thread: bench/README.md,
+ * "Small batches" */
+#define DEFAULT_LOOP_FILL (256u << 10)
 /* Per-client and global limits: the protocol's defaults, reasons in zr-proto.h. */
 #define DEFAULT_MAX_FRAME ZR_FRAME_MAX_DEFAULT
 #define DEFAULT_MAX_HANDLES ZR_HANDLES_MAX_DEFAULT
@@ -98,7 +101,7 @@ enum { KEY_SOCKET = 1000, KEY_SOCKET_MODE, KEY_SOCKET_GROUP, KEY_THREADS, KEY_PI
        KEY_MAX_WORK_UID, KEY_MAX_WORK_TOTAL,
        KEY_MAX_JOBS_UID,
        /* reading ahead */
-       KEY_PREFETCH, KEY_IO_BACKEND, KEY_IO_DEPTH, KEY_IO_DIRECT,
+       KEY_PREFETCH, KEY_IO_BACKEND, KEY_IO_DEPTH, KEY_IO_DIRECT, KEY_LOOP_FILL,
        /* telemetry */
        KEY_STALL_WARNING, KEY_METRICS_LISTEN,
        /* stores in object storage */
@@ -137,6 +140,8 @@ static const struct setting {
         {"io-direct", KEY_IO_DIRECT, "auto|off|always",
          "read cold steps with O_DIRECT straight into the rings: auto, of stores larger than "
          "half the memory; always, of any store (auto)"},
+        {"loop-fill", KEY_LOOP_FILL, "BYTES",
+         "fill a warm loader's slots of at most BYTES on the loop thread itself (256K; 0 = never)"},
         {"max-frame", KEY_MAX_FRAME, "BYTES", "largest frame a client may send (1M; 64K..64M)"},
         {"max-handles", KEY_MAX_HANDLES, "N", "open handles per client (1024)"},
         {"max-loaders", KEY_MAX_LOADERS, "N", "open loaders per client (64)"},
@@ -199,6 +204,7 @@ void zr_config_defaults(zr_config *c) {
         c->io_backend = ZR_IOQ_AUTO;
         c->io_depth = DEFAULT_IO_DEPTH;
         c->io_direct = ZR_DIRECT_AUTO;
+        c->loop_fill_bytes = DEFAULT_LOOP_FILL;
         c->remote = true;
         c->remote_cache_bytes = ZR_CONFIG_AUTO;
         c->remote_depth = DEFAULT_REMOTE_DEPTH;
@@ -321,6 +327,7 @@ static int apply(zr_config *c, int key, const char *v, const char *where, zr_err
         case KEY_PREFETCH: r = parse_size_auto(v, &c->prefetch_bytes); break;
         case KEY_READ_POOL: r = parse_size_auto(v, &c->read_pool_bytes); break;
         case KEY_IO_BACKEND: r = zr_ioq_backend_parse(v, &c->io_backend); break;
+        case KEY_LOOP_FILL: r = parse_size(v, &c->loop_fill_bytes); break;
         case KEY_IO_DIRECT:
                 if (strcmp(v, "auto") == 0)
                         c->io_direct = ZR_DIRECT_AUTO;

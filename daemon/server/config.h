@@ -36,6 +36,8 @@ typedef struct zr_config {
         uint32_t io_depth;         /* reads in flight at once (start only) */
         int io_direct;             /* enum zr_direct_mode: which cold steps are read with
                                     * O_DIRECT (auto, off, always: docs/IO.md) */
+        uint64_t loop_fill_bytes;  /* a warm loader's slots of at most this filled on the
+                                    * loop thread (loader.h, zr_loader_engine_set_inline()) */
         /* per-client limits */
         uint32_t max_frame_bytes;  /* largest frame a client may send */
         uint32_t max_handles;      /* open datasets and buffers per client */

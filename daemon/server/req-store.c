@@ -1388,6 +1388,7 @@ int zr_handle_status(zr_request *rq) {
         zr_wire_put_u64(&w, "stores", zr_registry_count(s->registry));
         zr_wire_put_u64(&w, "requests", k->requests);
         zr_wire_put_u64(&w, "shared", lk.shared);
+        zr_wire_put_u64(&w, "loop_fills", lk.inline_fills);
         zr_wire_put_u64(&w, "spare_budget", s->budgets.ring_spare.bytes);
         zr_wire_put_u64(&w, "spare_bytes", lk.spare_bytes);
         put_prefetch(&w, s, &lk, &q);

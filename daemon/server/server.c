@@ -649,6 +649,10 @@ static void reload(zr_server *s) {
                 o->io_direct = n.io_direct;
                 changes++;
         }
+        if (o->loop_fill_bytes != n.loop_fill_bytes) {
+                CHANGED(loop_fill_bytes, "%llu", unsigned long long)
+                zr_loader_engine_set_inline(s->loaders, o->loop_fill_bytes);
+        }
         /* cache, ring-spare, prefetch and read-pool: their budgets in force below */
         o->cache_bytes = n.cache_bytes;
         o->ring_spare_bytes = n.ring_spare_bytes;
@@ -828,6 +832,7 @@ int zr_server_new(const zr_config *cfg, int argc, char **argv, zr_server **ret, 
                 goto fail;
         zr_loader_engine_set_io(s->loaders, s->ioq, s->budgets.prefetch.bytes);
         set_direct(s);
+        zr_loader_engine_set_inline(s->loaders, s->cfg.loop_fill_bytes);
         r = zr_registry_new(s->pool, &s->registry);
         if (r < 0) {
                 r = zr_error_errno(err, -r, "creating the registry");
