@@ -559,6 +559,34 @@ class Connection:
                 self._cv.notify_all()
             _interrupt.leave()
 
+    def dispatch_buffered(self):
+        """Hands out the frames already read whole, without a system call (a read
+        of the socket takes up to 256 KiB: several BATCH events at once); nothing
+        if another thread is reading."""
+        if not self._fs.has_frame() or self._broken is not None or self.closed:
+            return
+        with self._cv:
+            if self._reading is not None:
+                return
+            self._reading = threading.get_ident()
+        _interrupt.enter()
+        try:
+            while self._fs.has_frame():
+                msg, fds = self._fs.recv()
+                with self._cv:
+                    self._dispatch(msg, fds)
+        except (OSError, _wire.ProtocolError, ValueError) as e:
+            with self._cv:
+                self._broken = str(e) or type(e).__name__
+        except BaseException:
+            self._break("a read was interrupted: the connection's place in the stream is lost")
+            raise
+        finally:
+            with self._cv:
+                self._reading = None
+                self._cv.notify_all()
+            _interrupt.leave()
+
     def drop_events(self, loader):
         """The loader is closed: its queued events go (their descriptors closed),
         and so will any that still arrive."""
@@ -700,8 +728,18 @@ def reconnect(timeout=5.0):
             delay = min(delay * 2, 0.25)
 
 
+# This process's id, kept here (os.getpid() is a system call, asked several
+# times a batch): set again in a child by the fork hook below.
+_pid = os.getpid()
+
+
+def current_pid():
+    return _pid
+
+
 def _after_fork_in_child():
-    global _default, _default_lock
+    global _default, _default_lock, _pid
+    _pid = os.getpid()
     _default_lock = threading.Lock()
     old, _default = _default, None
     if old is not None:

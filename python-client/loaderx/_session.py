@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import _shm, _store, _wire
+from . import _conn, _shm, _store, _wire
 from ._errors import ZrecordError, ZrecordRuntimeError
 
 __all__ = ["INDEX_KEY", "SOURCE_KEY", "Layout", "LoaderSession", "Taken", "build_batch",
@@ -83,6 +83,14 @@ class Taken(NamedTuple):
 
 _serials = itertools.count(1)
 
+# A session that may hold releases back (lazy_release) sends them once half its
+# slots are freed, or before it waits for the daemon, when its slots are at
+# most this large: the daemon fills such a slot of a warm loader as it reads
+# the RELEASE (its `loop-fill`, 256 KiB), in tens of microseconds, so the
+# release's lead is worth less than the system calls on both sides it saves
+# (bench/README.md, "Small batches").
+LAZY_RELEASE_MAX = 256 << 10
+
 
 class LoaderSession:
     """One LOADER_OPEN: its number, the rings it reads and the (ring, slot)s this
@@ -111,6 +119,19 @@ class LoaderSession:
         self.taken = {}                   # (ring, slot) -> ns
         self.waits = collections.deque()
         self.closed = False
+        # releases held back until half the slots are freed (set_lazy_release())
+        self.release_batch = 1
+        # per stream: bytes a dense stream's batch covers, else None; and the
+        # views' templates of dense streams (_shm.ViewTemplate), else None
+        self.dense_bytes = []
+        self.templates = None
+        if layout is not None:
+            self.dense_bytes = [
+                None if pk is not None or item_shape is None else
+                layout.batch_size * math.prod(int(d) for d in item_shape) * dt.itemsize
+                for (dt, item_shape, _), pk in zip(
+                    layout.kinds, layout.packed or (None,) * len(layout.names))]
+            self.templates = view_templates(layout)
         self.length = None                # the reply's fields (open())
         self.fingerprint = None           # the streams' (None from a daemon without it)
         self.regions = []                 # per stream: (offset, capacity) in a slot
@@ -257,12 +278,27 @@ class LoaderSession:
             os.close(fd)
 
     # ---------------------------------------------------------- releases
+    def set_lazy_release(self, on):
+        """Holds freed slots back until half the slots are free (at least two), or
+        until flush(): for a caller that flushes before it waits for a batch and
+        never waits for anything else (the DataLoader without worker processes),
+        and only for small slots (LAZY_RELEASE_MAX)."""
+        self.release_batch = (max(2, self.slots // 2)
+                              if on and self.slots >= 3 and self.slot_bytes <= LAZY_RELEASE_MAX
+                              else 1)
+
     def slot_free(self, key):
         """Called when the last view of a (ring, slot) is gone (any thread, any time)."""
-        if self.closed or os.getpid() != self.pid:
+        if self.closed or _conn.current_pid() != self.pid:
             return
         self.pending.append(key)
-        self.flush(blocking=False)
+        if len(self.pending) >= self.release_batch:
+            self.flush(blocking=False)
+
+    def flush_due(self):
+        """flush(), if the releases held back are due (set_lazy_release())."""
+        if len(self.pending) >= self.release_batch:
+            self.flush()
 
     def _next_release(self):
         if not self.pending or self.closed:
@@ -284,7 +320,7 @@ class LoaderSession:
         """Sends RELEASE for every freed slot. Non-blocking from finalizers: if the
         send lock is busy (maybe held by this very thread), the release waits for the
         next flush."""
-        if not self.pending or self.closed or os.getpid() != self.pid:
+        if not self.pending or self.closed or _conn.current_pid() != self.pid:
             return
         try:
             self.conn.send_notifications(self._next_release, blocking)
@@ -318,14 +354,14 @@ class LoaderSession:
             self.images_skipped += int(st.get("skipped", 0))
         spans = []                     # (lo, hi) ring bytes each stream's views cover
         packed = lay.packed or (None,) * len(lay.names)
-        for name, st, (dt, item_shape, _), pk in zip(lay.names, streams, lay.kinds, packed):
-            if pk is not None:
+        for name, st, (dt, item_shape, _), pk, nb in zip(lay.names, streams, lay.kinds, packed,
+                                                          self.dense_bytes):
+            if nb is not None:
+                lo = int(st["offset"])
+                hi = lo + nb
+            elif pk is not None:
                 lo = int(st["offset"])
                 hi = lo + pk[2] + lay.batch_size * pk[0] * 4
-            elif item_shape is not None:
-                lo = int(st["offset"])
-                # math.prod, not np.prod: 0.1 us against 2-5 us, once a stream a batch
-                hi = lo + lay.batch_size * math.prod(int(d) for d in item_shape) * dt.itemsize
             else:
                 offs = _wire.from_u64s(st.get("offsets"))
                 lens = _wire.from_u64s(st.get("lengths"))
@@ -354,18 +390,32 @@ class LoaderSession:
         """The batch a BATCH event announces: views into the (ring, slot) it names."""
         t = self.take(msg)
         mapped = self.rings[t.ring][0]
-        return build_batch(self.layout, t, mapped.mm, mapped.address, t.owner)
+        return build_batch(self.layout, t, mapped.mm, mapped.address, t.owner, self.templates)
 
 
-def build_batch(lay, t, mm, base, owner):
+def view_templates(lay):
+    """Per stream of layout `lay`: the _shm.ViewTemplate of a dense stream's
+    batch, or None."""
+    packed = lay.packed or (None,) * len(lay.names)
+    return [None if pk is not None or item_shape is None else
+            _shm.ViewTemplate((lay.batch_size,) + tuple(item_shape), dt)
+            for (dt, item_shape, _), pk in zip(lay.kinds, packed)]
+
+
+def build_batch(lay, t, mm, base, owner, templates=None):
     """The batch of Taken `t` as read-only views of a ring mapped at `base`
     (_shm.View: `mm` keeps the mapping alive after RING_CLOSE or the session's
-    close; `owner` rides in every view's base, so the slot stays held)."""
+    close; `owner` rides in every view's base, so the slot stays held).
+    `templates`: view_templates(lay), made once by the caller, or None."""
     batch = {}
     packed = lay.packed or (None,) * len(lay.names)
-    for name, st, (dt, item_shape, ndim), (lo, hi), pk in zip(lay.names, t.streams, lay.kinds,
-                                                               t.spans, packed):
-        if pk is not None:
+    if templates is None:
+        templates = (None,) * len(lay.names)
+    for name, st, (dt, item_shape, ndim), (lo, hi), pk, tp in zip(
+            lay.names, t.streams, lay.kinds, t.spans, packed, templates):
+        if tp is not None:
+            batch[name] = np.asarray(tp.view(owner, mm, base + lo))
+        elif pk is not None:
             shape = (lay.batch_size, pk[0])
             batch[name] = np.asarray(_shm.View(owner, mm, base + lo, shape, dt.str))
             batch[name + SEGMENTS_SUFFIX] = np.asarray(

@@ -591,6 +591,9 @@ class DataLoader:
                         len(self.sources or ()), self.with_sources, packed)
         self._session = LoaderSession.open(conn, fields, layout,
                                            keep_fds=self._choice.kind == "process")
+        # releases held back while batches are ready: _next_event() flushes them
+        # before it waits; worker processes wait elsewhere, so not with them
+        self._session.set_lazy_release(self._choice.kind != "process")
         self.length = self._session.length
         if self._fingerprint is None:
             self._fingerprint = self._session.fingerprint
@@ -841,7 +844,7 @@ class DataLoader:
                 "the DataLoader is closed" if self._closed else
                 "the DataLoader has no open loader (a load_state_dict() failed): call "
                 "load_state_dict() again, e.g. with allow_length_change=True")
-        if session.pid != os.getpid() or session.conn.closed:   # forked child: reconnect
+        if session.pid != _conn.current_pid() or session.conn.closed:   # forked child: reconnect
             self._reopen_after_fork()
             session = self._session
         while True:
@@ -875,15 +878,21 @@ class DataLoader:
                 if raw:
                     return t
                 mapped = session.rings[t.ring][0]
-                return build_batch(session.layout, t, mapped.mm, mapped.address, t.owner)
+                return build_batch(session.layout, t, mapped.mm, mapped.address, t.owner,
+                                   session.templates)
 
     def _next_event(self, session, block=True):
         """The loader's next event, waiting for it (block=False: _NOTHING if none
         has come); None if the connection is gone."""
-        session.flush()
+        session.flush_due()
         ev = session.conn.poll_event(session.loader)
         if ev is not None:
             return ev
+        session.conn.dispatch_buffered()
+        ev = session.conn.poll_event(session.loader)
+        if ev is not None:
+            return ev
+        session.flush()     # what was held back, before any wait
         if session.closed or session.conn.broken is not None:
             return None
         if not block:
@@ -1074,7 +1083,7 @@ class DataLoader:
         return out
 
     def _next_batch(self):
-        if self._session is not None and self._session.pid != os.getpid():
+        if self._session is not None and self._session.pid != _conn.current_pid():
             self._reopen_after_fork()
         with self._lock:
             if self._closed:
