@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """run.py: zrecord against its peers and against the machine's limits, in one run.
 
-    python3 bench/run.py [all|limits|sampler|store|loader|multi|resume|beyond-memory|remote|transforms|hop ...]
+    python3 bench/run.py [all|limits|sampler|store|loader|multi|resume|beyond-memory|remote|transforms|hop|small-batches ...]
                          [--quick] [--build DIR] [--no-plots]
 
 Prints a machine block (CPU, cores, memory, kernel, Python, numpy, every
@@ -33,8 +33,9 @@ from suite import common as C  # noqa: E402
 LAYERS = ["limits", "sampler", "store", "loader", "multi", "resume", "beyond-memory", "remote",
           "tokens", "images"]
 # tables that run with a layer, also runnable alone: the loader layer's transforms,
-# and of those the worker hop's table alone (with the limits it is taken against)
-PARTS = ["transforms", "hop"]
+# and of those the worker hop's table alone (with the limits it is taken against);
+# the loader layer's small batches (issue 37)
+PARTS = ["transforms", "hop", "small-batches"]
 
 
 def main():
@@ -153,6 +154,10 @@ def main():
             C.write_json("hop", {"machine": machine, "hop": out["hop"],
                                  "targets35": [{"target": t, "got": v, "need": need}
                                                for t, v, need in targets35]})
+        if "small-batches" in layers and "loader" not in layers:
+            out["small"] = loader.run_small(ctx)
+            targets37 += loader.targets37({"rows": [], "small": out["small"]})
+            C.write_json("small-batches", {"machine": machine, "small": out["small"]})
         if "multi" in layers:
             out["multi"] = multi.run(ctx)
             targets += multi.targets(out["multi"])
