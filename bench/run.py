@@ -68,6 +68,11 @@ def main():
     ap.add_argument("--beyond-daemon-args", default="",
                     help="beyond-memory: extra zrecordd flags, space-separated (e.g. "
                          "'--io-direct=off' to compare the page cache's path)")
+    ap.add_argument("--multi-daemon-args", default="",
+                    help="multi: extra zrecordd flags, space-separated (e.g. '--io-direct=off')")
+    ap.add_argument("--multi-cold", action="store_true",
+                    help="multi: drop the data's pages from the page cache (POSIX_FADV_DONTNEED) "
+                         "before each configuration: runs that start over a cold store")
     ap.add_argument("--beyond-dir", help="beyond-memory: where its data goes (default: the run's "
                                          "temporary directory under $TMPDIR or /tmp); on a disk")
     ap.add_argument("--images", type=int, default=20000,

@@ -42,7 +42,12 @@ def run_config(ctx, params, nproc, same_seed, tmp):
     if params["kind"] == "zrecord":
         dtmp = os.path.join(tmp, f"d{time.monotonic_ns()}")
         os.makedirs(dtmp)
-        daemon = C.Daemon(ctx.build, dtmp)
+        daemon = C.Daemon(ctx.build, dtmp,
+                          extra=(getattr(ctx, "multi_daemon_args", "") or "").split())
+    if getattr(ctx, "multi_cold", False):
+        for k in ("store", "npy"):
+            if params.get(k):
+                C.drop_pages(params[k])
     procs = []
     try:
         for i in range(nproc):
@@ -77,6 +82,17 @@ def run_config(ctx, params, nproc, same_seed, tmp):
             out.update(d)
             out["decoded"] = d["misses"] if params["store_codec"] != "raw" else 0
             out["gathered_batches"] = d["gathers"]
+            # how the daemon read: steps read ahead, found warm, read
+            # directly, bytes read (warm-up: up to the barrier; timed: after)
+            pf0, pf1 = st0.get("prefetch") or {}, st1.get("prefetch") or {}
+            keys = ("steps", "warm", "cold", "direct", "direct_steps", "fits", "read_bytes",
+                    "direct_bytes")
+            out["prefetch_warmup"] = {k: pf0.get(k) for k in keys}
+            out["prefetch_timed"] = {k: (pf1[k] - pf0[k]) if k in pf0 and k in pf1 else None
+                                     for k in keys}
+            t = out["prefetch_timed"]
+            out["read_mib"] = ((t["read_bytes"] or 0) + (t["direct_bytes"] or 0)) / C.MiB
+            out["direct_steps"] = t["direct_steps"]
         else:
             out["decoded"] = out["records_asked"] if params.get("compressed") else 0
             out["gathered_batches"] = nproc * params["steps"]
@@ -172,10 +188,13 @@ def run(ctx):
             f"({B * p['nbytes'] / C.MiB:.0f} MiB), warm-up {'3 batches' if q else f'{ZR_WARM} batches for zrecord, 3 batches and 2 s for the peers'}, then {steps} timed steps "
             f"per process ({4 * steps if not q else steps} for zrecord) after a barrier; x1 = over the "
             "same contender's single process; gathers and decoded (records decompressed) over the "
-            "timed steps, all processes",
+            "timed steps, all processes; read MiB and direct: what zrecordd read from the device "
+            "over them (ahead through the page cache, or straight into the rings) and its fills "
+            "read directly",
             [("contender", "contender"), ("nproc", "procs"), ("seeds", "seeds"), ("agg_bps", "batches/s"),
              ("gib_s", "GiB/s"), ("x_one", "x1 rate"), ("of_limit", "of limit"), ("pss_mib", "PSS MiB"),
-             ("anon_mib", "PSS-file"), ("mem_x_one", "x1 PSS"), ("gathered_batches", "gathers"), ("decoded", "decoded")], rows)
+             ("anon_mib", "PSS-file"), ("mem_x_one", "x1 PSS"), ("gathered_batches", "gathers"), ("decoded", "decoded"),
+             ("read_mib", "read MiB"), ("direct_steps", "direct")], rows)
     labels = [f"{r['contender']} x{r['nproc']} {r['seeds']}" for r in rows]
     C.bar_plot("multi", "several processes: aggregate batches/s and total PSS",
                labels, {"aggregate batches/s": [r["agg_bps"] for r in rows],
