@@ -53,6 +53,11 @@
 /* Documents whose lengths are read again from the store when a file is
  * loaded (tokindex.h: the fingerprint samples only 64). */
 #define TOKIDX_RECHECK 256
+/* Bytes of indexes waiting for their files, at most (then a builder writes
+ * its own): memory held beyond the loaders' charges. */
+#define TOKIDX_PENDING_MAX ((uint64_t)256 << 20)
+/* Seconds the counters wait, at most, for the files being written. */
+#define TOKIDX_COUNT_WAIT_S 1
 /* The key kind of a store's length table (tokindex.h lists the others). */
 #define TOKIDX_LENGTHS 3
 
@@ -67,6 +72,7 @@ struct zr_tokstore {
          * head stays in the list while it is written */
         pthread_cond_t cond;  /* the list changed, or stop */
         zr_tokidx *pending, **pending_tail;
+        uint64_t pending_bytes;
         pthread_t writer;
         int writer_started, stop;
         int no_tmpfile;       /* O_TMPFILE files could not be linked (the writer's) */
@@ -149,8 +155,12 @@ int zr_tokstore_open(const char *dir, uint64_t budget, zr_tokstore **ret, char *
 
         if (!ts)
                 return -ENOMEM;
+        pthread_condattr_t ca;
         pthread_mutex_init(&ts->mutex, NULL);
-        pthread_cond_init(&ts->cond, NULL);
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&ts->cond, &ca);
+        pthread_condattr_destroy(&ca);
         ts->pending_tail = &ts->pending;
         ts->dirfd = -1;
         ts->budget = budget;
@@ -289,10 +299,16 @@ void zr_tokstore_set_budget(zr_tokstore *ts, uint64_t budget) {
 }
 
 void zr_tokstore_counters_get(zr_tokstore *ts, zr_tokstore_counters *ret) {
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_sec += TOKIDX_COUNT_WAIT_S;
         pthread_mutex_lock(&ts->mutex);
-        /* the files of the indexes built so far are counted written */
-        while (ts->pending && ts->writer_started)
-                pthread_cond_wait(&ts->cond, &ts->mutex);
+        /* the files of the indexes built so far are counted written: the
+         * caller (METRICS, on the event loop) waits for their writes, a few
+         * milliseconds each, at most TOKIDX_COUNT_WAIT_S in all */
+        while (ts->pending && ts->writer_started &&
+               pthread_cond_timedwait(&ts->cond, &ts->mutex, &until) != ETIMEDOUT)
+                ;
         *ret = ts->c;
         ret->budget = ts->dirfd >= 0 || ts->dir ? ts->budget : 0;
         pthread_mutex_unlock(&ts->mutex);
@@ -894,6 +910,7 @@ static void *writer_main(void *arg) {
                 idx_write(ts, ix);
                 pthread_mutex_lock(&ts->mutex);
                 ts->pending = ix->save_next;
+                ts->pending_bytes -= ix->mem_bytes;
                 if (!ts->pending)
                         ts->pending_tail = &ts->pending;
                 ix->save_next = NULL;
@@ -928,11 +945,16 @@ static void idx_save(zr_tokstore *ts, zr_tokidx *ix) {
                 pthread_sigmask(SIG_SETMASK, &old, NULL);
                 now = !ts->writer_started;
         }
+        /* the list's memory is no loader's charge: bounded, past which the
+         * builder writes its file itself, as before the writer */
+        if (!now && ts->pending_bytes + ix->mem_bytes > TOKIDX_PENDING_MAX)
+                now = 1;
         if (!now) {
                 atomic_fetch_add(&ix->refs, 1);
                 ix->save_next = NULL;
                 *ts->pending_tail = ix;
                 ts->pending_tail = &ix->save_next;
+                ts->pending_bytes += ix->mem_bytes;
                 pthread_cond_broadcast(&ts->cond);
         }
         pthread_mutex_unlock(&ts->mutex);

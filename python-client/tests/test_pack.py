@@ -271,9 +271,9 @@ def test_index_kept_on_disk(own_daemon, tmp_path, pack_mode):
     for x, y in zip(a, c):
         np.testing.assert_array_equal(x["tokens"], y["tokens"])
         np.testing.assert_array_equal(x["tokens_positions"], y["tokens_positions"])
+    m2 = _index_metrics()   # waits for the files still being written
     assert {f: (index_dir / f).read_bytes() for f in files} == whole, \
         "a damaged index was not built again"
-    m2 = _index_metrics()
     assert m2["rejected_total"] >= 1 and m2["builds_total"] > m1["builds_total"]
 
 
