@@ -392,6 +392,37 @@ static int header_check(const uint64_t *h, uint64_t idx, uint64_t len, zr_error 
         return 0;
 }
 
+/* A piece's segment ids (s each) and positions (0, 1, ...; 0 each for
+ * padding, s == 0), eight of each a step: the scalar loop kept a
+ * conditional move and a store of each per token (31 % of a (64, 4096)
+ * fill's samples). */
+typedef int32_t run4 __attribute__((vector_size(16)));
+
+static void write_run(int32_t *restrict seg, int32_t *restrict pos, int32_t s, uint32_t count) {
+        uint32_t k = 0;
+
+        if (s == 0) {
+                memset(seg, 0, (size_t)count * sizeof(*seg));
+                memset(pos, 0, (size_t)count * sizeof(*pos));
+                return;
+        }
+        /* 16-byte vectors: the baseline's registers, none kept on the stack */
+        const run4 sv = { s, s, s, s }, eight = { 8, 8, 8, 8 };
+        run4 lo = { 0, 1, 2, 3 }, hi = { 4, 5, 6, 7 };
+        for (; k + 8 <= count; k += 8) {
+                memcpy(seg + k, &sv, sizeof(sv));
+                memcpy(seg + k + 4, &sv, sizeof(sv));
+                memcpy(pos + k, &lo, sizeof(lo));
+                memcpy(pos + k + 4, &hi, sizeof(hi));
+                lo += eight;
+                hi += eight;
+        }
+        for (; k < count; k++) {
+                seg[k] = s;
+                pos[k] = (int32_t)k;
+        }
+}
+
 static int read_chunk(zr_pack *pk, uint64_t B, const piece *v, size_t m, uint8_t *dst,
                       uint64_t *idxs, zr_loc *locs, void **dsts, uint64_t *hdrs,
                       uint8_t **scratch, zr_error *err) {
@@ -407,11 +438,7 @@ static int read_chunk(zr_pack *pk, uint64_t B, const piece *v, size_t m, uint8_t
         pos = (int32_t *)(dst + poff);
         for (size_t i = 0; i < m; i++) {
                 const piece *p = &v[i];
-                int32_t s = (int32_t)p->seg;
-                for (uint32_t k = 0; k < p->count; k++) {
-                        seg[p->at + k] = s;
-                        pos[p->at + k] = s ? (int32_t)k : 0;
-                }
+                write_run(seg + p->at, pos + p->at, (int32_t)p->seg, p->count);
                 if (p->idx == UINT64_MAX) {
                         for (uint32_t k = 0; k < p->count; k++)
                                 put_token(dst + (p->at + k) * item, pk->p.pad_id, item);
