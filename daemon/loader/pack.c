@@ -306,6 +306,25 @@ static uint64_t doc_of(const zr_pack *pk, uint64_t c, uint64_t q) {
         return idx;
 }
 
+/* The documents of pieces v[0..k), whose .idx hold their positions in cycle
+ * c, rising: the sampler's permutation drawn once for each span of up to 256
+ * positions, not once a piece (a call sets its permutation up each time). */
+static void docs_of(const zr_pack *pk, uint64_t c, piece *v, size_t k) {
+        uint64_t buf[256];
+
+        for (size_t i = 0; i < k;) {
+                uint64_t q0 = v[i].idx, span = v[k - 1].idx - q0 + 1;
+                if (span > 256)
+                        span = 256;
+                if (zr_sampler_cycle_fill(pk->mode, pk->n, pk->seed, c, q0, buf, (size_t)span,
+                                          NULL) < 0)
+                        for (uint64_t u = 0; u < span; u++)
+                                buf[u] = doc_of(pk, c, q0 + u);
+                for (; i < k && v[i].idx - q0 < span; i++)
+                        v[i].idx = buf[v[i].idx - q0];
+        }
+}
+
 /* Mutex held: plans row j (global row g) into v[*m..). */
 static int plan_row(zr_pack *pk, uint64_t j, unsigned __int128 g, const _Atomic int *cancel,
                     piece *v, size_t *m, zr_error *err) {
@@ -357,20 +376,22 @@ static int plan_row(zr_pack *pk, uint64_t j, unsigned __int128 g, const _Atomic 
                         else
                                 hi = mid;
                 }
+                size_t first = *m;
                 for (uint64_t q = lo; q < pk->n && col < L; q++) {
                         uint64_t begin = ix->prefix[q] + q * eos;
                         uint64_t len = ix->prefix[q + 1] - ix->prefix[q] + eos;
                         uint64_t off = o - begin, take = len - off;
                         if (take > L - col)
                                 take = L - col;
-                        if (take > 0)
-                                v[(*m)++] = (piece){ .idx = doc_of(pk, c, q), .at = j * L + col,
+                        if (take > 0)   /* .idx: the position, its document drawn below */
+                                v[(*m)++] = (piece){ .idx = q, .at = j * L + col,
                                                      .start = (uint32_t)off,
                                                      .count = (uint32_t)take, .seg = ++seg };
                         col += take;
                         o += take;
                         t += take;
                 }
+                docs_of(pk, c, v + first, *m - first);
         }
         return 0;
 }
