@@ -140,6 +140,29 @@ def prepare(ctx, n, png_n, tmp):
     return p
 
 
+def warm_cache(paths):
+    """Reads every file under `paths` (files or directories) once, so that the
+    contender that reads them next starts from a warm page cache whatever
+    reclaimed them since they were written: a kernel's proactive reclaim
+    (DAMON's pageout scheme on this machine's VM pages out what was not
+    touched for a minute, page cache included) made a store written minutes
+    before a cold one. Returns the bytes read."""
+    n = 0
+    todo = list(paths)
+    while todo:
+        x = todo.pop()
+        if os.path.isdir(x):
+            todo += [os.path.join(x, f) for f in os.listdir(x)]
+            continue
+        with open(x, "rb", buffering=0) as f:
+            while True:
+                b = f.read(8 << 20)
+                if not b:
+                    break
+                n += len(b)
+    return n
+
+
 def dali_python():
     """The interpreter that has DALI: $DALI_PYTHON (a venv of its own, as the
     wheel is large), else this one."""
@@ -235,21 +258,25 @@ def run(ctx):
             {"images_per_s": pr["images_per_s"], "images": pr["images"],
              "cpu_s": pr["cpu_ms"] * pr["images"] / 1e3})
     for fmt, store in (("jpeg", "store-jpg"), ("png", "store-png")):
+        warm_cache([os.path.join(p["dir"], store)])
         add("zrecord", fmt, worker(dict(base, kind="zrecord", store=os.path.join(p["dir"], store),
                                         daemon_pid=ctx.daemon.pid)))
         files = p["jpgs"] if fmt == "jpeg" else p["pngs"]
         if C.have("torch"):
             for k in (1, 2):
+                warm_cache(files)
                 add(f"torch + PIL, {k} worker{'s' if k > 1 else ''}", fmt,
                     worker(dict(base, kind="torch", files=files, workers=k)))
         else:
             C.skip("torch DataLoader + PIL (images)", "torch")
     if C.have("webdataset") and C.have("torch"):
+        warm_cache(p["shards"])
         add("WebDataset .decode('pil'), 2 workers", "jpeg",
             worker(dict(base, kind="wds", shards=p["shards"], workers=2)))
     else:
         say("skipped: WebDataset (pip install webdataset)")
     if have_dali():
+        warm_cache(p["jpgs"])
         add("DALI CPU pipeline", "jpeg",
             worker(dict(base, kind="dali", files=p["jpgs"], threads=cores),
                    python=dali_python()))
@@ -262,6 +289,7 @@ def run(ctx):
     one = next((r.get("images_per_s") for r in rows if r["contender"] == "zrecord" and
                 r["format"] == "jpeg"), None) or 400.0
     per_batch = 4 * BATCH / one
+    warm_cache([os.path.join(p["dir"], "store-jpg")])
     start_at = time.time() + 8
     window = (start_at + (warm + 1) * per_batch, start_at + (warm + 1 + steps) * per_batch)
     procs = []
