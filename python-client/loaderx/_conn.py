@@ -379,21 +379,26 @@ class Connection:
 
     def send_notifications(self, next_msg, blocking=True):
         """Sends the messages ``next_msg()`` returns until it returns None, in one
-        hold of the send lock (RELEASEs of freed slots). Without ``blocking``,
+        hold of the send lock and one write (RELEASEs of freed slots). Without ``blocking``,
         returns False at once if the lock is busy (a finalizer may run while this
         very thread holds it). A failed send breaks the connection and raises the
         OSError."""
         if not self._send_lock.acquire(blocking):
             return False
         try:
+            # one write for them all: a send wakes the daemon's loop, which then
+            # reads every frame at once
+            frames = []
             msg = next_msg()
             while msg is not None:
+                frames.append(_wire.encode(msg))
+                msg = next_msg()
+            if frames:
                 try:
-                    self._fs.send(msg)
+                    self._fs.send_frames(frames)
                 except OSError as e:
                     self.mark_broken(str(e))
                     raise
-                msg = next_msg()
         finally:
             self._send_lock.release()
         return True

@@ -79,6 +79,10 @@ class FrameSocket:
         else:
             self.sock.sendall(data)
 
+    def send_frames(self, frames):
+        """Frames already encoded (encode()), without descriptors, in one write."""
+        self.sock.sendall(frames[0] if len(frames) == 1 else b"".join(frames))
+
     def _fill(self):
         data, anc, flags, _ = self.sock.recvmsg(_RECV_CHUNK, _ANC, socket.MSG_CMSG_CLOEXEC)
         fds = fds_of(anc)

@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from loaderx import StaleError
+from loaderx import StaleError, _wire
 from loaderx.dataloader import INDEX_KEY, DataLoader
 from loaderx.dataset import DenseDataset, RaggedDataset
 from loaderx.utils import from_iterator, from_numpy
@@ -130,10 +130,17 @@ def test_release_names_ring_and_slot(streams, conn):
     fs = conn._fs
     orig = fs.send
 
+    orig_frames = fs.send_frames
+
     def spy(msg, fds=()):
         sent.append(dict(msg))
         return orig(msg, fds)
+
+    def spy_frames(frames):        # notifications, encoded, in one write
+        sent.extend(_wire.decode(f[4:]) for f in frames)
+        return orig_frames(frames)
     fs.send = spy
+    fs.send_frames = spy_frames
     try:
         b = next(loader)
         ((rid, slot),) = loader._session.held
@@ -143,6 +150,7 @@ def test_release_names_ring_and_slot(streams, conn):
         next(loader)
     finally:
         del fs.send
+        del fs.send_frames
     rel = [m for m in sent if m["kind"] == "release"]
     # and the loop's wait and the batch's take time, for the daemon's telemetry
     assert rel and set(rel[0]) == {"kind", "loader", "ring", "slot", "wait_ns", "taken_ns"}
