@@ -24,6 +24,7 @@ static const u64_field status_fields[] = {
         FIELD(zrc_status, shm_bytes), FIELD(zrc_status, loaders), FIELD(zrc_status, batches),
         FIELD(zrc_status, gathers), FIELD(zrc_status, hits), FIELD(zrc_status, misses),
         FIELD(zrc_status, bytes), FIELD(zrc_status, evictions), FIELD(zrc_status, shared),
+        FIELD(zrc_status, loop_fills),
         { "budget", offsetof(zrc_status, cache_budget) },
         { "bytes", offsetof(zrc_status, cache_bytes) },
         { "entries", offsetof(zrc_status, cache_entries) },
@@ -44,7 +45,11 @@ static const u64_field prefetch_fields[] = {
         FIELD(zrc_prefetch_status, depth), FIELD(zrc_prefetch_status, waits),
         FIELD(zrc_prefetch_status, errors), FIELD(zrc_prefetch_status, cancelled),
         FIELD(zrc_prefetch_status, planned_steps), FIELD(zrc_prefetch_status, latency_p50_ns),
-        FIELD(zrc_prefetch_status, latency_p99_ns),
+        FIELD(zrc_prefetch_status, latency_p99_ns), FIELD(zrc_prefetch_status, cold),
+        FIELD(zrc_prefetch_status, direct_min), FIELD(zrc_prefetch_status, direct),
+        FIELD(zrc_prefetch_status, fits), FIELD(zrc_prefetch_status, direct_steps),
+        FIELD(zrc_prefetch_status, direct_bytes), FIELD(zrc_prefetch_status, direct_copied),
+        FIELD(zrc_prefetch_status, direct_fallbacks), FIELD(zrc_prefetch_status, direct_errors),
 };
 
 static const u64_field loader_fields[] = {
@@ -164,6 +169,8 @@ int zrc_status_query(zrc_conn *c, zrc_status **ret) {
                 get_fields(cache, prefetch_fields, NFIELDS(prefetch_fields), &st->prefetch);
                 (void)zr_wire_get_str_copy(cache, "backend", st->prefetch.backend,
                                            sizeof(st->prefetch.backend), NULL);
+                get_str(cache, "direct_mode", st->prefetch.direct_mode,
+                        sizeof(st->prefetch.direct_mode));
         }
         get_budgets(reply.root, st);
         (void)zr_wire_get_array(reply.root, "per_loader", &loaders, &n, NULL);

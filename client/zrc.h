@@ -752,6 +752,19 @@ typedef struct zrc_prefetch_status {
         uint64_t read_bytes, reads, merged, in_flight, queue_depth;
         uint64_t depth, waits, errors, cancelled, planned_steps;
         uint64_t latency_p50_ns, latency_p99_ns;
+        /* steps of large records found not resident, gathered with pread (not
+         * through the stores' mappings) */
+        uint64_t cold;
+        /* Direct reads (docs/IO.md; "" and 0 from an older daemon): */
+        char direct_mode[16];  /* the io-direct setting: "off", "auto", "always" */
+        uint64_t direct_min;   /* "auto" reads directly only loaders whose stores hold
+                                * more bytes (half the daemon's memory) */
+        uint64_t direct, fits; /* steps found not resident whose streams take direct
+                                * reads: read so, read through the page cache (they fit) */
+        uint64_t direct_steps, direct_bytes; /* fills read with O_DIRECT, their bytes */
+        uint64_t direct_copied;    /* bytes copied from blocks read apart (unaligned records) */
+        uint64_t direct_fallbacks; /* direct steps gathered through the page cache instead */
+        uint64_t direct_errors;    /* direct steps the device failed (their batches: EIO) */
 } zrc_prefetch_status;
 
 /* One memory budget in force (STATUS `budgets`). */
@@ -767,6 +780,8 @@ typedef struct zrc_status {
         uint64_t cache_budget, cache_bytes, cache_entries;
         uint64_t shared;       /* batches taken from a slot another loader filled, since start */
         uint64_t cache_bypassed, cache_planned; /* the cache's next-use rule (0: older daemon) */
+        uint64_t loop_fills;   /* loaders' fills run on the daemon's loop at a RELEASE
+                                * (small warm raw slots, `loop-fill`; 0: older daemon) */
         zrc_prefetch_status prefetch;
         /* the memory the daemon may use (0: unknown or an older daemon), and
          * its budgets: cache, ring-spare, prefetch, shared memory of all uids

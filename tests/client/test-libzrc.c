@@ -21,10 +21,12 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "check-run.h"
@@ -618,9 +620,143 @@ START_TEST(test_status) {
         ck_assert(strcmp(st->prefetch.backend, "uring") == 0 ||
                   strcmp(st->prefetch.backend, "threads") == 0);
         ck_assert_uint_gt(st->prefetch.queue_depth, 0);
+        ck_assert_str_eq(st->prefetch.direct_mode, "auto"); /* the default */
+        ck_assert_uint_gt(st->prefetch.direct_min, 0);
         zrc_status_free(st);
         zrc_disconnect(c2);
         zrc_disconnect(c);
+}
+END_TEST
+
+/* A warm raw loader of small slots is filled on the daemon's loop at its
+ * RELEASEs (`loop-fill`, on by default) once its steps are found resident:
+ * STATUS `loop_fills` grows. */
+START_TEST(test_status_loop_fills) {
+        zrc_conn *c = conn();
+        zrc_status *before = NULL, *after = NULL;
+        zrc_dataset *d;
+        zrc_loader *l = NULL;
+        zrc_loader_batch b;
+        zrc_loader_options o = { .sampler = "iid", .batch_size = 8, .seed = 3, .prefetch = 2 };
+
+        NEED_LOADER(c);
+        d = make_dense(c, "loop-fills", ZRC_CODEC_RAW, 200, NULL, 0);
+        ck_assert_int_eq(zrc_status_query(c, &before), 0);
+        ck_assert_msg(zrc_loader_open(c, &d, 1, &o, &l) == 0, "open: %s",
+                      zrc_last_error(c)->message);
+        for (int step = 0; step < 100; step++) {
+                ck_assert_int_eq(zrc_loader_next(l, &b), 0);
+                ck_assert_int_eq(zrc_loader_release(l, b.slot), 0);
+        }
+        ck_assert_int_eq(zrc_status_query(c, &after), 0);
+        ck_assert_msg(after->loop_fills > before->loop_fills, "loop fills: %" PRIu64 " then %" PRIu64,
+                      before->loop_fills, after->loop_fills);
+        ck_assert_uint_eq(after->prefetch.direct_steps, before->prefetch.direct_steps);
+        zrc_status_free(after);
+        zrc_status_free(before);
+        zrc_loader_close(l);
+        zrc_dataset_close(d);
+        zrc_disconnect(c);
+}
+END_TEST
+
+/* Drops the store at dir from the page cache (fdatasync, POSIX_FADV_DONTNEED). */
+static void drop_from_page_cache(const char *dir) {
+        DIR *dd = opendir(dir);
+        struct dirent *e;
+
+        ck_assert_ptr_nonnull(dd);
+        while ((e = readdir(dd))) {
+                size_t n = strlen(e->d_name);
+                int fd;
+
+                if (n < 6 || strcmp(e->d_name + n - 6, ".chunk") != 0)
+                        continue;
+                fd = openat(dirfd(dd), e->d_name, O_RDONLY | O_CLOEXEC);
+                ck_assert_int_ge(fd, 0);
+                ck_assert_int_eq(fdatasync(fd), 0);
+                ck_assert_int_eq(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+                close(fd);
+        }
+        closedir(dd);
+}
+
+/* A daemon of its own with `--io-direct=always`: a loader over a small store
+ * dropped from the page cache reads its steps found not resident with
+ * O_DIRECT, and STATUS says so (each aligned 4 KiB record read once, nothing
+ * copied, nothing through the page cache). On a tmpfs, which may refuse
+ * O_DIRECT, the steps fall back instead. */
+#define DIRECT_N 1024
+#define DIRECT_REC 4096
+#define DIRECT_B 64
+START_TEST(test_status_direct) {
+        static const char *const args[] = { "--io-direct=always", "--prefetch=8M", NULL };
+        tl_daemon_options opts = { .args = args };
+        tl_daemon own;
+        zrc_conn *c = NULL;
+        zrc_dataset *d = NULL;
+        zrc_loader *l = NULL;
+        zrc_loader_batch b;
+        zrc_loader_options o = { .sampler = "iid", .batch_size = DIRECT_B, .seed = 3,
+                                 .prefetch = 2, .indices = true };
+        zrc_status *st = NULL;
+        zrc_schema s;
+        uint64_t shape[] = { DIRECT_REC };
+        uint8_t *data = malloc((size_t)DIRECT_N * DIRECT_REC);
+        char dir[PATH_MAX];
+        struct statfs fs;
+        int r;
+
+        ck_assert_ptr_nonnull(data);
+        for (size_t i = 0; i < DIRECT_N; i++)
+                for (size_t j = 0; j < DIRECT_REC; j++)
+                        data[i * DIRECT_REC + j] = (uint8_t)(i * 7 + j);
+        r = tl_daemon_start(&own, &opts);
+        ck_assert_msg(r == 0, "zrecordd did not start: %s (log: %s)", strerror(-r), own.log);
+        ck_assert_int_eq(zrc_connect(own.socket, &c, NULL), 0);
+        if (!zrc_has_feature(c, "loader"))
+                goto out;
+        tl_daemon_path(&own, "cold", dir);
+        ck_assert_int_eq(zrc_schema_dense(&s, "|u1", shape, 1, ZRC_CODEC_RAW), 0);
+        ck_assert_msg(zrc_dataset_create(c, dir, &s, NULL, 0, &d) == 0, "create: %s",
+                      zrc_last_error(c)->message);
+        ck_assert_int_eq(zrc_dataset_append_dense(d, data, DIRECT_N, NULL), 0);
+        zrc_dataset_close(d);
+        drop_from_page_cache(dir);
+        ck_assert_int_eq(zrc_dataset_open(c, dir, 0, &d), 0);
+        ck_assert_msg(zrc_loader_open(c, &d, 1, &o, &l) == 0, "open: %s",
+                      zrc_last_error(c)->message);
+        for (int step = 0; step < 12; step++) {
+                ck_assert_int_eq(zrc_loader_next(l, &b), 0);
+                for (uint64_t j = 0; j < DIRECT_B; j++)
+                        ck_assert_mem_eq((const uint8_t *)b.streams[0].data + j * DIRECT_REC,
+                                         data + b.indices[j] * DIRECT_REC, DIRECT_REC);
+                ck_assert_int_eq(zrc_loader_release(l, b.slot), 0);
+        }
+        ck_assert_int_eq(zrc_status_query(c, &st), 0);
+        ck_assert_str_eq(st->prefetch.direct_mode, "always");
+        ck_assert_uint_gt(st->prefetch.direct, 0);
+        ck_assert_uint_eq(st->prefetch.fits, 0);
+        ck_assert_uint_eq(st->prefetch.direct_errors, 0);
+        ck_assert_int_eq(statfs(dir, &fs), 0);
+        if (fs.f_type == 0x01021994 /* TMPFS_MAGIC */) {
+                ck_assert_uint_gt(st->prefetch.direct_steps + st->prefetch.direct_fallbacks, 0);
+        } else {
+                ck_assert_uint_gt(st->prefetch.direct_steps, 0);
+                ck_assert_uint_eq(st->prefetch.direct_fallbacks, 0);
+                ck_assert_uint_eq(st->prefetch.direct_copied, 0);
+                ck_assert_uint_eq(st->prefetch.direct_bytes,
+                                  st->prefetch.direct_steps * DIRECT_B * DIRECT_REC);
+                ck_assert_uint_eq(st->prefetch.cold, 0);
+        }
+        zrc_status_free(st);
+        zrc_loader_close(l);
+        zrc_dataset_close(d);
+out:
+        zrc_disconnect(c);
+        ck_assert_int_eq(tl_daemon_stop(&own, SIGTERM), 0);
+        tl_daemon_remove(&own);
+        free(data);
 }
 END_TEST
 
@@ -723,6 +859,8 @@ int main(void) {
         libzrc_add_layouts(tc);
         libzrc_add_mixtures(tc);
         tcase_add_test(tc, test_status);
+        tcase_add_test(tc, test_status_loop_fills);
+        tcase_add_test(tc, test_status_direct);
         tcase_add_test(tc, test_many_clients);
         tcase_add_test(tc, test_descriptors);
         return tl_run_suite_with_daemon(s, &daemon_, NULL);
