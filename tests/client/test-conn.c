@@ -95,6 +95,12 @@ START_TEST(test_events_between) {
         ck_assert(!zrc_has_feature(c, "dict"));
         ck_assert_int_eq(zrc_status_query(c, &st), 0);
         ck_assert_uint_eq(st->clients, 7);
+        /* an older daemon's reply: no `prefetch` map, no `loop_fills` */
+        ck_assert_str_eq(st->prefetch.backend, "");
+        ck_assert_str_eq(st->prefetch.direct_mode, "");
+        ck_assert_uint_eq(st->prefetch.direct_steps, 0);
+        ck_assert_uint_eq(st->prefetch.direct_min, 0);
+        ck_assert_uint_eq(st->loop_fills, 0);
         zrc_status_free(st);
         /* the two loader events are kept for the loader API, in order */
         ck_assert_uint_eq(c->n_events, 2);
