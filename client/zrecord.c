@@ -97,11 +97,18 @@ static void print_prefetch_json(const zrc_prefetch_status *p) {
                ", \"in_flight\": %" PRIu64 ", \"queue_depth\": %" PRIu64 ", \"depth\": %" PRIu64
                ", \"waits\": %" PRIu64 ", \"errors\": %" PRIu64 ", \"cancelled\": %" PRIu64
                ", \"planned_steps\": %" PRIu64 ", \"latency_p50_ns\": %" PRIu64
-               ", \"latency_p99_ns\": %" PRIu64 "}, ",
+               ", \"latency_p99_ns\": %" PRIu64 ", \"cold\": %" PRIu64 ", \"direct_mode\": ",
                p->budget, p->bytes, p->peak, p->steps, p->warm, p->busy, p->records, p->resident,
                p->cached, p->read_bytes, p->reads, p->merged, p->in_flight, p->queue_depth,
                p->depth, p->waits, p->errors, p->cancelled, p->planned_steps, p->latency_p50_ns,
-               p->latency_p99_ns);
+               p->latency_p99_ns, p->cold);
+        out_json_string(stdout, p->direct_mode);
+        printf(", \"direct_min\": %" PRIu64 ", \"direct\": %" PRIu64 ", \"fits\": %" PRIu64
+               ", \"direct_steps\": %" PRIu64 ", \"direct_bytes\": %" PRIu64
+               ", \"direct_copied\": %" PRIu64 ", \"direct_fallbacks\": %" PRIu64
+               ", \"direct_errors\": %" PRIu64 "}, ",
+               p->direct_min, p->direct, p->fits, p->direct_steps, p->direct_bytes,
+               p->direct_copied, p->direct_fallbacks, p->direct_errors);
 }
 
 static const struct {
@@ -142,6 +149,15 @@ static void print_prefetch_text(const zrc_prefetch_status *p) {
                p->backend, p->bytes, p->budget, p->peak, p->steps, p->warm, p->records,
                p->read_bytes, p->resident, p->cached, p->depth, p->waits, p->errors,
                (double)p->latency_p50_ns / 1e6, (double)p->latency_p99_ns / 1e6);
+        printf("            %" PRIu64 " steps cold (read with pread)", p->cold);
+        if (p->direct_mode[0])
+                printf("; direct reads %s (stores above %" PRIu64 " MiB): %" PRIu64
+                       " steps direct, %" PRIu64 " fit; %" PRIu64
+                       " fills read with O_DIRECT (%" PRIu64 " bytes, %" PRIu64 " copied), %" PRIu64
+                       " fallbacks, %" PRIu64 " errors",
+                       p->direct_mode, p->direct_min >> 20, p->direct, p->fits, p->direct_steps,
+                       p->direct_bytes, p->direct_copied, p->direct_fallbacks, p->direct_errors);
+        printf("\n");
 }
 
 static void print_budgets_text(const zrc_status *st) {
@@ -203,13 +219,14 @@ static int cmd_status(const cmdline *cl, zrc_conn *c) {
                        ", \"loaders\": %" PRIu64 ", \"batches\": %" PRIu64
                        ", \"gathers\": %" PRIu64 ", \"hits\": %" PRIu64 ", \"misses\": %" PRIu64
                        ", \"bytes\": %" PRIu64 ", \"evictions\": %" PRIu64
-                       ", \"shared\": %" PRIu64 ", \"cache\": {\"budget\": %" PRIu64 ", \"bytes\": %" PRIu64
+                       ", \"shared\": %" PRIu64 ", \"loop_fills\": %" PRIu64
+                       ", \"cache\": {\"budget\": %" PRIu64 ", \"bytes\": %" PRIu64
                        ", \"entries\": %" PRIu64 ", \"bypassed\": %" PRIu64 ", \"planned\": %" PRIu64
                        "}, ",
                        st->uptime_ms, st->clients, st->handles, st->shm_bytes, st->loaders,
                        st->batches, st->gathers, st->hits, st->misses, st->bytes, st->evictions,
-                       st->shared, st->cache_budget, st->cache_bytes, st->cache_entries,
-                       st->cache_bypassed, st->cache_planned);
+                       st->shared, st->loop_fills, st->cache_budget, st->cache_bytes,
+                       st->cache_entries, st->cache_bypassed, st->cache_planned);
                 print_prefetch_json(&st->prefetch);
                 print_budgets_json(st);
                 printf("\"per_loader\": [");
@@ -241,6 +258,7 @@ static int cmd_status(const cmdline *cl, zrc_conn *c) {
                 printf("batches:    %" PRIu64 "\n", st->batches);
                 printf("gathers:    %" PRIu64 " (%" PRIu64 " batches shared without one)\n",
                        st->gathers, st->shared);
+                printf("loop fills: %" PRIu64 "\n", st->loop_fills);
                 printf("bytes:      %" PRIu64 "\n", st->bytes);
                 printf("cache:      %" PRIu64 " of %" PRIu64 " bytes, %" PRIu64
                        " entries; %" PRIu64 " hits, %" PRIu64 " misses, %" PRIu64 " evictions\n",

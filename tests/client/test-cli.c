@@ -194,7 +194,9 @@ START_TEST(test_status) {
 
         ck_assert_int_eq(run(&out, &err, "status", NULL), 0);
         CONTAINS(out, "clients:");
+        CONTAINS(out, "loop fills: ");
         CONTAINS(out, "prefetch:");
+        CONTAINS(out, " steps cold (read with pread); direct reads auto (stores above ");
         CONTAINS(out, "budget cache");
         free(out);
         free(err);
@@ -205,6 +207,19 @@ START_TEST(test_status) {
         CONTAINS(out, "\"cache\": {");
         CONTAINS(out, "\"prefetch\": {\"backend\": ");
         CONTAINS(out, "\"budgets\": {\"memory\": ");
+        /* the STATUS keys of direct reads and loop fills, a default daemon's
+         * values: io-direct auto above half its memory, no store read so */
+        ck_assert_int_ge(json_uint(out, "loop_fills"), 0);
+        ck_assert_int_ge(json_uint(out, "cold"), 0);
+        CONTAINS(out, "\"direct_mode\": \"auto\"");
+        ck_assert_int_gt(json_uint(out, "direct_min"), 0);
+        ck_assert_int_ge(json_uint(out, "direct"), 0);
+        ck_assert_int_ge(json_uint(out, "fits"), 0);
+        ck_assert_int_eq(json_uint(out, "direct_steps"), 0);
+        ck_assert_int_eq(json_uint(out, "direct_bytes"), 0);
+        ck_assert_int_eq(json_uint(out, "direct_copied"), 0);
+        ck_assert_int_eq(json_uint(out, "direct_fallbacks"), 0);
+        ck_assert_int_eq(json_uint(out, "direct_errors"), 0);
         check_json(out);
         free(out);
         free(err);
