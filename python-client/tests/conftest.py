@@ -28,6 +28,14 @@ TESTLIB = os.path.join(REPO, "tests", "lib")
 if TESTLIB not in sys.path:
     sys.path.insert(0, TESTLIB)
 
+# The Ctrl-C tests signal child interpreters, which install Python's SIGINT
+# handler only where SIGINT is not ignored at their start; a test runner started
+# in the background by a shell without job control ignores it, and exec passes
+# that on. A handler (not SIG_IGN) here makes the children start with SIGINT's
+# default disposition whatever started the suite.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 
 def daemon_binary():
     env = os.environ.get("ZRECORDD")
