@@ -545,9 +545,14 @@ class Connection:
             self._reading = threading.get_ident()
         poller = select.poll()
         poller.register(self._fs.sock.fileno(), select.POLLIN)
+        self._dispatch_read(lambda: self._fs.has_frame() or poller.poll(0))
+
+    def _dispatch_read(self, more):
+        """Called as the reader (self._reading set): receives and dispatches
+        frames while more() is true, then gives up the reader's place."""
         _interrupt.enter()
         try:
-            while self._fs.has_frame() or poller.poll(0):
+            while more():
                 msg, fds = self._fs.recv()
                 with self._cv:
                     self._dispatch(msg, fds)
@@ -574,23 +579,7 @@ class Connection:
             if self._reading is not None:
                 return
             self._reading = threading.get_ident()
-        _interrupt.enter()
-        try:
-            while self._fs.has_frame():
-                msg, fds = self._fs.recv()
-                with self._cv:
-                    self._dispatch(msg, fds)
-        except (OSError, _wire.ProtocolError, ValueError) as e:
-            with self._cv:
-                self._broken = str(e) or type(e).__name__
-        except BaseException:
-            self._break("a read was interrupted: the connection's place in the stream is lost")
-            raise
-        finally:
-            with self._cv:
-                self._reading = None
-                self._cv.notify_all()
-            _interrupt.leave()
+        self._dispatch_read(self._fs.has_frame)
 
     def drop_events(self, loader):
         """The loader is closed: its queued events go (their descriptors closed),

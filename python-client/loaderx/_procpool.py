@@ -419,6 +419,15 @@ class ProcessPool:
         self.results[step] = ("ok", views[0] if form.data[0] == "a" else
                               dict(zip(form.data[1], views)))
         del views
+        self._account(w, t, t_recv, t0, t1, t_write, t2, t_got)
+        t.taken = None              # the slot goes back to the daemon
+
+    def _account(self, w, t, t_recv, t0, t1, t_write, t2, t_got):
+        """Counts an answered task's hop, write and transform times. The hop's
+        parts: sending the task, the worker's wake-up (when it waited for it),
+        its intake (views of the ring), encoding the output (with its answer,
+        before the write), the way back (the loader's wake-up when it waited,
+        and its recvmsg()), reading the answer, making the output's arrays."""
         t_arrived = w.chan.arrived
         t_done = time.monotonic_ns()
         parts = (t.t_hop, max(0, t_recv - t.t_sent) if t.idle else 0, t0 - t_recv,
@@ -430,7 +439,6 @@ class ProcessPool:
         self.write_ns += t2 - t_write
         self.transform_ns += t1 - t0
         self.n += 1
-        t.taken = None              # the slot goes back to the daemon
 
     def _handle(self, w, msg, fds):
         if type(msg) is bytes:          # a DONE_FAST
@@ -486,22 +494,7 @@ class ProcessPool:
             self.results[t.step] = ("ok", obj)
             t_recv, t0, t1, _ = msg["times"]
             t_write, t2 = w.chan.stamps
-            t_arrived = w.chan.arrived
-            t_done = time.monotonic_ns()
-            # the hop's parts: sending the task, the worker's wake-up (when it
-            # waited for it), its intake (views of the ring), encoding the
-            # output (with its answer, pickled before the write), the way back
-            # (the loader's wake-up when it waited, and its recvmsg()),
-            # unpickling the answer, making the output's arrays
-            parts = (t.t_hop, max(0, t_recv - t.t_sent) if t.idle else 0, t0 - t_recv,
-                     t_write - t1, max(0, t_arrived - max(t2, self._waiting)),
-                     t_got - t_arrived, t_done - t_got)
-            hop = sum(parts)
-            self.recent.append((hop, t2 - t_write, t1 - t0) + parts)
-            self.hop_ns += hop
-            self.write_ns += t2 - t_write
-            self.transform_ns += t1 - t0
-            self.n += 1
+            self._account(w, t, t_recv, t0, t1, t_write, t2, t_got)
         else:
             for fd in fds:
                 os.close(fd)
