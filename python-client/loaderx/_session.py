@@ -132,6 +132,11 @@ class LoaderSession:
                 for (dt, item_shape, _), pk in zip(
                     layout.kinds, layout.packed or (None,) * len(layout.names))]
             self.templates = view_templates(layout)
+        # a batch whose streams are all dense and carry nothing else (the common
+        # small batch): take() checks only each stream's offset
+        self.all_dense = (layout is not None and not layout.with_sources and
+                          all(nb is not None for nb in self.dense_bytes))
+        self.has_images = True            # BATCH may carry `skipped` (open() knows)
         self.length = None                # the reply's fields (open())
         self.fingerprint = None           # the streams' (None from a daemon without it)
         self.regions = []                 # per stream: (offset, capacity) in a slot
@@ -177,6 +182,7 @@ class LoaderSession:
                 raise proto_error(f"a LOADER_OPEN reply lays packed stream {i} out at "
                                   f"{st.get('segments')}/{st.get('positions')}, not "
                                   f"{pk[1]}/{pk[2]}")
+        s.has_images = any("shape" in st for st in r["streams"])
         if layout is not None:
             # an image stream's batch is (B, H, W, C) uint8: the daemon says which
             for name, st, (_, item_shape, _) in zip(layout.names, r["streams"], layout.kinds):
@@ -350,9 +356,37 @@ class LoaderSession:
             raise ZrecordRuntimeError(
                 f"the daemon announced step {step}, expected {self.next_step}")
         streams = msg["streams"]
-        for st in streams:             # image records served as zeros (on_error='skip')
-            self.images_skipped += int(st.get("skipped", 0))
+        if self.has_images:
+            for st in streams:         # image records served as zeros (on_error='skip')
+                self.images_skipped += int(st.get("skipped", 0))
         spans = []                     # (lo, hi) ring bytes each stream's views cover
+        if self.all_dense:
+            end = mapped.nbytes
+            for st, nb in zip(streams, self.dense_bytes):
+                lo = int(st["offset"])
+                if not 0 <= lo <= lo + nb <= end:
+                    raise proto_error(f"BATCH of step {step}: a stream lies past the end of "
+                                      f"ring {rid}")
+                spans.append((lo, lo + nb))
+        else:
+            self._spans(streams, mapped, step, rid, spans)
+        sources = None
+        if lay.with_sources:
+            src = msg.get("source")
+            if not isinstance(src, bytes) or len(src) != lay.batch_size or \
+                    (src and max(src) >= lay.sources):
+                raise proto_error(f"BATCH of step {step}: its records' sources are missing or "
+                                  f"name no source of {lay.sources}")
+            sources = np.frombuffer(src, dtype=np.uint8).copy()
+        self.next_step += self.stride
+        self.held.add(key)
+        self.taken[key] = time.monotonic_ns()
+        return Taken(rid, slot, step, streams, spans,
+                     msg.get("indices") if lay.with_indices else None, sources,
+                     _shm.Owner(self.slot_free, key))
+
+    def _spans(self, streams, mapped, step, rid, spans):
+        lay = self.layout
         packed = lay.packed or (None,) * len(lay.names)
         for name, st, (dt, item_shape, _), pk, nb in zip(lay.names, streams, lay.kinds, packed,
                                                           self.dense_bytes):
@@ -371,20 +405,6 @@ class LoaderSession:
                 raise proto_error(f"BATCH of step {step}: stream {name!r} lies past the "
                                   f"end of ring {rid}")
             spans.append((lo, hi))
-        sources = None
-        if lay.with_sources:
-            src = msg.get("source")
-            if not isinstance(src, bytes) or len(src) != lay.batch_size or \
-                    (src and max(src) >= lay.sources):
-                raise proto_error(f"BATCH of step {step}: its records' sources are missing or "
-                                  f"name no source of {lay.sources}")
-            sources = np.frombuffer(src, dtype=np.uint8).copy()
-        self.next_step += self.stride
-        self.held.add(key)
-        self.taken[key] = time.monotonic_ns()
-        return Taken(rid, slot, step, streams, spans,
-                     msg.get("indices") if lay.with_indices else None, sources,
-                     _shm.Owner(self.slot_free, key))
 
     def batch(self, msg):
         """The batch a BATCH event announces: views into the (ring, slot) it names."""
