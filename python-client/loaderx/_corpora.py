@@ -77,13 +77,13 @@ def _has_lengths(ds):
     return conn is not None and conn.has_feature("append_lengths")
 
 
-def _append_pieces(ds, pieces, during=None, after=None):
+def _append_pieces(ds, pieces, during=None, after=None, at=None):
     """Appends one-dimensional records to ragged store ds in one APPEND per piece
     of ``pieces``: ``(fill, lengths)``, where ``fill(fd)`` writes the piece's values
     back to back into a memfd and ``lengths`` (numpy) holds each record's items;
     the daemon makes each record's shape header. While the daemon appends one
     piece, the next is filled, and ``during()`` runs during the last; ``after(i)``
-    when piece i is in."""
+    when piece i is in. ``at``: more APPEND fields (the level)."""
     if not pieces:
         if during is not None:
             during()
@@ -106,7 +106,8 @@ def _append_pieces(ds, pieces, during=None, after=None):
             with m:
                 lengths = _wire.u64s(np.asarray(pieces[i][1], np.uint64))
                 ds._h.request("append", {"offset": 0, "dtype": ds._h.schema["dtype"], "ndim": 1,
-                                         "lengths": lengths}, fds=(m.fd,), during=work)
+                                         "lengths": lengths, **(at or {})}, fds=(m.fd,),
+                              during=work)
             if after is not None:
                 after(i)
     finally:
@@ -119,12 +120,13 @@ def _per_request(ds):
     return max(1, min(32768, (ds._h.conn.frame_max - 1024) // 8))
 
 
-def _append_flat(ds, values, offsets, during=None):
+def _append_flat(ds, values, offsets, during=None, at=None):
     """Appends the 1-D records values[offsets[i]:offsets[i+1]] to ragged store ds,
     without a Python step per record: the shape headers are woven into the values
     by one masked numpy pass, and the bytes go in one sealed memfd per request.
     While the daemon writes one request's records, the next request's bytes are
-    woven, and ``during()`` (the caller's next read) runs during the last one."""
+    woven, and ``during()`` (the caller's next read) runs during the last one.
+    ``at``: more APPEND fields (the level)."""
     item = values.dtype.itemsize
     n = len(offsets) - 1
     if n <= 0:
@@ -141,7 +143,7 @@ def _append_flat(ds, values, offsets, during=None):
             e = min(n, s + per)
             part = values[int(offsets[s]):int(offsets[e])]
             pieces.append((lambda fd, part=part: _shm._write_all(fd, [part]), lens[s:e]))
-        _append_pieces(ds, pieces, during)
+        _append_pieces(ds, pieces, during, at=at)
         return
 
     def weave(s):
@@ -183,16 +185,18 @@ def _append_flat(ds, values, offsets, during=None):
                 during()
         with _shm.SealedMemfd([buf], "loaderx-append") as m:
             ds._h.request("append", {"offset": 0, "dtype": ds._h.schema["dtype"], "ndim": 1,
-                                     "sizes": _wire.u64s(sizes)}, fds=(m.fd,), during=work)
+                                     "sizes": _wire.u64s(sizes), **(at or {})}, fds=(m.fd,),
+                          during=work)
 
 
 class _Writer:
     """One converter's output: the store made at its first chunk from what the
     chunk's Arrow type says, then each chunk appended (all inside `conversion`)."""
 
-    def __init__(self, conv, codec, skip_empty, what):
+    def __init__(self, conv, codec, skip_empty, what, at):
         self.conv = conv
         self.codec = codec
+        self.at = at                # APPEND fields: the level
         self.skip_empty = skip_empty
         self.what = what
         self.ds = None
@@ -250,7 +254,7 @@ class _Writer:
             values, off = values[idx], new
         n = len(off) - 1
         if n:
-            _append_flat(self.ds, values, off, during)
+            _append_flat(self.ds, values, off, during, at=self.at)
         elif during is not None:
             during()
         self.records += n
@@ -259,7 +263,7 @@ class _Writer:
     def dense(self, array):
         self._open("dense", array.dtype, array.shape[1:])
         if len(array):
-            self.ds.append(np.ascontiguousarray(array))
+            self.ds.append(np.ascontiguousarray(array), **self.at)
         self.records += len(array)
         self.rows += len(array)
 
@@ -312,14 +316,15 @@ def _arrow_chunk(pa, w, arr, during=None):
                             name="ZR_E_SCHEMA")
 
 
-def _write_batches(pa, path, batches, column, codec, skip_empty, total_rows, desc):
+def _write_batches(pa, path, batches, column, codec, skip_empty, total_rows, desc, level):
     """Writes the column of an iterable of RecordBatches (or Tables) into a store."""
+    at = _store.level_fields(level, codec)
     with conversion(path) as c:
         if not c.new:
             raise ZrecordValueError(f"{desc}: {c.target} exists; these converters make a new "
                                     "store (remove it, or write elsewhere)",
                                     name="ZR_E_EXISTS")
-        w = _Writer(c, codec, skip_empty, desc)
+        w = _Writer(c, codec, skip_empty, desc, at)
         bar = _bar(total_rows, os.path.basename(os.fspath(path)), "rows")
         # the next batch is read while the daemon writes the last records of
         # this one (a ragged column; other kinds read it after)
@@ -351,11 +356,13 @@ def _write_batches(pa, path, batches, column, codec, skip_empty, total_rows, des
     return w.records
 
 
-def from_parquet(dst, paths, column, codec="raw", skip_empty=False):
+def from_parquet(dst, paths, column, codec="raw", skip_empty=False, level=None):
     """Writes column ``column`` of Parquet file(s) ``paths`` (a path or a list, read
     in order, row group by row group) into a new store at ``dst``; returns the
     number of records. ``codec``: the store's (``'raw'``, the default, is what a
-    packed loader reads fastest; ``'zstd'``). See the module's doc for the types."""
+    packed loader reads fastest; ``'zstd'``). ``level``: a compressed store's zstd
+    level, 1 to 19 (None: the codec's default; docs/DATASETS.md, "Levels"), as
+    every converter here takes it. See the module's doc for the types."""
     pa = _pyarrow()
     import pyarrow.parquet as pq
     if isinstance(paths, (str, os.PathLike)):
@@ -370,13 +377,13 @@ def from_parquet(dst, paths, column, codec="raw", skip_empty=False):
 
     try:
         return _write_batches(pa, dst, batches(), column, codec, skip_empty, total,
-                              "from_parquet")
+                              "from_parquet", level)
     finally:
         for f in files:
             f.close()
 
 
-def from_arrow(dst, table_or_batches, column, codec="raw", skip_empty=False):
+def from_arrow(dst, table_or_batches, column, codec="raw", skip_empty=False, level=None):
     """Writes column ``column`` of a pyarrow Table, RecordBatch, RecordBatchReader
     or iterable of record batches into a new store at ``dst``; returns the number
     of records. A Table's size is known (a progress bar); a stream's is not."""
@@ -390,10 +397,10 @@ def from_arrow(dst, table_or_batches, column, codec="raw", skip_empty=False):
     elif isinstance(src, pa.RecordBatch):
         total = src.num_rows
         src = [src]
-    return _write_batches(pa, dst, src, column, codec, skip_empty, total, "from_arrow")
+    return _write_batches(pa, dst, src, column, codec, skip_empty, total, "from_arrow", level)
 
 
-def from_hf(dst, dataset, column, codec="raw", skip_empty=False):
+def from_hf(dst, dataset, column, codec="raw", skip_empty=False, level=None):
     """Writes column ``column`` of a Hugging Face ``datasets.Dataset`` into a new
     store at ``dst``, through its Arrow table (no Python object per row); rows in
     the dataset's order (a ``select`` or ``shuffle`` taken into account)."""
@@ -403,21 +410,22 @@ def from_hf(dst, dataset, column, codec="raw", skip_empty=False):
                                "(a DatasetDict: pick a split, e.g. ds['train'])")
     if getattr(dataset, "_indices", None) is None and hasattr(dataset, "data") and \
             hasattr(dataset.data, "table"):
-        return from_arrow(dst, dataset.data.table, column, codec, skip_empty)
+        return from_arrow(dst, dataset.data.table, column, codec, skip_empty, level)
     batches = dataset.with_format("arrow").iter(batch_size=ARROW_BATCH_ROWS)
     return _write_batches(pa, dst, batches, column, codec, skip_empty, dataset.num_rows,
-                          "from_hf")
+                          "from_hf", level)
 
 
 # ---------------------------------------------------------------- WebDataset
 
-def from_webdataset(dst, tars, key, codec="raw"):
+def from_webdataset(dst, tars, key, codec="raw", level=None):
     """Writes the members with extension ``key`` (``'txt'``, ``'json'``, ``'cls'``:
     what follows a sample's name, without the dot) of WebDataset tar file(s)
     ``tars`` into a new byte store at ``dst``, one record per sample that has one,
     in the tars' order; returns the number of records. Read as a stream (one
     member in memory at a time); a sample without that member is skipped, an
-    empty member is an error."""
+    empty member is an error. ``level``: as :func:`from_parquet`."""
+    at = _store.level_fields(level, codec)
     if isinstance(tars, (str, os.PathLike)):
         tars = [tars]
     tars = [os.fspath(t) for t in tars]
@@ -455,11 +463,11 @@ def from_webdataset(dst, tars, key, codec="raw"):
                         recs.append(np.frombuffer(data, np.uint8))
                         nbytes += len(data)
                         if nbytes >= CHUNK_BYTES:
-                            ds.append(recs)
+                            ds.append(recs, **at)
                             count += len(recs)
                             recs, nbytes = [], 0
             if recs:
-                ds.append(recs)
+                ds.append(recs, **at)
                 count += len(recs)
         finally:
             bar.close()
@@ -522,14 +530,15 @@ def _copy_range(dst_fd, src_fd, offset, count, what):
         offset += got
 
 
-def from_megatron(dst, prefix, codec="raw"):
+def from_megatron(dst, prefix, codec="raw", level=None):
     """Writes Megatron-LM's indexed dataset ``prefix.bin`` / ``prefix.idx`` into a
     new ragged store at ``dst``, one record per sequence, in order; returns the
     number of records. The ``.bin`` is read front to back in large pieces. The
     document boundaries, when they are not one document per sequence, are kept in
     the store's schema (``megatron_document_indices``) so that :func:`to_megatron`
     writes the pair back bit for bit. Zero-length sequences are an error (a store
-    holds no empty record)."""
+    holds no empty record). ``level``: as :func:`from_parquet`."""
+    at = _store.level_fields(level, codec)
     prefix = os.fspath(prefix)
     dt, lens, ptrs, docs = read_megatron_index(prefix + ".idx")
     n = len(lens)
@@ -579,7 +588,7 @@ def from_megatron(dst, prefix, codec="raw"):
                             fd, f.fileno(), lo, hi - lo, prefix + ".bin"), lens64[s:e]))
                         sizes.append(hi - lo)
                         s = e
-                    _append_pieces(ds, pieces, after=lambda i: bar.update(sizes[i]))
+                    _append_pieces(ds, pieces, after=lambda i: bar.update(sizes[i]), at=at)
                     return n
 
                 def read(s):
@@ -618,7 +627,7 @@ def from_megatron(dst, prefix, codec="raw"):
                         if e < n:
                             ahead.append(read(e))
                     _append_flat(ds, values.astype(dt.newbyteorder("<"), copy=False), off,
-                                 read_ahead)
+                                 read_ahead, at=at)
                     bar.update(int(off[-1]) * dt.itemsize)
         finally:
             bar.close()

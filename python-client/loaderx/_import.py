@@ -2,7 +2,7 @@
 
 The C tool (client/import-from.c) runs this with its own arguments:
 ``--from parquet|arrow|webdataset|megatron SRC... PATH [--column NAME] [--key EXT]
-[--codec raw|zstd] [--skip-empty]``. Arrow sources are IPC files or streams
+[--codec raw|zstd] [--level N] [--skip-empty]``. Arrow sources are IPC files or streams
 (``.arrow``, ``.feather``). Prints the records written. Exit status: 0, 1 (the
 conversion failed: its message on stderr, nothing at PATH), 2 (usage); Ctrl-C
 ends it by SIGINT once the conversion is undone, as the tool's own import.
@@ -38,6 +38,8 @@ def main(argv):
     ap.add_argument("--column", help="the Parquet or Arrow column")
     ap.add_argument("--key", help="the WebDataset members' extension (txt, json, ...)")
     ap.add_argument("--codec", choices=("raw", "zstd"), default="raw")
+    ap.add_argument("--level", type=int, default=None,
+                    help="zstd level of a compressed store, 1 to 19 (default: the codec's)")
     ap.add_argument("--skip-empty", action="store_true",
                     help="leave empty rows out (Parquet, Arrow) instead of failing")
     args = ap.parse_args(argv)
@@ -51,18 +53,18 @@ def main(argv):
                 ap.error(f"--from {args.fmt} needs --column NAME")
             if args.fmt == "parquet":
                 n = utils.from_parquet(dst, srcs, args.column, codec=args.codec,
-                                       skip_empty=args.skip_empty)
+                                       skip_empty=args.skip_empty, level=args.level)
             else:
                 n = utils.from_arrow(dst, _arrow_batches(srcs), args.column, codec=args.codec,
-                                     skip_empty=args.skip_empty)
+                                     skip_empty=args.skip_empty, level=args.level)
         elif args.fmt == "webdataset":
             if not args.key:
                 ap.error("--from webdataset needs --key EXT")
-            n = utils.from_webdataset(dst, srcs, args.key, codec=args.codec)
+            n = utils.from_webdataset(dst, srcs, args.key, codec=args.codec, level=args.level)
         else:
             if len(srcs) != 1:
                 ap.error("--from megatron takes one PREFIX (of PREFIX.bin and PREFIX.idx)")
-            n = utils.from_megatron(dst, srcs[0], codec=args.codec)
+            n = utils.from_megatron(dst, srcs[0], codec=args.codec, level=args.level)
     except KeyboardInterrupt:
         # undone by the conversion; end by the signal, as the tool does
         signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -284,3 +284,80 @@ def test_zrecord_import_from(workdir):
     r = subprocess.run([tool, "import", "--from", "megatron", "m", "sx"], env=bare,
                        capture_output=True, text=True, timeout=120, cwd="/")
     assert r.returncode == 1 and "needs the loaderx Python package" in r.stderr, r
+
+
+def _text_like(n, seed=7):
+    """Token documents that compress, and better at a higher level: repeated
+    phrases of a small vocabulary with a little noise."""
+    rng = np.random.default_rng(seed)
+    phrases = [rng.integers(0, 3000, size=int(k), dtype=np.int32)
+               for k in rng.integers(4, 40, size=64)]
+    docs = []
+    for _ in range(n):
+        parts = [phrases[j] for j in rng.integers(0, len(phrases), size=int(rng.integers(4, 40)))]
+        d = np.concatenate(parts)
+        d[rng.integers(0, len(d), size=max(1, len(d) // 50))] = rng.integers(0, 50000)
+        docs.append(d)
+    return docs
+
+
+def test_converters_take_a_level(workdir):
+    """``level=`` reaches the daemon from every converter (docs/DATASETS.md,
+    "Levels"): the records read back the same and level 19 stores fewer bytes
+    than level 1; a level for a raw store or outside 1..19 is refused before
+    anything is written; ``zrecord import --from ... --level`` passes it on."""
+    docs = _text_like(1500)
+    pq.write_table(pa.table({"tokens": pa.array(docs, type=pa.list_(pa.int32()))}), "p.parquet")
+    iw.write_megatron("m", docs)
+    with tarfile.open("w.tar", "w") as tf:
+        for i, d in enumerate(docs[:400]):
+            data = d.tobytes()
+            info = tarfile.TarInfo(f"s{i:04d}.bin")
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    convert = {
+        "parquet": lambda dst, lv: from_parquet(dst, "p.parquet", "tokens", codec="zstd",
+                                                level=lv),
+        "arrow": lambda dst, lv: from_arrow(dst, pa.table({"tokens": pa.array(
+            docs, type=pa.list_(pa.int32()))}), "tokens", codec="zstd", level=lv),
+        "megatron": lambda dst, lv: from_megatron(dst, "m", codec="zstd", level=lv),
+        "webdataset": lambda dst, lv: from_webdataset(dst, "w.tar", "bin", codec="zstd",
+                                                      level=lv),
+    }
+    every = {}
+    for name, conv in convert.items():
+        sizes = every[name] = {}
+        for lv in (1, 19):
+            dst = f"{name}-{lv}"
+            conv(dst, lv)
+            ds = RaggedDataset(dst)
+            got = ds[:]
+            if name == "webdataset":
+                _same(got, [np.frombuffer(d.tobytes(), np.uint8) for d in docs[:400]])
+            else:
+                _same(got, docs)
+            sizes[lv] = ds.stats()["live_bytes"]
+            ds.close()
+        assert sizes[19] < sizes[1], (name, sizes)
+    with pytest.raises(ZrecordError, match="raw store"):
+        from_parquet("raw-lv", "p.parquet", "tokens", level=5)
+    with pytest.raises(ZrecordError, match="1 to 19"):
+        from_megatron("bad-lv", "m", codec="zstd", level=20)
+    assert not os.path.exists("raw-lv") and not os.path.exists("bad-lv")
+    import subprocess
+    import sys
+    from conftest import PKG, tool_binary
+    tool = tool_binary()
+    if tool is None:
+        return
+    env = dict(os.environ, PYTHONPATH=PKG, ZRECORD_PYTHON=sys.executable)
+    r = subprocess.run([tool, "import", "--from", "megatron", "m", "cli-19", "--codec", "zstd",
+                        "--level", "19"], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == str(len(docs)), r.stderr
+    ds = RaggedDataset("cli-19")
+    _same(ds[:], docs)
+    assert ds.stats()["live_bytes"] == every["megatron"][19]
+    ds.close()
+    r = subprocess.run([tool, "import", "--from", "megatron", "m", "cli-raw", "--level", "3"],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "raw store" in r.stderr and not os.path.exists("cli-raw")
