@@ -240,9 +240,11 @@ static const field loader_open_req[] = {
         OPT("rank", T_UINT), OPT("world_size", T_UINT), OPT("prefetch", T_UINT),
         OPT("length", T_UINT), OPT("indices", T_BOOL),
         OPT_SUB("sources", T_MAPS, loader_source_fields), OPT("provenance", T_BOOL),
-        OPT("fingerprint", T_UINT), OPT("step_stride", T_UINT),
+        OPT("fingerprint", T_UINT), OPT("step_stride", T_UINT), OPT("ctlring", T_BOOL),
         END,
 };
+static const field doorbell_req[] = { REQ("loader", T_U32), END };
+static const field wake_event[] = { REQ("loader", T_U32), END };
 static const field release_req[] = {
         REQ("loader", T_U32), REQ("ring", T_U32), REQ("slot", T_U32), OPT("wait_ns", T_UINT),
         OPT("taken_ns", T_UINT), END,
@@ -311,12 +313,13 @@ static const field status_ok[] = {
         OPT_SUB("remote", T_MAP, remote_status_fields), END,
 };
 static const field metrics_ok[] = { REQ("text", T_STR), END };
+static const field ctlring_ok_fields[] = { REQ("bytes", T_UINT), REQ("entries", T_UINT), END };
 static const field loader_open_ok[] = {
         REQ("loader", T_U32), REQ("ring", T_U32), REQ("slots", T_UINT),
         REQ("slot_bytes", T_UINT), REQ("ring_bytes", T_UINT), REQ("length", T_UINT),
         REQ_SUB("streams", T_MAPS, ring_stream_fields),
         OPT_SUB("sources", T_MAPS, loader_source_ok_fields),
-        OPT("fingerprint", T_UINT),
+        OPT("fingerprint", T_UINT), OPT_SUB("ctlring", T_MAP, ctlring_ok_fields),
         END,
 };
 static const field steps_of_ok[] = { REQ("hits", T_U64S), REQ("next", T_UINT), END };
@@ -376,6 +379,7 @@ static const kind_info kinds[_ZR_MSG_MAX] = {
         [ZR_MSG_LOADER_CLOSE] = { "loader_close", loader_only, no_fields, ZR_FEATURE_LOADER, 0 },
         [ZR_MSG_STEPS_OF] = { "steps_of", steps_of_req, steps_of_ok, ZR_FEATURE_STEPS_OF, 0 },
         [ZR_MSG_METRICS] = { "metrics", no_fields, metrics_ok, ZR_FEATURE_METRICS, 0 },
+        [ZR_MSG_DOORBELL] = { "doorbell", doorbell_req, NULL, ZR_FEATURE_CTLRING, 0 },
         [ZR_MSG_OK] = { "ok", no_fields, NULL, NULL, 0 },
         [ZR_MSG_ERROR] = { "error", error_msg, NULL, NULL, 0 },
         [ZR_MSG_BATCH] = { "batch", batch_event, NULL, NULL, 0 },
@@ -383,6 +387,7 @@ static const kind_info kinds[_ZR_MSG_MAX] = {
         [ZR_MSG_RING] = { "ring", ring_event, NULL, NULL, 0 },
         [ZR_MSG_RING_CLOSE] = { "ring_close", ring_close_event, NULL, NULL, 0 },
         [ZR_MSG_FAULT] = { "fault", error_msg, NULL, NULL, 0 },
+        [ZR_MSG_WAKE] = { "wake", wake_event, NULL, NULL, 0 },
 };
 
 const char *zr_msg_kind_name(zr_msg_kind kind) {
@@ -412,7 +417,7 @@ bool zr_msg_kind_feature(zr_msg_kind kind, const char **ret_feature) {
 
 static bool kind_is_event(zr_msg_kind kind) {
         return kind == ZR_MSG_BATCH || kind == ZR_MSG_LOADER_END || kind == ZR_MSG_RING ||
-               kind == ZR_MSG_RING_CLOSE || kind == ZR_MSG_FAULT;
+               kind == ZR_MSG_RING_CLOSE || kind == ZR_MSG_FAULT || kind == ZR_MSG_WAKE;
 }
 
 int zr_msg_header_read(const msgpack_object *root, zr_msg_header *ret, zr_wire_error *err) {
@@ -559,7 +564,7 @@ int zr_msg_check(const msgpack_object *root, zr_msg_kind reply_to, zr_msg_header
         name = kinds[h.kind].name;
 
         if (zr_msg_kind_is_request(h.kind)) {
-                if (!h.has_id && h.kind != ZR_MSG_RELEASE)
+                if (!h.has_id && h.kind != ZR_MSG_RELEASE && h.kind != ZR_MSG_DOORBELL)
                         return zr_wire_error_set(err, ZR_E_PROTO, "%s: field 'id': missing", name);
         } else if (kind_is_event(h.kind)) {
                 if (h.has_id)

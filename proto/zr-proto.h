@@ -136,6 +136,7 @@ typedef enum zr_msg_kind {
         ZR_MSG_LOADER_CLOSE,    /* "loader_close" */
         ZR_MSG_STEPS_OF,        /* "steps_of" */
         ZR_MSG_METRICS,         /* "metrics" */
+        ZR_MSG_DOORBELL,        /* "doorbell" (a notification, feature "ctlring") */
         /* replies (daemon -> client, one per request, in request order) */
         ZR_MSG_OK,              /* "ok" */
         ZR_MSG_ERROR,           /* "error" */
@@ -145,11 +146,12 @@ typedef enum zr_msg_kind {
         ZR_MSG_RING,            /* "ring" (carries one descriptor) */
         ZR_MSG_RING_CLOSE,      /* "ring_close" */
         ZR_MSG_FAULT,           /* "fault" */
+        ZR_MSG_WAKE,            /* "wake" (feature "ctlring") */
         _ZR_MSG_MAX,
 } zr_msg_kind;
 
 #define ZR_MSG_FIRST_REQUEST ZR_MSG_HELLO
-#define ZR_MSG_LAST_REQUEST ZR_MSG_METRICS
+#define ZR_MSG_LAST_REQUEST ZR_MSG_DOORBELL
 
 /* ---- feature names (HELLO "features") ---------------------------------- */
 
@@ -166,6 +168,7 @@ typedef enum zr_msg_kind {
 #define ZR_FEATURE_PACK "pack"       /* LOADER_OPEN streams' `pack`: packed token sequences */
 #define ZR_FEATURE_IMAGE "image"     /* LOADER_OPEN streams' `image`: decoded images */
 #define ZR_FEATURE_APPEND_LENGTHS "append_lengths" /* APPEND `lengths`: headers made by the daemon */
+#define ZR_FEATURE_CTLRING "ctlring" /* LOADER_OPEN `ctlring`: control memory, DOORBELL, WAKE */
 
 /* ---- field names used by the codec itself ------------------------------ */
 

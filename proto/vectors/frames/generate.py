@@ -99,6 +99,10 @@ ok('req-loader_open.bin', {'kind': 'loader_open', 'id': 22,
 ok('req-release.bin', {'kind': 'release', 'loader': 4, 'ring': 9, 'slot': 0})
 ok('req-release-telemetry.bin', {'kind': 'release', 'loader': 4, 'ring': 9, 'slot': 1,
                                  'wait_ns': 1500000, 'taken_ns': 123456789012345})
+ok('req-loader_open-ctlring.bin', {'kind': 'loader_open', 'id': 26,
+                                   'streams': [{'handle': 1}], 'sampler': 'iid',
+                                   'batch_size': 32, 'seed': 0, 'start_step': 0, 'ctlring': True})
+ok('req-doorbell.bin', {'kind': 'doorbell', 'loader': 4})
 ok('req-status-loader.bin', {'kind': 'status', 'id': 24, 'loader': 4})
 ok('req-metrics.bin', {'kind': 'metrics', 'id': 25})
 ok('req-loader_close.bin', {'kind': 'loader_close', 'id': 23, 'loader': 4})
@@ -198,6 +202,11 @@ ok('ok-loader_open.bin', {'kind': 'ok', 'id': 22, 'loader': 4, 'ring': 9, 'slots
                           'ring_bytes': 294912, 'length': 60000,
                           'streams': [{'offset': 0, 'capacity': 8192},
                                       {'offset': 8192, 'capacity': 65536}]}, 'loader_open')
+ok('ok-loader_open-ctlring.bin', {'kind': 'ok', 'id': 26, 'loader': 6, 'ring': 12, 'slots': 4,
+                                  'slot_bytes': 98304, 'ring_bytes': 393216, 'length': 16384,
+                                  'streams': [{'offset': 0, 'capacity': 98304}],
+                                  'fingerprint': 7, 'ctlring': {'bytes': 4096, 'entries': 64}},
+   'loader_open')
 ok('ok-loader_close.bin', {'kind': 'ok', 'id': 23}, 'loader_close')
 ok('ok-loader_open-mixture.bin', {'kind': 'ok', 'id': 24, 'loader': 5, 'ring': 11, 'slots': 4,
                                   'slot_bytes': 65536, 'ring_bytes': 262144, 'length': 61000,
@@ -226,6 +235,7 @@ ok('event-batch-mixture.bin', {'kind': 'batch', 'loader': 5, 'ring': 11, 'slot':
                                'indices': u64s(41, 7, 998), 'source': bytes([0, 1, 1])})
 ok('event-ring.bin', {'kind': 'ring', 'loader': 4, 'ring': 10, 'slots': 4, 'slot_bytes': 73728,
                       'ring_bytes': 294912})
+ok('event-wake.bin', {'kind': 'wake', 'loader': 6})
 ok('event-ring_close.bin', {'kind': 'ring_close', 'loader': 4, 'ring': 10})
 ok('event-loader_end.bin', {'kind': 'loader_end', 'loader': 4, 'step': 1004, 'code': 1107,
                             'name': 'ZR_E_STALE', 'message': 'store appended to'})
@@ -345,6 +355,7 @@ bad('batch-no-streams.bin', frame(pack({'kind': 'batch', 'loader': 1, 'ring': 1,
 bad('release-slot-negative.bin', frame(pack({'kind': 'release', 'loader': 1, 'ring': 1,
                                               'slot': -1})),
     'ZR_E_PROTO')
+bad('doorbell-no-loader.bin', frame(pack({'kind': 'doorbell'})), 'ZR_E_PROTO')
 bad('ok-read-missing-count.bin', frame(pack({'kind': 'ok', 'id': 8, 'offset': 0, 'bytes': 0})),
     'ZR_E_PROTO', 'read')
 bad('error-no-code.bin', frame(pack({'kind': 'error', 'id': 1, 'message': 'x'})), 'ZR_E_PROTO')
