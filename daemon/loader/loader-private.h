@@ -39,6 +39,7 @@
 #include "dataset/cache.h"
 #include "dataset/rdataset.h"
 #include "io/ioq.h"
+#include "loader/ctlring.h"
 #include "loader/loader.h"
 #include "loader/telemetry.h"
 #include "sampler/mixture.h"
@@ -294,6 +295,14 @@ struct zr_loader {
         zr_telemetry tel;
         uint64_t enq_ns;      /* queued for a worker with none of its work running, 0 */
         int detail;           /* its next fill is timed in detail (batch.h) */
+        /* control memory (ctlring.h), if has_ctl: batches announced there, and
+         * releases taken from there (loader.c, ctl_*()) */
+        zr_ctlring ctl;
+        int has_ctl;
+        int ctl_wake;         /* a WAKE is due (the client waits on its socket) */
+        int ctl_broken;       /* it lied: nothing more is read from it */
+        unsigned fills_out;   /* fills claimed by it (w->l) not completed: each
+                               * takes its releases when it ends (ctl_turn()) */
 };
 
 struct zr_loader_engine {

@@ -36,6 +36,13 @@
  * after the lock goes (zr_loader_engine_resume() makes it immediate). */
 #define LOADER_PARK_RETRY_NS (2 * 1000 * 1000)
 
+/* A worker with nothing queued whose last fill left a loader with control
+ * memory without a free slot looks at its release count this long before it
+ * sleeps (ctl_spin()): a consumer of small batches releases one every few
+ * tens of microseconds, and the look costs no system call on either side
+ * where a DOORBELL costs one on each, and a worker's wake-up more. */
+#define LOADER_CTL_SPIN_NS (50 * 1000)
+
 /* ---- the scheduler (engine mutex held) ----------------------------------------- */
 
 static void runq_remove(zr_loader_engine *e, zr_loader *l) {
@@ -152,13 +159,19 @@ static claim *announce_claim(zr_loader *l) {
 static int has_event(zr_loader *l) {
         if (l->closing || l->paused || l->end_delivered)
                 return 0;
-        if (announce_claim(l) || zr_group_news(l))
+        if (announce_claim(l) || zr_group_news(l) || l->ctl_wake)
                 return 1;
         return l->end_reachable && l->ann_k == l->end_k;
 }
 
-/* Queues l for collection if it has an event. Returns 1 if notify is due. */
+static void ctl_publish(zr_loader_engine *e, zr_loader *l);
+
+/* Queues l for collection if it has an event. Returns 1 if notify is due. A
+ * loader with control memory has its batches announced there first, so only
+ * a WAKE, a ring or its end wakes the loop. */
 int zr_sched_ready(zr_loader_engine *e, zr_loader *l) {
+        if (l->has_ctl)
+                ctl_publish(e, l);
         if (l->in_readyq || !has_event(l))
                 return 0;
         l->ready_next = NULL;
@@ -304,6 +317,7 @@ static int claim_next(zr_loader_engine *e, zr_loader *l, work *w, int *notify) {
         l->claims[k] = (claim){ .sl = sl, .step = step };
         l->fill_k++;
         l->inflight++;
+        l->fills_out++;
         w->l = l;
         w->sl = sl;
         w->step = step;
@@ -316,6 +330,175 @@ static int claim_next(zr_loader_engine *e, zr_loader *l, work *w, int *notify) {
 
 static void unpark(zr_loader *l, parked_work **list);
 static void kick(zr_loader_engine *e);
+
+/* ---- control memory (ctlring.h; engine mutex held) ------------------------------ */
+
+static int ctl_on(const zr_loader *l) {
+        return l->has_ctl && !l->ctl_broken;
+}
+
+/* Announces in l's control memory every batch of l that is due, in step
+ * order, while its ring is one the client knows (a new ring goes by RING and
+ * BATCH on the socket: the loop's zr_loader_poll()); notes a WAKE if the
+ * client said it may block on its socket. */
+static void ctl_publish(zr_loader_engine *e, zr_loader *l) {
+        claim *cl;
+        int n = 0;
+
+        if (!ctl_on(l) || l->closing || l->paused || l->end_delivered)
+                return;
+        while ((cl = announce_claim(l)) && zr_group_knows(l, cl->sl->r->id)) {
+                cl->held = 1;
+                if (atomic_load(&e->telemetry))
+                        zr_measure_announce(l, cl);
+                zr_ctlring_publish(&l->ctl, zr_loader_step(l, cl->step), cl->sl->r->id,
+                                   cl->sl->index);
+                l->ann_k++;
+                l->c.batches++;
+                e->t.batches++;
+                e->t.ctl_batches++;
+                n++;
+        }
+        if (n && !l->ctl_wake && zr_ctlring_client_waiting(&l->ctl)) {
+                l->ctl_wake = 1;
+                e->t.ctl_wakes++;
+        }
+}
+
+/* l's client lied in its control memory: nothing more is read from it, and l
+ * ends at its next step to announce (its client holds what it holds). */
+static void ctl_fault(zr_loader_engine *e, zr_loader *l, int *notify, const char *msg) {
+        l->ctl_broken = 1;
+        l->ctl_wake = 0;
+        e->t.ctl_faults++;
+        set_end(l, l->ann_k, ZR_E_PROTO, 0, msg);
+        trim(l);
+        *notify |= zr_sched_ready(e, l);
+}
+
+/* The claim of l on (ring, slot) that its client holds, or NULL. */
+static claim *held_claim(zr_loader *l, uint32_t ring_id, uint32_t slot_no) {
+        for (uint32_t i = 0; i < l->nslots; i++)
+                if (l->claims[i].held && l->claims[i].sl->r->id == ring_id &&
+                    l->claims[i].sl->index == slot_no)
+                        return &l->claims[i];
+        return NULL;
+}
+
+/* Takes the releases l's client wrote, each checked against what l holds.
+ * Returns how many (their claims are free), and sets *freed if a slot became
+ * free. A lie ends l (ctl_fault()). */
+static int ctl_drain(zr_loader_engine *e, zr_loader *l, int *notify, int *freed) {
+        char msg[ZR_ERROR_MESSAGE_MAX];
+        uint64_t tail, i;
+        int n, taken = 0;
+
+        if (!ctl_on(l) || l->end_delivered || l->closing)
+                return 0;
+        n = zr_ctlring_pending(&l->ctl, &tail);
+        if (n < 0) {
+                snprintf(msg, sizeof(msg), "its control memory counts %llu releases, %llu "
+                         "were taken: not within 0..%u", (unsigned long long)tail,
+                         (unsigned long long)l->ctl.consumed, ZR_CTL_ENTRIES);
+                ctl_fault(e, l, notify, msg);
+                return 0;
+        }
+        for (i = l->ctl.consumed; i != tail; i++) {
+                zr_ctl_release rel;
+                claim *cl;
+                zr_ctlring_entry(&l->ctl, i, &rel);
+                cl = held_claim(l, rel.ring, rel.slot);
+                if (!cl) {
+                        snprintf(msg, sizeof(msg), "its control memory releases ring %u slot "
+                                 "%u, which it does not hold", rel.ring, rel.slot);
+                        ctl_fault(e, l, notify, msg);
+                        return taken;
+                }
+                if (atomic_load(&e->telemetry)) {
+                        /* a wait of 2^64 - 1: none told with this release */
+                        zr_loader_take take = { .has_wait = rel.wait_ns != UINT64_MAX,
+                                                .wait_ns = rel.wait_ns,
+                                                .has_taken = rel.taken_ns != 0,
+                                                .taken_ns = rel.taken_ns };
+                        zr_measure_take(l, cl, &take);
+                }
+                *freed |= claim_drop(cl);
+                taken++;
+        }
+        if (taken)
+                zr_ctlring_consume(&l->ctl, tail);
+        return taken;
+}
+
+/* After a fill of l: takes its client's releases and goes on with its next
+ * steps; with no slot to fill and no fill of its own running (whose end would
+ * take the releases), tells the client it wants releases (and takes those
+ * written meanwhile). No thread is woken while the client releases in time. */
+static void ctl_turn(zr_loader_engine *e, zr_loader *l, int *notify) {
+        int freed = 0, n;
+
+        n = ctl_drain(e, l, notify, &freed);
+        if (n == 0 && ctl_on(l) && claim_unused(l) < 0 && l->fills_out == 0) {
+                zr_ctlring_set_wants(&l->ctl, 1);
+                n = ctl_drain(e, l, notify, &freed);
+        }
+        if (n <= 0)
+                return;
+        zr_ctlring_set_wants(&l->ctl, 0);
+        while (take_shared(e, l, notify) > 0)
+                ;
+        if (freed)
+                zr_group_wake(e, l->g);
+}
+
+/* Engine mutex held, released meanwhile: l's client may release a slot in a
+ * moment; look at its release count (no mutex, no system call) for up to
+ * LOADER_CTL_SPIN_NS, with `wants` clear so that the client rings no
+ * doorbell meanwhile, then set it again (and look once more) as ctl_turn()
+ * does. Returns 1 if releases came (taken, and l requeued). */
+static int ctl_spin(zr_loader_engine *e, zr_loader *l, int *notify) {
+        uint64_t seen = l->ctl.consumed, t0, tail;
+        int got = 0, freed = 0;
+
+        if (!ctl_on(l) || l->closing || l->end_delivered || claim_unused(l) >= 0 ||
+            l->fills_out > 0)
+                return 0;
+        zr_ctlring_set_wants(&l->ctl, 0);
+        l->inflight++; /* keeps l while the mutex is not held */
+        pthread_mutex_unlock(&e->mutex);
+        t0 = zr_loader_now_ns();
+        for (unsigned i = 0; !got; i++) {
+                got = zr_ctlring_released(&l->ctl) != seen;
+                if ((i & 63) == 63 && zr_loader_now_ns() - t0 > LOADER_CTL_SPIN_NS)
+                        break;
+#if defined(__x86_64__) || defined(__i386__)
+                __builtin_ia32_pause();
+#endif
+        }
+        pthread_mutex_lock(&e->mutex);
+        l->inflight--;
+        pthread_cond_broadcast(&e->idle);
+        if (zr_sched_left(e, l)) {
+                *notify = 1;
+                return 0;
+        }
+        if (l->closing || !ctl_on(l))
+                return 0;
+        if (!got) {
+                zr_ctlring_set_wants(&l->ctl, 1);
+                if (zr_ctlring_pending(&l->ctl, &tail) == 0)
+                        return 0;
+        }
+        if (ctl_drain(e, l, notify, &freed) <= 0)
+                return 0;
+        zr_ctlring_set_wants(&l->ctl, 0);
+        while (take_shared(e, l, notify) > 0)
+                ;
+        if (freed)
+                zr_group_wake(e, l->g);
+        zr_sched_run(e, l);
+        return 1;
+}
 
 /* Engine mutex held: applies a finished fill. Returns 1 if notify is due. */
 static int complete(zr_loader_engine *e, const work *w, const fill_result *res) {
@@ -348,6 +531,7 @@ static int complete(zr_loader_engine *e, const work *w, const fill_result *res) 
                 return 0;
         }
         l->inflight--;
+        l->fills_out--;
         if (w->timed)
                 zr_measure_fill(l, res);
         zr_pf_consumed(e, g, sl->step);
@@ -380,6 +564,8 @@ static int complete(zr_loader_engine *e, const work *w, const fill_result *res) 
                 if (!slot_busy(sl))
                         zr_group_wake(e, g); /* nobody wanted it any more: free */
         }
+        if (l->has_ctl)
+                ctl_turn(e, l, &notify);
         zr_sched_run(e, l);
         pthread_cond_broadcast(&e->idle);
         return notify | zr_sched_left(e, l);
@@ -433,7 +619,7 @@ static void drain_task(void *arg) {
          * how long it took: telemetry's contention */
         const group *prev_g = NULL;
         uint64_t prev_ns = 0;
-        zr_loader *l;
+        zr_loader *l, *spin = NULL;
 
         pthread_mutex_lock(&e->mutex);
         for (;;) {
@@ -475,6 +661,17 @@ static void drain_task(void *arg) {
                         if (!r)
                                 continue;
                 } else {
+                        /* the loader this worker's last fill was for, if it
+                         * may get a slot back in a moment: ctl_spin() */
+                        int notify = 0, r = spin ? ctl_spin(e, spin, &notify) : 0;
+                        spin = NULL;
+                        if (notify && e->notify) {
+                                pthread_mutex_unlock(&e->mutex);
+                                e->notify(e->notify_userdata);
+                                pthread_mutex_lock(&e->mutex);
+                        }
+                        if (r)
+                                continue;
                         break;
                 }
                 pthread_mutex_unlock(&e->mutex);
@@ -482,6 +679,7 @@ static void drain_task(void *arg) {
                 pthread_mutex_lock(&e->mutex);
                 prev_g = l->g;
                 prev_ns = res.fill_ns;
+                spin = l->has_ctl && !res.busy ? l : NULL;
                 if (complete(e, &w, &res) && e->notify) {
                         pthread_mutex_unlock(&e->mutex);
                         e->notify(e->notify_userdata);
@@ -751,9 +949,11 @@ static void unpark(zr_loader *l, parked_work **list) {
                         if (m != l && !m->closing && claims_slot(m, p->w.sl))
                                 heir = m;
                 l->inflight--;
+                l->fills_out--;
                 if (heir) {
                         p->w.l = heir;
                         heir->inflight++;
+                        heir->fills_out++;
                         pp = &p->next;
                         continue;
                 }
@@ -818,6 +1018,8 @@ uint64_t zr_loader_work_bytes(const zr_loader *l) {
 static void loader_destroy(zr_loader *l) {
         if (!l)
                 return;
+        if (l->has_ctl)
+                zr_ctlring_destroy(&l->ctl);
         free(l->claims);
         free(l->known);
         for (size_t i = 0; l->streams && i < l->nall; i++) {
@@ -1165,6 +1367,8 @@ int zr_loader_poll(zr_loader *l, zr_loader_event *ret) {
                 r = 1;
                 goto out;
         }
+        if (l->has_ctl)
+                ctl_publish(e, l);
         cl = announce_claim(l);
         if (cl) {
                 const ring *rg = cl->sl->r;
@@ -1197,6 +1401,11 @@ int zr_loader_poll(zr_loader *l, zr_loader_event *ret) {
                                           .code = l->end_code,
                                           .message = l->end_msg, .needed = l->end_needed };
                 l->end_delivered = 1;
+                l->ctl_wake = 0;
+                r = 1;
+        } else if (l->ctl_wake) {
+                *ret = (zr_loader_event){ .kind = ZR_LOADER_EVENT_WAKE };
+                l->ctl_wake = 0;
                 r = 1;
         }
 out:
@@ -1249,6 +1458,59 @@ out:
                 e->notify(e->notify_userdata);
         zr_rings_release(dead);
         return r;
+}
+
+int zr_loader_ctl_open(zr_loader *l, int *fd, zr_error *err) {
+        int r;
+
+        if (l->nslots > ZR_CTL_ENTRIES)
+                return 0;
+        for (size_t i = 0; i < l->nall; i++)
+                if (l->streams[i].ragged || l->streams[i].image)
+                        return 0;
+        if (!l->has_ctl) {
+                r = zr_ctlring_create(&l->ctl, err);
+                if (r < 0)
+                        return r;
+                l->has_ctl = 1;
+        }
+        *fd = l->ctl.shm.fd;
+        return 1;
+}
+
+uint64_t zr_loader_ctl_bytes(const zr_loader *l) {
+        return l->has_ctl ? l->ctl.shm.size : 0;
+}
+
+void zr_loader_ctl_doorbell(zr_loader *l) {
+        zr_loader_engine *e = l->e;
+        ring *dead = NULL;
+        int notify = 0, freed = 0, n;
+
+        pthread_mutex_lock(&e->mutex);
+        if (!ctl_on(l) || l->end_delivered)
+                goto out;
+        zr_ctlring_set_wants(&l->ctl, 0);
+        n = ctl_drain(e, l, &notify, &freed);
+        while (take_shared(e, l, &notify) > 0)
+                ;
+        /* a small warm step filled here, before any worker is woken for it */
+        fill_inline(e, l, &notify);
+        if (freed)
+                zr_group_wake(e, l->g);
+        zr_sched_run(e, l);
+        if (n == 0 && ctl_on(l) && claim_unused(l) < 0 && l->fills_out == 0)
+                ctl_turn(e, l, &notify);
+        notify |= zr_group_reap(e, l->g, &dead);
+        if (e->parked)
+                resume_parked(e);
+        else if (e->kick_pending)
+                kick(e);
+out:
+        pthread_mutex_unlock(&e->mutex);
+        if (notify && e->notify)
+                e->notify(e->notify_userdata);
+        zr_rings_release(dead);
 }
 
 void zr_loader_stop(zr_loader *l, int code, const char *message) {

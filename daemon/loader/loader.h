@@ -297,6 +297,9 @@ typedef struct zr_loader_engine_counters {
         uint64_t prefetch_depth;      /* the deepest any group read ahead, in steps */
         uint64_t planned_steps;       /* steps whose cache uses were planned */
         uint64_t inline_fills;        /* fills run by a release (zr_loader_engine_set_inline()) */
+        uint64_t ctl_batches;         /* batches announced in control memory (ctlring.h) */
+        uint64_t ctl_wakes;           /* WAKE events: a client waited on its socket */
+        uint64_t ctl_faults;          /* loaders ended for lying control memory */
 } zr_loader_engine_counters;
 
 /* Fills *ret with the totals since the engine started. */
@@ -489,6 +492,9 @@ enum zr_loader_event_kind {
         ZR_LOADER_EVENT_END = 2,
         ZR_LOADER_EVENT_RING = 3,       /* a ring of the group, new to this loader */
         ZR_LOADER_EVENT_RING_CLOSE = 4, /* a ring it knew is gone */
+        /* batches were announced in its control memory while its client said
+         * it may block on its socket (zr_loader_ctl_open()): wake it */
+        ZR_LOADER_EVENT_WAKE = 5,
 };
 
 /* One stream of a BATCH event. The arrays belong to the slot: valid until the
@@ -542,6 +548,26 @@ typedef struct zr_loader_event {
         const char *message;
         uint64_t needed;
 } zr_loader_event;
+
+/* Gives the loader control memory (ctlring.h, PROTOCOL.md "Control memory")
+ * if it may use it: every stream dense or packed (no ragged record lists, no
+ * image stream's skipped counts), no more slots than the queues hold. From
+ * then on its batches are announced there whenever the client knows their
+ * ring, by whichever thread finishes them, and its releases are taken from
+ * there by whichever thread finishes a fill or rings the doorbell
+ * (zr_loader_ctl_doorbell()); BATCH events come only for a batch in a ring the
+ * client does not know yet. A client that lies in it (a release of a slot it
+ * does not hold, a count out of bounds) ends the loader with ZR_E_PROTO.
+ * Returns 1 and the memfd (the engine's: dup() it to pass it) in *fd, 0 if the
+ * loader cannot use one, -errno with *err set. Call before zr_loader_start(). */
+int zr_loader_ctl_open(zr_loader *l, int *fd, zr_error *err);
+
+/* Bytes of the loader's control memory (0 without). */
+uint64_t zr_loader_ctl_bytes(const zr_loader *l);
+
+/* The client's doorbell: takes its releases from control memory and goes on
+ * as a RELEASE does (loop thread). */
+void zr_loader_ctl_doorbell(zr_loader *l);
 
 /* Collects the loader's next event: returns 1 and fills *ret, or 0 if there is
  * none now. A BATCH hands its slot to the client until zr_loader_release(); a

@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "dataset/fingerprint.h"
+#include "loader/ctlring.h"
 #include "loader/loader.h"
 #include "server/log.h"
 #include "server/lview.h"
@@ -52,6 +53,7 @@ struct zr_lhandle {
         enum zr_sampler_mode mode;
         bool indices;                      /* BATCH carries the indices */
         bool provenance;                   /* BATCH carries a mixture's sources */
+        bool ctl_wanted;                   /* LOADER_OPEN asked for control memory */
         bool ended;
         zr_ltrack *track;                  /* what telemetry shows of it (lview.h) */
         zr_user *user;                     /* charged its working memory; a reference */
@@ -168,6 +170,9 @@ static void send_event(zr_lhandle *lh, const zr_loader_event *ev) {
                 zr_wire_writer_begin_message(&w, "ring_close", false, 0);
                 zr_wire_put_u64(&w, "loader", lh->id);
                 zr_wire_put_u64(&w, "ring", ev->ring);
+        } else if (ev->kind == ZR_LOADER_EVENT_WAKE) {
+                zr_wire_writer_begin_message(&w, "wake", false, 0);
+                zr_wire_put_u64(&w, "loader", lh->id);
         } else if (ev->kind == ZR_LOADER_EVENT_BATCH) {
                 zr_wire_writer_begin_message(&w, "batch", false, 0);
                 zr_wire_put_u64(&w, "loader", lh->id);
@@ -624,19 +629,42 @@ static int open_finish(zr_request *rq) {
         if (r < 0)
                 return r;
         lh->work_bytes = zr_loader_work_bytes(lh->loader);
-        lh->ring_bytes = zr_loader_ring_bytes(lh->loader);
+        /* control memory for a loader whose BATCH carries nothing but where
+         * the batch lies (PROTOCOL.md, "Control memory"); counted with the ring */
+        int ctl_fd = -1, fds[2] = {-1, -1};
+        if (lh->ctl_wanted && !lh->indices && !lh->provenance) {
+                r = zr_loader_ctl_open(lh->loader, &ctl_fd, &rq->err);
+                if (r < 0)
+                        return zr_request_fail(rq, -r, "%s", rq->err.message);
+                if (r == 0)
+                        ctl_fd = -1;
+        }
+        lh->ring_bytes = zr_loader_ring_bytes(lh->loader) +
+                         (ctl_fd >= 0 ? zr_loader_ctl_bytes(lh->loader) : 0);
         r = zr_request_shm_reserve(rq, lh->ring_bytes);
         if (r < 0)
                 return r;
-        int fd = fcntl(zr_loader_ring_fd(lh->loader), F_DUPFD_CLOEXEC, 3);
-        if (fd < 0) {
+        fds[0] = fcntl(zr_loader_ring_fd(lh->loader), F_DUPFD_CLOEXEC, 3);
+        if (fds[0] >= 0 && ctl_fd >= 0) {
+                fds[1] = fcntl(ctl_fd, F_DUPFD_CLOEXEC, 3);
+                if (fds[1] < 0) {
+                        int code = errno;
+                        close(fds[0]);
+                        fds[0] = -1;
+                        errno = code;
+                }
+        }
+        if (fds[0] < 0) {
                 zr_request_shm_release(rq, lh->ring_bytes);
                 return zr_request_fail(rq, errno, "passing the ring: %s", strerror(errno));
         }
+        size_t nfds = ctl_fd >= 0 ? 2 : 1;
         zr_handle h = {.type = ZR_HANDLE_LOADER, .loader = lh};
         int id = zr_request_add_handle(rq, &h);
         if (id < 0) {
-                close(fd);
+                close(fds[0]);
+                if (fds[1] >= 0)
+                        close(fds[1]);
                 zr_request_shm_release(rq, lh->ring_bytes);
                 return id;
         }
@@ -682,11 +710,17 @@ static int open_finish(zr_request *rq) {
                 zr_wire_end(&w);
         }
         zr_wire_put_u64(&w, "fingerprint", st->fingerprint);
+        if (nfds == 2) {
+                zr_wire_begin_map(&w, "ctlring");
+                zr_wire_put_u64(&w, "bytes", zr_loader_ctl_bytes(l));
+                zr_wire_put_u64(&w, "entries", ZR_CTL_ENTRIES);
+                zr_wire_end(&w);
+        }
         zr_log(LOG_DEBUG, "pid %d opened loader %d: %s, batch %llu, %u streams, %u sources, step "
                "%llu", (int)zr_request_pid(rq), id, st->sampler,
                (unsigned long long)st->p.batch_size, lh->nstreams, st->nsrc,
                (unsigned long long)st->p.start_step);
-        r = zr_reply_send(rq, &w, &fd, 1);
+        r = zr_reply_send(rq, &w, fds, nfds);
         /* its RING and BATCH events follow the reply, which names it */
         zr_loader_start(l);
         return r;
@@ -711,7 +745,7 @@ int zr_handle_loader_open(zr_request *rq) {
         const msgpack_object *items = NULL, *srcs = NULL;
         uint32_t n = 0, nsrc = 0, total;
         zr_lhandle *lh;
-        bool indices = false, provenance = false;
+        bool indices = false, provenance = false, ctl_wanted = false;
         uint32_t stride = 1;
         int r;
 
@@ -761,8 +795,13 @@ int zr_handle_loader_open(zr_request *rq) {
         if ((zr_wire_find(rq->root, "indices") &&
              zr_wire_get_bool(rq->root, "indices", &indices, &werr) < 0) ||
             (zr_wire_find(rq->root, "provenance") &&
-             zr_wire_get_bool(rq->root, "provenance", &provenance, &werr) < 0))
+             zr_wire_get_bool(rq->root, "provenance", &provenance, &werr) < 0) ||
+            (zr_wire_find(rq->root, "ctlring") &&
+             zr_wire_get_bool(rq->root, "ctlring", &ctl_wanted, &werr) < 0))
                 return zr_request_fail(rq, ZR_E_PROTO, "%s", werr.message);
+        if (ctl_wanted && !zr_request_has_feature(rq, ZR_FEATURE_CTLRING))
+                return zr_request_fail(rq, ZR_E_UNKNOWN, "field 'ctlring': the \"ctlring\" "
+                                       "feature is not in force on this connection");
         if (items && (n < 1 || n > ZR_STREAMS_MAX))
                 return zr_request_fail(rq, ZR_E_PROTO, "field 'streams': %u streams, 1..%d",
                                        n, ZR_STREAMS_MAX);
@@ -821,6 +860,7 @@ int zr_handle_loader_open(zr_request *rq) {
         lh->mode = p->mode;
         lh->indices = indices;
         lh->provenance = provenance;
+        lh->ctl_wanted = ctl_wanted;
         return zr_request_submit(rq, open_run, open_done);
 }
 
@@ -864,4 +904,31 @@ void zr_handle_release(zr_request *rq, const char *bad) {
         if (zr_loader_release_report(h->loader->loader, ring, slot, &take, &err) < 0)
                 zr_request_fault(rq, err.code ? err.code : ZR_E_PROTO, "release: %s",
                                  err.message);
+}
+
+void zr_handle_doorbell(zr_request *rq, const char *bad) {
+        zr_wire_error werr = {0};
+        uint32_t id;
+        zr_handle *h;
+
+        if (bad) {
+                zr_request_fault(rq, ZR_E_PROTO, "%s", bad);
+                return;
+        }
+        if (rq->nfds > 0) {
+                zr_request_fault(rq, ZR_E_BAD_FD, "doorbell takes no descriptors, %u came",
+                                 rq->nfds);
+                return;
+        }
+        if (zr_wire_get_u32(rq->root, "loader", &id, &werr) < 0) {
+                zr_request_fault(rq, ZR_E_PROTO, "doorbell: %s", werr.message);
+                return;
+        }
+        h = zr_request_handle(rq, "loader", id, ZR_HANDLE_BIT(ZR_HANDLE_LOADER));
+        if (!h) {
+                zr_request_fault(rq, ZR_E_NO_HANDLE, "doorbell: %s", rq->err.message);
+                return;
+        }
+        /* a loader without control memory has nothing to ring: ignored */
+        zr_loader_ctl_doorbell(h->loader->loader);
 }

@@ -1389,6 +1389,9 @@ int zr_handle_status(zr_request *rq) {
         zr_wire_put_u64(&w, "requests", k->requests);
         zr_wire_put_u64(&w, "shared", lk.shared);
         zr_wire_put_u64(&w, "loop_fills", lk.inline_fills);
+        zr_wire_put_u64(&w, "ctl_batches", lk.ctl_batches);
+        zr_wire_put_u64(&w, "ctl_wakes", lk.ctl_wakes);
+        zr_wire_put_u64(&w, "ctl_faults", lk.ctl_faults);
         zr_wire_put_u64(&w, "spare_budget", s->budgets.ring_spare.bytes);
         zr_wire_put_u64(&w, "spare_bytes", lk.spare_bytes);
         put_prefetch(&w, s, &lk, &q);

@@ -236,6 +236,9 @@ int zr_handle_metrics(zr_request *rq);
  * feature are in force): applied at once, faults only. `bad` is the message of
  * a body that did not validate, or NULL. */
 void zr_handle_release(zr_request *rq, const char *bad);
+/* DOORBELL (a notification, as RELEASE): the loader's releases are in its
+ * control memory. */
+void zr_handle_doorbell(zr_request *rq, const char *bad);
 
 /* Puts a dataset's schema as the map `key` (PROTOCOL.md section 9, the schema
  * map; "layout" only for loaderx 1.5.7's layouts). req-store.c. */

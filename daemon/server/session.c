@@ -51,7 +51,7 @@ static const char *const daemon_features[] = {
         ZR_FEATURE_MSSET, ZR_FEATURE_DICT, ZR_FEATURE_VERIFY, ZR_FEATURE_LOADER,
         ZR_FEATURE_CONVERT, ZR_FEATURE_MIXTURE, ZR_FEATURE_STEPS_OF, ZR_FEATURE_METRICS,
         ZR_FEATURE_STRIDE, ZR_FEATURE_REMOTE, ZR_FEATURE_PACK, ZR_FEATURE_IMAGE,
-        ZR_FEATURE_APPEND_LENGTHS,
+        ZR_FEATURE_APPEND_LENGTHS, ZR_FEATURE_CTLRING,
 };
 #define N_FEATURES (sizeof(daemon_features) / sizeof(daemon_features[0]))
 
@@ -801,6 +801,18 @@ static int on_frame(zr_conn *conn, const uint8_t *body, size_t len, void *userda
                                       "not in force");
                 else
                         zr_handle_release(rq, r < 0 ? werr.message : NULL);
+                request_free(rq);
+                return 0;
+        }
+        if (h.kind == ZR_MSG_DOORBELL) {
+                /* a notification too (PROTOCOL.md, "Control memory") */
+                if (!c->hello)
+                        session_fault(c, ZR_E_NO_HELLO, false, "doorbell before hello");
+                else if (!zr_request_has_feature(rq, ZR_FEATURE_CTLRING))
+                        session_fault(c, ZR_E_UNKNOWN, false, "doorbell: the ctlring feature is "
+                                      "not in force");
+                else
+                        zr_handle_doorbell(rq, r < 0 ? werr.message : NULL);
                 request_free(rq);
                 return 0;
         }

@@ -49,7 +49,8 @@ int zr_shm_create_flags(const char *name, size_t bytes, unsigned flags, zr_shm *
         s.writable = 1;
         /* The daemon's mapping exists, so FUTURE_WRITE leaves it writable while no
          * new writable mapping (a client's) can be made. Older kernels lack it. */
-        if (fcntl(s.fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE) < 0 &&
+        if ((flags & ZR_SHM_CLIENT_WRITES ||
+             fcntl(s.fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE) < 0) &&
             fcntl(s.fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0) {
                 r = zr_error_errno(err, errno, "sealing %s", name);
                 goto fail;

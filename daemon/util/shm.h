@@ -40,6 +40,11 @@ enum zr_shm_flags {
         /* Not pre-faulted: its pages cost nothing until the caller touches them
          * (or faults them in where it chooses, e.g. on other threads). */
         ZR_SHM_LAZY = 1u << 0,
+        /* Not sealed against writes: the client maps it writable (a loader's
+         * control memory, loader/ctlring.h). Still sealed against shrink and
+         * grow, so the daemon's mapping never faults; the daemon reads it as
+         * any memory a client can write. */
+        ZR_SHM_CLIENT_WRITES = 1u << 1,
 };
 
 /* As zr_shm_create(), with `flags` (enum zr_shm_flags; 0 is zr_shm_create()). */
