@@ -38,6 +38,7 @@ import socket
 import stat
 import struct
 import threading
+import time
 
 from . import _errors, _interrupt, _wire
 from ._errors import ZrecordConnectionError
@@ -46,9 +47,9 @@ __all__ = ["Connection", "default", "socket_candidates"]
 
 CLIENT_NAME = "loaderx 0.1.0"
 WANTED_FEATURES = ["loader", "msset", "dict", "verify", "convert", "mixture", "steps_of", "stride",
-                   "remote", "pack", "image", "append_lengths"]
+                   "remote", "pack", "image", "append_lengths", "ctlring"]
 # Events queued for the loader they name, in arrival order (PROTOCOL.md section 10).
-LOADER_EVENTS = ("batch", "ring", "ring_close", "loader_end")
+LOADER_EVENTS = ("batch", "ring", "ring_close", "loader_end", "wake")
 
 
 SERVICE_USER = "zrecord"            # the system service's user (systemd/sysusers.conf)
@@ -514,7 +515,8 @@ class Connection:
             self._send_lock.release()
 
     def wait_event(self, loader, timeout=None):
-        """The next event of a loader: (msg, fds). The caller owns the descriptors."""
+        """The next event of a loader: (msg, fds). The caller owns the descriptors.
+        With a `timeout` (seconds), None if none came in that time."""
         with self._cv:
             q = self._events[loader]
         return self._wait(lambda: q.popleft() if q else None, timeout)
@@ -600,8 +602,14 @@ class Connection:
             for _, fds in q:
                 _close_fds(fds)
 
+    def unpoll_event(self, loader, ev):
+        """Puts an event taken by poll_event() or wait_event() back in front."""
+        with self._cv:
+            self._events[loader].appendleft(ev)
+
     def _wait(self, take, timeout=None):
         me = threading.get_ident()
+        deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             with self._cv:
                 while True:
@@ -615,10 +623,22 @@ class Connection:
                     if self._reading is None or self._reading == me:
                         self._reading = me
                         break
-                    self._cv.wait()
+                    if deadline is not None:
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            return None
+                        self._cv.wait(left)
+                    else:
+                        self._cv.wait()
             # This thread reads for everybody until it has handed a frame over.
             taking = False
             try:
+                if deadline is not None and not self._fs.wait_readable(
+                        max(0.0, deadline - time.monotonic())):
+                    with self._cv:
+                        self._reading = None
+                        self._cv.notify_all()
+                    return None
                 self._fs.wait_readable()        # takes nothing: an interrupt costs nothing
                 _interrupt.enter()
                 try:

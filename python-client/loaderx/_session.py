@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import _conn, _shm, _store, _wire
+from . import _conn, _ctlring, _shm, _store, _wire
 from ._errors import ZrecordError, ZrecordRuntimeError
 
 __all__ = ["INDEX_KEY", "SOURCE_KEY", "Layout", "LoaderSession", "Taken", "build_batch",
@@ -137,6 +137,9 @@ class LoaderSession:
         self.all_dense = (layout is not None and not layout.with_sources and
                           all(nb is not None for nb in self.dense_bytes))
         self.has_images = True            # BATCH may carry `skipped` (open() knows)
+        # the loader's control memory (_ctlring.CtlRing), if the daemon gave one:
+        # batches announced there, releases written there (take_ctl(), slot_free())
+        self.ctl = None
         self.length = None                # the reply's fields (open())
         self.fingerprint = None           # the streams' (None from a daemon without it)
         self.regions = []                 # per stream: (offset, capacity) in a slot
@@ -152,15 +155,26 @@ class LoaderSession:
         r = conn.request("loader_open", fields, context="DataLoader")
         fds = list(r["_fds"])
         kept = None
+        ctl = None
         try:
-            if len(fds) != 1:
-                raise proto_error(f"a LOADER_OPEN reply with {len(fds)} descriptors")
+            want = 2 if fields.get("ctlring") and "ctlring" in r else 1
+            if len(fds) != want:
+                raise proto_error(f"a LOADER_OPEN reply with {len(fds)} descriptors "
+                                  f"({want} expected)")
+            if want == 2:
+                c = r["ctlring"]
+                try:
+                    ctl = _ctlring.CtlRing(fds.pop(), int(c["bytes"]), int(c["entries"]))
+                except (ValueError, KeyError, TypeError, OSError) as e:
+                    raise proto_error(f"a LOADER_OPEN reply's control memory: {e}") from None
             if keep_fds:
                 kept = os.dup(fds[0])
             mapped = _shm.MappedBuffer(fds.pop(), int(r["ring_bytes"]))   # closes the fd
         except BaseException:
             for fd in fds + ([kept] if kept is not None else []):
                 os.close(fd)
+            if ctl is not None:
+                ctl.close()
             try:
                 conn.request("loader_close", {"loader": r["loader"]})
             except ZrecordError:
@@ -171,6 +185,8 @@ class LoaderSession:
                 int(r["slot_bytes"]), layout, int(fields["start_step"]),
                 int(fields.get("step_stride", 1)))
         s.keep_fds = keep_fds
+        s.ctl = ctl
+        s.ctl_streams = [{}] * len(layout.names) if layout is not None else []
         if kept is not None:
             s.ring_fds[s.own] = kept
         s.regions = [(int(st["offset"]), int(st["capacity"])) for st in r["streams"]]
@@ -208,6 +224,10 @@ class LoaderSession:
         self.closed = True
         self.rings = {}
         self.mapped = None
+        ctl, self.ctl = self.ctl, None
+        if ctl is not None:
+            with ctl.lock:
+                ctl.close()
         fds, self.ring_fds = self.ring_fds, {}
         for fd in fds.values():
             try:
@@ -298,13 +318,59 @@ class LoaderSession:
         if self.closed or _conn.current_pid() != self.pid:
             return
         self.pending.append(key)
-        if len(self.pending) >= self.release_batch:
+        if self.ctl is not None:
+            self.ctl_flush(blocking=False)
+        elif len(self.pending) >= self.release_batch:
             self.flush(blocking=False)
 
     def flush_due(self):
         """flush(), if the releases held back are due (set_lazy_release())."""
-        if len(self.pending) >= self.release_batch:
+        if self.ctl is not None:
+            if self.pending:
+                self.ctl_flush()
+        elif len(self.pending) >= self.release_batch:
             self.flush()
+
+    def ctl_flush(self, blocking=True, force=False, always=False):
+        """Writes the freed slots into the control memory's release queue, and
+        sends DOORBELL if the daemon stopped for lack of a slot and, unless
+        `force` (before a wait), the releases it has not taken are at least
+        release_batch; with `always`, whenever the daemon has not taken them all
+        (after a wait that saw no WAKE: a lost one costs a wait, never a hang).
+        Without `blocking`, leaves the work to the next call if another thread
+        writes the queue now."""
+        ctl = self.ctl
+        if ctl is None or not ctl.lock.acquire(blocking):
+            return
+        ring = False
+        try:
+            if self.ctl is not ctl:      # detached meanwhile
+                return
+            wrote = False
+            while self.pending:
+                key = self.pending.popleft()
+                # no longer held once written: the daemon may announce it again
+                self.held.discard(key)
+                try:
+                    wait = self.waits.popleft()
+                except IndexError:
+                    wait = _ctlring.NO_WAIT
+                ctl.release(key[0], key[1], self.taken.pop(key, 0), wait)
+                wrote = True
+            if wrote or force:
+                ctl.fence()
+                ring = ctl.doorbell_due(0 if force else self.release_batch, always)
+        finally:
+            ctl.lock.release()
+        if ring and self.conn.pid == os.getpid():
+            released = ctl.released
+            try:
+                if self.conn.send_notifications(iter(({"kind": "doorbell",
+                                                        "loader": self.loader}, None)).__next__,
+                                                blocking):
+                    ctl.rung = released
+            except OSError:
+                self.closed = True
 
     def _next_release(self):
         if not self.pending or self.closed:
@@ -325,7 +391,11 @@ class LoaderSession:
     def flush(self, blocking=True):
         """Sends RELEASE for every freed slot. Non-blocking from finalizers: if the
         send lock is busy (maybe held by this very thread), the release waits for the
-        next flush."""
+        next flush. With control memory: ctl_flush(), forced."""
+        if self.ctl is not None:
+            if not self.closed and _conn.current_pid() == self.pid:
+                self.ctl_flush(blocking, force=blocking)
+            return
         if not self.pending or self.closed or _conn.current_pid() != self.pid:
             return
         try:
@@ -383,6 +453,41 @@ class LoaderSession:
         self.taken[key] = time.monotonic_ns()
         return Taken(rid, slot, step, streams, spans,
                      msg.get("indices") if lay.with_indices else None, sources,
+                     _shm.Owner(self.slot_free, key))
+
+    def take_ctl(self):
+        """The batch the control memory announces next, taken as take() takes a
+        BATCH: a Taken, or None if none is published yet or it lies in a ring whose
+        RING event this side has not read yet."""
+        a = self.ctl.peek()
+        if a is None:
+            return None
+        step, rid, slot = a
+        if rid not in self.rings:
+            return None
+        mapped, nslots = self.rings[rid]
+        key = (rid, slot)
+        if slot >= nslots or key in self.held:
+            raise proto_error(f"the control memory announces slot {slot} of ring {rid} "
+                              f"for step {step}: not a free slot of that ring")
+        if step != self.next_step:
+            raise ZrecordRuntimeError(
+                f"the daemon announced step {step}, expected {self.next_step}")
+        self.ctl.head += 1
+        base = slot * self.slot_bytes
+        spans = []
+        lay = self.layout
+        for (off, _), nb, pk in zip(self.regions, self.dense_bytes,
+                                    lay.packed or (None,) * len(lay.names)):
+            lo = base + off
+            hi = lo + (nb if nb is not None else pk[2] + lay.batch_size * pk[0] * 4)
+            if hi > mapped.nbytes:
+                raise proto_error(f"step {step}: a stream lies past the end of ring {rid}")
+            spans.append((lo, hi))
+        self.next_step += self.stride
+        self.held.add(key)
+        self.taken[key] = time.monotonic_ns()
+        return Taken(rid, slot, step, self.ctl_streams, spans, None, None,
                      _shm.Owner(self.slot_free, key))
 
     def _spans(self, streams, mapped, step, rid, spans):

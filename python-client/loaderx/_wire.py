@@ -106,12 +106,16 @@ class FrameSocket:
         (length,) = _HDR.unpack_from(self.rbuf, 0)
         return len(self.rbuf) >= 4 + length
 
-    def wait_readable(self):
+    def wait_readable(self, timeout=None):
         """Blocks until a frame is buffered or the socket has bytes (or an end)
-        to read. It takes nothing off the socket, so an interrupt here loses
-        nothing (_interrupt.py)."""
+        to read, or `timeout` seconds passed (then False). It takes nothing off
+        the socket, so an interrupt here loses nothing (_interrupt.py)."""
         if not self.has_frame() and self.sock.gettimeout() is None:
-            self._poll.poll()
+            if timeout is None:
+                self._poll.poll()
+            else:
+                return bool(self._poll.poll(int(timeout * 1000) + 1))
+        return True
 
     def recv(self):
         """One frame: (message dict, [fds])."""

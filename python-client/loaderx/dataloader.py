@@ -40,7 +40,7 @@ from typing import Any, Callable, Deque, Dict, Mapping, Optional, Sequence, Unio
 
 import numpy as np
 
-from . import _conn, _errors, _procworker, _ranks, _store, _wire, _xform
+from . import _conn, _ctlring, _errors, _procworker, _ranks, _store, _wire, _xform
 from ._errors import (StaleError, ZrecordConnectionError, ZrecordRuntimeError, ZrecordTypeError,
                       ZrecordValueError)
 from ._session import (INDEX_KEY, SOURCE_KEY, Layout, LoaderSession, build_batch,
@@ -57,6 +57,18 @@ SAMPLERS = ("sequential", "iid", "cyclic", "cyclic-lx157")
 MODES = {0: "sequential", 1: "iid", 2: "cyclic-lx157"}
 _STATE_VERSION = 1
 _NOTHING = object()     # _next_event(block=False): no event yet
+_AGAIN = object()       # _next_event(): look at the control memory again
+# A loader with control memory (PROTOCOL.md, "Control memory") that finds no
+# batch announced looks again for this long before it tells the daemon it
+# waits and blocks on its socket: a small warm batch is filled in tens of
+# microseconds, and a wake-up over the socket costs about as much on each side.
+# It blocks at most _CTL_WAIT_S at a time, then looks again (a lost wake-up
+# would cost that much, never a hang). LOADERX_CTLRING=0 keeps the socket path.
+# Only a slot of at most _CTL_SPIN_MAX bytes (a bigger one takes longer to fill,
+# and the look would take a core from the daemon's copy).
+_CTL_SPIN_NS = int(os.environ.get("LOADERX_CTL_SPIN_US", "30")) * 1000
+_CTL_SPIN_MAX = 256 << 10
+_CTL_WAIT_S = 0.05
 # warn_stalls: the share of time the consumer may wait before it is told (the
 # daemon's own data-bound rule), how often this process looks, and how often
 # it may say so.
@@ -576,6 +588,8 @@ class DataLoader:
             fields["provenance"] = True
         if self._fingerprint is not None:
             fields["fingerprint"] = self._fingerprint
+        if self._wants_ctl(conn):
+            fields["ctlring"] = True
         if self.step_stride != 1:
             if not conn.has_feature("stride"):
                 raise ZrecordRuntimeError(
@@ -599,6 +613,24 @@ class DataLoader:
             self._fingerprint = self._session.fingerprint
         if self.sources is not None:
             self.source_lengths = list(self._session.source_lengths)
+
+    def _wants_ctl(self, conn):
+        """Whether to ask for control memory: dense or packed streams whose batch
+        says nothing but where it lies (no indices, no sources, no images), read
+        in this process (worker processes keep the socket path)."""
+        if not conn.has_feature("ctlring") or not _ctlring.usable() or \
+                os.environ.get("LOADERX_CTLRING", "1") == "0":
+            return False
+        if self._choice.kind == "process" or self.with_indices or self.with_sources:
+            return False
+        for src in (self.sources or [self.streams]):
+            for name, ds in src.items():
+                if isinstance(ds, ImageDataset):
+                    return False
+                if not isinstance(ds, DenseDataset) and (self.pack is None or
+                                                         name not in self.pack):
+                    return False
+        return True
 
     def _expected_length(self):
         """What a reopen expects: the length, or a mixture's lengths per source."""
@@ -847,8 +879,20 @@ class DataLoader:
         if session.pid != _conn.current_pid() or session.conn.closed:   # forked child: reconnect
             self._reopen_after_fork()
             session = self._session
+        ctl = session.ctl
         while True:
+            if ctl is not None:
+                t = session.take_ctl()
+                if t is not None:
+                    self._fetched_step = t.step
+                    if raw:
+                        return t
+                    mapped = session.rings[t.ring][0]
+                    return build_batch(session.layout, t, mapped.mm, mapped.address, t.owner,
+                                       session.templates)
             ev = self._next_event(session, block)
+            if ev is _AGAIN:
+                continue
             if ev is _NOTHING:
                 return None
             if ev is None:
@@ -860,6 +904,12 @@ class DataLoader:
                 continue
             for fd in fds:
                 os.close(fd)
+            if kind == "wake":
+                continue
+            if ctl is not None and kind in ("loader_end", "batch") and ctl.ready():
+                # announced in the control memory before this event was sent
+                session.conn.unpoll_event(session.loader, (msg, []))
+                continue
             if kind == "ring_close":
                 session.close_ring(msg)
             elif kind == "loader_end":
@@ -883,7 +933,10 @@ class DataLoader:
 
     def _next_event(self, session, block=True):
         """The loader's next event, waiting for it (block=False: _NOTHING if none
-        has come); None if the connection is gone."""
+        has come); None if the connection is gone; _AGAIN if the control memory
+        may announce the next batch now."""
+        if session.ctl is not None:
+            return self._next_event_ctl(session, block)
         session.flush_due()
         ev = session.conn.poll_event(session.loader)
         if ev is not None:
@@ -919,6 +972,68 @@ class DataLoader:
         except ZrecordConnectionError:
             return None
         finally:
+            self._blocked_ns += time.monotonic_ns() - t0
+
+    def _next_event_ctl(self, session, block):
+        """_next_event() of a loader with control memory: the socket's events
+        first, then a short look at the control memory, then (the releases
+        written and the daemon rung if it wants them) the flag `waiting` and a
+        bounded wait on the socket for a WAKE or any other event."""
+        ctl = session.ctl
+        conn = session.conn
+        session.flush_due()
+        ev = conn.poll_event(session.loader)
+        if ev is not None:
+            return ev
+        conn.dispatch_buffered()
+        ev = conn.poll_event(session.loader)
+        if ev is not None:
+            return ev
+        if ctl.ready():
+            return _AGAIN
+        session.flush()     # and DOORBELL if the daemon waits for a slot
+        if session.closed or conn.broken is not None:
+            return None
+        if block and _CTL_SPIN_NS > 0 and session.slot_bytes <= _CTL_SPIN_MAX:
+            end = time.perf_counter_ns() + _CTL_SPIN_NS
+            while time.perf_counter_ns() < end:
+                if ctl.ready():
+                    return _AGAIN
+        if not block:
+            conn.pump()
+            ev = conn.poll_event(session.loader)
+            if ev is not None:
+                return ev
+            if ctl.ready():
+                return _AGAIN
+            return None if conn.broken is not None else _NOTHING
+        if len(session.held) >= session.slots:
+            gc.collect()
+            session.flush()
+            if session.closed or conn.broken is not None:
+                return None
+            if len(session.held) >= session.slots:
+                raise ZrecordRuntimeError(
+                    f"every ring slot of this DataLoader ({session.slots}, "
+                    f"prefetch={self.prefetch}) is held by a batch that is still referenced, so "
+                    "the daemon cannot deliver the next one (waiting would deadlock). Drop "
+                    "references to old batches (copy what you keep: np.array(v)), or create "
+                    "the DataLoader with a larger prefetch=")
+        t0 = time.monotonic_ns()
+        ctl.set_waiting(True)
+        try:
+            if ctl.ready():
+                return _AGAIN
+            ev = conn.wait_event(session.loader, timeout=_CTL_WAIT_S)
+            if ev is None:
+                session.ctl_flush(force=True, always=True)
+                return _AGAIN
+            return ev
+        except ZrecordConnectionError:
+            return None
+        finally:
+            if session.ctl is ctl:
+                ctl.set_waiting(False)
             self._blocked_ns += time.monotonic_ns() - t0
 
     def _after_disconnect(self, raw=False, block=True):
