@@ -187,6 +187,7 @@ class LoaderSession:
         s.keep_fds = keep_fds
         s.ctl = ctl
         s.ctl_streams = [{}] * len(layout.names) if layout is not None else []
+        s.ctl_spans = {}                  # (ring, slot) -> its streams' spans
         if kept is not None:
             s.ring_fds[s.own] = kept
         s.regions = [(int(st["offset"]), int(st["capacity"])) for st in r["streams"]]
@@ -299,6 +300,8 @@ class LoaderSession:
             raise proto_error(f"RING_CLOSE of ring {rid}, which is not a ring passed by "
                               f"RING to loader {self.loader}")
         del self.rings[rid]
+        if self.ctl is not None:
+            self.ctl_spans = {k: v for k, v in self.ctl_spans.items() if k[0] != rid}
         fd = self.ring_fds.pop(rid, None)
         if fd is not None:
             os.close(fd)
@@ -474,16 +477,19 @@ class LoaderSession:
             raise ZrecordRuntimeError(
                 f"the daemon announced step {step}, expected {self.next_step}")
         self.ctl.head += 1
-        base = slot * self.slot_bytes
-        spans = []
-        lay = self.layout
-        for (off, _), nb, pk in zip(self.regions, self.dense_bytes,
-                                    lay.packed or (None,) * len(lay.names)):
-            lo = base + off
-            hi = lo + (nb if nb is not None else pk[2] + lay.batch_size * pk[0] * 4)
-            if hi > mapped.nbytes:
-                raise proto_error(f"step {step}: a stream lies past the end of ring {rid}")
-            spans.append((lo, hi))
+        spans = self.ctl_spans.get(key)
+        if spans is None:              # where each stream lies in that slot, made once
+            base = slot * self.slot_bytes
+            spans = []
+            lay = self.layout
+            for (off, _), nb, pk in zip(self.regions, self.dense_bytes,
+                                        lay.packed or (None,) * len(lay.names)):
+                lo = base + off
+                hi = lo + (nb if nb is not None else pk[2] + lay.batch_size * pk[0] * 4)
+                if hi > mapped.nbytes:
+                    raise proto_error(f"step {step}: a stream lies past the end of ring {rid}")
+                spans.append((lo, hi))
+            self.ctl_spans[key] = spans
         self.next_step += self.stride
         self.held.add(key)
         self.taken[key] = time.monotonic_ns()
