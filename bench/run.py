@@ -125,7 +125,7 @@ def main():
         from suite import limits, sampler, store, loader, multi, resume, beyond, transforms, remote
         from suite import tokens, images
         needs_limits = any(l in layers for l in ("limits", "store", "loader", "multi",
-                                                  "transforms", "hop", "tokens"))
+                                                  "transforms", "hop", "tokens", "small-batches"))
         if needs_limits:
             ctx.limits = limits.run(ctx)
             out["limits"] = {str(k): v for k, v in ctx.limits.items()}

@@ -299,7 +299,11 @@ def run_small(ctx):
     the same records (np.load(mmap_mode='r')[idx], a new array) for the same
     number of random batches; warm page cache. Rounds alternate numpy and
     zrecord; medians. The DataLoader runs in this process, a client of the
-    run's daemon."""
+    run's daemon. `limit us` is what the batch's bytes take at the machine's
+    best copy rate, measured in the same run (the limits layer's best memcpy or
+    streaming gather, all or one thread, of its smallest records, 4 KiB: the
+    closest to 3 KiB): no loader copies a batch faster; `ratio at limit` is
+    numpy's time over it, the most any ratio could be."""
     from loaderx.dataloader import DataLoader
     from loaderx.dataset import DenseDataset
     q = ctx.quick
@@ -314,6 +318,9 @@ def run_small(ctx):
     ds._store.sync()
     ds.close()
     mm = np.load(os.path.join(tmp, "a.npy"), mmap_mode="r")
+    lim = min((ctx.limits or {}).items(), default=(None, {}))[1]
+    rate = max((lim.get(k) or 0 for k in ("memcpy_1t_best", "memcpy_mt_best", "stream_mt_best")),
+               default=0)
     rows = []
     for B in SMALL_BATCHES:
         rng = np.random.default_rng(B)
@@ -340,13 +347,19 @@ def run_small(ctx):
             del b, it
             dl.close()
         z, m = C.med(zr_us), C.med(np_us)
+        limit_us = B * arr[0].nbytes / (rate * 2 ** 30) * 1e6 if rate else None
         rows.append({"batch": B, "zr_us": z, "np_us": m, "ratio": m / z, "need": SMALL_NEED[B],
+                     "limit_us": limit_us, "limit_ratio": m / limit_us if limit_us else None,
+                     "copy_gib_s": rate or None,
                      "load": os.getloadavg()[0], "runs_zr": zr_us, "runs_np": np_us})
     C.table(f"small batches: {n} records of {arr[0].nbytes // 1024} KiB, iid, {nb} batches a round, "
             f"median of {rounds} rounds; zrecord DataLoader (no transform, prefetch 4) against a "
-            "numpy memmap gather of as many random records; ratio = numpy's time / zrecord's",
+            "numpy memmap gather of as many random records; ratio = numpy's time / zrecord's; "
+            f"limit = the batch's bytes at the machine's best copy rate of this run "
+            f"({rate:.2f} GiB/s: the limits layer's best gather of {lim.get('label', '?')})",
             [("batch", "batch"), ("zr_us", "zrecord us"), ("np_us", "numpy memmap us"),
-             ("ratio", "ratio"), ("need", "need"), ("load", "load")], rows)
+             ("ratio", "ratio"), ("need", "need"), ("limit_us", "limit us"),
+             ("limit_ratio", "ratio at limit"), ("load", "load")], rows)
     C.drop_path(tmp)
     return {"records": n, "record_bytes": int(arr[0].nbytes), "batches": nb, "rounds": rounds,
             "rows": rows}
