@@ -5,8 +5,9 @@
  * A fill works through its rows in chunks: under the pack's mutex it plans a
  * chunk (each piece: the document, its first token and count, its place in
  * the region), loading or building a cycle's index it lacks; without the
- * mutex it writes the chunk's segment ids, positions and padding and reads its
- * pieces from the store. It knows nothing of slots, rings or groups (fill.c
+ * mutex it draws the pieces' documents from the sampler's permutation, writes
+ * the chunk's segment ids, positions and padding and reads its pieces from
+ * the store. It knows nothing of slots, rings or groups (fill.c
  * calls it with the region) and assumes the caller holds the dataset's lock.
  */
 #include "loader/pack.h"
@@ -325,9 +326,62 @@ static void docs_of(const zr_pack *pk, uint64_t c, piece *v, size_t k) {
         }
 }
 
-/* Mutex held: plans row j (global row g) into v[*m..). */
+/* A fill's planning across its rows (concat). Where the last row planned
+ * ended, its cycle and the position of its last piece's document: a fill's
+ * rows follow one another in the stream, so the next row's first document is
+ * found from there in a step or two, not by a binary search over the cycle's
+ * running sums (8 bytes a document, a cache miss a step). And the pieces
+ * v[first..) whose documents are not drawn yet, positions of cycle `run_c`,
+ * rising: drawn once for the whole run (plan_flush()), after the pack's
+ * mutex is released, not once a row under it. */
+typedef struct plan_hint {
+        bool ok;
+        uint64_t c, q;
+        bool run;
+        uint64_t run_c;
+        size_t first;
+} plan_hint;
+
+/* Draws the documents of the pending run of pieces v[h->first..m). */
+static void plan_flush(const zr_pack *pk, plan_hint *h, piece *v, size_t m) {
+        if (h->run && m > h->first)
+                docs_of(pk, h->run_c, v + h->first, m - h->first);
+        h->run = false;
+}
+
+/* The last position q >= from of the cycle's order whose document starts at
+ * or before token o, given that the one at `from` does: galloping, then
+ * binary search (the running sums rise). */
+static uint64_t doc_at(const zr_pack *pk, const zr_tokidx *ix, uint64_t from, uint64_t o) {
+        const uint64_t eos = pk->p.has_eos ? 1 : 0;
+        uint64_t lo = from, hi, step = 1;
+
+        /* begin(lo) <= o; find hi with begin(hi) > o, or hi = n */
+        for (;;) {
+                if (step >= pk->n - lo) {
+                        hi = pk->n;
+                        break;
+                }
+                hi = lo + step;
+                if (ix->prefix[hi] + hi * eos > o)
+                        break;
+                lo = hi;
+                step *= 2;
+        }
+        while (hi - lo > 1) {
+                uint64_t mid = lo + (hi - lo) / 2;
+                if (ix->prefix[mid] + mid * eos <= o)
+                        lo = mid;
+                else
+                        hi = mid;
+        }
+        return lo;
+}
+
+/* Mutex held: plans row j (global row g) into v[*m..); h (or NULL): where
+ * the row before it ended, updated. */
 static int plan_row(zr_pack *pk, uint64_t j, unsigned __int128 g, const _Atomic int *cancel,
-                    piece *v, size_t *m, zr_error *err) {
+                    piece *v, size_t *m, plan_hint *h, zr_error *err) {
         const uint64_t L = pk->p.seq_len, eos = pk->p.has_eos ? 1 : 0;
         uint64_t col = 0;
         uint32_t seg = 0;
@@ -367,17 +421,34 @@ static int plan_row(zr_pack *pk, uint64_t j, unsigned __int128 g, const _Atomic 
                 if (r < 0)
                         return r;
                 /* the last position whose document starts at or before o */
-                lo = 0;
-                hi = pk->n;
-                while (hi - lo > 1) {
-                        uint64_t mid = lo + (hi - lo) / 2;
-                        if (ix->prefix[mid] + mid * eos <= o)
-                                lo = mid;
-                        else
-                                hi = mid;
+                if (h && h->ok && h->c == c && h->q < pk->n &&
+                    ix->prefix[h->q] + h->q * eos <= o) {
+                        lo = doc_at(pk, ix, h->q, o);
+                } else {
+                        lo = 0;
+                        hi = pk->n;
+                        while (hi - lo > 1) {
+                                uint64_t mid = lo + (hi - lo) / 2;
+                                if (ix->prefix[mid] + mid * eos <= o)
+                                        lo = mid;
+                                else
+                                        hi = mid;
+                        }
                 }
                 size_t first = *m;
-                for (uint64_t q = lo; q < pk->n && col < L; q++) {
+                uint64_t q;
+                if (h) {
+                        /* the pieces join the pending run if they are of its
+                         * cycle and after it */
+                        if (h->run && (h->run_c != c || (*m > h->first && v[*m - 1].idx > lo)))
+                                plan_flush(pk, h, v, *m);
+                        if (!h->run) {
+                                h->run = true;
+                                h->run_c = c;
+                                h->first = *m;
+                        }
+                }
+                for (q = lo; q < pk->n && col < L; q++) {
                         uint64_t begin = ix->prefix[q] + q * eos;
                         uint64_t len = ix->prefix[q + 1] - ix->prefix[q] + eos;
                         uint64_t off = o - begin, take = len - off;
@@ -391,7 +462,13 @@ static int plan_row(zr_pack *pk, uint64_t j, unsigned __int128 g, const _Atomic 
                         o += take;
                         t += take;
                 }
-                docs_of(pk, c, v + first, *m - first);
+                if (h) {
+                        h->ok = true;
+                        h->c = c;
+                        h->q = q > lo ? q - 1 : lo;
+                } else {
+                        docs_of(pk, c, v + first, *m - first);
+                }
         }
         return 0;
 }
@@ -557,6 +634,7 @@ static int fill_rows(zr_pack *pk, uint64_t B, size_t n, unsigned __int128 g0, co
         uint64_t *hdrs = malloc(4 * cap * sizeof(*hdrs));
         uint8_t *scratch = NULL;
         uint64_t pieces = 0;
+        plan_hint hint = { .ok = false };
         int r = 0;
 
         if (!v || !idxs || !locs || !dsts || !hdrs) {
@@ -572,11 +650,12 @@ static int fill_rows(zr_pack *pk, uint64_t B, size_t n, unsigned __int128 g0, co
                 pthread_mutex_lock(&pk->mu);
                 for (; i < n && m + L + 2 <= cap; i++) {
                         r = plan_row(pk, at ? at[i] : i, rows ? rows[i] : g0 + i, cancel, v, &m,
-                                     err);
+                                     &hint, err);
                         if (r < 0)
                                 break;
                 }
                 pthread_mutex_unlock(&pk->mu);
+                plan_flush(pk, &hint, v, m);
                 if (r == 0)
                         r = read_chunk(pk, B, v, m, dst, idxs, locs, dsts, hdrs, &scratch, err);
                 pieces += m;
@@ -607,6 +686,7 @@ static void read_ahead(zr_pack *pk, uint64_t step, uint64_t steps) {
         zr_io_range *rg = malloc(cap * sizeof(*rg));
         uint64_t rows = steps * pk->B, i = 0;
         unsigned __int128 g0 = ((unsigned __int128)step * pk->W + pk->rank) * pk->B;
+        plan_hint hint = { .ok = false };
         zr_error err = {0};
         int r = 0;
 
@@ -620,11 +700,12 @@ static void read_ahead(zr_pack *pk, uint64_t step, uint64_t steps) {
                         /* rows of the hinted steps: B of each step, from its first */
                         unsigned __int128 g = g0 + (unsigned __int128)(i / pk->B) * pk->W * pk->B +
                                               i % pk->B;
-                        if ((r = plan_row(pk, 0, g, NULL, v, &m, &err)) < 0)
+                        if ((r = plan_row(pk, 0, g, NULL, v, &m, &hint, &err)) < 0)
                                 break;
                 }
                 pk->held_only = 0;
                 pthread_mutex_unlock(&pk->mu);
+                plan_flush(pk, &hint, v, m);
                 for (size_t k = 0; k < m; k++)
                         if (v[k].idx != UINT64_MAX)
                                 idxs[nd++] = v[k].idx;
@@ -983,7 +1064,7 @@ int zr_pack_new(const zr_pack_params *p, zr_dataset *ds, uint64_t n, uint64_t fp
                         goto fail;
                 }
                 pthread_mutex_lock(&pk->mu);
-                r = plan_row(pk, 0, g, cancel, v, &m, err);
+                r = plan_row(pk, 0, g, cancel, v, &m, NULL, err);
                 pthread_mutex_unlock(&pk->mu);
                 free(v);
                 if (r < 0)

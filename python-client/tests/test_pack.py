@@ -172,6 +172,25 @@ def test_concat_with_eos(corpus):
     np.testing.assert_array_equal(np.concatenate([b["tokens_positions"] for b in got]), pos)
 
 
+@pytest.mark.parametrize("mode", ["sequential", "cyclic", "cyclic-lx157"])
+@pytest.mark.parametrize("eos", [None, 3])
+def test_concat_of_short_documents(workdir, mode, eos):
+    """Hundreds of documents a row: a fill finds each row's first document
+    from where the row before it ended, and draws the documents of its rows'
+    pieces in runs of rising positions (more than 256 of them, and across the
+    end of a cycle within a row) once the pack's mutex is released."""
+    docs = _docs(301, seed=4, hi=4)
+    from_iterator("short", docs, np.int32, codec="raw")
+    B, L, steps = 8, 128, 6          # a fill: about 500 documents, two cycles
+    with DataLoader({"tokens": RaggedDataset("short")}, batch_size=B, sampler=mode, seed=21,
+                    pack={"tokens": L}, eos_id=eos, num_workers=0) as dl:
+        got = _batches(dl, steps)
+    toks, segs, pos = ref_concat(docs, mode, 21, L, B * steps, eos=eos)
+    np.testing.assert_array_equal(np.concatenate([b["tokens"] for b in got]), toks)
+    np.testing.assert_array_equal(np.concatenate([b["tokens_segment_ids"] for b in got]), segs)
+    np.testing.assert_array_equal(np.concatenate([b["tokens_positions"] for b in got]), pos)
+
+
 @pytest.mark.parametrize("mode,window", [("sequential", 1024), ("cyclic", 8),
                                          ("cyclic-lx157", 5)])
 def test_best_fit_is_the_reference(corpus, mode, window):
