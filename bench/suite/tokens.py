@@ -146,6 +146,23 @@ def _majflt(pid):
         return None
 
 
+def _cpu_s(pid):
+    """The CPU seconds process pid's threads have run so far (the scheduler's
+    own count, in ns: /proc's user and system times tick at 10 ms), or None."""
+    import glob
+    total = 0
+    try:
+        for p in glob.glob(f"/proc/{pid}/task/*/schedstat"):
+            try:
+                with open(p) as f:
+                    total += int(f.read().split()[0])
+            except FileNotFoundError:
+                pass                # a thread that ended
+    except (OSError, IndexError, ValueError):
+        return None
+    return total / 1e9 if total else None
+
+
 def _resident(store):
     """The fraction of the store's chunk files in the page cache (util-linux's
     fincore), or None."""
@@ -172,7 +189,9 @@ def _packed_rate(store, B, L, steps, pid=None):
     store's fraction in the page cache before it and the daemon's major faults
     during it: a first pass much slower than the second read its pages from the
     disk (packed loaders do not read ahead yet, docs/TOKENS.md). Returns
-    (first, second, batch bytes, [(resident, faults)] per pass)."""
+    (first, second, batch bytes, [(resident, faults)] per pass, cpu of the second
+    pass: the daemon's CPU a batch, its cores busy on average, this process's
+    CPU a batch; None where unknown)."""
     from loaderx.dataloader import DataLoader
     from loaderx.dataset import RaggedDataset
     rates, seen = [], []
@@ -183,14 +202,22 @@ def _packed_rate(store, B, L, steps, pid=None):
             for _ in range(8):
                 next(dl)
             f0 = _majflt(pid) if pid else None
+            c0 = _cpu_s(pid) if pid else None
+            me0 = time.process_time()
             t = time.perf_counter()
             for _ in range(steps):
                 b = next(dl)
                 del b
-            rates.append(steps / (time.perf_counter() - t))
+            dt = time.perf_counter() - t
+            me = (time.process_time() - me0) / steps
+            c1 = _cpu_s(pid) if pid else None
+            rates.append(steps / dt)
             f1 = _majflt(pid) if pid else None
             seen.append((res, None if f0 is None or f1 is None else f1 - f0))
-    return rates[0], rates[1], B * L * 12, seen
+            cpu = {"daemon_us": None, "daemon_cores": None, "client_us": me * 1e6}
+            if c0 is not None and c1 is not None:
+                cpu.update(daemon_us=(c1 - c0) / steps * 1e6, daemon_cores=(c1 - c0) / dt)
+    return rates[0], rates[1], B * L * 12, seen, cpu
 
 
 def _megatron_index(lens, L, epochs=1, repeats=3):
@@ -346,14 +373,14 @@ def run(ctx):
     steps = 40 if q else 400
     pid = getattr(getattr(ctx, "daemon", None), "pid", None)
     for B, L in ((8, 2048), (64, 4096)):
-        first, rate, bb, seen = _packed_rate(store, B, L, steps, pid)
+        first, rate, bb, seen, cpu = _packed_rate(store, B, L, steps, pid)
         gib = rate * bb / 2 ** 30
         rows.append({"shape": f"({B}, {L})", "first_s": first,
                      "first_gib": first * bb / 2 ** 30, "batches_s": rate, "gib_s": gib,
                      "memcpy": mc, "ratio": gib / mc if mc else None,
                      "again_first": rate / first,
                      "first_resident": seen[0][0], "first_majflt": seen[0][1],
-                     "again_resident": seen[1][0], "again_majflt": seen[1][1]})
+                     "again_resident": seen[1][0], "again_majflt": seen[1][1], **cpu})
     out["packed"] = rows
     C.table("tokens: packed concat batches (cyclic; GiB/s of tokens, segment ids and "
             "positions; memcpy: the limits layer's all-thread gather, best; first pass: "
@@ -361,6 +388,14 @@ def run(ctx):
             [("shape", "(B, L)"), ("first_s", "first pass /s"), ("first_gib", "GiB/s"),
              ("batches_s", "again /s"), ("gib_s", "GiB/s"), ("memcpy", "memcpy GiB/s"),
              ("ratio", "x memcpy")], rows)
+    C.table("tokens: packed batches' CPU, the second pass (the daemon's CPU a batch, all its "
+            "threads, and its cores busy on average: /proc's schedstat; the client's CPU a "
+            "batch: this process's)",
+            [("shape", "(B, L)"), ("batches_s", "batches/s"), ("daemon_us", "daemon us"),
+             ("daemon_cores", "daemon cores busy"), ("client_us", "client us"),
+             ("cpu_bound", "(daemon + client) x rate, cores")],
+            [dict(r, cpu_bound=None if r["daemon_us"] is None else
+                  (r["daemon_us"] + r["client_us"]) * r["batches_s"] / 1e6) for r in rows])
     pct = lambda v: None if v is None else 100 * v  # noqa: E731
     C.table("tokens: why the first pass is slower (the store's share in the page cache "
             "before each pass, fincore; the daemon's major page faults, reads from the disk, "
