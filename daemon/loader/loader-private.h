@@ -301,6 +301,7 @@ struct zr_loader {
         int has_ctl;
         int ctl_wake;         /* a WAKE is due (the client waits on its socket) */
         int ctl_broken;       /* it lied: nothing more is read from it */
+        int ctl_reap;         /* a release freed a retiring ring's slot: reap at the loop */
         unsigned fills_out;   /* fills claimed by it (w->l) not completed: each
                                * takes its releases when it ends (ctl_turn()) */
 };

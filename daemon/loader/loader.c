@@ -159,7 +159,7 @@ static claim *announce_claim(zr_loader *l) {
 static int has_event(zr_loader *l) {
         if (l->closing || l->paused || l->end_delivered)
                 return 0;
-        if (announce_claim(l) || zr_group_news(l) || l->ctl_wake)
+        if (announce_claim(l) || zr_group_news(l) || l->ctl_wake || l->ctl_reap)
                 return 1;
         return l->end_reachable && l->ann_k == l->end_k;
 }
@@ -414,6 +414,10 @@ static int ctl_drain(zr_loader_engine *e, zr_loader *l, int *notify, int *freed)
                         ctl_fault(e, l, notify, msg);
                         return taken;
                 }
+                /* a retiring ring (its owner left the group) goes at the loop
+                 * once unused (zr_group_reap(), zr_loader_poll()) */
+                if (!cl->sl->r->owner)
+                        l->ctl_reap = 1;
                 if (atomic_load(&e->telemetry)) {
                         /* a wait of 2^64 - 1: none told with this release */
                         zr_loader_take take = { .has_wait = rel.wait_ns != UINT64_MAX,
@@ -427,6 +431,8 @@ static int ctl_drain(zr_loader_engine *e, zr_loader *l, int *notify, int *freed)
         }
         if (taken)
                 zr_ctlring_consume(&l->ctl, tail);
+        if (l->ctl_reap)
+                *notify |= zr_sched_ready(e, l);
         return taken;
 }
 
@@ -1341,12 +1347,20 @@ static void ring_event(zr_loader_event *ev, const ring *r) {
 
 int zr_loader_poll(zr_loader *l, zr_loader_event *ret) {
         zr_loader_engine *e = l->e;
+        ring *dead = NULL;
         claim *cl;
         int r = 0;
 
         pthread_mutex_lock(&e->mutex);
         if (l->closing || l->end_delivered)
                 goto out;
+        if (l->ctl_reap) {
+                /* releases taken from control memory freed a retiring ring's
+                 * slots: the loop reaps, as at a RELEASE (other members' RING_CLOSE
+                 * events come with their own polls) */
+                l->ctl_reap = 0;
+                zr_group_reap(e, l->g, &dead);
+        }
         /* rings first: a ring is told before the first batch that names it,
          * and its end after the last batch of it was given back */
         for (size_t i = 0; i < l->nknown; i++) {
@@ -1410,6 +1424,7 @@ int zr_loader_poll(zr_loader *l, zr_loader_event *ret) {
         }
 out:
         pthread_mutex_unlock(&e->mutex);
+        zr_rings_release(dead);
         return r;
 }
 
