@@ -458,6 +458,12 @@ class LoaderSession:
                      msg.get("indices") if lay.with_indices else None, sources,
                      _shm.Owner(self.slot_free, key))
 
+    def ctl_ready(self):
+        """True if take_ctl() would take a batch now (one is announced in a ring
+        this side knows; one in a ring whose RING is still on the socket is not)."""
+        a = self.ctl.peek()
+        return a is not None and a[1] in self.rings
+
     def take_ctl(self):
         """The batch the control memory announces next, taken as take() takes a
         BATCH: a Taken, or None if none is published yet or it lies in a ring whose

@@ -906,7 +906,7 @@ class DataLoader:
                 os.close(fd)
             if kind == "wake":
                 continue
-            if ctl is not None and kind in ("loader_end", "batch") and ctl.ready():
+            if ctl is not None and kind in ("loader_end", "batch") and session.ctl_ready():
                 # announced in the control memory before this event was sent
                 session.conn.unpoll_event(session.loader, (msg, []))
                 continue
@@ -989,7 +989,7 @@ class DataLoader:
         ev = conn.poll_event(session.loader)
         if ev is not None:
             return ev
-        if ctl.ready():
+        if session.ctl_ready():
             return _AGAIN
         session.flush()     # and DOORBELL if the daemon waits for a slot
         if session.closed or conn.broken is not None:
@@ -997,14 +997,14 @@ class DataLoader:
         if block and _CTL_SPIN_NS > 0 and session.slot_bytes <= _CTL_SPIN_MAX:
             end = time.perf_counter_ns() + _CTL_SPIN_NS
             while time.perf_counter_ns() < end:
-                if ctl.ready():
+                if session.ctl_ready():
                     return _AGAIN
         if not block:
             conn.pump()
             ev = conn.poll_event(session.loader)
             if ev is not None:
                 return ev
-            if ctl.ready():
+            if session.ctl_ready():
                 return _AGAIN
             return None if conn.broken is not None else _NOTHING
         if len(session.held) >= session.slots:
@@ -1022,7 +1022,7 @@ class DataLoader:
         t0 = time.monotonic_ns()
         ctl.set_waiting(True)
         try:
-            if ctl.ready():
+            if session.ctl_ready():
                 return _AGAIN
             ev = conn.wait_event(session.loader, timeout=_CTL_WAIT_S)
             if ev is None:

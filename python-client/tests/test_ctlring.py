@@ -117,6 +117,30 @@ def test_held_batches_stay_intact_and_stats(small):
         assert st["batches"] >= 223
 
 
+def test_group_members_and_a_member_that_leaves(small):
+    """Two same-seed loaders share their group's rings (RING events on the
+    socket, batches in control memory); when the first leaves, its ring retires
+    under the other, which goes on exactly."""
+    def make():
+        return DataLoader({"x": DenseDataset("small")}, batch_size=16, sampler="iid", seed=21,
+                          num_workers=0)
+    with make() as dl:
+        want = take(dl, 120)
+    a, b = make(), make()
+    ia, ib = iter(a), iter(b)
+    assert a._session.ctl is not None and b._session.ctl is not None
+    got_b = []
+    for k in range(40):
+        np.testing.assert_array_equal(np.array(next(ia)["x"]), want[k]["x"])
+        got_b.append(np.array(next(ib)["x"]))
+    a.close()
+    for k in range(80):
+        got_b.append(np.array(next(ib)["x"]))
+    for g, w in zip(got_b, want):
+        np.testing.assert_array_equal(g, w["x"])
+    b.close()
+
+
 def test_transform_threads(small):
     """Worker threads (not processes) read through the page too."""
     with DataLoader({"x": DenseDataset("small")}, batch_size=16, sampler="iid", seed=4,
