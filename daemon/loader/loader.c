@@ -457,38 +457,46 @@ static void ctl_turn(zr_loader_engine *e, zr_loader *l, int *notify) {
                 zr_group_wake(e, l->g);
 }
 
-/* Engine mutex held, released meanwhile: l's client may release a slot in a
- * moment; look at its release count (no mutex, no system call) for up to
- * LOADER_CTL_SPIN_NS, with `wants` clear so that the client rings no
- * doorbell meanwhile, then set it again (and look once more) as ctl_turn()
- * does. Returns 1 if releases came (taken, and l requeued). */
-static int ctl_spin(zr_loader_engine *e, zr_loader *l, int *notify) {
-        uint64_t seen = l->ctl.consumed, t0, tail;
-        int got = 0, freed = 0;
-
-        if (!ctl_on(l) || l->closing || l->end_delivered || claim_unused(l) >= 0 ||
-            l->fills_out > 0)
-                return 0;
-        zr_ctlring_set_wants(&l->ctl, 0);
-        l->inflight++; /* keeps l while the mutex is not held */
-        pthread_mutex_unlock(&e->mutex);
-        t0 = zr_loader_now_ns();
-        for (unsigned i = 0; !got; i++) {
-                got = zr_ctlring_released(&l->ctl) != seen;
-                if ((i & 63) == 63 && zr_loader_now_ns() - t0 > LOADER_CTL_SPIN_NS)
-                        break;
-#if defined(__x86_64__) || defined(__i386__)
-                __builtin_ia32_pause();
-#endif
-        }
-        pthread_mutex_lock(&e->mutex);
+/* Engine mutex held: drops the hold a worker took on l (drain_task(), the
+ * loader its last fill was for). Returns 1 if notify is due (l is gone: it
+ * was closed meanwhile, and must not be touched again). */
+static int ctl_unhold(zr_loader_engine *e, zr_loader *l) {
         l->inflight--;
         pthread_cond_broadcast(&e->idle);
-        if (zr_sched_left(e, l)) {
+        return zr_sched_left(e, l);
+}
+
+/* Engine mutex held, released meanwhile; the caller holds l (inflight, a
+ * hold this drops): l's client may release a slot in a moment; look at its
+ * release count (no mutex, no system call) for up to LOADER_CTL_SPIN_NS,
+ * with `wants` clear so that the client rings no doorbell meanwhile, then
+ * set it again (and look once more) as ctl_turn() does. Returns 1 if
+ * releases came (taken, and l requeued). */
+static int ctl_spin(zr_loader_engine *e, zr_loader *l, int *notify) {
+        uint64_t seen = l->ctl.consumed, t0, tail;
+        int got = 0, freed = 0, look;
+
+        look = ctl_on(l) && !l->closing && !l->end_delivered && claim_unused(l) < 0 &&
+               l->fills_out == 0;
+        if (look) {
+                zr_ctlring_set_wants(&l->ctl, 0);
+                pthread_mutex_unlock(&e->mutex);
+                t0 = zr_loader_now_ns();
+                for (unsigned i = 0; !got; i++) {
+                        got = zr_ctlring_released(&l->ctl) != seen;
+                        if ((i & 63) == 63 && zr_loader_now_ns() - t0 > LOADER_CTL_SPIN_NS)
+                                break;
+#if defined(__x86_64__) || defined(__i386__)
+                        __builtin_ia32_pause();
+#endif
+                }
+                pthread_mutex_lock(&e->mutex);
+        }
+        if (ctl_unhold(e, l)) {
                 *notify = 1;
                 return 0;
         }
-        if (l->closing || !ctl_on(l))
+        if (!look || l->closing || !ctl_on(l))
                 return 0;
         if (!got) {
                 zr_ctlring_set_wants(&l->ctl, 1);
@@ -631,6 +639,7 @@ static void drain_task(void *arg) {
         for (;;) {
                 fill_result res = {0};
                 work w;
+                int done;
                 if (e->resume) {
                         w = e->resume->w;
                         e->resume = e->resume->next;
@@ -685,8 +694,19 @@ static void drain_task(void *arg) {
                 pthread_mutex_lock(&e->mutex);
                 prev_g = l->g;
                 prev_ns = res.fill_ns;
-                spin = l->has_ctl && !res.busy ? l : NULL;
-                if (complete(e, &w, &res) && e->notify) {
+                done = complete(e, &w, &res);
+                if (spin)
+                        done |= ctl_unhold(e, spin);
+                spin = NULL;
+                /* a loader with control memory that may get a slot back in a
+                 * moment: held (inflight) until this worker looks at it
+                 * (ctl_spin()) or finishes other work, as the mutex is let go
+                 * meanwhile and a close would free it */
+                if (l->has_ctl && !res.busy && !l->closing) {
+                        l->inflight++;
+                        spin = l;
+                }
+                if (done && e->notify) {
                         pthread_mutex_unlock(&e->mutex);
                         e->notify(e->notify_userdata);
                         pthread_mutex_lock(&e->mutex);
