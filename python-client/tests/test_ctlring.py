@@ -299,6 +299,19 @@ def test_daemon_without_the_feature(small, monkeypatch):
         conn.close()
     monkeypatch.setattr(_conn, "WANTED_FEATURES",
                         [f for f in _conn.WANTED_FEATURES if f != "ctlring"])
+    # a DataLoader whose connection has no "ctlring" in force reads BATCH frames
+    saved, _conn._default = _conn._default, None
+    try:
+        with DataLoader({"x": DenseDataset("small")}, batch_size=16, sampler="sequential",
+                        seed=0, num_workers=0) as dl:
+            got = take(dl, 70)
+            assert dl._session.ctl is None
+        np.testing.assert_array_equal(got[0]["x"], small[:16])
+        np.testing.assert_array_equal(got[62]["x"][:8], small[992:1000])
+    finally:
+        if _conn._default is not None:
+            _conn._default.close()
+        _conn._default = saved
     conn = _conn.Connection()
     try:
         assert not conn.has_feature("ctlring")
