@@ -17,6 +17,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Queued async tasks before zr_pool_submit() blocks: enough to keep every
@@ -49,7 +50,24 @@ struct zr_pool {
         int stop;
         size_t nthreads;
         pthread_t *threads;
+        /* zr_pool_idle_ns(): workers waiting for work now, and their waits'
+         * sum up to idle_t */
+        size_t nidle;
+        uint64_t idle_ns, idle_t;
 };
+
+static uint64_t pool_now_ns(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Mutex held: brings the idle sum up to now. */
+static void pool_idle_account(zr_pool *pool, uint64_t now) {
+        if (now > pool->idle_t)
+                pool->idle_ns += pool->nidle * (now - pool->idle_t);
+        pool->idle_t = now;
+}
 
 /* Called with the mutex held: runs one shard of `job` (dropping the mutex
  * around it) if one is left. Returns 1 if it ran one. */
@@ -97,7 +115,11 @@ static void *pool_worker(void *userdata) {
                 }
                 if (pool->stop)
                         break;
+                pool_idle_account(pool, pool_now_ns());
+                pool->nidle++;
                 pthread_cond_wait(&pool->work, &pool->mutex);
+                pool_idle_account(pool, pool_now_ns());
+                pool->nidle--;
         }
         pthread_mutex_unlock(&pool->mutex);
         return NULL;
@@ -171,6 +193,18 @@ int zr_pool_pin(zr_pool *pool) {
                         return -r;
         }
         return (int)pool->nthreads;
+}
+
+uint64_t zr_pool_idle_ns(zr_pool *pool) {
+        uint64_t v;
+
+        if (!pool)
+                return 0;
+        pthread_mutex_lock(&pool->mutex);
+        pool_idle_account(pool, pool_now_ns());
+        v = pool->idle_ns;
+        pthread_mutex_unlock(&pool->mutex);
+        return v;
 }
 
 size_t zr_pool_threads(const zr_pool *pool) {

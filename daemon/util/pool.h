@@ -11,6 +11,7 @@
 #define ZR_UTIL_POOL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct zr_pool zr_pool;
 
@@ -44,6 +45,11 @@ int zr_pool_pin(zr_pool *pool);
 
 /* Number of worker threads (not counting callers). pool may be NULL (then 0). */
 size_t zr_pool_threads(const zr_pool *pool);
+
+/* The time the workers spent waiting for work since the pool started, summed
+ * over them (two workers idle for 1 ms: 2 ms), on CLOCK_MONOTONIC; 0 for NULL.
+ * The difference of two calls tells whether a worker was free meanwhile. */
+uint64_t zr_pool_idle_ns(zr_pool *pool);
 
 /* Runs fn(arg, i, nshards) for every i in [0, nshards) and returns when all have
  * finished. Shards run on the workers and on the calling thread. pool may be NULL:
