@@ -261,6 +261,24 @@ struct zr_loader {
         uint64_t slot_bytes;
         ring *own;            /* its ring (in g->rings); NULL once it left */
         claim *claims;        /* nslots */
+        /* Depth (loader.c, "depth"; docs/DESIGN.md): it holds at most
+         * `depth` claims. */
+        uint32_t depth;       /* 1..nslots */
+        int depth_fixed;      /* depth is nslots for good: small slots, or a
+                               * client that reports no waits */
+        uint32_t depth_releases; /* RELEASEs, and those with a wait, while it */
+        uint32_t depth_reports;  /* is not fixed yet */
+        uint32_t depth_settle; /* reports not judged yet: the first slots' faults
+                                * and a new depth's start are not its pace */
+        uint32_t depth_votes; /* reports in a row that asked for more depth */
+        uint64_t held_since;  /* held back by its depth since (ns), 0: not now */
+        uint64_t held_idle0;  /* the pool's idle time then (zr_pool_idle_ns()) */
+        uint64_t held_ns;     /* held back while a worker was idle, since the
+                               * last wait its client reported */
+        uint64_t ann_last_ns; /* its latest announcement */
+        uint64_t rel_last_ns; /* its latest RELEASE (or its open) */
+        uint64_t rel_period_ns; /* between its RELEASEs (moving average) */
+        int relief_armed;     /* a RELEASE came since its last relief */
 
         /* ring ids announced to the client (its own first) */
         uint32_t *known;
@@ -324,6 +342,7 @@ struct zr_loader_engine {
          * them (zr_loader_engine_gone()) */
         zr_loader *gone_head, *gone_tail;
         unsigned norphans;    /* closed, not yet gone */
+        uint64_t relief_ns;   /* the retry thread's latest look for reliefs (loader.c) */
         parked_work *parked;  /* gathers waiting for a stream's lock */
         parked_work *resume;  /* parked gathers to retry, before new claims */
         group *groups;

@@ -87,11 +87,177 @@ static void readyq_remove(zr_loader_engine *e, zr_loader *l) {
         l->in_readyq = 0;
 }
 
+/* ---- depth ----------------------------------------------------------------------
+ *
+ * A loader fills at most `depth` slots ahead: its claims (announced and not
+ * released, filled, being filled) are at most `depth`. The client of the
+ * reference loop holds one batch while the next fills, hence the start at 2.
+ * Depth grows by one, up to the slots, when the client
+ * reports that its consumer waited for a batch (RELEASE's wait_ns) while
+ * the depth held a fill back: the loader was at its limit with a slot free
+ * and a worker idle (the pool's idle time, zr_pool_idle_ns()) for at least
+ * half of the time since the previous RELEASE, so that one more slot ahead
+ * would have kept that worker busy, in LOADER_DEPTH_VOTES reports in a row.
+ * When the fills keep every worker busy, the fill is the bottleneck and the
+ * depth stays. RELEASEs taken from control memory are judged as RELEASE
+ * messages are (ctl_drain()). A wait counts only when a batch was announced during it (the
+ * latest announcement is less than the wait before the report): a consumer
+ * that found its batch ready and was slow to read its socket did not wait
+ * for the daemon. Depth never shrinks (docs/DESIGN.md, "Depth", says why).
+ * Slots below LOADER_DEPTH_MIN_BYTES, and loaders whose client reports no
+ * wait, keep depth = slots: their memory is small, or nobody says when the
+ * consumer waits. */
+
+/* The depth a loader starts with. */
+#define LOADER_DEPTH_START 2
+/* Slots smaller than this fill every slot ahead (depth = slots): four of
+ * them are a few MiB, and a small batch's fill is shorter than a round trip
+ * to the client, so a shallow ring would make its consumer wait each step. */
+#define LOADER_DEPTH_MIN_BYTES (1u << 20)
+/* Waits shorter than this are not waits (a read of a socket with the batch
+ * in it, a thread switch). */
+#define LOADER_DEPTH_WAIT_MIN_NS 100000
+/* A worker idle behind the depth for at least 1/LOADER_DEPTH_HELD_SHARE of
+ * the time between two RELEASEs, and at least LOADER_DEPTH_HELD_MIN_NS: one
+ * slot more would have kept it busy (its consumer waited: the fills set its
+ * pace). Half, because idle time overstates what a slot more gives when the
+ * fills share the memory bus: the bench's 64 MiB copies on 2 cores leave a
+ * worker idle a quarter to a half of the time at depth 2, and depth 3 made
+ * them 5% faster for 64 MiB more; a fill that uses one core of two leaves
+ * one idle all the time, and depth 3 doubles its rate. */
+#define LOADER_DEPTH_HELD_SHARE 2
+#define LOADER_DEPTH_HELD_MIN_NS 50000
+/* Reports in a row that must each find the consumer waiting while the
+ * depth held a fill back before the depth grows: one is noise (a box whose
+ * other processes took the cores for a moment). */
+#define LOADER_DEPTH_VOTES 2
+/* RELEASEs without a wait_ns after which the loader's depth is its slots
+ * for good: its client does not report (an older client). */
+#define LOADER_DEPTH_SILENT 8
+
+/* The claims l may hold now. */
+static uint32_t claim_limit(const zr_loader *l) {
+        return l->depth < l->nslots ? l->depth : l->nslots;
+}
+
 static int claim_unused(const zr_loader *l) {
+        uint32_t used = 0;
+        int k = -1;
+
+        for (uint32_t i = 0; i < l->nslots; i++) {
+                if (l->claims[i].sl)
+                        used++;
+                else if (k < 0)
+                        k = (int)i;
+        }
+        return used < claim_limit(l) ? k : -1;
+}
+
+/* l has a step to claim and a slot, but its depth holds it back: from now
+ * on, the time a worker is idle counts (depth_unhold()). */
+static void depth_hold(zr_loader_engine *e, zr_loader *l) {
+        if (l->held_since || l->depth_fixed)
+                return;
         for (uint32_t i = 0; i < l->nslots; i++)
-                if (!l->claims[i].sl)
-                        return (int)i;
-        return -1;
+                if (!l->claims[i].sl) {
+                        l->held_since = zr_loader_now_ns();
+                        l->held_idle0 = zr_pool_idle_ns(e->pool);
+                        return;
+                }
+}
+
+/* Ends a hold: its time with a worker idle (one worker's at most) counts. */
+static void depth_unhold(zr_loader_engine *e, zr_loader *l, uint64_t now) {
+        uint64_t idle, wall;
+
+        if (!l->held_since)
+                return;
+        idle = zr_pool_idle_ns(e->pool) - l->held_idle0;
+        wall = now > l->held_since ? now - l->held_since : 0;
+        l->held_ns += idle < wall ? idle : wall;
+        l->held_since = 0;
+}
+
+/* A loader whose claims are all announced and not released, at its depth
+ * below its slots, with no RELEASE for this long (at least) and four of its
+ * usual intervals between RELEASEs, gets its depth raised by one: its client
+ * may keep every batch it was given alive and wait for the next, which the
+ * depth alone would never fill. A consumer that is merely slow releases at
+ * its usual pace and is never relieved; one relief per RELEASE, so a
+ * consumer that pauses (an evaluation) grows by one slot per pause at most
+ * (and one before its first RELEASE). */
+#define LOADER_RELIEF_MIN_NS (100ull * 1000 * 1000)
+/* The retry thread looks for loaders to relieve this often while any loader
+ * is open. */
+#define LOADER_RELIEF_TICK_NS (50ull * 1000 * 1000)
+
+/* Engine mutex held: relieves l if it is due (above). */
+static void depth_relieve(zr_loader_engine *e, zr_loader *l, uint64_t now) {
+        uint64_t after = 4 * l->rel_period_ns;
+        uint32_t used = 0, held = 0;
+
+        if (l->depth_fixed || !l->relief_armed || !l->held_since || l->depth >= l->nslots ||
+            l->closing || l->paused || l->end_delivered ||
+            (l->end_reachable && l->fill_k >= l->end_k))
+                return;
+        for (uint32_t i = 0; i < l->nslots; i++) {
+                used += l->claims[i].sl != NULL;
+                held += l->claims[i].sl && l->claims[i].held;
+        }
+        if (held < used || used < claim_limit(l))
+                return;
+        if (after < LOADER_RELIEF_MIN_NS)
+                after = LOADER_RELIEF_MIN_NS;
+        if (now - l->rel_last_ns < after)
+                return;
+        depth_unhold(e, l, now);
+        l->depth++;
+        l->c.depth_raises++;
+        l->c.depth_reliefs++;
+        l->relief_armed = 0;
+        zr_sched_run(e, l);
+}
+
+/* A RELEASE, with the client's report (NULL: none), at `now`: grows l's
+ * depth by one if its consumer waited and the depth held a fill back for
+ * half of the time since the previous RELEASE, LOADER_DEPTH_VOTES
+ * reports in a row. */
+static void depth_judge(zr_loader_engine *e, zr_loader *l, const zr_loader_take *take,
+                        uint64_t now) {
+        uint64_t w, gap = now > l->rel_last_ns ? now - l->rel_last_ns : 0;
+
+        if (l->depth_fixed)
+                return;
+        depth_unhold(e, l, now);
+        if (gap)
+                l->rel_period_ns = l->rel_period_ns ? (7 * l->rel_period_ns + gap) / 8 : gap;
+        l->rel_last_ns = now;
+        l->relief_armed = 1;
+        l->depth_releases++;
+        if (!take || !take->has_wait) {
+                if (l->depth_reports == 0 && l->depth_releases >= LOADER_DEPTH_SILENT) {
+                        l->depth = l->nslots;
+                        l->depth_fixed = 1;
+                }
+                return;
+        }
+        l->depth_reports++;
+        w = take->wait_ns;
+        if (l->depth_settle > 0) {
+                l->depth_settle--;
+        } else if (w >= LOADER_DEPTH_WAIT_MIN_NS && l->ann_last_ns && now - l->ann_last_ns < w &&
+                   l->held_ns >= LOADER_DEPTH_HELD_MIN_NS &&
+                   l->held_ns * LOADER_DEPTH_HELD_SHARE >= gap) {
+                if (++l->depth_votes >= LOADER_DEPTH_VOTES && l->depth < l->nslots) {
+                        l->depth++;
+                        l->c.depth_raises++;
+                        l->depth_votes = 0;
+                        l->depth_settle = l->depth;
+                }
+        } else {
+                l->depth_votes = 0;
+        }
+        l->held_ns = 0;
 }
 
 /* Drops a claim. Returns 1 if its slot became free. */
@@ -124,7 +290,7 @@ static int stale(const zr_loader *l, char *msg, size_t size) {
         return 0;
 }
 
-static int runnable(const zr_loader *l) {
+static int runnable(zr_loader *l) {
         uint64_t step = l->start + l->fill_k;
         work w;
 
@@ -136,8 +302,10 @@ static int runnable(const zr_loader *l) {
          * (its shards) and arrives after one slot's fill, not two */
         if (l->inflight > 0 && l->c.gathers + l->c.shared == 0)
                 return 0;
-        if (claim_unused(l) < 0)
+        if (claim_unused(l) < 0) {
+                depth_hold(l->e, l);
                 return 0;
+        }
         return zr_group_find(l->g, step) || zr_pf_ready(l->e, l, step, &w);
 }
 
@@ -351,6 +519,7 @@ static void ctl_publish(zr_loader_engine *e, zr_loader *l) {
                 cl->held = 1;
                 if (atomic_load(&e->telemetry))
                         zr_measure_announce(l, cl);
+                l->ann_last_ns = cl->ann_ns ? cl->ann_ns : zr_loader_now_ns();
                 zr_ctlring_publish(&l->ctl, zr_loader_step(l, cl->step), cl->sl->r->id,
                                    cl->sl->index);
                 l->ann_k++;
@@ -418,14 +587,14 @@ static int ctl_drain(zr_loader_engine *e, zr_loader *l, int *notify, int *freed)
                  * once unused (zr_group_reap(), zr_loader_poll()) */
                 if (!cl->sl->r->owner)
                         l->ctl_reap = 1;
-                if (atomic_load(&e->telemetry)) {
-                        /* a wait of 2^64 - 1: none told with this release */
-                        zr_loader_take take = { .has_wait = rel.wait_ns != UINT64_MAX,
-                                                .wait_ns = rel.wait_ns,
-                                                .has_taken = rel.taken_ns != 0,
-                                                .taken_ns = rel.taken_ns };
+                /* a wait of 2^64 - 1: none told with this release */
+                zr_loader_take take = { .has_wait = rel.wait_ns != UINT64_MAX,
+                                        .wait_ns = rel.wait_ns,
+                                        .has_taken = rel.taken_ns != 0,
+                                        .taken_ns = rel.taken_ns };
+                if (atomic_load(&e->telemetry))
                         zr_measure_take(l, cl, &take);
-                }
+                depth_judge(e, l, &take, zr_loader_now_ns());
                 *freed |= claim_drop(cl);
                 taken++;
         }
@@ -444,7 +613,10 @@ static void ctl_turn(zr_loader_engine *e, zr_loader *l, int *notify) {
         int freed = 0, n;
 
         n = ctl_drain(e, l, notify, &freed);
-        if (n == 0 && ctl_on(l) && claim_unused(l) < 0 && l->fills_out == 0) {
+        /* held back by its depth, a worker may be idle: the next release is
+         * wanted now, not at the end of the fill still running */
+        if (n == 0 && ctl_on(l) && claim_unused(l) < 0 &&
+            (l->fills_out == 0 || claim_limit(l) < l->nslots)) {
                 zr_ctlring_set_wants(&l->ctl, 1);
                 n = ctl_drain(e, l, notify, &freed);
         }
@@ -779,19 +951,29 @@ static void *retry_main(void *arg) {
         pthread_mutex_lock(&e->mutex);
         while (!e->stopping) {
                 struct timespec ts;
-                if (!e->parked) {
+                uint64_t now, tick = e->parked ? LOADER_PARK_RETRY_NS : LOADER_RELIEF_TICK_NS;
+                if (!e->parked && e->nloaders == 0) {
                         pthread_cond_wait(&e->parked_cond, &e->mutex);
                         continue;
                 }
                 clock_gettime(CLOCK_MONOTONIC, &ts);
-                ts.tv_nsec += LOADER_PARK_RETRY_NS;
-                if (ts.tv_nsec >= 1000000000) {
+                ts.tv_nsec += (long)tick;
+                while (ts.tv_nsec >= 1000000000) {
                         ts.tv_sec++;
                         ts.tv_nsec -= 1000000000;
                 }
                 pthread_cond_timedwait(&e->parked_cond, &e->mutex, &ts);
-                if (e->parked && !e->stopping)
+                if (e->stopping)
+                        break;
+                if (e->parked)
                         resume_parked(e);
+                now = zr_loader_now_ns();
+                if (now - e->relief_ns >= LOADER_RELIEF_TICK_NS) {
+                        e->relief_ns = now;
+                        for (group *g = e->groups; g; g = g->next)
+                                for (zr_loader *m = g->members; m; m = m->g_next)
+                                        depth_relieve(e, m, now);
+                }
         }
         pthread_mutex_unlock(&e->mutex);
         return NULL;
@@ -1089,6 +1271,7 @@ int zr_loader_new(zr_loader_engine *e, const zr_loader_stream *streams, size_t n
         l->nall = nstreams;
         zr_tel_init(&l->tel, zr_loader_now_ns());
         l->nslots = p->prefetch;
+        l->depth = l->nslots;
         l->stride = p->step_stride > 1 ? p->step_stride : 1;
         l->phase = p->start_step % l->stride;
         l->start = p->start_step / l->stride;
@@ -1097,6 +1280,11 @@ int zr_loader_new(zr_loader_engine *e, const zr_loader_stream *streams, size_t n
         r = zr_fill_setup(l, streams, p, err);
         if (r < 0)
                 goto fail;
+        if (l->slot_bytes >= LOADER_DEPTH_MIN_BYTES && l->nslots > LOADER_DEPTH_START) {
+                l->depth = LOADER_DEPTH_START;
+                l->depth_settle = l->depth;
+        } else
+                l->depth_fixed = 1;
         /* its working memory, before any of it is allocated */
         l->work_bytes = work_bytes(l, e);
         if (p->work_bytes_max && l->work_bytes > p->work_bytes_max) {
@@ -1148,6 +1336,10 @@ int zr_loader_new(zr_loader_engine *e, const zr_loader_stream *streams, size_t n
         l->known[0] = l->own->id;
         notify = zr_group_join(e, l, fresh);
         e->nloaders++;
+        l->rel_last_ns = zr_loader_now_ns();
+        l->relief_armed = 1;
+        if (e->nloaders == 1)
+                pthread_cond_signal(&e->parked_cond); /* the retry thread's reliefs */
         zr_sched_run(e, l);
         pthread_mutex_unlock(&e->mutex);
         if (notify && e->notify)
@@ -1417,6 +1609,7 @@ int zr_loader_poll(zr_loader *l, zr_loader_event *ret) {
                 cl->held = 1;
                 if (atomic_load(&e->telemetry))
                         zr_measure_announce(l, cl);
+                l->ann_last_ns = cl->ann_ns ? cl->ann_ns : zr_loader_now_ns();
                 *ret = (zr_loader_event){ .kind = ZR_LOADER_EVENT_BATCH,
                                           .step = zr_loader_step(l, cl->step),
                                           .ring = rg->id, .ring_data = rg->shm.data,
@@ -1473,6 +1666,7 @@ int zr_loader_release_report(zr_loader *l, uint32_t ring_id, uint32_t slot_no,
         }
         if (take && atomic_load(&e->telemetry))
                 zr_measure_take(l, cl, take);
+        depth_judge(e, l, take, zr_loader_now_ns());
         freed = claim_drop(cl);
         /* the steps its group already holds for it, now (catch_up()) */
         while (take_shared(e, l, &notify) > 0)
@@ -1566,5 +1760,6 @@ void zr_loader_counters_get(zr_loader *l, zr_loader_counters *ret) {
         pthread_mutex_lock(&l->e->mutex);
         *ret = l->c;
         ret->step = zr_loader_step(l, l->start + l->ann_k);
+        ret->depth = l->depth;
         pthread_mutex_unlock(&l->e->mutex);
 }

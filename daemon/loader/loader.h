@@ -615,6 +615,9 @@ typedef struct zr_loader_counters {
         uint64_t bytes;     /* bytes written into its ring */
         uint64_t evictions; /* evictions its cache inserts caused */
         uint64_t io_waits;  /* steps whose fill waited for its reads ahead */
+        uint32_t depth;     /* slots it fills ahead at most, now (loader.c, "Depth") */
+        uint64_t depth_raises; /* times its depth grew */
+        uint64_t depth_reliefs; /* of them, reliefs of a client that held every batch */
         /* the engine's count of fills (gathers and copies, all loaders) when
          * this loader's latest fill completed: a trace of the scheduler's
          * order, for tests and debugging */

@@ -130,6 +130,8 @@ void zr_lhandle_put_status(zr_lhandle *lh, zr_wire_writer *w, pid_t pid) {
         zr_wire_put_u64(w, "evictions", k.evictions);
         zr_wire_put_u64(w, "shared", k.shared);
         zr_wire_put_u64(w, "io_waits", k.io_waits);
+        zr_wire_put_u64(w, "depth", k.depth);
+        zr_wire_put_u64(w, "depth_raises", k.depth_raises);
         zr_lview_put_status(lh, w);
         zr_wire_end(w);
 }
