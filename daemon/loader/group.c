@@ -89,17 +89,16 @@ static int step_needed(const group *g, uint64_t step) {
 }
 
 /* Resident slots a group may have to keep batches for members behind: one
- * member's depth (loader.c, "depth": the slots it fills ahead, at most its
- * ring's), plus a slot for each other member. Members in step use about
- * depth + 1; each step between the slowest and the fastest costs one more
+ * member's ring, plus a slot for each other member. Members in step use about
+ * nslots + 1; each step between the slowest and the fastest costs one more
  * slot, so this keeps a lag of about nmembers - 2 steps past the depth, and a
  * group's memory within about 1.5 rings at 4 members of depth 4. */
 static size_t resident_cap(const group *g) {
         uint32_t depth = 0;
 
         for (const zr_loader *m = g->members; m; m = m->g_next)
-                if (m->depth > depth)
-                        depth = m->depth;
+                if (m->nslots > depth)
+                        depth = m->nslots;
         return depth + (g->nmembers ? g->nmembers - 1 : 0);
 }
 
