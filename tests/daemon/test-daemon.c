@@ -41,8 +41,23 @@ START_TEST(test_hello) {
         const msgpack_object *feat;
         uint32_t nf;
         ck_assert_int_eq(zr_wire_get_array(m.root, "features", &feat, &nf, NULL), 0);
-        ck_assert_uint_eq(nf, 13); /* msset, dict, verify, loader, convert, mixture, steps_of,
-                                      metrics, stride, remote, pack, image, append_lengths */
+        /* every feature by name, each once, and no other (a new one is added
+         * here with its PROTOCOL.md section) */
+        static const char *const features[] = { "msset", "dict", "verify", "loader", "convert",
+                                                 "mixture", "steps_of", "metrics", "stride",
+                                                 "remote", "pack", "image", "append_lengths",
+                                                 "ctlring" };
+        const size_t nwant = sizeof(features) / sizeof(features[0]);
+        ck_assert_uint_eq(nf, nwant);
+        for (size_t i = 0; i < nwant; i++) {
+                unsigned seen = 0;
+                for (uint32_t k = 0; k < nf; k++)
+                        if (feat[k].type == MSGPACK_OBJECT_STR &&
+                            feat[k].via.str.size == strlen(features[i]) &&
+                            memcmp(feat[k].via.str.ptr, features[i], feat[k].via.str.size) == 0)
+                                seen++;
+                ck_assert_msg(seen == 1, "feature %s seen %u times", features[i], seen);
+        }
         const msgpack_object *lim;
         ck_assert_int_eq(zr_wire_get_map(m.root, "limits", &lim, NULL), 0);
         uint64_t v;
