@@ -754,8 +754,13 @@ static int complete(zr_loader_engine *e, const work *w, const fill_result *res) 
                 if (!slot_busy(sl))
                         zr_group_wake(e, g); /* nobody wanted it any more: free */
         }
-        if (l->has_ctl)
-                ctl_turn(e, l, &notify);
+        /* every member with control memory, not only l: a member that takes
+         * the group's batches without filling any has no fill of its own
+         * whose end would take its releases, so its released slots stayed
+         * held and the members drifted apart into gathers of their own */
+        for (zr_loader *m = g->members; m; m = m->g_next)
+                if (m->has_ctl)
+                        ctl_turn(e, m, &notify);
         zr_sched_run(e, l);
         pthread_cond_broadcast(&e->idle);
         return notify | zr_sched_left(e, l);

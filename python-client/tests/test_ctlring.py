@@ -119,8 +119,9 @@ def test_held_batches_stay_intact_and_stats(small):
 
 def test_group_members_and_a_member_that_leaves(small):
     """Two same-seed loaders share their group's rings (RING events on the
-    socket, batches in control memory); when the first leaves, its ring retires
-    under the other, which goes on exactly."""
+    socket, batches in control memory) and gather each step about once, the
+    releases of the member that fills nothing taken too; when the first leaves,
+    its ring retires under the other, which goes on exactly."""
     def make():
         return DataLoader({"x": DenseDataset("small")}, batch_size=16, sampler="iid", seed=21,
                           num_workers=0)
@@ -130,9 +131,12 @@ def test_group_members_and_a_member_that_leaves(small):
     ia, ib = iter(a), iter(b)
     assert a._session.ctl is not None and b._session.ctl is not None
     got_b = []
+    g0 = int(status()["gathers"])
     for k in range(40):
         np.testing.assert_array_equal(np.array(next(ia)["x"]), want[k]["x"])
         got_b.append(np.array(next(ib)["x"]))
+    gathers = int(status()["gathers"]) - g0
+    assert gathers < 1.5 * 40, gathers              # each member on its own: 80
     a.close()
     for k in range(80):
         got_b.append(np.array(next(ib)["x"]))
@@ -323,3 +327,27 @@ def test_daemon_without_the_feature(small, monkeypatch):
                                          "ctlring": True})
     finally:
         conn.close()
+
+
+def test_group_members_of_large_slots_gather_once(workdir):
+    """Same-seed members whose slots are large (the client does not look at the
+    page before it blocks) still gather each step about once."""
+    rng = np.random.default_rng(1)
+    ds = DenseDataset("big", dtype=np.uint8, item_shape=(256, 1024), codec="raw")
+    ds.append(rng.integers(0, 256, (256, 256, 1024), dtype=np.uint8))
+    ds.close()
+
+    def make():
+        return DataLoader({"x": DenseDataset("big")}, batch_size=8, sampler="iid", seed=5,
+                          num_workers=0)
+    a, b = make(), make()
+    ia, ib = iter(a), iter(b)
+    g0 = int(status()["gathers"])
+    for k in range(60):
+        xa, xb = next(ia)["x"], next(ib)["x"]
+        assert np.array_equal(xa, xb)
+        del xa, xb
+    gathers = int(status()["gathers"]) - g0
+    a.close()
+    b.close()
+    assert gathers < 1.5 * 60, gathers
