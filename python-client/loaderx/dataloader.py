@@ -954,18 +954,8 @@ class DataLoader:
             if ev is not None:
                 return ev
             return None if session.conn.broken is not None else _NOTHING
-        if len(session.held) >= session.slots:
-            gc.collect()
-            session.flush()
-            if session.closed or session.conn.broken is not None:
-                return None
-            if len(session.held) >= session.slots:
-                raise ZrecordRuntimeError(
-                    f"every ring slot of this DataLoader ({session.slots}, "
-                    f"prefetch={self.prefetch}) is held by a batch that is still referenced, so "
-                    "the daemon cannot deliver the next one (waiting would deadlock). Drop "
-                    "references to old batches (copy what you keep: np.array(v)), or create "
-                    "the DataLoader with a larger prefetch=")
+        if not self._may_wait(session):
+            return None
         t0 = time.monotonic_ns()
         try:
             return session.conn.wait_event(session.loader)
@@ -973,6 +963,23 @@ class DataLoader:
             return None
         finally:
             self._blocked_ns += time.monotonic_ns() - t0
+
+    def _may_wait(self, session):
+        """Before blocking for the next batch: False if the session is gone; raises if
+        every slot is held by a batch still referenced (waiting would deadlock)."""
+        if len(session.held) >= session.slots:
+            gc.collect()
+            session.flush()
+            if session.closed or session.conn.broken is not None:
+                return False
+            if len(session.held) >= session.slots:
+                raise ZrecordRuntimeError(
+                    f"every ring slot of this DataLoader ({session.slots}, "
+                    f"prefetch={self.prefetch}) is held by a batch that is still referenced, so "
+                    "the daemon cannot deliver the next one (waiting would deadlock). Drop "
+                    "references to old batches (copy what you keep: np.array(v)), or create "
+                    "the DataLoader with a larger prefetch=")
+        return True
 
     def _next_event_ctl(self, session, block):
         """_next_event() of a loader with control memory: the socket's events
@@ -1007,18 +1014,8 @@ class DataLoader:
             if session.ctl_ready():
                 return _AGAIN
             return None if conn.broken is not None else _NOTHING
-        if len(session.held) >= session.slots:
-            gc.collect()
-            session.flush()
-            if session.closed or conn.broken is not None:
-                return None
-            if len(session.held) >= session.slots:
-                raise ZrecordRuntimeError(
-                    f"every ring slot of this DataLoader ({session.slots}, "
-                    f"prefetch={self.prefetch}) is held by a batch that is still referenced, so "
-                    "the daemon cannot deliver the next one (waiting would deadlock). Drop "
-                    "references to old batches (copy what you keep: np.array(v)), or create "
-                    "the DataLoader with a larger prefetch=")
+        if not self._may_wait(session):
+            return None
         t0 = time.monotonic_ns()
         ctl.set_waiting(True)
         try:
