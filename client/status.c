@@ -78,6 +78,17 @@ static const u64_field telemetry_fields[] = {
         FIELD(zrc_loader_telemetry, fill_p50_ns), FIELD(zrc_loader_telemetry, fill_p99_ns),
 };
 
+/* Optional counters that come together: an older daemon sends none of them
+ * (get_optional() says whether it sent any). */
+static const u64_field ctl_fields[] = {
+        FIELD(zrc_status, ctl_batches), FIELD(zrc_status, ctl_wakes),
+        FIELD(zrc_status, ctl_faults),
+};
+
+static const u64_field depth_fields[] = {
+        FIELD(zrc_loader_status, depth), FIELD(zrc_loader_status, depth_raises),
+};
+
 /* Reads fields[0..n) of `map` into the struct at `dst` (a missing one is 0). */
 static void get_fields(const msgpack_object *map, const u64_field *fields, size_t n, void *dst) {
         for (size_t i = 0; i < n; i++)
@@ -85,6 +96,17 @@ static void get_fields(const msgpack_object *map, const u64_field *fields, size_
 }
 
 #define NFIELDS(a) (sizeof(a) / sizeof((a)[0]))
+
+/* As get_fields(); returns whether the map holds any of them. */
+static bool get_optional(const msgpack_object *map, const u64_field *fields, size_t n, void *dst) {
+        bool any = false;
+        uint64_t v;
+
+        for (size_t i = 0; i < n; i++)
+                any |= zr_wire_get_u64(map, fields[i].key, &v, NULL) == 0;
+        get_fields(map, fields, n, dst);
+        return any;
+}
 
 /* A str field into a buffer (cut to fit; "" if missing). */
 static void get_str(const msgpack_object *map, const char *key, char *dst, size_t size) {
@@ -173,6 +195,7 @@ int zrc_status_query(zrc_conn *c, zrc_status **ret) {
                         sizeof(st->prefetch.direct_mode));
         }
         get_budgets(reply.root, st);
+        st->ctl_present = get_optional(reply.root, ctl_fields, NFIELDS(ctl_fields), st);
         (void)zr_wire_get_array(reply.root, "per_loader", &loaders, &n, NULL);
         if (n > 0) {
                 st->per_loader = calloc(n, sizeof(*st->per_loader));
@@ -188,6 +211,7 @@ int zrc_status_query(zrc_conn *c, zrc_status **ret) {
                 zrc_loader_status *o = &st->per_loader[i];
 
                 get_fields(l, loader_fields, NFIELDS(loader_fields), o);
+                o->depth_present = get_optional(l, depth_fields, NFIELDS(depth_fields), o);
                 o->loader = (uint32_t)conn_get_u64(l, "loader");
                 o->uid = conn_get_u64(l, "uid");
                 get_str(l, "sampler", o->sampler, sizeof(o->sampler));

@@ -737,6 +737,12 @@ typedef struct zrc_loader_status {
         uint64_t batch_size, streams, step, batches, gathers, hits, misses, bytes, evictions;
         uint64_t shared;       /* batches it took from a slot another loader of its group filled */
         uint64_t io_waits;     /* steps whose gather waited for their reads ahead (0: older daemon) */
+        /* the slots the daemon fills ahead of it now (it starts at 2 and grows
+         * when the client's reported waits show the depth held it back,
+         * docs/DESIGN.md, "Depth") and the times it grew; depth_present is
+         * false and both 0 from a daemon that does not send them */
+        bool depth_present;
+        uint64_t depth, depth_raises;
         uint64_t uid;          /* its client's uid */
         char command[128];     /* its client's command line (or its name), valid UTF-8 */
         char dataset[256];     /* its stores' directories as the daemon names them */
@@ -782,6 +788,12 @@ typedef struct zrc_status {
         uint64_t cache_bypassed, cache_planned; /* the cache's next-use rule (0: older daemon) */
         uint64_t loop_fills;   /* loaders' fills run on the daemon's loop at a RELEASE
                                 * (small warm raw slots, `loop-fill`; 0: older daemon) */
+        /* loaders' control memory (proto/PROTOCOL.md section 10, "Control
+         * memory"), since start: batches announced in it, WAKE events sent,
+         * loaders ended for what their client wrote into it; ctl_present is
+         * false and all 0 from a daemon that does not send them */
+        bool ctl_present;
+        uint64_t ctl_batches, ctl_wakes, ctl_faults;
         zrc_prefetch_status prefetch;
         /* the memory the daemon may use (0: unknown or an older daemon), and
          * its budgets: cache, ring-spare, prefetch, shared memory of all uids

@@ -227,6 +227,10 @@ static int cmd_status(const cmdline *cl, zrc_conn *c) {
                        st->batches, st->gathers, st->hits, st->misses, st->bytes, st->evictions,
                        st->shared, st->loop_fills, st->cache_budget, st->cache_bytes,
                        st->cache_entries, st->cache_bypassed, st->cache_planned);
+                if (st->ctl_present)
+                        printf("\"ctl_batches\": %" PRIu64 ", \"ctl_wakes\": %" PRIu64
+                               ", \"ctl_faults\": %" PRIu64 ", ",
+                               st->ctl_batches, st->ctl_wakes, st->ctl_faults);
                 print_prefetch_json(&st->prefetch);
                 print_budgets_json(st);
                 printf("\"per_loader\": [");
@@ -244,6 +248,9 @@ static int cmd_status(const cmdline *cl, zrc_conn *c) {
                                ", \"io_waits\": %" PRIu64,
                                l->batch_size, l->streams, l->step, l->batches, l->gathers, l->hits,
                                l->misses, l->bytes, l->evictions, l->shared, l->io_waits);
+                        if (l->depth_present)
+                                printf(", \"depth\": %" PRIu64 ", \"depth_raises\": %" PRIu64,
+                                       l->depth, l->depth_raises);
                         print_telemetry_json(l);
                         printf("}");
                 }
@@ -259,6 +266,10 @@ static int cmd_status(const cmdline *cl, zrc_conn *c) {
                 printf("gathers:    %" PRIu64 " (%" PRIu64 " batches shared without one)\n",
                        st->gathers, st->shared);
                 printf("loop fills: %" PRIu64 "\n", st->loop_fills);
+                if (st->ctl_present)
+                        printf("control:    %" PRIu64 " batches announced in control memory, %"
+                               PRIu64 " wakes sent, %" PRIu64 " loaders ended for a fault in it\n",
+                               st->ctl_batches, st->ctl_wakes, st->ctl_faults);
                 printf("bytes:      %" PRIu64 "\n", st->bytes);
                 printf("cache:      %" PRIu64 " of %" PRIu64 " bytes, %" PRIu64
                        " entries; %" PRIu64 " hits, %" PRIu64 " misses, %" PRIu64 " evictions\n",
@@ -277,10 +288,14 @@ static int cmd_status(const cmdline *cl, zrc_conn *c) {
                                " streams, step %" PRIu64 "; %" PRIu64 " batches, %" PRIu64
                                " gathers, %" PRIu64 " hits, %" PRIu64 " misses, %" PRIu64
                                " bytes, %" PRIu64 " evictions, %" PRIu64 " shared, %" PRIu64
-                               " waited for reads\n",
+                               " waited for reads",
                                l->loader, l->pid, l->sampler, l->batch_size, l->streams, l->step,
                                l->batches, l->gathers, l->hits, l->misses, l->bytes, l->evictions,
                                l->shared, l->io_waits);
+                        if (l->depth_present)
+                                printf("; depth %" PRIu64 " (raised %" PRIu64 " times)", l->depth,
+                                       l->depth_raises);
+                        printf("\n");
                         print_telemetry_text(l);
                 }
         }

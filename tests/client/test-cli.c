@@ -195,6 +195,8 @@ START_TEST(test_status) {
         ck_assert_int_eq(run(&out, &err, "status", NULL), 0);
         CONTAINS(out, "clients:");
         CONTAINS(out, "loop fills: ");
+        CONTAINS(out, "\ncontrol:    ");
+        CONTAINS(out, " batches announced in control memory, ");
         CONTAINS(out, "prefetch:");
         CONTAINS(out, " steps cold (read with pread); direct reads auto (stores above ");
         CONTAINS(out, "budget cache");
@@ -210,6 +212,10 @@ START_TEST(test_status) {
         /* the STATUS keys of direct reads and loop fills, a default daemon's
          * values: io-direct auto above half its memory, no store read so */
         ck_assert_int_ge(json_uint(out, "loop_fills"), 0);
+        /* control memory's counters */
+        ck_assert_int_ge(json_uint(out, "ctl_batches"), 0);
+        ck_assert_int_ge(json_uint(out, "ctl_wakes"), 0);
+        ck_assert_int_eq(json_uint(out, "ctl_faults"), 0);
         ck_assert_int_ge(json_uint(out, "cold"), 0);
         CONTAINS(out, "\"direct_mode\": \"auto\"");
         ck_assert_int_gt(json_uint(out, "direct_min"), 0);
@@ -244,11 +250,19 @@ START_TEST(test_status) {
         CONTAINS(out, "\"loaders\": 1");
         CONTAINS(out, "\"sampler\": \"cyclic\"");
         CONTAINS(out, "\"batch_size\": 4");
+        /* its depth: from 2, at most its slots */
+        {
+                const char *pl = strstr(out, "\"per_loader\": [");
+                ck_assert_ptr_nonnull(pl);
+                ck_assert_int_ge(json_uint(pl, "depth"), 2);
+                ck_assert_int_ge(json_uint(pl, "depth_raises"), 0);
+        }
         check_json(out);
         free(out);
         free(err);
         ck_assert_int_eq(run(&out, &err, "status", NULL), 0);
         CONTAINS(out, "cyclic, batch 4");
+        CONTAINS(out, " waited for reads; depth ");
         free(out);
         free(err);
         zrc_disconnect(c);

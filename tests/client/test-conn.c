@@ -12,9 +12,12 @@
  * by a group: batches from its own ring and from rings passed by RING events,
  * RING_CLOSE, RELEASE of the right (ring, slot), and every bad ring event the
  * library must refuse without unmapping what the caller holds; no descriptor
- * or mapping outlives the loader. A socket whose directory others can write, or
- * a per-user default path that is a symlink, is refused before connect(),
- * naming the path and its owner. No zrecordd needed.
+ * or mapping outlives the loader. STATUS's control-memory counters and loaders'
+ * depth are read when sent and marked absent when not, and `zrecord status`
+ * ($ZRECORD) run against the fake prints them, or an older reply cleanly. A
+ * socket whose directory others can write, or a per-user default path that
+ * is a symlink, is refused before connect(), naming the path and its owner.
+ * No zrecordd needed.
  *
  * This file holds the connection's cases and main(); conn-rings.c the
  * events with descriptors and the loader; conn-fake.[ch] the fake daemon.
@@ -35,6 +38,7 @@
 #include "check-run.h"
 #include "conn-fake.h"
 #include "frames.h"
+#include "util.h"
 
 /* ---- scripts ----------------------------------------------------------- */
 
@@ -122,6 +126,149 @@ START_TEST(test_events_between) {
                 ck_assert(strstr(zrc_last_error(c)->message, "msset"));
         }
         fake_done(&f, c);
+}
+END_TEST
+
+/* STATUS with one loader, as an older daemon sends it (no control-memory
+ * counters, no depth) or as one with control memory and the adaptive depth
+ * does (ctl_batches 11, ctl_wakes 12, ctl_faults 0; depth 3, raised once). */
+static void reply_status_loader(int fd, uint64_t id, bool modern) {
+        static const char *const counters[] = { "uptime_ms", "clients", "handles", "shm_bytes",
+                                                "loaders", "batches", "gathers", "hits",
+                                                "misses", "bytes", "evictions" };
+        static const char *const lcounters[] = { "pid", "loader", "batch_size", "streams",
+                                                 "step", "batches", "gathers", "hits",
+                                                 "misses", "bytes", "evictions", "shared" };
+        zr_wire_writer w;
+
+        zr_wire_writer_init(&w);
+        zr_wire_writer_begin_message(&w, "ok", true, id);
+        zr_wire_put_str(&w, "daemon", "fake 1");
+        for (size_t i = 0; i < sizeof(counters) / sizeof(counters[0]); i++)
+                zr_wire_put_u64(&w, counters[i], 7);
+        zr_wire_begin_map(&w, "cache");
+        zr_wire_put_u64(&w, "budget", 1);
+        zr_wire_put_u64(&w, "bytes", 0);
+        zr_wire_put_u64(&w, "entries", 0);
+        zr_wire_end(&w);
+        zr_wire_begin_array(&w, "per_loader");
+        zr_wire_begin_map(&w, NULL);
+        for (size_t i = 0; i < sizeof(lcounters) / sizeof(lcounters[0]); i++)
+                zr_wire_put_u64(&w, lcounters[i], 9);
+        zr_wire_put_str(&w, "sampler", "cyclic");
+        if (modern) {
+                zr_wire_put_u64(&w, "depth", 3);
+                zr_wire_put_u64(&w, "depth_raises", 1);
+        }
+        zr_wire_end(&w);
+        zr_wire_end(&w);
+        if (modern) {
+                zr_wire_put_u64(&w, "ctl_batches", 11);
+                zr_wire_put_u64(&w, "ctl_wakes", 12);
+                zr_wire_put_u64(&w, "ctl_faults", 0);
+        }
+        send_writer(fd, &w, NULL, 0);
+        zr_wire_writer_destroy(&w);
+}
+
+static void script_status_older(int fd) {
+        reply_status_loader(fd, read_request(fd), false);
+        read_request(fd); /* until the client hangs up */
+}
+
+static void script_status_newer(int fd) {
+        reply_status_loader(fd, read_request(fd), true);
+        read_request(fd);
+}
+
+/* `zrecord status` (--json when json) against a fake daemon playing script:
+ * its exit code 0 asserted, its output returned. */
+static char *tool_status(void (*script)(int fd), bool json) {
+        const char *zrecord = getenv("ZRECORD");
+        char *out = NULL, *err = NULL;
+        fake f;
+
+        ck_assert_msg(zrecord && *zrecord, "ZRECORD is not set");
+        fake_start(&f, script, 1);
+        char *argv[] = { (char *)zrecord, "--socket", f.path, "status", json ? "--json" : NULL,
+                         NULL };
+        int r = tl_exec_capture(argv, &out, &err);
+        fake_stop(&f);
+        ck_assert_msg(r == 0, "zrecord status: %d: %s", r, err ? err : "");
+        free(err);
+        ck_assert_ptr_nonnull(out);
+        return out;
+}
+
+/* Checks that s parses as JSON when python3 is there to say so. */
+static void check_json(const char *s) {
+        char tmp[] = "/tmp/zrc-json-XXXXXX";
+        char *probe[] = { "/usr/bin/env", "python3", "-c", "import json", NULL };
+        char *argv[] = { "/usr/bin/env", "python3", "-c",
+                         "import json,sys; json.load(open(sys.argv[1]))", tmp, NULL };
+        int fd;
+
+        if (tl_exec_capture(probe, NULL, NULL) != 0)
+                return;
+        fd = mkstemp(tmp);
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(write(fd, s, strlen(s)), (ssize_t)strlen(s));
+        close(fd);
+        ck_assert_msg(tl_exec_capture(argv, NULL, NULL) == 0, "not JSON: %s", s);
+        unlink(tmp);
+}
+
+#define CONTAINS(s, needle) ck_assert_msg(strstr((s), (needle)), "\"%s\" not in: %s", (needle), (s))
+#define LACKS(s, needle) ck_assert_msg(!strstr((s), (needle)), "\"%s\" in: %s", (needle), (s))
+
+/* STATUS's control-memory counters and each loader's depth: read when the
+ * daemon sends them, marked absent (and 0) when it does not; `zrecord
+ * status` prints them then, and an older daemon's reply without them
+ * cleanly (text and JSON). */
+START_TEST(test_status_control_and_depth) {
+        for (int modern = 0; modern < 2; modern++) {
+                void (*script)(int) = modern ? script_status_newer : script_status_older;
+                fake f;
+                zrc_conn *c = fake_connect(&f, script, 1);
+                zrc_status *st = NULL;
+
+                ck_assert_int_eq(zrc_status_query(c, &st), 0);
+                ck_assert_uint_eq(st->n_loaders, 1);
+                ck_assert_uint_eq(st->per_loader[0].batches, 9);
+                ck_assert_int_eq(st->ctl_present, modern);
+                ck_assert_uint_eq(st->ctl_batches, modern ? 11 : 0);
+                ck_assert_uint_eq(st->ctl_wakes, modern ? 12 : 0);
+                ck_assert_uint_eq(st->ctl_faults, 0);
+                ck_assert_int_eq(st->per_loader[0].depth_present, modern);
+                ck_assert_uint_eq(st->per_loader[0].depth, modern ? 3 : 0);
+                ck_assert_uint_eq(st->per_loader[0].depth_raises, modern ? 1 : 0);
+                zrc_status_free(st);
+                fake_done(&f, c);
+        }
+
+        char *out = tool_status(script_status_newer, false);
+        CONTAINS(out, "\ncontrol:    11 batches announced in control memory, 12 wakes sent, "
+                      "0 loaders ended for a fault in it\n");
+        CONTAINS(out, " waited for reads; depth 3 (raised 1 times)\n");
+        free(out);
+        out = tool_status(script_status_newer, true);
+        CONTAINS(out, "\"ctl_batches\": 11, \"ctl_wakes\": 12, \"ctl_faults\": 0, ");
+        CONTAINS(out, "\"io_waits\": 0, \"depth\": 3, \"depth_raises\": 1}");
+        check_json(out);
+        free(out);
+
+        out = tool_status(script_status_older, false);
+        CONTAINS(out, "\nloop fills: 0\nbytes:      7\n");
+        CONTAINS(out, "9 shared, 0 waited for reads\n");
+        LACKS(out, "control");
+        LACKS(out, "depth");
+        free(out);
+        out = tool_status(script_status_older, true);
+        LACKS(out, "ctl_");
+        CONTAINS(out, "\"io_waits\": 0}");
+        LACKS(strstr(out, "\"per_loader\""), "depth");
+        check_json(out);
+        free(out);
 }
 END_TEST
 
@@ -421,7 +568,8 @@ END_TEST
 
 int main(void) {
         Suite *s = suite_create("conn");
-        TCase *tc = TL_TCASE(s, "fake-daemon", 60, test_events_between, test_wrong_id,
+        TCase *tc = TL_TCASE(s, "fake-daemon", 60, test_events_between,
+                             test_status_control_and_depth, test_wrong_id,
                              test_unexpected_fds, test_ctrunc, test_bad_body, test_huge_frame,
                              test_fault_hangup, test_hangup_mid_frame, test_bad_version,
                              test_socket_resolution, test_socket_trust);
