@@ -232,7 +232,15 @@ class Connection:
                         code=e.errno) from None
         self._fs = _wire.FrameSocket(sock)
         self._send_lock = threading.Lock()
-        self._cv = threading.Condition(threading.Lock())
+        # The lock of the state below. Sections under it are entered with ``with
+        # self._lock``, never ``with self._cv``: Condition.__enter__ and __exit__
+        # are Python functions, and a KeyboardInterrupt raised in one of them
+        # after the acquire (or before the release) leaves the lock held for
+        # good, so this thread's next request waited for it forever. A ``with``
+        # of the lock itself runs no Python code between the acquire and the
+        # block (Python 3.10 and later). The condition is for wait and notify.
+        self._lock = threading.Lock()
+        self._cv = threading.Condition(self._lock)
         self._reading = None                  # the thread that reads the socket now
         self._next_id = 1
         self._pending = collections.deque()   # ids of requests sent, not answered
@@ -289,7 +297,7 @@ class Connection:
         if not ev or not ev[0][1] & (select.POLLHUP | select.POLLRDHUP | select.POLLERR):
             return False
         reason = "the daemon closed the connection"
-        with self._cv:
+        with self._lock:
             if self._reading is not None or self._pending:
                 self.mark_broken(reason)    # a reader is on it and will see the rest
                 self._cv.notify_all()
@@ -299,12 +307,12 @@ class Connection:
         try:
             while True:
                 msg, fds = self._fs.recv()
-                with self._cv:
+                with self._lock:
                     self._dispatch(msg, fds)
         except (OSError, _wire.ProtocolError, ValueError, EOFError):
             pass
         finally:
-            with self._cv:
+            with self._lock:
                 self._reading = None
                 if self.faults:
                     reason += f" ({self.faults[-1].get('message')})"
@@ -343,7 +351,7 @@ class Connection:
             except OSError:
                 pass
         self._fs.close()
-        with self._cv:
+        with self._lock:
             self._close_queued()
             self._cv.notify_all()
 
@@ -422,14 +430,14 @@ class Connection:
                 rid = self._next_id
                 self._next_id += 1
                 msg["id"] = rid
-                with self._cv:
+                with self._lock:
                     self._pending.append(rid)
                     self._kinds[rid] = kind
                 _interrupt.enter()
                 try:
                     self._fs.send(msg, fds)
                 except OSError as e:
-                    with self._cv:
+                    with self._lock:
                         self._forget(rid)
                     rid = None
                     self._broken = str(e)
@@ -468,7 +476,7 @@ class Connection:
     def _drop_reply(self, rid, kind, abandon):
         """The caller of request rid stopped waiting (an interrupt): its reply, come
         or to come, is dropped; an abandoned request breaks the connection."""
-        with self._cv:
+        with self._lock:
             got = self._replies.pop(rid, None)
             if got is not None:
                 _close_fds(got[1])
@@ -480,7 +488,7 @@ class Connection:
 
     def in_flight(self):
         """The kinds of the requests sent and not answered."""
-        with self._cv:
+        with self._lock:
             return [self._kinds.get(rid) for rid in self._pending]
 
     def request_nowait(self, kind, fields):
@@ -497,14 +505,14 @@ class Connection:
             rid = self._next_id
             self._next_id += 1
             msg["id"] = rid
-            if not self._cv.acquire(blocking=False):
+            if not self._lock.acquire(blocking=False):
                 return False
             try:
                 self._pending.append(rid)
                 self._kinds[rid] = kind
                 self._discard.add(rid)
             finally:
-                self._cv.release()
+                self._lock.release()
             try:
                 self._fs.send(msg)
             except OSError as e:
@@ -517,12 +525,12 @@ class Connection:
     def wait_event(self, loader, timeout=None):
         """The next event of a loader: (msg, fds). The caller owns the descriptors.
         With a `timeout` (seconds), None if none came in that time."""
-        with self._cv:
+        with self._lock:
             q = self._events[loader]
         return self._wait(lambda: q.popleft() if q else None, timeout)
 
     def poll_event(self, loader):
-        with self._cv:
+        with self._lock:
             q = self._events.get(loader)
             return q.popleft() if q else None
 
@@ -541,7 +549,7 @@ class Connection:
         reads). A frame begun is read whole."""
         if self._broken is not None or self.closed or self.pid != os.getpid():
             return
-        with self._cv:
+        with self._lock:
             if self._reading is not None:
                 return
             self._reading = threading.get_ident()
@@ -556,17 +564,17 @@ class Connection:
         try:
             while more():
                 msg, fds = self._fs.recv()
-                with self._cv:
+                with self._lock:
                     self._dispatch(msg, fds)
         except (OSError, _wire.ProtocolError, ValueError) as e:
-            with self._cv:
+            with self._lock:
                 self._broken = str(e) or type(e).__name__
         except BaseException:
             # KeyboardInterrupt while taking frames off the socket: their place is lost
             self._break("a read was interrupted: the connection's place in the stream is lost")
             raise
         finally:
-            with self._cv:
+            with self._lock:
                 self._reading = None
                 self._cv.notify_all()
             _interrupt.leave()
@@ -577,7 +585,7 @@ class Connection:
         if another thread is reading."""
         if not self._fs.has_frame() or self._broken is not None or self.closed:
             return
-        with self._cv:
+        with self._lock:
             if self._reading is not None:
                 return
             self._reading = threading.get_ident()
@@ -586,7 +594,7 @@ class Connection:
     def drop_events(self, loader):
         """The loader is closed: its queued events go (their descriptors closed),
         and so will any that still arrive."""
-        with self._cv:
+        with self._lock:
             self.dead_loaders.add(loader)
             self._drop_queue(loader)
 
@@ -604,14 +612,14 @@ class Connection:
 
     def unpoll_event(self, loader, ev):
         """Puts an event taken by poll_event() or wait_event() back in front."""
-        with self._cv:
+        with self._lock:
             self._events[loader].appendleft(ev)
 
     def _wait(self, take, timeout=None):
         me = threading.get_ident()
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            with self._cv:
+            with self._lock:
                 while True:
                     got = take()
                     if got is not None:
@@ -635,7 +643,7 @@ class Connection:
             try:
                 if deadline is not None and not self._fs.wait_readable(
                         max(0.0, deadline - time.monotonic())):
-                    with self._cv:
+                    with self._lock:
                         self._reading = None
                         self._cv.notify_all()
                     return None
@@ -646,7 +654,7 @@ class Connection:
                     try:
                         msg, fds = self._fs.recv()
                     except (OSError, _wire.ProtocolError, ValueError) as e:
-                        with self._cv:
+                        with self._lock:
                             self._reading = None
                             taking = False
                             self._broken = str(e) or type(e).__name__
@@ -655,7 +663,7 @@ class Connection:
                                                  f"{self.faults[-1].get('message')})")
                             self._cv.notify_all()
                         continue
-                    with self._cv:
+                    with self._lock:
                         self._dispatch(msg, fds)
                         self._reading = None
                         taking = False
@@ -665,7 +673,7 @@ class Connection:
             except BaseException:
                 # KeyboardInterrupt: give the socket up; if it came while bytes were
                 # being taken off it, where the next frame starts is unknown
-                with self._cv:
+                with self._lock:
                     if self._reading == me:
                         self._reading = None
                     if taking:

@@ -193,6 +193,44 @@ def write(spec):
     raise ValueError(w)
 
 
+def sigint_at_lock(lock, where):
+    """Makes the main thread take a SIGINT the moment it acquires ``lock`` (a
+    threading.Lock) in the function named ``where``: a helper thread takes the
+    lock, waits until the main thread sleeps in the kernel with ``where`` on its
+    stack (waiting for the lock), takes a SIGINT itself, and lets the lock go.
+    The main thread runs Python's handler at its next check, at once after its
+    acquire returned. Returns once the helper holds the lock."""
+    import signal
+    import threading
+    main = threading.main_thread()
+    held = threading.Event()
+
+    def waiting():
+        f = sys._current_frames().get(main.ident)
+        names = set()
+        while f is not None:
+            names.add(f.f_code.co_name)
+            f = f.f_back
+        with open(f"/proc/self/task/{main.native_id}/stat") as st:
+            state = st.read().rsplit(")", 1)[1].split()[0]
+        return where in names and state == "S"
+
+    def hold():
+        with lock:
+            held.set()
+            pause = threading.Event()
+            for _ in range(20000):          # a bound: 10 s
+                if waiting():
+                    break
+                pause.wait(0.0005)
+            else:
+                print("the main thread never waited for the lock", flush=True)
+            signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+
+    threading.Thread(target=hold, daemon=True).start()
+    held.wait()
+
+
 def _announce_appends():
     """Prints ``append`` before each APPEND this process sends."""
     from loaderx import _conn

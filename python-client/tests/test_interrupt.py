@@ -212,6 +212,47 @@ def test_interrupted_request_leaves_the_connection_usable(workdir):
     assert r.returncode == 0 and r.stdout.strip() == "10", r
 
 
+def test_sigint_as_the_connection_lock_is_taken(workdir):
+    """The sweep's rare hang of a set writer, made certain: the SIGINT is taken
+    the moment the main thread gets the connection's lock for its next APPEND. A
+    ``with`` of a threading.Condition takes the lock in Condition.__enter__, a
+    Python function, so the KeyboardInterrupt left the lock held and the undo's
+    first request waited for it forever, a third Ctrl-C held as the undo holds
+    them. Now the conversion stops at once and leaves nothing (run in a child,
+    bounded; the SIGINT placed by interrupt_writer.sigint_at_lock)."""
+    path = str(workdir / "s")
+    code = f"""
+        import os, sys, numpy as np
+        sys.path.insert(0, {PKG!r})
+        sys.path.insert(0, {HERE!r})
+        import interrupt_writer as iw
+        from loaderx import _conn, utils
+        from loaderx.dataset import DenseDataset, MSDataset, RaggedDataset
+        batch = {{"x": np.arange(64, dtype=np.int32), "y": [np.arange(3, dtype=np.int16)] * 64}}
+        with utils.conversion({path!r}) as c:
+            DenseDataset(os.path.join(c.path, "x"), dtype=np.int32, codec="zstd").close()
+            RaggedDataset(os.path.join(c.path, "y"), dtype=np.int16, codec="zstd").close()
+            ms = c.add(MSDataset(c.path))
+            ms.append(batch)
+            iw.sigint_at_lock(_conn.default()._cv._lock, "request")
+            ms.append(batch)
+        print("not interrupted", flush=True)
+    """
+    import textwrap
+    p = subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, cwd=str(workdir))
+    try:
+        out, err = p.communicate(timeout=PROMPT)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, err = p.communicate()
+        pytest.fail(f"the conversion did not stop within {PROMPT:.0f} s of the SIGINT; "
+                    f"stdout {out!r}, stderr:\n{err[-3000:]}")
+    assert p.returncode == -signal.SIGINT, (p.returncode, out, err[-3000:])
+    assert out == "" and "KeyboardInterrupt" in err, (out, err[-3000:])
+    assert not os.path.exists(path) and leftovers(path) == []
+
+
 # ------------------------------------------------------- the random sweep
 PY_CONFIGS = [(w, codec, existing) for w in ("numpy", "iterator", "set")
               for codec in ("raw", "zstd", "zstd_dict") for existing in (False, True)]

@@ -213,7 +213,8 @@ def test_closed_loader_drops_queued_descriptors():
     have their descriptors closed."""
     c = _conn.Connection.__new__(_conn.Connection)
     import collections
-    c._cv = threading.Condition(threading.Lock())
+    c._lock = threading.Lock()
+    c._cv = threading.Condition(c._lock)
     c._events = collections.defaultdict(collections.deque)
     c._replies = {}
     c._discard = set()
@@ -236,7 +237,7 @@ def test_closed_loader_drops_queued_descriptors():
     assert not fd_open(fds[1])
     c._dispatch(dict(ring_event(11, 1), loader=5), [fds[3]])
     c._replies[12] = ({"kind": "ok", "id": 12}, [fds[4]])
-    with c._cv:
+    with c._lock:
         c._close_queued()                                 # the connection closes
     assert not fd_open(fds[3]) and not fd_open(fds[4])
 
