@@ -344,12 +344,16 @@ class _Job:
         self._done = 0
         self._cancelled = False
         self.error = None
-        self._cv = threading.Condition(threading.Lock())
+        # entered by a with of the lock itself: a KeyboardInterrupt in
+        # Condition.__enter__ or __exit__ (Python functions) left the lock held,
+        # and cancel() then waited for it forever (_conn.Connection's lock too)
+        self._lock = threading.Lock()
+        self._cv = threading.Condition(self._lock)
 
     def work(self):
-        cv = self._cv
+        lock, cv = self._lock, self._cv
         while True:
-            with cv:
+            with lock:
                 i = self._next
                 if i >= self.n or self._cancelled:
                     return
@@ -357,24 +361,24 @@ class _Job:
             try:
                 self.fn(i)
             except BaseException as e:  # handed to the caller, which re-raises it
-                with cv:
+                with lock:
                     if self.error is None:
                         self.error = e
                     self._cancelled = True
             finally:
-                with cv:
+                with lock:
                     self._done += 1
                     if self._done == self._next and (self._done == self.n or self._cancelled):
                         cv.notify_all()
 
     def wait(self):
         """Until every claimed slab is copied (a helper that never came claims nothing)."""
-        with self._cv:
+        with self._lock:
             while not (self._done == self._next and (self._done == self.n or self._cancelled)):
                 self._cv.wait()
 
     def cancel(self):
-        with self._cv:
+        with self._lock:
             self._cancelled = True
 
 

@@ -221,3 +221,53 @@ def test_forked_child_after_the_parent_used_the_pool(small_slabs, monkeypatch):
     # the parent's pool still works after the fork
     assert _store._pool is parent_pool
     assert read_with(ds, list(range(N)), 3).tobytes() == src.tobytes()
+
+
+@pytest.mark.no_daemon
+def test_sigint_as_the_copy_lock_is_taken():
+    """Ctrl-C during a copy the calling thread takes part in: the SIGINT taken
+    the moment it gets its job's lock. Through threading.Condition.__enter__ (a
+    Python function) the KeyboardInterrupt left the lock held, and the job's
+    cancel() then waited for it forever. Now the interrupt comes out of the read
+    and the pool goes on (run in a child, bounded; the SIGINT placed by
+    interrupt_writer.sigint_at_lock)."""
+    import subprocess
+    import sys
+    import textwrap
+    from conftest import PKG
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = f"""
+        import sys
+        sys.path.insert(0, {PKG!r})
+        sys.path.insert(0, {here!r})
+        import interrupt_writer as iw
+        from loaderx import _store
+        plain = _store._Job
+
+        class Job(plain):
+            def __init__(self, fn, n):
+                super().__init__(fn, n)
+                iw.sigint_at_lock(self._cv._lock, "work")
+
+        pool = _store._CopyPool(0)          # the calling thread alone: it takes the lock
+        done = []
+        _store._Job = Job
+        try:
+            pool.run(done.append, 4)
+        except KeyboardInterrupt:
+            print("interrupted", done, flush=True)
+        _store._Job = plain
+        pool.run(done.append, 4)
+        print("then", done, flush=True)
+    """
+    p = subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = p.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, err = p.communicate()
+        pytest.fail(f"the read did not stop within 30 s of the SIGINT; stdout {out!r}, "
+                    f"stderr:\n{err[-3000:]}")
+    assert p.returncode == 0, (p.returncode, out, err[-3000:])
+    assert out == "interrupted []\nthen [0, 1, 2, 3]\n", (out, err[-3000:])
