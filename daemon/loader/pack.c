@@ -74,6 +74,7 @@ struct zr_pack {
         uint64_t ncum;
         int held_only;                /* under mu: plan from held indexes only (hints) */
         _Atomic int ahead;            /* fills left that read ahead; 0: none */
+        _Atomic long faults;          /* the process's major faults at the last fill's end */
 };
 
 /* One piece of a row, or a row's padding (idx UINT64_MAX). */
@@ -746,7 +747,7 @@ static long major_faults(void) {
 int zr_pack_fill(zr_pack *pk, uint64_t step, uint8_t *dst, const _Atomic int *cancel,
                  uint64_t *ret_bytes, uint64_t *ret_pieces, zr_error *err) {
         unsigned __int128 g0 = ((unsigned __int128)step * pk->W + pk->rank) * pk->B;
-        long faults = major_faults();
+        long faults;
         int r, was;
 
         *ret_pieces = 0;
@@ -754,9 +755,13 @@ int zr_pack_fill(zr_pack *pk, uint64_t step, uint8_t *dst, const _Atomic int *ca
         r = fill_rows(pk, pk->B, (size_t)pk->B, g0, NULL, NULL, dst, cancel, ret_pieces, err);
         if (r < 0)
                 return r;
-        /* the process's faults: the gather's copies run on other threads too */
+        /* the process's faults (the gather's copies run on other threads too)
+         * since the last fill of this pack ended, which covers this fill:
+         * one getrusage() a fill, not two (it sums every thread's times, some
+         * microseconds of a small fill) */
+        faults = major_faults();
         was = atomic_load(&pk->ahead);
-        if (major_faults() != faults)
+        if (atomic_exchange(&pk->faults, faults) != faults)
                 atomic_store(&pk->ahead, PACK_AHEAD_QUIET);
         else if (was > 0)
                 atomic_fetch_sub(&pk->ahead, 1);
@@ -1025,6 +1030,7 @@ int zr_pack_new(const zr_pack_params *p, zr_dataset *ds, uint64_t n, uint64_t fp
         pk->pool = pool;
         pk->shards = (unsigned)zr_pool_shards(pool, SIZE_MAX);
         pk->total = UINT64_MAX;
+        atomic_init(&pk->faults, major_faults());
         if (n == 0) {
                 r = zr_error_set(err, ZR_E_SAMPLER, "the store holds no document to pack");
                 goto fail;
