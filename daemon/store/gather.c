@@ -106,6 +106,18 @@ static const uint8_t *entry_at(const zr_store *s, file_view *v, uint64_t idx) {
                        (idx & (ZR_LOC_SEGMENT_ENTRIES - 1)) * ZR_LOC_SIZE, ZR_LOC_SIZE);
 }
 
+void zr_store_prefetch_locs(const zr_store *s, const zr_loc *locs, size_t n) {
+        file_view v = FILE_VIEW_NONE;
+        const uint8_t *p;
+
+        if (s->codec != ZR_CODEC_RAW)
+                return;
+        for (size_t i = 0; i < n; i++)
+                if (locs[i].phys_length &&
+                    (p = view_at(s->chunks, &v, locs[i].chunk_id, locs[i].offset, 1)))
+                        __builtin_prefetch(p);
+}
+
 /* A mapped file cut short under a read (mapguard.h): the read fails. */
 static int truncated(zr_error *err, const char *what) {
         return zr_error_set(err, ZR_E_CORRUPT, "%s: a store file was cut short under the read "

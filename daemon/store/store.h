@@ -265,6 +265,15 @@ int zr_store_locate(zr_store *s, const uint64_t *idx, size_t n, zr_loc *ret_locs
 int zr_store_gather_locs(zr_store *s, const zr_loc *locs, size_t n, void *const *dsts,
                          zr_error *err);
 
+/* Asks the CPU for the first cache line of each raw record locs[i] read
+ * through the chunks' mappings (a hint: nothing is checked or read, a loc
+ * past its file or of a compressed store is skipped), so that a gather of
+ * many small records scattered over the store, started some microseconds
+ * later, finds their first lines and pages' translations at hand. Only for
+ * records whose pages the daemon has mapped already (a prefetch of a page
+ * the mapping has not faulted in stalls like a load on some VMs). */
+void zr_store_prefetch_locs(const zr_store *s, const zr_loc *locs, size_t n);
+
 /* What a timed gather (zr_store_gather_timed(), _dense_timed()) measured, summed
  * over its shards: they run in parallel, so the sums are worker time, not
  * wall time (the caller splits its own wall time by them). Shards add to it
