@@ -532,9 +532,10 @@ class LoaderSession:
 
 def view_templates(lay):
     """Per stream of layout `lay`: the _shm.ViewTemplate of a dense stream's
-    batch, or None."""
+    batch, the _shm.PackedTemplate of a packed one's, or None."""
     packed = lay.packed or (None,) * len(lay.names)
-    return [None if pk is not None or item_shape is None else
+    return [_shm.PackedTemplate((lay.batch_size, pk[0]), dt, pk[1], pk[2]) if pk is not None
+            else None if item_shape is None else
             _shm.ViewTemplate((lay.batch_size,) + tuple(item_shape), dt)
             for (dt, item_shape, _), pk in zip(lay.kinds, packed)]
 
@@ -550,7 +551,10 @@ def build_batch(lay, t, mm, base, owner, templates=None):
         templates = (None,) * len(lay.names)
     for name, st, (dt, item_shape, ndim), (lo, hi), pk, tp in zip(
             lay.names, t.streams, lay.kinds, t.spans, packed, templates):
-        if tp is not None:
+        if pk is not None and tp is not None:
+            (batch[name], batch[name + SEGMENTS_SUFFIX],
+             batch[name + POSITIONS_SUFFIX]) = tp.views(owner, mm, base + lo)
+        elif tp is not None:
             batch[name] = np.asarray(tp.view(owner, mm, base + lo))
         elif pk is not None:
             shape = (lay.batch_size, pk[0])
