@@ -3,8 +3,9 @@
  *
  * A concat index is two passes over the cycle's positions in shards of the
  * pool: each shard draws its positions' documents (the sampler's order) and
- * writes each document's tokens, taken from the store's length table, then,
- * once the shards' sums are known, turns its part into running sums. The
+ * writes the running sum of its documents' tokens, taken from the store's
+ * length table, then, once the shards' sums are known, moves its part by the
+ * sum of the shards before it (the first shard has nothing to do). The
  * length table is the documents' tokens in the store's order, 4 bytes each,
  * made once per store (fingerprint and length) by a sequential walk of the
  * store's table on the pool and kept as a file of the same store of indexes:
@@ -370,7 +371,8 @@ static int job_cancelled(concat_job *j) {
 /* Pass 1, by pieces of TOKIDX_PIECE positions. A length table (no lens):
  * out[i] = tokens of record i, the store's table read in order (a record is
  * below 2^32 bytes, so its tokens fit 4 bytes). A concat index: prefix[q + 1]
- * = tokens of the document at position q of the cycle, from the table. */
+ * = tokens of the documents at positions shard start..q of the cycle, from the
+ * table (the shard's own running sums; pass 2 moves them). */
 static void lengths_pass(void *arg, size_t shard, size_t nshards) {
         concat_job *j = arg;
         uint64_t a, b, sum = 0, mx = 0;
@@ -393,8 +395,8 @@ static void lengths_pass(void *arg, size_t shard, size_t nshards) {
                                 uint64_t len = j->lens[idx[i]];
                                 if (i + 16 < m)
                                         __builtin_prefetch(&j->lens[idx[i + 16]]);
-                                j->prefix[q + i + 1] = len;
                                 sum += len;
+                                j->prefix[q + i + 1] = sum;
                                 mx = len > mx ? len : mx;
                         }
                         continue;
@@ -425,16 +427,17 @@ static void lengths_pass(void *arg, size_t shard, size_t nshards) {
         j->maxes[shard] = mx;
 }
 
-/* Pass 2: running sums, each shard from the sum of the shards before it. */
+/* Pass 2: each shard's running sums (pass 1's, from its own start) moved by
+ * the sum of the shards before it; the first shard's are final already. */
 static void concat_scan(void *arg, size_t shard, size_t nshards) {
         concat_job *j = arg;
-        uint64_t a, b, run = j->sums[shard]; /* the exclusive scan, by the caller */
+        uint64_t a, b, base = j->sums[shard]; /* the exclusive scan, by the caller */
 
+        if (base == 0)
+                return;
         shard_range(j->key->n, shard, nshards, &a, &b);
-        for (uint64_t q = a; q < b; q++) {
-                run += j->prefix[q + 1];
-                j->prefix[q + 1] = run;
-        }
+        for (uint64_t q = a; q < b; q++)
+                j->prefix[q + 1] += base;
 }
 
 static uint64_t now_ns(void) {

@@ -210,6 +210,27 @@ def test_best_fit_is_the_reference(corpus, mode, window):
             np.testing.assert_array_equal(b["tokens_positions"][j], p)
 
 
+def test_resume_anywhere_in_a_large_cycle(workdir):
+    """A cycle of 20,000 documents: its index is built in several shards of the
+    pool (4,096 positions a piece), each shard's running sums moved by the
+    shards before it. A loader started at a step anywhere in the cycle finds
+    its rows' first documents in that index: its batches are the reference's
+    rows there (a wrong sum in any shard moves every row after it)."""
+    docs = _docs(20000, seed=5, hi=7)
+    from_iterator("many", docs, np.int32, codec="raw")
+    B, L = 4, 16
+    steps = sum(len(d) for d in docs) // (B * L)
+    at = [1, steps // 5, steps // 3, steps // 2, 2 * steps // 3, 4 * steps // 5, steps - 1]
+    toks, segs, pos = ref_concat(docs, "cyclic", 21, L, B * (steps + 1))
+    for s in at:
+        with DataLoader({"tokens": RaggedDataset("many")}, batch_size=B, sampler="cyclic",
+                        seed=21, start_step=s, pack={"tokens": L}, num_workers=0) as dl:
+            b = _batches(dl, 1)[0]
+        np.testing.assert_array_equal(b["tokens"], toks[s * B:(s + 1) * B], err_msg=f"step {s}")
+        np.testing.assert_array_equal(b["tokens_segment_ids"], segs[s * B:(s + 1) * B])
+        np.testing.assert_array_equal(b["tokens_positions"], pos[s * B:(s + 1) * B])
+
+
 @pytest.mark.parametrize("pack_mode", ["concat", "best_fit"])
 def test_resume_ranks_and_world_sizes(corpus, pack_mode):
     kw = dict(sampler="cyclic", seed=11, pack={"tokens": 8}, pack_mode=pack_mode,
