@@ -39,7 +39,6 @@
 
 #include "dataset/ragged.h"
 #include "store/store.h"
-#include "util/hugemem.h"
 #include "util/mkdirs.h"
 
 #define TOKIDX_MAGIC "ZRTOKIX"
@@ -446,12 +445,11 @@ static uint64_t now_ns(void) {
         return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* A fresh index of nbytes payload in one zeroed allocation (header first), on
- * huge pages where it is large: the build writes all of it at once. */
+/* A fresh index of nbytes payload in one allocation (header first). */
 static int idx_alloc(zr_tokidx **ret, const zr_tokidx_key *key, uint64_t payload, zr_error *err) {
         zr_tokidx *ix = calloc(1, sizeof(*ix));
         if (!ix || payload > SIZE_MAX - TOKIDX_HEADER ||
-            !(ix->mem = zr_hugemem_alloc(TOKIDX_HEADER + (size_t)payload))) {
+            !(ix->mem = calloc(1, TOKIDX_HEADER + (size_t)payload))) {
                 free(ix);
                 return zr_error_errno(err, ENOMEM, "an index of %" PRIu64 " bytes", payload);
         }
@@ -1228,7 +1226,7 @@ zr_tokidx *zr_tokidx_free(zr_tokidx *ix) {
         if (ix->mapped)
                 munmap(ix->mem, ix->mem_bytes);
         else
-                zr_hugemem_free(ix->mem, ix->mem_bytes);
+                free(ix->mem);
         free(ix);
         return NULL;
 }

@@ -93,7 +93,7 @@ typedef struct zr_tokidx {
         const zr_tokpiece *pieces;
         /* private */
         const uint32_t *lens;   /* a store's length table (tokindex.c) */
-        void *mem;              /* the header and payload: a file's mapping or zr_hugemem */
+        void *mem;              /* the header and payload: mapped or malloc'ed */
         size_t mem_bytes;
         int mapped;
         _Atomic unsigned refs;  /* the holders: the caller, a pending write */
