@@ -480,6 +480,30 @@ static void want_rows(rows *r, const int64_t *tk, const int32_t *sg, const int32
 
 #define T(d, k) (1000 * (d) + (k) + 1)
 
+/* Steps [0, steps) of rank 0 of k, filled in order by one pack, are the rows
+ * tk, sg, ps (steps × B of them); with_ref: and the reference agrees. */
+static void expect_rows(corpus *c, const cfg *k, uint64_t steps, const int64_t *tk,
+                        const int32_t *sg, const int32_t *ps, int with_ref, const char *what) {
+        rows got, want;
+        char msg[160];
+
+        rows_init(&got, steps * k->B, k->L);
+        rows_init(&want, steps * k->B, k->L);
+        want_rows(&want, tk, sg, ps);
+        zr_pack *pk = pack_open(c, k, 0, 0);
+        for (uint64_t s = 0; s < steps; s++)
+                fill_step(c, pk, k, s, &got, s * k->B);
+        zr_pack_free(pk);
+        rows_eq(&got, &want, what);
+        if (with_ref) {
+                snprintf(msg, sizeof(msg), "the reference, %s", what);
+                ref_rows(c, k, 0, &got);
+                rows_eq(&got, &want, msg);
+        }
+        rows_free(&got);
+        rows_free(&want);
+}
+
 /* Documents of 3, 5 and 2 tokens, each with its eos, rows of 4: the first
  * document and its eos fill a row exactly; the second spans two rows; the
  * third's eos starts a row alone, the next cycle's first document after it. */
@@ -496,22 +520,9 @@ START_TEST(test_concat_by_hand) {
         const int32_t sg[] = { 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 1, 2, 2, 2 };
         const int32_t ps[] = { 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 0, 1, 0, 0, 1, 2 };
         corpus c;
-        rows got, want;
 
         corpus_new(&c, "<i4", lens, 3, ZR_CODEC_RAW);
-        rows_init(&got, 4, 4);
-        rows_init(&want, 4, 4);
-        want_rows(&want, tk, sg, ps);
-        zr_pack *pk = pack_open(&c, &k, 0, 0);
-        fill_step(&c, pk, &k, 0, &got, 0);
-        fill_step(&c, pk, &k, 1, &got, 2);
-        rows_eq(&got, &want, "by hand");
-        /* the reference agrees */
-        ref_rows(&c, &k, 0, &got);
-        rows_eq(&got, &want, "the reference");
-        zr_pack_free(pk);
-        rows_free(&got);
-        rows_free(&want);
+        expect_rows(&c, &k, 2, tk, sg, ps, 1, "by hand");
         corpus_free(&c);
 }
 END_TEST
@@ -537,27 +548,14 @@ START_TEST(test_concat_cycles_and_long_documents) {
         const int32_t sg2[] = { 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2 };
         const int32_t ps2[] = { 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 0, 1 };
         corpus c;
-        rows got, want;
 
-        rows_init(&got, 3, 4);
-        rows_init(&want, 3, 4);
         corpus_new(&c, "<i4", one, 1, ZR_CODEC_RAW);
-        zr_pack *pk = pack_open(&c, &k, 0, 0);
-        fill_step(&c, pk, &k, 0, &got, 0);
-        want_rows(&want, tk1, sg1, ps1);
-        rows_eq(&got, &want, "one document");
-        zr_pack_free(pk);
+        expect_rows(&c, &k, 1, tk1, sg1, ps1, 0, "one document");
         corpus_free(&c);
 
         corpus_new(&c, "<i4", lng, 1, ZR_CODEC_RAW);
-        pk = pack_open(&c, &k, 0, 0);
-        fill_step(&c, pk, &k, 0, &got, 0);
-        want_rows(&want, tk2, sg2, ps2);
-        rows_eq(&got, &want, "a long document");
-        zr_pack_free(pk);
+        expect_rows(&c, &k, 1, tk2, sg2, ps2, 0, "a long document");
         corpus_free(&c);
-        rows_free(&got);
-        rows_free(&want);
 }
 END_TEST
 
@@ -573,33 +571,20 @@ START_TEST(test_concat_empty_documents_and_rows_of_one) {
         const int32_t sg2[] = { 1, 2, 2, 1, 2, 3 };
         const int32_t ps2[] = { 0, 0, 1, 0, 0, 0 };
         corpus c;
-        rows got, want;
+        rows got;
 
         corpus_new(&c, "<i4", lens, 6, ZR_CODEC_RAW);
-        rows_init(&got, 2, 3);
-        rows_init(&want, 2, 3);
-        zr_pack *pk = pack_open(&c, &k, 0, 0);
-        fill_step(&c, pk, &k, 0, &got, 0);
-        want_rows(&want, tk1, sg1, ps1);
-        rows_eq(&got, &want, "empty documents, no eos");
-        zr_pack_free(pk);
-
+        expect_rows(&c, &k, 1, tk1, sg1, ps1, 0, "empty documents, no eos");
         k.has_eos = 1;
         k.eos = EOS;
-        pk = pack_open(&c, &k, 0, 0);
-        fill_step(&c, pk, &k, 0, &got, 0);
-        want_rows(&want, tk2, sg2, ps2);
-        rows_eq(&got, &want, "empty documents with eos");
-        zr_pack_free(pk);
-        rows_free(&got);
-        rows_free(&want);
+        expect_rows(&c, &k, 1, tk2, sg2, ps2, 0, "empty documents with eos");
 
         /* rows of one token */
         k.L = 1;
         k.B = 5;
         rows_init(&got, 5, 1);
         for (uint64_t s = 0; s < 4; s++) {
-                pk = pack_open(&c, &k, 0, s);
+                zr_pack *pk = pack_open(&c, &k, 0, s);
                 fill_step(&c, pk, &k, s, &got, 0);
                 for (uint64_t i = 0; i < 5; i++) {
                         /* the stream of a cycle: E, 1.0, 1.1, E, E, E, 4.0, 4.1, 4.2, E, E */
@@ -661,17 +646,12 @@ START_TEST(test_best_fit_by_hand) {
         rows got, want;
 
         corpus_new(&c, "<i4", lens, 6, ZR_CODEC_RAW);
+        expect_rows(&c, &k, 1, tk, sg, ps, 1, "by hand");
+        /* the next cycle (sequential: the same rows) */
         rows_init(&got, 4, 8);
         rows_init(&want, 4, 8);
         want_rows(&want, tk, sg, ps);
-        zr_pack *pk = pack_open(&c, &k, 0, 0);
-        fill_step(&c, pk, &k, 0, &got, 0);
-        rows_eq(&got, &want, "by hand");
-        ref_rows(&c, &k, 0, &got);
-        rows_eq(&got, &want, "the reference");
-        /* the next cycle (sequential: the same rows) */
-        pk = zr_pack_free(pk);
-        pk = pack_open(&c, &k, 0, 1);
+        zr_pack *pk = pack_open(&c, &k, 0, 1);
         fill_step(&c, pk, &k, 1, &got, 0);
         rows_eq(&got, &want, "cycle 1");
         zr_pack_free(pk);
@@ -729,34 +709,12 @@ START_TEST(test_best_fit_ties_and_windows) {
                 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
         };
         corpus c;
-        rows got, want;
 
         corpus_new(&c, "<i4", lens, 6, ZR_CODEC_RAW);
-        rows_init(&got, 3, 10);
-        rows_init(&want, 3, 10);
-        want_rows(&want, tk, sg, ps);
-        zr_pack *pk = pack_open(&c, &k, 0, 0);
-        fill_step(&c, pk, &k, 0, &got, 0);
-        rows_eq(&got, &want, "by hand");
-        ref_rows(&c, &k, 0, &got);
-        rows_eq(&got, &want, "the reference");
-        zr_pack_free(pk);
-        rows_free(&got);
-        rows_free(&want);
-
+        expect_rows(&c, &k, 1, tk, sg, ps, 1, "by hand");
         k.window = 2;
         k.B = 5;
-        rows_init(&got, 5, 10);
-        rows_init(&want, 5, 10);
-        want_rows(&want, tw, sw, pw);
-        pk = pack_open(&c, &k, 0, 0);
-        fill_step(&c, pk, &k, 0, &got, 0);
-        rows_eq(&got, &want, "window 2");
-        ref_rows(&c, &k, 0, &got);
-        rows_eq(&got, &want, "the reference, window 2");
-        zr_pack_free(pk);
-        rows_free(&got);
-        rows_free(&want);
+        expect_rows(&c, &k, 1, tw, sw, pw, 1, "window 2");
         corpus_free(&c);
 }
 END_TEST
