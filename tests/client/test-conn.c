@@ -202,20 +202,7 @@ static char *tool_status(void (*script)(int fd), bool json) {
 
 /* Checks that s parses as JSON when python3 is there to say so. */
 static void check_json(const char *s) {
-        char tmp[] = "/tmp/zrc-json-XXXXXX";
-        char *probe[] = { "/usr/bin/env", "python3", "-c", "import json", NULL };
-        char *argv[] = { "/usr/bin/env", "python3", "-c",
-                         "import json,sys; json.load(open(sys.argv[1]))", tmp, NULL };
-        int fd;
-
-        if (tl_exec_capture(probe, NULL, NULL) != 0)
-                return;
-        fd = mkstemp(tmp);
-        ck_assert_int_ge(fd, 0);
-        ck_assert_int_eq(write(fd, s, strlen(s)), (ssize_t)strlen(s));
-        close(fd);
-        ck_assert_msg(tl_exec_capture(argv, NULL, NULL) == 0, "not JSON: %s", s);
-        unlink(tmp);
+        ck_assert_msg(tl_is_json(s) != 0, "not JSON: %s", s);
 }
 
 #define CONTAINS(s, needle) ck_assert_msg(strstr((s), (needle)), "\"%s\" not in: %s", (needle), (s))

@@ -212,6 +212,26 @@ int tl_exec_capture(char *const *argv, char **ret_out, char **ret_err) {
         return pid > 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+int tl_is_json(const char *s) {
+        char tmp[] = "/tmp/zr-json-XXXXXX";
+        char *probe[] = { "/usr/bin/env", "python3", "-c", "import json", NULL };
+        char *argv[] = { "/usr/bin/env", "python3", "-c",
+                         "import json,sys; json.load(open(sys.argv[1]))", tmp, NULL };
+        size_t len = strlen(s);
+        int fd, r = -1;
+
+        if (tl_exec_capture(probe, NULL, NULL) != 0)
+                return -1;
+        fd = mkstemp(tmp);
+        if (fd < 0)
+                return -1;
+        if (write(fd, s, len) == (ssize_t)len)
+                r = tl_exec_capture(argv, NULL, NULL) == 0;
+        close(fd);
+        unlink(tmp);
+        return r;
+}
+
 unsigned tl_failures;
 
 void tl_fail(const char *fmt, ...) {

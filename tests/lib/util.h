@@ -60,6 +60,10 @@ size_t tl_kill_after_acks(pid_t pid, int fd, size_t target, uint64_t *rng, int *
  * status (-1 if it was killed by a signal or could not run). */
 int tl_exec_capture(char *const *argv, char **ret_out, char **ret_err);
 
+/* Whether text s is JSON, as python3's json module reads it: 1 it is, 0 it
+ * is not, -1 no python3 here to say (a test skips the check then). */
+int tl_is_json(const char *s);
+
 /* Makes this process (and the children it starts, the daemon among them) see
  * a kernel older than 5.1 where sealing is concerned: a seccomp filter fails
  * fcntl(F_ADD_SEALS) with EINVAL whenever the seals include
