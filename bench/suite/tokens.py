@@ -5,7 +5,9 @@ log-normal (median e^5.5 ≈ 245, sigma 1.0) clipped to 1..8192, written as
 Megatron-LM's .bin/.idx and as Parquet (a list<int32> column), then:
 
   conversion  from_megatron (page cache dropped: against the disk's
-              sequential read of the same .bin, also cold) and from_parquet
+              sequential read of the same .bin, also cold, its write of as
+              many bytes, and a copy of the .bin: a virtual disk may share
+              one rate between reads and writes) and from_parquet
               (warm: against pyarrow reading the column, warm) into raw stores
   packed      concat batches/s of (8, 2048) and (64, 4096), cyclic sampler,
               against the machine's memcpy (the limits layer's all-thread
@@ -83,6 +85,25 @@ def _seq_write(path, nbytes):
         os.fdatasync(f.fileno())
     dt = time.perf_counter() - t
     os.unlink(path)
+    return dt
+
+
+def _seq_copy(src, dst):
+    """The disk reading and writing at once: src copied to a new file dst in
+    16 MiB pieces (the kernel's copy_file_range, a read and a write of each
+    byte on a file system that does not share blocks), then fdatasync; what a
+    converter of one file into another on the same disk can do at most."""
+    t = time.perf_counter()
+    with open(src, "rb", buffering=0) as f, open(dst, "wb", buffering=0) as g:
+        left = os.fstat(f.fileno()).st_size
+        while left > 0:
+            got = os.copy_file_range(f.fileno(), g.fileno(), min(left, 16 << 20))
+            if got == 0:
+                break
+            left -= got
+        os.fdatasync(g.fileno())
+    dt = time.perf_counter() - t
+    os.unlink(dst)
     return dt
 
 
@@ -319,6 +340,8 @@ def run(ctx):
     nbytes = out["tokens"] * 4
     write_s = _seq_write(os.path.join(tmp, "write-probe"), nbytes)
     _drop_caches()
+    copy_s = _seq_copy(prefix + ".bin", os.path.join(tmp, "copy-probe"))
+    _drop_caches()
     store = os.path.join(tmp, "store")
     t = time.perf_counter()
     from_megatron(store, prefix)
@@ -326,6 +349,7 @@ def run(ctx):
     out["conversion"] = {"bytes": nbytes, "cold": cold,
                          "disk_seq_gib_s": nbytes / disk_s / 2 ** 30,
                          "disk_write_gib_s": nbytes / write_s / 2 ** 30,
+                         "disk_copy_gib_s": nbytes / copy_s / 2 ** 30,
                          "from_megatron_gib_s": nbytes / meg_s / 2 ** 30}
     try:
         import pyarrow as pa
@@ -359,6 +383,8 @@ def run(ctx):
             [{"what": "disk, sequential read of the .bin (cold)", "rate": cv["disk_seq_gib_s"]},
              {"what": "disk, sequential write of as many bytes (fdatasync)",
               "rate": cv["disk_write_gib_s"]},
+             {"what": "disk, a copy of the .bin (cold; both at once, fdatasync)",
+              "rate": cv["disk_copy_gib_s"]},
              {"what": "from_megatron (cold)", "rate": cv["from_megatron_gib_s"]}] +
             ([{"what": "pyarrow, the Parquet column (warm)", "rate": cv["pyarrow_gib_s"]},
               {"what": "from_parquet (warm)", "rate": cv["from_parquet_gib_s"]}]
@@ -507,4 +533,8 @@ def targets(t):
         disk = min(cv["disk_seq_gib_s"], cv["disk_write_gib_s"])
         rows.append(("from_megatron vs the disk's sequential rate (min of read, write)",
                      cv["from_megatron_gib_s"] / disk, 1.0))
+        if "disk_copy_gib_s" in cv:
+            # the same disk reading and writing at once: what a copy can do
+            rows.append(("from_megatron vs the disk copying the .bin (both at once)",
+                         cv["from_megatron_gib_s"] / cv["disk_copy_gib_s"], 1.0))
     return rows
