@@ -85,7 +85,9 @@ def signal_at(p, k, extra=None):
 
 def finish(p, sig_time, second=None):
     """Waits for the exit, at most PROMPT after the signal; a second SIGINT
-    ``second`` seconds after the first when given. Returns the exit status."""
+    ``second`` seconds after the first when given. Returns the exit status; the
+    end of the process's stderr is kept as ``p.err_tail`` for the failure
+    messages (a writer that exits 1 says why)."""
     if second is not None:
         pause(p, second)
         if p.poll() is None:
@@ -102,7 +104,8 @@ def finish(p, sig_time, second=None):
         out, err = p.communicate()
         pytest.fail(f"the conversion did not stop within {PROMPT:.0f} s of Ctrl-C; "
                     f"stderr:\n{err[-3000:]}")
-    p.communicate()
+    _, err = p.communicate()
+    p.err_tail = (err or "")[-3000:]
     return p.returncode
 
 
@@ -315,7 +318,7 @@ def _py_trial(workdir, i, rng, cfg, mode, dict_file, stats):
     t = time.monotonic()
     rc = finish(p, t, second=float(rng.uniform(0, 0.03)) if mode == "int2" else None)
     left = leftovers(path)
-    what = f"trial {i} {cfg} {mode} k={k}: rc {rc}"
+    what = f"trial {i} {cfg} {mode} k={k}: rc {rc}" + (f"; stderr:\n{p.err_tail}" if p.err_tail else "")
     # What is left for the next run may be a request the daemon still runs for the
     # dead process (an APPEND, a set's half-way: its streams' lengths read apart),
     # which only the next run waits for; without it, nothing can be in flight.
@@ -379,7 +382,7 @@ def _tool_trial(workdir, i, rng, cfg, mode, stats, t_est):
     rc = finish(p, t, second=float(rng.uniform(0, 0.03)) if mode == "int2" else None)
     left = leftovers(path)
     got = read(path, writer) if not os.path.exists(path) or not left else None
-    what = f"trial {i} {cfg} {mode}: rc {rc}"
+    what = f"trial {i} {cfg} {mode}: rc {rc}" + (f"; stderr:\n{p.err_tail}" if p.err_tail else "")
     if same(got, after) and not left:
         stats["complete"] += 1
         return
