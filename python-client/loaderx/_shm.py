@@ -146,13 +146,9 @@ class ViewTemplate:
         self.descr = dtype.descr
 
     def view(self, owner, mm, address):
-        v = View.__new__(View)
-        v.owner = owner
-        v.mm = mm
-        v.__array_interface__ = {"data": (address, True), "shape": self.shape,
-                                 "typestr": self.typestr, "descr": self.descr,
-                                 "strides": None, "version": 3}
-        return v
+        return View.over(owner, mm, {"data": (address, True), "shape": self.shape,
+                                     "typestr": self.typestr, "descr": self.descr,
+                                     "strides": None, "version": 3})
 
 
 class PackedTemplate:
@@ -199,20 +195,9 @@ class PackedTemplate:
         if ifs is None:
             ifs = self._interfaces(address)
         if self.joint:
-            v = View.__new__(View)
-            v.owner = owner
-            v.mm = mm
-            v.__array_interface__ = ifs[0]
-            a = np.asarray(v)
+            a = np.asarray(View.over(owner, mm, ifs[0]))
             return a[0], a[1], a[2]
-        out = []
-        for i in ifs:
-            v = View.__new__(View)
-            v.owner = owner
-            v.mm = mm
-            v.__array_interface__ = i
-            out.append(np.asarray(v))
-        return out
+        return [np.asarray(View.over(owner, mm, i)) for i in ifs]
 
 
 class Owner:
